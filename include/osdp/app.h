@@ -1,0 +1,33 @@
+/* The commands of the osdp_gpt binary and the helpers their top levels
+ * share.  Only code here decides to exit: library modules return codes. */
+#ifndef OSDP_APP_H
+#define OSDP_APP_H
+
+#include <stdint.h>
+#include "osdp/error.h"
+
+#define OSDP_VERSION_STRING PACKAGE_VERSION
+
+int osdp_cmd_train(int argc, char **argv);
+
+/* MPI world facts gathered once */
+typedef struct osdp_world {
+    int rank, size;
+    int local_rank, local_size;   /* within the node (MPI_COMM_TYPE_SHARED) */
+    int threads;                  /* compute threads for this rank */
+} osdp_world;
+
+void osdp_world_init(osdp_world *w, int requested_threads);
+/* Print "osdp_gpt: rank R: error: MSG" and abort the whole job. */
+_Noreturn void osdp_fatal(osdp_status code, const char *msg);
+/* Every rank passes its status; if any failed, the failing ranks print their
+ * message, all ranks finalize MPI and exit non-zero together.  Use on paths
+ * every rank follows (input checks), not inside collectives. */
+void osdp_check_all(osdp_status s);
+/* all ranks must pass the same value; on mismatch every rank exits with a
+ * message naming `what` */
+void osdp_check_same(uint64_t value, const char *what);
+/* default input file under the source tree (input/...) */
+const char *osdp_default_input(const char *relative, char *buf, int n);
+
+#endif

@@ -1,0 +1,80 @@
+/* The communication backend: a table of collectives chosen once at start
+ * (MPI on CPU; NCCL on GPUs), with blocking and non-blocking forms.  Callers
+ * go through the osdp_comm_* wrappers below, which also account the traffic
+ * by collective type — one code path for every backend. */
+#ifndef OSDP_COMM_H
+#define OSDP_COMM_H
+
+#include <stddef.h>
+#include "osdp/error.h"
+
+typedef enum osdp_dtype { OSDP_FLOAT32, OSDP_FLOAT64, OSDP_BFLOAT16, OSDP_UINT64, OSDP_BYTE } osdp_dtype;
+size_t osdp_dtype_size(osdp_dtype t);
+
+typedef enum osdp_collective {
+    OSDP_COLL_ALL_GATHER,
+    OSDP_COLL_REDUCE_SCATTER,
+    OSDP_COLL_ALL_REDUCE,
+    OSDP_COLL_BROADCAST,
+    OSDP_COLL_N_TYPES
+} osdp_collective;
+const char *osdp_collective_name(osdp_collective c);
+
+/* Bytes per collective type.  `logical` counts the full (unsharded) buffer
+ * of each call — Ψ for one all-gather of the padded parameters — which is
+ * what DESIGN.md §5's 2Ψ / 3Ψ refers to; `wire` is what this rank actually
+ * sends ((N-1)/N of it for the ring algorithms). */
+typedef struct osdp_traffic {
+    unsigned long long logical[OSDP_COLL_N_TYPES];
+    unsigned long long wire[OSDP_COLL_N_TYPES];
+    unsigned long long calls[OSDP_COLL_N_TYPES];
+} osdp_traffic;
+
+typedef struct osdp_request { void *impl; } osdp_request;  /* impl NULL: nothing pending */
+
+typedef struct osdp_comm osdp_comm;
+
+typedef struct osdp_comm_backend {
+    const char *name;
+    /* shard (count elements) from every rank -> full (N*count), rank order */
+    osdp_status (*all_gather)(osdp_comm *c, const void *shard, void *full, size_t count,
+                              osdp_dtype t, osdp_request *req);
+    /* sum of full (N*count) over ranks; this rank's block -> shard (count) */
+    osdp_status (*reduce_scatter)(osdp_comm *c, const void *full, void *shard, size_t count,
+                                  osdp_dtype t, osdp_request *req);
+    /* in-place sum over ranks */
+    osdp_status (*all_reduce)(osdp_comm *c, void *buf, size_t count, osdp_dtype t, osdp_request *req);
+    osdp_status (*broadcast)(osdp_comm *c, void *buf, size_t bytes, int root, osdp_request *req);
+    osdp_status (*barrier)(osdp_comm *c);
+    osdp_status (*wait)(osdp_comm *c, osdp_request *req);
+    /* lets pending non-blocking collectives advance (MPI has no progress thread) */
+    void (*progress)(osdp_comm *c);
+    void (*destroy)(osdp_comm *c);
+} osdp_comm_backend;
+
+struct osdp_comm {
+    const osdp_comm_backend *ops;
+    int rank, size;
+    void *impl;
+    osdp_traffic traffic;
+};
+
+/* MPI backend over a duplicate of `mpi_comm` (an MPI_Comm passed as void*
+ * to keep mpi.h out of this header). */
+osdp_status osdp_comm_create_mpi(osdp_comm *c, const void *mpi_comm);
+#ifdef OSDP_HAVE_CUDA
+osdp_status osdp_comm_create_nccl(osdp_comm *c, const void *mpi_comm, int local_device);
+#endif
+
+/* req == NULL: blocking.  Otherwise the call starts and osdp_comm_wait completes it. */
+osdp_status osdp_comm_all_gather(osdp_comm *c, const void *shard, void *full, size_t count, osdp_dtype t, osdp_request *req);
+osdp_status osdp_comm_reduce_scatter(osdp_comm *c, const void *full, void *shard, size_t count, osdp_dtype t, osdp_request *req);
+osdp_status osdp_comm_all_reduce(osdp_comm *c, void *buf, size_t count, osdp_dtype t, osdp_request *req);
+osdp_status osdp_comm_broadcast(osdp_comm *c, void *buf, size_t bytes, int root, osdp_request *req);
+osdp_status osdp_comm_barrier(osdp_comm *c);
+osdp_status osdp_comm_wait(osdp_comm *c, osdp_request *req);
+void osdp_comm_progress(osdp_comm *c);
+void osdp_comm_destroy(osdp_comm *c);
+void osdp_traffic_reset(osdp_traffic *t);
+
+#endif

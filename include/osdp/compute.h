@@ -1,0 +1,64 @@
+/* The compute backend: a table of function pointers chosen once at start
+ * (CPU: OpenBLAS + C kernels; CUDA: cuBLAS + our kernels).  Everything above
+ * it — model operators, runtime, optimizer — has one code path.
+ * Kernel semantics are those documented in osdp/kernels_cpu.h. */
+#ifndef OSDP_COMPUTE_H
+#define OSDP_COMPUTE_H
+
+#include <stddef.h>
+#include "osdp/error.h"
+
+typedef struct osdp_compute_backend {
+    const char *name;
+    osdp_status (*init)(int local_rank, int threads);
+    void *(*alloc)(size_t bytes);            /* zero-filled; NULL on failure */
+    void (*free)(void *ptr);
+    void (*fill_zero)(void *ptr, size_t bytes);
+    void (*copy)(void *dst, const void *src, size_t bytes);        /* device to device */
+    void (*to_device)(void *dst, const void *host_src, size_t bytes);
+    void (*to_host)(void *host_dst, const void *src, size_t bytes);
+    void (*synchronize)(void);
+
+    void (*matmul_forward)(float *y, const float *x, const float *w, const float *b,
+                           int BT, int IC, int OC, int accumulate);
+    void (*matmul_backward)(float *dx, float *dw, float *db, const float *dy,
+                            const float *x, const float *w, int BT, int IC, int OC,
+                            int dx_accumulate);
+    void (*layernorm_forward)(float *y, float *mean, float *rstd, const float *x,
+                              const float *w, const float *b, int BT, int C);
+    void (*layernorm_backward)(float *dx, float *dw, float *db, const float *dy,
+                               const float *x, const float *w, const float *mean,
+                               const float *rstd, int BT, int C);
+    void (*gelu_forward)(float *y, const float *x, size_t n);
+    void (*gelu_backward)(float *dx, const float *x, const float *dy, size_t n);
+    void (*attention_forward)(float *out, float *att, const float *qkv, int B, int T, int C, int NH);
+    void (*attention_backward)(float *dqkv, float *scratch, const float *dout, const float *qkv,
+                               const float *att, int B, int T, int C, int NH);
+    void (*embedding_forward)(float *x, const int *tokens, const float *wte, const float *wpe,
+                              int B, int T, int C);
+    void (*embedding_backward)(float *dwte, float *dwpe, const float *dx, const int *tokens,
+                               int B, int T, int C);
+    void (*crossentropy_forward)(float *losses, float *probs, const int *targets, int BT, int V);
+    void (*crossentropy_backward)(float *dlogits, const float *probs, const int *targets,
+                                  float scale, int BT, int V);
+    void (*residual_forward)(float *out, const float *a, const float *b, size_t n);
+    void (*vector_accumulate)(float *y, const float *x, size_t n);
+    /* sum of losses (BT) in double, result to the host */
+    double (*sum)(const float *x, size_t n);
+    /* sum of squares in double, result to the host */
+    double (*sum_squares)(const float *x, size_t n);
+    /* AdamW on one contiguous range; t is the 1-based step; grad_scale
+     * multiplies the gradient first (global-norm clipping). */
+    void (*adamw)(float *w, const float *g, float *m, float *v, size_t n, float lr,
+                  float beta1, float beta2, float eps, float weight_decay,
+                  float grad_scale, long t);
+} osdp_compute_backend;
+
+extern const osdp_compute_backend osdp_compute_cpu;
+#ifdef OSDP_HAVE_CUDA
+extern const osdp_compute_backend osdp_compute_cuda;   /* src/cuda/ */
+#endif
+/* "cpu" or "cuda"; NULL if not built */
+const osdp_compute_backend *osdp_compute_find(const char *name);
+
+#endif

@@ -1,0 +1,61 @@
+/* GPT operators: forward and backward of one operator (embed, attn.i,
+ * mlp.i, head) over the compute backend, given that operator's full working
+ * weights.  The runtime decides where the weights come from (resident DP
+ * copy or a transient ZDP gather); these functions only compute. */
+#ifndef OSDP_GPT_H
+#define OSDP_GPT_H
+
+#include <stddef.h>
+#include "osdp/compute.h"
+#include "osdp/layout.h"
+
+/* Pointers into one operator's activation block (sizes: osdp/layout.h). */
+typedef struct osdp_op_acts {
+    int *tokens;        /* embed (B,T) input ids;  head: targets (B,T) */
+    float *out;         /* (B,T,d) the residual stream after the operator */
+    float *xin;         /* attn with in_proj: (B,T,d) projected residual */
+    float *ln;          /* (B,T,d) layernorm output */
+    float *mean, *rstd; /* (B,T) */
+    float *qkv;         /* attn: (B,T,3d) */
+    float *att;         /* attn: (B,NH,T,T) probabilities */
+    float *heads;       /* attn: (B,T,d) concatenated head outputs */
+    float *fc;          /* mlp: (B,T,4d) before GELU */
+    float *gelu;        /* mlp: (B,T,4d) after GELU */
+    float *probs;       /* head: (B,T,V) */
+    float *losses;      /* head: (B,T) */
+} osdp_op_acts;
+
+/* Carves `base` (may be NULL: pointers stay NULL) for B sequences of T;
+ * returns the floats used, which equals B * op->act_floats_per_seq. */
+size_t osdp_op_acts_carve(const osdp_layout *layout, int op, int B, float *base, osdp_op_acts *acts);
+
+/* Backward scratch shared by all operators. */
+typedef struct osdp_workspace {
+    float *dres[2];     /* (B,T,max width) residual-stream gradients, ping-pong */
+    int cur;            /* which dres holds d(output) of the operator running */
+    float *scratch;     /* per-operator intermediate gradients */
+} osdp_workspace;
+
+size_t osdp_workspace_floats(const osdp_layout *layout, int B);
+void osdp_workspace_carve(const osdp_layout *layout, int B, float *base, osdp_workspace *ws);
+
+typedef struct osdp_op_context {
+    const osdp_compute_backend *backend;
+    const osdp_layout *layout;
+    int B, T;
+    void (*progress)(void *arg);   /* called between kernels: lets collectives advance */
+    void *progress_arg;
+} osdp_op_context;
+
+/* input: previous operator's `out` (NULL for embed).  For embed, acts->tokens
+ * and for head, acts->tokens (targets) must be filled before the call. */
+void osdp_op_forward(const osdp_op_context *ctx, int op, const float *weights,
+                     const float *input, osdp_op_acts *acts);
+/* grads (op numel) accumulate.  On entry ws->dres[ws->cur] holds d(out)
+ * (for head: ignored, zeroed); on return it holds d(input) (ws->cur may flip).
+ * loss_scale: d(loss)/d(per-token loss), i.e. 1 / (tokens in the global batch). */
+void osdp_op_backward(const osdp_op_context *ctx, int op, const float *weights, float *grads,
+                      const float *input, const osdp_op_acts *acts, osdp_workspace *ws,
+                      float loss_scale);
+
+#endif

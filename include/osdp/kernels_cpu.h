@@ -1,0 +1,70 @@
+/* fp32 CPU kernels of the GPT operators (row-major, contiguous).
+ *
+ * Conventions used by every kernel here:
+ *   BT = B*T rows; C = width; a linear weight is stored (IC, OC), i.e. y = x W + b,
+ *   so that operator splitting along the input dimension cuts contiguous rows.
+ *   Backward kernels ACCUMULATE (+=) into parameter gradients (dw, db, dwte...)
+ *   so that one gradient buffer can collect several contributions; activation
+ *   gradients are documented per kernel (overwrite or accumulate).
+ *   Matrix products go through cblas_sgemm (OpenBLAS); other loops use OpenMP. */
+#ifndef OSDP_KERNELS_CPU_H
+#define OSDP_KERNELS_CPU_H
+
+#include <stddef.h>
+
+/* y (BT,OC) = x (BT,IC) @ w (IC,OC) + b (OC).  b may be NULL.
+ * accumulate != 0: y += x @ w (+ b), used for split slices summed together. */
+void matmul_forward(float *y, const float *x, const float *w, const float *b,
+                    int BT, int IC, int OC, int accumulate);
+/* dx (BT,IC) = dy @ w^T (dx_accumulate != 0: +=); dx may be NULL.
+ * dw (IC,OC) += x^T @ dy;  db (OC) += column sums of dy (db may be NULL). */
+void matmul_backward(float *dx, float *dw, float *db, const float *dy,
+                     const float *x, const float *w, int BT, int IC, int OC,
+                     int dx_accumulate);
+
+/* y = (x - mean) * rstd * w + b per row; mean, rstd (BT) saved for backward. eps 1e-5. */
+void layernorm_forward(float *y, float *mean, float *rstd, const float *x,
+                       const float *w, const float *b, int BT, int C);
+/* dx (BT,C) += ;  dw, db (C) += */
+void layernorm_backward(float *dx, float *dw, float *db, const float *dy,
+                        const float *x, const float *w, const float *mean,
+                        const float *rstd, int BT, int C);
+
+/* tanh-approximation GELU, elementwise over n. */
+void gelu_forward(float *y, const float *x, size_t n);
+/* dx = gelu'(x) * dy  (overwrite; dx may alias dy) */
+void gelu_backward(float *dx, const float *x, const float *dy, size_t n);
+
+/* Causal multi-head self-attention.
+ * qkv (B,T,3C): q in columns [0,C), k in [C,2C), v in [2C,3C); head h uses
+ * columns [h*HS,(h+1)*HS) of each, HS = C/NH.
+ * att (B,NH,T,T): softmax probabilities, saved for backward (upper triangle 0).
+ * out (B,T,C): concatenated heads. Scale 1/sqrt(HS). */
+void attention_forward(float *out, float *att, const float *qkv,
+                       int B, int T, int C, int NH);
+/* dqkv (B,T,3C) = (overwrite).  scratch: at least B*NH*T*T floats. */
+void attention_backward(float *dqkv, float *scratch, const float *dout,
+                        const float *qkv, const float *att,
+                        int B, int T, int C, int NH);
+
+/* x (B,T,C) = wte[tokens] + wpe[t] */
+void embedding_forward(float *x, const int *tokens, const float *wte,
+                       const float *wpe, int B, int T, int C);
+/* dwte (V,C) +=, dwpe (T,C) += */
+void embedding_backward(float *dwte, float *dwpe, const float *dx,
+                        const int *tokens, int B, int T, int C);
+
+/* In: logits (BT,V) in `probs`; out: softmax probabilities in place and
+ * losses (BT) = -log p[target]. */
+void crossentropy_forward(float *losses, float *probs, const int *targets,
+                          int BT, int V);
+/* dlogits (BT,V) = scale * (probs - onehot(target))  (overwrite) */
+void crossentropy_backward(float *dlogits, const float *probs,
+                           const int *targets, float scale, int BT, int V);
+
+/* out = a + b (out may alias a or b) */
+void residual_forward(float *out, const float *a, const float *b, size_t n);
+/* y += x */
+void vector_accumulate(float *y, const float *x, size_t n);
+
+#endif

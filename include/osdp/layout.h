@@ -1,0 +1,91 @@
+/* The per-operator size table: the single source of truth for parameter
+ * layout.  The allocator, the sharder, the optimizer, the cost model and the
+ * checkpoint layout all read it, so they cannot disagree.
+ *
+ * Operators (paper Table 1, 2L + 2 of them), in execution order:
+ *   op 0          embed   : wte (V, d_0), wpe (T, d_0)
+ *   op 1 + 2i     attn.i  : [in_proj.weight (d_{i-1}, d_i), in_proj.bias (d_i)]
+ *                           ln_1.weight (d), ln_1.bias (d),
+ *                           qkv.weight (d, 3d), qkv.bias (3d),
+ *                           proj.weight (d, d), proj.bias (d)
+ *   op 2 + 2i     mlp.i   : ln_2.weight (d), ln_2.bias (d),
+ *                           fc.weight (d, 4d), fc.bias (4d),
+ *                           proj.weight (4d, d), proj.bias (d)
+ *   op 2L + 1     head    : ln_f.weight (d_L), ln_f.bias (d_L), lm_head.weight (d_L, V)
+ * Linear weights are stored (in, out): y = x W + b.
+ *
+ * Blocks of different widths ("I&C" models): when block i is wider or
+ * narrower than block i-1, attn.i owns an input projection
+ * in_proj (d_{i-1} -> d_i, with bias) applied to the residual stream before
+ * the block; the projected stream is the block's residual.  The embedding
+ * has the width of block 0 and the head that of the last block. */
+#ifndef OSDP_LAYOUT_H
+#define OSDP_LAYOUT_H
+
+#include <stddef.h>
+#include "osdp/model_config.h"
+
+#define OSDP_MAX_TENSORS_PER_OP 10
+
+typedef enum osdp_op_type { OSDP_OP_EMBED, OSDP_OP_ATTN, OSDP_OP_MLP, OSDP_OP_HEAD } osdp_op_type;
+typedef enum osdp_init_kind { OSDP_INIT_NORMAL, OSDP_INIT_ONES, OSDP_INIT_ZEROS } osdp_init_kind;
+
+typedef struct osdp_tensor_desc {
+    char name[48];          /* within the operator, e.g. "qkv.weight" */
+    int rows, cols;         /* logical shape; 1-D tensors have rows = 1 */
+    int ndim;               /* 1 or 2 (2-D tensors get weight decay) */
+    size_t offset;          /* first element in the operator's flat buffer */
+    size_t numel;
+    osdp_init_kind init;
+    float init_std;         /* for OSDP_INIT_NORMAL */
+} osdp_tensor_desc;
+
+typedef struct osdp_op_layout {
+    char name[32];          /* "embed", "attn.3", "mlp.3", "head" */
+    osdp_op_type type;
+    int block;              /* block index for attn/mlp, -1 otherwise */
+    int width;              /* d of the operator (input width for embed: d_0) */
+    int width_in;           /* attn: width of the incoming residual (d_{i-1}) */
+    int n_tensors;
+    osdp_tensor_desc tensor[OSDP_MAX_TENSORS_PER_OP];
+    size_t numel;           /* parameters of the operator */
+    /* activation floats saved for backward per sequence of length T,
+     * and integer words per sequence (token ids) */
+    size_t act_floats_per_seq;
+    size_t flops_per_token;     /* forward matmul FLOPs per token (x3 for fwd+bwd) */
+    size_t attn_flops_per_token;/* forward attention score/value FLOPs per token */
+} osdp_op_layout;
+
+typedef struct osdp_layout {
+    osdp_model_config cfg;
+    int n_ops;
+    int T;                      /* sequence length the activations are sized for */
+    osdp_op_layout *op;         /* [n_ops] */
+    size_t total_params;
+    size_t max_width;           /* largest residual width */
+    size_t max_op_numel;
+} osdp_layout;
+
+/* T: sequence length used for activation sizes (<= cfg->ctx). */
+osdp_status osdp_layout_build(osdp_layout *layout, const osdp_model_config *cfg, int T);
+void osdp_layout_free(osdp_layout *layout);
+int osdp_layout_find_op(const osdp_layout *layout, const char *name);
+/* Index of the operator tensor `name` ("attn.3/qkv.weight"): op and tensor index */
+int osdp_layout_find_tensor(const osdp_layout *layout, const char *full_name, int *op, int *tensor);
+
+/* Sharding: each operator's flat buffer is padded to a multiple of N and
+ * cut into N contiguous shards. */
+static inline size_t osdp_padded_numel(size_t numel, int n_ranks)
+{
+    return (numel + (size_t)n_ranks - 1) / (size_t)n_ranks * (size_t)n_ranks;
+}
+static inline size_t osdp_shard_numel(size_t numel, int n_ranks)
+{
+    return osdp_padded_numel(numel, n_ranks) / (size_t)n_ranks;
+}
+
+/* Model FLOPs per token for forward + backward (6 per parameter in matmuls plus
+ * attention), the number MFU is computed from. */
+double osdp_layout_flops_per_token(const osdp_layout *layout);
+
+#endif

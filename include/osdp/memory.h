@@ -1,0 +1,42 @@
+/* The accounting allocator: every runtime allocation goes through it, by
+ * category, so that peak bytes per rank can be measured and compared with
+ * the cost model, and an emulated device limit (--mem-limit) can be enforced
+ * like a device OOM.  A "dry" tracker counts without allocating: the cost
+ * model runs the runtime's own schedule on one to predict peaks. */
+#ifndef OSDP_MEMORY_H
+#define OSDP_MEMORY_H
+
+#include <stddef.h>
+#include "osdp/error.h"
+
+typedef enum osdp_mem_category {
+    OSDP_MEM_STATE,        /* sharded master weights, gradients, AdamW moments */
+    OSDP_MEM_WEIGHTS,      /* gathered full working weights */
+    OSDP_MEM_GRADS,        /* full (unsharded) gradients before reduce-scatter */
+    OSDP_MEM_ACTIVATIONS,  /* saved for backward, and token ids */
+    OSDP_MEM_WORKSPACE,    /* backward scratch */
+    OSDP_MEM_N_CATEGORIES
+} osdp_mem_category;
+
+struct osdp_compute_backend;
+
+typedef struct osdp_memory {
+    const struct osdp_compute_backend *backend; /* where bytes live; NULL with dry */
+    int dry;                                    /* count only, return no memory */
+    size_t limit;                               /* 0: no limit */
+    size_t current[OSDP_MEM_N_CATEGORIES];
+    size_t peak[OSDP_MEM_N_CATEGORIES];
+    size_t current_total, peak_total;
+} osdp_memory;
+
+const char *osdp_mem_category_name(osdp_mem_category c);
+void osdp_memory_init(osdp_memory *mem, const struct osdp_compute_backend *backend, size_t limit, int dry);
+/* Zero-filled bytes; `what` names the operator or purpose for the OOM message. */
+osdp_status osdp_mem_alloc(osdp_memory *mem, osdp_mem_category cat, size_t bytes, const char *what, void **out);
+void osdp_mem_free(osdp_memory *mem, osdp_mem_category cat, void *ptr, size_t bytes);
+/* "8G", "512M", "1.5G", "1000000" -> bytes; 0 on success */
+int osdp_parse_bytes(const char *text, size_t *out);
+/* human-readable, e.g. "1.23 GiB", into buf */
+const char *osdp_format_bytes(double bytes, char *buf, size_t n);
+
+#endif

@@ -1,0 +1,36 @@
+/* A GPT model description, read from an INI file in input/models/.
+ *
+ *   [model]
+ *   name    = tiny
+ *   n_layer = 4            ; L blocks
+ *   n_head  = 4            ; heads per block (must divide every block width)
+ *   n_embd  = 128          ; width of every block unless `widths` is given
+ *   vocab   = 256
+ *   ctx     = 64           ; maximum sequence length T
+ *   widths  = 1024,2048    ; optional, one width per block ("inconsistent &
+ *                          ; consecutive" models); see osdp/layout.h for how
+ *                          ; blocks of different widths connect. */
+#ifndef OSDP_MODEL_CONFIG_H
+#define OSDP_MODEL_CONFIG_H
+
+#include "osdp/error.h"
+
+#define OSDP_MAX_LAYERS 1024
+
+typedef struct osdp_model_config {
+    char name[64];
+    int n_layer;
+    int n_head;
+    int n_embd;
+    int vocab;
+    int ctx;
+    int width[OSDP_MAX_LAYERS];   /* width of block i (all n_embd unless `widths`) */
+    char text[8192];              /* the description as read, stored in checkpoints */
+} osdp_model_config;
+
+osdp_status osdp_model_config_load(osdp_model_config *cfg, const char *path);
+osdp_status osdp_model_config_parse(osdp_model_config *cfg, const char *text, const char *origin);
+/* 64-bit hash of the semantic content (for cross-rank and checkpoint checks) */
+unsigned long long osdp_model_config_hash(const osdp_model_config *cfg);
+
+#endif

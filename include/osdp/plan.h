@@ -1,0 +1,44 @@
+/* The plan: per operator, how its parameters are held.
+ *
+ * An operator is cut into `slices` (g >= 1) along its input dimension; the
+ * first `zdp_slices` (k, 0..g) of them are ZDP, the rest DP.  Without
+ * splitting g = 1 and k is 0 (DP) or 1 (ZDP).  The plan also carries the
+ * batch geometry the planner chose and its predictions.
+ *
+ * Plan file format (INI without sections, one operator per line):
+ *     # comment
+ *     default = dp          ; optional: mode of every operator not listed
+ *     embed   = dp
+ *     attn.0  = zdp
+ *     mlp.0   = 2/4         ; 2 of 4 slices ZDP (operator splitting) */
+#ifndef OSDP_PLAN_H
+#define OSDP_PLAN_H
+
+#include <stdio.h>
+#include "osdp/layout.h"
+
+typedef struct osdp_plan {
+    int n_ops;
+    int *slices;          /* g per operator */
+    int *zdp_slices;      /* k per operator */
+    int *recompute;       /* per operator: recompute activations in backward (blocks only) */
+    int micro_batch;      /* sequences per rank per micro-step (0: not chosen) */
+    int accum_steps;      /* micro-steps per optimizer step */
+    double predicted_step_s;
+    double predicted_peak_bytes;
+} osdp_plan;
+
+osdp_status osdp_plan_alloc(osdp_plan *plan, int n_ops);
+void osdp_plan_free(osdp_plan *plan);
+osdp_status osdp_plan_copy(osdp_plan *dst, const osdp_plan *src);
+/* every operator DP (zdp = 0) or ZDP (zdp = 1), unsplit */
+void osdp_plan_fill(osdp_plan *plan, int zdp);
+osdp_status osdp_plan_load(osdp_plan *plan, const osdp_layout *layout, const char *path);
+osdp_status osdp_plan_parse(osdp_plan *plan, const osdp_layout *layout, const char *text, const char *origin);
+/* writes the plan-file form (round-trips through osdp_plan_parse) */
+void osdp_plan_write(const osdp_plan *plan, const osdp_layout *layout, FILE *out);
+/* "dp", "zdp", "2/4" for operator i into buf */
+const char *osdp_plan_mode_name(const osdp_plan *plan, int op, char *buf, size_t n);
+unsigned long long osdp_plan_hash(const osdp_plan *plan);
+
+#endif

@@ -1,0 +1,105 @@
+/* The sharded data-parallel runtime: carries out a plan (DP / ZDP per
+ * operator, DESIGN.md §3) on N ranks.
+ *
+ * Every rank holds only its 1/N shard of each operator's fp32 master
+ * weights, gradients and AdamW moments.  Per micro-step:
+ *   forward  op 0..n-1 : DP op: full weights gathered at its first use in a
+ *                        step and kept resident; ZDP op: gathered, used, freed
+ *   backward op n-1..0 : ZDP op gathered again; full gradients computed and
+ *                        reduce-scattered into the gradient shard
+ * With prefetch the next operator's all-gather starts before the current
+ * operator computes, and an operator's reduce-scatter overlaps the next
+ * operator's backward.
+ *
+ * A runtime created with dry = 1 performs the same allocations in the same
+ * order through a counting allocator, without memory, compute or
+ * communication: that is how the cost model predicts peak memory. */
+#ifndef OSDP_RUNTIME_H
+#define OSDP_RUNTIME_H
+
+#include <stdint.h>
+#include "osdp/comm.h"
+#include "osdp/compute.h"
+#include "osdp/gpt.h"
+#include "osdp/layout.h"
+#include "osdp/memory.h"
+#include "osdp/optim.h"
+#include "osdp/plan.h"
+
+struct osdp_dataset;
+
+typedef struct osdp_runtime_options {
+    int micro_batch;        /* sequences per rank per micro-step */
+    int accum_steps;        /* micro-steps per optimizer step */
+    int prefetch;           /* overlap gathers / reduce-scatters with compute */
+    size_t mem_limit;       /* emulated device memory per rank, 0: none */
+    uint64_t seed;          /* weights and data order */
+    osdp_optim_config optim;
+    int dry;                /* count memory only (cost model) */
+    int n_ranks, rank;      /* for dry runtimes (no comm) */
+} osdp_runtime_options;
+
+typedef struct osdp_op_state {
+    size_t padded, shard;   /* padded numel (multiple of N), shard numel */
+    size_t shard_lo;        /* first element of this rank's shard */
+    float *state;           /* (4, shard): master, grad, m, v */
+    float *master, *grad, *m, *v;
+    float *weights;         /* (padded) full working weights when present */
+    int weights_present;    /* the full-weights buffer is allocated (also when dry) */
+    int weights_valid;      /* DP: gathered this step */
+    osdp_request gather;    /* pending all-gather into weights */
+    int gather_pending;
+    float *full_grad;       /* (padded) during backward */
+    float *grad_recv;       /* (shard) reduce-scatter destination */
+    osdp_request scatter;
+    float *acts_base;       /* activation block during the micro-step */
+    osdp_op_acts acts;
+} osdp_op_state;
+
+typedef struct osdp_step_stats {
+    long step;              /* 1-based optimizer step just done */
+    double loss;            /* mean token loss over the global batch */
+    double grad_norm;
+    float lr;
+    double seconds;
+    long tokens;            /* tokens in the global batch */
+    osdp_traffic traffic;   /* this step, this rank */
+} osdp_step_stats;
+
+typedef struct osdp_runtime {
+    const osdp_layout *layout;
+    osdp_plan plan;
+    osdp_comm *comm;                  /* NULL when dry */
+    const osdp_compute_backend *backend;
+    osdp_memory mem;
+    osdp_runtime_options opt;
+    int N, rank, B, T;
+    long step;                        /* optimizer steps done */
+    osdp_op_state *ops;
+    float *workspace_base;
+    size_t workspace_bytes;
+    osdp_workspace ws;
+    int *batch_host;                  /* (2, B, T) inputs, targets */
+    int pending_scatter;              /* op whose reduce-scatter is in flight, -1 none */
+    int micro;                        /* micro-step within the step */
+    osdp_op_context ctx;
+} osdp_runtime;
+
+osdp_status osdp_runtime_create(osdp_runtime *rt, const osdp_layout *layout, const osdp_plan *plan,
+                                osdp_comm *comm, const osdp_compute_backend *backend,
+                                const osdp_runtime_options *opt);
+/* one optimizer step (accum_steps micro-steps); data may be NULL when dry */
+osdp_status osdp_runtime_step(osdp_runtime *rt, const struct osdp_dataset *data, osdp_step_stats *stats);
+void osdp_runtime_destroy(osdp_runtime *rt);
+
+/* Peak bytes per category and in total that the runtime reaches for this
+ * plan: a dry runtime running one step. */
+typedef struct osdp_memory_prediction {
+    size_t peak[OSDP_MEM_N_CATEGORIES];
+    size_t peak_total;
+} osdp_memory_prediction;
+osdp_status osdp_memory_predict(const osdp_layout *layout, const osdp_plan *plan, int n_ranks,
+                                int micro_batch, int accum_steps, int prefetch,
+                                osdp_memory_prediction *out);
+
+#endif

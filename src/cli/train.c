@@ -1,0 +1,252 @@
+/* osdp_gpt train: the training job's top level. */
+#include "config.h"
+#include "osdp/app.h"
+#include "osdp/comm.h"
+#include "osdp/compute.h"
+#include "osdp/data.h"
+#include "osdp/layout.h"
+#include "osdp/plan.h"
+#include "osdp/report.h"
+#include "osdp/runtime.h"
+
+#include <getopt.h>
+#include <math.h>
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct train_args {
+    const char *model, *data, *plan, *log, *dump_weights, *backend;
+    long steps;
+    int batch, global_batch, seq_len, threads, prefetch, quiet;
+    size_t mem_limit;
+    unsigned long long seed;
+    double peak_flops;
+    osdp_optim_config optim;
+    int total_steps_given;
+} train_args;
+
+static void train_usage(FILE *out)
+{
+    fprintf(out,
+        "usage: osdp_gpt train [options]        (under mpiexec / srun for N ranks)\n"
+        "  --model FILE          model description (default: input/models/tiny.ini)\n"
+        "  --data FILE|DIR       llm.c .bin shard, directory of shards, or a text file\n"
+        "                        (default: input/data/addition.txt)\n"
+        "  --steps N             optimizer steps (default 100)\n"
+        "  --batch B             sequences per rank per micro-step (default 8)\n"
+        "  --global-batch G      sequences per optimizer step over all ranks\n"
+        "                        (default B x ranks; must be a multiple of B x ranks)\n"
+        "  --seq-len T           tokens per sequence (default: the model's ctx)\n"
+        "  --plan dp|zdp|FILE    DP or ZDP for every operator, or a plan file (default dp)\n"
+        "  --mem-limit BYTES     emulated device memory per rank: 8G, 512M, ...\n"
+        "  --no-prefetch         do not overlap all-gathers / reduce-scatters with compute\n"
+        "  --seed S              weights and data order (default 1337)\n"
+        "  --lr X --warmup N --min-lr-frac X --weight-decay X --grad-clip X\n"
+        "                        AdamW and schedule (defaults 1e-3, 10, 0.1, 0.1, 1.0)\n"
+        "  --lr-steps N          cosine horizon (default: --steps)\n"
+        "  --threads N           compute threads per rank (default: node cores / ranks on node)\n"
+        "  --backend cpu|cuda    compute backend (default cpu)\n"
+        "  --peak-flops X        device peak FLOP/s for MFU (default: measured sgemm rate)\n"
+        "  --log FILE            machine-readable per-step record (rank 0)\n"
+        "  --dump-weights FILE   after training, write every parameter as float32 (rank 0)\n"
+        "  --quiet               only the summary line\n");
+}
+
+static osdp_status parse_train_args(int argc, char **argv, train_args *a)
+{
+    static char model_buf[4096], data_buf[4096];
+    memset(a, 0, sizeof *a);
+    a->model = osdp_default_input("models/tiny.ini", model_buf, sizeof model_buf);
+    a->data = osdp_default_input("data/addition.txt", data_buf, sizeof data_buf);
+    a->plan = "dp";
+    a->backend = "cpu";
+    a->steps = 100;
+    a->batch = 8;
+    a->prefetch = 1;
+    a->seed = 1337;
+    osdp_optim_defaults(&a->optim);
+    enum { O_LR = 256, O_WARMUP, O_MINLR, O_WD, O_CLIP, O_LRSTEPS, O_NOPREFETCH, O_THREADS, O_LOG, O_DUMP,
+           O_GB, O_SEQ, O_MEM, O_SEED, O_PEAK, O_BACKEND, O_QUIET, O_HELP };
+    static const struct option opts[] = {
+        {"model", required_argument, 0, 'm'}, {"data", required_argument, 0, 'd'},
+        {"steps", required_argument, 0, 's'}, {"batch", required_argument, 0, 'b'},
+        {"global-batch", required_argument, 0, O_GB}, {"seq-len", required_argument, 0, O_SEQ},
+        {"plan", required_argument, 0, 'p'}, {"mem-limit", required_argument, 0, O_MEM},
+        {"no-prefetch", no_argument, 0, O_NOPREFETCH}, {"seed", required_argument, 0, O_SEED},
+        {"lr", required_argument, 0, O_LR}, {"warmup", required_argument, 0, O_WARMUP},
+        {"min-lr-frac", required_argument, 0, O_MINLR}, {"weight-decay", required_argument, 0, O_WD},
+        {"grad-clip", required_argument, 0, O_CLIP}, {"lr-steps", required_argument, 0, O_LRSTEPS},
+        {"threads", required_argument, 0, O_THREADS}, {"log", required_argument, 0, O_LOG},
+        {"dump-weights", required_argument, 0, O_DUMP}, {"peak-flops", required_argument, 0, O_PEAK},
+        {"backend", required_argument, 0, O_BACKEND}, {"quiet", no_argument, 0, O_QUIET},
+        {"help", no_argument, 0, O_HELP}, {0, 0, 0, 0}};
+    optind = 1;
+    opterr = 0;
+    int c;
+    while ((c = getopt_long(argc, argv, "m:d:s:b:p:", opts, NULL)) != -1) {
+        char *end = NULL;
+        const char *name = optind > 0 && optind <= argc ? argv[optind - 1] : "?";
+#define NUM(dst, conv, lo, hi) do { double v_ = strtod(optarg, &end); \
+        if (end == optarg || *end || !(v_ >= (lo) && v_ <= (hi)) || v_ != v_) \
+            return osdp_error_set(OSDP_ERR_INPUT, "%s '%s': expected a number in [%g, %g]", name, optarg, (double)(lo), (double)(hi)); \
+        dst = (conv)v_; } while (0)
+        switch (c) {
+        case 'm': a->model = optarg; break;
+        case 'd': a->data = optarg; break;
+        case 's': NUM(a->steps, long, 0, 1e12); break;
+        case 'b': NUM(a->batch, int, 1, 1 << 20); break;
+        case O_GB: NUM(a->global_batch, int, 1, 1 << 30); break;
+        case O_SEQ: NUM(a->seq_len, int, 1, 1 << 20); break;
+        case 'p': a->plan = optarg; break;
+        case O_MEM:
+            if (osdp_parse_bytes(optarg, &a->mem_limit) != 0)
+                return osdp_error_set(OSDP_ERR_INPUT, "--mem-limit '%s': expected bytes such as 8G, 512M or 1000000", optarg);
+            break;
+        case O_NOPREFETCH: a->prefetch = 0; break;
+        case O_SEED: NUM(a->seed, unsigned long long, 0, 1.8e19); break;
+        case O_LR: NUM(a->optim.lr, float, 0, 10); break;
+        case O_WARMUP: NUM(a->optim.warmup_steps, int, 0, 1e9); break;
+        case O_MINLR: NUM(a->optim.min_lr_frac, float, 0, 1); break;
+        case O_WD: NUM(a->optim.weight_decay, float, 0, 10); break;
+        case O_CLIP: NUM(a->optim.grad_clip, float, 0, 1e9); break;
+        case O_LRSTEPS: NUM(a->optim.total_steps, long, 1, 1e12); a->total_steps_given = 1; break;
+        case O_THREADS: NUM(a->threads, int, 1, 4096); break;
+        case O_LOG: a->log = optarg; break;
+        case O_DUMP: a->dump_weights = optarg; break;
+        case O_PEAK: NUM(a->peak_flops, double, 1, 1e20); break;
+        case O_BACKEND: a->backend = optarg; break;
+        case O_QUIET: a->quiet = 1; break;
+        case O_HELP: train_usage(stdout); return OSDP_ERR_INTERNAL + 100;
+        case '?':
+        default:
+            if (optopt) return osdp_error_set(OSDP_ERR_INPUT, "train: option -%c needs a value or is unknown (see osdp_gpt train --help)", optopt);
+            return osdp_error_set(OSDP_ERR_INPUT, "train: unknown option or missing value: %s (see osdp_gpt train --help)", argv[optind - 1]);
+        }
+#undef NUM
+    }
+    if (optind < argc)
+        return osdp_error_set(OSDP_ERR_INPUT, "train: unexpected argument '%s' (see osdp_gpt train --help)", argv[optind]);
+    if (!a->total_steps_given) a->optim.total_steps = a->steps > 0 ? a->steps : 1;
+    return OSDP_OK;
+}
+
+static osdp_status load_plan(osdp_plan *plan, const osdp_layout *layout, const char *spec)
+{
+    if (strcmp(spec, "dp") == 0 || strcmp(spec, "zdp") == 0) {
+        osdp_status s = osdp_plan_alloc(plan, layout->n_ops);
+        if (s == OSDP_OK) osdp_plan_fill(plan, strcmp(spec, "zdp") == 0);
+        return s;
+    }
+    if (strcmp(spec, "auto") == 0)
+        return osdp_error_set(OSDP_ERR_INPUT, "--plan auto: the planner is not built into this version; use dp, zdp or a plan file");
+    return osdp_plan_load(plan, layout, spec);
+}
+
+/* Gather each operator in turn (never the whole model at once) and append
+ * its logical parameters to `path` on rank 0. */
+static osdp_status dump_weights(osdp_runtime *rt, const char *path)
+{
+    FILE *f = NULL;
+    osdp_status s = OSDP_OK;
+    if (rt->rank == 0 && !(f = fopen(path, "wb")))
+        s = osdp_error_set(OSDP_ERR_IO, "cannot write %s", path);
+    for (int i = 0; i < rt->layout->n_ops && s == OSDP_OK; i++) {
+        osdp_op_state *st = &rt->ops[i];
+        float *full = malloc(st->padded * sizeof(float));
+        float *shard = malloc(st->shard * sizeof(float));
+        if (!full || !shard) s = osdp_error_set(OSDP_ERR_OOM, "dump: out of host memory");
+        if (s == OSDP_OK) {
+            rt->backend->to_host(shard, st->master, st->shard * sizeof(float));
+            s = osdp_comm_all_gather(rt->comm, shard, full, st->shard, OSDP_FLOAT32, NULL);
+        }
+        if (s == OSDP_OK && f && fwrite(full, sizeof(float), rt->layout->op[i].numel, f) != rt->layout->op[i].numel)
+            s = osdp_error_set(OSDP_ERR_IO, "short write to %s", path);
+        free(full);
+        free(shard);
+    }
+    if (f && fclose(f) != 0 && s == OSDP_OK) s = osdp_error_set(OSDP_ERR_IO, "cannot close %s", path);
+    return s;
+}
+
+int osdp_cmd_train(int argc, char **argv)
+{
+    osdp_world world;
+    train_args a;
+    osdp_status s = parse_train_args(argc, argv, &a);
+    if (s == OSDP_ERR_INTERNAL + 100) { MPI_Finalize(); return 0; }
+    osdp_check_all(s);
+    osdp_world_init(&world, a.threads);
+
+    const osdp_compute_backend *backend = osdp_compute_find(a.backend);
+    osdp_check_all(backend ? OSDP_OK : osdp_error_set(OSDP_ERR_INPUT, "--backend %s: not built (have: cpu%s)", a.backend,
+#ifdef OSDP_HAVE_CUDA
+                                                      ", cuda"
+#else
+                                                      ""
+#endif
+                                                      ));
+    osdp_check_all(backend->init(world.local_rank, world.threads));
+
+    osdp_model_config cfg;
+    osdp_check_all(osdp_model_config_load(&cfg, a.model));
+    int T = a.seq_len ? a.seq_len : cfg.ctx;
+    osdp_layout layout;
+    osdp_check_all(osdp_layout_build(&layout, &cfg, T));
+    osdp_dataset data;
+    osdp_check_all(osdp_data_open(&data, a.data, cfg.vocab, T));
+    osdp_plan plan;
+    osdp_check_all(load_plan(&plan, &layout, a.plan));
+
+    int per_micro = a.batch * world.size;
+    int global = a.global_batch ? a.global_batch : per_micro;
+    osdp_check_all(global % per_micro == 0 ? OSDP_OK
+                   : osdp_error_set(OSDP_ERR_INPUT, "--global-batch %d is not a multiple of --batch %d x %d ranks = %d",
+                                    global, a.batch, world.size, per_micro));
+    plan.micro_batch = a.batch;
+    plan.accum_steps = global / per_micro;
+
+    /* every rank must run the same job */
+    osdp_check_same(osdp_model_config_hash(&cfg), "model description");
+    osdp_check_same(data.hash ^ (unsigned long long)data.n_tokens, "training data");
+    osdp_check_same(osdp_plan_hash(&plan), "plan");
+
+    osdp_comm comm;
+    osdp_check_all(osdp_comm_create_mpi(&comm, &(MPI_Comm){MPI_COMM_WORLD}));
+
+    osdp_memory_prediction predicted;
+    osdp_check_all(osdp_memory_predict(&layout, &plan, world.size, a.batch, plan.accum_steps, a.prefetch, &predicted));
+
+    osdp_runtime_options opt = {.micro_batch = a.batch, .accum_steps = plan.accum_steps, .prefetch = a.prefetch,
+                                .mem_limit = a.mem_limit, .seed = a.seed, .optim = a.optim};
+    osdp_runtime rt;
+    s = osdp_runtime_create(&rt, &layout, &plan, &comm, backend, &opt);
+    if (s != OSDP_OK) osdp_fatal(s, osdp_error_message());
+
+    osdp_report report;
+    osdp_report_open(&report, &rt, &world, &predicted, a.peak_flops, a.log, a.quiet);
+    osdp_check_all(report.status);
+    osdp_report_header(&report, &cfg, &data, &plan, a.steps, global);
+
+    for (long step = 0; step < a.steps; step++) {
+        osdp_step_stats stats;
+        s = osdp_runtime_step(&rt, &data, &stats);
+        if (s == OSDP_ERR_NUMERIC) osdp_check_all(s);   /* the loss is all-reduced: every rank sees it */
+        if (s != OSDP_OK) osdp_fatal(s, osdp_error_message());
+        osdp_report_step(&report, &stats);
+    }
+    osdp_report_summary(&report);
+    if (a.dump_weights) {
+        s = dump_weights(&rt, a.dump_weights);
+        if (s != OSDP_OK) osdp_fatal(s, osdp_error_message());
+    }
+    osdp_report_close(&report);
+    osdp_runtime_destroy(&rt);
+    osdp_comm_destroy(&comm);
+    osdp_plan_free(&plan);
+    osdp_data_close(&data);
+    osdp_layout_free(&layout);
+    MPI_Finalize();
+    return 0;
+}

@@ -1,0 +1,83 @@
+/* MPI-level helpers for the binary's top level (see osdp/app.h). */
+#include "config.h"
+#include "osdp/app.h"
+
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+void osdp_world_init(osdp_world *w, int requested_threads)
+{
+    MPI_Comm_rank(MPI_COMM_WORLD, &w->rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &w->size);
+    MPI_Comm node;
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, w->rank, MPI_INFO_NULL, &node);
+    MPI_Comm_rank(node, &w->local_rank);
+    MPI_Comm_size(node, &w->local_size);
+    MPI_Comm_free(&node);
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    if (cores < 1) cores = 1;
+    /* share the node's cores between its ranks: oversubscribed BLAS threads
+     * spin against each other and against MPI's progress */
+    long share = cores / w->local_size;
+    w->threads = requested_threads > 0 ? requested_threads : (int)(share > 0 ? share : 1);
+    const char *ntasks = getenv("SLURM_NTASKS");
+    osdp_status s = OSDP_OK;
+    if (ntasks && atoi(ntasks) != w->size)
+        s = osdp_error_set(OSDP_ERR_INPUT,
+                           "MPI_Comm_size is %d but SLURM_NTASKS is %s: the MPI library and srun disagree "
+                           "(try srun --mpi=pmix, or --mpi=pmi2 for MPICH built without PMIx)",
+                           w->size, ntasks);
+    osdp_check_all(s);
+}
+
+_Noreturn void osdp_fatal(osdp_status code, const char *msg)
+{
+    int rank = 0, initialized = 0, finalized = 0;
+    MPI_Initialized(&initialized);
+    MPI_Finalized(&finalized);
+    if (initialized && !finalized) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    fflush(stdout);
+    fprintf(stderr, "osdp_gpt: rank %d: error: %s\n", rank, msg);
+    fflush(stderr);
+    if (initialized && !finalized) MPI_Abort(MPI_COMM_WORLD, code ? (int)code : 1);
+    exit(code ? (int)code : 1);
+}
+
+void osdp_check_all(osdp_status s)
+{
+    int local = (int)s, worst = 0;
+    MPI_Allreduce(&local, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    if (worst == 0) return;
+    int rank, first_failed;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    /* the lowest failing rank speaks; the others usually failed the same way */
+    int key = local ? rank : 1 << 30;
+    MPI_Allreduce(&key, &first_failed, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    if (rank == first_failed) {
+        fflush(stdout);
+        if (rank == 0) fprintf(stderr, "osdp_gpt: error: %s\n", osdp_error_message());
+        else fprintf(stderr, "osdp_gpt: rank %d: error: %s\n", rank, osdp_error_message());
+        fflush(stderr);
+    }
+    MPI_Finalize();
+    exit(worst);
+}
+
+void osdp_check_same(uint64_t value, const char *what)
+{
+    uint64_t root = value;
+    MPI_Bcast(&root, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD);
+    osdp_status s = root == value ? OSDP_OK
+        : osdp_error_set(OSDP_ERR_INPUT, "this rank's %s differs from rank 0's (hash %016llx vs %016llx): every rank must read the same inputs",
+                         what, (unsigned long long)value, (unsigned long long)root);
+    osdp_check_all(s);
+}
+
+const char *osdp_default_input(const char *relative, char *buf, int n)
+{
+    const char *dir = getenv("OSDP_INPUT_DIR");
+    snprintf(buf, (size_t)n, "%s/%s", dir ? dir : OSDP_SOURCE_DIR "/input", relative);
+    return buf;
+}

@@ -1,0 +1,74 @@
+/* Backend-independent collective wrappers: traffic accounting + dispatch. */
+#include "osdp/comm.h"
+
+#include <string.h>
+
+size_t osdp_dtype_size(osdp_dtype t)
+{
+    switch (t) {
+    case OSDP_FLOAT32: return 4;
+    case OSDP_FLOAT64: return 8;
+    case OSDP_BFLOAT16: return 2;
+    case OSDP_UINT64: return 8;
+    case OSDP_BYTE: return 1;
+    }
+    return 0;
+}
+
+const char *osdp_collective_name(osdp_collective c)
+{
+    static const char *names[OSDP_COLL_N_TYPES] = {"all-gather", "reduce-scatter", "all-reduce", "broadcast"};
+    return c < OSDP_COLL_N_TYPES ? names[c] : "?";
+}
+
+static void account(osdp_comm *c, osdp_collective type, size_t full_bytes, double wire_fraction)
+{
+    c->traffic.logical[type] += full_bytes;
+    c->traffic.wire[type] += (unsigned long long)((double)full_bytes * wire_fraction);
+    c->traffic.calls[type]++;
+}
+
+osdp_status osdp_comm_all_gather(osdp_comm *c, const void *shard, void *full, size_t count, osdp_dtype t, osdp_request *req)
+{
+    account(c, OSDP_COLL_ALL_GATHER, count * (size_t)c->size * osdp_dtype_size(t), (double)(c->size - 1) / c->size);
+    return c->ops->all_gather(c, shard, full, count, t, req);
+}
+
+osdp_status osdp_comm_reduce_scatter(osdp_comm *c, const void *full, void *shard, size_t count, osdp_dtype t, osdp_request *req)
+{
+    account(c, OSDP_COLL_REDUCE_SCATTER, count * (size_t)c->size * osdp_dtype_size(t), (double)(c->size - 1) / c->size);
+    return c->ops->reduce_scatter(c, full, shard, count, t, req);
+}
+
+osdp_status osdp_comm_all_reduce(osdp_comm *c, void *buf, size_t count, osdp_dtype t, osdp_request *req)
+{
+    account(c, OSDP_COLL_ALL_REDUCE, count * osdp_dtype_size(t), 2.0 * (c->size - 1) / c->size);
+    return c->ops->all_reduce(c, buf, count, t, req);
+}
+
+osdp_status osdp_comm_broadcast(osdp_comm *c, void *buf, size_t bytes, int root, osdp_request *req)
+{
+    account(c, OSDP_COLL_BROADCAST, bytes, c->rank == root ? 1.0 : 0.0);
+    return c->ops->broadcast(c, buf, bytes, root, req);
+}
+
+osdp_status osdp_comm_barrier(osdp_comm *c) { return c->ops->barrier(c); }
+
+osdp_status osdp_comm_wait(osdp_comm *c, osdp_request *req)
+{
+    if (!req || !req->impl) return OSDP_OK;
+    return c->ops->wait(c, req);
+}
+
+void osdp_comm_progress(osdp_comm *c)
+{
+    if (c && c->ops->progress) c->ops->progress(c);
+}
+
+void osdp_comm_destroy(osdp_comm *c)
+{
+    if (c && c->ops) c->ops->destroy(c);
+    memset(c, 0, sizeof *c);
+}
+
+void osdp_traffic_reset(osdp_traffic *t) { memset(t, 0, sizeof *t); }

@@ -1,0 +1,100 @@
+/* The CPU compute backend: host memory, OpenBLAS GEMMs, C kernels. */
+#include "config.h"
+#include "osdp/compute.h"
+#include "osdp/kernels_cpu.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+extern void openblas_set_num_threads(int);
+
+static osdp_status cpu_init(int local_rank, int threads)
+{
+    (void)local_rank;
+    if (threads > 0) {
+        openblas_set_num_threads(threads);
+#ifdef _OPENMP
+        omp_set_num_threads(threads);
+#endif
+    }
+    return OSDP_OK;
+}
+
+static void *cpu_alloc(size_t bytes)
+{
+    /* 64-byte alignment for vector loads; calloc semantics */
+    size_t rounded = (bytes + 63) / 64 * 64;
+    void *p = aligned_alloc(64, rounded ? rounded : 64);
+    if (p) memset(p, 0, rounded ? rounded : 64);
+    return p;
+}
+
+static void cpu_free(void *p) { free(p); }
+static void cpu_fill_zero(void *p, size_t bytes) { memset(p, 0, bytes); }
+static void cpu_copy(void *dst, const void *src, size_t bytes) { memcpy(dst, src, bytes); }
+static void cpu_synchronize(void) {}
+
+static double cpu_sum(const float *x, size_t n)
+{
+    double s = 0;
+    for (size_t i = 0; i < n; i++) s += x[i];
+    return s;
+}
+
+static double cpu_sum_squares(const float *x, size_t n)
+{
+    double s = 0;
+    for (size_t i = 0; i < n; i++) s += (double)x[i] * x[i];
+    return s;
+}
+
+static void cpu_adamw(float *w, const float *g, float *m, float *v, size_t n, float lr,
+                      float beta1, float beta2, float eps, float weight_decay,
+                      float grad_scale, long t)
+{
+    const float c1 = 1.0f - powf(beta1, (float)t);
+    const float c2 = 1.0f - powf(beta2, (float)t);
+#pragma omp parallel for if (n > 65536) schedule(static)
+    for (size_t i = 0; i < n; i++) {
+        float grad = g[i] * grad_scale;
+        m[i] = beta1 * m[i] + (1.0f - beta1) * grad;
+        v[i] = beta2 * v[i] + (1.0f - beta2) * grad * grad;
+        float m_hat = m[i] / c1;
+        float v_hat = v[i] / c2;
+        w[i] -= lr * (m_hat / (sqrtf(v_hat) + eps) + weight_decay * w[i]);
+    }
+}
+
+const osdp_compute_backend osdp_compute_cpu = {
+    .name = "cpu",
+    .init = cpu_init,
+    .alloc = cpu_alloc,
+    .free = cpu_free,
+    .fill_zero = cpu_fill_zero,
+    .copy = cpu_copy,
+    .to_device = cpu_copy,
+    .to_host = cpu_copy,
+    .synchronize = cpu_synchronize,
+    .matmul_forward = matmul_forward,
+    .matmul_backward = matmul_backward,
+    .layernorm_forward = layernorm_forward,
+    .layernorm_backward = layernorm_backward,
+    .gelu_forward = gelu_forward,
+    .gelu_backward = gelu_backward,
+    .attention_forward = attention_forward,
+    .attention_backward = attention_backward,
+    .embedding_forward = embedding_forward,
+    .embedding_backward = embedding_backward,
+    .crossentropy_forward = crossentropy_forward,
+    .crossentropy_backward = crossentropy_backward,
+    .residual_forward = residual_forward,
+    .vector_accumulate = vector_accumulate,
+    .sum = cpu_sum,
+    .sum_squares = cpu_sum_squares,
+    .adamw = cpu_adamw,
+};

@@ -1,0 +1,161 @@
+/* The per-operator size table (see osdp/layout.h for the layout itself). */
+#include "osdp/layout.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void add_tensor(osdp_op_layout *op, const char *name, int rows, int cols, int ndim,
+                       osdp_init_kind init, float std)
+{
+    osdp_tensor_desc *t = &op->tensor[op->n_tensors++];
+    snprintf(t->name, sizeof t->name, "%s", name);
+    t->rows = rows;
+    t->cols = cols;
+    t->ndim = ndim;
+    t->offset = op->numel;
+    t->numel = (size_t)rows * (size_t)cols;
+    t->init = init;
+    t->init_std = std;
+    op->numel += t->numel;
+}
+
+static void add_linear(osdp_op_layout *op, const char *prefix, int in, int out, float std, int bias)
+{
+    char name[48];
+    snprintf(name, sizeof name, "%s.weight", prefix);
+    add_tensor(op, name, in, out, 2, OSDP_INIT_NORMAL, std);
+    op->flops_per_token += 2 * (size_t)in * (size_t)out;
+    if (bias) {
+        snprintf(name, sizeof name, "%s.bias", prefix);
+        add_tensor(op, name, 1, out, 1, OSDP_INIT_ZEROS, 0);
+    }
+}
+
+static void add_layernorm(osdp_op_layout *op, const char *prefix, int width)
+{
+    char name[48];
+    snprintf(name, sizeof name, "%s.weight", prefix);
+    add_tensor(op, name, 1, width, 1, OSDP_INIT_ONES, 0);
+    snprintf(name, sizeof name, "%s.bias", prefix);
+    add_tensor(op, name, 1, width, 1, OSDP_INIT_ZEROS, 0);
+}
+
+osdp_status osdp_layout_build(osdp_layout *layout, const osdp_model_config *cfg, int T)
+{
+    memset(layout, 0, sizeof *layout);
+    if (T < 1 || T > cfg->ctx)
+        return osdp_error_set(OSDP_ERR_INPUT, "sequence length %d out of range [1, ctx = %d]", T, cfg->ctx);
+    layout->cfg = *cfg;
+    layout->T = T;
+    int L = cfg->n_layer;
+    layout->n_ops = 2 * L + 2;
+    layout->op = calloc((size_t)layout->n_ops, sizeof *layout->op);
+    if (!layout->op) return osdp_error_set(OSDP_ERR_OOM, "layout: out of host memory");
+    const float std = 0.02f;
+    const float residual_std = 0.02f / sqrtf(2.0f * (float)L);  /* GPT-2 scaled residual projections */
+    const size_t t = (size_t)T;
+
+    osdp_op_layout *embed = &layout->op[0];
+    snprintf(embed->name, sizeof embed->name, "embed");
+    embed->type = OSDP_OP_EMBED;
+    embed->block = -1;
+    embed->width = embed->width_in = cfg->width[0];
+    add_tensor(embed, "wte", cfg->vocab, cfg->width[0], 2, OSDP_INIT_NORMAL, std);
+    add_tensor(embed, "wpe", cfg->ctx, cfg->width[0], 2, OSDP_INIT_NORMAL, std);
+    embed->act_floats_per_seq = t /* input token ids */ + t * (size_t)cfg->width[0] /* output */;
+
+    for (int i = 0; i < L; i++) {
+        size_t d = (size_t)cfg->width[i];
+        int d_in = i == 0 ? cfg->width[0] : cfg->width[i - 1];
+        osdp_op_layout *attn = &layout->op[1 + 2 * i];
+        snprintf(attn->name, sizeof attn->name, "attn.%d", i);
+        attn->type = OSDP_OP_ATTN;
+        attn->block = i;
+        attn->width = (int)d;
+        attn->width_in = d_in;
+        if (d_in != (int)d) add_linear(attn, "in_proj", d_in, (int)d, std, 1);
+        add_layernorm(attn, "ln_1", (int)d);
+        add_linear(attn, "qkv", (int)d, 3 * (int)d, std, 1);
+        add_linear(attn, "proj", (int)d, (int)d, residual_std, 1);
+        attn->attn_flops_per_token = 4 * t * d;
+        attn->act_floats_per_seq = (d_in != (int)d ? t * d : 0) /* projected residual */
+                                 + t * d + 2 * t          /* ln_1 out, mean, rstd */
+                                 + 3 * t * d              /* qkv */
+                                 + (size_t)cfg->n_head * t * t /* attention probabilities */
+                                 + t * d                  /* heads concatenated */
+                                 + t * d;                 /* output residual */
+
+        osdp_op_layout *mlp = &layout->op[2 + 2 * i];
+        snprintf(mlp->name, sizeof mlp->name, "mlp.%d", i);
+        mlp->type = OSDP_OP_MLP;
+        mlp->block = i;
+        mlp->width = mlp->width_in = (int)d;
+        add_layernorm(mlp, "ln_2", (int)d);
+        add_linear(mlp, "fc", (int)d, 4 * (int)d, std, 1);
+        add_linear(mlp, "proj", 4 * (int)d, (int)d, residual_std, 1);
+        mlp->act_floats_per_seq = t * d + 2 * t       /* ln_2 out, mean, rstd */
+                                + 4 * t * d * 2       /* fc out, gelu out */
+                                + t * d;              /* output residual */
+    }
+
+    osdp_op_layout *head = &layout->op[layout->n_ops - 1];
+    int d_last = cfg->width[L - 1];
+    snprintf(head->name, sizeof head->name, "head");
+    head->type = OSDP_OP_HEAD;
+    head->block = -1;
+    head->width = head->width_in = d_last;
+    add_layernorm(head, "ln_f", d_last);
+    add_linear(head, "lm_head", d_last, cfg->vocab, std, 0);
+    head->act_floats_per_seq = t * (size_t)d_last + 2 * t   /* ln_f out, mean, rstd */
+                             + t * (size_t)cfg->vocab       /* probabilities */
+                             + t + t;                       /* per-token losses, target ids */
+
+    for (int i = 0; i < layout->n_ops; i++) {
+        layout->total_params += layout->op[i].numel;
+        if (layout->op[i].numel > layout->max_op_numel) layout->max_op_numel = layout->op[i].numel;
+    }
+    for (int i = 0; i < L; i++)
+        if ((size_t)cfg->width[i] > layout->max_width) layout->max_width = (size_t)cfg->width[i];
+    return OSDP_OK;
+}
+
+void osdp_layout_free(osdp_layout *layout)
+{
+    free(layout->op);
+    layout->op = NULL;
+}
+
+int osdp_layout_find_op(const osdp_layout *layout, const char *name)
+{
+    for (int i = 0; i < layout->n_ops; i++)
+        if (strcmp(layout->op[i].name, name) == 0) return i;
+    return -1;
+}
+
+int osdp_layout_find_tensor(const osdp_layout *layout, const char *full_name, int *op, int *tensor)
+{
+    const char *slash = strchr(full_name, '/');
+    if (!slash || (size_t)(slash - full_name) >= 32) return -1;
+    char op_name[32];
+    memcpy(op_name, full_name, (size_t)(slash - full_name));
+    op_name[slash - full_name] = '\0';
+    int o = osdp_layout_find_op(layout, op_name);
+    if (o < 0) return -1;
+    for (int k = 0; k < layout->op[o].n_tensors; k++)
+        if (strcmp(layout->op[o].tensor[k].name, slash + 1) == 0) {
+            *op = o;
+            *tensor = k;
+            return 0;
+        }
+    return -1;
+}
+
+double osdp_layout_flops_per_token(const osdp_layout *layout)
+{
+    double flops = 0;
+    for (int i = 0; i < layout->n_ops; i++)
+        flops += 3.0 * (double)(layout->op[i].flops_per_token + layout->op[i].attn_flops_per_token);
+    return flops;
+}

@@ -1,0 +1,149 @@
+/* Model description reader (INI via libinih). */
+#include "osdp/model_config.h"
+
+#include <errno.h>
+#include <ini.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct config_parse_state {
+    osdp_model_config *cfg;
+    char widths[4096];
+    int seen_section;
+    osdp_status status;
+    char origin[256];
+} config_parse_state;
+
+static int parse_int(const char *value, long lo, long hi, int *out)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(value, &end, 10);
+    while (*end == ' ' || *end == '\t') end++;
+    if (errno || end == value || *end != '\0' || v < lo || v > hi) return -1;
+    *out = (int)v;
+    return 0;
+}
+
+static int config_handler(void *user, const char *section, const char *key, const char *value)
+{
+    config_parse_state *st = user;
+    osdp_model_config *cfg = st->cfg;
+    if (st->status != OSDP_OK) return 0;
+    if (strcmp(section, "model") != 0) {
+        st->status = osdp_error_set(OSDP_ERR_INPUT, "unknown section [%s] (expected [model])",
+                                    section);
+        return 0;
+    }
+    st->seen_section = 1;
+    struct { const char *key; int *field; long lo, hi; } ints[] = {
+        {"n_layer", &cfg->n_layer, 1, OSDP_MAX_LAYERS},
+        {"n_head", &cfg->n_head, 1, 4096},
+        {"n_embd", &cfg->n_embd, 1, 1 << 20},
+        {"vocab", &cfg->vocab, 2, 65536},   /* tokens are stored as uint16 */
+        {"ctx", &cfg->ctx, 1, 1 << 20},
+    };
+    for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++) {
+        if (strcmp(key, ints[i].key) == 0) {
+            if (parse_int(value, ints[i].lo, ints[i].hi, ints[i].field) != 0) {
+                st->status = osdp_error_set(OSDP_ERR_INPUT,
+                    "%s = '%s' is not an integer in [%ld, %ld]",
+                    key, value, ints[i].lo, ints[i].hi);
+                return 0;
+            }
+            return 1;
+        }
+    }
+    if (strcmp(key, "name") == 0) {
+        snprintf(cfg->name, sizeof cfg->name, "%s", value);
+        return 1;
+    }
+    if (strcmp(key, "widths") == 0) {
+        snprintf(st->widths, sizeof st->widths, "%s", value);
+        return 1;
+    }
+    st->status = osdp_error_set(OSDP_ERR_INPUT,
+        "unknown key '%s' (known: name, n_layer, n_head, n_embd, vocab, ctx, widths)",
+        key);
+    return 0;
+}
+
+static osdp_status parse_widths(osdp_model_config *cfg, const char *list, const char *origin)
+{
+    int count = 0;
+    char buf[4096];
+    snprintf(buf, sizeof buf, "%s", list);
+    for (char *save = NULL, *tok = strtok_r(buf, ", ", &save); tok; tok = strtok_r(NULL, ", ", &save)) {
+        if (count >= cfg->n_layer)
+            return osdp_error_set(OSDP_ERR_INPUT, "%s: widths lists more than n_layer = %d values",
+                                  origin, cfg->n_layer);
+        if (parse_int(tok, 1, 1 << 20, &cfg->width[count]) != 0)
+            return osdp_error_set(OSDP_ERR_INPUT, "%s: widths: '%s' is not a positive integer", origin, tok);
+        count++;
+    }
+    if (count != cfg->n_layer)
+        return osdp_error_set(OSDP_ERR_INPUT, "%s: widths lists %d values, n_layer is %d",
+                              origin, count, cfg->n_layer);
+    return OSDP_OK;
+}
+
+osdp_status osdp_model_config_parse(osdp_model_config *cfg, const char *text, const char *origin)
+{
+    memset(cfg, 0, sizeof *cfg);
+    config_parse_state st = {.cfg = cfg, .status = OSDP_OK};
+    snprintf(st.origin, sizeof st.origin, "%s", origin);
+    cfg->n_layer = cfg->n_head = cfg->n_embd = cfg->vocab = cfg->ctx = -1;
+    int rc = ini_parse_string(text, config_handler, &st);
+    if (st.status != OSDP_OK) {
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", osdp_error_message());
+        return osdp_error_set(st.status, "%s:%d: %s", origin, rc, msg);
+    }
+    if (rc != 0)
+        return osdp_error_set(OSDP_ERR_INPUT, "%s:%d: malformed line (expected key = value)", origin, rc);
+    if (!st.seen_section)
+        return osdp_error_set(OSDP_ERR_INPUT, "%s: no [model] section", origin);
+    const char *missing = cfg->n_layer < 0 ? "n_layer" : cfg->n_head < 0 ? "n_head"
+                        : cfg->vocab < 0 ? "vocab" : cfg->ctx < 0 ? "ctx"
+                        : (cfg->n_embd < 0 && !st.widths[0]) ? "n_embd" : NULL;
+    if (missing) return osdp_error_set(OSDP_ERR_INPUT, "%s: missing key '%s' in [model]", origin, missing);
+    if (st.widths[0]) {
+        osdp_status s = parse_widths(cfg, st.widths, origin);
+        if (s != OSDP_OK) return s;
+        if (cfg->n_embd < 0) cfg->n_embd = cfg->width[0];
+    } else {
+        for (int i = 0; i < cfg->n_layer; i++) cfg->width[i] = cfg->n_embd;
+    }
+    for (int i = 0; i < cfg->n_layer; i++)
+        if (cfg->width[i] % cfg->n_head != 0)
+            return osdp_error_set(OSDP_ERR_INPUT, "%s: n_head = %d does not divide the width %d of block %d",
+                                  origin, cfg->n_head, cfg->width[i], i);
+    if (!cfg->name[0]) snprintf(cfg->name, sizeof cfg->name, "unnamed");
+    snprintf(cfg->text, sizeof cfg->text, "%s", text);
+    return OSDP_OK;
+}
+
+osdp_status osdp_model_config_load(osdp_model_config *cfg, const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return osdp_error_set(OSDP_ERR_IO, "cannot open model description %s: %s", path, strerror(errno));
+    char text[8192];
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    int too_long = !feof(f) && fgetc(f) != EOF;
+    fclose(f);
+    if (too_long) return osdp_error_set(OSDP_ERR_INPUT, "%s: model description longer than 8 KiB", path);
+    text[n] = '\0';
+    if (strlen(text) != n) return osdp_error_set(OSDP_ERR_INPUT, "%s: model description contains a NUL byte", path);
+    return osdp_model_config_parse(cfg, text, path);
+}
+
+unsigned long long osdp_model_config_hash(const osdp_model_config *cfg)
+{
+    unsigned long long h = 1469598103934665603ULL;
+    int fields[] = {cfg->n_layer, cfg->n_head, cfg->n_embd, cfg->vocab, cfg->ctx};
+    for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) h = (h ^ (unsigned)fields[i]) * 1099511628211ULL;
+    for (int i = 0; i < cfg->n_layer; i++) h = (h ^ (unsigned)cfg->width[i]) * 1099511628211ULL;
+    return h;
+}

@@ -1,0 +1,215 @@
+/* The paper's depth-first plan search, and the validation / fixed-point
+ * time code that all three searches share.  See osdp/search.h for the tie
+ * rule and the guarantees. */
+#define _POSIX_C_SOURCE 200809L
+
+#include "osdp/search.h"
+
+#include <limits.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define GIB (1024.0 * 1024.0 * 1024.0)
+
+/* ------------------------------------------------------------------------ */
+/* shared                                                                    */
+
+osdp_status osdp_search_prepare(const osdp_search_problem *p, osdp_search_result *r,
+                                osdp_search_prep *prep)
+{
+    if (prep) memset(prep, 0, sizeof *prep);
+    if (!p || !r || !prep) return osdp_error_set(OSDP_ERR_INPUT, "plan search: NULL problem, result or workspace");
+    r->nodes = 0;
+    r->timed_out = 0;
+    r->total_time = 0.0;
+    r->total_mem = 0;
+    r->min_mem = 0;
+    int n = p->n_items;
+    if (n < 0) return osdp_error_set(OSDP_ERR_INPUT, "plan search: n_items = %d is negative", n);
+    if (n > 0 && (!p->n_choices || !p->mem || !p->time || !r->choice))
+        return osdp_error_set(OSDP_ERR_INPUT, "plan search: NULL n_choices, mem, time or choice array");
+    if (!(p->time_limit_s >= 0.0) || isinf(p->time_limit_s))
+        return osdp_error_set(OSDP_ERR_INPUT, "plan search: time_limit_s = %g must be finite and >= 0",
+                              p->time_limit_s);
+
+    long long min_mem = 0, max_mem = 0;
+    double max_time = 0.0;
+    long long total_choices = 0;
+    for (int i = 0; i < n; i++) {
+        int k = p->n_choices[i];
+        if (k < 1) return osdp_error_set(OSDP_ERR_INPUT, "plan search: item %d has %d choices (need >= 1)", i, k);
+        if (!p->mem[i] || !p->time[i])
+            return osdp_error_set(OSDP_ERR_INPUT, "plan search: item %d has NULL mem or time", i);
+        long long lo = LLONG_MAX, hi = 0;
+        double thi = 0.0;
+        for (int c = 0; c < k; c++) {
+            long long m = p->mem[i][c];
+            double t = p->time[i][c];
+            if (m < 0)
+                return osdp_error_set(OSDP_ERR_INPUT, "plan search: item %d choice %d has negative memory %lld",
+                                      i, c, m);
+            if (!(t >= 0.0) || isinf(t))
+                return osdp_error_set(OSDP_ERR_INPUT, "plan search: item %d choice %d has time %g (need finite, >= 0)",
+                                      i, c, t);
+            if (m < lo) lo = m;
+            if (m > hi) hi = m;
+            if (t > thi) thi = t;
+        }
+        /* all partial sums stay below LLONG_MAX / 4, so bounds never overflow */
+        if (hi > LLONG_MAX / 4 - max_mem)
+            return osdp_error_set(OSDP_ERR_INPUT, "plan search: memory values too large (sum overflows)");
+        max_mem += hi;
+        min_mem += lo;
+        max_time += thi;
+        total_choices += k;
+    }
+    if (isinf(max_time)) return osdp_error_set(OSDP_ERR_INPUT, "plan search: times too large (sum overflows)");
+    r->min_mem = min_mem;
+    prep->min_mem = min_mem;
+    if (min_mem > p->mem_limit)
+        return osdp_error_set(OSDP_ERR_INFEASIBLE,
+                              "no plan fits the memory limit: the smallest memory any plan needs is %lld bytes "
+                              "(%.3f GiB), the limit is %lld bytes (%.3f GiB)",
+                              min_mem, (double)min_mem / GIB, p->mem_limit, (double)p->mem_limit / GIB);
+
+    /* fixed point: the slowest plan (sum of per-item maxima) below 2^60 units */
+    int e = 0;
+    if (max_time > 0.0) (void)frexp(max_time, &e); /* max_time < 2^e */
+    prep->shift = max_time > 0.0 ? 60 - e : 0;
+    prep->n = n;
+    prep->off = malloc(sizeof *prep->off * (size_t)(n + 1));
+    prep->q = malloc(sizeof *prep->q * (size_t)(total_choices > 0 ? total_choices : 1));
+    if (!prep->off || !prep->q) {
+        osdp_search_prep_free(prep);
+        return osdp_error_set(OSDP_ERR_OOM, "plan search: out of memory for %lld choices", total_choices);
+    }
+    int o = 0;
+    for (int i = 0; i < n; i++) {
+        prep->off[i] = o;
+        for (int c = 0; c < p->n_choices[i]; c++) prep->q[o++] = llround(ldexp(p->time[i][c], prep->shift));
+    }
+    prep->off[n] = o;
+    return OSDP_OK;
+}
+
+void osdp_search_prep_free(osdp_search_prep *prep)
+{
+    if (!prep) return;
+    free(prep->off);
+    free(prep->q);
+    prep->off = NULL;
+    prep->q = NULL;
+}
+
+void osdp_search_finish(const osdp_search_problem *p, osdp_search_result *r)
+{
+    double t = 0.0;
+    long long m = 0;
+    for (int i = 0; i < p->n_items; i++) {
+        t += p->time[i][r->choice[i]];
+        m += p->mem[i][r->choice[i]];
+    }
+    r->total_time = t;
+    r->total_mem = m;
+}
+
+/* ------------------------------------------------------------------------ */
+/* DFS                                                                       */
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+osdp_status osdp_search_dfs(const osdp_search_problem *p, osdp_search_result *r)
+{
+    osdp_search_prep prep;
+    osdp_status st = osdp_search_prepare(p, r, &prep);
+    if (st != OSDP_OK) return st;
+    int n = p->n_items;
+    size_t nn = (size_t)n + 1;
+    /* suffix minima of memory and time over items i..n-1 */
+    long long *suf_m = malloc(sizeof *suf_m * nn), *suf_q = malloc(sizeof *suf_q * nn);
+    long long *part_m = malloc(sizeof *part_m * nn), *part_q = malloc(sizeof *part_q * nn);
+    int *cur = malloc(sizeof *cur * nn);
+    if (!suf_m || !suf_q || !part_m || !part_q || !cur) {
+        st = osdp_error_set(OSDP_ERR_OOM, "plan search (dfs): out of memory for %d items", n);
+        goto done;
+    }
+    suf_m[n] = 0;
+    suf_q[n] = 0;
+    for (int i = n - 1; i >= 0; i--) {
+        long long lm = LLONG_MAX, lq = LLONG_MAX;
+        const long long *q = prep.q + prep.off[i];
+        for (int c = 0; c < p->n_choices[i]; c++) {
+            if (p->mem[i][c] < lm) lm = p->mem[i][c];
+            if (q[c] < lq) lq = q[c];
+        }
+        suf_m[i] = suf_m[i + 1] + lm;
+        suf_q[i] = suf_q[i + 1] + lq;
+    }
+
+    const long long limit = p->mem_limit;
+    const double deadline = p->time_limit_s > 0.0 ? now_s() + p->time_limit_s : 0.0;
+    int have = 0;
+    long long best_m = 0, best_q = 0, nodes = 0;
+    if (n == 0) {
+        have = 1;
+    } else {
+        int d = 0;
+        part_m[0] = 0;
+        part_q[0] = 0;
+        cur[0] = -1;
+        while (d >= 0) {
+            int c = ++cur[d];
+            if (c >= p->n_choices[d]) {
+                d--;
+                continue;
+            }
+            if ((++nodes & 4095) == 0 && deadline > 0.0 && now_s() > deadline) {
+                r->timed_out = 1;
+                break;
+            }
+            long long m = part_m[d] + p->mem[d][c];
+            long long q = part_q[d] + prep.q[prep.off[d] + c];
+            int nx = d + 1;
+            long long lb_m = m + suf_m[nx], lb_q = q + suf_q[nx];
+            if (lb_m > limit) continue;                                    /* pruning (1) */
+            if (have && (lb_q > best_q || (lb_q == best_q && lb_m >= best_m))) /* pruning (2) */
+                continue;
+            if (nx == n) { /* a leaf that passed (2) is strictly better */
+                have = 1;
+                best_m = m;
+                best_q = q;
+                memcpy(r->choice, cur, sizeof *cur * (size_t)n);
+                continue;
+            }
+            part_m[nx] = m;
+            part_q[nx] = q;
+            cur[nx] = -1;
+            d = nx;
+        }
+    }
+    r->nodes = nodes;
+    if (!have) { /* timed out before any plan: every item's smallest-memory choice fits */
+        for (int i = 0; i < n; i++) {
+            int bc = 0;
+            for (int c = 1; c < p->n_choices[i]; c++)
+                if (p->mem[i][c] < p->mem[i][bc]) bc = c;
+            r->choice[i] = bc;
+        }
+    }
+    osdp_search_finish(p, r);
+done:
+    free(suf_m);
+    free(suf_q);
+    free(part_m);
+    free(part_q);
+    free(cur);
+    osdp_search_prep_free(&prep);
+    return st;
+}

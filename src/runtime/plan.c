@@ -1,0 +1,184 @@
+/* Plan structure and plan files (format in osdp/plan.h). */
+#include "osdp/plan.h"
+
+#include <errno.h>
+#include <ini.h>
+#include <stdlib.h>
+#include <string.h>
+
+osdp_status osdp_plan_alloc(osdp_plan *plan, int n_ops)
+{
+    memset(plan, 0, sizeof *plan);
+    plan->n_ops = n_ops;
+    plan->slices = calloc((size_t)n_ops, sizeof(int));
+    plan->zdp_slices = calloc((size_t)n_ops, sizeof(int));
+    plan->recompute = calloc((size_t)n_ops, sizeof(int));
+    if (!plan->slices || !plan->zdp_slices || !plan->recompute) {
+        osdp_plan_free(plan);
+        return osdp_error_set(OSDP_ERR_OOM, "plan: out of host memory");
+    }
+    plan->accum_steps = 1;
+    osdp_plan_fill(plan, 0);
+    return OSDP_OK;
+}
+
+void osdp_plan_free(osdp_plan *plan)
+{
+    free(plan->slices);
+    free(plan->zdp_slices);
+    free(plan->recompute);
+    memset(plan, 0, sizeof *plan);
+}
+
+osdp_status osdp_plan_copy(osdp_plan *dst, const osdp_plan *src)
+{
+    osdp_status s = osdp_plan_alloc(dst, src->n_ops);
+    if (s != OSDP_OK) return s;
+    size_t bytes = (size_t)src->n_ops * sizeof(int);
+    memcpy(dst->slices, src->slices, bytes);
+    memcpy(dst->zdp_slices, src->zdp_slices, bytes);
+    memcpy(dst->recompute, src->recompute, bytes);
+    dst->micro_batch = src->micro_batch;
+    dst->accum_steps = src->accum_steps;
+    dst->predicted_step_s = src->predicted_step_s;
+    dst->predicted_peak_bytes = src->predicted_peak_bytes;
+    return OSDP_OK;
+}
+
+void osdp_plan_fill(osdp_plan *plan, int zdp)
+{
+    for (int i = 0; i < plan->n_ops; i++) {
+        plan->slices[i] = 1;
+        plan->zdp_slices[i] = zdp ? 1 : 0;
+    }
+}
+
+/* "dp" | "zdp" | "k/g" */
+static int parse_mode(const char *value, int *k, int *g)
+{
+    if (strcmp(value, "dp") == 0) { *k = 0; *g = 1; return 0; }
+    if (strcmp(value, "zdp") == 0) { *k = 1; *g = 1; return 0; }
+    char *end;
+    errno = 0;
+    long kk = strtol(value, &end, 10);
+    if (errno || end == value || *end != '/') return -1;
+    const char *gs = end + 1;
+    long gg = strtol(gs, &end, 10);
+    if (errno || end == gs || *end != '\0' || gg < 1 || gg > 64 || kk < 0 || kk > gg) return -1;
+    *k = (int)kk;
+    *g = (int)gg;
+    return 0;
+}
+
+typedef struct plan_parse_state {
+    osdp_plan *plan;
+    const osdp_layout *layout;
+    int *seen;
+    int default_k, default_g, have_default;
+    osdp_status status;
+    const char *origin;
+} plan_parse_state;
+
+static int plan_handler(void *user, const char *section, const char *key, const char *value)
+{
+    plan_parse_state *st = user;
+    if (st->status != OSDP_OK) return 0;
+    if (section[0]) {
+        st->status = osdp_error_set(OSDP_ERR_INPUT, "plan files have no sections ([%s])", section);
+        return 0;
+    }
+    int k, g;
+    if (parse_mode(value, &k, &g) != 0) {
+        st->status = osdp_error_set(OSDP_ERR_INPUT,
+            "%s = '%s': mode must be dp, zdp or k/g (k of g slices ZDP, 0 <= k <= g <= 64)",
+            key, value);
+        return 0;
+    }
+    if (strcmp(key, "default") == 0) {
+        st->default_k = k; st->default_g = g; st->have_default = 1;
+        return 1;
+    }
+    int op = osdp_layout_find_op(st->layout, key);
+    if (op < 0) {
+        st->status = osdp_error_set(OSDP_ERR_INPUT, "unknown operator '%s' (the model has embed, attn.0..attn.%d, mlp.0..mlp.%d, head)",
+                                    key, st->layout->cfg.n_layer - 1, st->layout->cfg.n_layer - 1);
+        return 0;
+    }
+    if (st->seen[op]) {
+        st->status = osdp_error_set(OSDP_ERR_INPUT, "operator '%s' listed twice", key);
+        return 0;
+    }
+    st->seen[op] = 1;
+    st->plan->zdp_slices[op] = k;
+    st->plan->slices[op] = g;
+    return 1;
+}
+
+osdp_status osdp_plan_parse(osdp_plan *plan, const osdp_layout *layout, const char *text, const char *origin)
+{
+    osdp_status s = osdp_plan_alloc(plan, layout->n_ops);
+    if (s != OSDP_OK) return s;
+    int *seen = calloc((size_t)layout->n_ops, sizeof(int));
+    if (!seen) return osdp_error_set(OSDP_ERR_OOM, "plan: out of host memory");
+    plan_parse_state st = {.plan = plan, .layout = layout, .seen = seen, .status = OSDP_OK, .origin = origin};
+    int rc = ini_parse_string(text, plan_handler, &st);
+    if (st.status != OSDP_OK) {
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", osdp_error_message());
+        st.status = osdp_error_set(st.status, "%s:%d: %s", origin, rc, msg);
+    }
+    if (st.status == OSDP_OK && rc != 0)
+        st.status = osdp_error_set(OSDP_ERR_INPUT, "%s:%d: malformed line (expected operator = mode)", origin, rc);
+    for (int i = 0; st.status == OSDP_OK && i < layout->n_ops; i++) {
+        if (seen[i]) continue;
+        if (!st.have_default) {
+            st.status = osdp_error_set(OSDP_ERR_INPUT, "%s: operator '%s' has no mode (list it, or give 'default = dp|zdp')",
+                                       origin, layout->op[i].name);
+            break;
+        }
+        plan->zdp_slices[i] = st.default_k;
+        plan->slices[i] = st.default_g;
+    }
+    free(seen);
+    if (st.status != OSDP_OK) osdp_plan_free(plan);
+    return st.status;
+}
+
+osdp_status osdp_plan_load(osdp_plan *plan, const osdp_layout *layout, const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return osdp_error_set(OSDP_ERR_IO, "cannot open plan file %s: %s", path, strerror(errno));
+    static char text[1 << 16];
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    text[n] = '\0';
+    return osdp_plan_parse(plan, layout, text, path);
+}
+
+const char *osdp_plan_mode_name(const osdp_plan *plan, int op, char *buf, size_t n)
+{
+    int k = plan->zdp_slices[op], g = plan->slices[op];
+    if (g == 1) snprintf(buf, n, "%s", k ? "zdp" : "dp");
+    else snprintf(buf, n, "%d/%d", k, g);
+    return buf;
+}
+
+void osdp_plan_write(const osdp_plan *plan, const osdp_layout *layout, FILE *out)
+{
+    char mode[16];
+    fprintf(out, "# osdp plan for %s: operator = dp | zdp | k/g (k of g slices ZDP)\n", layout->cfg.name);
+    for (int i = 0; i < plan->n_ops; i++)
+        fprintf(out, "%s = %s\n", layout->op[i].name, osdp_plan_mode_name(plan, i, mode, sizeof mode));
+}
+
+unsigned long long osdp_plan_hash(const osdp_plan *plan)
+{
+    unsigned long long h = 1469598103934665603ULL;
+    for (int i = 0; i < plan->n_ops; i++) {
+        h = (h ^ (unsigned)plan->slices[i]) * 1099511628211ULL;
+        h = (h ^ (unsigned)plan->zdp_slices[i]) * 1099511628211ULL;
+        h = (h ^ (unsigned)plan->recompute[i]) * 1099511628211ULL;
+    }
+    h = (h ^ (unsigned)plan->micro_batch) * 1099511628211ULL;
+    return h;
+}

@@ -1,0 +1,794 @@
+/* Unit tests of the fp32 CPU kernels (include/osdp/kernels_cpu.h).
+ *
+ * Gradient checks: for each backward kernel a scalar loss L = sum(out * R) (R a
+ * fixed random array; for cross-entropy L = scale * sum(losses)) is written as a
+ * small double-precision reference forward.  Its central differences (step
+ * FD_H = 1e-4, in double: truncation error ~h^2 ~ 1e-8, rounding ~1e-12) are
+ * compared with the fp32 analytic gradient of the kernel.  The error left is the
+ * fp32 rounding of the analytic gradient (~1e-6 relative to the magnitude of the
+ * terms), so the test allows |analytic - numeric| <= GRAD_RTOL*|numeric| +
+ * GRAD_ATOL*max|numeric| with GRAD_RTOL = 1e-3, GRAD_ATOL = 1e-4: two orders of
+ * magnitude above the fp32 noise, several orders below any real error (a missing
+ * term or wrong index is O(1) relative).  Backward kernels that accumulate are
+ * run on pre-filled buffers and (result - prefill) is checked, which tests the
+ * += semantics at the same time; those that overwrite get NaN-filled buffers. */
+#include "osdp/kernels_cpu.h"
+
+#include <check.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#define FD_H 1e-4
+#define GRAD_RTOL 1e-3
+#define GRAD_ATOL 1e-4
+
+/* ------------------------------------------------------------------ helpers */
+
+static uint64_t rng_next(uint64_t *s)
+{
+    /* xorshift64* */
+    *s ^= *s >> 12;
+    *s ^= *s << 25;
+    *s ^= *s >> 27;
+    return *s * 2685821657736338717ULL;
+}
+
+/* uniform in [lo, hi) */
+static void fill_uniform(float *a, size_t n, float lo, float hi, uint64_t seed)
+{
+    uint64_t s = seed * 0x9E3779B97F4A7C15ULL + 1;
+    for (size_t i = 0; i < n; i++) {
+        double u = (double)(rng_next(&s) >> 11) / 9007199254740992.0;
+        a[i] = lo + (hi - lo) * (float)u;
+    }
+}
+
+static void fill_value(float *a, size_t n, float v)
+{
+    for (size_t i = 0; i < n; i++) a[i] = v;
+}
+
+static float *falloc(size_t n)
+{
+    float *p = malloc((n ? n : 1) * sizeof *p);
+    ck_assert_msg(p != NULL, "out of memory");
+    return p;
+}
+
+static double *dalloc(size_t n)
+{
+    double *p = malloc((n ? n : 1) * sizeof *p);
+    ck_assert_msg(p != NULL, "out of memory");
+    return p;
+}
+
+static double *to_double(const float *a, size_t n)
+{
+    double *d = dalloc(n);
+    for (size_t i = 0; i < n; i++) d[i] = a[i];
+    return d;
+}
+
+static float *copy_floats(const float *a, size_t n)
+{
+    float *p = falloc(n);
+    memcpy(p, a, n * sizeof *p);
+    return p;
+}
+
+typedef double (*loss_fn)(void *ctx);
+
+/* Central differences of loss(ctx) w.r.t. each element of p (part of ctx),
+ * compared with analytic[i].  Returns the number of mismatches (details of the
+ * first few are printed). */
+static int grad_check(const char *what, double *p, size_t n, const float *analytic,
+                      loss_fn loss, void *ctx)
+{
+    double *num = dalloc(n);
+    double maxabs = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        double keep = p[i];
+        p[i] = keep + FD_H;
+        double lp = loss(ctx);
+        p[i] = keep - FD_H;
+        double lm = loss(ctx);
+        p[i] = keep;
+        num[i] = (lp - lm) / (2.0 * FD_H);
+        if (fabs(num[i]) > maxabs) maxabs = fabs(num[i]);
+    }
+    int bad = 0;
+    double worst = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        double err = fabs((double)analytic[i] - num[i]);
+        double tol = GRAD_RTOL * fabs(num[i]) + GRAD_ATOL * maxabs;
+        if (err / (tol > 0 ? tol : 1e-30) > worst) worst = err / tol;
+        if (!(err <= tol)) {
+            if (bad < 5)
+                fprintf(stderr, "%s[%zu]: analytic %.9g numeric %.9g\n", what, i,
+                        (double)analytic[i], num[i]);
+            bad++;
+        }
+    }
+    if (maxabs == 0.0) {
+        fprintf(stderr, "%s: numeric gradient is identically zero\n", what);
+        bad++;
+    }
+    free(num);
+    return bad;
+}
+
+/* out - prefill, as floats (for accumulate checks) */
+static float *minus(const float *a, const float *b, size_t n)
+{
+    float *d = falloc(n);
+    for (size_t i = 0; i < n; i++) d[i] = a[i] - b[i];
+    return d;
+}
+
+static double dot_r(const double *a, const float *r, size_t n)
+{
+    double s = 0.0;
+    for (size_t i = 0; i < n; i++) s += a[i] * r[i];
+    return s;
+}
+
+static void set_threads(int n)
+{
+#ifdef _OPENMP
+    omp_set_num_threads(n);
+#else
+    (void)n;
+#endif
+}
+
+/* ------------------------------------------------------------------- matmul */
+
+static void ref_matmul(double *y, const double *x, const double *w, const double *b,
+                       int BT, int IC, int OC)
+{
+    for (int i = 0; i < BT; i++)
+        for (int o = 0; o < OC; o++) {
+            double s = b ? b[o] : 0.0;
+            for (int k = 0; k < IC; k++) s += x[i * IC + k] * w[k * OC + o];
+            y[i * OC + o] = s;
+        }
+}
+
+struct mm_ctx {
+    double *x, *w, *b, *y;
+    const float *r;
+    int BT, IC, OC;
+};
+
+static double mm_loss(void *p)
+{
+    struct mm_ctx *c = p;
+    ref_matmul(c->y, c->x, c->w, c->b, c->BT, c->IC, c->OC);
+    return dot_r(c->y, c->r, (size_t)c->BT * c->OC);
+}
+
+/* checks y against a naive float triple loop; bound: 1e-5 relative to the sum
+ * of |terms| (fp32 dot products of length IC <= 100 stay below ~IC*6e-8) */
+static void check_matmul_forward(int BT, int IC, int OC, int with_bias, int accumulate)
+{
+    float *x = falloc((size_t)BT * IC), *w = falloc((size_t)IC * OC);
+    float *b = falloc(OC), *y = falloc((size_t)BT * OC), *y0 = falloc((size_t)BT * OC);
+    fill_uniform(x, (size_t)BT * IC, -1, 1, 1);
+    fill_uniform(w, (size_t)IC * OC, -1, 1, 2);
+    fill_uniform(b, OC, -1, 1, 3);
+    if (accumulate)
+        fill_uniform(y0, (size_t)BT * OC, -1, 1, 4);
+    else
+        fill_value(y0, (size_t)BT * OC, NAN);
+    memcpy(y, y0, (size_t)BT * OC * sizeof *y);
+    matmul_forward(y, x, w, with_bias ? b : NULL, BT, IC, OC, accumulate);
+    for (int i = 0; i < BT; i++)
+        for (int o = 0; o < OC; o++) {
+            float s = 0.0f, mag = 0.0f;
+            for (int k = 0; k < IC; k++) {
+                s += x[i * IC + k] * w[k * OC + o];
+                mag += fabsf(x[i * IC + k] * w[k * OC + o]);
+            }
+            if (with_bias) {
+                s += b[o];
+                mag += fabsf(b[o]);
+            }
+            if (accumulate) {
+                s += y0[i * OC + o];
+                mag += fabsf(y0[i * OC + o]);
+            }
+            float got = y[i * OC + o];
+            ck_assert_msg(fabsf(got - s) <= 1e-5f * mag + 1e-30f,
+                          "matmul_forward(%d,%d,%d,bias=%d,acc=%d) y[%d,%d] = %g, want %g",
+                          BT, IC, OC, with_bias, accumulate, i, o, (double)got, (double)s);
+        }
+    free(x); free(w); free(b); free(y); free(y0);
+}
+
+START_TEST(test_matmul_forward)
+{
+    check_matmul_forward(7, 13, 11, 1, 0);
+    check_matmul_forward(7, 13, 11, 0, 0);
+    check_matmul_forward(7, 13, 11, 1, 1);
+    check_matmul_forward(7, 13, 11, 0, 1);
+    check_matmul_forward(64, 96, 80, 1, 0);
+    check_matmul_forward(64, 96, 80, 1, 1);
+}
+END_TEST
+
+static void check_matmul_backward(int dx_accumulate, int with_db)
+{
+    const int BT = 9, IC = 13, OC = 70; /* OC > 64: two column blocks for db */
+    size_t nx = (size_t)BT * IC, nw = (size_t)IC * OC, ny = (size_t)BT * OC;
+    float *x = falloc(nx), *w = falloc(nw), *b = falloc(OC), *r = falloc(ny);
+    fill_uniform(x, nx, -1, 1, 11);
+    fill_uniform(w, nw, -1, 1, 12);
+    fill_uniform(b, OC, -1, 1, 13);
+    fill_uniform(r, ny, -1, 1, 14);
+    float *dx0 = falloc(nx), *dw0 = falloc(nw), *db0 = falloc(OC);
+    if (dx_accumulate)
+        fill_uniform(dx0, nx, -1, 1, 15);
+    else
+        fill_value(dx0, nx, NAN); /* overwrite: must not read dx */
+    fill_uniform(dw0, nw, -1, 1, 16);
+    fill_uniform(db0, OC, -1, 1, 17);
+    float *dx = copy_floats(dx0, nx), *dw = copy_floats(dw0, nw), *db = copy_floats(db0, OC);
+
+    matmul_backward(dx, dw, with_db ? db : NULL, r, x, w, BT, IC, OC, dx_accumulate);
+
+    struct mm_ctx c = {to_double(x, nx), to_double(w, nw), to_double(b, OC), dalloc(ny),
+                       r, BT, IC, OC};
+    float *gx = dx_accumulate ? minus(dx, dx0, nx) : copy_floats(dx, nx);
+    float *gw = minus(dw, dw0, nw), *gb = minus(db, db0, OC);
+    int bad = grad_check("matmul dx", c.x, nx, gx, mm_loss, &c);
+    bad += grad_check("matmul dw", c.w, nw, gw, mm_loss, &c);
+    if (with_db)
+        bad += grad_check("matmul db", c.b, OC, gb, mm_loss, &c);
+    else
+        ck_assert_msg(memcmp(db, db0, OC * sizeof *db) == 0, "db touched although NULL");
+    ck_assert_msg(bad == 0, "matmul_backward(dx_accumulate=%d): %d gradient mismatches",
+                  dx_accumulate, bad);
+
+    /* dx == NULL: dw and db are still produced, identically */
+    float *dw2 = copy_floats(dw0, nw), *db2 = copy_floats(db0, OC);
+    matmul_backward(NULL, dw2, db2, r, x, w, BT, IC, OC, dx_accumulate);
+    ck_assert_msg(memcmp(dw2, dw, nw * sizeof *dw) == 0, "dw differs when dx == NULL");
+    if (with_db)
+        ck_assert_msg(memcmp(db2, db, OC * sizeof *db) == 0, "db differs when dx == NULL");
+
+    free(c.x); free(c.w); free(c.b); free(c.y);
+    free(x); free(w); free(b); free(r); free(dx0); free(dw0); free(db0);
+    free(dx); free(dw); free(db); free(gx); free(gw); free(gb); free(dw2); free(db2);
+}
+
+START_TEST(test_matmul_backward)
+{
+    check_matmul_backward(0, 1);
+}
+END_TEST
+
+START_TEST(test_matmul_backward_accumulate)
+{
+    check_matmul_backward(1, 1);
+    check_matmul_backward(1, 0);
+}
+END_TEST
+
+/* ---------------------------------------------------------------- layernorm */
+
+struct ln_ctx {
+    double *x, *w, *b, *y;
+    const float *r;
+    int BT, C;
+};
+
+static double ln_loss(void *p)
+{
+    struct ln_ctx *c = p;
+    for (int i = 0; i < c->BT; i++) {
+        const double *xi = c->x + (size_t)i * c->C;
+        double m = 0.0, v = 0.0;
+        for (int k = 0; k < c->C; k++) m += xi[k];
+        m /= c->C;
+        for (int k = 0; k < c->C; k++) v += (xi[k] - m) * (xi[k] - m);
+        v /= c->C;
+        double s = 1.0 / sqrt(v + 1e-5);
+        for (int k = 0; k < c->C; k++)
+            c->y[(size_t)i * c->C + k] = (xi[k] - m) * s * c->w[k] + c->b[k];
+    }
+    return dot_r(c->y, c->r, (size_t)c->BT * c->C);
+}
+
+START_TEST(test_layernorm)
+{
+    const int BT = 5, C = 70; /* C > 64: two column blocks for dw/db */
+    size_t n = (size_t)BT * C;
+    float *x = falloc(n), *w = falloc(C), *b = falloc(C), *r = falloc(n);
+    float *y = falloc(n), *mean = falloc(BT), *rstd = falloc(BT);
+    fill_uniform(x, n, -2, 3, 21); /* non-zero mean, unit-ish spread */
+    fill_uniform(w, C, 0.5f, 1.5f, 22);
+    fill_uniform(b, C, -1, 1, 23);
+    fill_uniform(r, n, -1, 1, 24);
+    fill_value(y, n, NAN);
+    layernorm_forward(y, mean, rstd, x, w, b, BT, C);
+
+    struct ln_ctx c = {to_double(x, n), to_double(w, C), to_double(b, C), dalloc(n), r,
+                       BT, C};
+    ln_loss(&c);
+    for (size_t i = 0; i < n; i++)
+        ck_assert_msg(fabs(y[i] - c.y[i]) <= 1e-5 * (1.0 + fabs(c.y[i])),
+                      "layernorm_forward y[%zu] = %g, want %g", i, (double)y[i], c.y[i]);
+
+    float *dx0 = falloc(n), *dw0 = falloc(C), *db0 = falloc(C);
+    fill_uniform(dx0, n, -1, 1, 25);
+    fill_uniform(dw0, C, -1, 1, 26);
+    fill_uniform(db0, C, -1, 1, 27);
+    float *dx = copy_floats(dx0, n), *dw = copy_floats(dw0, C), *db = copy_floats(db0, C);
+    layernorm_backward(dx, dw, db, r, x, w, mean, rstd, BT, C);
+    float *gx = minus(dx, dx0, n), *gw = minus(dw, dw0, C), *gb = minus(db, db0, C);
+    int bad = grad_check("layernorm dx", c.x, n, gx, ln_loss, &c);
+    bad += grad_check("layernorm dw", c.w, C, gw, ln_loss, &c);
+    bad += grad_check("layernorm db", c.b, C, gb, ln_loss, &c);
+    ck_assert_msg(bad == 0, "layernorm_backward: %d gradient mismatches", bad);
+
+    free(c.x); free(c.w); free(c.b); free(c.y);
+    free(x); free(w); free(b); free(r); free(y); free(mean); free(rstd);
+    free(dx0); free(dw0); free(db0); free(dx); free(dw); free(db); free(gx); free(gw);
+    free(gb);
+}
+END_TEST
+
+/* --------------------------------------------------------------------- gelu */
+
+struct gelu_ctx {
+    double *x;
+    const float *r;
+    size_t n;
+};
+
+static double gelu_ref(double x)
+{
+    return 0.5 * x * (1.0 + tanh(sqrt(2.0 / 3.14159265358979323846) * (x + 0.044715 * x * x * x)));
+}
+
+static double gelu_loss(void *p)
+{
+    struct gelu_ctx *c = p;
+    double s = 0.0;
+    for (size_t i = 0; i < c->n; i++) s += gelu_ref(c->x[i]) * c->r[i];
+    return s;
+}
+
+START_TEST(test_gelu)
+{
+    const size_t n = 301;
+    float *x = falloc(n), *r = falloc(n), *y = falloc(n), *dx = falloc(n);
+    fill_uniform(x, n, -5, 5, 31);
+    fill_uniform(r, n, -1, 1, 32);
+    gelu_forward(y, x, n);
+    for (size_t i = 0; i < n; i++)
+        ck_assert_msg(fabs(y[i] - gelu_ref(x[i])) <= 1e-6 * (1.0 + fabs(gelu_ref(x[i]))),
+                      "gelu_forward(%g) = %g, want %g", (double)x[i], (double)y[i],
+                      gelu_ref(x[i]));
+    fill_value(dx, n, NAN);
+    gelu_backward(dx, x, r, n);
+    struct gelu_ctx c = {to_double(x, n), r, n};
+    int bad = grad_check("gelu dx", c.x, n, dx, gelu_loss, &c);
+    ck_assert_msg(bad == 0, "gelu_backward: %d gradient mismatches", bad);
+
+    /* dx may alias dy */
+    float *d = copy_floats(r, n);
+    gelu_backward(d, x, d, n);
+    ck_assert_msg(memcmp(d, dx, n * sizeof *d) == 0, "gelu_backward in place differs");
+    free(c.x); free(x); free(r); free(y); free(dx); free(d);
+}
+END_TEST
+
+/* ---------------------------------------------------------------- attention */
+
+/* double reference; att (B,NH,T,T) optional */
+static void ref_attention(double *out, double *att, const double *qkv, int B, int T,
+                          int C, int NH)
+{
+    int HS = C / NH;
+    double scale = 1.0 / sqrt((double)HS);
+    double *row = dalloc((size_t)T);
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            for (int i = 0; i < T; i++) {
+                const double *q = qkv + ((size_t)b * T + i) * 3 * C + h * HS;
+                double mx = -INFINITY, sum = 0.0;
+                for (int j = 0; j <= i; j++) {
+                    const double *k = qkv + ((size_t)b * T + j) * 3 * C + C + h * HS;
+                    double s = 0.0;
+                    for (int d = 0; d < HS; d++) s += q[d] * k[d];
+                    row[j] = s * scale;
+                    if (row[j] > mx) mx = row[j];
+                }
+                for (int j = 0; j <= i; j++) {
+                    row[j] = exp(row[j] - mx);
+                    sum += row[j];
+                }
+                double *o = out + ((size_t)b * T + i) * C + h * HS;
+                for (int d = 0; d < HS; d++) o[d] = 0.0;
+                for (int j = 0; j <= i; j++) {
+                    double a = row[j] / sum;
+                    const double *v = qkv + ((size_t)b * T + j) * 3 * C + 2 * C + h * HS;
+                    for (int d = 0; d < HS; d++) o[d] += a * v[d];
+                    if (att) att[(((size_t)b * NH + h) * T + i) * T + j] = a;
+                }
+                if (att)
+                    for (int j = i + 1; j < T; j++)
+                        att[(((size_t)b * NH + h) * T + i) * T + j] = 0.0;
+            }
+    free(row);
+}
+
+struct att_ctx {
+    double *qkv, *out;
+    const float *r;
+    int B, T, C, NH;
+};
+
+static double att_loss(void *p)
+{
+    struct att_ctx *c = p;
+    ref_attention(c->out, NULL, c->qkv, c->B, c->T, c->C, c->NH);
+    return dot_r(c->out, c->r, (size_t)c->B * c->T * c->C);
+}
+
+static void check_attention_forward(int B, int T, int C, int NH)
+{
+    size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C;
+    size_t natt = (size_t)B * NH * T * T;
+    float *qkv = falloc(nqkv), *out = falloc(nout), *att = falloc(natt);
+    fill_uniform(qkv, nqkv, -2, 2, 41);
+    fill_value(out, nout, NAN);
+    fill_value(att, natt, NAN);
+    attention_forward(out, att, qkv, B, T, C, NH);
+    double *dq = to_double(qkv, nqkv), *rout = dalloc(nout), *ratt = dalloc(natt);
+    ref_attention(rout, ratt, dq, B, T, C, NH);
+    for (size_t i = 0; i < nout; i++)
+        ck_assert_msg(fabs(out[i] - rout[i]) <= 1e-5 * (1.0 + fabs(rout[i])),
+                      "attention_forward(B=%d,T=%d,C=%d,NH=%d) out[%zu] = %.9g, want %.9g",
+                      B, T, C, NH, i, (double)out[i], rout[i]);
+    for (size_t bh = 0; bh < (size_t)B * NH; bh++)
+        for (int i = 0; i < T; i++) {
+            const float *a = att + (bh * T + i) * T;
+            double sum = 0.0;
+            for (int j = 0; j < T; j++) {
+                if (j > i)
+                    ck_assert_msg(a[j] == 0.0f, "att[%zu,%d,%d] = %g above the diagonal",
+                                  bh, i, j, (double)a[j]);
+                ck_assert_msg(fabs(a[j] - ratt[(bh * T + i) * T + j]) <= 1e-6,
+                              "att[%zu,%d,%d] = %.9g, want %.9g", bh, i, j, (double)a[j],
+                              ratt[(bh * T + i) * T + j]);
+                sum += a[j];
+            }
+            ck_assert_msg(fabs(sum - 1.0) <= 1e-5, "att row %zu,%d sums to %.9g", bh, i,
+                          sum);
+        }
+    free(qkv); free(out); free(att); free(dq); free(rout); free(ratt);
+}
+
+START_TEST(test_attention_forward)
+{
+    check_attention_forward(2, 5, 8, 2);
+    check_attention_forward(1, 1, 8, 2);
+    check_attention_forward(2, 70, 16, 4);  /* crosses the 32-row blocks, ragged end */
+    check_attention_forward(1, 128, 64, 2); /* exact multiple of the block */
+}
+END_TEST
+
+static void check_attention_backward(int B, int T, int C, int NH)
+{
+    size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C;
+    size_t natt = (size_t)B * NH * T * T;
+    float *qkv = falloc(nqkv), *out = falloc(nout), *att = falloc(natt);
+    float *r = falloc(nout), *dqkv = falloc(nqkv), *scratch = falloc(natt);
+    fill_uniform(qkv, nqkv, -2, 2, 51);
+    fill_uniform(r, nout, -1, 1, 52);
+    attention_forward(out, att, qkv, B, T, C, NH);
+    fill_value(dqkv, nqkv, NAN); /* overwrite semantics */
+    fill_value(scratch, natt, NAN);
+    attention_backward(dqkv, scratch, r, qkv, att, B, T, C, NH);
+    struct att_ctx c = {to_double(qkv, nqkv), dalloc(nout), r, B, T, C, NH};
+    int bad = grad_check("attention dqkv", c.qkv, nqkv, dqkv, att_loss, &c);
+    ck_assert_msg(bad == 0, "attention_backward(B=%d,T=%d,C=%d,NH=%d): %d mismatches", B,
+                  T, C, NH, bad);
+    free(c.qkv); free(c.out);
+    free(qkv); free(out); free(att); free(r); free(dqkv); free(scratch);
+}
+
+START_TEST(test_attention_backward)
+{
+    check_attention_backward(2, 5, 8, 2);
+    check_attention_backward(1, 70, 8, 2); /* several row blocks, ragged end */
+}
+END_TEST
+
+START_TEST(test_attention_deterministic)
+{
+    const int B = 2, T = 128, C = 64, NH = 4;
+    size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C;
+    size_t natt = (size_t)B * NH * T * T;
+    float *qkv = falloc(nqkv), *dout = falloc(nout), *scratch = falloc(natt);
+    float *out1 = falloc(nout), *out2 = falloc(nout);
+    float *att1 = falloc(natt), *att2 = falloc(natt);
+    float *d1 = falloc(nqkv), *d2 = falloc(nqkv);
+    fill_uniform(qkv, nqkv, -2, 2, 61);
+    fill_uniform(dout, nout, -1, 1, 62);
+    attention_forward(out1, att1, qkv, B, T, C, NH);
+    fill_value(scratch, natt, 0.0f);
+    attention_backward(d1, scratch, dout, qkv, att1, B, T, C, NH);
+    /* second call: different garbage in every output and in scratch */
+    fill_value(out2, nout, NAN);
+    fill_value(att2, natt, 7.0f);
+    fill_value(scratch, natt, NAN);
+    fill_value(d2, nqkv, -3.0f);
+    set_threads(1);
+    attention_forward(out2, att2, qkv, B, T, C, NH);
+    attention_backward(d2, scratch, dout, qkv, att2, B, T, C, NH);
+    set_threads(2);
+    ck_assert_msg(memcmp(out1, out2, nout * sizeof *out1) == 0, "attention out differs");
+    ck_assert_msg(memcmp(att1, att2, natt * sizeof *att1) == 0, "attention att differs");
+    ck_assert_msg(memcmp(d1, d2, nqkv * sizeof *d1) == 0, "attention dqkv differs");
+    /* and once more with the same thread count */
+    attention_backward(d2, scratch, dout, qkv, att1, B, T, C, NH);
+    ck_assert_msg(memcmp(d1, d2, nqkv * sizeof *d1) == 0, "attention dqkv differs (2)");
+    free(qkv); free(dout); free(scratch); free(out1); free(out2); free(att1); free(att2);
+    free(d1); free(d2);
+}
+END_TEST
+
+/* ---------------------------------------------------------------- embedding */
+
+struct emb_ctx {
+    double *wte, *wpe, *x;
+    const int *tokens;
+    const float *r;
+    int B, T, C;
+};
+
+static double emb_loss(void *p)
+{
+    struct emb_ctx *c = p;
+    for (int i = 0; i < c->B * c->T; i++)
+        for (int k = 0; k < c->C; k++)
+            c->x[(size_t)i * c->C + k] = c->wte[(size_t)c->tokens[i] * c->C + k] +
+                                         c->wpe[(size_t)(i % c->T) * c->C + k];
+    return dot_r(c->x, c->r, (size_t)c->B * c->T * c->C);
+}
+
+START_TEST(test_embedding)
+{
+    const int B = 2, T = 5, C = 70, V = 7;
+    const int tokens[10] = {3, 1, 3, 6, 0, 3, 3, 2, 1, 5}; /* repeats; token 4 unused */
+    size_t n = (size_t)B * T * C;
+    float *wte = falloc((size_t)V * C), *wpe = falloc((size_t)T * C), *r = falloc(n);
+    float *x = falloc(n);
+    fill_uniform(wte, (size_t)V * C, -1, 1, 71);
+    fill_uniform(wpe, (size_t)T * C, -1, 1, 72);
+    fill_uniform(r, n, -1, 1, 73);
+    embedding_forward(x, tokens, wte, wpe, B, T, C);
+    for (int i = 0; i < B * T; i++)
+        for (int k = 0; k < C; k++)
+            ck_assert_msg(x[i * C + k] == wte[tokens[i] * C + k] + wpe[(i % T) * C + k],
+                          "embedding_forward x[%d,%d]", i, k);
+
+    float *dte0 = falloc((size_t)V * C), *dpe0 = falloc((size_t)T * C);
+    fill_uniform(dte0, (size_t)V * C, -1, 1, 74);
+    fill_uniform(dpe0, (size_t)T * C, -1, 1, 75);
+    float *dte = copy_floats(dte0, (size_t)V * C), *dpe = copy_floats(dpe0, (size_t)T * C);
+    embedding_backward(dte, dpe, r, tokens, B, T, C);
+    float *gte = minus(dte, dte0, (size_t)V * C), *gpe = minus(dpe, dpe0, (size_t)T * C);
+    struct emb_ctx c = {to_double(wte, (size_t)V * C), to_double(wpe, (size_t)T * C),
+                        dalloc(n), tokens, r, B, T, C};
+    /* the unused token's gradient is 0 on both sides: compare it exactly */
+    for (int k = 0; k < C; k++)
+        ck_assert_msg(gte[4 * C + k] == 0.0f, "dwte of an unused token changed");
+    int bad = grad_check("embedding dwte", c.wte, (size_t)V * C, gte, emb_loss, &c);
+    bad += grad_check("embedding dwpe", c.wpe, (size_t)T * C, gpe, emb_loss, &c);
+    ck_assert_msg(bad == 0, "embedding_backward: %d gradient mismatches", bad);
+    free(c.wte); free(c.wpe); free(c.x);
+    free(wte); free(wpe); free(r); free(x); free(dte0); free(dpe0); free(dte); free(dpe);
+    free(gte); free(gpe);
+}
+END_TEST
+
+/* ------------------------------------------------------------- crossentropy */
+
+struct ce_ctx {
+    double *logits;
+    const int *targets;
+    double scale;
+    int BT, V;
+};
+
+static double ce_ref_loss(const double *l, int t, int V)
+{
+    double mx = l[0], s = 0.0;
+    for (int j = 1; j < V; j++)
+        if (l[j] > mx) mx = l[j];
+    for (int j = 0; j < V; j++) s += exp(l[j] - mx);
+    return log(s) - (l[t] - mx);
+}
+
+static double ce_loss(void *p)
+{
+    struct ce_ctx *c = p;
+    double L = 0.0;
+    for (int i = 0; i < c->BT; i++)
+        L += ce_ref_loss(c->logits + (size_t)i * c->V, c->targets[i], c->V);
+    return c->scale * L;
+}
+
+START_TEST(test_crossentropy)
+{
+    const int BT = 6, V = 17;
+    const int targets[6] = {0, 16, 5, 5, 9, 2};
+    size_t n = (size_t)BT * V;
+    float *logits = falloc(n), *probs = falloc(n), *losses = falloc(BT), *dl = falloc(n);
+    fill_uniform(logits, n, -3, 3, 81);
+    memcpy(probs, logits, n * sizeof *probs);
+    crossentropy_forward(losses, probs, targets, BT, V);
+    struct ce_ctx c = {to_double(logits, n), targets, 1.0 / BT, BT, V};
+    for (int i = 0; i < BT; i++) {
+        double want = ce_ref_loss(c.logits + (size_t)i * V, targets[i], V);
+        ck_assert_msg(fabs(losses[i] - want) <= 1e-5 * (1.0 + want),
+                      "crossentropy loss[%d] = %.9g, want %.9g", i, (double)losses[i], want);
+        double sum = 0.0;
+        for (int j = 0; j < V; j++) {
+            double lp = -ce_ref_loss(c.logits + (size_t)i * V, j, V);
+            ck_assert_msg(fabs(probs[i * V + j] - exp(lp)) <= 1e-6,
+                          "crossentropy probs[%d,%d] = %.9g, want %.9g", i, j,
+                          (double)probs[i * V + j], exp(lp));
+            sum += probs[i * V + j];
+        }
+        ck_assert_msg(fabs(sum - 1.0) <= 1e-5, "probs row %d sums to %.9g", i, sum);
+    }
+    fill_value(dl, n, NAN);
+    crossentropy_backward(dl, probs, targets, (float)c.scale, BT, V);
+    int bad = grad_check("crossentropy dlogits", c.logits, n, dl, ce_loss, &c);
+    ck_assert_msg(bad == 0, "crossentropy_backward: %d gradient mismatches", bad);
+    free(c.logits); free(logits); free(probs); free(losses); free(dl);
+}
+END_TEST
+
+START_TEST(test_crossentropy_large_logits)
+{
+    /* logits far outside exp's range: the max subtraction keeps it finite */
+    const int BT = 2, V = 5;
+    const int targets[2] = {1, 4};
+    float probs[10] = {1000, 1001, 999, 998, 1000, -1000, -1001, -999, -998, -1000};
+    float losses[2];
+    crossentropy_forward(losses, probs, targets, BT, V);
+    for (int i = 0; i < BT; i++) {
+        ck_assert_msg(isfinite(losses[i]), "loss %d not finite", i);
+        double s = 0.0;
+        for (int j = 0; j < V; j++) {
+            ck_assert_msg(isfinite(probs[i * V + j]), "prob not finite");
+            s += probs[i * V + j];
+        }
+        ck_assert_msg(fabs(s - 1.0) <= 1e-6, "row %d sums to %g", i, s);
+    }
+    /* both rows are shifts of the same logits, target 1 vs 4 of {0,1,-1,-2,0}+c */
+    double l0 = log(exp(0) + exp(1) + exp(-1) + exp(-2) + exp(0)) - 1.0;
+    ck_assert_msg(fabs(losses[0] - l0) <= 1e-5, "loss[0] = %g, want %g", (double)losses[0],
+                  l0);
+}
+END_TEST
+
+/* ----------------------------------------------------------------- residual */
+
+START_TEST(test_residual)
+{
+    const size_t n = 1000;
+    float *a = falloc(n), *b = falloc(n), *o = falloc(n);
+    fill_uniform(a, n, -1, 1, 91);
+    fill_uniform(b, n, -1, 1, 92);
+    residual_forward(o, a, b, n);
+    for (size_t i = 0; i < n; i++) ck_assert_msg(o[i] == a[i] + b[i], "residual %zu", i);
+    float *a2 = copy_floats(a, n);
+    residual_forward(a2, a2, b, n); /* out aliases a */
+    ck_assert_msg(memcmp(a2, o, n * sizeof *o) == 0, "residual with out == a");
+    float *b2 = copy_floats(b, n);
+    residual_forward(b2, a, b2, n); /* out aliases b */
+    ck_assert_msg(memcmp(b2, o, n * sizeof *o) == 0, "residual with out == b");
+    float *y = copy_floats(a, n);
+    vector_accumulate(y, b, n);
+    ck_assert_msg(memcmp(y, o, n * sizeof *o) == 0, "vector_accumulate");
+    free(a); free(b); free(o); free(a2); free(b2); free(y);
+}
+END_TEST
+
+/* ------------------------------------------------- thread-count independence */
+
+START_TEST(test_threads_bitwise)
+{
+    /* The OpenMP kernels must give the same bits with 1 and 2 threads (the
+     * sizes are above the serial cut-offs).  Without OpenMP this is trivial. */
+    const int BT = 512, C = 256, V = 300, T = 64;
+    size_t n = (size_t)BT * C;
+    float *x = falloc(n), *w = falloc(C), *b = falloc(C), *dy = falloc(n);
+    float *y[2], *mean[2], *rstd[2], *dx[2], *dw[2], *db[2], *dte[2], *dpe[2], *db2[2];
+    int *tok = malloc(BT * sizeof *tok);
+    ck_assert_msg(tok != NULL, "out of memory");
+    for (int i = 0; i < BT; i++) tok[i] = (i * 37) % V;
+    fill_uniform(x, n, -1, 2, 101);
+    fill_uniform(w, C, -1, 1, 102);
+    fill_uniform(b, C, -1, 1, 103);
+    fill_uniform(dy, n, -1, 1, 104);
+    for (int t = 0; t < 2; t++) {
+        set_threads(t + 1);
+        y[t] = falloc(n); mean[t] = falloc(BT); rstd[t] = falloc(BT);
+        dx[t] = falloc(n); dw[t] = falloc(C); db[t] = falloc(C);
+        dte[t] = falloc((size_t)V * C); dpe[t] = falloc((size_t)T * C);
+        db2[t] = falloc(C);
+        fill_value(dx[t], n, 0); fill_value(dw[t], C, 0); fill_value(db[t], C, 0);
+        fill_value(dte[t], (size_t)V * C, 0); fill_value(dpe[t], (size_t)T * C, 0);
+        fill_value(db2[t], C, 0);
+        layernorm_forward(y[t], mean[t], rstd[t], x, w, b, BT, C);
+        layernorm_backward(dx[t], dw[t], db[t], dy, x, w, mean[t], rstd[t], BT, C);
+        embedding_backward(dte[t], dpe[t], dy, tok, BT / T, T, C);
+        /* column sums of matmul_backward (dw of a 1-wide input) */
+        float dwm[256];
+        fill_value(dwm, C, 0);
+        float one_col[512];
+        fill_value(one_col, BT, 1.0f);
+        matmul_backward(NULL, dwm, db2[t], dy, one_col, w, BT, 1, C, 0);
+    }
+    set_threads(2);
+    ck_assert_msg(memcmp(y[0], y[1], n * 4) == 0, "layernorm y depends on threads");
+    ck_assert_msg(memcmp(dx[0], dx[1], n * 4) == 0, "layernorm dx depends on threads");
+    ck_assert_msg(memcmp(dw[0], dw[1], C * 4) == 0, "layernorm dw depends on threads");
+    ck_assert_msg(memcmp(db[0], db[1], C * 4) == 0, "layernorm db depends on threads");
+    ck_assert_msg(memcmp(dte[0], dte[1], (size_t)V * C * 4) == 0, "dwte depends on threads");
+    ck_assert_msg(memcmp(dpe[0], dpe[1], (size_t)T * C * 4) == 0, "dwpe depends on threads");
+    ck_assert_msg(memcmp(db2[0], db2[1], C * 4) == 0, "matmul db depends on threads");
+    for (int t = 0; t < 2; t++) {
+        free(y[t]); free(mean[t]); free(rstd[t]); free(dx[t]); free(dw[t]); free(db[t]);
+        free(dte[t]); free(dpe[t]); free(db2[t]);
+    }
+    free(x); free(w); free(b); free(dy); free(tok);
+}
+END_TEST
+
+/* --------------------------------------------------------------------- main */
+
+static Suite *kernels_suite(void)
+{
+    Suite *s = suite_create("kernels_cpu");
+    TCase *tc = tcase_create("core");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_matmul_forward);
+    tcase_add_test(tc, test_matmul_backward);
+    tcase_add_test(tc, test_matmul_backward_accumulate);
+    tcase_add_test(tc, test_layernorm);
+    tcase_add_test(tc, test_gelu);
+    tcase_add_test(tc, test_attention_forward);
+    tcase_add_test(tc, test_attention_backward);
+    tcase_add_test(tc, test_attention_deterministic);
+    tcase_add_test(tc, test_embedding);
+    tcase_add_test(tc, test_crossentropy);
+    tcase_add_test(tc, test_crossentropy_large_logits);
+    tcase_add_test(tc, test_residual);
+    tcase_add_test(tc, test_threads_bitwise);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(kernels_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed != 0 ? EXIT_FAILURE : EXIT_SUCCESS;
+}
