@@ -11,7 +11,7 @@
 typedef struct osdp_compute_backend {
     const char *name;
     osdp_status (*init)(int local_rank, int threads);
-    void *(*alloc)(size_t bytes);            /* zero-filled; NULL on failure */
+    void *(*alloc)(size_t bytes);            /* contents undefined; NULL on failure */
     void (*free)(void *ptr);
     void (*fill_zero)(void *ptr, size_t bytes);
     void (*copy)(void *dst, const void *src, size_t bytes);        /* device to device */

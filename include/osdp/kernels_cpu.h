@@ -58,7 +58,7 @@ void embedding_backward(float *dwte, float *dwpe, const float *dx,
  * losses (BT) = -log p[target]. */
 void crossentropy_forward(float *losses, float *probs, const int *targets,
                           int BT, int V);
-/* dlogits (BT,V) = scale * (probs - onehot(target))  (overwrite) */
+/* dlogits (BT,V) = scale * (probs - onehot(target))  (overwrite; dlogits may alias probs) */
 void crossentropy_backward(float *dlogits, const float *probs,
                            const int *targets, float scale, int BT, int V);
 

@@ -31,7 +31,7 @@ typedef struct osdp_memory {
 
 const char *osdp_mem_category_name(osdp_mem_category c);
 void osdp_memory_init(osdp_memory *mem, const struct osdp_compute_backend *backend, size_t limit, int dry);
-/* Zero-filled bytes; `what` names the operator or purpose for the OOM message. */
+/* Uninitialised bytes (callers fill them); `what` names the operator or purpose for the OOM message. */
 osdp_status osdp_mem_alloc(osdp_memory *mem, osdp_mem_category cat, size_t bytes, const char *what, void **out);
 void osdp_mem_free(osdp_memory *mem, osdp_mem_category cat, void *ptr, size_t bytes);
 /* "8G", "512M", "1.5G", "1000000" -> bytes; 0 on success */

@@ -48,7 +48,7 @@ void osdp_report_open(osdp_report *r, const osdp_runtime *rt, const osdp_world *
     } else {
         /* every rank measures at once, so shared cores are shared as in training */
         MPI_Barrier(MPI_COMM_WORLD);
-        double mine = osdp_measure_sgemm_flops(512, 6), sum = 0;
+        double mine = osdp_measure_sgemm_flops(1024, 3), sum = 0;
         MPI_Allreduce(&mine, &sum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
         r->peak_flops_per_rank = sum / world->size;
         r->peak_source = "measured OpenBLAS sgemm";
@@ -63,6 +63,13 @@ void osdp_report_header(osdp_report *r, const osdp_model_config *cfg, const osdp
                         const osdp_plan *plan, long steps, int global_batch)
 {
     r->steps_total = steps;
+    if (r->log)
+        fprintf(r->log, "config model=%s ranks=%d threads=%d micro_batch=%d accum=%d global_batch=%d T=%d params=%zu "
+                "flops_per_token=%.0f peak_flops_per_rank=%.6g peak_source=%s prefetch=%d\n",
+                cfg->name, r->world->size, r->world->threads, r->rt->B, r->rt->opt.accum_steps, global_batch,
+                r->rt->layout->T, r->rt->layout->total_params, r->flops_per_token, r->peak_flops_per_rank,
+                r->peak_flops_per_rank > 0 && strcmp(r->peak_source, "--peak-flops") == 0 ? "given" : "sgemm",
+                r->rt->opt.prefetch);
     if (r->world->rank != 0 || r->quiet) return;
     const osdp_runtime *rt = r->rt;
     const osdp_layout *L = rt->layout;

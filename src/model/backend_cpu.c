@@ -4,6 +4,7 @@
 #include "osdp/kernels_cpu.h"
 
 #include <cblas.h>
+#include <malloc.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +17,12 @@ extern void openblas_set_num_threads(int);
 static osdp_status cpu_init(int local_rank, int threads)
 {
     (void)local_rank;
+    /* The runtime allocates and frees activations and gathered weights every
+     * micro-step.  Keep blocks up to 32 MiB in the heap rather than mmap'ing
+     * them, and never give the heap back: otherwise each step pays page faults
+     * on memory it just released. */
+    mallopt(M_MMAP_THRESHOLD, 32 << 20);
+    mallopt(M_TRIM_THRESHOLD, -1);
     if (threads > 0) {
         openblas_set_num_threads(threads);
 #ifdef _OPENMP
@@ -27,11 +34,9 @@ static osdp_status cpu_init(int local_rank, int threads)
 
 static void *cpu_alloc(size_t bytes)
 {
-    /* 64-byte alignment for vector loads; calloc semantics */
+    /* 64-byte alignment for vector loads; contents undefined, like cudaMalloc */
     size_t rounded = (bytes + 63) / 64 * 64;
-    void *p = aligned_alloc(64, rounded ? rounded : 64);
-    if (p) memset(p, 0, rounded ? rounded : 64);
-    return p;
+    return aligned_alloc(64, rounded ? rounded : 64);
 }
 
 static void cpu_free(void *p) { free(p); }

@@ -6,6 +6,9 @@
 
 static const osdp_compute_backend *const registry[] = {
     &osdp_compute_cpu,
+#ifdef OSDP_HAVE_CUDA
+    &osdp_compute_cuda,
+#endif
     NULL,
 };
 

@@ -45,8 +45,7 @@ void matmul_forward(float *y, const float *x, const float *w, const float *b,
      * by a bias loop. */
     float beta = accumulate ? 1.0f : 0.0f;
     if (b) {
-        long work = (long)BT * OC;
-        OMP(parallel for if(work >= 4 * PAR_MIN_WORK) schedule(static))
+        OMP(parallel for if((long)BT * OC >= 4 * PAR_MIN_WORK) schedule(static))
         for (int i = 0; i < BT; i++) {
             float *row = y + (size_t)i * OC;
             if (accumulate)
@@ -75,8 +74,7 @@ void matmul_backward(float *dx, float *dw, float *db, const float *dy,
         /* blocks of 64 columns, each summed over the rows in order: the result
          * does not depend on how the blocks are shared among threads */
         int nblocks = (OC + 63) / 64;
-        long work = (long)BT * OC;
-        OMP(parallel for if(work >= 4 * PAR_MIN_WORK) schedule(static))
+        OMP(parallel for if((long)BT * OC >= 4 * PAR_MIN_WORK) schedule(static))
         for (int blk = 0; blk < nblocks; blk++) {
             int o0 = blk * 64;
             int n = OC - o0 < 64 ? OC - o0 : 64;
@@ -91,8 +89,7 @@ void layernorm_forward(float *y, float *mean, float *rstd, const float *x,
                        const float *w, const float *b, int BT, int C)
 {
     const float eps = 1e-5f;
-    long work = (long)BT * C;
-    OMP(parallel for if(work >= PAR_MIN_WORK) schedule(static))
+    OMP(parallel for if((long)BT * C >= PAR_MIN_WORK) schedule(static))
     for (int i = 0; i < BT; i++) {
         const float *xi = x + (size_t)i * C;
         float *yi = y + (size_t)i * C;
@@ -116,9 +113,8 @@ void layernorm_backward(float *dx, float *dw, float *db, const float *dy,
                         const float *x, const float *w, const float *mean,
                         const float *rstd, int BT, int C)
 {
-    long work = (long)BT * C;
     /* dx: rows are independent */
-    OMP(parallel for if(work >= PAR_MIN_WORK) schedule(static))
+    OMP(parallel for if((long)BT * C >= PAR_MIN_WORK) schedule(static))
     for (int i = 0; i < BT; i++) {
         const float *dyi = dy + (size_t)i * C;
         const float *xi = x + (size_t)i * C;
@@ -142,7 +138,7 @@ void layernorm_backward(float *dx, float *dw, float *db, const float *dy,
     /* dw, db: sums over rows, split among threads by blocks of columns so
      * that each sum runs over the rows in order */
     int nblocks = (C + 63) / 64;
-    OMP(parallel for if(work >= 4 * PAR_MIN_WORK) schedule(static))
+    OMP(parallel for if((long)BT * C >= 4 * PAR_MIN_WORK) schedule(static))
     for (int blk = 0; blk < nblocks; blk++) {
         int c0 = blk * 64;
         int n = C - c0 < 64 ? C - c0 : 64;
@@ -196,19 +192,38 @@ void gelu_backward(float *dx, const float *x, const float *dy, size_t n)
 
 /* The T x T products are done by blocks of ATT_BLOCK query rows: block [r0,r1)
  * only needs keys [0,r1), so about half of the upper triangle is never computed.
- * All blocks are sgemm calls on strided views of qkv/out (no copies). */
+ * All blocks are sgemm calls on strided views of qkv/out (no copies).
+ *
+ * Threading: the small per-head products gain nothing from OpenBLAS threads, so
+ * the (b,h) loop is shared among OpenMP threads instead.  A pthreads OpenBLAS
+ * should not start its own threads from inside an OpenMP region (some builds warn
+ * "Detect OpenMP Loop and this application may hang", others serialise the
+ * calls on a lock); it runs a GEMM on one thread when
+ * M*N*K <= 65536 * GEMM_MULTITHREAD_THRESHOLD (default 4).  The largest product
+ * here is ATT_BLOCK x T x HS, so heads go parallel only below that bound; above
+ * it (long sequences) heads run in turn, OpenBLAS threads each product and the
+ * softmax rows are shared among OpenMP threads. */
 #define ATT_BLOCK 32
+#define BLAS_SERIAL_MNK 262144L
+
+static int heads_in_parallel(int B, int T, int NH, int HS)
+{
+    return (long)ATT_BLOCK * T * HS <= BLAS_SERIAL_MNK &&
+           (long)B * NH * T * T >= PAR_MIN_WORK;
+}
 
 static void attention_head_forward(float *out, float *att, const float *q,
                                    const float *k, const float *v, int T, int ld,
-                                   int ldo, int HS, float scale)
+                                   int ldo, int HS, float scale, int rows_parallel)
 {
+    (void)rows_parallel; /* used only by the OpenMP pragma */
     for (int r0 = 0; r0 < T; r0 += ATT_BLOCK) {
         int r1 = r0 + ATT_BLOCK < T ? r0 + ATT_BLOCK : T;
         /* pre[r0:r1, 0:r1] = scale * q[r0:r1] @ k[0:r1]^T */
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, r1 - r0, r1, HS, scale,
                     q + (size_t)r0 * ld, ld, k, ld, 0.0f, att + (size_t)r0 * T, T);
     }
+    OMP(parallel for if(rows_parallel) schedule(static))
     for (int i = 0; i < T; i++) {
         float *row = att + (size_t)i * T;
         float maxv = row[0];
@@ -238,14 +253,15 @@ void attention_forward(float *out, float *att, const float *qkv, int B, int T,
     int HS = C / NH, ld = 3 * C;
     float scale = 1.0f / sqrtf((float)HS);
     int nbh = B * NH;
-    long work = (long)nbh * T * T;
-    OMP(parallel for if(work >= PAR_MIN_WORK) schedule(static))
+    int heads_par = heads_in_parallel(B, T, NH, HS);
+    int rows_par = !heads_par && (long)T * T >= PAR_MIN_WORK;
+    OMP(parallel for if(heads_par) schedule(static))
     for (int bh = 0; bh < nbh; bh++) {
         int b = bh / NH, h = bh % NH;
         const float *q = qkv + (size_t)b * T * ld + (size_t)h * HS;
         attention_head_forward(out + (size_t)b * T * C + (size_t)h * HS,
                                att + (size_t)bh * T * T, q, q + C, q + 2 * C, T, ld,
-                               C, HS, scale);
+                               C, HS, scale, rows_par);
     }
 }
 
@@ -253,8 +269,9 @@ static void attention_head_backward(float *dq, float *dk, float *dv, float *s,
                                     const float *dout, const float *q,
                                     const float *k, const float *v,
                                     const float *att, int T, int ld, int ldo, int HS,
-                                    float scale)
+                                    float scale, int rows_parallel)
 {
+    (void)rows_parallel; /* used only by the OpenMP pragma */
     for (int r0 = 0; r0 < T; r0 += ATT_BLOCK) {
         int r1 = r0 + ATT_BLOCK < T ? r0 + ATT_BLOCK : T;
         /* datt[r0:r1, 0:r1] = dout[r0:r1] @ v[0:r1]^T */
@@ -266,6 +283,7 @@ static void attention_head_backward(float *dq, float *dk, float *dv, float *s,
                     dv + (size_t)r0 * ld, ld);
     }
     /* softmax backward in place: dpre = scale * att * (datt - sum_j att*datt) */
+    OMP(parallel for if(rows_parallel) schedule(static))
     for (int i = 0; i < T; i++) {
         const float *a = att + (size_t)i * T;
         float *d = s + (size_t)i * T;
@@ -297,8 +315,9 @@ void attention_backward(float *dqkv, float *scratch, const float *dout,
     int HS = C / NH, ld = 3 * C;
     float scale = 1.0f / sqrtf((float)HS);
     int nbh = B * NH;
-    long work = (long)nbh * T * T;
-    OMP(parallel for if(work >= PAR_MIN_WORK) schedule(static))
+    int heads_par = heads_in_parallel(B, T, NH, HS);
+    int rows_par = !heads_par && (long)T * T >= PAR_MIN_WORK;
+    OMP(parallel for if(heads_par) schedule(static))
     for (int bh = 0; bh < nbh; bh++) {
         int b = bh / NH, h = bh % NH;
         size_t off = (size_t)b * T * ld + (size_t)h * HS;
@@ -307,7 +326,7 @@ void attention_backward(float *dqkv, float *scratch, const float *dout,
         attention_head_backward(dq, dq + C, dq + 2 * C, scratch + (size_t)bh * T * T,
                                 dout + (size_t)b * T * C + (size_t)h * HS, q, q + C,
                                 q + 2 * C, att + (size_t)bh * T * T, T, ld, C, HS,
-                                scale);
+                                scale, rows_par);
     }
 }
 
@@ -317,8 +336,7 @@ void embedding_forward(float *x, const int *tokens, const float *wte,
                        const float *wpe, int B, int T, int C)
 {
     int BT = B * T;
-    long work = (long)BT * C;
-    OMP(parallel for if(work >= PAR_MIN_WORK) schedule(static))
+    OMP(parallel for if((long)BT * C >= PAR_MIN_WORK) schedule(static))
     for (int i = 0; i < BT; i++) {
         float *xi = x + (size_t)i * C;
         const float *e = wte + (size_t)tokens[i] * C;
@@ -334,8 +352,7 @@ void embedding_backward(float *dwte, float *dwpe, const float *dx,
      * that occurs several times is accumulated in a fixed order. */
     int BT = B * T;
     int nblocks = (C + 63) / 64;
-    long work = (long)BT * C;
-    OMP(parallel for if(work >= 4 * PAR_MIN_WORK) schedule(static))
+    OMP(parallel for if((long)BT * C >= 4 * PAR_MIN_WORK) schedule(static))
     for (int blk = 0; blk < nblocks; blk++) {
         int c0 = blk * 64;
         int c1 = c0 + 64 < C ? c0 + 64 : C;
@@ -356,8 +373,7 @@ void embedding_backward(float *dwte, float *dwpe, const float *dx,
 void crossentropy_forward(float *losses, float *probs, const int *targets, int BT,
                           int V)
 {
-    long work = (long)BT * V;
-    OMP(parallel for if(work >= PAR_MIN_WORK) schedule(static))
+    OMP(parallel for if((long)BT * V >= PAR_MIN_WORK) schedule(static))
     for (int i = 0; i < BT; i++) {
         float *p = probs + (size_t)i * V;
         float maxv = p[0];
@@ -378,13 +394,13 @@ void crossentropy_forward(float *losses, float *probs, const int *targets, int B
 void crossentropy_backward(float *dlogits, const float *probs, const int *targets,
                            float scale, int BT, int V)
 {
-    long work = (long)BT * V;
-    OMP(parallel for if(work >= PAR_MIN_WORK) schedule(static))
+    OMP(parallel for if((long)BT * V >= PAR_MIN_WORK) schedule(static))
     for (int i = 0; i < BT; i++) {
         const float *p = probs + (size_t)i * V;
         float *d = dlogits + (size_t)i * V;
+        const float p_target = p[targets[i]];   /* read first: d may alias p */
         for (int j = 0; j < V; j++) d[j] = scale * p[j];
-        d[targets[i]] = scale * (p[targets[i]] - 1.0f);
+        d[targets[i]] = scale * (p_target - 1.0f);
     }
 }
 

@@ -119,7 +119,10 @@ osdp_status osdp_plan_parse(osdp_plan *plan, const osdp_layout *layout, const ch
     osdp_status s = osdp_plan_alloc(plan, layout->n_ops);
     if (s != OSDP_OK) return s;
     int *seen = calloc((size_t)layout->n_ops, sizeof(int));
-    if (!seen) return osdp_error_set(OSDP_ERR_OOM, "plan: out of host memory");
+    if (!seen) {
+        osdp_plan_free(plan);
+        return osdp_error_set(OSDP_ERR_OOM, "plan: out of host memory");
+    }
     plan_parse_state st = {.plan = plan, .layout = layout, .seen = seen, .status = OSDP_OK, .origin = origin};
     int rc = ini_parse_string(text, plan_handler, &st);
     if (st.status != OSDP_OK) {
@@ -148,11 +151,16 @@ osdp_status osdp_plan_load(osdp_plan *plan, const osdp_layout *layout, const cha
 {
     FILE *f = fopen(path, "rb");
     if (!f) return osdp_error_set(OSDP_ERR_IO, "cannot open plan file %s: %s", path, strerror(errno));
-    static char text[1 << 16];
-    size_t n = fread(text, 1, sizeof text - 1, f);
+    char *text = malloc(1 << 20);
+    if (!text) { fclose(f); return osdp_error_set(OSDP_ERR_OOM, "plan: out of host memory"); }
+    size_t n = fread(text, 1, (1 << 20) - 1, f);
+    int too_long = !feof(f);
     fclose(f);
     text[n] = '\0';
-    return osdp_plan_parse(plan, layout, text, path);
+    osdp_status s = too_long ? osdp_error_set(OSDP_ERR_INPUT, "plan file %s is longer than 1 MiB", path)
+                             : osdp_plan_parse(plan, layout, text, path);
+    free(text);
+    return s;
 }
 
 const char *osdp_plan_mode_name(const osdp_plan *plan, int op, char *buf, size_t n)

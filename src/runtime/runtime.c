@@ -36,6 +36,8 @@ osdp_status osdp_runtime_create(osdp_runtime *rt, const osdp_layout *layout, con
     rt->B = opt->micro_batch;
     rt->T = layout->T;
     rt->pending_scatter = -1;
+    if (rt->N < 1 || rt->rank < 0 || rt->rank >= rt->N)
+        return osdp_error_set(OSDP_ERR_INPUT, "runtime: rank %d of %d ranks is not valid", rt->rank, rt->N);
     if (rt->B < 1) return osdp_error_set(OSDP_ERR_INPUT, "micro-batch must be at least 1 (got %d)", rt->B);
     if (opt->accum_steps < 1) return osdp_error_set(OSDP_ERR_INPUT, "accumulation steps must be at least 1");
     for (int i = 0; i < plan->n_ops; i++)
@@ -57,7 +59,8 @@ osdp_status osdp_runtime_create(osdp_runtime *rt, const osdp_layout *layout, con
         st->shard_lo = (size_t)rt->rank * st->shard;
         char what[96];
         snprintf(what, sizeof what, "operator %s (sharded state)", op->name);
-        TRY(osdp_mem_alloc(&rt->mem, OSDP_MEM_STATE, 4 * st->shard * sizeof(float), what, (void **)&st->state));
+        osdp_status s = osdp_mem_alloc(&rt->mem, OSDP_MEM_STATE, 4 * st->shard * sizeof(float), what, (void **)&st->state);
+        if (s != OSDP_OK) { free(init_host); return s; }
         if (!opt->dry) {
             st->master = st->state;
             st->grad = st->state + st->shard;
@@ -71,6 +74,7 @@ osdp_status osdp_runtime_create(osdp_runtime *rt, const osdp_layout *layout, con
             }
             osdp_init_op_range(op, i, opt->seed, st->shard_lo, st->shard_lo + st->shard, init_host);
             backend->to_device(st->master, init_host, st->shard * sizeof(float));
+            backend->fill_zero(st->grad, 3 * st->shard * sizeof(float));   /* grad, m, v */
         }
         if (!is_zdp(rt, i)) {
             snprintf(what, sizeof what, "operator %s (resident DP weights)", op->name);
@@ -234,6 +238,7 @@ static osdp_status micro_step(osdp_runtime *rt, const osdp_dataset *data, double
         snprintf(what, sizeof what, "operator %s (full gradients)", L->op[op].name);
         TRY(osdp_mem_alloc(&rt->mem, OSDP_MEM_GRADS, st->padded * sizeof(float), what, (void **)&st->full_grad));
         TRY(weights_acquire(rt, u));
+        if (!dry) be->fill_zero(st->full_grad, st->padded * sizeof(float));   /* backward accumulates */
         if (!dry)
             osdp_op_backward(&rt->ctx, op, st->weights, st->full_grad, op ? rt->ops[op - 1].acts.out : NULL,
                              &st->acts, &rt->ws, loss_scale);

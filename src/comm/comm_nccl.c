@@ -1,0 +1,352 @@
+/* The NCCL communication backend (GPUs).
+ *
+ * Set-up: the communicator is bootstrapped over MPI (rank 0 makes the NCCL
+ * unique id, MPI_Bcast hands it out, every rank calls ncclCommInitRank), and a
+ * duplicate of the MPI communicator is kept for the barrier and for host
+ * buffers (below).
+ *
+ * Buffers.  NCCL moves device memory only.  The runtime must pass device
+ * pointers (memory from the CUDA compute backend's alloc) to every
+ * collective it wants on NCCL.  So that the existing host-side calls keep
+ * working — the 2-double loss/norm all-reduce in runtime.c and the host
+ * buffers of dump_weights in train.c — a collective whose buffers are all host
+ * memory falls back to the blocking MPI collective on the duplicated
+ * communicator (and completes before returning: its request is left empty).
+ * Mixing a host and a device buffer in one call is an error.  Every rank must
+ * pass the same kind of memory to the same call.
+ *
+ * Ordering.  Collectives run on a stream of their own, created non-blocking so
+ * that the synchronous cudaMemcpy/cudaMemset of the compute backend (legacy
+ * default stream) are never held up behind an in-flight prefetch.  Before
+ * each collective an event is recorded on the compute stream and the
+ * collective stream waits for it: everything queued before the call (the
+ * kernels that produced the input, and whatever the legacy stream ran before
+ * them) is finished before NCCL reads or writes the buffers.
+ *
+ * Completion.  The non-blocking form records an event after the collective
+ * and returns it in the request; wait blocks the host until that event has
+ * completed (polling it, and ncclCommGetAsyncError so that a failed peer gives
+ * an error rather than a hang).  After wait the buffers are complete for the
+ * host and for any later GPU work — the same guarantee as the MPI backend.
+ * The blocking form is start + wait.  progress is a no-op: NCCL progresses on
+ * the GPU by itself. */
+#include "config.h"
+#include "osdp/comm.h"
+#include "../cuda/cuda_check.h"
+
+#include <mpi.h>
+#include <nccl.h>
+#include <limits.h>
+#include <sched.h>
+#include <stdlib.h>
+
+#define MAX_PENDING 64
+
+typedef struct nccl_slot {
+    cudaEvent_t done;
+    int busy;
+} nccl_slot;
+
+typedef struct nccl_comm_impl {
+    MPI_Comm mpi;          /* bootstrap, barrier, host-buffer fallback */
+    ncclComm_t nccl;       /* NULL once aborted after an error */
+    cudaStream_t stream;   /* collectives */
+    cudaEvent_t ready;     /* recorded on the compute stream before each collective */
+    nccl_slot slots[MAX_PENDING];
+} nccl_comm_impl;
+
+static ncclDataType_t nccl_type(osdp_dtype t)
+{
+    switch (t) {
+    case OSDP_FLOAT32: return ncclFloat32;
+    case OSDP_FLOAT64: return ncclFloat64;
+    case OSDP_BFLOAT16: return ncclBfloat16;
+    case OSDP_UINT64: return ncclUint64;
+    case OSDP_BYTE: return ncclUint8;
+    }
+    return ncclUint8;
+}
+
+static MPI_Datatype mpi_type(osdp_dtype t)
+{
+    switch (t) {
+    case OSDP_FLOAT32: return MPI_FLOAT;
+    case OSDP_FLOAT64: return MPI_DOUBLE;
+    case OSDP_BFLOAT16: return MPI_UINT16_T;  /* moved, never reduced, on the host */
+    case OSDP_UINT64: return MPI_UINT64_T;
+    case OSDP_BYTE: return MPI_BYTE;
+    }
+    return MPI_BYTE;
+}
+
+/* Record the error (before the abort frees NCCL's message), then abort the
+ * communicator: after a failed collective its state is unknown. */
+static osdp_status nccl_fail(nccl_comm_impl *impl, ncclResult_t r, const char *what)
+{
+    const char *last = impl->nccl ? ncclGetLastError(impl->nccl) : NULL;
+    osdp_status s = osdp_error_set(OSDP_ERR_COMM, "%s failed: %s%s%s", what, ncclGetErrorString(r),
+                                   last && *last ? ": " : "", last && *last ? last : "");
+    if (impl->nccl) {
+        ncclCommAbort(impl->nccl);
+        impl->nccl = NULL;
+    }
+    return s;
+}
+
+static osdp_status mpi_fail(int rc, const char *what)
+{
+    char msg[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    MPI_Error_string(rc, msg, &len);
+    return osdp_error_set(OSDP_ERR_COMM, "%s (host buffers) failed: %s", what, msg);
+}
+
+/* 1: device (or managed) memory NCCL can use; 0: host memory */
+static int on_device(const void *p)
+{
+    struct cudaPointerAttributes a;
+    if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
+}
+
+/* Which path a call takes: *use_nccl = 1 for device buffers, 0 for host
+ * buffers (MPI fallback). */
+static osdp_status route(nccl_comm_impl *impl, const void *a, const void *b, size_t count, const char *what,
+                         int *use_nccl)
+{
+    int da = on_device(a), db = on_device(b);
+    *use_nccl = da;
+    if (da != db)
+        return osdp_error_set(OSDP_ERR_INPUT, "%s: one buffer in host and one in device memory", what);
+    if (!da && count > INT_MAX)
+        return osdp_error_set(OSDP_ERR_INPUT, "%s: %zu elements of host memory is too many for MPI", what, count);
+    if (da && !impl->nccl)
+        return osdp_error_set(OSDP_ERR_COMM, "%s: the NCCL communicator was aborted after an earlier error", what);
+    return OSDP_OK;
+}
+
+static void order_after_compute(nccl_comm_impl *impl)
+{
+    CUDA_CHECK(cudaEventRecord(impl->ready, osdp_cuda_compute_stream()));
+    CUDA_CHECK(cudaStreamWaitEvent(impl->stream, impl->ready, 0));
+}
+
+/* host waits for `ev`, watching for asynchronous NCCL errors meanwhile */
+static osdp_status wait_event(nccl_comm_impl *impl, cudaEvent_t ev, const char *what)
+{
+    for (;;) {
+        cudaError_t e = cudaEventQuery(ev);
+        if (e == cudaSuccess) return OSDP_OK;
+        if (e != cudaErrorNotReady) CUDA_CHECK(e);
+        ncclResult_t async = ncclSuccess;
+        if (impl->nccl && ncclCommGetAsyncError(impl->nccl, &async) == ncclSuccess &&
+            async != ncclSuccess && async != ncclInProgress)
+            return nccl_fail(impl, async, what);
+        sched_yield();
+    }
+}
+
+static osdp_status wait_slot(nccl_comm_impl *impl, nccl_slot *slot)
+{
+    osdp_status s = wait_event(impl, slot->done, "NCCL collective");
+    slot->busy = 0;
+    return s;
+}
+
+/* after an NCCL call: check it, then either wait at once or hand out an event */
+static osdp_status finish(nccl_comm_impl *impl, ncclResult_t r, osdp_request *req, const char *what)
+{
+    if (r != ncclSuccess) return nccl_fail(impl, r, what);
+    for (int i = 0; i < MAX_PENDING; i++)
+        if (!impl->slots[i].busy) {
+            nccl_slot *slot = &impl->slots[i];
+            CUDA_CHECK(cudaEventRecord(slot->done, impl->stream));
+            slot->busy = 1;
+            if (!req) return wait_slot(impl, slot);
+            req->impl = slot;
+            return OSDP_OK;
+        }
+    return osdp_error_set(OSDP_ERR_INTERNAL, "%s: more than %d collectives in flight", what, MAX_PENDING);
+}
+
+static osdp_status nccl_all_gather(osdp_comm *c, const void *shard, void *full, size_t count, osdp_dtype t,
+                                   osdp_request *req)
+{
+    nccl_comm_impl *impl = c->impl;
+    if (req) req->impl = NULL;
+    int nccl;
+    osdp_status s = route(impl, shard, full, count, "all-gather", &nccl);
+    if (s != OSDP_OK) return s;
+    if (!nccl) {
+        int rc = MPI_Allgather(shard, (int)count, mpi_type(t), full, (int)count, mpi_type(t), impl->mpi);
+        return rc == MPI_SUCCESS ? OSDP_OK : mpi_fail(rc, "MPI_Allgather");
+    }
+    order_after_compute(impl);
+    return finish(impl, ncclAllGather(shard, full, count, nccl_type(t), impl->nccl, impl->stream), req,
+                  "ncclAllGather");
+}
+
+static osdp_status nccl_reduce_scatter(osdp_comm *c, const void *full, void *shard, size_t count, osdp_dtype t,
+                                       osdp_request *req)
+{
+    nccl_comm_impl *impl = c->impl;
+    if (req) req->impl = NULL;
+    int nccl;
+    osdp_status s = route(impl, full, shard, count, "reduce-scatter", &nccl);
+    if (s != OSDP_OK) return s;
+    if (!nccl) {
+        int rc = MPI_Reduce_scatter_block(full, shard, (int)count, mpi_type(t), MPI_SUM, impl->mpi);
+        return rc == MPI_SUCCESS ? OSDP_OK : mpi_fail(rc, "MPI_Reduce_scatter_block");
+    }
+    order_after_compute(impl);
+    return finish(impl, ncclReduceScatter(full, shard, count, nccl_type(t), ncclSum, impl->nccl, impl->stream),
+                  req, "ncclReduceScatter");
+}
+
+static osdp_status nccl_all_reduce(osdp_comm *c, void *buf, size_t count, osdp_dtype t, osdp_request *req)
+{
+    nccl_comm_impl *impl = c->impl;
+    if (req) req->impl = NULL;
+    int nccl;
+    osdp_status s = route(impl, buf, buf, count, "all-reduce", &nccl);
+    if (s != OSDP_OK) return s;
+    if (!nccl) {
+        int rc = MPI_Allreduce(MPI_IN_PLACE, buf, (int)count, mpi_type(t), MPI_SUM, impl->mpi);
+        return rc == MPI_SUCCESS ? OSDP_OK : mpi_fail(rc, "MPI_Allreduce");
+    }
+    order_after_compute(impl);
+    return finish(impl, ncclAllReduce(buf, buf, count, nccl_type(t), ncclSum, impl->nccl, impl->stream), req,
+                  "ncclAllReduce");
+}
+
+static osdp_status nccl_broadcast(osdp_comm *c, void *buf, size_t bytes, int root, osdp_request *req)
+{
+    nccl_comm_impl *impl = c->impl;
+    if (req) req->impl = NULL;
+    int nccl;
+    osdp_status s = route(impl, buf, buf, bytes, "broadcast", &nccl);
+    if (s != OSDP_OK) return s;
+    if (!nccl) {
+        int rc = MPI_Bcast(buf, (int)bytes, MPI_BYTE, root, impl->mpi);
+        return rc == MPI_SUCCESS ? OSDP_OK : mpi_fail(rc, "MPI_Bcast");
+    }
+    order_after_compute(impl);
+    return finish(impl, ncclBroadcast(buf, buf, bytes, ncclUint8, root, impl->nccl, impl->stream), req,
+                  "ncclBroadcast");
+}
+
+static osdp_status nccl_barrier(osdp_comm *c)
+{
+    nccl_comm_impl *impl = c->impl;
+    /* local collectives first, so that the barrier means "all issued work done" */
+    CUDA_CHECK(cudaStreamSynchronize(impl->stream));
+    int rc = MPI_Barrier(impl->mpi);
+    return rc == MPI_SUCCESS ? OSDP_OK : mpi_fail(rc, "MPI_Barrier");
+}
+
+static osdp_status nccl_wait(osdp_comm *c, osdp_request *req)
+{
+    nccl_comm_impl *impl = c->impl;
+    nccl_slot *slot = req->impl;
+    req->impl = NULL;
+    return slot ? wait_slot(impl, slot) : OSDP_OK;
+}
+
+static void nccl_progress(osdp_comm *c) { (void)c; }
+
+static void nccl_destroy(osdp_comm *c)
+{
+    nccl_comm_impl *impl = c->impl;
+    if (!impl) return;
+    if (impl->nccl) {
+        cudaStreamSynchronize(impl->stream);
+        ncclCommDestroy(impl->nccl);
+    }
+    for (int i = 0; i < MAX_PENDING; i++)
+        if (impl->slots[i].done) cudaEventDestroy(impl->slots[i].done);
+    if (impl->ready) cudaEventDestroy(impl->ready);
+    if (impl->stream) cudaStreamDestroy(impl->stream);
+    MPI_Comm_free(&impl->mpi);
+    free(impl);
+    c->impl = NULL;
+}
+
+static const osdp_comm_backend nccl_backend = {
+    .name = "nccl",
+    .all_gather = nccl_all_gather,
+    .reduce_scatter = nccl_reduce_scatter,
+    .all_reduce = nccl_all_reduce,
+    .broadcast = nccl_broadcast,
+    .barrier = nccl_barrier,
+    .wait = nccl_wait,
+    .progress = nccl_progress,
+    .destroy = nccl_destroy,
+};
+
+/* Collective over the ranks of `mpi_comm`: call it on all of them.  The
+ * device is local_device modulo the number of visible GPUs, as in the CUDA
+ * compute backend's init. */
+osdp_status osdp_comm_create_nccl(osdp_comm *c, const void *mpi_comm, int local_device)
+{
+    int count = 0;
+    cudaError_t err = cudaGetDeviceCount(&count);
+    int have = err == cudaSuccess && count > 0, all_have = 0;
+    if (err != cudaSuccess) (void)cudaGetLastError();
+    MPI_Allreduce(&have, &all_have, 1, MPI_INT, MPI_MIN, *(const MPI_Comm *)mpi_comm);
+    if (!all_have)
+        return osdp_error_set(OSDP_ERR_INPUT, "NCCL: %s", have ? "another rank has no usable GPU"
+                              : err != cudaSuccess ? cudaGetErrorString(err) : "no CUDA device found");
+    CUDA_CHECK(cudaSetDevice((local_device < 0 ? 0 : local_device) % count));
+
+    nccl_comm_impl *impl = calloc(1, sizeof *impl);
+    int ok = impl != NULL, all_ok = 0;
+    MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, *(const MPI_Comm *)mpi_comm);
+    if (!all_ok) {
+        free(impl);
+        return osdp_error_set(OSDP_ERR_OOM, "NCCL comm: out of host memory");
+    }
+    MPI_Comm_dup(*(const MPI_Comm *)mpi_comm, &impl->mpi);
+    MPI_Comm_set_errhandler(impl->mpi, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(impl->mpi, &c->rank);
+    MPI_Comm_size(impl->mpi, &c->size);
+
+    /* rank 0 makes the id; its success travels with it so nobody hangs */
+    struct { ncclUniqueId id; int ok; } boot;
+    ncclResult_t r = ncclSuccess;
+    boot.ok = 1;
+    if (c->rank == 0) {
+        r = ncclGetUniqueId(&boot.id);
+        boot.ok = r == ncclSuccess;
+    }
+    MPI_Bcast(&boot, (int)sizeof boot, MPI_BYTE, 0, impl->mpi);
+    if (!boot.ok) {
+        MPI_Comm_free(&impl->mpi);
+        free(impl);
+        return osdp_error_set(OSDP_ERR_COMM, "ncclGetUniqueId failed on rank 0%s%s",
+                              c->rank == 0 ? ": " : "", c->rank == 0 ? ncclGetErrorString(r) : "");
+    }
+    r = ncclCommInitRank(&impl->nccl, c->size, boot.id, c->rank);
+    ok = r == ncclSuccess;
+    if (!ok) impl->nccl = NULL;
+    MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, impl->mpi);
+    if (!all_ok) {
+        osdp_status s = ok ? osdp_error_set(OSDP_ERR_COMM, "ncclCommInitRank failed on another rank")
+                           : nccl_fail(impl, r, "ncclCommInitRank");
+        if (impl->nccl) ncclCommAbort(impl->nccl);
+        MPI_Comm_free(&impl->mpi);
+        free(impl);
+        return s;
+    }
+
+    CUDA_CHECK(cudaStreamCreateWithFlags(&impl->stream, cudaStreamNonBlocking));
+    CUDA_CHECK(cudaEventCreateWithFlags(&impl->ready, cudaEventDisableTiming));
+    for (int i = 0; i < MAX_PENDING; i++)
+        CUDA_CHECK(cudaEventCreateWithFlags(&impl->slots[i].done, cudaEventDisableTiming));
+    c->ops = &nccl_backend;
+    c->impl = impl;
+    osdp_traffic_reset(&c->traffic);
+    return OSDP_OK;
+}

@@ -1,0 +1,355 @@
+/* The CUDA compute backend: device memory, cuBLAS GEMMs, our kernels
+ * (kernels_cuda.cu).  Semantics of every entry: include/osdp/compute.h and
+ * include/osdp/kernels_cpu.h.
+ *
+ * Streams.  All kernels and cuBLAS calls run on one compute stream created by
+ * init with cudaStreamCreate, i.e. a *blocking* stream: the synchronous
+ * cudaMemcpy/cudaMemset calls of the memory entries (legacy default stream)
+ * are ordered after the work queued on it, so to_host always sees finished
+ * results, and an entry called after to_device sees the copied data.
+ *
+ * Math mode.  cuBLAS runs with CUBLAS_DEFAULT_MATH: true fp32 products, no
+ * TF32 tensor cores, so results match the CPU backend to ~1e-5 relative and
+ * the loss curve does not depend on the backend.  Setting the environment
+ * variable OSDP_CUDA_TF32=1 before init selects CUBLAS_TF32_TENSOR_OP_MATH
+ * instead (about 10 bits of mantissa in the products: expect ~1e-3 relative
+ * differences from the CPU; several times faster GEMMs on A100/H100).
+ *
+ * Row-major to column-major.  A row-major (m,n) matrix with leading dimension
+ * ld is, to cuBLAS, the column-major (n,m) matrix of its transpose.  So a
+ * row-major product C = A B is issued as the column-major C^T = B^T A^T:
+ * operands swapped, dimensions (n, m, k). */
+#include "cuda_check.h"
+#include "kernels_cuda.cuh"
+
+extern "C" {
+#include "config.h"
+#include "osdp/compute.h"
+}
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+namespace {
+
+struct CudaState {
+    int initialised;
+    int device;
+    cudaStream_t stream;
+    cublasHandle_t cublas;
+    double *partials;  /* REDUCE_PARTIALS + 1 doubles for sum / sum_squares */
+};
+CudaState g;
+
+inline cudaStream_t S() { return g.stream; }
+
+const float kOne = 1.0f, kZero = 0.0f;
+
+/* ------------------------------------------------------------------ setup */
+
+osdp_status cuda_init(int local_rank, int threads)
+{
+    (void)threads;  /* host threads play no part: the GPU does the work */
+    int count = 0;
+    cudaError_t err = cudaGetDeviceCount(&count);
+    if (err != cudaSuccess || count <= 0) {
+        const char *why = err != cudaSuccess ? cudaGetErrorString(err) : "no CUDA device found";
+        (void)cudaGetLastError();  /* leave no pending error for later calls */
+        return osdp_error_set(OSDP_ERR_INPUT, "--backend cuda: no usable GPU on this node (%s)", why);
+    }
+    int device = (local_rank < 0 ? 0 : local_rank) % count;
+    if (g.initialised) {
+        if (g.device == device) return OSDP_OK;
+        return osdp_error_set(OSDP_ERR_INTERNAL, "cuda backend: already initialised on device %d, asked for %d",
+                              g.device, device);
+    }
+    err = cudaSetDevice(device);
+    if (err != cudaSuccess)
+        return osdp_error_set(OSDP_ERR_INPUT, "--backend cuda: cannot use GPU %d: %s", device,
+                              cudaGetErrorString(err));
+    CUDA_CHECK(cudaStreamCreate(&g.stream));
+    CUBLAS_CHECK(cublasCreate(&g.cublas));
+    CUBLAS_CHECK(cublasSetStream(g.cublas, g.stream));
+    const char *tf32 = getenv("OSDP_CUDA_TF32");
+    int use_tf32 = tf32 && tf32[0] && strcmp(tf32, "0") != 0;
+    CUBLAS_CHECK(cublasSetMathMode(g.cublas, use_tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
+    CUDA_CHECK(cudaMalloc((void **)&g.partials, (osdp_cuda::REDUCE_PARTIALS + 1) * sizeof(double)));
+    g.device = device;
+    g.initialised = 1;
+    return OSDP_OK;
+}
+
+void *cuda_alloc(size_t bytes)
+{
+    void *p = NULL;
+    /* a real, distinct pointer even for 0 bytes (the runtime treats NULL as OOM) */
+    if (cudaMalloc(&p, bytes ? bytes : 256) != cudaSuccess) {
+        (void)cudaGetLastError();  /* out of memory is not sticky: clear it and report NULL */
+        return NULL;
+    }
+    CUDA_CHECK(cudaMemset(p, 0, bytes ? bytes : 256));
+    return p;
+}
+
+void cuda_free(void *p)
+{
+    if (p) CUDA_CHECK(cudaFree(p));
+}
+
+void cuda_fill_zero(void *p, size_t bytes)
+{
+    if (bytes) CUDA_CHECK(cudaMemset(p, 0, bytes));
+}
+
+void cuda_copy(void *dst, const void *src, size_t bytes)
+{
+    if (bytes) CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToDevice));
+}
+
+void cuda_to_device(void *dst, const void *host_src, size_t bytes)
+{
+    if (bytes) CUDA_CHECK(cudaMemcpy(dst, host_src, bytes, cudaMemcpyHostToDevice));
+}
+
+void cuda_to_host(void *host_dst, const void *src, size_t bytes)
+{
+    if (bytes) CUDA_CHECK(cudaMemcpy(host_dst, src, bytes, cudaMemcpyDeviceToHost));
+}
+
+void cuda_synchronize(void) { CUDA_CHECK(cudaDeviceSynchronize()); }
+
+/* ----------------------------------------------------------------- matmul */
+
+void cuda_matmul_forward(float *y, const float *x, const float *w, const float *b, int BT, int IC,
+                         int OC, int accumulate)
+{
+    /* as on the CPU: lay the bias into y first, then y += x @ w with beta = 1 */
+    const float *beta = accumulate ? &kOne : &kZero;
+    if (b) {
+        osdp_cuda::bias_rows(y, b, BT, OC, accumulate, S());
+        beta = &kOne;
+    }
+    if (BT <= 0 || OC <= 0) return;
+    /* y^T (OC,BT) = w^T (OC,IC) x^T (IC,BT) */
+    CUBLAS_CHECK(cublasSgemm(g.cublas, CUBLAS_OP_N, CUBLAS_OP_N, OC, BT, IC, &kOne, w, OC, x, IC,
+                             beta, y, OC));
+}
+
+void cuda_matmul_backward(float *dx, float *dw, float *db, const float *dy, const float *x,
+                          const float *w, int BT, int IC, int OC, int dx_accumulate)
+{
+    if (BT <= 0 || IC <= 0 || OC <= 0) return;
+    /* dx (BT,IC) = dy @ w^T  ->  dx^T (IC,BT) = w (IC,OC) dy^T (OC,BT) */
+    if (dx)
+        CUBLAS_CHECK(cublasSgemm(g.cublas, CUBLAS_OP_T, CUBLAS_OP_N, IC, BT, OC, &kOne, w, OC, dy,
+                                 OC, dx_accumulate ? &kOne : &kZero, dx, IC));
+    /* dw (IC,OC) += x^T @ dy  ->  dw^T (OC,IC) += dy^T (OC,BT) x (BT,IC) */
+    CUBLAS_CHECK(cublasSgemm(g.cublas, CUBLAS_OP_N, CUBLAS_OP_T, OC, IC, BT, &kOne, dy, OC, x, IC,
+                             &kOne, dw, OC));
+    if (db) osdp_cuda::column_sums_add(db, dy, BT, OC, S());
+}
+
+/* -------------------------------------------------------------- layernorm */
+
+void cuda_layernorm_forward(float *y, float *mean, float *rstd, const float *x, const float *w,
+                            const float *b, int BT, int C)
+{
+    osdp_cuda::layernorm_forward(y, mean, rstd, x, w, b, BT, C, S());
+}
+
+void cuda_layernorm_backward(float *dx, float *dw, float *db, const float *dy, const float *x,
+                             const float *w, const float *mean, const float *rstd, int BT, int C)
+{
+    osdp_cuda::layernorm_backward(dx, dw, db, dy, x, w, mean, rstd, BT, C, S());
+}
+
+void cuda_gelu_forward(float *y, const float *x, size_t n) { osdp_cuda::gelu_forward(y, x, n, S()); }
+
+void cuda_gelu_backward(float *dx, const float *x, const float *dy, size_t n)
+{
+    osdp_cuda::gelu_backward(dx, x, dy, n, S());
+}
+
+/* -------------------------------------------------------------- attention */
+
+/* Per batch element b, one strided-batched GEMM over the NH heads: head h of
+ * q/k/v starts HS columns after head h-1 (rows 3C apart), head h of att
+ * T*T floats after head h-1, head h of out HS columns after head h-1.  The
+ * full T x T products are computed; the softmax writes exact zeros above the
+ * diagonal, so the products with att are the causal ones. */
+void cuda_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH)
+{
+    if (B <= 0 || T <= 0 || NH <= 0) return;
+    const int HS = C / NH, ld = 3 * C;
+    const float scale = 1.0f / sqrtf((float)HS);
+    const long long TT = (long long)T * T;
+    for (int b = 0; b < B; b++) {
+        const float *q = qkv + (size_t)b * T * ld, *k = q + C;
+        float *a = att + (size_t)b * NH * TT;
+        /* pre (T,T) = scale * q k^T  ->  pre^T = k (col-major T x HS, op T) q^T */
+        CUBLAS_CHECK(cublasSgemmStridedBatched(g.cublas, CUBLAS_OP_T, CUBLAS_OP_N, T, T, HS, &scale,
+                                               k, ld, HS, q, ld, HS, &kZero, a, T, TT, NH));
+    }
+    osdp_cuda::causal_softmax_forward(att, (long)B * NH * T, T, S());
+    for (int b = 0; b < B; b++) {
+        const float *v = qkv + (size_t)b * T * ld + 2 * C;
+        const float *a = att + (size_t)b * NH * TT;
+        float *o = out + (size_t)b * T * C;
+        /* out (T,HS) = att v  ->  out^T (HS,T) = v^T att^T */
+        CUBLAS_CHECK(cublasSgemmStridedBatched(g.cublas, CUBLAS_OP_N, CUBLAS_OP_N, HS, T, T, &kOne,
+                                               v, ld, HS, a, T, TT, &kZero, o, C, HS, NH));
+    }
+}
+
+void cuda_attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv,
+                             const float *att, int B, int T, int C, int NH)
+{
+    if (B <= 0 || T <= 0 || NH <= 0) return;
+    const int HS = C / NH, ld = 3 * C;
+    const float scale = 1.0f / sqrtf((float)HS);
+    const long long TT = (long long)T * T;
+    for (int b = 0; b < B; b++) {
+        const float *v = qkv + (size_t)b * T * ld + 2 * C;
+        const float *a = att + (size_t)b * NH * TT;
+        const float *d = dout + (size_t)b * T * C;
+        float *ds = scratch + (size_t)b * NH * TT;
+        float *dv = dqkv + (size_t)b * T * ld + 2 * C;
+        /* datt (T,T) = dout v^T  ->  datt^T = v (op T) dout^T */
+        CUBLAS_CHECK(cublasSgemmStridedBatched(g.cublas, CUBLAS_OP_T, CUBLAS_OP_N, T, T, HS, &kOne,
+                                               v, ld, HS, d, C, HS, &kZero, ds, T, TT, NH));
+        /* dv (T,HS) = att^T dout  ->  dv^T = dout^T att (op T) */
+        CUBLAS_CHECK(cublasSgemmStridedBatched(g.cublas, CUBLAS_OP_N, CUBLAS_OP_T, HS, T, T, &kOne,
+                                               d, C, HS, a, T, TT, &kZero, dv, ld, HS, NH));
+    }
+    /* dpre = scale * att * (datt - rowsum(att * datt)), zeros above the diagonal */
+    osdp_cuda::causal_softmax_backward(scratch, att, (long)B * NH * T, T, scale, S());
+    for (int b = 0; b < B; b++) {
+        const float *q = qkv + (size_t)b * T * ld, *k = q + C;
+        const float *ds = scratch + (size_t)b * NH * TT;
+        float *dq = dqkv + (size_t)b * T * ld, *dk = dq + C;
+        /* dq (T,HS) = dpre k  ->  dq^T = k^T dpre^T */
+        CUBLAS_CHECK(cublasSgemmStridedBatched(g.cublas, CUBLAS_OP_N, CUBLAS_OP_N, HS, T, T, &kOne,
+                                               k, ld, HS, ds, T, TT, &kZero, dq, ld, HS, NH));
+        /* dk (T,HS) = dpre^T q  ->  dk^T = q^T dpre (op T) */
+        CUBLAS_CHECK(cublasSgemmStridedBatched(g.cublas, CUBLAS_OP_N, CUBLAS_OP_T, HS, T, T, &kOne,
+                                               q, ld, HS, ds, T, TT, &kZero, dk, ld, HS, NH));
+    }
+}
+
+/* ------------------------------------------------------ embedding, losses */
+
+void cuda_embedding_forward(float *x, const int *tokens, const float *wte, const float *wpe, int B,
+                            int T, int C)
+{
+    osdp_cuda::embedding_forward(x, tokens, wte, wpe, B, T, C, S());
+}
+
+void cuda_embedding_backward(float *dwte, float *dwpe, const float *dx, const int *tokens, int B,
+                             int T, int C)
+{
+    osdp_cuda::embedding_backward(dwte, dwpe, dx, tokens, B, T, C, S());
+}
+
+void cuda_crossentropy_forward(float *losses, float *probs, const int *targets, int BT, int V)
+{
+    osdp_cuda::crossentropy_forward(losses, probs, targets, BT, V, S());
+}
+
+void cuda_crossentropy_backward(float *dlogits, const float *probs, const int *targets, float scale,
+                                int BT, int V)
+{
+    osdp_cuda::crossentropy_backward(dlogits, probs, targets, scale, BT, V, S());
+}
+
+void cuda_residual_forward(float *out, const float *a, const float *b, size_t n)
+{
+    osdp_cuda::residual_forward(out, a, b, n, S());
+}
+
+void cuda_vector_accumulate(float *y, const float *x, size_t n)
+{
+    osdp_cuda::vector_accumulate(y, x, n, S());
+}
+
+/* ------------------------------------------------------ sums, optimizer */
+
+double reduce_to_host(const float *x, size_t n, int squares)
+{
+    if (!n) return 0.0;
+    osdp_cuda::reduce_sum(x, n, squares, g.partials, S());
+    double r = 0.0;
+    CUDA_CHECK(cudaMemcpyAsync(&r, g.partials + osdp_cuda::REDUCE_PARTIALS, sizeof r,
+                               cudaMemcpyDeviceToHost, S()));
+    CUDA_CHECK(cudaStreamSynchronize(S()));
+    return r;
+}
+
+double cuda_sum(const float *x, size_t n) { return reduce_to_host(x, n, 0); }
+double cuda_sum_squares(const float *x, size_t n) { return reduce_to_host(x, n, 1); }
+
+void cuda_adamw(float *w, const float *g_, float *m, float *v, size_t n, float lr, float beta1,
+                float beta2, float eps, float weight_decay, float grad_scale, long t)
+{
+    /* bias corrections on the host, in float, exactly as the CPU backend */
+    const float c1 = 1.0f - powf(beta1, (float)t);
+    const float c2 = 1.0f - powf(beta2, (float)t);
+    osdp_cuda::adamw(w, g_, m, v, n, lr, beta1, beta2, c1, c2, eps, weight_decay, grad_scale, S());
+}
+
+}  // namespace
+
+/* ------------------------------------------------------ shared with NCCL */
+
+extern "C" cudaStream_t osdp_cuda_compute_stream(void) { return g.initialised ? g.stream : NULL; }
+
+extern "C" const char *osdp_cublas_status_string(cublasStatus_t s)
+{
+    switch (s) {
+    case CUBLAS_STATUS_SUCCESS: return "CUBLAS_STATUS_SUCCESS";
+    case CUBLAS_STATUS_NOT_INITIALIZED: return "CUBLAS_STATUS_NOT_INITIALIZED (no cublasCreate?)";
+    case CUBLAS_STATUS_ALLOC_FAILED: return "CUBLAS_STATUS_ALLOC_FAILED";
+    case CUBLAS_STATUS_INVALID_VALUE: return "CUBLAS_STATUS_INVALID_VALUE (bad size or leading dimension)";
+    case CUBLAS_STATUS_ARCH_MISMATCH: return "CUBLAS_STATUS_ARCH_MISMATCH";
+    case CUBLAS_STATUS_MAPPING_ERROR: return "CUBLAS_STATUS_MAPPING_ERROR";
+    case CUBLAS_STATUS_EXECUTION_FAILED: return "CUBLAS_STATUS_EXECUTION_FAILED";
+    case CUBLAS_STATUS_INTERNAL_ERROR: return "CUBLAS_STATUS_INTERNAL_ERROR";
+    case CUBLAS_STATUS_NOT_SUPPORTED: return "CUBLAS_STATUS_NOT_SUPPORTED";
+    case CUBLAS_STATUS_LICENSE_ERROR: return "CUBLAS_STATUS_LICENSE_ERROR";
+    }
+    return "unknown cuBLAS status";
+}
+
+/* ------------------------------------------------------------------ table */
+
+/* Fields in declaration order (C++17 accepts in-order designators as a GNU
+ * extension; a field added to compute.h without an entry here is left NULL
+ * and must be filled). */
+extern "C" const osdp_compute_backend osdp_compute_cuda = {
+    .name = "cuda",
+    .init = cuda_init,
+    .alloc = cuda_alloc,
+    .free = cuda_free,
+    .fill_zero = cuda_fill_zero,
+    .copy = cuda_copy,
+    .to_device = cuda_to_device,
+    .to_host = cuda_to_host,
+    .synchronize = cuda_synchronize,
+    .matmul_forward = cuda_matmul_forward,
+    .matmul_backward = cuda_matmul_backward,
+    .layernorm_forward = cuda_layernorm_forward,
+    .layernorm_backward = cuda_layernorm_backward,
+    .gelu_forward = cuda_gelu_forward,
+    .gelu_backward = cuda_gelu_backward,
+    .attention_forward = cuda_attention_forward,
+    .attention_backward = cuda_attention_backward,
+    .embedding_forward = cuda_embedding_forward,
+    .embedding_backward = cuda_embedding_backward,
+    .crossentropy_forward = cuda_crossentropy_forward,
+    .crossentropy_backward = cuda_crossentropy_backward,
+    .residual_forward = cuda_residual_forward,
+    .vector_accumulate = cuda_vector_accumulate,
+    .sum = cuda_sum,
+    .sum_squares = cuda_sum_squares,
+    .adamw = cuda_adamw,
+};

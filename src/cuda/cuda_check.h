@@ -1,0 +1,61 @@
+/* Error checks of the CUDA backends, and what the CUDA compute backend shares
+ * with the NCCL communication backend.
+ *
+ * Usable from C (src/comm/comm_nccl.c, compiled by mpicc) and from C++ (the
+ * .cu files, compiled by nvcc).  A failed CUDA or cuBLAS call is a bug or a
+ * dead device, not something a caller can recover from: the macros print
+ * file:line and the error string to stderr and MPI_Abort the whole job
+ * (exit() on one rank would leave the others hanging in their next
+ * collective).  Out-of-memory from cudaMalloc is not checked with these: the
+ * alloc entry returns NULL so that the runtime can report it. */
+#ifndef OSDP_CUDA_CHECK_H
+#define OSDP_CUDA_CHECK_H
+
+#include <mpi.h>
+#include <stdio.h>
+#include <cuda_runtime.h>
+#include <cublas_v2.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The stream every compute kernel and cuBLAS call runs on (created by the
+ * CUDA compute backend's init); NULL (the legacy default stream) before it.
+ * The NCCL backend orders its collectives after the work queued on it. */
+cudaStream_t osdp_cuda_compute_stream(void);
+
+/* cuBLAS has no cublasGetErrorString before 11.4; ours works everywhere. */
+const char *osdp_cublas_status_string(cublasStatus_t s);
+
+#ifdef __cplusplus
+}
+#endif
+
+#define OSDP_CUDA_ABORT_(file, line, what, msg)                                      \
+    do {                                                                             \
+        fprintf(stderr, "%s:%d: %s failed: %s\n", (file), (line), (what), (msg));    \
+        fflush(stderr);                                                              \
+        MPI_Abort(MPI_COMM_WORLD, 1);                                                \
+    } while (0)
+
+#define CUDA_CHECK(call)                                                             \
+    do {                                                                             \
+        cudaError_t osdp_cuda_err_ = (call);                                         \
+        if (osdp_cuda_err_ != cudaSuccess)                                           \
+            OSDP_CUDA_ABORT_(__FILE__, __LINE__, #call,                              \
+                             cudaGetErrorString(osdp_cuda_err_));                    \
+    } while (0)
+
+#define CUBLAS_CHECK(call)                                                           \
+    do {                                                                             \
+        cublasStatus_t osdp_cublas_st_ = (call);                                     \
+        if (osdp_cublas_st_ != CUBLAS_STATUS_SUCCESS)                                \
+            OSDP_CUDA_ABORT_(__FILE__, __LINE__, #call,                              \
+                             osdp_cublas_status_string(osdp_cublas_st_));            \
+    } while (0)
+
+/* after a kernel launch: catches bad launch configurations at once */
+#define CUDA_CHECK_LAUNCH() CUDA_CHECK(cudaGetLastError())
+
+#endif

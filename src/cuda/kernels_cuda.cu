@@ -1,0 +1,563 @@
+/* CUDA kernels of the GPT operators other than the matrix products (those are
+ * cuBLAS calls in backend_cuda.cu).  The contract of each is in
+ * include/osdp/kernels_cpu.h; the launchers are declared in kernels_cuda.cuh.
+ *
+ * Layout of the work:
+ *   - elementwise kernels: one thread per element, grid-stride loops;
+ *   - row kernels (layernorm, causal softmax): one warp per row;
+ *   - cross-entropy (rows of V ~ 50k): one block per row;
+ *   - sums over rows (bias / layernorm parameter gradients): one block per
+ *     32 columns, 32 row-strided partial sums per column combined in a fixed
+ *     order in shared memory;
+ *   - embedding backward: a stable radix sort of the positions by token
+ *     (CUB), then one block per distinct token summing its rows in position
+ *     order — the CPU kernel's order, so the result is bitwise the CPU's.
+ * No kernel uses floating-point atomics: results are reproducible bit for bit. */
+#include "kernels_cuda.cuh"
+#include "cuda_check.h"
+
+#include <cub/cub.cuh>
+#include <math.h>
+
+namespace osdp_cuda {
+
+namespace {
+
+const int kThreads = 256;                 /* block size of the 1-D kernels */
+const float kGeluScaling = 0.7978845608028654f; /* sqrt(2/pi) */
+
+unsigned grid_for(size_t n, int threads = kThreads)
+{
+    size_t blocks = (n + threads - 1) / threads;
+    if (blocks > (1u << 20)) blocks = 1u << 20;   /* grid-stride loops do the rest */
+    return blocks ? (unsigned)blocks : 1u;
+}
+
+/* ------------------------------------------------------------ reductions */
+
+struct SumOp {
+    template <class T> __device__ static T apply(T a, T b) { return a + b; }
+    template <class T> __device__ static T identity() { return T(0); }
+};
+struct MaxOp {
+    template <class T> __device__ static T apply(T a, T b) { return a > b ? a : b; }
+    template <class T> __device__ static T identity() { return -INFINITY; }
+};
+
+/* xor butterfly: every lane ends with the same value, summed in the same tree */
+template <class Op, class T> __device__ T warp_reduce(T v)
+{
+    for (int o = 16; o > 0; o >>= 1) v = Op::apply(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+/* whole-block reduction; every thread gets the result.  `shared` holds 32 T. */
+template <class Op, class T> __device__ T block_reduce(T v, T *shared)
+{
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int nwarps = (blockDim.x + 31) >> 5;
+    v = warp_reduce<Op>(v);
+    __syncthreads();                       /* `shared` may still be read from a previous call */
+    if (lane == 0) shared[warp] = v;
+    __syncthreads();
+    if (warp == 0) {
+        T w = lane < nwarps ? shared[lane] : Op::template identity<T>();
+        w = warp_reduce<Op>(w);
+        if (lane == 0) shared[0] = w;
+    }
+    __syncthreads();
+    return shared[0];
+}
+
+/* ---------------------------------------------------------- matmul helpers */
+
+__global__ void bias_rows_kernel(float *y, const float *b, int BT, int OC, int accumulate)
+{
+    const size_t n = (size_t)BT * OC;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        float bias = b[i % OC];
+        y[i] = accumulate ? y[i] + bias : bias;
+    }
+}
+
+/* block (32,32): column c = 32*blockIdx.x + threadIdx.x; thread row ty sums
+ * rows ty, ty+32, ... in order; the 32 partials are added in ty order */
+__global__ void column_sums_kernel(float *db, const float *dy, int BT, int OC)
+{
+    __shared__ float part[32][33];
+    const int tx = threadIdx.x, ty = threadIdx.y;
+    const int c = blockIdx.x * 32 + tx;
+    float acc = 0.0f;
+    if (c < OC)
+        for (int i = ty; i < BT; i += 32) acc += dy[(size_t)i * OC + c];
+    part[ty][tx] = acc;
+    __syncthreads();
+    if (ty == 0 && c < OC) {
+        float s = 0.0f;
+        for (int k = 0; k < 32; k++) s += part[k][tx];
+        db[c] += s;
+    }
+}
+
+/* ---------------------------------------------------------------- layernorm */
+
+__global__ void layernorm_forward_kernel(float *y, float *mean, float *rstd, const float *x,
+                                         const float *w, const float *b, int BT, int C)
+{
+    const int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    const int lane = threadIdx.x & 31;
+    if (row >= BT) return;                 /* the whole warp leaves together */
+    const float *xr = x + (size_t)row * C;
+    float *yr = y + (size_t)row * C;
+    float s = 0.0f;
+    for (int c = lane; c < C; c += 32) s += xr[c];
+    const float m = warp_reduce<SumOp>(s) / (float)C;
+    float v = 0.0f;
+    for (int c = lane; c < C; c += 32) {
+        float d = xr[c] - m;
+        v += d * d;
+    }
+    v = warp_reduce<SumOp>(v) / (float)C;
+    const float rs = 1.0f / sqrtf(v + 1e-5f);
+    for (int c = lane; c < C; c += 32) yr[c] = (xr[c] - m) * rs * w[c] + b[c];
+    if (lane == 0) {
+        mean[row] = m;
+        rstd[row] = rs;
+    }
+}
+
+__global__ void layernorm_backward_dx_kernel(float *dx, const float *dy, const float *x,
+                                             const float *w, const float *mean,
+                                             const float *rstd, int BT, int C)
+{
+    const int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    const int lane = threadIdx.x & 31;
+    if (row >= BT) return;
+    const float *dyr = dy + (size_t)row * C;
+    const float *xr = x + (size_t)row * C;
+    float *dxr = dx + (size_t)row * C;
+    const float m = mean[row], s = rstd[row];
+    float dmean = 0.0f, dnmean = 0.0f;
+    for (int c = lane; c < C; c += 32) {
+        float norm = (xr[c] - m) * s;
+        float dnorm = w[c] * dyr[c];
+        dmean += dnorm;
+        dnmean += dnorm * norm;
+    }
+    dmean = warp_reduce<SumOp>(dmean) / (float)C;
+    dnmean = warp_reduce<SumOp>(dnmean) / (float)C;
+    for (int c = lane; c < C; c += 32) {
+        float norm = (xr[c] - m) * s;
+        float dnorm = w[c] * dyr[c];
+        dxr[c] += (dnorm - dmean - norm * dnmean) * s;
+    }
+}
+
+/* dw, db (C) += column sums; same shape as column_sums_kernel */
+__global__ void layernorm_backward_dwdb_kernel(float *dw, float *db, const float *dy,
+                                               const float *x, const float *mean,
+                                               const float *rstd, int BT, int C)
+{
+    __shared__ float pw[32][33], pb[32][33];
+    const int tx = threadIdx.x, ty = threadIdx.y;
+    const int c = blockIdx.x * 32 + tx;
+    float aw = 0.0f, ab = 0.0f;
+    if (c < C)
+        for (int i = ty; i < BT; i += 32) {
+            size_t k = (size_t)i * C + c;
+            float d = dy[k];
+            aw += (x[k] - mean[i]) * rstd[i] * d;
+            ab += d;
+        }
+    pw[ty][tx] = aw;
+    pb[ty][tx] = ab;
+    __syncthreads();
+    if (ty == 0 && c < C) {
+        float sw = 0.0f, sb = 0.0f;
+        for (int k = 0; k < 32; k++) {
+            sw += pw[k][tx];
+            sb += pb[k][tx];
+        }
+        dw[c] += sw;
+        db[c] += sb;
+    }
+}
+
+/* --------------------------------------------------------------------- gelu */
+
+__global__ void gelu_forward_kernel(float *y, const float *x, size_t n)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        float xi = x[i];
+        float cube = 0.044715f * xi * xi * xi;
+        y[i] = 0.5f * xi * (1.0f + tanhf(kGeluScaling * (xi + cube)));
+    }
+}
+
+__global__ void gelu_backward_kernel(float *dx, const float *x, const float *dy, size_t n)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        float xi = x[i];
+        float cube = 0.044715f * xi * xi * xi;
+        float th = tanhf(kGeluScaling * (xi + cube));
+        float sech2 = 1.0f - th * th;
+        float grad = 0.5f * (1.0f + th) +
+                     xi * 0.5f * sech2 * kGeluScaling * (1.0f + 3.0f * 0.044715f * xi * xi);
+        dx[i] = grad * dy[i];              /* dx may alias dy: read before write */
+    }
+}
+
+/* ---------------------------------------------------------------- attention */
+
+__global__ void causal_softmax_forward_kernel(float *att, long rows, int T)
+{
+    const long row = (long)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    const int lane = threadIdx.x & 31;
+    if (row >= rows) return;
+    const int i = (int)(row % T);
+    float *p = att + (size_t)row * T;
+    float maxv = -INFINITY;
+    for (int j = lane; j <= i; j += 32) maxv = fmaxf(maxv, p[j]);
+    maxv = warp_reduce<MaxOp>(maxv);
+    float sum = 0.0f;
+    for (int j = lane; j <= i; j += 32) {
+        float e = expf(p[j] - maxv);
+        p[j] = e;
+        sum += e;
+    }
+    const float inv = 1.0f / warp_reduce<SumOp>(sum);
+    for (int j = lane; j <= i; j += 32) p[j] *= inv;
+    for (int j = i + 1 + lane; j < T; j += 32) p[j] = 0.0f;
+}
+
+__global__ void causal_softmax_backward_kernel(float *d, const float *att, long rows, int T,
+                                               float scale)
+{
+    const long row = (long)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    const int lane = threadIdx.x & 31;
+    if (row >= rows) return;
+    const int i = (int)(row % T);
+    const float *a = att + (size_t)row * T;
+    float *dr = d + (size_t)row * T;
+    float dot = 0.0f;
+    for (int j = lane; j <= i; j += 32) dot += a[j] * dr[j];
+    dot = warp_reduce<SumOp>(dot);
+    for (int j = lane; j <= i; j += 32) dr[j] = scale * a[j] * (dr[j] - dot);
+    for (int j = i + 1 + lane; j < T; j += 32) dr[j] = 0.0f;  /* read by the full-size GEMMs */
+}
+
+/* ---------------------------------------------------------------- embedding */
+
+__global__ void embedding_forward_kernel(float *x, const int *tokens, const float *wte,
+                                         const float *wpe, int BT, int T, int C)
+{
+    const size_t n = (size_t)BT * C;
+    for (size_t k = blockIdx.x * (size_t)blockDim.x + threadIdx.x; k < n;
+         k += (size_t)gridDim.x * blockDim.x) {
+        size_t i = k / C, c = k % C;
+        x[k] = wte[(size_t)tokens[i] * C + c] + wpe[(i % T) * C + c];
+    }
+}
+
+__global__ void iota_kernel(int *v, int n)
+{
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
+        v[i] = i;
+}
+
+/* one block per sorted position k; the block at the first occurrence of a
+ * token adds all that token's rows, in position order, into its dwte row */
+__global__ void embedding_backward_wte_kernel(float *dwte, const float *dx, const int *keys,
+                                              const int *pos, int BT, int C)
+{
+    const int k = blockIdx.x;
+    const int tok = keys[k];
+    if (k > 0 && keys[k - 1] == tok) return;
+    float *e = dwte + (size_t)tok * C;
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+        float acc = e[c];
+        for (int kk = k; kk < BT && keys[kk] == tok; kk++) acc += dx[(size_t)pos[kk] * C + c];
+        e[c] = acc;
+    }
+}
+
+/* dwpe (t,c) += dx (b,t,c) for b = 0..B-1 in order */
+__global__ void embedding_backward_wpe_kernel(float *dwpe, const float *dx, int B, int T, int C)
+{
+    const size_t n = (size_t)T * C;
+    for (size_t k = blockIdx.x * (size_t)blockDim.x + threadIdx.x; k < n;
+         k += (size_t)gridDim.x * blockDim.x) {
+        float acc = dwpe[k];
+        for (int b = 0; b < B; b++) acc += dx[(size_t)b * n + k];
+        dwpe[k] = acc;
+    }
+}
+
+/* ------------------------------------------------------------- crossentropy */
+
+__global__ void crossentropy_forward_kernel(float *losses, float *probs, const int *targets,
+                                            int V)
+{
+    __shared__ float shared[32];
+    float *p = probs + (size_t)blockIdx.x * V;
+    float maxv = -INFINITY;
+    for (int j = threadIdx.x; j < V; j += blockDim.x) maxv = fmaxf(maxv, p[j]);
+    maxv = block_reduce<MaxOp>(maxv, shared);
+    float sum = 0.0f;
+    for (int j = threadIdx.x; j < V; j += blockDim.x) {
+        float e = expf(p[j] - maxv);
+        p[j] = e;
+        sum += e;
+    }
+    const float inv = 1.0f / block_reduce<SumOp>(sum, shared);
+    for (int j = threadIdx.x; j < V; j += blockDim.x) p[j] *= inv;
+    __syncthreads();                       /* makes p[target] visible to thread 0 */
+    if (threadIdx.x == 0) losses[blockIdx.x] = -logf(p[targets[blockIdx.x]]);
+}
+
+__global__ void crossentropy_backward_kernel(float *dlogits, const float *probs,
+                                             const int *targets, float scale, int BT, int V)
+{
+    const size_t n = (size_t)BT * V;
+    for (size_t k = blockIdx.x * (size_t)blockDim.x + threadIdx.x; k < n;
+         k += (size_t)gridDim.x * blockDim.x) {
+        size_t i = k / V;
+        int j = (int)(k % V);
+        float p = probs[k];
+        dlogits[k] = j == targets[i] ? scale * (p - 1.0f) : scale * p;
+    }
+}
+
+/* ----------------------------------------------------------------- residual */
+
+__global__ void residual_kernel(float *out, const float *a, const float *b, size_t n)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        out[i] = a[i] + b[i];
+}
+
+__global__ void accumulate_kernel(float *y, const float *x, size_t n)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        y[i] += x[i];
+}
+
+/* ------------------------------------------------------------ sums (double) */
+
+/* fixed grid of REDUCE_PARTIALS blocks: the summation tree depends only on n */
+__global__ void reduce_partials_kernel(const float *x, size_t n, int squares, double *partials)
+{
+    __shared__ double shared[32];
+    double acc = 0.0;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        double v = x[i];
+        acc += squares ? v * v : v;
+    }
+    acc = block_reduce<SumOp>(acc, shared);
+    if (threadIdx.x == 0) partials[blockIdx.x] = acc;
+}
+
+__global__ void reduce_final_kernel(double *partials)
+{
+    __shared__ double shared[32];
+    double v = partials[threadIdx.x];      /* blockDim.x == REDUCE_PARTIALS */
+    v = block_reduce<SumOp>(v, shared);
+    if (threadIdx.x == 0) partials[REDUCE_PARTIALS] = v;
+}
+
+/* -------------------------------------------------------------------- adamw */
+
+__global__ void adamw_kernel(float *w, const float *g, float *m, float *v, size_t n, float lr,
+                             float beta1, float beta2, float c1, float c2, float eps,
+                             float weight_decay, float grad_scale)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        float grad = g[i] * grad_scale;
+        float mi = beta1 * m[i] + (1.0f - beta1) * grad;
+        float vi = beta2 * v[i] + (1.0f - beta2) * grad * grad;
+        m[i] = mi;
+        v[i] = vi;
+        float m_hat = mi / c1;
+        float v_hat = vi / c2;
+        float wi = w[i];
+        w[i] = wi - lr * (m_hat / (sqrtf(v_hat) + eps) + weight_decay * wi);
+    }
+}
+
+}  // namespace
+
+/* ---------------------------------------------------------------- launchers */
+
+void bias_rows(float *y, const float *b, int BT, int OC, int accumulate, cudaStream_t s)
+{
+    size_t n = (size_t)BT * OC;
+    if (!n) return;
+    bias_rows_kernel<<<grid_for(n), kThreads, 0, s>>>(y, b, BT, OC, accumulate);
+    CUDA_CHECK_LAUNCH();
+}
+
+void column_sums_add(float *db, const float *dy, int BT, int OC, cudaStream_t s)
+{
+    if (OC <= 0) return;
+    column_sums_kernel<<<(OC + 31) / 32, dim3(32, 32), 0, s>>>(db, dy, BT, OC);
+    CUDA_CHECK_LAUNCH();
+}
+
+void layernorm_forward(float *y, float *mean, float *rstd, const float *x, const float *w,
+                       const float *b, int BT, int C, cudaStream_t s)
+{
+    if (BT <= 0) return;
+    const int rows_per_block = kThreads / 32;
+    layernorm_forward_kernel<<<(BT + rows_per_block - 1) / rows_per_block, kThreads, 0, s>>>(
+        y, mean, rstd, x, w, b, BT, C);
+    CUDA_CHECK_LAUNCH();
+}
+
+void layernorm_backward(float *dx, float *dw, float *db, const float *dy, const float *x,
+                        const float *w, const float *mean, const float *rstd, int BT, int C,
+                        cudaStream_t s)
+{
+    if (BT <= 0 || C <= 0) return;
+    const int rows_per_block = kThreads / 32;
+    layernorm_backward_dx_kernel<<<(BT + rows_per_block - 1) / rows_per_block, kThreads, 0, s>>>(
+        dx, dy, x, w, mean, rstd, BT, C);
+    CUDA_CHECK_LAUNCH();
+    layernorm_backward_dwdb_kernel<<<(C + 31) / 32, dim3(32, 32), 0, s>>>(dw, db, dy, x, mean,
+                                                                         rstd, BT, C);
+    CUDA_CHECK_LAUNCH();
+}
+
+void gelu_forward(float *y, const float *x, size_t n, cudaStream_t s)
+{
+    if (!n) return;
+    gelu_forward_kernel<<<grid_for(n), kThreads, 0, s>>>(y, x, n);
+    CUDA_CHECK_LAUNCH();
+}
+
+void gelu_backward(float *dx, const float *x, const float *dy, size_t n, cudaStream_t s)
+{
+    if (!n) return;
+    gelu_backward_kernel<<<grid_for(n), kThreads, 0, s>>>(dx, x, dy, n);
+    CUDA_CHECK_LAUNCH();
+}
+
+void causal_softmax_forward(float *att, long rows, int T, cudaStream_t s)
+{
+    if (rows <= 0) return;
+    const int rows_per_block = kThreads / 32;
+    causal_softmax_forward_kernel<<<(unsigned)((rows + rows_per_block - 1) / rows_per_block),
+                                    kThreads, 0, s>>>(att, rows, T);
+    CUDA_CHECK_LAUNCH();
+}
+
+void causal_softmax_backward(float *d, const float *att, long rows, int T, float scale,
+                             cudaStream_t s)
+{
+    if (rows <= 0) return;
+    const int rows_per_block = kThreads / 32;
+    causal_softmax_backward_kernel<<<(unsigned)((rows + rows_per_block - 1) / rows_per_block),
+                                     kThreads, 0, s>>>(d, att, rows, T, scale);
+    CUDA_CHECK_LAUNCH();
+}
+
+void embedding_forward(float *x, const int *tokens, const float *wte, const float *wpe,
+                       int B, int T, int C, cudaStream_t s)
+{
+    size_t n = (size_t)B * T * C;
+    if (!n) return;
+    embedding_forward_kernel<<<grid_for(n), kThreads, 0, s>>>(x, tokens, wte, wpe, B * T, T, C);
+    CUDA_CHECK_LAUNCH();
+}
+
+void embedding_backward(float *dwte, float *dwpe, const float *dx, const int *tokens, int B,
+                        int T, int C, cudaStream_t s)
+{
+    const int BT = B * T;
+    if (BT <= 0 || C <= 0) return;
+
+    /* stable sort of the positions 0..BT-1 by token: equal tokens keep their
+     * position order.  Scratch is stream-ordered (freed when the work is done). */
+    size_t temp_bytes = 0;
+    CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, (const int *)nullptr,
+                                               (int *)nullptr, (const int *)nullptr,
+                                               (int *)nullptr, BT, 0, (int)(8 * sizeof(int)), s));
+    const size_t ints = 3 * (size_t)BT;
+    const size_t ints_bytes = (ints * sizeof(int) + 255) / 256 * 256;
+    char *scratch = nullptr;
+    CUDA_CHECK(cudaMallocAsync((void **)&scratch, ints_bytes + temp_bytes, s));
+    int *pos_in = (int *)scratch;
+    int *keys_out = pos_in + BT;
+    int *pos_out = keys_out + BT;
+    void *temp = scratch + ints_bytes;
+
+    iota_kernel<<<grid_for((size_t)BT), kThreads, 0, s>>>(pos_in, BT);
+    CUDA_CHECK_LAUNCH();
+    CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp, temp_bytes, tokens, keys_out, pos_in,
+                                               pos_out, BT, 0, (int)(8 * sizeof(int)), s));
+    int threads = C < kThreads ? (C + 31) / 32 * 32 : kThreads;
+    embedding_backward_wte_kernel<<<BT, threads, 0, s>>>(dwte, dx, keys_out, pos_out, BT, C);
+    CUDA_CHECK_LAUNCH();
+    CUDA_CHECK(cudaFreeAsync(scratch, s));
+
+    embedding_backward_wpe_kernel<<<grid_for((size_t)T * C), kThreads, 0, s>>>(dwpe, dx, B, T, C);
+    CUDA_CHECK_LAUNCH();
+}
+
+void crossentropy_forward(float *losses, float *probs, const int *targets, int BT, int V,
+                          cudaStream_t s)
+{
+    if (BT <= 0) return;
+    crossentropy_forward_kernel<<<BT, 512, 0, s>>>(losses, probs, targets, V);
+    CUDA_CHECK_LAUNCH();
+}
+
+void crossentropy_backward(float *dlogits, const float *probs, const int *targets, float scale,
+                           int BT, int V, cudaStream_t s)
+{
+    size_t n = (size_t)BT * V;
+    if (!n) return;
+    crossentropy_backward_kernel<<<grid_for(n), kThreads, 0, s>>>(dlogits, probs, targets, scale,
+                                                                   BT, V);
+    CUDA_CHECK_LAUNCH();
+}
+
+void residual_forward(float *out, const float *a, const float *b, size_t n, cudaStream_t s)
+{
+    if (!n) return;
+    residual_kernel<<<grid_for(n), kThreads, 0, s>>>(out, a, b, n);
+    CUDA_CHECK_LAUNCH();
+}
+
+void vector_accumulate(float *y, const float *x, size_t n, cudaStream_t s)
+{
+    if (!n) return;
+    accumulate_kernel<<<grid_for(n), kThreads, 0, s>>>(y, x, n);
+    CUDA_CHECK_LAUNCH();
+}
+
+void reduce_sum(const float *x, size_t n, int squares, double *partials, cudaStream_t s)
+{
+    reduce_partials_kernel<<<REDUCE_PARTIALS, kThreads, 0, s>>>(x, n, squares, partials);
+    CUDA_CHECK_LAUNCH();
+    reduce_final_kernel<<<1, REDUCE_PARTIALS, 0, s>>>(partials);
+    CUDA_CHECK_LAUNCH();
+}
+
+void adamw(float *w, const float *g, float *m, float *v, size_t n, float lr, float beta1,
+           float beta2, float c1, float c2, float eps, float weight_decay, float grad_scale,
+           cudaStream_t s)
+{
+    if (!n) return;
+    adamw_kernel<<<grid_for(n), kThreads, 0, s>>>(w, g, m, v, n, lr, beta1, beta2, c1, c2, eps,
+                                                  weight_decay, grad_scale);
+    CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace osdp_cuda

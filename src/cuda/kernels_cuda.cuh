@@ -1,0 +1,67 @@
+/* Host-side launchers of the CUDA kernels in kernels_cuda.cu (C++ linkage,
+ * used only by backend_cuda.cu).  Every launcher queues its work on `s` and
+ * returns at once; the semantics are those of include/osdp/kernels_cpu.h.
+ *
+ * Determinism: no kernel here uses floating-point atomics.  Every reduction
+ * is a fixed tree (warp butterflies, then shared memory in lane order) or a
+ * loop in a fixed order, and launch shapes depend only on the problem sizes,
+ * so identical inputs give bitwise identical outputs run after run. */
+#ifndef OSDP_KERNELS_CUDA_CUH
+#define OSDP_KERNELS_CUDA_CUH
+
+#include <cstddef>
+#include <cuda_runtime.h>
+
+namespace osdp_cuda {
+
+/* y (BT,OC) = b broadcast over rows, or y += b when accumulate != 0 */
+void bias_rows(float *y, const float *b, int BT, int OC, int accumulate, cudaStream_t s);
+/* db (OC) += column sums of dy (BT,OC), each summed over rows in a fixed order */
+void column_sums_add(float *db, const float *dy, int BT, int OC, cudaStream_t s);
+
+void layernorm_forward(float *y, float *mean, float *rstd, const float *x, const float *w,
+                       const float *b, int BT, int C, cudaStream_t s);
+void layernorm_backward(float *dx, float *dw, float *db, const float *dy, const float *x,
+                        const float *w, const float *mean, const float *rstd, int BT, int C,
+                        cudaStream_t s);
+
+void gelu_forward(float *y, const float *x, size_t n, cudaStream_t s);
+void gelu_backward(float *dx, const float *x, const float *dy, size_t n, cudaStream_t s);
+
+/* att: `rows` = B*NH*T rows of length T, row r has query index r % T.
+ * In: scaled scores (anything above the diagonal).  Out: causal softmax,
+ * exact zeros above the diagonal. */
+void causal_softmax_forward(float *att, long rows, int T, cudaStream_t s);
+/* d (in: datt, out: dpre) = scale * att * (datt - sum_j att*datt) on and
+ * below the diagonal, exact zeros above it. */
+void causal_softmax_backward(float *d, const float *att, long rows, int T, float scale,
+                             cudaStream_t s);
+
+void embedding_forward(float *x, const int *tokens, const float *wte, const float *wpe,
+                       int B, int T, int C, cudaStream_t s);
+/* dwte (V,C) +=, dwpe (T,C) +=; every row accumulated in token-position
+ * order, the same order (and so the same bits) as the CPU kernel */
+void embedding_backward(float *dwte, float *dwpe, const float *dx, const int *tokens,
+                        int B, int T, int C, cudaStream_t s);
+
+void crossentropy_forward(float *losses, float *probs, const int *targets, int BT, int V,
+                          cudaStream_t s);
+void crossentropy_backward(float *dlogits, const float *probs, const int *targets,
+                           float scale, int BT, int V, cudaStream_t s);
+
+void residual_forward(float *out, const float *a, const float *b, size_t n, cudaStream_t s);
+void vector_accumulate(float *y, const float *x, size_t n, cudaStream_t s);
+
+/* Sum (squares != 0: sum of squares) of x in double.  `partials` is device
+ * scratch of at least REDUCE_PARTIALS + 1 doubles; the result is written to
+ * partials[REDUCE_PARTIALS] (device memory). */
+enum { REDUCE_PARTIALS = 512 };
+void reduce_sum(const float *x, size_t n, int squares, double *partials, cudaStream_t s);
+
+void adamw(float *w, const float *g, float *m, float *v, size_t n, float lr, float beta1,
+           float beta2, float c1, float c2, float eps, float weight_decay, float grad_scale,
+           cudaStream_t s);
+
+}  // namespace osdp_cuda
+
+#endif

@@ -1,0 +1,1363 @@
+/* Tests of the model layer and of the pieces of the runtime that need no MPI:
+ *
+ *   config   model descriptions (osdp_model_config_parse): good input, per-block
+ *            widths, and every class of input error with its message
+ *   layout   the per-operator size table: order, tensor shapes, parameter
+ *            counts (GPT-2 small), contiguity, I&C input projections, sharding
+ *   init     counter-based initialisation: any slice equals the same slice of
+ *            the whole, padding is 0, LayerNorm 1/0, normal statistics,
+ *            scaled residual projections
+ *   optim    learning-rate schedule, clipping, AdamW against a double
+ *            reference computed here, decay only on 2-D tensors of a shard
+ *   grad     whole-model finite-difference gradient check of osdp_op_forward /
+ *            osdp_op_backward on a uniform and an I&C model (every parameter)
+ *   memory   osdp_memory_predict (dry runtime) against peaks derived from the
+ *            layout by hand for DP / ZDP / mixed plans, with and without prefetch
+ *   plan     plan files: modes, k/g, errors, write -> parse round trip
+ *
+ * Nothing here calls MPI: the dry runtime and the operators do not touch it. */
+#ifndef _POSIX_C_SOURCE
+#define _POSIX_C_SOURCE 200809L
+#endif
+
+#include <check.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "osdp/compute.h"
+#include "osdp/gpt.h"
+#include "osdp/init.h"
+#include "osdp/layout.h"
+#include "osdp/memory.h"
+#include "osdp/model_config.h"
+#include "osdp/optim.h"
+#include "osdp/plan.h"
+#include "osdp/runtime.h"
+
+/* ------------------------------------------------------------------------ */
+/* helpers                                                                   */
+
+static uint64_t g_rng = 0x1234567887654321ULL;
+static uint64_t rnd(void) /* splitmix64 */
+{
+    uint64_t z = (g_rng += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+static double rnd_unit(void) { return (double)(rnd() >> 11) * 0x1.0p-53; }           /* [0,1) */
+static size_t rnd_below(size_t n) { return n ? (size_t)(rnd() % (uint64_t)n) : 0; }
+
+static void *xmalloc(size_t bytes)
+{
+    void *p = malloc(bytes ? bytes : 1);
+    ck_assert_msg(p != NULL, "out of host memory (%zu bytes)", bytes);
+    return p;
+}
+
+static void parse_ok(osdp_model_config *cfg, const char *text)
+{
+    osdp_status s = osdp_model_config_parse(cfg, text, "test.ini");
+    ck_assert_msg(s == OSDP_OK, "parse failed (%d): %s", (int)s, osdp_error_message());
+}
+
+static void layout_ok(osdp_layout *L, const char *text, int T)
+{
+    osdp_model_config cfg;
+    parse_ok(&cfg, text);
+    osdp_status s = osdp_layout_build(L, &cfg, T);
+    ck_assert_msg(s == OSDP_OK, "layout failed (%d): %s", (int)s, osdp_error_message());
+}
+
+/* tensor index by name within an operator, -1 if absent */
+static int find_tensor(const osdp_op_layout *op, const char *name)
+{
+    for (int k = 0; k < op->n_tensors; k++)
+        if (strcmp(op->tensor[k].name, name) == 0) return k;
+    return -1;
+}
+
+static int is_layernorm(const char *name) { return strncmp(name, "ln_", 3) == 0; }
+
+/* ------------------------------------------------------------------------ */
+/* 1. model descriptions                                                     */
+
+START_TEST(test_config_good)
+{
+    const char *text =
+        "; a comment\n"
+        "[model]\n"
+        "name    = tiny\n"
+        "n_layer = 3\n"
+        "n_head  = 2     ; inline comment\n"
+        "n_embd  = 16\n"
+        "vocab   = 100\n"
+        "ctx     = 32\n";
+    osdp_model_config cfg;
+    parse_ok(&cfg, text);
+    ck_assert_str_eq(cfg.name, "tiny");
+    ck_assert_int_eq(cfg.n_layer, 3);
+    ck_assert_int_eq(cfg.n_head, 2);
+    ck_assert_int_eq(cfg.n_embd, 16);
+    ck_assert_int_eq(cfg.vocab, 100);
+    ck_assert_int_eq(cfg.ctx, 32);
+    for (int i = 0; i < 3; i++) ck_assert_int_eq(cfg.width[i], 16);
+    ck_assert_str_eq(cfg.text, text);   /* stored verbatim for checkpoints */
+
+    /* the hash is a function of the semantic content only */
+    osdp_model_config same, other;
+    parse_ok(&same, "[model]\nname = renamed\nn_layer=3\nn_head=2\nn_embd=16\nvocab=100\nctx=32\n");
+    ck_assert_str_eq(same.name, "renamed");
+    ck_assert(osdp_model_config_hash(&same) == osdp_model_config_hash(&cfg));
+    parse_ok(&other, "[model]\nn_layer=3\nn_head=2\nn_embd=16\nvocab=101\nctx=32\n");
+    ck_assert(osdp_model_config_hash(&other) != osdp_model_config_hash(&cfg));
+    ck_assert_str_eq(other.name, "unnamed");   /* default name */
+}
+END_TEST
+
+START_TEST(test_config_widths)
+{
+    osdp_model_config cfg;
+    parse_ok(&cfg, "[model]\nname = ic\nn_layer = 4\nn_head = 4\nwidths = 8, 16,32 , 8\nvocab = 50\nctx = 8\n");
+    ck_assert_int_eq(cfg.n_layer, 4);
+    ck_assert_int_eq(cfg.width[0], 8);
+    ck_assert_int_eq(cfg.width[1], 16);
+    ck_assert_int_eq(cfg.width[2], 32);
+    ck_assert_int_eq(cfg.width[3], 8);
+    ck_assert_int_eq(cfg.n_embd, 8);   /* n_embd defaults to the first width */
+
+    /* widths of the same value as n_embd: the model is uniform, same hash */
+    osdp_model_config u1, u2;
+    parse_ok(&u1, "[model]\nn_layer = 2\nn_head = 2\nn_embd = 8\nwidths = 8,8\nvocab = 50\nctx = 8\n");
+    parse_ok(&u2, "[model]\nn_layer = 2\nn_head = 2\nn_embd = 8\nvocab = 50\nctx = 8\n");
+    ck_assert(osdp_model_config_hash(&u1) == osdp_model_config_hash(&u2));
+    /* and different widths give a different hash */
+    osdp_model_config u3;
+    parse_ok(&u3, "[model]\nn_layer = 2\nn_head = 2\nn_embd = 8\nwidths = 8,16\nvocab = 50\nctx = 8\n");
+    ck_assert(osdp_model_config_hash(&u3) != osdp_model_config_hash(&u2));
+}
+END_TEST
+
+typedef struct config_error_case {
+    const char *what;
+    const char *text;
+    const char *word1, *word2;   /* must occur in the message (word2 may be NULL) */
+} config_error_case;
+
+#define BASE_KEYS "n_layer = 2\nn_head = 2\nn_embd = 8\nvocab = 10\nctx = 4\n"
+
+static const config_error_case config_errors[] = {
+    {"unknown key", "[model]\n" BASE_KEYS "dropout = 0.1\n", "unknown key", "dropout"},
+    {"missing vocab", "[model]\nn_layer = 2\nn_head = 2\nn_embd = 8\nctx = 4\n", "missing", "vocab"},
+    {"missing n_layer", "[model]\nn_head = 2\nn_embd = 8\nvocab = 10\nctx = 4\n", "missing", "n_layer"},
+    {"missing n_embd and widths", "[model]\nn_layer = 2\nn_head = 2\nvocab = 10\nctx = 4\n", "missing", "n_embd"},
+    {"non-numeric", "[model]\nn_layer = 2\nn_head = two\nn_embd = 8\nvocab = 10\nctx = 4\n", "n_head", "integer"},
+    {"trailing junk", "[model]\nn_layer = 2\nn_head = 2\nn_embd = 8x\nvocab = 10\nctx = 4\n", "n_embd", "integer"},
+    {"n_layer = 0", "[model]\nn_layer = 0\nn_head = 2\nn_embd = 8\nvocab = 10\nctx = 4\n", "n_layer", "[1,"},
+    {"negative ctx", "[model]\nn_layer = 2\nn_head = 2\nn_embd = 8\nvocab = 10\nctx = -4\n", "ctx", NULL},
+    {"vocab too large for uint16 tokens", "[model]\nn_layer = 2\nn_head = 2\nn_embd = 8\nvocab = 70000\nctx = 4\n", "vocab", NULL},
+    {"heads do not divide", "[model]\nn_layer = 2\nn_head = 3\nn_embd = 8\nvocab = 10\nctx = 4\n", "divide", NULL},
+    {"heads do not divide a block width", "[model]\nn_layer = 2\nn_head = 4\nwidths = 8, 10\nvocab = 10\nctx = 4\n", "divide", "10"},
+    {"too few widths", "[model]\nn_layer = 3\nn_head = 2\nwidths = 8, 16\nvocab = 10\nctx = 4\n", "widths", NULL},
+    {"too many widths", "[model]\nn_layer = 2\nn_head = 2\nwidths = 8, 16, 8\nvocab = 10\nctx = 4\n", "widths", NULL},
+    {"bad width", "[model]\nn_layer = 2\nn_head = 2\nwidths = 8, x\nvocab = 10\nctx = 4\n", "widths", "x"},
+    {"unknown section", "[training]\nlr = 0.1\n", "section", "training"},
+    {"second unknown section", "[model]\n" BASE_KEYS "[optim]\nlr = 0.1\n", "section", "optim"},
+    {"key before any section", "n_layer = 2\n[model]\nn_head = 2\nn_embd = 8\nvocab = 10\nctx = 4\n", "section", NULL},
+    {"no section at all", "", "[model]", NULL},
+    {"malformed line", "[model]\n" BASE_KEYS "this line has no equals sign\n", "malformed", NULL},
+};
+
+START_TEST(test_config_errors)
+{
+    const config_error_case *c = &config_errors[_i];
+    osdp_model_config cfg;
+    osdp_status s = osdp_model_config_parse(&cfg, c->text, "bad.ini");
+    ck_assert_msg(s == OSDP_ERR_INPUT, "%s: status %d, expected OSDP_ERR_INPUT", c->what, (int)s);
+    const char *msg = osdp_error_message();
+    ck_assert_msg(strstr(msg, c->word1) != NULL, "%s: message '%s' lacks '%s'", c->what, msg, c->word1);
+    if (c->word2)
+        ck_assert_msg(strstr(msg, c->word2) != NULL, "%s: message '%s' lacks '%s'", c->what, msg, c->word2);
+    ck_assert_msg(strstr(msg, "bad.ini") != NULL, "%s: message '%s' does not name the origin", c->what, msg);
+}
+END_TEST
+
+/* ------------------------------------------------------------------------ */
+/* 2. layout                                                                 */
+
+static void check_contiguous(const osdp_op_layout *op)
+{
+    size_t off = 0;
+    for (int k = 0; k < op->n_tensors; k++) {
+        const osdp_tensor_desc *t = &op->tensor[k];
+        ck_assert_msg(t->offset == off, "%s/%s: offset %zu, expected %zu", op->name, t->name, t->offset, off);
+        ck_assert_uint_eq(t->numel, (size_t)t->rows * (size_t)t->cols);
+        ck_assert_msg(t->ndim == (t->rows == 1 ? 1 : 2), "%s/%s: ndim %d with shape (%d,%d)",
+                      op->name, t->name, t->ndim, t->rows, t->cols);
+        off += t->numel;
+    }
+    ck_assert_msg(op->numel == off, "%s: numel %zu, tensors sum to %zu", op->name, op->numel, off);
+}
+
+static void check_tensor(const osdp_op_layout *op, int k, const char *name, int rows, int cols,
+                         osdp_init_kind init)
+{
+    ck_assert_msg(k < op->n_tensors, "%s: no tensor %d (%s)", op->name, k, name);
+    const osdp_tensor_desc *t = &op->tensor[k];
+    ck_assert_msg(strcmp(t->name, name) == 0, "%s: tensor %d is '%s', expected '%s'", op->name, k, t->name, name);
+    ck_assert_msg(t->rows == rows && t->cols == cols, "%s/%s: shape (%d,%d), expected (%d,%d)",
+                  op->name, name, t->rows, t->cols, rows, cols);
+    ck_assert_msg(t->init == init, "%s/%s: init kind %d, expected %d", op->name, name, (int)t->init, (int)init);
+}
+
+START_TEST(test_layout_ops)
+{
+    const int Lb = 3, d = 16, V = 50, ctx = 32, T = 16, NH = 2;
+    osdp_layout L;
+    layout_ok(&L, "[model]\nname = t\nn_layer = 3\nn_head = 2\nn_embd = 16\nvocab = 50\nctx = 32\n", T);
+    ck_assert_int_eq(L.n_ops, 2 * Lb + 2);
+    ck_assert_int_eq(L.T, T);
+    ck_assert_str_eq(L.op[0].name, "embed");
+    ck_assert_int_eq(L.op[0].type, OSDP_OP_EMBED);
+    ck_assert_str_eq(L.op[L.n_ops - 1].name, "head");
+    ck_assert_int_eq(L.op[L.n_ops - 1].type, OSDP_OP_HEAD);
+    for (int i = 0; i < Lb; i++) {
+        char a[32], m[32];
+        snprintf(a, sizeof a, "attn.%d", i);
+        snprintf(m, sizeof m, "mlp.%d", i);
+        ck_assert_str_eq(L.op[1 + 2 * i].name, a);
+        ck_assert_str_eq(L.op[2 + 2 * i].name, m);
+        ck_assert_int_eq(L.op[1 + 2 * i].type, OSDP_OP_ATTN);
+        ck_assert_int_eq(L.op[2 + 2 * i].type, OSDP_OP_MLP);
+        ck_assert_int_eq(L.op[1 + 2 * i].block, i);
+        ck_assert_int_eq(L.op[2 + 2 * i].block, i);
+        ck_assert_int_eq(osdp_layout_find_op(&L, a), 1 + 2 * i);
+        ck_assert_int_eq(osdp_layout_find_op(&L, m), 2 + 2 * i);
+    }
+    ck_assert_int_eq(osdp_layout_find_op(&L, "attn.3"), -1);
+    ck_assert_int_eq(osdp_layout_find_op(&L, "mlp"), -1);
+
+    const size_t dd = (size_t)d;
+    size_t total = 0, maxn = 0;
+    for (int i = 0; i < L.n_ops; i++) {
+        const osdp_op_layout *op = &L.op[i];
+        check_contiguous(op);
+        total += op->numel;
+        if (op->numel > maxn) maxn = op->numel;
+        switch (op->type) {
+        case OSDP_OP_EMBED:
+            ck_assert_int_eq(op->n_tensors, 2);
+            check_tensor(op, 0, "wte", V, d, OSDP_INIT_NORMAL);
+            check_tensor(op, 1, "wpe", ctx, d, OSDP_INIT_NORMAL);
+            ck_assert_uint_eq(op->numel, (size_t)(V + ctx) * dd);
+            break;
+        case OSDP_OP_ATTN:
+            ck_assert_int_eq(op->n_tensors, 6);
+            check_tensor(op, 0, "ln_1.weight", 1, d, OSDP_INIT_ONES);
+            check_tensor(op, 1, "ln_1.bias", 1, d, OSDP_INIT_ZEROS);
+            check_tensor(op, 2, "qkv.weight", d, 3 * d, OSDP_INIT_NORMAL);
+            check_tensor(op, 3, "qkv.bias", 1, 3 * d, OSDP_INIT_ZEROS);
+            check_tensor(op, 4, "proj.weight", d, d, OSDP_INIT_NORMAL);
+            check_tensor(op, 5, "proj.bias", 1, d, OSDP_INIT_ZEROS);
+            ck_assert_uint_eq(op->numel, 4 * dd * dd + 6 * dd);
+            ck_assert_int_eq(op->width, d);
+            ck_assert_int_eq(op->width_in, d);
+            break;
+        case OSDP_OP_MLP:
+            ck_assert_int_eq(op->n_tensors, 6);
+            check_tensor(op, 0, "ln_2.weight", 1, d, OSDP_INIT_ONES);
+            check_tensor(op, 1, "ln_2.bias", 1, d, OSDP_INIT_ZEROS);
+            check_tensor(op, 2, "fc.weight", d, 4 * d, OSDP_INIT_NORMAL);
+            check_tensor(op, 3, "fc.bias", 1, 4 * d, OSDP_INIT_ZEROS);
+            check_tensor(op, 4, "proj.weight", 4 * d, d, OSDP_INIT_NORMAL);
+            check_tensor(op, 5, "proj.bias", 1, d, OSDP_INIT_ZEROS);
+            ck_assert_uint_eq(op->numel, 8 * dd * dd + 7 * dd);
+            break;
+        case OSDP_OP_HEAD:
+            ck_assert_int_eq(op->n_tensors, 3);
+            check_tensor(op, 0, "ln_f.weight", 1, d, OSDP_INIT_ONES);
+            check_tensor(op, 1, "ln_f.bias", 1, d, OSDP_INIT_ZEROS);
+            check_tensor(op, 2, "lm_head.weight", d, V, OSDP_INIT_NORMAL);
+            ck_assert_uint_eq(op->numel, 2 * dd + dd * (size_t)V);
+            break;
+        }
+        if (op->type == OSDP_OP_ATTN || op->type == OSDP_OP_MLP) {
+            /* a uniform block: attn + mlp = 12 d^2 + 13 d */
+            if (op->type == OSDP_OP_MLP)
+                ck_assert_uint_eq(L.op[i - 1].numel + op->numel, 12 * dd * dd + 13 * dd);
+        }
+        /* the activation size matches what the carver takes, for several B */
+        for (int B = 1; B <= 3; B++) {
+            osdp_op_acts acts;
+            size_t used = osdp_op_acts_carve(&L, i, B, NULL, &acts);
+            ck_assert_msg(used == (size_t)B * op->act_floats_per_seq, "%s: carve %zu floats for B=%d, layout says %zu",
+                          op->name, used, B, (size_t)B * op->act_floats_per_seq);
+        }
+    }
+    ck_assert_uint_eq(L.total_params, total);
+    ck_assert_uint_eq(L.max_op_numel, maxn);
+    ck_assert_uint_eq(L.max_width, dd);
+    /* the attention activations include the (NH, T, T) probabilities */
+    ck_assert_uint_eq(L.op[1].act_floats_per_seq,
+                      (size_t)T * dd * 6 + 2 * (size_t)T + (size_t)NH * T * T);
+
+    int o = -1, k = -1;
+    ck_assert_int_eq(osdp_layout_find_tensor(&L, "attn.1/qkv.weight", &o, &k), 0);
+    ck_assert_int_eq(o, 3);
+    ck_assert_int_eq(k, 2);
+    ck_assert_int_eq(osdp_layout_find_tensor(&L, "head/lm_head.weight", &o, &k), 0);
+    ck_assert_int_eq(o, L.n_ops - 1);
+    ck_assert_int_eq(k, 2);
+    ck_assert_int_eq(osdp_layout_find_tensor(&L, "head/qkv.weight", &o, &k), -1);
+    ck_assert_int_eq(osdp_layout_find_tensor(&L, "nohead", &o, &k), -1);
+    osdp_layout_free(&L);
+
+    /* T must be in [1, ctx] */
+    osdp_model_config cfg;
+    parse_ok(&cfg, "[model]\nn_layer = 1\nn_head = 1\nn_embd = 4\nvocab = 10\nctx = 8\n");
+    ck_assert_int_eq(osdp_layout_build(&L, &cfg, 9), OSDP_ERR_INPUT);
+    ck_assert_int_eq(osdp_layout_build(&L, &cfg, 0), OSDP_ERR_INPUT);
+    ck_assert_int_eq(osdp_layout_build(&L, &cfg, 8), OSDP_OK);
+    osdp_layout_free(&L);
+}
+END_TEST
+
+START_TEST(test_layout_gpt2_small)
+{
+    osdp_layout L;
+    layout_ok(&L, "[model]\nname = gpt2_small\nn_layer = 12\nn_head = 12\nn_embd = 768\nvocab = 50257\nctx = 1024\n", 1024);
+    ck_assert_int_eq(L.n_ops, 26);
+    /* GPT-2 small has 124,439,808 parameters with the LM head tied to wte;
+     * osdp keeps the head untied: + 50257 * 768 */
+    ck_assert_uint_eq(L.total_params, (size_t)124439808 + (size_t)50257 * 768);
+    const size_t d = 768;
+    ck_assert_uint_eq(L.op[5].numel + L.op[6].numel, 12 * d * d + 13 * d);
+    ck_assert_uint_eq(L.max_op_numel, (size_t)(50257 + 1024) * 768);   /* embed */
+    osdp_layout_free(&L);
+}
+END_TEST
+
+START_TEST(test_layout_ic)
+{
+    osdp_layout L;
+    layout_ok(&L, "[model]\nname = ic\nn_layer = 2\nn_head = 2\nwidths = 8, 16\nvocab = 11\nctx = 6\n", 5);
+    ck_assert_int_eq(L.n_ops, 6);
+    const osdp_op_layout *e = &L.op[0], *a0 = &L.op[1], *m0 = &L.op[2], *a1 = &L.op[3], *m1 = &L.op[4], *h = &L.op[5];
+    for (int i = 0; i < L.n_ops; i++) check_contiguous(&L.op[i]);
+    check_tensor(e, 0, "wte", 11, 8, OSDP_INIT_NORMAL);
+    check_tensor(e, 1, "wpe", 6, 8, OSDP_INIT_NORMAL);
+    /* block 0 has the embedding's width: no input projection */
+    ck_assert_int_eq(a0->n_tensors, 6);
+    ck_assert_int_eq(find_tensor(a0, "in_proj.weight"), -1);
+    ck_assert_int_eq(a0->width, 8);
+    ck_assert_int_eq(a0->width_in, 8);
+    ck_assert_uint_eq(a0->numel + m0->numel, 12 * 64 + 13 * 8);
+    /* block 1 is wider: attn.1 owns in_proj (8 -> 16) first */
+    ck_assert_int_eq(a1->n_tensors, 8);
+    check_tensor(a1, 0, "in_proj.weight", 8, 16, OSDP_INIT_NORMAL);
+    check_tensor(a1, 1, "in_proj.bias", 1, 16, OSDP_INIT_ZEROS);
+    check_tensor(a1, 2, "ln_1.weight", 1, 16, OSDP_INIT_ONES);
+    check_tensor(a1, 4, "qkv.weight", 16, 48, OSDP_INIT_NORMAL);
+    ck_assert_int_eq(a1->width, 16);
+    ck_assert_int_eq(a1->width_in, 8);
+    ck_assert_uint_eq(a1->numel, 8 * 16 + 16 + 4 * 256 + 6 * 16);
+    ck_assert_uint_eq(m1->numel, 8 * 256 + 7 * 16);
+    /* the head has the last block's width */
+    ck_assert_int_eq(h->width, 16);
+    check_tensor(h, 2, "lm_head.weight", 16, 11, OSDP_INIT_NORMAL);
+    ck_assert_uint_eq(L.max_width, 16);
+    /* attn.1 also saves the projected residual (T * 16 more floats than a plain block) */
+    ck_assert_uint_eq(a1->act_floats_per_seq, 5 * 16 * 7 + 2 * 5 + 2 * 5 * 5);
+    osdp_op_acts acts;
+    osdp_op_acts_carve(&L, 3, 2, NULL, &acts);
+    ck_assert_ptr_null(acts.xin);   /* NULL base: pointers stay NULL */
+    float *base = xmalloc(2 * a1->act_floats_per_seq * sizeof(float));
+    osdp_op_acts_carve(&L, 3, 2, base, &acts);
+    ck_assert_ptr_nonnull(acts.xin);
+    osdp_op_acts_carve(&L, 1, 2, base, &acts);
+    ck_assert_ptr_null(acts.xin);
+    free(base);
+
+    /* narrowing also gets a projection */
+    osdp_layout N;
+    layout_ok(&N, "[model]\nn_layer = 3\nn_head = 2\nwidths = 16, 8, 8\nvocab = 11\nctx = 6\n", 6);
+    check_tensor(&N.op[3], 0, "in_proj.weight", 16, 8, OSDP_INIT_NORMAL);
+    ck_assert_int_eq(find_tensor(&N.op[5], "in_proj.weight"), -1);
+    ck_assert_int_eq(N.op[0].width, 16);
+    ck_assert_int_eq(N.op[N.n_ops - 1].width, 8);
+    osdp_layout_free(&N);
+    osdp_layout_free(&L);
+}
+END_TEST
+
+START_TEST(test_layout_shard)
+{
+    ck_assert_uint_eq(osdp_padded_numel(0, 3), 0);
+    ck_assert_uint_eq(osdp_padded_numel(1, 3), 3);
+    ck_assert_uint_eq(osdp_padded_numel(9, 3), 9);
+    ck_assert_uint_eq(osdp_padded_numel(10, 3), 12);
+    ck_assert_uint_eq(osdp_padded_numel(11, 3), 12);
+    ck_assert_uint_eq(osdp_shard_numel(1, 3), 1);
+    ck_assert_uint_eq(osdp_shard_numel(9, 3), 3);
+    ck_assert_uint_eq(osdp_shard_numel(10, 3), 4);
+    ck_assert_uint_eq(osdp_shard_numel(12, 3), 4);
+    ck_assert_uint_eq(osdp_padded_numel(7, 1), 7);
+    ck_assert_uint_eq(osdp_shard_numel(7, 1), 7);
+
+    osdp_layout L;
+    layout_ok(&L, "[model]\nn_layer = 2\nn_head = 2\nwidths = 8, 16\nvocab = 11\nctx = 6\n", 5);
+    for (int i = 0; i < L.n_ops; i++) {
+        size_t n = L.op[i].numel, p = osdp_padded_numel(n, 3), s = osdp_shard_numel(n, 3);
+        ck_assert_uint_eq(p % 3, 0);
+        ck_assert(p >= n && p - n < 3);
+        ck_assert_uint_eq(3 * s, p);
+    }
+    /* embed: (11 + 6) * 8 = 136 -> 138, shard 46 */
+    ck_assert_uint_eq(osdp_padded_numel(L.op[0].numel, 3), 138);
+    ck_assert_uint_eq(osdp_shard_numel(L.op[0].numel, 3), 46);
+    osdp_layout_free(&L);
+}
+END_TEST
+
+/* ------------------------------------------------------------------------ */
+/* 3. counter-based initialisation                                           */
+
+START_TEST(test_init_ranges)
+{
+    osdp_layout L;
+    layout_ok(&L, "[model]\nn_layer = 3\nn_head = 2\nwidths = 8, 16, 16\nvocab = 37\nctx = 12\n", 12);
+    const uint64_t seed = 4242;
+    const size_t pad = 7;
+    for (int i = 0; i < L.n_ops; i++) {
+        const osdp_op_layout *op = &L.op[i];
+        size_t n = op->numel + pad;
+        float *whole = xmalloc(n * sizeof(float)), *part = xmalloc(n * sizeof(float));
+        osdp_init_op_range(op, i, seed, 0, n, whole);
+        for (size_t e = op->numel; e < n; e++)
+            ck_assert_msg(whole[e] == 0.0f, "%s: padding element %zu is %g", op->name, e, (double)whole[e]);
+        for (int r = 0; r < 40; r++) {
+            size_t a = rnd_below(n), b = a + 1 + rnd_below(n - a);
+            if (r == 0) { a = op->numel - 1; b = n; }              /* straddles the end */
+            if (r == 1) { a = op->numel; b = n; }                  /* padding only */
+            if (r == 2) { a = 0; b = 1; }
+            for (size_t e = 0; e < n; e++) part[e] = NAN;
+            osdp_init_op_range(op, i, seed, a, b, part);
+            for (size_t e = a; e < b; e++)
+                ck_assert_msg(part[e - a] == whole[e], "%s [%zu,%zu): element %zu is %g, whole-range call gives %g",
+                              op->name, a, b, e, (double)part[e - a], (double)whole[e]);
+            for (size_t e = b - a; e < n; e++)
+                ck_assert_msg(isnan(part[e]), "%s [%zu,%zu): wrote past hi - lo", op->name, a, b);
+        }
+        /* a different seed changes the normal tensors */
+        osdp_init_op_range(op, i, seed + 1, 0, n, part);
+        int k0 = find_tensor(op, op->type == OSDP_OP_EMBED ? "wte" : op->type == OSDP_OP_HEAD ? "lm_head.weight"
+                                 : op->type == OSDP_OP_ATTN ? "qkv.weight" : "fc.weight");
+        ck_assert_int_ge(k0, 0);
+        const osdp_tensor_desc *t = &op->tensor[k0];
+        size_t differ = 0;
+        for (size_t e = t->offset; e < t->offset + t->numel; e++) differ += part[e] != whole[e];
+        ck_assert_msg(differ > t->numel * 9 / 10, "%s: seed change altered only %zu of %zu elements",
+                      op->name, differ, t->numel);
+        free(whole);
+        free(part);
+    }
+    /* identical operators at different indices (mlp.1, mlp.2) get different values */
+    size_t n = L.op[4].numel;
+    ck_assert_uint_eq(n, L.op[6].numel);
+    float *x = xmalloc(n * sizeof(float)), *y = xmalloc(n * sizeof(float));
+    osdp_init_op_range(&L.op[4], 4, seed, 0, n, x);
+    osdp_init_op_range(&L.op[6], 6, seed, 0, n, y);
+    int k = find_tensor(&L.op[4], "fc.weight");
+    size_t same = 0;
+    for (size_t e = L.op[4].tensor[k].offset; e < L.op[4].tensor[k].offset + L.op[4].tensor[k].numel; e++)
+        same += x[e] == y[e];
+    ck_assert_msg(same < 10, "mlp.1 and mlp.2 share %zu fc.weight values", same);
+    free(x);
+    free(y);
+    osdp_layout_free(&L);
+}
+END_TEST
+
+static void tensor_stats(const float *x, size_t n, double *mean, double *std, double *frac2)
+{
+    double s = 0, s2 = 0;
+    for (size_t i = 0; i < n; i++) s += x[i];
+    *mean = s / (double)n;
+    for (size_t i = 0; i < n; i++) s2 += ((double)x[i] - *mean) * ((double)x[i] - *mean);
+    *std = sqrt(s2 / (double)(n - 1));
+    size_t beyond = 0;
+    for (size_t i = 0; i < n; i++) beyond += fabs((double)x[i] - *mean) > 2.0 * *std;
+    *frac2 = (double)beyond / (double)n;
+}
+
+START_TEST(test_init_values)
+{
+    const int Lb = 4;
+    osdp_layout L;
+    layout_ok(&L, "[model]\nn_layer = 4\nn_head = 4\nn_embd = 64\nvocab = 4096\nctx = 64\n", 64);
+    const double std = 0.02, res_std = 0.02 / sqrt(2.0 * Lb);
+    for (int i = 0; i < L.n_ops; i++) {
+        const osdp_op_layout *op = &L.op[i];
+        float *w = xmalloc(op->numel * sizeof(float));
+        osdp_init_op_range(op, i, 7, 0, op->numel, w);
+        for (int k = 0; k < op->n_tensors; k++) {
+            const osdp_tensor_desc *t = &op->tensor[k];
+            const float *x = w + t->offset;
+            if (is_layernorm(t->name)) {
+                float want = strstr(t->name, ".weight") ? 1.0f : 0.0f;
+                ck_assert_int_eq(t->init, want == 1.0f ? OSDP_INIT_ONES : OSDP_INIT_ZEROS);
+                for (size_t e = 0; e < t->numel; e++)
+                    ck_assert_msg(x[e] == want, "%s/%s[%zu] = %g, expected %g", op->name, t->name, e,
+                                  (double)x[e], (double)want);
+            } else if (t->ndim == 1) {   /* linear biases start at 0 */
+                for (size_t e = 0; e < t->numel; e++)
+                    ck_assert_msg(x[e] == 0.0f, "%s/%s[%zu] = %g", op->name, t->name, e, (double)x[e]);
+            } else {
+                int residual = strcmp(t->name, "proj.weight") == 0;
+                double want = residual ? res_std : std;
+                ck_assert_msg(fabs(t->init_std - want) <= 1e-6 * want, "%s/%s: init_std %g, expected %g",
+                              op->name, t->name, (double)t->init_std, want);
+                double mean, sd, frac2;
+                tensor_stats(x, t->numel, &mean, &sd, &frac2);
+                /* n >= 4096: sample std has relative error ~1/sqrt(2n) < 1.2% */
+                ck_assert_msg(fabs(sd - want) <= 0.1 * want, "%s/%s: sample std %g, expected %g (n = %zu)",
+                              op->name, t->name, sd, want, t->numel);
+                ck_assert_msg(fabs(mean) <= 0.1 * want, "%s/%s: sample mean %g (std %g)", op->name, t->name, mean, want);
+                /* normal, not uniform: P(|x| > 2 sigma) = 4.55% (0 for a uniform of this std) */
+                ck_assert_msg(frac2 > 0.03 && frac2 < 0.065, "%s/%s: %.2f%% beyond 2 sigma",
+                              op->name, t->name, 100 * frac2);
+            }
+        }
+        free(w);
+    }
+    /* the large tensor: wte (4096 x 64 = 262144 values) */
+    float *w = xmalloc(L.op[0].numel * sizeof(float));
+    osdp_init_op_range(&L.op[0], 0, 99, 0, L.op[0].numel, w);
+    double mean, sd, frac2;
+    tensor_stats(w, L.op[0].tensor[0].numel, &mean, &sd, &frac2);
+    ck_assert_msg(fabs(sd - std) <= 0.1 * std, "wte std %g", sd);
+    ck_assert_msg(fabs(sd - std) <= 0.01 * std, "wte std %g is off by more than 1%% over 262144 values", sd);
+    ck_assert_msg(fabs(mean) <= 0.01 * std, "wte mean %g", mean);
+    free(w);
+    osdp_layout_free(&L);
+}
+END_TEST
+
+/* ------------------------------------------------------------------------ */
+/* 4. optimizer                                                              */
+
+static int close_rel(double a, double b, double rtol, double atol)
+{
+    return fabs(a - b) <= atol + rtol * fabs(b);
+}
+
+START_TEST(test_lr_schedule)
+{
+    osdp_optim_config c;
+    osdp_optim_defaults(&c);
+    c.lr = 1e-3f;
+    c.min_lr_frac = 0.1f;
+    c.warmup_steps = 10;
+    c.total_steps = 110;
+    const double lr = 1e-3, lo = 1e-4;
+    ck_assert_msg(close_rel(osdp_lr_at(&c, 0), lr / 10, 1e-6, 0), "step 0: %g", (double)osdp_lr_at(&c, 0));
+    ck_assert_msg(close_rel(osdp_lr_at(&c, 4), lr / 2, 1e-6, 0), "step 4: %g", (double)osdp_lr_at(&c, 4));
+    ck_assert_msg(close_rel(osdp_lr_at(&c, 9), lr, 1e-6, 0), "step 9: %g", (double)osdp_lr_at(&c, 9));
+    for (long s = 1; s < 10; s++) ck_assert(osdp_lr_at(&c, s) > osdp_lr_at(&c, s - 1));
+    /* cosine from lr (step 10) to lr * min_lr_frac (step 110), midpoint at 60 */
+    ck_assert_msg(close_rel(osdp_lr_at(&c, 10), lr, 1e-6, 0), "step 10: %g", (double)osdp_lr_at(&c, 10));
+    ck_assert_msg(close_rel(osdp_lr_at(&c, 60), (lr + lo) / 2, 1e-5, 0), "step 60: %g", (double)osdp_lr_at(&c, 60));
+    double quarter = lo + 0.5 * (1 + cos(3.14159265358979323846 * 0.25)) * (lr - lo);
+    ck_assert_msg(close_rel(osdp_lr_at(&c, 35), quarter, 1e-5, 0), "step 35: %g, expected %g",
+                  (double)osdp_lr_at(&c, 35), quarter);
+    ck_assert_msg(close_rel(osdp_lr_at(&c, 110), lo, 1e-5, 0), "step 110: %g", (double)osdp_lr_at(&c, 110));
+    ck_assert_msg(close_rel(osdp_lr_at(&c, 1000), lo, 1e-5, 0), "step 1000: %g", (double)osdp_lr_at(&c, 1000));
+    for (long s = 11; s <= 120; s++) ck_assert(osdp_lr_at(&c, s) <= osdp_lr_at(&c, s - 1));
+    /* no warmup: the first step already has the peak */
+    c.warmup_steps = 0;
+    ck_assert_msg(close_rel(osdp_lr_at(&c, 0), lr, 1e-6, 0), "no warmup, step 0: %g", (double)osdp_lr_at(&c, 0));
+    ck_assert_msg(close_rel(osdp_lr_at(&c, 55), (lr + lo) / 2, 1e-5, 0), "no warmup, step 55: %g",
+                  (double)osdp_lr_at(&c, 55));
+    /* horizon not beyond the warmup: constant after it */
+    c.warmup_steps = 10;
+    c.total_steps = 5;
+    ck_assert_msg(close_rel(osdp_lr_at(&c, 20), lr, 1e-6, 0), "short horizon: %g", (double)osdp_lr_at(&c, 20));
+}
+END_TEST
+
+START_TEST(test_clip_scale)
+{
+    osdp_optim_config c;
+    osdp_optim_defaults(&c);
+    c.grad_clip = 1.0f;
+    ck_assert(osdp_clip_scale(&c, 0.5) == 1.0f);
+    ck_assert(osdp_clip_scale(&c, 0.0) == 1.0f);
+    ck_assert(osdp_clip_scale(&c, 1.0) == 1.0f);
+    ck_assert_msg(close_rel(osdp_clip_scale(&c, 4.0), 0.25, 1e-7, 0), "%g", (double)osdp_clip_scale(&c, 4.0));
+    c.grad_clip = 2.5f;
+    ck_assert_msg(close_rel(osdp_clip_scale(&c, 10.0), 0.25, 1e-7, 0), "%g", (double)osdp_clip_scale(&c, 10.0));
+    ck_assert(osdp_clip_scale(&c, 2.0) == 1.0f);
+    c.grad_clip = 0.0f;
+    ck_assert(osdp_clip_scale(&c, 100.0) == 1.0f);
+    c.grad_clip = -1.0f;
+    ck_assert(osdp_clip_scale(&c, 100.0) == 1.0f);
+}
+END_TEST
+
+/* AdamW in double: decoupled decay, bias correction, eps outside the root */
+static void adamw_ref(double *w, double *m, double *v, const float *g, size_t n, double lr, double b1, double b2,
+                      double eps, double wd, double scale, long t)
+{
+    for (size_t i = 0; i < n; i++) {
+        double gr = (double)g[i] * scale;
+        m[i] = b1 * m[i] + (1 - b1) * gr;
+        v[i] = b2 * v[i] + (1 - b2) * gr * gr;
+        double mh = m[i] / (1 - pow(b1, (double)t)), vh = v[i] / (1 - pow(b2, (double)t));
+        w[i] -= lr * (mh / (sqrt(vh) + eps) + wd * w[i]);
+    }
+}
+
+START_TEST(test_adamw_by_hand)
+{
+    enum { n = 6 };
+    const float w0[n] = {0.5f, -0.25f, 1.5f, 0.0f, -2.0f, 0.75f};
+    /* gradients for step 1 and step 2; element 3 has a tiny gradient where eps
+     * matters, element 5 none at all (decay only) */
+    const float g1[n] = {0.1f, -0.3f, 2.0f, 1e-9f, 0.02f, 0.0f};
+    const float g2[n] = {-0.2f, -0.1f, 1.0f, -1e-9f, 0.5f, 0.0f};
+    const float lrs[2] = {1e-2f, 5e-3f};
+    const double b1 = 0.9, b2 = 0.95, eps = 1e-8;
+    const double wds[2] = {0.0, 0.1};
+    const double scales[2] = {1.0, 0.5};
+    for (int iw = 0; iw < 2; iw++)
+        for (int is = 0; is < 2; is++) {
+            float w[n], m[n] = {0}, v[n] = {0};
+            double rw[n], rm[n] = {0}, rv[n] = {0};
+            for (int i = 0; i < n; i++) rw[i] = w[i] = w0[i];
+            for (long t = 1; t <= 2; t++) {
+                const float *g = t == 1 ? g1 : g2;
+                osdp_compute_cpu.adamw(w, g, m, v, n, lrs[t - 1], (float)b1, (float)b2, (float)eps,
+                                       (float)wds[iw], (float)scales[is], t);
+                adamw_ref(rw, rm, rv, g, n, lrs[t - 1], (float)b1, (float)b2, (float)eps, (float)wds[iw],
+                          scales[is], t);
+                for (int i = 0; i < n; i++) {
+                    ck_assert_msg(close_rel(w[i], rw[i], 1e-6, 1e-7),
+                                  "wd %g scale %g step %ld: w[%d] = %.9g, expected %.9g", wds[iw], scales[is], t, i,
+                                  (double)w[i], rw[i]);
+                    ck_assert_msg(close_rel(m[i], rm[i], 1e-5, 1e-12), "step %ld: m[%d] = %.9g, expected %.9g", t, i,
+                                  (double)m[i], rm[i]);
+                    ck_assert_msg(close_rel(v[i], rv[i], 1e-5, 1e-20), "step %ld: v[%d] = %.9g, expected %.9g", t, i,
+                                  (double)v[i], rv[i]);
+                }
+            }
+            /* spot checks independent of the reference: step 1 moves every
+             * element with a gradient by lr * sign(g) (m_hat / sqrt(v_hat) = +-1) */
+            if (iw == 0) {
+                float w1[n], m1[n] = {0}, v1[n] = {0};
+                memcpy(w1, w0, sizeof w1);
+                osdp_compute_cpu.adamw(w1, g1, m1, v1, n, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.0f, (float)scales[is], 1);
+                ck_assert_msg(fabs((w0[0] - w1[0]) - 1e-2) < 1e-6, "w[0] moved %g", (double)(w0[0] - w1[0]));
+                ck_assert_msg(fabs((w0[1] - w1[1]) + 1e-2) < 1e-6, "w[1] moved %g", (double)(w0[1] - w1[1]));
+                ck_assert(w1[5] == w0[5]);
+                /* |g| * scale ~ 5e-10 < eps: the step is much smaller than lr */
+                ck_assert_msg(fabs((double)w1[3]) < 1e-3, "tiny gradient moved w[3] by %g", (double)w1[3]);
+            } else {
+                /* decay only, element 5: w * (1 - lr wd) per step */
+                double want = w0[5] * (1 - 1e-2 * 0.1) * (1 - 5e-3 * 0.1);
+                ck_assert_msg(fabs(w[5] - want) < 1e-7, "decay-only element: %.9g, expected %.9g", (double)w[5], want);
+            }
+        }
+}
+END_TEST
+
+START_TEST(test_adamw_shard_decay)
+{
+    osdp_layout L;
+    layout_ok(&L, "[model]\nn_layer = 2\nn_head = 2\nn_embd = 8\nvocab = 11\nctx = 6\n", 5);
+    const osdp_op_layout *op = &L.op[2];   /* mlp.0 */
+    ck_assert_str_eq(op->name, "mlp.0");
+    const int kfw = find_tensor(op, "fc.weight"), kfb = find_tensor(op, "fc.bias"), kpw = find_tensor(op, "proj.weight");
+    ck_assert(kfw >= 0 && kfb >= 0 && kpw >= 0);
+    const size_t fb_lo = op->tensor[kfb].offset, fb_hi = fb_lo + op->tensor[kfb].numel;
+    ck_assert_uint_eq(op->tensor[kpw].offset, fb_hi);
+    ck_assert_uint_eq(op->tensor[kfw].offset + op->tensor[kfw].numel, fb_lo);
+
+    osdp_optim_config c;
+    osdp_optim_defaults(&c);
+    c.weight_decay = 0.1f;
+    const float lr = 1e-2f, scale = 0.5f;
+    /* shard [lo, lo + n): 12 elements of fc.weight, all of fc.bias, 16 of proj.weight */
+    const size_t lo = fb_lo - 12, n = (fb_hi - fb_lo) + 28;
+    float *w = xmalloc(n * sizeof(float)), *g = xmalloc(n * sizeof(float));
+    float *m = xmalloc(n * sizeof(float)), *v = xmalloc(n * sizeof(float));
+    double *rw = xmalloc(n * sizeof(double)), *rm = xmalloc(n * sizeof(double)), *rv = xmalloc(n * sizeof(double));
+    float *gz = xmalloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) {
+        w[i] = (float)(rnd_unit() - 0.5);
+        g[i] = (float)(rnd_unit() - 0.5);
+        m[i] = v[i] = 0;
+        rw[i] = w[i];
+        rm[i] = rv[i] = 0;
+        gz[i] = 0;
+    }
+    for (long t = 1; t <= 2; t++) {
+        osdp_adamw_shard(&osdp_compute_cpu, op, lo, n, w, g, m, v, &c, lr, scale, t);
+        for (size_t i = 0; i < n; i++) {
+            size_t e = lo + i;
+            int two_d = !(e >= fb_lo && e < fb_hi);
+            adamw_ref(rw + i, rm + i, rv + i, g + i, 1, lr, c.beta1, c.beta2, c.eps, two_d ? c.weight_decay : 0.0,
+                      scale, t);
+            ck_assert_msg(close_rel(w[i], rw[i], 1e-6, 1e-7), "step %ld element %zu (%s): %.9g, expected %.9g", t, e,
+                          two_d ? "2-D" : "bias", (double)w[i], rw[i]);
+        }
+    }
+    /* zero gradient with zero moments: only the decay moves a weight, and only a 2-D one */
+    float *w2 = xmalloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) { w2[i] = w[i]; m[i] = v[i] = 0; }
+    osdp_adamw_shard(&osdp_compute_cpu, op, lo, n, w2, gz, m, v, &c, lr, scale, 1);
+    for (size_t i = 0; i < n; i++) {
+        size_t e = lo + i;
+        if (e >= fb_lo && e < fb_hi)
+            ck_assert_msg(w2[i] == w[i], "bias element %zu decayed: %g -> %g", e, (double)w[i], (double)w2[i]);
+        else
+            ck_assert_msg(fabs(w2[i] - w[i] * (1 - lr * c.weight_decay)) < 1e-7, "weight element %zu: %g -> %g", e,
+                          (double)w[i], (double)w2[i]);
+    }
+
+    /* the last shard of N = 3 runs into the padding: padding is never touched */
+    const size_t padded = osdp_padded_numel(op->numel, 3), shard = padded / 3;
+    ck_assert(padded > op->numel);
+    float *sw = xmalloc(shard * sizeof(float)), *sg = xmalloc(shard * sizeof(float));
+    float *sm = xmalloc(shard * sizeof(float)), *sv = xmalloc(shard * sizeof(float));
+    for (size_t i = 0; i < shard; i++) {
+        sw[i] = 0.0f;
+        sg[i] = 1.0f;
+        sm[i] = sv[i] = 0.0f;
+    }
+    osdp_adamw_shard(&osdp_compute_cpu, op, 2 * shard, shard, sw, sg, sm, sv, &c, lr, 1.0f, 1);
+    for (size_t i = 0; i < shard; i++) {
+        size_t e = 2 * shard + i;
+        if (e < op->numel)
+            ck_assert_msg(fabs(sw[i] + lr) < 1e-6, "element %zu not updated: %g", e, (double)sw[i]);
+        else
+            ck_assert_msg(sw[i] == 0.0f && sm[i] == 0.0f && sv[i] == 0.0f, "padding element %zu touched: w %g m %g v %g",
+                          e, (double)sw[i], (double)sm[i], (double)sv[i]);
+    }
+    free(sw); free(sg); free(sm); free(sv);
+    free(w); free(g); free(m); free(v); free(rw); free(rm); free(rv); free(gz); free(w2);
+    osdp_layout_free(&L);
+}
+END_TEST
+
+/* ------------------------------------------------------------------------ */
+/* 5. whole-model finite-difference gradient check                           */
+
+typedef struct gc_model {
+    osdp_layout L;
+    int B, T, n;
+    float **w, **g, **act;
+    osdp_op_acts *acts;
+    float *wsb;
+    osdp_workspace ws;
+    osdp_op_context ctx;
+    int *in, *tg;
+} gc_model;
+
+/* Normal-initialised weights are scaled by this: at std 0.02 the attention is
+ * uniform and the gradients through q and k are ~1e-6, too small for a
+ * finite-difference check to say anything about them.  At std 0.3 scores
+ * and logits are O(1) and every path carries a measurable gradient. */
+#define GC_WEIGHT_SCALE 15.0f
+
+static void gc_setup(gc_model *M, const char *desc, int T, int B, uint64_t seed)
+{
+    memset(M, 0, sizeof *M);
+    layout_ok(&M->L, desc, T);
+    M->B = B;
+    M->T = T;
+    M->n = M->L.n_ops;
+    M->w = xmalloc((size_t)M->n * sizeof(float *));
+    M->g = xmalloc((size_t)M->n * sizeof(float *));
+    M->act = xmalloc((size_t)M->n * sizeof(float *));
+    M->acts = xmalloc((size_t)M->n * sizeof(osdp_op_acts));
+    for (int i = 0; i < M->n; i++) {
+        const osdp_op_layout *op = &M->L.op[i];
+        M->w[i] = xmalloc(op->numel * sizeof(float));
+        M->g[i] = xmalloc(op->numel * sizeof(float));
+        osdp_init_op_range(op, i, seed, 0, op->numel, M->w[i]);
+        for (int k = 0; k < op->n_tensors; k++) {
+            const osdp_tensor_desc *t = &op->tensor[k];
+            float *x = M->w[i] + t->offset;
+            for (size_t e = 0; e < t->numel; e++) {
+                switch (t->init) {
+                case OSDP_INIT_NORMAL: x[e] *= GC_WEIGHT_SCALE; break;
+                /* LayerNorm gains around 1, all biases small and non-zero */
+                case OSDP_INIT_ONES: x[e] = 1.0f + (float)(0.4 * (rnd_unit() - 0.5)); break;
+                case OSDP_INIT_ZEROS: x[e] = (float)(0.2 * (rnd_unit() - 0.5)); break;
+                }
+            }
+        }
+        size_t floats = (size_t)B * op->act_floats_per_seq;
+        M->act[i] = xmalloc(floats * sizeof(float));
+        for (size_t e = 0; e < floats; e++) M->act[i][e] = NAN;   /* the forward must write what it reads */
+        size_t used = osdp_op_acts_carve(&M->L, i, B, M->act[i], &M->acts[i]);
+        ck_assert_uint_eq(used, floats);
+    }
+    size_t wsf = osdp_workspace_floats(&M->L, B);
+    M->wsb = xmalloc(wsf * sizeof(float));
+    for (size_t e = 0; e < wsf; e++) M->wsb[e] = NAN;
+    osdp_workspace_carve(&M->L, B, M->wsb, &M->ws);
+    M->ctx = (osdp_op_context){.backend = &osdp_compute_cpu, .layout = &M->L, .B = B, .T = T};
+    size_t bt = (size_t)B * (size_t)T;
+    M->in = xmalloc(bt * sizeof(int));
+    M->tg = xmalloc(bt * sizeof(int));
+    for (size_t j = 0; j < bt; j++) {
+        M->in[j] = (int)rnd_below((size_t)M->L.cfg.vocab);
+        M->tg[j] = (int)rnd_below((size_t)M->L.cfg.vocab);
+    }
+}
+
+static void gc_free(gc_model *M)
+{
+    for (int i = 0; i < M->n; i++) {
+        free(M->w[i]);
+        free(M->g[i]);
+        free(M->act[i]);
+    }
+    free(M->w); free(M->g); free(M->act); free(M->acts); free(M->wsb); free(M->in); free(M->tg);
+    osdp_layout_free(&M->L);
+}
+
+/* forward of ops first..n-1 (earlier ops' activations are still valid);
+ * returns the mean token loss accumulated in double */
+static double gc_forward_from(gc_model *M, int first)
+{
+    const size_t bt = (size_t)M->B * (size_t)M->T;
+    for (int i = first; i < M->n; i++) {
+        if (i == 0) memcpy(M->acts[0].tokens, M->in, bt * sizeof(int));
+        if (i == M->n - 1) memcpy(M->acts[i].tokens, M->tg, bt * sizeof(int));
+        osdp_op_forward(&M->ctx, i, M->w[i], i ? M->acts[i - 1].out : NULL, &M->acts[i]);
+    }
+    double s = 0;
+    for (size_t j = 0; j < bt; j++) s += (double)M->acts[M->n - 1].losses[j];
+    return s / (double)bt;
+}
+
+/* backward into M->g (accumulating: the caller zeroes) */
+static void gc_backward(gc_model *M)
+{
+    const float scale = 1.0f / (float)(M->B * M->T);
+    M->ws.cur = 0;
+    for (int i = M->n - 1; i >= 0; i--)
+        osdp_op_backward(&M->ctx, i, M->w[i], M->g[i], i ? M->acts[i - 1].out : NULL, &M->acts[i], &M->ws, scale);
+}
+
+static void gc_zero_grads(gc_model *M)
+{
+    for (int i = 0; i < M->n; i++) memset(M->g[i], 0, M->L.op[i].numel * sizeof(float));
+}
+
+/* Tolerances (the values measured are printed by the test).
+ *
+ * The loss is evaluated in fp32 (per-token losses ~2, each carrying rounding
+ * of ~1e-7 relative through a few dozen dependent operations) and summed in
+ * double, so every loss evaluation carries noise of ~1e-7 absolute.  A central
+ * difference over 2 eps turns that into ~1e-7 / eps on the quotient: ~1e-4 at
+ * eps = 1e-3 (observed maximum 1-2.5e-4 on these models).  The truncation
+ * error, eps^2 f'''/6, is ~1e-6 at eps = 1e-3.
+ *
+ *  - absolute check, every parameter, eps = 1e-3:
+ *      |analytic - numeric| <= 2e-3 * max(1, |numeric|)
+ *    about 10x above the observed noise, while a missing or wrong term changes
+ *    a gradient by O(its size), 1e-2..1 for these weights (the in-place
+ *    cross-entropy bug this test found gave errors of 0.04-0.14).
+ *  - relative check, elements with |analytic| > 1e-4: at least 90% within
+ *    1e-2 relative.  At eps = 1e-3 the 1e-4 noise is already 1% of a 1e-2
+ *    gradient, so ~10% of the small ones fail on noise alone (measured 89-93%
+ *    passing).  The relative check therefore uses a second quotient at
+ *    eps = 3e-3 (noise ~3e-5, truncation ~1e-5 f'''): 96-98% pass with correct
+ *    code, while a systematically wrong gradient fails nearly all of them. */
+#define GC_EPS 1e-3f
+#define GC_EPS_REL 3e-3f
+#define GC_ATOL 2e-3
+#define GC_REL 1e-2
+#define GC_REL_MIN 1e-4
+
+typedef struct gc_result {
+    double max_abs_err, max_rel_err_big, max_grad;
+    size_t checked, big, big_ok;
+    char worst[96];
+} gc_result;
+
+/* central difference of the loss in element e of op i, divided by the
+ * perturbation actually applied in fp32 */
+static double gc_numeric(gc_model *M, int i, size_t e, float eps)
+{
+    float w0 = M->w[i][e];
+    float wp = w0 + eps, wm = w0 - eps;
+    M->w[i][e] = wp;
+    double lp = gc_forward_from(M, i);
+    M->w[i][e] = wm;
+    double lm = gc_forward_from(M, i);
+    M->w[i][e] = w0;
+    return (lp - lm) / ((double)wp - (double)wm);
+}
+
+static void gc_run(const char *label, const char *desc, gc_result *r)
+{
+    gc_model M;
+    gc_setup(&M, desc, 5, 2, 31337);
+    memset(r, 0, sizeof *r);
+    double loss = gc_forward_from(&M, 0);
+    ck_assert_msg(isfinite(loss) && loss > 0, "%s: loss %g", label, loss);
+    /* the forward is a pure function of weights and tokens */
+    ck_assert_msg(gc_forward_from(&M, 0) == loss, "%s: forward is not deterministic", label);
+    gc_zero_grads(&M);
+    gc_backward(&M);
+    for (int i = 0; i < M.n; i++)
+        for (size_t e = 0; e < M.L.op[i].numel; e++)
+            ck_assert_msg(isfinite(M.g[i][e]), "%s: %s gradient %zu is %g", label, M.L.op[i].name, e, (double)M.g[i][e]);
+
+    for (int i = 0; i < M.n; i++) {
+        const osdp_op_layout *op = &M.L.op[i];
+        double tensor_max[OSDP_MAX_TENSORS_PER_OP] = {0};
+        /* the perturbed evaluations only rerun ops i..n-1: bring the activations
+         * of ops < i back to the unperturbed weights first (the last evaluation
+         * for op i-1 left them at its last element minus eps) */
+        gc_forward_from(&M, 0);
+        for (int k = 0; k < op->n_tensors; k++) {
+            const osdp_tensor_desc *t = &op->tensor[k];
+            for (size_t e = t->offset; e < t->offset + t->numel; e++) {
+                double num = gc_numeric(&M, i, e, GC_EPS);
+                double ana = M.g[i][e];
+                double err = fabs(ana - num);
+                r->checked++;
+                if (fabs(num) > r->max_grad) r->max_grad = fabs(num);
+                if (fabs(num) > tensor_max[k]) tensor_max[k] = fabs(num);
+                if (err > r->max_abs_err) {
+                    r->max_abs_err = err;
+                    snprintf(r->worst, sizeof r->worst, "%s/%s[%zu]", op->name, t->name, e - t->offset);
+                }
+                ck_assert_msg(err <= GC_ATOL * fmax(1.0, fabs(num)),
+                              "%s: %s/%s[%zu]: analytic %.6g, numeric %.6g", label, op->name, t->name,
+                              e - t->offset, ana, num);
+                if (fabs(ana) > GC_REL_MIN) {
+                    double num3 = gc_numeric(&M, i, e, GC_EPS_REL);
+                    double rel = fabs(ana - num3) / fmax(fabs(ana), fabs(num3));
+                    r->big++;
+                    r->big_ok += rel < GC_REL;
+                    if (rel > r->max_rel_err_big) r->max_rel_err_big = rel;
+                }
+            }
+        }
+        /* no tensor is dead: each has some gradient well above the noise */
+        for (int k = 0; k < op->n_tensors; k++)
+            ck_assert_msg(tensor_max[k] > 1e-2, "%s: %s/%s has no measurable gradient (max %g)", label, op->name,
+                          op->tensor[k].name, tensor_max[k]);
+    }
+    /* the perturbations restored every weight: the loss is back bit for bit */
+    ck_assert_msg(gc_forward_from(&M, 0) == loss, "%s: loss changed after the check", label);
+    printf("gradient check %-7s: %zu parameters, max |analytic - numeric| = %.3g at %s (eps %g), max |grad| %.3g;"
+           " %zu of %zu with |grad| > %g within %g relative (eps %g, worst %.3g)\n",
+           label, r->checked, r->max_abs_err, r->worst, (double)GC_EPS, r->max_grad, r->big_ok, r->big, GC_REL_MIN,
+           GC_REL, (double)GC_EPS_REL, r->max_rel_err_big);
+    ck_assert_uint_eq(r->checked, M.L.total_params);
+    ck_assert_msg(r->big > r->checked / 2, "%s: only %zu of %zu gradients above %g", label, r->big, r->checked,
+                  GC_REL_MIN);
+    ck_assert_msg((double)r->big_ok >= 0.9 * (double)r->big, "%s: only %zu of %zu gradients within %g relative",
+                  label, r->big_ok, r->big, GC_REL);
+    gc_free(&M);
+}
+
+START_TEST(test_grad_uniform)
+{
+    gc_result r;
+    gc_run("uniform", "[model]\nname = gc\nn_layer = 2\nn_head = 2\nn_embd = 8\nvocab = 11\nctx = 6\n", &r);
+}
+END_TEST
+
+START_TEST(test_grad_ic)
+{
+    gc_result r;
+    gc_run("I&C", "[model]\nname = gc_ic\nn_layer = 2\nn_head = 2\nwidths = 8, 16\nvocab = 11\nctx = 6\n", &r);
+}
+END_TEST
+
+START_TEST(test_grad_narrowing)
+{
+    gc_result r;
+    gc_run("narrow", "[model]\nname = gc_nr\nn_layer = 3\nn_head = 2\nwidths = 8, 4, 4\nvocab = 7\nctx = 6\n", &r);
+}
+END_TEST
+
+/* gradients accumulate: two backward passes without zeroing give twice one */
+START_TEST(test_grad_accumulates)
+{
+    gc_model M;
+    gc_setup(&M, "[model]\nn_layer = 2\nn_head = 2\nwidths = 8, 16\nvocab = 11\nctx = 6\n", 5, 2, 5);
+    gc_forward_from(&M, 0);
+    gc_zero_grads(&M);
+    gc_backward(&M);
+    float **once = xmalloc((size_t)M.n * sizeof(float *));
+    for (int i = 0; i < M.n; i++) {
+        once[i] = xmalloc(M.L.op[i].numel * sizeof(float));
+        memcpy(once[i], M.g[i], M.L.op[i].numel * sizeof(float));
+    }
+    gc_forward_from(&M, 0);   /* the head's backward consumed the probabilities */
+    gc_backward(&M);
+    for (int i = 0; i < M.n; i++) {
+        for (size_t e = 0; e < M.L.op[i].numel; e++)
+            ck_assert_msg(fabs(M.g[i][e] - 2.0 * once[i][e]) <= 1e-5 * fabs(once[i][e]) + 1e-9,
+                          "%s[%zu]: %g after two passes, %g after one", M.L.op[i].name, e, (double)M.g[i][e],
+                          (double)once[i][e]);
+        free(once[i]);
+    }
+    free(once);
+    gc_free(&M);
+}
+END_TEST
+
+/* ------------------------------------------------------------------------ */
+/* 6. memory prediction (dry runtime)                                        */
+
+#define MEM_MODEL "[model]\nname = mem\nn_layer = 3\nn_head = 2\nn_embd = 16\nvocab = 200\nctx = 16\n"
+#define MEM_MODEL_IC "[model]\nname = memic\nn_layer = 4\nn_head = 2\nwidths = 8, 24, 16, 16\nvocab = 90\nctx = 12\n"
+
+static void predict_ok(const osdp_layout *L, const osdp_plan *p, int N, int B, int accum, int prefetch,
+                       osdp_memory_prediction *out)
+{
+    osdp_status s = osdp_memory_predict(L, p, N, B, accum, prefetch, out);
+    ck_assert_msg(s == OSDP_OK, "memory_predict failed (%d): %s", (int)s, osdp_error_message());
+    size_t sum = 0, mx = 0;
+    for (int c = 0; c < OSDP_MEM_N_CATEGORIES; c++) {
+        sum += out->peak[c];
+        if (out->peak[c] > mx) mx = out->peak[c];
+    }
+    ck_assert(out->peak_total <= sum);
+    ck_assert(out->peak_total >= mx);
+}
+
+static void check_memory_model(const char *desc, int T)
+{
+    const int N = 4, B = 2;
+    osdp_layout L;
+    layout_ok(&L, desc, T);
+    const int n = L.n_ops;
+    size_t sum_shard = 0, sum_padded = 0, max_padded = 0, sum_act = 0, max_pair = 0, max_grad = 0, max_grad_pair = 0;
+    size_t *pad = xmalloc((size_t)n * sizeof(size_t)), *shd = xmalloc((size_t)n * sizeof(size_t));
+    for (int i = 0; i < n; i++) {
+        pad[i] = osdp_padded_numel(L.op[i].numel, N);
+        shd[i] = osdp_shard_numel(L.op[i].numel, N);
+        sum_shard += shd[i];
+        sum_padded += pad[i];
+        sum_act += L.op[i].act_floats_per_seq;
+        if (pad[i] > max_padded) max_padded = pad[i];
+        if (pad[i] + shd[i] > max_grad) max_grad = pad[i] + shd[i];
+        if (i > 0 && pad[i - 1] + pad[i] > max_pair) max_pair = pad[i - 1] + pad[i];
+        if (i > 0 && pad[i - 1] + shd[i - 1] + pad[i] + shd[i] > max_grad_pair)
+            max_grad_pair = pad[i - 1] + shd[i - 1] + pad[i] + shd[i];
+    }
+    const size_t F = sizeof(float);
+    osdp_plan dp, zdp;
+    ck_assert_int_eq(osdp_plan_alloc(&dp, n), OSDP_OK);
+    ck_assert_int_eq(osdp_plan_alloc(&zdp, n), OSDP_OK);
+    osdp_plan_fill(&dp, 0);
+    osdp_plan_fill(&zdp, 1);
+
+    osdp_memory_prediction pd, pz, pz0, pd0, pacc;
+    predict_ok(&L, &dp, N, B, 1, 1, &pd);
+    predict_ok(&L, &zdp, N, B, 1, 1, &pz);
+    predict_ok(&L, &zdp, N, B, 1, 0, &pz0);
+    predict_ok(&L, &dp, N, B, 1, 0, &pd0);
+
+    /* sharded state: master, grad, m, v of 1/N of every (padded) operator */
+    ck_assert_uint_eq(pd.peak[OSDP_MEM_STATE], 4 * F * sum_shard);
+    ck_assert_uint_eq(pz.peak[OSDP_MEM_STATE], 4 * F * sum_shard);
+    /* all DP: every operator's full weights resident */
+    ck_assert_uint_eq(pd.peak[OSDP_MEM_WEIGHTS], F * sum_padded);
+    ck_assert_uint_eq(pd0.peak[OSDP_MEM_WEIGHTS], F * sum_padded);
+    /* all ZDP with prefetch: the operator in use and the next one */
+    ck_assert_msg(pz.peak[OSDP_MEM_WEIGHTS] < pd.peak[OSDP_MEM_WEIGHTS], "ZDP weights %zu, DP %zu",
+                  pz.peak[OSDP_MEM_WEIGHTS], pd.peak[OSDP_MEM_WEIGHTS]);
+    ck_assert_msg(pz.peak[OSDP_MEM_WEIGHTS] <= F * max_pair, "ZDP weights peak %zu > two consecutive ops %zu",
+                  pz.peak[OSDP_MEM_WEIGHTS], F * max_pair);
+    ck_assert_msg(pz.peak[OSDP_MEM_WEIGHTS] == F * max_pair, "ZDP weights peak %zu, consecutive pair %zu",
+                  pz.peak[OSDP_MEM_WEIGHTS], F * max_pair);
+    /* all ZDP without prefetch: one operator at a time */
+    ck_assert_uint_eq(pz0.peak[OSDP_MEM_WEIGHTS], F * max_padded);
+    /* activations: every operator's, at the end of the forward */
+    ck_assert_uint_eq(pd.peak[OSDP_MEM_ACTIVATIONS], F * (size_t)B * sum_act);
+    ck_assert_uint_eq(pz.peak[OSDP_MEM_ACTIVATIONS], F * (size_t)B * sum_act);
+    ck_assert_uint_eq(pd.peak[OSDP_MEM_WORKSPACE], F * osdp_workspace_floats(&L, B));
+    /* full gradients + reduce-scatter destination: one operator without
+     * prefetch, two consecutive ones when the scatter overlaps the next backward */
+    ck_assert_uint_eq(pd0.peak[OSDP_MEM_GRADS], F * max_grad);
+    ck_assert_uint_eq(pd.peak[OSDP_MEM_GRADS], F * max_grad_pair);
+    /* everything is freed between micro-steps: accumulation changes no peak */
+    predict_ok(&L, &zdp, N, B, 3, 1, &pacc);
+    for (int c = 0; c < OSDP_MEM_N_CATEGORIES; c++)
+        ck_assert_msg(pacc.peak[c] == pz.peak[c], "category %s: %zu with 3 micro-steps, %zu with 1",
+                      osdp_mem_category_name((osdp_mem_category)c), pacc.peak[c], pz.peak[c]);
+    ck_assert_uint_eq(pacc.peak_total, pz.peak_total);
+    /* the activations scale with the micro-batch, the state does not */
+    osdp_memory_prediction pb;
+    predict_ok(&L, &zdp, N, 2 * B, 1, 1, &pb);
+    ck_assert_uint_eq(pb.peak[OSDP_MEM_ACTIVATIONS], 2 * pz.peak[OSDP_MEM_ACTIVATIONS]);
+    ck_assert_uint_eq(pb.peak[OSDP_MEM_STATE], pz.peak[OSDP_MEM_STATE]);
+
+    /* mixed: embed DP (resident), everything else ZDP */
+    osdp_plan mix;
+    ck_assert_int_eq(osdp_plan_alloc(&mix, n), OSDP_OK);
+    osdp_plan_fill(&mix, 1);
+    mix.zdp_slices[0] = 0;
+    osdp_memory_prediction pm;
+    predict_ok(&L, &mix, N, B, 1, 1, &pm);
+    size_t zpair = pad[1];
+    for (int i = 2; i < n; i++)
+        if (pad[i - 1] + pad[i] > zpair) zpair = pad[i - 1] + pad[i];
+    ck_assert_msg(pm.peak[OSDP_MEM_WEIGHTS] == F * (pad[0] + zpair), "mixed plan: weights peak %zu, expected %zu",
+                  pm.peak[OSDP_MEM_WEIGHTS], F * (pad[0] + zpair));
+    /* N = 1: state is the whole model four times */
+    osdp_memory_prediction p1;
+    ck_assert_int_eq(osdp_memory_predict(&L, &dp, 1, B, 1, 1, &p1), OSDP_OK);
+    ck_assert_uint_eq(p1.peak[OSDP_MEM_STATE], 4 * F * L.total_params);
+
+    osdp_plan_free(&mix);
+    osdp_plan_free(&dp);
+    osdp_plan_free(&zdp);
+    free(pad);
+    free(shd);
+    osdp_layout_free(&L);
+}
+
+START_TEST(test_memory_predict)
+{
+    check_memory_model(MEM_MODEL, 16);
+}
+END_TEST
+
+START_TEST(test_memory_predict_ic)
+{
+    check_memory_model(MEM_MODEL_IC, 10);
+}
+END_TEST
+
+START_TEST(test_memory_predict_errors)
+{
+    osdp_layout L;
+    layout_ok(&L, MEM_MODEL, 16);
+    osdp_plan p;
+    ck_assert_int_eq(osdp_plan_alloc(&p, L.n_ops), OSDP_OK);
+    osdp_memory_prediction out;
+    ck_assert_int_eq(osdp_memory_predict(&L, &p, 4, 0, 1, 1, &out), OSDP_ERR_INPUT);
+    ck_assert_int_eq(osdp_memory_predict(&L, &p, 4, 2, 0, 1, &out), OSDP_ERR_INPUT);
+    p.slices[2] = 4;
+    p.zdp_slices[2] = 2;
+    ck_assert_int_eq(osdp_memory_predict(&L, &p, 4, 2, 1, 1, &out), OSDP_ERR_INPUT);
+    ck_assert_msg(strstr(osdp_error_message(), "mlp.0") != NULL, "message: %s", osdp_error_message());
+    osdp_plan_free(&p);
+    osdp_layout_free(&L);
+}
+END_TEST
+
+/* ------------------------------------------------------------------------ */
+/* 7. plan files                                                             */
+
+#define PLAN_MODEL "[model]\nname = pl\nn_layer = 2\nn_head = 2\nn_embd = 8\nvocab = 11\nctx = 6\n"
+
+START_TEST(test_plan_parse_good)
+{
+    osdp_layout L;
+    layout_ok(&L, PLAN_MODEL, 6);
+    osdp_plan p;
+    osdp_status s = osdp_plan_parse(&p, &L, "# a plan\ndefault = zdp\nembed = dp\n", "p.plan");
+    ck_assert_msg(s == OSDP_OK, "%s", osdp_error_message());
+    ck_assert_int_eq(p.n_ops, 6);
+    ck_assert_int_eq(p.zdp_slices[0], 0);
+    ck_assert_int_eq(p.slices[0], 1);
+    for (int i = 1; i < 6; i++) {
+        ck_assert_int_eq(p.zdp_slices[i], 1);
+        ck_assert_int_eq(p.slices[i], 1);
+    }
+    osdp_plan_free(&p);
+
+    s = osdp_plan_parse(&p, &L, "default = dp\n; comment\nmlp.0 = 2/4\nhead = zdp  ; inline\n", "p.plan");
+    ck_assert_msg(s == OSDP_OK, "%s", osdp_error_message());
+    ck_assert_int_eq(p.zdp_slices[2], 2);
+    ck_assert_int_eq(p.slices[2], 4);
+    ck_assert_int_eq(p.zdp_slices[5], 1);
+    ck_assert_int_eq(p.zdp_slices[1], 0);
+    char buf[16];
+    ck_assert_str_eq(osdp_plan_mode_name(&p, 2, buf, sizeof buf), "2/4");
+    ck_assert_str_eq(osdp_plan_mode_name(&p, 5, buf, sizeof buf), "zdp");
+    ck_assert_str_eq(osdp_plan_mode_name(&p, 0, buf, sizeof buf), "dp");
+    osdp_plan_free(&p);
+
+    /* every operator listed, no default needed; 0/g and g/g are valid */
+    s = osdp_plan_parse(&p, &L, "embed = dp\nattn.0 = zdp\nmlp.0 = 0/3\nattn.1 = 3/3\nmlp.1 = 1/1\nhead = dp\n",
+                        "p.plan");
+    ck_assert_msg(s == OSDP_OK, "%s", osdp_error_message());
+    ck_assert_int_eq(p.zdp_slices[3], 3);
+    ck_assert_int_eq(p.slices[3], 3);
+    ck_assert_int_eq(p.zdp_slices[2], 0);
+    ck_assert_int_eq(p.slices[2], 3);
+    ck_assert_int_eq(p.zdp_slices[4], 1);
+    ck_assert_int_eq(p.slices[4], 1);
+    osdp_plan_free(&p);
+
+    /* fill / alloc defaults */
+    ck_assert_int_eq(osdp_plan_alloc(&p, 6), OSDP_OK);
+    for (int i = 0; i < 6; i++) ck_assert(p.slices[i] == 1 && p.zdp_slices[i] == 0 && p.recompute[i] == 0);
+    osdp_plan_fill(&p, 1);
+    for (int i = 0; i < 6; i++) ck_assert(p.slices[i] == 1 && p.zdp_slices[i] == 1);
+    osdp_plan_free(&p);
+    osdp_layout_free(&L);
+}
+END_TEST
+
+typedef struct plan_error_case {
+    const char *what, *text, *word1, *word2;
+} plan_error_case;
+
+static const plan_error_case plan_errors[] = {
+    {"unknown operator", "default = dp\nattn.7 = zdp\n", "unknown operator", "attn.7"},
+    {"bad mode", "default = dp\nembed = fast\n", "fast", "mode"},
+    {"bad default", "default = sometimes\n", "sometimes", NULL},
+    {"k > g", "default = dp\nmlp.0 = 5/4\n", "5/4", NULL},
+    {"g = 0", "default = dp\nmlp.0 = 0/0\n", "0/0", NULL},
+    {"k/g junk", "default = dp\nmlp.0 = 1/2x\n", "1/2x", NULL},
+    {"duplicate operator", "default = dp\nembed = dp\nembed = zdp\n", "embed", "twice"},
+    {"missing operator, no default", "embed = dp\nattn.0 = dp\nmlp.0 = dp\nattn.1 = zdp\nmlp.1 = dp\n", "head", "default"},
+    {"empty plan", "", "embed", NULL},
+    {"section", "[plan]\ndefault = dp\n", "section", NULL},
+    {"malformed line", "default = dp\nembed zdp\n", "malformed", NULL},
+};
+
+START_TEST(test_plan_parse_errors)
+{
+    const plan_error_case *c = &plan_errors[_i];
+    osdp_layout L;
+    layout_ok(&L, PLAN_MODEL, 6);
+    osdp_plan p;
+    osdp_status s = osdp_plan_parse(&p, &L, c->text, "bad.plan");
+    ck_assert_msg(s == OSDP_ERR_INPUT, "%s: status %d", c->what, (int)s);
+    const char *msg = osdp_error_message();
+    ck_assert_msg(strstr(msg, c->word1) != NULL, "%s: message '%s' lacks '%s'", c->what, msg, c->word1);
+    if (c->word2)
+        ck_assert_msg(strstr(msg, c->word2) != NULL, "%s: message '%s' lacks '%s'", c->what, msg, c->word2);
+    ck_assert_msg(strstr(msg, "bad.plan") != NULL, "%s: message '%s' does not name the file", c->what, msg);
+    /* a failed parse leaves nothing allocated */
+    ck_assert_ptr_null(p.slices);
+    ck_assert_ptr_null(p.zdp_slices);
+    osdp_layout_free(&L);
+}
+END_TEST
+
+START_TEST(test_plan_roundtrip)
+{
+    osdp_layout L;
+    layout_ok(&L, MEM_MODEL_IC, 12);
+    const int n = L.n_ops;
+    osdp_plan p, q;
+    ck_assert_int_eq(osdp_plan_alloc(&p, n), OSDP_OK);
+    for (int i = 0; i < n; i++) {
+        int g = 1 + (int)rnd_below(6);
+        p.slices[i] = g;
+        p.zdp_slices[i] = (int)rnd_below((size_t)g + 1);
+    }
+    p.slices[0] = 1; p.zdp_slices[0] = 0;
+    p.slices[1] = 1; p.zdp_slices[1] = 1;
+    p.slices[2] = 4; p.zdp_slices[2] = 0;
+    p.slices[3] = 4; p.zdp_slices[3] = 4;
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    ck_assert_ptr_nonnull(f);
+    osdp_plan_write(&p, &L, f);
+    fclose(f);
+    osdp_status s = osdp_plan_parse(&q, &L, text, "written");
+    ck_assert_msg(s == OSDP_OK, "written plan does not parse: %s\n%s", osdp_error_message(), text);
+    ck_assert_int_eq(q.n_ops, n);
+    for (int i = 0; i < n; i++) {
+        ck_assert_msg(q.slices[i] == p.slices[i] && q.zdp_slices[i] == p.zdp_slices[i],
+                      "%s: wrote %d/%d, read %d/%d", L.op[i].name, p.zdp_slices[i], p.slices[i], q.zdp_slices[i],
+                      q.slices[i]);
+    }
+    ck_assert(osdp_plan_hash(&q) == osdp_plan_hash(&p));
+    /* copy and hash */
+    osdp_plan c;
+    ck_assert_int_eq(osdp_plan_copy(&c, &p), OSDP_OK);
+    ck_assert(osdp_plan_hash(&c) == osdp_plan_hash(&p));
+    c.zdp_slices[1] = 0;
+    ck_assert(osdp_plan_hash(&c) != osdp_plan_hash(&p));
+    osdp_plan_free(&c);
+    free(text);
+    osdp_plan_free(&q);
+    osdp_plan_free(&p);
+    osdp_layout_free(&L);
+}
+END_TEST
+
+/* ------------------------------------------------------------------------ */
+
+static Suite *model_suite(void)
+{
+    Suite *s = suite_create("model");
+    TCase *tc = tcase_create("config");
+    tcase_add_test(tc, test_config_good);
+    tcase_add_test(tc, test_config_widths);
+    tcase_add_loop_test(tc, test_config_errors, 0, (int)(sizeof config_errors / sizeof config_errors[0]));
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("layout");
+    tcase_add_test(tc, test_layout_ops);
+    tcase_add_test(tc, test_layout_gpt2_small);
+    tcase_add_test(tc, test_layout_ic);
+    tcase_add_test(tc, test_layout_shard);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("init");
+    tcase_add_test(tc, test_init_ranges);
+    tcase_add_test(tc, test_init_values);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("optim");
+    tcase_add_test(tc, test_lr_schedule);
+    tcase_add_test(tc, test_clip_scale);
+    tcase_add_test(tc, test_adamw_by_hand);
+    tcase_add_test(tc, test_adamw_shard_decay);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("grad");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_grad_uniform);
+    tcase_add_test(tc, test_grad_ic);
+    tcase_add_test(tc, test_grad_narrowing);
+    tcase_add_test(tc, test_grad_accumulates);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("memory");
+    tcase_add_test(tc, test_memory_predict);
+    tcase_add_test(tc, test_memory_predict_ic);
+    tcase_add_test(tc, test_memory_predict_errors);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("plan");
+    tcase_add_test(tc, test_plan_parse_good);
+    tcase_add_loop_test(tc, test_plan_parse_errors, 0, (int)(sizeof plan_errors / sizeof plan_errors[0]));
+    tcase_add_test(tc, test_plan_roundtrip);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(model_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
