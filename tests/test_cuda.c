@@ -364,6 +364,8 @@ static void run_crossentropy(int BT, int V, uint64_t seed)
     cpu->crossentropy_backward(dl, logits, tgt, 0.37f, BT, V);
     gpu->crossentropy_backward(g_dl, g_probs, g_tgt, 0.37f, BT, V);
     expect_close("crossentropy dlogits", dl, g_dl, n);
+    gpu->crossentropy_backward(g_probs, g_probs, g_tgt, 0.37f, BT, V);  /* dlogits aliases probs */
+    expect_close("crossentropy dlogits (in place)", dl, g_probs, n);
     gpu->free(g_probs), gpu->free(g_losses), gpu->free(g_tgt), gpu->free(g_dl);
     free(logits), free(losses), free(tgt), free(dl);
 }

@@ -30,6 +30,9 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef SEARCH_DEBUG
+#include <stdio.h>
+#endif
 
 typedef struct group {
     int r, k;                  /* r identical items with k choices */
@@ -66,7 +69,8 @@ typedef struct ctx {
     int b_len;                 /* and their hull edges in efficiency order: */
     long long *b_cm, *b_cq;    /* [b_len + 1] cumulative bytes / time units */
     int *b_sid;                /* [b_len] edge ids */
-    double ub;                 /* greedy plan's time, loosened */
+    long long ub;              /* time of the greedy plan */
+    double thr;                /* states whose bound exceeds this are dropped */
     stage *st;                 /* [ng + 1] */
     long long nodes;
 } ctx;
@@ -248,7 +252,7 @@ static int plan_merges(ctx *x)
         for (int v = 0; v < g->nh; v++) ub += (long long)at[at_off[j] + v] * g->q[g->hull[v]];
         x->g[j].dist = INFINITY;
     }
-    x->ub = (double)ub * (1.0 + 1e-10) + 2.0;
+    x->ub = ub;
     for (int t = 0; t < ns; t++) {
         group *g = &x->g[x->seg[t].g];
         double d = broken ? fabs(x->seg[t].eff - brk) / brk : x->seg[t].eff;
@@ -388,11 +392,11 @@ static void build_bound(ctx *x, int s)
     x->b_len = len;
 }
 
-/* 1 when no completion of a state (m, q) can fit or beat the greedy plan */
-static int pruned(const ctx *x, long long m, long long q)
+/* lower bound on the time of any fitting completion of a state (m, q) */
+static double lp_bound(const ctx *x, long long m, long long q)
 {
     long long budget = x->p->mem_limit - m - x->b_m0;
-    if (budget < 0) return 1;
+    if (budget < 0) return INFINITY;
     int lo = 0, hi = x->b_len; /* largest lo with b_cm[lo] <= budget */
     while (lo < hi) {
         int mid = (lo + hi + 1) / 2;
@@ -404,7 +408,7 @@ static int pruned(const ctx *x, long long m, long long q)
         const seg *e = &x->seg[x->b_sid[lo]];
         lb -= (double)(budget - x->b_cm[lo]) * ((double)e->dq / (double)e->dm);
     }
-    return lb > x->ub;
+    return lb;
 }
 
 /* 1 when state a of stage s has a lexicographically smaller partial vector
@@ -441,7 +445,7 @@ static int advance(ctx *x, const stage *A, const group *g, int l, int a)
         long long m = A->m[a] + g->fm[l];
         x->nodes++;
         if (m + x->b_m0 > x->p->mem_limit) return A->size; /* memory ascends */
-        if (!pruned(x, m, A->q[a] + g->fq[l])) return a;
+        if (lp_bound(x, m, A->q[a] + g->fq[l]) <= x->thr) return a;
     }
     return A->size;
 }
@@ -542,9 +546,26 @@ osdp_status osdp_search_exact(const osdp_search_problem *p, osdp_search_result *
     x.st[0].size = 1;
     x.st[0].m[0] = x.st[0].q[0] = 0;
     x.st[0].prev[0] = x.st[0].gi[0] = -1;
-    for (int s = 1; s <= x.ng; s++) {
-        build_bound(&x, s);
-        if (merge_stage(&x, s)) goto done;
+    /* Threshold rounds: keep only states whose bound is <= thr, thr rising
+     * from just above the LP bound of the whole problem to the greedy plan's
+     * time.  If any plan survives a round, the best survivor is optimal: the
+     * optimum has time <= that survivor's <= thr, so none of its states was
+     * dropped.  Near-subset-sum instances (time almost proportional to the
+     * bytes saved) are solved in an early round with few states. */
+    build_bound(&x, 0);
+    double lb0 = lp_bound(&x, 0, 0), ub = (double)x.ub, slack = 1e-10 * ub + 2.0;
+    for (double frac = 0x1p-24;; frac *= 16) {
+        int final = frac >= 1.0 || !(lb0 < ub);
+        x.thr = (final ? ub : lb0 + frac * (ub - lb0)) + slack;
+        for (int s = 1; s <= x.ng; s++) {
+            build_bound(&x, s);
+            if (merge_stage(&x, s)) goto done;
+        }
+#ifdef SEARCH_DEBUG
+        { long long tot = 0; int mx = 0; for (int s = 1; s <= x.ng; s++) { tot += x.st[s].size; if (x.st[s].size > mx) mx = x.st[s].size; }
+          fprintf(stderr, "round frac %g lb0 %.6g ub %.6g thr %.6g: states %lld max %d final %d best %.6g\n", frac, lb0, ub, x.thr, tot, mx, x.st[x.ng].size, x.st[x.ng].size ? (double)x.st[x.ng].q[x.st[x.ng].size-1] : -1.0); }
+#endif
+        if (x.st[x.ng].size > 0 || final) break;
     }
     const stage *last = &x.st[x.ng];
     if (last->size == 0) {

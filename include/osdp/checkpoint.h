@@ -1,0 +1,89 @@
+/* Sharded HDF5 checkpoints (DESIGN.md §6, doc/checkpoint-format.md).
+ *
+ * One HDF5 file per save, opened with the MPI-IO driver on every rank of
+ * `comm` and written collectively: each rank writes only its own shard
+ * [shard_lo, shard_lo + shard) of every operator, as the matching row ranges
+ * of the tensors that shard covers.  Tensors are stored in their full logical
+ * shapes under
+ *     /model/<op>/<tensor>        fp32 master weights, e.g. /model/attn.3/qkv.weight
+ *     /optim/m/<op>/<tensor>      AdamW first moment
+ *     /optim/v/<op>/<tensor>      AdamW second moment
+ * so a checkpoint loads on any rank count and any plan: each loading rank
+ * reads the pieces of its own shards.  No rank ever holds more than one
+ * operator shard of host memory for the transfer.
+ *
+ * Every function here is collective over `comm`: all ranks must call it with
+ * the same arguments, and all ranks return the same status and the same
+ * error message (statuses are agreed with MPI_Allreduce after every step that
+ * can fail, before the next collective).  Nothing here exits. */
+#ifndef OSDP_CHECKPOINT_H
+#define OSDP_CHECKPOINT_H
+
+#include <mpi.h>
+#include "osdp/error.h"
+#include "osdp/model_config.h"
+#include "osdp/optim.h"
+#include "osdp/plan.h"
+#include "osdp/runtime.h"
+
+#define OSDP_CKPT_FORMAT_VERSION 1
+#define OSDP_CKPT_CHECKSUM_ALGORITHM "osdp-sum64-v1"
+
+/* What a checkpoint says about itself (root attributes), plus I/O figures. */
+typedef struct osdp_ckpt_info {
+    int format_version;
+    long step;                     /* optimizer steps done = data position */
+    unsigned long long seed;       /* weights and data order (RNG state: seed, step) */
+    int n_ranks;                   /* ranks at save time */
+    unsigned long long model_hash; /* osdp_model_config_hash() */
+    char model_name[64];
+    unsigned long long plan_hash;  /* osdp_plan_hash() of the plan at save time */
+    int micro_batch, accum_steps;  /* batch geometry at save time */
+    long global_batch;             /* sequences per optimizer step */
+    int seq_len;
+    osdp_optim_config optim;       /* optimizer settings at save time */
+    /* filled by save / load: */
+    double bytes;                  /* dataset bytes written or read, all ranks */
+    double seconds;                /* wall time of the whole call */
+} osdp_ckpt_info;
+
+/* Flags for osdp_ckpt_load */
+#define OSDP_CKPT_WEIGHTS_ONLY 1   /* /model only: m, v zeroed, step 0 (for --init-from) */
+
+/* Write the runtime's state as `path`, atomically: the data go to
+ * "<path>.tmp", which is closed collectively; after a barrier rank 0 flushes
+ * it to disk and renames it to `path`.  A crash on any rank before that
+ * rename leaves `path` (and anything else) untouched.  cfg, plan: NULL for
+ * the runtime's own (rt->layout->cfg, rt->plan).  info (may be NULL)
+ * receives the metadata written and the I/O figures.
+ *
+ * Test hook: the environment variable OSDP_CKPT_CRASH_AT=mid_write |
+ * before_rename makes rank OSDP_CKPT_CRASH_RANK (default 1, or 0 on one
+ * rank) raise(SIGKILL) at that point, for the save of step
+ * OSDP_CKPT_CRASH_STEP only when that is set. */
+osdp_status osdp_ckpt_save(osdp_runtime *rt, const osdp_model_config *cfg, const osdp_plan *plan,
+                           const char *path, MPI_Comm comm, osdp_ckpt_info *info);
+
+/* Read `path` into the runtime, which may have any rank count and plan:
+ * master weights, and unless OSDP_CKPT_WEIGHTS_ONLY also m, v, step and seed
+ * (rt->step, rt->opt.seed).  Gradients are not stored: every step recomputes
+ * them.  Refused with OSDP_ERR_INPUT (a message naming the file and the
+ * dataset or attribute): not an HDF5 file / truncated, a newer
+ * format_version, a model description (cfg; NULL: rt->layout->cfg) that
+ * differs, a missing dataset or attribute, a wrong shape or type, a checksum
+ * mismatch.  OSDP_ERR_IO: the file cannot be opened or read.  On failure
+ * the runtime state is partly overwritten: load again or stop. */
+osdp_status osdp_ckpt_load(osdp_runtime *rt, const osdp_model_config *cfg, const char *path, int flags,
+                           MPI_Comm comm, osdp_ckpt_info *info);
+
+/* Only the root attributes, validated (format version) but not compared with
+ * any model. */
+osdp_status osdp_ckpt_read_info(const char *path, MPI_Comm comm, osdp_ckpt_info *info);
+
+/* "step_00000042.h5" for step 42 */
+void osdp_ckpt_step_name(long step, char *buf, size_t n);
+/* step number of a name made by osdp_ckpt_step_name (with or without a
+ * directory), -1 when `name` is not one */
+long osdp_ckpt_parse_step_name(const char *name);
+
+#endif

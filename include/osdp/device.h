@@ -1,0 +1,71 @@
+/* Device information: what the cost model knows about the machine.
+ * An INI file in input/devices/, written by `osdp_gpt profile` or by hand:
+ *
+ *   [device]
+ *   name        = a100_40gb
+ *   mem_limit   = 36G        ; bytes per rank the plan may use (8G, 512M, ...; > 0)
+ *   precision   = bf16       ; fp32 | bf16: element size of gathered weights,
+ *                            ; full gradients and every collective (4 or 2 bytes)
+ *   param_bytes = 2          ; optional: that element size as a number (overrides precision)
+ *   act_bytes   = 4          ; optional (default 4): bytes per activation and
+ *                            ; workspace element
+ *   [all_gather]
+ *   alpha = 5e-6             ; s, latency per ring step            (>= 0)
+ *   beta  = 4.3e-12          ; s/byte per ring step = 1 / busbw    (> 0)
+ *   [reduce_scatter]
+ *   alpha = 5e-6
+ *   beta  = 4.3e-12
+ *   [gamma]                  ; s per FLOP, forward + backward, per operator type (> 0)
+ *   embed = 6.4e-15
+ *   attn  = 6.4e-15
+ *   mlp   = 6.4e-15
+ *   head  = 6.4e-15
+ *
+ * A collective over N ranks moving S bytes in total (the full, gathered
+ * buffer) takes (N-1)(alpha + S/N beta): N-1 ring steps of S/N bytes each
+ * (paper eq. 2).  In nccl-tests terms beta = 1 / busbw.
+ *
+ * gamma: an operator of type t that performs F FLOPs per token, forward and
+ * backward together (osdp_cost_op_flops: 3 x (matmul + attention FLOPs) of
+ * the forward; the embedding, which has no matmul, counts a nominal 3 d_0),
+ * computes a micro-batch of b sequences of T tokens in b T F gamma_t
+ * seconds.
+ *
+ * Every key of [all_gather], [reduce_scatter] and [gamma] and mem_limit are
+ * required; unknown sections or keys are errors, so that typos are caught. */
+#ifndef OSDP_DEVICE_H
+#define OSDP_DEVICE_H
+
+#include "osdp/error.h"
+#include "osdp/layout.h"
+
+#define OSDP_N_OP_TYPES 4
+
+typedef struct osdp_collective_cost {
+    double alpha;   /* s per ring step */
+    double beta;    /* s per byte per ring step */
+} osdp_collective_cost;
+
+typedef struct osdp_device {
+    char name[64];
+    long long mem_limit;                  /* bytes per rank */
+    int param_bytes;                      /* gathered weights, full grads, collectives: 2 or 4 */
+    int act_bytes;                        /* activations and workspace: 2 or 4 */
+    osdp_collective_cost all_gather, reduce_scatter;
+    double gamma[OSDP_N_OP_TYPES];        /* s per FLOP, indexed by osdp_op_type */
+} osdp_device;
+
+/* "embed", "attn", "mlp", "head" */
+const char *osdp_op_type_name(osdp_op_type t);
+
+/* Errors (OSDP_ERR_INPUT) name the origin, the line when known, the section
+ * and the key: a missing key, a value that is not a number, a zero or
+ * negative bandwidth (beta <= 0), a negative latency, gamma <= 0, a memory
+ * limit of 0. */
+osdp_status osdp_device_parse(osdp_device *dev, const char *text, const char *origin);
+osdp_status osdp_device_load(osdp_device *dev, const char *path);
+/* Writes the file form (round-trips through osdp_device_parse); `comment`
+ * (may be NULL) is written as '; ' lines at the top. */
+osdp_status osdp_device_write(const osdp_device *dev, const char *comment, const char *path);
+
+#endif

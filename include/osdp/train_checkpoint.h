@@ -1,0 +1,84 @@
+/* The training loop's checkpoint glue: options, periodic and signal-driven
+ * saves with rotation and a `latest` pointer, resume, --init-from.
+ *
+ *   --ckpt-dir DIR       where saves go: DIR/step_XXXXXXXX.h5 and DIR/latest
+ *   --save-every K       save after every K-th optimizer step (also at the end
+ *                        of the run and on SIGTERM / SIGUSR1)
+ *   --keep K             keep the last K saves (default 3; 0 keeps all)
+ *   --resume [FILE]      continue from FILE, or from DIR/latest
+ *   --resume-fallback    if the checkpoint is refused, try the previous save
+ *   --init-from FILE     weights of any checkpoint, fresh optimizer, step 0
+ *
+ * Use (see the integration note in doc/checkpoint-format.md):
+ *     osdp_train_ckpt ck;
+ *     s = osdp_train_ckpt_parse(&ck, &argc, argv);      // removes its options
+ *     ... create the runtime ...
+ *     s = osdp_train_ckpt_start(&ck, &rt, &cfg, &plan, MPI_COMM_WORLD);
+ *     for (long step = rt.step; step < steps; step++) {
+ *         ... osdp_runtime_step, report ...
+ *         int stop = 0;
+ *         s = osdp_train_ckpt_after_step(&ck, &stop);
+ *         if (stop) break;
+ *     }
+ *     s = osdp_train_ckpt_finish(&ck);
+ * start, after_step and finish are collective and return the same status on
+ * every rank. */
+#ifndef OSDP_TRAIN_CHECKPOINT_H
+#define OSDP_TRAIN_CHECKPOINT_H
+
+#include <mpi.h>
+#include <stdio.h>
+#include "osdp/checkpoint.h"
+
+typedef struct osdp_train_ckpt {
+    /* options */
+    const char *dir;            /* --ckpt-dir, NULL: no saves */
+    long save_every;            /* --save-every, 0: only at the end and on a signal */
+    int keep;                   /* --keep */
+    int resume;                 /* --resume given */
+    const char *resume_file;    /* --resume FILE, NULL: DIR/latest */
+    int resume_fallback;        /* --resume-fallback */
+    const char *init_from;      /* --init-from FILE */
+    int quiet;                  /* --quiet seen (not removed) */
+    /* state, set by start */
+    osdp_runtime *rt;
+    const osdp_model_config *cfg;
+    const osdp_plan *plan;
+    MPI_Comm comm;
+    int rank, started;
+    long last_saved;            /* step of the newest save in dir, -1: none this run */
+    int stop_signal;            /* the signal that stopped the run, 0: none */
+    osdp_ckpt_info loaded;      /* what start loaded (when resume or init_from) */
+} osdp_train_ckpt;
+
+/* the option lines for `osdp_gpt train --help` */
+void osdp_train_ckpt_usage(FILE *out);
+
+/* Take the options above out of argv (argv[0] stays; *argc shrinks; the
+ * order of everything else is kept) and leave all other arguments alone.
+ * Accepts "--opt VALUE" and "--opt=VALUE"; `--resume` takes the next
+ * argument as its FILE unless that starts with '-'.  Not collective (every
+ * rank parses the same command line); OSDP_ERR_INPUT on a bad value. */
+osdp_status osdp_train_ckpt_parse(osdp_train_ckpt *tc, int *argc, char **argv);
+
+/* After the runtime exists, before the first step: installs the SIGTERM /
+ * SIGUSR1 handlers, creates --ckpt-dir, and does --resume (rt->step, the
+ * weights, moments and seed from the checkpoint) or --init-from (weights).
+ * cfg and plan must outlive the training loop. */
+osdp_status osdp_train_ckpt_start(osdp_train_ckpt *tc, osdp_runtime *rt, const osdp_model_config *cfg,
+                                  const osdp_plan *plan, MPI_Comm comm);
+
+/* After each optimizer step: saves when rt->step is a multiple of
+ * --save-every, and when any rank received SIGTERM / SIGUSR1 (all ranks
+ * agree through one MPI_Allreduce per step); then *stop = 1 and a message
+ * has been printed: the caller leaves the loop and exits 0. */
+osdp_status osdp_train_ckpt_after_step(osdp_train_ckpt *tc, int *stop);
+
+/* After the loop: saves the final state when --ckpt-dir is set and the
+ * current step has not been saved yet. */
+osdp_status osdp_train_ckpt_finish(osdp_train_ckpt *tc);
+
+/* Save now into --ckpt-dir (step_XXXXXXXX.h5, latest, rotation). */
+osdp_status osdp_train_ckpt_save_now(osdp_train_ckpt *tc);
+
+#endif

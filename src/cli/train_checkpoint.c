@@ -1,0 +1,514 @@
+/* The training loop's checkpoint glue (see osdp/train_checkpoint.h). */
+#define _XOPEN_SOURCE 700
+#include "config.h"
+#include "osdp/train_checkpoint.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define TC_PATH_MAX 4200
+
+static volatile sig_atomic_t g_signal = 0;
+
+static void on_signal(int sig) { g_signal = sig; }
+
+static const char *signal_name(int sig)
+{
+    return sig == SIGTERM ? "SIGTERM" : sig == SIGUSR1 ? "SIGUSR1" : "a signal";
+}
+
+void osdp_train_ckpt_usage(FILE *out)
+{
+    fprintf(out,
+        "  --ckpt-dir DIR        checkpoints go to DIR/step_XXXXXXXX.h5; DIR/latest names the newest\n"
+        "                        (saved at the end of the run, every --save-every steps, and on\n"
+        "                        SIGTERM / SIGUSR1: finish the step, save, exit 0)\n"
+        "  --save-every K        save after every K-th optimizer step\n"
+        "  --keep K              keep the last K saves (default 3; 0: keep all)\n"
+        "  --resume [FILE]       continue from FILE or DIR/latest: weights, AdamW moments, step, seed\n"
+        "                        (any rank count, any plan)\n"
+        "  --resume-fallback     if the checkpoint is refused, try the previous save in its directory\n"
+        "  --init-from FILE      start from the weights of a checkpoint (fresh optimizer, step 0)\n");
+}
+
+/* ---- options ------------------------------------------------------------------ */
+
+/* does argv[*i] name option `name`?  sets *value (from "=VALUE" or the next
+ * argument when need_value) and advances *i past what it consumed */
+static int match(const char *name, int need_value, int argc, char **argv, int *i, const char **value, osdp_status *err)
+{
+    const char *a = argv[*i];
+    size_t n = strlen(name);
+    if (strncmp(a, name, n) != 0 || (a[n] != 0 && a[n] != '=')) return 0;
+    *value = NULL;
+    if (a[n] == '=') {
+        *value = a + n + 1;
+        if (!need_value && need_value != -1) {   /* flags take no value */
+            *err = osdp_error_set(OSDP_ERR_INPUT, "%s takes no value", name);
+            return 1;
+        }
+    } else if (need_value == 1) {
+        if (*i + 1 >= argc) {
+            *err = osdp_error_set(OSDP_ERR_INPUT, "%s needs a value", name);
+            return 1;
+        }
+        *value = argv[++*i];
+    } else if (need_value == -1 && *i + 1 < argc && argv[*i + 1][0] != '-') {   /* optional value */
+        *value = argv[++*i];
+    }
+    return 1;
+}
+
+static osdp_status parse_count(const char *opt, const char *v, long lo, long *out)
+{
+    char *end = NULL;
+    errno = 0;
+    long x = v ? strtol(v, &end, 10) : 0;
+    if (!v || end == v || *end || errno || x < lo)
+        return osdp_error_set(OSDP_ERR_INPUT, "%s '%s': expected an integer >= %ld", opt, v ? v : "", lo);
+    *out = x;
+    return OSDP_OK;
+}
+
+osdp_status osdp_train_ckpt_parse(osdp_train_ckpt *tc, int *argc, char **argv)
+{
+    memset(tc, 0, sizeof *tc);
+    tc->keep = 3;
+    tc->last_saved = -1;
+    int out = 1;
+    osdp_status err = OSDP_OK;
+    for (int i = 1; i < *argc && err == OSDP_OK; i++) {
+        const char *v = NULL;
+        long x;
+        if (strcmp(argv[i], "--") == 0) {   /* copy the rest verbatim */
+            while (i < *argc) argv[out++] = argv[i++];
+            break;
+        }
+        if (match("--ckpt-dir", 1, *argc, argv, &i, &v, &err)) {
+            if (err == OSDP_OK && !*v) err = osdp_error_set(OSDP_ERR_INPUT, "--ckpt-dir: empty directory name");
+            tc->dir = v;
+        } else if (match("--save-every", 1, *argc, argv, &i, &v, &err)) {
+            if (err == OSDP_OK && (err = parse_count("--save-every", v, 1, &x)) == OSDP_OK) tc->save_every = x;
+        } else if (match("--keep", 1, *argc, argv, &i, &v, &err)) {
+            if (err == OSDP_OK && (err = parse_count("--keep", v, 0, &x)) == OSDP_OK) tc->keep = (int)(x > INT_MAX ? INT_MAX : x);
+        } else if (match("--resume-fallback", 0, *argc, argv, &i, &v, &err)) {
+            tc->resume_fallback = 1;
+        } else if (match("--resume", -1, *argc, argv, &i, &v, &err)) {
+            tc->resume = 1;
+            tc->resume_file = v && *v ? v : NULL;
+        } else if (match("--init-from", 1, *argc, argv, &i, &v, &err)) {
+            tc->init_from = v;
+        } else {
+            if (strcmp(argv[i], "--quiet") == 0) tc->quiet = 1;
+            argv[out++] = argv[i];
+        }
+    }
+    if (err != OSDP_OK) return err;
+    *argc = out;
+    argv[out] = NULL;
+    if (tc->save_every && !tc->dir) return osdp_error_set(OSDP_ERR_INPUT, "--save-every needs --ckpt-dir DIR");
+    if (tc->resume && !tc->resume_file && !tc->dir)
+        return osdp_error_set(OSDP_ERR_INPUT, "--resume needs a FILE or --ckpt-dir DIR (whose 'latest' names the checkpoint)");
+    if (tc->resume && tc->init_from) return osdp_error_set(OSDP_ERR_INPUT, "--resume and --init-from exclude each other");
+    if (tc->resume_fallback && !tc->resume) return osdp_error_set(OSDP_ERR_INPUT, "--resume-fallback needs --resume");
+    return OSDP_OK;
+}
+
+/* ---- helpers ------------------------------------------------------------------- */
+
+/* the same status and message on every rank (lowest failing rank wins) */
+static osdp_status agree(osdp_status s, MPI_Comm comm)
+{
+    int rank, size;
+    MPI_Comm_rank(comm, &rank);
+    MPI_Comm_size(comm, &size);
+    int mine = s != OSDP_OK ? rank : size, first = size;
+    MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm);
+    if (first == size) return OSDP_OK;
+    struct { int code; char msg[1500]; } m;
+    memset(&m, 0, sizeof m);
+    if (rank == first) {
+        m.code = (int)s;
+        snprintf(m.msg, sizeof m.msg, "%s", osdp_error_message());
+    }
+    MPI_Bcast(&m, (int)sizeof m, MPI_BYTE, first, comm);
+    return osdp_error_set((osdp_status)m.code, "%s", m.msg);
+}
+
+static osdp_status mkdir_p(const char *dir)
+{
+    char buf[TC_PATH_MAX];
+    snprintf(buf, sizeof buf, "%s", dir);
+    for (char *p = buf + 1;; p++) {
+        if (*p == '/' || *p == 0) {
+            char c = *p;
+            *p = 0;
+            if (mkdir(buf, 0777) != 0 && errno != EEXIST)
+                return osdp_error_set(OSDP_ERR_IO, "--ckpt-dir: cannot create %s: %s", buf, strerror(errno));
+            *p = c;
+            if (!c) break;
+        }
+    }
+    struct stat sb;
+    if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
+        return osdp_error_set(OSDP_ERR_IO, "--ckpt-dir %s: not a directory", dir);
+    return OSDP_OK;
+}
+
+static void join(char *out, size_t n, const char *dir, const char *name)
+{
+    if (name[0] == '/') snprintf(out, n, "%s", name);
+    else snprintf(out, n, "%s/%s", dir, name);
+}
+
+static void dir_of(const char *path, char *dir, size_t n)
+{
+    snprintf(dir, n, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (!slash) snprintf(dir, n, ".");
+    else if (slash == dir) dir[1] = 0;
+    else *slash = 0;
+}
+
+static int same_dir(const char *a, const char *b)
+{
+    char ra[PATH_MAX], rb[PATH_MAX];
+    if (!realpath(a, ra) || !realpath(b, rb)) return 0;
+    return strcmp(ra, rb) == 0;
+}
+
+static int cmp_desc(const void *a, const void *b)
+{
+    long x = *(const long *)a, y = *(const long *)b;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+/* steps of the step_XXXXXXXX.h5 files in dir, newest first (rank 0 lists,
+ * every rank gets the list); *n = count. */
+static long *list_saves(const char *dir, int *n, MPI_Comm comm)
+{
+    int rank;
+    MPI_Comm_rank(comm, &rank);
+    long *steps = NULL;
+    int count = 0, cap = 0;
+    if (rank == 0) {
+        DIR *d = opendir(dir);
+        struct dirent *e;
+        while (d && (e = readdir(d)) != NULL) {
+            long s = osdp_ckpt_parse_step_name(e->d_name);
+            if (s < 0) continue;
+            if (count == cap) {
+                cap = cap ? 2 * cap : 16;
+                long *p = realloc(steps, (size_t)cap * sizeof *p);
+                if (!p) break;
+                steps = p;
+            }
+            steps[count++] = s;
+        }
+        if (d) closedir(d);
+        if (count) qsort(steps, (size_t)count, sizeof *steps, cmp_desc);
+    }
+    MPI_Bcast(&count, 1, MPI_INT, 0, comm);
+    if (rank != 0) steps = count ? malloc((size_t)count * sizeof *steps) : NULL;
+    if (count) MPI_Bcast(steps, count, MPI_LONG, 0, comm);
+    *n = count;
+    return steps;
+}
+
+/* VmRSS / VmHWM of this process in bytes (0 when unknown) */
+static double proc_status_bytes(const char *key)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    double v = 0;
+    size_t n = strlen(key);
+    while (f && fgets(line, sizeof line, f))
+        if (strncmp(line, key, n) == 0) { v = atof(line + n + 1) * 1024.0; break; }
+    if (f) fclose(f);
+    return v;
+}
+
+static void reset_peak_rss(void)
+{
+    int fd = open("/proc/self/clear_refs", O_WRONLY);
+    if (fd >= 0) {
+        if (write(fd, "5", 1) < 0) { /* older kernels: the peak is the lifetime peak */ }
+        close(fd);
+    }
+}
+
+/* ---- save -------------------------------------------------------------------------- */
+
+/* rank 0: DIR/latest <- name, through a temporary name and rename */
+static osdp_status write_latest(const char *dir, const char *name)
+{
+    char tmp[TC_PATH_MAX], fin[TC_PATH_MAX];
+    join(tmp, sizeof tmp, dir, "latest.tmp");
+    join(fin, sizeof fin, dir, "latest");
+    FILE *f = fopen(tmp, "w");
+    if (!f) return osdp_error_set(OSDP_ERR_IO, "cannot write %s: %s", tmp, strerror(errno));
+    int bad = fprintf(f, "%s\n", name) < 0;
+    bad |= fflush(f) != 0;
+    bad |= fsync(fileno(f)) != 0;
+    bad |= fclose(f) != 0;
+    if (bad) {
+        unlink(tmp);
+        return osdp_error_set(OSDP_ERR_IO, "cannot write %s: %s", tmp, strerror(errno));
+    }
+    if (rename(tmp, fin) != 0) {
+        unlink(tmp);
+        return osdp_error_set(OSDP_ERR_IO, "cannot rename %s to %s: %s", tmp, fin, strerror(errno));
+    }
+    int fd = open(dir, O_RDONLY);
+    if (fd >= 0) { fsync(fd); close(fd); }
+    return OSDP_OK;
+}
+
+/* rank 0: keep the newest `keep` saves up to `step` (never touching saves of
+ * later steps, e.g. of an abandoned run resumed from an earlier point), and
+ * remove temporaries of crashed saves */
+static void rotate(const char *dir, long step, int keep)
+{
+    DIR *d = opendir(dir);
+    if (!d) return;
+    long *steps = NULL;
+    int count = 0, cap = 0;
+    struct dirent *e;
+    char path[TC_PATH_MAX];
+    while ((e = readdir(d)) != NULL) {
+        size_t len = strlen(e->d_name);
+        if (len > 4 && strcmp(e->d_name + len - 4, ".tmp") == 0 && strncmp(e->d_name, "step_", 5) == 0) {
+            char base[300];
+            snprintf(base, sizeof base, "%.*s", (int)(len - 4), e->d_name);
+            long s = osdp_ckpt_parse_step_name(base);
+            if (s >= 0 && s <= step) {   /* a save that never completed */
+                join(path, sizeof path, dir, e->d_name);
+                unlink(path);
+            }
+            continue;
+        }
+        long s = osdp_ckpt_parse_step_name(e->d_name);
+        if (s < 0 || s > step) continue;
+        if (count == cap) {
+            cap = cap ? 2 * cap : 16;
+            long *p = realloc(steps, (size_t)cap * sizeof *p);
+            if (!p) break;
+            steps = p;
+        }
+        steps[count++] = s;
+    }
+    closedir(d);
+    if (keep > 0 && count > keep) {
+        qsort(steps, (size_t)count, sizeof *steps, cmp_desc);
+        for (int i = keep; i < count; i++) {
+            char name[64];
+            osdp_ckpt_step_name(steps[i], name, sizeof name);
+            join(path, sizeof path, dir, name);
+            if (unlink(path) != 0)
+                fprintf(stderr, "osdp_gpt: warning: --keep: cannot remove %s: %s\n", path, strerror(errno));
+        }
+    }
+    free(steps);
+}
+
+osdp_status osdp_train_ckpt_save_now(osdp_train_ckpt *tc)
+{
+    if (!tc->dir) return osdp_error_set(OSDP_ERR_INPUT, "no --ckpt-dir to save into");
+    char name[64], path[TC_PATH_MAX];
+    osdp_ckpt_step_name(tc->rt->step, name, sizeof name);
+    join(path, sizeof path, tc->dir, name);
+    double rss0 = proc_status_bytes("VmRSS:");
+    reset_peak_rss();
+    osdp_ckpt_info info;
+    osdp_status s = osdp_ckpt_save(tc->rt, tc->cfg, tc->plan, path, tc->comm, &info);
+    double mem[2] = {rss0, proc_status_bytes("VmHWM:")};
+    MPI_Allreduce(MPI_IN_PLACE, mem, 2, MPI_DOUBLE, MPI_MAX, tc->comm);
+    if (s != OSDP_OK) return s;
+    if (tc->rank == 0) s = write_latest(tc->dir, name);
+    s = agree(s, tc->comm);
+    if (s != OSDP_OK) return s;
+    tc->last_saved = tc->rt->step;
+    if (tc->rank == 0) {
+        rotate(tc->dir, tc->rt->step, tc->keep);
+        if (!tc->quiet) {
+            printf("checkpoint: saved %s at step %ld: %.1f MB in %.3f s (%.1f MB/s); RSS per rank (max) %.1f MB before, "
+                   "peak %.1f MB during the save\n", path, tc->rt->step, info.bytes / 1e6, info.seconds,
+                   info.seconds > 0 ? info.bytes / 1e6 / info.seconds : 0.0, mem[0] / 1e6, mem[1] / 1e6);
+            fflush(stdout);
+        }
+    }
+    MPI_Barrier(tc->comm);
+    return OSDP_OK;
+}
+
+/* ---- resume ---------------------------------------------------------------------------- */
+
+/* DIR/latest -> path of the checkpoint it names (rank 0 reads, all get it) */
+static osdp_status read_latest(const char *dir, char *path, size_t n, MPI_Comm comm)
+{
+    int rank;
+    MPI_Comm_rank(comm, &rank);
+    osdp_status s = OSDP_OK;
+    char name[TC_PATH_MAX] = "";
+    if (rank == 0) {
+        char lp[TC_PATH_MAX];
+        join(lp, sizeof lp, dir, "latest");
+        FILE *f = fopen(lp, "r");
+        if (!f) s = osdp_error_set(OSDP_ERR_IO, "--resume: cannot read %s (%s): no checkpoint to resume from", lp, strerror(errno));
+        else {
+            if (!fgets(name, sizeof name, f)) name[0] = 0;
+            fclose(f);
+            name[strcspn(name, "\r\n")] = 0;
+            if (!name[0]) s = osdp_error_set(OSDP_ERR_INPUT, "--resume: %s is empty", lp);
+        }
+    }
+    s = agree(s, comm);
+    if (s != OSDP_OK) return s;
+    MPI_Bcast(name, (int)sizeof name, MPI_CHAR, 0, comm);
+    join(path, n, dir, name);
+    return OSDP_OK;
+}
+
+static osdp_status resume(osdp_train_ckpt *tc)
+{
+    char path[TC_PATH_MAX], dir[TC_PATH_MAX];
+    osdp_status s;
+    if (tc->resume_file) {
+        snprintf(path, sizeof path, "%s", tc->resume_file);
+        s = OSDP_OK;
+    } else {
+        s = read_latest(tc->dir, path, sizeof path, tc->comm);
+        if (s != OSDP_OK && !tc->resume_fallback) return s;
+    }
+    long *saves = NULL;
+    int n_saves = 0, listed = 0;
+    long refused_step = LONG_MAX;
+    for (;;) {
+        if (s == OSDP_OK) {
+            s = osdp_ckpt_load(tc->rt, tc->cfg, path, 0, tc->comm, &tc->loaded);
+            if (s == OSDP_OK || (s != OSDP_ERR_INPUT && s != OSDP_ERR_IO)) break;
+            long st = osdp_ckpt_parse_step_name(path);
+            refused_step = st >= 0 ? st : refused_step;
+        }
+        if (!tc->resume_fallback) {
+            char msg[1600];
+            snprintf(msg, sizeof msg, "%s", osdp_error_message());
+            s = osdp_error_set(s, "%s (--resume-fallback would try the previous save)", msg);
+            break;
+        }
+        /* fall back to the newest save older than the refused one */
+        if (!listed) {
+            if (tc->resume_file) dir_of(tc->resume_file, dir, sizeof dir);
+            else snprintf(dir, sizeof dir, "%s", tc->dir);
+            saves = list_saves(dir, &n_saves, tc->comm);
+            listed = 1;
+        }
+        long next = -1;
+        for (int i = 0; i < n_saves && next < 0; i++)
+            if (saves[i] < refused_step) next = saves[i];
+        if (tc->rank == 0) fprintf(stderr, "osdp_gpt: warning: %s\n", osdp_error_message());
+        if (next < 0) {
+            s = osdp_error_set(OSDP_ERR_INPUT, "--resume-fallback: no good checkpoint left in %s", dir);
+            break;
+        }
+        char name[64];
+        osdp_ckpt_step_name(next, name, sizeof name);
+        join(path, sizeof path, dir, name);
+        if (tc->rank == 0) fprintf(stderr, "osdp_gpt: --resume-fallback: trying the previous save %s\n", path);
+        refused_step = next;
+        s = OSDP_OK;
+    }
+    free(saves);
+    if (s != OSDP_OK) return s;
+    /* a checkpoint in our own directory counts as saved; from elsewhere, the
+     * final save copies it here */
+    dir_of(path, dir, sizeof dir);
+    if (tc->dir && same_dir(dir, tc->dir)) tc->last_saved = tc->rt->step;
+    if (tc->rank == 0 && !tc->quiet) {
+        const osdp_ckpt_info *in = &tc->loaded;
+        int n;
+        MPI_Comm_size(tc->comm, &n);
+        printf("checkpoint: resumed from %s at step %ld (saved on %d rank%s, now %d; plan %s%s)\n", path, in->step,
+               in->n_ranks, in->n_ranks == 1 ? "" : "s", n,
+               in->plan_hash == osdp_plan_hash(tc->plan) ? "unchanged" : "changed",
+               in->global_batch != (long)tc->rt->B * tc->rt->N * tc->rt->opt.accum_steps ? "; global batch changed" : "");
+        printf("checkpoint: loaded %.1f MB in %.3f s (%.1f MB/s)\n", in->bytes / 1e6, in->seconds,
+               in->seconds > 0 ? in->bytes / 1e6 / in->seconds : 0.0);
+        fflush(stdout);
+    }
+    return OSDP_OK;
+}
+
+osdp_status osdp_train_ckpt_start(osdp_train_ckpt *tc, osdp_runtime *rt, const osdp_model_config *cfg,
+                                  const osdp_plan *plan, MPI_Comm comm)
+{
+    tc->rt = rt;
+    tc->cfg = cfg;
+    tc->plan = plan;
+    tc->comm = comm;
+    MPI_Comm_rank(comm, &tc->rank);
+    tc->started = 1;
+
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGUSR1, &sa, NULL);
+
+    osdp_status s = OSDP_OK;
+    if (tc->dir && tc->rank == 0) s = mkdir_p(tc->dir);
+    s = agree(s, comm);
+    if (s != OSDP_OK) return s;
+    if (tc->init_from) {
+        s = osdp_ckpt_load(rt, cfg, tc->init_from, OSDP_CKPT_WEIGHTS_ONLY, comm, &tc->loaded);
+        if (s == OSDP_OK && tc->rank == 0 && !tc->quiet) {
+            printf("checkpoint: weights from %s (step %ld of the run that wrote it); fresh optimizer, step 0\n",
+                   tc->init_from, tc->loaded.step);
+            fflush(stdout);
+        }
+        return s;
+    }
+    if (tc->resume) return resume(tc);
+    return OSDP_OK;
+}
+
+osdp_status osdp_train_ckpt_after_step(osdp_train_ckpt *tc, int *stop)
+{
+    *stop = 0;
+    int sig = g_signal;
+    MPI_Allreduce(MPI_IN_PLACE, &sig, 1, MPI_INT, MPI_MAX, tc->comm);
+    if (sig) {
+        osdp_status s = OSDP_OK;
+        if (tc->dir && tc->last_saved != tc->rt->step) s = osdp_train_ckpt_save_now(tc);
+        if (s != OSDP_OK) return s;
+        tc->stop_signal = sig;
+        *stop = 1;
+        if (tc->rank == 0) {
+            char name[64], path[TC_PATH_MAX] = "";
+            osdp_ckpt_step_name(tc->rt->step, name, sizeof name);
+            if (tc->dir) join(path, sizeof path, tc->dir, name);
+            fprintf(stderr, "osdp_gpt: received %s: stopping after step %ld; %s%s\n", signal_name(sig), tc->rt->step,
+                    tc->dir ? "checkpoint saved as " : "no --ckpt-dir, nothing saved", path);
+            fflush(stderr);
+        }
+        return OSDP_OK;
+    }
+    if (tc->dir && tc->save_every > 0 && tc->rt->step % tc->save_every == 0 && tc->last_saved != tc->rt->step)
+        return osdp_train_ckpt_save_now(tc);
+    return OSDP_OK;
+}
+
+osdp_status osdp_train_ckpt_finish(osdp_train_ckpt *tc)
+{
+    if (tc->dir && tc->last_saved != tc->rt->step) return osdp_train_ckpt_save_now(tc);
+    return OSDP_OK;
+}

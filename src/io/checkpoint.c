@@ -1,0 +1,337 @@
+/* Checkpoints: what the reader and the writer share — names, agreement,
+ * HDF5 error messages, the checksum, piece and selection arithmetic,
+ * attributes (see osdp/checkpoint.h and doc/checkpoint-format.md). */
+#include "checkpoint_internal.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+const char *const ck_kind_group[CK_N_KINDS] = {"/model", "/optim/m", "/optim/v"};
+
+void ck_dataset_name(int kind, const osdp_op_layout *op, int t, char *buf, size_t n)
+{
+    snprintf(buf, n, "%s/%s/%s", ck_kind_group[kind], op->name, op->tensor[t].name);
+}
+
+void osdp_ckpt_step_name(long step, char *buf, size_t n)
+{
+    snprintf(buf, n, "step_%08ld.h5", step);
+}
+
+long osdp_ckpt_parse_step_name(const char *name)
+{
+    const char *base = strrchr(name, '/');
+    base = base ? base + 1 : name;
+    if (strncmp(base, "step_", 5) != 0) return -1;
+    const char *p = base + 5;
+    long step = 0;
+    int digits = 0;
+    for (; *p >= '0' && *p <= '9'; p++, digits++) {
+        if (step > (long)1e15) return -1;
+        step = step * 10 + (*p - '0');
+    }
+    if (digits < 8 || strcmp(p, ".h5") != 0) return -1;
+    return step;
+}
+
+double ck_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* ---- agreement --------------------------------------------------------------- */
+
+osdp_status ck_agree(osdp_status s, MPI_Comm comm)
+{
+    int rank, size;
+    MPI_Comm_rank(comm, &rank);
+    MPI_Comm_size(comm, &size);
+    int mine = s != OSDP_OK ? rank : size, first = size;
+    MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm);
+    if (first == size) return OSDP_OK;
+    struct { int code; char msg[1500]; } m;
+    memset(&m, 0, sizeof m);
+    if (rank == first) {
+        m.code = (int)s;
+        if (first != 0) snprintf(m.msg, sizeof m.msg, "rank %d: %s", rank, osdp_error_message());
+        else snprintf(m.msg, sizeof m.msg, "%s", osdp_error_message());
+    }
+    MPI_Bcast(&m, (int)sizeof m, MPI_BYTE, first, comm);
+    return osdp_error_set((osdp_status)m.code, "%s", m.msg);
+}
+
+/* ---- HDF5 errors ----------------------------------------------------------------- */
+
+void ck_h5_quiet_begin(ck_h5_quiet *q)
+{
+    H5Eget_auto2(H5E_DEFAULT, &q->func, &q->data);
+    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+}
+
+void ck_h5_quiet_end(const ck_h5_quiet *q)
+{
+    H5Eclear2(H5E_DEFAULT);
+    H5Eset_auto2(H5E_DEFAULT, q->func, q->data);
+}
+
+typedef struct { char *buf; size_t n; int found; } walk_ctx;
+
+static herr_t walk_cb(unsigned n, const H5E_error2_t *err, void *data)
+{
+    (void)n;
+    walk_ctx *w = data;
+    if (!w->found && err->desc && err->desc[0]) {
+        snprintf(w->buf, w->n, "%s", err->desc);
+        w->found = 1;
+    }
+    return 0;
+}
+
+const char *ck_h5_error(char *buf, size_t n)
+{
+    walk_ctx w = {buf, n, 0};
+    buf[0] = 0;
+    H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, walk_cb, &w);   /* innermost first */
+    H5Eclear2(H5E_DEFAULT);
+    return buf;
+}
+
+/* ---- checksum ---------------------------------------------------------------------- */
+
+static inline uint64_t fmix64(uint64_t x)
+{
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdULL;
+    x ^= x >> 33;
+    x *= 0xc4ceb9fe1a85ec53ULL;
+    x ^= x >> 33;
+    return x;
+}
+
+uint64_t ck_checksum_partial(const float *x, size_t n, uint64_t first_index)
+{
+    uint64_t sum = 0;
+    for (size_t k = 0; k < n; k++) {
+        uint32_t bits;
+        memcpy(&bits, &x[k], sizeof bits);
+        sum += fmix64(fmix64(first_index + k) ^ (uint64_t)bits);
+    }
+    return sum;
+}
+
+/* ---- pieces and selections --------------------------------------------------------------- */
+
+size_t ck_max_elems(void)
+{
+    static size_t cached = 0;
+    if (!cached) {
+        const char *e = getenv("OSDP_CKPT_MAX_ELEMS");   /* for tests of the split path */
+        long v = e ? strtol(e, NULL, 10) : 0;
+        cached = v > 0 ? (size_t)v : (size_t)1 << 28;      /* 1 GiB of floats per transfer */
+    }
+    return cached;
+}
+
+int ck_piece_calls(const osdp_tensor_desc *td, size_t shard)
+{
+    size_t most = td->numel < shard ? td->numel : shard, m = ck_max_elems();
+    size_t calls = (most + m - 1) / m;
+    return calls < 1 ? 1 : (int)calls;
+}
+
+int ck_piece(const osdp_tensor_desc *td, size_t lo, size_t shard, int call, size_t *a, size_t *b, size_t *buf_off)
+{
+    size_t t_lo = td->offset, t_hi = td->offset + td->numel, s_hi = lo + shard;
+    size_t pa = lo > t_lo ? lo : t_lo, pb = s_hi < t_hi ? s_hi : t_hi;
+    if (pa >= pb) return 0;
+    size_t m = ck_max_elems();
+    size_t s = pa + (size_t)call * m;
+    if (s >= pb) return 0;
+    size_t e = pb - s > m ? s + m : pb;
+    *a = s - t_lo;
+    *b = e - t_lo;
+    *buf_off = s - lo;
+    return 1;
+}
+
+hid_t ck_tensor_space(const osdp_tensor_desc *td)
+{
+    hsize_t dims[2] = {(hsize_t)td->rows, (hsize_t)td->cols};
+    if (td->ndim == 1) return H5Screate_simple(1, &dims[1], NULL);
+    return H5Screate_simple(2, dims, NULL);
+}
+
+herr_t ck_select_range(hid_t space, const osdp_tensor_desc *td, size_t a, size_t b)
+{
+    if (a >= b) return H5Sselect_none(space);
+    if (td->ndim == 1) {
+        hsize_t start = a, count = b - a;
+        return H5Sselect_hyperslab(space, H5S_SELECT_SET, &start, NULL, &count, NULL);
+    }
+    hsize_t C = (hsize_t)td->cols;
+    hsize_t r0 = a / C, c0 = a % C, r1 = (b - 1) / C, c1 = (b - 1) % C;   /* inclusive end */
+    H5S_seloper_t op = H5S_SELECT_SET;
+    herr_t e = 0;
+#define BLOCK(r, c, nr, nc) do { hsize_t st_[2] = {(r), (c)}, ct_[2] = {(nr), (nc)}; \
+        e = H5Sselect_hyperslab(space, op, st_, NULL, ct_, NULL); if (e < 0) return e; op = H5S_SELECT_OR; } while (0)
+    if (r0 == r1) {
+        BLOCK(r0, c0, 1, c1 - c0 + 1);
+        return e;
+    }
+    hsize_t full_first = r0, full_last = r1;   /* whole rows [full_first, full_last] */
+    if (c0 > 0) { BLOCK(r0, c0, 1, C - c0); full_first = r0 + 1; }
+    if (c1 < C - 1) full_last = r1 - 1;
+    if (full_first <= full_last && full_last != (hsize_t)-1) BLOCK(full_first, 0, full_last - full_first + 1, C);
+    if (c1 < C - 1) BLOCK(r1, 0, 1, c1 + 1);
+#undef BLOCK
+    return e;
+}
+
+/* ---- attributes ------------------------------------------------------------------------------ */
+
+static herr_t attr_write(hid_t loc, const char *name, hid_t file_type, hid_t mem_type, hid_t space, const void *v)
+{
+    if (space < 0) return -1;
+    hid_t a = H5Acreate2(loc, name, file_type, space, H5P_DEFAULT, H5P_DEFAULT);
+    herr_t e = a < 0 ? -1 : H5Awrite(a, mem_type, v);
+    if (a >= 0 && H5Aclose(a) < 0) e = -1;
+    H5Sclose(space);
+    return e;
+}
+
+herr_t ck_attr_write_i64(hid_t loc, const char *name, int64_t v)
+{
+    return attr_write(loc, name, H5T_STD_I64LE, H5T_NATIVE_INT64, H5Screate(H5S_SCALAR), &v);
+}
+
+herr_t ck_attr_write_u64(hid_t loc, const char *name, uint64_t v)
+{
+    return attr_write(loc, name, H5T_STD_U64LE, H5T_NATIVE_UINT64, H5Screate(H5S_SCALAR), &v);
+}
+
+herr_t ck_attr_write_u64v(hid_t loc, const char *name, const uint64_t *v, size_t n)
+{
+    hsize_t dim = n;
+    return attr_write(loc, name, H5T_STD_U64LE, H5T_NATIVE_UINT64, H5Screate_simple(1, &dim, NULL), v);
+}
+
+herr_t ck_attr_write_f32(hid_t loc, const char *name, float v)
+{
+    return attr_write(loc, name, H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, H5Screate(H5S_SCALAR), &v);
+}
+
+herr_t ck_attr_write_str(hid_t loc, const char *name, const char *s)
+{
+    hid_t t = H5Tcopy(H5T_C_S1);
+    if (t < 0) return -1;
+    herr_t e = H5Tset_size(t, strlen(s) + 1);
+    if (e >= 0) e = H5Tset_strpad(t, H5T_STR_NULLTERM);
+    if (e >= 0) e = attr_write(loc, name, t, t, H5Screate(H5S_SCALAR), s);
+    H5Tclose(t);
+    return e;
+}
+
+/* open attribute `name` of loc and check its class and element count */
+static osdp_status attr_open(hid_t loc, const char *where, const char *name, H5T_class_t cls, hid_t *out)
+{
+    htri_t ex = H5Aexists(loc, name);
+    if (ex <= 0) return osdp_error_set(OSDP_ERR_INPUT, "%s: missing attribute '%s'", where, name);
+    hid_t a = H5Aopen(loc, name, H5P_DEFAULT);
+    if (a < 0) return osdp_error_set(OSDP_ERR_INPUT, "%s: cannot open attribute '%s' (corrupt file?)", where, name);
+    hid_t t = H5Aget_type(a), sp = H5Aget_space(a);
+    hssize_t npoints = sp >= 0 ? H5Sget_simple_extent_npoints(sp) : -1;
+    H5T_class_t c = t >= 0 ? H5Tget_class(t) : H5T_NO_CLASS;
+    if (t >= 0) H5Tclose(t);
+    if (sp >= 0) H5Sclose(sp);
+    if (c != cls || npoints != 1) {
+        H5Aclose(a);
+        return osdp_error_set(OSDP_ERR_INPUT, "%s: attribute '%s' has the wrong type or shape", where, name);
+    }
+    *out = a;
+    return OSDP_OK;
+}
+
+static osdp_status attr_read_num(hid_t loc, const char *where, const char *name, H5T_class_t cls, hid_t mem_type, void *v)
+{
+    hid_t a;
+    osdp_status s = attr_open(loc, where, name, cls, &a);
+    if (s != OSDP_OK) return s;
+    herr_t e = H5Aread(a, mem_type, v);
+    H5Aclose(a);
+    return e < 0 ? osdp_error_set(OSDP_ERR_INPUT, "%s: cannot read attribute '%s' (corrupt file?)", where, name) : OSDP_OK;
+}
+
+osdp_status ck_attr_read_i64(hid_t loc, const char *where, const char *name, int64_t *v)
+{
+    return attr_read_num(loc, where, name, H5T_INTEGER, H5T_NATIVE_INT64, v);
+}
+
+osdp_status ck_attr_read_u64(hid_t loc, const char *where, const char *name, uint64_t *v)
+{
+    return attr_read_num(loc, where, name, H5T_INTEGER, H5T_NATIVE_UINT64, v);
+}
+
+osdp_status ck_attr_read_f32(hid_t loc, const char *where, const char *name, float *v)
+{
+    return attr_read_num(loc, where, name, H5T_FLOAT, H5T_NATIVE_FLOAT, v);
+}
+
+osdp_status ck_attr_read_str(hid_t loc, const char *where, const char *name, char **out)
+{
+    hid_t a;
+    *out = NULL;
+    osdp_status s = attr_open(loc, where, name, H5T_STRING, &a);
+    if (s != OSDP_OK) return s;
+    hid_t t = H5Aget_type(a);
+    herr_t e = -1;
+    char *str = NULL;
+    if (t >= 0 && H5Tis_variable_str(t) > 0) {          /* written by h5py and friends */
+        char *vl = NULL;
+        hid_t mt = H5Tcopy(H5T_C_S1);
+        H5Tset_size(mt, H5T_VARIABLE);
+        e = H5Aread(a, mt, &vl);
+        if (e >= 0 && vl) {
+            str = strdup(vl);
+            H5free_memory(vl);
+        }
+        H5Tclose(mt);
+    } else if (t >= 0) {
+        size_t n = H5Tget_size(t);
+        str = calloc(n + 1, 1);
+        hid_t mt = H5Tcopy(H5T_C_S1);
+        H5Tset_size(mt, n + 1);
+        H5Tset_strpad(mt, H5T_STR_NULLTERM);
+        if (str) e = H5Aread(a, mt, str);
+        H5Tclose(mt);
+    }
+    if (t >= 0) H5Tclose(t);
+    H5Aclose(a);
+    if (e < 0 || !str) {
+        free(str);
+        return osdp_error_set(OSDP_ERR_INPUT, "%s: cannot read attribute '%s' (corrupt file?)", where, name);
+    }
+    *out = str;
+    return OSDP_OK;
+}
+
+/* ---- test hook ------------------------------------------------------------------------------- */
+
+void ck_crash_point(const char *point, long step, int rank, int n_ranks)
+{
+    const char *at = getenv("OSDP_CKPT_CRASH_AT");
+    if (!at || strcmp(at, point) != 0) return;
+    const char *st = getenv("OSDP_CKPT_CRASH_STEP");
+    if (st && *st && strtol(st, NULL, 10) != step) return;
+    const char *rk = getenv("OSDP_CKPT_CRASH_RANK");
+    int victim = rk && *rk ? (int)strtol(rk, NULL, 10) : (n_ranks > 1 ? 1 : 0);
+    if (rank != victim) return;
+    fprintf(stderr, "osdp_gpt: rank %d: OSDP_CKPT_CRASH_AT=%s: killing myself during the save of step %ld\n",
+            rank, point, step);
+    fflush(stderr);
+    raise(SIGKILL);
+}

@@ -1,0 +1,70 @@
+/* Shared pieces of the checkpoint reader and writer (not a public header). */
+#ifndef OSDP_CHECKPOINT_INTERNAL_H
+#define OSDP_CHECKPOINT_INTERNAL_H
+
+#include <hdf5.h>
+#include <mpi.h>
+#include <stdint.h>
+#include "osdp/checkpoint.h"
+#include "osdp/layout.h"
+
+/* the three stored state kinds, in file order */
+enum { CK_MASTER, CK_M, CK_V, CK_N_KINDS };
+extern const char *const ck_kind_group[CK_N_KINDS];    /* "/model", "/optim/m", "/optim/v" */
+
+/* "/model/attn.3/qkv.weight" */
+void ck_dataset_name(int kind, const osdp_op_layout *op, int t, char *buf, size_t n);
+
+/* Agreement: every rank passes its status; if any failed, the first failing
+ * rank's status and message become every rank's (returned and set). */
+osdp_status ck_agree(osdp_status s, MPI_Comm comm);
+
+/* HDF5 error handling: silence the automatic stack printing for the
+ * duration of a call, and turn the current error stack into a message. */
+typedef struct ck_h5_quiet { H5E_auto2_t func; void *data; } ck_h5_quiet;
+void ck_h5_quiet_begin(ck_h5_quiet *q);
+void ck_h5_quiet_end(const ck_h5_quiet *q);
+/* the innermost HDF5 error description (or "" when none); clears the stack */
+const char *ck_h5_error(char *buf, size_t n);
+
+/* The N-independent checksum: sum over elements i (row-major index in the
+ * logical tensor) of fmix64(fmix64(i) ^ bits(x_i)) mod 2^64. */
+uint64_t ck_checksum_partial(const float *x, size_t n, uint64_t first_index);
+
+/* Pieces: the intersection of this rank's shard [lo, lo + shard) with tensor
+ * t, split into `n_calls` sub-ranges no longer than ck_max_elems() so that
+ * one MPI-IO transfer stays below 2 GiB.  n_calls is the same on every rank
+ * (computed from the shard size, not from this rank's piece). */
+size_t ck_max_elems(void);
+int ck_piece_calls(const osdp_tensor_desc *td, size_t shard);
+/* sub-range `call` of the piece: tensor elements [*a, *b) and the position
+ * of *a in the shard buffer; returns 0 when this rank has nothing */
+int ck_piece(const osdp_tensor_desc *td, size_t lo, size_t shard, int call, size_t *a, size_t *b, size_t *buf_off);
+
+/* Dataspace of the logical tensor: (rows, cols) for 2-D, (cols) for 1-D */
+hid_t ck_tensor_space(const osdp_tensor_desc *td);
+/* select the row-major elements [a, b) of the tensor's file space (up to
+ * three hyperslab blocks: the tail of the first row, whole rows, the head of
+ * the last row), or nothing when a == b */
+herr_t ck_select_range(hid_t space, const osdp_tensor_desc *td, size_t a, size_t b);
+
+/* Attributes (scalar unless said) */
+herr_t ck_attr_write_i64(hid_t loc, const char *name, int64_t v);
+herr_t ck_attr_write_u64(hid_t loc, const char *name, uint64_t v);
+herr_t ck_attr_write_u64v(hid_t loc, const char *name, const uint64_t *v, size_t n);
+herr_t ck_attr_write_f32(hid_t loc, const char *name, float v);
+herr_t ck_attr_write_str(hid_t loc, const char *name, const char *s);
+/* readers: OSDP_OK, or OSDP_ERR_INPUT with a message naming `where` and the
+ * attribute (missing / wrong type) */
+osdp_status ck_attr_read_i64(hid_t loc, const char *where, const char *name, int64_t *v);
+osdp_status ck_attr_read_u64(hid_t loc, const char *where, const char *name, uint64_t *v);
+osdp_status ck_attr_read_f32(hid_t loc, const char *where, const char *name, float *v);
+/* *s is malloc'd (free it) */
+osdp_status ck_attr_read_str(hid_t loc, const char *where, const char *name, char **s);
+
+/* Test hook: raise(SIGKILL) on the chosen rank when OSDP_CKPT_CRASH_AT == point */
+void ck_crash_point(const char *point, long step, int rank, int n_ranks);
+
+double ck_now(void);
+
+#endif

@@ -1,0 +1,321 @@
+/* Checkpoints: the collective reader (see osdp/checkpoint.h). */
+#include "checkpoint_internal.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+/* Open `path` read-only with the MPI-IO driver on every rank. */
+static osdp_status open_file(const char *path, MPI_Comm comm, hid_t *fapl_out, hid_t *file_out)
+{
+    char h5msg[512];
+    struct stat sb;
+    *fapl_out = *file_out = -1;
+    osdp_status s = OSDP_OK;
+    if (stat(path, &sb) != 0)
+        s = osdp_error_set(OSDP_ERR_IO, "checkpoint %s: cannot open: %s", path, strerror(errno));
+    else if (!S_ISREG(sb.st_mode))
+        s = osdp_error_set(OSDP_ERR_IO, "checkpoint %s: not a regular file", path);
+    s = ck_agree(s, comm);
+    if (s != OSDP_OK) return s;
+    int rank;
+    MPI_Comm_rank(comm, &rank);
+    if (rank == 0 && H5Fis_hdf5(path) <= 0)
+        s = osdp_error_set(OSDP_ERR_INPUT, "checkpoint %s: not an HDF5 file (no HDF5 signature: corrupt, truncated or another format)", path);
+    s = ck_agree(s, comm);
+    if (s != OSDP_OK) return s;
+    hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
+    if (fapl >= 0) {
+        H5Pset_fapl_mpio(fapl, comm, MPI_INFO_NULL);
+        H5Pset_all_coll_metadata_ops(fapl, 1);
+    }
+    hid_t file = fapl >= 0 ? H5Fopen(path, H5F_ACC_RDONLY, fapl) : -1;
+    if (file < 0)
+        s = osdp_error_set(OSDP_ERR_INPUT, "checkpoint %s: not a readable HDF5 file (truncated or corrupt): %s", path,
+                           ck_h5_error(h5msg, sizeof h5msg));
+    s = ck_agree(s, comm);
+    if (s != OSDP_OK) {
+        if (file >= 0) H5Fclose(file);
+        if (fapl >= 0) H5Pclose(fapl);
+        return s;
+    }
+    *fapl_out = fapl;
+    *file_out = file;
+    return OSDP_OK;
+}
+
+/* Root and /optim attributes into info; *model_text (malloc'd) is the stored
+ * description when asked.  Refuses a newer (or invalid) format version. */
+static osdp_status read_root(hid_t file, const char *path, osdp_ckpt_info *info, char **model_text)
+{
+    char where[4300];
+    int64_t v;
+    uint64_t u;
+    memset(info, 0, sizeof *info);
+    snprintf(where, sizeof where, "checkpoint %s", path);
+#define TRYS(expr) do { osdp_status s_ = (expr); if (s_ != OSDP_OK) return s_; } while (0)
+    TRYS(ck_attr_read_i64(file, where, "format_version", &v));
+    if (v > OSDP_CKPT_FORMAT_VERSION)
+        return osdp_error_set(OSDP_ERR_INPUT, "%s: attribute format_version = %lld is newer than this osdp_gpt supports (%d): "
+                              "use a newer osdp_gpt", where, (long long)v, OSDP_CKPT_FORMAT_VERSION);
+    if (v < 1) return osdp_error_set(OSDP_ERR_INPUT, "%s: attribute format_version = %lld is invalid", where, (long long)v);
+    info->format_version = (int)v;
+    char *str = NULL;
+    TRYS(ck_attr_read_str(file, where, "checksum_algorithm", &str));
+    int known = strcmp(str, OSDP_CKPT_CHECKSUM_ALGORITHM) == 0;
+    free(str);
+    if (!known) return osdp_error_set(OSDP_ERR_INPUT, "%s: attribute checksum_algorithm: unknown algorithm", where);
+    TRYS(ck_attr_read_i64(file, where, "step", &v));
+    if (v < 0) return osdp_error_set(OSDP_ERR_INPUT, "%s: attribute step = %lld is invalid", where, (long long)v);
+    info->step = (long)v;
+    TRYS(ck_attr_read_u64(file, where, "seed", &u));
+    info->seed = u;
+    TRYS(ck_attr_read_i64(file, where, "n_ranks", &v));
+    info->n_ranks = (int)v;
+    TRYS(ck_attr_read_u64(file, where, "model_hash", &u));
+    info->model_hash = u;
+    TRYS(ck_attr_read_str(file, where, "model_name", &str));
+    snprintf(info->model_name, sizeof info->model_name, "%s", str);
+    free(str);
+    TRYS(ck_attr_read_u64(file, where, "plan_hash", &u));
+    info->plan_hash = u;
+    TRYS(ck_attr_read_i64(file, where, "micro_batch", &v));
+    info->micro_batch = (int)v;
+    TRYS(ck_attr_read_i64(file, where, "accum_steps", &v));
+    info->accum_steps = (int)v;
+    TRYS(ck_attr_read_i64(file, where, "global_batch", &v));
+    info->global_batch = (long)v;
+    TRYS(ck_attr_read_i64(file, where, "seq_len", &v));
+    info->seq_len = (int)v;
+    if (model_text) TRYS(ck_attr_read_str(file, where, "model_description", model_text));
+
+    htri_t has = H5Lexists(file, "/optim", H5P_DEFAULT);
+    if (has <= 0) return osdp_error_set(OSDP_ERR_INPUT, "%s: missing group /optim", where);
+    hid_t g = H5Gopen2(file, "/optim", H5P_DEFAULT);
+    if (g < 0) return osdp_error_set(OSDP_ERR_INPUT, "%s: cannot open group /optim (corrupt file?)", where);
+    snprintf(where, sizeof where, "checkpoint %s: /optim", path);
+    osdp_optim_config *o = &info->optim;
+    osdp_status s = ck_attr_read_f32(g, where, "lr", &o->lr);
+    if (s == OSDP_OK) s = ck_attr_read_f32(g, where, "min_lr_frac", &o->min_lr_frac);
+    if (s == OSDP_OK && (s = ck_attr_read_i64(g, where, "warmup_steps", &v)) == OSDP_OK) o->warmup_steps = (int)v;
+    if (s == OSDP_OK && (s = ck_attr_read_i64(g, where, "total_steps", &v)) == OSDP_OK) o->total_steps = (long)v;
+    if (s == OSDP_OK) s = ck_attr_read_f32(g, where, "beta1", &o->beta1);
+    if (s == OSDP_OK) s = ck_attr_read_f32(g, where, "beta2", &o->beta2);
+    if (s == OSDP_OK) s = ck_attr_read_f32(g, where, "eps", &o->eps);
+    if (s == OSDP_OK) s = ck_attr_read_f32(g, where, "weight_decay", &o->weight_decay);
+    if (s == OSDP_OK) s = ck_attr_read_f32(g, where, "grad_clip", &o->grad_clip);
+    H5Gclose(g);
+#undef TRYS
+    return s;
+}
+
+static void close_file(hid_t fapl, hid_t file)
+{
+    if (file >= 0) H5Fclose(file);
+    if (fapl >= 0) H5Pclose(fapl);
+}
+
+osdp_status osdp_ckpt_read_info(const char *path, MPI_Comm comm, osdp_ckpt_info *info)
+{
+    double t0 = ck_now();
+    ck_h5_quiet quiet;
+    ck_h5_quiet_begin(&quiet);
+    hid_t fapl, file;
+    osdp_status s = open_file(path, comm, &fapl, &file);
+    if (s == OSDP_OK) s = ck_agree(read_root(file, path, info, NULL), comm);
+    close_file(fapl, file);
+    ck_h5_quiet_end(&quiet);
+    if (s == OSDP_OK) info->seconds = ck_now() - t0;
+    return s;
+}
+
+/* does every component of the absolute path `name` exist? */
+static int object_exists(hid_t file, const char *name)
+{
+    char part[256];
+    const char *p = name;
+    for (;;) {
+        p = strchr(p + 1, '/');
+        size_t n = p ? (size_t)(p - name) : strlen(name);
+        if (n >= sizeof part) return 0;
+        memcpy(part, name, n);
+        part[n] = 0;
+        if (H5Lexists(file, part, H5P_DEFAULT) <= 0) return 0;
+        if (!p) return 1;
+    }
+}
+
+static void describe_model(const osdp_model_config *c, char *buf, size_t n)
+{
+    snprintf(buf, n, "'%s' (n_layer=%d n_head=%d n_embd=%d vocab=%d ctx=%d)", c->name, c->n_layer, c->n_head, c->n_embd,
+             c->vocab, c->ctx);
+}
+
+/* Open dataset `name` and check that it is a float32 tensor of td's shape;
+ * read its checksum attribute. */
+static osdp_status open_tensor(hid_t file, const char *path, const char *name, const osdp_tensor_desc *td, hid_t *out,
+                               uint64_t *checksum)
+{
+    char h5msg[512];
+    *out = -1;
+    if (!object_exists(file, name))
+        return osdp_error_set(OSDP_ERR_INPUT, "checkpoint %s: missing dataset %s", path, name);
+    hid_t d = H5Dopen2(file, name, H5P_DEFAULT);
+    if (d < 0)
+        return osdp_error_set(OSDP_ERR_INPUT, "checkpoint %s: cannot open dataset %s (corrupt file?): %s", path, name,
+                              ck_h5_error(h5msg, sizeof h5msg));
+    hid_t t = H5Dget_type(d), sp = H5Dget_space(d);
+    int ok_type = t >= 0 && H5Tget_class(t) == H5T_FLOAT && H5Tget_size(t) == 4;
+    hsize_t dims[2] = {0, 0};
+    int nd = sp >= 0 ? H5Sget_simple_extent_ndims(sp) : -1;
+    if (nd >= 1 && nd <= 2) H5Sget_simple_extent_dims(sp, dims, NULL);
+    if (t >= 0) H5Tclose(t);
+    if (sp >= 0) H5Sclose(sp);
+    osdp_status s = OSDP_OK;
+    int ok_shape = td->ndim == 1 ? nd == 1 && dims[0] == (hsize_t)td->cols
+                                 : nd == 2 && dims[0] == (hsize_t)td->rows && dims[1] == (hsize_t)td->cols;
+    if (!ok_type)
+        s = osdp_error_set(OSDP_ERR_INPUT, "checkpoint %s: dataset %s is not 32-bit float", path, name);
+    else if (!ok_shape) {
+        char want[64], have[64];
+        if (td->ndim == 1) snprintf(want, sizeof want, "(%d)", td->cols);
+        else snprintf(want, sizeof want, "(%d, %d)", td->rows, td->cols);
+        if (nd == 1) snprintf(have, sizeof have, "(%llu)", (unsigned long long)dims[0]);
+        else if (nd == 2) snprintf(have, sizeof have, "(%llu, %llu)", (unsigned long long)dims[0], (unsigned long long)dims[1]);
+        else snprintf(have, sizeof have, "%d dimensions", nd);
+        s = osdp_error_set(OSDP_ERR_INPUT, "checkpoint %s: dataset %s has shape %s, this model needs %s: "
+                           "the model description differs", path, name, have, want);
+    } else {
+        char where[4400];
+        snprintf(where, sizeof where, "checkpoint %s: dataset %s", path, name);
+        s = ck_attr_read_u64(d, where, "checksum", checksum);
+    }
+    if (s != OSDP_OK) {
+        H5Dclose(d);
+        return s;
+    }
+    *out = d;
+    return OSDP_OK;
+}
+
+osdp_status osdp_ckpt_load(osdp_runtime *rt, const osdp_model_config *cfg, const char *path, int flags,
+                           MPI_Comm comm, osdp_ckpt_info *info_out)
+{
+    const double t0 = ck_now();
+    const osdp_layout *L = rt->layout;
+    if (!cfg) cfg = &L->cfg;
+    const int weights_only = (flags & OSDP_CKPT_WEIGHTS_ONLY) != 0;
+    char h5msg[512];
+    osdp_ckpt_info info;
+    ck_h5_quiet quiet;
+    ck_h5_quiet_begin(&quiet);
+    hid_t fapl, file, dxpl = -1;
+    float *buf = NULL;
+    char *model_text = NULL;
+    double bytes = 0;
+    osdp_status s = open_file(path, comm, &fapl, &file);
+    if (s != OSDP_OK) goto out;
+    s = ck_agree(read_root(file, path, &info, &model_text), comm);
+    if (s != OSDP_OK) goto out;
+
+    if (info.model_hash != osdp_model_config_hash(cfg)) {
+        osdp_model_config *theirs = calloc(1, sizeof *theirs);
+        char a[256] = "(unreadable)", b[256];
+        if (theirs && osdp_model_config_parse(theirs, model_text, "checkpoint") == OSDP_OK) describe_model(theirs, a, sizeof a);
+        describe_model(cfg, b, sizeof b);
+        free(theirs);
+        s = osdp_error_set(OSDP_ERR_INPUT, "checkpoint %s: the model description differs (attribute model_hash): "
+                           "the checkpoint holds %s, this run is %s", path, a, b);
+    }
+    s = ck_agree(s, comm);
+    if (s != OSDP_OK) goto out;
+
+    size_t max_shard = 0;
+    for (int i = 0; i < L->n_ops; i++)
+        if (rt->ops[i].shard > max_shard) max_shard = rt->ops[i].shard;
+    buf = malloc(max_shard * sizeof(float));
+    dxpl = H5Pcreate(H5P_DATASET_XFER);
+    if (dxpl >= 0) H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_COLLECTIVE);
+    s = ck_agree(buf && dxpl >= 0 ? OSDP_OK : osdp_error_set(OSDP_ERR_OOM, "checkpoint %s: out of host memory", path), comm);
+
+    const int kinds = weights_only ? 1 : CK_N_KINDS;
+    for (int i = 0; i < L->n_ops && s == OSDP_OK; i++) {
+        const osdp_op_layout *op = &L->op[i];
+        osdp_op_state *st = &rt->ops[i];
+        for (int k = 0; k < kinds && s == OSDP_OK; k++) {
+            memset(buf, 0, st->shard * sizeof(float));   /* padding stays 0 */
+            uint64_t sums[OSDP_MAX_TENSORS_PER_OP] = {0}, stored[OSDP_MAX_TENSORS_PER_OP] = {0};
+            for (int t = 0; t < op->n_tensors && s == OSDP_OK; t++) {
+                const osdp_tensor_desc *td = &op->tensor[t];
+                char name[200];
+                ck_dataset_name(k, op, t, name, sizeof name);
+                hid_t d = -1, space = -1;
+                s = ck_agree(open_tensor(file, path, name, td, &d, &stored[t]), comm);
+                if (s == OSDP_OK) space = ck_tensor_space(td);
+                int calls = ck_piece_calls(td, st->shard);
+                for (int c = 0; c < calls && s == OSDP_OK; c++) {
+                    size_t a = 0, b = 0, off = 0;
+                    int have = ck_piece(td, st->shard_lo, st->shard, c, &a, &b, &off);
+                    hsize_t count = have ? (hsize_t)(b - a) : 1;
+                    hid_t mspace = H5Screate_simple(1, &count, NULL);
+                    herr_t e = mspace < 0 || space < 0 ? -1 : 0;
+                    if (!have && e >= 0) e = H5Sselect_none(mspace);
+                    if (e >= 0) e = ck_select_range(space, td, a, have ? b : a);
+                    if (e >= 0) e = H5Dread(d, H5T_NATIVE_FLOAT, mspace, space, dxpl, buf + (have ? off : 0));
+                    if (mspace >= 0) H5Sclose(mspace);
+                    if (e < 0)
+                        s = osdp_error_set(OSDP_ERR_INPUT, "checkpoint %s: cannot read dataset %s (truncated or corrupt file?): %s",
+                                           path, name, ck_h5_error(h5msg, sizeof h5msg));
+                    else if (have)
+                        sums[t] += ck_checksum_partial(buf + off, b - a, a);
+                    s = ck_agree(s, comm);
+                }
+                if (space >= 0) H5Sclose(space);
+                if (d >= 0) H5Dclose(d);
+                bytes += (double)td->numel * sizeof(float);
+            }
+            if (s != OSDP_OK) break;
+            MPI_Allreduce(MPI_IN_PLACE, sums, op->n_tensors, MPI_UINT64_T, MPI_SUM, comm);
+            for (int t = 0; t < op->n_tensors && s == OSDP_OK; t++)
+                if (sums[t] != stored[t]) {
+                    char name[200];
+                    ck_dataset_name(k, op, t, name, sizeof name);
+                    s = osdp_error_set(OSDP_ERR_INPUT, "checkpoint %s: checksum mismatch in dataset %s (stored 0x%016llx, "
+                                       "computed 0x%016llx): the file is corrupt", path, name,
+                                       (unsigned long long)stored[t], (unsigned long long)sums[t]);
+                }
+            /* identical on every rank (sums are all-reduced, stored read by all) */
+            if (s != OSDP_OK) break;
+            float *dst = k == CK_MASTER ? st->master : k == CK_M ? st->m : st->v;
+            rt->backend->to_device(dst, buf, st->shard * sizeof(float));
+        }
+    }
+    if (s == OSDP_OK) {
+        rt->backend->synchronize();
+        if (weights_only) {
+            for (int i = 0; i < L->n_ops; i++)
+                rt->backend->fill_zero(rt->ops[i].m, 2 * rt->ops[i].shard * sizeof(float));   /* m, v */
+            rt->step = 0;
+        } else {
+            rt->step = info.step;
+            rt->opt.seed = info.seed;
+        }
+        for (int i = 0; i < L->n_ops; i++) rt->ops[i].weights_valid = 0;   /* DP copies are re-gathered */
+    }
+
+out:
+    if (dxpl >= 0) H5Pclose(dxpl);
+    close_file(fapl, file);
+    ck_h5_quiet_end(&quiet);
+    free(buf);
+    free(model_text);
+    s = ck_agree(s, comm);
+    if (s == OSDP_OK && info_out) {
+        *info_out = info;
+        info_out->bytes = bytes;
+        info_out->seconds = ck_now() - t0;
+    }
+    return s;
+}

@@ -1,0 +1,317 @@
+/* Checkpoints: the collective writer (see osdp/checkpoint.h). */
+#include "config.h"
+#include "checkpoint_internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define CK_PATH_MAX 4200
+
+/* fsync a file or directory by name (best effort for directories) */
+static int sync_path(const char *path, int is_dir)
+{
+    int fd = open(path, is_dir ? O_RDONLY | O_DIRECTORY : O_RDONLY);
+    if (fd < 0) return is_dir ? 0 : -1;
+    int e = fsync(fd);
+    close(fd);
+    return is_dir ? 0 : e;
+}
+
+static void parent_dir(const char *path, char *dir, size_t n)
+{
+    snprintf(dir, n, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (!slash) snprintf(dir, n, ".");
+    else if (slash == dir) dir[1] = 0;
+    else *slash = 0;
+}
+
+/* Rank 0's strings, the same bytes on every rank (attributes written
+ * collectively must be identical). */
+static char *bcast_string(const char *s, MPI_Comm comm)
+{
+    int rank;
+    MPI_Comm_rank(comm, &rank);
+    long len = rank == 0 ? (long)strlen(s) : 0;
+    MPI_Bcast(&len, 1, MPI_LONG, 0, comm);
+    char *out = malloc((size_t)len + 1);
+    int ok = out != NULL, all_ok;
+    MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, comm);
+    if (!all_ok) { free(out); return NULL; }
+    if (rank == 0) memcpy(out, s, (size_t)len);
+    MPI_Bcast(out, (int)len, MPI_CHAR, 0, comm);
+    out[len] = 0;
+    return out;
+}
+
+static char *plan_text(const osdp_plan *plan, const osdp_layout *layout)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    if (!f) return NULL;
+    osdp_plan_write(plan, layout, f);
+    fclose(f);
+    return buf;
+}
+
+static herr_t write_root_attrs(hid_t file, const osdp_runtime *rt, const osdp_plan *plan,
+                               const char *model_text, const char *plan_txt, unsigned long long model_hash,
+                               const char *model_name)
+{
+    herr_t e = 0;
+    uint64_t rng[2] = {rt->opt.seed, (uint64_t)rt->step};
+    e |= ck_attr_write_str(file, "format", "osdp-checkpoint");
+    e |= ck_attr_write_i64(file, "format_version", OSDP_CKPT_FORMAT_VERSION);
+    e |= ck_attr_write_str(file, "writer", "osdp_gpt " PACKAGE_VERSION);
+    e |= ck_attr_write_i64(file, "step", rt->step);
+    e |= ck_attr_write_i64(file, "data_position", rt->step);
+    e |= ck_attr_write_u64(file, "seed", rt->opt.seed);
+    e |= ck_attr_write_u64v(file, "rng_state", rng, 2);
+    e |= ck_attr_write_i64(file, "n_ranks", rt->N);
+    e |= ck_attr_write_str(file, "model_name", model_name);
+    e |= ck_attr_write_str(file, "model_description", model_text);
+    e |= ck_attr_write_u64(file, "model_hash", model_hash);
+    e |= ck_attr_write_str(file, "plan", plan_txt);
+    e |= ck_attr_write_u64(file, "plan_hash", osdp_plan_hash(plan));
+    e |= ck_attr_write_i64(file, "micro_batch", rt->B);
+    e |= ck_attr_write_i64(file, "accum_steps", rt->opt.accum_steps);
+    e |= ck_attr_write_i64(file, "global_batch", (int64_t)rt->B * rt->N * rt->opt.accum_steps);
+    e |= ck_attr_write_i64(file, "seq_len", rt->T);
+    e |= ck_attr_write_i64(file, "total_params", (int64_t)rt->layout->total_params);
+    e |= ck_attr_write_str(file, "checksum_algorithm", OSDP_CKPT_CHECKSUM_ALGORITHM);
+    return e < 0 ? -1 : 0;
+}
+
+static herr_t write_optim_attrs(hid_t g, const osdp_optim_config *o, long step)
+{
+    herr_t e = 0;
+    e |= ck_attr_write_f32(g, "lr", o->lr);
+    e |= ck_attr_write_f32(g, "min_lr_frac", o->min_lr_frac);
+    e |= ck_attr_write_i64(g, "warmup_steps", o->warmup_steps);
+    e |= ck_attr_write_i64(g, "total_steps", o->total_steps);
+    e |= ck_attr_write_f32(g, "beta1", o->beta1);
+    e |= ck_attr_write_f32(g, "beta2", o->beta2);
+    e |= ck_attr_write_f32(g, "eps", o->eps);
+    e |= ck_attr_write_f32(g, "weight_decay", o->weight_decay);
+    e |= ck_attr_write_f32(g, "grad_clip", o->grad_clip);
+    e |= ck_attr_write_i64(g, "adam_t", step);
+    e |= ck_attr_write_str(g, "algorithm", "AdamW (decoupled weight decay on 2-D tensors), global-norm clipping");
+    return e < 0 ? -1 : 0;
+}
+
+/* groups /model/<op>, /optim/m/<op>, /optim/v/<op> (collective metadata) */
+static herr_t create_groups(hid_t file, const osdp_layout *L, const osdp_optim_config *o, long step)
+{
+    hid_t g = H5Gcreate2(file, "/model", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    if (g < 0) return -1;
+    H5Gclose(g);
+    g = H5Gcreate2(file, "/optim", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    if (g < 0) return -1;
+    herr_t e = write_optim_attrs(g, o, step);
+    H5Gclose(g);
+    if (e < 0) return -1;
+    for (int k = 0; k < CK_N_KINDS; k++) {
+        if (k != CK_MASTER) {
+            g = H5Gcreate2(file, ck_kind_group[k], H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+            if (g < 0) return -1;
+            H5Gclose(g);
+        }
+        for (int i = 0; i < L->n_ops; i++) {
+            char name[160];
+            snprintf(name, sizeof name, "%s/%s", ck_kind_group[k], L->op[i].name);
+            g = H5Gcreate2(file, name, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+            if (g < 0) return -1;
+            H5Gclose(g);
+        }
+    }
+    return 0;
+}
+
+/* dataset creation properties: contiguous without fill (every element is
+ * written), or chunked with the fletcher32 filter when OSDP_CKPT_FLETCHER32=1 */
+static hid_t make_dcpl(const osdp_tensor_desc *td)
+{
+    hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+    if (dcpl < 0) return dcpl;
+    const char *f32 = getenv("OSDP_CKPT_FLETCHER32");
+    if (f32 && strcmp(f32, "1") == 0) {
+        hsize_t target = 1 << 18;   /* ~1 MiB chunks: whole rows */
+        hsize_t chunk[2];
+        if (td->ndim == 1) chunk[0] = (hsize_t)td->cols < target ? (hsize_t)td->cols : target;
+        else {
+            chunk[0] = target / (hsize_t)td->cols;
+            if (chunk[0] < 1) chunk[0] = 1;
+            if (chunk[0] > (hsize_t)td->rows) chunk[0] = (hsize_t)td->rows;
+            chunk[1] = (hsize_t)td->cols;
+        }
+        H5Pset_chunk(dcpl, td->ndim, chunk);
+        H5Pset_fletcher32(dcpl);
+    } else {
+        H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER);
+    }
+    return dcpl;
+}
+
+/* One dataset: create, write this rank's piece collectively, attach the checksum. */
+static osdp_status write_tensor(hid_t file, hid_t dxpl, const char *name, const osdp_tensor_desc *td, size_t lo,
+                                size_t shard, const float *buf, uint64_t checksum, MPI_Comm comm)
+{
+    char h5msg[512];
+    hid_t space = ck_tensor_space(td), dcpl = make_dcpl(td);
+    hid_t d = space >= 0 && dcpl >= 0 ? H5Dcreate2(file, name, H5T_IEEE_F32LE, space, H5P_DEFAULT, dcpl, H5P_DEFAULT) : -1;
+    if (dcpl >= 0) H5Pclose(dcpl);
+    osdp_status s = d < 0 ? osdp_error_set(OSDP_ERR_IO, "cannot create dataset %s: %s", name, ck_h5_error(h5msg, sizeof h5msg))
+                          : OSDP_OK;
+    s = ck_agree(s, comm);
+    int calls = ck_piece_calls(td, shard);
+    for (int c = 0; c < calls && s == OSDP_OK; c++) {
+        size_t a = 0, b = 0, off = 0;
+        int have = ck_piece(td, lo, shard, c, &a, &b, &off);
+        hsize_t count = have ? (hsize_t)(b - a) : 1;
+        hid_t mspace = H5Screate_simple(1, &count, NULL);
+        herr_t e = mspace < 0 ? -1 : 0;
+        if (!have && e >= 0) e = H5Sselect_none(mspace);
+        if (e >= 0) e = ck_select_range(space, td, a, have ? b : a);
+        if (e >= 0) e = H5Dwrite(d, H5T_NATIVE_FLOAT, mspace, space, dxpl, buf + (have ? off : 0));
+        if (mspace >= 0) H5Sclose(mspace);
+        if (e < 0) s = osdp_error_set(OSDP_ERR_IO, "cannot write dataset %s: %s", name, ck_h5_error(h5msg, sizeof h5msg));
+        s = ck_agree(s, comm);
+    }
+    if (s == OSDP_OK) {
+        herr_t e = ck_attr_write_u64(d, "checksum", checksum);
+        if (e >= 0) e = ck_attr_write_u64(d, "op_offset", td->offset);
+        if (e < 0) s = osdp_error_set(OSDP_ERR_IO, "cannot write the attributes of dataset %s: %s", name,
+                                      ck_h5_error(h5msg, sizeof h5msg));
+        s = ck_agree(s, comm);
+    }
+    if (d >= 0) H5Dclose(d);
+    if (space >= 0) H5Sclose(space);
+    return s;
+}
+
+osdp_status osdp_ckpt_save(osdp_runtime *rt, const osdp_model_config *cfg, const osdp_plan *plan,
+                           const char *path, MPI_Comm comm, osdp_ckpt_info *info)
+{
+    const double t0 = ck_now();
+    const osdp_layout *L = rt->layout;
+    if (!cfg) cfg = &L->cfg;
+    if (!plan) plan = &rt->plan;
+    int rank, size;
+    MPI_Comm_rank(comm, &rank);
+    MPI_Comm_size(comm, &size);
+    char tmp[CK_PATH_MAX], h5msg[512];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+
+    ck_h5_quiet quiet;
+    ck_h5_quiet_begin(&quiet);
+    hid_t fapl = -1, file = -1, dxpl = -1;
+    float *buf = NULL;
+    char *ptext_local = rank == 0 ? plan_text(plan, L) : NULL;
+    char *ptext = bcast_string(rank == 0 ? (ptext_local ? ptext_local : "") : "", comm);
+    char *mtext = bcast_string(cfg->text, comm);
+    char *mname = bcast_string(cfg->name, comm);
+    free(ptext_local);
+    size_t max_shard = 0;
+    for (int i = 0; i < L->n_ops; i++)
+        if (rt->ops[i].shard > max_shard) max_shard = rt->ops[i].shard;
+    buf = malloc(max_shard * sizeof(float));
+    osdp_status s = ptext && mtext && mname && buf ? OSDP_OK
+                    : osdp_error_set(OSDP_ERR_OOM, "checkpoint %s: out of host memory", path);
+    s = ck_agree(s, comm);
+    if (s != OSDP_OK) goto out;
+
+    fapl = H5Pcreate(H5P_FILE_ACCESS);
+    if (fapl >= 0) {
+        H5Pset_fapl_mpio(fapl, comm, MPI_INFO_NULL);
+        H5Pset_all_coll_metadata_ops(fapl, 1);
+        H5Pset_coll_metadata_write(fapl, 1);
+    }
+    file = fapl >= 0 ? H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, fapl) : -1;
+    if (file < 0) s = osdp_error_set(OSDP_ERR_IO, "cannot create checkpoint %s: %s", tmp, ck_h5_error(h5msg, sizeof h5msg));
+    s = ck_agree(s, comm);
+    if (s != OSDP_OK) goto out;
+
+    dxpl = H5Pcreate(H5P_DATASET_XFER);
+    herr_t e = dxpl < 0 ? -1 : H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_COLLECTIVE);
+    if (e >= 0) e = write_root_attrs(file, rt, plan, mtext, ptext, osdp_model_config_hash(cfg), mname);
+    if (e >= 0) e = create_groups(file, L, &rt->opt.optim, rt->step);
+    if (e < 0) s = osdp_error_set(OSDP_ERR_IO, "checkpoint %s: cannot write the metadata: %s", tmp, ck_h5_error(h5msg, sizeof h5msg));
+    s = ck_agree(s, comm);
+
+    double bytes = 0;
+    for (int i = 0; i < L->n_ops && s == OSDP_OK; i++) {
+        const osdp_op_layout *op = &L->op[i];
+        const osdp_op_state *st = &rt->ops[i];
+        for (int k = 0; k < CK_N_KINDS && s == OSDP_OK; k++) {
+            const float *src = k == CK_MASTER ? st->master : k == CK_M ? st->m : st->v;
+            rt->backend->to_host(buf, src, st->shard * sizeof(float));
+            uint64_t sums[OSDP_MAX_TENSORS_PER_OP] = {0};
+            for (int t = 0; t < op->n_tensors; t++)
+                for (int c = 0; c < ck_piece_calls(&op->tensor[t], st->shard); c++) {
+                    size_t a, b, off;
+                    if (ck_piece(&op->tensor[t], st->shard_lo, st->shard, c, &a, &b, &off))
+                        sums[t] += ck_checksum_partial(buf + off, b - a, a);
+                }
+            MPI_Allreduce(MPI_IN_PLACE, sums, op->n_tensors, MPI_UINT64_T, MPI_SUM, comm);
+            for (int t = 0; t < op->n_tensors && s == OSDP_OK; t++) {
+                char name[200];
+                ck_dataset_name(k, op, t, name, sizeof name);
+                s = write_tensor(file, dxpl, name, &op->tensor[t], st->shard_lo, st->shard, buf, sums[t], comm);
+                bytes += (double)op->tensor[t].numel * sizeof(float);
+            }
+        }
+        if (i == L->n_ops / 2) ck_crash_point("mid_write", rt->step, rank, size);
+    }
+
+out:
+    if (dxpl >= 0) H5Pclose(dxpl);
+    if (file >= 0 && H5Fclose(file) < 0 && s == OSDP_OK)
+        s = osdp_error_set(OSDP_ERR_IO, "cannot close checkpoint %s: %s", tmp, ck_h5_error(h5msg, sizeof h5msg));
+    if (fapl >= 0) H5Pclose(fapl);
+    ck_h5_quiet_end(&quiet);
+    free(buf);
+    free(ptext);
+    free(mtext);
+    free(mname);
+    s = ck_agree(s, comm);
+    if (s == OSDP_OK) {
+        ck_crash_point("before_rename", rt->step, rank, size);
+        MPI_Barrier(comm);   /* every rank has closed: the file is complete */
+        if (rank == 0) {
+            char dir[CK_PATH_MAX];
+            parent_dir(path, dir, sizeof dir);
+            if (sync_path(tmp, 0) != 0)
+                s = osdp_error_set(OSDP_ERR_IO, "cannot flush checkpoint %s to disk: %s", tmp, strerror(errno));
+            else if (rename(tmp, path) != 0)
+                s = osdp_error_set(OSDP_ERR_IO, "cannot rename %s to %s: %s", tmp, path, strerror(errno));
+            else
+                sync_path(dir, 1);
+        }
+        s = ck_agree(s, comm);
+    }
+    if (s != OSDP_OK && rank == 0 && file >= 0) unlink(tmp);   /* a failed save leaves nothing behind */
+    if (info && s == OSDP_OK) {
+        memset(info, 0, sizeof *info);
+        info->format_version = OSDP_CKPT_FORMAT_VERSION;
+        info->step = rt->step;
+        info->seed = rt->opt.seed;
+        info->n_ranks = size;
+        info->model_hash = osdp_model_config_hash(cfg);
+        snprintf(info->model_name, sizeof info->model_name, "%s", cfg->name);
+        info->plan_hash = osdp_plan_hash(plan);
+        info->micro_batch = rt->B;
+        info->accum_steps = rt->opt.accum_steps;
+        info->global_batch = (long)rt->B * rt->N * rt->opt.accum_steps;
+        info->seq_len = rt->T;
+        info->optim = rt->opt.optim;
+        info->bytes = bytes;
+    }
+    MPI_Barrier(comm);
+    if (info && s == OSDP_OK) info->seconds = ck_now() - t0;
+    return s;
+}

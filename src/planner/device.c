@@ -1,0 +1,188 @@
+/* Device information files (format in osdp/device.h). */
+#include "osdp/device.h"
+#include "osdp/memory.h"
+
+#include <errno.h>
+#include <ini.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const type_names[OSDP_N_OP_TYPES] = {"embed", "attn", "mlp", "head"};
+
+const char *osdp_op_type_name(osdp_op_type t)
+{
+    return (unsigned)t < OSDP_N_OP_TYPES ? type_names[t] : "?";
+}
+
+enum { K_MEM, K_PREC, K_PBYTES, K_ABYTES, K_AG_A, K_AG_B, K_RS_A, K_RS_B, K_G0, K_N = K_G0 + OSDP_N_OP_TYPES };
+
+typedef struct dev_parse {
+    osdp_device *dev;
+    int seen[K_N];
+    osdp_status status;
+} dev_parse;
+
+static int parse_double(const char *v, double *out)
+{
+    char *end;
+    errno = 0;
+    double x = strtod(v, &end);
+    while (*end == ' ' || *end == '\t') end++;
+    if (errno || end == v || *end || !isfinite(x)) return -1;
+    *out = x;
+    return 0;
+}
+
+static int fail(dev_parse *st, const char *section, const char *key, const char *why, const char *value)
+{
+    st->status = osdp_error_set(OSDP_ERR_INPUT, "[%s] %s = '%s': %s", section, key, value, why);
+    return 0;
+}
+
+static int dev_handler(void *user, const char *section, const char *key, const char *value)
+{
+    dev_parse *st = user;
+    osdp_device *d = st->dev;
+    if (st->status != OSDP_OK) return 0;
+    int id = -1;
+    double x = 0;
+    if (strcmp(section, "device") == 0) {
+        if (strcmp(key, "name") == 0) {
+            snprintf(d->name, sizeof d->name, "%s", value);
+            return 1;
+        }
+        if (strcmp(key, "mem_limit") == 0) {
+            size_t b;
+            if (osdp_parse_bytes(value, &b) != 0 || b == 0 || b > (size_t)1 << 60)
+                return fail(st, section, key, "the memory limit must be a positive size such as 8G, 512M or 1000000", value);
+            d->mem_limit = (long long)b;
+            id = K_MEM;
+        } else if (strcmp(key, "precision") == 0) {
+            if (strcmp(value, "fp32") == 0) d->param_bytes = 4;
+            else if (strcmp(value, "bf16") == 0 || strcmp(value, "fp16") == 0) d->param_bytes = 2;
+            else return fail(st, section, key, "expected fp32, bf16 or fp16", value);
+            if (st->seen[K_PBYTES]) return fail(st, section, key, "give precision or param_bytes, not both", value);
+            id = K_PREC;
+        } else if (strcmp(key, "param_bytes") == 0 || strcmp(key, "act_bytes") == 0) {
+            int is_p = key[0] == 'p';
+            if (parse_double(value, &x) != 0 || (x != 2 && x != 4))
+                return fail(st, section, key, "expected 2 or 4 (bytes per element)", value);
+            if (is_p && st->seen[K_PREC]) return fail(st, section, key, "give precision or param_bytes, not both", value);
+            if (is_p) d->param_bytes = (int)x;
+            else d->act_bytes = (int)x;
+            id = is_p ? K_PBYTES : K_ABYTES;
+        } else {
+            st->status = osdp_error_set(OSDP_ERR_INPUT,
+                "unknown key '%s' in [device] (known: name, mem_limit, precision, param_bytes, act_bytes)", key);
+            return 0;
+        }
+    } else if (strcmp(section, "all_gather") == 0 || strcmp(section, "reduce_scatter") == 0) {
+        int ag = section[0] == 'a';
+        osdp_collective_cost *c = ag ? &d->all_gather : &d->reduce_scatter;
+        if (strcmp(key, "alpha") == 0) {
+            if (parse_double(value, &x) != 0 || x < 0)
+                return fail(st, section, key, "alpha (latency, seconds per ring step) must be a number >= 0", value);
+            c->alpha = x;
+            id = ag ? K_AG_A : K_RS_A;
+        } else if (strcmp(key, "beta") == 0) {
+            if (parse_double(value, &x) != 0 || x <= 0)
+                return fail(st, section, key,
+                            "beta (seconds per byte = 1 / bandwidth) must be > 0: a zero or negative bandwidth is meaningless",
+                            value);
+            c->beta = x;
+            id = ag ? K_AG_B : K_RS_B;
+        } else {
+            st->status = osdp_error_set(OSDP_ERR_INPUT, "unknown key '%s' in [%s] (known: alpha, beta)", key, section);
+            return 0;
+        }
+    } else if (strcmp(section, "gamma") == 0) {
+        for (int t = 0; t < OSDP_N_OP_TYPES; t++)
+            if (strcmp(key, type_names[t]) == 0) id = K_G0 + t;
+        if (id < 0) {
+            st->status = osdp_error_set(OSDP_ERR_INPUT, "unknown key '%s' in [gamma] (known: embed, attn, mlp, head)", key);
+            return 0;
+        }
+        if (parse_double(value, &x) != 0 || x <= 0)
+            return fail(st, section, key, "gamma (seconds per FLOP) must be a number > 0", value);
+        d->gamma[id - K_G0] = x;
+    } else {
+        st->status = osdp_error_set(OSDP_ERR_INPUT,
+            "unknown section [%s] (expected [device], [all_gather], [reduce_scatter], [gamma])", section);
+        return 0;
+    }
+    if (st->seen[id]) {
+        st->status = osdp_error_set(OSDP_ERR_INPUT, "[%s] %s given twice", section, key);
+        return 0;
+    }
+    st->seen[id] = 1;
+    return 1;
+}
+
+osdp_status osdp_device_parse(osdp_device *dev, const char *text, const char *origin)
+{
+    memset(dev, 0, sizeof *dev);
+    dev->param_bytes = 4;
+    dev->act_bytes = 4;
+    snprintf(dev->name, sizeof dev->name, "unnamed");
+    dev_parse st = {.dev = dev, .status = OSDP_OK};
+    int rc = ini_parse_string(text, dev_handler, &st);
+    if (st.status != OSDP_OK) {
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", osdp_error_message());
+        return osdp_error_set(st.status, "device file %s:%d: %s", origin, rc, msg);
+    }
+    if (rc != 0)
+        return osdp_error_set(OSDP_ERR_INPUT, "device file %s:%d: malformed line (expected [section] or key = value)",
+                              origin, rc);
+    static const struct { int id; const char *section, *key; } req[] = {
+        {K_MEM, "device", "mem_limit"},
+        {K_AG_A, "all_gather", "alpha"}, {K_AG_B, "all_gather", "beta"},
+        {K_RS_A, "reduce_scatter", "alpha"}, {K_RS_B, "reduce_scatter", "beta"},
+        {K_G0 + 0, "gamma", "embed"}, {K_G0 + 1, "gamma", "attn"},
+        {K_G0 + 2, "gamma", "mlp"}, {K_G0 + 3, "gamma", "head"},
+    };
+    for (size_t i = 0; i < sizeof req / sizeof req[0]; i++)
+        if (!st.seen[req[i].id])
+            return osdp_error_set(OSDP_ERR_INPUT, "device file %s: missing key '%s' in [%s]", origin, req[i].key,
+                                  req[i].section);
+    return OSDP_OK;
+}
+
+osdp_status osdp_device_load(osdp_device *dev, const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return osdp_error_set(OSDP_ERR_IO, "cannot open device file %s: %s", path, strerror(errno));
+    char text[65536];
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    int too_long = !feof(f) && fgetc(f) != EOF;
+    fclose(f);
+    if (too_long) return osdp_error_set(OSDP_ERR_INPUT, "device file %s is longer than 64 KiB", path);
+    text[n] = '\0';
+    if (strlen(text) != n) return osdp_error_set(OSDP_ERR_INPUT, "device file %s contains a NUL byte", path);
+    return osdp_device_parse(dev, text, path);
+}
+
+osdp_status osdp_device_write(const osdp_device *dev, const char *comment, const char *path)
+{
+    FILE *f = fopen(path, "w");
+    if (!f) return osdp_error_set(OSDP_ERR_IO, "cannot write device file %s: %s", path, strerror(errno));
+    if (comment) {
+        const char *p = comment;
+        while (*p) {
+            const char *nl = strchr(p, '\n');
+            int len = nl ? (int)(nl - p) : (int)strlen(p);
+            fprintf(f, "; %.*s\n", len, p);
+            p += len + (nl != NULL);
+        }
+    }
+    fprintf(f, "[device]\nname = %s\nmem_limit = %lld\nparam_bytes = %d\nact_bytes = %d\n\n", dev->name,
+            dev->mem_limit, dev->param_bytes, dev->act_bytes);
+    fprintf(f, "[all_gather]\nalpha = %.6e\nbeta = %.6e\n\n", dev->all_gather.alpha, dev->all_gather.beta);
+    fprintf(f, "[reduce_scatter]\nalpha = %.6e\nbeta = %.6e\n\n", dev->reduce_scatter.alpha, dev->reduce_scatter.beta);
+    fprintf(f, "[gamma]\n");
+    for (int t = 0; t < OSDP_N_OP_TYPES; t++) fprintf(f, "%-5s = %.6e\n", type_names[t], dev->gamma[t]);
+    if (fclose(f) != 0) return osdp_error_set(OSDP_ERR_IO, "cannot write device file %s", path);
+    return OSDP_OK;
+}
