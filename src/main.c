@@ -14,6 +14,8 @@ static void usage(FILE *out)
         "osdp_gpt %s — GPT training with Optimal Sharded Data Parallelism\n\n"
         "usage: osdp_gpt COMMAND [options]     (COMMAND --help for its options)\n"
         "  train     train a model on N ranks (mpiexec -n N / srun)\n"
+        "  plan      plan a model for N ranks and a device (one process)\n"
+        "  profile   measure the device file's alpha, beta, gamma (mpiexec -n N / srun)\n"
         "  --help    this text\n"
         "  --version the version\n", PACKAGE_VERSION);
 }
@@ -44,6 +46,11 @@ int main(int argc, char **argv)
         ensure_passive_openmp_wait(argv);
         MPI_Init(&argc, &argv);
         return osdp_cmd_train(argc - 1, argv + 1);
+    }
+    if (strcmp(argv[1], "plan") == 0) return osdp_cmd_plan(argc - 1, argv + 1);
+    if (strcmp(argv[1], "profile") == 0) {
+        MPI_Init(&argc, &argv);
+        return osdp_cmd_profile(argc - 1, argv + 1);
     }
     fprintf(stderr, "osdp_gpt: unknown command '%s' (try osdp_gpt --help)\n", argv[1]);
     return 2;

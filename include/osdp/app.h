@@ -9,6 +9,17 @@
 #define OSDP_VERSION_STRING PACKAGE_VERSION
 
 int osdp_cmd_train(int argc, char **argv);
+/* the planner alone, one process (no MPI needed) */
+int osdp_cmd_plan(int argc, char **argv);
+/* measures alpha, beta and gamma over the MPI ranks; writes a device file */
+int osdp_cmd_profile(int argc, char **argv);
+struct osdp_layout;
+struct osdp_device;
+struct osdp_planner_options;
+struct osdp_planner_result;
+/* the plan table, totals, predicted throughput and peak (src/cli/plan_cmd.c) */
+void osdp_plan_print(const struct osdp_layout *layout, const struct osdp_device *dev,
+                     const struct osdp_planner_options *o, const struct osdp_planner_result *r);
 
 /* MPI world facts gathered once */
 typedef struct osdp_world {

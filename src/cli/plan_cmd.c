@@ -172,6 +172,18 @@ static void print_summary(const char *label, const osdp_layout *L, const osdp_pl
            zdp, L->n_ops);
 }
 
+void osdp_plan_print(const osdp_layout *L, const osdp_device *dev, const osdp_planner_options *o,
+                     const osdp_planner_result *r)
+{
+    osdp_cost_model cm = {.layout = L, .dev = dev, .N = o->n_ranks, .prefetch = o->prefetch, .kind = o->cost};
+    printf("osdp planner: device %s, %d ranks, limit %.3f GiB per rank; micro-batch %d, accumulation %d\n", dev->name,
+           o->n_ranks, (double)r->mem_limit / (1024.0 * 1024.0 * 1024.0), r->plan.micro_batch, r->plan.accum_steps);
+    print_table(L, &cm, r);
+    print_summary("plan:", L, r, OSDP_OK, "");
+    printf("search: %lld knapsacks over %d micro-batches in %.2f ms\n", r->searches, r->batches_tried, 1e3 * r->total_s);
+    fflush(stdout);
+}
+
 static void json_str(const char *s)
 {
     putchar('"');

@@ -4,10 +4,13 @@
 #include "osdp/comm.h"
 #include "osdp/compute.h"
 #include "osdp/data.h"
+#include "osdp/device.h"
 #include "osdp/layout.h"
 #include "osdp/plan.h"
+#include "osdp/planner.h"
 #include "osdp/report.h"
 #include "osdp/runtime.h"
+#include "osdp/train_checkpoint.h"
 
 #include <getopt.h>
 #include <math.h>
@@ -25,6 +28,8 @@ typedef struct train_args {
     double peak_flops;
     osdp_optim_config optim;
     int total_steps_given;
+    const char *device;     /* --plan auto: device information file */
+    int batch_given;        /* --batch given: --plan auto plans for it */
 } train_args;
 
 static void train_usage(FILE *out)
@@ -39,7 +44,10 @@ static void train_usage(FILE *out)
         "  --global-batch G      sequences per optimizer step over all ranks\n"
         "                        (default B x ranks; must be a multiple of B x ranks)\n"
         "  --seq-len T           tokens per sequence (default: the model's ctx)\n"
-        "  --plan dp|zdp|FILE    DP or ZDP for every operator, or a plan file (default dp)\n"
+        "  --plan dp|zdp|auto|FILE  DP or ZDP for every operator, the planner's plan (auto: the\n"
+        "                        micro-batch too unless --batch is given), or a plan file (default dp)\n"
+        "  --device FILE         device information for --plan auto\n"
+        "                        (default: input/devices/cpu_c_kernels.ini; --mem-limit overrides its limit)\n"
         "  --mem-limit BYTES     emulated device memory per rank: 8G, 512M, ...\n"
         "  --no-prefetch         do not overlap all-gathers / reduce-scatters with compute\n"
         "  --seed S              weights and data order (default 1337)\n"
@@ -52,15 +60,17 @@ static void train_usage(FILE *out)
         "  --log FILE            machine-readable per-step record (rank 0)\n"
         "  --dump-weights FILE   after training, write every parameter as float32 (rank 0)\n"
         "  --quiet               only the summary line\n");
+    osdp_train_ckpt_usage(out);
 }
 
 static osdp_status parse_train_args(int argc, char **argv, train_args *a)
 {
-    static char model_buf[4096], data_buf[4096];
+    static char model_buf[4096], data_buf[4096], device_buf[4096];
     memset(a, 0, sizeof *a);
     a->model = osdp_default_input("models/tiny.ini", model_buf, sizeof model_buf);
     a->data = osdp_default_input("data/addition.txt", data_buf, sizeof data_buf);
     a->plan = "dp";
+    a->device = osdp_default_input("devices/cpu_c_kernels.ini", device_buf, sizeof device_buf);
     a->backend = "cpu";
     a->steps = 100;
     a->batch = 8;
@@ -68,7 +78,7 @@ static osdp_status parse_train_args(int argc, char **argv, train_args *a)
     a->seed = 1337;
     osdp_optim_defaults(&a->optim);
     enum { O_LR = 256, O_WARMUP, O_MINLR, O_WD, O_CLIP, O_LRSTEPS, O_NOPREFETCH, O_THREADS, O_LOG, O_DUMP,
-           O_GB, O_SEQ, O_MEM, O_SEED, O_PEAK, O_BACKEND, O_QUIET, O_HELP };
+           O_GB, O_SEQ, O_MEM, O_SEED, O_PEAK, O_BACKEND, O_QUIET, O_HELP, O_DEVICE };
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'}, {"data", required_argument, 0, 'd'},
         {"steps", required_argument, 0, 's'}, {"batch", required_argument, 0, 'b'},
@@ -81,7 +91,7 @@ static osdp_status parse_train_args(int argc, char **argv, train_args *a)
         {"threads", required_argument, 0, O_THREADS}, {"log", required_argument, 0, O_LOG},
         {"dump-weights", required_argument, 0, O_DUMP}, {"peak-flops", required_argument, 0, O_PEAK},
         {"backend", required_argument, 0, O_BACKEND}, {"quiet", no_argument, 0, O_QUIET},
-        {"help", no_argument, 0, O_HELP}, {0, 0, 0, 0}};
+        {"help", no_argument, 0, O_HELP}, {"device", required_argument, 0, O_DEVICE}, {0, 0, 0, 0}};
     optind = 1;
     opterr = 0;
     int c;
@@ -96,7 +106,8 @@ static osdp_status parse_train_args(int argc, char **argv, train_args *a)
         case 'm': a->model = optarg; break;
         case 'd': a->data = optarg; break;
         case 's': NUM(a->steps, long, 0, 1e12); break;
-        case 'b': NUM(a->batch, int, 1, 1 << 20); break;
+        case 'b': NUM(a->batch, int, 1, 1 << 20); a->batch_given = 1; break;
+        case O_DEVICE: a->device = optarg; break;
         case O_GB: NUM(a->global_batch, int, 1, 1 << 30); break;
         case O_SEQ: NUM(a->seq_len, int, 1, 1 << 20); break;
         case 'p': a->plan = optarg; break;
@@ -132,15 +143,60 @@ static osdp_status parse_train_args(int argc, char **argv, train_args *a)
     return OSDP_OK;
 }
 
-static osdp_status load_plan(osdp_plan *plan, const osdp_layout *layout, const char *spec)
+/* --plan auto: rank 0 plans (device file, --mem-limit, --global-batch, and
+ * --batch when given), prints the plan and broadcasts it; every rank returns
+ * the same status. */
+static osdp_status plan_auto(osdp_plan *plan, const osdp_layout *layout, const train_args *a, int n_ranks, int rank)
 {
+    int head[3] = {OSDP_OK, 0, 0}; /* status, micro-batch, accumulation */
+    if (rank == 0) {
+        osdp_device dev;
+        osdp_planner_options o;
+        osdp_planner_result r;
+        memset(&r, 0, sizeof r);
+        osdp_planner_defaults(&o);
+        o.n_ranks = n_ranks;
+        o.mem_limit = (long long)a->mem_limit;
+        o.global_batch = a->global_batch;
+        o.micro_batch = a->batch_given ? a->batch : 0;
+        o.prefetch = a->prefetch;
+        osdp_status s = osdp_device_load(&dev, a->device);
+        if (s == OSDP_OK) s = osdp_planner_run(layout, &dev, &o, &r);
+        if (s == OSDP_OK) s = osdp_plan_copy(plan, &r.plan);
+        if (s == OSDP_OK && !a->quiet) osdp_plan_print(layout, &dev, &o, &r);
+        osdp_planner_result_free(&r);
+        head[0] = (int)s;
+        head[1] = plan->micro_batch;
+        head[2] = plan->accum_steps;
+    }
+    if (rank != 0 && osdp_plan_alloc(plan, layout->n_ops) != OSDP_OK) osdp_fatal(OSDP_ERR_OOM, osdp_error_message());
+    MPI_Bcast(head, 3, MPI_INT, 0, MPI_COMM_WORLD);
+    if (head[0] != OSDP_OK) {
+        if (rank != 0) osdp_plan_free(plan);
+        return rank == 0 ? (osdp_status)head[0]
+                         : osdp_error_set((osdp_status)head[0], "--plan auto: the planner failed on rank 0");
+    }
+    MPI_Bcast(plan->slices, layout->n_ops, MPI_INT, 0, MPI_COMM_WORLD);
+    MPI_Bcast(plan->zdp_slices, layout->n_ops, MPI_INT, 0, MPI_COMM_WORLD);
+    MPI_Bcast(plan->recompute, layout->n_ops, MPI_INT, 0, MPI_COMM_WORLD);
+    plan->micro_batch = head[1];
+    plan->accum_steps = head[2];
+    return OSDP_OK;
+}
+
+static osdp_status load_plan(osdp_plan *plan, const osdp_layout *layout, train_args *a, int n_ranks, int rank)
+{
+    const char *spec = a->plan;
     if (strcmp(spec, "dp") == 0 || strcmp(spec, "zdp") == 0) {
         osdp_status s = osdp_plan_alloc(plan, layout->n_ops);
         if (s == OSDP_OK) osdp_plan_fill(plan, strcmp(spec, "zdp") == 0);
         return s;
     }
-    if (strcmp(spec, "auto") == 0)
-        return osdp_error_set(OSDP_ERR_INPUT, "--plan auto: the planner is not built into this version; use dp, zdp or a plan file");
+    if (strcmp(spec, "auto") == 0) {
+        osdp_status s = plan_auto(plan, layout, a, n_ranks, rank);
+        if (s == OSDP_OK) a->batch = plan->micro_batch; /* the planner's micro-batch */
+        return s;
+    }
     return osdp_plan_load(plan, layout, spec);
 }
 
@@ -174,7 +230,9 @@ int osdp_cmd_train(int argc, char **argv)
 {
     osdp_world world;
     train_args a;
-    osdp_status s = parse_train_args(argc, argv, &a);
+    osdp_train_ckpt ckpt;
+    osdp_status s = osdp_train_ckpt_parse(&ckpt, &argc, argv);   /* removes its own options from argv */
+    if (s == OSDP_OK) s = parse_train_args(argc, argv, &a);
     if (s == OSDP_ERR_INTERNAL + 100) { MPI_Finalize(); return 0; }
     osdp_check_all(s);
     osdp_world_init(&world, a.threads);
@@ -197,7 +255,7 @@ int osdp_cmd_train(int argc, char **argv)
     osdp_dataset data;
     osdp_check_all(osdp_data_open(&data, a.data, cfg.vocab, T));
     osdp_plan plan;
-    osdp_check_all(load_plan(&plan, &layout, a.plan));
+    osdp_check_all(load_plan(&plan, &layout, &a, world.size, world.rank));
 
     int per_micro = a.batch * world.size;
     int global = a.global_batch ? a.global_batch : per_micro;
@@ -229,13 +287,18 @@ int osdp_cmd_train(int argc, char **argv)
     osdp_check_all(report.status);
     osdp_report_header(&report, &cfg, &data, &plan, a.steps, global);
 
-    for (long step = 0; step < a.steps; step++) {
+    osdp_check_all(osdp_train_ckpt_start(&ckpt, &rt, &cfg, &plan, MPI_COMM_WORLD));
+    for (long step = rt.step; step < a.steps; step++) {
         osdp_step_stats stats;
         s = osdp_runtime_step(&rt, &data, &stats);
         if (s == OSDP_ERR_NUMERIC) osdp_check_all(s);   /* the loss is all-reduced: every rank sees it */
         if (s != OSDP_OK) osdp_fatal(s, osdp_error_message());
         osdp_report_step(&report, &stats);
+        int stop = 0;
+        osdp_check_all(osdp_train_ckpt_after_step(&ckpt, &stop));
+        if (stop) break;
     }
+    osdp_check_all(osdp_train_ckpt_finish(&ckpt));
     osdp_report_summary(&report);
     if (a.dump_weights) {
         s = dump_weights(&rt, a.dump_weights);

@@ -50,7 +50,7 @@ static int match(const char *name, int need_value, int argc, char **argv, int *i
     *value = NULL;
     if (a[n] == '=') {
         *value = a + n + 1;
-        if (!need_value && need_value != -1) {   /* flags take no value */
+        if (need_value == 0) {   /* flags take no value */
             *err = osdp_error_set(OSDP_ERR_INPUT, "%s takes no value", name);
             return 1;
         }
@@ -164,8 +164,8 @@ static osdp_status mkdir_p(const char *dir)
 
 static void join(char *out, size_t n, const char *dir, const char *name)
 {
-    if (name[0] == '/') snprintf(out, n, "%s", name);
-    else snprintf(out, n, "%s/%s", dir, name);
+    int r = name[0] == '/' ? snprintf(out, n, "%s", name) : snprintf(out, n, "%s/%s", dir, name);
+    if (r < 0 || (size_t)r >= n) out[0] = 0;   /* too long: an empty path fails to open, with its name */
 }
 
 static void dir_of(const char *path, char *dir, size_t n)

@@ -67,10 +67,44 @@ osdp_status ck_agree(osdp_status s, MPI_Comm comm)
 
 /* ---- HDF5 errors ----------------------------------------------------------------- */
 
+/* The automatic error handler, while a checkpoint call runs: instead of
+ * printing the stack, keep the innermost description of the last failing
+ * API call (later API calls clear the stack itself). */
+static char g_h5_last[512];
+
+typedef struct { char *buf; size_t n; int found; } walk_ctx;
+
+static herr_t walk_cb(unsigned n, const H5E_error2_t *err, void *data)
+{
+    (void)n;
+    walk_ctx *w = data;
+    if (w->found) return 0;
+    if (err->desc && err->desc[0]) {
+        snprintf(w->buf, w->n, "%s", err->desc);
+        w->found = 1;
+    } else {
+        char minor[256] = "";
+        if (H5Eget_msg(err->min_num, NULL, minor, sizeof minor) > 0) {
+            snprintf(w->buf, w->n, "%s (in %s)", minor, err->func_name ? err->func_name : "HDF5");
+            w->found = 1;
+        }
+    }
+    return 0;
+}
+
+static herr_t capture_cb(hid_t estack, void *data)
+{
+    (void)data;
+    walk_ctx w = {g_h5_last, sizeof g_h5_last, 0};
+    H5Ewalk2(estack, H5E_WALK_UPWARD, walk_cb, &w);   /* innermost first */
+    return 0;
+}
+
 void ck_h5_quiet_begin(ck_h5_quiet *q)
 {
     H5Eget_auto2(H5E_DEFAULT, &q->func, &q->data);
-    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+    H5Eset_auto2(H5E_DEFAULT, capture_cb, NULL);
+    g_h5_last[0] = 0;
 }
 
 void ck_h5_quiet_end(const ck_h5_quiet *q)
@@ -79,25 +113,10 @@ void ck_h5_quiet_end(const ck_h5_quiet *q)
     H5Eset_auto2(H5E_DEFAULT, q->func, q->data);
 }
 
-typedef struct { char *buf; size_t n; int found; } walk_ctx;
-
-static herr_t walk_cb(unsigned n, const H5E_error2_t *err, void *data)
-{
-    (void)n;
-    walk_ctx *w = data;
-    if (!w->found && err->desc && err->desc[0]) {
-        snprintf(w->buf, w->n, "%s", err->desc);
-        w->found = 1;
-    }
-    return 0;
-}
-
 const char *ck_h5_error(char *buf, size_t n)
 {
-    walk_ctx w = {buf, n, 0};
-    buf[0] = 0;
-    H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, walk_cb, &w);   /* innermost first */
-    H5Eclear2(H5E_DEFAULT);
+    snprintf(buf, n, "%s", g_h5_last[0] ? g_h5_last : "HDF5 reported no detail");
+    g_h5_last[0] = 0;
     return buf;
 }
 
@@ -190,6 +209,82 @@ herr_t ck_select_range(hid_t space, const osdp_tensor_desc *td, size_t a, size_t
     if (c1 < C - 1) BLOCK(r1, 0, 1, c1 + 1);
 #undef BLOCK
     return e;
+}
+
+/* ---- transfers ------------------------------------------------------------------------------- */
+
+MPI_Info ck_mpi_info(void)
+{
+    /* Each rank's piece of a contiguous dataset is one contiguous byte
+     * range: ROMIO's two-phase collective buffering only adds copies and
+     * rounds (4x slower saves measured, doc/checkpoint-format.md), so it is
+     * off unless asked for. */
+    const char *cb = getenv("OSDP_CKPT_ROMIO_CB");
+    if (!cb || !*cb) cb = "disable";
+    MPI_Info info;
+    if (MPI_Info_create(&info) != MPI_SUCCESS) return MPI_INFO_NULL;
+    MPI_Info_set(info, "romio_cb_write", cb);
+    MPI_Info_set(info, "romio_cb_read", cb);
+    return info;
+}
+
+void ck_mpi_info_free(MPI_Info *info)
+{
+    if (*info != MPI_INFO_NULL) MPI_Info_free(info);
+}
+
+const char *ck_mpio_mode(void)
+{
+    const char *e = getenv("OSDP_CKPT_MPIO"), *f = getenv("OSDP_CKPT_FLETCHER32");
+    if (f && strcmp(f, "1") == 0) return "collective";   /* parallel filtered writes need collective I/O */
+    return e && strcmp(e, "independent") == 0 ? "independent" : "collective";
+}
+
+hid_t ck_dxpl(void)
+{
+    hid_t dxpl = H5Pcreate(H5P_DATASET_XFER);
+    if (dxpl < 0) return dxpl;
+    if (H5Pset_dxpl_mpio(dxpl, strcmp(ck_mpio_mode(), "independent") == 0 ? H5FD_MPIO_INDEPENDENT
+                                                                          : H5FD_MPIO_COLLECTIVE) < 0) {
+        H5Pclose(dxpl);
+        return -1;
+    }
+    return dxpl;
+}
+
+herr_t ck_transfer(hid_t d, const osdp_tensor_desc *td, size_t lo, size_t shard, hid_t dxpl, float *buf,
+                   int write, uint64_t *sum)
+{
+    herr_t status = 0;
+    hid_t space = ck_tensor_space(td);
+    int calls = ck_piece_calls(td, shard);
+    for (int c = 0; c < calls; c++) {
+        size_t a = 0, b = 0, off = 0;
+        int have = ck_piece(td, lo, shard, c, &a, &b, &off);
+        hsize_t count = have ? (hsize_t)(b - a) : 1;
+        hid_t mspace = H5Screate_simple(1, &count, NULL);
+        herr_t e = mspace < 0 || space < 0 ? -1 : 0;
+        if (!have && e >= 0) e = H5Sselect_none(mspace);
+        if (e >= 0) e = ck_select_range(space, td, a, have ? b : a);
+        float *p = buf + (have ? off : 0);
+        if (e >= 0) {
+            e = write ? H5Dwrite(d, H5T_NATIVE_FLOAT, mspace, space, dxpl, p)
+                      : H5Dread(d, H5T_NATIVE_FLOAT, mspace, space, dxpl, p);
+        } else if (strcmp(ck_mpio_mode(), "collective") == 0) {   /* still take part */
+            hid_t none_m = H5Screate_simple(1, &count, NULL), none_f = ck_tensor_space(td);
+            if (none_m >= 0 && none_f >= 0 && H5Sselect_none(none_m) >= 0 && H5Sselect_none(none_f) >= 0) {
+                if (write) H5Dwrite(d, H5T_NATIVE_FLOAT, none_m, none_f, dxpl, p);
+                else H5Dread(d, H5T_NATIVE_FLOAT, none_m, none_f, dxpl, p);
+            }
+            if (none_m >= 0) H5Sclose(none_m);
+            if (none_f >= 0) H5Sclose(none_f);
+        }
+        if (mspace >= 0) H5Sclose(mspace);
+        if (e < 0) status = -1;
+        else if (have) *sum += ck_checksum_partial(p, b - a, a);
+    }
+    if (space >= 0) H5Sclose(space);
+    return status;
 }
 
 /* ---- attributes ------------------------------------------------------------------------------ */

@@ -24,7 +24,8 @@ osdp_status ck_agree(osdp_status s, MPI_Comm comm);
 typedef struct ck_h5_quiet { H5E_auto2_t func; void *data; } ck_h5_quiet;
 void ck_h5_quiet_begin(ck_h5_quiet *q);
 void ck_h5_quiet_end(const ck_h5_quiet *q);
-/* the innermost HDF5 error description (or "" when none); clears the stack */
+/* the innermost description of the last failing HDF5 call since the last
+ * ck_h5_error (or "HDF5 reported no detail") */
 const char *ck_h5_error(char *buf, size_t n);
 
 /* The N-independent checksum: sum over elements i (row-major index in the
@@ -47,6 +48,24 @@ hid_t ck_tensor_space(const osdp_tensor_desc *td);
  * three hyperslab blocks: the tail of the first row, whole rows, the head of
  * the last row), or nothing when a == b */
 herr_t ck_select_range(hid_t space, const osdp_tensor_desc *td, size_t a, size_t b);
+
+/* MPI-IO hints for the file: romio_cb_read / romio_cb_write set to
+ * OSDP_CKPT_ROMIO_CB (automatic | enable | disable; default disable).  Free with
+ * ck_mpi_info_free. */
+MPI_Info ck_mpi_info(void);
+void ck_mpi_info_free(MPI_Info *info);
+
+/* Transfer property list: collective MPI-IO, or independent when
+ * OSDP_CKPT_MPIO=independent (see doc/checkpoint-format.md) */
+hid_t ck_dxpl(void);
+const char *ck_mpio_mode(void);
+/* Move this rank's piece of tensor td between the dataset and the shard
+ * buffer buf (its element 0 is operator element lo; shard elements) and add
+ * the piece's checksum to *sum.  Every rank makes the same number of
+ * H5Dwrite / H5Dread calls (collective mode needs that) even after a local
+ * failure; returns < 0 if any of them failed here. */
+herr_t ck_transfer(hid_t d, const osdp_tensor_desc *td, size_t lo, size_t shard, hid_t dxpl, float *buf,
+                   int write, uint64_t *sum);
 
 /* Attributes (scalar unless said) */
 herr_t ck_attr_write_i64(hid_t loc, const char *name, int64_t v);

@@ -28,8 +28,9 @@ static osdp_status open_file(const char *path, MPI_Comm comm, hid_t *fapl_out, h
     if (s != OSDP_OK) return s;
     hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
     if (fapl >= 0) {
-        H5Pset_fapl_mpio(fapl, comm, MPI_INFO_NULL);
-        H5Pset_all_coll_metadata_ops(fapl, 1);
+        MPI_Info hints = ck_mpi_info();
+        H5Pset_fapl_mpio(fapl, comm, hints);   /* copies the hints */
+        ck_mpi_info_free(&hints);
     }
     hid_t file = fapl >= 0 ? H5Fopen(path, H5F_ACC_RDONLY, fapl) : -1;
     if (file < 0)
@@ -200,6 +201,59 @@ static osdp_status open_tensor(hid_t file, const char *path, const char *name, c
     return OSDP_OK;
 }
 
+/* One operator: open and check its datasets, read this rank's pieces of
+ * every kind into the shards, verify the checksums. */
+static osdp_status read_op(osdp_runtime *rt, int i, int kinds, hid_t file, const char *path, hid_t dxpl, float *buf,
+                           MPI_Comm comm, double *bytes)
+{
+    const osdp_op_layout *op = &rt->layout->op[i];
+    osdp_op_state *st = &rt->ops[i];
+    const int nt = op->n_tensors;
+    char h5msg[512], name[200];
+    hid_t d[CK_N_KINDS][OSDP_MAX_TENSORS_PER_OP];
+    uint64_t stored[CK_N_KINDS * OSDP_MAX_TENSORS_PER_OP] = {0}, sums[CK_N_KINDS * OSDP_MAX_TENSORS_PER_OP] = {0};
+    osdp_status s = OSDP_OK;
+    for (int k = 0; k < kinds; k++)
+        for (int t = 0; t < nt; t++) {
+            d[k][t] = -1;
+            if (s != OSDP_OK) continue;
+            ck_dataset_name(k, op, t, name, sizeof name);
+            s = open_tensor(file, path, name, &op->tensor[t], &d[k][t], &stored[k * nt + t]);
+        }
+    s = ck_agree(s, comm);
+    if (s != OSDP_OK) goto close;
+    /* every rank makes the same read calls whatever fails locally */
+    for (int k = 0; k < kinds; k++) {
+        memset(buf, 0, st->shard * sizeof(float));   /* padding stays 0 */
+        for (int t = 0; t < nt; t++) {
+            if (ck_transfer(d[k][t], &op->tensor[t], st->shard_lo, st->shard, dxpl, buf, 0, &sums[k * nt + t]) < 0 &&
+                s == OSDP_OK) {
+                ck_dataset_name(k, op, t, name, sizeof name);
+                s = osdp_error_set(OSDP_ERR_INPUT, "checkpoint %s: cannot read dataset %s (truncated or corrupt file?): %s",
+                                   path, name, ck_h5_error(h5msg, sizeof h5msg));
+            }
+            *bytes += (double)op->tensor[t].numel * sizeof(float);
+        }
+        float *dst = k == CK_MASTER ? st->master : k == CK_M ? st->m : st->v;
+        rt->backend->to_device(dst, buf, st->shard * sizeof(float));
+    }
+    MPI_Allreduce(MPI_IN_PLACE, sums, kinds * nt, MPI_UINT64_T, MPI_SUM, comm);
+    s = ck_agree(s, comm);
+    for (int k = 0; k < kinds && s == OSDP_OK; k++)   /* identical on every rank */
+        for (int t = 0; t < nt && s == OSDP_OK; t++)
+            if (sums[k * nt + t] != stored[k * nt + t]) {
+                ck_dataset_name(k, op, t, name, sizeof name);
+                s = osdp_error_set(OSDP_ERR_INPUT, "checkpoint %s: checksum mismatch in dataset %s (stored 0x%016llx, "
+                                   "computed 0x%016llx): the file is corrupt", path, name,
+                                   (unsigned long long)stored[k * nt + t], (unsigned long long)sums[k * nt + t]);
+            }
+close:
+    for (int k = 0; k < kinds; k++)
+        for (int t = 0; t < nt; t++)
+            if (d[k][t] >= 0) H5Dclose(d[k][t]);
+    return s;
+}
+
 osdp_status osdp_ckpt_load(osdp_runtime *rt, const osdp_model_config *cfg, const char *path, int flags,
                            MPI_Comm comm, osdp_ckpt_info *info_out)
 {
@@ -207,7 +261,6 @@ osdp_status osdp_ckpt_load(osdp_runtime *rt, const osdp_model_config *cfg, const
     const osdp_layout *L = rt->layout;
     if (!cfg) cfg = &L->cfg;
     const int weights_only = (flags & OSDP_CKPT_WEIGHTS_ONLY) != 0;
-    char h5msg[512];
     osdp_ckpt_info info;
     ck_h5_quiet quiet;
     ck_h5_quiet_begin(&quiet);
@@ -236,62 +289,12 @@ osdp_status osdp_ckpt_load(osdp_runtime *rt, const osdp_model_config *cfg, const
     for (int i = 0; i < L->n_ops; i++)
         if (rt->ops[i].shard > max_shard) max_shard = rt->ops[i].shard;
     buf = malloc(max_shard * sizeof(float));
-    dxpl = H5Pcreate(H5P_DATASET_XFER);
-    if (dxpl >= 0) H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_COLLECTIVE);
+    dxpl = ck_dxpl();
     s = ck_agree(buf && dxpl >= 0 ? OSDP_OK : osdp_error_set(OSDP_ERR_OOM, "checkpoint %s: out of host memory", path), comm);
 
     const int kinds = weights_only ? 1 : CK_N_KINDS;
-    for (int i = 0; i < L->n_ops && s == OSDP_OK; i++) {
-        const osdp_op_layout *op = &L->op[i];
-        osdp_op_state *st = &rt->ops[i];
-        for (int k = 0; k < kinds && s == OSDP_OK; k++) {
-            memset(buf, 0, st->shard * sizeof(float));   /* padding stays 0 */
-            uint64_t sums[OSDP_MAX_TENSORS_PER_OP] = {0}, stored[OSDP_MAX_TENSORS_PER_OP] = {0};
-            for (int t = 0; t < op->n_tensors && s == OSDP_OK; t++) {
-                const osdp_tensor_desc *td = &op->tensor[t];
-                char name[200];
-                ck_dataset_name(k, op, t, name, sizeof name);
-                hid_t d = -1, space = -1;
-                s = ck_agree(open_tensor(file, path, name, td, &d, &stored[t]), comm);
-                if (s == OSDP_OK) space = ck_tensor_space(td);
-                int calls = ck_piece_calls(td, st->shard);
-                for (int c = 0; c < calls && s == OSDP_OK; c++) {
-                    size_t a = 0, b = 0, off = 0;
-                    int have = ck_piece(td, st->shard_lo, st->shard, c, &a, &b, &off);
-                    hsize_t count = have ? (hsize_t)(b - a) : 1;
-                    hid_t mspace = H5Screate_simple(1, &count, NULL);
-                    herr_t e = mspace < 0 || space < 0 ? -1 : 0;
-                    if (!have && e >= 0) e = H5Sselect_none(mspace);
-                    if (e >= 0) e = ck_select_range(space, td, a, have ? b : a);
-                    if (e >= 0) e = H5Dread(d, H5T_NATIVE_FLOAT, mspace, space, dxpl, buf + (have ? off : 0));
-                    if (mspace >= 0) H5Sclose(mspace);
-                    if (e < 0)
-                        s = osdp_error_set(OSDP_ERR_INPUT, "checkpoint %s: cannot read dataset %s (truncated or corrupt file?): %s",
-                                           path, name, ck_h5_error(h5msg, sizeof h5msg));
-                    else if (have)
-                        sums[t] += ck_checksum_partial(buf + off, b - a, a);
-                    s = ck_agree(s, comm);
-                }
-                if (space >= 0) H5Sclose(space);
-                if (d >= 0) H5Dclose(d);
-                bytes += (double)td->numel * sizeof(float);
-            }
-            if (s != OSDP_OK) break;
-            MPI_Allreduce(MPI_IN_PLACE, sums, op->n_tensors, MPI_UINT64_T, MPI_SUM, comm);
-            for (int t = 0; t < op->n_tensors && s == OSDP_OK; t++)
-                if (sums[t] != stored[t]) {
-                    char name[200];
-                    ck_dataset_name(k, op, t, name, sizeof name);
-                    s = osdp_error_set(OSDP_ERR_INPUT, "checkpoint %s: checksum mismatch in dataset %s (stored 0x%016llx, "
-                                       "computed 0x%016llx): the file is corrupt", path, name,
-                                       (unsigned long long)stored[t], (unsigned long long)sums[t]);
-                }
-            /* identical on every rank (sums are all-reduced, stored read by all) */
-            if (s != OSDP_OK) break;
-            float *dst = k == CK_MASTER ? st->master : k == CK_M ? st->m : st->v;
-            rt->backend->to_device(dst, buf, st->shard * sizeof(float));
-        }
-    }
+    for (int i = 0; i < L->n_ops && s == OSDP_OK; i++)
+        s = read_op(rt, i, kinds, file, path, dxpl, buf, comm, &bytes);
     if (s == OSDP_OK) {
         rt->backend->synchronize();
         if (weights_only) {

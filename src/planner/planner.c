@@ -55,6 +55,7 @@ typedef struct pctx {
     long long cst;            /* workspace + all sharded state */
     int minmem;               /* minimise the peak instead of the time */
     int *nch, *map, *sol;     /* knapsack buffers */
+    int *perm;                /* knapsack item j is operator perm[j] */
     const long long **pm;
     const double **pt;
     long long *mb;
@@ -63,10 +64,12 @@ typedef struct pctx {
     osdp_planner_result *acc; /* counters */
 } pctx;
 
+static osdp_status order_items(pctx *x);
+
 static void ctx_free(pctx *x)
 {
     free(x->R); free(x->wp); free(x->f); free(x->t); free(x->K);
-    free(x->nch); free(x->map); free(x->sol); free(x->pm); free(x->pt); free(x->mb); free(x->tb);
+    free(x->perm); free(x->nch); free(x->map); free(x->sol); free(x->pm); free(x->pt); free(x->mb); free(x->tb);
 }
 
 static osdp_status ctx_build(pctx *x, const osdp_layout *L, const osdp_device *dev, const osdp_planner_options *o,
@@ -93,13 +96,14 @@ static osdp_status ctx_build(pctx *x, const osdp_layout *L, const osdp_device *d
     x->t = malloc(nk * sizeof *x->t);
     x->K = malloc((size_t)x->n * sizeof *x->K);
     x->nch = malloc((size_t)x->n * sizeof *x->nch);
+    x->perm = malloc((size_t)x->n * sizeof *x->perm);
     x->map = malloc(nk * sizeof *x->map);
     x->sol = malloc((size_t)x->n * sizeof *x->sol);
     x->pm = malloc((size_t)x->n * sizeof *x->pm);
     x->pt = malloc((size_t)x->n * sizeof *x->pt);
     x->mb = malloc(nk * sizeof *x->mb);
     x->tb = malloc(nk * sizeof *x->tb);
-    if (!x->R || !x->wp || !x->f || !x->t || !x->K || !x->nch || !x->map || !x->sol || !x->pm || !x->pt || !x->mb
+    if (!x->R || !x->wp || !x->f || !x->t || !x->K || !x->nch || !x->perm || !x->map || !x->sol || !x->pm || !x->pt || !x->mb
         || !x->tb) {
         ctx_free(x);
         return osdp_error_set(OSDP_ERR_OOM, "planner: out of host memory");
@@ -128,7 +132,9 @@ static osdp_status ctx_build(pctx *x, const osdp_layout *L, const osdp_device *d
             x->K[i] += m1.grads + m1.recv;
         }
     }
-    return OSDP_OK;
+    osdp_status s = order_items(x);
+    if (s != OSDP_OK) ctx_free(x);
+    return s;
 }
 
 #define AT(x, i, c) ((size_t)(i) * (size_t)(x)->kc + (size_t)(c))
@@ -156,19 +162,19 @@ static int violated(const pctx *x, const int *ch, long long d)
  * when nothing fits (or an operator has no allowed choice). */
 static osdp_status knap(pctx *x, const unsigned char *allow, long long lim, int *out, double *obj)
 {
-    for (int i = 0; i < x->n; i++) {
-        int k = 0;
+    for (int j = 0; j < x->n; j++) {
+        int i = x->perm[j], k = 0;
         for (int c = 0; c < x->kc; c++) {
             if (allow && !allow[AT(x, i, c)]) continue;
-            x->mb[AT(x, i, k)] = x->R[AT(x, i, c)];
-            x->tb[AT(x, i, k)] = x->t[AT(x, i, c)];
-            x->map[AT(x, i, k)] = c;
+            x->mb[AT(x, j, k)] = x->R[AT(x, i, c)];
+            x->tb[AT(x, j, k)] = x->t[AT(x, i, c)];
+            x->map[AT(x, j, k)] = c;
             k++;
         }
         if (k == 0) return OSDP_ERR_INFEASIBLE;
-        x->nch[i] = k;
-        x->pm[i] = x->mb + AT(x, i, 0);
-        x->pt[i] = x->tb + AT(x, i, 0);
+        x->nch[j] = k;
+        x->pm[j] = x->mb + AT(x, j, 0);
+        x->pt[j] = x->tb + AT(x, j, 0);
     }
     osdp_search_problem p = {.n_items = x->n, .n_choices = x->nch, .mem = x->pm, .time = x->pt, .mem_limit = lim};
     osdp_search_result r = {.choice = x->sol};
@@ -188,8 +194,39 @@ static osdp_status knap(pctx *x, const unsigned char *allow, long long lim, int 
     x->acc->nodes += r.nodes;
     if (s != OSDP_OK) return s;
     if (r.timed_out) x->acc->timed_out = 1;
-    for (int i = 0; i < x->n; i++) out[i] = x->map[AT(x, i, x->sol[i])];
+    for (int j = 0; j < x->n; j++) out[x->perm[j]] = x->map[AT(x, j, x->sol[j])];
     *obj = r.total_time;
+    return OSDP_OK;
+}
+
+typedef struct okey { long long swing; int op; } okey;
+static int cmp_okey(const void *a, const void *b)
+{
+    const okey *p = a, *q = b;
+    if (p->swing != q->swing) return p->swing > q->swing ? -1 : 1;
+    return p->op < q->op ? -1 : p->op > q->op;
+}
+
+/* Knapsack item order: operators by decreasing memory swing (the resident
+ * bytes a ZDP choice saves), model order among equals. */
+static osdp_status order_items(pctx *x)
+{
+    okey *k = malloc(sizeof *k * (size_t)x->n);
+    if (!k) return osdp_error_set(OSDP_ERR_OOM, "planner: out of host memory");
+    const char *env = getenv("OSDP_PLAN_ORDER");
+    for (int i = 0; i < x->n; i++) {
+        long long lo = LLONG_MAX, hi = LLONG_MIN;
+        for (int c = 0; c < x->kc; c++) {
+            long long r = x->R[AT(x, i, c)];
+            if (r < lo) lo = r;
+            if (r > hi) hi = r;
+        }
+        k[i].swing = env && env[0] == 'm' ? 0 : env && env[0] == 'a' ? lo - hi : hi - lo;
+        k[i].op = i;
+    }
+    qsort(k, (size_t)x->n, sizeof *k, cmp_okey);
+    for (int j = 0; j < x->n; j++) x->perm[j] = k[j].op;
+    free(k);
     return OSDP_OK;
 }
 

@@ -1,0 +1,302 @@
+/* osdp_gpt profile: measures the device information file's numbers on the
+ * real ranks (DESIGN.md §4).
+ *
+ *   alpha, beta: the real all-gather and reduce-scatter of the comm layer
+ *   (blocking, fp32) over all ranks at several total sizes S; each point is
+ *   the median over repetitions of the slowest rank's time; a least-squares
+ *   line t = c0 + c1 S gives alpha = c0 / (N-1) and beta = c1 N / (N-1)
+ *   (model: t = (N-1)(alpha + S/N beta)).  A negative intercept is clamped
+ *   to alpha = 0.
+ *   gamma: each operator type's forward + backward (osdp_op_forward /
+ *   osdp_op_backward on the compute backend), every rank at once so that
+ *   cores are shared as in training, at a few micro-batches b; gamma is the
+ *   least-squares slope through the origin of time against b T F (F:
+ *   osdp_cost_op_flops), averaged over ranks.
+ *   mem_limit: --mem-limit, or the node's physical memory / ranks per node. */
+#include "config.h"
+#include "osdp/app.h"
+#include "osdp/comm.h"
+#include "osdp/compute.h"
+#include "osdp/cost_model.h"
+#include "osdp/device.h"
+#include "osdp/gpt.h"
+#include "osdp/init.h"
+#include "osdp/layout.h"
+#include "osdp/memory.h"
+
+#include <getopt.h>
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static double wall(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+typedef struct fit { double c0, c1, r2; } fit;
+
+/* least squares y = c0 + c1 x (origin: c0 = 0); r2 = 1 - SSres / SStot */
+static fit line_fit(const double *x, const double *y, int n, int origin)
+{
+    double sx = 0, sy = 0, sxx = 0, sxy = 0;
+    for (int i = 0; i < n; i++) { sx += x[i]; sy += y[i]; sxx += x[i] * x[i]; sxy += x[i] * y[i]; }
+    fit f = {0, 0, 0};
+    if (origin) f.c1 = sxy / sxx;
+    else {
+        double den = n * sxx - sx * sx;
+        f.c1 = (n * sxy - sx * sy) / den;
+        f.c0 = (sy - f.c1 * sx) / n;
+    }
+    double my = sy / n, res = 0, tot = 0;
+    for (int i = 0; i < n; i++) {
+        double e = y[i] - (f.c0 + f.c1 * x[i]);
+        res += e * e;
+        tot += (y[i] - my) * (y[i] - my);
+    }
+    f.r2 = tot > 0 ? 1 - res / tot : 1;
+    return f;
+}
+
+static int cmp_d(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+#define N_SIZES 8
+#define MAX_REPS 64
+
+static osdp_status time_collective(osdp_comm *comm, int reduce, size_t total_bytes, int reps, double *out)
+{
+    int N = comm->size;
+    size_t count = total_bytes / sizeof(float) / (size_t)N;
+    float *full = malloc(count * (size_t)N * sizeof(float)), *shard = malloc(count * sizeof(float));
+    if (!full || !shard) {
+        free(full);
+        free(shard);
+        return osdp_error_set(OSDP_ERR_OOM, "profile: out of host memory");
+    }
+    for (size_t i = 0; i < count * (size_t)N; i++) full[i] = (float)(i % 13);
+    for (size_t i = 0; i < count; i++) shard[i] = (float)(i % 7);
+    double t[MAX_REPS + 1];
+    osdp_status s = OSDP_OK;
+    for (int r = 0; r <= reps && s == OSDP_OK; r++) { /* r = 0: warm-up */
+        osdp_comm_barrier(comm);
+        double t0 = wall();
+        s = reduce ? osdp_comm_reduce_scatter(comm, full, shard, count, OSDP_FLOAT32, NULL)
+                   : osdp_comm_all_gather(comm, shard, full, count, OSDP_FLOAT32, NULL);
+        double mine = wall() - t0;
+        MPI_Allreduce(&mine, &t[r], 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    }
+    qsort(t + 1, (size_t)reps, sizeof *t, cmp_d);
+    *out = t[1 + reps / 2];
+    free(full);
+    free(shard);
+    return s;
+}
+
+/* one forward + backward of operator `op` at micro-batch B: best of reps */
+static osdp_status time_op(const osdp_compute_backend *be, const osdp_layout *L, int op, int B, int reps, double *out)
+{
+    const osdp_op_layout *o = &L->op[op];
+    size_t bt = (size_t)B * (size_t)L->T;
+    size_t nin = bt * (size_t)o->width_in, nact = (size_t)B * o->act_floats_per_seq;
+    size_t nws = osdp_workspace_floats(L, B);
+    float *w = be->alloc(o->numel * sizeof(float)), *g = be->alloc(o->numel * sizeof(float));
+    float *in = be->alloc(nin * sizeof(float)), *act = be->alloc(nact * sizeof(float));
+    float *ws_base = be->alloc(nws * sizeof(float));
+    float *host = malloc((nin > o->numel ? nin : o->numel) * sizeof(float));
+    int *tok = malloc(bt * sizeof(int));
+    osdp_status s = OSDP_OK;
+    if (!w || !g || !in || !act || !ws_base || !host || !tok) {
+        s = osdp_error_set(OSDP_ERR_OOM, "profile: out of memory for operator %s at micro-batch %d", o->name, B);
+        goto done;
+    }
+    osdp_init_op_range(o, op, 1, 0, o->numel, host);
+    be->to_device(w, host, o->numel * sizeof(float));
+    for (size_t i = 0; i < nin; i++) host[i] = 0.01f * (float)((int)(i % 17) - 8);
+    be->to_device(in, host, nin * sizeof(float));
+    for (size_t i = 0; i < bt; i++) tok[i] = (int)(i * 7 % (size_t)L->cfg.vocab);
+    osdp_op_context ctx = {.backend = be, .layout = L, .B = B, .T = L->T};
+    osdp_op_acts a;
+    osdp_workspace ws;
+    osdp_op_acts_carve(L, op, B, act, &a);
+    osdp_workspace_carve(L, B, ws_base, &ws);
+    double best = 1e30;
+    for (int r = 0; r <= reps; r++) { /* r = 0: warm-up */
+        if (a.tokens) be->to_device(a.tokens, tok, bt * sizeof(int));
+        be->fill_zero(ws_base, nws * sizeof(float));
+        be->fill_zero(g, o->numel * sizeof(float));
+        be->synchronize();
+        double t0 = wall();
+        osdp_op_forward(&ctx, op, w, o->type == OSDP_OP_EMBED ? NULL : in, &a);
+        ws.cur = 0;
+        osdp_op_backward(&ctx, op, w, g, o->type == OSDP_OP_EMBED ? NULL : in, &a, &ws, 1.0f / (float)bt);
+        be->synchronize();
+        double t = wall() - t0;
+        if (r > 0 && t < best) best = t;
+    }
+    *out = best;
+done:
+    if (w) be->free(w);
+    if (g) be->free(g);
+    if (in) be->free(in);
+    if (act) be->free(act);
+    if (ws_base) be->free(ws_base);
+    free(host);
+    free(tok);
+    return s;
+}
+
+int osdp_cmd_profile(int argc, char **argv)
+{
+    const char *model = NULL, *out = NULL, *name = NULL;
+    size_t mem_limit = 0;
+    int threads = 0, reps = 7, seq_len = 0;
+    static const struct option opts[] = {
+        {"model", required_argument, 0, 'm'}, {"out", required_argument, 0, 'o'},
+        {"mem-limit", required_argument, 0, 'M'}, {"name", required_argument, 0, 'n'},
+        {"threads", required_argument, 0, 't'}, {"reps", required_argument, 0, 'r'},
+        {"seq-len", required_argument, 0, 'T'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+    optind = 1;
+    opterr = 0;
+    int c;
+    osdp_status s = OSDP_OK;
+    while (s == OSDP_OK && (c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        switch (c) {
+        case 'm': model = optarg; break;
+        case 'o': out = optarg; break;
+        case 'n': name = optarg; break;
+        case 'M':
+            if (osdp_parse_bytes(optarg, &mem_limit) != 0)
+                s = osdp_error_set(OSDP_ERR_INPUT, "--mem-limit '%s': expected bytes such as 8G, 512M", optarg);
+            break;
+        case 't': threads = atoi(optarg); break;
+        case 'T': seq_len = atoi(optarg); break;
+        case 'r':
+            reps = atoi(optarg);
+            if (reps < 1 || reps > MAX_REPS) s = osdp_error_set(OSDP_ERR_INPUT, "--reps must be in [1, %d]", MAX_REPS);
+            break;
+        case 'h':
+            printf("usage: mpiexec -n N osdp_gpt profile --model FILE --out FILE [--mem-limit BYTES] [--name NAME]\n"
+                   "       [--threads N] [--reps R] [--seq-len T]\n"
+                   "  measures alpha/beta (all-gather, reduce-scatter over the N >= 2 ranks) and gamma per\n"
+                   "  operator type (forward + backward of the model's operators), writes a device file\n");
+            MPI_Finalize();
+            return 0;
+        default:
+            s = osdp_error_set(OSDP_ERR_INPUT, "profile: unknown option or missing value: %s", argv[optind - 1]);
+        }
+    }
+    if (s == OSDP_OK && (!model || !out)) s = osdp_error_set(OSDP_ERR_INPUT, "profile: --model FILE and --out FILE are required");
+    osdp_check_all(s);
+    osdp_world world;
+    osdp_world_init(&world, threads);
+    osdp_check_all(world.size >= 2 ? OSDP_OK
+                   : osdp_error_set(OSDP_ERR_INPUT, "profile: alpha and beta need at least 2 ranks (mpiexec -n N, N >= 2)"));
+    const osdp_compute_backend *be = &osdp_compute_cpu;
+    osdp_check_all(be->init(world.local_rank, world.threads));
+    osdp_model_config cfg;
+    osdp_check_all(osdp_model_config_load(&cfg, model));
+    osdp_layout L;
+    osdp_check_all(osdp_layout_build(&L, &cfg, seq_len > 0 ? seq_len : cfg.ctx));
+    osdp_comm comm;
+    osdp_check_all(osdp_comm_create_mpi(&comm, &(MPI_Comm){MPI_COMM_WORLD}));
+    const int N = world.size, root = world.rank == 0;
+    osdp_device dev;
+    memset(&dev, 0, sizeof dev);
+    dev.param_bytes = dev.act_bytes = 4;
+    char host[64] = "host";
+    gethostname(host, sizeof host - 1);
+    snprintf(dev.name, sizeof dev.name, "%s", name ? name : "cpu_c_kernels");
+    char note[8192];
+    int len = snprintf(note, sizeof note,
+        "Measured by `osdp_gpt profile` (src/cli/profile_cmd.c) on %s: %d MPI ranks, %d threads per rank, model %s, T %d.\n"
+        "alpha/beta: blocking fp32 all-gather / reduce-scatter through the comm layer (MPI), median of %d runs of the\n"
+        "slowest rank, least-squares line t = (N-1) alpha + (N-1)/N beta S over total sizes S.\n",
+        host, N, world.threads, cfg.name, L.T, reps);
+
+    if (root) printf("osdp profile: %d ranks x %d threads on %s, model %s (T %d)\n", N, world.threads, host, cfg.name, L.T);
+    for (int coll = 0; coll < 2; coll++) {
+        double x[N_SIZES], y[N_SIZES];
+        for (int i = 0; i < N_SIZES; i++) {
+            size_t bytes = ((size_t)4096 << (2 * i)) / (4 * (size_t)N) * (4 * (size_t)N); /* 4 KiB .. 64 MiB */
+            osdp_check_all(time_collective(&comm, coll, bytes, bytes > (8u << 20) ? (reps + 1) / 2 : reps, &y[i]));
+            x[i] = (double)bytes;
+        }
+        fit f = line_fit(x, y, N_SIZES, 0);
+        osdp_collective_cost *cc = coll ? &dev.reduce_scatter : &dev.all_gather;
+        cc->alpha = f.c0 > 0 ? f.c0 / (N - 1) : 0;
+        cc->beta = f.c1 * N / (N - 1);
+        const char *cn = coll ? "reduce-scatter" : "all-gather";
+        if (root) {
+            printf("  %-14s", cn);
+            for (int i = 0; i < N_SIZES; i++) printf(" %6.0fKiB:%8.3fms", x[i] / 1024, 1e3 * y[i]);
+            printf("\n  %-14s fit: alpha %.3e s, beta %.3e s/B (%.2f GB/s), R^2 %.5f\n", cn, cc->alpha, cc->beta,
+                   cc->beta > 0 ? 1e-9 / cc->beta : 0, f.r2);
+        }
+        len += snprintf(note + len, sizeof note - (size_t)len, "%s: alpha %.3e s, beta %.3e s/B (%.2f GB/s), R^2 %.5f\n",
+                        cn, cc->alpha, cc->beta, cc->beta > 0 ? 1e-9 / cc->beta : 0, f.r2);
+        osdp_check_all(cc->beta > 0 ? OSDP_OK
+                       : osdp_error_set(OSDP_ERR_COMM, "profile: the %s times do not grow with size (beta %.3g): noisy "
+                                        "machine? try --reps 21", cn, cc->beta));
+    }
+
+    len += snprintf(note + len, sizeof note - (size_t)len,
+                    "gamma: forward + backward of the model's first operator of each type on the C/OpenBLAS CPU backend,\n"
+                    "all ranks at once, best of %d runs, slope through the origin of time vs b T F:\n", reps);
+    const int batches[3] = {1, 2, 4};
+    for (int t = 0; t < OSDP_N_OP_TYPES; t++) {
+        int op = t == OSDP_OP_EMBED ? 0 : t == OSDP_OP_ATTN ? 1 : t == OSDP_OP_MLP ? 2 : L.n_ops - 1;
+        double x[3], y[3];
+        for (int i = 0; i < 3; i++) {
+            MPI_Barrier(MPI_COMM_WORLD);
+            double mine = 0, sum = 0;
+            osdp_check_all(time_op(be, &L, op, batches[i], reps, &mine));
+            MPI_Allreduce(&mine, &sum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+            y[i] = sum / N;
+            x[i] = (double)batches[i] * L.T * osdp_cost_op_flops(&L.op[op]);
+        }
+        fit f = line_fit(x, y, 3, 1);
+        dev.gamma[t] = f.c1;
+        if (root)
+            printf("  gamma %-5s (%s): b=1,2,4: %.3f %.3f %.3f ms -> %.3e s/FLOP (%.2f GFLOP/s), R^2 %.5f\n",
+                   osdp_op_type_name((osdp_op_type)t), L.op[op].name, 1e3 * y[0], 1e3 * y[1], 1e3 * y[2], f.c1,
+                   1e-9 / f.c1, f.r2);
+        len += snprintf(note + len, sizeof note - (size_t)len,
+                        "  %-5s (%s): %.3f %.3f %.3f ms at b = 1, 2, 4 -> %.2f GFLOP/s, R^2 %.5f\n",
+                        osdp_op_type_name((osdp_op_type)t), L.op[op].name, 1e3 * y[0], 1e3 * y[1], 1e3 * y[2],
+                        1e-9 / f.c1, f.r2);
+    }
+    if (mem_limit == 0) {
+        long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
+        mem_limit = (size_t)pages * (size_t)psize / (size_t)world.local_size;
+        snprintf(note + len, sizeof note - (size_t)len,
+                 "mem_limit: physical memory / %d ranks on the node (no --mem-limit given).", world.local_size);
+    } else {
+        snprintf(note + len, sizeof note - (size_t)len, "mem_limit: --mem-limit (emulated device memory per rank).");
+    }
+    dev.mem_limit = (long long)mem_limit;
+    s = OSDP_OK;
+    if (root) {
+        char mb[32];
+        printf("  mem_limit %s per rank\n", osdp_format_bytes((double)mem_limit, mb, sizeof mb));
+        s = osdp_device_write(&dev, note, out);
+        if (s == OSDP_OK) {
+            osdp_device check; /* the file must read back */
+            s = osdp_device_load(&check, out);
+        }
+        if (s == OSDP_OK) printf("wrote %s\n", out);
+    }
+    osdp_check_all(s);
+    osdp_comm_destroy(&comm);
+    osdp_layout_free(&L);
+    MPI_Finalize();
+    return 0;
+}
