@@ -90,25 +90,39 @@ static void fill_choice(int mode, int k, long long *m, double *t)
             m[c] = (long long)(base * (1.0 - 0.2 * c)) + rnd_int(0, 3);
             t[c] = t0 * (1.0 + 0.1 * c + 0.01 * rnd_unit());
             break;
-        default: m[c] = rnd_int(0, 2) * 7; t[c] = rnd_int(0, 1) * 0.5; break;           /* zeros */
+        case 4: m[c] = rnd_int(0, 2) * 7; t[c] = rnd_int(0, 1) * 0.5; break;              /* zeros */
+        case 5: /* times over 12 decades, some "impossible" choices at 1e30 s */
+            m[c] = 1000000 + (long long)(rnd() % 1000000000ULL);
+            t[c] = c > 0 && rnd_int(0, 9) == 0 ? 1e30 : pow(10.0, -12.0 * rnd_unit());
+            break;
+        default: /* like a cost model: bytes saved cost time in proportion, plus a latency */
+            m[c] = (long long)(base * (1.0 - 0.875 * c / (k > 1 ? k - 1 : 1)));
+            t[c] = t0 + 1.25e-12 * (base - (double)m[c]) + 70e-6 * c;
+            break;
         }
+    }
+    if (mode == 5) { /* the smallest-memory choice stays possible (see search.h on the time unit) */
+        int lo = 0;
+        for (int c = 1; c < k; c++)
+            if (m[c] < m[lo]) lo = c;
+        if (t[lo] > 1.0) t[lo] = 0.5;
     }
 }
 
-/* A random small instance, at most ~2e5 plans; returns the limit mode used. */
-static int random_instance(inst *I, unsigned seed)
+/* A random instance of at most max_n items and max_plans plans. */
+static void random_instance(inst *I, unsigned seed, int max_n, double max_plans)
 {
     g_rng = seed * 7919ULL + 13;
     int uniform_k = rnd_int(0, 1) ? rnd_int(2, 5) : 0;
-    int mode = rnd_int(0, 4), n_tmpl = rnd_int(0, 1) ? rnd_int(1, 4) : 0, copy = rnd_int(0, 1);
-    int kk[16], tj[16], tk[4];
+    int mode = rnd_int(0, 6), n_tmpl = rnd_int(0, 1) ? rnd_int(1, 4) : 0, copy = rnd_int(0, 1);
+    int kk[64], tj[64], tk[4];
     for (int j = 0; j < n_tmpl; j++) tk[j] = uniform_k ? uniform_k : rnd_int(2, 5);
     double plans = 1;
     int n = 0;
-    while (n < 16) {
+    while (n < max_n && n < 64) {
         int j = n_tmpl ? rnd_int(0, n_tmpl - 1) : -1;
         int k = j >= 0 ? tk[j] : uniform_k ? uniform_k : (rnd_int(0, 9) == 0 ? 1 : rnd_int(2, 5));
-        if (plans * k > 2e5 || (n > 0 && rnd_int(0, 15) == 0)) break;
+        if (plans * k > max_plans || (n > 0 && rnd_int(0, max_n) == 0)) break;
         tj[n] = j;
         kk[n++] = k;
         plans *= k;
@@ -139,15 +153,13 @@ static int random_instance(inst *I, unsigned seed)
         hi += b;
         any += I->m[i][rnd_int(0, I->k[i] - 1)];
     }
-    int lim = rnd_int(0, 5);
-    switch (lim) {
+    switch (rnd_int(0, 5)) {
     case 0: I->p.mem_limit = lo - 1 - rnd_int(0, 5); break;             /* infeasible */
     case 1: I->p.mem_limit = any; break;                               /* a plan exactly at the limit */
     case 2: I->p.mem_limit = lo; break;
     case 3: I->p.mem_limit = hi; break;
     default: I->p.mem_limit = lo + (long long)(rnd_unit() * (double)(hi - lo)); break;
     }
-    return lim;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -227,7 +239,7 @@ START_TEST(test_random_small)
     int feasible = 0, infeasible = 0, ties = 0, at_limit = 0, grouped = 0;
     for (unsigned seed = 1; seed <= 1500; seed++) {
         inst I;
-        random_instance(&I, seed);
+        random_instance(&I, seed, 16, 2e5);
         int cb[16], ce[16], cd[16];
         osdp_search_result rb = {.choice = cb}, re = {.choice = ce}, rd = {.choice = cd};
         osdp_status sb = osdp_search_brute(&I.p, &rb);
@@ -271,6 +283,43 @@ START_TEST(test_random_small)
            "items), %d infeasible\n",
            feasible, ties, at_limit, grouped, infeasible);
     ck_assert(feasible > 500 && infeasible > 100 && ties > 50 && at_limit > 50 && grouped > 100);
+}
+END_TEST
+
+/* Up to 48 items, beyond brute force: exact against the DFS where the DFS
+ * finishes within its time limit. */
+START_TEST(test_random_medium)
+{
+    int compared = 0, skipped = 0;
+    long long most = 0;
+    for (unsigned seed = 5001; seed <= 5300; seed++) {
+        inst I;
+        random_instance(&I, seed, 48, 1e300);
+        int ce[64], cd[64];
+        osdp_search_result re = {.choice = ce}, rd = {.choice = cd};
+        osdp_status se = osdp_search_exact(&I.p, &re);
+        I.p.time_limit_s = 0.25;
+        osdp_status sd = osdp_search_dfs(&I.p, &rd);
+        ck_assert_msg(se == sd, "seed %u: status exact %d dfs %d", seed, se, sd);
+        if (se == OSDP_OK) {
+            check_plan(&I, &re, "exact");
+            check_plan(&I, &rd, "dfs");
+            if (rd.timed_out) {
+                skipped++; /* its incumbent cannot beat the optimum */
+                ck_assert(rd.total_time >= re.total_time * (1 - 1e-12));
+            } else {
+                compared++;
+                if (re.nodes > most) most = re.nodes;
+                for (int i = 0; i < I.n; i++)
+                    ck_assert_msg(ce[i] == cd[i], "seed %u (n=%d): exact differs from dfs at item %d", seed, I.n, i);
+            }
+        }
+        inst_free(&I);
+    }
+    printf("random medium: %d compared with the DFS (exact examined up to %lld states), %d skipped (DFS timed "
+           "out)\n",
+           compared, most, skipped);
+    ck_assert(compared > 100);
 }
 END_TEST
 
@@ -400,7 +449,7 @@ static void compare_large(int layers, int k, double limit, double dfs_s)
            t1 - t0, re.nodes, re.total_time, re.total_mem);
     if (rd.timed_out) {
         printf("dfs timed out after %.0f s (%lld nodes): comparison skipped\n", (t2 - t1) / 1e3, rd.nodes);
-        ck_assert(rd.total_time >= re.total_time); /* its incumbent cannot beat the optimum */
+        ck_assert(rd.total_time >= re.total_time * (1 - 1e-12)); /* its incumbent cannot beat the optimum */
     } else {
         printf("dfs agrees, %.1f ms (%lld nodes)\n", t2 - t1, rd.nodes);
         for (int i = 0; i < I.n; i++) ck_assert_int_eq(ce[i], cd[i]);
@@ -448,6 +497,7 @@ static Suite *search_suite(void)
     TCase *tc = tcase_create("small");
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, test_random_small);
+    tcase_add_test(tc, test_random_medium);
     tcase_add_test(tc, test_infeasible);
     tcase_add_test(tc, test_input_errors);
     suite_add_tcase(s, tc);

@@ -86,4 +86,8 @@ void osdp_ckpt_step_name(long step, char *buf, size_t n);
  * directory), -1 when `name` is not one */
 long osdp_ckpt_parse_step_name(const char *name);
 
+/* Every rank returns the same status and message: the lowest failing rank's
+ * (collective; used before leaving a path all ranks follow). */
+osdp_status osdp_status_agree(osdp_status s, MPI_Comm comm);
+
 #endif

@@ -9,14 +9,16 @@
  *   3. among those, the lexicographically smallest choice vector
  *      (choice[0] first).
  * Memory is compared exactly (int64 sums).  Times are compared exactly as
- * well, on a fixed-point copy: every time is rounded once to a multiple of
- * 2^-s seconds, s chosen so that the slowest possible plan is just under
- * 2^60 units (osdp_search_prepare), and plan times are int64 sums of those
- * units.  The grid is about 2^-60 of the slowest plan, far finer than a
- * double can resolve a plan total, so the plan is optimal for the doubles
- * given up to that resolution; and, being exact integers, the sums do not
- * depend on the order of addition, which is what lets three quite different
- * algorithms agree to the bit.
+ * well, on a fixed-point copy (osdp_search_prepare): every time is rounded
+ * once to a multiple of a unit u = 2^-s seconds, and plan times are int64
+ * sums of those units.  A choice slower than the whole smallest-memory plan
+ * can be in no best plan, so such times are capped just above that plan's
+ * time T0; s puts the slowest capped plan just under 2^60 units, so
+ * u <= n 2^-60 T0 (about 2^-52 T0 for 200 items): two plans are told apart
+ * whenever their times differ by more than about n u, i.e. to within a few
+ * ulps of a double when the best plan is not much faster than T0.  Being
+ * exact integers, the sums do not depend on the order of addition, which
+ * is what lets three quite different algorithms agree to the bit.
  *
  * Guarantee: osdp_search_dfs (when not timed out), osdp_search_exact and
  * osdp_search_brute return the SAME choice vector, hence identical
@@ -26,9 +28,10 @@
  * same bits.
  *
  * No quantisation of memory, and no approximation anywhere in what is
- * returned: bounds used only for pruning are computed in floating point but
- * loosened by a relative margin of 1e-10 so that rounding in them can never
- * prune an optimal plan.
+ * returned: the exact method's pruning bounds are computed partly in
+ * floating point but loosened by a margin (1e-10 relative plus 2^14 units
+ * per edge) far above their rounding, so they can never prune an optimal
+ * plan.
  *
  * Every function:
  *   - fills r->min_mem (the smallest memory any plan needs: the sum of the
@@ -51,7 +54,7 @@ typedef struct osdp_search_problem {
     const double *const *time;       /* time[i][c] seconds, finite, >= 0 */
     long long mem_limit;             /* bytes; a plan fits when sum mem <= mem_limit */
     double time_limit_s;             /* wall-clock budget for osdp_search_dfs (0 = none);
-                                      * ignored by the other two */
+                                      * ignored by the other two (but must be >= 0) */
 } osdp_search_problem;
 
 typedef struct osdp_search_result {
@@ -77,10 +80,15 @@ osdp_status osdp_search_dfs(const osdp_search_problem *p, osdp_search_result *r)
 
 /* Exact and fast: identical items are grouped; per group, the Pareto front
  * of (memory, time) over the multisets of choices is built one item at a
- * time; groups are then combined by Pareto merges, pruned by the memory
- * limit and by the multiple-choice-knapsack LP-relaxation bound against a
- * greedy plan.  Ties are resolved during the merges by the tie rule, so the
- * result is exactly the plan described above. */
+ * time; groups are combined by Pareto merges from two ends that meet in the
+ * middle, pruned by the memory limit and by lower bounds (the
+ * multiple-choice-knapsack LP relaxation and a Lagrangian bound with a
+ * cardinality cut) against a rising threshold.  Ties are resolved during the
+ * merges by the tie rule, so the result is exactly the plan described above.
+ * Typically well under 10 ms for ~200 items (see tests/bench_search.c); its
+ * hard cases are many distinct items whose choices all lie on one line
+ * (time exactly linear in bytes saved), where it can take seconds.
+ * time_limit_s is not used. */
 osdp_status osdp_search_exact(const osdp_search_problem *p, osdp_search_result *r);
 
 /* Every plan, for tests; OSDP_ERR_INPUT when there are more than

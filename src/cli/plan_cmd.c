@@ -29,6 +29,7 @@ static void plan_usage(FILE *out)
         "  --search exact|dfs    plan search (default exact; dfs: the paper's, 60 s budget)\n"
         "  --cost-model paper|overlap   step time: compute + comm (paper eq. 2), or\n"
         "                        per operator max(compute, comm) with prefetch (default paper)\n"
+        "  --dfs-limit S         wall-clock budget of --search dfs for the whole run (default 60 s)\n"
         "  --no-prefetch         plan for a runtime without prefetch\n"
         "  --json                one JSON object on stdout instead of the tables\n"
         "  --out FILE            write the plan file (for osdp_gpt train --plan FILE)\n");
@@ -46,7 +47,7 @@ static osdp_status parse_plan_args(int argc, char **argv, plan_args *a)
     osdp_planner_defaults(&a->o);
     a->o.n_ranks = 0;
     enum { O_MODEL = 256, O_DEVICE, O_RANKS, O_MEM, O_GB, O_BATCH, O_MAXB, O_SEQ, O_SPLIT, O_SEARCH, O_COST,
-           O_NOPF, O_JSON, O_OUT, O_HELP };
+           O_NOPF, O_JSON, O_OUT, O_HELP, O_DFSLIM };
     static const struct option opts[] = {
         {"model", required_argument, 0, O_MODEL}, {"device", required_argument, 0, O_DEVICE},
         {"ranks", required_argument, 0, O_RANKS}, {"mem-limit", required_argument, 0, O_MEM},
@@ -55,7 +56,7 @@ static osdp_status parse_plan_args(int argc, char **argv, plan_args *a)
         {"split", required_argument, 0, O_SPLIT}, {"search", required_argument, 0, O_SEARCH},
         {"cost-model", required_argument, 0, O_COST}, {"no-prefetch", no_argument, 0, O_NOPF},
         {"json", no_argument, 0, O_JSON}, {"out", required_argument, 0, O_OUT},
-        {"help", no_argument, 0, O_HELP}, {0, 0, 0, 0}};
+        {"dfs-limit", required_argument, 0, O_DFSLIM}, {"help", no_argument, 0, O_HELP}, {0, 0, 0, 0}};
     optind = 1;
     opterr = 0;
     int c;
@@ -96,6 +97,13 @@ static osdp_status parse_plan_args(int argc, char **argv, plan_args *a)
             else return osdp_error_set(OSDP_ERR_INPUT, "--cost-model '%s': expected paper or overlap", optarg);
             break;
         case O_NOPF: a->o.prefetch = 0; break;
+        case O_DFSLIM: {
+            double x = strtod(optarg, &end);
+            if (end == optarg || *end || !(x > 0 && x <= 86400))
+                return osdp_error_set(OSDP_ERR_INPUT, "--dfs-limit '%s': expected seconds in (0, 86400]", optarg);
+            a->o.dfs_time_limit_s = x;
+            break;
+        }
         case O_JSON: a->json = 1; break;
         case O_OUT: a->out = optarg; break;
         case O_HELP: plan_usage(stdout); return OSDP_ERR_INTERNAL + 100;

@@ -4,7 +4,8 @@
  *   alpha, beta: the real all-gather and reduce-scatter of the comm layer
  *   (blocking, fp32) over all ranks at several total sizes S; each point is
  *   the median over repetitions of the slowest rank's time; a least-squares
- *   line t = c0 + c1 S gives alpha = c0 / (N-1) and beta = c1 N / (N-1)
+ *   line t = c0 + c1 S, weighted by 1/t^2 (relative errors, so that the small
+ *   sizes fix the latency and the large ones the bandwidth), gives alpha = c0 / (N-1) and beta = c1 N / (N-1)
  *   (model: t = (N-1)(alpha + S/N beta)).  A negative intercept is clamped
  *   to alpha = 0.
  *   gamma: each operator type's forward + backward (osdp_op_forward /
@@ -25,6 +26,7 @@
 #include "osdp/memory.h"
 
 #include <getopt.h>
+#include <math.h>
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,23 +43,27 @@ static double wall(void)
 
 typedef struct fit { double c0, c1, r2; } fit;
 
-/* least squares y = c0 + c1 x (origin: c0 = 0); r2 = 1 - SSres / SStot */
-static fit line_fit(const double *x, const double *y, int n, int origin)
+/* weighted least squares y = c0 + c1 x (origin: c0 = 0), weights w (NULL:
+ * all 1); r2 = 1 - SSres / SStot, both weighted */
+static fit line_fit(const double *x, const double *y, const double *w, int n, int origin)
 {
-    double sx = 0, sy = 0, sxx = 0, sxy = 0;
-    for (int i = 0; i < n; i++) { sx += x[i]; sy += y[i]; sxx += x[i] * x[i]; sxy += x[i] * y[i]; }
+    double sw = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
+    for (int i = 0; i < n; i++) {
+        double wi = w ? w[i] : 1;
+        sw += wi; sx += wi * x[i]; sy += wi * y[i]; sxx += wi * x[i] * x[i]; sxy += wi * x[i] * y[i];
+    }
     fit f = {0, 0, 0};
     if (origin) f.c1 = sxy / sxx;
     else {
-        double den = n * sxx - sx * sx;
-        f.c1 = (n * sxy - sx * sy) / den;
-        f.c0 = (sy - f.c1 * sx) / n;
+        double den = sw * sxx - sx * sx;
+        f.c1 = (sw * sxy - sx * sy) / den;
+        f.c0 = (sy - f.c1 * sx) / sw;
     }
-    double my = sy / n, res = 0, tot = 0;
+    double my = sy / sw, res = 0, tot = 0;
     for (int i = 0; i < n; i++) {
-        double e = y[i] - (f.c0 + f.c1 * x[i]);
-        res += e * e;
-        tot += (y[i] - my) * (y[i] - my);
+        double wi = w ? w[i] : 1, e = y[i] - (f.c0 + f.c1 * x[i]);
+        res += wi * e * e;
+        tot += wi * (y[i] - my) * (y[i] - my);
     }
     f.r2 = tot > 0 ? 1 - res / tot : 1;
     return f;
@@ -219,18 +225,29 @@ int osdp_cmd_profile(int argc, char **argv)
     int len = snprintf(note, sizeof note,
         "Measured by `osdp_gpt profile` (src/cli/profile_cmd.c) on %s: %d MPI ranks, %d threads per rank, model %s, T %d.\n"
         "alpha/beta: blocking fp32 all-gather / reduce-scatter through the comm layer (MPI), median of %d runs of the\n"
-        "slowest rank, least-squares line t = (N-1) alpha + (N-1)/N beta S over total sizes S.\n",
+        "slowest rank, least-squares line (relative errors) t = (N-1) alpha + (N-1)/N beta S over total sizes S.\n",
         host, N, world.threads, cfg.name, L.T, reps);
 
+    /* message sizes up to twice the largest operator (fp32), in [1 MiB, 256 MiB] */
+    size_t top = 2 * L.max_op_numel * sizeof(float);
+    if (top < ((size_t)1 << 20)) top = (size_t)1 << 20;
+    if (top > ((size_t)256 << 20)) top = (size_t)256 << 20;
+    len += snprintf(note + len, sizeof note - (size_t)len,
+                    "Sizes: %d, geometric from 4 KiB to %.1f MiB (twice the model's largest operator, fp32).\n", N_SIZES,
+                    (double)top / 1048576.0);
     if (root) printf("osdp profile: %d ranks x %d threads on %s, model %s (T %d)\n", N, world.threads, host, cfg.name, L.T);
     for (int coll = 0; coll < 2; coll++) {
         double x[N_SIZES], y[N_SIZES];
         for (int i = 0; i < N_SIZES; i++) {
-            size_t bytes = ((size_t)4096 << (2 * i)) / (4 * (size_t)N) * (4 * (size_t)N); /* 4 KiB .. 64 MiB */
+            /* geometric from 4 KiB to `top`: the model's operator sizes */
+            double at = 4096.0 * pow((double)top / 4096.0, (double)i / (N_SIZES - 1));
+            size_t bytes = ((size_t)at + 4 * (size_t)N - 1) / (4 * (size_t)N) * (4 * (size_t)N);
             osdp_check_all(time_collective(&comm, coll, bytes, bytes > (8u << 20) ? (reps + 1) / 2 : reps, &y[i]));
             x[i] = (double)bytes;
         }
-        fit f = line_fit(x, y, N_SIZES, 0);
+        double wt[N_SIZES];
+        for (int i = 0; i < N_SIZES; i++) wt[i] = 1 / (y[i] * y[i]); /* relative errors: small sizes count */
+        fit f = line_fit(x, y, wt, N_SIZES, 0);
         osdp_collective_cost *cc = coll ? &dev.reduce_scatter : &dev.all_gather;
         cc->alpha = f.c0 > 0 ? f.c0 / (N - 1) : 0;
         cc->beta = f.c1 * N / (N - 1);
@@ -263,7 +280,7 @@ int osdp_cmd_profile(int argc, char **argv)
             y[i] = sum / N;
             x[i] = (double)batches[i] * L.T * osdp_cost_op_flops(&L.op[op]);
         }
-        fit f = line_fit(x, y, 3, 1);
+        fit f = line_fit(x, y, NULL, 3, 1);
         dev.gamma[t] = f.c1;
         if (root)
             printf("  gamma %-5s (%s): b=1,2,4: %.3f %.3f %.3f ms -> %.3e s/FLOP (%.2f GFLOP/s), R^2 %.5f\n",

@@ -123,24 +123,6 @@ osdp_status osdp_train_ckpt_parse(osdp_train_ckpt *tc, int *argc, char **argv)
 
 /* ---- helpers ------------------------------------------------------------------- */
 
-/* the same status and message on every rank (lowest failing rank wins) */
-static osdp_status agree(osdp_status s, MPI_Comm comm)
-{
-    int rank, size;
-    MPI_Comm_rank(comm, &rank);
-    MPI_Comm_size(comm, &size);
-    int mine = s != OSDP_OK ? rank : size, first = size;
-    MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm);
-    if (first == size) return OSDP_OK;
-    struct { int code; char msg[1500]; } m;
-    memset(&m, 0, sizeof m);
-    if (rank == first) {
-        m.code = (int)s;
-        snprintf(m.msg, sizeof m.msg, "%s", osdp_error_message());
-    }
-    MPI_Bcast(&m, (int)sizeof m, MPI_BYTE, first, comm);
-    return osdp_error_set((osdp_status)m.code, "%s", m.msg);
-}
 
 static osdp_status mkdir_p(const char *dir)
 {
@@ -332,7 +314,7 @@ osdp_status osdp_train_ckpt_save_now(osdp_train_ckpt *tc)
     MPI_Allreduce(MPI_IN_PLACE, mem, 2, MPI_DOUBLE, MPI_MAX, tc->comm);
     if (s != OSDP_OK) return s;
     if (tc->rank == 0) s = write_latest(tc->dir, name);
-    s = agree(s, tc->comm);
+    s = osdp_status_agree(s, tc->comm);
     if (s != OSDP_OK) return s;
     tc->last_saved = tc->rt->step;
     if (tc->rank == 0) {
@@ -369,7 +351,7 @@ static osdp_status read_latest(const char *dir, char *path, size_t n, MPI_Comm c
             if (!name[0]) s = osdp_error_set(OSDP_ERR_INPUT, "--resume: %s is empty", lp);
         }
     }
-    s = agree(s, comm);
+    s = osdp_status_agree(s, comm);
     if (s != OSDP_OK) return s;
     MPI_Bcast(name, (int)sizeof name, MPI_CHAR, 0, comm);
     join(path, n, dir, name);
@@ -466,7 +448,7 @@ osdp_status osdp_train_ckpt_start(osdp_train_ckpt *tc, osdp_runtime *rt, const o
 
     osdp_status s = OSDP_OK;
     if (tc->dir && tc->rank == 0) s = mkdir_p(tc->dir);
-    s = agree(s, comm);
+    s = osdp_status_agree(s, comm);
     if (s != OSDP_OK) return s;
     if (tc->init_from) {
         s = osdp_ckpt_load(rt, cfg, tc->init_from, OSDP_CKPT_WEIGHTS_ONLY, comm, &tc->loaded);

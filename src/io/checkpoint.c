@@ -46,7 +46,7 @@ double ck_now(void)
 
 /* ---- agreement --------------------------------------------------------------- */
 
-osdp_status ck_agree(osdp_status s, MPI_Comm comm)
+osdp_status osdp_status_agree(osdp_status s, MPI_Comm comm)
 {
     int rank, size;
     MPI_Comm_rank(comm, &rank);

@@ -17,7 +17,6 @@ void ck_dataset_name(int kind, const osdp_op_layout *op, int t, char *buf, size_
 
 /* Agreement: every rank passes its status; if any failed, the first failing
  * rank's status and message become every rank's (returned and set). */
-osdp_status ck_agree(osdp_status s, MPI_Comm comm);
 
 /* HDF5 error handling: silence the automatic stack printing for the
  * duration of a call, and turn the current error stack into a message. */

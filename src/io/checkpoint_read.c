@@ -18,13 +18,13 @@ static osdp_status open_file(const char *path, MPI_Comm comm, hid_t *fapl_out, h
         s = osdp_error_set(OSDP_ERR_IO, "checkpoint %s: cannot open: %s", path, strerror(errno));
     else if (!S_ISREG(sb.st_mode))
         s = osdp_error_set(OSDP_ERR_IO, "checkpoint %s: not a regular file", path);
-    s = ck_agree(s, comm);
+    s = osdp_status_agree(s, comm);
     if (s != OSDP_OK) return s;
     int rank;
     MPI_Comm_rank(comm, &rank);
     if (rank == 0 && H5Fis_hdf5(path) <= 0)
         s = osdp_error_set(OSDP_ERR_INPUT, "checkpoint %s: not an HDF5 file (no HDF5 signature: corrupt, truncated or another format)", path);
-    s = ck_agree(s, comm);
+    s = osdp_status_agree(s, comm);
     if (s != OSDP_OK) return s;
     hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
     if (fapl >= 0) {
@@ -36,7 +36,7 @@ static osdp_status open_file(const char *path, MPI_Comm comm, hid_t *fapl_out, h
     if (file < 0)
         s = osdp_error_set(OSDP_ERR_INPUT, "checkpoint %s: not a readable HDF5 file (truncated or corrupt): %s", path,
                            ck_h5_error(h5msg, sizeof h5msg));
-    s = ck_agree(s, comm);
+    s = osdp_status_agree(s, comm);
     if (s != OSDP_OK) {
         if (file >= 0) H5Fclose(file);
         if (fapl >= 0) H5Pclose(fapl);
@@ -125,7 +125,7 @@ osdp_status osdp_ckpt_read_info(const char *path, MPI_Comm comm, osdp_ckpt_info 
     ck_h5_quiet_begin(&quiet);
     hid_t fapl, file;
     osdp_status s = open_file(path, comm, &fapl, &file);
-    if (s == OSDP_OK) s = ck_agree(read_root(file, path, info, NULL), comm);
+    if (s == OSDP_OK) s = osdp_status_agree(read_root(file, path, info, NULL), comm);
     close_file(fapl, file);
     ck_h5_quiet_end(&quiet);
     if (s == OSDP_OK) info->seconds = ck_now() - t0;
@@ -220,7 +220,7 @@ static osdp_status read_op(osdp_runtime *rt, int i, int kinds, hid_t file, const
             ck_dataset_name(k, op, t, name, sizeof name);
             s = open_tensor(file, path, name, &op->tensor[t], &d[k][t], &stored[k * nt + t]);
         }
-    s = ck_agree(s, comm);
+    s = osdp_status_agree(s, comm);
     if (s != OSDP_OK) goto close;
     /* every rank makes the same read calls whatever fails locally */
     for (int k = 0; k < kinds; k++) {
@@ -238,7 +238,7 @@ static osdp_status read_op(osdp_runtime *rt, int i, int kinds, hid_t file, const
         rt->backend->to_device(dst, buf, st->shard * sizeof(float));
     }
     MPI_Allreduce(MPI_IN_PLACE, sums, kinds * nt, MPI_UINT64_T, MPI_SUM, comm);
-    s = ck_agree(s, comm);
+    s = osdp_status_agree(s, comm);
     for (int k = 0; k < kinds && s == OSDP_OK; k++)   /* identical on every rank */
         for (int t = 0; t < nt && s == OSDP_OK; t++)
             if (sums[k * nt + t] != stored[k * nt + t]) {
@@ -270,7 +270,7 @@ osdp_status osdp_ckpt_load(osdp_runtime *rt, const osdp_model_config *cfg, const
     double bytes = 0;
     osdp_status s = open_file(path, comm, &fapl, &file);
     if (s != OSDP_OK) goto out;
-    s = ck_agree(read_root(file, path, &info, &model_text), comm);
+    s = osdp_status_agree(read_root(file, path, &info, &model_text), comm);
     if (s != OSDP_OK) goto out;
 
     if (info.model_hash != osdp_model_config_hash(cfg)) {
@@ -282,7 +282,7 @@ osdp_status osdp_ckpt_load(osdp_runtime *rt, const osdp_model_config *cfg, const
         s = osdp_error_set(OSDP_ERR_INPUT, "checkpoint %s: the model description differs (attribute model_hash): "
                            "the checkpoint holds %s, this run is %s", path, a, b);
     }
-    s = ck_agree(s, comm);
+    s = osdp_status_agree(s, comm);
     if (s != OSDP_OK) goto out;
 
     size_t max_shard = 0;
@@ -290,7 +290,7 @@ osdp_status osdp_ckpt_load(osdp_runtime *rt, const osdp_model_config *cfg, const
         if (rt->ops[i].shard > max_shard) max_shard = rt->ops[i].shard;
     buf = malloc(max_shard * sizeof(float));
     dxpl = ck_dxpl();
-    s = ck_agree(buf && dxpl >= 0 ? OSDP_OK : osdp_error_set(OSDP_ERR_OOM, "checkpoint %s: out of host memory", path), comm);
+    s = osdp_status_agree(buf && dxpl >= 0 ? OSDP_OK : osdp_error_set(OSDP_ERR_OOM, "checkpoint %s: out of host memory", path), comm);
 
     const int kinds = weights_only ? 1 : CK_N_KINDS;
     for (int i = 0; i < L->n_ops && s == OSDP_OK; i++)
@@ -314,7 +314,7 @@ out:
     ck_h5_quiet_end(&quiet);
     free(buf);
     free(model_text);
-    s = ck_agree(s, comm);
+    s = osdp_status_agree(s, comm);
     if (s == OSDP_OK && info_out) {
         *info_out = info;
         info_out->bytes = bytes;

@@ -181,7 +181,7 @@ static osdp_status write_op(osdp_runtime *rt, int i, hid_t file, hid_t dxpl, flo
             if (d[k][t] < 0)
                 s = osdp_error_set(OSDP_ERR_IO, "cannot create dataset %s: %s", name, ck_h5_error(h5msg, sizeof h5msg));
         }
-    s = ck_agree(s, comm);
+    s = osdp_status_agree(s, comm);
     if (s != OSDP_OK) goto close;
     /* from here on every rank makes the same HDF5 calls whatever fails
      * locally (collective writes, identical metadata); one agreement at the end */
@@ -213,7 +213,7 @@ close:
     for (int k = 0; k < CK_N_KINDS; k++)
         for (int t = 0; t < nt; t++)
             if (d[k][t] >= 0) H5Dclose(d[k][t]);
-    return ck_agree(s, comm);
+    return osdp_status_agree(s, comm);
 }
 
 osdp_status osdp_ckpt_save(osdp_runtime *rt, const osdp_model_config *cfg, const osdp_plan *plan,
@@ -245,7 +245,7 @@ osdp_status osdp_ckpt_save(osdp_runtime *rt, const osdp_model_config *cfg, const
     buf = malloc(max_shard * sizeof(float));
     osdp_status s = ptext && mtext && mname && buf ? OSDP_OK
                     : osdp_error_set(OSDP_ERR_OOM, "checkpoint %s: out of host memory", path);
-    s = ck_agree(s, comm);
+    s = osdp_status_agree(s, comm);
     if (s != OSDP_OK) goto out;
 
     fapl = H5Pcreate(H5P_FILE_ACCESS);
@@ -257,7 +257,7 @@ osdp_status osdp_ckpt_save(osdp_runtime *rt, const osdp_model_config *cfg, const
     }
     file = fapl >= 0 ? H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, fapl) : -1;
     if (file < 0) s = osdp_error_set(OSDP_ERR_IO, "cannot create checkpoint %s: %s", tmp, ck_h5_error(h5msg, sizeof h5msg));
-    s = ck_agree(s, comm);
+    s = osdp_status_agree(s, comm);
     if (s != OSDP_OK) goto out;
 
     dxpl = ck_dxpl();
@@ -265,7 +265,7 @@ osdp_status osdp_ckpt_save(osdp_runtime *rt, const osdp_model_config *cfg, const
     if (e >= 0) e = write_root_attrs(file, rt, plan, mtext, ptext, osdp_model_config_hash(cfg), mname);
     if (e >= 0) e = create_groups(file, L, &rt->opt.optim, rt->step);
     if (e < 0) s = osdp_error_set(OSDP_ERR_IO, "checkpoint %s: cannot write the metadata: %s", tmp, ck_h5_error(h5msg, sizeof h5msg));
-    s = ck_agree(s, comm);
+    s = osdp_status_agree(s, comm);
 
     for (int i = 0; i < L->n_ops && s == OSDP_OK; i++) {
         s = write_op(rt, i, file, dxpl, buf, comm, &bytes);
@@ -282,7 +282,7 @@ out:
     free(ptext);
     free(mtext);
     free(mname);
-    s = ck_agree(s, comm);
+    s = osdp_status_agree(s, comm);
     if (s == OSDP_OK) {
         ck_crash_point("before_rename", rt->step, rank, size);
         MPI_Barrier(comm);   /* every rank has closed: the file is complete */
@@ -296,7 +296,7 @@ out:
             else
                 sync_path(dir, 1);
         }
-        s = ck_agree(s, comm);
+        s = osdp_status_agree(s, comm);
     }
     if (s != OSDP_OK && rank == 0 && file >= 0) unlink(tmp);   /* a failed save leaves nothing behind */
     if (info && s == OSDP_OK) {

@@ -1,5 +1,6 @@
 /* Model description reader (INI via libinih). */
 #include "osdp/model_config.h"
+#include "osdp/text_file.h"
 
 #include <errno.h>
 #include <ini.h>
@@ -127,16 +128,12 @@ osdp_status osdp_model_config_parse(osdp_model_config *cfg, const char *text, co
 
 osdp_status osdp_model_config_load(osdp_model_config *cfg, const char *path)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f) return osdp_error_set(OSDP_ERR_IO, "cannot open model description %s: %s", path, strerror(errno));
-    char text[8192];
-    size_t n = fread(text, 1, sizeof text - 1, f);
-    int too_long = !feof(f) && fgetc(f) != EOF;
-    fclose(f);
-    if (too_long) return osdp_error_set(OSDP_ERR_INPUT, "%s: model description longer than 8 KiB", path);
-    text[n] = '\0';
-    if (strlen(text) != n) return osdp_error_set(OSDP_ERR_INPUT, "%s: model description contains a NUL byte", path);
-    return osdp_model_config_parse(cfg, text, path);
+    char *text;
+    osdp_status s = osdp_read_text_file(path, sizeof cfg->text - 1, "model description", &text);
+    if (s != OSDP_OK) return s;
+    s = osdp_model_config_parse(cfg, text, path);
+    free(text);
+    return s;
 }
 
 unsigned long long osdp_model_config_hash(const osdp_model_config *cfg)

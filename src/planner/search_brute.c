@@ -39,7 +39,7 @@ osdp_status osdp_search_brute(const osdp_search_problem *p, osdp_search_result *
             have = 1;
             best_m = m;
             best_q = q;
-            memcpy(r->choice, cur, sizeof *cur * (size_t)n);
+            if (n > 0) memcpy(r->choice, cur, sizeof *cur * (size_t)n);
         }
         for (int i = n - 1; i >= 0; i--) { /* odometer, last item fastest */
             if (++cur[i] < p->n_choices[i]) break;

@@ -5,6 +5,7 @@
 
 #include "osdp/search.h"
 
+#include <float.h>
 #include <limits.h>
 #include <math.h>
 #include <stdlib.h>
@@ -35,7 +36,7 @@ osdp_status osdp_search_prepare(const osdp_search_problem *p, osdp_search_result
                               p->time_limit_s);
 
     long long min_mem = 0, max_mem = 0;
-    double max_time = 0.0;
+    double t_small = 0.0; /* time of the smallest-memory plan (ties: faster choice) */
     long long total_choices = 0;
     for (int i = 0; i < n; i++) {
         int k = p->n_choices[i];
@@ -43,7 +44,7 @@ osdp_status osdp_search_prepare(const osdp_search_problem *p, osdp_search_result
         if (!p->mem[i] || !p->time[i])
             return osdp_error_set(OSDP_ERR_INPUT, "plan search: item %d has NULL mem or time", i);
         long long lo = LLONG_MAX, hi = 0;
-        double thi = 0.0;
+        double tlo = 0.0;
         for (int c = 0; c < k; c++) {
             long long m = p->mem[i][c];
             double t = p->time[i][c];
@@ -53,19 +54,21 @@ osdp_status osdp_search_prepare(const osdp_search_problem *p, osdp_search_result
             if (!(t >= 0.0) || isinf(t))
                 return osdp_error_set(OSDP_ERR_INPUT, "plan search: item %d choice %d has time %g (need finite, >= 0)",
                                       i, c, t);
-            if (m < lo) lo = m;
+            if (m < lo || (m == lo && t < tlo)) {
+                lo = m;
+                tlo = t;
+            }
             if (m > hi) hi = m;
-            if (t > thi) thi = t;
         }
         /* all partial sums stay below LLONG_MAX / 4, so bounds never overflow */
         if (hi > LLONG_MAX / 4 - max_mem)
             return osdp_error_set(OSDP_ERR_INPUT, "plan search: memory values too large (sum overflows)");
         max_mem += hi;
         min_mem += lo;
-        max_time += thi;
+        t_small += tlo;
         total_choices += k;
     }
-    if (isinf(max_time)) return osdp_error_set(OSDP_ERR_INPUT, "plan search: times too large (sum overflows)");
+    if (isinf(t_small)) return osdp_error_set(OSDP_ERR_INPUT, "plan search: times too large (sum overflows)");
     r->min_mem = min_mem;
     prep->min_mem = min_mem;
     if (min_mem > p->mem_limit)
@@ -74,7 +77,19 @@ osdp_status osdp_search_prepare(const osdp_search_problem *p, osdp_search_result
                               "(%.3f GiB), the limit is %lld bytes (%.3f GiB)",
                               min_mem, (double)min_mem / GIB, p->mem_limit, (double)p->mem_limit / GIB);
 
-    /* fixed point: the slowest plan (sum of per-item maxima) below 2^60 units */
+    /* Fixed point.  A choice slower than t_cap can be in no best plan: the
+     * smallest-memory plan fits and is faster.  Such times are capped, and the
+     * scale puts the slowest capped plan just under 2^60 units, so the unit
+     * is at most n 2^-60 t_cap.  A capped choice still costs more units than
+     * the whole smallest-memory plan (by about 2^40 / n units), so no plan
+     * with one wins. */
+    double t_cap = t_small * (1.0 + 0x1p-20) + DBL_MIN, max_time = 0.0;
+    for (int i = 0; i < n; i++) {
+        double thi = 0.0;
+        for (int c = 0; c < p->n_choices[i]; c++)
+            if (p->time[i][c] > thi) thi = p->time[i][c];
+        max_time += thi < t_cap ? thi : t_cap;
+    }
     int e = 0;
     if (max_time > 0.0) (void)frexp(max_time, &e); /* max_time < 2^e */
     prep->shift = max_time > 0.0 ? 60 - e : 0;
@@ -88,7 +103,10 @@ osdp_status osdp_search_prepare(const osdp_search_problem *p, osdp_search_result
     int o = 0;
     for (int i = 0; i < n; i++) {
         prep->off[i] = o;
-        for (int c = 0; c < p->n_choices[i]; c++) prep->q[o++] = llround(ldexp(p->time[i][c], prep->shift));
+        for (int c = 0; c < p->n_choices[i]; c++) {
+            double t = p->time[i][c] < t_cap ? p->time[i][c] : t_cap;
+            prep->q[o++] = llround(ldexp(t, prep->shift));
+        }
     }
     prep->off[n] = o;
     return OSDP_OK;

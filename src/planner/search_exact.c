@@ -1,44 +1,49 @@
-/* Exact plan search by Pareto fronts, meeting in the middle (see
- * osdp/search.h for the tie rule and the guarantee).
+/* Exact plan search by Pareto fronts meeting in the middle (osdp/search.h
+ * has the tie rule and the guarantee).
  *
  * 1. Identical items (same choices, memories and times) form a group; for r
- *    such items only the multiset of choices matters.  A group's front of
+ *    of them only the multiset of choices matters.  A group's front of
  *    non-dominated (memory, time) multisets is built one item at a time,
  *    each point keeping its choice counts.  The lexicographically smallest
  *    vector for a multiset gives the group's items (ascending index)
  *    ascending choices, so of two multisets with equal sums the one with
  *    more of the smallest differing choice wins.
  * 2. Groups are ordered by the distance of their LP efficiencies from the
- *    LP's break efficiency.  Side A merges groups from the far end (their
- *    decisions are clear and cut at once), side B from the near end (the
- *    "core", where the combinatorics are); each step extends the side whose
- *    front is smaller.  A side's stage s holds the non-dominated states of
- *    its first s groups, with back-pointers.  A state is dropped when its
- *    memory plus the minimum of the groups not on its side exceeds the
- *    limit, or when its time plus the LP-relaxation bound of those groups
- *    (convex hulls of their choices, filled by efficiency) exceeds a
- *    threshold.  When the sides meet, each A state is joined with the best B
- *    state that fits beside it (a two-pointer sweep).
- * 3. Threshold rounds: the threshold rises geometrically from just above the
- *    LP bound of the whole problem to the time of a greedy plan.  If a joined
- *    plan with time <= threshold is found, the best joined plan is optimal:
- *    the optimum's time is no larger, so none of its states was dropped.
+ *    LP's break efficiency.  Side A merges groups from the far end (clear
+ *    decisions, cut at once), side B from the near end (the "core", where
+ *    the combinatorics are); each step extends the side with the smaller
+ *    front.  Stage s of a side holds the non-dominated states of its first s
+ *    groups, with back-pointers.  A state is dropped when its memory plus
+ *    the minimum of the groups off its side exceeds the limit, or when its
+ *    time plus a lower bound for those groups exceeds a threshold.  The
+ *    bound is the larger of the LP relaxation (convex hulls of the choices,
+ *    filled by efficiency) and a Lagrangian bound with a cardinality cut
+ *    (card_bound), kept in Fenwick trees so that it costs O(log).  When the
+ *    sides meet, each A state is joined with the best B state that fits
+ *    beside it (a two-pointer sweep).
+ * 3. Threshold rounds: the threshold rises from just above the bound of the
+ *    whole problem towards the time of a greedy plan.  When a joined plan
+ *    with time <= threshold exists, the best joined plan is optimal: the
+ *    optimum's time is no larger, so none of its states was dropped.
  * 4. Ties: states with equal (memory, time) keep the one whose partial vector
  *    is lexicographically smaller (a common completion cannot change which of
  *    two partial vectors is smaller); joined plans with equal sums are
  *    compared as whole vectors.  A dominated state never leads to the best
  *    plan: the same completion of its dominator is strictly better.
  * Sums are int64 (bytes, fixed-point time units); floating point appears only
- * in the bounds, which are loosened by 1e-10 relative. */
+ * in the bounds, which are loosened by 1e-10 relative (plus 2 units).
+ *
+ * Cost: typically well under 10 ms for 200 items.  Hard cases are cores of
+ * many distinct items with almost equal efficiencies and choices on a line
+ * (time exactly linear in the bytes saved): there the best plan is a
+ * subset-sum question and the fronts near the limit grow to millions of
+ * states (seconds). */
 #include "osdp/search.h"
 
 #include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#ifdef SEARCH_DEBUG
-#include <stdio.h>
-#endif
 
 typedef struct group {
     int r, k;                  /* r identical items with k choices */
@@ -60,9 +65,18 @@ typedef struct seg { /* a hull edge of one item: dm more bytes for dq fewer time
 
 typedef struct step { /* between consecutive non-dominated choices of one item */
     long long dm, dq;
-    double r;                  /* dq - lambda dm */
-    int g;
+    long long rc;              /* ceil(dq - lam dm) when positive, else 0 */
+    int g, pos_dm, pos_r;      /* positions in by_dm, by_r */
 } step;
+
+/* Fenwick trees (1-based): over the edges in efficiency order (bytes LM,
+ * time units LQ; nseg + 1 long), over the steps with r > 0 by size (count
+ * KC, bytes KS) and by r (count TC, r TR; nstp + 1 long) */
+enum { LM, LQ, KC, KS, TC, TR, NTREE };
+typedef struct fen {           /* bound data of the groups not on a side */
+    long long m0, q0;          /* their base: all at the smallest-memory choice */
+    long long *t[NTREE];
+} fen;
 
 typedef struct stage {
     int size, cap;
@@ -73,30 +87,24 @@ typedef struct stage {
 typedef struct side {
     int n;                     /* groups merged */
     int *order;                /* [ng] in merge order */
-    char *in;                  /* [ng] merged on this side */
     stage *st;                 /* [ng + 1] */
+    fen f;
 } side;
 
 typedef struct ctx {
     const osdp_search_problem *p;
     osdp_search_prep prep;
-    int ng, nseg;
+    int ng, nseg, nstp;
     group *g;
-    seg *seg;                  /* efficiency descending */
+    seg *seg;                  /* hull edges, efficiency descending */
+    step *stp;                 /* steps, by group */
+    int *by_dm, *by_r;         /* step ids by size ascending / by r descending */
+    int *eg_off, *eg_pos;      /* group j's edges: eg_pos[eg_off[j] .. eg_off[j + 1]) */
+    int *sg_off;               /* group j's steps: stp[sg_off[j] .. sg_off[j + 1]) */
     int *gorder;               /* groups, farthest from the break first */
     side s[2];                 /* A, B */
-    long long b_m0, b_q0;      /* LP bound of the groups off a side: their base, */
-    int b_len;                 /* and their edges in efficiency order, */
-    long long *b_cm, *b_cq;    /* [b_len + 1] cumulated */
-    int *b_sid;                /* [b_len] edge ids */
-    step *stp;                 /* the steps of all groups */
-    int nstp, *by_dm, *by_r;   /* step ids by size ascending / by r descending */
+    fen full;                  /* bound data of all groups */
     double brk, lam;           /* LP break efficiency; lambda of the cardinality bound */
-    int k_len, t_len;          /* cardinality bound of the groups off a side: */
-    long long *k_cnt, *k_sz;   /* [k_len + 1] cumulated counts and sizes, steps by size */
-    long long *t_cnt;          /* [t_len + 1] cumulated counts, steps by r */
-    double *t_r;               /* [t_len + 1] cumulated r */
-    int *k_id, *t_id;
     long long ub;              /* time of the greedy plan */
     double thr;                /* states whose bound exceeds it are dropped */
     double next;               /* the smallest bound dropped */
@@ -142,6 +150,28 @@ static int same_item(const osdp_search_problem *p, int a, int b)
     return 1;
 }
 
+/* a * b < c * d for a, b, c, d in [0, 2^63), exactly */
+static int mul_less(unsigned long long a, unsigned long long b, unsigned long long c, unsigned long long d)
+{
+    unsigned long long h[2], l[2], x[2] = {a, c}, y[2] = {b, d};
+    for (int i = 0; i < 2; i++) { /* 64 x 64 -> 128 bits by 32-bit halves */
+        unsigned long long x0 = x[i] & 0xffffffffULL, x1 = x[i] >> 32, y0 = y[i] & 0xffffffffULL, y1 = y[i] >> 32;
+        unsigned long long p00 = x0 * y0, p01 = x0 * y1, p10 = x1 * y0, p11 = x1 * y1;
+        unsigned long long mid = (p00 >> 32) + (p01 & 0xffffffffULL) + (p10 & 0xffffffffULL);
+        l[i] = (mid << 32) | (p00 & 0xffffffffULL);
+        h[i] = p11 + (p01 >> 32) + (p10 >> 32) + (mid >> 32);
+    }
+    return h[0] < h[1] || (h[0] == h[1] && l[0] < l[1]);
+}
+
+/* choice b strictly below the chord from a to c (memory ascending, time
+ * descending) */
+static int below(const group *g, int a, int b, int c)
+{
+    return mul_less((unsigned long long)(g->q[a] - g->q[c]), (unsigned long long)(g->m[b] - g->m[a]),
+                    (unsigned long long)(g->q[a] - g->q[b]), (unsigned long long)(g->m[c] - g->m[a]));
+}
+
 /* hull: the lower convex hull of the non-dominated choices, memory ascending */
 static void make_hull(group *g)
 {
@@ -159,13 +189,7 @@ static void make_hull(group *g)
         if (g->np == 0 || g->q[h[t]] < g->q[g->par[g->np - 1]]) g->par[g->np++] = h[t];
     for (int t = 0; t < g->np; t++) {
         int c = g->par[t];
-        while (nh >= 2) {
-            int a = h[nh - 2], b = h[nh - 1];
-            long double lhs = (long double)(g->q[b] - g->q[a]) * (long double)(g->m[c] - g->m[a]);
-            long double rhs = (long double)(g->q[c] - g->q[a]) * (long double)(g->m[b] - g->m[a]);
-            if (lhs < rhs) break; /* b strictly below the chord a-c */
-            nh--;
-        }
+        while (nh >= 2 && !below(g, h[nh - 2], h[nh - 1], c)) nh--;
         h[nh++] = c;
     }
     g->nh = nh;
@@ -263,11 +287,11 @@ static int plan_order(ctx *x)
             broken = 1;
             brk = s->eff;
         }
-        x->brk = brk;
         a[0] -= (int)take;
         a[1] += (int)take;
         budget -= take * s->dm;
     }
+    x->brk = brk;
     x->ub = 0;
     for (int j = 0; j < x->ng; j++) {
         const group *g = &x->g[j];
@@ -378,100 +402,209 @@ done:
 }
 
 /* ------------------------------------------------------------------------ */
-/* merging                                                                   */
+/* bounds for the groups not on a side                                       */
 
-/* the LP bound of the groups not on side S */
-static void build_bound(ctx *x, const side *S)
+/* Removing a group costs O(log) per edge and step, a bound O(log). */
+static void fen_add(long long *t, int n, int p, long long v)
 {
-    x->b_m0 = x->b_q0 = 0;
-    for (int j = 0; j < x->ng; j++)
-        if (!S->in[j]) {
-            x->b_m0 += (long long)x->g[j].r * x->g[j].m[x->g[j].hull[0]];
-            x->b_q0 += (long long)x->g[j].r * x->g[j].q[x->g[j].hull[0]];
-        }
-    int len = 0;
-    x->b_cm[0] = x->b_cq[0] = 0;
-    for (int t = 0; t < x->nseg; t++) {
-        const seg *e = &x->seg[t];
-        if (S->in[e->g]) continue;
-        x->b_sid[len] = t;
-        x->b_cm[len + 1] = x->b_cm[len] + x->g[e->g].r * e->dm;
-        x->b_cq[len + 1] = x->b_cq[len] + x->g[e->g].r * e->dq;
-        len++;
-    }
-    x->b_len = len;
-    long long c = 0, z = 0;
-    double rr = 0.0;
-    len = 0;
-    x->k_cnt[0] = x->k_sz[0] = 0;
-    for (int t = 0; t < x->nstp; t++) {
-        const step *e = &x->stp[x->by_dm[t]];
-        if (S->in[e->g] || !(e->r > 0)) continue;
-        x->k_id[len++] = x->by_dm[t];
-        x->k_cnt[len] = c += x->g[e->g].r;
-        x->k_sz[len] = z += x->g[e->g].r * e->dm;
-    }
-    x->k_len = len;
-    len = 0;
-    c = 0;
-    x->t_cnt[0] = 0;
-    x->t_r[0] = 0.0;
-    for (int t = 0; t < x->nstp; t++) {
-        const step *e = &x->stp[x->by_r[t]];
-        if (S->in[e->g] || !(e->r > 0)) continue;
-        x->t_id[len++] = x->by_r[t];
-        x->t_cnt[len] = c += x->g[e->g].r;
-        x->t_r[len] = rr += (double)x->g[e->g].r * e->r;
-    }
-    x->t_len = len;
+    for (; p <= n; p += p & -p) t[p] += v;
 }
 
-/* the largest i in [0, len] with a[i] <= v (a ascending, a[0] <= v) */
-static int last_le(const long long *a, int len, long long v)
+static int fen_len(const ctx *x, int k) { return k < KC ? x->nseg : x->nstp; }
+
+static void fen_build(long long *t, int n)
 {
-    int lo = 0, hi = len;
-    while (lo < hi) {
-        int mid = (lo + hi + 1) / 2;
-        if (a[mid] <= v) lo = mid;
-        else hi = mid - 1;
-    }
-    return lo;
+    for (int i = 1; i <= n; i++)
+        if (i + (i & -i) <= n) t[i + (i & -i)] += t[i];
+}
+
+/* the largest p in [0, n] with prefix_a(p) <= v, and the prefixes there */
+static int fen_find(const long long *a, const long long *b, int n, long long v, long long *sa, long long *sb)
+{
+    int p = 0, step = 1;
+    long long A = 0, B = 0;
+    while (step * 2 <= n) step *= 2;
+    for (; n > 0 && step > 0; step /= 2)
+        if (p + step <= n && A + a[p + step] <= v) {
+            p += step;
+            A += a[p];
+            B += b[p];
+        }
+    *sa = A;
+    *sb = B;
+    return p;
 }
 
 /* Lagrangian bound with a cardinality cut: for the steps a plan takes off
- * the base, gain = sum (dq - lam dm) + lam sum dm <= (sum of the r > 0 steps
- * taken) + lam budget; at most K of those fit in the budget (the K smallest
- * do), so their r sum is at most the K largest r.  Catches fixed costs per
- * step (latencies) that the LP spreads over fractions. */
-static double card_bound(const ctx *x, long long budget, long long q0)
+ * the base, gain = sum r + lam sum dm <= (sum of its r > 0 steps) + lam
+ * budget, and at most K steps fit in the budget (the K smallest do), so
+ * their r sum is at most the K largest r.  It sees fixed costs per step
+ * (latencies) that the LP spreads over fractions. */
+static double card_bound(const ctx *x, const fen *f, long long budget, long long q0)
 {
-    int i = last_le(x->k_sz, x->k_len, budget);
-    long long K = x->k_cnt[i];
-    if (i < x->k_len) {
-        const step *e = &x->stp[x->k_id[i]];
-        long long more = (budget - x->k_sz[i]) / e->dm;
+    long long sz, K, c2, top;
+    int p = fen_find(f->t[KS], f->t[KC], x->nstp, budget, &sz, &K);
+    if (p < x->nstp) {
+        const step *e = &x->stp[x->by_dm[p]];
+        long long more = (budget - sz) / e->dm;
         K += more < x->g[e->g].r ? more : x->g[e->g].r;
     }
-    int j = last_le(x->t_cnt, x->t_len, K);
-    double top = x->t_r[j];
-    if (j < x->t_len) top += (double)(K - x->t_cnt[j]) * x->stp[x->t_id[j]].r;
-    return (double)q0 - x->lam * (double)budget - top;
+    p = fen_find(f->t[TC], f->t[TR], x->nstp, K, &c2, &top);
+    double t = (double)top;
+    if (p < x->nstp) t += (double)(K - c2) * (double)x->stp[x->by_r[p]].rc;
+    return (double)q0 - x->lam * (double)budget - t;
 }
 
-/* a lower bound on the time of any plan extending a state (m, q) */
-static double lp_bound(const ctx *x, long long m, long long q)
+/* a lower bound on the time of any plan extending a state (m, q): the
+ * larger of the LP bound and the cardinality bound */
+static double bound(const ctx *x, const fen *f, long long m, long long q)
 {
-    long long budget = x->p->mem_limit - m - x->b_m0;
+    long long budget = x->p->mem_limit - m - f->m0, cm, cq;
     if (budget < 0) return INFINITY;
-    int lo = last_le(x->b_cm, x->b_len, budget);
-    double lb = (double)(q + x->b_q0 - x->b_cq[lo]);
-    if (lo < x->b_len) {
-        const seg *e = &x->seg[x->b_sid[lo]];
-        lb -= (double)(budget - x->b_cm[lo]) * ((double)e->dq / (double)e->dm);
-    }
-    double cb = card_bound(x, budget, q + x->b_q0);
+    int p = fen_find(f->t[LM], f->t[LQ], x->nseg, budget, &cm, &cq);
+    double lb = (double)(q + f->q0 - cq);
+    if (p < x->nseg) lb -= (double)(budget - cm) * ((double)x->seg[p].dq / (double)x->seg[p].dm);
+    double cb = card_bound(x, f, budget, q + f->q0);
     return cb > lb ? cb : lb;
 }
+
+static void fen_remove(ctx *x, fen *f, int j)
+{
+    const group *g = &x->g[j];
+    long long r = g->r;
+    f->m0 -= r * g->m[g->hull[0]];
+    f->q0 -= r * g->q[g->hull[0]];
+    for (int t = x->eg_off[j]; t < x->eg_off[j + 1]; t++) {
+        int p = x->eg_pos[t];
+        fen_add(f->t[LM], x->nseg, p + 1, -r * x->seg[p].dm);
+        fen_add(f->t[LQ], x->nseg, p + 1, -r * x->seg[p].dq);
+    }
+    for (int t = x->sg_off[j]; t < x->sg_off[j + 1]; t++) {
+        const step *e = &x->stp[t];
+        if (e->rc <= 0) continue;
+        fen_add(f->t[KC], x->nstp, e->pos_dm + 1, -r);
+        fen_add(f->t[KS], x->nstp, e->pos_dm + 1, -r * e->dm);
+        fen_add(f->t[TC], x->nstp, e->pos_r + 1, -r);
+        fen_add(f->t[TR], x->nstp, e->pos_r + 1, -r * e->rc);
+    }
+}
+
+static void fen_copy(const ctx *x, fen *dst, const fen *src)
+{
+    for (int k = 0; k < NTREE; k++) memcpy(dst->t[k], src->t[k], sizeof *src->t[k] * (size_t)(fen_len(x, k) + 1));
+    dst->m0 = src->m0;
+    dst->q0 = src->q0;
+}
+
+static int fen_alloc(const ctx *x, fen *f)
+{
+    for (int k = 0; k < NTREE; k++)
+        if (!(f->t[k] = calloc((size_t)fen_len(x, k) + 1, sizeof *f->t[k]))) return -1;
+    return 0;
+}
+
+static void fen_free(fen *f)
+{
+    for (int k = 0; k < NTREE; k++) free(f->t[k]);
+}
+
+/* x->full: the trees of every group, steps' r for lambda = x->lam */
+static void full_trees(ctx *x, keyed *kd)
+{
+    fen *f = &x->full;
+    for (int t = 0; t < x->nstp; t++) {
+        step *e = &x->stp[t];
+        double r = (double)e->dq - x->lam * (double)e->dm;
+        e->rc = r > 0 ? (long long)ceil(r) : 0; /* rounded up: the bound stays valid */
+        kd[t] = (keyed){r, t};
+    }
+    qsort(kd, (size_t)x->nstp, sizeof *kd, cmp_keyed);
+    for (int k = KC; k < NTREE; k++) memset(f->t[k], 0, sizeof *f->t[k] * (size_t)(x->nstp + 1));
+    for (int t = 0; t < x->nstp; t++) {
+        x->by_r[t] = kd[t].id;
+        step *e = &x->stp[kd[t].id];
+        e->pos_r = t;
+        if (e->rc <= 0) continue;
+        long long r = x->g[e->g].r;
+        f->t[KC][e->pos_dm + 1] = r;
+        f->t[KS][e->pos_dm + 1] = r * e->dm;
+        f->t[TC][t + 1] = r;
+        f->t[TR][t + 1] = r * e->rc;
+    }
+    for (int k = KC; k < NTREE; k++) fen_build(f->t[k], x->nstp);
+}
+
+/* Steps, group lists, the LP trees, and lambda: of a grid of fractions of
+ * the break efficiency, the one whose cardinality bound of the whole problem
+ * is the largest. */
+static int setup_bounds(ctx *x)
+{
+    int ne = x->nseg, ns = 0;
+    keyed *kd = malloc(sizeof *kd * (size_t)(x->nstp + 1));
+    x->stp = malloc(sizeof *x->stp * (size_t)(x->nstp + 1));
+    x->by_dm = malloc(sizeof *x->by_dm * (size_t)(x->nstp + 1));
+    x->by_r = malloc(sizeof *x->by_r * (size_t)(x->nstp + 1));
+    x->eg_off = calloc((size_t)x->ng + 1, sizeof *x->eg_off);
+    x->sg_off = calloc((size_t)x->ng + 1, sizeof *x->sg_off);
+    x->eg_pos = malloc(sizeof *x->eg_pos * (size_t)(ne + 1));
+    int *fill = calloc((size_t)x->ng + 1, sizeof *fill);
+    if (!kd || !fill || !x->stp || !x->by_dm || !x->by_r || !x->eg_off || !x->sg_off || !x->eg_pos ||
+        fen_alloc(x, &x->full) || fen_alloc(x, &x->s[0].f) || fen_alloc(x, &x->s[1].f)) {
+        free(kd);
+        free(fill);
+        return -1;
+    }
+    for (int j = 0; j < x->ng; j++) {
+        const group *g = &x->g[j];
+        x->sg_off[j] = ns;
+        for (int v = 0; v + 1 < g->np; v++)
+            x->stp[ns++] = (step){g->m[g->par[v + 1]] - g->m[g->par[v]], g->q[g->par[v]] - g->q[g->par[v + 1]], 0, j,
+                                  0, 0};
+    }
+    x->sg_off[x->ng] = ns;
+    for (int t = 0; t < ne; t++) x->eg_off[x->seg[t].g + 1]++;
+    for (int j = 0; j < x->ng; j++) x->eg_off[j + 1] += x->eg_off[j];
+    memcpy(fill, x->eg_off, sizeof *fill * (size_t)x->ng);
+    for (int t = 0; t < ne; t++) x->eg_pos[fill[x->seg[t].g]++] = t;
+    for (int t = 0; t < ns; t++) kd[t] = (keyed){-(double)x->stp[t].dm, t};
+    qsort(kd, (size_t)ns, sizeof *kd, cmp_keyed);
+    for (int t = 0; t < ns; t++) {
+        x->by_dm[t] = kd[t].id;
+        x->stp[kd[t].id].pos_dm = t;
+    }
+    fen *f = &x->full;
+    f->m0 = f->q0 = 0;
+    for (int j = 0; j < x->ng; j++) {
+        f->m0 += (long long)x->g[j].r * x->g[j].m[x->g[j].hull[0]];
+        f->q0 += (long long)x->g[j].r * x->g[j].q[x->g[j].hull[0]];
+    }
+    for (int t = 0; t < ne; t++) {
+        f->t[LM][t + 1] = x->g[x->seg[t].g].r * x->seg[t].dm;
+        f->t[LQ][t + 1] = x->g[x->seg[t].g].r * x->seg[t].dq;
+    }
+    fen_build(f->t[LM], ne);
+    fen_build(f->t[LQ], ne);
+    double best = -INFINITY, best_f = 1.0; /* lambda / brk: eighths, then halving steps */
+    for (int t = 0; t < 15; t++) {
+        double fr = t < 9 ? t / 8.0 : best_f + ((t - 9) % 2 ? -1 : 1) * ldexp(1.0, -4 - (t - 9) / 2);
+        if (fr < 0.0 || fr > 1.0) continue;
+        x->lam = x->brk * fr;
+        full_trees(x, kd);
+        double b = card_bound(x, f, x->p->mem_limit - f->m0, f->q0);
+        if (b > best) {
+            best = b;
+            best_f = fr;
+        }
+    }
+    x->lam = x->brk * best_f;
+    full_trees(x, kd);
+    free(kd);
+    free(fill);
+    return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* merging                                                                   */
 
 /* 1 when state a of stage s of side S has a lexicographically smaller
  * partial vector than state b (equal sums): the first differing item decides */
@@ -500,13 +633,13 @@ static int lex_better(const ctx *x, const side *S, int s, int a, int b)
 }
 
 /* the next entry >= a of list l (stage state + group point l) that survives */
-static int advance(ctx *x, const stage *A, const group *g, int l, int a)
+static int advance(ctx *x, const side *S, const stage *A, const group *g, int l, int a)
 {
     for (; a < A->size; a++) {
         long long m = A->m[a] + g->fm[l];
         x->nodes++;
-        if (m + x->b_m0 > x->p->mem_limit) return A->size; /* memory ascends */
-        double lb = lp_bound(x, m, A->q[a] + g->fq[l]);
+        if (m + S->f.m0 > x->p->mem_limit) return A->size; /* memory ascends */
+        double lb = bound(x, &S->f, m, A->q[a] + g->fq[l]);
         if (lb <= x->thr) return a;
         if (lb < x->next) x->next = lb;
     }
@@ -545,7 +678,7 @@ static int merge_stage(ctx *x, side *S, int s)
     int *cur = malloc(sizeof *cur * (size_t)L), *h = malloc(sizeof *h * (size_t)L);
     if (!cur || !h || stage_reserve(B, 64)) goto done;
     for (int l = 0; l < L; l++) {
-        cur[l] = advance(x, A, g, l, 0);
+        cur[l] = advance(x, S, A, g, l, 0);
         if (cur[l] < A->size) h[hn++] = l;
     }
     for (int i = hn / 2 - 1; i >= 0; i--) sift_down(A, g, cur, h, hn, i);
@@ -565,7 +698,7 @@ static int merge_stage(ctx *x, side *S, int s)
                 B->gi[nk - 1] = l;
             }
         }
-        cur[l] = advance(x, A, g, l, a + 1);
+        cur[l] = advance(x, S, A, g, l, a + 1);
         if (cur[l] >= A->size) h[0] = h[--hn];
         sift_down(A, g, cur, h, hn, 0);
     }
@@ -589,63 +722,6 @@ static void unwind(const ctx *x, const side *S, int e, int *choice)
     }
 }
 
-static void sort_steps(ctx *x, keyed *kd, int *out, int by_r)
-{
-    for (int t = 0; t < x->nstp; t++) kd[t] = (keyed){by_r ? x->stp[t].r : -(double)x->stp[t].dm, t};
-    qsort(kd, (size_t)x->nstp, sizeof *kd, cmp_keyed);
-    for (int t = 0; t < x->nstp; t++) out[t] = kd[t].id;
-}
-
-/* The steps, and lambda: of a few fractions of the break efficiency, the one
- * whose cardinality bound is best for the whole problem.  S: an empty side. */
-static int setup_card(ctx *x, const side *S)
-{
-    int n1 = x->nstp + 1, ns = 0;
-    keyed *kd = malloc(sizeof *kd * (size_t)n1);
-    x->stp = malloc(sizeof *x->stp * (size_t)n1);
-    x->by_dm = malloc(sizeof *x->by_dm * (size_t)n1);
-    x->by_r = malloc(sizeof *x->by_r * (size_t)n1);
-    x->k_cnt = malloc(sizeof *x->k_cnt * (size_t)n1);
-    x->k_sz = malloc(sizeof *x->k_sz * (size_t)n1);
-    x->t_cnt = malloc(sizeof *x->t_cnt * (size_t)n1);
-    x->t_r = malloc(sizeof *x->t_r * (size_t)n1);
-    x->k_id = malloc(sizeof *x->k_id * (size_t)n1);
-    x->t_id = malloc(sizeof *x->t_id * (size_t)n1);
-    if (!kd || !x->stp || !x->by_dm || !x->by_r || !x->k_cnt || !x->k_sz || !x->t_cnt || !x->t_r || !x->k_id ||
-        !x->t_id) {
-        free(kd);
-        return -1;
-    }
-    for (int j = 0; j < x->ng; j++) {
-        const group *g = &x->g[j];
-        for (int v = 0; v + 1 < g->np; v++)
-            x->stp[ns++] = (step){g->m[g->par[v + 1]] - g->m[g->par[v]], g->q[g->par[v]] - g->q[g->par[v + 1]], 0, j};
-    }
-    sort_steps(x, kd, x->by_dm, 0);
-    /* lambda / brk: a grid of eighths, then halving steps around the best */
-    double best = -INFINITY, best_f = 1.0;
-    long long budget = x->p->mem_limit - x->prep.min_mem;
-    for (int t = 0; t < 15; t++) {
-        double f = t < 9 ? t / 8.0 : best_f + ((t - 9) % 2 ? -1 : 1) * ldexp(1.0, -4 - (t - 9) / 2);
-        if (f < 0.0 || f > 1.0) continue;
-        x->lam = x->brk * f;
-        for (int i = 0; i < ns; i++) x->stp[i].r = (double)x->stp[i].dq - x->lam * (double)x->stp[i].dm;
-        sort_steps(x, kd, x->by_r, 1);
-        build_bound(x, S);
-        double b = card_bound(x, budget, x->b_q0);
-        if (b > best) {
-            best = b;
-            best_f = f;
-        }
-    }
-    double best_lam = x->brk * best_f;
-    x->lam = best_lam;
-    for (int t = 0; t < ns; t++) x->stp[t].r = (double)x->stp[t].dq - x->lam * (double)x->stp[t].dm;
-    sort_steps(x, kd, x->by_r, 1);
-    free(kd);
-    return 0;
-}
-
 /* One threshold round.  Returns -1 on allocation failure, else 0 with
  * *found = 1 and the best joined plan in best[0..1] when one exists. */
 static int round_at(ctx *x, int *found, int best[2])
@@ -654,15 +730,14 @@ static int round_at(ctx *x, int *found, int best[2])
     int lo = 0, hi = x->ng - 1, n = x->p->n_items;
     for (int t = 0; t < 2; t++) {
         x->s[t].n = 0;
-        memset(x->s[t].in, 0, (size_t)x->ng);
+        fen_copy(x, &x->s[t].f, &x->full);
     }
     *found = 0;
     while (lo <= hi) {
         side *S = A->st[A->n].size <= B->st[B->n].size ? A : B;
         int j = S == A ? x->gorder[lo++] : x->gorder[hi--];
         S->order[S->n++] = j;
-        S->in[j] = 1;
-        build_bound(x, S);
+        fen_remove(x, &S->f, j);
         if (merge_stage(x, S, S->n)) return -1;
         if (S->st[S->n].size == 0) return 0;
     }
@@ -717,34 +792,28 @@ osdp_status osdp_search_exact(const osdp_search_problem *p, osdp_search_result *
         group *g = &x.g[j];
         if (build_front(&x, g, p->mem_limit - (x.prep.min_mem - (long long)g->r * g->m[g->hull[0]]))) goto done;
     }
-    x.b_cm = malloc(sizeof *x.b_cm * (size_t)(x.nseg + 1));
-    x.b_cq = malloc(sizeof *x.b_cq * (size_t)(x.nseg + 1));
-    x.b_sid = malloc(sizeof *x.b_sid * (size_t)(x.nseg + 1));
     x.tmp[0] = malloc(sizeof *x.tmp[0] * (size_t)n);
     x.tmp[1] = malloc(sizeof *x.tmp[1] * (size_t)n);
-    if (!x.b_cm || !x.b_cq || !x.b_sid || !x.tmp[0] || !x.tmp[1]) goto done;
+    if (!x.tmp[0] || !x.tmp[1] || setup_bounds(&x)) goto done;
     for (int t = 0; t < 2; t++) {
         side *S = &x.s[t];
         S->order = malloc(sizeof *S->order * (size_t)x.ng);
-        S->in = calloc((size_t)x.ng, 1);
         S->st = calloc((size_t)x.ng + 1, sizeof *S->st);
-        if (!S->order || !S->in || !S->st || stage_reserve(&S->st[0], 1)) goto done;
+        if (!S->order || !S->st || stage_reserve(&S->st[0], 1)) goto done;
         S->st[0].size = 1;
         S->st[0].m[0] = S->st[0].q[0] = 0;
         S->st[0].prev[0] = S->st[0].gi[0] = -1;
     }
-    if (setup_card(&x, &x.s[0])) goto done;
-    build_bound(&x, &x.s[0]); /* nothing merged: the bound of everything */
-    double lb0 = lp_bound(&x, 0, 0), ub = (double)x.ub, slack = 1e-10 * ub + 2.0;
+    /* slack: far above the rounding in the bounds (a few ulps of 2^62 per
+     * term), far below anything that matters (2^60 units is the slowest plan) */
+    double lb0 = bound(&x, &x.full, 0, 0), ub = (double)x.ub;
+    double slack = 1e-10 * ub + 0x1p14 * (x.nseg + x.nstp + 16);
     int found = 0, best[2] = {0, 0};
     for (double thr = lb0 + 0x1p-16 * (ub - lb0); !found;) {
         int final = !(thr < ub);
         x.thr = (final ? ub : thr) + slack;
         x.next = x.cap = INFINITY;
         if (round_at(&x, &found, best)) goto done;
-#ifdef SEARCH_DEBUG
-        fprintf(stderr, "round thr-lb0 %.4g ub-lb0 %.4g next-lb0 %.4g: nodes %lld A %d groups %d states, B %d groups %d states, found %d\n", x.thr - lb0, ub - lb0, x.next - lb0, x.nodes, x.s[0].n, x.s[0].st[x.s[0].n].size, x.s[1].n, x.s[1].st[x.s[1].n].size, found);
-#endif
         if (final && !found) {
             st = osdp_error_set(OSDP_ERR_INTERNAL, "plan search (exact): the greedy plan was lost");
             goto done;
@@ -756,10 +825,6 @@ osdp_status osdp_search_exact(const osdp_search_problem *p, osdp_search_result *
         if (x.next > thr) thr = x.next;
         if (x.cap < thr) thr = x.cap;
     }
-#ifdef SEARCH_DEBUG
-    fprintf(stderr, "lam/brk %g\n", x.lam / x.brk);
-    fprintf(stderr, "optimum - lb0 = %.4g (ub - lb0 = %.4g), shift %d\n", (double)(x.s[0].st[x.s[0].n].q[best[0]] + x.s[1].st[x.s[1].n].q[best[1]]) - lb0, ub - lb0, x.prep.shift);
-#endif
     unwind(&x, &x.s[0], best[0], r->choice);
     unwind(&x, &x.s[1], best[1], r->choice);
     r->nodes = x.nodes;
@@ -768,40 +833,22 @@ osdp_status osdp_search_exact(const osdp_search_problem *p, osdp_search_result *
 done:
     if (st == OSDP_ERR_OOM) osdp_error_set(OSDP_ERR_OOM, "plan search (exact): out of memory");
     for (int j = 0; x.g && j < x.ng; j++) {
-        free(x.g[j].pos);
-        free(x.g[j].hull);
-        free(x.g[j].par);
-        free(x.g[j].fm);
-        free(x.g[j].fq);
-        free(x.g[j].cnt);
+        group *g = &x.g[j];
+        free(g->pos); free(g->hull); free(g->par); free(g->fm); free(g->fq); free(g->cnt);
     }
     for (int t = 0; t < 2; t++) {
         for (int s = 0; x.s[t].st && s <= x.ng; s++) {
-            free(x.s[t].st[s].m);
-            free(x.s[t].st[s].q);
-            free(x.s[t].st[s].prev);
-            free(x.s[t].st[s].gi);
+            stage *T = &x.s[t].st[s];
+            free(T->m); free(T->q); free(T->prev); free(T->gi);
         }
         free(x.s[t].st);
         free(x.s[t].order);
-        free(x.s[t].in);
+        fen_free(&x.s[t].f);
         free(x.tmp[t]);
     }
-    free(x.g);
-    free(x.seg);
-    free(x.gorder);
-    free(x.b_cm);
-    free(x.b_cq);
-    free(x.b_sid);
-    free(x.stp);
-    free(x.by_dm);
-    free(x.by_r);
-    free(x.k_cnt);
-    free(x.k_sz);
-    free(x.t_cnt);
-    free(x.t_r);
-    free(x.k_id);
-    free(x.t_id);
+    fen_free(&x.full);
+    free(x.g); free(x.seg); free(x.gorder); free(x.stp);
+    free(x.by_dm); free(x.by_r); free(x.eg_off); free(x.eg_pos); free(x.sg_off);
     osdp_search_prep_free(&x.prep);
     return st;
 }

@@ -1,5 +1,6 @@
 /* Plan structure and plan files (format in osdp/plan.h). */
 #include "osdp/plan.h"
+#include "osdp/text_file.h"
 
 #include <errno.h>
 #include <ini.h>
@@ -149,16 +150,10 @@ osdp_status osdp_plan_parse(osdp_plan *plan, const osdp_layout *layout, const ch
 
 osdp_status osdp_plan_load(osdp_plan *plan, const osdp_layout *layout, const char *path)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f) return osdp_error_set(OSDP_ERR_IO, "cannot open plan file %s: %s", path, strerror(errno));
-    char *text = malloc(1 << 20);
-    if (!text) { fclose(f); return osdp_error_set(OSDP_ERR_OOM, "plan: out of host memory"); }
-    size_t n = fread(text, 1, (1 << 20) - 1, f);
-    int too_long = !feof(f);
-    fclose(f);
-    text[n] = '\0';
-    osdp_status s = too_long ? osdp_error_set(OSDP_ERR_INPUT, "plan file %s is longer than 1 MiB", path)
-                             : osdp_plan_parse(plan, layout, text, path);
+    char *text;
+    osdp_status s = osdp_read_text_file(path, 1 << 20, "plan file", &text);
+    if (s != OSDP_OK) return s;
+    s = osdp_plan_parse(plan, layout, text, path);
     free(text);
     return s;
 }
