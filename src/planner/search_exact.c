@@ -370,8 +370,8 @@ static int build_front(ctx *x, group *g, long long cap)
             }
             if (bc < 0) break;
             x->nodes++;
-            int *cand = b.c + (size_t)nk * k;
-            memcpy(cand, a.c + (size_t)cur[bc] * k, sizeof *cand * (size_t)k);
+            int *cand = b.c + (size_t)nk * (size_t)k;
+            memcpy(cand, a.c + (size_t)cur[bc] * (size_t)k, sizeof *cand * (size_t)k);
             cand[bc]++;
             cur[bc]++;
             if (nk > 0 && m == b.m[nk - 1] && q == b.q[nk - 1]) {
@@ -421,12 +421,12 @@ static void fen_build(long long *t, int n)
 /* the largest p in [0, n] with prefix_a(p) <= v, and the prefixes there */
 static int fen_find(const long long *a, const long long *b, int n, long long v, long long *sa, long long *sb)
 {
-    int p = 0, step = 1;
+    int p = 0, w = 1;
     long long A = 0, B = 0;
-    while (step * 2 <= n) step *= 2;
-    for (; n > 0 && step > 0; step /= 2)
-        if (p + step <= n && A + a[p + step] <= v) {
-            p += step;
+    while (w * 2 <= n) w *= 2;
+    for (; n > 0 && w > 0; w /= 2)
+        if (p + w <= n && A + a[p + w] <= v) {
+            p += w;
             A += a[p];
             B += b[p];
         }
@@ -615,7 +615,7 @@ static int lex_better(const ctx *x, const side *S, int s, int a, int b)
         const stage *T = &S->st[t];
         if (T->gi[a] != T->gi[b]) {
             const group *g = &x->g[S->order[t - 1]];
-            const int *ca = g->cnt + (size_t)T->gi[a] * g->k, *cb = g->cnt + (size_t)T->gi[b] * g->k;
+            const int *ca = g->cnt + (size_t)T->gi[a] * (size_t)g->k, *cb = g->cnt + (size_t)T->gi[b] * (size_t)g->k;
             int c = 0, j = 0;
             while (c < g->k && ca[c] == cb[c]) j += ca[c++];
             if (c < g->k) {
@@ -715,7 +715,7 @@ static void unwind(const ctx *x, const side *S, int e, int *choice)
 {
     for (int s = S->n; s >= 1; s--) {
         const group *g = &x->g[S->order[s - 1]];
-        const int *cnt = g->cnt + (size_t)S->st[s].gi[e] * g->k;
+        const int *cnt = g->cnt + (size_t)S->st[s].gi[e] * (size_t)g->k;
         for (int c = 0, j = 0; c < g->k; c++)
             for (int t = 0; t < cnt[c]; t++) choice[g->pos[j++]] = c;
         e = S->st[s].prev[e];
