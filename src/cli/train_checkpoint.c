@@ -121,6 +121,20 @@ osdp_status osdp_train_ckpt_parse(osdp_train_ckpt *tc, int *argc, char **argv)
     return OSDP_OK;
 }
 
+/* append a step number to a growing list; -1 when out of memory */
+static int push_step(long **steps, int *count, int *cap, long s)
+{
+    if (*count == *cap) {
+        int grown = *cap ? 2 * *cap : 16;
+        long *p = realloc(*steps, (size_t)grown * sizeof *p);
+        if (!p) return -1;
+        *steps = p;
+        *cap = grown;
+    }
+    (*steps)[(*count)++] = s;
+    return 0;
+}
+
 /* ---- helpers ------------------------------------------------------------------- */
 
 
@@ -186,13 +200,7 @@ static long *list_saves(const char *dir, int *n, MPI_Comm comm)
         while (d && (e = readdir(d)) != NULL) {
             long s = osdp_ckpt_parse_step_name(e->d_name);
             if (s < 0) continue;
-            if (count == cap) {
-                cap = cap ? 2 * cap : 16;
-                long *p = realloc(steps, (size_t)cap * sizeof *p);
-                if (!p) break;
-                steps = p;
-            }
-            steps[count++] = s;
+            if (push_step(&steps, &count, &cap, s) != 0) break;
         }
         if (d) closedir(d);
         if (count) qsort(steps, (size_t)count, sizeof *steps, cmp_desc);
@@ -278,13 +286,7 @@ static void rotate(const char *dir, long step, int keep)
         }
         long s = osdp_ckpt_parse_step_name(e->d_name);
         if (s < 0 || s > step) continue;
-        if (count == cap) {
-            cap = cap ? 2 * cap : 16;
-            long *p = realloc(steps, (size_t)cap * sizeof *p);
-            if (!p) break;
-            steps = p;
-        }
-        steps[count++] = s;
+        if (push_step(&steps, &count, &cap, s) != 0) break;
     }
     closedir(d);
     if (keep > 0 && count > keep) {

@@ -1,5 +1,6 @@
 /* Device information files (format in osdp/device.h). */
 #include "osdp/device.h"
+#include "osdp/text_file.h"
 #include "osdp/memory.h"
 
 #include <errno.h>
@@ -152,16 +153,12 @@ osdp_status osdp_device_parse(osdp_device *dev, const char *text, const char *or
 
 osdp_status osdp_device_load(osdp_device *dev, const char *path)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f) return osdp_error_set(OSDP_ERR_IO, "cannot open device file %s: %s", path, strerror(errno));
-    char text[65536];
-    size_t n = fread(text, 1, sizeof text - 1, f);
-    int too_long = !feof(f) && fgetc(f) != EOF;
-    fclose(f);
-    if (too_long) return osdp_error_set(OSDP_ERR_INPUT, "device file %s is longer than 64 KiB", path);
-    text[n] = '\0';
-    if (strlen(text) != n) return osdp_error_set(OSDP_ERR_INPUT, "device file %s contains a NUL byte", path);
-    return osdp_device_parse(dev, text, path);
+    char *text;
+    osdp_status s = osdp_read_text_file(path, 65536, "device file", &text);
+    if (s != OSDP_OK) return s;
+    s = osdp_device_parse(dev, text, path);
+    free(text);
+    return s;
 }
 
 osdp_status osdp_device_write(const osdp_device *dev, const char *comment, const char *path)
