@@ -5,7 +5,7 @@
 # Cluster users with environment modules skip the apt-get step: see README.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PACKAGES="build-essential autoconf automake pkg-config mpich libmpich-dev libopenblas-dev
+PACKAGES="build-essential autoconf automake pkg-config mpich libmpich-dev libopenblas-openmp-dev
           libhdf5-mpich-dev hdf5-tools libinih-dev check python3"
 SUDO=; [ "$(id -u)" = 0 ] || SUDO=sudo
 missing=$(for p in $PACKAGES; do dpkg -s "$p" >/dev/null 2>&1 || echo "$p"; done)
