@@ -24,6 +24,12 @@ typedef struct osdp_compute_backend {
     void (*matmul_backward)(float *dx, float *dw, float *db, const float *dy,
                             const float *x, const float *w, int BT, int IC, int OC,
                             int dx_accumulate);
+    /* column blocks of wider x / dx (operator splitting): strides ldx, lddx */
+    void (*matmul_forward_strided)(float *y, const float *x, int ldx, const float *w, const float *b,
+                                   int BT, int IC, int OC, int accumulate);
+    void (*matmul_backward_strided)(float *dx, int lddx, float *dw, float *db, const float *dy,
+                                    const float *x, int ldx, const float *w, int BT, int IC, int OC,
+                                    int dx_accumulate);
     void (*layernorm_forward)(float *y, float *mean, float *rstd, const float *x,
                               const float *w, const float *b, int BT, int C);
     void (*layernorm_backward)(float *dx, float *dw, float *db, const float *dy,

@@ -2,21 +2,24 @@
  * peak memory of a whole plan, for N ranks and a micro-batch of b sequences.
  *
  * Sizes come from the per-operator size table (osdp/layout.h), exactly as
- * the runtime allocates them.  Operator i with g slices of which k are ZDP
- * (g = 1: k = 0 DP, k = 1 ZDP); every slice is its own flat buffer of
- *   q   = osdp_padded_numel(ceil(numel_i / g), N) elements     (g = 1: the op's padded numel)
- * e = device param_bytes (gathered weights, gradients, collectives),
- * a = device act_bytes (activations, workspace).  Bytes per rank:
- *   state    16 g q / N      fp32 master, gradient, AdamW m and v of the shards
- *   resident (g - k) q e     DP slices' full weights, kept all step
+ * the runtime allocates them.  Operator i is cut into g slices by
+ * osdp_op_split (the runtime's own cut), of which the first k are ZDP
+ * (g = 1: k = 0 DP, k = 1 ZDP); slice s has p_s elements once padded to a
+ * multiple of N, P = sum_s p_s.  An operator that cannot be split (the
+ * embedding) is costed unsplit, and 0 < k < g is not a choice for it
+ * (a prohibitive time, 1e30 s).  e = device param_bytes (gathered weights, gradients,
+ * collectives), a = device act_bytes (activations, workspace).  Bytes per rank:
+ *   state    16 P / N         fp32 master, gradient, AdamW m and v of the shards
+ *   resident sum_{s >= k} p_s e   DP slices' full weights, kept all step
  *   acts     b act_floats_per_seq a     alive from its forward to its backward
- *   grads    G = g q e       full gradients during its backward
- *   recv     H = g q e / N   reduce-scatter destination during its backward
- *   work     w = ZDP weights gathered while it computes:
- *              k = 0: 0;  g = 1: q e;  g > 1: q e, or 2 q e when k >= 2 and
- *              prefetch is on (the next slice is prefetched)
- *   prefetch f = k > 0 ? q e : 0: its first ZDP slice, gathered while the
- *              operator before it (backward order) still computes
+ *   grads    G = P e          full gradients during its backward
+ *   recv     H = P e / N      reduce-scatter destination during its backward
+ *   work     w = max_s ([s < k] p_s e + [prefetch, s >= 1, s - 1 < k] p_{s-1} e):
+ *              its backward goes down the slices, holding slice s when ZDP
+ *              and, with prefetch, slice s-1 gathered ahead
+ *   prefetch f = [k = g] p_{g-1} e: its first backward slice when ZDP, gathered
+ *              from the start of the backward of the operator after it (in
+ *              backward order) to hide behind all of that operator's compute
  *   workspace W = osdp_workspace_floats(layout, b) a     (one, all step)
  *
  * Peak (the runtime's schedule, osdp/runtime.h; ops 0..n-1):
@@ -24,20 +27,19 @@
  *   K_u  = sum_{j <= u} acts_j + G_u + [prefetch, u + 1 < n] (G_{u+1} + H_{u+1})
  *   Y_u  = max(w_u, H_u) + [prefetch, u > 0] f_{u-1}
  * The maximum is reached during some operator's backward: its gradients,
- * its gathered weights (or, just after, its receive buffer), the next
+ * its gathered slices (or, just after, its receive buffer), the next
  * backward operator's prefetched weights and, with prefetch, the previous
  * operator's reduce-scatter still in flight (its gradients and receive
  * buffer), on top of the activations of every operator not yet
- * back-propagated.  Forward moments never exceed it.  For g = 1 and
- * e = a = 4 this equals osdp_memory_predict()'s peak_total byte for byte
- * (tests/test_planner.c proves it on random plans); split plans (g > 1)
- * are not run by the runtime yet, so for them the model is analytical.
+ * back-propagated.  Forward moments never exceed it.  For e = a = 4 this
+ * equals osdp_memory_predict()'s peak_total byte for byte, split or not
+ * (tests/test_planner.c proves it on random plans).
  *
  * Time per operator for one optimizer step of A micro-steps (accum_steps):
  *   compute  = A b T F_i gamma_type           (F_i: osdp_cost_op_flops)
- *   AG = (N-1)(alpha_ag + S/N beta_ag),  RS = (N-1)(alpha_rs + S/N beta_rs),
- *   S  = q e bytes (one slice)
- *   comm     = (g - k)(AG + A RS) + k (2 A AG + A RS)
+ *   AG_s = (N-1)(alpha_ag + S_s/N beta_ag),  RS_s = (N-1)(alpha_rs + S_s/N beta_rs),
+ *   S_s = p_s e bytes (one slice: each slice is its own collective)
+ *   comm     = sum_{s >= k} (AG_s + A RS_s) + sum_{s < k} (2 A AG_s + A RS_s)
  *              (DP: weights gathered once per step, ZDP: twice per
  *              micro-step; gradients reduce-scattered every micro-step.
  *              A = 1, g = 1 and equal AG/RS costs give the paper's eq. 2:
@@ -74,7 +76,7 @@ typedef struct osdp_op_time {
 
 /* FLOPs per token, forward + backward */
 double osdp_cost_op_flops(const osdp_op_layout *op);
-/* slice buffer elements q */
+/* the largest padded slice of op cut into g (elements) */
 size_t osdp_cost_slice_numel(const osdp_cost_model *cm, int op, int g);
 void osdp_cost_op_mem(const osdp_cost_model *cm, int op, int g, int k, int b, osdp_op_mem *out);
 void osdp_cost_op_time(const osdp_cost_model *cm, int op, int g, int k, int b, int accum, osdp_op_time *out);

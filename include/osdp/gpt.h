@@ -47,7 +47,32 @@ typedef struct osdp_op_context {
     void *progress_arg;
 } osdp_op_context;
 
-/* input: previous operator's `out` (NULL for embed).  For embed, acts->tokens
+/* An operator's working weights and gradients as g slices (osdp_op_split):
+ * weights[s] and grads[s] hold elements [bounds[s], bounds[s+1]) of the
+ * operator's flat buffers.  acquire(arg, s), when set, is called before slice
+ * s is first touched; a forward pass touches slices in increasing order, a
+ * backward pass in decreasing order (tensors are laid out in the order the
+ * forward uses them), so the runtime can gather a ZDP slice, let it be used,
+ * and free it before the next.  The runtime may change weights[s] and
+ * grads[s] inside acquire.  An acquire error (an emulated out-of-memory)
+ * stops the operator, which returns it. */
+typedef struct osdp_op_slices {
+    int n;
+    const size_t *bounds;           /* n + 1 */
+    const float *const *weights;    /* n */
+    float *const *grads;            /* n (backward only) */
+    osdp_status (*acquire)(void *arg, int slice);
+    void *arg;
+} osdp_op_slices;
+
+osdp_status osdp_op_forward_sliced(const osdp_op_context *ctx, int op, const osdp_op_slices *slices,
+                                   const float *input, osdp_op_acts *acts);
+osdp_status osdp_op_backward_sliced(const osdp_op_context *ctx, int op, const osdp_op_slices *slices,
+                                    const float *input, const osdp_op_acts *acts, osdp_workspace *ws,
+                                    float loss_scale);
+
+/* The same with the operator's whole flat buffers (one slice).
+ * input: previous operator's `out` (NULL for embed).  For embed, acts->tokens
  * and for head, acts->tokens (targets) must be filled before the call. */
 void osdp_op_forward(const osdp_op_context *ctx, int op, const float *weights,
                      const float *input, osdp_op_acts *acts);

@@ -21,6 +21,14 @@ void matmul_forward(float *y, const float *x, const float *w, const float *b,
 void matmul_backward(float *dx, float *dw, float *db, const float *dy,
                      const float *x, const float *w, int BT, int IC, int OC,
                      int dx_accumulate);
+/* The same on a block of columns of wider x / dx (operator splitting, where
+ * one slice holds rows [r0, r0 + IC) of w): x and dx rows have strides ldx,
+ * lddx >= IC.  matmul_forward / matmul_backward are these with strides IC. */
+void matmul_forward_strided(float *y, const float *x, int ldx, const float *w, const float *b,
+                            int BT, int IC, int OC, int accumulate);
+void matmul_backward_strided(float *dx, int lddx, float *dw, float *db, const float *dy,
+                             const float *x, int ldx, const float *w, int BT, int IC, int OC,
+                             int dx_accumulate);
 
 /* y = (x - mean) * rstd * w + b per row; mean, rstd (BT) saved for backward. eps 1e-5. */
 void layernorm_forward(float *y, float *mean, float *rstd, const float *x,

@@ -84,6 +84,22 @@ static inline size_t osdp_shard_numel(size_t numel, int n_ranks)
     return osdp_padded_numel(numel, n_ranks) / (size_t)n_ranks;
 }
 
+/* Operator splitting (DESIGN.md §3): cuts operator `op` into g slices,
+ * contiguous ranges [bounds[s], bounds[s+1]) of its flat buffer, bounds[0] = 0,
+ * bounds[g] = numel.  Since linear weights are stored (in, out), a range of
+ * whole rows of a weight is a block of its input dimension: a slice holds the
+ * rows of one or more linear layers (plus whole LayerNorm tensors), and a
+ * linear layer cut by a slice boundary runs as one matrix product per piece,
+ * the pieces' outputs summed.  Cuts fall only on row boundaries of linear
+ * weights or at the start of a LayerNorm or weight tensor, never between a
+ * weight and its bias, so that a bias is always in the slice of its weight's
+ * last rows.  Each cut is the allowed point nearest to s * numel / g.
+ * The embedding is a lookup, not a product: it cannot be split (g = 1 only).
+ * Returns OSDP_ERR_INPUT (message names the operator) when g slices cannot be
+ * cut. */
+#define OSDP_MAX_SLICES 16
+osdp_status osdp_op_split(const osdp_op_layout *op, int g, size_t *bounds);
+
 /* Model FLOPs per token for forward + backward (6 per parameter in matmuls plus
  * attention), the number MFU is computed from. */
 double osdp_layout_flops_per_token(const osdp_layout *layout);

@@ -39,22 +39,47 @@ typedef struct osdp_runtime_options {
     int n_ranks, rank;      /* for dry runtimes (no comm) */
 } osdp_runtime_options;
 
+/* One slice of an operator (the whole operator when it is not split): a
+ * range of its flat buffer, padded to a multiple of N and sharded on its own,
+ * so that it can be gathered and reduce-scattered alone (DESIGN.md §3). */
+typedef struct osdp_slice_state {
+    size_t lo, hi;          /* elements [lo, hi) of the operator's flat buffer */
+    size_t padded;          /* hi - lo padded to a multiple of N */
+    size_t base;            /* offset in the operator's full buffers (sum of earlier padded) */
+    size_t local;           /* offset of this rank's part (padded / N) in the shard arrays */
+    size_t flat_lo;         /* flat element of local[0]: lo + rank * padded / N */
+    int zdp;
+    float *weights;         /* full working weights of the slice when present */
+    int present;            /* weights allocated (also when dry) */
+    int valid;              /* DP: gathered this step */
+    int pending;            /* gather in flight */
+    osdp_request gather;
+    osdp_request scatter;
+} osdp_slice_state;
+
 typedef struct osdp_op_state {
-    size_t padded, shard;   /* padded numel (multiple of N), shard numel */
-    size_t shard_lo;        /* first element of this rank's shard */
+    int n_slices, zdp_slices;   /* g and k of the plan */
+    size_t bounds[OSDP_MAX_SLICES + 1];
+    osdp_slice_state slice[OSDP_MAX_SLICES];
+    size_t padded, shard;   /* sums over slices: full-buffer and shard elements */
     float *state;           /* (4, shard): master, grad, m, v */
     float *master, *grad, *m, *v;
-    float *weights;         /* (padded) full working weights when present */
-    int weights_present;    /* the full-weights buffer is allocated (also when dry) */
-    int weights_valid;      /* DP: gathered this step */
-    osdp_request gather;    /* pending all-gather into weights */
-    int gather_pending;
-    float *full_grad;       /* (padded) during backward */
+    float *resident;        /* DP slices' full weights (slices k..g-1, contiguous) */
+    size_t resident_numel;
+    float *full_grad;       /* (padded) during backward, slice s at slice[s].base */
     float *grad_recv;       /* (shard) reduce-scatter destination */
-    osdp_request scatter;
     float *acts_base;       /* activation block during the micro-step */
     osdp_op_acts acts;
 } osdp_op_state;
+
+/* This rank's part of slice s: state elements [local, local + padded / N)
+ * hold flat elements [flat_lo, ...) of the operator, those at or past hi
+ * being padding (zero).  Checkpoints, initialisation and the optimizer walk
+ * these segments. */
+static inline size_t osdp_slice_shard_numel(const osdp_slice_state *sl, int n_ranks)
+{
+    return sl->padded / (size_t)n_ranks;
+}
 
 typedef struct osdp_step_stats {
     long step;              /* 1-based optimizer step just done */
@@ -80,7 +105,9 @@ typedef struct osdp_runtime {
     size_t workspace_bytes;
     osdp_workspace ws;
     int *batch_host;                  /* (2, B, T) inputs, targets */
-    int pending_scatter;              /* op whose reduce-scatter is in flight, -1 none */
+    int pending_scatter;              /* op whose reduce-scatters are in flight, -1 none */
+    struct osdp_weight_use *uses;     /* the order weights are used in a micro-step */
+    int n_uses, cur_use;              /* cur_use: the use being computed, -1 before the first */
     int micro;                        /* micro-step within the step */
     osdp_op_context ctx;
 } osdp_runtime;
@@ -91,6 +118,12 @@ osdp_status osdp_runtime_create(osdp_runtime *rt, const osdp_layout *layout, con
 /* one optimizer step (accum_steps micro-steps); data may be NULL when dry */
 osdp_status osdp_runtime_step(osdp_runtime *rt, const struct osdp_dataset *data, osdp_step_stats *stats);
 void osdp_runtime_destroy(osdp_runtime *rt);
+/* the master weights changed outside a step (checkpoint load): DP copies are
+ * gathered again at their next use */
+void osdp_runtime_invalidate_weights(osdp_runtime *rt);
+/* collective: gathers operator op's master weights slice by slice; host
+ * (op numel floats, on every rank) gets the flat buffer */
+osdp_status osdp_runtime_gather_op(osdp_runtime *rt, int op, float *host);
 
 /* Peak bytes per category and in total that the runtime reaches for this
  * plan: a dry runtime running one step. */

@@ -121,8 +121,8 @@ void cuda_synchronize(void) { CUDA_CHECK(cudaDeviceSynchronize()); }
 
 /* ----------------------------------------------------------------- matmul */
 
-void cuda_matmul_forward(float *y, const float *x, const float *w, const float *b, int BT, int IC,
-                         int OC, int accumulate)
+void cuda_matmul_forward_strided(float *y, const float *x, int ldx, const float *w, const float *b,
+                                 int BT, int IC, int OC, int accumulate)
 {
     /* as on the CPU: lay the bias into y first, then y += x @ w with beta = 1 */
     const float *beta = accumulate ? &kOne : &kZero;
@@ -132,22 +132,35 @@ void cuda_matmul_forward(float *y, const float *x, const float *w, const float *
     }
     if (BT <= 0 || OC <= 0) return;
     /* y^T (OC,BT) = w^T (OC,IC) x^T (IC,BT) */
-    CUBLAS_CHECK(cublasSgemm(g.cublas, CUBLAS_OP_N, CUBLAS_OP_N, OC, BT, IC, &kOne, w, OC, x, IC,
+    CUBLAS_CHECK(cublasSgemm(g.cublas, CUBLAS_OP_N, CUBLAS_OP_N, OC, BT, IC, &kOne, w, OC, x, ldx,
                              beta, y, OC));
 }
 
-void cuda_matmul_backward(float *dx, float *dw, float *db, const float *dy, const float *x,
-                          const float *w, int BT, int IC, int OC, int dx_accumulate)
+void cuda_matmul_forward(float *y, const float *x, const float *w, const float *b, int BT, int IC,
+                         int OC, int accumulate)
+{
+    cuda_matmul_forward_strided(y, x, IC, w, b, BT, IC, OC, accumulate);
+}
+
+void cuda_matmul_backward_strided(float *dx, int lddx, float *dw, float *db, const float *dy,
+                                  const float *x, int ldx, const float *w, int BT, int IC, int OC,
+                                  int dx_accumulate)
 {
     if (BT <= 0 || IC <= 0 || OC <= 0) return;
     /* dx (BT,IC) = dy @ w^T  ->  dx^T (IC,BT) = w (IC,OC) dy^T (OC,BT) */
     if (dx)
         CUBLAS_CHECK(cublasSgemm(g.cublas, CUBLAS_OP_T, CUBLAS_OP_N, IC, BT, OC, &kOne, w, OC, dy,
-                                 OC, dx_accumulate ? &kOne : &kZero, dx, IC));
+                                 OC, dx_accumulate ? &kOne : &kZero, dx, lddx));
     /* dw (IC,OC) += x^T @ dy  ->  dw^T (OC,IC) += dy^T (OC,BT) x (BT,IC) */
-    CUBLAS_CHECK(cublasSgemm(g.cublas, CUBLAS_OP_N, CUBLAS_OP_T, OC, IC, BT, &kOne, dy, OC, x, IC,
+    CUBLAS_CHECK(cublasSgemm(g.cublas, CUBLAS_OP_N, CUBLAS_OP_T, OC, IC, BT, &kOne, dy, OC, x, ldx,
                              &kOne, dw, OC));
     if (db) osdp_cuda::column_sums_add(db, dy, BT, OC, S());
+}
+
+void cuda_matmul_backward(float *dx, float *dw, float *db, const float *dy, const float *x,
+                          const float *w, int BT, int IC, int OC, int dx_accumulate)
+{
+    cuda_matmul_backward_strided(dx, IC, dw, db, dy, x, IC, w, BT, IC, OC, dx_accumulate);
 }
 
 /* -------------------------------------------------------------- layernorm */
@@ -337,6 +350,8 @@ extern "C" const osdp_compute_backend osdp_compute_cuda = {
     .synchronize = cuda_synchronize,
     .matmul_forward = cuda_matmul_forward,
     .matmul_backward = cuda_matmul_backward,
+    .matmul_forward_strided = cuda_matmul_forward_strided,
+    .matmul_backward_strided = cuda_matmul_backward_strided,
     .layernorm_forward = cuda_layernorm_forward,
     .layernorm_backward = cuda_layernorm_backward,
     .gelu_forward = cuda_gelu_forward,

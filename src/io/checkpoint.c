@@ -163,9 +163,10 @@ int ck_piece_calls(const osdp_tensor_desc *td, size_t shard)
     return calls < 1 ? 1 : (int)calls;
 }
 
-int ck_piece(const osdp_tensor_desc *td, size_t lo, size_t shard, int call, size_t *a, size_t *b, size_t *buf_off)
+int ck_piece(const osdp_tensor_desc *td, size_t lo, size_t shard, size_t limit, int call, size_t *a, size_t *b,
+             size_t *buf_off)
 {
-    size_t t_lo = td->offset, t_hi = td->offset + td->numel, s_hi = lo + shard;
+    size_t t_lo = td->offset, t_hi = td->offset + td->numel, s_hi = lo + shard < limit ? lo + shard : limit;
     size_t pa = lo > t_lo ? lo : t_lo, pb = s_hi < t_hi ? s_hi : t_hi;
     if (pa >= pb) return 0;
     size_t m = ck_max_elems();
@@ -252,7 +253,7 @@ hid_t ck_dxpl(void)
     return dxpl;
 }
 
-herr_t ck_transfer(hid_t d, const osdp_tensor_desc *td, size_t lo, size_t shard, hid_t dxpl, float *buf,
+herr_t ck_transfer(hid_t d, const osdp_tensor_desc *td, size_t lo, size_t shard, size_t limit, hid_t dxpl, float *buf,
                    int write, uint64_t *sum)
 {
     herr_t status = 0;
@@ -260,7 +261,7 @@ herr_t ck_transfer(hid_t d, const osdp_tensor_desc *td, size_t lo, size_t shard,
     int calls = ck_piece_calls(td, shard);
     for (int c = 0; c < calls; c++) {
         size_t a = 0, b = 0, off = 0;
-        int have = ck_piece(td, lo, shard, c, &a, &b, &off);
+        int have = ck_piece(td, lo, shard, limit, c, &a, &b, &off);
         hsize_t count = have ? (hsize_t)(b - a) : 1;
         hid_t mspace = H5Screate_simple(1, &count, NULL);
         herr_t e = mspace < 0 || space < 0 ? -1 : 0;

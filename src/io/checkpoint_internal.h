@@ -31,15 +31,16 @@ const char *ck_h5_error(char *buf, size_t n);
  * logical tensor) of fmix64(fmix64(i) ^ bits(x_i)) mod 2^64. */
 uint64_t ck_checksum_partial(const float *x, size_t n, uint64_t first_index);
 
-/* Pieces: the intersection of this rank's shard [lo, lo + shard) with tensor
- * t, split into `n_calls` sub-ranges no longer than ck_max_elems() so that
+/* Pieces: the intersection of this rank's shard segment [lo, min(lo + shard,
+ * limit)) with tensor t (limit: the end of the operator slice the segment
+ * belongs to; what lies past it is padding), split into `n_calls` sub-ranges no longer than ck_max_elems() so that
  * one MPI-IO transfer stays below 2 GiB.  n_calls is the same on every rank
  * (computed from the shard size, not from this rank's piece). */
 size_t ck_max_elems(void);
 int ck_piece_calls(const osdp_tensor_desc *td, size_t shard);
 /* sub-range `call` of the piece: tensor elements [*a, *b) and the position
  * of *a in the shard buffer; returns 0 when this rank has nothing */
-int ck_piece(const osdp_tensor_desc *td, size_t lo, size_t shard, int call, size_t *a, size_t *b, size_t *buf_off);
+int ck_piece(const osdp_tensor_desc *td, size_t lo, size_t shard, size_t limit, int call, size_t *a, size_t *b, size_t *buf_off);
 
 /* Dataspace of the logical tensor: (rows, cols) for 2-D, (cols) for 1-D */
 hid_t ck_tensor_space(const osdp_tensor_desc *td);
@@ -63,7 +64,7 @@ const char *ck_mpio_mode(void);
  * the piece's checksum to *sum.  Every rank makes the same number of
  * H5Dwrite / H5Dread calls (collective mode needs that) even after a local
  * failure; returns < 0 if any of them failed here. */
-herr_t ck_transfer(hid_t d, const osdp_tensor_desc *td, size_t lo, size_t shard, hid_t dxpl, float *buf,
+herr_t ck_transfer(hid_t d, const osdp_tensor_desc *td, size_t lo, size_t shard, size_t limit, hid_t dxpl, float *buf,
                    int write, uint64_t *sum);
 
 /* Attributes (scalar unless said) */

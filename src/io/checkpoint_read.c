@@ -226,8 +226,14 @@ static osdp_status read_op(osdp_runtime *rt, int i, int kinds, hid_t file, const
     for (int k = 0; k < kinds; k++) {
         memset(buf, 0, st->shard * sizeof(float));   /* padding stays 0 */
         for (int t = 0; t < nt; t++) {
-            if (ck_transfer(d[k][t], &op->tensor[t], st->shard_lo, st->shard, dxpl, buf, 0, &sums[k * nt + t]) < 0 &&
-                s == OSDP_OK) {
+            herr_t e = 0;
+            for (int c = 0; c < st->n_slices; c++) {   /* each slice's segment of this rank */
+                const osdp_slice_state *sl = &st->slice[c];
+                if (ck_transfer(d[k][t], &op->tensor[t], sl->flat_lo, osdp_slice_shard_numel(sl, rt->N), sl->hi, dxpl,
+                                buf + sl->local, 0, &sums[k * nt + t]) < 0)
+                    e = -1;
+            }
+            if (e < 0 && s == OSDP_OK) {
                 ck_dataset_name(k, op, t, name, sizeof name);
                 s = osdp_error_set(OSDP_ERR_INPUT, "checkpoint %s: cannot read dataset %s (truncated or corrupt file?): %s",
                                    path, name, ck_h5_error(h5msg, sizeof h5msg));
@@ -305,7 +311,7 @@ osdp_status osdp_ckpt_load(osdp_runtime *rt, const osdp_model_config *cfg, const
             rt->step = info.step;
             rt->opt.seed = info.seed;
         }
-        for (int i = 0; i < L->n_ops; i++) rt->ops[i].weights_valid = 0;   /* DP copies are re-gathered */
+        osdp_runtime_invalidate_weights(rt);   /* DP copies are re-gathered */
     }
 
 out:

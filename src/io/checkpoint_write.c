@@ -190,8 +190,14 @@ static osdp_status write_op(osdp_runtime *rt, int i, hid_t file, hid_t dxpl, flo
         const float *src = k == CK_MASTER ? st->master : k == CK_M ? st->m : st->v;
         rt->backend->to_host(buf, src, st->shard * sizeof(float));
         for (int t = 0; t < nt; t++) {
-            if (ck_transfer(d[k][t], &op->tensor[t], st->shard_lo, st->shard, dxpl, buf, 1, &sums[k * nt + t]) < 0 &&
-                s == OSDP_OK) {
+            herr_t e = 0;
+            for (int c = 0; c < st->n_slices; c++) {   /* each slice's segment of this rank */
+                const osdp_slice_state *sl = &st->slice[c];
+                if (ck_transfer(d[k][t], &op->tensor[t], sl->flat_lo, osdp_slice_shard_numel(sl, rt->N), sl->hi, dxpl,
+                                buf + sl->local, 1, &sums[k * nt + t]) < 0)
+                    e = -1;
+            }
+            if (e < 0 && s == OSDP_OK) {
                 ck_dataset_name(k, op, t, name, sizeof name);
                 s = osdp_error_set(OSDP_ERR_IO, "cannot write dataset %s: %s", name, ck_h5_error(h5msg, sizeof h5msg));
             }

@@ -87,69 +87,179 @@ void osdp_workspace_carve(const osdp_layout *layout, int B, float *base, osdp_wo
     ws->cur = 0;
 }
 
-static inline const float *tensor(const osdp_op_layout *op, const float *w, int k)
+/* ---- weights and gradients through slices ------------------------------- */
+
+/* A pass over one operator: resolves flat element offsets to pointers in the
+ * slice buffers, asking the runtime for each slice before its first use. */
+typedef struct pass {
+    const osdp_op_context *ctx;
+    const osdp_op_layout *op;
+    const osdp_op_slices *sl;
+    int cur;                   /* slice acquired last, -1 none */
+    osdp_status status;
+} pass;
+
+static int slice_of(const osdp_op_slices *sl, size_t e)
 {
-    return w + op->tensor[k].offset;
+    int s = 0;
+    while (s + 1 < sl->n && sl->bounds[s + 1] <= e) s++;
+    return s;
 }
-static inline float *gtensor(const osdp_op_layout *op, float *g, int k)
+
+static int acquire(pass *p, int s)
 {
-    return g + op->tensor[k].offset;
+    if (p->status != OSDP_OK) return 0;
+    if (s != p->cur && p->sl->acquire) p->status = p->sl->acquire(p->sl->arg, s);
+    p->cur = s;
+    return p->status == OSDP_OK;
+}
+
+/* weights / gradients of tensor k (a tensor never spans two slices unless it is a
+ * linear weight, which goes through linear_forward / linear_backward) */
+static const float *tw(pass *p, int k)
+{
+    size_t e = p->op->tensor[k].offset;
+    int s = slice_of(p->sl, e);
+    if (!acquire(p, s)) return NULL;
+    return p->sl->weights[s] + (e - p->sl->bounds[s]);
+}
+static float *tg(pass *p, int k)
+{
+    size_t e = p->op->tensor[k].offset;
+    int s = slice_of(p->sl, e);
+    if (!acquire(p, s)) return NULL;
+    return p->sl->grads[s] + (e - p->sl->bounds[s]);
 }
 static inline void poke(const osdp_op_context *ctx)
 {
     if (ctx->progress) ctx->progress(ctx->progress_arg);
 }
 
-void osdp_op_forward(const osdp_op_context *ctx, int op_index, const float *w,
-                     const float *input, osdp_op_acts *a)
+/* rows [*r0, r1) of weight tensor k held by the slice containing row r1 - 1
+ * (backward walks rows downwards) or row r0 (forward, upwards) */
+static int piece_slice(const pass *p, int k, int row)
+{
+    const osdp_tensor_desc *t = &p->op->tensor[k];
+    return slice_of(p->sl, t->offset + (size_t)row * (size_t)t->cols);
+}
+
+/* y = x W + b, W = tensor k (IC, OC), bias tensor k + 1 when has_bias.  A
+ * weight cut by slice boundaries runs one product per piece (its rows in one
+ * slice), the pieces summed into y; the bias is in the slice of the last rows. */
+static void linear_forward(pass *p, float *y, const float *x, int k, int has_bias, int BT)
+{
+    const osdp_compute_backend *be = p->ctx->backend;
+    const osdp_tensor_desc *t = &p->op->tensor[k];
+    const int IC = t->rows, OC = t->cols;
+    int r0 = 0;
+    while (r0 < IC) {
+        int s = piece_slice(p, k, r0);
+        if (!acquire(p, s)) return;
+        size_t hi = p->sl->bounds[s + 1];
+        int r1 = hi >= t->offset + t->numel ? IC : (int)((hi - t->offset) / (size_t)t->cols);
+        const float *w = p->sl->weights[s] + (t->offset + (size_t)r0 * OC - p->sl->bounds[s]);
+        const float *b = r1 == IC && has_bias ? tw(p, k + 1) : NULL;
+        if (r0 == 0 && r1 == IC) be->matmul_forward(y, x, w, b, BT, IC, OC, 0);
+        else be->matmul_forward_strided(y, x + r0, IC, w, b, BT, r1 - r0, OC, r0 > 0);
+        r0 = r1;
+    }
+}
+
+/* dW += x^T dy, db += sum dy, dx = [dx +] dy W^T (dx may be NULL), pieces in
+ * decreasing slice order */
+static void linear_backward(pass *p, float *dx, const float *dy, const float *x, int k, int has_bias,
+                            int BT, int dx_accumulate)
+{
+    const osdp_compute_backend *be = p->ctx->backend;
+    const osdp_tensor_desc *t = &p->op->tensor[k];
+    const int IC = t->rows, OC = t->cols;
+    int r1 = IC;
+    while (r1 > 0) {
+        int s = piece_slice(p, k, r1 - 1);
+        if (!acquire(p, s)) return;
+        size_t lo = p->sl->bounds[s];
+        int r0 = lo <= t->offset ? 0 : (int)((lo - t->offset) / (size_t)t->cols);
+        size_t off = t->offset + (size_t)r0 * OC - lo;
+        float *db = r1 == IC && has_bias ? tg(p, k + 1) : NULL;
+        if (r0 == 0 && r1 == IC)
+            be->matmul_backward(dx, p->sl->grads[s] + off, db, dy, x, p->sl->weights[s] + off, BT, IC, OC,
+                                dx_accumulate);
+        else
+            be->matmul_backward_strided(dx ? dx + r0 : NULL, IC, p->sl->grads[s] + off, db, dy, x + r0, IC,
+                                        p->sl->weights[s] + off, BT, r1 - r0, OC, dx_accumulate);
+        r1 = r0;
+    }
+}
+
+osdp_status osdp_op_forward_sliced(const osdp_op_context *ctx, int op_index, const osdp_op_slices *sl,
+                                   const float *input, osdp_op_acts *a)
 {
     const osdp_compute_backend *be = ctx->backend;
     const osdp_op_layout *op = &ctx->layout->op[op_index];
     const int B = ctx->B, T = ctx->T, BT = B * T, d = op->width;
-    const int NH = ctx->layout->cfg.n_head, V = ctx->layout->cfg.vocab;
+    const int NH = ctx->layout->cfg.n_head;
+    pass P = {.ctx = ctx, .op = op, .sl = sl, .cur = -1, .status = OSDP_OK}, *p = &P;
+#define OK_OR_RETURN() do { if (p->status != OSDP_OK) return p->status; } while (0)
     switch (op->type) {
-    case OSDP_OP_EMBED:
-        be->embedding_forward(a->out, a->tokens, tensor(op, w, 0), tensor(op, w, 1), B, T, d);
+    case OSDP_OP_EMBED: {
+        const float *wte = tw(p, 0), *wpe = tw(p, 1);
+        OK_OR_RETURN();
+        be->embedding_forward(a->out, a->tokens, wte, wpe, B, T, d);
         break;
+    }
     case OSDP_OP_ATTN: {
         int k = 0;
         const float *x = input;
         if (op->width_in != d) {
-            be->matmul_forward(a->xin, input, tensor(op, w, 0), tensor(op, w, 1), BT, op->width_in, d, 0);
+            linear_forward(p, a->xin, input, 0, 1, BT);
             x = a->xin;
             k = 2;
             poke(ctx);
         }
-        be->layernorm_forward(a->ln, a->mean, a->rstd, x, tensor(op, w, k), tensor(op, w, k + 1), BT, d);
-        be->matmul_forward(a->qkv, a->ln, tensor(op, w, k + 2), tensor(op, w, k + 3), BT, d, 3 * d, 0);
+        const float *lw = tw(p, k), *lb = tw(p, k + 1);
+        OK_OR_RETURN();
+        be->layernorm_forward(a->ln, a->mean, a->rstd, x, lw, lb, BT, d);
+        linear_forward(p, a->qkv, a->ln, k + 2, 1, BT);
+        OK_OR_RETURN();
         poke(ctx);
         be->attention_forward(a->heads, a->att, a->qkv, B, T, d, NH);
         poke(ctx);
-        be->matmul_forward(a->out, a->heads, tensor(op, w, k + 4), tensor(op, w, k + 5), BT, d, d, 0);
+        linear_forward(p, a->out, a->heads, k + 4, 1, BT);
+        OK_OR_RETURN();
         be->residual_forward(a->out, a->out, x, (size_t)BT * d);
         break;
     }
-    case OSDP_OP_MLP:
-        be->layernorm_forward(a->ln, a->mean, a->rstd, input, tensor(op, w, 0), tensor(op, w, 1), BT, d);
-        be->matmul_forward(a->fc, a->ln, tensor(op, w, 2), tensor(op, w, 3), BT, d, 4 * d, 0);
+    case OSDP_OP_MLP: {
+        const float *lw = tw(p, 0), *lb = tw(p, 1);
+        OK_OR_RETURN();
+        be->layernorm_forward(a->ln, a->mean, a->rstd, input, lw, lb, BT, d);
+        linear_forward(p, a->fc, a->ln, 2, 1, BT);
+        OK_OR_RETURN();
         poke(ctx);
         be->gelu_forward(a->gelu, a->fc, (size_t)BT * 4 * d);
-        be->matmul_forward(a->out, a->gelu, tensor(op, w, 4), tensor(op, w, 5), BT, 4 * d, d, 0);
+        linear_forward(p, a->out, a->gelu, 4, 1, BT);
+        OK_OR_RETURN();
         be->residual_forward(a->out, a->out, input, (size_t)BT * d);
         break;
-    case OSDP_OP_HEAD:
-        be->layernorm_forward(a->ln, a->mean, a->rstd, input, tensor(op, w, 0), tensor(op, w, 1), BT, d);
-        be->matmul_forward(a->probs, a->ln, tensor(op, w, 2), NULL, BT, d, V, 0);
+    }
+    case OSDP_OP_HEAD: {
+        const float *lw = tw(p, 0), *lb = tw(p, 1);
+        OK_OR_RETURN();
+        be->layernorm_forward(a->ln, a->mean, a->rstd, input, lw, lb, BT, d);
+        linear_forward(p, a->probs, a->ln, 2, 0, BT);
+        OK_OR_RETURN();
         poke(ctx);
-        be->crossentropy_forward(a->losses, a->probs, a->tokens, BT, V);
+        be->crossentropy_forward(a->losses, a->probs, a->tokens, BT, ctx->layout->cfg.vocab);
         break;
     }
+    }
     poke(ctx);
+    return p->status;
 }
 
-void osdp_op_backward(const osdp_op_context *ctx, int op_index, const float *w, float *g,
-                      const float *input, const osdp_op_acts *a, osdp_workspace *ws,
-                      float loss_scale)
+osdp_status osdp_op_backward_sliced(const osdp_op_context *ctx, int op_index, const osdp_op_slices *sl,
+                                    const float *input, const osdp_op_acts *a, osdp_workspace *ws,
+                                    float loss_scale)
 {
     const osdp_compute_backend *be = ctx->backend;
     const osdp_op_layout *op = &ctx->layout->op[op_index];
@@ -158,44 +268,52 @@ void osdp_op_backward(const osdp_op_context *ctx, int op_index, const float *w, 
     const size_t btd = (size_t)BT * (size_t)d;
     float *dout = ws->dres[ws->cur];
     float *s = ws->scratch;
+    pass P = {.ctx = ctx, .op = op, .sl = sl, .cur = -1, .status = OSDP_OK}, *p = &P;
     switch (op->type) {
-    case OSDP_OP_EMBED:
-        be->embedding_backward(gtensor(op, g, 0), gtensor(op, g, 1), dout, a->tokens, B, T, d);
+    case OSDP_OP_EMBED: {
+        float *gte = tg(p, 0), *gpe = tg(p, 1);
+        OK_OR_RETURN();
+        be->embedding_backward(gte, gpe, dout, a->tokens, B, T, d);
         break;
+    }
     case OSDP_OP_ATTN: {
         int k = op->width_in != d ? 2 : 0;
         const float *x = k ? a->xin : input;
         float *dheads = s, *dqkv = s + btd, *dln = s + 4 * btd, *datt = s + 5 * btd;
-        be->matmul_backward(dheads, gtensor(op, g, k + 4), gtensor(op, g, k + 5), dout, a->heads,
-                            tensor(op, w, k + 4), BT, d, d, 0);
+        linear_backward(p, dheads, dout, a->heads, k + 4, 1, BT, 0);
+        OK_OR_RETURN();
         poke(ctx);
         be->attention_backward(dqkv, datt, dheads, a->qkv, a->att, B, T, d, NH);
         poke(ctx);
-        be->matmul_backward(dln, gtensor(op, g, k + 2), gtensor(op, g, k + 3), dqkv, a->ln,
-                            tensor(op, w, k + 2), BT, d, 3 * d, 0);
+        linear_backward(p, dln, dqkv, a->ln, k + 2, 1, BT, 0);
+        OK_OR_RETURN();
         poke(ctx);
         /* residual: d(x) = d(out) + layernorm path, accumulated in place */
-        be->layernorm_backward(dout, gtensor(op, g, k), gtensor(op, g, k + 1), dln, x,
-                               tensor(op, w, k), a->mean, a->rstd, BT, d);
+        float *glw = tg(p, k), *glb = tg(p, k + 1);
+        const float *lw = tw(p, k);
+        OK_OR_RETURN();
+        be->layernorm_backward(dout, glw, glb, dln, x, lw, a->mean, a->rstd, BT, d);
         if (k) {
             float *dprev = ws->dres[1 - ws->cur];
-            be->matmul_backward(dprev, gtensor(op, g, 0), gtensor(op, g, 1), dout, input,
-                                tensor(op, w, 0), BT, op->width_in, d, 0);
+            linear_backward(p, dprev, dout, input, 0, 1, BT, 0);
+            OK_OR_RETURN();
             ws->cur = 1 - ws->cur;
         }
         break;
     }
     case OSDP_OP_MLP: {
         float *dgelu = s, *dln = s + 4 * btd;
-        be->matmul_backward(dgelu, gtensor(op, g, 4), gtensor(op, g, 5), dout, a->gelu,
-                            tensor(op, w, 4), BT, 4 * d, d, 0);
+        linear_backward(p, dgelu, dout, a->gelu, 4, 1, BT, 0);
+        OK_OR_RETURN();
         poke(ctx);
         be->gelu_backward(dgelu, a->fc, dgelu, 4 * btd);
-        be->matmul_backward(dln, gtensor(op, g, 2), gtensor(op, g, 3), dgelu, a->ln,
-                            tensor(op, w, 2), BT, d, 4 * d, 0);
+        linear_backward(p, dln, dgelu, a->ln, 2, 1, BT, 0);
+        OK_OR_RETURN();
         poke(ctx);
-        be->layernorm_backward(dout, gtensor(op, g, 0), gtensor(op, g, 1), dln, input,
-                               tensor(op, w, 0), a->mean, a->rstd, BT, d);
+        float *glw = tg(p, 0), *glb = tg(p, 1);
+        const float *lw = tw(p, 0);
+        OK_OR_RETURN();
+        be->layernorm_backward(dout, glw, glb, dln, input, lw, a->mean, a->rstd, BT, d);
         break;
     }
     case OSDP_OP_HEAD: {
@@ -203,13 +321,46 @@ void osdp_op_backward(const osdp_op_context *ctx, int op_index, const float *w, 
         /* probabilities become d(logits) in place: they are not needed after */
         float *dlogits = a->probs;
         be->crossentropy_backward(dlogits, a->probs, a->tokens, loss_scale, BT, V);
-        be->matmul_backward(dln, gtensor(op, g, 2), NULL, dlogits, a->ln, tensor(op, w, 2), BT, d, V, 0);
+        linear_backward(p, dln, dlogits, a->ln, 2, 0, BT, 0);
+        OK_OR_RETURN();
         poke(ctx);
         be->fill_zero(dout, btd * sizeof(float));
-        be->layernorm_backward(dout, gtensor(op, g, 0), gtensor(op, g, 1), dln, input,
-                               tensor(op, w, 0), a->mean, a->rstd, BT, d);
+        float *glw = tg(p, 0), *glb = tg(p, 1);
+        const float *lw = tw(p, 0);
+        OK_OR_RETURN();
+        be->layernorm_backward(dout, glw, glb, dln, input, lw, a->mean, a->rstd, BT, d);
         break;
     }
     }
+#undef OK_OR_RETURN
     poke(ctx);
+    return p->status;
+}
+
+/* the whole operator as one slice: nothing to acquire */
+static void one_slice(const osdp_op_layout *op, const float *const *w, float *const *g, size_t *bounds,
+                      osdp_op_slices *sl)
+{
+    bounds[0] = 0;
+    bounds[1] = op->numel;
+    *sl = (osdp_op_slices){.n = 1, .bounds = bounds, .weights = w, .grads = g};
+}
+
+void osdp_op_forward(const osdp_op_context *ctx, int op_index, const float *w,
+                     const float *input, osdp_op_acts *a)
+{
+    size_t bounds[2];
+    osdp_op_slices sl;
+    one_slice(&ctx->layout->op[op_index], &w, NULL, bounds, &sl);
+    (void)osdp_op_forward_sliced(ctx, op_index, &sl, input, a);   /* cannot fail: no acquire */
+}
+
+void osdp_op_backward(const osdp_op_context *ctx, int op_index, const float *w, float *g,
+                      const float *input, const osdp_op_acts *a, osdp_workspace *ws,
+                      float loss_scale)
+{
+    size_t bounds[2];
+    osdp_op_slices sl;
+    one_slice(&ctx->layout->op[op_index], &w, &g, bounds, &sl);
+    (void)osdp_op_backward_sliced(ctx, op_index, &sl, input, a, ws, loss_scale);
 }

@@ -38,8 +38,8 @@ static void column_sums_block(float *db, const float *dy, int BT, int OC, int o0
     for (int j = 0; j < n; j++) db[o0 + j] += acc[j];
 }
 
-void matmul_forward(float *y, const float *x, const float *w, const float *b,
-                    int BT, int IC, int OC, int accumulate)
+void matmul_forward_strided(float *y, const float *x, int ldx, const float *w, const float *b,
+                            int BT, int IC, int OC, int accumulate)
 {
     /* The bias is laid into y first and sgemm adds x @ w with beta = 1: one pass
      * over y fewer than beta = 0 (OpenBLAS zeroes C in a separate pass) followed
@@ -58,20 +58,26 @@ void matmul_forward(float *y, const float *x, const float *w, const float *b,
         }
         beta = 1.0f;
     }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, BT, OC, IC, 1.0f, x, IC,
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, BT, OC, IC, 1.0f, x, ldx,
                 w, OC, beta, y, OC);
 }
 
-void matmul_backward(float *dx, float *dw, float *db, const float *dy,
-                     const float *x, const float *w, int BT, int IC, int OC,
-                     int dx_accumulate)
+void matmul_forward(float *y, const float *x, const float *w, const float *b,
+                    int BT, int IC, int OC, int accumulate)
+{
+    matmul_forward_strided(y, x, IC, w, b, BT, IC, OC, accumulate);
+}
+
+void matmul_backward_strided(float *dx, int lddx, float *dw, float *db, const float *dy,
+                             const float *x, int ldx, const float *w, int BT, int IC, int OC,
+                             int dx_accumulate)
 {
     /* dx (BT,IC) = dy (BT,OC) @ w^T, w stored (IC,OC) */
     if (dx)
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, BT, IC, OC, 1.0f, dy,
-                    OC, w, OC, dx_accumulate ? 1.0f : 0.0f, dx, IC);
+                    OC, w, OC, dx_accumulate ? 1.0f : 0.0f, dx, lddx);
     /* dw (IC,OC) += x^T (IC,BT) @ dy (BT,OC) */
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, IC, OC, BT, 1.0f, x, IC, dy,
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, IC, OC, BT, 1.0f, x, ldx, dy,
                 OC, 1.0f, dw, OC);
     if (db) {
         /* blocks of 64 columns, each summed over the rows in order (cache
@@ -83,6 +89,13 @@ void matmul_backward(float *dx, float *dw, float *db, const float *dy,
             column_sums_block(db, dy, BT, OC, o0, n);
         }
     }
+}
+
+void matmul_backward(float *dx, float *dw, float *db, const float *dy,
+                     const float *x, const float *w, int BT, int IC, int OC,
+                     int dx_accumulate)
+{
+    matmul_backward_strided(dx, IC, dw, db, dy, x, IC, w, BT, IC, OC, dx_accumulate);
 }
 
 /* --------------------------------------------------------------- layernorm */

@@ -152,6 +152,61 @@ int osdp_layout_find_tensor(const osdp_layout *layout, const char *full_name, in
     return -1;
 }
 
+static int is_bias(const osdp_tensor_desc *t)
+{
+    size_t n = strlen(t->name);
+    return n >= 5 && strcmp(t->name + n - 5, ".bias") == 0;
+}
+
+/* the allowed cut inside or at the start of tensor t nearest to target */
+static size_t nearest_cut_in(const osdp_op_layout *op, const osdp_tensor_desc *t, size_t target)
+{
+    if (t->ndim == 2 && op->type != OSDP_OP_EMBED && t->rows > 1) {
+        double r = ((double)target - (double)t->offset) / (double)t->cols;
+        long row = lround(r);
+        if (row < 0) row = 0;
+        if (row > t->rows - 1) row = t->rows - 1;
+        return t->offset + (size_t)row * (size_t)t->cols;
+    }
+    return t->offset;
+}
+
+osdp_status osdp_op_split(const osdp_op_layout *op, int g, size_t *bounds)
+{
+    if (g < 1 || g > OSDP_MAX_SLICES)
+        return osdp_error_set(OSDP_ERR_INPUT, "operator %s: %d slices is out of range [1, %d]", op->name, g, OSDP_MAX_SLICES);
+    bounds[0] = 0;
+    bounds[g] = op->numel;
+    if (g == 1) return OSDP_OK;
+    if (op->type == OSDP_OP_EMBED)
+        return osdp_error_set(OSDP_ERR_INPUT, "operator %s is a lookup, not a matrix product: it cannot be split (use 1 slice)",
+                              op->name);
+    for (int s = 1; s < g; s++) {
+        size_t target = (size_t)((double)op->numel * s / g), best = 0;
+        int found = 0;
+        for (int k = 0; k < op->n_tensors; k++) {
+            const osdp_tensor_desc *t = &op->tensor[k];
+            if (is_bias(t)) continue;
+            size_t c = nearest_cut_in(op, t, target);
+            /* the nearest candidate above the previous cut; rows further up
+             * in the same tensor are candidates too when c is not */
+            if (c <= bounds[s - 1] && t->ndim == 2 && op->type != OSDP_OP_EMBED) {
+                size_t row = (bounds[s - 1] - t->offset) / (size_t)t->cols + 1;
+                c = row < (size_t)t->rows ? t->offset + row * (size_t)t->cols : 0;
+            }
+            if (c <= bounds[s - 1] || c >= op->numel) continue;
+            size_t dist = c > target ? c - target : target - c;
+            size_t best_dist = best > target ? best - target : target - best;
+            if (!found || dist < best_dist) { best = c; found = 1; }
+        }
+        if (!found)
+            return osdp_error_set(OSDP_ERR_INPUT, "operator %s (%zu parameters) cannot be cut into %d slices", op->name,
+                                  op->numel, g);
+        bounds[s] = best;
+    }
+    return OSDP_OK;
+}
+
 double osdp_layout_flops_per_token(const osdp_layout *layout)
 {
     double flops = 0;

@@ -2,6 +2,7 @@
 #include "osdp/cost_model.h"
 #include "osdp/gpt.h"
 
+#include <math.h>
 #include <stdlib.h>
 
 double osdp_cost_op_flops(const osdp_op_layout *op)
@@ -10,25 +11,62 @@ double osdp_cost_op_flops(const osdp_op_layout *op)
     return 3.0 * ((double)op->flops_per_token + (double)op->attn_flops_per_token);
 }
 
+/* The slices the runtime cuts (osdp_op_split) and their padded sizes.  An
+ * operator that cannot be cut into g slices (the embedding) runs unsplit: k = 0
+ * is DP, k > 0 ZDP; *partial tells that 0 < k < g was asked of it. */
+static int op_slices(const osdp_cost_model *cm, int op, int *g, int *k, size_t *padded, int *partial)
+{
+    size_t bounds[OSDP_MAX_SLICES + 1];
+    *partial = 0;
+    const osdp_op_layout *o = &cm->layout->op[op];
+    bounds[0] = 0;
+    bounds[1] = o->numel;
+    if (*g > 1 && (o->type == OSDP_OP_EMBED || *g > OSDP_MAX_SLICES || osdp_op_split(o, *g, bounds) != OSDP_OK)) {
+        *partial = *k > 0 && *k < *g;
+        *k = *k > 0;
+        *g = 1;
+        bounds[0] = 0;
+        bounds[1] = o->numel;
+    }
+    for (int s = 0; s < *g; s++) padded[s] = osdp_padded_numel(bounds[s + 1] - bounds[s], cm->N);
+    return *g;
+}
+
 size_t osdp_cost_slice_numel(const osdp_cost_model *cm, int op, int g)
 {
-    size_t numel = cm->layout->op[op].numel;
-    size_t per = (numel + (size_t)g - 1) / (size_t)g;
-    return osdp_padded_numel(per, cm->N);
+    size_t padded[OSDP_MAX_SLICES];
+    int k = 0, partial;
+    op_slices(cm, op, &g, &k, padded, &partial);
+    size_t most = 0;
+    for (int s = 0; s < g; s++) most = padded[s] > most ? padded[s] : most;
+    return most;
 }
 
 void osdp_cost_op_mem(const osdp_cost_model *cm, int op, int g, int k, int b, osdp_op_mem *out)
 {
     const long long N = cm->N, e = cm->dev->param_bytes, a = cm->dev->act_bytes;
-    const long long q = (long long)osdp_cost_slice_numel(cm, op, g);
-    out->state = 16 * (long long)g * (q / N);
-    out->resident = (long long)(g - k) * q * e;
+    size_t p[OSDP_MAX_SLICES];
+    int partial;
+    op_slices(cm, op, &g, &k, p, &partial);
+    long long total = 0, dp = 0;
+    for (int s = 0; s < g; s++) {
+        total += (long long)p[s];
+        if (s >= k) dp += (long long)p[s];
+    }
+    out->state = 16 * (total / N);
+    out->resident = dp * e;
     out->acts = (long long)b * (long long)cm->layout->op[op].act_floats_per_seq * a;
-    out->grads = (long long)g * q * e;
-    out->recv = (long long)g * (q / N) * e;
-    if (k == 0) out->work = 0;
-    else out->work = (g > 1 && k >= 2 && cm->prefetch ? 2 : 1) * q * e;
-    out->prefetch = k > 0 ? q * e : 0;
+    out->grads = total * e;
+    out->recv = total / N * e;
+    /* backward goes down the slices; ZDP slices are 0..k-1.  At slice s the
+     * operator holds slice s if ZDP and, with prefetch, slice s-1 gathered
+     * ahead (the next operator's first slice, f, is held throughout) */
+    out->work = 0;
+    for (int s = 0; s < g; s++) {
+        long long v = (s < k ? (long long)p[s] * e : 0) + (cm->prefetch && s >= 1 && s - 1 < k ? (long long)p[s - 1] * e : 0);
+        if (v > out->work) out->work = v;
+    }
+    out->prefetch = k == g ? (long long)p[g - 1] * e : 0;
 }
 
 long long osdp_cost_workspace(const osdp_cost_model *cm, int b)
@@ -42,14 +80,21 @@ void osdp_cost_op_time(const osdp_cost_model *cm, int op, int g, int k, int b, i
     const osdp_device *d = cm->dev;
     const double N = cm->N, A = accum;
     out->compute = A * (double)b * (double)cm->layout->T * osdp_cost_op_flops(o) * d->gamma[o->type];
-    double S = (double)osdp_cost_slice_numel(cm, op, g) * (double)d->param_bytes;
-    double ag = (N - 1) * (d->all_gather.alpha + S / N * d->all_gather.beta);
-    double rs = (N - 1) * (d->reduce_scatter.alpha + S / N * d->reduce_scatter.beta);
-    out->comm = (double)(g - k) * (ag + A * rs) + (double)k * (2 * A * ag + A * rs);
+    size_t p[OSDP_MAX_SLICES];
+    int partial;
+    op_slices(cm, op, &g, &k, p, &partial);
+    out->comm = 0;
+    for (int s = 0; s < g; s++) {
+        double S = (double)p[s] * (double)d->param_bytes;
+        double ag = (N - 1) * (d->all_gather.alpha + S / N * d->all_gather.beta);
+        double rs = (N - 1) * (d->reduce_scatter.alpha + S / N * d->reduce_scatter.beta);
+        out->comm += s < k ? 2 * A * ag + A * rs : ag + A * rs;
+    }
     if (cm->kind == OSDP_COST_OVERLAP && cm->prefetch)
         out->total = out->compute > out->comm ? out->compute : out->comm;
     else
         out->total = out->compute + out->comm;
+    if (partial) out->total = 1e30;   /* not a choice this operator has: prohibitive, finite for the searches */
 }
 
 long long osdp_cost_peak(const osdp_cost_model *cm, const osdp_plan *plan, int b, int *at_op)

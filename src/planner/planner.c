@@ -49,8 +49,8 @@ static osdp_status check_options(const osdp_layout *L, const osdp_device *dev, c
 {
     (void)L;
     if (o->n_ranks < 1) return osdp_error_set(OSDP_ERR_INPUT, "planner: ranks must be at least 1 (got %d)", o->n_ranks);
-    if (o->split < 1 || o->split > 64)
-        return osdp_error_set(OSDP_ERR_INPUT, "planner: --split %d out of range [1, 64]", o->split);
+    if (o->split < 1 || o->split > OSDP_MAX_SLICES)
+        return osdp_error_set(OSDP_ERR_INPUT, "planner: --split %d out of range [1, %d]", o->split, OSDP_MAX_SLICES);
     if (o->mem_limit < 0 || (o->mem_limit == 0 && dev->mem_limit <= 0))
         return osdp_error_set(OSDP_ERR_INPUT, "planner: no positive memory limit (device mem_limit or --mem-limit)");
     return OSDP_OK;
@@ -59,8 +59,17 @@ static osdp_status check_options(const osdp_layout *L, const osdp_device *dev, c
 static void fill_plan(const pctx *x, const int *ch, osdp_plan *plan)
 {
     for (int i = 0; i < x->n; i++) {
-        plan->slices[i] = x->g;
-        plan->zdp_slices[i] = x->kval[ch[i]];
+        int g = x->g, k = x->kval[ch[i]];
+        size_t bounds[OSDP_MAX_SLICES + 1];
+        /* an operator that cannot be split (the embedding) runs unsplit, as the
+         * cost model costed it: k > 0 means ZDP */
+        const osdp_op_layout *op = &x->cm.layout->op[i];
+        if (g > 1 && (op->type == OSDP_OP_EMBED || osdp_op_split(op, g, bounds) != OSDP_OK)) {
+            k = k > 0;
+            g = 1;
+        }
+        plan->slices[i] = g;
+        plan->zdp_slices[i] = k;
     }
 }
 

@@ -65,7 +65,7 @@ static int parse_mode(const char *value, int *k, int *g)
     if (errno || end == value || *end != '/') return -1;
     const char *gs = end + 1;
     long gg = strtol(gs, &end, 10);
-    if (errno || end == gs || *end != '\0' || gg < 1 || gg > 64 || kk < 0 || kk > gg) return -1;
+    if (errno || end == gs || *end != '\0' || gg < 1 || gg > OSDP_MAX_SLICES || kk < 0 || kk > gg) return -1;
     *k = (int)kk;
     *g = (int)gg;
     return 0;
@@ -91,8 +91,8 @@ static int plan_handler(void *user, const char *section, const char *key, const 
     int k, g;
     if (parse_mode(value, &k, &g) != 0) {
         st->status = osdp_error_set(OSDP_ERR_INPUT,
-            "%s = '%s': mode must be dp, zdp or k/g (k of g slices ZDP, 0 <= k <= g <= 64)",
-            key, value);
+            "%s = '%s': mode must be dp, zdp or k/g (k of g slices ZDP, 0 <= k <= g <= %d)",
+            key, value, OSDP_MAX_SLICES);
         return 0;
     }
     if (strcmp(key, "default") == 0) {
@@ -140,8 +140,11 @@ osdp_status osdp_plan_parse(osdp_plan *plan, const osdp_layout *layout, const ch
                                        origin, layout->op[i].name);
             break;
         }
-        plan->zdp_slices[i] = st.default_k;
-        plan->slices[i] = st.default_g;
+        /* the default applies where it can: the embedding cannot be split,
+         * so a split default makes it ZDP when any slice is ZDP */
+        int unsplittable = st.default_g > 1 && layout->op[i].type == OSDP_OP_EMBED;
+        plan->zdp_slices[i] = unsplittable ? st.default_k > 0 : st.default_k;
+        plan->slices[i] = unsplittable ? 1 : st.default_g;
     }
     free(seen);
     if (st.status != OSDP_OK) osdp_plan_free(plan);

@@ -1,0 +1,343 @@
+/* Tests for operator splitting (DESIGN.md §3, issue 7):
+ *   cuts      osdp_op_split: slices cover the operator, cuts fall on row
+ *             boundaries of linear weights or at tensor-group starts (never
+ *             between a weight and its bias), slices are balanced, the
+ *             embedding refuses, impossible splits fail with a message
+ *   compute   every operator run slice by slice (each slice in its own
+ *             allocation, so that a read past a slice is an ASan error)
+ *             equals the unsplit operator: outputs and gradients within
+ *             1e-5 relative (the pieces of a split product are summed in a
+ *             different order), and slices are acquired in pass order
+ *   peak      the cost model's closed-form peak equals the runtime's own
+ *             accounting (osdp_memory_predict, a dry run of the schedule) byte
+ *             for byte on random split plans, N = 1, 2, 3, 8, with and
+ *             without prefetch
+ *   traffic   the cost model's bytes per step do not depend on g when slices
+ *             need no padding */
+#include "config.h"
+#include "osdp/cost_model.h"
+#include "osdp/gpt.h"
+#include "osdp/init.h"
+#include "osdp/layout.h"
+#include "osdp/model_config.h"
+#include "osdp/runtime.h"
+
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *src_dir(void)
+{
+    const char *d = getenv("OSDP_SRCDIR");
+    return d && d[0] ? d : OSDP_SOURCE_DIR;
+}
+
+static void load_layout(osdp_layout *L, const char *model, int T)
+{
+    char path[4096];
+    osdp_model_config cfg;
+    if (strchr(model, '/')) snprintf(path, sizeof path, "%s/%s", src_dir(), model);   /* tests/mpi/... */
+    else snprintf(path, sizeof path, "%s/input/models/%s.ini", src_dir(), model);
+    ck_assert_msg(osdp_model_config_load(&cfg, path) == OSDP_OK, "%s", osdp_error_message());
+    ck_assert_msg(osdp_layout_build(L, &cfg, T > 0 ? T : cfg.ctx) == OSDP_OK, "%s", osdp_error_message());
+}
+
+static unsigned long long g_rng = 424242;
+static unsigned rnd(void)
+{
+    g_rng = g_rng * 6364136223846793005ULL + 1442695040888963407ULL;
+    return (unsigned)(g_rng >> 33);
+}
+
+/* ------------------------------------------------------------------------ */
+
+/* is e an allowed cut of op: the start of a non-bias tensor, or a row
+ * boundary inside a linear weight */
+static int allowed_cut(const osdp_op_layout *op, size_t e)
+{
+    for (int k = 0; k < op->n_tensors; k++) {
+        const osdp_tensor_desc *t = &op->tensor[k];
+        size_t n = strlen(t->name);
+        int bias = n >= 5 && strcmp(t->name + n - 5, ".bias") == 0;
+        if (e == t->offset) return !bias;
+        if (e > t->offset && e < t->offset + t->numel)
+            return t->ndim == 2 && (e - t->offset) % (size_t)t->cols == 0;
+    }
+    return 0;
+}
+
+START_TEST(test_cuts)
+{
+    const char *models[] = {"tiny", "bench_l6_d256", "ic_l8_mixed", "gpt2_small"};
+    int checked = 0;
+    for (int mi = 0; mi < 4; mi++) {
+        osdp_layout L;
+        load_layout(&L, models[mi], 0);
+        for (int i = 0; i < L.n_ops; i++) {
+            const osdp_op_layout *op = &L.op[i];
+            size_t maxrow = 0;
+            for (int k = 0; k < op->n_tensors; k++)
+                if (op->tensor[k].ndim == 2 && (size_t)op->tensor[k].cols > maxrow) maxrow = (size_t)op->tensor[k].cols;
+            for (int g = 1; g <= 8; g++) {
+                size_t b[OSDP_MAX_SLICES + 1];
+                osdp_status s = osdp_op_split(op, g, b);
+                if (op->type == OSDP_OP_EMBED && g > 1) {
+                    ck_assert_int_eq(s, OSDP_ERR_INPUT);
+                    ck_assert_msg(strstr(osdp_error_message(), "embed"), "%s", osdp_error_message());
+                    continue;
+                }
+                ck_assert_msg(s == OSDP_OK, "%s %s g=%d: %s", models[mi], op->name, g, osdp_error_message());
+                ck_assert(b[0] == 0 && b[g] == op->numel);
+                for (int k = 1; k < g; k++) {
+                    ck_assert_msg(b[k] > b[k - 1], "%s g=%d: cut %d not increasing", op->name, g, k);
+                    ck_assert_msg(allowed_cut(op, b[k]), "%s g=%d: cut %zu not allowed", op->name, g, b[k]);
+                    /* nearest allowed point: within one weight row (plus a
+                     * LayerNorm/bias group) of the even share */
+                    double even = (double)op->numel * k / g;
+                    ck_assert_msg(fabs((double)b[k] - even) <= (double)maxrow + 2.0 * op->width + 8 * (double)op->width,
+                                  "%s g=%d: cut %zu far from %g", op->name, g, b[k], even);
+                }
+                checked++;
+            }
+        }
+        osdp_layout_free(&L);
+    }
+    ck_assert_int_gt(checked, 100);
+    /* more slices than places to cut */
+    osdp_layout L;
+    load_layout(&L, "tiny", 0);
+    size_t b[OSDP_MAX_SLICES + 1];
+    ck_assert_int_eq(osdp_op_split(&L.op[L.n_ops - 1], OSDP_MAX_SLICES + 1, b), OSDP_ERR_INPUT);
+    osdp_layout_free(&L);
+}
+END_TEST
+
+/* ------------------------------------------------------------------------ */
+
+typedef struct slice_log {
+    int order[4 * OSDP_MAX_SLICES], n;
+    const float **weights;
+    float **copies;
+} slice_log;
+
+static osdp_status record_acquire(void *arg, int s)
+{
+    slice_log *lg = arg;
+    ck_assert_int_lt(lg->n, 4 * OSDP_MAX_SLICES);
+    lg->order[lg->n++] = s;
+    lg->weights[s] = lg->copies[s];
+    return OSDP_OK;
+}
+
+static double max_rel(const float *a, const float *b, size_t n)
+{
+    double worst = 0, scale = 1e-3;
+    for (size_t i = 0; i < n; i++) scale = fmax(scale, fabs(a[i]));
+    for (size_t i = 0; i < n; i++) worst = fmax(worst, fabs((double)a[i] - b[i]) / scale);
+    return worst;
+}
+
+START_TEST(test_sliced_equals_unsplit)
+{
+    const char *models[] = {"tiny", "tests/mpi/t_ic.ini"};
+    const int B = 2;
+    int checked = 0;
+    for (int mi = 0; mi < 2; mi++) {
+        osdp_layout L;
+        load_layout(&L, models[mi], 16);
+        const osdp_compute_backend *be = &osdp_compute_cpu;
+        osdp_op_context ctx = {.backend = be, .layout = &L, .B = B, .T = L.T};
+        size_t ws_floats = osdp_workspace_floats(&L, B);
+        const size_t bt = (size_t)B * (size_t)L.T, in_floats = bt * L.max_width;
+        float *input = malloc(in_floats * sizeof(float));
+        float *ws_a = malloc(ws_floats * sizeof(float)), *ws_b = malloc(ws_floats * sizeof(float));
+        ck_assert(input && ws_a && ws_b);
+        for (size_t e = 0; e < in_floats; e++) input[e] = 0.5f * osdp_normal_at(7, 99, e);
+        for (int i = 1; i < L.n_ops; i++) {   /* every operator but the embedding */
+            const osdp_op_layout *op = &L.op[i];
+            size_t af = (size_t)B * op->act_floats_per_seq;
+            float *w = malloc(op->numel * sizeof(float)), *g_ref = calloc(op->numel, sizeof(float));
+            float *acts_ref = calloc(af, sizeof(float)), *acts_sl = calloc(af, sizeof(float));
+            ck_assert(w && g_ref && acts_ref && acts_sl);
+            osdp_init_op_range(op, i, 11, 0, op->numel, w);
+            /* biases and LayerNorm shifts are zero at init: give them values */
+            for (size_t e = 0; e < op->numel; e++) w[e] += 0.01f * osdp_normal_at(5, (uint64_t)i, e);
+            osdp_op_acts ar, as;
+            osdp_op_acts_carve(&L, i, B, acts_ref, &ar);
+            osdp_op_acts_carve(&L, i, B, acts_sl, &as);
+            if (op->type == OSDP_OP_HEAD)
+                for (size_t e = 0; e < bt; e++) ar.tokens[e] = as.tokens[e] = (int)(rnd() % (unsigned)L.cfg.vocab);
+            osdp_workspace wa, wb;
+            osdp_workspace_carve(&L, B, ws_a, &wa);
+            osdp_workspace_carve(&L, B, ws_b, &wb);
+            osdp_op_forward(&ctx, i, w, input, &ar);
+            for (size_t e = 0; e < in_floats; e++) wa.dres[0][e] = 0.1f * osdp_normal_at(3, 1, e);
+            osdp_op_backward(&ctx, i, w, g_ref, input, &ar, &wa, 1.0f / (float)bt);
+            for (int g = 2; g <= 5; g++) {
+                size_t bounds[OSDP_MAX_SLICES + 1];
+                ck_assert(osdp_op_split(op, g, bounds) == OSDP_OK);
+                float *copies[OSDP_MAX_SLICES], *grads[OSDP_MAX_SLICES];
+                const float *weights[OSDP_MAX_SLICES] = {0};
+                for (int s = 0; s < g; s++) {
+                    size_t n = bounds[s + 1] - bounds[s];
+                    copies[s] = malloc(n * sizeof(float));
+                    grads[s] = calloc(n, sizeof(float));
+                    ck_assert(copies[s] && grads[s]);
+                    memcpy(copies[s], w + bounds[s], n * sizeof(float));
+                }
+                slice_log lg = {.n = 0, .weights = weights, .copies = copies};
+                osdp_op_slices sl = {.n = g, .bounds = bounds, .weights = weights, .grads = grads,
+                                     .acquire = record_acquire, .arg = &lg};
+                memset(acts_sl, 0, af * sizeof(float));
+                osdp_op_acts_carve(&L, i, B, acts_sl, &as);
+                if (op->type == OSDP_OP_HEAD) memcpy(as.tokens, ar.tokens, bt * sizeof(int));
+                ck_assert(osdp_op_forward_sliced(&ctx, i, &sl, input, &as) == OSDP_OK);
+                ck_assert_int_eq(lg.n, g);   /* every slice once, upwards */
+                for (int k = 0; k < g; k++) ck_assert_int_eq(lg.order[k], k);
+                ck_assert_msg(max_rel(ar.out ? ar.out : ar.losses, as.out ? as.out : as.losses,
+                                      ar.out ? bt * (size_t)op->width : bt) < 1e-5,
+                              "%s %s g=%d: forward differs", models[mi], op->name, g);
+                lg.n = 0;
+                for (int s = 0; s < g; s++) weights[s] = NULL;
+                for (size_t e = 0; e < in_floats; e++) wb.dres[0][e] = 0.1f * osdp_normal_at(3, 1, e);
+                wb.cur = 0;
+                ck_assert(osdp_op_backward_sliced(&ctx, i, &sl, input, &as, &wb, 1.0f / (float)bt) == OSDP_OK);
+                ck_assert_int_eq(lg.n, g);   /* every slice once, downwards */
+                for (int k = 0; k < g; k++) ck_assert_int_eq(lg.order[k], g - 1 - k);
+                ck_assert_int_eq(wa.cur, wb.cur);
+                ck_assert_msg(max_rel(wa.dres[wa.cur], wb.dres[wb.cur], bt * (size_t)op->width_in) < 1e-5,
+                              "%s %s g=%d: d(input) differs", models[mi], op->name, g);
+                for (int s = 0; s < g; s++) {
+                    ck_assert_msg(max_rel(g_ref + bounds[s], grads[s], bounds[s + 1] - bounds[s]) < 1e-5,
+                                  "%s %s g=%d: gradients of slice %d differ", models[mi], op->name, g, s);
+                    free(copies[s]);
+                    free(grads[s]);
+                }
+                checked++;
+            }
+            free(w);
+            free(g_ref);
+            free(acts_ref);
+            free(acts_sl);
+        }
+        free(input);
+        free(ws_a);
+        free(ws_b);
+        osdp_layout_free(&L);
+    }
+    ck_assert_int_gt(checked, 20);
+}
+END_TEST
+
+/* ------------------------------------------------------------------------ */
+
+static osdp_device test_device(void)
+{
+    osdp_device d;
+    memset(&d, 0, sizeof d);
+    snprintf(d.name, sizeof d.name, "test");
+    d.mem_limit = 1LL << 40;
+    d.param_bytes = d.act_bytes = 4;
+    d.all_gather = (osdp_collective_cost){2e-5, 1e-9};
+    d.reduce_scatter = (osdp_collective_cost){3e-5, 1.5e-9};
+    for (int t = 0; t < OSDP_N_OP_TYPES; t++) d.gamma[t] = 2e-11;
+    return d;
+}
+
+START_TEST(test_peak_equals_runtime_split)
+{
+    const char *models[] = {"tiny", "bench_l6_d256", "ic_l8_mixed"};
+    osdp_device d = test_device();
+    int checked = 0;
+    for (int mi = 0; mi < 3; mi++) {
+        osdp_layout L;
+        load_layout(&L, models[mi], 64);
+        osdp_plan p;
+        ck_assert(osdp_plan_alloc(&p, L.n_ops) == OSDP_OK);
+        const int Ns[] = {1, 2, 3, 8};
+        for (int ni = 0; ni < 4; ni++)
+            for (int pf = 0; pf < 2; pf++)
+                for (int r = 0; r < 10; r++) {
+                    for (int i = 0; i < L.n_ops; i++) {
+                        int g = L.op[i].type == OSDP_OP_EMBED ? 1 : 1 + (int)(rnd() % 4);
+                        p.slices[i] = g;
+                        p.zdp_slices[i] = r == 0 ? g : r == 1 ? 0 : (int)(rnd() % (unsigned)(g + 1));
+                    }
+                    osdp_cost_model cm = {.layout = &L, .dev = &d, .N = Ns[ni], .prefetch = pf};
+                    osdp_memory_prediction pr;
+                    int b = 1 + (r & 1);
+                    ck_assert_msg(osdp_memory_predict(&L, &p, Ns[ni], b, 1 + (r & 1), pf, &pr) == OSDP_OK, "%s",
+                                  osdp_error_message());
+                    long long model = osdp_cost_peak(&cm, &p, b, NULL);
+                    ck_assert_msg(model == (long long)pr.peak_total, "%s N=%d pf=%d r=%d: model %lld, runtime %zu",
+                                  models[mi], Ns[ni], pf, r, model, pr.peak_total);
+                    checked++;
+                }
+        osdp_plan_free(&p);
+        osdp_layout_free(&L);
+    }
+    ck_assert_int_eq(checked, 3 * 4 * 2 * 10);
+}
+END_TEST
+
+/* all-ZDP split into g: the transient weights shrink to about 1/g of the
+ * largest operator, and the runtime says so */
+START_TEST(test_split_lowers_peak)
+{
+    osdp_layout L;
+    load_layout(&L, "bench_l4_d512", 64);
+    osdp_plan p;
+    ck_assert(osdp_plan_alloc(&p, L.n_ops) == OSDP_OK);
+    long long prev = -1;
+    for (int g = 1; g <= 4; g *= 2) {
+        for (int i = 0; i < L.n_ops; i++) {
+            p.slices[i] = L.op[i].type == OSDP_OP_EMBED ? 1 : g;
+            p.zdp_slices[i] = p.slices[i];
+        }
+        osdp_memory_prediction pr;
+        ck_assert(osdp_memory_predict(&L, &p, 4, 1, 1, 0, &pr) == OSDP_OK);
+        long long w = (long long)pr.peak[OSDP_MEM_WEIGHTS];
+        if (prev >= 0) ck_assert_msg(w < prev, "g=%d: gathered-weight peak %lld not below %lld", g, w, prev);
+        prev = w;
+    }
+    osdp_plan_free(&p);
+    osdp_layout_free(&L);
+}
+END_TEST
+
+START_TEST(test_traffic_independent_of_split)
+{
+    osdp_layout L;
+    load_layout(&L, "bench_l6_d256", 128);
+    osdp_device d = test_device();
+    d.all_gather.alpha = d.reduce_scatter.alpha = 0;   /* bandwidth terms only: bytes */
+    osdp_cost_model cm = {.layout = &L, .dev = &d, .N = 4, .prefetch = 1};
+    for (int i = 1; i < L.n_ops; i++) {
+        osdp_op_time t1, t4;
+        osdp_cost_op_time(&cm, i, 1, 1, 1, 1, &t1);
+        osdp_cost_op_time(&cm, i, 4, 4, 1, 1, &t4);
+        ck_assert_msg(fabs(t1.comm - t4.comm) <= 1e-12 * t1.comm, "%s: %g vs %g", L.op[i].name, t1.comm, t4.comm);
+    }
+    osdp_layout_free(&L);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("split");
+    TCase *tc = tcase_create("core");
+    tcase_set_timeout(tc, 300);
+    tcase_add_test(tc, test_cuts);
+    tcase_add_test(tc, test_sliced_equals_unsplit);
+    tcase_add_test(tc, test_peak_equals_runtime_split);
+    tcase_add_test(tc, test_split_lowers_peak);
+    tcase_add_test(tc, test_traffic_independent_of_split);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
