@@ -44,7 +44,7 @@ else bad "plan invariance (losses differ)"; paste "$WORK/inv_dp.log" "$WORK/inv_
 
 # -- 2. rank-count invariance: N = 1, 2, 4 with the same global batch of 8
 for n in 1 2 4; do
-    run $n "ranks_$n" --model "$M" --steps 8 --batch $((8 / n)) --global-batch 8 --dump-weights "$WORK/w_$n.bin" \
+    run $n "ranks_$n" --model "$M" --steps 8 --batch $((8 / n)) --global-batch 8 --plan dp --dump-weights "$WORK/w_$n.bin" \
         || bad "N=$n ran" "$WORK/ranks_$n.err"
 done
 # fp32 sums in a different order: losses agree to 1e-5 relative, weights to 1e-4 absolute after 8 steps
@@ -93,14 +93,14 @@ else bad "memory limit: dp rc=$rc_dp zdp rc=$rc_z" "$WORK/oom_dp.err"; fi
 
 # -- 6. padding: N = 3 (operator sizes not multiples of 3) matches N = 1
 run 3 pad_3 --model "$M" --steps 6 --batch 2 --global-batch 6 --plan zdp || bad "N=3 ran" "$WORK/pad_3.err"
-run 1 pad_1 --model "$M" --steps 6 --batch 6 --global-batch 6 || bad "N=1 ran" "$WORK/pad_1.err"
+run 1 pad_1 --model "$M" --steps 6 --batch 6 --global-batch 6 --plan dp || bad "N=1 ran" "$WORK/pad_1.err"
 paste -d' ' <(field "$WORK/pad_1.log" loss) <(field "$WORK/pad_3.log" loss) |
     awk 'NF==2 {n++; d=$1-$2; if (d<0) d=-d; if (d > 1e-5*$1) exit 1} END {exit n!=6}' \
     && ok "padding: N=3 all-ZDP matches N=1 within 1e-5 for 6 steps" || bad "padding N=3 vs N=1"
 
 # -- 7. I&C model (blocks of different widths): N=2 matches N=1
 run 2 ic_2 --model "$SRC/tests/mpi/t_ic.ini" --steps 5 --batch 2 --global-batch 4 --plan zdp || bad "I&C N=2 ran" "$WORK/ic_2.err"
-run 1 ic_1 --model "$SRC/tests/mpi/t_ic.ini" --steps 5 --batch 4 --global-batch 4 || bad "I&C N=1 ran" "$WORK/ic_1.err"
+run 1 ic_1 --model "$SRC/tests/mpi/t_ic.ini" --steps 5 --batch 4 --global-batch 4 --plan dp || bad "I&C N=1 ran" "$WORK/ic_1.err"
 paste -d' ' <(field "$WORK/ic_1.log" loss) <(field "$WORK/ic_2.log" loss) |
     awk 'NF==2 {n++; d=$1-$2; if (d<0) d=-d; if (d > 1e-5*$1) exit 1} END {exit n!=5}' \
     && ok "I&C widths 32,48,32: N=2 matches N=1" || bad "I&C N=2 vs N=1"
@@ -110,8 +110,10 @@ paste -d' ' <(field "$WORK/ic_1.log" loss) <(field "$WORK/ic_2.log" loss) |
 run 4 default --steps 150 || bad "default run" "$WORK/default.err"
 last=$(grep '^summary' "$WORK/default.log" | sed 's/.*last_loss=\([^ ]*\).*/\1/')
 first=$(grep '^summary' "$WORK/default.log" | sed 's/.*first_loss=\([^ ]*\).*/\1/')
-awk -v f="$first" -v l="$last" 'BEGIN {exit !(f > 5 && l < 2.5)}' \
-    && ok "default 4-rank run learns: loss $first -> $last (< 2.5)" || bad "default run loss $first -> $last"
+# (--plan auto is the default: rank 0 prints the planner's table first)
+awk -v f="$first" -v l="$last" 'BEGIN {exit !(f > 5 && l < 2.5)}' && grep -q '^osdp planner:' "$WORK/default.out" \
+    && ok "default 4-rank run (--plan auto: $(grep -o 'micro-batch [0-9]*, accumulation [0-9]*' "$WORK/default.out")) learns: loss $first -> $last (< 2.5)" \
+    || bad "default run loss $first -> $last" "$WORK/default.out"
 
 # -- 9. bad input: clear message, non-zero exit, on every rank
 expect_fail() {  # expect_fail NAME PATTERN [train options]

@@ -9,10 +9,17 @@
  *   (model: t = (N-1)(alpha + S/N beta)).  A negative intercept is clamped
  *   to alpha = 0.
  *   gamma: each operator type's forward + backward (osdp_op_forward /
- *   osdp_op_backward on the compute backend), every rank at once so that
- *   cores are shared as in training, at a few micro-batches b; gamma is the
- *   least-squares slope through the origin of time against b T F (F:
- *   osdp_cost_op_flops), averaged over ranks.
+ *   osdp_op_backward on the compute backend) at micro-batches b = 1, 2, 4, 8
+ *   (the range the scheduler picks from on CPU), timed the way a training
+ *   step experiences it: every rank computes at once, in lockstep (a barrier
+ *   before each run, as the collectives between operators impose), and a run
+ *   lasts as long as its slowest rank; gamma is the least-squares slope
+ *   through the origin of the median of those times against b T F (F:
+ *   osdp_cost_op_flops), weighted by relative error.  Why not the fastest
+ *   run of each rank, averaged: on a shared or oversubscribed node (more
+ *   ranks than cores) one rank often runs alone for a moment, so the best
+ *   run measures an idle machine and the average hides the rank the others
+ *   wait for; predicted steps then came out several times too fast.
  *   mem_limit: --mem-limit, or the node's physical memory / ranks per node. */
 #include "config.h"
 #include "osdp/app.h"
@@ -107,7 +114,9 @@ static osdp_status time_collective(osdp_comm *comm, int reduce, size_t total_byt
     return s;
 }
 
-/* one forward + backward of operator `op` at micro-batch B: best of reps */
+/* one forward + backward of operator `op` at micro-batch B on every rank at
+ * once: the median over reps of the slowest rank's time (collective: every
+ * rank must call it, and gets the same *out) */
 static osdp_status time_op(const osdp_compute_backend *be, const osdp_layout *L, int op, int B, int reps, double *out)
 {
     const osdp_op_layout *o = &L->op[op];
@@ -134,21 +143,23 @@ static osdp_status time_op(const osdp_compute_backend *be, const osdp_layout *L,
     osdp_workspace ws;
     osdp_op_acts_carve(L, op, B, act, &a);
     osdp_workspace_carve(L, B, ws_base, &ws);
-    double best = 1e30;
+    double t[MAX_REPS + 1];
     for (int r = 0; r <= reps; r++) { /* r = 0: warm-up */
         if (a.tokens) be->to_device(a.tokens, tok, bt * sizeof(int));
         be->fill_zero(ws_base, nws * sizeof(float));
         be->fill_zero(g, o->numel * sizeof(float));
         be->synchronize();
+        MPI_Barrier(MPI_COMM_WORLD);
         double t0 = wall();
         osdp_op_forward(&ctx, op, w, o->type == OSDP_OP_EMBED ? NULL : in, &a);
         ws.cur = 0;
         osdp_op_backward(&ctx, op, w, g, o->type == OSDP_OP_EMBED ? NULL : in, &a, &ws, 1.0f / (float)bt);
         be->synchronize();
-        double t = wall() - t0;
-        if (r > 0 && t < best) best = t;
+        double mine = wall() - t0;
+        MPI_Allreduce(&mine, &t[r], 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
     }
-    *out = best;
+    qsort(t + 1, (size_t)reps, sizeof *t, cmp_d);
+    *out = t[1 + reps / 2];
 done:
     if (w) be->free(w);
     if (g) be->free(g);
@@ -265,31 +276,30 @@ int osdp_cmd_profile(int argc, char **argv)
                                         "machine? try --reps 21", cn, cc->beta));
     }
 
+    enum { N_BATCHES = 4 };
+    const int batches[N_BATCHES] = {1, 2, 4, 8};
     len += snprintf(note + len, sizeof note - (size_t)len,
                     "gamma: forward + backward of the model's first operator of each type on the C/OpenBLAS CPU backend,\n"
-                    "all ranks at once, best of %d runs, slope through the origin of time vs b T F:\n", reps);
-    const int batches[3] = {1, 2, 4};
+                    "all ranks at once in lockstep, median of %d runs of the slowest rank, slope through the origin\n"
+                    "of time vs b T F (relative errors) at b = 1, 2, 4, 8:\n", reps);
     for (int t = 0; t < OSDP_N_OP_TYPES; t++) {
         int op = t == OSDP_OP_EMBED ? 0 : t == OSDP_OP_ATTN ? 1 : t == OSDP_OP_MLP ? 2 : L.n_ops - 1;
-        double x[3], y[3];
-        for (int i = 0; i < 3; i++) {
-            MPI_Barrier(MPI_COMM_WORLD);
-            double mine = 0, sum = 0;
-            osdp_check_all(time_op(be, &L, op, batches[i], reps, &mine));
-            MPI_Allreduce(&mine, &sum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
-            y[i] = sum / N;
+        double x[N_BATCHES], y[N_BATCHES], wt[N_BATCHES];
+        for (int i = 0; i < N_BATCHES; i++) {
+            osdp_check_all(time_op(be, &L, op, batches[i], reps, &y[i]));
             x[i] = (double)batches[i] * L.T * osdp_cost_op_flops(&L.op[op]);
+            wt[i] = 1 / (y[i] * y[i]); /* every micro-batch counts alike */
         }
-        fit f = line_fit(x, y, NULL, 3, 1);
+        fit f = line_fit(x, y, wt, N_BATCHES, 1);
         dev.gamma[t] = f.c1;
+        char ms[128];
+        int at = 0;
+        for (int i = 0; i < N_BATCHES; i++) at += snprintf(ms + at, sizeof ms - (size_t)at, " %.3f", 1e3 * y[i]);
         if (root)
-            printf("  gamma %-5s (%s): b=1,2,4: %.3f %.3f %.3f ms -> %.3e s/FLOP (%.2f GFLOP/s), R^2 %.5f\n",
-                   osdp_op_type_name((osdp_op_type)t), L.op[op].name, 1e3 * y[0], 1e3 * y[1], 1e3 * y[2], f.c1,
-                   1e-9 / f.c1, f.r2);
-        len += snprintf(note + len, sizeof note - (size_t)len,
-                        "  %-5s (%s): %.3f %.3f %.3f ms at b = 1, 2, 4 -> %.2f GFLOP/s, R^2 %.5f\n",
-                        osdp_op_type_name((osdp_op_type)t), L.op[op].name, 1e3 * y[0], 1e3 * y[1], 1e3 * y[2],
-                        1e-9 / f.c1, f.r2);
+            printf("  gamma %-5s (%s): b=1,2,4,8:%s ms -> %.3e s/FLOP (%.2f GFLOP/s), R^2 %.5f\n",
+                   osdp_op_type_name((osdp_op_type)t), L.op[op].name, ms, f.c1, 1e-9 / f.c1, f.r2);
+        len += snprintf(note + len, sizeof note - (size_t)len, "  %-5s (%s):%s ms -> %.2f GFLOP/s, R^2 %.5f\n",
+                        osdp_op_type_name((osdp_op_type)t), L.op[op].name, ms, 1e-9 / f.c1, f.r2);
     }
     if (mem_limit == 0) {
         long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);

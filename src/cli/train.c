@@ -40,14 +40,16 @@ static void train_usage(FILE *out)
         "  --data FILE|DIR       llm.c .bin shard, directory of shards, or a text file\n"
         "                        (default: input/data/addition.txt)\n"
         "  --steps N             optimizer steps (default 100)\n"
-        "  --batch B             sequences per rank per micro-step (default 8)\n"
-        "  --global-batch G      sequences per optimizer step over all ranks\n"
-        "                        (default B x ranks; must be a multiple of B x ranks)\n"
+        "  --batch B             sequences per rank per micro-step (default: the planner's\n"
+        "                        choice with --plan auto, else 8)\n"
+        "  --global-batch G      sequences per optimizer step over all ranks (default B x ranks,\n"
+        "                        8 x ranks when the planner picks B; a multiple of B x ranks)\n"
         "  --seq-len T           tokens per sequence (default: the model's ctx)\n"
-        "  --plan dp|zdp|auto|FILE  DP or ZDP for every operator, the planner's plan (auto: the\n"
-        "                        micro-batch too unless --batch is given), or a plan file (default dp)\n"
+        "  --plan auto|dp|zdp|FILE  the planner's plan (default auto: modes per operator, and the\n"
+        "                        micro-batch and accumulation unless --batch is given), DP or ZDP\n"
+        "                        for every operator, or a plan file\n"
         "  --device FILE         device information for --plan auto\n"
-        "                        (default: input/devices/cpu_c_kernels.ini; --mem-limit overrides its limit)\n"
+        "                        (default: input/devices/cpu_2core.ini; --mem-limit overrides its limit)\n"
         "  --mem-limit BYTES     emulated device memory per rank: 8G, 512M, ...\n"
         "  --no-prefetch         do not overlap all-gathers / reduce-scatters with compute\n"
         "  --seed S              weights and data order (default 1337)\n"
@@ -69,8 +71,8 @@ static osdp_status parse_train_args(int argc, char **argv, train_args *a)
     memset(a, 0, sizeof *a);
     a->model = osdp_default_input("models/tiny.ini", model_buf, sizeof model_buf);
     a->data = osdp_default_input("data/addition.txt", data_buf, sizeof data_buf);
-    a->plan = "dp";
-    a->device = osdp_default_input("devices/cpu_c_kernels.ini", device_buf, sizeof device_buf);
+    a->plan = "auto"; /* DESIGN.md §7: the planner decides unless told otherwise */
+    a->device = osdp_default_input("devices/cpu_2core.ini", device_buf, sizeof device_buf);
     a->backend = "cpu";
     a->steps = 100;
     a->batch = 8;
@@ -157,7 +159,11 @@ static osdp_status plan_auto(osdp_plan *plan, const osdp_layout *layout, const t
         osdp_planner_defaults(&o);
         o.n_ranks = n_ranks;
         o.mem_limit = (long long)a->mem_limit;
-        o.global_batch = a->global_batch;
+        /* the global batch is a training hyperparameter (it shapes the loss
+         * curve), the micro-batch a systems choice: without --global-batch
+         * the planner splits the same 8 x ranks sequences per step that a
+         * run without --plan auto takes, into micro-batch x accumulation */
+        o.global_batch = a->global_batch ? a->global_batch : a->batch * n_ranks;
         o.micro_batch = a->batch_given ? a->batch : 0;
         o.prefetch = a->prefetch;
         osdp_status s = osdp_device_load(&dev, a->device);
@@ -193,8 +199,14 @@ static osdp_status load_plan(osdp_plan *plan, const osdp_layout *layout, train_a
         return s;
     }
     if (strcmp(spec, "auto") == 0) {
+        if (a->batch_given && a->global_batch && a->global_batch % (a->batch * n_ranks) != 0)
+            return osdp_error_set(OSDP_ERR_INPUT, "--global-batch %d is not a multiple of --batch %d x %d ranks = %d",
+                                  a->global_batch, a->batch, n_ranks, a->batch * n_ranks);
         osdp_status s = plan_auto(plan, layout, a, n_ranks, rank);
-        if (s == OSDP_OK) a->batch = plan->micro_batch; /* the planner's micro-batch */
+        if (s == OSDP_OK) { /* the planner's micro-batch and accumulation */
+            a->batch = plan->micro_batch;
+            a->global_batch = plan->micro_batch * plan->accum_steps * n_ranks;
+        }
         return s;
     }
     return osdp_plan_load(plan, layout, spec);
