@@ -10,7 +10,8 @@
  *             different order), and slices are acquired in pass order
  *   peak      the cost model's closed-form peak equals the runtime's own
  *             accounting (osdp_memory_predict, a dry run of the schedule) byte
- *             for byte on random split plans, N = 1, 2, 3, 8, with and
+ *             for byte on random split plans with random activation
+ *             recompute per block, N = 1, 2, 3, 8, with and
  *             without prefetch
  *   traffic   the cost model's bytes per step do not depend on g when slices
  *             need no padding */
@@ -264,6 +265,8 @@ START_TEST(test_peak_equals_runtime_split)
                         int g = L.op[i].type == OSDP_OP_EMBED ? 1 : 1 + (int)(rnd() % 4);
                         p.slices[i] = g;
                         p.zdp_slices[i] = r == 0 ? g : r == 1 ? 0 : (int)(rnd() % (unsigned)(g + 1));
+                        int block = L.op[i].type == OSDP_OP_ATTN || L.op[i].type == OSDP_OP_MLP;
+                        p.recompute[i] = block && (r == 2 || (r > 2 && (rnd() & 1)));
                     }
                     osdp_cost_model cm = {.layout = &L, .dev = &d, .N = Ns[ni], .prefetch = pf};
                     osdp_memory_prediction pr;

@@ -11,27 +11,32 @@
  * collectives), a = device act_bytes (activations, workspace).  Bytes per rank:
  *   state    16 P / N         fp32 master, gradient, AdamW m and v of the shards
  *   resident sum_{s >= k} p_s e   DP slices' full weights, kept all step
- *   acts     b act_floats_per_seq a     alive from its forward to its backward
+ *   acts     b act_floats_per_seq a     alive from its forward to its backward;
+ *              with recompute only its output, b T d a
+ *   rebuilt  recompute: the rest, b act_floats_per_seq a - acts, alive again
+ *              during its recomputed forward and its backward
  *   grads    G = P e          full gradients during its backward
  *   recv     H = P e / N      reduce-scatter destination during its backward
  *   work     w = max_s ([s < k] p_s e + [prefetch, s >= 1, s - 1 < k] p_{s-1} e):
  *              its backward goes down the slices, holding slice s when ZDP
  *              and, with prefetch, slice s-1 gathered ahead
- *   prefetch f = [k = g] p_{g-1} e: its first backward slice when ZDP, gathered
+ *   prefetch f = [k = g] p_{g-1} e (recompute: [k > 0] p_0 e, the first slice of
+ *              the recomputed forward): its first backward slice when ZDP, gathered
  *              from the start of the backward of the operator after it (in
  *              backward order) to hide behind all of that operator's compute
  *   workspace W = osdp_workspace_floats(layout, b) a     (one, all step)
  *
  * Peak (the runtime's schedule, osdp/runtime.h; ops 0..n-1):
  *   peak = W + sum_i (state_i + resident_i) + max_u ( K_u + Y_u )
- *   K_u  = sum_{j <= u} acts_j + G_u + [prefetch, u + 1 < n] (G_{u+1} + H_{u+1})
+ *   K_u  = sum_{j <= u} acts_j + rebuilt_u + G_u + [prefetch, u + 1 < n] (G_{u+1} + H_{u+1})
  *   Y_u  = max(w_u, H_u) + [prefetch, u > 0] f_{u-1}
  * The maximum is reached during some operator's backward: its gradients,
  * its gathered slices (or, just after, its receive buffer), the next
  * backward operator's prefetched weights and, with prefetch, the previous
  * operator's reduce-scatter still in flight (its gradients and receive
  * buffer), on top of the activations of every operator not yet
- * back-propagated.  Forward moments never exceed it.  For e = a = 4 this
+ * back-propagated.  Forward moments never exceed it, nor do those of a
+ * recomputed forward (it holds at most three slices, less than G_u).  For e = a = 4 this
  * equals osdp_memory_predict()'s peak_total byte for byte, split or not
  * (tests/test_planner.c proves it on random plans).
  *
@@ -44,6 +49,8 @@
  *              micro-step; gradients reduce-scattered every micro-step.
  *              A = 1, g = 1 and equal AG/RS costs give the paper's eq. 2:
  *              c (N-1)(alpha + S/N beta) with c = 2 DP, 3 ZDP)
+ *   recompute: compute x 4/3 (the forward again) and ZDP slices gathered a
+ *              third time per micro-step (2 A AG_s becomes 3 A AG_s)
  *   paper    T_i = compute + comm
  *   overlap  T_i = max(compute, comm) when prefetch is on (the operator's
  *              collectives run while compute proceeds, so the slower of the
@@ -64,10 +71,11 @@ typedef struct osdp_cost_model {
     int N;                  /* ranks */
     int prefetch;           /* the runtime's prefetch (train's default: on) */
     osdp_cost_kind kind;
+    const int *recompute;   /* per operator, NULL: none (peak and step time use the plan's) */
 } osdp_cost_model;
 
 typedef struct osdp_op_mem {
-    long long state, resident, acts, grads, recv, work, prefetch;
+    long long state, resident, acts, rebuilt, grads, recv, work, prefetch;
 } osdp_op_mem;
 
 typedef struct osdp_op_time {

@@ -10,7 +10,10 @@
  *     default = dp          ; optional: mode of every operator not listed
  *     embed   = dp
  *     attn.0  = zdp
- *     mlp.0   = 2/4         ; 2 of 4 slices ZDP (operator splitting) */
+ *     mlp.0   = 2/4         ; 2 of 4 slices ZDP (operator splitting)
+ *     attn.1  = zdp recompute   ; activation checkpointing (attn and mlp only)
+ * A default with `recompute` applies it to attn and mlp operators; a split
+ * default gives the embedding (which cannot be split) ZDP when k > 0. */
 #ifndef OSDP_PLAN_H
 #define OSDP_PLAN_H
 

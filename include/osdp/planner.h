@@ -73,6 +73,9 @@ typedef struct osdp_planner_options {
     osdp_mode_set modes;      /* default any */
     double dfs_time_limit_s;  /* for the whole run, dfs only (default 60) */
     int verify;               /* osdp_memory_predict check where it applies (default 1) */
+    const int *recompute;     /* per operator: recompute activations (NULL: none) */
+    int split_auto;           /* try g = 1, 2, 4, 8; keep the fastest (osdp_planner_run) */
+    int recompute_auto;       /* try recomputing the first 0, L/4, L/2, 3L/4, L blocks */
 } osdp_planner_options;
 
 typedef struct osdp_planner_result {
@@ -100,7 +103,8 @@ void osdp_planner_defaults(osdp_planner_options *o);
 osdp_status osdp_planner_plan_batch(const osdp_layout *layout, const osdp_device *dev,
                                     const osdp_planner_options *o, int b, int accum,
                                     osdp_planner_result *res);
-/* The scheduler over micro-batches (see above). */
+/* The scheduler over micro-batches (see above); with split_auto and / or
+ * recompute_auto, over granularities and recomputed-block counts as well. */
 osdp_status osdp_planner_run(const osdp_layout *layout, const osdp_device *dev,
                              const osdp_planner_options *o, osdp_planner_result *res);
 /* Smallest model peak of any plan at micro-batch b; *plan (may be NULL)

@@ -69,6 +69,7 @@ typedef struct osdp_op_state {
     float *full_grad;       /* (padded) during backward, slice s at slice[s].base */
     float *grad_recv;       /* (shard) reduce-scatter destination */
     float *acts_base;       /* activation block during the micro-step */
+    float *kept_out;        /* recompute: the output, kept from forward to backward */
     osdp_op_acts acts;
 } osdp_op_state;
 

@@ -74,16 +74,20 @@ void osdp_report_header(osdp_report *r, const osdp_model_config *cfg, const osdp
     const osdp_runtime *rt = r->rt;
     const osdp_layout *L = rt->layout;
     char b1[32];
-    int zdp = 0;
-    for (int i = 0; i < plan->n_ops; i++) zdp += plan->zdp_slices[i] > 0;
+    int zdp = 0, split = 0, recompute = 0;
+    for (int i = 0; i < plan->n_ops; i++) {
+        zdp += plan->zdp_slices[i] == plan->slices[i] && plan->slices[i] > 0 && plan->zdp_slices[i] > 0;
+        split += plan->slices[i] > 1 && plan->zdp_slices[i] > 0 && plan->zdp_slices[i] < plan->slices[i];
+        recompute += plan->recompute[i] != 0;
+    }
     printf("osdp %s | model %s: %d layers, %d heads, width %d, vocab %d, T %d | %.2fM parameters in %d operators\n",
            PACKAGE_VERSION, cfg->name, cfg->n_layer, cfg->n_head, cfg->n_embd, cfg->vocab, L->T,
            (double)L->total_params / 1e6, L->n_ops);
     printf("data %s: %zu tokens | %d ranks x %d threads, backend %s | batch %d per rank x %d micro-steps = %d sequences/step\n",
            data->path, data->n_tokens, r->world->size, r->world->threads, rt->backend->name,
            rt->B, rt->opt.accum_steps, global_batch);
-    printf("plan: %d DP + %d ZDP operators, prefetch %s | predicted peak per rank %s",
-           plan->n_ops - zdp, zdp, rt->opt.prefetch ? "on" : "off",
+    printf("plan: %d DP + %d ZDP + %d partly ZDP (k of g slices) operators, %d recompute, prefetch %s | predicted peak per rank %s",
+           plan->n_ops - zdp - split, zdp, split, recompute, rt->opt.prefetch ? "on" : "off",
            osdp_format_bytes((double)r->predicted.peak_total, b1, sizeof b1));
     if (rt->opt.mem_limit) printf(" (limit %s)", osdp_format_bytes((double)rt->opt.mem_limit, b1, sizeof b1));
     printf(" | MFU against %s: %.1f GFLOP/s per rank\n", r->peak_source, r->peak_flops_per_rank / 1e9);

@@ -30,6 +30,8 @@ typedef struct train_args {
     int total_steps_given;
     const char *device;     /* --plan auto: device information file */
     int batch_given;        /* --batch given: --plan auto plans for it */
+    int split;              /* --split G (0: not given, -1: auto) */
+    int recompute;          /* --recompute: 0 none, 1 all, -1 auto */
 } train_args;
 
 static void train_usage(FILE *out)
@@ -48,6 +50,12 @@ static void train_usage(FILE *out)
         "  --plan auto|dp|zdp|FILE  the planner's plan (default auto: modes per operator, and the\n"
         "                        micro-batch and accumulation unless --batch is given), DP or ZDP\n"
         "                        for every operator, or a plan file\n"
+        "  --split G|auto        operator splitting: --plan auto searches k of G slices ZDP per\n"
+        "                        operator (auto: G in 1, 2, 4, 8, the fastest); --plan zdp makes\n"
+        "                        every operator G/G (default 1: no splitting)\n"
+        "  --recompute none|all|auto  activation checkpointing of attn and mlp operators\n"
+        "                        (default none: only where a plan file says 'recompute'; auto:\n"
+        "                        the planner chooses how many blocks, with --plan auto)\n"
         "  --device FILE         device information for --plan auto\n"
         "                        (default: input/devices/cpu_2core.ini; --mem-limit overrides its limit)\n"
         "  --mem-limit BYTES     emulated device memory per rank: 8G, 512M, ...\n"
@@ -80,7 +88,7 @@ static osdp_status parse_train_args(int argc, char **argv, train_args *a)
     a->seed = 1337;
     osdp_optim_defaults(&a->optim);
     enum { O_LR = 256, O_WARMUP, O_MINLR, O_WD, O_CLIP, O_LRSTEPS, O_NOPREFETCH, O_THREADS, O_LOG, O_DUMP,
-           O_GB, O_SEQ, O_MEM, O_SEED, O_PEAK, O_BACKEND, O_QUIET, O_HELP, O_DEVICE };
+           O_GB, O_SEQ, O_MEM, O_SEED, O_PEAK, O_BACKEND, O_QUIET, O_HELP, O_DEVICE, O_SPLIT, O_RECOMPUTE };
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'}, {"data", required_argument, 0, 'd'},
         {"steps", required_argument, 0, 's'}, {"batch", required_argument, 0, 'b'},
@@ -93,7 +101,8 @@ static osdp_status parse_train_args(int argc, char **argv, train_args *a)
         {"threads", required_argument, 0, O_THREADS}, {"log", required_argument, 0, O_LOG},
         {"dump-weights", required_argument, 0, O_DUMP}, {"peak-flops", required_argument, 0, O_PEAK},
         {"backend", required_argument, 0, O_BACKEND}, {"quiet", no_argument, 0, O_QUIET},
-        {"help", no_argument, 0, O_HELP}, {"device", required_argument, 0, O_DEVICE}, {0, 0, 0, 0}};
+        {"help", no_argument, 0, O_HELP}, {"device", required_argument, 0, O_DEVICE},
+        {"split", required_argument, 0, O_SPLIT}, {"recompute", required_argument, 0, O_RECOMPUTE}, {0, 0, 0, 0}};
     optind = 1;
     opterr = 0;
     int c;
@@ -110,6 +119,16 @@ static osdp_status parse_train_args(int argc, char **argv, train_args *a)
         case 's': NUM(a->steps, long, 0, 1e12); break;
         case 'b': NUM(a->batch, int, 1, 1 << 20); a->batch_given = 1; break;
         case O_DEVICE: a->device = optarg; break;
+        case O_SPLIT:
+            if (strcmp(optarg, "auto") == 0) a->split = -1;
+            else NUM(a->split, int, 1, OSDP_MAX_SLICES);
+            break;
+        case O_RECOMPUTE:
+            if (strcmp(optarg, "none") == 0) a->recompute = 0;
+            else if (strcmp(optarg, "all") == 0) a->recompute = 1;
+            else if (strcmp(optarg, "auto") == 0) a->recompute = -1;
+            else return osdp_error_set(OSDP_ERR_INPUT, "--recompute '%s': expected none, all or auto", optarg);
+            break;
         case O_GB: NUM(a->global_batch, int, 1, 1 << 30); break;
         case O_SEQ: NUM(a->seq_len, int, 1, 1 << 20); break;
         case 'p': a->plan = optarg; break;
@@ -142,6 +161,14 @@ static osdp_status parse_train_args(int argc, char **argv, train_args *a)
     if (optind < argc)
         return osdp_error_set(OSDP_ERR_INPUT, "train: unexpected argument '%s' (see osdp_gpt train --help)", argv[optind]);
     if (!a->total_steps_given) a->optim.total_steps = a->steps > 0 ? a->steps : 1;
+    int plan_auto = strcmp(a->plan, "auto") == 0, plan_mode = plan_auto || !strcmp(a->plan, "dp") || !strcmp(a->plan, "zdp");
+    if (a->split == -1 && !plan_auto)
+        return osdp_error_set(OSDP_ERR_INPUT, "--split auto needs --plan auto (the planner chooses the granularity)");
+    if (a->split > 1 && !plan_mode)
+        return osdp_error_set(OSDP_ERR_INPUT, "--split %d applies to --plan auto, dp or zdp; a plan file gives k/g per operator",
+                              a->split);
+    if (a->recompute == -1 && !plan_auto)
+        return osdp_error_set(OSDP_ERR_INPUT, "--recompute auto needs --plan auto (the planner chooses where)");
     return OSDP_OK;
 }
 
@@ -166,11 +193,21 @@ static osdp_status plan_auto(osdp_plan *plan, const osdp_layout *layout, const t
         o.global_batch = a->global_batch ? a->global_batch : a->batch * n_ranks;
         o.micro_batch = a->batch_given ? a->batch : 0;
         o.prefetch = a->prefetch;
+        o.split = a->split > 0 ? a->split : 1;
+        o.split_auto = a->split == -1;
+        o.recompute_auto = a->recompute == -1;
+        int *all = NULL;
+        if (a->recompute == 1 && (all = calloc((size_t)layout->n_ops, sizeof *all)) != NULL) {
+            for (int i = 0; i < layout->n_ops; i++)
+                all[i] = layout->op[i].type == OSDP_OP_ATTN || layout->op[i].type == OSDP_OP_MLP;
+            o.recompute = all;
+        }
         osdp_status s = osdp_device_load(&dev, a->device);
         if (s == OSDP_OK) s = osdp_planner_run(layout, &dev, &o, &r);
         if (s == OSDP_OK) s = osdp_plan_copy(plan, &r.plan);
         if (s == OSDP_OK && !a->quiet) osdp_plan_print(layout, &dev, &o, &r);
         osdp_planner_result_free(&r);
+        free(all);
         head[0] = (int)s;
         head[1] = plan->micro_batch;
         head[2] = plan->accum_steps;
@@ -190,12 +227,26 @@ static osdp_status plan_auto(osdp_plan *plan, const osdp_layout *layout, const t
     return OSDP_OK;
 }
 
+/* --split G on an all-DP / all-ZDP plan, --recompute all on any plan */
+static void plan_apply_options(osdp_plan *plan, const osdp_layout *layout, const train_args *a, int uniform)
+{
+    for (int i = 0; i < layout->n_ops; i++) {
+        const osdp_op_layout *op = &layout->op[i];
+        if (uniform && a->split > 1 && op->type != OSDP_OP_EMBED) {   /* the embedding cannot be split */
+            plan->zdp_slices[i] = plan->zdp_slices[i] ? a->split : 0;
+            plan->slices[i] = a->split;
+        }
+        if (a->recompute == 1) plan->recompute[i] = op->type == OSDP_OP_ATTN || op->type == OSDP_OP_MLP;
+    }
+}
+
 static osdp_status load_plan(osdp_plan *plan, const osdp_layout *layout, train_args *a, int n_ranks, int rank)
 {
     const char *spec = a->plan;
     if (strcmp(spec, "dp") == 0 || strcmp(spec, "zdp") == 0) {
         osdp_status s = osdp_plan_alloc(plan, layout->n_ops);
         if (s == OSDP_OK) osdp_plan_fill(plan, strcmp(spec, "zdp") == 0);
+        if (s == OSDP_OK) plan_apply_options(plan, layout, a, 1);
         return s;
     }
     if (strcmp(spec, "auto") == 0) {
@@ -209,7 +260,9 @@ static osdp_status load_plan(osdp_plan *plan, const osdp_layout *layout, train_a
         }
         return s;
     }
-    return osdp_plan_load(plan, layout, spec);
+    osdp_status s = osdp_plan_load(plan, layout, spec);
+    if (s == OSDP_OK) plan_apply_options(plan, layout, a, 0);
+    return s;
 }
 
 /* Gather each operator in turn (never the whole model at once) and append
@@ -223,16 +276,11 @@ static osdp_status dump_weights(osdp_runtime *rt, const char *path)
     for (int i = 0; i < rt->layout->n_ops && s == OSDP_OK; i++) {
         osdp_op_state *st = &rt->ops[i];
         float *full = malloc(st->padded * sizeof(float));
-        float *shard = malloc(st->shard * sizeof(float));
-        if (!full || !shard) s = osdp_error_set(OSDP_ERR_OOM, "dump: out of host memory");
-        if (s == OSDP_OK) {
-            rt->backend->to_host(shard, st->master, st->shard * sizeof(float));
-            s = osdp_comm_all_gather(rt->comm, shard, full, st->shard, OSDP_FLOAT32, NULL);
-        }
+        if (!full) s = osdp_error_set(OSDP_ERR_OOM, "dump: out of host memory");
+        if (s == OSDP_OK) s = osdp_runtime_gather_op(rt, i, full);
         if (s == OSDP_OK && f && fwrite(full, sizeof(float), rt->layout->op[i].numel, f) != rt->layout->op[i].numel)
             s = osdp_error_set(OSDP_ERR_IO, "short write to %s", path);
         free(full);
-        free(shard);
     }
     if (f && fclose(f) != 0 && s == OSDP_OK) s = osdp_error_set(OSDP_ERR_IO, "cannot close %s", path);
     return s;

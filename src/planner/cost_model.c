@@ -55,7 +55,12 @@ void osdp_cost_op_mem(const osdp_cost_model *cm, int op, int g, int k, int b, os
     }
     out->state = 16 * (total / N);
     out->resident = dp * e;
-    out->acts = (long long)b * (long long)cm->layout->op[op].act_floats_per_seq * a;
+    const osdp_op_layout *o = &cm->layout->op[op];
+    const int rc = cm->recompute && cm->recompute[op];
+    long long full_acts = (long long)b * (long long)o->act_floats_per_seq * a;
+    long long kept = (long long)b * (long long)cm->layout->T * o->width * a;
+    out->acts = rc ? kept : full_acts;
+    out->rebuilt = rc ? full_acts - kept : 0;
     out->grads = total * e;
     out->recv = total / N * e;
     /* backward goes down the slices; ZDP slices are 0..k-1.  At slice s the
@@ -66,7 +71,9 @@ void osdp_cost_op_mem(const osdp_cost_model *cm, int op, int g, int k, int b, os
         long long v = (s < k ? (long long)p[s] * e : 0) + (cm->prefetch && s >= 1 && s - 1 < k ? (long long)p[s - 1] * e : 0);
         if (v > out->work) out->work = v;
     }
-    out->prefetch = k == g ? (long long)p[g - 1] * e : 0;
+    /* the first slice the backward order touches: slice g-1 of the backward,
+     * or with recompute slice 0 of the recomputed forward */
+    out->prefetch = rc ? (k > 0 ? (long long)p[0] * e : 0) : (k == g ? (long long)p[g - 1] * e : 0);
 }
 
 long long osdp_cost_workspace(const osdp_cost_model *cm, int b)
@@ -79,7 +86,9 @@ void osdp_cost_op_time(const osdp_cost_model *cm, int op, int g, int k, int b, i
     const osdp_op_layout *o = &cm->layout->op[op];
     const osdp_device *d = cm->dev;
     const double N = cm->N, A = accum;
-    out->compute = A * (double)b * (double)cm->layout->T * osdp_cost_op_flops(o) * d->gamma[o->type];
+    const int rc = cm->recompute && cm->recompute[op];
+    /* the recomputed forward: a third of forward + backward (2 x forward) */
+    out->compute = A * (double)b * (double)cm->layout->T * osdp_cost_op_flops(o) * d->gamma[o->type] * (rc ? 4.0 / 3.0 : 1.0);
     size_t p[OSDP_MAX_SLICES];
     int partial;
     op_slices(cm, op, &g, &k, p, &partial);
@@ -88,7 +97,7 @@ void osdp_cost_op_time(const osdp_cost_model *cm, int op, int g, int k, int b, i
         double S = (double)p[s] * (double)d->param_bytes;
         double ag = (N - 1) * (d->all_gather.alpha + S / N * d->all_gather.beta);
         double rs = (N - 1) * (d->reduce_scatter.alpha + S / N * d->reduce_scatter.beta);
-        out->comm += s < k ? 2 * A * ag + A * rs : ag + A * rs;
+        out->comm += s < k ? (rc ? 3 : 2) * A * ag + A * rs : ag + A * rs;
     }
     if (cm->kind == OSDP_COST_OVERLAP && cm->prefetch)
         out->total = out->compute > out->comm ? out->compute : out->comm;
@@ -97,8 +106,10 @@ void osdp_cost_op_time(const osdp_cost_model *cm, int op, int g, int k, int b, i
     if (partial) out->total = 1e30;   /* not a choice this operator has: prohibitive, finite for the searches */
 }
 
-long long osdp_cost_peak(const osdp_cost_model *cm, const osdp_plan *plan, int b, int *at_op)
+long long osdp_cost_peak(const osdp_cost_model *cm_in, const osdp_plan *plan, int b, int *at_op)
 {
+    osdp_cost_model with_plan = *cm_in, *cm = &with_plan;
+    with_plan.recompute = plan->recompute;
     const int n = cm->layout->n_ops;
     osdp_op_mem *m = malloc(sizeof *m * (size_t)n);
     if (!m) return -1;
@@ -111,7 +122,7 @@ long long osdp_cost_peak(const osdp_cost_model *cm, const osdp_plan *plan, int b
     int where = 0;
     for (int u = 0; u < n; u++) {
         acts += m[u].acts;
-        long long v = acts + m[u].grads + (m[u].work > m[u].recv ? m[u].work : m[u].recv);
+        long long v = acts + m[u].rebuilt + m[u].grads + (m[u].work > m[u].recv ? m[u].work : m[u].recv);
         if (cm->prefetch && u + 1 < n) v += m[u + 1].grads + m[u + 1].recv;
         if (cm->prefetch && u > 0) v += m[u - 1].prefetch;
         if (v > best) {
@@ -124,8 +135,10 @@ long long osdp_cost_peak(const osdp_cost_model *cm, const osdp_plan *plan, int b
     return base + best;
 }
 
-double osdp_cost_step_time(const osdp_cost_model *cm, const osdp_plan *plan, int b, int accum)
+double osdp_cost_step_time(const osdp_cost_model *cm_in, const osdp_plan *plan, int b, int accum)
 {
+    osdp_cost_model with_plan = *cm_in, *cm = &with_plan;
+    with_plan.recompute = plan->recompute;
     double t = 0;
     for (int i = 0; i < cm->layout->n_ops; i++) {
         osdp_op_time ot;

@@ -30,7 +30,8 @@ osdp_status osdp_ps_ctx_build(pctx *x, const osdp_layout *L, const osdp_device *
                              int b, int accum, int minmem, osdp_planner_result *acc)
 {
     memset(x, 0, sizeof *x);
-    x->cm = (osdp_cost_model){.layout = L, .dev = dev, .N = o->n_ranks, .prefetch = o->prefetch, .kind = o->cost};
+    x->cm = (osdp_cost_model){.layout = L, .dev = dev, .N = o->n_ranks, .prefetch = o->prefetch, .kind = o->cost,
+                              .recompute = o->recompute};
     x->o = o;
     x->n = L->n_ops;
     x->g = o->split;
@@ -80,7 +81,7 @@ osdp_status osdp_ps_ctx_build(pctx *x, const osdp_layout *L, const osdp_device *
         osdp_cost_op_mem(&x->cm, i, x->g, 0, b, &m0); /* state, acts, grads, recv: mode-independent */
         x->cst += m0.state;
         acts += m0.acts;
-        x->K[i] = acts + m0.grads;
+        x->K[i] = acts + m0.rebuilt + m0.grads;   /* rebuilt: recomputed activations during its backward */
         if (o->prefetch && i + 1 < x->n) {
             osdp_cost_op_mem(&x->cm, i + 1, x->g, 0, b, &m1);
             x->K[i] += m1.grads + m1.recv;

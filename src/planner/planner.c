@@ -70,6 +70,7 @@ static void fill_plan(const pctx *x, const int *ch, osdp_plan *plan)
         }
         plan->slices[i] = g;
         plan->zdp_slices[i] = k;
+        plan->recompute[i] = x->o->recompute ? x->o->recompute[i] : 0;
     }
 }
 
@@ -154,7 +155,8 @@ static osdp_status infeasible(const osdp_layout *L, const osdp_device *dev, cons
 
 static int verify_applies(const osdp_device *dev, const osdp_planner_options *o)
 {
-    return o->verify && o->split == 1 && dev->param_bytes == 4 && dev->act_bytes == 4;
+    (void)o->split;   /* split plans run on the runtime too: verified alike */
+    return o->verify && dev->param_bytes == 4 && dev->act_bytes == 4;
 }
 
 static osdp_status plan_batch(const osdp_layout *L, const osdp_device *dev, const osdp_planner_options *o, int b,
@@ -233,7 +235,8 @@ static int cmp_cand(const void *a, const void *b)
     return p->b < q->b ? -1 : p->b > q->b;
 }
 
-osdp_status osdp_planner_run(const osdp_layout *layout, const osdp_device *dev, const osdp_planner_options *o,
+/* the scheduler for one split granularity and one set of recomputed blocks */
+static osdp_status run_fixed(const osdp_layout *layout, const osdp_device *dev, const osdp_planner_options *o,
                              osdp_planner_result *res)
 {
     double t0 = now_s();
@@ -316,6 +319,77 @@ osdp_status osdp_planner_run(const osdp_layout *layout, const osdp_device *dev, 
     res->nodes = nodes;
     res->search_s = search_s;
     res->timed_out = timed_out;
+    res->total_s = now_s() - t0;
+    return OSDP_OK;
+}
+
+/* --split auto and --recompute auto: the scheduler for each granularity g in
+ * {1, 2, 4, 8} and each number m of recomputed blocks in {0, L/4, L/2, 3L/4,
+ * L}, the first m blocks (their activations are alive longest: recomputing
+ * them lowers every later operator's peak); the highest throughput wins,
+ * ties to the smaller g and the fewer recomputed blocks. */
+osdp_status osdp_planner_run(const osdp_layout *layout, const osdp_device *dev, const osdp_planner_options *o,
+                             osdp_planner_result *res)
+{
+    if (!o->split_auto && !o->recompute_auto) return run_fixed(layout, dev, o, res);
+    double t0 = now_s();
+    const int L = layout->cfg.n_layer, n = layout->n_ops;
+    int splits[4] = {1, 2, 4, 8}, n_splits = 4;
+    if (!o->split_auto) { splits[0] = o->split; n_splits = 1; }
+    int counts[5], n_counts = 0;
+    for (int q = 0; q <= 4; q++) {
+        int m = o->recompute_auto ? L * q / 4 : -1;
+        if (n_counts == 0 || counts[n_counts - 1] != m) counts[n_counts++] = m;
+        if (!o->recompute_auto) break;
+    }
+    int *flags = calloc((size_t)n, sizeof *flags);
+    if (!flags) return osdp_error_set(OSDP_ERR_OOM, "planner: out of host memory");
+    osdp_status s = OSDP_OK, last = OSDP_ERR_INFEASIBLE;
+    char last_msg[1024] = "";
+    int have = 0, tried = 0;
+    long long searches = 0, nodes = 0;
+    double search_s = 0;
+    for (int si = 0; si < n_splits && s == OSDP_OK; si++)
+        for (int ci = 0; ci < n_counts && s == OSDP_OK; ci++) {
+            osdp_planner_options o2 = *o;
+            o2.split = splits[si];
+            o2.split_auto = o2.recompute_auto = 0;
+            if (counts[ci] >= 0) {
+                for (int i = 0; i < n; i++) {
+                    const osdp_op_layout *op = &layout->op[i];
+                    flags[i] = (op->type == OSDP_OP_ATTN || op->type == OSDP_OP_MLP) && op->block < counts[ci];
+                }
+                o2.recompute = flags;
+            }
+            osdp_planner_result r;
+            osdp_status rs = run_fixed(layout, dev, &o2, &r);
+            tried += r.batches_tried;
+            searches += r.searches;
+            nodes += r.nodes;
+            search_s += r.search_s;
+            if (rs == OSDP_ERR_INFEASIBLE) {
+                last = rs;
+                snprintf(last_msg, sizeof last_msg, "%s", osdp_error_message());
+            } else if (rs != OSDP_OK) {
+                s = rs;
+            } else if (!have || r.samples_per_s > res->samples_per_s) {
+                if (have) osdp_planner_result_free(res);
+                *res = r;
+                have = 1;
+                continue;
+            }
+            osdp_planner_result_free(&r);
+        }
+    free(flags);
+    if (s != OSDP_OK) {
+        if (have) osdp_planner_result_free(res);
+        return s;
+    }
+    if (!have) return osdp_error_set(last, "%s", last_msg);
+    res->batches_tried = tried;
+    res->searches = searches;
+    res->nodes = nodes;
+    res->search_s = search_s;
     res->total_s = now_s() - t0;
     return OSDP_OK;
 }

@@ -54,15 +54,26 @@ void osdp_plan_fill(osdp_plan *plan, int zdp)
     }
 }
 
-/* "dp" | "zdp" | "k/g" */
-static int parse_mode(const char *value, int *k, int *g)
+/* "dp" | "zdp" | "k/g", optionally followed by " recompute" */
+static int parse_mode(const char *value, int *k, int *g, int *recompute)
 {
-    if (strcmp(value, "dp") == 0) { *k = 0; *g = 1; return 0; }
-    if (strcmp(value, "zdp") == 0) { *k = 1; *g = 1; return 0; }
+    char mode[64];
+    const char *space = strchr(value, ' ');
+    *recompute = 0;
+    if (space) {
+        if (strcmp(space + strspn(space, " "), "recompute") != 0 || (size_t)(space - value) >= sizeof mode) return -1;
+        *recompute = 1;
+    }
+    size_t len = space ? (size_t)(space - value) : strlen(value);
+    if (len >= sizeof mode) return -1;
+    memcpy(mode, value, len);
+    mode[len] = '\0';
+    if (strcmp(mode, "dp") == 0) { *k = 0; *g = 1; return 0; }
+    if (strcmp(mode, "zdp") == 0) { *k = 1; *g = 1; return 0; }
     char *end;
     errno = 0;
-    long kk = strtol(value, &end, 10);
-    if (errno || end == value || *end != '/') return -1;
+    long kk = strtol(mode, &end, 10);
+    if (errno || end == mode || *end != '/') return -1;
     const char *gs = end + 1;
     long gg = strtol(gs, &end, 10);
     if (errno || end == gs || *end != '\0' || gg < 1 || gg > OSDP_MAX_SLICES || kk < 0 || kk > gg) return -1;
@@ -71,11 +82,13 @@ static int parse_mode(const char *value, int *k, int *g)
     return 0;
 }
 
+static int can_recompute(const osdp_op_layout *op) { return op->type == OSDP_OP_ATTN || op->type == OSDP_OP_MLP; }
+
 typedef struct plan_parse_state {
     osdp_plan *plan;
     const osdp_layout *layout;
     int *seen;
-    int default_k, default_g, have_default;
+    int default_k, default_g, default_recompute, have_default;
     osdp_status status;
     const char *origin;
 } plan_parse_state;
@@ -88,15 +101,15 @@ static int plan_handler(void *user, const char *section, const char *key, const 
         st->status = osdp_error_set(OSDP_ERR_INPUT, "plan files have no sections ([%s])", section);
         return 0;
     }
-    int k, g;
-    if (parse_mode(value, &k, &g) != 0) {
+    int k, g, rc;
+    if (parse_mode(value, &k, &g, &rc) != 0) {
         st->status = osdp_error_set(OSDP_ERR_INPUT,
-            "%s = '%s': mode must be dp, zdp or k/g (k of g slices ZDP, 0 <= k <= g <= %d)",
+            "%s = '%s': mode must be dp, zdp or k/g (k of g slices ZDP, 0 <= k <= g <= %d), optionally followed by 'recompute'",
             key, value, OSDP_MAX_SLICES);
         return 0;
     }
     if (strcmp(key, "default") == 0) {
-        st->default_k = k; st->default_g = g; st->have_default = 1;
+        st->default_k = k; st->default_g = g; st->default_recompute = rc; st->have_default = 1;
         return 1;
     }
     int op = osdp_layout_find_op(st->layout, key);
@@ -109,9 +122,15 @@ static int plan_handler(void *user, const char *section, const char *key, const 
         st->status = osdp_error_set(OSDP_ERR_INPUT, "operator '%s' listed twice", key);
         return 0;
     }
+    if (rc && !can_recompute(&st->layout->op[op])) {
+        st->status = osdp_error_set(OSDP_ERR_INPUT, "%s = '%s': only attn and mlp operators can recompute their activations",
+                                    key, value);
+        return 0;
+    }
     st->seen[op] = 1;
     st->plan->zdp_slices[op] = k;
     st->plan->slices[op] = g;
+    st->plan->recompute[op] = rc;
     return 1;
 }
 
@@ -145,6 +164,7 @@ osdp_status osdp_plan_parse(osdp_plan *plan, const osdp_layout *layout, const ch
         int unsplittable = st.default_g > 1 && layout->op[i].type == OSDP_OP_EMBED;
         plan->zdp_slices[i] = unsplittable ? st.default_k > 0 : st.default_k;
         plan->slices[i] = unsplittable ? 1 : st.default_g;
+        plan->recompute[i] = st.default_recompute && can_recompute(&layout->op[i]);   /* blocks only */
     }
     free(seen);
     if (st.status != OSDP_OK) osdp_plan_free(plan);
@@ -172,9 +192,10 @@ const char *osdp_plan_mode_name(const osdp_plan *plan, int op, char *buf, size_t
 void osdp_plan_write(const osdp_plan *plan, const osdp_layout *layout, FILE *out)
 {
     char mode[16];
-    fprintf(out, "# osdp plan for %s: operator = dp | zdp | k/g (k of g slices ZDP)\n", layout->cfg.name);
+    fprintf(out, "# osdp plan for %s: operator = dp | zdp | k/g (k of g slices ZDP) [recompute]\n", layout->cfg.name);
     for (int i = 0; i < plan->n_ops; i++)
-        fprintf(out, "%s = %s\n", layout->op[i].name, osdp_plan_mode_name(plan, i, mode, sizeof mode));
+        fprintf(out, "%s = %s%s\n", layout->op[i].name, osdp_plan_mode_name(plan, i, mode, sizeof mode),
+                plan->recompute[i] ? " recompute" : "");
 }
 
 unsigned long long osdp_plan_hash(const osdp_plan *plan)

@@ -20,7 +20,7 @@ static double now_seconds(void)
 
 /* A use of one slice's weights in a micro-step: forward passes go up the
  * slices, backward passes down (osdp/gpt.h). */
-typedef enum { USE_FORWARD, USE_BACKWARD } use_pass;
+typedef enum { USE_FORWARD, USE_RECOMPUTE, USE_BACKWARD } use_pass;
 typedef struct osdp_weight_use { int op, slice; use_pass pass; } osdp_weight_use;
 
 static void progress_hook(void *arg) { osdp_comm_progress(arg); }
@@ -29,14 +29,17 @@ static osdp_status build_uses(osdp_runtime *rt)
 {
     const int n = rt->layout->n_ops;
     int total = 0;
-    for (int i = 0; i < n; i++) total += 2 * rt->ops[i].n_slices;
+    for (int i = 0; i < n; i++) total += (2 + (rt->plan.recompute[i] != 0)) * rt->ops[i].n_slices;
     rt->uses = malloc(sizeof *rt->uses * (size_t)total);
     if (!rt->uses) return osdp_error_set(OSDP_ERR_OOM, "runtime: out of host memory");
     int u = 0;
     for (int i = 0; i < n; i++)
         for (int s = 0; s < rt->ops[i].n_slices; s++) rt->uses[u++] = (osdp_weight_use){i, s, USE_FORWARD};
-    for (int i = n - 1; i >= 0; i--)
+    for (int i = n - 1; i >= 0; i--) {
+        if (rt->plan.recompute[i])   /* the forward again, then the backward */
+            for (int s = 0; s < rt->ops[i].n_slices; s++) rt->uses[u++] = (osdp_weight_use){i, s, USE_RECOMPUTE};
         for (int s = rt->ops[i].n_slices - 1; s >= 0; s--) rt->uses[u++] = (osdp_weight_use){i, s, USE_BACKWARD};
+    }
     rt->n_uses = total;
     rt->cur_use = -1;
     return OSDP_OK;
@@ -86,6 +89,10 @@ osdp_status osdp_runtime_create(osdp_runtime *rt, const osdp_layout *layout, con
         return osdp_error_set(OSDP_ERR_INPUT, "runtime: rank %d of %d ranks is not valid", rt->rank, rt->N);
     if (rt->B < 1) return osdp_error_set(OSDP_ERR_INPUT, "micro-batch must be at least 1 (got %d)", rt->B);
     if (opt->accum_steps < 1) return osdp_error_set(OSDP_ERR_INPUT, "accumulation steps must be at least 1");
+    for (int i = 0; i < plan->n_ops; i++)
+        if (plan->recompute[i] && layout->op[i].type != OSDP_OP_ATTN && layout->op[i].type != OSDP_OP_MLP)
+            return osdp_error_set(OSDP_ERR_INPUT, "operator %s: only attn and mlp operators can recompute their activations",
+                                  layout->op[i].name);
     TRY(osdp_plan_copy(&rt->plan, plan));
     osdp_memory_init(&rt->mem, backend, opt->mem_limit, opt->dry);
     rt->ops = calloc((size_t)layout->n_ops, sizeof *rt->ops);
@@ -294,7 +301,7 @@ static osdp_status acquire_slice(void *arg, int s)
 static osdp_status run_pass(osdp_runtime *rt, int op, use_pass pass, const float *input, float loss_scale)
 {
     osdp_op_state *st = &rt->ops[op];
-    const int g = st->n_slices, fwd = pass == USE_FORWARD;
+    const int g = st->n_slices, fwd = pass != USE_BACKWARD;
     const float *weights[OSDP_MAX_SLICES] = {0};
     float *grad_slices[OSDP_MAX_SLICES] = {0};
     slice_request req = {rt, op, pass, rt->opt.dry ? NULL : weights};
@@ -350,6 +357,59 @@ static osdp_status scatter_start(osdp_runtime *rt, int op)
     return OSDP_OK;
 }
 
+/* ---- activations ----------------------------------------------------------- */
+
+/* Activation checkpointing (DESIGN.md §3): an operator marked recompute keeps
+ * only its output (the next operator's input) from its forward to its
+ * backward; the rest of its activation block lives during its forward and
+ * again during its recomputed forward + backward.  The output is the last
+ * piece osdp_op_acts_carve lays out for attn and mlp, so the transient block
+ * is the full one without it. */
+static size_t kept_floats(const osdp_runtime *rt, int op)
+{
+    return (size_t)rt->B * (size_t)rt->T * (size_t)rt->layout->op[op].width;
+}
+
+static size_t acts_floats(const osdp_runtime *rt, int op)
+{
+    size_t full = (size_t)rt->B * rt->layout->op[op].act_floats_per_seq;
+    return rt->plan.recompute[op] ? full - kept_floats(rt, op) : full;
+}
+
+static osdp_status kept_alloc(osdp_runtime *rt, int op)
+{
+    char what[96];
+    snprintf(what, sizeof what, "operator %s (output kept for recompute)", rt->layout->op[op].name);
+    return osdp_mem_alloc(&rt->mem, OSDP_MEM_ACTIVATIONS, kept_floats(rt, op) * sizeof(float), what,
+                          (void **)&rt->ops[op].kept_out);
+}
+
+static void kept_free(osdp_runtime *rt, int op)
+{
+    osdp_mem_free(&rt->mem, OSDP_MEM_ACTIVATIONS, rt->ops[op].kept_out, kept_floats(rt, op) * sizeof(float));
+    rt->ops[op].kept_out = NULL;
+}
+
+static osdp_status acts_alloc(osdp_runtime *rt, int op)
+{
+    osdp_op_state *st = &rt->ops[op];
+    char what[96];
+    snprintf(what, sizeof what, "operator %s (activations)", rt->layout->op[op].name);
+    TRY(osdp_mem_alloc(&rt->mem, OSDP_MEM_ACTIVATIONS, acts_floats(rt, op) * sizeof(float), what, (void **)&st->acts_base));
+    if (!rt->opt.dry) {
+        osdp_op_acts_carve(rt->layout, op, rt->B, st->acts_base, &st->acts);
+        if (rt->plan.recompute[op]) st->acts.out = st->kept_out;
+    }
+    return OSDP_OK;
+}
+
+static void acts_free(osdp_runtime *rt, int op)
+{
+    osdp_op_state *st = &rt->ops[op];
+    osdp_mem_free(&rt->mem, OSDP_MEM_ACTIVATIONS, st->acts_base, acts_floats(rt, op) * sizeof(float));
+    st->acts_base = NULL;
+}
+
 /* ---- one micro-step -------------------------------------------------------- */
 
 static osdp_status micro_step(osdp_runtime *rt, const osdp_dataset *data, double *loss_sum, float loss_scale)
@@ -365,29 +425,32 @@ static osdp_status micro_step(osdp_runtime *rt, const osdp_dataset *data, double
     rt->cur_use = -1;
     for (int u = 0; u < n; u++) {
         osdp_op_state *st = &rt->ops[u];
-        char what[96];
-        snprintf(what, sizeof what, "operator %s (activations)", L->op[u].name);
-        size_t floats = (size_t)rt->B * L->op[u].act_floats_per_seq;
-        TRY(osdp_mem_alloc(&rt->mem, OSDP_MEM_ACTIVATIONS, floats * sizeof(float), what, (void **)&st->acts_base));
+        if (rt->plan.recompute[u]) TRY(kept_alloc(rt, u));
+        TRY(acts_alloc(rt, u));
         if (!dry) {
-            osdp_op_acts_carve(L, u, rt->B, st->acts_base, &st->acts);
             if (u == 0) be->to_device(st->acts.tokens, rt->batch_host, bt * sizeof(int));
             if (u == n - 1) be->to_device(st->acts.tokens, rt->batch_host + bt, bt * sizeof(int));
         }
         TRY(run_pass(rt, u, USE_FORWARD, u ? rt->ops[u - 1].acts.out : NULL, loss_scale));
         if (!dry && u == n - 1) *loss_sum += be->sum(st->acts.losses, bt);
+        if (rt->plan.recompute[u]) acts_free(rt, u);   /* only the output stays */
     }
     if (!dry) rt->ws.cur = 0;
     for (int op = n - 1; op >= 0; op--) {
         osdp_op_state *st = &rt->ops[op];
+        const float *input = op ? rt->ops[op - 1].acts.out : NULL;
+        if (rt->plan.recompute[op]) {   /* the activations again, from the kept input */
+            TRY(acts_alloc(rt, op));
+            TRY(run_pass(rt, op, USE_RECOMPUTE, input, loss_scale));
+        }
         char what[96];
         snprintf(what, sizeof what, "operator %s (full gradients)", L->op[op].name);
         TRY(osdp_mem_alloc(&rt->mem, OSDP_MEM_GRADS, st->padded * sizeof(float), what, (void **)&st->full_grad));
         if (!dry) be->fill_zero(st->full_grad, st->padded * sizeof(float));   /* backward accumulates */
-        TRY(run_pass(rt, op, USE_BACKWARD, op ? rt->ops[op - 1].acts.out : NULL, loss_scale));
+        TRY(run_pass(rt, op, USE_BACKWARD, input, loss_scale));
         TRY(scatter_start(rt, op));
-        osdp_mem_free(&rt->mem, OSDP_MEM_ACTIVATIONS, st->acts_base, (size_t)rt->B * L->op[op].act_floats_per_seq * sizeof(float));
-        st->acts_base = NULL;
+        acts_free(rt, op);
+        if (rt->plan.recompute[op]) kept_free(rt, op);
     }
     if (rt->pending_scatter >= 0) {
         TRY(scatter_finish(rt, rt->pending_scatter));
