@@ -1,15 +1,21 @@
 /* The sharded data-parallel runtime: carries out a plan (DP / ZDP per
- * operator, DESIGN.md §3) on N ranks.
+ * operator slice, activation recompute per block operator; DESIGN.md §3) on
+ * N ranks.
  *
- * Every rank holds only its 1/N shard of each operator's fp32 master
- * weights, gradients and AdamW moments.  Per micro-step:
- *   forward  op 0..n-1 : DP op: full weights gathered at its first use in a
- *                        step and kept resident; ZDP op: gathered, used, freed
- *   backward op n-1..0 : ZDP op gathered again; full gradients computed and
- *                        reduce-scattered into the gradient shard
- * With prefetch the next operator's all-gather starts before the current
- * operator computes, and an operator's reduce-scatter overlaps the next
- * operator's backward.
+ * Every rank holds only its 1/N shard of each operator slice's fp32 master
+ * weights, gradients and AdamW moments (an unsplit operator is one slice).
+ * Per micro-step the slices' weights are used in this order:
+ *   forward  op 0..n-1, slices up:  a DP slice is gathered at its first use
+ *                        in a step and kept resident; a ZDP slice is
+ *                        gathered, used, freed
+ *   backward op n-1..0: [recompute: the forward again, slices up], then the
+ *                        backward, slices down (ZDP slices gathered again);
+ *                        the operator's full gradients are reduce-scattered
+ *                        slice by slice into the gradient shards
+ * With prefetch the gather of the next slice use starts before the current
+ * one computes (and, when an operator's pass begins, that of the next
+ * operator's first slice), and an operator's reduce-scatters overlap the
+ * next operator's backward.
  *
  * A runtime created with dry = 1 performs the same allocations in the same
  * order through a counting allocator, without memory, compute or
