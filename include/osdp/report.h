@@ -14,6 +14,7 @@ typedef struct osdp_report {
     const osdp_runtime *rt;
     const osdp_world *world;
     osdp_memory_prediction predicted;
+    double predicted_step_s;      /* the cost model's step time for the plan (0: unknown) */
     double peak_flops_per_rank;   /* for MFU */
     const char *peak_source;      /* "measured sgemm" or "--peak-flops" */
     double flops_per_token;

@@ -65,11 +65,11 @@ void osdp_report_header(osdp_report *r, const osdp_model_config *cfg, const osdp
     r->steps_total = steps;
     if (r->log)
         fprintf(r->log, "config model=%s ranks=%d threads=%d micro_batch=%d accum=%d global_batch=%d T=%d params=%zu "
-                "flops_per_token=%.0f peak_flops_per_rank=%.6g peak_source=%s prefetch=%d\n",
+                "flops_per_token=%.0f peak_flops_per_rank=%.6g peak_source=%s prefetch=%d pred_step_s=%.6g\n",
                 cfg->name, r->world->size, r->world->threads, r->rt->B, r->rt->opt.accum_steps, global_batch,
                 r->rt->layout->T, r->rt->layout->total_params, r->flops_per_token, r->peak_flops_per_rank,
                 r->peak_flops_per_rank > 0 && strcmp(r->peak_source, "--peak-flops") == 0 ? "given" : "sgemm",
-                r->rt->opt.prefetch);
+                r->rt->opt.prefetch, r->predicted_step_s);
     if (r->world->rank != 0 || r->quiet) return;
     const osdp_runtime *rt = r->rt;
     const osdp_layout *L = rt->layout;

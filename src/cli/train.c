@@ -8,6 +8,7 @@
 #include "osdp/layout.h"
 #include "osdp/plan.h"
 #include "osdp/planner.h"
+#include "osdp/cost_model.h"
 #include "osdp/report.h"
 #include "osdp/runtime.h"
 #include "osdp/train_checkpoint.h"
@@ -265,6 +266,18 @@ static osdp_status load_plan(osdp_plan *plan, const osdp_layout *layout, train_a
     return s;
 }
 
+/* The cost model's step time for the plan in use (whatever chose it), with
+ * the device file of --plan auto: for the log, beside the measured time.
+ * 0 when the device file cannot be read (not an error: only --plan auto
+ * needs one). */
+static double predicted_step_time(const osdp_layout *layout, const osdp_plan *plan, const train_args *a, int n_ranks)
+{
+    osdp_device dev;
+    if (osdp_device_load(&dev, a->device) != OSDP_OK) return 0;
+    osdp_cost_model cm = {.layout = layout, .dev = &dev, .N = n_ranks, .prefetch = a->prefetch, .kind = OSDP_COST_PAPER};
+    return osdp_cost_step_time(&cm, plan, plan->micro_batch, plan->accum_steps);
+}
+
 /* Gather each operator in turn (never the whole model at once) and append
  * its logical parameters to `path` on rank 0. */
 static osdp_status dump_weights(osdp_runtime *rt, const char *path)
@@ -345,6 +358,7 @@ int osdp_cmd_train(int argc, char **argv)
     osdp_report report;
     osdp_report_open(&report, &rt, &world, &predicted, a.peak_flops, a.log, a.quiet);
     osdp_check_all(report.status);
+    report.predicted_step_s = predicted_step_time(&layout, &plan, &a, world.size);
     osdp_report_header(&report, &cfg, &data, &plan, a.steps, global);
 
     osdp_check_all(osdp_train_ckpt_start(&ckpt, &rt, &cfg, &plan, MPI_COMM_WORLD));
