@@ -1154,10 +1154,16 @@ START_TEST(test_memory_predict_errors)
     osdp_memory_prediction out;
     ck_assert_int_eq(osdp_memory_predict(&L, &p, 4, 0, 1, 1, &out), OSDP_ERR_INPUT);
     ck_assert_int_eq(osdp_memory_predict(&L, &p, 4, 2, 0, 1, &out), OSDP_ERR_INPUT);
-    p.slices[2] = 4;
+    p.slices[2] = 4;   /* a split operator is fine ... */
     p.zdp_slices[2] = 2;
+    ck_assert_int_eq(osdp_memory_predict(&L, &p, 4, 2, 1, 1, &out), OSDP_OK);
+    p.slices[0] = 2;   /* ... a split embedding (a lookup) is not */
     ck_assert_int_eq(osdp_memory_predict(&L, &p, 4, 2, 1, 1, &out), OSDP_ERR_INPUT);
-    ck_assert_msg(strstr(osdp_error_message(), "mlp.0") != NULL, "message: %s", osdp_error_message());
+    ck_assert_msg(strstr(osdp_error_message(), "embed") != NULL, "message: %s", osdp_error_message());
+    p.slices[0] = 1;
+    p.recompute[L.n_ops - 1] = 1;   /* nor recompute of the head */
+    ck_assert_int_eq(osdp_memory_predict(&L, &p, 4, 2, 1, 1, &out), OSDP_ERR_INPUT);
+    ck_assert_msg(strstr(osdp_error_message(), "head") != NULL, "message: %s", osdp_error_message());
     osdp_plan_free(&p);
     osdp_layout_free(&L);
 }
