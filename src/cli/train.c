@@ -343,8 +343,15 @@ int osdp_cmd_train(int argc, char **argv)
     osdp_check_same(data.hash ^ (unsigned long long)data.n_tokens, "training data");
     osdp_check_same(osdp_plan_hash(&plan), "plan");
 
+    /* device buffers need the device's collectives: NCCL beside the CUDA
+     * backend (host buffers in the same calls fall back to MPI), MPI otherwise */
     osdp_comm comm;
-    osdp_check_all(osdp_comm_create_mpi(&comm, &(MPI_Comm){MPI_COMM_WORLD}));
+#ifdef OSDP_HAVE_CUDA
+    if (strcmp(backend->name, "cuda") == 0)
+        osdp_check_all(osdp_comm_create_nccl(&comm, &(MPI_Comm){MPI_COMM_WORLD}, world.local_rank));
+    else
+#endif
+        osdp_check_all(osdp_comm_create_mpi(&comm, &(MPI_Comm){MPI_COMM_WORLD}));
 
     osdp_memory_prediction predicted;
     osdp_check_all(osdp_memory_predict(&layout, &plan, world.size, a.batch, plan.accum_steps, a.prefetch, &predicted));
