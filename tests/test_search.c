@@ -323,6 +323,97 @@ START_TEST(test_random_medium)
 }
 END_TEST
 
+/* Split operators (k of 4 slices ZDP): groups of identical items whose five
+ * choices lie almost on a line (slices of slightly different sizes), plus
+ * single items with large swings, some choices impossible (1e30 s): the
+ * case the exact search's group fronts (G_d(j) with restricted LP bounds)
+ * were built for.  Small instances against brute force, larger ones against
+ * the DFS. */
+static void split_instance(inst *I, unsigned seed, int n_groups, int r_max)
+{
+    g_rng = seed * 104729ULL + 7;
+    int r[4], n = 0;
+    for (int j = 0; j < n_groups; j++) n += r[j] = rnd_int(1, r_max);
+    int singles = rnd_int(1, 2);
+    inst_alloc(I, n + singles);
+    for (int j = 0; j < n_groups; j++) {
+        double base = 1e6 * rnd_int(5, 40), a = 1e-5 * rnd_unit(), b = 1e-10 * (1 + rnd_unit()), t0 = 1e-3 + rnd_unit() * 1e-2;
+        long long sl[4];
+        for (int x = 0; x < 4; x++) sl[x] = (long long)(base / 4 * (1 + 0.002 * (rnd_unit() - 0.5)));
+        for (int x = 0; x < 5; x++) { /* x slices ZDP: the first x; the rest resident */
+            long long m = 0;
+            double t = t0;
+            for (int y = 0; y < 4; y++) {
+                if (y >= x) m += sl[y];
+                else t += a + b * (double)sl[y];
+            }
+            I->tm[j][x] = m;
+            I->tt[j][x] = t;
+        }
+    }
+    int i = 0;
+    for (int j = 0; j < n_groups; j++)
+        for (int t = 0; t < r[j]; t++, i++) {
+            inst_item(I, i, 5);
+            memcpy(I->m[i], I->tm[j], sizeof I->tm[0]);
+            memcpy(I->t[i], I->tt[j], sizeof I->tt[0]);
+        }
+    for (int t = 0; t < singles; t++, i++) { /* the embedding: DP or ZDP only */
+        inst_item(I, i, 5);
+        double big = 1e6 * rnd_int(20, 200);
+        for (int x = 0; x < 5; x++) {
+            I->m[i][x] = x == 0 ? (long long)big : 0;
+            I->t[i][x] = x == 0 ? 1e-3 : x == 4 ? 1e-3 + 2e-10 * big : 1e30;
+        }
+    }
+    long long lo = 0, hi = 0;
+    for (int u = 0; u < I->n; u++) {
+        long long mn = I->m[u][0], mx = I->m[u][0];
+        for (int c = 1; c < 5; c++) {
+            if (I->m[u][c] < mn) mn = I->m[u][c];
+            if (I->m[u][c] > mx) mx = I->m[u][c];
+        }
+        lo += mn;
+        hi += mx;
+    }
+    I->p.mem_limit = lo + (long long)(rnd_unit() * (double)(hi - lo));
+}
+
+START_TEST(test_split_groups)
+{
+    int brute = 0, dfs = 0, skipped = 0;
+    for (unsigned seed = 1; seed <= 60; seed++) {
+        inst I;
+        int small = seed <= 30;
+        split_instance(&I, seed, small ? 2 : 3, small ? 4 : 6);
+        int ce[64], co[64];
+        osdp_search_result re = {.choice = ce}, ro = {.choice = co};
+        osdp_status se = osdp_search_exact(&I.p, &re), so;
+        if (small) {
+            so = osdp_search_brute(&I.p, &ro);
+        } else {
+            I.p.time_limit_s = 1;
+            so = osdp_search_dfs(&I.p, &ro);
+        }
+        ck_assert_msg(se == so, "seed %u: status exact %d other %d", seed, se, so);
+        if (se == OSDP_OK && !ro.timed_out) {
+            check_plan(&I, &re, "exact");
+            for (int i = 0; i < I.n; i++)
+                ck_assert_msg(ce[i] == co[i], "seed %u (n=%d): exact differs from %s at item %d", seed, I.n,
+                              small ? "brute" : "dfs", i);
+            if (small) brute++;
+            else dfs++;
+        } else if (se == OSDP_OK) {
+            skipped++;
+        }
+        inst_free(&I);
+    }
+    printf("split groups: %d equal to brute force, %d equal to the DFS, %d skipped (DFS timed out)\n", brute, dfs,
+           skipped);
+    ck_assert(brute >= 25 && dfs >= 10);
+}
+END_TEST
+
 START_TEST(test_infeasible)
 {
     inst I;
@@ -498,6 +589,7 @@ static Suite *search_suite(void)
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, test_random_small);
     tcase_add_test(tc, test_random_medium);
+    tcase_add_test(tc, test_split_groups);
     tcase_add_test(tc, test_infeasible);
     tcase_add_test(tc, test_input_errors);
     suite_add_tcase(s, tc);

@@ -51,6 +51,9 @@ typedef struct group {
     const long long *m, *q;    /* memory and fixed-point time per choice */
     int *hull, nh;             /* lower convex hull of the choices, memory ascending */
     int *par, np;              /* the non-dominated choices, memory ascending */
+    int *rh, *rhn;             /* [np][k], [np]: lower hull of par[d..np-1] (rest_bound) */
+    long long *rpm, *rpq;      /* [np][k]: prefix sums of the other groups' edges more efficient
+                                * than rh row d's edge e (e = rhn[d] - 1: all), for one build_front */
     int fsize;                 /* Pareto front of the group's multisets, memory */
     long long *fm, *fq;        /* ascending and time strictly descending */
     int *cnt;                  /* [fsize][k] choice counts */
@@ -110,6 +113,8 @@ typedef struct ctx {
     double next;               /* the smallest bound dropped */
     double cap;                /* the time of the best plan found but not proven */
     int *tmp[2];               /* [n] vectors for tie comparisons */
+    struct pts *fpts[2];       /* [max r + 1] build_front's G_{d-1}(.), G_d(.): reused, they grow */
+    int fpts_n;
     long long nodes;
 } ctx;
 
@@ -193,6 +198,15 @@ static void make_hull(group *g)
         h[nh++] = c;
     }
     g->nh = nh;
+    for (int d = 0; d < g->np; d++) { /* the same chain over par[d..] */
+        int *rh = g->rh + (size_t)d * (size_t)g->k, n = 0;
+        for (int t = d; t < g->np; t++) {
+            int c = g->par[t];
+            while (n >= 2 && !below(g, rh[n - 2], rh[n - 1], c)) n--;
+            rh[n++] = c;
+        }
+        g->rhn[d] = n;
+    }
 }
 
 static int make_groups(ctx *x)
@@ -217,7 +231,11 @@ static int make_groups(ctx *x)
         g->pos = malloc(sizeof *g->pos * (size_t)g->r);
         g->hull = malloc(sizeof *g->hull * (size_t)g->k);
         g->par = malloc(sizeof *g->par * (size_t)g->k);
-        if (!g->pos || !g->hull || !g->par) goto done;
+        g->rh = malloc(sizeof *g->rh * (size_t)g->k * (size_t)g->k);
+        g->rhn = malloc(sizeof *g->rhn * (size_t)g->k);
+        g->rpm = malloc(sizeof *g->rpm * (size_t)g->k * (size_t)g->k);
+        g->rpq = malloc(sizeof *g->rpq * (size_t)g->k * (size_t)g->k);
+        if (!g->pos || !g->hull || !g->par || !g->rh || !g->rhn || !g->rpm || !g->rpq) goto done;
         g->r = 0;
         make_hull(g);
         x->nseg += g->nh - 1;
@@ -324,80 +342,154 @@ static int counts_better(const int *a, const int *b, int k)
     return 0;
 }
 
-typedef struct fbuf { int cap; long long *m, *q; int *c; } fbuf;
+static double bound(const ctx *x, const fen *f, long long m, long long q);
+static void fen_remove(const ctx *x, fen *f, int j, long long r);
+static void fen_copy(const ctx *x, fen *dst, const fen *src);
+static double rest_bound(const ctx *x, const fen *f, const group *g, int d, long long n, long long budget);
+static void rest_prefixes(const ctx *x, const fen *f, group *g);
 
-static int fbuf_reserve(fbuf *b, size_t need, int k)
+/* Group fronts: the Pareto front of (memory, time) over the multisets of
+ * choices of a group's r identical items, restricted to multisets whose
+ * bound does not exceed the round's threshold (no plan within it has any
+ * other part).  The choices are taken in the order of the non-dominated
+ * chain par (memory ascending), like an unbounded knapsack over choice
+ * types: G_d(j), the front of j items using par[0..d] only, is
+ *     Pareto( G_{d-1}(j)  u  G_d(j-1) + par[d] ),
+ * and the front is G_{np-1}(r).  A point of G_d(j) is completed by r - j
+ * items that take par[d..] only, so it is dropped when its sums plus the LP
+ * relaxation of those items (restricted to par[d..]) with every other group
+ * (rest_bound) exceed the threshold; the completions of the points of one
+ * G_d(j) are the same, so dominance within it is exact, and a dominator's
+ * bound is no larger than the dominated point's.  Why not one item at a
+ * time (front(j) = Pareto(front(j-1) + each choice)): there a partial
+ * multiset's r - j remaining items are free, and the LP completes almost
+ * any partial multiset of near-collinear choices (split operators, k of g
+ * slices ZDP) fractionally, so intermediate fronts held millions of points
+ * for final fronts of hundreds. */
+typedef struct pts { int n, cap; long long *m, *q; int *c; } pts; /* memory ascending, time descending */
+
+static int pts_reserve(pts *v, size_t need, int k)
 {
-    int c = b->cap, c2 = b->cap, c3 = b->cap;
-    if (grow((void **)&b->m, sizeof *b->m, need, &c) || grow((void **)&b->q, sizeof *b->q, need, &c2) ||
-        grow((void **)&b->c, sizeof *b->c * (size_t)k, need, &c3))
+    int c1 = v->cap, c2 = v->cap, c3 = v->cap;
+    if (grow((void **)&v->m, sizeof *v->m, need, &c1) || grow((void **)&v->q, sizeof *v->q, need, &c2) ||
+        grow((void **)&v->c, sizeof *v->c * (size_t)k, need, &c3))
         return -1;
-    b->cap = c;
+    v->cap = c1;
     return 0;
 }
 
-/* The front of the group's multisets of total memory <= cap, one item at a
- * time: front(j) = Pareto(front(j-1) + each choice), a k-way merge of lists
- * ascending in memory. */
-static int build_front(ctx *x, group *g, long long cap)
+static void pts_free(pts *v)
 {
-    int k = g->k, fa = 1, rc = -1;
-    fbuf a = {0, NULL, NULL, NULL}, b = {0, NULL, NULL, NULL};
-    int *cur = malloc(sizeof *cur * (size_t)k);
-    if (!cur || fbuf_reserve(&a, 1, k)) goto done;
-    a.m[0] = a.q[0] = 0;
-    memset(a.c, 0, sizeof *a.c * (size_t)k);
-    for (int j = 1; j <= g->r && fa > 0; j++) {
-        long long room = cap - (long long)(g->r - j) * g->m[g->hull[0]];
-        if (fbuf_reserve(&b, (size_t)fa * (size_t)k + 1, k)) goto done;
-        for (int c = 0; c < k; c++) cur[c] = 0;
-        int nk = 0;
-        for (;;) {
-            int bc = -1;
-            long long m = 0, q = 0;
-            for (int c = 0; c < k; c++) {
-                if (cur[c] >= fa) continue;
-                long long mm = a.m[cur[c]] + g->m[c], qq = a.q[cur[c]] + g->q[c];
-                if (mm > room) { /* memory ascends along the list */
-                    cur[c] = fa;
-                    continue;
-                }
-                if (bc < 0 || mm < m || (mm == m && qq < q)) {
-                    bc = c;
-                    m = mm;
-                    q = qq;
-                }
-            }
-            if (bc < 0) break;
-            x->nodes++;
-            int *cand = b.c + (size_t)nk * (size_t)k;
-            memcpy(cand, a.c + (size_t)cur[bc] * (size_t)k, sizeof *cand * (size_t)k);
-            cand[bc]++;
-            cur[bc]++;
-            if (nk > 0 && m == b.m[nk - 1] && q == b.q[nk - 1]) {
-                if (counts_better(cand, cand - k, k)) memcpy(cand - k, cand, sizeof *cand * (size_t)k);
-            } else if (nk == 0 || q < b.q[nk - 1]) {
-                b.m[nk] = m;
-                b.q[nk] = q;
-                nk++;
+    free(v->m); free(v->q); free(v->c);
+    v->m = v->q = NULL;
+    v->c = NULL;
+    v->n = v->cap = 0;
+}
+
+/* out = Pareto(a u (b + choice c)) under the bound of G_d(j) (j items);
+ * out must be neither a nor b */
+static int front_merge(ctx *x, const group *g, const fen *f, int d, long long j, long long cap, const pts *a,
+                       const pts *b, int c, pts *out)
+{
+    const int k = g->k, last = d == g->np - 1 && j == g->r;
+    const long long left = g->r - j, low = g->m[g->par[d]]; /* the rest's smallest memory each */
+    int ia = 0, ib = 0;
+    out->n = 0;
+    if (pts_reserve(out, (size_t)(a->n + (b ? b->n : 0)) + 1, k)) return -1;
+    for (;;) {
+        long long m, q;
+        const int *cnt;
+        int from_b;
+        int has_a = ia < a->n, has_b = b && ib < b->n;
+        if (!has_a && !has_b) break;
+        long long mb = has_b ? b->m[ib] + g->m[c] : 0, qb = has_b ? b->q[ib] + g->q[c] : 0;
+        from_b = has_b && (!has_a || mb < a->m[ia] || (mb == a->m[ia] && qb < a->q[ia]));
+        if (has_a && has_b && mb == a->m[ia] && qb == a->q[ia]) { /* a tie: the tie rule's counts decide */
+            int cb[64], *cc = k <= 64 ? cb : NULL;
+            if (cc) {
+                memcpy(cc, b->c + (size_t)ib * (size_t)k, sizeof *cc * (size_t)k);
+                cc[c]++;
+                from_b = counts_better(cc, a->c + (size_t)ia * (size_t)k, k);
             }
         }
-        fbuf t = a;
-        a = b;
-        b = t;
-        fa = nk;
+        if (from_b) {
+            m = mb;
+            q = qb;
+            cnt = b->c + (size_t)ib * (size_t)k;
+        } else {
+            m = a->m[ia];
+            q = a->q[ia];
+            cnt = a->c + (size_t)ia * (size_t)k;
+        }
+        int tie_other = has_a && has_b && mb == a->m[ia] && qb == a->q[ia];
+        if (from_b) ib++;
+        else ia++;
+        if (tie_other) { /* the loser of the tie goes too */
+            if (from_b) ia++;
+            else ib++;
+        }
+        x->nodes++;
+        if (out->n > 0 && q >= out->q[out->n - 1]) continue; /* dominated (or an equal that came later) */
+        if (m + left * low > cap) break;                     /* memory ascends */
+        double lb = last ? bound(x, f, m, q) : (double)q + rest_bound(x, f, g, d, left, x->p->mem_limit - m);
+        if (lb > x->thr) {
+            if (lb < x->next) x->next = lb;
+            continue;
+        }
+        int at = out->n++;
+        out->m[at] = m;
+        out->q[at] = q;
+        memcpy(out->c + (size_t)at * (size_t)k, cnt, sizeof *cnt * (size_t)k);
+        if (from_b) out->c[(size_t)at * (size_t)k + (size_t)c]++;
     }
-    g->fsize = fa;
-    g->fm = a.m;
-    g->fq = a.q;
-    g->cnt = a.c;
-    a.m = a.q = NULL;
-    a.c = NULL;
+    return 0;
+}
+
+/* group gi's front under the round's threshold; f: scratch bound data */
+static int build_front(ctx *x, int gi, long long cap, fen *f)
+{
+    group *g = &x->g[gi];
+    const int k = g->k, r = g->r;
+    int rc = -1;
+    if (x->fpts_n < r + 1) { /* scratch for every group: the largest r */
+        for (int t = 0; t < 2; t++) {
+            for (int j = 0; x->fpts[t] && j < x->fpts_n; j++) pts_free(&x->fpts[t][j]);
+            free(x->fpts[t]);
+            x->fpts[t] = calloc((size_t)r + 1, sizeof *x->fpts[t]);
+        }
+        x->fpts_n = x->fpts[0] && x->fpts[1] ? r + 1 : 0;
+    }
+    pts *prev = x->fpts[0], *cur = x->fpts[1];
+    free(g->fm); free(g->fq); free(g->cnt);
+    g->fm = g->fq = NULL;
+    g->cnt = NULL;
+    g->fsize = 0;
+    if (!prev || !cur || pts_reserve(&prev[0], 1, k)) goto done;
+    for (int j = 0; j <= r; j++) prev[j].n = cur[j].n = 0;
+    fen_copy(x, f, &x->full);
+    fen_remove(x, f, gi, r);
+    rest_prefixes(x, f, g);
+    prev[0].n = 1; /* G_{-1}(0): no item yet */
+    prev[0].m[0] = prev[0].q[0] = 0;
+    memset(prev[0].c, 0, sizeof *prev[0].c * (size_t)k);
+    for (int d = 0; d < g->np; d++) {
+        for (int j = 0; j <= r; j++)
+            if (front_merge(x, g, f, d, j, cap, &prev[j], j > 0 ? &cur[j - 1] : NULL, g->par[d], &cur[j])) goto done;
+        pts *t = prev;
+        prev = cur;
+        cur = t;
+    }
+    const pts *F = &prev[r]; /* the front: G_{np-1}(r) */
+    g->fm = malloc(sizeof *g->fm * (size_t)(F->n + 1));
+    g->fq = malloc(sizeof *g->fq * (size_t)(F->n + 1));
+    g->cnt = malloc(sizeof *g->cnt * (size_t)(F->n + 1) * (size_t)k);
+    if (!g->fm || !g->fq || !g->cnt) goto done;
+    memcpy(g->fm, F->m, sizeof *g->fm * (size_t)F->n);
+    memcpy(g->fq, F->q, sizeof *g->fq * (size_t)F->n);
+    memcpy(g->cnt, F->c, sizeof *g->cnt * (size_t)F->n * (size_t)k);
+    g->fsize = F->n;
     rc = 0;
 done:
-    free(a.m); free(a.q); free(a.c);
-    free(b.m); free(b.q); free(b.c);
-    free(cur);
     return rc;
 }
 
@@ -455,6 +547,82 @@ static double card_bound(const ctx *x, const fen *f, long long budget, long long
     return (double)q0 - x->lam * (double)budget - t;
 }
 
+/* prefix sums of the first n entries of two trees */
+static void fen_prefix(const long long *a, const long long *b, int n, long long *sa, long long *sb)
+{
+    long long A = 0, B = 0;
+    for (int p = n; p > 0; p -= p & -p) {
+        A += a[p];
+        B += b[p];
+    }
+    *sa = A;
+    *sb = B;
+}
+
+/* edges with efficiency above eff (x->seg is efficiency descending) */
+static int seg_count_above(const ctx *x, double eff)
+{
+    int lo = 0, hi = x->nseg;
+    while (lo < hi) {
+        int mid = lo + (hi - lo) / 2;
+        if (x->seg[mid].eff > eff) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo;
+}
+
+/* g->rpm, g->rpq for the bound data f (f fixed during one build_front) */
+static void rest_prefixes(const ctx *x, const fen *f, group *g)
+{
+    for (int d = 0; d < g->np; d++) {
+        const int *h = g->rh + (size_t)d * (size_t)g->k, nh = g->rhn[d];
+        for (int e = 0; e < nh; e++) {
+            int P = x->nseg;
+            if (e + 1 < nh)
+                P = seg_count_above(x, (double)(g->q[h[e]] - g->q[h[e + 1]]) / (double)(g->m[h[e + 1]] - g->m[h[e]]));
+            size_t at = (size_t)d * (size_t)g->k + (size_t)e;
+            fen_prefix(f->t[LM], f->t[LQ], P, &g->rpm[at], &g->rpq[at]);
+        }
+    }
+}
+
+/* The LP relaxation's time for n items of group g restricted to its choices
+ * par[d..np-1] together with the groups in f, within `budget` bytes: the
+ * restricted items' hull edges (g->rh row d, n copies each) merged by
+ * efficiency with f's edges (their prefix sums: rest_prefixes).  A lower
+ * bound on any such completion (+inf when even the smallest memories do
+ * not fit). */
+static double rest_bound(const ctx *x, const fen *f, const group *g, int d, long long n, long long budget)
+{
+    const int *h = g->rh + (size_t)d * (size_t)g->k, nh = g->rhn[d];
+    budget -= n * g->m[h[0]] + f->m0;
+    if (budget < 0) return INFINITY;
+    double base = (double)(n * g->q[h[0]] + f->q0), gain = 0;
+    long long used = 0; /* bytes of restricted edges taken */
+    for (int e = 0; e < nh; e++) { /* e = nh - 1: no restricted edge left */
+        long long dm = 0, dq = 0;
+        double eff = -INFINITY;
+        if (e + 1 < nh) {
+            dm = g->m[h[e + 1]] - g->m[h[e]];
+            dq = g->q[h[e]] - g->q[h[e + 1]];
+            eff = (double)dq / (double)dm;
+        }
+        const long long Mp = g->rpm[(size_t)d * (size_t)g->k + (size_t)e], Qp = g->rpq[(size_t)d * (size_t)g->k + (size_t)e];
+        if (Mp + used > budget) { /* the budget runs out among f's edges */
+            long long cm, cq;
+            int p = fen_find(f->t[LM], f->t[LQ], x->nseg, budget - used, &cm, &cq);
+            gain += (double)cq;
+            if (p < x->nseg) gain += (double)(budget - used - cm) * ((double)x->seg[p].dq / (double)x->seg[p].dm);
+            return base - gain;
+        }
+        if (e + 1 == nh) return base - gain - (double)Qp;
+        if (Mp + used + n * dm > budget) return base - gain - (double)Qp - (double)(budget - Mp - used) * eff;
+        used += n * dm;
+        gain += (double)(n * dq);
+    }
+    return base - gain;
+}
+
 /* a lower bound on the time of any plan extending a state (m, q): the
  * larger of the LP bound and the cardinality bound */
 static double bound(const ctx *x, const fen *f, long long m, long long q)
@@ -468,10 +636,10 @@ static double bound(const ctx *x, const fen *f, long long m, long long q)
     return cb > lb ? cb : lb;
 }
 
-static void fen_remove(ctx *x, fen *f, int j)
+/* takes r copies of group j's items out of the bound data f */
+static void fen_remove(const ctx *x, fen *f, int j, long long r)
 {
     const group *g = &x->g[j];
-    long long r = g->r;
     f->m0 -= r * g->m[g->hull[0]];
     f->q0 -= r * g->q[g->hull[0]];
     for (int t = x->eg_off[j]; t < x->eg_off[j + 1]; t++) {
@@ -737,7 +905,7 @@ static int round_at(ctx *x, int *found, int best[2])
         side *S = A->st[A->n].size <= B->st[B->n].size ? A : B;
         int j = S == A ? x->gorder[lo++] : x->gorder[hi--];
         S->order[S->n++] = j;
-        fen_remove(x, &S->f, j);
+        fen_remove(x, &S->f, j, x->g[j].r);
         if (merge_stage(x, S, S->n)) return -1;
         if (S->st[S->n].size == 0) return 0;
     }
@@ -788,10 +956,6 @@ osdp_status osdp_search_exact(const osdp_search_problem *p, osdp_search_result *
     }
     st = OSDP_ERR_OOM;
     if (make_groups(&x) || plan_order(&x)) goto done;
-    for (int j = 0; j < x.ng; j++) {
-        group *g = &x.g[j];
-        if (build_front(&x, g, p->mem_limit - (x.prep.min_mem - (long long)g->r * g->m[g->hull[0]]))) goto done;
-    }
     x.tmp[0] = malloc(sizeof *x.tmp[0] * (size_t)n);
     x.tmp[1] = malloc(sizeof *x.tmp[1] * (size_t)n);
     if (!x.tmp[0] || !x.tmp[1] || setup_bounds(&x)) goto done;
@@ -809,10 +973,30 @@ osdp_status osdp_search_exact(const osdp_search_problem *p, osdp_search_result *
     double lb0 = bound(&x, &x.full, 0, 0), ub = (double)x.ub;
     double slack = 1e-10 * ub + 0x1p14 * (x.nseg + x.nstp + 16);
     int found = 0, best[2] = {0, 0};
+    double front_thr = -INFINITY, front_next = INFINITY; /* the fronts' threshold, their smallest bound dropped */
     for (double thr = lb0 + 0x1p-16 * (ub - lb0); !found;) {
         int final = !(thr < ub);
         x.thr = (final ? ub : thr) + slack;
         x.next = x.cap = INFINITY;
+        if (x.thr > front_thr) {
+            /* the groups' fronts, built for a threshold 16 times as far
+             * (a front for a larger threshold holds every point a smaller
+             * one needs), so that most rounds reuse them; s[0].f: scratch */
+            double want = lb0 + 16 * (x.thr - lb0);
+            front_thr = want < ub + slack ? want : ub + slack;
+            if (front_thr < x.thr) front_thr = x.thr;
+            double round_thr = x.thr;
+            x.thr = front_thr;
+            for (int j = 0; j < x.ng; j++) {
+                const group *g = &x.g[j];
+                if (build_front(&x, j, p->mem_limit - (x.prep.min_mem - (long long)g->r * g->m[g->hull[0]]), &x.s[0].f))
+                    goto done;
+            }
+            front_next = x.next;
+            x.thr = round_thr;
+            x.next = INFINITY;
+        }
+        if (front_next < x.next) x.next = front_next;
         if (round_at(&x, &found, best)) goto done;
         if (final && !found) {
             st = osdp_error_set(OSDP_ERR_INTERNAL, "plan search (exact): the greedy plan was lost");
@@ -834,7 +1018,7 @@ done:
     if (st == OSDP_ERR_OOM) osdp_error_set(OSDP_ERR_OOM, "plan search (exact): out of memory");
     for (int j = 0; x.g && j < x.ng; j++) {
         group *g = &x.g[j];
-        free(g->pos); free(g->hull); free(g->par); free(g->fm); free(g->fq); free(g->cnt);
+        free(g->pos); free(g->hull); free(g->par); free(g->rh); free(g->rhn); free(g->rpm); free(g->rpq); free(g->fm); free(g->fq); free(g->cnt);
     }
     for (int t = 0; t < 2; t++) {
         for (int s = 0; x.s[t].st && s <= x.ng; s++) {
@@ -847,6 +1031,10 @@ done:
         free(x.tmp[t]);
     }
     fen_free(&x.full);
+    for (int t = 0; t < 2; t++) {
+        for (int j = 0; x.fpts[t] && j < x.fpts_n; j++) pts_free(&x.fpts[t][j]);
+        free(x.fpts[t]);
+    }
     free(x.g); free(x.seg); free(x.gorder); free(x.stp);
     free(x.by_dm); free(x.by_r); free(x.eg_off); free(x.eg_pos); free(x.sg_off);
     osdp_search_prep_free(&x.prep);
