@@ -1,0 +1,290 @@
+/* Exact plan search, part 3 (method in search_exact.c): lower bounds on the
+ * time of the groups a state has not decided (the LP relaxation, the
+ * Lagrangian bound with a cardinality cut, the LP of a group's remaining
+ * items restricted to later choices), kept in Fenwick trees so that removing
+ * a group and evaluating a bound cost O(log). */
+#include "search_exact.h"
+
+#include <limits.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ------------------------------------------------------------------------ */
+/* bounds for the groups not on a side                                       */
+
+/* Removing a group costs O(log) per edge and step, a bound O(log). */
+static void fen_add(long long *t, int n, int p, long long v)
+{
+    for (; p <= n; p += p & -p) t[p] += v;
+}
+
+static int fen_len(const ctx *x, int k) { return k < KC ? x->nseg : x->nstp; }
+
+static void fen_build(long long *t, int n)
+{
+    for (int i = 1; i <= n; i++)
+        if (i + (i & -i) <= n) t[i + (i & -i)] += t[i];
+}
+
+/* the largest p in [0, n] with prefix_a(p) <= v, and the prefixes there */
+static int fen_find(const long long *a, const long long *b, int n, long long v, long long *sa, long long *sb)
+{
+    int p = 0, w = 1;
+    long long A = 0, B = 0;
+    while (w * 2 <= n) w *= 2;
+    for (; n > 0 && w > 0; w /= 2)
+        if (p + w <= n && A + a[p + w] <= v) {
+            p += w;
+            A += a[p];
+            B += b[p];
+        }
+    *sa = A;
+    *sb = B;
+    return p;
+}
+
+/* Lagrangian bound with a cardinality cut: for the steps a plan takes off
+ * the base, gain = sum r + lam sum dm <= (sum of its r > 0 steps) + lam
+ * budget, and at most K steps fit in the budget (the K smallest do), so
+ * their r sum is at most the K largest r.  It sees fixed costs per step
+ * (latencies) that the LP spreads over fractions. */
+static double card_bound(const ctx *x, const fen *f, long long budget, long long q0)
+{
+    long long sz, K, c2, top;
+    int p = fen_find(f->t[KS], f->t[KC], x->nstp, budget, &sz, &K);
+    if (p < x->nstp) {
+        const step *e = &x->stp[x->by_dm[p]];
+        long long more = (budget - sz) / e->dm;
+        K += more < x->g[e->g].r ? more : x->g[e->g].r;
+    }
+    p = fen_find(f->t[TC], f->t[TR], x->nstp, K, &c2, &top);
+    double t = (double)top;
+    if (p < x->nstp) t += (double)(K - c2) * (double)x->stp[x->by_r[p]].rc;
+    return (double)q0 - x->lam * (double)budget - t;
+}
+
+/* prefix sums of the first n entries of two trees */
+static void fen_prefix(const long long *a, const long long *b, int n, long long *sa, long long *sb)
+{
+    long long A = 0, B = 0;
+    for (int p = n; p > 0; p -= p & -p) {
+        A += a[p];
+        B += b[p];
+    }
+    *sa = A;
+    *sb = B;
+}
+
+/* edges with efficiency above eff (x->seg is efficiency descending) */
+static int seg_count_above(const ctx *x, double eff)
+{
+    int lo = 0, hi = x->nseg;
+    while (lo < hi) {
+        int mid = lo + (hi - lo) / 2;
+        if (x->seg[mid].eff > eff) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo;
+}
+
+/* g->rpm, g->rpq for the bound data f (f fixed during one osdp_sx_build_front) */
+void osdp_sx_rest_prefixes(const ctx *x, const fen *f, group *g)
+{
+    for (int d = 0; d < g->np; d++) {
+        const int *h = g->rh + (size_t)d * (size_t)g->k, nh = g->rhn[d];
+        for (int e = 0; e < nh; e++) {
+            int P = x->nseg;
+            if (e + 1 < nh)
+                P = seg_count_above(x, (double)(g->q[h[e]] - g->q[h[e + 1]]) / (double)(g->m[h[e + 1]] - g->m[h[e]]));
+            size_t at = (size_t)d * (size_t)g->k + (size_t)e;
+            fen_prefix(f->t[LM], f->t[LQ], P, &g->rpm[at], &g->rpq[at]);
+        }
+    }
+}
+
+/* The LP relaxation's time for n items of group g restricted to its choices
+ * par[d..np-1] together with the groups in f, within `budget` bytes: the
+ * restricted items' hull edges (g->rh row d, n copies each) merged by
+ * efficiency with f's edges (their prefix sums: osdp_sx_rest_prefixes).  A lower
+ * bound on any such completion (+inf when even the smallest memories do
+ * not fit). */
+double osdp_sx_rest_bound(const ctx *x, const fen *f, const group *g, int d, long long n, long long budget)
+{
+    const int *h = g->rh + (size_t)d * (size_t)g->k, nh = g->rhn[d];
+    budget -= n * g->m[h[0]] + f->m0;
+    if (budget < 0) return INFINITY;
+    double base = (double)(n * g->q[h[0]] + f->q0), gain = 0;
+    long long used = 0; /* bytes of restricted edges taken */
+    for (int e = 0; e < nh; e++) { /* e = nh - 1: no restricted edge left */
+        long long dm = 0, dq = 0;
+        double eff = -INFINITY;
+        if (e + 1 < nh) {
+            dm = g->m[h[e + 1]] - g->m[h[e]];
+            dq = g->q[h[e]] - g->q[h[e + 1]];
+            eff = (double)dq / (double)dm;
+        }
+        const long long Mp = g->rpm[(size_t)d * (size_t)g->k + (size_t)e], Qp = g->rpq[(size_t)d * (size_t)g->k + (size_t)e];
+        if (Mp + used > budget) { /* the budget runs out among f's edges */
+            long long cm, cq;
+            int p = fen_find(f->t[LM], f->t[LQ], x->nseg, budget - used, &cm, &cq);
+            gain += (double)cq;
+            if (p < x->nseg) gain += (double)(budget - used - cm) * ((double)x->seg[p].dq / (double)x->seg[p].dm);
+            return base - gain;
+        }
+        if (e + 1 == nh) return base - gain - (double)Qp;
+        if (Mp + used + n * dm > budget) return base - gain - (double)Qp - (double)(budget - Mp - used) * eff;
+        used += n * dm;
+        gain += (double)(n * dq);
+    }
+    return base - gain;
+}
+
+/* a lower bound on the time of any plan extending a state (m, q): the
+ * larger of the LP bound and the cardinality bound */
+double osdp_sx_bound(const ctx *x, const fen *f, long long m, long long q)
+{
+    long long budget = x->p->mem_limit - m - f->m0, cm, cq;
+    if (budget < 0) return INFINITY;
+    int p = fen_find(f->t[LM], f->t[LQ], x->nseg, budget, &cm, &cq);
+    double lb = (double)(q + f->q0 - cq);
+    if (p < x->nseg) lb -= (double)(budget - cm) * ((double)x->seg[p].dq / (double)x->seg[p].dm);
+    double cb = card_bound(x, f, budget, q + f->q0);
+    return cb > lb ? cb : lb;
+}
+
+/* takes r copies of group j's items out of the bound data f */
+void osdp_sx_fen_remove(const ctx *x, fen *f, int j, long long r)
+{
+    const group *g = &x->g[j];
+    f->m0 -= r * g->m[g->hull[0]];
+    f->q0 -= r * g->q[g->hull[0]];
+    for (int t = x->eg_off[j]; t < x->eg_off[j + 1]; t++) {
+        int p = x->eg_pos[t];
+        fen_add(f->t[LM], x->nseg, p + 1, -r * x->seg[p].dm);
+        fen_add(f->t[LQ], x->nseg, p + 1, -r * x->seg[p].dq);
+    }
+    for (int t = x->sg_off[j]; t < x->sg_off[j + 1]; t++) {
+        const step *e = &x->stp[t];
+        if (e->rc <= 0) continue;
+        fen_add(f->t[KC], x->nstp, e->pos_dm + 1, -r);
+        fen_add(f->t[KS], x->nstp, e->pos_dm + 1, -r * e->dm);
+        fen_add(f->t[TC], x->nstp, e->pos_r + 1, -r);
+        fen_add(f->t[TR], x->nstp, e->pos_r + 1, -r * e->rc);
+    }
+}
+
+void osdp_sx_fen_copy(const ctx *x, fen *dst, const fen *src)
+{
+    for (int k = 0; k < NTREE; k++) memcpy(dst->t[k], src->t[k], sizeof *src->t[k] * (size_t)(fen_len(x, k) + 1));
+    dst->m0 = src->m0;
+    dst->q0 = src->q0;
+}
+
+static int fen_alloc(const ctx *x, fen *f)
+{
+    for (int k = 0; k < NTREE; k++)
+        if (!(f->t[k] = calloc((size_t)fen_len(x, k) + 1, sizeof *f->t[k]))) return -1;
+    return 0;
+}
+
+void osdp_sx_fen_free(fen *f)
+{
+    for (int k = 0; k < NTREE; k++) free(f->t[k]);
+}
+
+/* x->full: the trees of every group, steps' r for lambda = x->lam */
+static void full_trees(ctx *x, keyed *kd)
+{
+    fen *f = &x->full;
+    for (int t = 0; t < x->nstp; t++) {
+        step *e = &x->stp[t];
+        double r = (double)e->dq - x->lam * (double)e->dm;
+        e->rc = r > 0 ? (long long)ceil(r) : 0; /* rounded up: the bound stays valid */
+        kd[t] = (keyed){r, t};
+    }
+    qsort(kd, (size_t)x->nstp, sizeof *kd, osdp_sx_cmp_keyed);
+    for (int k = KC; k < NTREE; k++) memset(f->t[k], 0, sizeof *f->t[k] * (size_t)(x->nstp + 1));
+    for (int t = 0; t < x->nstp; t++) {
+        x->by_r[t] = kd[t].id;
+        step *e = &x->stp[kd[t].id];
+        e->pos_r = t;
+        if (e->rc <= 0) continue;
+        long long r = x->g[e->g].r;
+        f->t[KC][e->pos_dm + 1] = r;
+        f->t[KS][e->pos_dm + 1] = r * e->dm;
+        f->t[TC][t + 1] = r;
+        f->t[TR][t + 1] = r * e->rc;
+    }
+    for (int k = KC; k < NTREE; k++) fen_build(f->t[k], x->nstp);
+}
+
+/* Steps, group lists, the LP trees, and lambda: of a grid of fractions of
+ * the break efficiency, the one whose cardinality bound of the whole problem
+ * is the largest. */
+int osdp_sx_setup_bounds(ctx *x)
+{
+    int ne = x->nseg, ns = 0;
+    keyed *kd = malloc(sizeof *kd * (size_t)(x->nstp + 1));
+    x->stp = malloc(sizeof *x->stp * (size_t)(x->nstp + 1));
+    x->by_dm = malloc(sizeof *x->by_dm * (size_t)(x->nstp + 1));
+    x->by_r = malloc(sizeof *x->by_r * (size_t)(x->nstp + 1));
+    x->eg_off = calloc((size_t)x->ng + 1, sizeof *x->eg_off);
+    x->sg_off = calloc((size_t)x->ng + 1, sizeof *x->sg_off);
+    x->eg_pos = malloc(sizeof *x->eg_pos * (size_t)(ne + 1));
+    int *fill = calloc((size_t)x->ng + 1, sizeof *fill);
+    if (!kd || !fill || !x->stp || !x->by_dm || !x->by_r || !x->eg_off || !x->sg_off || !x->eg_pos ||
+        fen_alloc(x, &x->full) || fen_alloc(x, &x->s[0].f) || fen_alloc(x, &x->s[1].f)) {
+        free(kd);
+        free(fill);
+        return -1;
+    }
+    for (int j = 0; j < x->ng; j++) {
+        const group *g = &x->g[j];
+        x->sg_off[j] = ns;
+        for (int v = 0; v + 1 < g->np; v++)
+            x->stp[ns++] = (step){g->m[g->par[v + 1]] - g->m[g->par[v]], g->q[g->par[v]] - g->q[g->par[v + 1]], 0, j,
+                                  0, 0};
+    }
+    x->sg_off[x->ng] = ns;
+    for (int t = 0; t < ne; t++) x->eg_off[x->seg[t].g + 1]++;
+    for (int j = 0; j < x->ng; j++) x->eg_off[j + 1] += x->eg_off[j];
+    memcpy(fill, x->eg_off, sizeof *fill * (size_t)x->ng);
+    for (int t = 0; t < ne; t++) x->eg_pos[fill[x->seg[t].g]++] = t;
+    for (int t = 0; t < ns; t++) kd[t] = (keyed){-(double)x->stp[t].dm, t};
+    qsort(kd, (size_t)ns, sizeof *kd, osdp_sx_cmp_keyed);
+    for (int t = 0; t < ns; t++) {
+        x->by_dm[t] = kd[t].id;
+        x->stp[kd[t].id].pos_dm = t;
+    }
+    fen *f = &x->full;
+    f->m0 = f->q0 = 0;
+    for (int j = 0; j < x->ng; j++) {
+        f->m0 += (long long)x->g[j].r * x->g[j].m[x->g[j].hull[0]];
+        f->q0 += (long long)x->g[j].r * x->g[j].q[x->g[j].hull[0]];
+    }
+    for (int t = 0; t < ne; t++) {
+        f->t[LM][t + 1] = x->g[x->seg[t].g].r * x->seg[t].dm;
+        f->t[LQ][t + 1] = x->g[x->seg[t].g].r * x->seg[t].dq;
+    }
+    fen_build(f->t[LM], ne);
+    fen_build(f->t[LQ], ne);
+    double best = -INFINITY, best_f = 1.0; /* lambda / brk: eighths, then halving steps */
+    for (int t = 0; t < 15; t++) {
+        double fr = t < 9 ? t / 8.0 : best_f + ((t - 9) % 2 ? -1 : 1) * ldexp(1.0, -4 - (t - 9) / 2);
+        if (fr < 0.0 || fr > 1.0) continue;
+        x->lam = x->brk * fr;
+        full_trees(x, kd);
+        double b = card_bound(x, f, x->p->mem_limit - f->m0, f->q0);
+        if (b > best) {
+            best = b;
+            best_f = fr;
+        }
+    }
+    x->lam = x->brk * best_f;
+    full_trees(x, kd);
+    free(kd);
+    free(fill);
+    return 0;
+}
+

@@ -1,0 +1,107 @@
+/* Internals of the exact plan search (src/planner/search_exact.c has the
+ * method): the types shared by its parts and their entry points.
+ *   search_group.c  identical items grouped, hulls, greedy plan, group order
+ *   search_front.c  a group's Pareto front of multisets under a threshold
+ *   search_bound.c  lower bounds (LP and Lagrangian) in Fenwick trees
+ *   search_exact.c  the two sides' merges, threshold rounds, the driver */
+#ifndef OSDP_SEARCH_EXACT_H
+#define OSDP_SEARCH_EXACT_H
+
+#include "osdp/search.h"
+
+#include <stddef.h>
+
+typedef struct group {
+    int r, k;                  /* r identical items with k choices */
+    int *pos;                  /* [r] their indices, ascending */
+    const long long *m, *q;    /* memory and fixed-point time per choice */
+    int *hull, nh;             /* lower convex hull of the choices, memory ascending */
+    int *par, np;              /* the non-dominated choices, memory ascending */
+    int *rh, *rhn;             /* [np][k], [np]: lower hull of par[d..np-1] (rest_bound) */
+    long long *rpm, *rpq;      /* [np][k]: prefix sums of the other groups' edges more efficient
+                                * than rh row d's edge e (e = rhn[d] - 1: all), for one build_front */
+    int fsize;                 /* Pareto front of the group's multisets, memory */
+    long long *fm, *fq;        /* ascending and time strictly descending */
+    int *cnt;                  /* [fsize][k] choice counts */
+    double dist;               /* distance from the LP's break efficiency */
+} group;
+
+typedef struct seg { /* a hull edge of one item: dm more bytes for dq fewer time units */
+    double eff;
+    long long dm, dq;
+    int g, v;
+} seg;
+
+typedef struct step { /* between consecutive non-dominated choices of one item */
+    long long dm, dq;
+    long long rc;              /* ceil(dq - lam dm) when positive, else 0 */
+    int g, pos_dm, pos_r;      /* positions in by_dm, by_r */
+} step;
+
+/* Fenwick trees (1-based): over the edges in efficiency order (bytes LM,
+ * time units LQ; nseg + 1 long), over the steps with r > 0 by size (count
+ * KC, bytes KS) and by r (count TC, r TR; nstp + 1 long) */
+enum { LM, LQ, KC, KS, TC, TR, NTREE };
+typedef struct fen {           /* bound data of the groups not on a side */
+    long long m0, q0;          /* their base: all at the smallest-memory choice */
+    long long *t[NTREE];
+} fen;
+
+typedef struct stage {
+    int size, cap;
+    long long *m, *q;          /* memory ascending, time strictly descending */
+    int *prev, *gi;            /* state of the previous stage, front point of the group */
+} stage;
+
+typedef struct side {
+    int n;                     /* groups merged */
+    int *order;                /* [ng] in merge order */
+    stage *st;                 /* [ng + 1] */
+    fen f;
+} side;
+
+typedef struct ctx {
+    const osdp_search_problem *p;
+    osdp_search_prep prep;
+    int ng, nseg, nstp;
+    group *g;
+    seg *seg;                  /* hull edges, efficiency descending */
+    step *stp;                 /* steps, by group */
+    int *by_dm, *by_r;         /* step ids by size ascending / by r descending */
+    int *eg_off, *eg_pos;      /* group j's edges: eg_pos[eg_off[j] .. eg_off[j + 1]) */
+    int *sg_off;               /* group j's steps: stp[sg_off[j] .. sg_off[j + 1]) */
+    int *gorder;               /* groups, farthest from the break first */
+    side s[2];                 /* A, B */
+    fen full;                  /* bound data of all groups */
+    double brk, lam;           /* LP break efficiency; lambda of the cardinality bound */
+    long long ub;              /* time of the greedy plan */
+    double thr;                /* states whose bound exceeds it are dropped */
+    double next;               /* the smallest bound dropped */
+    double cap;                /* the time of the best plan found but not proven */
+    int *tmp[2];               /* [n] vectors for tie comparisons */
+    struct pts *fpts[2];       /* [max r + 1] build_front's G_{d-1}(.), G_d(.): reused, they grow */
+    int fpts_n;
+    long long nodes;
+} ctx;
+
+typedef struct keyed { double key; int id; } keyed;
+typedef struct pts { int n, cap; long long *m, *q; int *c; } pts; /* memory ascending, time descending */
+
+/* search_group.c */
+int osdp_sx_grow(void **ptr, size_t elem, size_t need, int *cap); /* *ptr to >= need elements, -1: no memory */
+int osdp_sx_make_groups(ctx *x);
+int osdp_sx_plan_order(ctx *x);
+int osdp_sx_cmp_keyed(const void *a, const void *b);               /* key descending, then id */
+/* search_front.c */
+int osdp_sx_build_front(ctx *x, int gi, long long cap, fen *f);
+void osdp_sx_pts_free(pts *v);
+/* search_bound.c */
+int osdp_sx_setup_bounds(ctx *x);
+double osdp_sx_bound(const ctx *x, const fen *f, long long m, long long q);
+double osdp_sx_rest_bound(const ctx *x, const fen *f, const group *g, int d, long long n, long long budget);
+void osdp_sx_rest_prefixes(const ctx *x, const fen *f, group *g);
+void osdp_sx_fen_remove(const ctx *x, fen *f, int j, long long r);
+void osdp_sx_fen_copy(const ctx *x, fen *dst, const fen *src);
+void osdp_sx_fen_free(fen *f);
+
+#endif

@@ -1,0 +1,165 @@
+/* Exact plan search, part 2 (method in search_exact.c): a group's front,
+ * the Pareto set of (memory, time) over the multisets of its items' choices,
+ * pruned by the round's threshold. */
+#include "search_exact.h"
+
+#include <limits.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ------------------------------------------------------------------------ */
+/* group fronts                                                              */
+
+static int counts_better(const int *a, const int *b, int k)
+{
+    for (int c = 0; c < k; c++)
+        if (a[c] != b[c]) return a[c] > b[c];
+    return 0;
+}
+
+
+/* Group fronts: the Pareto front of (memory, time) over the multisets of
+ * choices of a group's r identical items, restricted to multisets whose
+ * bound does not exceed the round's threshold (no plan within it has any
+ * other part).  The choices are taken in the order of the non-dominated
+ * chain par (memory ascending), like an unbounded knapsack over choice
+ * types: G_d(j), the front of j items using par[0..d] only, is
+ *     Pareto( G_{d-1}(j)  u  G_d(j-1) + par[d] ),
+ * and the front is G_{np-1}(r).  A point of G_d(j) is completed by r - j
+ * items that take par[d..] only, so it is dropped when its sums plus the LP
+ * relaxation of those items (restricted to par[d..]) with every other group
+ * (osdp_sx_rest_bound) exceed the threshold; the completions of the points of one
+ * G_d(j) are the same, so dominance within it is exact, and a dominator's
+ * bound is no larger than the dominated point's.  Why not one item at a
+ * time (front(j) = Pareto(front(j-1) + each choice)): there a partial
+ * multiset's r - j remaining items are free, and the LP completes almost
+ * any partial multiset of near-collinear choices (split operators, k of g
+ * slices ZDP) fractionally, so intermediate fronts held millions of points
+ * for final fronts of hundreds. */
+
+static int pts_reserve(pts *v, size_t need, int k)
+{
+    int c1 = v->cap, c2 = v->cap, c3 = v->cap;
+    if (osdp_sx_grow((void **)&v->m, sizeof *v->m, need, &c1) || osdp_sx_grow((void **)&v->q, sizeof *v->q, need, &c2) ||
+        osdp_sx_grow((void **)&v->c, sizeof *v->c * (size_t)k, need, &c3))
+        return -1;
+    v->cap = c1;
+    return 0;
+}
+
+void osdp_sx_pts_free(pts *v)
+{
+    free(v->m); free(v->q); free(v->c);
+    v->m = v->q = NULL;
+    v->c = NULL;
+    v->n = v->cap = 0;
+}
+
+/* out = Pareto(a u (b + choice c)) under the bound of G_d(j) (j items);
+ * out must be neither a nor b */
+static int front_merge(ctx *x, const group *g, const fen *f, int d, long long j, long long cap, const pts *a,
+                       const pts *b, int c, pts *out)
+{
+    const int k = g->k, last = d == g->np - 1 && j == g->r;
+    const long long left = g->r - j, low = g->m[g->par[d]]; /* the rest's smallest memory each */
+    int ia = 0, ib = 0;
+    out->n = 0;
+    if (pts_reserve(out, (size_t)(a->n + (b ? b->n : 0)) + 1, k)) return -1;
+    for (;;) {
+        long long m, q;
+        const int *cnt;
+        int from_b;
+        int has_a = ia < a->n, has_b = b && ib < b->n;
+        if (!has_a && !has_b) break;
+        long long mb = has_b ? b->m[ib] + g->m[c] : 0, qb = has_b ? b->q[ib] + g->q[c] : 0;
+        from_b = has_b && (!has_a || mb < a->m[ia] || (mb == a->m[ia] && qb < a->q[ia]));
+        if (has_a && has_b && mb == a->m[ia] && qb == a->q[ia]) { /* a tie: the tie rule's counts decide */
+            int cb[64], *cc = k <= 64 ? cb : NULL;
+            if (cc) {
+                memcpy(cc, b->c + (size_t)ib * (size_t)k, sizeof *cc * (size_t)k);
+                cc[c]++;
+                from_b = counts_better(cc, a->c + (size_t)ia * (size_t)k, k);
+            }
+        }
+        if (from_b) {
+            m = mb;
+            q = qb;
+            cnt = b->c + (size_t)ib * (size_t)k;
+        } else {
+            m = a->m[ia];
+            q = a->q[ia];
+            cnt = a->c + (size_t)ia * (size_t)k;
+        }
+        int tie_other = has_a && has_b && mb == a->m[ia] && qb == a->q[ia];
+        if (from_b) ib++;
+        else ia++;
+        if (tie_other) { /* the loser of the tie goes too */
+            if (from_b) ia++;
+            else ib++;
+        }
+        x->nodes++;
+        if (out->n > 0 && q >= out->q[out->n - 1]) continue; /* dominated (or an equal that came later) */
+        if (m + left * low > cap) break;                     /* memory ascends */
+        double lb = last ? osdp_sx_bound(x, f, m, q) : (double)q + osdp_sx_rest_bound(x, f, g, d, left, x->p->mem_limit - m);
+        if (lb > x->thr) {
+            if (lb < x->next) x->next = lb;
+            continue;
+        }
+        int at = out->n++;
+        out->m[at] = m;
+        out->q[at] = q;
+        memcpy(out->c + (size_t)at * (size_t)k, cnt, sizeof *cnt * (size_t)k);
+        if (from_b) out->c[(size_t)at * (size_t)k + (size_t)c]++;
+    }
+    return 0;
+}
+
+/* group gi's front under the round's threshold; f: scratch bound data */
+int osdp_sx_build_front(ctx *x, int gi, long long cap, fen *f)
+{
+    group *g = &x->g[gi];
+    const int k = g->k, r = g->r;
+    int rc = -1;
+    if (x->fpts_n < r + 1) { /* scratch for every group: the largest r */
+        for (int t = 0; t < 2; t++) {
+            for (int j = 0; x->fpts[t] && j < x->fpts_n; j++) osdp_sx_pts_free(&x->fpts[t][j]);
+            free(x->fpts[t]);
+            x->fpts[t] = calloc((size_t)r + 1, sizeof *x->fpts[t]);
+        }
+        x->fpts_n = x->fpts[0] && x->fpts[1] ? r + 1 : 0;
+    }
+    pts *prev = x->fpts[0], *cur = x->fpts[1];
+    free(g->fm); free(g->fq); free(g->cnt);
+    g->fm = g->fq = NULL;
+    g->cnt = NULL;
+    g->fsize = 0;
+    if (!prev || !cur || pts_reserve(&prev[0], 1, k)) goto done;
+    for (int j = 0; j <= r; j++) prev[j].n = cur[j].n = 0;
+    osdp_sx_fen_copy(x, f, &x->full);
+    osdp_sx_fen_remove(x, f, gi, r);
+    osdp_sx_rest_prefixes(x, f, g);
+    prev[0].n = 1; /* G_{-1}(0): no item yet */
+    prev[0].m[0] = prev[0].q[0] = 0;
+    memset(prev[0].c, 0, sizeof *prev[0].c * (size_t)k);
+    for (int d = 0; d < g->np; d++) {
+        for (int j = 0; j <= r; j++)
+            if (front_merge(x, g, f, d, j, cap, &prev[j], j > 0 ? &cur[j - 1] : NULL, g->par[d], &cur[j])) goto done;
+        pts *t = prev;
+        prev = cur;
+        cur = t;
+    }
+    const pts *F = &prev[r]; /* the front: G_{np-1}(r) */
+    g->fm = malloc(sizeof *g->fm * (size_t)(F->n + 1));
+    g->fq = malloc(sizeof *g->fq * (size_t)(F->n + 1));
+    g->cnt = malloc(sizeof *g->cnt * (size_t)(F->n + 1) * (size_t)k);
+    if (!g->fm || !g->fq || !g->cnt) goto done;
+    memcpy(g->fm, F->m, sizeof *g->fm * (size_t)F->n);
+    memcpy(g->fq, F->q, sizeof *g->fq * (size_t)F->n);
+    memcpy(g->cnt, F->c, sizeof *g->cnt * (size_t)F->n * (size_t)k);
+    g->fsize = F->n;
+    rc = 0;
+done:
+    return rc;
+}
+
