@@ -75,7 +75,7 @@ typedef struct osdp_planner_options {
     int verify;               /* osdp_memory_predict check where it applies (default 1) */
     const int *recompute;     /* per operator: recompute activations (NULL: none) */
     int split_auto;           /* try g = 1, 2, 4, 8; keep the fastest (osdp_planner_run) */
-    int recompute_auto;       /* try recomputing the first 0, L/4, L/2, 3L/4, L blocks */
+    int recompute_auto;       /* try recomputing the first m blocks, m = 0..L (osdp_planner_run) */
 } osdp_planner_options;
 
 typedef struct osdp_planner_result {

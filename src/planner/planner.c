@@ -324,10 +324,13 @@ static osdp_status run_fixed(const osdp_layout *layout, const osdp_device *dev, 
 }
 
 /* --split auto and --recompute auto: the scheduler for each granularity g in
- * {1, 2, 4, 8} and each number m of recomputed blocks in {0, L/4, L/2, 3L/4,
- * L}, the first m blocks (their activations are alive longest: recomputing
- * them lowers every later operator's peak); the highest throughput wins,
- * ties to the smaller g and the fewer recomputed blocks. */
+ * {1, 2, 4, 8} (one g for the whole model: the search itself gives every
+ * operator its own k of g) and each number m of recomputed blocks — every m
+ * in 0..L for up to 12 blocks, else m = 0, L/8, .., L — the first m blocks
+ * (their activations are alive longest: recomputing them lowers the peak of
+ * every later operator's backward, and blocks cost the same to recompute);
+ * the highest throughput wins, ties to the smaller g and the fewer recomputed
+ * blocks. */
 osdp_status osdp_planner_run(const osdp_layout *layout, const osdp_device *dev, const osdp_planner_options *o,
                              osdp_planner_result *res)
 {
@@ -336,9 +339,10 @@ osdp_status osdp_planner_run(const osdp_layout *layout, const osdp_device *dev, 
     const int L = layout->cfg.n_layer, n = layout->n_ops;
     int splits[4] = {1, 2, 4, 8}, n_splits = 4;
     if (!o->split_auto) { splits[0] = o->split; n_splits = 1; }
-    int counts[5], n_counts = 0;
-    for (int q = 0; q <= 4; q++) {
-        int m = o->recompute_auto ? L * q / 4 : -1;
+    /* every m up to 12 blocks, then eighths: each m is a whole scheduler run */
+    int counts[13], n_counts = 0, steps = L <= 12 ? L : 8;
+    for (int q = 0; q <= steps; q++) {
+        int m = o->recompute_auto ? L * q / steps : -1;
         if (n_counts == 0 || counts[n_counts - 1] != m) counts[n_counts++] = m;
         if (!o->recompute_auto) break;
     }
