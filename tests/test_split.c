@@ -14,13 +14,16 @@
  *             recompute per block, N = 1, 2, 3, 8, with and
  *             without prefetch
  *   traffic   the cost model's bytes per step do not depend on g when slices
- *             need no padding */
+ *             need no padding
+ *   auto      --recompute auto fits a model that no plan without recompute
+ *             fits; --split auto is never slower than g = 1 */
 #include "config.h"
 #include "osdp/cost_model.h"
 #include "osdp/gpt.h"
 #include "osdp/init.h"
 #include "osdp/layout.h"
 #include "osdp/model_config.h"
+#include "osdp/planner.h"
 #include "osdp/runtime.h"
 
 #include <check.h>
@@ -327,6 +330,50 @@ START_TEST(test_traffic_independent_of_split)
 }
 END_TEST
 
+/* --recompute auto makes a model fit where no plan without recompute does;
+ * --split auto is never slower than g = 1; both plans' peaks are what the
+ * runtime measures */
+START_TEST(test_planner_auto_modes)
+{
+    osdp_layout L;
+    load_layout(&L, "bench_l6_d256", 128);
+    osdp_device d = test_device();
+    osdp_planner_options o;
+    osdp_planner_defaults(&o);
+    o.n_ranks = 4;
+    o.micro_batch = 8;
+    /* the smallest peak without recompute, less a little */
+    long long need = 0;
+    ck_assert(osdp_planner_min_memory(&L, &d, &o, 8, &need, NULL) == OSDP_OK);
+    o.mem_limit = need - 4096;
+    osdp_planner_result r;
+    ck_assert_int_eq(osdp_planner_run(&L, &d, &o, &r), OSDP_ERR_INFEASIBLE);
+    osdp_planner_result_free(&r);
+    o.recompute_auto = 1;
+    ck_assert_msg(osdp_planner_run(&L, &d, &o, &r) == OSDP_OK, "%s", osdp_error_message());
+    int rc = 0;
+    for (int i = 0; i < L.n_ops; i++) rc += r.plan.recompute[i];
+    ck_assert_int_gt(rc, 0);
+    osdp_memory_prediction pr;
+    ck_assert(osdp_memory_predict(&L, &r.plan, 4, 8, 1, 1, &pr) == OSDP_OK);
+    ck_assert(r.peak_bytes == (long long)pr.peak_total && r.peak_bytes <= o.mem_limit);
+    osdp_planner_result_free(&r);
+
+    o.recompute_auto = 0;
+    o.mem_limit = need + (need >> 3);
+    osdp_planner_result r1, ra;
+    ck_assert(osdp_planner_run(&L, &d, &o, &r1) == OSDP_OK);
+    o.split_auto = 1;
+    ck_assert(osdp_planner_run(&L, &d, &o, &ra) == OSDP_OK);
+    ck_assert(ra.samples_per_s >= r1.samples_per_s);
+    ck_assert(osdp_memory_predict(&L, &ra.plan, 4, 8, 1, 1, &pr) == OSDP_OK);
+    ck_assert(ra.peak_bytes == (long long)pr.peak_total && ra.peak_bytes <= o.mem_limit);
+    osdp_planner_result_free(&r1);
+    osdp_planner_result_free(&ra);
+    osdp_layout_free(&L);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("split");
@@ -337,6 +384,7 @@ int main(void)
     tcase_add_test(tc, test_peak_equals_runtime_split);
     tcase_add_test(tc, test_split_lowers_peak);
     tcase_add_test(tc, test_traffic_independent_of_split);
+    tcase_add_test(tc, test_planner_auto_modes);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
