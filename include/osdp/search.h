@@ -47,6 +47,14 @@
 
 #include "osdp/error.h"
 
+/* Scratch memory osdp_search_exact keeps between calls (optional): a caller
+ * solving many knapsacks in a row passes the same workspace to each, so
+ * that the group fronts' buffers are not given back to the system and
+ * faulted in again every time; free it with osdp_search_workspace_free. */
+typedef struct osdp_search_workspace osdp_search_workspace;
+osdp_search_workspace *osdp_search_workspace_new(void); /* NULL: out of memory */
+void osdp_search_workspace_free(osdp_search_workspace *ws);
+
 typedef struct osdp_search_problem {
     int n_items;
     const int *n_choices;            /* [n_items], each >= 1 */
@@ -55,6 +63,7 @@ typedef struct osdp_search_problem {
     long long mem_limit;             /* bytes; a plan fits when sum mem <= mem_limit */
     double time_limit_s;             /* wall-clock budget for osdp_search_dfs (0 = none);
                                       * ignored by the other two (but must be >= 0) */
+    osdp_search_workspace *workspace; /* osdp_search_exact's scratch between calls (NULL: none) */
 } osdp_search_problem;
 
 typedef struct osdp_search_result {

@@ -24,6 +24,8 @@ void osdp_ps_ctx_free(pctx *x)
 {
     free(x->R); free(x->wp); free(x->f); free(x->t); free(x->K);
     free(x->perm); free(x->nch); free(x->map); free(x->sol); free(x->pm); free(x->pt); free(x->mb); free(x->tb);
+    osdp_search_workspace_free(x->ws);
+    x->ws = NULL;
 }
 
 osdp_status osdp_ps_ctx_build(pctx *x, const osdp_layout *L, const osdp_device *dev, const osdp_planner_options *o,
@@ -58,7 +60,8 @@ osdp_status osdp_ps_ctx_build(pctx *x, const osdp_layout *L, const osdp_device *
     x->pt = malloc((size_t)x->n * sizeof *x->pt);
     x->mb = malloc(nk * sizeof *x->mb);
     x->tb = malloc(nk * sizeof *x->tb);
-    if (!x->R || !x->wp || !x->f || !x->t || !x->K || !x->nch || !x->perm || !x->map || !x->sol || !x->pm || !x->pt || !x->mb
+    x->ws = osdp_search_workspace_new();
+    if (!x->ws || !x->R || !x->wp || !x->f || !x->t || !x->K || !x->nch || !x->perm || !x->map || !x->sol || !x->pm || !x->pt || !x->mb
         || !x->tb) {
         osdp_ps_ctx_free(x);
         return osdp_error_set(OSDP_ERR_OOM, "planner: out of host memory");
@@ -143,7 +146,8 @@ static osdp_status knap_any(pctx *x, const unsigned char *allow, long long lim, 
         x->pm[j] = x->mb + AT(x, j, 0);
         x->pt[j] = x->tb + AT(x, j, 0);
     }
-    osdp_search_problem p = {.n_items = x->n, .n_choices = x->nch, .mem = x->pm, .time = x->pt, .mem_limit = lim};
+    osdp_search_problem p = {.n_items = x->n, .n_choices = x->nch, .mem = x->pm, .time = x->pt, .mem_limit = lim,
+                             .workspace = x->ws};
     osdp_search_result r = {.choice = x->sol};
     double t0 = now_s();
     osdp_status s;

@@ -5,6 +5,7 @@
 
 #include "osdp/cost_model.h"
 #include "osdp/planner.h"
+#include "osdp/search.h"
 
 /* one micro-batch: the arrays the search works on */
 typedef struct pctx {
@@ -24,6 +25,7 @@ typedef struct pctx {
     long long *mb;
     double *tb;
     double deadline;          /* dfs: wall-clock end (0: none) */
+    osdp_search_workspace *ws; /* exact search's scratch, kept across this context's knapsacks */
     osdp_planner_result *acc; /* counters */
 } pctx;
 

@@ -76,68 +76,19 @@ static void fen_prefix(const long long *a, const long long *b, int n, long long 
     *sb = B;
 }
 
-/* edges with efficiency above eff (x->seg is efficiency descending) */
-static int seg_count_above(const ctx *x, double eff)
+/* the edges' weights in f, in efficiency order (bytes, time units; 0 for
+ * the groups taken out of f) */
+void osdp_sx_fen_edges(const ctx *x, const fen *f, long long *dm, long long *dq)
 {
-    int lo = 0, hi = x->nseg;
-    while (lo < hi) {
-        int mid = lo + (hi - lo) / 2;
-        if (x->seg[mid].eff > eff) lo = mid + 1;
-        else hi = mid;
+    long long pm = 0, pq = 0;
+    for (int t = 0; t < x->nseg; t++) {
+        long long cm, cq;
+        fen_prefix(f->t[LM], f->t[LQ], t + 1, &cm, &cq);
+        dm[t] = cm - pm;
+        dq[t] = cq - pq;
+        pm = cm;
+        pq = cq;
     }
-    return lo;
-}
-
-/* g->rpm, g->rpq for the bound data f (f fixed during one osdp_sx_build_front) */
-void osdp_sx_rest_prefixes(const ctx *x, const fen *f, group *g)
-{
-    for (int d = 0; d < g->np; d++) {
-        const int *h = g->rh + (size_t)d * (size_t)g->k, nh = g->rhn[d];
-        for (int e = 0; e < nh; e++) {
-            int P = x->nseg;
-            if (e + 1 < nh)
-                P = seg_count_above(x, (double)(g->q[h[e]] - g->q[h[e + 1]]) / (double)(g->m[h[e + 1]] - g->m[h[e]]));
-            size_t at = (size_t)d * (size_t)g->k + (size_t)e;
-            fen_prefix(f->t[LM], f->t[LQ], P, &g->rpm[at], &g->rpq[at]);
-        }
-    }
-}
-
-/* The LP relaxation's time for n items of group g restricted to its choices
- * par[d..np-1] together with the groups in f, within `budget` bytes: the
- * restricted items' hull edges (g->rh row d, n copies each) merged by
- * efficiency with f's edges (their prefix sums: osdp_sx_rest_prefixes).  A lower
- * bound on any such completion (+inf when even the smallest memories do
- * not fit). */
-double osdp_sx_rest_bound(const ctx *x, const fen *f, const group *g, int d, long long n, long long budget)
-{
-    const int *h = g->rh + (size_t)d * (size_t)g->k, nh = g->rhn[d];
-    budget -= n * g->m[h[0]] + f->m0;
-    if (budget < 0) return INFINITY;
-    double base = (double)(n * g->q[h[0]] + f->q0), gain = 0;
-    long long used = 0; /* bytes of restricted edges taken */
-    for (int e = 0; e < nh; e++) { /* e = nh - 1: no restricted edge left */
-        long long dm = 0, dq = 0;
-        double eff = -INFINITY;
-        if (e + 1 < nh) {
-            dm = g->m[h[e + 1]] - g->m[h[e]];
-            dq = g->q[h[e]] - g->q[h[e + 1]];
-            eff = (double)dq / (double)dm;
-        }
-        const long long Mp = g->rpm[(size_t)d * (size_t)g->k + (size_t)e], Qp = g->rpq[(size_t)d * (size_t)g->k + (size_t)e];
-        if (Mp + used > budget) { /* the budget runs out among f's edges */
-            long long cm, cq;
-            int p = fen_find(f->t[LM], f->t[LQ], x->nseg, budget - used, &cm, &cq);
-            gain += (double)cq;
-            if (p < x->nseg) gain += (double)(budget - used - cm) * ((double)x->seg[p].dq / (double)x->seg[p].dm);
-            return base - gain;
-        }
-        if (e + 1 == nh) return base - gain - (double)Qp;
-        if (Mp + used + n * dm > budget) return base - gain - (double)Qp - (double)(budget - Mp - used) * eff;
-        used += n * dm;
-        gain += (double)(n * dq);
-    }
-    return base - gain;
 }
 
 /* a lower bound on the time of any plan extending a state (m, q): the

@@ -7,11 +7,11 @@
  *    non-dominated choices (search_front.c: G_d(j), the front of j items
  *    using the first d + 1 choices, pruned by the LP of the remaining items
  *    restricted to the later choices), each point keeping its choice
- *    counts; fronts are built per threshold round, for a threshold 16 times
- *    as far, and reused until a round passes it.  The lexicographically
- *    smallest vector for a multiset gives the group's items (ascending
- *    index) ascending choices, so of two multisets with equal sums the one
- *    with more of the smallest differing choice wins.
+ *    counts; fronts are built once, for the last round's threshold (the
+ *    greedy plan's time).  The lexicographically smallest vector for a
+ *    multiset gives the group's items (ascending index) ascending choices,
+ *    so of two multisets with equal sums the one with more of the smallest
+ *    differing choice wins.
  * 2. Groups are ordered by the distance of their LP efficiencies from the
  *    LP's break efficiency.  Side A merges groups from the far end (clear
  *    decisions, cut at once), side B from the near end (the "core", where
@@ -238,6 +238,8 @@ static int round_at(ctx *x, int *found, int best[2])
     return 0;
 }
 
+static void workspace_release(osdp_search_workspace *ws);
+
 osdp_status osdp_search_exact(const osdp_search_problem *p, osdp_search_result *r)
 {
     ctx x;
@@ -250,6 +252,11 @@ osdp_status osdp_search_exact(const osdp_search_problem *p, osdp_search_result *
         osdp_search_prep_free(&x.prep);
         osdp_search_finish(p, r);
         return OSDP_OK;
+    }
+    if (p->workspace) { /* the previous call's buffers */
+        x.fpts[0] = p->workspace->fpts[0];
+        x.fpts[1] = p->workspace->fpts[1];
+        x.fpts_n = p->workspace->fpts_n;
     }
     st = OSDP_ERR_OOM;
     if (osdp_sx_make_groups(&x) || osdp_sx_plan_order(&x)) goto done;
@@ -270,30 +277,20 @@ osdp_status osdp_search_exact(const osdp_search_problem *p, osdp_search_result *
     double lb0 = osdp_sx_bound(&x, &x.full, 0, 0), ub = (double)x.ub;
     double slack = 1e-10 * ub + 0x1p14 * (x.nseg + x.nstp + 16);
     int found = 0, best[2] = {0, 0};
-    double front_thr = -INFINITY, front_next = INFINITY; /* the fronts' threshold, their smallest bound dropped */
+    /* The groups' fronts, once, for the last round's threshold (a front for
+     * a larger threshold holds every point a smaller one needs): rebuilding
+     * them for each round's threshold cost more than the points the smaller
+     * thresholds save (s[0].f: scratch) */
+    x.thr = ub + slack;
+    for (int j = 0; j < x.ng; j++) {
+        const group *g = &x.g[j];
+        if (osdp_sx_build_front(&x, j, p->mem_limit - (x.prep.min_mem - (long long)g->r * g->m[g->hull[0]]), &x.s[0].f))
+            goto done;
+    }
     for (double thr = lb0 + 0x1p-16 * (ub - lb0); !found;) {
         int final = !(thr < ub);
         x.thr = (final ? ub : thr) + slack;
         x.next = x.cap = INFINITY;
-        if (x.thr > front_thr) {
-            /* the groups' fronts, built for a threshold 16 times as far
-             * (a front for a larger threshold holds every point a smaller
-             * one needs), so that most rounds reuse them; s[0].f: scratch */
-            double want = lb0 + 16 * (x.thr - lb0);
-            front_thr = want < ub + slack ? want : ub + slack;
-            if (front_thr < x.thr) front_thr = x.thr;
-            double round_thr = x.thr;
-            x.thr = front_thr;
-            for (int j = 0; j < x.ng; j++) {
-                const group *g = &x.g[j];
-                if (osdp_sx_build_front(&x, j, p->mem_limit - (x.prep.min_mem - (long long)g->r * g->m[g->hull[0]]), &x.s[0].f))
-                    goto done;
-            }
-            front_next = x.next;
-            x.thr = round_thr;
-            x.next = INFINITY;
-        }
-        if (front_next < x.next) x.next = front_next;
         if (round_at(&x, &found, best)) goto done;
         if (final && !found) {
             st = osdp_error_set(OSDP_ERR_INTERNAL, "plan search (exact): the greedy plan was lost");
@@ -315,7 +312,7 @@ done:
     if (st == OSDP_ERR_OOM) osdp_error_set(OSDP_ERR_OOM, "plan search (exact): out of memory");
     for (int j = 0; x.g && j < x.ng; j++) {
         group *g = &x.g[j];
-        free(g->pos); free(g->hull); free(g->par); free(g->rh); free(g->rhn); free(g->rpm); free(g->rpq); free(g->fm); free(g->fq); free(g->cnt);
+        free(g->pos); free(g->hull); free(g->par); free(g->rh); free(g->rhn); free(g->fm); free(g->fq); free(g->cnt);
     }
     for (int t = 0; t < 2; t++) {
         for (int s = 0; x.s[t].st && s <= x.ng; s++) {
@@ -328,13 +325,37 @@ done:
         free(x.tmp[t]);
     }
     osdp_sx_fen_free(&x.full);
-    for (int t = 0; t < 2; t++) {
-        for (int j = 0; x.fpts[t] && j < x.fpts_n; j++) osdp_sx_pts_free(&x.fpts[t][j]);
-        free(x.fpts[t]);
+    if (p->workspace) { /* kept for the next call */
+        p->workspace->fpts[0] = x.fpts[0];
+        p->workspace->fpts[1] = x.fpts[1];
+        p->workspace->fpts_n = x.fpts_n;
+    } else {
+        osdp_search_workspace ws = {{x.fpts[0], x.fpts[1]}, x.fpts_n};
+        workspace_release(&ws);
     }
+    free(x.edm); free(x.edq); free(x.lcm); free(x.lcq); free(x.leff);
     free(x.g); free(x.seg); free(x.gorder); free(x.stp);
     free(x.by_dm); free(x.by_r); free(x.eg_off); free(x.eg_pos); free(x.sg_off);
     osdp_search_prep_free(&x.prep);
     return st;
 }
 
+osdp_search_workspace *osdp_search_workspace_new(void) { return calloc(1, sizeof(osdp_search_workspace)); }
+
+/* frees a workspace's buffers, not the struct */
+static void workspace_release(osdp_search_workspace *ws)
+{
+    for (int t = 0; t < 2; t++) {
+        for (int j = 0; ws->fpts[t] && j < ws->fpts_n; j++) osdp_sx_pts_free(&ws->fpts[t][j]);
+        free(ws->fpts[t]);
+        ws->fpts[t] = NULL;
+    }
+    ws->fpts_n = 0;
+}
+
+void osdp_search_workspace_free(osdp_search_workspace *ws)
+{
+    if (!ws) return;
+    workspace_release(ws);
+    free(ws);
+}

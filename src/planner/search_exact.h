@@ -17,9 +17,7 @@ typedef struct group {
     const long long *m, *q;    /* memory and fixed-point time per choice */
     int *hull, nh;             /* lower convex hull of the choices, memory ascending */
     int *par, np;              /* the non-dominated choices, memory ascending */
-    int *rh, *rhn;             /* [np][k], [np]: lower hull of par[d..np-1] (rest_bound) */
-    long long *rpm, *rpq;      /* [np][k]: prefix sums of the other groups' edges more efficient
-                                * than rh row d's edge e (e = rhn[d] - 1: all), for one build_front */
+    int *rh, *rhn;             /* [np][k], [np]: lower hull of par[d..np-1] (search_front.c) */
     int fsize;                 /* Pareto front of the group's multisets, memory */
     long long *fm, *fq;        /* ascending and time strictly descending */
     int *cnt;                  /* [fsize][k] choice counts */
@@ -63,7 +61,7 @@ typedef struct side {
 typedef struct ctx {
     const osdp_search_problem *p;
     osdp_search_prep prep;
-    int ng, nseg, nstp;
+    int ng, nseg, nstp, kmax;  /* groups, hull edges, steps, the most choices of an item */
     group *g;
     seg *seg;                  /* hull edges, efficiency descending */
     step *stp;                 /* steps, by group */
@@ -81,11 +79,15 @@ typedef struct ctx {
     int *tmp[2];               /* [n] vectors for tie comparisons */
     struct pts *fpts[2];       /* [max r + 1] build_front's G_{d-1}(.), G_d(.): reused, they grow */
     int fpts_n;
+    long long *edm, *edq;      /* [nseg] build_front: the other groups' edges */
+    long long *lcm, *lcq;      /* [nseg + k] build_front: one LP line */
+    double *leff;
     long long nodes;
 } ctx;
 
 typedef struct keyed { double key; int id; } keyed;
 typedef struct pts { int n, cap; long long *m, *q; int *c; } pts; /* memory ascending, time descending */
+struct osdp_search_workspace { pts *fpts[2]; int fpts_n; };       /* ctx's fpts between calls */
 
 /* search_group.c */
 int osdp_sx_grow(void **ptr, size_t elem, size_t need, int *cap); /* *ptr to >= need elements, -1: no memory */
@@ -98,8 +100,7 @@ void osdp_sx_pts_free(pts *v);
 /* search_bound.c */
 int osdp_sx_setup_bounds(ctx *x);
 double osdp_sx_bound(const ctx *x, const fen *f, long long m, long long q);
-double osdp_sx_rest_bound(const ctx *x, const fen *f, const group *g, int d, long long n, long long budget);
-void osdp_sx_rest_prefixes(const ctx *x, const fen *f, group *g);
+void osdp_sx_fen_edges(const ctx *x, const fen *f, long long *dm, long long *dq);
 void osdp_sx_fen_remove(const ctx *x, fen *f, int j, long long r);
 void osdp_sx_fen_copy(const ctx *x, fen *dst, const fen *src);
 void osdp_sx_fen_free(fen *f);

@@ -56,6 +56,68 @@ void osdp_sx_pts_free(pts *v)
     v->n = v->cap = 0;
 }
 
+/* The LP relaxation of the completion of a point of G_d(j) as a function of
+ * the bytes left: the n = r - j remaining items at par[d] and the other
+ * groups at their smallest (base), then their edges by efficiency: the
+ * other groups' (x->edm, x->edq, fixed during a build) merged with the
+ * remaining items' hull over par[d..] (n copies of each edge).  Queried in
+ * ascending memory, i.e. descending budget, so a pointer walks it down. */
+typedef struct lp_line {
+    int n, p;                  /* edges; query position */
+    long long base_m, base_q;
+    long long *cm, *cq;        /* [n + 1] bytes, time units before edge t */
+    double *eff;               /* [n] units per byte of edge t */
+} lp_line;
+
+static void line_build(const ctx *x, const group *g, const fen *f, int d, long long n, lp_line *L)
+{
+    const int *h = g->rh + (size_t)d * (size_t)g->k, nh = n > 0 ? g->rhn[d] : 1;
+    L->base_m = n * g->m[h[0]] + f->m0;
+    L->base_q = n * g->q[h[0]] + f->q0;
+    L->cm = x->lcm;
+    L->cq = x->lcq;
+    L->eff = x->leff;
+    int t = 0, i = 0, e = 0;
+    L->cm[0] = L->cq[0] = 0;
+    for (;;) {
+        while (i < x->nseg && x->edm[i] == 0) i++;
+        double ei = i < x->nseg ? x->seg[i].eff : -INFINITY, ee = -INFINITY;
+        long long dm = 0, dq = 0;
+        if (e + 1 < nh) {
+            dm = g->m[h[e + 1]] - g->m[h[e]];
+            dq = g->q[h[e]] - g->q[h[e + 1]];
+            ee = (double)dq / (double)dm;
+        }
+        if (i >= x->nseg && e + 1 >= nh) break;
+        if (i < x->nseg && ei >= ee) {
+            L->eff[t] = (double)x->seg[i].dq / (double)x->seg[i].dm;
+            dm = x->edm[i];
+            dq = x->edq[i];
+            i++;
+        } else {
+            L->eff[t] = ee;
+            dm *= n;
+            dq *= n;
+            e++;
+        }
+        L->cm[t + 1] = L->cm[t] + dm;
+        L->cq[t + 1] = L->cq[t] + dq;
+        t++;
+    }
+    L->n = L->p = t;
+}
+
+/* the line's lower bound with `budget` bytes for everything not yet decided */
+static double line_query(lp_line *L, long long budget)
+{
+    budget -= L->base_m;
+    if (budget < 0) return INFINITY;
+    while (L->p > 0 && L->cm[L->p] > budget) L->p--;
+    double gain = (double)L->cq[L->p];
+    if (L->p < L->n) gain += (double)(budget - L->cm[L->p]) * L->eff[L->p];
+    return (double)L->base_q - gain;
+}
+
 /* out = Pareto(a u (b + choice c)) under the bound of G_d(j) (j items);
  * out must be neither a nor b */
 static int front_merge(ctx *x, const group *g, const fen *f, int d, long long j, long long cap, const pts *a,
@@ -66,6 +128,8 @@ static int front_merge(ctx *x, const group *g, const fen *f, int d, long long j,
     int ia = 0, ib = 0;
     out->n = 0;
     if (pts_reserve(out, (size_t)(a->n + (b ? b->n : 0)) + 1, k)) return -1;
+    lp_line line;
+    line_build(x, g, f, d, left, &line);
     for (;;) {
         long long m, q;
         const int *cnt;
@@ -101,7 +165,7 @@ static int front_merge(ctx *x, const group *g, const fen *f, int d, long long j,
         x->nodes++;
         if (out->n > 0 && q >= out->q[out->n - 1]) continue; /* dominated (or an equal that came later) */
         if (m + left * low > cap) break;                     /* memory ascends */
-        double lb = last ? osdp_sx_bound(x, f, m, q) : (double)q + osdp_sx_rest_bound(x, f, g, d, left, x->p->mem_limit - m);
+        double lb = last ? osdp_sx_bound(x, f, m, q) : (double)q + line_query(&line, x->p->mem_limit - m);
         if (lb > x->thr) {
             if (lb < x->next) x->next = lb;
             continue;
@@ -136,9 +200,17 @@ int osdp_sx_build_front(ctx *x, int gi, long long cap, fen *f)
     g->fsize = 0;
     if (!prev || !cur || pts_reserve(&prev[0], 1, k)) goto done;
     for (int j = 0; j <= r; j++) prev[j].n = cur[j].n = 0;
+    if (!x->edm) { /* LP line scratch, for every group */
+        x->edm = malloc(sizeof *x->edm * (size_t)(x->nseg + 1));
+        x->edq = malloc(sizeof *x->edq * (size_t)(x->nseg + 1));
+        x->lcm = malloc(sizeof *x->lcm * (size_t)(x->nseg + x->kmax + 1));
+        x->lcq = malloc(sizeof *x->lcq * (size_t)(x->nseg + x->kmax + 1));
+        x->leff = malloc(sizeof *x->leff * (size_t)(x->nseg + x->kmax + 1));
+        if (!x->edm || !x->edq || !x->lcm || !x->lcq || !x->leff) goto done;
+    }
     osdp_sx_fen_copy(x, f, &x->full);
     osdp_sx_fen_remove(x, f, gi, r);
-    osdp_sx_rest_prefixes(x, f, g);
+    osdp_sx_fen_edges(x, f, x->edm, x->edq);
     prev[0].n = 1; /* G_{-1}(0): no item yet */
     prev[0].m[0] = prev[0].q[0] = 0;
     memset(prev[0].c, 0, sizeof *prev[0].c * (size_t)k);

@@ -113,12 +113,11 @@ int osdp_sx_make_groups(ctx *x)
         g->par = malloc(sizeof *g->par * (size_t)g->k);
         g->rh = malloc(sizeof *g->rh * (size_t)g->k * (size_t)g->k);
         g->rhn = malloc(sizeof *g->rhn * (size_t)g->k);
-        g->rpm = malloc(sizeof *g->rpm * (size_t)g->k * (size_t)g->k);
-        g->rpq = malloc(sizeof *g->rpq * (size_t)g->k * (size_t)g->k);
-        if (!g->pos || !g->hull || !g->par || !g->rh || !g->rhn || !g->rpm || !g->rpq) goto done;
+        if (!g->pos || !g->hull || !g->par || !g->rh || !g->rhn) goto done;
         g->r = 0;
         make_hull(g);
         x->nseg += g->nh - 1;
+        if (g->k > x->kmax) x->kmax = g->k;
         x->nstp += g->np - 1;
     }
     for (int i = 0; i < n; i++) x->g[gid[i]].pos[x->g[gid[i]].r++] = i;
