@@ -8,18 +8,20 @@
  *   sizes fix the latency and the large ones the bandwidth), gives alpha = c0 / (N-1) and beta = c1 N / (N-1)
  *   (model: t = (N-1)(alpha + S/N beta)).  A negative intercept is clamped
  *   to alpha = 0.
- *   gamma: each operator type's forward + backward (osdp_op_forward /
- *   osdp_op_backward on the compute backend) at micro-batches b = 1, 2, 4, 8
- *   (the range the scheduler picks from on CPU), timed the way a training
- *   step experiences it: every rank computes at once, in lockstep (a barrier
- *   before each run, as the collectives between operators impose), and a run
- *   lasts as long as its slowest rank; gamma is the least-squares slope
- *   through the origin of the median of those times against b T F (F:
- *   osdp_cost_op_flops), weighted by relative error.  Why not the fastest
- *   run of each rank, averaged: on a shared or oversubscribed node (more
- *   ranks than cores) one rank often runs alone for a moment, so the best
- *   run measures an idle machine and the average hides the rank the others
- *   wait for; predicted steps then came out several times too fast.
+ *   gamma: per operator type, the summed forward + backward time of the
+ *   model's operators of that type in whole-model passes (time_model: each
+ *   operator with its own buffers, as a training step runs them; every rank
+ *   at once, in lockstep, the slowest rank; median of the passes) at
+ *   micro-batches b = 1, 2, 4, 8 (the range the scheduler picks from on
+ *   CPU); gamma is the least-squares slope through the origin of that time
+ *   against b T F summed over the type's operators (F: osdp_cost_op_flops),
+ *   weighted by relative error.  Why not one operator timed alone, the
+ *   fastest run of each rank, averaged over ranks: repeated alone, an
+ *   operator finds its weights hot in cache; on a shared or oversubscribed
+ *   node one rank often runs alone for a moment, so the best run measures
+ *   an idle machine; and the average hides the rank the others wait for.
+ *   Predicted steps came out tens of % (oversubscribed: several times) too
+ *   fast.
  *   mem_limit: --mem-limit, or the node's physical memory / ranks per node. */
 #include "config.h"
 #include "osdp/app.h"
@@ -114,60 +116,86 @@ static osdp_status time_collective(osdp_comm *comm, int reduce, size_t total_byt
     return s;
 }
 
-/* one forward + backward of operator `op` at micro-batch B on every rank at
- * once: the median over reps of the slowest rank's time (collective: every
- * rank must call it, and gets the same *out) */
-static osdp_status time_op(const osdp_compute_backend *be, const osdp_layout *L, int op, int B, int reps, double *out)
+/* The whole model's forward (ops 0..n-1) then backward (n-1..0) at
+ * micro-batch B, every operator with its own weights, gradients and
+ * activations, as in a training step: an operator finds its weights and its
+ * input wherever the previous operators left the caches, not hot from its
+ * own previous run (timed alone and repeated, mlp of bench_l4_d512 ran 40%
+ * faster than inside a step).  Every rank at once, a barrier before each
+ * operator's forward and backward (the collectives between operators keep
+ * the ranks in step), and an operator's time is its slowest rank's.
+ * by_type[t] gets, for each type, the median over reps of the summed
+ * forward + backward time of the operators of that type (collective: every
+ * rank must call it, and gets the same answer). */
+static osdp_status time_model(const osdp_compute_backend *be, const osdp_layout *L, int B, int reps,
+                              double by_type[OSDP_N_OP_TYPES])
 {
-    const osdp_op_layout *o = &L->op[op];
-    size_t bt = (size_t)B * (size_t)L->T;
-    size_t nin = bt * (size_t)o->width_in, nact = (size_t)B * o->act_floats_per_seq;
-    size_t nws = osdp_workspace_floats(L, B);
-    float *w = be->alloc(o->numel * sizeof(float)), *g = be->alloc(o->numel * sizeof(float));
-    float *in = be->alloc(nin * sizeof(float)), *act = be->alloc(nact * sizeof(float));
-    float *ws_base = be->alloc(nws * sizeof(float));
-    float *host = malloc((nin > o->numel ? nin : o->numel) * sizeof(float));
+    const int n = L->n_ops;
+    const size_t bt = (size_t)B * (size_t)L->T, nws = osdp_workspace_floats(L, B);
+    float **w = calloc((size_t)n, sizeof *w), **g = calloc((size_t)n, sizeof *g), **act = calloc((size_t)n, sizeof *act);
+    osdp_op_acts *a = calloc((size_t)n, sizeof *a);
+    double *t = calloc((size_t)(reps + 1) * OSDP_N_OP_TYPES, sizeof *t);
+    float *ws_base = be->alloc(nws * sizeof(float)), *host = malloc(L->max_op_numel * sizeof(float));
     int *tok = malloc(bt * sizeof(int));
     osdp_status s = OSDP_OK;
-    if (!w || !g || !in || !act || !ws_base || !host || !tok) {
-        s = osdp_error_set(OSDP_ERR_OOM, "profile: out of memory for operator %s at micro-batch %d", o->name, B);
+    if (!w || !g || !act || !a || !t || !ws_base || !host || !tok) s = OSDP_ERR_OOM;
+    for (int i = 0; i < n && s == OSDP_OK; i++) {
+        const osdp_op_layout *o = &L->op[i];
+        w[i] = be->alloc(o->numel * sizeof(float));
+        g[i] = be->alloc(o->numel * sizeof(float));
+        act[i] = be->alloc((size_t)B * o->act_floats_per_seq * sizeof(float));
+        if (!w[i] || !g[i] || !act[i]) {
+            s = OSDP_ERR_OOM;
+            break;
+        }
+        osdp_init_op_range(o, i, 1, 0, o->numel, host);
+        be->to_device(w[i], host, o->numel * sizeof(float));
+        osdp_op_acts_carve(L, i, B, act[i], &a[i]);
+    }
+    if (s != OSDP_OK) {
+        s = osdp_error_set(OSDP_ERR_OOM, "profile: out of memory for the model's weights and activations at micro-batch %d "
+                                         "(profile a smaller model or --seq-len with the same layer widths)", B);
         goto done;
     }
-    osdp_init_op_range(o, op, 1, 0, o->numel, host);
-    be->to_device(w, host, o->numel * sizeof(float));
-    for (size_t i = 0; i < nin; i++) host[i] = 0.01f * (float)((int)(i % 17) - 8);
-    be->to_device(in, host, nin * sizeof(float));
     for (size_t i = 0; i < bt; i++) tok[i] = (int)(i * 7 % (size_t)L->cfg.vocab);
     osdp_op_context ctx = {.backend = be, .layout = L, .B = B, .T = L->T};
-    osdp_op_acts a;
     osdp_workspace ws;
-    osdp_op_acts_carve(L, op, B, act, &a);
     osdp_workspace_carve(L, B, ws_base, &ws);
-    double t[MAX_REPS + 1];
     for (int r = 0; r <= reps; r++) { /* r = 0: warm-up */
-        if (a.tokens) be->to_device(a.tokens, tok, bt * sizeof(int));
+        double *tr = t + (size_t)r * OSDP_N_OP_TYPES;
+        be->to_device(a[0].tokens, tok, bt * sizeof(int));
+        be->to_device(a[n - 1].tokens, tok, bt * sizeof(int));
         be->fill_zero(ws_base, nws * sizeof(float));
-        be->fill_zero(g, o->numel * sizeof(float));
-        be->synchronize();
-        MPI_Barrier(MPI_COMM_WORLD);
-        double t0 = wall();
-        osdp_op_forward(&ctx, op, w, o->type == OSDP_OP_EMBED ? NULL : in, &a);
         ws.cur = 0;
-        osdp_op_backward(&ctx, op, w, g, o->type == OSDP_OP_EMBED ? NULL : in, &a, &ws, 1.0f / (float)bt);
-        be->synchronize();
-        double mine = wall() - t0;
-        MPI_Allreduce(&mine, &t[r], 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+        for (int u = 0; u < 2 * n; u++) { /* u < n: forward of op u; else backward of op 2n-1-u */
+            int i = u < n ? u : 2 * n - 1 - u;
+            const float *in = i > 0 ? a[i - 1].out : NULL;
+            if (u >= n) be->fill_zero(g[i], L->op[i].numel * sizeof(float)); /* backward accumulates */
+            be->synchronize();
+            MPI_Barrier(MPI_COMM_WORLD);
+            double t0 = wall();
+            if (u < n) osdp_op_forward(&ctx, i, w[i], in, &a[i]);
+            else osdp_op_backward(&ctx, i, w[i], g[i], in, &a[i], &ws, 1.0f / (float)bt);
+            be->synchronize();
+            double mine = wall() - t0, slowest;
+            MPI_Allreduce(&mine, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+            tr[L->op[i].type] += slowest;
+        }
     }
-    qsort(t + 1, (size_t)reps, sizeof *t, cmp_d);
-    *out = t[1 + reps / 2];
+    for (int k = 0; k < OSDP_N_OP_TYPES; k++) {
+        double v[MAX_REPS];
+        for (int r = 1; r <= reps; r++) v[r - 1] = t[(size_t)r * OSDP_N_OP_TYPES + (size_t)k];
+        qsort(v, (size_t)reps, sizeof *v, cmp_d);
+        by_type[k] = v[reps / 2];
+    }
 done:
-    if (w) be->free(w);
-    if (g) be->free(g);
-    if (in) be->free(in);
-    if (act) be->free(act);
+    for (int i = 0; i < n; i++) {
+        if (w && w[i]) be->free(w[i]);
+        if (g && g[i]) be->free(g[i]);
+        if (act && act[i]) be->free(act[i]);
+    }
     if (ws_base) be->free(ws_base);
-    free(host);
-    free(tok);
+    free(w); free(g); free(act); free(a); free(t); free(host); free(tok);
     return s;
 }
 
@@ -278,28 +306,30 @@ int osdp_cmd_profile(int argc, char **argv)
 
     enum { N_BATCHES = 4 };
     const int batches[N_BATCHES] = {1, 2, 4, 8};
+    double tt[N_BATCHES][OSDP_N_OP_TYPES], flops[OSDP_N_OP_TYPES] = {0};
+    for (int i = 0; i < L.n_ops; i++) flops[L.op[i].type] += osdp_cost_op_flops(&L.op[i]);
+    for (int i = 0; i < N_BATCHES; i++) osdp_check_all(time_model(be, &L, batches[i], reps, tt[i]));
     len += snprintf(note + len, sizeof note - (size_t)len,
-                    "gamma: forward + backward of the model's first operator of each type on the C/OpenBLAS CPU backend,\n"
-                    "all ranks at once in lockstep, median of %d runs of the slowest rank, slope through the origin\n"
-                    "of time vs b T F (relative errors) at b = 1, 2, 4, 8:\n", reps);
-    for (int t = 0; t < OSDP_N_OP_TYPES; t++) {
-        int op = t == OSDP_OP_EMBED ? 0 : t == OSDP_OP_ATTN ? 1 : t == OSDP_OP_MLP ? 2 : L.n_ops - 1;
+                    "gamma: whole-model forward + backward passes on the C/OpenBLAS CPU backend, every operator with its own\n"
+                    "buffers, all ranks in lockstep per operator (slowest rank), median of %d passes; per type, the slope\n"
+                    "through the origin of the type's summed time vs b T F (relative errors) at b = 1, 2, 4, 8:\n", reps);
+    for (int k = 0; k < OSDP_N_OP_TYPES; k++) {
         double x[N_BATCHES], y[N_BATCHES], wt[N_BATCHES];
         for (int i = 0; i < N_BATCHES; i++) {
-            osdp_check_all(time_op(be, &L, op, batches[i], reps, &y[i]));
-            x[i] = (double)batches[i] * L.T * osdp_cost_op_flops(&L.op[op]);
+            y[i] = tt[i][k];
+            x[i] = (double)batches[i] * L.T * flops[k];
             wt[i] = 1 / (y[i] * y[i]); /* every micro-batch counts alike */
         }
         fit f = line_fit(x, y, wt, N_BATCHES, 1);
-        dev.gamma[t] = f.c1;
+        dev.gamma[k] = f.c1;
         char ms[128];
         int at = 0;
         for (int i = 0; i < N_BATCHES; i++) at += snprintf(ms + at, sizeof ms - (size_t)at, " %.3f", 1e3 * y[i]);
         if (root)
-            printf("  gamma %-5s (%s): b=1,2,4,8:%s ms -> %.3e s/FLOP (%.2f GFLOP/s), R^2 %.5f\n",
-                   osdp_op_type_name((osdp_op_type)t), L.op[op].name, ms, f.c1, 1e-9 / f.c1, f.r2);
-        len += snprintf(note + len, sizeof note - (size_t)len, "  %-5s (%s):%s ms -> %.2f GFLOP/s, R^2 %.5f\n",
-                        osdp_op_type_name((osdp_op_type)t), L.op[op].name, ms, 1e-9 / f.c1, f.r2);
+            printf("  gamma %-5s: b=1,2,4,8:%s ms -> %.3e s/FLOP (%.2f GFLOP/s), R^2 %.5f\n",
+                   osdp_op_type_name((osdp_op_type)k), ms, f.c1, 1e-9 / f.c1, f.r2);
+        len += snprintf(note + len, sizeof note - (size_t)len, "  %-5s:%s ms -> %.2f GFLOP/s, R^2 %.5f\n",
+                        osdp_op_type_name((osdp_op_type)k), ms, 1e-9 / f.c1, f.r2);
     }
     if (mem_limit == 0) {
         long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
