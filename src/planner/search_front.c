@@ -11,10 +11,16 @@
 /* ------------------------------------------------------------------------ */
 /* group fronts                                                              */
 
-static int counts_better(const int *a, const int *b, int k)
+/* The tie rule on two multisets with equal sums: 1 when a plus one item at
+ * choice `plus` has more of the smallest differing choice than b (its
+ * items, in ascending index, then take the lexicographically smaller
+ * choices) */
+static int counts_better_plus(const int *a, int plus, const int *b, int k)
 {
-    for (int c = 0; c < k; c++)
-        if (a[c] != b[c]) return a[c] > b[c];
+    for (int c = 0; c < k; c++) {
+        int v = a[c] + (c == plus);
+        if (v != b[c]) return v > b[c];
+    }
     return 0;
 }
 
@@ -138,14 +144,8 @@ static int front_merge(ctx *x, const group *g, const fen *f, int d, long long j,
         if (!has_a && !has_b) break;
         long long mb = has_b ? b->m[ib] + g->m[c] : 0, qb = has_b ? b->q[ib] + g->q[c] : 0;
         from_b = has_b && (!has_a || mb < a->m[ia] || (mb == a->m[ia] && qb < a->q[ia]));
-        if (has_a && has_b && mb == a->m[ia] && qb == a->q[ia]) { /* a tie: the tie rule's counts decide */
-            int cb[64], *cc = k <= 64 ? cb : NULL;
-            if (cc) {
-                memcpy(cc, b->c + (size_t)ib * (size_t)k, sizeof *cc * (size_t)k);
-                cc[c]++;
-                from_b = counts_better(cc, a->c + (size_t)ia * (size_t)k, k);
-            }
-        }
+        if (has_a && has_b && mb == a->m[ia] && qb == a->q[ia]) /* a tie: the tie rule's counts decide */
+            from_b = counts_better_plus(b->c + (size_t)ib * (size_t)k, c, a->c + (size_t)ia * (size_t)k, k);
         if (from_b) {
             m = mb;
             q = qb;
