@@ -88,16 +88,18 @@ typedef struct osdp_search_result {
 osdp_status osdp_search_dfs(const osdp_search_problem *p, osdp_search_result *r);
 
 /* Exact and fast: identical items are grouped; per group, the Pareto front
- * of (memory, time) over the multisets of choices is built one item at a
- * time; groups are combined by Pareto merges from two ends that meet in the
+ * of (memory, time) over the multisets of choices is built along the chain
+ * of its non-dominated choices, pruned by the LP of the remaining items;
+ * groups are combined by Pareto merges from two ends that meet in the
  * middle, pruned by the memory limit and by lower bounds (the
  * multiple-choice-knapsack LP relaxation and a Lagrangian bound with a
- * cardinality cut) against a rising threshold.  Ties are resolved during the
- * merges by the tie rule, so the result is exactly the plan described above.
- * Typically well under 10 ms for ~200 items (see tests/bench_search.c); its
- * hard cases are many distinct items whose choices all lie on one line
- * (time exactly linear in bytes saved), where it can take seconds.
- * time_limit_s is not used. */
+ * cardinality cut) against a rising threshold (src/planner/search_exact.c
+ * has the method).  Ties are resolved during the merges by the tie rule, so
+ * the result is exactly the plan described above.  Typically well under
+ * 10 ms for ~200 items (see tests/bench_search.c; split operators in groups
+ * of ~100 identical items: a few ms to ~20 ms); its hard cases are many
+ * distinct items whose choices all lie on one line (time exactly linear in
+ * bytes saved), where it can take seconds.  time_limit_s is not used. */
 osdp_status osdp_search_exact(const osdp_search_problem *p, osdp_search_result *r);
 
 /* Every plan, for tests; OSDP_ERR_INPUT when there are more than
