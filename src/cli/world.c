@@ -5,6 +5,7 @@
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 #include <unistd.h>
 
 void osdp_world_init(osdp_world *w, int requested_threads)
@@ -41,7 +42,16 @@ _Noreturn void osdp_fatal(osdp_status code, const char *msg)
     fflush(stdout);
     fprintf(stderr, "osdp_gpt: rank %d: error: %s\n", rank, msg);
     fflush(stderr);
-    if (initialized && !finalized) MPI_Abort(MPI_COMM_WORLD, code ? (int)code : 1);
+    if (initialized && !finalized) {
+        /* MPI_Abort makes the launcher kill every rank and tear down its
+         * output forwarding: when all ranks fail together (an emulated OOM
+         * is reached by every rank at the same allocation) the first to
+         * abort can take the others' messages, and even its own, with it.
+         * A moment's grace lets the launcher forward what was written. */
+        struct timespec grace = {0, 300 * 1000 * 1000};
+        nanosleep(&grace, NULL);
+        MPI_Abort(MPI_COMM_WORLD, code ? (int)code : 1);
+    }
     exit(code ? (int)code : 1);
 }
 
