@@ -25,7 +25,10 @@ static void plan_usage(FILE *out)
         "  --batch B             plan for this micro-batch only (default: the scheduler tries 1, 2, ...)\n"
         "  --max-batch B         the scheduler's largest micro-batch (default 256)\n"
         "  --seq-len T           tokens per sequence (default: the model's ctx)\n"
-        "  --split G             cut every operator into G slices: G+1 choices each (default 1)\n"
+        "  --split G|auto        cut every operator into G slices: G+1 choices each (default 1;\n"
+        "                        auto: G in 1, 2, 4, 8, the fastest)\n"
+        "  --recompute none|all|auto  activation recompute of attn and mlp operators (auto: the\n"
+        "                        planner chooses how many blocks; default none)\n"
         "  --search exact|dfs    plan search (default exact; dfs: the paper's, 60 s budget)\n"
         "  --cost-model paper|overlap   step time: compute + comm (paper eq. 2), or\n"
         "                        per operator max(compute, comm) with prefetch (default paper)\n"
@@ -38,6 +41,7 @@ static void plan_usage(FILE *out)
 typedef struct plan_args {
     const char *model, *device, *out;
     int json, seq_len;
+    int recompute;          /* --recompute: 0 none, 1 all (attn and mlp), 2 auto */
     osdp_planner_options o;
 } plan_args;
 
@@ -47,7 +51,7 @@ static osdp_status parse_plan_args(int argc, char **argv, plan_args *a)
     osdp_planner_defaults(&a->o);
     a->o.n_ranks = 0;
     enum { O_MODEL = 256, O_DEVICE, O_RANKS, O_MEM, O_GB, O_BATCH, O_MAXB, O_SEQ, O_SPLIT, O_SEARCH, O_COST,
-           O_NOPF, O_JSON, O_OUT, O_HELP, O_DFSLIM };
+           O_NOPF, O_JSON, O_OUT, O_HELP, O_DFSLIM, O_RECOMPUTE };
     static const struct option opts[] = {
         {"model", required_argument, 0, O_MODEL}, {"device", required_argument, 0, O_DEVICE},
         {"ranks", required_argument, 0, O_RANKS}, {"mem-limit", required_argument, 0, O_MEM},
@@ -56,7 +60,8 @@ static osdp_status parse_plan_args(int argc, char **argv, plan_args *a)
         {"split", required_argument, 0, O_SPLIT}, {"search", required_argument, 0, O_SEARCH},
         {"cost-model", required_argument, 0, O_COST}, {"no-prefetch", no_argument, 0, O_NOPF},
         {"json", no_argument, 0, O_JSON}, {"out", required_argument, 0, O_OUT},
-        {"dfs-limit", required_argument, 0, O_DFSLIM}, {"help", no_argument, 0, O_HELP}, {0, 0, 0, 0}};
+        {"dfs-limit", required_argument, 0, O_DFSLIM}, {"help", no_argument, 0, O_HELP},
+        {"recompute", required_argument, 0, O_RECOMPUTE}, {0, 0, 0, 0}};
     optind = 1;
     opterr = 0;
     int c;
@@ -64,9 +69,13 @@ static osdp_status parse_plan_args(int argc, char **argv, plan_args *a)
         const char *name = optind > 0 && optind <= argc ? argv[optind - 1] : "?";
         char *end = NULL;
         long v = 0;
+        if (c == O_SPLIT && strcmp(optarg, "auto") == 0) {
+            a->o.split_auto = 1;
+            continue;
+        }
         if (c == O_RANKS || c == O_GB || c == O_BATCH || c == O_MAXB || c == O_SEQ || c == O_SPLIT) {
             v = strtol(optarg, &end, 10);
-            long hi = c == O_SPLIT ? 64 : 1L << 30;
+            long hi = c == O_SPLIT ? OSDP_MAX_SLICES : 1L << 30;
             if (end == optarg || *end || v < 1 || v > hi)
                 return osdp_error_set(OSDP_ERR_INPUT, "%s '%s': expected an integer in [1, %ld]", name, optarg, hi);
         }
@@ -97,6 +106,13 @@ static osdp_status parse_plan_args(int argc, char **argv, plan_args *a)
             else return osdp_error_set(OSDP_ERR_INPUT, "--cost-model '%s': expected paper or overlap", optarg);
             break;
         case O_NOPF: a->o.prefetch = 0; break;
+        case O_RECOMPUTE:
+            if (strcmp(optarg, "none") == 0) a->recompute = 0;
+            else if (strcmp(optarg, "all") == 0) a->recompute = 1;
+            else if (strcmp(optarg, "auto") == 0) a->recompute = 2;
+            else return osdp_error_set(OSDP_ERR_INPUT, "--recompute '%s': expected none, all or auto", optarg);
+            a->o.recompute_auto = a->recompute == 2;
+            break;
         case O_DFSLIM: {
             double x = strtod(optarg, &end);
             if (end == optarg || *end || !(x > 0 && x <= 86400))
@@ -120,18 +136,28 @@ static osdp_status parse_plan_args(int argc, char **argv, plan_args *a)
     return OSDP_OK;
 }
 
+/* "dp", "zdp", "2/4", with "+rc" when the operator recomputes its activations */
+static const char *mode_name(const osdp_plan *p, int op, char *buf, size_t n)
+{
+    char base[16];
+    snprintf(buf, n, "%s%s", osdp_plan_mode_name(p, op, base, sizeof base), p->recompute[op] ? "+rc" : "");
+    return buf;
+}
+
 static const char *mib(double bytes, char *buf, size_t n)
 {
     snprintf(buf, n, "%.1f", bytes / (1024.0 * 1024.0));
     return buf;
 }
 
-static void print_table(const osdp_layout *L, const osdp_cost_model *cm, const osdp_planner_result *r)
+static void print_table(const osdp_layout *L, const osdp_cost_model *cm_in, const osdp_planner_result *r)
 {
     const osdp_plan *p = &r->plan;
+    osdp_cost_model with_plan = *cm_in, *cm = &with_plan;   /* the plan's recompute flags */
+    with_plan.recompute = p->recompute;
     int b = p->micro_batch, A = p->accum_steps;
     char m1[32], m2[32], m3[32], m4[32], mode[16];
-    printf("  %-9s %-5s %12s %10s %10s %10s %10s %10s %10s %10s\n", "operator", "mode", "params", "state MiB",
+    printf("  %-9s %-8s %12s %10s %10s %10s %10s %10s %10s %10s\n", "operator", "mode", "params", "state MiB",
            "weights", "acts MiB", "gathered", "comm ms", "compute ms", "T ms");
     osdp_op_mem tot = {0};
     osdp_op_time tt = {0};
@@ -141,8 +167,8 @@ static void print_table(const osdp_layout *L, const osdp_cost_model *cm, const o
         osdp_op_time t;
         osdp_cost_op_mem(cm, i, p->slices[i], p->zdp_slices[i], b, &m);
         osdp_cost_op_time(cm, i, p->slices[i], p->zdp_slices[i], b, A, &t);
-        printf("  %-9s %-5s %12zu %10s %10s %10s %10s %10.3f %10.3f %10.3f\n", L->op[i].name,
-               osdp_plan_mode_name(p, i, mode, sizeof mode), L->op[i].numel, mib((double)m.state, m1, sizeof m1),
+        printf("  %-9s %-8s %12zu %10s %10s %10s %10s %10.3f %10.3f %10.3f\n", L->op[i].name,
+               mode_name(p, i, mode, sizeof mode), L->op[i].numel, mib((double)m.state, m1, sizeof m1),
                mib((double)m.resident, m2, sizeof m2), mib((double)m.acts, m3, sizeof m3),
                mib((double)m.work, m4, sizeof m4), 1e3 * t.comm, 1e3 * t.compute, 1e3 * t.total);
         tot.state += m.state;
@@ -153,7 +179,7 @@ static void print_table(const osdp_layout *L, const osdp_cost_model *cm, const o
         tt.total += t.total;
         params += L->op[i].numel;
     }
-    printf("  %-9s %-5s %12zu %10s %10s %10s %10s %10.3f %10.3f %10.3f\n", "total", "", params,
+    printf("  %-9s %-8s %12zu %10s %10s %10s %10s %10.3f %10.3f %10.3f\n", "total", "", params,
            mib((double)tot.state, m1, sizeof m1), mib((double)tot.resident, m2, sizeof m2),
            mib((double)tot.acts, m3, sizeof m3), "", 1e3 * tt.comm, 1e3 * tt.compute, 1e3 * tt.total);
     printf("  (gathered: ZDP weights held while the operator computes; peak = workspace %s MiB + state + weights"
@@ -225,6 +251,9 @@ static void json_result(const char *key, const osdp_layout *L, const osdp_cost_m
     if (ops) {
         printf(",\"ops\":[");
         char mode[16];
+        osdp_cost_model with_plan = *cm;   /* the plan's recompute flags */
+        with_plan.recompute = r->plan.recompute;
+        cm = &with_plan;
         for (int i = 0; i < L->n_ops; i++) {
             osdp_op_mem m;
             osdp_op_time t;
@@ -233,7 +262,7 @@ static void json_result(const char *key, const osdp_layout *L, const osdp_cost_m
                               r->plan.accum_steps, &t);
             printf("%s{\"name\":\"%s\",\"mode\":\"%s\",\"params\":%zu,\"state_bytes\":%lld,\"weight_bytes\":%lld,"
                    "\"act_bytes\":%lld,\"gathered_bytes\":%lld,\"comm_s\":%.9g,\"compute_s\":%.9g,\"time_s\":%.9g}",
-                   i ? "," : "", L->op[i].name, osdp_plan_mode_name(&r->plan, i, mode, sizeof mode), L->op[i].numel,
+                   i ? "," : "", L->op[i].name, mode_name(&r->plan, i, mode, sizeof mode), L->op[i].numel,
                    m.state, m.resident, m.acts, m.work, t.comm, t.compute, t.total);
         }
         printf("]");
@@ -254,6 +283,13 @@ int osdp_cmd_plan(int argc, char **argv)
     if ((s = osdp_device_load(&dev, a.device)) != OSDP_OK) osdp_fatal(s, osdp_error_message());
     if ((s = osdp_layout_build(&L, &cfg, a.seq_len ? a.seq_len : cfg.ctx)) != OSDP_OK) osdp_fatal(s, osdp_error_message());
 
+    int *recompute_all = NULL;
+    if (a.recompute == 1) {   /* every attn and mlp operator */
+        if (!(recompute_all = calloc((size_t)L.n_ops, sizeof *recompute_all))) osdp_fatal(OSDP_ERR_OOM, "plan: out of host memory");
+        for (int i = 0; i < L.n_ops; i++)
+            recompute_all[i] = L.op[i].type == OSDP_OP_ATTN || L.op[i].type == OSDP_OP_MLP;
+        a.o.recompute = recompute_all;
+    }
     osdp_planner_result r[3];
     osdp_status st[3];
     char err[3][2048];
@@ -325,6 +361,7 @@ int osdp_cmd_plan(int argc, char **argv)
         }
     }
     for (int v = 0; v < 3; v++) osdp_planner_result_free(&r[v]);
+    free(recompute_all);
     osdp_layout_free(&L);
     return rc;
 }
