@@ -15,10 +15,12 @@
  *             without prefetch
  *   traffic   the cost model's bytes per step do not depend on g when slices
  *             need no padding
+ *   gamma_fixed  the per-operator fixed compute time: device files and cost
  *   auto      --recompute auto fits a model that no plan without recompute
  *             fits; --split auto is never slower than g = 1 */
 #include "config.h"
 #include "osdp/cost_model.h"
+#include "osdp/device.h"
 #include "osdp/gpt.h"
 #include "osdp/init.h"
 #include "osdp/layout.h"
@@ -31,6 +33,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static const char *src_dir(void)
 {
@@ -374,6 +377,49 @@ START_TEST(test_planner_auto_modes)
 }
 END_TEST
 
+/* gamma_fixed: parsed, optional, >= 0, written back, and in the compute time */
+START_TEST(test_gamma_fixed)
+{
+    const char *base = "[device]\nmem_limit = 1G\n[all_gather]\nalpha = 1e-5\nbeta = 1e-9\n"
+                       "[reduce_scatter]\nalpha = 1e-5\nbeta = 1e-9\n"
+                       "[gamma]\nembed = 1e-11\nattn = 2e-11\nmlp = 3e-11\nhead = 4e-11\n";
+    char text[1024];
+    osdp_device d;
+    ck_assert(osdp_device_parse(&d, base, "base") == OSDP_OK);
+    ck_assert(d.gamma_fixed[OSDP_OP_ATTN] == 0);
+    snprintf(text, sizeof text, "%s[gamma_fixed]\nattn = 2.5e-4\n", base);
+    ck_assert_msg(osdp_device_parse(&d, text, "fixed") == OSDP_OK, "%s", osdp_error_message());
+    ck_assert(d.gamma_fixed[OSDP_OP_ATTN] == 2.5e-4 && d.gamma_fixed[OSDP_OP_MLP] == 0);
+    snprintf(text, sizeof text, "%s[gamma_fixed]\nattn = -1\n", base);
+    ck_assert_int_eq(osdp_device_parse(&d, text, "negative"), OSDP_ERR_INPUT);
+    ck_assert(strstr(osdp_error_message(), "gamma_fixed"));
+    snprintf(text, sizeof text, "%s[gamma_fixed]\nattention = 1\n", base);
+    ck_assert_int_eq(osdp_device_parse(&d, text, "unknown"), OSDP_ERR_INPUT);
+
+    snprintf(text, sizeof text, "%s[gamma_fixed]\nattn = 2.5e-4\nmlp = 1e-4\n", base);
+    ck_assert(osdp_device_parse(&d, text, "fixed") == OSDP_OK);
+    char path[] = "/tmp/osdp_test_device_XXXXXX";
+    int fd = mkstemp(path);
+    ck_assert(fd >= 0);
+    close(fd);
+    ck_assert(osdp_device_write(&d, "round trip", path) == OSDP_OK);
+    osdp_device back;
+    ck_assert(osdp_device_load(&back, path) == OSDP_OK);
+    unlink(path);
+    ck_assert(fabs(back.gamma_fixed[OSDP_OP_MLP] - 1e-4) < 1e-12 && fabs(back.gamma[OSDP_OP_HEAD] - 4e-11) < 1e-20);
+
+    osdp_layout L;
+    load_layout(&L, "tiny", 32);
+    osdp_cost_model cm = {.layout = &L, .dev = &d, .N = 1, .prefetch = 1};
+    osdp_op_time t;
+    const int b = 3, A = 2;
+    osdp_cost_op_time(&cm, 1, 1, 0, b, A, &t);   /* attn.0 */
+    double want = A * (2.5e-4 + (double)b * L.T * osdp_cost_op_flops(&L.op[1]) * 2e-11);
+    ck_assert_msg(fabs(t.compute - want) <= 1e-12 * want, "compute %g, want %g", t.compute, want);
+    osdp_layout_free(&L);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("split");
@@ -385,6 +431,7 @@ int main(void)
     tcase_add_test(tc, test_split_lowers_peak);
     tcase_add_test(tc, test_traffic_independent_of_split);
     tcase_add_test(tc, test_planner_auto_modes);
+    tcase_add_test(tc, test_gamma_fixed);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

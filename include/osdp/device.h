@@ -20,6 +20,8 @@
  *   attn  = 6.4e-15
  *   mlp   = 6.4e-15
  *   head  = 6.4e-15
+ *   [gamma_fixed]            ; optional: s per operator per micro-step (>= 0, default 0)
+ *   attn  = 2e-4
  *
  * A collective over N ranks moving S bytes in total (the full, gathered
  * buffer) takes (N-1)(alpha + S/N beta): N-1 ring steps of S/N bytes each
@@ -28,11 +30,13 @@
  * gamma: an operator of type t that performs F FLOPs per token, forward and
  * backward together (osdp_cost_op_flops: 3 x (matmul + attention FLOPs) of
  * the forward; the embedding, which has no matmul, counts a nominal 3 d_0),
- * computes a micro-batch of b sequences of T tokens in b T F gamma_t
- * seconds.
+ * computes a micro-batch of b sequences of T tokens in
+ * gamma_fixed_t + b T F gamma_t seconds.  gamma_fixed is what does not shrink
+ * with the micro-batch (kernel launches, per-call overheads, small matrix
+ * products running below the machine's rate); the profiler fits both.
  *
  * Every key of [all_gather], [reduce_scatter] and [gamma] and mem_limit are
- * required; unknown sections or keys are errors, so that typos are caught. */
+ * required ([gamma_fixed] is optional); unknown sections or keys are errors, so that typos are caught. */
 #ifndef OSDP_DEVICE_H
 #define OSDP_DEVICE_H
 
@@ -53,6 +57,7 @@ typedef struct osdp_device {
     int act_bytes;                        /* activations and workspace: 2 or 4 */
     osdp_collective_cost all_gather, reduce_scatter;
     double gamma[OSDP_N_OP_TYPES];        /* s per FLOP, indexed by osdp_op_type */
+    double gamma_fixed[OSDP_N_OP_TYPES];  /* s per operator per micro-step (optional, default 0) */
 } osdp_device;
 
 /* "embed", "attn", "mlp", "head" */

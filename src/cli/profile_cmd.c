@@ -13,9 +13,11 @@
  *   operator with its own buffers, as a training step runs them; every rank
  *   at once, in lockstep, the slowest rank; median of the passes) at
  *   micro-batches b = 1, 2, 4, 8 (the range the scheduler picks from on
- *   CPU); gamma is the least-squares slope through the origin of that time
- *   against b T F summed over the type's operators (F: osdp_cost_op_flops),
- *   weighted by relative error.  Why not one operator timed alone, the
+ *   CPU); a least-squares line through that time against b T F summed over
+ *   the type's operators (F: osdp_cost_op_flops), weighted by relative
+ *   error, gives gamma (its slope) and gamma_fixed (its intercept over the
+ *   type's operator count: what a micro-step costs whatever its size; a
+ *   negative intercept falls back to the slope through the origin).  Why not one operator timed alone, the
  *   fastest run of each rank, averaged over ranks: repeated alone, an
  *   operator finds its weights hot in cache; on a shared or oversubscribed
  *   node one rank often runs alone for a moment, so the best run measures
@@ -307,12 +309,16 @@ int osdp_cmd_profile(int argc, char **argv)
     enum { N_BATCHES = 4 };
     const int batches[N_BATCHES] = {1, 2, 4, 8};
     double tt[N_BATCHES][OSDP_N_OP_TYPES], flops[OSDP_N_OP_TYPES] = {0};
-    for (int i = 0; i < L.n_ops; i++) flops[L.op[i].type] += osdp_cost_op_flops(&L.op[i]);
+    int count[OSDP_N_OP_TYPES] = {0};
+    for (int i = 0; i < L.n_ops; i++) {
+        flops[L.op[i].type] += osdp_cost_op_flops(&L.op[i]);
+        count[L.op[i].type]++;
+    }
     for (int i = 0; i < N_BATCHES; i++) osdp_check_all(time_model(be, &L, batches[i], reps, tt[i]));
     len += snprintf(note + len, sizeof note - (size_t)len,
                     "gamma: whole-model forward + backward passes on the C/OpenBLAS CPU backend, every operator with its own\n"
-                    "buffers, all ranks in lockstep per operator (slowest rank), median of %d passes; per type, the slope\n"
-                    "through the origin of the type's summed time vs b T F (relative errors) at b = 1, 2, 4, 8:\n", reps);
+                    "buffers, all ranks in lockstep per operator (slowest rank), median of %d passes; per type, a line\n"
+                    "t = n_ops gamma_fixed + b T F gamma through the type's summed times (relative errors) at b = 1, 2, 4, 8:\n", reps);
     for (int k = 0; k < OSDP_N_OP_TYPES; k++) {
         double x[N_BATCHES], y[N_BATCHES], wt[N_BATCHES];
         for (int i = 0; i < N_BATCHES; i++) {
@@ -320,16 +326,19 @@ int osdp_cmd_profile(int argc, char **argv)
             x[i] = (double)batches[i] * L.T * flops[k];
             wt[i] = 1 / (y[i] * y[i]); /* every micro-batch counts alike */
         }
-        fit f = line_fit(x, y, wt, N_BATCHES, 1);
+        /* t = fixed + b T F gamma: what does not shrink with b is per operator */
+        fit f = line_fit(x, y, wt, N_BATCHES, 0);
+        if (!(f.c0 >= 0 && f.c1 > 0)) f = line_fit(x, y, wt, N_BATCHES, 1);   /* no sensible intercept */
         dev.gamma[k] = f.c1;
+        dev.gamma_fixed[k] = count[k] ? f.c0 / count[k] : 0;
         char ms[128];
         int at = 0;
         for (int i = 0; i < N_BATCHES; i++) at += snprintf(ms + at, sizeof ms - (size_t)at, " %.3f", 1e3 * y[i]);
         if (root)
-            printf("  gamma %-5s: b=1,2,4,8:%s ms -> %.3e s/FLOP (%.2f GFLOP/s), R^2 %.5f\n",
-                   osdp_op_type_name((osdp_op_type)k), ms, f.c1, 1e-9 / f.c1, f.r2);
-        len += snprintf(note + len, sizeof note - (size_t)len, "  %-5s:%s ms -> %.2f GFLOP/s, R^2 %.5f\n",
-                        osdp_op_type_name((osdp_op_type)k), ms, 1e-9 / f.c1, f.r2);
+            printf("  gamma %-5s: b=1,2,4,8:%s ms -> %.3e s/FLOP (%.2f GFLOP/s) + %.3f ms per operator, R^2 %.5f\n",
+                   osdp_op_type_name((osdp_op_type)k), ms, f.c1, 1e-9 / f.c1, 1e3 * dev.gamma_fixed[k], f.r2);
+        len += snprintf(note + len, sizeof note - (size_t)len, "  %-5s:%s ms -> %.2f GFLOP/s + %.3f ms per operator, R^2 %.5f\n",
+                        osdp_op_type_name((osdp_op_type)k), ms, 1e-9 / f.c1, 1e3 * dev.gamma_fixed[k], f.r2);
     }
     if (mem_limit == 0) {
         long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);

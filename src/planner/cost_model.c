@@ -88,7 +88,8 @@ void osdp_cost_op_time(const osdp_cost_model *cm, int op, int g, int k, int b, i
     const double N = cm->N, A = accum;
     const int rc = cm->recompute && cm->recompute[op];
     /* the recomputed forward: a third of forward + backward (2 x forward) */
-    out->compute = A * (double)b * (double)cm->layout->T * osdp_cost_op_flops(o) * d->gamma[o->type] * (rc ? 4.0 / 3.0 : 1.0);
+    out->compute = A * (d->gamma_fixed[o->type] + (double)b * (double)cm->layout->T * osdp_cost_op_flops(o) * d->gamma[o->type])
+                 * (rc ? 4.0 / 3.0 : 1.0);
     size_t p[OSDP_MAX_SLICES];
     int partial;
     op_slices(cm, op, &g, &k, p, &partial);

@@ -17,7 +17,8 @@ const char *osdp_op_type_name(osdp_op_type t)
     return (unsigned)t < OSDP_N_OP_TYPES ? type_names[t] : "?";
 }
 
-enum { K_MEM, K_PREC, K_PBYTES, K_ABYTES, K_AG_A, K_AG_B, K_RS_A, K_RS_B, K_G0, K_N = K_G0 + OSDP_N_OP_TYPES };
+enum { K_MEM, K_PREC, K_PBYTES, K_ABYTES, K_AG_A, K_AG_B, K_RS_A, K_RS_B, K_G0, K_F0 = K_G0 + OSDP_N_OP_TYPES,
+       K_N = K_F0 + OSDP_N_OP_TYPES };
 
 typedef struct dev_parse {
     osdp_device *dev;
@@ -108,9 +109,20 @@ static int dev_handler(void *user, const char *section, const char *key, const c
         if (parse_double(value, &x) != 0 || x <= 0)
             return fail(st, section, key, "gamma (seconds per FLOP) must be a number > 0", value);
         d->gamma[id - K_G0] = x;
+    } else if (strcmp(section, "gamma_fixed") == 0) {
+        for (int t = 0; t < OSDP_N_OP_TYPES; t++)
+            if (strcmp(key, type_names[t]) == 0) id = K_F0 + t;
+        if (id < 0) {
+            st->status = osdp_error_set(OSDP_ERR_INPUT, "unknown key '%s' in [gamma_fixed] (known: embed, attn, mlp, head)",
+                                        key);
+            return 0;
+        }
+        if (parse_double(value, &x) != 0 || x < 0)
+            return fail(st, section, key, "gamma_fixed (seconds per operator per micro-step) must be a number >= 0", value);
+        d->gamma_fixed[id - K_F0] = x;
     } else {
         st->status = osdp_error_set(OSDP_ERR_INPUT,
-            "unknown section [%s] (expected [device], [all_gather], [reduce_scatter], [gamma])", section);
+            "unknown section [%s] (expected [device], [all_gather], [reduce_scatter], [gamma], [gamma_fixed])", section);
         return 0;
     }
     if (st->seen[id]) {
@@ -180,6 +192,12 @@ osdp_status osdp_device_write(const osdp_device *dev, const char *comment, const
     fprintf(f, "[reduce_scatter]\nalpha = %.6e\nbeta = %.6e\n\n", dev->reduce_scatter.alpha, dev->reduce_scatter.beta);
     fprintf(f, "[gamma]\n");
     for (int t = 0; t < OSDP_N_OP_TYPES; t++) fprintf(f, "%-5s = %.6e\n", type_names[t], dev->gamma[t]);
+    int fixed = 0;
+    for (int t = 0; t < OSDP_N_OP_TYPES; t++) fixed |= dev->gamma_fixed[t] > 0;
+    if (fixed) {
+        fprintf(f, "\n[gamma_fixed]\n");
+        for (int t = 0; t < OSDP_N_OP_TYPES; t++) fprintf(f, "%-5s = %.6e\n", type_names[t], dev->gamma_fixed[t]);
+    }
     if (fclose(f) != 0) return osdp_error_set(OSDP_ERR_IO, "cannot write device file %s", path);
     return OSDP_OK;
 }
