@@ -15,7 +15,8 @@
  *             without prefetch
  *   traffic   the cost model's bytes per step do not depend on g when slices
  *             need no padding
- *   gamma_fixed  the per-operator fixed compute time: device files and cost
+ *   gamma_fixed  the per-operator fixed compute time and the step's work
+ *             outside the operators ([step]): device files and cost
  *   auto      --recompute auto fits a model that no plan without recompute
  *             fits; --split auto is never slower than g = 1 */
 #include "config.h"
@@ -416,6 +417,26 @@ START_TEST(test_gamma_fixed)
     osdp_cost_op_time(&cm, 1, 1, 0, b, A, &t);   /* attn.0 */
     double want = A * (2.5e-4 + (double)b * L.T * osdp_cost_op_flops(&L.op[1]) * 2e-11);
     ck_assert_msg(fabs(t.compute - want) <= 1e-12 * want, "compute %g, want %g", t.compute, want);
+    /* the step's work outside the operators: per shard element per step,
+     * per full-buffer element per micro-step */
+    osdp_device e = d;
+    e.step_shard_param = 3e-9;
+    e.step_full_param = 1e-10;
+    cm.dev = &e;
+    cm.N = 2;
+    osdp_op_time t2, t3;
+    cm.dev = &d;
+    osdp_cost_op_time(&cm, 1, 1, 0, b, A, &t2);
+    cm.dev = &e;
+    osdp_cost_op_time(&cm, 1, 1, 0, b, A, &t3);
+    double P = (double)osdp_padded_numel(L.op[1].numel, 2);
+    want = t2.compute + P / 2 * 3e-9 + A * P * 1e-10;
+    ck_assert_msg(fabs(t3.compute - want) <= 1e-12 * want, "with step work %g, want %g", t3.compute, want);
+    snprintf(text, sizeof text, "%s[step]\nshard_param = 3e-9\nfull_param = 1e-10\n", base);
+    ck_assert_msg(osdp_device_parse(&d, text, "step") == OSDP_OK, "%s", osdp_error_message());
+    ck_assert(d.step_shard_param == 3e-9 && d.step_full_param == 1e-10);
+    snprintf(text, sizeof text, "%s[step]\nshard = 1\n", base);
+    ck_assert_int_eq(osdp_device_parse(&d, text, "bad step key"), OSDP_ERR_INPUT);
     osdp_layout_free(&L);
 }
 END_TEST

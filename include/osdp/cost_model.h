@@ -42,6 +42,8 @@
  *
  * Time per operator for one optimizer step of A micro-steps (accum_steps):
  *   compute  = A (gamma_fixed_type + b T F_i gamma_type)   (F_i: osdp_cost_op_flops)
+ *              + P / N step_shard_param + A P step_full_param (its shard's
+ *              optimizer step; zeroing its full gradients each micro-step)
  *   AG_s = (N-1)(alpha_ag + S_s/N beta_ag),  RS_s = (N-1)(alpha_rs + S_s/N beta_rs),
  *   S_s = p_s e bytes (one slice: each slice is its own collective)
  *   comm     = sum_{s >= k} (AG_s + A RS_s) + sum_{s < k} (2 A AG_s + A RS_s)

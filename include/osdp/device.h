@@ -22,6 +22,11 @@
  *   head  = 6.4e-15
  *   [gamma_fixed]            ; optional: s per operator per micro-step (>= 0, default 0)
  *   attn  = 2e-4
+ *   [step]                   ; optional (>= 0, default 0): work outside the operators
+ *   shard_param = 3e-9       ; s per element of the rank's shards per optimizer step
+ *                            ; (AdamW, the gradient norm, the gradient copy)
+ *   full_param  = 1e-10      ; s per element of the full (padded) buffers per micro-step
+ *                            ; (zeroing the full gradients before the backward)
  *
  * A collective over N ranks moving S bytes in total (the full, gathered
  * buffer) takes (N-1)(alpha + S/N beta): N-1 ring steps of S/N bytes each
@@ -36,7 +41,7 @@
  * products running below the machine's rate); the profiler fits both.
  *
  * Every key of [all_gather], [reduce_scatter] and [gamma] and mem_limit are
- * required ([gamma_fixed] is optional); unknown sections or keys are errors, so that typos are caught. */
+ * required ([gamma_fixed] and [step] are optional); unknown sections or keys are errors, so that typos are caught. */
 #ifndef OSDP_DEVICE_H
 #define OSDP_DEVICE_H
 
@@ -58,6 +63,8 @@ typedef struct osdp_device {
     osdp_collective_cost all_gather, reduce_scatter;
     double gamma[OSDP_N_OP_TYPES];        /* s per FLOP, indexed by osdp_op_type */
     double gamma_fixed[OSDP_N_OP_TYPES];  /* s per operator per micro-step (optional, default 0) */
+    double step_shard_param;              /* s per shard element per optimizer step (optional) */
+    double step_full_param;               /* s per full-buffer element per micro-step (optional) */
 } osdp_device;
 
 /* "embed", "attn", "mlp", "head" */

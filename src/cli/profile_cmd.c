@@ -201,6 +201,50 @@ done:
     return s;
 }
 
+/* The work of a step outside the operators, per element (median over reps of
+ * the slowest rank): the optimizer step on this rank's shards of the whole
+ * model (AdamW, the gradient norm's sum of squares, the reduce-scatter
+ * result copied into the gradient shard), and zeroing the full gradients
+ * before each backward (collective). */
+static osdp_status time_step_work(const osdp_compute_backend *be, const osdp_layout *L, int n_ranks, int reps,
+                                  double *per_shard, double *per_full)
+{
+    size_t full = 0;
+    for (int i = 0; i < L->n_ops; i++) full += osdp_padded_numel(L->op[i].numel, n_ranks);
+    size_t shard = full / (size_t)n_ranks;
+    float *st = be->alloc(5 * shard * sizeof(float)), *grads = be->alloc(full * sizeof(float));
+    if (!st || !grads) {
+        if (st) be->free(st);
+        if (grads) be->free(grads);
+        return osdp_error_set(OSDP_ERR_OOM, "profile: out of memory for the optimizer state (%zu elements)", shard);
+    }
+    be->fill_zero(st, 5 * shard * sizeof(float));
+    be->fill_zero(grads, full * sizeof(float));
+    double to[MAX_REPS], tz[MAX_REPS];
+    for (int r = 0; r <= reps; r++) {   /* r = 0: warm-up */
+        be->synchronize();
+        MPI_Barrier(MPI_COMM_WORLD);
+        double t0 = wall();
+        be->copy(st + shard, st + 4 * shard, shard * sizeof(float));
+        (void)be->sum_squares(st + shard, shard);
+        be->adamw(st, st + shard, st + 2 * shard, st + 3 * shard, shard, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, r + 1);
+        be->synchronize();
+        double t1 = wall();
+        be->fill_zero(grads, full * sizeof(float));
+        be->synchronize();
+        double mine[2] = {t1 - t0, wall() - t1}, slowest[2];
+        MPI_Allreduce(mine, slowest, 2, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+        if (r > 0) { to[r - 1] = slowest[0]; tz[r - 1] = slowest[1]; }
+    }
+    qsort(to, (size_t)reps, sizeof *to, cmp_d);
+    qsort(tz, (size_t)reps, sizeof *tz, cmp_d);
+    *per_shard = to[reps / 2] / (double)shard;
+    *per_full = tz[reps / 2] / (double)full;
+    be->free(st);
+    be->free(grads);
+    return OSDP_OK;
+}
+
 int osdp_cmd_profile(int argc, char **argv)
 {
     const char *model = NULL, *out = NULL, *name = NULL;
@@ -340,6 +384,14 @@ int osdp_cmd_profile(int argc, char **argv)
         len += snprintf(note + len, sizeof note - (size_t)len, "  %-5s:%s ms -> %.2f GFLOP/s + %.3f ms per operator, R^2 %.5f\n",
                         osdp_op_type_name((osdp_op_type)k), ms, 1e-9 / f.c1, 1e3 * dev.gamma_fixed[k], f.r2);
     }
+    osdp_check_all(time_step_work(be, &L, world.size, reps, &dev.step_shard_param, &dev.step_full_param));
+    if (root)
+        printf("  step work: optimizer %.3e s per shard element, zeroing gradients %.3e s per element\n",
+               dev.step_shard_param, dev.step_full_param);
+    len += snprintf(note + len, sizeof note - (size_t)len,
+                    "step: optimizer (AdamW, norm, gradient copy) on the shards %.3e s per element, zeroing the full\n"
+                    "gradients %.3e s per element (median of %d, slowest rank)\n",
+                    dev.step_shard_param, dev.step_full_param, reps);
     if (mem_limit == 0) {
         long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
         mem_limit = (size_t)pages * (size_t)psize / (size_t)world.local_size;

@@ -93,6 +93,11 @@ void osdp_cost_op_time(const osdp_cost_model *cm, int op, int g, int k, int b, i
     size_t p[OSDP_MAX_SLICES];
     int partial;
     op_slices(cm, op, &g, &k, p, &partial);
+    /* outside the operator's kernels: its shard's optimizer step, and zeroing
+     * its full gradients every micro-step */
+    double padded = 0;
+    for (int s = 0; s < g; s++) padded += (double)p[s];
+    out->compute += padded / N * d->step_shard_param + A * padded * d->step_full_param;
     out->comm = 0;
     for (int s = 0; s < g; s++) {
         double S = (double)p[s] * (double)d->param_bytes;

@@ -17,8 +17,8 @@ const char *osdp_op_type_name(osdp_op_type t)
     return (unsigned)t < OSDP_N_OP_TYPES ? type_names[t] : "?";
 }
 
-enum { K_MEM, K_PREC, K_PBYTES, K_ABYTES, K_AG_A, K_AG_B, K_RS_A, K_RS_B, K_G0, K_F0 = K_G0 + OSDP_N_OP_TYPES,
-       K_N = K_F0 + OSDP_N_OP_TYPES };
+enum { K_MEM, K_PREC, K_PBYTES, K_ABYTES, K_AG_A, K_AG_B, K_RS_A, K_RS_B, K_SHARD, K_FULL, K_G0,
+       K_F0 = K_G0 + OSDP_N_OP_TYPES, K_N = K_F0 + OSDP_N_OP_TYPES };
 
 typedef struct dev_parse {
     osdp_device *dev;
@@ -120,9 +120,21 @@ static int dev_handler(void *user, const char *section, const char *key, const c
         if (parse_double(value, &x) != 0 || x < 0)
             return fail(st, section, key, "gamma_fixed (seconds per operator per micro-step) must be a number >= 0", value);
         d->gamma_fixed[id - K_F0] = x;
+    } else if (strcmp(section, "step") == 0) {
+        int shard = strcmp(key, "shard_param") == 0;
+        if (!shard && strcmp(key, "full_param") != 0) {
+            st->status = osdp_error_set(OSDP_ERR_INPUT, "unknown key '%s' in [step] (known: shard_param, full_param)", key);
+            return 0;
+        }
+        if (parse_double(value, &x) != 0 || x < 0)
+            return fail(st, section, key, "seconds per element must be a number >= 0", value);
+        if (shard) d->step_shard_param = x;
+        else d->step_full_param = x;
+        id = shard ? K_SHARD : K_FULL;
     } else {
         st->status = osdp_error_set(OSDP_ERR_INPUT,
-            "unknown section [%s] (expected [device], [all_gather], [reduce_scatter], [gamma], [gamma_fixed])", section);
+            "unknown section [%s] (expected [device], [all_gather], [reduce_scatter], [gamma], [gamma_fixed], [step])",
+            section);
         return 0;
     }
     if (st->seen[id]) {
@@ -198,6 +210,8 @@ osdp_status osdp_device_write(const osdp_device *dev, const char *comment, const
         fprintf(f, "\n[gamma_fixed]\n");
         for (int t = 0; t < OSDP_N_OP_TYPES; t++) fprintf(f, "%-5s = %.6e\n", type_names[t], dev->gamma_fixed[t]);
     }
+    if (dev->step_shard_param > 0 || dev->step_full_param > 0)
+        fprintf(f, "\n[step]\nshard_param = %.6e\nfull_param = %.6e\n", dev->step_shard_param, dev->step_full_param);
     if (fclose(f) != 0) return osdp_error_set(OSDP_ERR_IO, "cannot write device file %s", path);
     return OSDP_OK;
 }
