@@ -1,41 +1,60 @@
-/* fp32 CPU kernels of the GPT operators; the contract is in
+/* fp32 CPU kernels of the GPT operators: the matrix products and attention
+ * (the row-wise kernels are in kernels_cpu_rowwise.c); the contract is in
  * include/osdp/kernels_cpu.h.
  *
- * Matrix products go through cblas_sgemm; everything else is plain C loops,
- * parallelised with OpenMP over independent rows/columns when the work is large
- * enough (the `if` clauses keep small calls serial).  Every reduction has a fixed
- * order that does not depend on the thread count, so each kernel returns bitwise
- * identical results for identical inputs (no atomics, no racy sums). */
+ * Matrix products go through cblas_sgemm, the softmax loops are C with OpenMP.
+ * Every reduction has a fixed order that does not depend on the thread count,
+ * so each kernel returns bitwise identical results for identical inputs (no
+ * atomics, no racy sums). */
 #include "osdp/kernels_cpu.h"
+
+#include "kernels_cpu_internal.h"
 
 #include <cblas.h>
 #include <math.h>
-#include <stdint.h>
 #include <string.h>
-
 #ifdef _OPENMP
-#define OSDP_PRAGMA(x) _Pragma(#x)
-#define OMP(x) OSDP_PRAGMA(omp x)
-#else
-#define OMP(x)
+#include <omp.h>
 #endif
-
-/* elements of work below which a loop stays serial (thread start-up costs more) */
-#define PAR_MIN_WORK 32768L
 
 /* ------------------------------------------------------------------ matmul */
 
-/* sums of the columns [o0, o0+n) of dy (BT, OC) added into db; rows in order */
-static void column_sums_block(float *db, const float *dy, int BT, int OC, int o0,
-                              int n)
+/* OpenBLAS threads one GEMM by cutting it into panels that share packed
+ * operands and meet at barriers; on the shapes of a GPT step (K = 256..1024)
+ * two such threads reach 120-150 GFLOP/s where two independent single-thread
+ * GEMMs on halves of the rows reach 175-190 (measured on 2 Zen 4 cores).  So
+ * products large enough are cut here by rows of the output, one block per
+ * OpenMP thread, and OpenBLAS runs each block on one thread (it does inside
+ * an OpenMP region).  Each output element is still one dot product over the
+ * same K in the same order, so the bits do not depend on the thread count. */
+#define GEMM_SPLIT_MIN_MNK (1L << 22) /* per thread: far above OpenBLAS's small-matrix path */
+#define GEMM_ROW_ALIGN 16             /* rows per block: a multiple of the kernel's unroll */
+
+static int gemm_row_blocks(int M, int N, int K)
 {
-    float acc[64];
-    for (int j = 0; j < n; j++) acc[j] = 0.0f;
-    for (int i = 0; i < BT; i++) {
-        const float *row = dy + (size_t)i * OC + o0;
-        for (int j = 0; j < n; j++) acc[j] += row[j];
+    int threads = 1;
+#ifdef _OPENMP
+    if (!omp_in_parallel()) threads = omp_get_max_threads();
+#endif
+    while (threads > 1 && ((long)M * N * K / threads < GEMM_SPLIT_MIN_MNK || M / threads < GEMM_ROW_ALIGN))
+        threads--;
+    return threads;
+}
+
+/* C (M,N) = alpha op(A) op(B) + beta C, row-major; op(A) has M rows */
+static void gemm_by_rows(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A,
+                         int lda, const float *B, int ldb, float beta, float *C, int ldc)
+{
+    const int blocks = gemm_row_blocks(M, N, K);
+    OMP(parallel for if(blocks > 1) num_threads(blocks) schedule(static, 1))
+    for (int t = 0; t < blocks; t++) {
+        int m0 = (int)((long)M * t / blocks) / GEMM_ROW_ALIGN * GEMM_ROW_ALIGN;
+        int m1 = t == blocks - 1 ? M : (int)((long)M * (t + 1) / blocks) / GEMM_ROW_ALIGN * GEMM_ROW_ALIGN;
+        if (m1 <= m0) continue;
+        const float *a = trans_a ? A + m0 : A + (size_t)m0 * lda;
+        cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
+                    m1 - m0, N, K, alpha, a, lda, B, ldb, beta, C + (size_t)m0 * ldc, ldc);
     }
-    for (int j = 0; j < n; j++) db[o0 + j] += acc[j];
 }
 
 void matmul_forward_strided(float *y, const float *x, int ldx, const float *w, const float *b,
@@ -46,9 +65,7 @@ void matmul_forward_strided(float *y, const float *x, int ldx, const float *w, c
      * by a bias loop. */
     float beta = accumulate ? 1.0f : 0.0f;
     if (b) {
-        /* serial on purpose, like the column sums in matmul_backward: an OpenMP
-         * region next to a threaded sgemm leaves OpenMP threads spinning on the
-         * cores OpenBLAS needs (measured: the qkv GEMM pair 2x slower on 2 cores) */
+        OMP(parallel for if((long)BT * OC >= 4 * PAR_MIN_WORK) schedule(static))
         for (int i = 0; i < BT; i++) {
             float *row = y + (size_t)i * OC;
             if (accumulate)
@@ -58,8 +75,7 @@ void matmul_forward_strided(float *y, const float *x, int ldx, const float *w, c
         }
         beta = 1.0f;
     }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, BT, OC, IC, 1.0f, x, ldx,
-                w, OC, beta, y, OC);
+    gemm_by_rows(0, 0, BT, OC, IC, 1.0f, x, ldx, w, OC, beta, y, OC);
 }
 
 void matmul_forward(float *y, const float *x, const float *w, const float *b,
@@ -68,169 +84,41 @@ void matmul_forward(float *y, const float *x, const float *w, const float *b,
     matmul_forward_strided(y, x, IC, w, b, BT, IC, OC, accumulate);
 }
 
+/* db (OC) += column sums of dy (BT, OC): each column summed over the rows in
+ * order (a fixed order: bitwise reproducible); threads own blocks of columns */
+OSDP_VECTOR_CLONES static void column_sums(float *db, const float *dy, int BT, int OC)
+{
+    enum { W = 64 };
+    const int nblocks = (OC + W - 1) / W;
+    OMP(parallel for if((long)BT * OC >= 4 * PAR_MIN_WORK) schedule(static))
+    for (int blk = 0; blk < nblocks; blk++) {
+        const int o0 = blk * W, n = OC - o0 < W ? OC - o0 : W;
+        float acc[W] = {0};
+        for (int i = 0; i < BT; i++) {
+            const float *row = dy + (size_t)i * OC + o0;
+            OMP(simd)
+            for (int j = 0; j < n; j++) acc[j] += row[j];
+        }
+        for (int j = 0; j < n; j++) db[o0 + j] += acc[j];
+    }
+}
+
 void matmul_backward_strided(float *dx, int lddx, float *dw, float *db, const float *dy,
                              const float *x, int ldx, const float *w, int BT, int IC, int OC,
                              int dx_accumulate)
 {
     /* dx (BT,IC) = dy (BT,OC) @ w^T, w stored (IC,OC) */
     if (dx)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, BT, IC, OC, 1.0f, dy,
-                    OC, w, OC, dx_accumulate ? 1.0f : 0.0f, dx, lddx);
+        gemm_by_rows(0, 1, BT, IC, OC, 1.0f, dy, OC, w, OC, dx_accumulate ? 1.0f : 0.0f, dx, lddx);
     /* dw (IC,OC) += x^T (IC,BT) @ dy (BT,OC) */
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, IC, OC, BT, 1.0f, x, ldx, dy,
-                OC, 1.0f, dw, OC);
-    if (db) {
-        /* blocks of 64 columns, each summed over the rows in order (cache
-         * friendly; a fixed order, so bitwise reproducible) */
-        int nblocks = (OC + 63) / 64;
-        for (int blk = 0; blk < nblocks; blk++) {
-            int o0 = blk * 64;
-            int n = OC - o0 < 64 ? OC - o0 : 64;
-            column_sums_block(db, dy, BT, OC, o0, n);
-        }
-    }
+    gemm_by_rows(1, 0, IC, OC, BT, 1.0f, x, ldx, dy, OC, 1.0f, dw, OC);
+    if (db) column_sums(db, dy, BT, OC);
 }
-
 void matmul_backward(float *dx, float *dw, float *db, const float *dy,
                      const float *x, const float *w, int BT, int IC, int OC,
                      int dx_accumulate)
 {
     matmul_backward_strided(dx, IC, dw, db, dy, x, IC, w, BT, IC, OC, dx_accumulate);
-}
-
-/* --------------------------------------------------------------- layernorm */
-
-void layernorm_forward(float *y, float *mean, float *rstd, const float *x,
-                       const float *w, const float *b, int BT, int C)
-{
-    const float eps = 1e-5f;
-    OMP(parallel for if((long)BT * C >= PAR_MIN_WORK) schedule(static))
-    for (int i = 0; i < BT; i++) {
-        const float *xi = x + (size_t)i * C;
-        float *yi = y + (size_t)i * C;
-        float m = 0.0f;
-        for (int c = 0; c < C; c++) m += xi[c];
-        m /= (float)C;
-        float v = 0.0f;
-        for (int c = 0; c < C; c++) {
-            float d = xi[c] - m;
-            v += d * d;
-        }
-        v /= (float)C;
-        float s = 1.0f / sqrtf(v + eps);
-        for (int c = 0; c < C; c++) yi[c] = (xi[c] - m) * s * w[c] + b[c];
-        mean[i] = m;
-        rstd[i] = s;
-    }
-}
-
-void layernorm_backward(float *dx, float *dw, float *db, const float *dy,
-                        const float *x, const float *w, const float *mean,
-                        const float *rstd, int BT, int C)
-{
-    /* dx: rows are independent */
-    OMP(parallel for if((long)BT * C >= PAR_MIN_WORK) schedule(static))
-    for (int i = 0; i < BT; i++) {
-        const float *dyi = dy + (size_t)i * C;
-        const float *xi = x + (size_t)i * C;
-        float *dxi = dx + (size_t)i * C;
-        float m = mean[i], s = rstd[i];
-        float dnorm_mean = 0.0f, dnorm_norm_mean = 0.0f;
-        for (int c = 0; c < C; c++) {
-            float norm = (xi[c] - m) * s;
-            float dnorm = w[c] * dyi[c];
-            dnorm_mean += dnorm;
-            dnorm_norm_mean += dnorm * norm;
-        }
-        dnorm_mean /= (float)C;
-        dnorm_norm_mean /= (float)C;
-        for (int c = 0; c < C; c++) {
-            float norm = (xi[c] - m) * s;
-            float dnorm = w[c] * dyi[c];
-            dxi[c] += (dnorm - dnorm_mean - norm * dnorm_norm_mean) * s;
-        }
-    }
-    /* dw, db: sums over rows, split among threads by blocks of columns so
-     * that each sum runs over the rows in order */
-    int nblocks = (C + 63) / 64;
-    OMP(parallel for if((long)BT * C >= 4 * PAR_MIN_WORK) schedule(static))
-    for (int blk = 0; blk < nblocks; blk++) {
-        int c0 = blk * 64;
-        int n = C - c0 < 64 ? C - c0 : 64;
-        float aw[64], ab[64];
-        for (int j = 0; j < n; j++) aw[j] = ab[j] = 0.0f;
-        for (int i = 0; i < BT; i++) {
-            const float *dyi = dy + (size_t)i * C + c0;
-            const float *xi = x + (size_t)i * C + c0;
-            float m = mean[i], s = rstd[i];
-            for (int j = 0; j < n; j++) {
-                aw[j] += (xi[j] - m) * s * dyi[j];
-                ab[j] += dyi[j];
-            }
-        }
-        for (int j = 0; j < n; j++) {
-            dw[c0 + j] += aw[j];
-            db[c0 + j] += ab[j];
-        }
-    }
-}
-
-/* -------------------------------------------------------------------- gelu */
-
-#define GELU_SCALING 0.7978845608028654f /* sqrt(2/pi) */
-
-/* AVX-512 / AVX2 versions chosen at load time (ifunc), SSE2 otherwise: the
- * binary stays portable across cluster nodes. */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define OSDP_VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define OSDP_VECTOR_CLONES
-#endif
-
-/* tanh without libm: libm's tanhf does not vectorise and took a third of a
- * training step.  tanh|u| = (1 - e) / (1 + e) with e = e^{-2|u|} in (0, 1]:
- * e = 2^n * 2^f, n the nearest integer to -2|u| log2(e) (the 1.5*2^23
- * rounding trick) and 2^f, |f| <= 1/2, from a degree-6 Taylor polynomial
- * (relative error < 3e-8); 2^n is built in the exponent bits, and a negative
- * biased exponent (e below 2^-126) is masked to 0 without a branch — a float
- * clamp would stop GCC from vectorising the loop.  Absolute error against
- * tanh < 1.5e-7.  Pure arithmetic: vectorised, and the same bits on every
- * thread count. */
-static inline float tanh_fast(float u)
-{
-    float t = -2.0f * 1.44269504088896341f * fabsf(u);   /* log2(e^{-2|u|}) */
-    float n = (t + 12582912.0f) - 12582912.0f;            /* round to nearest */
-    float f = (t - n) * 0.693147180559945309f;            /* e^f = 2^(t-n) */
-    float p = 1.0f + f * (1.0f + f * (0.5f + f * (1.0f / 6 + f * (1.0f / 24 + f * (1.0f / 120 + f * (1.0f / 720))))));
-    int32_t biased = (int32_t)n + 127;
-    biased &= ~(biased >> 31);                            /* < 0 -> 0: e underflows to 0 */
-    union { int32_t i; float f; } scale = {.i = biased << 23};
-    float e = p * scale.f;
-    return copysignf((1.0f - e) / (1.0f + e), u);
-}
-
-OSDP_VECTOR_CLONES void gelu_forward(float *y, const float *x, size_t n)
-{
-    OMP(parallel for simd if(n >= (size_t)PAR_MIN_WORK) schedule(static))
-    for (size_t i = 0; i < n; i++) {
-        float xi = x[i];
-        float cube = 0.044715f * xi * xi * xi;
-        y[i] = 0.5f * xi * (1.0f + tanh_fast(GELU_SCALING * (xi + cube)));
-    }
-}
-
-OSDP_VECTOR_CLONES void gelu_backward(float *dx, const float *x, const float *dy, size_t n)
-{
-    OMP(parallel for simd if(n >= (size_t)PAR_MIN_WORK) schedule(static))
-    for (size_t i = 0; i < n; i++) {
-        float xi = x[i];
-        float cube = 0.044715f * xi * xi * xi;
-        float th = tanh_fast(GELU_SCALING * (xi + cube));
-        float sech2 = 1.0f - th * th; /* sech^2 = 1 - tanh^2, no coshf overflow */
-        float grad = 0.5f * (1.0f + th) +
-                     xi * 0.5f * sech2 * GELU_SCALING * (1.0f + 3.0f * 0.044715f * xi * xi);
-        dx[i] = grad * dy[i];
-    }
 }
 
 /* --------------------------------------------------------------- attention */
@@ -257,6 +145,36 @@ static int heads_in_parallel(int B, int T, int NH, int HS)
            (long)B * NH * T * T >= PAR_MIN_WORK;
 }
 
+/* row i of a causal softmax in place: entries [0, i] normalised, (i, T) zero */
+OSDP_VECTOR_CLONES static void causal_softmax_row(float *row, int i, int T)
+{
+    float maxv = row[0];
+    OMP(simd reduction(max:maxv))
+    for (int j = 1; j <= i; j++) maxv = row[j] > maxv ? row[j] : maxv;
+    float sum = 0.0f;
+    OMP(simd reduction(+:sum))
+    for (int j = 0; j <= i; j++) {
+        float e = exp_nonpositive(row[j] - maxv);
+        row[j] = e;
+        sum += e;
+    }
+    const float inv = 1.0f / sum;
+    OMP(simd)
+    for (int j = 0; j <= i; j++) row[j] *= inv;
+    for (int j = i + 1; j < T; j++) row[j] = 0.0f;
+}
+
+/* d = scale * a * (d - sum_j a d) over [0, i]; zero over (i, rend) */
+OSDP_VECTOR_CLONES static void softmax_row_backward(float *d, const float *a, int i, int rend, float scale)
+{
+    float dot = 0.0f;
+    OMP(simd reduction(+:dot))
+    for (int j = 0; j <= i; j++) dot += a[j] * d[j];
+    OMP(simd)
+    for (int j = 0; j <= i; j++) d[j] = scale * a[j] * (d[j] - dot);
+    for (int j = i + 1; j < rend; j++) d[j] = 0.0f; /* read by the products below */
+}
+
 static void attention_head_forward(float *out, float *att, const float *q,
                                    const float *k, const float *v, int T, int ld,
                                    int ldo, int HS, float scale, int rows_parallel)
@@ -269,21 +187,7 @@ static void attention_head_forward(float *out, float *att, const float *q,
                     q + (size_t)r0 * ld, ld, k, ld, 0.0f, att + (size_t)r0 * T, T);
     }
     OMP(parallel for if(rows_parallel) schedule(static))
-    for (int i = 0; i < T; i++) {
-        float *row = att + (size_t)i * T;
-        float maxv = row[0];
-        for (int j = 1; j <= i; j++)
-            if (row[j] > maxv) maxv = row[j];
-        float sum = 0.0f;
-        for (int j = 0; j <= i; j++) {
-            float e = expf(row[j] - maxv);
-            row[j] = e;
-            sum += e;
-        }
-        float inv = 1.0f / sum;
-        for (int j = 0; j <= i; j++) row[j] *= inv;
-        for (int j = i + 1; j < T; j++) row[j] = 0.0f;
-    }
+    for (int i = 0; i < T; i++) causal_softmax_row(att + (size_t)i * T, i, T);
     for (int r0 = 0; r0 < T; r0 += ATT_BLOCK) {
         int r1 = r0 + ATT_BLOCK < T ? r0 + ATT_BLOCK : T;
         /* out[r0:r1] = att[r0:r1, 0:r1] @ v[0:r1] */
@@ -334,10 +238,7 @@ static void attention_head_backward(float *dq, float *dk, float *dv, float *s,
         float *d = s + (size_t)i * T;
         int rend = (i / ATT_BLOCK + 1) * ATT_BLOCK;
         if (rend > T) rend = T;
-        float dot = 0.0f;
-        for (int j = 0; j <= i; j++) dot += a[j] * d[j];
-        for (int j = 0; j <= i; j++) d[j] = scale * a[j] * (d[j] - dot);
-        for (int j = i + 1; j < rend; j++) d[j] = 0.0f; /* read by the products below */
+        softmax_row_backward(d, a, i, rend, scale);
     }
     for (int r0 = 0; r0 < T; r0 += ATT_BLOCK) {
         int r1 = r0 + ATT_BLOCK < T ? r0 + ATT_BLOCK : T;
@@ -373,92 +274,4 @@ void attention_backward(float *dqkv, float *scratch, const float *dout,
                                 q + 2 * C, att + (size_t)bh * T * T, T, ld, C, HS,
                                 scale, rows_par);
     }
-}
-
-/* --------------------------------------------------------------- embedding */
-
-void embedding_forward(float *x, const int *tokens, const float *wte,
-                       const float *wpe, int B, int T, int C)
-{
-    int BT = B * T;
-    OMP(parallel for if((long)BT * C >= PAR_MIN_WORK) schedule(static))
-    for (int i = 0; i < BT; i++) {
-        float *xi = x + (size_t)i * C;
-        const float *e = wte + (size_t)tokens[i] * C;
-        const float *p = wpe + (size_t)(i % T) * C;
-        for (int c = 0; c < C; c++) xi[c] = e[c] + p[c];
-    }
-}
-
-void embedding_backward(float *dwte, float *dwpe, const float *dx,
-                        const int *tokens, int B, int T, int C)
-{
-    /* Threads own blocks of columns and walk the rows in order, so a token
-     * that occurs several times is accumulated in a fixed order. */
-    int BT = B * T;
-    int nblocks = (C + 63) / 64;
-    OMP(parallel for if((long)BT * C >= 4 * PAR_MIN_WORK) schedule(static))
-    for (int blk = 0; blk < nblocks; blk++) {
-        int c0 = blk * 64;
-        int c1 = c0 + 64 < C ? c0 + 64 : C;
-        for (int i = 0; i < BT; i++) {
-            const float *g = dx + (size_t)i * C;
-            float *e = dwte + (size_t)tokens[i] * C;
-            float *p = dwpe + (size_t)(i % T) * C;
-            for (int c = c0; c < c1; c++) {
-                e[c] += g[c];
-                p[c] += g[c];
-            }
-        }
-    }
-}
-
-/* ------------------------------------------------------------ crossentropy */
-
-void crossentropy_forward(float *losses, float *probs, const int *targets, int BT,
-                          int V)
-{
-    OMP(parallel for if((long)BT * V >= PAR_MIN_WORK) schedule(static))
-    for (int i = 0; i < BT; i++) {
-        float *p = probs + (size_t)i * V;
-        float maxv = p[0];
-        for (int j = 1; j < V; j++)
-            if (p[j] > maxv) maxv = p[j];
-        float sum = 0.0f;
-        for (int j = 0; j < V; j++) {
-            float e = expf(p[j] - maxv);
-            p[j] = e;
-            sum += e;
-        }
-        float inv = 1.0f / sum;
-        for (int j = 0; j < V; j++) p[j] *= inv;
-        losses[i] = -logf(p[targets[i]]);
-    }
-}
-
-void crossentropy_backward(float *dlogits, const float *probs, const int *targets,
-                           float scale, int BT, int V)
-{
-    OMP(parallel for if((long)BT * V >= PAR_MIN_WORK) schedule(static))
-    for (int i = 0; i < BT; i++) {
-        const float *p = probs + (size_t)i * V;
-        float *d = dlogits + (size_t)i * V;
-        const float p_target = p[targets[i]];   /* read first: d may alias p */
-        for (int j = 0; j < V; j++) d[j] = scale * p[j];
-        d[targets[i]] = scale * (p_target - 1.0f);
-    }
-}
-
-/* ---------------------------------------------------------------- residual */
-
-void residual_forward(float *out, const float *a, const float *b, size_t n)
-{
-    OMP(parallel for if(n >= (size_t)4 * PAR_MIN_WORK) schedule(static))
-    for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
-}
-
-void vector_accumulate(float *y, const float *x, size_t n)
-{
-    OMP(parallel for if(n >= (size_t)4 * PAR_MIN_WORK) schedule(static))
-    for (size_t i = 0; i < n; i++) y[i] += x[i];
 }

@@ -1,0 +1,50 @@
+/* Shared by the CPU kernel files (kernels_cpu.c: products and attention;
+ * kernels_cpu_rowwise.c: the row-wise and element-wise kernels): OpenMP
+ * helpers, the vector clones and the fast exponential. */
+#ifndef OSDP_KERNELS_CPU_INTERNAL_H
+#define OSDP_KERNELS_CPU_INTERNAL_H
+
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef _OPENMP
+#define OSDP_PRAGMA(x) _Pragma(#x)
+#define OMP(x) OSDP_PRAGMA(omp x)
+#else
+#define OMP(x)
+#endif
+
+/* elements of work below which a loop stays serial (thread start-up costs more) */
+#define PAR_MIN_WORK 32768L
+
+/* AVX-512 / AVX2 versions chosen at load time (ifunc), SSE2 otherwise: the
+ * binary stays portable across cluster nodes. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define OSDP_VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define OSDP_VECTOR_CLONES
+#endif
+
+/* e^t for t <= 0, without libm: libm's expf and tanhf do not vectorise, and
+ * they took a third of a training step (tanh in GELU) and most of the softmax
+ * time.  e^t = 2^n * 2^f, n the nearest integer to t log2(e) (the 1.5*2^23
+ * rounding trick) and 2^f, |f| <= 1/2, from a degree-6 Taylor polynomial
+ * (relative error < 3e-8); 2^n is built in the exponent bits, and a negative
+ * biased exponent (e^t below 2^-126) is masked to 0 without a branch — a
+ * float clamp would stop GCC from vectorising the loop.  Relative error
+ * against expf < 2e-7.  Pure arithmetic: vectorised, and the same bits on
+ * every thread count. */
+static inline float exp_nonpositive(float t)
+{
+    float l = t * 1.44269504088896341f;                   /* log2(e^t) */
+    float n = (l + 12582912.0f) - 12582912.0f;            /* round to nearest */
+    float f = (l - n) * 0.693147180559945309f;            /* e^f = 2^(l-n) */
+    float p = 1.0f + f * (1.0f + f * (0.5f + f * (1.0f / 6 + f * (1.0f / 24 + f * (1.0f / 120 + f * (1.0f / 720))))));
+    int32_t biased = (int32_t)n + 127;
+    biased &= ~(biased >> 31);                            /* < 0 -> 0: underflows to 0 */
+    union { int32_t i; float f; } scale = {.i = biased << 23};
+    return p * scale.f;
+}
+
+#endif

@@ -1,0 +1,231 @@
+/* The row-wise and element-wise fp32 CPU kernels (contract:
+ * include/osdp/kernels_cpu.h): LayerNorm, GELU, embedding, cross-entropy,
+ * residual.
+ *
+ * Rows (or blocks of columns) are shared among OpenMP threads when the work
+ * is large enough; inside a row the loops are `omp simd`, with the AVX-512 /
+ * AVX2 clone picked at load time.  A simd reduction sums in a fixed lane
+ * order chosen at compile time, never by the thread count, so every kernel
+ * returns the same bits for the same inputs on any number of threads. */
+#include "osdp/kernels_cpu.h"
+
+#include "kernels_cpu_internal.h"
+
+#include <math.h>
+#include <string.h>
+
+/* --------------------------------------------------------------- layernorm */
+
+OSDP_VECTOR_CLONES void layernorm_forward(float *y, float *mean, float *rstd, const float *x,
+                                          const float *w, const float *b, int BT, int C)
+{
+    const float eps = 1e-5f;
+    OMP(parallel for if((long)BT * C >= PAR_MIN_WORK) schedule(static))
+    for (int i = 0; i < BT; i++) {
+        const float *xi = x + (size_t)i * C;
+        float *yi = y + (size_t)i * C;
+        float m = 0.0f;
+        OMP(simd reduction(+:m))
+        for (int c = 0; c < C; c++) m += xi[c];
+        m /= (float)C;
+        float v = 0.0f;
+        OMP(simd reduction(+:v))
+        for (int c = 0; c < C; c++) {
+            float d = xi[c] - m;
+            v += d * d;
+        }
+        v /= (float)C;
+        float s = 1.0f / sqrtf(v + eps);
+        OMP(simd)
+        for (int c = 0; c < C; c++) yi[c] = (xi[c] - m) * s * w[c] + b[c];
+        mean[i] = m;
+        rstd[i] = s;
+    }
+}
+
+/* dw, db (C) += sums over the rows, threads owning blocks of 64 columns so
+ * that each sum runs over the rows in order */
+OSDP_VECTOR_CLONES static void layernorm_param_grads(float *dw, float *db, const float *dy, const float *x,
+                                                     const float *mean, const float *rstd, int BT, int C)
+{
+    enum { W = 64 };
+    const int nblocks = (C + W - 1) / W;
+    OMP(parallel for if((long)BT * C >= 4 * PAR_MIN_WORK) schedule(static))
+    for (int blk = 0; blk < nblocks; blk++) {
+        const int c0 = blk * W, n = C - c0 < W ? C - c0 : W;
+        float aw[W] = {0}, ab[W] = {0};
+        for (int i = 0; i < BT; i++) {
+            const float *dyi = dy + (size_t)i * C + c0;
+            const float *xi = x + (size_t)i * C + c0;
+            const float m = mean[i], s = rstd[i];
+            OMP(simd)
+            for (int j = 0; j < n; j++) {
+                aw[j] += (xi[j] - m) * s * dyi[j];
+                ab[j] += dyi[j];
+            }
+        }
+        for (int j = 0; j < n; j++) {
+            dw[c0 + j] += aw[j];
+            db[c0 + j] += ab[j];
+        }
+    }
+}
+
+OSDP_VECTOR_CLONES void layernorm_backward(float *dx, float *dw, float *db, const float *dy,
+                                           const float *x, const float *w, const float *mean,
+                                           const float *rstd, int BT, int C)
+{
+    /* dx: rows are independent */
+    OMP(parallel for if((long)BT * C >= PAR_MIN_WORK) schedule(static))
+    for (int i = 0; i < BT; i++) {
+        const float *dyi = dy + (size_t)i * C;
+        const float *xi = x + (size_t)i * C;
+        float *dxi = dx + (size_t)i * C;
+        const float m = mean[i], s = rstd[i];
+        float dnorm_mean = 0.0f, dnorm_norm_mean = 0.0f;
+        OMP(simd reduction(+:dnorm_mean, dnorm_norm_mean))
+        for (int c = 0; c < C; c++) {
+            float norm = (xi[c] - m) * s;
+            float dnorm = w[c] * dyi[c];
+            dnorm_mean += dnorm;
+            dnorm_norm_mean += dnorm * norm;
+        }
+        dnorm_mean /= (float)C;
+        dnorm_norm_mean /= (float)C;
+        OMP(simd)
+        for (int c = 0; c < C; c++) {
+            float norm = (xi[c] - m) * s;
+            float dnorm = w[c] * dyi[c];
+            dxi[c] += (dnorm - dnorm_mean - norm * dnorm_norm_mean) * s;
+        }
+    }
+    layernorm_param_grads(dw, db, dy, x, mean, rstd, BT, C);
+}
+
+/* -------------------------------------------------------------------- gelu */
+
+#define GELU_SCALING 0.7978845608028654f /* sqrt(2/pi) */
+
+/* tanh u = sign(u) (1 - e) / (1 + e), e = e^{-2|u|} in (0, 1]: absolute error
+ * against tanhf < 1.5e-7 */
+static inline float tanh_fast(float u)
+{
+    float e = exp_nonpositive(-2.0f * fabsf(u));
+    return copysignf((1.0f - e) / (1.0f + e), u);
+}
+
+OSDP_VECTOR_CLONES void gelu_forward(float *y, const float *x, size_t n)
+{
+    OMP(parallel for simd if(n >= (size_t)PAR_MIN_WORK) schedule(static))
+    for (size_t i = 0; i < n; i++) {
+        float xi = x[i];
+        float cube = 0.044715f * xi * xi * xi;
+        y[i] = 0.5f * xi * (1.0f + tanh_fast(GELU_SCALING * (xi + cube)));
+    }
+}
+
+OSDP_VECTOR_CLONES void gelu_backward(float *dx, const float *x, const float *dy, size_t n)
+{
+    OMP(parallel for simd if(n >= (size_t)PAR_MIN_WORK) schedule(static))
+    for (size_t i = 0; i < n; i++) {
+        float xi = x[i];
+        float cube = 0.044715f * xi * xi * xi;
+        float th = tanh_fast(GELU_SCALING * (xi + cube));
+        float sech2 = 1.0f - th * th; /* sech^2 = 1 - tanh^2, no coshf overflow */
+        float grad = 0.5f * (1.0f + th) +
+                     xi * 0.5f * sech2 * GELU_SCALING * (1.0f + 3.0f * 0.044715f * xi * xi);
+        dx[i] = grad * dy[i];
+    }
+}
+
+/* --------------------------------------------------------------- embedding */
+
+void embedding_forward(float *x, const int *tokens, const float *wte,
+                       const float *wpe, int B, int T, int C)
+{
+    int BT = B * T;
+    OMP(parallel for if((long)BT * C >= PAR_MIN_WORK) schedule(static))
+    for (int i = 0; i < BT; i++) {
+        float *xi = x + (size_t)i * C;
+        const float *e = wte + (size_t)tokens[i] * C;
+        const float *p = wpe + (size_t)(i % T) * C;
+        OMP(simd)
+        for (int c = 0; c < C; c++) xi[c] = e[c] + p[c];
+    }
+}
+
+void embedding_backward(float *dwte, float *dwpe, const float *dx,
+                        const int *tokens, int B, int T, int C)
+{
+    /* Threads own blocks of columns and walk the rows in order, so a token
+     * that occurs several times is accumulated in a fixed order. */
+    int BT = B * T;
+    int nblocks = (C + 63) / 64;
+    OMP(parallel for if((long)BT * C >= 4 * PAR_MIN_WORK) schedule(static))
+    for (int blk = 0; blk < nblocks; blk++) {
+        int c0 = blk * 64;
+        int c1 = c0 + 64 < C ? c0 + 64 : C;
+        for (int i = 0; i < BT; i++) {
+            const float *g = dx + (size_t)i * C;
+            float *e = dwte + (size_t)tokens[i] * C;
+            float *p = dwpe + (size_t)(i % T) * C;
+            OMP(simd)
+            for (int c = c0; c < c1; c++) {
+                e[c] += g[c];
+                p[c] += g[c];
+            }
+        }
+    }
+}
+
+/* ------------------------------------------------------------ crossentropy */
+
+OSDP_VECTOR_CLONES void crossentropy_forward(float *losses, float *probs, const int *targets, int BT, int V)
+{
+    OMP(parallel for if((long)BT * V >= PAR_MIN_WORK) schedule(static))
+    for (int i = 0; i < BT; i++) {
+        float *p = probs + (size_t)i * V;
+        float maxv = p[0];
+        OMP(simd reduction(max:maxv))
+        for (int j = 1; j < V; j++) maxv = p[j] > maxv ? p[j] : maxv;
+        float sum = 0.0f;
+        OMP(simd reduction(+:sum))
+        for (int j = 0; j < V; j++) {
+            float e = exp_nonpositive(p[j] - maxv);
+            p[j] = e;
+            sum += e;
+        }
+        const float inv = 1.0f / sum;
+        OMP(simd)
+        for (int j = 0; j < V; j++) p[j] *= inv;
+        losses[i] = -logf(p[targets[i]]);
+    }
+}
+
+OSDP_VECTOR_CLONES void crossentropy_backward(float *dlogits, const float *probs, const int *targets,
+                                              float scale, int BT, int V)
+{
+    OMP(parallel for if((long)BT * V >= PAR_MIN_WORK) schedule(static))
+    for (int i = 0; i < BT; i++) {
+        const float *p = probs + (size_t)i * V;
+        float *d = dlogits + (size_t)i * V;
+        const float p_target = p[targets[i]];   /* read first: d may alias p */
+        OMP(simd)
+        for (int j = 0; j < V; j++) d[j] = scale * p[j];
+        d[targets[i]] = scale * (p_target - 1.0f);
+    }
+}
+
+/* ---------------------------------------------------------------- residual */
+
+void residual_forward(float *out, const float *a, const float *b, size_t n)
+{
+    OMP(parallel for simd if(n >= (size_t)4 * PAR_MIN_WORK) schedule(static))
+    for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
+}
+
+void vector_accumulate(float *y, const float *x, size_t n)
+{
+    OMP(parallel for simd if(n >= (size_t)4 * PAR_MIN_WORK) schedule(static))
+    for (size_t i = 0; i < n; i++) y[i] += x[i];
+}
