@@ -28,6 +28,8 @@ typedef struct osdp_traffic {
     unsigned long long logical[OSDP_COLL_N_TYPES];
     unsigned long long wire[OSDP_COLL_N_TYPES];
     unsigned long long calls[OSDP_COLL_N_TYPES];
+    double wait_seconds;    /* time blocked in osdp_comm_wait and blocking calls:
+                               what compute did not hide */
 } osdp_traffic;
 
 typedef struct osdp_request { void *impl; } osdp_request;  /* impl NULL: nothing pending */

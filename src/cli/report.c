@@ -138,7 +138,8 @@ void osdp_report_step(osdp_report *r, const osdp_step_stats *st)
         for (int k = 0; k < OSDP_MEM_N_CATEGORIES; k++)
             fprintf(r->log, " peak_%s=%zu pred_%s=%zu", osdp_mem_category_name((osdp_mem_category)k), m->peak[k],
                     osdp_mem_category_name((osdp_mem_category)k), r->predicted.peak[k]);
-        fprintf(r->log, " peak_total=%zu pred_total=%zu\n", m->peak_total, r->predicted.peak_total);
+        fprintf(r->log, " peak_total=%zu pred_total=%zu comm_wait_ms=%.3f\n", m->peak_total, r->predicted.peak_total,
+                t->wait_seconds * 1e3);
         fflush(r->log);
     }
 }
