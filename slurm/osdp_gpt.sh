@@ -1,12 +1,20 @@
 #!/bin/bash
-# osdp_gpt on a Slurm cluster: one MPI task per GPU.
+# osdp_gpt on a Slurm cluster: one MPI task per GPU, 8 GPUs per node.
 #
-# Submit (every variable below can be overridden from the environment):
-#     sbatch slurm/osdp_gpt.sh
-#     NODES=4 MODEL=input/models/gpt2_medium.ini STEPS=5000 sbatch --nodes=4 slurm/osdp_gpt.sh
-#     sbatch --nodes=2 --time=04:00:00 --export=ALL,BACKEND=cuda,PLAN=zdp slurm/osdp_gpt.sh
-# Output: $OUT_DIR/osdp_<jobid>.out (progress, one line per step, from rank 0);
-# checkpoints in $CKPT_DIR.  Resubmitting with RESUME=1 continues from the last save.
+# Submit (sbatch options on the command line override the #SBATCH lines below;
+# every variable of the script can be overridden from the environment):
+#     sbatch slurm/osdp_gpt.sh                                  # 1 node x 8 GPUs
+#     MODEL=input/models/gpt2_medium.ini STEPS=5000 sbatch --nodes=4 slurm/osdp_gpt.sh
+#     sbatch --nodes=2 --time=04:00:00 --export=ALL,PLAN=zdp slurm/osdp_gpt.sh
+#     sbatch --gpus-per-node=4 --ntasks-per-node=4 slurm/osdp_gpt.sh   # 4-GPU nodes
+# The node count is sbatch's --nodes (1 unless given); the script reads what
+# Slurm granted from SLURM_NNODES / SLURM_NTASKS.
+# Output: Slurm writes the job log (stdout and stderr of every rank: the plan,
+# one progress line per step from rank 0, errors) to osdp_<jobid>.out in the
+# directory sbatch was run from (--output=DIR/osdp_%j.out puts it elsewhere);
+# $OUT_DIR (default runs/<jobid>) gets steps.log, the machine-readable
+# step=N loss=X ... lines; checkpoints go to $CKPT_DIR.  Resubmitting with
+# RESUME=1 continues from the last save.
 #
 #SBATCH --job-name=osdp_gpt
 #SBATCH --nodes=1
@@ -40,6 +48,9 @@ SRUN_MPI=${SRUN_MPI:-pmix}
 # export NCCL_IB_HCA=mlx5_0,mlx5_1       # InfiniBand adapters to use
 # export NCCL_NET_GDR_LEVEL=PHB          # GPUDirect RDMA policy
 # export NCCL_DEBUG=WARN                 # INFO to see rings/trees at start
+# A collective that has not completed after this many seconds (a rank died or
+# hangs) aborts the NCCL communicator and ends the job with a message; 0: no limit.
+export OSDP_NCCL_TIMEOUT_S=${OSDP_NCCL_TIMEOUT_S:-600}
 export OMP_NUM_THREADS=${SLURM_CPUS_PER_TASK:-1}
 
 mkdir -p "$OUT_DIR" "$CKPT_DIR"
@@ -52,7 +63,7 @@ if "$OSDP_BIN" train --help 2>/dev/null | grep -q -- --ckpt-dir; then
     [ "$RESUME" = 1 ] && args+=(--resume)
 fi
 
-echo "osdp_gpt: $SLURM_NNODES nodes x $SLURM_NTASKS_PER_NODE tasks, job $SLURM_JOB_ID, output in $OUT_DIR"
+echo "osdp_gpt: job $SLURM_JOB_ID, $SLURM_NNODES node(s), ${SLURM_NTASKS:-?} tasks (${SLURM_NTASKS_PER_NODE:-?} per node), steps log in $OUT_DIR/steps.log"
 # Every task sees all GPUs of its node and picks one by its node-local rank
 # (MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)); osdp checks MPI_Comm_size == SLURM_NTASKS.
 srun --mpi="$SRUN_MPI" --kill-on-bad-exit=1 --cpu-bind=cores --gpu-bind=none \

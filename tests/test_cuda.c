@@ -15,6 +15,10 @@
  * overwriting ones on NaN-filled buffers (testing that every entry is
  * written).  Several kernels are run twice to check bitwise determinism.
  *
+ * The allocator is checked for stream-ordered reuse (a block freed behind
+ * queued work and handed out again), the NCCL backend for more requests in
+ * flight than it has slots.
+ *
  * Without a usable GPU the test prints "SKIP: no CUDA device (reason)" and
  * exits 77, automake's code for a skipped test. */
 #include "config.h"
@@ -164,6 +168,51 @@ START_TEST(test_memory)
     gpu->free(b);
     gpu->synchronize();
     free(h);
+}
+END_TEST
+
+/* The caching allocator (stream-ordered pool): a block freed while a kernel
+ * that reads it is still queued, and handed out again at once, must not
+ * change that kernel's result; a new block reads as zeros; many alloc/free
+ * rounds of mixed sizes keep working. */
+START_TEST(test_memory_pool)
+{
+    const size_t n = 1 << 20;
+    float *h = rand_floats(n, -1, 1, 2);
+    float *a = upf(h, n), *b = gpu->alloc(n * sizeof(float));
+    ck_assert(b != NULL);
+    gpu->fill_zero(b, n * sizeof(float));
+    for (int r = 0; r < 8; r++) gpu->vector_accumulate(b, a, n);   /* queued work reading a */
+    gpu->free(a);
+    float *c = gpu->alloc(n * sizeof(float));                       /* likely a's block again */
+    ck_assert(c != NULL);
+    float *zero = falloc(n);
+    memset(zero, 0, n * sizeof(float));
+    expect_bitwise("new block (zero-filled)", zero, c, n);
+    float *want = falloc(n);
+    for (size_t i = 0; i < n; i++) {
+        float v = 0.0f;
+        for (int r = 0; r < 8; r++) v += h[i];
+        want[i] = v;
+    }
+    expect_bitwise("kernel reading a block freed behind it", want, b, n);
+    gpu->free(b), gpu->free(c);
+
+    void *blocks[64] = {0};
+    for (int round = 0; round < 2000; round++) {
+        int k = (int)((unsigned)round * 2654435761u % 64u);
+        if (blocks[k]) {
+            gpu->free(blocks[k]);
+            blocks[k] = NULL;
+        } else {
+            size_t bytes = ((size_t)round * 7919u % 4096u + 1) * 256;
+            blocks[k] = gpu->alloc(bytes);
+            ck_assert_msg(blocks[k] != NULL, "alloc of %zu bytes (round %d)", bytes, round);
+        }
+    }
+    for (int k = 0; k < 64; k++) gpu->free(blocks[k]);
+    gpu->synchronize();
+    free(h), free(zero), free(want);
 }
 END_TEST
 
@@ -483,6 +532,40 @@ START_TEST(test_nccl_one_rank)
 }
 END_TEST
 
+/* More requests in flight than the backend has slots, some never waited,
+ * one waited twice (a copy): every wait returns OK and every result is right. */
+START_TEST(test_nccl_many_in_flight)
+{
+    osdp_comm comm;
+    MPI_Comm world = MPI_COMM_WORLD;
+    ck_assert_msg(osdp_comm_create_nccl(&comm, &world, 0) == OSDP_OK, "%s", osdp_error_message());
+    enum { K = 200 };
+    const size_t n = 64;
+    float *h = rand_floats(n, -1, 1, 120);
+    float *src = upf(h, n);
+    float *dst[K];
+    osdp_request req[K];
+    for (int i = 0; i < K; i++) {
+        dst[i] = gpu->alloc(n * sizeof(float));
+        ck_assert(dst[i] != NULL);
+        req[i].impl = NULL;
+        ck_assert_msg(osdp_comm_all_gather(&comm, src, dst[i], n, OSDP_FLOAT32, &req[i]) == OSDP_OK, "%s",
+                      osdp_error_message());
+    }
+    osdp_request copy = req[K - 1];
+    for (int i = 0; i < K; i += 3)   /* two of every three never waited */
+        ck_assert_msg(osdp_comm_wait(&comm, &req[i]) == OSDP_OK, "wait %d: %s", i, osdp_error_message());
+    ck_assert(osdp_comm_wait(&comm, &req[K - 1]) == OSDP_OK);
+    ck_assert(osdp_comm_wait(&comm, &copy) == OSDP_OK);
+    ck_assert(osdp_comm_barrier(&comm) == OSDP_OK);
+    for (int i = 0; i < K; i++) expect_bitwise("all_gather in flight", h, dst[i], n);
+    osdp_comm_destroy(&comm);
+    for (int i = 0; i < K; i++) gpu->free(dst[i]);
+    gpu->free(src);
+    free(h);
+}
+END_TEST
+
 /* --------------------------------------------------------------------- main */
 
 static Suite *cuda_suite(void)
@@ -491,6 +574,7 @@ static Suite *cuda_suite(void)
     TCase *tc = tcase_create("cuda_vs_cpu");
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_memory);
+    tcase_add_test(tc, test_memory_pool);
     tcase_add_test(tc, test_matmul_forward);
     tcase_add_test(tc, test_matmul_backward);
     tcase_add_test(tc, test_layernorm);
@@ -502,6 +586,7 @@ static Suite *cuda_suite(void)
     tcase_add_test(tc, test_sums);
     tcase_add_test(tc, test_adamw);
     tcase_add_test(tc, test_nccl_one_rank);
+    tcase_add_test(tc, test_nccl_many_in_flight);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -24,12 +24,36 @@
  * them) is finished before NCCL reads or writes the buffers.
  *
  * Completion.  The non-blocking form records an event after the collective
- * and returns it in the request; wait blocks the host until that event has
- * completed (polling it, and ncclCommGetAsyncError so that a failed peer gives
- * an error rather than a hang).  After wait the buffers are complete for the
- * host and for any later GPU work — the same guarantee as the MPI backend.
- * The blocking form is start + wait.  progress is a no-op: NCCL progresses on
- * the GPU by itself. */
+ * (in one of MAX_PENDING slots) and returns a ticket for it in the request;
+ * wait blocks the host until that event has completed (polling it, and
+ * ncclCommGetAsyncError so that a failed peer gives an error rather than a
+ * hang).  After wait the buffers are complete for the host and for any later
+ * GPU work — the same guarantee as the MPI backend.  The blocking form is
+ * start + wait.  progress is a no-op: NCCL progresses on the GPU by itself.
+ *
+ * Slots.  A ticket is (slot, issue number), so a request that is copied,
+ * waited twice or never waited cannot confuse the slots.  When all slots are
+ * in use, those whose collective has completed are taken back (a later wait on
+ * their tickets returns at once: the collective is done), and if none has,
+ * the host waits for the oldest one (the collectives complete in issue order
+ * on the one stream; every rank issues them in the same order, so this never
+ * deadlocks).  Any number of requests may be in flight.
+ *
+ * Timeout.  A collective that does not complete within OSDP_NCCL_TIMEOUT_S
+ * seconds of the host starting to wait for it (default 600; 0 waits for ever)
+ * — a peer died, hangs, or called a different collective — aborts the NCCL
+ * communicator (ncclCommAbort: the kernels stop) and returns OSDP_ERR_COMM
+ * with a message naming the collective, its size and the timeout; every later
+ * call on device buffers returns OSDP_ERR_COMM.  The training loop turns an
+ * error of a step into osdp_fatal, i.e. MPI_Abort of the whole job.
+ *
+ * Barrier: the work queued on the compute stream and on the collective stream
+ * is finished on this rank (the latter within the timeout), then
+ * MPI_Barrier.
+ *
+ * Grouping (ncclGroupStart/End over the collectives of consecutive small
+ * operators) needs the caller to say where a group begins and ends, which
+ * the backend table of osdp/comm.h cannot express yet: not done here. */
 #include "config.h"
 #include "osdp/comm.h"
 #include "../cuda/cuda_check.h"
@@ -38,13 +62,21 @@
 #include <nccl.h>
 #include <limits.h>
 #include <sched.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 
 #define MAX_PENDING 64
+#define DEFAULT_TIMEOUT_S 600.0
 
 typedef struct nccl_slot {
     cudaEvent_t done;
     int busy;
+    unsigned long long seq;  /* issue number of the collective in the slot (from 1) */
+    const char *what;        /* for messages: "all-gather", ... */
+    size_t count;
+    osdp_dtype dtype;
 } nccl_slot;
 
 typedef struct nccl_comm_impl {
@@ -52,6 +84,9 @@ typedef struct nccl_comm_impl {
     ncclComm_t nccl;       /* NULL once aborted after an error */
     cudaStream_t stream;   /* collectives */
     cudaEvent_t ready;     /* recorded on the compute stream before each collective */
+    cudaEvent_t drained;   /* barrier: recorded on the collective stream */
+    double timeout_s;      /* OSDP_NCCL_TIMEOUT_S; 0: no timeout */
+    unsigned long long issued;  /* collectives issued on device buffers */
     nccl_slot slots[MAX_PENDING];
 } nccl_comm_impl;
 
@@ -79,6 +114,48 @@ static MPI_Datatype mpi_type(osdp_dtype t)
     return MPI_BYTE;
 }
 
+static const char *dtype_name(osdp_dtype t)
+{
+    switch (t) {
+    case OSDP_FLOAT32: return "float32";
+    case OSDP_FLOAT64: return "float64";
+    case OSDP_BFLOAT16: return "bfloat16";
+    case OSDP_UINT64: return "uint64";
+    case OSDP_BYTE: return "byte";
+    }
+    return "?";
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* OSDP_NCCL_TIMEOUT_S: seconds >= 0 (0: wait for ever); anything else keeps
+ * the default, with a warning */
+static double timeout_from_env(int rank)
+{
+    const char *v = getenv("OSDP_NCCL_TIMEOUT_S");
+    if (!v || !*v) return DEFAULT_TIMEOUT_S;
+    char *end;
+    double t = strtod(v, &end);
+    if (end != v && *end == '\0' && t >= 0 && t < 1e12) return t;
+    if (rank == 0)
+        fprintf(stderr, "osdp_gpt: warning: OSDP_NCCL_TIMEOUT_S=%s is not a number of seconds >= 0; using %.0f\n", v,
+                DEFAULT_TIMEOUT_S);
+    return DEFAULT_TIMEOUT_S;
+}
+
+/* After a timeout or an asynchronous error: the collectives in flight will
+ * never complete as such; free every slot (their tickets then return the
+ * abort error, see nccl_wait). */
+static void release_slots(nccl_comm_impl *impl)
+{
+    for (int i = 0; i < MAX_PENDING; i++) impl->slots[i].busy = 0;
+}
+
 /* Record the error (before the abort frees NCCL's message), then abort the
  * communicator: after a failed collective its state is unknown. */
 static osdp_status nccl_fail(nccl_comm_impl *impl, ncclResult_t r, const char *what)
@@ -90,6 +167,7 @@ static osdp_status nccl_fail(nccl_comm_impl *impl, ncclResult_t r, const char *w
         ncclCommAbort(impl->nccl);
         impl->nccl = NULL;
     }
+    release_slots(impl);
     return s;
 }
 
@@ -134,42 +212,113 @@ static void order_after_compute(nccl_comm_impl *impl)
     CUDA_CHECK(cudaStreamWaitEvent(impl->stream, impl->ready, 0));
 }
 
-/* host waits for `ev`, watching for asynchronous NCCL errors meanwhile */
-static osdp_status wait_event(nccl_comm_impl *impl, cudaEvent_t ev, const char *what)
+/* "NCCL all-gather of 1024 float32 elements (collective #12 of this rank)" */
+static void describe(char *buf, size_t n, const char *what, size_t count, osdp_dtype dtype, unsigned long long seq)
 {
-    for (;;) {
+    if (count)
+        snprintf(buf, n, "NCCL %s of %zu %s elements (collective #%llu of this rank)", what, count, dtype_name(dtype),
+                 seq);
+    else
+        snprintf(buf, n, "NCCL %s (after collective #%llu of this rank)", what, seq);
+}
+
+/* The host waits for `ev`, watching for asynchronous NCCL errors and for the
+ * timeout meanwhile; `what`, `count`, `dtype` and `seq` name the collective
+ * (count 0: the barrier's drain) in the messages. */
+static osdp_status wait_event(nccl_comm_impl *impl, cudaEvent_t ev, const char *what, size_t count,
+                              osdp_dtype dtype, unsigned long long seq)
+{
+    const double start = now_s();
+    char label[192];
+    for (unsigned long polls = 0;; polls++) {
         cudaError_t e = cudaEventQuery(ev);
         if (e == cudaSuccess) return OSDP_OK;
         if (e != cudaErrorNotReady) CUDA_CHECK(e);
         ncclResult_t async = ncclSuccess;
         if (impl->nccl && ncclCommGetAsyncError(impl->nccl, &async) == ncclSuccess &&
-            async != ncclSuccess && async != ncclInProgress)
-            return nccl_fail(impl, async, what);
+            async != ncclSuccess && async != ncclInProgress) {
+            describe(label, sizeof label, what, count, dtype, seq);
+            return nccl_fail(impl, async, label);
+        }
+        if (impl->timeout_s > 0 && (polls & 255) == 0 && now_s() - start > impl->timeout_s) {
+            describe(label, sizeof label, what, count, dtype, seq);
+            osdp_status s = osdp_error_set(OSDP_ERR_COMM,
+                "%s did not complete within %g s (OSDP_NCCL_TIMEOUT_S): a peer rank died, hangs, or called a "
+                "different collective; the NCCL communicator was aborted", label, impl->timeout_s);
+            if (impl->nccl) {
+                ncclCommAbort(impl->nccl);
+                impl->nccl = NULL;
+            }
+            release_slots(impl);
+            return s;
+        }
         sched_yield();
     }
 }
 
 static osdp_status wait_slot(nccl_comm_impl *impl, nccl_slot *slot)
 {
-    osdp_status s = wait_event(impl, slot->done, "NCCL collective");
+    osdp_status s = wait_event(impl, slot->done, slot->what, slot->count, slot->dtype, slot->seq);
     slot->busy = 0;
     return s;
 }
 
-/* after an NCCL call: check it, then either wait at once or hand out an event */
-static osdp_status finish(nccl_comm_impl *impl, ncclResult_t r, osdp_request *req, const char *what)
+/* A free slot: one never used or waited, else one whose collective has
+ * completed, else (after waiting for it) the oldest. */
+static osdp_status take_slot(nccl_comm_impl *impl, nccl_slot **out)
 {
-    if (r != ncclSuccess) return nccl_fail(impl, r, what);
+    *out = NULL;
     for (int i = 0; i < MAX_PENDING; i++)
         if (!impl->slots[i].busy) {
-            nccl_slot *slot = &impl->slots[i];
-            CUDA_CHECK(cudaEventRecord(slot->done, impl->stream));
-            slot->busy = 1;
-            if (!req) return wait_slot(impl, slot);
-            req->impl = slot;
+            *out = &impl->slots[i];
             return OSDP_OK;
         }
-    return osdp_error_set(OSDP_ERR_INTERNAL, "%s: more than %d collectives in flight", what, MAX_PENDING);
+    nccl_slot *oldest = &impl->slots[0];
+    for (int i = 0; i < MAX_PENDING; i++) {
+        nccl_slot *sl = &impl->slots[i];
+        cudaError_t e = cudaEventQuery(sl->done);
+        if (e == cudaSuccess) {
+            sl->busy = 0;  /* its ticket's wait will find it done */
+            if (!*out) *out = sl;
+        } else if (e != cudaErrorNotReady) {
+            CUDA_CHECK(e);
+        }
+        if (sl->seq < oldest->seq) oldest = sl;
+    }
+    if (*out) return OSDP_OK;
+    osdp_status s = wait_slot(impl, oldest);
+    if (s != OSDP_OK) return s;
+    *out = oldest;
+    return OSDP_OK;
+}
+
+/* request tickets: slot index and issue number in one non-NULL value */
+static void *ticket(const nccl_comm_impl *impl, const nccl_slot *slot)
+{
+    return (void *)(uintptr_t)(slot->seq * MAX_PENDING + (unsigned long long)(slot - impl->slots) + 1);
+}
+
+/* after an NCCL call: check it, then either wait at once or hand out a ticket */
+static osdp_status finish(nccl_comm_impl *impl, ncclResult_t r, osdp_request *req, const char *what, size_t count,
+                          osdp_dtype dtype)
+{
+    if (r != ncclSuccess) {
+        char label[192];
+        describe(label, sizeof label, what, count, dtype, impl->issued + 1);
+        return nccl_fail(impl, r, label);
+    }
+    nccl_slot *slot;
+    osdp_status s = take_slot(impl, &slot);
+    if (s != OSDP_OK) return s;
+    CUDA_CHECK(cudaEventRecord(slot->done, impl->stream));
+    slot->busy = 1;
+    slot->seq = ++impl->issued;
+    slot->what = what;
+    slot->count = count;
+    slot->dtype = dtype;
+    if (!req) return wait_slot(impl, slot);
+    req->impl = ticket(impl, slot);
+    return OSDP_OK;
 }
 
 static osdp_status nccl_all_gather(osdp_comm *c, const void *shard, void *full, size_t count, osdp_dtype t,
@@ -186,7 +335,7 @@ static osdp_status nccl_all_gather(osdp_comm *c, const void *shard, void *full, 
     }
     order_after_compute(impl);
     return finish(impl, ncclAllGather(shard, full, count, nccl_type(t), impl->nccl, impl->stream), req,
-                  "ncclAllGather");
+                  "all-gather", count * (size_t)c->size, t);
 }
 
 static osdp_status nccl_reduce_scatter(osdp_comm *c, const void *full, void *shard, size_t count, osdp_dtype t,
@@ -203,7 +352,7 @@ static osdp_status nccl_reduce_scatter(osdp_comm *c, const void *full, void *sha
     }
     order_after_compute(impl);
     return finish(impl, ncclReduceScatter(full, shard, count, nccl_type(t), ncclSum, impl->nccl, impl->stream),
-                  req, "ncclReduceScatter");
+                  req, "reduce-scatter", count * (size_t)c->size, t);
 }
 
 static osdp_status nccl_all_reduce(osdp_comm *c, void *buf, size_t count, osdp_dtype t, osdp_request *req)
@@ -219,7 +368,7 @@ static osdp_status nccl_all_reduce(osdp_comm *c, void *buf, size_t count, osdp_d
     }
     order_after_compute(impl);
     return finish(impl, ncclAllReduce(buf, buf, count, nccl_type(t), ncclSum, impl->nccl, impl->stream), req,
-                  "ncclAllReduce");
+                  "all-reduce", count, t);
 }
 
 static osdp_status nccl_broadcast(osdp_comm *c, void *buf, size_t bytes, int root, osdp_request *req)
@@ -235,24 +384,40 @@ static osdp_status nccl_broadcast(osdp_comm *c, void *buf, size_t bytes, int roo
     }
     order_after_compute(impl);
     return finish(impl, ncclBroadcast(buf, buf, bytes, ncclUint8, root, impl->nccl, impl->stream), req,
-                  "ncclBroadcast");
+                  "broadcast", bytes, OSDP_BYTE);
 }
 
 static osdp_status nccl_barrier(osdp_comm *c)
 {
     nccl_comm_impl *impl = c->impl;
-    /* local collectives first, so that the barrier means "all issued work done" */
-    CUDA_CHECK(cudaStreamSynchronize(impl->stream));
+    /* this rank's issued work first, so that the barrier means "all issued
+     * work done": the compute stream, then the collectives (within the
+     * timeout; nothing to drain once the communicator is aborted) */
+    CUDA_CHECK(cudaStreamSynchronize(osdp_cuda_compute_stream()));
+    osdp_status s = OSDP_OK;
+    if (impl->nccl) {
+        CUDA_CHECK(cudaEventRecord(impl->drained, impl->stream));
+        s = wait_event(impl, impl->drained, "barrier's drain of the collective stream", 0, OSDP_BYTE, impl->issued);
+    }
+    if (s != OSDP_OK) return s;   /* no MPI_Barrier: a peer may be gone */
     int rc = MPI_Barrier(impl->mpi);
     return rc == MPI_SUCCESS ? OSDP_OK : mpi_fail(rc, "MPI_Barrier");
 }
 
+/* A ticket whose slot holds a later collective (or none) was taken back once
+ * its collective had completed: nothing to wait for. */
 static osdp_status nccl_wait(osdp_comm *c, osdp_request *req)
 {
     nccl_comm_impl *impl = c->impl;
-    nccl_slot *slot = req->impl;
+    unsigned long long t = (unsigned long long)(uintptr_t)req->impl - 1;
     req->impl = NULL;
-    return slot ? wait_slot(impl, slot) : OSDP_OK;
+    nccl_slot *slot = &impl->slots[t % MAX_PENDING];
+    unsigned long long seq = t / MAX_PENDING;
+    if (slot->busy && slot->seq == seq) return wait_slot(impl, slot);
+    if (!impl->nccl && seq > 0)
+        return osdp_error_set(OSDP_ERR_COMM, "NCCL collective #%llu: the communicator was aborted after an earlier "
+                              "error or timeout before it completed", seq);
+    return OSDP_OK;
 }
 
 static void nccl_progress(osdp_comm *c) { (void)c; }
@@ -268,6 +433,7 @@ static void nccl_destroy(osdp_comm *c)
     for (int i = 0; i < MAX_PENDING; i++)
         if (impl->slots[i].done) cudaEventDestroy(impl->slots[i].done);
     if (impl->ready) cudaEventDestroy(impl->ready);
+    if (impl->drained) cudaEventDestroy(impl->drained);
     if (impl->stream) cudaStreamDestroy(impl->stream);
     MPI_Comm_free(&impl->mpi);
     free(impl);
@@ -343,6 +509,8 @@ osdp_status osdp_comm_create_nccl(osdp_comm *c, const void *mpi_comm, int local_
 
     CUDA_CHECK(cudaStreamCreateWithFlags(&impl->stream, cudaStreamNonBlocking));
     CUDA_CHECK(cudaEventCreateWithFlags(&impl->ready, cudaEventDisableTiming));
+    CUDA_CHECK(cudaEventCreateWithFlags(&impl->drained, cudaEventDisableTiming));
+    impl->timeout_s = timeout_from_env(c->rank);
     for (int i = 0; i < MAX_PENDING; i++)
         CUDA_CHECK(cudaEventCreateWithFlags(&impl->slots[i].done, cudaEventDisableTiming));
     c->ops = &nccl_backend;

@@ -8,6 +8,36 @@
  * are ordered after the work queued on it, so to_host always sees finished
  * results, and an entry called after to_device sees the copied data.
  *
+ * Memory.  Device memory comes from a stream-ordered pool of our own
+ * (cudaMemPoolCreate on the device; cudaMallocFromPoolAsync / cudaFreeAsync on
+ * the compute stream), with cudaMemPoolAttrReleaseThreshold = UINT64_MAX: a
+ * freed block stays in the pool and is handed out again without going back to
+ * the driver, and neither alloc nor free synchronises the device.  (cudaFree
+ * waits for the whole device: once per ZDP operator per pass it would stall
+ * the host until the prefetched all-gathers had finished, i.e. no overlap.)
+ * Freeing is ordered after the work already queued on the compute stream,
+ * and a block handed out again is ready for everything queued after the alloc
+ * on that stream, for the legacy default stream (it synchronises with the
+ * blocking compute stream) and for the NCCL stream (which waits for an event
+ * recorded on the compute stream before each collective).  The one rule for
+ * callers, the same as for the MPI backend: free a buffer only after the
+ * non-blocking collectives on it have been waited for.  The runtime's
+ * accounting (src/runtime/memory.c) counts the bytes it asks for; the pool
+ * holds at most its peak in use plus fragmentation, and never returns memory
+ * to the driver before the process ends.  New blocks are zero-filled on the
+ * compute stream (cudaMemsetAsync: no host wait), as cudaMalloc + cudaMemset
+ * did before, although compute.h promises nothing about the contents.  A
+ * device without memory-pool support, or OSDP_CUDA_POOL=0 in the environment
+ * (e.g. for compute-sanitizer), gets plain cudaMalloc / cudaFree.
+ *
+ * Outside the accounting, on the device: the CUDA context, cuBLAS's
+ * workspace, NCCL's buffers (the GPU device files in input/devices/ leave room
+ * for them below the card's size), REDUCE_PARTIALS + 1 doubles for sum / sum_squares, and
+ * this backend's scratch for the embedding backward's sort (about 20 bytes
+ * per token of the micro-batch, 12 B T for three int arrays plus CUB's radix
+ * sort storage, rounded up to 1 MiB; kept and grown on demand: 1 MiB for
+ * GPT-2 at 16 x 1024 tokens).
+ *
  * Math mode.  cuBLAS runs with CUBLAS_DEFAULT_MATH: true fp32 products, no
  * TF32 tensor cores, so results match the CPU backend to ~1e-5 relative and
  * the loss curve does not depend on the backend.  Setting the environment
@@ -28,6 +58,7 @@ extern "C" {
 }
 
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -39,6 +70,9 @@ struct CudaState {
     cudaStream_t stream;
     cublasHandle_t cublas;
     double *partials;  /* REDUCE_PARTIALS + 1 doubles for sum / sum_squares */
+    cudaMemPool_t pool;  /* NULL: plain cudaMalloc / cudaFree */
+    void *scratch;       /* backend scratch (embedding backward), grown on demand */
+    size_t scratch_bytes;
 };
 CudaState g;
 
@@ -75,26 +109,104 @@ osdp_status cuda_init(int local_rank, int threads)
     int use_tf32 = tf32 && tf32[0] && strcmp(tf32, "0") != 0;
     CUBLAS_CHECK(cublasSetMathMode(g.cublas, use_tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
     CUDA_CHECK(cudaMalloc((void **)&g.partials, (osdp_cuda::REDUCE_PARTIALS + 1) * sizeof(double)));
+
+    /* the stream-ordered pool of the memory entries (see the top of the file) */
+    int pools = 0;
+    if (cudaDeviceGetAttribute(&pools, cudaDevAttrMemoryPoolsSupported, device) != cudaSuccess) {
+        (void)cudaGetLastError();
+        pools = 0;
+    }
+    const char *pool_env = getenv("OSDP_CUDA_POOL");
+    if (pool_env && strcmp(pool_env, "0") == 0) pools = 0;
+    g.pool = NULL;
+    if (pools) {
+        cudaMemPoolProps props;
+        memset(&props, 0, sizeof props);
+        props.allocType = cudaMemAllocationTypePinned;
+        props.handleTypes = cudaMemHandleTypeNone;
+        props.location.type = cudaMemLocationTypeDevice;
+        props.location.id = device;
+        if (cudaMemPoolCreate(&g.pool, &props) != cudaSuccess) {
+            (void)cudaGetLastError();  /* no pool: fall back to cudaMalloc / cudaFree */
+            g.pool = NULL;
+        } else {
+            uint64_t keep = UINT64_MAX;  /* never give freed blocks back to the driver */
+            CUDA_CHECK(cudaMemPoolSetAttribute(g.pool, cudaMemPoolAttrReleaseThreshold, &keep));
+        }
+    }
     g.device = device;
     g.initialised = 1;
     return OSDP_OK;
 }
 
-void *cuda_alloc(size_t bytes)
+/* n bytes of device memory, or NULL when the device (or the pool) is out of
+ * memory; zero-filled when `zero` (stream-ordered in pool mode) */
+void *raw_alloc(size_t n, int zero)
 {
     void *p = NULL;
-    /* a real, distinct pointer even for 0 bytes (the runtime treats NULL as OOM) */
-    if (cudaMalloc(&p, bytes ? bytes : 256) != cudaSuccess) {
-        (void)cudaGetLastError();  /* out of memory is not sticky: clear it and report NULL */
+    if (g.pool) {
+        cudaError_t err = cudaMallocFromPoolAsync(&p, n, g.pool, S());
+        if (err == cudaErrorMemoryAllocation) {
+            /* blocks freed behind work still queued on the stream become
+             * reusable without ordering once that work has run */
+            (void)cudaGetLastError();
+            CUDA_CHECK(cudaStreamSynchronize(S()));
+            err = cudaMallocFromPoolAsync(&p, n, g.pool, S());
+        }
+        if (err == cudaErrorMemoryAllocation) {
+            (void)cudaGetLastError();  /* out of memory is not sticky: clear it and report NULL */
+            return NULL;
+        }
+        CUDA_CHECK(err);
+        if (zero) CUDA_CHECK(cudaMemsetAsync(p, 0, n, S()));
+        return p;
+    }
+    if (cudaMalloc(&p, n) != cudaSuccess) {
+        (void)cudaGetLastError();
         return NULL;
     }
-    CUDA_CHECK(cudaMemset(p, 0, bytes ? bytes : 256));
+    if (zero) CUDA_CHECK(cudaMemset(p, 0, n));
     return p;
 }
 
-void cuda_free(void *p)
+void raw_free(void *p)
 {
-    if (p) CUDA_CHECK(cudaFree(p));
+    if (!p) return;
+    if (g.pool) CUDA_CHECK(cudaFreeAsync(p, S()));
+    else CUDA_CHECK(cudaFree(p));
+}
+
+void *cuda_alloc(size_t bytes)
+{
+    if (!g.initialised) {
+        /* the pool (or not) is chosen by init: a block from before it could not be freed right */
+        fprintf(stderr, "cuda backend: alloc of %zu bytes before init\n", bytes);
+        return NULL;
+    }
+    /* a real, distinct pointer even for 0 bytes (the runtime treats NULL as OOM) */
+    return raw_alloc(bytes ? bytes : 256, 1);
+}
+
+void cuda_free(void *p) { raw_free(p); }
+
+/* At least `bytes` of backend scratch, for the kernels queued on the compute
+ * stream from now on (the previous, smaller block is freed in stream order
+ * behind the work that used it).  Not counted by the runtime's accounting:
+ * see the top of the file. */
+void *backend_scratch(size_t bytes)
+{
+    if (bytes <= g.scratch_bytes) return g.scratch;
+    const size_t MiB = (size_t)1 << 20;
+    const size_t want = (bytes + MiB - 1) / MiB * MiB;
+    raw_free(g.scratch);
+    g.scratch = raw_alloc(want, 0);
+    g.scratch_bytes = g.scratch ? want : 0;
+    if (!g.scratch) {
+        char why[96];
+        snprintf(why, sizeof why, "out of device memory for %zu bytes of scratch", want);
+        OSDP_CUDA_ABORT_(__FILE__, __LINE__, "the embedding backward's sort (outside --mem-limit accounting)", why);
+    }
+    return g.scratch;
 }
 
 void cuda_fill_zero(void *p, size_t bytes)
@@ -261,7 +373,10 @@ void cuda_embedding_forward(float *x, const int *tokens, const float *wte, const
 void cuda_embedding_backward(float *dwte, float *dwpe, const float *dx, const int *tokens, int B,
                              int T, int C)
 {
-    osdp_cuda::embedding_backward(dwte, dwpe, dx, tokens, B, T, C, S());
+    if (B <= 0 || T <= 0 || C <= 0) return;
+    const size_t need = osdp_cuda::embedding_backward_scratch_bytes(B, T);
+    void *scratch = backend_scratch(need);
+    osdp_cuda::embedding_backward(dwte, dwpe, dx, tokens, B, T, C, scratch, g.scratch_bytes, S());
 }
 
 void cuda_crossentropy_forward(float *losses, float *probs, const int *targets, int BT, int V)

@@ -476,26 +476,45 @@ void embedding_forward(float *x, const int *tokens, const float *wte, const floa
     CUDA_CHECK_LAUNCH();
 }
 
+/* bytes of the int arrays (positions in, keys and positions out), rounded so
+ * that CUB's temporary storage after them stays 256-byte aligned */
+static size_t embedding_ints_bytes(int BT) { return (3 * (size_t)BT * sizeof(int) + 255) / 256 * 256; }
+
+size_t embedding_backward_scratch_bytes(int B, int T)
+{
+    const int BT = B * T;
+    if (BT <= 0) return 0;
+    size_t temp_bytes = 0;
+    CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, (const int *)nullptr,
+                                               (int *)nullptr, (const int *)nullptr,
+                                               (int *)nullptr, BT, 0, (int)(8 * sizeof(int))));
+    return embedding_ints_bytes(BT) + temp_bytes;
+}
+
 void embedding_backward(float *dwte, float *dwpe, const float *dx, const int *tokens, int B,
-                        int T, int C, cudaStream_t s)
+                        int T, int C, void *scratch, size_t scratch_bytes, cudaStream_t s)
 {
     const int BT = B * T;
     if (BT <= 0 || C <= 0) return;
 
     /* stable sort of the positions 0..BT-1 by token: equal tokens keep their
-     * position order.  Scratch is stream-ordered (freed when the work is done). */
+     * position order.  The caller's scratch holds the three int arrays, then
+     * CUB's temporary storage. */
     size_t temp_bytes = 0;
     CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, (const int *)nullptr,
                                                (int *)nullptr, (const int *)nullptr,
                                                (int *)nullptr, BT, 0, (int)(8 * sizeof(int)), s));
-    const size_t ints = 3 * (size_t)BT;
-    const size_t ints_bytes = (ints * sizeof(int) + 255) / 256 * 256;
-    char *scratch = nullptr;
-    CUDA_CHECK(cudaMallocAsync((void **)&scratch, ints_bytes + temp_bytes, s));
+    const size_t ints_bytes = embedding_ints_bytes(BT);
+    if (scratch_bytes < ints_bytes + temp_bytes) {
+        fprintf(stderr, "embedding_backward: scratch of %zu bytes, %zu needed\n", scratch_bytes,
+                ints_bytes + temp_bytes);
+        fflush(stderr);
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
     int *pos_in = (int *)scratch;
     int *keys_out = pos_in + BT;
     int *pos_out = keys_out + BT;
-    void *temp = scratch + ints_bytes;
+    void *temp = (char *)scratch + ints_bytes;
 
     iota_kernel<<<grid_for((size_t)BT), kThreads, 0, s>>>(pos_in, BT);
     CUDA_CHECK_LAUNCH();
@@ -504,7 +523,6 @@ void embedding_backward(float *dwte, float *dwpe, const float *dx, const int *to
     int threads = C < kThreads ? (C + 31) / 32 * 32 : kThreads;
     embedding_backward_wte_kernel<<<BT, threads, 0, s>>>(dwte, dx, keys_out, pos_out, BT, C);
     CUDA_CHECK_LAUNCH();
-    CUDA_CHECK(cudaFreeAsync(scratch, s));
 
     embedding_backward_wpe_kernel<<<grid_for((size_t)T * C), kThreads, 0, s>>>(dwpe, dx, B, T, C);
     CUDA_CHECK_LAUNCH();

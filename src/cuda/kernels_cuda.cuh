@@ -40,9 +40,13 @@ void causal_softmax_backward(float *d, const float *att, long rows, int T, float
 void embedding_forward(float *x, const int *tokens, const float *wte, const float *wpe,
                        int B, int T, int C, cudaStream_t s);
 /* dwte (V,C) +=, dwpe (T,C) +=; every row accumulated in token-position
- * order, the same order (and so the same bits) as the CPU kernel */
+ * order, the same order (and so the same bits) as the CPU kernel.  `scratch`
+ * is device memory of at least embedding_backward_scratch_bytes(B, T) bytes
+ * (the sort of the token ids), free for the kernels queued on `s`. */
+size_t embedding_backward_scratch_bytes(int B, int T);
 void embedding_backward(float *dwte, float *dwpe, const float *dx, const int *tokens,
-                        int B, int T, int C, cudaStream_t s);
+                        int B, int T, int C, void *scratch, size_t scratch_bytes,
+                        cudaStream_t s);
 
 void crossentropy_forward(float *losses, float *probs, const int *targets, int BT, int V,
                           cudaStream_t s);
