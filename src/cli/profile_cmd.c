@@ -305,7 +305,7 @@ int osdp_cmd_profile(int argc, char **argv)
     dev.param_bytes = dev.act_bytes = 4;
     char host[64] = "host";
     gethostname(host, sizeof host - 1);
-    snprintf(dev.name, sizeof dev.name, "%s", name ? name : "cpu_c_kernels");
+    snprintf(dev.name, sizeof dev.name, "%s", name ? name : "profiled");
     char note[8192];
     int len = snprintf(note, sizeof note,
         "Measured by `osdp_gpt profile` (src/cli/profile_cmd.c) on %s: %d MPI ranks, %d threads per rank, model %s, T %d.\n"

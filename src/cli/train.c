@@ -33,6 +33,7 @@ typedef struct train_args {
     int batch_given;        /* --batch given: --plan auto plans for it */
     int split;              /* --split G (0: not given, -1: auto) */
     int recompute;          /* --recompute: 0 none, 1 all, -1 auto */
+    osdp_cost_kind cost;    /* --cost-model: the planner's and pred_step_s's step time */
 } train_args;
 
 static void train_usage(FILE *out)
@@ -59,6 +60,9 @@ static void train_usage(FILE *out)
         "                        the planner chooses how many blocks, with --plan auto)\n"
         "  --device FILE         device information for --plan auto\n"
         "                        (default: input/devices/cpu_2core.ini; --mem-limit overrides its limit)\n"
+        "  --cost-model paper|overlap  step time for --plan auto and the logged pred_step_s:\n"
+        "                        compute + comm (paper eq. 2), or per operator max(compute, comm)\n"
+        "                        with prefetch (default paper)\n"
         "  --mem-limit BYTES     emulated device memory per rank: 8G, 512M, ...\n"
         "  --no-prefetch         do not overlap all-gathers / reduce-scatters with compute\n"
         "  --seed S              weights and data order (default 1337)\n"
@@ -87,9 +91,10 @@ static osdp_status parse_train_args(int argc, char **argv, train_args *a)
     a->batch = 8;
     a->prefetch = 1;
     a->seed = 1337;
+    a->cost = OSDP_COST_PAPER;
     osdp_optim_defaults(&a->optim);
     enum { O_LR = 256, O_WARMUP, O_MINLR, O_WD, O_CLIP, O_LRSTEPS, O_NOPREFETCH, O_THREADS, O_LOG, O_DUMP,
-           O_GB, O_SEQ, O_MEM, O_SEED, O_PEAK, O_BACKEND, O_QUIET, O_HELP, O_DEVICE, O_SPLIT, O_RECOMPUTE };
+           O_GB, O_SEQ, O_MEM, O_SEED, O_PEAK, O_BACKEND, O_QUIET, O_HELP, O_DEVICE, O_SPLIT, O_RECOMPUTE, O_COST };
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'}, {"data", required_argument, 0, 'd'},
         {"steps", required_argument, 0, 's'}, {"batch", required_argument, 0, 'b'},
@@ -103,7 +108,8 @@ static osdp_status parse_train_args(int argc, char **argv, train_args *a)
         {"dump-weights", required_argument, 0, O_DUMP}, {"peak-flops", required_argument, 0, O_PEAK},
         {"backend", required_argument, 0, O_BACKEND}, {"quiet", no_argument, 0, O_QUIET},
         {"help", no_argument, 0, O_HELP}, {"device", required_argument, 0, O_DEVICE},
-        {"split", required_argument, 0, O_SPLIT}, {"recompute", required_argument, 0, O_RECOMPUTE}, {0, 0, 0, 0}};
+        {"split", required_argument, 0, O_SPLIT}, {"recompute", required_argument, 0, O_RECOMPUTE},
+        {"cost-model", required_argument, 0, O_COST}, {0, 0, 0, 0}};
     optind = 1;
     opterr = 0;
     int c;
@@ -129,6 +135,11 @@ static osdp_status parse_train_args(int argc, char **argv, train_args *a)
             else if (strcmp(optarg, "all") == 0) a->recompute = 1;
             else if (strcmp(optarg, "auto") == 0) a->recompute = -1;
             else return osdp_error_set(OSDP_ERR_INPUT, "--recompute '%s': expected none, all or auto", optarg);
+            break;
+        case O_COST:
+            if (strcmp(optarg, "paper") == 0) a->cost = OSDP_COST_PAPER;
+            else if (strcmp(optarg, "overlap") == 0) a->cost = OSDP_COST_OVERLAP;
+            else return osdp_error_set(OSDP_ERR_INPUT, "--cost-model '%s': expected paper or overlap", optarg);
             break;
         case O_GB: NUM(a->global_batch, int, 1, 1 << 30); break;
         case O_SEQ: NUM(a->seq_len, int, 1, 1 << 20); break;
@@ -173,6 +184,19 @@ static osdp_status parse_train_args(int argc, char **argv, train_args *a)
     return OSDP_OK;
 }
 
+/* The device file for planning a run of this binary.  The runtime holds,
+ * gathers and reduces weights, gradients and activations in fp32 on every
+ * backend (bf16 gathers on GPUs are still to come), so the plan must count
+ * 4 bytes per element whatever `precision` the file gives (`plan` keeps the
+ * file's precision: it also answers what-if questions such as the paper's
+ * fp16 setting). */
+static osdp_status device_load_for_runtime(osdp_device *dev, const char *path)
+{
+    osdp_status s = osdp_device_load(dev, path);
+    if (s == OSDP_OK) dev->param_bytes = dev->act_bytes = (int)sizeof(float);
+    return s;
+}
+
 /* --plan auto: rank 0 plans (device file, --mem-limit, --global-batch, and
  * --batch when given), prints the plan and broadcasts it; every rank returns
  * the same status. */
@@ -194,6 +218,7 @@ static osdp_status plan_auto(osdp_plan *plan, const osdp_layout *layout, const t
         o.global_batch = a->global_batch ? a->global_batch : a->batch * n_ranks;
         o.micro_batch = a->batch_given ? a->batch : 0;
         o.prefetch = a->prefetch;
+        o.cost = a->cost;
         o.split = a->split > 0 ? a->split : 1;
         o.split_auto = a->split == -1;
         o.recompute_auto = a->recompute == -1;
@@ -203,7 +228,7 @@ static osdp_status plan_auto(osdp_plan *plan, const osdp_layout *layout, const t
                 all[i] = layout->op[i].type == OSDP_OP_ATTN || layout->op[i].type == OSDP_OP_MLP;
             o.recompute = all;
         }
-        osdp_status s = osdp_device_load(&dev, a->device);
+        osdp_status s = device_load_for_runtime(&dev, a->device);
         if (s == OSDP_OK) s = osdp_planner_run(layout, &dev, &o, &r);
         if (s == OSDP_OK) s = osdp_plan_copy(plan, &r.plan);
         if (s == OSDP_OK && !a->quiet) osdp_plan_print(layout, &dev, &o, &r);
@@ -266,15 +291,16 @@ static osdp_status load_plan(osdp_plan *plan, const osdp_layout *layout, train_a
     return s;
 }
 
-/* The cost model's step time for the plan in use (whatever chose it), with
- * the device file of --plan auto: for the log, beside the measured time.
+/* The cost model's step time (--cost-model) for the plan in use (whatever
+ * chose it), with the device file of --plan auto: for the log, beside the
+ * measured time.
  * 0 when the device file cannot be read (not an error: only --plan auto
  * needs one). */
 static double predicted_step_time(const osdp_layout *layout, const osdp_plan *plan, const train_args *a, int n_ranks)
 {
     osdp_device dev;
-    if (osdp_device_load(&dev, a->device) != OSDP_OK) return 0;
-    osdp_cost_model cm = {.layout = layout, .dev = &dev, .N = n_ranks, .prefetch = a->prefetch, .kind = OSDP_COST_PAPER};
+    if (device_load_for_runtime(&dev, a->device) != OSDP_OK) return 0;
+    osdp_cost_model cm = {.layout = layout, .dev = &dev, .N = n_ranks, .prefetch = a->prefetch, .kind = a->cost};
     return osdp_cost_step_time(&cm, plan, plan->micro_batch, plan->accum_steps);
 }
 
