@@ -2,27 +2,13 @@
 # Multi-rank tests of DESIGN.md §5 with the real binary on real MPI ranks.
 # Run by `make check` (which sets OSDP_BUILDDIR, OSDP_SRCDIR, MPIEXEC); runs serially.
 set -u
-BUILD=${OSDP_BUILDDIR:-$(pwd)}
-SRC=${OSDP_SRCDIR:-$(cd "$(dirname "$0")/.." && pwd)}
-MPIEXEC=${MPIEXEC:-mpiexec}
-BIN="$BUILD/osdp_gpt"
-CMP="$BUILD/tests/compare_weights"
-WORK="$BUILD/tests/mpi-work"
-DATA="$SRC/input/data/addition.txt"
-M="$SRC/tests/mpi/t_small.ini"
-rm -rf "$WORK"; mkdir -p "$WORK"
-export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
-passed=0; failed=0
+. "$(dirname "$0")/test_lib.sh" mpi-work
 
 run() {   # run NRANKS NAME [train options...]: writes $WORK/NAME.{out,err,log}
     local n=$1 name=$2; shift 2
     "$MPIEXEC" -n "$n" "$BIN" train --data "$DATA" --threads 1 --peak-flops 1e9 --log "$WORK/$name.log" "$@" \
         >"$WORK/$name.out" 2>"$WORK/$name.err"
 }
-ok()   { echo "PASS: $1"; passed=$((passed + 1)); }
-bad()  { echo "FAIL: $1"; [ -n "${2:-}" ] && sed 's/^/    /' "$2" | tail -5; failed=$((failed + 1)); }
-field() { grep '^step=' "$1" | sed -n "s/.* $2=\([^ ]*\).*/\1/p"; }   # field LOG KEY: one value per step
-losses() { field "$1" loss_hex; }
 
 # -- 1. plan invariance: all-DP, all-ZDP, a random mixed plan, no prefetch: bitwise equal losses
 RANDOM=42
@@ -139,6 +125,4 @@ expect_fail bad_memlimit "mem-limit" --model "$M" --mem-limit lots
 expect_fail global_batch "not a multiple" --model "$M" --batch 2 --global-batch 3
 expect_fail diverge "diverged" --model "$M" --steps 30 --lr 10 --grad-clip 0 --warmup 0 --weight-decay 0
 
-echo "mpi tests: $passed passed, $failed failed"
-echo "$passed passed, $failed failed"
-[ $failed = 0 ]
+summary "mpi tests"

@@ -5,19 +5,10 @@
 # Prints PASS/FAIL lines and "N passed, N failed"; exits 77 (skipped) when
 # the binary has no checkpoint options.
 set -u
-BUILD=${OSDP_BUILDDIR:-$(pwd)}
-SRC=${OSDP_SRCDIR:-$(cd "$(dirname "$0")/.." && pwd)}
-MPIEXEC=${MPIEXEC:-mpiexec}
-BIN=${OSDP_BIN:-$BUILD/osdp_gpt}
-WORK="$BUILD/tests/ckpt-work"
-DATA="$SRC/input/data/addition.txt"
-M="$SRC/tests/mpi/t_small.ini"
+. "$(dirname "$0")/test_lib.sh" ckpt-work
 OPS="embed attn.0 mlp.0 attn.1 mlp.1 head"     # t_small's operators in layout order
-rm -rf "$WORK"; mkdir -p "$WORK"
-export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 unset OSDP_CKPT_MPIO OSDP_CKPT_CRASH_AT OSDP_CKPT_CRASH_STEP OSDP_CKPT_CRASH_RANK OSDP_CKPT_MAX_ELEMS \
       OSDP_CKPT_FLETCHER32 OSDP_CKPT_TEST_FORMAT_VERSION
-passed=0; failed=0
 
 for tool in h5dump h5ls h5diff timeout pgrep; do
     command -v $tool > /dev/null || { echo "SKIP: $tool not found (HDF5 tools: apt-get install hdf5-tools)"; exit 77; }
@@ -35,9 +26,6 @@ run() {   # run NRANKS NAME [train options...]: writes $WORK/NAME.{out,err,log}
     timeout 300 "$MPIEXEC" -n "$n" "$BIN" train --model "$M" --data "$DATA" --threads 1 --peak-flops 1e9 \
         --plan dp --log "$WORK/$name.log" "$@" >"$WORK/$name.out" 2>"$WORK/$name.err"
 }
-ok()   { echo "PASS: $1"; passed=$((passed + 1)); }
-bad()  { echo "FAIL: $1"; [ -n "${2:-}" ] && [ -f "$2" ] && sed 's/^/    /' "$2" | tail -5; failed=$((failed + 1)); }
-field() { grep '^step=' "$1" | sed -n "s/.* $2=\([^ ]*\).*/\1/p"; }   # field LOG KEY: one value per step
 losses_from() { grep '^step=' "$1" | awk -v k="$2" '{split($1, a, "="); if (a[2] >= k) print}' |
                 sed -n 's/.* loss_hex=\([^ ]*\).*/\1/p'; }              # loss_hex of steps >= K
 lossv_from() { grep '^step=' "$1" | awk -v k="$2" '{split($1, a, "="); if (a[2] >= k) print}' |
@@ -235,6 +223,4 @@ if cmp -s "$WORK/f32.bin" "$WORK/f32_load.bin" && [ "$off" = 1 ] && [ $rc != 0 ]
     ok "OSDP_CKPT_FLETCHER32=1: chunked + fletcher32 written in parallel, loads on 3 ranks; a flipped byte: '$(grep -o 'cannot read.*\|checksum mismatch.*' "$WORK/f32_bad.err" | head -1 | cut -c1-80)'"
 else bad "fletcher32 (filter=$off addr=$addr rc=$rc)" "$WORK/f32_bad.err"; fi
 
-echo "checkpoint tests: $passed passed, $failed failed"
-echo "$passed passed, $failed failed"
-[ $failed = 0 ]
+summary "checkpoint tests"

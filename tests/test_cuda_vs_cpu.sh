@@ -13,21 +13,14 @@
 # Run by `make check` (OSDP_BUILDDIR, OSDP_SRCDIR, MPIEXEC set), or by hand
 # from the build tree.
 set -u
-BUILD=${OSDP_BUILDDIR:-$(pwd)}
-SRC=${OSDP_SRCDIR:-$(cd "$(dirname "$0")/.." && pwd)}
-MPIEXEC=${MPIEXEC:-mpiexec}
-BIN="$BUILD/osdp_gpt"
-WORK="$BUILD/tests/cuda-work"
+. "$(dirname "$0")/test_lib.sh" cuda-work
 MODEL="$SRC/input/models/tiny.ini"
-DATA="$SRC/input/data/addition.txt"
 STEPS=10 TOL_FIRST=1e-4 TOL=1e-3
-export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 
 if ! grep -q '^#define OSDP_HAVE_CUDA 1' "$BUILD/config.h" 2>/dev/null; then
     echo "SKIP: osdp_gpt was built without CUDA (configure found no nvcc, or --without-cuda)"
     exit 77
 fi
-rm -rf "$WORK"; mkdir -p "$WORK"
 run() {   # run BACKEND: writes $WORK/BACKEND.{out,err,log}
     env -u OSDP_CUDA_TF32 "$MPIEXEC" -n 1 "$BIN" train --backend "$1" --model "$MODEL" --data "$DATA" \
         --steps $STEPS --batch 4 --plan dp --seed 1337 --threads 1 --peak-flops 1e9 --log "$WORK/$1.log" \
@@ -51,8 +44,7 @@ if ! run cpu; then
     exit 1
 fi
 
-losses() { grep '^step=' "$1" | sed -n 's/.* loss=\([^ ]*\).*/\1/p'; }
-paste -d' ' <(losses "$WORK/cpu.log") <(losses "$WORK/cuda.log") > "$WORK/losses.txt"
+paste -d' ' <(field "$WORK/cpu.log" loss) <(field "$WORK/cuda.log" loss) > "$WORK/losses.txt"
 echo "step  loss (cpu)      loss (cuda)     rel. difference"
 if awk -v steps=$STEPS -v tol1=$TOL_FIRST -v tol=$TOL '
     NF == 2 { n++

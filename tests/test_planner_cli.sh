@@ -5,21 +5,10 @@
 # `--cost-model` on 2 ranks.  Run by `make check` (which sets OSDP_BUILDDIR, OSDP_SRCDIR,
 # MPIEXEC); needs python3 to read the JSON.
 set -u
-BUILD=${OSDP_BUILDDIR:-$(pwd)}
-SRC=${OSDP_SRCDIR:-$(cd "$(dirname "$0")/.." && pwd)}
-MPIEXEC=${MPIEXEC:-mpiexec}
-BIN="$BUILD/osdp_gpt"
-WORK="$BUILD/tests/planner-cli-work"
-DATA="$SRC/input/data/addition.txt"
-M="$SRC/tests/mpi/t_small.ini"          # 6 operators: fast to profile and to train
+. "$(dirname "$0")/test_lib.sh" planner-cli-work
 MOD="$SRC/input/models"
 DEV="$SRC/input/devices"
-rm -rf "$WORK"; mkdir -p "$WORK"
-export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
-passed=0; failed=0
 
-ok()   { echo "PASS: $1"; passed=$((passed + 1)); }
-bad()  { echo "FAIL: $1"; [ -n "${2:-}" ] && sed 's/^/    /' "$2" | tail -5; failed=$((failed + 1)); }
 plan() {  # plan NAME [plan options]: writes $WORK/NAME.{out,err}, returns the exit status
     local name=$1; shift
     "$BIN" plan "$@" >"$WORK/$name.out" 2>"$WORK/$name.err"
@@ -205,6 +194,4 @@ train 2 dev_train --model "$M" --steps 1 --device "$WORK/dev_zero_beta.ini"; rc=
     && ok "train --plan auto with a bad device file on 2 ranks: exit $rc, file named" \
     || bad "train with a bad device file (rc $rc)" "$WORK/dev_train.err"
 
-echo "planner cli tests: $passed passed, $failed failed"
-echo "$passed passed, $failed failed"
-[ $failed = 0 ]
+summary "planner cli tests"

@@ -8,26 +8,13 @@
 # than one GEMM, so split plans agree with unsplit ones to 1e-5 relative in
 # the loss and 1e-4 absolute in the weights after 10 steps (fp32).
 set -u
-BUILD=${OSDP_BUILDDIR:-$(pwd)}
-SRC=${OSDP_SRCDIR:-$(cd "$(dirname "$0")/.." && pwd)}
-MPIEXEC=${MPIEXEC:-mpiexec}
-BIN="$BUILD/osdp_gpt"
-CMP="$BUILD/tests/compare_weights"
-WORK="$BUILD/tests/split-work"
-DATA="$SRC/input/data/addition.txt"
-M="$SRC/tests/mpi/t_small.ini"
-rm -rf "$WORK"; mkdir -p "$WORK"
-export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
-passed=0; failed=0
+. "$(dirname "$0")/test_lib.sh" split-work
 
 run() {   # run NRANKS NAME [train options...]: writes $WORK/NAME.{out,err,log}
     local n=$1 name=$2; shift 2
     "$MPIEXEC" -n "$n" "$BIN" train --model "$M" --data "$DATA" --threads 1 --peak-flops 1e9 --log "$WORK/$name.log" "$@" \
         >"$WORK/$name.out" 2>"$WORK/$name.err"
 }
-ok()   { echo "PASS: $1"; passed=$((passed + 1)); }
-bad()  { echo "FAIL: $1"; [ -n "${2:-}" ] && sed 's/^/    /' "$2" | tail -5; failed=$((failed + 1)); }
-field() { grep '^step=' "$1" | sed -n "s/.* $2=\([^ ]*\).*/\1/p"; }   # field LOG KEY: one value per step
 last()  { field "$1" "$2" | tail -1; }
 close_losses() {   # close_losses A B: every step's loss within 1e-5 relative
     [ "$(field "$1" loss | wc -l)" -gt 0 ] &&
@@ -116,5 +103,4 @@ check_bad split_too_fine "g <= 16" "default = dp" "head = 17/17"
 check_bad recompute_head "only attn and mlp" "default = dp" "head = dp recompute"
 check_bad recompute_word "optionally followed by 'recompute'" "default = dp recompute please"
 
-echo "split/recompute tests: $passed passed, $failed failed"
-[ $failed = 0 ]
+summary "split/recompute tests"

@@ -1,0 +1,27 @@
+# Sourced by the shell tests (run by `make check`, which sets OSDP_BUILDDIR,
+# OSDP_SRCDIR and MPIEXEC; by hand they run from the build tree): where the
+# binary and the inputs are, a fresh work folder, and how checks are counted.
+#     . "$(dirname "$0")/test_lib.sh" NAME     -> WORK=$BUILD/tests/NAME, emptied
+BUILD=${OSDP_BUILDDIR:-$(pwd)}
+SRC=${OSDP_SRCDIR:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}
+MPIEXEC=${MPIEXEC:-mpiexec}
+BIN=${OSDP_BIN:-$BUILD/osdp_gpt}
+CMP="$BUILD/tests/compare_weights"
+WORK="$BUILD/tests/$1"
+DATA="$SRC/input/data/addition.txt"
+M="$SRC/tests/mpi/t_small.ini"                  # 6 operators: fast to train, profile and plan
+rm -rf "$WORK"; mkdir -p "$WORK"
+export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
+passed=0; failed=0
+
+ok()    { echo "PASS: $1"; passed=$((passed + 1)); }
+bad()   { echo "FAIL: $1"; [ -n "${2:-}" ] && [ -f "$2" ] && sed 's/^/    /' "$2" | tail -5; failed=$((failed + 1)); }
+field() { grep '^step=' "$1" | sed -n "s/.* $2=\([^ ]*\).*/\1/p"; }   # field LOG KEY: one value per step
+losses() { field "$1" loss_hex; }
+
+# summary NAME: the closing lines (the plain one is what CI reads) and the exit status
+summary() {
+    echo "$1: $passed passed, $failed failed"
+    echo "$passed passed, $failed failed"
+    [ $failed = 0 ]
+}
