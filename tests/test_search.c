@@ -414,6 +414,47 @@ START_TEST(test_split_groups)
 }
 END_TEST
 
+/* time_cap: with the optimum's time as the cap the same plan, just below
+ * it none; one workspace shared by every instance (items of different
+ * choice counts reuse its buffers) */
+START_TEST(test_time_cap)
+{
+    osdp_search_workspace *ws = osdp_search_workspace_new();
+    ck_assert(ws);
+    int capped = 0, below = 0;
+    for (unsigned seed = 1; seed <= 600; seed++) {
+        inst I;
+        if (seed % 3) random_instance(&I, seed, 16, 2e5);
+        else split_instance(&I, seed, 2, 4);
+        int cb[64], ce[64];
+        osdp_search_result rb = {.choice = cb}, re = {.choice = ce};
+        osdp_status sb = osdp_search_brute(&I.p, &rb);
+        I.p.workspace = ws;
+        if (sb != OSDP_OK || rb.total_time <= 0) {
+            inst_free(&I);
+            continue;
+        }
+        I.p.time_cap = rb.total_time;
+        ck_assert_msg(osdp_search_exact(&I.p, &re) == OSDP_OK, "seed %u: %s", seed, osdp_error_message());
+        for (int i = 0; i < I.n; i++) ck_assert_msg(cb[i] == ce[i], "seed %u: capped exact differs at item %d", seed, i);
+        I.p.time_cap = rb.total_time * (1 - 1e-6);
+        osdp_status sc = osdp_search_exact(&I.p, &re);
+        /* none, or (the cap within the rounding of the fixed-point time) the optimum */
+        ck_assert_msg(sc == OSDP_ERR_INFEASIBLE || (sc == OSDP_OK && re.total_time == rb.total_time),
+                      "seed %u: %d, %.17g below the optimum %.17g", seed, sc, re.total_time, rb.total_time);
+        below += sc == OSDP_ERR_INFEASIBLE;
+        I.p.time_cap = 0; /* none */
+        ck_assert(osdp_search_exact(&I.p, &re) == OSDP_OK);
+        for (int i = 0; i < I.n; i++) ck_assert(cb[i] == ce[i]);
+        capped++;
+        inst_free(&I);
+    }
+    osdp_search_workspace_free(ws);
+    printf("time cap: %d instances, %d of them with nothing below the optimum\n", capped, below);
+    ck_assert(capped > 300 && below > capped / 2);
+}
+END_TEST
+
 START_TEST(test_infeasible)
 {
     inst I;
@@ -590,6 +631,7 @@ static Suite *search_suite(void)
     tcase_add_test(tc, test_random_small);
     tcase_add_test(tc, test_random_medium);
     tcase_add_test(tc, test_split_groups);
+    tcase_add_test(tc, test_time_cap);
     tcase_add_test(tc, test_infeasible);
     tcase_add_test(tc, test_input_errors);
     suite_add_tcase(s, tc);

@@ -17,6 +17,9 @@
  *             need no padding
  *   gamma_fixed  the per-operator fixed compute time and the step's work
  *             outside the operators ([step]): device files and cost
+ *   recompute the cost model's recompute terms: 3 all-gathers + 1
+ *             reduce-scatter for ZDP (c = 4), 2 passes for DP, compute x 4/3,
+ *             and the activation memory it saves, as the runtime counts it
  *   auto      --recompute auto fits a model that no plan without recompute
  *             fits; --split auto is never slower than g = 1 */
 #include "config.h"
@@ -334,6 +337,116 @@ START_TEST(test_traffic_independent_of_split)
 }
 END_TEST
 
+/* The cost model's recompute terms.  Time: the recomputed forward is a
+ * third of forward + backward (compute x 4/3), and a ZDP slice is gathered
+ * a third time per micro-step, so a ZDP operator with recompute moves 4
+ * passes of its weights (3 all-gathers + 1 reduce-scatter: c = 4 where ZDP
+ * has 3), a DP one still 2 (c = 2).  Memory: an operator that recomputes
+ * keeps only its output (b T d) until its backward, and the activation peak
+ * falls by what the runtime's own accounting (a dry run of the schedule,
+ * the same allocator the training log reports) says. */
+START_TEST(test_recompute_costs)
+{
+    osdp_layout L;
+    load_layout(&L, "tiny", 0);
+    osdp_device d = test_device();
+    d.reduce_scatter = d.all_gather; /* the paper's eq. 2: one cost per pass */
+    for (int t = 0; t < OSDP_N_OP_TYPES; t++) d.gamma_fixed[t] = 1e-4 * (t + 1);
+    const int N = 4, b = 3, op = 2; /* mlp.0 */
+    ck_assert_str_eq(L.op[op].name, "mlp.0");
+    osdp_cost_model cm = {.layout = &L, .dev = &d, .N = N, .prefetch = 1, .kind = OSDP_COST_PAPER};
+    const double S = 4.0 * (double)osdp_padded_numel(L.op[op].numel, N);
+    const double one = (N - 1) * (d.all_gather.alpha + S / N * d.all_gather.beta); /* one pass of the weights */
+    const double kern = d.gamma_fixed[OSDP_OP_MLP] + b * (double)L.T * osdp_cost_op_flops(&L.op[op]) * d.gamma[OSDP_OP_MLP];
+    for (int A = 1; A <= 2; A++) {
+        osdp_op_time t[2][2]; /* [zdp][recompute] */
+        for (int z = 0; z < 2; z++)
+            for (int rc = 0; rc < 2; rc++) osdp_cost_op_time_rc(&cm, op, 1, z, rc, b, A, &t[z][rc]);
+        /* c = 2 (DP) and 3 (ZDP) without recompute; 2 and 4 with (A = 1) */
+        ck_assert(fabs(t[0][0].comm - (1 + A) * one) <= 1e-12 * t[0][0].comm);
+        ck_assert(fabs(t[0][1].comm - t[0][0].comm) <= 1e-12 * t[0][0].comm);
+        ck_assert(fabs(t[1][0].comm - 3 * A * one) <= 1e-12 * t[1][0].comm);
+        ck_assert_msg(fabs(t[1][1].comm - 4 * A * one) <= 1e-12 * t[1][1].comm, "A=%d: ZDP + recompute %g, want %g", A,
+                      t[1][1].comm, 4 * A * one);
+        for (int z = 0; z < 2; z++) {
+            ck_assert(fabs(t[z][0].compute - A * kern) <= 1e-12 * t[z][0].compute);
+            ck_assert_msg(fabs(t[z][1].compute - A * kern * 4 / 3) <= 1e-12 * t[z][1].compute, "compute %g, want %g",
+                          t[z][1].compute, A * kern * 4 / 3);
+            ck_assert(fabs(t[z][1].total - t[z][1].compute - t[z][1].comm) <= 1e-12 * t[z][1].total);
+        }
+        /* cm.recompute (the plan's flags) reaches the same numbers */
+        int flags[16] = {0};
+        flags[op] = 1;
+        osdp_cost_model with = cm;
+        with.recompute = flags;
+        osdp_op_time tz;
+        osdp_cost_op_time(&with, op, 1, 1, b, A, &tz);
+        ck_assert(tz.total == t[1][1].total);
+        /* split: only the ZDP slices are gathered a third time */
+        osdp_op_time ts, tn;
+        osdp_cost_op_time_rc(&cm, op, 4, 2, 1, b, A, &ts);
+        osdp_cost_op_time_rc(&cm, op, 4, 2, 0, b, A, &tn);
+        size_t bounds[OSDP_MAX_SLICES + 1];
+        ck_assert(osdp_op_split(&L.op[op], 4, bounds) == OSDP_OK);
+        double extra = 0;
+        for (int sl = 0; sl < 2; sl++)
+            extra += (N - 1) * (d.all_gather.alpha
+                                + 4.0 * (double)osdp_padded_numel(bounds[sl + 1] - bounds[sl], N) / N * d.all_gather.beta);
+        ck_assert_msg(fabs(ts.comm - tn.comm - A * extra) <= 1e-12 * ts.comm, "split: %g extra, want %g",
+                      ts.comm - tn.comm, A * extra);
+    }
+    osdp_layout_free(&L);
+
+    /* activation memory: the model's activation peak (every operator's
+     * acts until its backward, plus the rebuilt rest during it) against the
+     * runtime's, with and without recompute */
+    const char *models[] = {"tiny", "bench_l6_d256", "ic_l8_mixed"};
+    int checked = 0;
+    for (int mi = 0; mi < 3; mi++) {
+        load_layout(&L, models[mi], 64);
+        osdp_plan p;
+        ck_assert(osdp_plan_alloc(&p, L.n_ops) == OSDP_OK);
+        for (int r = 0; r < 8; r++) {
+            const int nr = 1 + (int)(rnd() % 4), bb = 1 + r % 3, pf = r & 1;
+            long long model[2], runtime[2];
+            for (int i = 0; i < L.n_ops; i++) {
+                int g = L.op[i].type == OSDP_OP_EMBED ? 1 : 1 + (int)(rnd() % 4);
+                p.slices[i] = g;
+                p.zdp_slices[i] = (int)(rnd() % (unsigned)(g + 1));
+            }
+            int chosen[64] = {0};
+            for (int i = 0; i < L.n_ops; i++) /* every block (r even) or a random set */
+                chosen[i] = (L.op[i].type == OSDP_OP_ATTN || L.op[i].type == OSDP_OP_MLP) && (r % 2 == 0 || (rnd() & 1));
+            chosen[1] = 1; /* attn.0: at least one */
+            for (int w = 0; w < 2; w++) {
+                for (int i = 0; i < L.n_ops; i++) p.recompute[i] = w ? chosen[i] : 0;
+                osdp_cost_model c2 = {.layout = &L, .dev = &d, .N = nr, .prefetch = pf, .recompute = p.recompute};
+                long long acts = 0, peak = 0;
+                for (int u = 0; u < L.n_ops; u++) {
+                    osdp_op_mem m;
+                    osdp_cost_op_mem(&c2, u, p.slices[u], p.zdp_slices[u], bb, &m);
+                    acts += m.acts;
+                    if (acts + m.rebuilt > peak) peak = acts + m.rebuilt;
+                }
+                model[w] = peak;
+                osdp_memory_prediction pr;
+                ck_assert(osdp_memory_predict(&L, &p, nr, bb, 1, pf, &pr) == OSDP_OK);
+                runtime[w] = (long long)pr.peak[OSDP_MEM_ACTIVATIONS];
+                ck_assert_msg(model[w] == runtime[w], "%s r=%d recompute=%d: model %lld, runtime %lld", models[mi], r, w,
+                              model[w], runtime[w]);
+            }
+            ck_assert_msg(model[0] - model[1] == runtime[0] - runtime[1] && model[1] < model[0],
+                          "%s r=%d: recompute saves %lld (model), %lld (runtime)", models[mi], r, model[0] - model[1],
+                          runtime[0] - runtime[1]);
+            checked++;
+        }
+        osdp_plan_free(&p);
+        osdp_layout_free(&L);
+    }
+    ck_assert_int_eq(checked, 24);
+}
+END_TEST
+
 /* --recompute auto makes a model fit where no plan without recompute does;
  * --split auto is never slower than g = 1; both plans' peaks are what the
  * runtime measures */
@@ -451,6 +564,7 @@ int main(void)
     tcase_add_test(tc, test_peak_equals_runtime_split);
     tcase_add_test(tc, test_split_lowers_peak);
     tcase_add_test(tc, test_traffic_independent_of_split);
+    tcase_add_test(tc, test_recompute_costs);
     tcase_add_test(tc, test_planner_auto_modes);
     tcase_add_test(tc, test_gamma_fixed);
     suite_add_tcase(s, tc);

@@ -90,7 +90,26 @@ if [ "$(from4 "$WORK/ck_full.log" | wc -l)" = 3 ] &&
     ok "checkpoint of a split plan: resume on the same plan bitwise, under all-ZDP within 1e-5"
 else bad "checkpoint of a split plan" "$WORK/ck_resume.err"; fi
 
-# -- 6. bad split and recompute requests get a message and a non-zero exit
+# -- 6. the planner's per-operator choices (--split auto --recompute auto): at this limit its plan cuts
+# operators into different numbers of slices and recomputes some blocks' operators, not all; as a
+# plan file and planned inside train alike, it runs with the measured peak equal to the predicted one
+LIM=800000
+"$BIN" plan --model "$M" --device "$SRC/input/devices/cpu_2core.ini" --ranks 2 --batch 2 --split auto --recompute auto \
+    --mem-limit $LIM --out "$WORK/auto.plan" > "$WORK/auto_plan.out" 2>&1 || bad "plan --split auto --recompute auto" "$WORK/auto_plan.out"
+run 2 auto_file --steps 3 --batch 2 --plan "$WORK/auto.plan" --mem-limit $LIM || bad "auto plan file ran" "$WORK/auto_file.err"
+run 2 auto_train --steps 3 --batch 2 --plan auto --split auto --recompute auto --mem-limit $LIM || bad "train --split auto --recompute auto ran" "$WORK/auto_train.err"
+gs=$(grep -v '^#' "$WORK/auto.plan" | sed -n 's/^[^=]*= *\([0-9]*\/\)\{0,1\}\([0-9a-z]*\).*/\2/p' | sed 's/^z\{0,1\}dp$/1/' | sort -u | wc -l)
+nrc=$(grep -c ' recompute' "$WORK/auto.plan"); nblk=$(grep -c '^\(attn\|mlp\)' "$WORK/auto.plan")
+if [ "$gs" -ge 2 ] && [ "$nrc" -ge 1 ] && [ "$nrc" -lt "$nblk" ] &&
+   [ -n "$(last "$WORK/auto_file.log" peak_total)" ] &&
+   [ "$(last "$WORK/auto_file.log" peak_total)" = "$(last "$WORK/auto_file.log" pred_total)" ] &&
+   [ "$(last "$WORK/auto_train.log" peak_total)" = "$(last "$WORK/auto_train.log" pred_total)" ] &&
+   [ "$(last "$WORK/auto_file.log" peak_total)" -le $LIM ] &&
+   [ "$(field "$WORK/auto_file.log" loss_hex)" = "$(field "$WORK/auto_train.log" loss_hex)" ]; then
+    ok "split auto + recompute auto: $gs granularities, $nrc of $nblk block operators recompute ($(grep -v '^#' "$WORK/auto.plan" | tr '\n' ' ' | sed 's/ = /=/g')); measured peak = predicted $(last "$WORK/auto_file.log" pred_total) <= $LIM bytes"
+else bad "split auto + recompute auto: $gs granularities, $nrc recompute, peak $(last "$WORK/auto_file.log" peak_total) predicted $(last "$WORK/auto_file.log" pred_total)" "$WORK/auto_file.err"; fi
+
+# -- 7. bad split and recompute requests get a message and a non-zero exit
 check_bad() {   # check_bad NAME PATTERN PLAN-LINES...
     local name=$1 pat=$2; shift 2
     printf '%s\n' "$@" > "$WORK/$name.plan"

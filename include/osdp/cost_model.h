@@ -67,6 +67,12 @@
 
 typedef enum osdp_cost_kind { OSDP_COST_PAPER, OSDP_COST_OVERLAP } osdp_cost_kind;
 
+/* A cache of the runtime's cuts (osdp_op_split) per operator and g, for
+ * callers that cost the same operators many times (the planner) */
+typedef struct osdp_cost_cuts osdp_cost_cuts;
+osdp_cost_cuts *osdp_cost_cuts_new(int n_ops);   /* NULL: out of memory */
+void osdp_cost_cuts_free(osdp_cost_cuts *c);
+
 typedef struct osdp_cost_model {
     const osdp_layout *layout;
     const osdp_device *dev;
@@ -74,7 +80,11 @@ typedef struct osdp_cost_model {
     int prefetch;           /* the runtime's prefetch (train's default: on) */
     osdp_cost_kind kind;
     const int *recompute;   /* per operator, NULL: none (peak and step time use the plan's) */
+    osdp_cost_cuts *cuts;   /* optional cache of the cuts of this layout (NULL: none) */
 } osdp_cost_model;
+
+/* 1 when operator op can be cut into g slices (never the embedding) */
+int osdp_cost_can_split(const osdp_cost_model *cm, int op, int g);
 
 typedef struct osdp_op_mem {
     long long state, resident, acts, rebuilt, grads, recv, work, prefetch;
@@ -90,6 +100,9 @@ double osdp_cost_op_flops(const osdp_op_layout *op);
 size_t osdp_cost_slice_numel(const osdp_cost_model *cm, int op, int g);
 void osdp_cost_op_mem(const osdp_cost_model *cm, int op, int g, int k, int b, osdp_op_mem *out);
 void osdp_cost_op_time(const osdp_cost_model *cm, int op, int g, int k, int b, int accum, osdp_op_time *out);
+/* the same with the recompute flag of `op` given (cm->recompute ignored) */
+void osdp_cost_op_mem_rc(const osdp_cost_model *cm, int op, int g, int k, int rc, int b, osdp_op_mem *out);
+void osdp_cost_op_time_rc(const osdp_cost_model *cm, int op, int g, int k, int rc, int b, int accum, osdp_op_time *out);
 long long osdp_cost_workspace(const osdp_cost_model *cm, int b);
 
 /* Peak bytes per rank of `plan` at micro-batch b (formula above); *at_op

@@ -1,50 +1,80 @@
 /* The planner (rank 0): cost model + plan search + scheduler (DESIGN.md §4).
  *
  * For one micro-batch b (and accumulation A) the planner minimises the step
- * time sum_i T_i (osdp/cost_model.h) over one choice per operator — DP or
- * ZDP, or k of g slices ZDP with operator splitting — subject to
- *     peak(plan) = W + sum_i (state_i + resident_i) + max_u (K_u + Y_u) <= limit,
- * the TRUE peak of the runtime's schedule, not an additive approximation.
- * The max term couples neighbours (Y_u depends on the choices of u and u-1),
- * so the search is not one knapsack.  The planner makes it a sequence of
- * multiple-choice knapsacks solved by osdp/search.h:
- *   1. D = max_u (K_u + Y_u) takes one of finitely many values: the
- *      candidates d = K_u + max(w_u(a), H_u) + f_{u-1}(a') over all u and
- *      choices a, a'.  For each candidate d, ascending from the smallest
- *      reachable, the plans with D <= d and additive memory
- *      sum_i resident_i <= limit - W - sum_i state_i - d are exactly the
- *      plans that fit with transient bound d.
- *   2. Within one d: a choice whose transient alone exceeds d is removed
- *      (per-item restriction, still a knapsack); a remaining pair (u-1, u)
- *      that exceeds d together is removed by branch and bound: solve the
- *      knapsack, and if its plan violates a pair, branch into "op u-1 takes
- *      a choice with a smaller prefetch footprint" and "op u-1 keeps a
- *      footprint at least this large and op u a working set that fits what
- *      is left"; both branches exclude the violating plan and together keep
- *      every plan that respects the pair.  The knapsack optimum bounds its
- *      branch from below.
+ * time sum_i T_i (osdp/cost_model.h) over one choice per operator, subject
+ * to the TRUE peak of the runtime's schedule (not an additive
+ * approximation) fitting the limit.  An operator's choices:
+ *   - DP or ZDP; with --split g, k of g slices ZDP (k = 0..g); with --split
+ *     auto, k of g for EVERY g in 1, 2, 4, 8 (split_max) the operator can
+ *     be cut into, so each operator gets its own granularity (the
+ *     embedding, a lookup, only DP or ZDP);
+ *   - with --recompute auto, each of those with and without activation
+ *     recompute, for every attn and mlp operator on its own (a block's two
+ *     operators may differ; per operator includes every per-block plan).
+ * Choices another choice of the same operator dominates in time and in
+ * every term of the peak are dropped, as are, for an operator no transient
+ * constraint can touch (below), those dominated in memory and time alone:
+ * exchanging a dominated choice for its dominator never slows a plan nor
+ * raises its peak, so the optimum is kept (src/planner/plan_choices.c).
+ *
+ * The peak (osdp/cost_model.h) written for the search (plan_search.h):
+ *     peak = cst + sum_i R_i + max_u Z_u,   R_i = state + resident + acts,
+ *     Z_u = f_{u-1} + wp_u + nx_{u+1} - sum_{j >= u+2} acts_j
+ * (wp: a backward's gradients, gathered slices and recomputed activations;
+ * f: the prefetched first slice of the next backward; nx: the operator
+ * after it still in flight, less its own activations, counted in R but
+ * freed).  The max couples neighbours, and, with recompute decisions, every
+ * operator after u+1 through its activations, so the search is not one
+ * knapsack.  The planner makes it a sequence of multiple-choice knapsacks
+ * solved by osdp/search.h:
+ *   1. D = max_u Z_u takes one of finitely many values: f + wp + nx less a
+ *      sum of the later activations, over all u and choices.  For each
+ *      candidate d, ascending from the smallest reachable, the plans with
+ *      D <= d and sum_i R_i <= limit - cst - d are exactly the plans that
+ *      fit with transient bound d.  (Only operators u whose largest Z_u
+ *      reaches the smallest D of any plan contribute candidates.)
+ *   2. Within one d: choices that exceed d whatever their neighbours take
+ *      are removed, then constraint propagation (a choice whose term
+ *      exceeds the smallest one by more than the constraint's slack goes);
+ *      the remaining constraints by branch and bound: solve the knapsack,
+ *      and if its plan P violates Z_u <= d, with term values v_1..v_m of
+ *      the other operators in Z_u, branch into "v_t < v_t(P), v_s >= v_s(P)
+ *      for s < t" (t = 1..m) and "every v_s >= v_s(P), and wp_u fits what is
+ *      left"; the branches exclude P and together keep every plan that
+ *      respects Z_u.  The knapsack optimum bounds its branch from below.
  *   3. The answer is the best plan over all d.  The loop over d stops when
  *      the unrestricted knapsack at d (a lower bound for every larger d,
  *      whose budget is smaller) is no better than the best plan, or when its
  *      plan already respects d (then it is optimal for every larger d).
- * GUARANTEE (g = 1 and g > 1 alike, search = exact, or dfs when it did not
- * time out): the plan returned has the smallest step time of all plans
- * whose model peak fits the limit, up to the search's time resolution
- * (osdp/search.h: about 2^-60 of the slowest plan); dfs and exact return
- * the same plan, since every knapsack they are given has one answer under
- * osdp/search.h's tie rule.  The model peak equals the runtime's measured
- * peak for g = 1 when param_bytes = act_bytes = 4 (the CPU runtime's element
- * size): there the chosen plan is also checked with osdp_memory_predict()
- * and, should it ever exceed the limit (the runtime's schedule changed under
- * the model), the limit is tightened by the excess and the search repeated
- * (result.tightened counts it; after 8 rounds OSDP_ERR_INTERNAL).
+ *      Knapsack answers are cached by allowed set across d (an optimum that
+ *      fits a smaller budget stays the optimum).
+ * GUARANTEE (any --split, --split auto, --recompute none/all/auto; search =
+ * exact, or dfs when it did not time out): the plan returned has the
+ * smallest step time of all plans (of all those choices) whose model peak
+ * fits the limit, up to the search's time resolution (osdp/search.h: about
+ * 2^-60 of the slowest plan); dfs and exact return the same plan, since
+ * every knapsack they are given has one answer under osdp/search.h's tie
+ * rule.  One exception, flagged: should the later activations of some
+ * operator u take more than 2^16 distinct sums (recompute auto on a model
+ * with many blocks of different widths, where u's transient can still
+ * reach the peak), only their smallest and largest are candidates; the
+ * plan then fits but may not be optimal, and result.gap = 1 says so.  The
+ * model peak equals the runtime's measured peak when param_bytes =
+ * act_bytes = 4 (the CPU runtime's element size): there the chosen plan is
+ * also checked with osdp_memory_predict() and, should it ever exceed the
+ * limit (the runtime's schedule changed under the model), the limit is
+ * tightened by the excess and the search repeated (result.tightened counts
+ * it; after 8 rounds OSDP_ERR_INTERNAL).
  *
  * Scheduler (osdp_planner_run): b = 1, 2, ... (with a global batch G: the
  * divisors b of G / N, A = G / (N b); otherwise A = 1) until no plan fits or
  * b > max_micro_batch; the plan with the highest predicted samples/s
- * b N A / step time wins (the smaller b on ties).  No plan at the first b:
- * OSDP_ERR_INFEASIBLE, with the smallest peak any plan needs (found by the
- * same search, minimising memory) and the three operators that dominate it. */
+ * b N A / step time wins (the smaller b on ties).  Micro-batches are
+ * searched in the order of an LP bound on their throughput, each only for
+ * plans faster per sample than the best so far, and no further once the
+ * bound falls below it.  No plan at the first b: OSDP_ERR_INFEASIBLE, with
+ * the smallest peak any plan needs (found by the same search, minimising
+ * memory) and the three operators that dominate it. */
 #ifndef OSDP_PLANNER_H
 #define OSDP_PLANNER_H
 
@@ -74,8 +104,9 @@ typedef struct osdp_planner_options {
     double dfs_time_limit_s;  /* for the whole run, dfs only (default 60) */
     int verify;               /* osdp_memory_predict check where it applies (default 1) */
     const int *recompute;     /* per operator: recompute activations (NULL: none) */
-    int split_auto;           /* try g = 1, 2, 4, 8; keep the fastest (osdp_planner_run) */
-    int recompute_auto;       /* try recomputing the first m blocks, m = 0..L (osdp_planner_run) */
+    int split_auto;           /* per operator, any k of any g in 1, 2, 4, .., split_max (the search chooses) */
+    int split_max;            /* split_auto's largest g (0: 8) */
+    int recompute_auto;       /* per attn / mlp operator, recompute or not (the search chooses) */
 } osdp_planner_options;
 
 typedef struct osdp_planner_result {
@@ -88,11 +119,13 @@ typedef struct osdp_planner_result {
     long long mem_limit;      /* the limit used */
     int batches_tried;        /* micro-batches searched */
     long long searches;       /* knapsacks solved */
+    long long cache_hits;     /* knapsacks answered from an earlier one */
     long long nodes;          /* their nodes / states */
     double search_s;          /* wall seconds inside the knapsack solvers */
     double total_s;           /* wall seconds of the whole planner call */
     int timed_out;            /* dfs ran out of time: the plan may not be optimal */
     int tightened;            /* verification rounds that tightened the limit */
+    double gap;               /* 0: optimal (see above); 1: not proven optimal (the exception above) */
 } osdp_planner_result;
 
 void osdp_planner_defaults(osdp_planner_options *o);
@@ -103,8 +136,8 @@ void osdp_planner_defaults(osdp_planner_options *o);
 osdp_status osdp_planner_plan_batch(const osdp_layout *layout, const osdp_device *dev,
                                     const osdp_planner_options *o, int b, int accum,
                                     osdp_planner_result *res);
-/* The scheduler over micro-batches (see above); with split_auto and / or
- * recompute_auto, over granularities and recomputed-block counts as well. */
+/* The scheduler over micro-batches (see above); split_auto and
+ * recompute_auto are choices of the search itself. */
 osdp_status osdp_planner_run(const osdp_layout *layout, const osdp_device *dev,
                              const osdp_planner_options *o, osdp_planner_result *res);
 /* Smallest model peak of any plan at micro-batch b; *plan (may be NULL)

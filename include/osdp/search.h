@@ -64,6 +64,10 @@ typedef struct osdp_search_problem {
     double time_limit_s;             /* wall-clock budget for osdp_search_dfs (0 = none);
                                       * ignored by the other two (but must be >= 0) */
     osdp_search_workspace *workspace; /* osdp_search_exact's scratch between calls (NULL: none) */
+    double time_cap;                 /* osdp_search_exact only (0 or inf: none): plans slower than
+                                      * this are not wanted; OSDP_ERR_INFEASIBLE when the best is
+                                      * slower (a plan slower by a few units of the fixed-point
+                                      * time may still be returned) */
 } osdp_search_problem;
 
 typedef struct osdp_search_result {

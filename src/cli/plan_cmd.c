@@ -26,9 +26,9 @@ static void plan_usage(FILE *out)
         "  --max-batch B         the scheduler's largest micro-batch (default 256)\n"
         "  --seq-len T           tokens per sequence (default: the model's ctx)\n"
         "  --split G|auto        cut every operator into G slices: G+1 choices each (default 1;\n"
-        "                        auto: G in 1, 2, 4, 8, the fastest)\n"
+        "                        auto: k of any G in 1, 2, 4, 8, the planner chooses G per operator)\n"
         "  --recompute none|all|auto  activation recompute of attn and mlp operators (auto: the\n"
-        "                        planner chooses how many blocks; default none)\n"
+        "                        planner chooses per operator; default none)\n"
         "  --search exact|dfs    plan search (default exact; dfs: the paper's, 60 s budget)\n"
         "  --cost-model paper|overlap   step time: compute + comm (paper eq. 2), or\n"
         "                        per operator max(compute, comm) with prefetch (default paper)\n"
@@ -244,10 +244,11 @@ static void json_result(const char *key, const osdp_layout *L, const osdp_cost_m
     printf("{\"fits\":true,\"micro_batch\":%d,\"accum_steps\":%d,\"step_s\":%.9g,\"samples_per_s\":%.9g,"
            "\"tokens_per_s\":%.9g,\"peak_bytes\":%lld,\"runtime_peak_bytes\":%lld,\"peak_op\":\"%s\",\"mem_limit\":%lld,"
            "\"zdp_ops\":%d,\"batches_tried\":%d,\"searches\":%lld,\"nodes\":%lld,\"search_ms\":%.6g,\"planner_ms\":%.6g,"
-           "\"timed_out\":%s,\"tightened\":%d",
+           "\"timed_out\":%s,\"proven\":%s,\"tightened\":%d",
            r->plan.micro_batch, r->plan.accum_steps, r->step_s, r->samples_per_s, r->samples_per_s * L->T,
            r->peak_bytes, r->runtime_peak, L->op[r->peak_op].name, r->mem_limit, zdp, r->batches_tried, r->searches,
-           r->nodes, 1e3 * r->search_s, 1e3 * r->total_s, r->timed_out ? "true" : "false", r->tightened);
+           r->nodes, 1e3 * r->search_s, 1e3 * r->total_s, r->timed_out ? "true" : "false",
+           r->timed_out || r->gap > 0 ? "false" : "true", r->tightened);
     if (ops) {
         printf(",\"ops\":[");
         char mode[16];
@@ -311,29 +312,36 @@ int osdp_cmd_plan(int argc, char **argv)
         json_str(cfg.name);
         printf(",\"device\":");
         json_str(dev.name);
-        printf(",\"ranks\":%d,\"params\":%zu,\"operators\":%d,\"T\":%d,\"split\":%d,\"choices_per_op\":%d,"
-               "\"search\":\"%s\",\"cost_model\":\"%s\",\"prefetch\":%d,\"param_bytes\":%d",
-               a.o.n_ranks, L.total_params, L.n_ops, L.T, a.o.split, a.o.split + 1, search, cost, a.o.prefetch,
+        printf(",\"ranks\":%d,\"params\":%zu,\"operators\":%d,\"T\":%d,", a.o.n_ranks, L.total_params, L.n_ops, L.T);
+        if (a.o.split_auto) printf("\"split\":\"auto\",");
+        else printf("\"split\":%d,\"choices_per_op\":%d,", a.o.split, a.o.split + 1);
+        printf("\"recompute\":\"%s\",\"search\":\"%s\",\"cost_model\":\"%s\",\"prefetch\":%d,\"param_bytes\":%d",
+               a.recompute == 2 ? "auto" : a.recompute == 1 ? "all" : "none", search, cost, a.o.prefetch,
                dev.param_bytes);
         json_result("osdp", &L, &cm, &r[0], st[0], err[0], 1);
         json_result("all_dp", &L, &cm, &r[1], st[1], err[1], 0);
         json_result("all_zdp", &L, &cm, &r[2], st[2], err[2], 0);
         printf(",\"speedup_vs_all_dp\":%.6g,\"speedup_vs_all_zdp\":%.6g}\n", sp_dp, sp_zdp);
     } else {
-        char l[32];
+        char l[32], split_s[16];
+        if (a.o.split_auto) snprintf(split_s, sizeof split_s, "auto");
+        else snprintf(split_s, sizeof split_s, "%d", a.o.split);
         printf("osdp plan | model %s: %d layers, width %d, vocab %d, T %d | %.3fM parameters in %d operators\n",
                cfg.name, cfg.n_layer, cfg.n_embd, cfg.vocab, L.T, (double)L.total_params / 1e6, L.n_ops);
         printf("device %s: %s per rank, %d-byte gathers, all-gather alpha %.3g s beta %.3g s/B, reduce-scatter "
-               "alpha %.3g s beta %.3g s/B | %d ranks, search %s, cost model %s, prefetch %s, split %d\n",
+               "alpha %.3g s beta %.3g s/B | %d ranks, search %s, cost model %s, prefetch %s, split %s, recompute %s\n",
                dev.name, osdp_format_bytes((double)(a.o.mem_limit ? a.o.mem_limit : dev.mem_limit), l, sizeof l),
                dev.param_bytes, dev.all_gather.alpha, dev.all_gather.beta, dev.reduce_scatter.alpha,
-               dev.reduce_scatter.beta, a.o.n_ranks, search, cost, a.o.prefetch ? "on" : "off", a.o.split);
+               dev.reduce_scatter.beta, a.o.n_ranks, search, cost, a.o.prefetch ? "on" : "off", split_s,
+               a.recompute == 2 ? "auto" : a.recompute == 1 ? "all" : "none");
         if (st[0] == OSDP_OK) {
             printf("\nOSDP plan (micro-batch %d, accumulation %d):\n", r[0].plan.micro_batch, r[0].plan.accum_steps);
             print_table(&L, &cm, &r[0]);
-            printf("\nsearch: %lld knapsacks (%lld nodes) over %d micro-batches: %.2f ms in the solver, %.2f ms in all%s\n",
-                   r[0].searches, r[0].nodes, r[0].batches_tried, 1e3 * r[0].search_s, 1e3 * r[0].total_s,
-                   r[0].timed_out ? " — DFS TIMED OUT: the plan may not be optimal" : "");
+            printf("\nsearch: %lld knapsacks (%lld nodes, %lld more from the cache) over %d micro-batches: %.2f ms in the "
+                   "solver, %.2f ms in all%s%s\n",
+                   r[0].searches, r[0].nodes, r[0].cache_hits, r[0].batches_tried, 1e3 * r[0].search_s, 1e3 * r[0].total_s,
+                   r[0].timed_out ? " — DFS TIMED OUT: the plan may not be optimal" : "",
+                   r[0].gap > 0 ? " — NOT PROVEN OPTIMAL (too many activation sums, see osdp/planner.h)" : "");
         }
         printf("\n");
         print_summary("OSDP:", &L, &r[0], st[0], err[0]);

@@ -11,6 +11,59 @@ double osdp_cost_op_flops(const osdp_op_layout *op)
     return 3.0 * ((double)op->flops_per_token + (double)op->attn_flops_per_token);
 }
 
+struct osdp_cost_cuts {
+    int n;
+    struct op_cuts {
+        signed char state[OSDP_MAX_SLICES + 1];              /* 0: not asked yet, 1: cut, 2: cannot */
+        size_t bounds[OSDP_MAX_SLICES + 1][OSDP_MAX_SLICES + 1];
+    } *op;
+};
+
+osdp_cost_cuts *osdp_cost_cuts_new(int n_ops)
+{
+    osdp_cost_cuts *c = calloc(1, sizeof *c);
+    if (c && !(c->op = calloc((size_t)(n_ops > 0 ? n_ops : 1), sizeof *c->op))) {
+        free(c);
+        return NULL;
+    }
+    if (c) c->n = n_ops;
+    return c;
+}
+
+void osdp_cost_cuts_free(osdp_cost_cuts *c)
+{
+    if (c) free(c->op);
+    free(c);
+}
+
+/* osdp_op_split through the cache: 1 and the bounds when op can be cut into g */
+static int cut(const osdp_cost_model *cm, int op, int g, size_t *bounds)
+{
+    const osdp_op_layout *o = &cm->layout->op[op];
+    bounds[0] = 0;
+    bounds[1] = o->numel;
+    if (g == 1) return 1;
+    if (o->type == OSDP_OP_EMBED || g < 1 || g > OSDP_MAX_SLICES) return 0;
+    struct op_cuts *c = cm->cuts && op < cm->cuts->n ? &cm->cuts->op[op] : NULL;
+    if (c && c->state[g]) {
+        if (c->state[g] == 1)
+            for (int s = 0; s <= g; s++) bounds[s] = c->bounds[g][s];
+        return c->state[g] == 1;
+    }
+    int ok = osdp_op_split(o, g, bounds) == OSDP_OK;
+    if (c) {
+        c->state[g] = ok ? 1 : 2;
+        for (int s = 0; ok && s <= g; s++) c->bounds[g][s] = bounds[s];
+    }
+    return ok;
+}
+
+int osdp_cost_can_split(const osdp_cost_model *cm, int op, int g)
+{
+    size_t bounds[OSDP_MAX_SLICES + 1];
+    return cut(cm, op, g, bounds);
+}
+
 /* The slices the runtime cuts (osdp_op_split) and their padded sizes.  An
  * operator that cannot be cut into g slices (the embedding) runs unsplit: k = 0
  * is DP, k > 0 ZDP; *partial tells that 0 < k < g was asked of it. */
@@ -18,15 +71,14 @@ static int op_slices(const osdp_cost_model *cm, int op, int *g, int *k, size_t *
 {
     size_t bounds[OSDP_MAX_SLICES + 1];
     *partial = 0;
-    const osdp_op_layout *o = &cm->layout->op[op];
-    bounds[0] = 0;
-    bounds[1] = o->numel;
-    if (*g > 1 && (o->type == OSDP_OP_EMBED || *g > OSDP_MAX_SLICES || osdp_op_split(o, *g, bounds) != OSDP_OK)) {
+    if (*g > 1 && !cut(cm, op, *g, bounds)) {
         *partial = *k > 0 && *k < *g;
         *k = *k > 0;
         *g = 1;
+    }
+    if (*g == 1) {
         bounds[0] = 0;
-        bounds[1] = o->numel;
+        bounds[1] = cm->layout->op[op].numel;
     }
     for (int s = 0; s < *g; s++) padded[s] = osdp_padded_numel(bounds[s + 1] - bounds[s], cm->N);
     return *g;
@@ -44,6 +96,11 @@ size_t osdp_cost_slice_numel(const osdp_cost_model *cm, int op, int g)
 
 void osdp_cost_op_mem(const osdp_cost_model *cm, int op, int g, int k, int b, osdp_op_mem *out)
 {
+    osdp_cost_op_mem_rc(cm, op, g, k, cm->recompute && cm->recompute[op], b, out);
+}
+
+void osdp_cost_op_mem_rc(const osdp_cost_model *cm, int op, int g, int k, int rc, int b, osdp_op_mem *out)
+{
     const long long N = cm->N, e = cm->dev->param_bytes, a = cm->dev->act_bytes;
     size_t p[OSDP_MAX_SLICES];
     int partial;
@@ -56,7 +113,6 @@ void osdp_cost_op_mem(const osdp_cost_model *cm, int op, int g, int k, int b, os
     out->state = 16 * (total / N);
     out->resident = dp * e;
     const osdp_op_layout *o = &cm->layout->op[op];
-    const int rc = cm->recompute && cm->recompute[op];
     long long full_acts = (long long)b * (long long)o->act_floats_per_seq * a;
     long long kept = (long long)b * (long long)cm->layout->T * o->width * a;
     out->acts = rc ? kept : full_acts;
@@ -83,10 +139,14 @@ long long osdp_cost_workspace(const osdp_cost_model *cm, int b)
 
 void osdp_cost_op_time(const osdp_cost_model *cm, int op, int g, int k, int b, int accum, osdp_op_time *out)
 {
+    osdp_cost_op_time_rc(cm, op, g, k, cm->recompute && cm->recompute[op], b, accum, out);
+}
+
+void osdp_cost_op_time_rc(const osdp_cost_model *cm, int op, int g, int k, int rc, int b, int accum, osdp_op_time *out)
+{
     const osdp_op_layout *o = &cm->layout->op[op];
     const osdp_device *d = cm->dev;
     const double N = cm->N, A = accum;
-    const int rc = cm->recompute && cm->recompute[op];
     /* the recomputed forward: a third of forward + backward (2 x forward) */
     out->compute = A * (d->gamma_fixed[o->type] + (double)b * (double)cm->layout->T * osdp_cost_op_flops(o) * d->gamma[o->type])
                  * (rc ? 4.0 / 3.0 : 1.0);

@@ -51,6 +51,8 @@ static osdp_status check_options(const osdp_layout *L, const osdp_device *dev, c
     if (o->n_ranks < 1) return osdp_error_set(OSDP_ERR_INPUT, "planner: ranks must be at least 1 (got %d)", o->n_ranks);
     if (o->split < 1 || o->split > OSDP_MAX_SLICES)
         return osdp_error_set(OSDP_ERR_INPUT, "planner: --split %d out of range [1, %d]", o->split, OSDP_MAX_SLICES);
+    if (o->split_max < 0 || o->split_max > OSDP_MAX_SLICES)
+        return osdp_error_set(OSDP_ERR_INPUT, "planner: split_max %d out of range [0, %d]", o->split_max, OSDP_MAX_SLICES);
     if (o->mem_limit < 0 || (o->mem_limit == 0 && dev->mem_limit <= 0))
         return osdp_error_set(OSDP_ERR_INPUT, "planner: no positive memory limit (device mem_limit or --mem-limit)");
     return OSDP_OK;
@@ -59,18 +61,10 @@ static osdp_status check_options(const osdp_layout *L, const osdp_device *dev, c
 static void fill_plan(const pctx *x, const int *ch, osdp_plan *plan)
 {
     for (int i = 0; i < x->n; i++) {
-        int g = x->g, k = x->kval[ch[i]];
-        size_t bounds[OSDP_MAX_SLICES + 1];
-        /* an operator that cannot be split (the embedding) runs unsplit, as the
-         * cost model costed it: k > 0 means ZDP */
-        const osdp_op_layout *op = &x->cm.layout->op[i];
-        if (g > 1 && (op->type == OSDP_OP_EMBED || osdp_op_split(op, g, bounds) != OSDP_OK)) {
-            k = k > 0;
-            g = 1;
-        }
-        plan->slices[i] = g;
-        plan->zdp_slices[i] = k;
-        plan->recompute[i] = x->o->recompute ? x->o->recompute[i] : 0;
+        size_t a = AT(x, i, ch[i]);
+        plan->slices[i] = x->cg[a];
+        plan->zdp_slices[i] = x->ck[a];
+        plan->recompute[i] = x->crc[a];
     }
 }
 
@@ -82,7 +76,7 @@ osdp_status osdp_planner_min_memory(const osdp_layout *layout, const osdp_device
     osdp_planner_result acc;
     memset(&acc, 0, sizeof acc);
     pctx x;
-    s = osdp_ps_ctx_build(&x, layout, dev, o, b, 1, 1, &acc);
+    s = osdp_ps_ctx_build(&x, layout, dev, o, b, 1, 1, NULL, &acc);
     if (s != OSDP_OK) return s;
     best_t bt = {.ch = malloc(sizeof(int) * (size_t)x.n)};
     if (!bt.ch) s = osdp_error_set(OSDP_ERR_OOM, "planner: out of host memory");
@@ -108,7 +102,8 @@ static osdp_status infeasible(const osdp_layout *L, const osdp_device *dev, cons
     osdp_plan p;
     osdp_status s = osdp_planner_min_memory(L, dev, o, b, &need, &p);
     if (s != OSDP_OK) return s;
-    osdp_cost_model cm = {.layout = L, .dev = dev, .N = o->n_ranks, .prefetch = o->prefetch, .kind = o->cost};
+    osdp_cost_model cm = {.layout = L, .dev = dev, .N = o->n_ranks, .prefetch = o->prefetch, .kind = o->cost,
+                          .recompute = p.recompute};
     int at = 0;
     (void)osdp_cost_peak(&cm, &p, b, &at);
     int top[3] = {-1, -1, -1};
@@ -159,8 +154,12 @@ static int verify_applies(const osdp_device *dev, const osdp_planner_options *o)
     return o->verify && dev->param_bytes == 4 && dev->act_bytes == 4;
 }
 
+/* cutoff: only a plan of step time <= cutoff is wanted (INFINITY: any);
+ * quiet: no plan is OSDP_ERR_INFEASIBLE without the message (which costs a
+ * search of its own) */
 static osdp_status plan_batch(const osdp_layout *L, const osdp_device *dev, const osdp_planner_options *o, int b,
-                              int accum, double deadline, osdp_planner_result *res)
+                              int accum, double deadline, double cutoff, int quiet, osdp_cost_cuts *cuts,
+                              osdp_planner_result *res)
 {
     double t0 = now_s();
     memset(res, 0, sizeof *res);
@@ -173,9 +172,10 @@ static osdp_status plan_batch(const osdp_layout *L, const osdp_device *dev, cons
     res->mem_limit = limit;
     res->batches_tried = 1;
     pctx x;
-    s = osdp_ps_ctx_build(&x, L, dev, o, b, accum, 0, res);
+    s = osdp_ps_ctx_build(&x, L, dev, o, b, accum, 0, cuts, res);
     if (s != OSDP_OK) return s;
     x.deadline = deadline;
+    x.cutoff = cutoff;
     best_t bt = {.ch = malloc(sizeof(int) * (size_t)x.n)};
     if (!bt.ch) s = osdp_error_set(OSDP_ERR_OOM, "planner: out of host memory");
     if (s == OSDP_OK) s = osdp_plan_alloc(&res->plan, x.n);
@@ -188,7 +188,7 @@ static osdp_status plan_batch(const osdp_layout *L, const osdp_device *dev, cons
         s = osdp_ps_search(&x, eff, &bt);
         if (s != OSDP_OK) break;
         if (!bt.found) {
-            s = infeasible(L, dev, o, b, limit);
+            s = quiet || !isinf(cutoff) ? OSDP_ERR_INFEASIBLE : infeasible(L, dev, o, b, limit);
             break;
         }
         fill_plan(&x, bt.ch, &res->plan);
@@ -224,7 +224,7 @@ osdp_status osdp_planner_plan_batch(const osdp_layout *layout, const osdp_device
                                     int b, int accum, osdp_planner_result *res)
 {
     double dl = o->search == OSDP_SEARCH_DFS ? now_s() + (o->dfs_time_limit_s > 0 ? o->dfs_time_limit_s : 60) : 0;
-    return plan_batch(layout, dev, o, b, accum, dl, res);
+    return plan_batch(layout, dev, o, b, accum, dl, INFINITY, 0, NULL, res);
 }
 
 typedef struct cand_b { int b, accum; double ub; } cand_b;
@@ -235,9 +235,9 @@ static int cmp_cand(const void *a, const void *b)
     return p->b < q->b ? -1 : p->b > q->b;
 }
 
-/* the scheduler for one split granularity and one set of recomputed blocks */
-static osdp_status run_fixed(const osdp_layout *layout, const osdp_device *dev, const osdp_planner_options *o,
-                             osdp_planner_result *res)
+/* the scheduler over micro-batches; cuts: the operators' cuts, cached */
+static osdp_status run_sched(const osdp_layout *layout, const osdp_device *dev, const osdp_planner_options *o,
+                             osdp_cost_cuts *cuts, osdp_planner_result *res)
 {
     double t0 = now_s();
     memset(res, 0, sizeof *res);
@@ -265,7 +265,7 @@ static osdp_status run_fixed(const osdp_layout *layout, const osdp_device *dev, 
         if (G > 0 && (G / N) % b != 0) continue;
         int accum = G > 0 ? G / (N * b) : 1;
         pctx x;
-        s = osdp_ps_ctx_build(&x, layout, dev, o, b, accum, 0, &acc);
+        s = osdp_ps_ctx_build(&x, layout, dev, o, b, accum, 2, cuts, &acc);
         if (s != OSDP_OK) { free(cb); return s; }
         double lb = osdp_ps_lp_bound(&x, NULL, limit - x.cst - osdp_ps_min_transient(&x));
         osdp_ps_ctx_free(&x);
@@ -275,17 +275,22 @@ static osdp_status run_fixed(const osdp_layout *layout, const osdp_device *dev, 
     /* pass 2: the best bound first; stop when no bound beats the best plan */
     qsort(cb, (size_t)nc, sizeof *cb, cmp_cand);
     int have = 0, tried = 0, timed_out = 0;
-    long long searches = 0, nodes = 0;
-    double search_s = 0;
+    long long searches = 0, nodes = 0, hits = 0;
+    double search_s = 0, gap = 0;
     for (int j = 0; j < nc; j++) {
         if (have && cb[j].ub < res->samples_per_s) break;
         osdp_planner_result r;
-        s = plan_batch(layout, dev, o, cb[j].b, cb[j].accum, dl, &r);
+        /* only a plan faster than the best so far per sample (ties within
+         * rounding kept, for the smaller micro-batch) */
+        double cut = have ? (double)cb[j].b * N * cb[j].accum / res->samples_per_s * (1 + 1e-9) : INFINITY;
+        s = plan_batch(layout, dev, o, cb[j].b, cb[j].accum, dl, cut, 1, cuts, &r);
         tried++;
         searches += r.searches;
+        hits += r.cache_hits;
         nodes += r.nodes;
         search_s += r.search_s;
         timed_out |= r.timed_out;
+        if (r.gap > gap) gap = r.gap;
         if (s == OSDP_ERR_INFEASIBLE) {
             osdp_planner_result_free(&r);
             continue;
@@ -310,90 +315,28 @@ static osdp_status run_fixed(const osdp_layout *layout, const osdp_device *dev, 
         osdp_planner_result r;
         int b = b0;
         while (G > 0 && (G / N) % b != 0) b++;
-        s = plan_batch(layout, dev, o, b, G > 0 ? G / (N * b) : 1, dl, &r);
+        s = plan_batch(layout, dev, o, b, G > 0 ? G / (N * b) : 1, dl, INFINITY, 0, cuts, &r);
         osdp_planner_result_free(&r);
         return s == OSDP_OK ? osdp_error_set(OSDP_ERR_INTERNAL, "planner: inconsistent feasibility") : s;
     }
     res->batches_tried = tried;
     res->searches = searches;
+    res->cache_hits = hits;
     res->nodes = nodes;
     res->search_s = search_s;
     res->timed_out = timed_out;
+    res->gap = gap;
     res->total_s = now_s() - t0;
     return OSDP_OK;
 }
 
-/* --split auto and --recompute auto: the scheduler for each granularity g in
- * {1, 2, 4, 8} (one g for the whole model: the search itself gives every
- * operator its own k of g) and each number m of recomputed blocks — every m
- * in 0..L for up to 12 blocks, else m = 0, L/8, .., L — the first m blocks
- * (their activations are alive longest: recomputing them lowers the peak of
- * every later operator's backward, and blocks cost the same to recompute);
- * the highest throughput wins, ties to the smaller g and the fewer recomputed
- * blocks. */
+/* --split auto and --recompute auto are choices of the search itself
+ * (plan_choices.c): one scheduler run. */
 osdp_status osdp_planner_run(const osdp_layout *layout, const osdp_device *dev, const osdp_planner_options *o,
                              osdp_planner_result *res)
 {
-    if (!o->split_auto && !o->recompute_auto) return run_fixed(layout, dev, o, res);
-    double t0 = now_s();
-    const int L = layout->cfg.n_layer, n = layout->n_ops;
-    int splits[4] = {1, 2, 4, 8}, n_splits = 4;
-    if (!o->split_auto) { splits[0] = o->split; n_splits = 1; }
-    /* every m up to 12 blocks, then eighths: each m is a whole scheduler run */
-    int counts[13], n_counts = 0, steps = L <= 12 ? L : 8;
-    for (int q = 0; q <= steps; q++) {
-        int m = o->recompute_auto ? L * q / steps : -1;
-        if (n_counts == 0 || counts[n_counts - 1] != m) counts[n_counts++] = m;
-        if (!o->recompute_auto) break;
-    }
-    int *flags = calloc((size_t)n, sizeof *flags);
-    if (!flags) return osdp_error_set(OSDP_ERR_OOM, "planner: out of host memory");
-    osdp_status s = OSDP_OK, last = OSDP_ERR_INFEASIBLE;
-    char last_msg[1024] = "";
-    int have = 0, tried = 0;
-    long long searches = 0, nodes = 0;
-    double search_s = 0;
-    for (int si = 0; si < n_splits && s == OSDP_OK; si++)
-        for (int ci = 0; ci < n_counts && s == OSDP_OK; ci++) {
-            osdp_planner_options o2 = *o;
-            o2.split = splits[si];
-            o2.split_auto = o2.recompute_auto = 0;
-            if (counts[ci] >= 0) {
-                for (int i = 0; i < n; i++) {
-                    const osdp_op_layout *op = &layout->op[i];
-                    flags[i] = (op->type == OSDP_OP_ATTN || op->type == OSDP_OP_MLP) && op->block < counts[ci];
-                }
-                o2.recompute = flags;
-            }
-            osdp_planner_result r;
-            osdp_status rs = run_fixed(layout, dev, &o2, &r);
-            tried += r.batches_tried;
-            searches += r.searches;
-            nodes += r.nodes;
-            search_s += r.search_s;
-            if (rs == OSDP_ERR_INFEASIBLE) {
-                last = rs;
-                snprintf(last_msg, sizeof last_msg, "%s", osdp_error_message());
-            } else if (rs != OSDP_OK) {
-                s = rs;
-            } else if (!have || r.samples_per_s > res->samples_per_s) {
-                if (have) osdp_planner_result_free(res);
-                *res = r;
-                have = 1;
-                continue;
-            }
-            osdp_planner_result_free(&r);
-        }
-    free(flags);
-    if (s != OSDP_OK) {
-        if (have) osdp_planner_result_free(res);
-        return s;
-    }
-    if (!have) return osdp_error_set(last, "%s", last_msg);
-    res->batches_tried = tried;
-    res->searches = searches;
-    res->nodes = nodes;
-    res->search_s = search_s;
-    res->total_s = now_s() - t0;
-    return OSDP_OK;
+    osdp_cost_cuts *cuts = osdp_cost_cuts_new(layout->n_ops); /* NULL: no cache */
+    osdp_status s = run_sched(layout, dev, o, cuts, res);
+    osdp_cost_cuts_free(cuts);
+    return s;
 }

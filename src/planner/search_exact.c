@@ -276,7 +276,18 @@ osdp_status osdp_search_exact(const osdp_search_problem *p, osdp_search_result *
      * term), far below anything that matters (2^60 units is the slowest plan) */
     double lb0 = osdp_sx_bound(&x, &x.full, 0, 0), ub = (double)x.ub;
     double slack = 1e-10 * ub + 0x1p14 * (x.nseg + x.nstp + 16);
-    int found = 0, best[2] = {0, 0};
+    int found = 0, best[2] = {0, 0}, capped = 0;
+    if (p->time_cap > 0 && isfinite(p->time_cap)) { /* no plan slower than the cap is wanted */
+        double cq = floor(ldexp(p->time_cap, x.prep.shift)) + n; /* + the rounding of n terms */
+        if (cq < ub) {
+            ub = cq;
+            capped = 1;
+            if (lb0 > ub + slack) {
+                st = osdp_error_set(OSDP_ERR_INFEASIBLE, "plan search (exact): no plan within the time cap");
+                goto done;
+            }
+        }
+    }
     /* The groups' fronts, once, for the last round's threshold (a front for
      * a larger threshold holds every point a smaller one needs): rebuilding
      * them for each round's threshold cost more than the points the smaller
@@ -293,7 +304,8 @@ osdp_status osdp_search_exact(const osdp_search_problem *p, osdp_search_result *
         x.next = x.cap = INFINITY;
         if (round_at(&x, &found, best)) goto done;
         if (final && !found) {
-            st = osdp_error_set(OSDP_ERR_INTERNAL, "plan search (exact): the greedy plan was lost");
+            st = capped ? osdp_error_set(OSDP_ERR_INFEASIBLE, "plan search (exact): no plan within the time cap")
+                        : osdp_error_set(OSDP_ERR_INTERNAL, "plan search (exact): the greedy plan was lost");
             goto done;
         }
         /* at least 4 times the distance and at least to the smallest bound

@@ -86,7 +86,11 @@ typedef struct ctx {
 } ctx;
 
 typedef struct keyed { double key; int id; } keyed;
-typedef struct pts { int n, cap; long long *m, *q; int *c; } pts; /* memory ascending, time descending */
+typedef struct pts {           /* memory ascending, time descending */
+    int n, cap;
+    long long *m, *q;
+    int *c, kc;                /* [cap][kc] choice counts (kc: the most choices it was sized for) */
+} pts;
 struct osdp_search_workspace { pts *fpts[2]; int fpts_n; };       /* ctx's fpts between calls */
 
 /* search_group.c */

@@ -44,12 +44,20 @@ static int counts_better_plus(const int *a, int plus, const int *b, int k)
  * slices ZDP) fractionally, so intermediate fronts held millions of points
  * for final fronts of hundreds. */
 
+/* room for need points of k counts each; the buffers are reused by groups
+ * with different k, so the counts' room is kept per k (v->kc) */
 static int pts_reserve(pts *v, size_t need, int k)
 {
-    int c1 = v->cap, c2 = v->cap, c3 = v->cap;
-    if (osdp_sx_grow((void **)&v->m, sizeof *v->m, need, &c1) || osdp_sx_grow((void **)&v->q, sizeof *v->q, need, &c2) ||
-        osdp_sx_grow((void **)&v->c, sizeof *v->c * (size_t)k, need, &c3))
+    int c1 = v->cap, c2 = v->cap;
+    if (osdp_sx_grow((void **)&v->m, sizeof *v->m, need, &c1) || osdp_sx_grow((void **)&v->q, sizeof *v->q, need, &c2))
         return -1;
+    if (c1 != v->cap || k > v->kc || !v->c) {
+        int kk = k > v->kc ? k : v->kc;
+        int *nc = realloc(v->c, sizeof *v->c * (size_t)c1 * (size_t)kk);
+        if (!nc) return -1;
+        v->c = nc;
+        v->kc = kk;
+    }
     v->cap = c1;
     return 0;
 }
@@ -59,7 +67,7 @@ void osdp_sx_pts_free(pts *v)
     free(v->m); free(v->q); free(v->c);
     v->m = v->q = NULL;
     v->c = NULL;
-    v->n = v->cap = 0;
+    v->n = v->cap = v->kc = 0;
 }
 
 /* The LP relaxation of the completion of a point of G_d(j) as a function of

@@ -1,0 +1,239 @@
+/* The planner's branch and bound over the constraints Z_u <= d for one
+ * transient bound d (method and guarantee in osdp/planner.h): the knapsack
+ * of each node, the check of its plan against the true Z, the branches,
+ * and constraint propagation. */
+#include "plan_search.h"
+
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* the largest u whose true Z_u (the later operators' activations as the
+ * plan has them) exceeds d, -1 if none */
+static int osdp_ps_violated(const pctx *x, const int *ch, long long d)
+{
+    long long suffix = 0; /* sum_{j >= u+2} acts_j */
+    for (int u = x->n - 1; u >= 0; u--) {
+        long long v = -suffix + x->wp[AT(x, u, ch[u])];
+        if (u > 0) v += x->f[AT(x, u - 1, ch[u - 1])];
+        if (u + 1 < x->n) {
+            v += x->nx[AT(x, u + 1, ch[u + 1])];
+            suffix += x->acts[AT(x, u + 1, ch[u + 1])];
+        }
+        if (v > d) return u;
+    }
+    return -1;
+}
+
+/* 1 when a plan of objective v (or a node bounded below by v) may still
+ * be better than the best plan found, or reach x->cutoff before one is */
+int osdp_ps_beats(const pctx *x, const best_t *bt, double v)
+{
+    return bt->found ? v < bt->obj : v <= x->cutoff;
+}
+
+/* the slowest objective still wanted */
+double osdp_ps_cap(const pctx *x, const best_t *bt)
+{
+    return bt->found ? bt->obj : x->cutoff;
+}
+
+void osdp_ps_offer(const pctx *x, best_t *bt, const int *ch, double obj)
+{
+    if (!osdp_ps_beats(x, bt, obj)) return;
+    bt->found = 1;
+    bt->obj = obj;
+    memcpy(bt->ch, ch, sizeof *ch * (size_t)x->n);
+}
+
+/* a copy of A (n x kc flags), NULL when out of memory */
+static unsigned char *dup_allow(const pctx *x, const unsigned char *A)
+{
+    size_t nk = (size_t)x->n * (size_t)x->kc;
+    unsigned char *B = malloc(nk);
+    if (B) memcpy(B, A, nk);
+    return B;
+}
+
+/* 1 when operator i keeps some allowed choice in A */
+static int any_left(const pctx *x, const unsigned char *A, int i)
+{
+    for (int c = 0; c < x->nc[i]; c++)
+        if (A[AT(x, i, c)]) return 1;
+    return 0;
+}
+
+/* Constraint propagation for one node (allowed choices A) at transient
+ * bound d: Z_u is at least LB_u, the sum of each of its terms' smallest
+ * allowed value (f at u-1, wp at u, nx at u+1, -acts at j >= u+2); a choice
+ * whose term exceeds its smallest by more than d - LB_u is in no plan of
+ * the node that respects Z_u, and goes.  Repeated until nothing changes.
+ * Returns 0 when the node is empty.  mn: scratch of 7 n. */
+int osdp_ps_propagate(const pctx *x, unsigned char *A, long long d, long long *mn)
+{
+    const int n = x->n;
+    long long *mf = mn, *mw = mn + n, *mx = mn + 2 * n, *ah = mn + 3 * n, *rng = mn + 4 * n, *sa = mn + 5 * n,
+              *rs = mn + 6 * n;
+    for (int pass = 0, changed = 1; changed && pass < 16; pass++) {
+        changed = 0;
+        for (int u = 0; u < n; u++) {
+            long long al = LLONG_MAX;
+            mf[u] = mw[u] = mx[u] = LLONG_MAX;
+            ah[u] = LLONG_MIN;
+            for (int c = 0; c < x->nc[u]; c++) {
+                size_t a = AT(x, u, c);
+                if (!A[a]) continue;
+                if (x->f[a] < mf[u]) mf[u] = x->f[a];
+                if (x->wp[a] < mw[u]) mw[u] = x->wp[a];
+                if (x->nx[a] < mx[u]) mx[u] = x->nx[a];
+                if (x->acts[a] > ah[u]) ah[u] = x->acts[a];
+                if (x->acts[a] < al) al = x->acts[a];
+            }
+            if (mw[u] == LLONG_MAX) return 0;
+            rng[u] = ah[u] - al;
+        }
+        /* over j >= u+2: the sum of the largest acts_j, the largest range */
+        long long run = 0, rmax = 0;
+        for (int u = n - 1; u >= 0; u--) {
+            sa[u] = run;
+            rs[u] = rmax;
+            if (u + 1 < n) {
+                run += ah[u + 1];
+                if (rng[u + 1] > rmax) rmax = rng[u + 1];
+            }
+        }
+        for (int u = 0; u < n; u++) {
+            long long slack = d - (-sa[u] + mw[u] + (u > 0 ? mf[u - 1] : 0) + (u + 1 < n ? mx[u + 1] : 0));
+            if (slack < 0) return 0;
+            for (int c = 0; c < x->nc[u]; c++) {
+                size_t a = AT(x, u, c);
+                if (A[a] && x->wp[a] - mw[u] > slack) A[a] = 0, changed = 1;
+            }
+            for (int c = 0; u > 0 && c < x->nc[u - 1]; c++) {
+                size_t a = AT(x, u - 1, c);
+                if (A[a] && x->f[a] - mf[u - 1] > slack) A[a] = 0, changed = 1;
+            }
+            for (int c = 0; u + 1 < n && c < x->nc[u + 1]; c++) {
+                size_t a = AT(x, u + 1, c);
+                if (A[a] && x->nx[a] - mx[u + 1] > slack) A[a] = 0, changed = 1;
+            }
+            if (rs[u] <= slack) continue;
+            for (int j = u + 2; j < n; j++) {
+                if (rng[j] <= slack) continue;
+                for (int c = 0; c < x->nc[j]; c++) {
+                    size_t a = AT(x, j, c);
+                    if (A[a] && ah[j] - x->acts[a] > slack) A[a] = 0, changed = 1;
+                }
+            }
+        }
+    }
+    return 1;
+}
+
+/* the value choice c of operator i adds to a Z: its f, nx or -acts */
+enum { T_F, T_NX, T_ACTS };
+static long long term_val(const pctx *x, int kind, int i, int c)
+{
+    size_t a = AT(x, i, c);
+    return kind == T_F ? x->f[a] : kind == T_NX ? x->nx[a] : -x->acts[a];
+}
+
+/* Branch and bound over the constraints Z_u <= d (true Z) for one
+ * transient bound d.  Z_u is a sum of terms, one per operator: f of u-1,
+ * nx of u+1, -acts of every j >= u+2, and wp of u.  A knapsack plan P that
+ * violates Z_u, with term values v_1..v_m at the other operators, is
+ * excluded by the branches
+ *     t = 1..m:  v_s >= v_s(P) for s < t, and v_t < v_t(P)
+ *     last:      v_s >= v_s(P) for every s, and wp_u <= d - sum_s v_s(P)
+ * (a term whose P value is already its smallest in the node has no branch
+ * of its own); together they keep every plan of the node that respects
+ * Z_u.  The knapsack optimum of a node bounds its branches from below. */
+osdp_status osdp_ps_bnb(pctx *x, unsigned char *base, long long d, long long lim, best_t *bt, int *ch)
+{
+    const int n = x->n;
+    int cap = 16, sp = 0;
+    unsigned char **stack = malloc(sizeof *stack * (size_t)cap);
+    int *ti = malloc(sizeof *ti * 2 * (size_t)(n + 1)), *tk = ti + n + 1;
+    long long *tv = malloc(sizeof *tv * (size_t)(n + 1)), *mn = malloc(sizeof *mn * 7 * (size_t)n);
+    if (!stack || !ti || !tv || !mn) {
+        free(stack); free(ti); free(tv); free(mn);
+        return osdp_error_set(OSDP_ERR_OOM, "planner: out of host memory");
+    }
+    stack[sp++] = base;
+    osdp_status s = OSDP_OK;
+    const double lam = x->minmem ? (double)d : 0.0;
+    while (sp > 0 && s == OSDP_OK) {
+        unsigned char *A = stack[--sp];
+        double obj;
+        osdp_status ks;
+        if (!osdp_ps_beats(x, bt, osdp_ps_lp_bound(x, A, lim) + lam)) ks = OSDP_ERR_INFEASIBLE; /* bounded out */
+        else ks = osdp_ps_knap(x, A, lim, osdp_ps_cap(x, bt) - lam, ch, &obj);
+        int u = -1;
+        if (ks == OSDP_OK && osdp_ps_beats(x, bt, obj + lam)) {
+            u = osdp_ps_violated(x, ch, d);
+            if (u < 0) osdp_ps_offer(x, bt, ch, obj + lam);
+        } else if (ks != OSDP_OK && ks != OSDP_ERR_INFEASIBLE) {
+            s = ks;
+        }
+        if (u < 0) {
+            if (A != base) free(A);
+            continue;
+        }
+        /* the terms of Z_u; those with a branch of their own first */
+        long long room = d;
+        int nt = 0;
+        for (int j = u - 1; j < n; j++) {
+            if (j == u) continue;
+            int kind = j == u - 1 ? T_F : j == u + 1 ? T_NX : T_ACTS;
+            long long v = term_val(x, kind, j, ch[j]);
+            room -= v;
+            int lower = 0;
+            for (int c = 0; c < x->nc[j] && !lower; c++) lower = A[AT(x, j, c)] && term_val(x, kind, j, c) < v;
+            if (lower) {
+                ti[nt] = j;
+                tk[nt] = kind;
+                tv[nt++] = v;
+            }
+        }
+        if (sp + nt + 1 > cap) {
+            unsigned char **ns = realloc(stack, sizeof *stack * (size_t)(2 * cap + nt + 1));
+            if (!ns) {
+                if (A != base) free(A);
+                s = osdp_error_set(OSDP_ERR_OOM, "planner: out of host memory");
+                break;
+            }
+            stack = ns;
+            cap = 2 * cap + nt + 1;
+        }
+        /* pushed last branch first, so that branch 1 is searched first */
+        for (int t = nt; t >= 0 && s == OSDP_OK; t--) {
+            unsigned char *B = dup_allow(x, A);
+            if (!B) {
+                s = osdp_error_set(OSDP_ERR_OOM, "planner: out of host memory");
+                break;
+            }
+            int ok = 1;
+            for (int q = 0; q <= t && q < nt && ok; q++) {
+                const int j = ti[q];
+                for (int c = 0; c < x->nc[j]; c++)
+                    if ((term_val(x, tk[q], j, c) < tv[q]) != (q == t)) B[AT(x, j, c)] = 0;
+                ok = any_left(x, B, j);
+            }
+            if (t == nt && ok) {
+                for (int c = 0; c < x->nc[u]; c++)
+                    if (x->wp[AT(x, u, c)] > room) B[AT(x, u, c)] = 0;
+                ok = any_left(x, B, u);
+            }
+            if (ok) ok = osdp_ps_propagate(x, B, d, mn);
+            if (ok) stack[sp++] = B;
+            else free(B);
+        }
+        if (A != base) free(A);
+    }
+    while (sp > 0) {
+        unsigned char *A = stack[--sp];
+        if (A != base) free(A);
+    }
+    free(stack); free(ti); free(tv); free(mn);
+    return s;
+}

@@ -1,0 +1,259 @@
+/* Tests for the planner's per-operator choices (issue 7): --split auto
+ * (any k of any g in 1, 2, 4, .. per operator) and --recompute auto
+ * (recompute per attn / mlp operator) against brute force over every plan
+ * of every choice (before the planner drops dominated ones), with the
+ * model peak (osdp_cost_peak, equal to the runtime's accounting by
+ * test_split's peak test); exact and dfs alike.  With recompute auto the
+ * planner either proves its plan optimal (gap 0: the brute-force optimum)
+ * or returns a plan that fits within its stated gap. */
+#include "config.h"
+
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "osdp/cost_model.h"
+#include "osdp/device.h"
+#include "osdp/planner.h"
+#include "osdp/runtime.h"
+
+static const char *src_dir(void)
+{
+    const char *d = getenv("OSDP_SRCDIR");
+    return d && d[0] ? d : OSDP_SOURCE_DIR;
+}
+
+static void load_layout(osdp_layout *L, const char *model, int T)
+{
+    char path[4096];
+    osdp_model_config cfg;
+    snprintf(path, sizeof path, "%s/input/models/%s.ini", src_dir(), model);
+    ck_assert_msg(osdp_model_config_load(&cfg, path) == OSDP_OK, "%s", osdp_error_message());
+    ck_assert_msg(osdp_layout_build(L, &cfg, T > 0 ? T : cfg.ctx) == OSDP_OK, "%s", osdp_error_message());
+}
+
+static osdp_device test_device(void)
+{
+    osdp_device d;
+    memset(&d, 0, sizeof d);
+    snprintf(d.name, sizeof d.name, "test");
+    d.mem_limit = 1;
+    d.param_bytes = d.act_bytes = 4;
+    d.all_gather = (osdp_collective_cost){2e-5, 1e-9};
+    d.reduce_scatter = (osdp_collective_cost){3e-5, 1.5e-9};
+    for (int t = 0; t < OSDP_N_OP_TYPES; t++) d.gamma[t] = (1 + 0.3 * t) * 2e-11;
+    return d;
+}
+
+static int close_rel(double a, double b, double tol) { return fabs(a - b) <= tol * fmax(fabs(a), fabs(b)); }
+
+typedef struct opt3 { int g, k, rc; } opt3;
+
+/* every choice of operator i: k of g for g = 1, 2, .., gmax that the
+ * operator can be cut into, recompute both ways for attn / mlp when rc */
+static int all_choices(const osdp_layout *L, int i, int gmax, int rc, opt3 *out)
+{
+    const osdp_op_layout *op = &L->op[i];
+    int n = 0, rc_hi = rc && (op->type == OSDP_OP_ATTN || op->type == OSDP_OP_MLP);
+    for (int r = 0; r <= rc_hi; r++)
+        for (int g = 1; g <= gmax; g *= 2) {
+            size_t bounds[OSDP_MAX_SLICES + 1];
+            if (g > 1 && (op->type == OSDP_OP_EMBED || osdp_op_split(op, g, bounds) != OSDP_OK)) continue;
+            for (int k = 0; k <= g; k++) out[n++] = (opt3){g, k, r};
+        }
+    return n;
+}
+
+typedef struct brute { long long n; double *time; long long *peak; } brute;
+
+static void brute_all(brute *B, const osdp_layout *L, const osdp_device *d, int N, int pf, int b, int gmax, int rc)
+{
+    const int n = L->n_ops;
+    opt3 ch[32][64];
+    int nc[32];
+    ck_assert(n <= 32);
+    B->n = 1;
+    for (int i = 0; i < n; i++) {
+        nc[i] = all_choices(L, i, gmax, rc, ch[i]);
+        B->n *= nc[i];
+    }
+    ck_assert(B->n <= 4000000);
+    B->time = malloc(sizeof *B->time * (size_t)B->n);
+    B->peak = malloc(sizeof *B->peak * (size_t)B->n);
+    ck_assert(B->time && B->peak);
+    osdp_plan p;
+    ck_assert(osdp_plan_alloc(&p, n) == OSDP_OK);
+    osdp_cost_model cm = {.layout = L, .dev = d, .N = N, .prefetch = pf, .kind = OSDP_COST_PAPER};
+    for (long long code = 0; code < B->n; code++) {
+        long long c = code;
+        for (int i = 0; i < n; i++) {
+            const opt3 *o = &ch[i][c % nc[i]];
+            c /= nc[i];
+            p.slices[i] = o->g;
+            p.zdp_slices[i] = o->k;
+            p.recompute[i] = o->rc;
+        }
+        B->time[code] = osdp_cost_step_time(&cm, &p, b, 1);
+        B->peak[code] = osdp_cost_peak(&cm, &p, b, NULL);
+    }
+    osdp_plan_free(&p);
+}
+
+static int cmp_ll(const void *a, const void *b)
+{
+    long long x = *(const long long *)a, y = *(const long long *)b;
+    return x < y ? -1 : x > y;
+}
+
+static unsigned long long g_rng = 777;
+static unsigned rnd(void)
+{
+    g_rng = g_rng * 6364136223846793005ULL + 1442695040888963407ULL;
+    return (unsigned)(g_rng >> 33);
+}
+
+static int n_split_mixed, n_rc_mixed;
+
+/* the planner (exact and dfs) at 17 limits across the range of plan peaks
+ * equals brute force; returns the number of unproven plans.  random: a
+ * device with random latency, bandwidth and compute scales */
+static int check(const char *model, int T, int N, int pf, int b, int gmax, int rc, int random)
+{
+    osdp_layout L;
+    load_layout(&L, model, T);
+    osdp_device d = test_device();
+    if (random) {
+        double sa = pow(10, (double)(rnd() % 400) / 100 - 2), sb = pow(10, (double)(rnd() % 400) / 100 - 2);
+        d.all_gather.alpha *= sa;
+        d.reduce_scatter.alpha *= sa * (0.5 + (rnd() % 100) / 100.0);
+        d.all_gather.beta *= sb;
+        d.reduce_scatter.beta *= sb * (0.5 + (rnd() % 100) / 100.0);
+        for (int t = 0; t < OSDP_N_OP_TYPES; t++) d.gamma[t] *= pow(10, (double)(rnd() % 300) / 100 - 1.5);
+    }
+    brute B;
+    brute_all(&B, &L, &d, N, pf, b, gmax, rc);
+    long long *sorted = malloc(sizeof *sorted * (size_t)B.n);
+    ck_assert(sorted);
+    memcpy(sorted, B.peak, sizeof *sorted * (size_t)B.n);
+    qsort(sorted, (size_t)B.n, sizeof *sorted, cmp_ll);
+    int unproven = 0, split_mixed = 0, rc_mixed = 0;
+    for (int li = 0; li <= 16; li++) {
+        long long limit = li == 0 ? sorted[0] - 1 : sorted[(size_t)(B.n - 1) * (size_t)(li - 1) / 15] - (li & 1) * 3;
+        if (li == 16) limit = sorted[B.n - 1] + 1000;
+        double best = INFINITY;
+        for (long long c = 0; c < B.n; c++)
+            if (B.peak[c] <= limit && B.time[c] < best) best = B.time[c];
+        double got[2] = {0, 0};
+        for (int se = 0; se < 2; se++) {
+            osdp_planner_options o;
+            osdp_planner_defaults(&o);
+            o.n_ranks = N;
+            o.prefetch = pf;
+            o.split_auto = gmax > 1;
+            o.split_max = gmax;
+            o.recompute_auto = rc;
+            o.mem_limit = limit;
+            o.search = se ? OSDP_SEARCH_DFS : OSDP_SEARCH_EXACT;
+            osdp_planner_result r;
+            osdp_status s = osdp_planner_plan_batch(&L, &d, &o, b, 1, &r);
+            const char *what = se ? "dfs" : "exact";
+            if (isinf(best)) {
+                ck_assert_msg(s == OSDP_ERR_INFEASIBLE, "%s N=%d pf=%d limit %lld (%s): status %d", model, N, pf, limit,
+                              what, s);
+            } else if (s == OSDP_ERR_INFEASIBLE) {
+                ck_assert_msg(r.gap > 0, "%s N=%d pf=%d g<=%d rc=%d limit %lld (%s): infeasible, brute %.17g", model, N,
+                              pf, gmax, rc, limit, what, best);
+                unproven++;
+            } else {
+                ck_assert_msg(s == OSDP_OK, "%s limit %lld: %s", model, limit, osdp_error_message());
+                ck_assert(!r.timed_out);
+                osdp_cost_model cm = {.layout = &L, .dev = &d, .N = N, .prefetch = pf, .kind = OSDP_COST_PAPER};
+                ck_assert(osdp_cost_peak(&cm, &r.plan, b, NULL) == r.peak_bytes && r.peak_bytes <= limit);
+                osdp_memory_prediction pr;
+                ck_assert(osdp_memory_predict(&L, &r.plan, N, b, 1, pf, &pr) == OSDP_OK);
+                ck_assert_msg((long long)pr.peak_total == r.peak_bytes, "runtime %zu, model %lld", pr.peak_total,
+                              r.peak_bytes);
+                if (r.gap == 0)
+                    ck_assert_msg(close_rel(r.step_s, best, 1e-12),
+                                  "%s N=%d pf=%d b=%d g<=%d rc=%d limit %lld (%s): planner %.17g, brute %.17g", model, N,
+                                  pf, b, gmax, rc, limit, what, r.step_s, best);
+                else {
+                    ck_assert(r.step_s >= best * (1 - 1e-12) && r.step_s * (1 - r.gap) <= best * (1 + 1e-12));
+                    unproven++;
+                }
+                int g0 = 0, gm = 0, r1 = 0;
+                for (int i = 1; i < L.n_ops; i++) {
+                    g0 = g0 ? g0 : r.plan.slices[i];
+                    gm |= r.plan.slices[i] != g0;
+                    r1 += r.plan.recompute[i];
+                }
+                split_mixed += gm;
+                if (getenv("OSDP_TEST_DEBUG")) {
+                    for (int i = 0; i < L.n_ops; i++)
+                        fprintf(stderr, "%d/%d%s ", r.plan.zdp_slices[i], r.plan.slices[i], r.plan.recompute[i] ? "r" : "");
+                    fprintf(stderr, " limit %lld step %.9g gap %g\n", limit, r.step_s, r.gap);
+                }
+                rc_mixed += r1 > 0 && r1 < 2 * L.cfg.n_layer;
+                got[se] = r.step_s;
+            }
+            osdp_planner_result_free(&r);
+        }
+        ck_assert(got[0] == got[1]); /* dfs and exact: the same plan */
+    }
+    if (getenv("OSDP_TEST_VERBOSE"))
+        fprintf(stderr, "%s N=%d pf=%d b=%d g<=%d rc=%d: %lld plans, %d with mixed g, %d with some recompute, %d unproven\n",
+                model, N, pf, b, gmax, rc, B.n, split_mixed, rc_mixed, unproven);
+    n_split_mixed += split_mixed;
+    n_rc_mixed += rc_mixed;
+    free(sorted);
+    free(B.time);
+    free(B.peak);
+    osdp_layout_free(&L);
+    return unproven;
+}
+
+START_TEST(test_split_auto_brute)
+{
+    n_split_mixed = 0;
+    check("tiny", 16, 4, 1, 1, 4, 0, 0);        /* 10 choices per block operator */
+    check("tiny", 32, 3, 0, 2, 4, 0, 0);        /* N = 3: slices of different padding */
+    check("bench_l4_d512", 32, 4, 1, 1, 2, 0, 0);
+    check("bench_l4_d512", 64, 3, 0, 1, 2, 0, 1);
+    for (int r = 0; r < 6; r++) check("tiny", 16 + 16 * (r % 3), 2 + (int)(rnd() % 7), r & 1, 1 + r % 2, 4, 0, 1);
+    ck_assert_int_ge(n_split_mixed, 8); /* plans with different g per operator were optimal */
+}
+END_TEST
+
+START_TEST(test_recompute_auto_brute)
+{
+    int unproven = 0;
+    n_rc_mixed = 0;
+    unproven += check("tiny", 16, 4, 1, 1, 1, 1, 0);
+    unproven += check("tiny", 64, 2, 1, 2, 1, 1, 0);
+    unproven += check("tiny", 32, 3, 0, 1, 2, 1, 0); /* both at once: 10 choices per block operator */
+    unproven += check("tiny", 64, 4, 1, 2, 2, 1, 0);
+    unproven += check("tiny", 32, 3, 1, 1, 4, 1, 0); /* 20 choices per block operator */
+    unproven += check("bench_l4_d512", 64, 4, 1, 2, 1, 1, 0);
+    unproven += check("bench_l4_d512", 128, 2, 0, 1, 1, 1, 1);
+    for (int r = 0; r < 8; r++) unproven += check("tiny", 16 + 16 * (r % 4), 2 + (int)(rnd() % 7), r & 1, 1 + r % 3, 1 + (r & 2), 1, 1);
+    ck_assert_int_ge(n_rc_mixed, 16); /* plans recomputing some operators, not all, were optimal */
+    ck_assert_int_eq(unproven, 0);    /* every plan proven optimal (gap 0) */
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("plan_auto");
+    TCase *tc = tcase_create("core");
+    tcase_set_timeout(tc, 600);
+    tcase_add_test(tc, test_split_auto_brute);
+    tcase_add_test(tc, test_recompute_auto_brute);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
