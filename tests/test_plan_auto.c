@@ -19,20 +19,7 @@
 #include "osdp/planner.h"
 #include "osdp/runtime.h"
 
-static const char *src_dir(void)
-{
-    const char *d = getenv("OSDP_SRCDIR");
-    return d && d[0] ? d : OSDP_SOURCE_DIR;
-}
-
-static void load_layout(osdp_layout *L, const char *model, int T)
-{
-    char path[4096];
-    osdp_model_config cfg;
-    snprintf(path, sizeof path, "%s/input/models/%s.ini", src_dir(), model);
-    ck_assert_msg(osdp_model_config_load(&cfg, path) == OSDP_OK, "%s", osdp_error_message());
-    ck_assert_msg(osdp_layout_build(L, &cfg, T > 0 ? T : cfg.ctx) == OSDP_OK, "%s", osdp_error_message());
-}
+#include "test_inputs.h"
 
 static osdp_device test_device(void)
 {
@@ -125,12 +112,7 @@ static int check(const char *model, int T, int N, int pf, int b, int gmax, int r
     load_layout(&L, model, T);
     osdp_device d = test_device();
     if (random) {
-        double sa = pow(10, (double)(rnd() % 400) / 100 - 2), sb = pow(10, (double)(rnd() % 400) / 100 - 2);
-        d.all_gather.alpha *= sa;
-        d.reduce_scatter.alpha *= sa * (0.5 + (rnd() % 100) / 100.0);
-        d.all_gather.beta *= sb;
-        d.reduce_scatter.beta *= sb * (0.5 + (rnd() % 100) / 100.0);
-        for (int t = 0; t < OSDP_N_OP_TYPES; t++) d.gamma[t] *= pow(10, (double)(rnd() % 300) / 100 - 1.5);
+        randomize_device(&d, rnd);
     }
     brute B;
     brute_all(&B, &L, &d, N, pf, b, gmax, rc);

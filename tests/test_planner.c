@@ -18,27 +18,7 @@
 #include "osdp/planner.h"
 #include "osdp/runtime.h"
 
-static const char *src_dir(void)
-{
-    const char *d = getenv("OSDP_SRCDIR");
-    return d && d[0] ? d : OSDP_SOURCE_DIR;
-}
-
-static void load_layout(osdp_layout *L, const char *model, int T)
-{
-    char path[4096];
-    osdp_model_config cfg;
-    snprintf(path, sizeof path, "%s/input/models/%s.ini", src_dir(), model);
-    ck_assert_msg(osdp_model_config_load(&cfg, path) == OSDP_OK, "%s", osdp_error_message());
-    ck_assert_msg(osdp_layout_build(L, &cfg, T > 0 ? T : cfg.ctx) == OSDP_OK, "%s", osdp_error_message());
-}
-
-static void load_device(osdp_device *d, const char *name)
-{
-    char path[4096];
-    snprintf(path, sizeof path, "%s/input/devices/%s.ini", src_dir(), name);
-    ck_assert_msg(osdp_device_load(d, path) == OSDP_OK, "%s", osdp_error_message());
-}
+#include "test_inputs.h"
 
 /* a CPU-like device whose communication is expensive enough that ZDP costs */
 static osdp_device test_device(long long limit)
@@ -365,12 +345,7 @@ START_TEST(test_planner_brute_tiny)
     /* random devices: latency-, bandwidth- and compute-bound mixes */
     for (int r = 0; r < 12; r++) {
         osdp_device d = test_device(1);
-        double sa = pow(10, (double)(rnd() % 400) / 100 - 2), sb = pow(10, (double)(rnd() % 400) / 100 - 2);
-        d.all_gather.alpha *= sa;
-        d.reduce_scatter.alpha *= sa * (0.5 + (rnd() % 100) / 100.0);
-        d.all_gather.beta *= sb;
-        d.reduce_scatter.beta *= sb * (0.5 + (rnd() % 100) / 100.0);
-        for (int t = 0; t < OSDP_N_OP_TYPES; t++) d.gamma[t] *= pow(10, (double)(rnd() % 300) / 100 - 1.5);
+        randomize_device(&d, rnd);
         check_against_brute(r < 4 ? "tiny" : "bench_l6_d256", 16 + 16 * (r % 3), 2 + (int)(rnd() % 7), (int)(r & 1),
                             1 + (int)(rnd() % 3), 1, &d);
     }

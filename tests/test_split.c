@@ -32,28 +32,14 @@
 #include "osdp/planner.h"
 #include "osdp/runtime.h"
 
+#include "test_inputs.h"
+
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-static const char *src_dir(void)
-{
-    const char *d = getenv("OSDP_SRCDIR");
-    return d && d[0] ? d : OSDP_SOURCE_DIR;
-}
-
-static void load_layout(osdp_layout *L, const char *model, int T)
-{
-    char path[4096];
-    osdp_model_config cfg;
-    if (strchr(model, '/')) snprintf(path, sizeof path, "%s/%s", src_dir(), model);   /* tests/mpi/... */
-    else snprintf(path, sizeof path, "%s/input/models/%s.ini", src_dir(), model);
-    ck_assert_msg(osdp_model_config_load(&cfg, path) == OSDP_OK, "%s", osdp_error_message());
-    ck_assert_msg(osdp_layout_build(L, &cfg, T > 0 ? T : cfg.ctx) == OSDP_OK, "%s", osdp_error_message());
-}
 
 static unsigned long long g_rng = 424242;
 static unsigned rnd(void)

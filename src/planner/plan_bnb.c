@@ -8,23 +8,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* the largest u whose true Z_u (the later operators' activations as the
- * plan has them) exceeds d, -1 if none */
-static int osdp_ps_violated(const pctx *x, const int *ch, long long d)
-{
-    long long suffix = 0; /* sum_{j >= u+2} acts_j */
-    for (int u = x->n - 1; u >= 0; u--) {
-        long long v = -suffix + x->wp[AT(x, u, ch[u])];
-        if (u > 0) v += x->f[AT(x, u - 1, ch[u - 1])];
-        if (u + 1 < x->n) {
-            v += x->nx[AT(x, u + 1, ch[u + 1])];
-            suffix += x->acts[AT(x, u + 1, ch[u + 1])];
-        }
-        if (v > d) return u;
-    }
-    return -1;
-}
-
 /* 1 when a plan of objective v (or a node bounded below by v) may still
  * be better than the best plan found, or reach x->cutoff before one is */
 int osdp_ps_beats(const pctx *x, const best_t *bt, double v)
@@ -170,7 +153,7 @@ osdp_status osdp_ps_bnb(pctx *x, unsigned char *base, long long d, long long lim
         else ks = osdp_ps_knap(x, A, lim, osdp_ps_cap(x, bt) - lam, ch, &obj);
         int u = -1;
         if (ks == OSDP_OK && osdp_ps_beats(x, bt, obj + lam)) {
-            u = osdp_ps_violated(x, ch, d);
+            u = osdp_ps_transient_scan(x, ch, d, NULL);
             if (u < 0) osdp_ps_offer(x, bt, ch, obj + lam);
         } else if (ks != OSDP_OK && ks != OSDP_ERR_INFEASIBLE) {
             s = ks;

@@ -308,7 +308,7 @@ oom:
     return osdp_error_set(OSDP_ERR_OOM, "planner: out of host memory");
 }
 
-long long osdp_ps_true_transient(const pctx *x, const int *ch)
+int osdp_ps_transient_scan(const pctx *x, const int *ch, long long d, long long *max_z)
 {
     long long best = LLONG_MIN, suffix = 0; /* sum_{j >= u+2} acts_j */
     for (int u = x->n - 1; u >= 0; u--) {
@@ -319,7 +319,16 @@ long long osdp_ps_true_transient(const pctx *x, const int *ch)
             suffix += x->acts[AT(x, u + 1, ch[u + 1])];
         }
         if (v > best) best = v;
+        if (v > d && !max_z) return u;
     }
+    if (max_z) *max_z = best;
+    return -1;
+}
+
+long long osdp_ps_true_transient(const pctx *x, const int *ch)
+{
+    long long best;
+    osdp_ps_transient_scan(x, ch, LLONG_MAX, &best);
     return best;
 }
 

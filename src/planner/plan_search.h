@@ -66,8 +66,12 @@ typedef struct best_t {
 osdp_status osdp_ps_ctx_build(pctx *x, const osdp_layout *L, const osdp_device *dev, const osdp_planner_options *o,
                               int b, int accum, int minmem, osdp_cost_cuts *cuts, osdp_planner_result *acc);
 void osdp_ps_ctx_free(pctx *x);
-/* Z_u of a plan with the true activations of the later operators */
+/* Z_u of a plan with the true activations of the later operators: the
+ * largest over u (osdp_ps_true_transient); or, with max_z NULL, the largest
+ * u whose Z_u exceeds d, -1 if none (max_z non-NULL: the largest Z_u goes
+ * there and the scan does not stop) */
 long long osdp_ps_true_transient(const pctx *x, const int *ch);
+int osdp_ps_transient_scan(const pctx *x, const int *ch, long long d, long long *max_z);
 
 /* plan_search.c */
 /* the best plan with peak <= limit (minmem: the smallest peak); bt->ch caller-allocated [n] */
