@@ -31,6 +31,7 @@ OSDP_BIN=${OSDP_BIN:-$SLURM_SUBMIT_DIR/osdp_gpt}
 MODEL=${MODEL:-$SLURM_SUBMIT_DIR/input/models/gpt2_small.ini}
 DATA=${DATA:-$SLURM_SUBMIT_DIR/input/data/addition.txt}
 BACKEND=${BACKEND:-cuda}
+PRECISION=${PRECISION:-bf16}           # bf16 weights and products (fp32 master, gradients); or fp32
 PLAN=${PLAN:-dp}
 STEPS=${STEPS:-1000}
 BATCH=${BATCH:-8}
@@ -54,7 +55,7 @@ export OSDP_NCCL_TIMEOUT_S=${OSDP_NCCL_TIMEOUT_S:-600}
 export OMP_NUM_THREADS=${SLURM_CPUS_PER_TASK:-1}
 
 mkdir -p "$OUT_DIR" "$CKPT_DIR"
-args=(train --model "$MODEL" --data "$DATA" --backend "$BACKEND" --plan "$PLAN"
+args=(train --model "$MODEL" --data "$DATA" --backend "$BACKEND" --precision "$PRECISION" --plan "$PLAN"
       --steps "$STEPS" --batch "$BATCH" --threads "$OMP_NUM_THREADS" --log "$OUT_DIR/steps.log")
 [ -n "$GLOBAL_BATCH" ] && args+=(--global-batch "$GLOBAL_BATCH")
 [ -n "$MEM_LIMIT" ] && args+=(--mem-limit "$MEM_LIMIT")

@@ -15,6 +15,23 @@
  * overwriting ones on NaN-filled buffers (testing that every entry is
  * written).  Several kernels are run twice to check bitwise determinism.
  *
+ * The bf16 table (osdp_compute_cuda_bf16) runs against the CPU bf16 table
+ * (osdp_compute_cpu_bf16) on the same bf16 weights, made from fp32 values by
+ * the CPU table's convert_weights, and the same fp32 activations.  The CPU
+ * table widens the weights and multiplies in fp32; the GPU also rounds x and
+ * dy to bf16 before its tensor-core products, so the matrix products are
+ * allowed BF16_TOL = 2e-2 of the output's largest entry (the rounding of x
+ * and dy, 2^-9 relative per element, moves a product by far less).  Where
+ * every inner dimension is at most TIGHT_MAX_K the products are also checked
+ * against the CPU table run on x and dy rounded to bf16 on the host (the
+ * same operands, only the order and rounding of the fp32 sums differ) within
+ * BF16_SAME_TOL = 1e-3, which catches a misplaced operand or a lost chunk
+ * the loose check might forgive.  Layernorm and the embedding read widened weights and round no
+ * activations: they must agree as the fp32 kernels do (the embedding
+ * bitwise); db (fp32 column sums of dy) too.  convert_weights must give the
+ * bits of osdp_bf16_from_float.  Large cases run the products in several
+ * chunks of the bounded bf16 staging.
+ *
  * The allocator is checked for stream-ordered reuse (a block freed behind
  * queued work and handed out again), the NCCL backend for more requests in
  * flight than it has slots.
@@ -24,6 +41,7 @@
 #include "config.h"
 #include "osdp/comm.h"
 #include "osdp/compute.h"
+#include "osdp/dtype.h"
 
 #include <check.h>
 #include <cuda_runtime.h>
@@ -36,9 +54,14 @@
 
 #define RTOL 1e-4
 #define ATOL 1e-5
+#define BF16_TOL 2e-2
+#define BF16_SAME_TOL 1e-3
+#define TIGHT_MAX_K 2048
 
 static const osdp_compute_backend *cpu = &osdp_compute_cpu;
 static const osdp_compute_backend *gpu = &osdp_compute_cuda;
+static const osdp_compute_backend *cpu16 = &osdp_compute_cpu_bf16;
+static const osdp_compute_backend *gpu16 = &osdp_compute_cuda_bf16;
 static double gemm_rtol = RTOL, gemm_atol = ATOL;
 
 /* ------------------------------------------------------------------ helpers */
@@ -137,6 +160,32 @@ static void expect_bitwise(const char *what, const float *ref, const float *d, s
         ck_assert_msg(memcmp(&ref[i], &got[i], sizeof(float)) == 0, "%s[%zu]: %.9g vs %.9g (not bitwise equal)",
                       what, i, ref[i], got[i]);
     free(got);
+}
+
+/* bf16 helpers: weights made by the CPU table's convert_weights; x rounded
+ * through bf16 on the host (the operand the GPU multiplies) */
+static uint16_t *bf16_weights(const float *w, size_t n)
+{
+    uint16_t *h = malloc((n ? n : 1) * sizeof *h);
+    ck_assert_msg(h != NULL, "out of host memory");
+    cpu16->convert_weights(h, w, n);
+    return h;
+}
+
+static void *upb(const uint16_t *h, size_t n) { return up(h, n * sizeof *h); }
+
+static float *bf16_rounded(const float *x, size_t n)
+{
+    float *r = falloc(n);
+    for (size_t i = 0; i < n; i++) r[i] = osdp_bf16_to_float(osdp_bf16_from_float(x[i]));
+    return r;
+}
+
+static float *fcopy(const float *a, size_t n)
+{
+    float *c = falloc(n);
+    memcpy(c, a, n * sizeof *c);
+    return c;
 }
 
 /* two device buffers hold the same bits */
@@ -272,38 +321,67 @@ END_TEST
 
 /* --------------------------------------------------------------- layernorm */
 
-START_TEST(test_layernorm)
+/* the CPU table's layernorm against the GPU table's of the same weight type:
+ * forward, then backward from the CPU's saved statistics (so only the
+ * backward is compared), twice on the GPU (run to run the same bits) */
+static void check_layernorm(const osdp_compute_backend *c, const osdp_compute_backend *d, uint64_t seed)
 {
-    const int BT = 45, C = 72;
-    const size_t n = (size_t)BT * C;
-    float *x = rand_floats(n, -2, 2, 30), *w = rand_floats(C, 0.5f, 1.5f, 31), *b = rand_floats(C, -1, 1, 32);
+    const int BT = 45, C = 72, bf16 = d->weight_dtype == OSDP_BFLOAT16;
+    const size_t n = (size_t)BT * C, wsize = bf16 ? sizeof(uint16_t) : sizeof(float);
+    const char *tag = bf16 ? "bf16 layernorm" : "layernorm";
+    char what[64];
+    float *x = rand_floats(n, -2, 2, seed), *wf = rand_floats(C, 0.5f, 1.5f, seed + 1), *bf = rand_floats(C, -1, 1, seed + 2);
+    /* the weights as the tables read them: fp32, or bf16 made by the CPU table */
+    void *w = malloc(C * wsize), *b = malloc(C * wsize);
+    ck_assert(w && b);
+    if (bf16) {
+        c->convert_weights(w, wf, C);
+        c->convert_weights(b, bf, C);
+    } else {
+        memcpy(w, wf, C * wsize);
+        memcpy(b, bf, C * wsize);
+    }
     float *y = nan_floats(n), *mean = nan_floats(BT), *rstd = nan_floats(BT);
-    float *g_x = upf(x, n), *g_w = upf(w, C), *g_b = upf(b, C);
-    float *g_y = upf(y, n), *g_mean = upf(mean, BT), *g_rstd = upf(rstd, BT);
-    cpu->layernorm_forward(y, mean, rstd, x, w, b, BT, C);
-    gpu->layernorm_forward(g_y, g_mean, g_rstd, g_x, g_w, g_b, BT, C);
-    expect_close("layernorm y", y, g_y, n);
-    expect_close("layernorm mean", mean, g_mean, BT);
-    expect_close("layernorm rstd", rstd, g_rstd, BT);
+    float *g_x = upf(x, n), *g_y = upf(y, n), *g_mean = upf(mean, BT), *g_rstd = upf(rstd, BT);
+    void *g_w = up(w, C * wsize), *g_b = up(b, C * wsize);
+    c->layernorm_forward(y, mean, rstd, x, w, b, BT, C);
+    d->layernorm_forward(g_y, g_mean, g_rstd, g_x, g_w, g_b, BT, C);
+    snprintf(what, sizeof what, "%s y", tag);
+    expect_close(what, y, g_y, n);
+    snprintf(what, sizeof what, "%s mean", tag);
+    expect_close(what, mean, g_mean, BT);
+    snprintf(what, sizeof what, "%s rstd", tag);
+    expect_close(what, rstd, g_rstd, BT);
 
-    float *dy = rand_floats(n, -1, 1, 33), *dx = rand_floats(n, -1, 1, 34);
-    float *dw = rand_floats(C, -1, 1, 35), *db = rand_floats(C, -1, 1, 36);
+    float *dy = rand_floats(n, -1, 1, seed + 3), *dx = rand_floats(n, -1, 1, seed + 4);
+    float *dw = rand_floats(C, -1, 1, seed + 5), *db = rand_floats(C, -1, 1, seed + 6);
     float *g_dy = upf(dy, n), *g_dx = upf(dx, n), *g_dw = upf(dw, C), *g_db = upf(db, C);
     float *g_dx2 = upf(dx, n), *g_dw2 = upf(dw, C), *g_db2 = upf(db, C);
-    /* backward from the CPU's saved statistics, so only the backward is compared */
-    gpu->to_device(g_mean, mean, BT * sizeof(float));
-    gpu->to_device(g_rstd, rstd, BT * sizeof(float));
-    cpu->layernorm_backward(dx, dw, db, dy, x, w, mean, rstd, BT, C);
-    gpu->layernorm_backward(g_dx, g_dw, g_db, g_dy, g_x, g_w, g_mean, g_rstd, BT, C);
-    gpu->layernorm_backward(g_dx2, g_dw2, g_db2, g_dy, g_x, g_w, g_mean, g_rstd, BT, C);
-    expect_close("layernorm dx", dx, g_dx, n);
-    expect_close("layernorm dw", dw, g_dw, C);
-    expect_close("layernorm db", db, g_db, C);
-    expect_same_device("layernorm dx (rerun)", g_dx, g_dx2, n);
-    expect_same_device("layernorm dw (rerun)", g_dw, g_dw2, C);
-    float *bufs[] = {g_x, g_w, g_b, g_y, g_mean, g_rstd, g_dy, g_dx, g_dw, g_db, g_dx2, g_dw2, g_db2};
-    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) gpu->free(bufs[i]);
-    free(x), free(w), free(b), free(y), free(mean), free(rstd), free(dy), free(dx), free(dw), free(db);
+    d->to_device(g_mean, mean, BT * sizeof(float));
+    d->to_device(g_rstd, rstd, BT * sizeof(float));
+    c->layernorm_backward(dx, dw, db, dy, x, w, mean, rstd, BT, C);
+    d->layernorm_backward(g_dx, g_dw, g_db, g_dy, g_x, g_w, g_mean, g_rstd, BT, C);
+    d->layernorm_backward(g_dx2, g_dw2, g_db2, g_dy, g_x, g_w, g_mean, g_rstd, BT, C);
+    snprintf(what, sizeof what, "%s dx", tag);
+    expect_close(what, dx, g_dx, n);
+    snprintf(what, sizeof what, "%s dw", tag);
+    expect_close(what, dw, g_dw, C);
+    snprintf(what, sizeof what, "%s db", tag);
+    expect_close(what, db, g_db, C);
+    snprintf(what, sizeof what, "%s dx (rerun)", tag);
+    expect_same_device(what, g_dx, g_dx2, n);
+    snprintf(what, sizeof what, "%s dw (rerun)", tag);
+    expect_same_device(what, g_dw, g_dw2, C);
+    float *bufs[] = {g_x, g_y, g_mean, g_rstd, g_dy, g_dx, g_dw, g_db, g_dx2, g_dw2, g_db2};
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) d->free(bufs[i]);
+    d->free(g_w), d->free(g_b);
+    free(x), free(wf), free(bf), free(w), free(b), free(y), free(mean), free(rstd);
+    free(dy), free(dx), free(dw), free(db);
+}
+
+START_TEST(test_layernorm)
+{
+    check_layernorm(cpu, gpu, 30);
 }
 END_TEST
 
@@ -330,15 +408,18 @@ END_TEST
 
 /* --------------------------------------------------------------- attention */
 
-static void run_attention(int B, int T, int C, int NH, uint64_t seed)
+/* the CPU's fp32 attention against table d's; the bf16 table runs the
+ * products on TF32 tensor cores: 1e-2, as for OSDP_CUDA_TF32=1 */
+static void run_attention(const osdp_compute_backend *d, int B, int T, int C, int NH, uint64_t seed)
 {
+    const double tol = d == gpu16 ? 1e-2 : gemm_rtol, atol = d == gpu16 ? 1e-2 : gemm_atol;
     size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, natt = (size_t)B * NH * T * T;
     float *qkv = rand_floats(nqkv, -1, 1, seed), *out = nan_floats(nout), *att = nan_floats(natt);
     float *g_qkv = upf(qkv, nqkv), *g_out = upf(out, nout), *g_att = upf(att, natt);
     cpu->attention_forward(out, att, qkv, B, T, C, NH);
-    gpu->attention_forward(g_out, g_att, g_qkv, B, T, C, NH);
-    expect_close_gemm("attention att", att, g_att, natt);
-    expect_close_gemm("attention out", out, g_out, nout);
+    d->attention_forward(g_out, g_att, g_qkv, B, T, C, NH);
+    expect_close_tol("attention att", att, g_att, natt, tol, atol);
+    expect_close_tol("attention out", out, g_out, nout, tol, atol);
     float *h_att = down(g_att, natt);
     for (size_t bh = 0; bh < (size_t)B * NH; bh++)
         for (int i = 0; i < T; i++)
@@ -351,9 +432,9 @@ static void run_attention(int B, int T, int C, int NH, uint64_t seed)
     float *g_dqkv2 = upf(dqkv, nqkv);
     gpu->to_device(g_att, att, natt * sizeof(float));  /* compare the backward alone */
     cpu->attention_backward(dqkv, scratch, dout, qkv, att, B, T, C, NH);
-    gpu->attention_backward(g_dqkv, g_scratch, g_dout, g_qkv, g_att, B, T, C, NH);
-    expect_close_gemm("attention dqkv", dqkv, g_dqkv, nqkv);
-    gpu->attention_backward(g_dqkv2, g_scratch, g_dout, g_qkv, g_att, B, T, C, NH);
+    d->attention_backward(g_dqkv, g_scratch, g_dout, g_qkv, g_att, B, T, C, NH);
+    expect_close_tol("attention dqkv", dqkv, g_dqkv, nqkv, tol, atol);
+    d->attention_backward(g_dqkv2, g_scratch, g_dout, g_qkv, g_att, B, T, C, NH);
     expect_same_device("attention dqkv (rerun)", g_dqkv, g_dqkv2, nqkv);
     gpu->free(g_qkv), gpu->free(g_out), gpu->free(g_att), gpu->free(g_dout), gpu->free(g_dqkv);
     gpu->free(g_scratch), gpu->free(g_dqkv2);
@@ -362,9 +443,18 @@ static void run_attention(int B, int T, int C, int NH, uint64_t seed)
 
 START_TEST(test_attention)
 {
-    run_attention(2, 13, 24, 3, 50);
-    run_attention(3, 70, 64, 4, 51);   /* rows longer than a warp, T not a multiple of 32 */
-    run_attention(1, 1, 8, 2, 52);
+    run_attention(gpu, 2, 13, 24, 3, 50);
+    run_attention(gpu, 3, 70, 64, 4, 51);   /* rows longer than a warp, T not a multiple of 32 */
+    run_attention(gpu, 1, 1, 8, 2, 52);
+}
+END_TEST
+
+START_TEST(test_bf16_attention)
+{
+    run_attention(gpu16, 3, 70, 64, 4, 53);
+    run_attention(gpu16, 2, 13, 24, 3, 54);
+    /* and the handle is back in its own mode after: fp32 products stay fp32 */
+    run_attention(gpu, 2, 13, 24, 3, 55);
 }
 END_TEST
 
@@ -457,6 +547,18 @@ START_TEST(test_sums)
         ck_assert_msg(fabs(s_cpu - s_gpu) <= 1e-10 * fabs(s_cpu) + 1e-12, "sum n=%zu: %.17g vs %.17g", n, s_cpu, s_gpu);
         ck_assert_msg(fabs(q_cpu - q_gpu) <= 1e-10 * q_cpu + 1e-12, "sum_squares n=%zu: %.17g vs %.17g", n, q_cpu, q_gpu);
         ck_assert_msg(gpu->sum(g_x, n) == s_gpu, "sum not deterministic");
+        /* accumulate_sum: the same sums added to device doubles, read once */
+        double acc[2] = {1.5, -2.0}, *g_acc = up(acc, sizeof acc);
+        gpu->accumulate_sum(&g_acc[0], g_x, n, 0);
+        gpu->accumulate_sum(&g_acc[0], g_x, n, 0);
+        gpu->accumulate_sum(&g_acc[1], g_x, n, 1);
+        gpu->to_host(acc, g_acc, sizeof acc);
+        ck_assert_msg(acc[0] == (1.5 + s_gpu) + s_gpu, "accumulate_sum n=%zu: %.17g", n, acc[0]);
+        ck_assert_msg(acc[1] == -2.0 + q_gpu, "accumulate_sum squares n=%zu: %.17g", n, acc[1]);
+        double cacc = 1.5;
+        cpu->accumulate_sum(&cacc, x, n, 0);
+        ck_assert(cacc == 1.5 + s_cpu);
+        gpu->free(g_acc);
         gpu->free(g_x);
         free(x);
     }
@@ -482,6 +584,228 @@ START_TEST(test_adamw)
     expect_close("adamw v", v, g_v, n);
     gpu->free(g_w), gpu->free(g_m), gpu->free(g_v);
     free(w), free(m), free(v);
+}
+END_TEST
+
+/* ------------------------------------------------------------ bf16 weights */
+
+START_TEST(test_tables)
+{
+    ck_assert(osdp_compute_find("cuda", OSDP_FLOAT32) == &osdp_compute_cuda);
+    ck_assert(osdp_compute_find("cuda", OSDP_BFLOAT16) == &osdp_compute_cuda_bf16);
+    ck_assert(osdp_compute_find("cpu", OSDP_BFLOAT16) == &osdp_compute_cpu_bf16);
+    ck_assert(gpu->weight_dtype == OSDP_FLOAT32 && gpu->convert_weights == NULL);
+    ck_assert(gpu16->weight_dtype == OSDP_BFLOAT16 && gpu16->convert_weights != NULL);
+    ck_assert_str_eq(gpu16->name, "cuda");
+    /* the entries that read no weights are the fp32 table's */
+    ck_assert(gpu16->init == gpu->init && gpu16->alloc == gpu->alloc && gpu16->free == gpu->free);
+    ck_assert(gpu16->fill_zero == gpu->fill_zero && gpu16->copy == gpu->copy);
+    ck_assert(gpu16->to_device == gpu->to_device && gpu16->to_host == gpu->to_host);
+    ck_assert(gpu16->synchronize == gpu->synchronize);
+    ck_assert(gpu16->gelu_forward == gpu->gelu_forward && gpu16->gelu_backward == gpu->gelu_backward);
+    /* attention: the same kernels, its products on TF32 tensor cores */
+    ck_assert(gpu16->attention_forward != gpu->attention_forward);
+    ck_assert(gpu16->attention_backward != gpu->attention_backward);
+    ck_assert(gpu16->embedding_backward == gpu->embedding_backward);
+    ck_assert(gpu16->crossentropy_forward == gpu->crossentropy_forward);
+    ck_assert(gpu16->crossentropy_backward == gpu->crossentropy_backward);
+    ck_assert(gpu16->residual_forward == gpu->residual_forward);
+    ck_assert(gpu16->vector_accumulate == gpu->vector_accumulate);
+    ck_assert(gpu16->sum == gpu->sum && gpu16->sum_squares == gpu->sum_squares);
+    ck_assert(gpu16->adamw == gpu->adamw);
+}
+END_TEST
+
+START_TEST(test_bf16_convert)
+{
+    const size_t n = 100003;
+    float *src = falloc(n);
+    uint64_t s = 130;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u = (uint32_t)(rng_next(&s) >> 32);
+        if ((u & 0x7f800000u) == 0x7f800000u) u &= 0xbfffffffu;   /* no NaN or infinity here */
+        if (i % 7 == 0) u = (u & 0xffff0000u) | 0x8000u;          /* ties: to even */
+        memcpy(&src[i], &u, sizeof u);
+    }
+    const float special[] = {0.0f, -0.0f, 1.0f, -1.0f, 1e-40f, -1e-40f, 1.17549435e-38f,
+                             3.4028235e38f, -3.4028235e38f, INFINITY, -INFINITY, 1.00390625f,
+                             1.01171875f, 65504.0f};
+    memcpy(src, special, sizeof special);   /* the largest finite rounds up to infinity */
+    uint16_t *want = malloc(n * sizeof *want), *got = malloc(n * sizeof *got);
+    ck_assert(want != NULL && got != NULL);
+    for (size_t i = 0; i < n; i++) want[i] = osdp_bf16_from_float(src[i]);
+    uint16_t *cpu_out = bf16_weights(src, n);
+    ck_assert_msg(memcmp(cpu_out, want, n * sizeof *want) == 0, "cpu bf16 convert_weights");
+
+    float *g_src = upf(src, n);
+    uint16_t *g_dst = gpu->alloc(n * sizeof *g_dst);
+    ck_assert(g_dst != NULL);
+    gpu16->convert_weights(g_dst, g_src, n);
+    gpu->to_host(got, g_dst, n * sizeof *got);
+    for (size_t i = 0; i < n; i++)
+        ck_assert_msg(got[i] == want[i], "convert_weights[%zu]: %.9g -> 0x%04x, want 0x%04x", i, src[i],
+                      got[i], want[i]);
+
+    /* at odd offsets (a shard inside a buffer), with the element before untouched */
+    gpu->fill_zero(g_dst, n * sizeof *g_dst);
+    gpu16->convert_weights(g_dst + 1, g_src + 3, n - 4);
+    gpu->to_host(got, g_dst, n * sizeof *got);
+    ck_assert_msg(got[0] == 0 && got[n - 3] == 0, "convert_weights wrote outside its range");
+    for (size_t i = 0; i < n - 4; i++)
+        ck_assert_msg(got[i + 1] == want[i + 3], "convert_weights at an offset [%zu]", i);
+
+    /* NaN stays NaN (the payload may differ) */
+    const float nans[2] = {NAN, -NAN};
+    gpu->to_device(g_src, nans, sizeof nans);
+    gpu16->convert_weights(g_dst, g_src, 2);
+    gpu->to_host(got, g_dst, 2 * sizeof *got);
+    ck_assert(isnan(osdp_bf16_to_float(got[0])) && isnan(osdp_bf16_to_float(got[1])));
+    gpu16->convert_weights(g_dst, g_src, 0);   /* nothing to do */
+    gpu->synchronize();
+    gpu->free(g_src), gpu->free(g_dst);
+    free(src), free(want), free(got), free(cpu_out);
+}
+END_TEST
+
+/* bf16 product forward; x is (BT, ldx) and the product reads its columns
+ * [c0, c0 + IC) (ldx == IC: the plain entry) */
+static void run_bf16_matmul_forward(int BT, int IC, int OC, int ldx, int c0, int with_bias, int accumulate,
+                                    uint64_t seed)
+{
+    const size_t nx = (size_t)BT * ldx, nw = (size_t)IC * OC, ny = (size_t)BT * OC;
+    float *x = rand_floats(nx, -1, 1, seed);
+    float *wf = rand_floats(nw, -0.5f, 0.5f, seed + 1), *bf = rand_floats(OC, -1, 1, seed + 2);
+    uint16_t *w = bf16_weights(wf, nw), *b = bf16_weights(bf, OC);
+    float *y0 = accumulate ? rand_floats(ny, -1, 1, seed + 3) : nan_floats(ny), *y = fcopy(y0, ny);
+    float *g_x = upf(x, nx), *g_y = upf(y0, ny), *g_y2 = upf(y0, ny);
+    void *g_w = upb(w, nw), *g_b = upb(b, OC);
+    const void *bias = with_bias ? (const void *)b : NULL, *g_bias = with_bias ? g_b : NULL;
+    if (ldx == IC) {
+        cpu16->matmul_forward(y, x, w, bias, BT, IC, OC, accumulate);
+        gpu16->matmul_forward(g_y, g_x, g_w, g_bias, BT, IC, OC, accumulate);
+        gpu16->matmul_forward(g_y2, g_x, g_w, g_bias, BT, IC, OC, accumulate);
+    } else {
+        cpu16->matmul_forward_strided(y, x + c0, ldx, w, bias, BT, IC, OC, accumulate);
+        gpu16->matmul_forward_strided(g_y, g_x + c0, ldx, g_w, g_bias, BT, IC, OC, accumulate);
+        gpu16->matmul_forward_strided(g_y2, g_x + c0, ldx, g_w, g_bias, BT, IC, OC, accumulate);
+    }
+    expect_close_tol("bf16 matmul_forward y", y, g_y, ny, 0.0, BF16_TOL);
+    expect_same_device("bf16 matmul_forward y (rerun)", g_y, g_y2, ny);
+    if (IC <= TIGHT_MAX_K) {
+        float *xr = bf16_rounded(x, nx), *yr = fcopy(y0, ny);
+        cpu16->matmul_forward_strided(yr, xr + c0, ldx, w, bias, BT, IC, OC, accumulate);
+        expect_close_tol("bf16 matmul_forward y (x rounded on the cpu too)", yr, g_y, ny, BF16_SAME_TOL,
+                         BF16_SAME_TOL);
+        free(xr), free(yr);
+    }
+    gpu->free(g_x), gpu->free(g_y), gpu->free(g_y2), gpu->free(g_w), gpu->free(g_b);
+    free(x), free(wf), free(bf), free(w), free(b), free(y0), free(y);
+}
+
+START_TEST(test_bf16_matmul_forward)
+{
+    run_bf16_matmul_forward(37, 45, 29, 45, 0, 1, 0, 140);
+    run_bf16_matmul_forward(37, 45, 29, 45, 0, 0, 0, 141);
+    run_bf16_matmul_forward(64, 128, 96, 128, 0, 1, 1, 142);
+    run_bf16_matmul_forward(5, 300, 7, 300, 0, 0, 1, 143);
+    /* strided: a column block of a wider x */
+    run_bf16_matmul_forward(37, 20, 29, 64, 24, 1, 0, 144);
+    run_bf16_matmul_forward(50, 33, 17, 100, 67, 1, 1, 145);
+    run_bf16_matmul_forward(50, 33, 17, 100, 5, 0, 1, 146);
+    /* x rows of 16411 bf16: BT = 2100 rows take two chunks of the 64 MiB staging */
+    run_bf16_matmul_forward(2100, 16411, 16, 16411, 0, 1, 0, 147);
+}
+END_TEST
+
+/* bf16 product backward; x and dx are (BT, ld) and the product uses their
+ * columns [c0, c0 + IC) (ld == IC: the plain entry).  dx outside the block
+ * must stay as it was. */
+static void run_bf16_matmul_backward(int BT, int IC, int OC, int ld, int c0, int with_dx, int dx_acc,
+                                     int with_db, uint64_t seed)
+{
+    const size_t nx = (size_t)BT * ld, nw = (size_t)IC * OC, ny = (size_t)BT * OC;
+    float *x = rand_floats(nx, -1, 1, seed), *wf = rand_floats(nw, -0.5f, 0.5f, seed + 1);
+    uint16_t *w = bf16_weights(wf, nw);
+    float *dy = rand_floats(ny, -1, 1, seed + 2);
+    float *dx0 = dx_acc || ld != IC ? rand_floats(nx, -1, 1, seed + 3) : nan_floats(nx);
+    float *dw0 = rand_floats(nw, -1, 1, seed + 4), *db0 = rand_floats(OC, -1, 1, seed + 5);
+    float *dx = fcopy(dx0, nx), *dw = fcopy(dw0, nw), *db = fcopy(db0, OC);
+    float *g_x = upf(x, nx), *g_dy = upf(dy, ny), *g_dx = upf(dx0, nx), *g_dw = upf(dw0, nw);
+    float *g_db = upf(db0, OC), *g_dx2 = upf(dx0, nx), *g_dw2 = upf(dw0, nw);
+    void *g_w = upb(w, nw);
+    if (ld == IC) {
+        cpu16->matmul_backward(with_dx ? dx : NULL, dw, with_db ? db : NULL, dy, x, w, BT, IC, OC, dx_acc);
+        gpu16->matmul_backward(with_dx ? g_dx : NULL, g_dw, with_db ? g_db : NULL, g_dy, g_x, g_w, BT, IC, OC,
+                               dx_acc);
+        gpu16->matmul_backward(with_dx ? g_dx2 : NULL, g_dw2, NULL, g_dy, g_x, g_w, BT, IC, OC, dx_acc);
+    } else {
+        cpu16->matmul_backward_strided(with_dx ? dx + c0 : NULL, ld, dw, with_db ? db : NULL, dy, x + c0, ld, w,
+                                       BT, IC, OC, dx_acc);
+        gpu16->matmul_backward_strided(with_dx ? g_dx + c0 : NULL, ld, g_dw, with_db ? g_db : NULL, g_dy,
+                                       g_x + c0, ld, g_w, BT, IC, OC, dx_acc);
+        gpu16->matmul_backward_strided(with_dx ? g_dx2 + c0 : NULL, ld, g_dw2, NULL, g_dy, g_x + c0, ld, g_w,
+                                       BT, IC, OC, dx_acc);
+    }
+    if (with_dx) expect_close_tol("bf16 matmul_backward dx", dx, g_dx, nx, 0.0, BF16_TOL);
+    else expect_bitwise("bf16 matmul_backward dx (NULL: untouched)", dx, g_dx, nx);
+    expect_close_tol("bf16 matmul_backward dw", dw, g_dw, nw, 0.0, BF16_TOL);
+    expect_close("bf16 matmul_backward db (fp32 dy)", db, g_db, OC);
+    expect_same_device("bf16 matmul_backward dx (rerun)", g_dx, g_dx2, nx);
+    expect_same_device("bf16 matmul_backward dw (rerun)", g_dw, g_dw2, nw);
+    if (BT <= TIGHT_MAX_K && OC <= TIGHT_MAX_K) {
+        float *xr = bf16_rounded(x, nx), *dyr = bf16_rounded(dy, ny);
+        memcpy(dx, dx0, nx * sizeof *dx), memcpy(dw, dw0, nw * sizeof *dw);
+        cpu16->matmul_backward_strided(with_dx ? dx + c0 : NULL, ld, dw, NULL, dyr, xr + c0, ld, w, BT, IC, OC,
+                                       dx_acc);
+        expect_close_tol("bf16 matmul_backward dx (x, dy rounded on the cpu too)", dx, g_dx, nx, BF16_SAME_TOL,
+                         BF16_SAME_TOL);
+        expect_close_tol("bf16 matmul_backward dw (x, dy rounded on the cpu too)", dw, g_dw, nw, BF16_SAME_TOL,
+                         BF16_SAME_TOL);
+        free(xr), free(dyr);
+    }
+    gpu->free(g_x), gpu->free(g_dy), gpu->free(g_dx), gpu->free(g_dw), gpu->free(g_db);
+    gpu->free(g_dx2), gpu->free(g_dw2), gpu->free(g_w);
+    free(x), free(wf), free(w), free(dy), free(dx0), free(dw0), free(db0), free(dx), free(dw), free(db);
+}
+
+START_TEST(test_bf16_matmul_backward)
+{
+    run_bf16_matmul_backward(37, 45, 29, 45, 0, 1, 0, 1, 150);
+    run_bf16_matmul_backward(37, 45, 29, 45, 0, 1, 1, 1, 151);
+    run_bf16_matmul_backward(100, 64, 70, 64, 0, 0, 0, 0, 152);
+    run_bf16_matmul_backward(1000, 16, 33, 16, 0, 1, 0, 1, 153);
+    /* strided: a column block of wider x and dx */
+    run_bf16_matmul_backward(37, 20, 29, 64, 24, 1, 0, 1, 154);
+    run_bf16_matmul_backward(50, 33, 17, 100, 67, 1, 1, 1, 155);
+    run_bf16_matmul_backward(50, 33, 17, 100, 5, 0, 0, 1, 156);
+    /* an LM-head-like dy, rows of 16411 (odd: unaligned chunk offsets): two
+     * chunks of the staging, x and dx strided */
+    run_bf16_matmul_backward(2100, 16, 16411, 40, 8, 1, 1, 1, 157);
+}
+END_TEST
+
+START_TEST(test_bf16_layernorm)
+{
+    check_layernorm(cpu16, gpu16, 160);
+}
+END_TEST
+
+START_TEST(test_bf16_embedding)
+{
+    const int B = 3, T = 17, C = 40, V = 11;
+    const int BT = B * T;
+    int *tok = rand_ints(BT, V, 170);
+    float *tef = rand_floats((size_t)V * C, -1, 1, 171), *pef = rand_floats((size_t)T * C, -1, 1, 172);
+    uint16_t *wte = bf16_weights(tef, (size_t)V * C), *wpe = bf16_weights(pef, (size_t)T * C);
+    float *x = nan_floats((size_t)BT * C);
+    int *g_tok = up(tok, BT * sizeof(int));
+    void *g_wte = upb(wte, (size_t)V * C), *g_wpe = upb(wpe, (size_t)T * C);
+    float *g_x = upf(x, (size_t)BT * C);
+    cpu16->embedding_forward(x, tok, wte, wpe, B, T, C);
+    gpu16->embedding_forward(g_x, g_tok, g_wte, g_wpe, B, T, C);
+    expect_bitwise("bf16 embedding x", x, g_x, (size_t)BT * C);
+    gpu->free(g_tok), gpu->free(g_wte), gpu->free(g_wpe), gpu->free(g_x);
+    free(tok), free(tef), free(pef), free(wte), free(wpe), free(x);
 }
 END_TEST
 
@@ -585,6 +909,13 @@ static Suite *cuda_suite(void)
     tcase_add_test(tc, test_residual_accumulate);
     tcase_add_test(tc, test_sums);
     tcase_add_test(tc, test_adamw);
+    tcase_add_test(tc, test_tables);
+    tcase_add_test(tc, test_bf16_convert);
+    tcase_add_test(tc, test_bf16_matmul_forward);
+    tcase_add_test(tc, test_bf16_matmul_backward);
+    tcase_add_test(tc, test_bf16_layernorm);
+    tcase_add_test(tc, test_bf16_attention);
+    tcase_add_test(tc, test_bf16_embedding);
     tcase_add_test(tc, test_nccl_one_rank);
     tcase_add_test(tc, test_nccl_many_in_flight);
     suite_add_tcase(s, tc);

@@ -1029,7 +1029,7 @@ END_TEST
 static void predict_ok(const osdp_layout *L, const osdp_plan *p, int N, int B, int accum, int prefetch,
                        osdp_memory_prediction *out)
 {
-    osdp_status s = osdp_memory_predict(L, p, N, B, accum, prefetch, out);
+    osdp_status s = osdp_memory_predict(L, p, N, B, accum, prefetch, OSDP_FLOAT32, out);
     ck_assert_msg(s == OSDP_OK, "memory_predict failed (%d): %s", (int)s, osdp_error_message());
     size_t sum = 0, mx = 0;
     for (int c = 0; c < OSDP_MEM_N_CATEGORIES; c++) {
@@ -1122,7 +1122,7 @@ static void check_memory_model(const char *desc, int T)
                   pm.peak[OSDP_MEM_WEIGHTS], F * (pad[0] + zpair));
     /* N = 1: state is the whole model four times */
     osdp_memory_prediction p1;
-    ck_assert_int_eq(osdp_memory_predict(&L, &dp, 1, B, 1, 1, &p1), OSDP_OK);
+    ck_assert_int_eq(osdp_memory_predict(&L, &dp, 1, B, 1, 1, OSDP_FLOAT32, &p1), OSDP_OK);
     ck_assert_uint_eq(p1.peak[OSDP_MEM_STATE], 4 * F * L.total_params);
 
     osdp_plan_free(&mix);
@@ -1152,17 +1152,17 @@ START_TEST(test_memory_predict_errors)
     osdp_plan p;
     ck_assert_int_eq(osdp_plan_alloc(&p, L.n_ops), OSDP_OK);
     osdp_memory_prediction out;
-    ck_assert_int_eq(osdp_memory_predict(&L, &p, 4, 0, 1, 1, &out), OSDP_ERR_INPUT);
-    ck_assert_int_eq(osdp_memory_predict(&L, &p, 4, 2, 0, 1, &out), OSDP_ERR_INPUT);
+    ck_assert_int_eq(osdp_memory_predict(&L, &p, 4, 0, 1, 1, OSDP_FLOAT32, &out), OSDP_ERR_INPUT);
+    ck_assert_int_eq(osdp_memory_predict(&L, &p, 4, 2, 0, 1, OSDP_FLOAT32, &out), OSDP_ERR_INPUT);
     p.slices[2] = 4;   /* a split operator is fine ... */
     p.zdp_slices[2] = 2;
-    ck_assert_int_eq(osdp_memory_predict(&L, &p, 4, 2, 1, 1, &out), OSDP_OK);
+    ck_assert_int_eq(osdp_memory_predict(&L, &p, 4, 2, 1, 1, OSDP_FLOAT32, &out), OSDP_OK);
     p.slices[0] = 2;   /* ... a split embedding (a lookup) is not */
-    ck_assert_int_eq(osdp_memory_predict(&L, &p, 4, 2, 1, 1, &out), OSDP_ERR_INPUT);
+    ck_assert_int_eq(osdp_memory_predict(&L, &p, 4, 2, 1, 1, OSDP_FLOAT32, &out), OSDP_ERR_INPUT);
     ck_assert_msg(strstr(osdp_error_message(), "embed") != NULL, "message: %s", osdp_error_message());
     p.slices[0] = 1;
     p.recompute[L.n_ops - 1] = 1;   /* nor recompute of the head */
-    ck_assert_int_eq(osdp_memory_predict(&L, &p, 4, 2, 1, 1, &out), OSDP_ERR_INPUT);
+    ck_assert_int_eq(osdp_memory_predict(&L, &p, 4, 2, 1, 1, OSDP_FLOAT32, &out), OSDP_ERR_INPUT);
     ck_assert_msg(strstr(osdp_error_message(), "head") != NULL, "message: %s", osdp_error_message());
     osdp_plan_free(&p);
     osdp_layout_free(&L);

@@ -27,7 +27,7 @@ static osdp_device test_device(void)
     memset(&d, 0, sizeof d);
     snprintf(d.name, sizeof d.name, "test");
     d.mem_limit = 1;
-    d.param_bytes = d.act_bytes = 4;
+    d.param_bytes = d.grad_bytes = d.act_bytes = 4;
     d.all_gather = (osdp_collective_cost){2e-5, 1e-9};
     d.reduce_scatter = (osdp_collective_cost){3e-5, 1.5e-9};
     for (int t = 0; t < OSDP_N_OP_TYPES; t++) d.gamma[t] = (1 + 0.3 * t) * 2e-11;
@@ -154,7 +154,7 @@ static int check(const char *model, int T, int N, int pf, int b, int gmax, int r
                 osdp_cost_model cm = {.layout = &L, .dev = &d, .N = N, .prefetch = pf, .kind = OSDP_COST_PAPER};
                 ck_assert(osdp_cost_peak(&cm, &r.plan, b, NULL) == r.peak_bytes && r.peak_bytes <= limit);
                 osdp_memory_prediction pr;
-                ck_assert(osdp_memory_predict(&L, &r.plan, N, b, 1, pf, &pr) == OSDP_OK);
+                ck_assert(osdp_memory_predict(&L, &r.plan, N, b, 1, pf, OSDP_FLOAT32, &pr) == OSDP_OK);
                 ck_assert_msg((long long)pr.peak_total == r.peak_bytes, "runtime %zu, model %lld", pr.peak_total,
                               r.peak_bytes);
                 if (r.gap == 0)

@@ -27,7 +27,7 @@ static osdp_device test_device(long long limit)
     memset(&d, 0, sizeof d);
     snprintf(d.name, sizeof d.name, "test");
     d.mem_limit = limit;
-    d.param_bytes = d.act_bytes = 4;
+    d.param_bytes = d.grad_bytes = d.act_bytes = 4;
     d.all_gather = (osdp_collective_cost){2e-5, 1e-9};
     d.reduce_scatter = (osdp_collective_cost){3e-5, 1.5e-9};
     for (int t = 0; t < OSDP_N_OP_TYPES; t++) d.gamma[t] = (1 + 0.3 * t) * 2e-11;
@@ -49,6 +49,7 @@ START_TEST(test_device_parse)
     ck_assert_str_eq(d.name, "t");
     ck_assert(d.mem_limit == 8LL << 30);
     ck_assert_int_eq(d.param_bytes, 2);
+    ck_assert_int_eq(d.grad_bytes, 2);   /* as the weights when not given */
     ck_assert_int_eq(d.act_bytes, 2);
     ck_assert(d.all_gather.alpha == 1e-5 && d.all_gather.beta == 2e-10);
     ck_assert(d.reduce_scatter.alpha == 3e-5 && d.reduce_scatter.beta == 4e-10);
@@ -77,7 +78,8 @@ START_TEST(test_device_parse)
     ck_assert_msg(osdp_device_write(&d, "line one\nline two", tmp) == OSDP_OK, "%s", osdp_error_message());
     osdp_device e;
     ck_assert_msg(osdp_device_load(&e, tmp) == OSDP_OK, "%s", osdp_error_message());
-    ck_assert(e.mem_limit == d.mem_limit && e.param_bytes == 2 && e.act_bytes == 2);
+    ck_assert(e.mem_limit == d.mem_limit && e.param_bytes == 2 && e.grad_bytes == 2 && e.act_bytes == 2);
+
     ck_assert(fabs(e.reduce_scatter.beta / d.reduce_scatter.beta - 1) < 1e-6);
     ck_assert(fabs(e.gamma[2] / d.gamma[2] - 1) < 1e-6);
     remove(tmp);
@@ -108,6 +110,7 @@ START_TEST(test_device_errors)
         {"head = 4e-12\n", "head = fast\n", {"head", "fast", NULL}},
         {"precision = bf16\n", "precision = int8\n", {"precision", "int8", NULL}},
         {"act_bytes = 2\n", "act_bytes = 3\n", {"act_bytes", NULL, NULL}},
+        {"act_bytes = 2\n", "grad_bytes = 8\nact_bytes = 2\n", {"grad_bytes", "2 or 4", NULL}},
         {"name = t\n", "nmae = t\n", {"unknown key 'nmae'", NULL, NULL}},
         {"[gamma]\n", "[gama]\n", {"unknown section [gama]", NULL, NULL}},
         {"name = t\n", "name = t\nthis is not ini\n", {"malformed", ":4", NULL}},
@@ -127,6 +130,11 @@ START_TEST(test_device_errors)
     }
     osdp_device d;
     ck_assert(osdp_device_load(&d, "/nonexistent/dev.ini") == OSDP_ERR_IO);
+    /* grad_bytes apart from the weights' size */
+    char text[2048];
+    edit(text, sizeof text, "act_bytes = 2\n", "grad_bytes = 4\nact_bytes = 2\n");
+    ck_assert_msg(osdp_device_parse(&d, text, "g4.ini") == OSDP_OK, "%s", osdp_error_message());
+    ck_assert(d.param_bytes == 2 && d.grad_bytes == 4 && d.act_bytes == 2);
 }
 END_TEST
 
@@ -183,6 +191,21 @@ START_TEST(test_cost_time_by_hand)
     cm.N = 1;
     osdp_cost_op_time(&cm, op, 1, 1, b, 1, &t);
     ck_assert(t.comm == 0);
+    /* osdp's bf16: 2-byte gathers, 4-byte gradients and reduce-scatters, and
+     * the bf16 copy of the master shard in the state */
+    cm = (osdp_cost_model){.layout = &L, .dev = &d, .N = N, .prefetch = 1, .kind = OSDP_COST_PAPER};
+    d.reduce_scatter = (osdp_collective_cost){3e-5, 4e-10};
+    d.grad_bytes = 4;
+    double rs4 = 3 * (3e-5 + 2 * S / 4 * 4e-10);
+    osdp_cost_op_time(&cm, op, 1, 0, b, 1, &t);
+    ck_assert_msg(close_rel(t.comm, ag + rs4, 1e-12), "comm %g vs %g", t.comm, ag + rs4);
+    osdp_op_mem m;
+    osdp_cost_op_mem(&cm, op, 1, 0, b, &m);
+    ck_assert(m.state == (long long)(18 * padded / 4) && m.resident == (long long)(2 * padded));
+    ck_assert(m.grads == (long long)(4 * padded) && m.recv == (long long)padded);
+    d.param_bytes = d.grad_bytes = 4;   /* fp32: 16 bytes of state */
+    osdp_cost_op_mem(&cm, op, 1, 1, b, &m);
+    ck_assert(m.state == (long long)(16 * padded / 4) && m.resident == 0 && m.grads == (long long)(4 * padded));
     osdp_layout_free(&L);
 }
 END_TEST
@@ -210,12 +233,16 @@ START_TEST(test_peak_equals_runtime)
                 for (int b = 1; b <= 2; b++)
                     for (int r = 0; r < 12; r++) {
                         for (int i = 0; i < L.n_ops; i++) p.zdp_slices[i] = r < 2 ? r : (int)(rnd() & 1);
+                        /* fp32 weights, and bf16 weights with fp32 gradients (the runtime's two) */
+                        d.param_bytes = r & 2 ? 2 : 4;
+                        osdp_dtype wt = r & 2 ? OSDP_BFLOAT16 : OSDP_FLOAT32;
                         osdp_cost_model cm = {.layout = &L, .dev = &d, .N = Ns[ni], .prefetch = pf};
                         osdp_memory_prediction pr;
-                        ck_assert(osdp_memory_predict(&L, &p, Ns[ni], b, 1 + (r & 1), pf, &pr) == OSDP_OK);
+                        ck_assert(osdp_memory_predict(&L, &p, Ns[ni], b, 1 + (r & 1), pf, wt, &pr) == OSDP_OK);
                         long long model = osdp_cost_peak(&cm, &p, b, NULL);
-                        ck_assert_msg(model == (long long)pr.peak_total, "%s N=%d prefetch=%d b=%d: model %lld, runtime %zu",
-                                      models[mi], Ns[ni], pf, b, model, pr.peak_total);
+                        ck_assert_msg(model == (long long)pr.peak_total,
+                                      "%s N=%d prefetch=%d b=%d %s weights: model %lld, runtime %zu", models[mi], Ns[ni],
+                                      pf, b, osdp_dtype_name(wt), model, pr.peak_total);
                         checked++;
                     }
         osdp_plan_free(&p);
@@ -259,7 +286,7 @@ static void brute_all(brute *B, const osdp_layout *L, const osdp_device *d, int 
         B->time[code] = osdp_cost_step_time(&cm, &p, b, 1);
         if (g == 1) {
             osdp_memory_prediction pr;
-            ck_assert(osdp_memory_predict(L, &p, N, b, 1, pf, &pr) == OSDP_OK);
+            ck_assert(osdp_memory_predict(L, &p, N, b, 1, pf, OSDP_FLOAT32, &pr) == OSDP_OK);
             B->peak[code] = (long long)pr.peak_total;
         } else {
             B->peak[code] = osdp_cost_peak(&cm, &p, b, NULL);

@@ -236,7 +236,7 @@ static osdp_device test_device(void)
     memset(&d, 0, sizeof d);
     snprintf(d.name, sizeof d.name, "test");
     d.mem_limit = 1LL << 40;
-    d.param_bytes = d.act_bytes = 4;
+    d.param_bytes = d.grad_bytes = d.act_bytes = 4;
     d.all_gather = (osdp_collective_cost){2e-5, 1e-9};
     d.reduce_scatter = (osdp_collective_cost){3e-5, 1.5e-9};
     for (int t = 0; t < OSDP_N_OP_TYPES; t++) d.gamma[t] = 2e-11;
@@ -264,14 +264,17 @@ START_TEST(test_peak_equals_runtime_split)
                         int block = L.op[i].type == OSDP_OP_ATTN || L.op[i].type == OSDP_OP_MLP;
                         p.recompute[i] = block && (r == 2 || (r > 2 && (rnd() & 1)));
                     }
+                    /* fp32 weights, and bf16 weights with fp32 gradients */
+                    d.param_bytes = r & 2 ? 2 : 4;
+                    osdp_dtype wt = r & 2 ? OSDP_BFLOAT16 : OSDP_FLOAT32;
                     osdp_cost_model cm = {.layout = &L, .dev = &d, .N = Ns[ni], .prefetch = pf};
                     osdp_memory_prediction pr;
                     int b = 1 + (r & 1);
-                    ck_assert_msg(osdp_memory_predict(&L, &p, Ns[ni], b, 1 + (r & 1), pf, &pr) == OSDP_OK, "%s",
+                    ck_assert_msg(osdp_memory_predict(&L, &p, Ns[ni], b, 1 + (r & 1), pf, wt, &pr) == OSDP_OK, "%s",
                                   osdp_error_message());
                     long long model = osdp_cost_peak(&cm, &p, b, NULL);
-                    ck_assert_msg(model == (long long)pr.peak_total, "%s N=%d pf=%d r=%d: model %lld, runtime %zu",
-                                  models[mi], Ns[ni], pf, r, model, pr.peak_total);
+                    ck_assert_msg(model == (long long)pr.peak_total, "%s N=%d pf=%d r=%d %s weights: model %lld, runtime %zu",
+                                  models[mi], Ns[ni], pf, r, osdp_dtype_name(wt), model, pr.peak_total);
                     checked++;
                 }
         osdp_plan_free(&p);
@@ -296,7 +299,7 @@ START_TEST(test_split_lowers_peak)
             p.zdp_slices[i] = p.slices[i];
         }
         osdp_memory_prediction pr;
-        ck_assert(osdp_memory_predict(&L, &p, 4, 1, 1, 0, &pr) == OSDP_OK);
+        ck_assert(osdp_memory_predict(&L, &p, 4, 1, 1, 0, OSDP_FLOAT32, &pr) == OSDP_OK);
         long long w = (long long)pr.peak[OSDP_MEM_WEIGHTS];
         if (prev >= 0) ck_assert_msg(w < prev, "g=%d: gathered-weight peak %lld not below %lld", g, w, prev);
         prev = w;
@@ -416,7 +419,7 @@ START_TEST(test_recompute_costs)
                 }
                 model[w] = peak;
                 osdp_memory_prediction pr;
-                ck_assert(osdp_memory_predict(&L, &p, nr, bb, 1, pf, &pr) == OSDP_OK);
+                ck_assert(osdp_memory_predict(&L, &p, nr, bb, 1, pf, OSDP_FLOAT32, &pr) == OSDP_OK);
                 runtime[w] = (long long)pr.peak[OSDP_MEM_ACTIVATIONS];
                 ck_assert_msg(model[w] == runtime[w], "%s r=%d recompute=%d: model %lld, runtime %lld", models[mi], r, w,
                               model[w], runtime[w]);
@@ -458,7 +461,7 @@ START_TEST(test_planner_auto_modes)
     for (int i = 0; i < L.n_ops; i++) rc += r.plan.recompute[i];
     ck_assert_int_gt(rc, 0);
     osdp_memory_prediction pr;
-    ck_assert(osdp_memory_predict(&L, &r.plan, 4, 8, 1, 1, &pr) == OSDP_OK);
+    ck_assert(osdp_memory_predict(&L, &r.plan, 4, 8, 1, 1, OSDP_FLOAT32, &pr) == OSDP_OK);
     ck_assert(r.peak_bytes == (long long)pr.peak_total && r.peak_bytes <= o.mem_limit);
     osdp_planner_result_free(&r);
 
@@ -469,7 +472,7 @@ START_TEST(test_planner_auto_modes)
     o.split_auto = 1;
     ck_assert(osdp_planner_run(&L, &d, &o, &ra) == OSDP_OK);
     ck_assert(ra.samples_per_s >= r1.samples_per_s);
-    ck_assert(osdp_memory_predict(&L, &ra.plan, 4, 8, 1, 1, &pr) == OSDP_OK);
+    ck_assert(osdp_memory_predict(&L, &ra.plan, 4, 8, 1, 1, OSDP_FLOAT32, &pr) == OSDP_OK);
     ck_assert(ra.peak_bytes == (long long)pr.peak_total && ra.peak_bytes <= o.mem_limit);
     osdp_planner_result_free(&r1);
     osdp_planner_result_free(&ra);

@@ -6,10 +6,8 @@
 #define OSDP_COMM_H
 
 #include <stddef.h>
+#include "osdp/dtype.h"
 #include "osdp/error.h"
-
-typedef enum osdp_dtype { OSDP_FLOAT32, OSDP_FLOAT64, OSDP_BFLOAT16, OSDP_UINT64, OSDP_BYTE } osdp_dtype;
-size_t osdp_dtype_size(osdp_dtype t);
 
 typedef enum osdp_collective {
     OSDP_COLL_ALL_GATHER,
@@ -49,6 +47,12 @@ typedef struct osdp_comm_backend {
     osdp_status (*broadcast)(osdp_comm *c, void *buf, size_t bytes, int root, osdp_request *req);
     osdp_status (*barrier)(osdp_comm *c);
     osdp_status (*wait)(osdp_comm *c, osdp_request *req);
+    /* optional (NULL: no-op): the non-blocking collectives issued between
+     * them may be fused into one launch (NCCL's ncclGroupStart/End); no
+     * blocking call inside, no nesting, and a request issued inside is
+     * waited only after group_end */
+    osdp_status (*group_start)(osdp_comm *c);
+    osdp_status (*group_end)(osdp_comm *c);
     /* lets pending non-blocking collectives advance (MPI has no progress thread) */
     void (*progress)(osdp_comm *c);
     void (*destroy)(osdp_comm *c);
@@ -75,6 +79,8 @@ osdp_status osdp_comm_all_reduce(osdp_comm *c, void *buf, size_t count, osdp_dty
 osdp_status osdp_comm_broadcast(osdp_comm *c, void *buf, size_t bytes, int root, osdp_request *req);
 osdp_status osdp_comm_barrier(osdp_comm *c);
 osdp_status osdp_comm_wait(osdp_comm *c, osdp_request *req);
+osdp_status osdp_comm_group_start(osdp_comm *c);
+osdp_status osdp_comm_group_end(osdp_comm *c);
 void osdp_comm_progress(osdp_comm *c);
 void osdp_comm_destroy(osdp_comm *c);
 void osdp_traffic_reset(osdp_traffic *t);

@@ -1,15 +1,25 @@
 /* The compute backend: a table of function pointers chosen once at start
  * (CPU: OpenBLAS + C kernels; CUDA: cuBLAS + our kernels).  Everything above
  * it — model operators, runtime, optimizer — has one code path.
- * Kernel semantics are those documented in osdp/kernels_cpu.h. */
+ * Kernel semantics are those documented in osdp/kernels_cpu.h.
+ *
+ * Precision.  Activations, gradients and optimizer state are fp32 on every
+ * table.  The working weights a kernel reads (w, b, wte, wpe, as `const
+ * void *`) are elements of the table's weight_dtype: fp32, or bf16 for the
+ * mixed-precision tables, whose products run with bf16 inputs and fp32
+ * accumulation (cuBLAS tensor cores on CUDA).  The runtime keeps the fp32
+ * master weights and makes the bf16 working copy with convert_weights; the
+ * gathered weights, and their all-gathers, are then half the bytes. */
 #ifndef OSDP_COMPUTE_H
 #define OSDP_COMPUTE_H
 
 #include <stddef.h>
+#include "osdp/dtype.h"
 #include "osdp/error.h"
 
 typedef struct osdp_compute_backend {
     const char *name;
+    osdp_dtype weight_dtype;                 /* OSDP_FLOAT32 or OSDP_BFLOAT16 */
     osdp_status (*init)(int local_rank, int threads);
     void *(*alloc)(size_t bytes);            /* contents undefined; NULL on failure */
     void (*free)(void *ptr);
@@ -18,29 +28,31 @@ typedef struct osdp_compute_backend {
     void (*to_device)(void *dst, const void *host_src, size_t bytes);
     void (*to_host)(void *host_dst, const void *src, size_t bytes);
     void (*synchronize)(void);
+    /* dst (n of weight_dtype) = src (n fp32), rounded; NULL for fp32 tables */
+    void (*convert_weights)(void *dst, const float *src, size_t n);
 
-    void (*matmul_forward)(float *y, const float *x, const float *w, const float *b,
+    void (*matmul_forward)(float *y, const float *x, const void *w, const void *b,
                            int BT, int IC, int OC, int accumulate);
     void (*matmul_backward)(float *dx, float *dw, float *db, const float *dy,
-                            const float *x, const float *w, int BT, int IC, int OC,
+                            const float *x, const void *w, int BT, int IC, int OC,
                             int dx_accumulate);
     /* column blocks of wider x / dx (operator splitting): strides ldx, lddx */
-    void (*matmul_forward_strided)(float *y, const float *x, int ldx, const float *w, const float *b,
+    void (*matmul_forward_strided)(float *y, const float *x, int ldx, const void *w, const void *b,
                                    int BT, int IC, int OC, int accumulate);
     void (*matmul_backward_strided)(float *dx, int lddx, float *dw, float *db, const float *dy,
-                                    const float *x, int ldx, const float *w, int BT, int IC, int OC,
+                                    const float *x, int ldx, const void *w, int BT, int IC, int OC,
                                     int dx_accumulate);
     void (*layernorm_forward)(float *y, float *mean, float *rstd, const float *x,
-                              const float *w, const float *b, int BT, int C);
+                              const void *w, const void *b, int BT, int C);
     void (*layernorm_backward)(float *dx, float *dw, float *db, const float *dy,
-                               const float *x, const float *w, const float *mean,
+                               const float *x, const void *w, const float *mean,
                                const float *rstd, int BT, int C);
     void (*gelu_forward)(float *y, const float *x, size_t n);
     void (*gelu_backward)(float *dx, const float *x, const float *dy, size_t n);
     void (*attention_forward)(float *out, float *att, const float *qkv, int B, int T, int C, int NH);
     void (*attention_backward)(float *dqkv, float *scratch, const float *dout, const float *qkv,
                                const float *att, int B, int T, int C, int NH);
-    void (*embedding_forward)(float *x, const int *tokens, const float *wte, const float *wpe,
+    void (*embedding_forward)(float *x, const int *tokens, const void *wte, const void *wpe,
                               int B, int T, int C);
     void (*embedding_backward)(float *dwte, float *dwpe, const float *dx, const int *tokens,
                                int B, int T, int C);
@@ -53,6 +65,10 @@ typedef struct osdp_compute_backend {
     double (*sum)(const float *x, size_t n);
     /* sum of squares in double, result to the host */
     double (*sum_squares)(const float *x, size_t n);
+    /* *acc (one double in this backend's memory) += the sum (squares != 0:
+     * of squares) of x in double, in order with the other kernels and
+     * without waiting for them: a step reads its sums back once */
+    void (*accumulate_sum)(double *acc, const float *x, size_t n, int squares);
     /* AdamW on one contiguous range; t is the 1-based step; grad_scale
      * multiplies the gradient first (global-norm clipping). */
     void (*adamw)(float *w, const float *g, float *m, float *v, size_t n, float lr,
@@ -61,10 +77,15 @@ typedef struct osdp_compute_backend {
 } osdp_compute_backend;
 
 extern const osdp_compute_backend osdp_compute_cpu;
+/* bf16 working weights on the CPU: widened to fp32 for OpenBLAS, so that the
+ * mixed-precision runtime path (bf16 gathers, fp32 master) runs on real MPI
+ * ranks where no GPU is; not a speed mode */
+extern const osdp_compute_backend osdp_compute_cpu_bf16;
 #ifdef OSDP_HAVE_CUDA
-extern const osdp_compute_backend osdp_compute_cuda;   /* src/cuda/ */
+extern const osdp_compute_backend osdp_compute_cuda;        /* src/cuda/: fp32 */
+extern const osdp_compute_backend osdp_compute_cuda_bf16;   /* bf16 products, fp32 accumulation */
 #endif
-/* "cpu" or "cuda"; NULL if not built */
-const osdp_compute_backend *osdp_compute_find(const char *name);
+/* name "cpu" or "cuda", weights OSDP_FLOAT32 or OSDP_BFLOAT16; NULL if not built */
+const osdp_compute_backend *osdp_compute_find(const char *name, osdp_dtype weight_dtype);
 
 #endif

@@ -7,16 +7,21 @@
  * (g = 1: k = 0 DP, k = 1 ZDP); slice s has p_s elements once padded to a
  * multiple of N, P = sum_s p_s.  An operator that cannot be split (the
  * embedding) is costed unsplit, and 0 < k < g is not a choice for it
- * (a prohibitive time, 1e30 s).  e = device param_bytes (gathered weights, gradients,
- * collectives), a = device act_bytes (activations, workspace).  Bytes per rank:
- *   state    16 P / N         fp32 master, gradient, AdamW m and v of the shards
+ * (a prohibitive time, 1e30 s).  e = device param_bytes (gathered weights and
+ * all-gathers), e_g = device grad_bytes (full gradients and reduce-scatters),
+ * a = device act_bytes (activations, workspace).  Bytes per rank:
+ *   state    (12 + e_g + c) P / N   fp32 master, AdamW m and v, the gradient of
+ *                             the shards; c = e when e < 4 (the rounded copy of
+ *                             the master shard that is all-gathered), else 0:
+ *                             16 for fp32, 18 for osdp's bf16 (e 2, e_g 4), and
+ *                             ZeRO's 16 for fp16 weights and gradients
  *   resident sum_{s >= k} p_s e   DP slices' full weights, kept all step
  *   acts     b act_floats_per_seq a     alive from its forward to its backward;
  *              with recompute only its output, b T d a
  *   rebuilt  recompute: the rest, b act_floats_per_seq a - acts, alive again
  *              during its recomputed forward and its backward
- *   grads    G = P e          full gradients during its backward
- *   recv     H = P e / N      reduce-scatter destination during its backward
+ *   grads    G = P e_g        full gradients during its backward
+ *   recv     H = P e_g / N    reduce-scatter destination during its backward
  *   work     w = max_s ([s < k] p_s e + [prefetch, s >= 1, s - 1 < k] p_{s-1} e):
  *              its backward goes down the slices, holding slice s when ZDP
  *              and, with prefetch, slice s-1 gathered ahead
@@ -36,16 +41,18 @@
  * operator's reduce-scatter still in flight (its gradients and receive
  * buffer), on top of the activations of every operator not yet
  * back-propagated.  Forward moments never exceed it, nor do those of a
- * recomputed forward (it holds at most three slices, less than G_u).  For e = a = 4 this
- * equals osdp_memory_predict()'s peak_total byte for byte, split or not
- * (tests/test_planner.c proves it on random plans).
+ * recomputed forward (it holds at most three slices, less than G_u).  For a = e_g = 4
+ * and e = 4 or 2 this equals osdp_memory_predict()'s peak_total (fp32 or bf16
+ * weights) byte for byte, split or not (tests/test_planner.c proves it on
+ * random plans).
  *
  * Time per operator for one optimizer step of A micro-steps (accum_steps):
  *   compute  = A (gamma_fixed_type + b T F_i gamma_type)   (F_i: osdp_cost_op_flops)
  *              + P / N step_shard_param + A P step_full_param (its shard's
  *              optimizer step; zeroing its full gradients each micro-step)
  *   AG_s = (N-1)(alpha_ag + S_s/N beta_ag),  RS_s = (N-1)(alpha_rs + S_s/N beta_rs),
- *   S_s = p_s e bytes (one slice: each slice is its own collective)
+ *   S_s = p_s e bytes for AG_s, p_s e_g for RS_s (one slice: each slice is
+ *   its own collective)
  *   comm     = sum_{s >= k} (AG_s + A RS_s) + sum_{s < k} (2 A AG_s + A RS_s)
  *              (DP: weights gathered once per step, ZDP: twice per
  *              micro-step; gradients reduce-scattered every micro-step.

@@ -4,9 +4,11 @@
  *   [device]
  *   name        = a100_40gb
  *   mem_limit   = 36G        ; bytes per rank the plan may use (8G, 512M, ...; > 0)
- *   precision   = bf16       ; fp32 | bf16: element size of gathered weights,
- *                            ; full gradients and every collective (4 or 2 bytes)
- *   param_bytes = 2          ; optional: that element size as a number (overrides precision)
+ *   precision   = bf16       ; fp32 | bf16: element size of the gathered weights and
+ *                            ; their all-gathers (4 or 2 bytes)
+ *   param_bytes = 2          ; optional: that element size as a number (instead of precision)
+ *   grad_bytes  = 4          ; optional (default: the weights'): full gradients and
+ *                            ; their reduce-scatters; osdp's GPU runtime reduces in fp32
  *   act_bytes   = 4          ; optional (default 4): bytes per activation and
  *                            ; workspace element
  *   [all_gather]
@@ -58,7 +60,8 @@ typedef struct osdp_collective_cost {
 typedef struct osdp_device {
     char name[64];
     long long mem_limit;                  /* bytes per rank */
-    int param_bytes;                      /* gathered weights, full grads, collectives: 2 or 4 */
+    int param_bytes;                      /* gathered weights and all-gathers: 2 or 4 */
+    int grad_bytes;                       /* full gradients and reduce-scatters: 2 or 4 */
     int act_bytes;                        /* activations and workspace: 2 or 4 */
     osdp_collective_cost all_gather, reduce_scatter;
     double gamma[OSDP_N_OP_TYPES];        /* s per FLOP, indexed by osdp_op_type */

@@ -55,11 +55,12 @@ typedef struct osdp_op_context {
  * forward uses them), so the runtime can gather a ZDP slice, let it be used,
  * and free it before the next.  The runtime may change weights[s] and
  * grads[s] inside acquire.  An acquire error (an emulated out-of-memory)
- * stops the operator, which returns it. */
+ * stops the operator, which returns it.  Weights are elements of the
+ * backend's weight_dtype (osdp/compute.h); gradients are fp32. */
 typedef struct osdp_op_slices {
     int n;
     const size_t *bounds;           /* n + 1 */
-    const float *const *weights;    /* n */
+    const void *const *weights;     /* n, elements of backend->weight_dtype */
     float *const *grads;            /* n (backward only) */
     osdp_status (*acquire)(void *arg, int slice);
     void *arg;
@@ -74,12 +75,12 @@ osdp_status osdp_op_backward_sliced(const osdp_op_context *ctx, int op, const os
 /* The same with the operator's whole flat buffers (one slice).
  * input: previous operator's `out` (NULL for embed).  For embed, acts->tokens
  * and for head, acts->tokens (targets) must be filled before the call. */
-void osdp_op_forward(const osdp_op_context *ctx, int op, const float *weights,
+void osdp_op_forward(const osdp_op_context *ctx, int op, const void *weights,
                      const float *input, osdp_op_acts *acts);
 /* grads (op numel) accumulate.  On entry ws->dres[ws->cur] holds d(out)
  * (for head: ignored, zeroed); on return it holds d(input) (ws->cur may flip).
  * loss_scale: d(loss)/d(per-token loss), i.e. 1 / (tokens in the global batch). */
-void osdp_op_backward(const osdp_op_context *ctx, int op, const float *weights, float *grads,
+void osdp_op_backward(const osdp_op_context *ctx, int op, const void *weights, float *grads,
                       const float *input, const osdp_op_acts *acts, osdp_workspace *ws,
                       float loss_scale);
 

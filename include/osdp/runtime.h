@@ -4,6 +4,17 @@
  *
  * Every rank holds only its 1/N shard of each operator slice's fp32 master
  * weights, gradients and AdamW moments (an unsplit operator is one slice).
+ *
+ * Precision.  The working weights (resident DP, gathered ZDP) are elements
+ * of the backend's weight_dtype.  With bf16 each rank rounds its fp32 master
+ * shard to a bf16 copy at the start of a step, and the all-gathers move that
+ * copy: half the bytes of fp32.  Gradients stay fp32 from the backward to the
+ * optimizer, and are reduce-scattered in fp32: each rank's gradient is a sum
+ * over its micro-batch already, and a bf16 sum of N of them keeps 8 bits of
+ * mantissa, so small gradients of large ones would be lost before the fp32
+ * master sees them (the cost: reduce-scatters move twice the bytes of bf16;
+ * the cost model counts 2 bytes per gathered and 4 per reduced element).
+ *
  * Per micro-step the slices' weights are used in this order:
  *   forward  op 0..n-1, slices up:  a DP slice is gathered at its first use
  *                        in a step and kept resident; a ZDP slice is
@@ -43,6 +54,7 @@ typedef struct osdp_runtime_options {
     osdp_optim_config optim;
     int dry;                /* count memory only (cost model) */
     int n_ranks, rank;      /* for dry runtimes (no comm) */
+    osdp_dtype weight_dtype;    /* working weights: the backend's (dry: the one to count) */
 } osdp_runtime_options;
 
 /* One slice of an operator (the whole operator when it is not split): a
@@ -55,7 +67,7 @@ typedef struct osdp_slice_state {
     size_t local;           /* offset of this rank's part (padded / N) in the shard arrays */
     size_t flat_lo;         /* flat element of local[0]: lo + rank * padded / N */
     int zdp;
-    float *weights;         /* full working weights of the slice when present */
+    void *weights;          /* full working weights of the slice when present (weight_dtype) */
     int present;            /* weights allocated (also when dry) */
     int valid;              /* DP: gathered this step */
     int pending;            /* gather in flight */
@@ -70,7 +82,9 @@ typedef struct osdp_op_state {
     size_t padded, shard;   /* sums over slices: full-buffer and shard elements */
     float *state;           /* (4, shard): master, grad, m, v */
     float *master, *grad, *m, *v;
-    float *resident;        /* DP slices' full weights (slices k..g-1, contiguous) */
+    void *master_copy;      /* bf16 weights: the master shard rounded, what is all-gathered
+                               (made at the start of every step); NULL for fp32 */
+    void *resident;         /* DP slices' full weights (slices k..g-1, contiguous) */
     size_t resident_numel;
     float *full_grad;       /* (padded) during backward, slice s at slice[s].base */
     float *grad_recv;       /* (shard) reduce-scatter destination */
@@ -106,6 +120,8 @@ typedef struct osdp_runtime {
     osdp_memory mem;
     osdp_runtime_options opt;
     int N, rank, B, T;
+    osdp_dtype weight_dtype;          /* working weights and their all-gathers */
+    size_t weight_size;               /* its bytes per element */
     long step;                        /* optimizer steps done */
     osdp_op_state *ops;
     float *workspace_base;
@@ -116,6 +132,8 @@ typedef struct osdp_runtime {
     struct osdp_weight_use *uses;     /* the order weights are used in a micro-step */
     int n_uses, cur_use;              /* cur_use: the use being computed, -1 before the first */
     int micro;                        /* micro-step within the step */
+    double *sums;                     /* backend memory: the step's loss sum and squared
+                                         gradient norm, read back once per step */
     osdp_op_context ctx;
 } osdp_runtime;
 
@@ -139,7 +157,7 @@ typedef struct osdp_memory_prediction {
     size_t peak_total;
 } osdp_memory_prediction;
 osdp_status osdp_memory_predict(const osdp_layout *layout, const osdp_plan *plan, int n_ranks,
-                                int micro_batch, int accum_steps, int prefetch,
+                                int micro_batch, int accum_steps, int prefetch, osdp_dtype weight_dtype,
                                 osdp_memory_prediction *out);
 
 #endif

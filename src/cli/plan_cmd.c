@@ -315,9 +315,10 @@ int osdp_cmd_plan(int argc, char **argv)
         printf(",\"ranks\":%d,\"params\":%zu,\"operators\":%d,\"T\":%d,", a.o.n_ranks, L.total_params, L.n_ops, L.T);
         if (a.o.split_auto) printf("\"split\":\"auto\",");
         else printf("\"split\":%d,\"choices_per_op\":%d,", a.o.split, a.o.split + 1);
-        printf("\"recompute\":\"%s\",\"search\":\"%s\",\"cost_model\":\"%s\",\"prefetch\":%d,\"param_bytes\":%d",
+        printf("\"recompute\":\"%s\",\"search\":\"%s\",\"cost_model\":\"%s\",\"prefetch\":%d,\"param_bytes\":%d,"
+               "\"grad_bytes\":%d",
                a.recompute == 2 ? "auto" : a.recompute == 1 ? "all" : "none", search, cost, a.o.prefetch,
-               dev.param_bytes);
+               dev.param_bytes, dev.grad_bytes);
         json_result("osdp", &L, &cm, &r[0], st[0], err[0], 1);
         json_result("all_dp", &L, &cm, &r[1], st[1], err[1], 0);
         json_result("all_zdp", &L, &cm, &r[2], st[2], err[2], 0);
@@ -328,10 +329,10 @@ int osdp_cmd_plan(int argc, char **argv)
         else snprintf(split_s, sizeof split_s, "%d", a.o.split);
         printf("osdp plan | model %s: %d layers, width %d, vocab %d, T %d | %.3fM parameters in %d operators\n",
                cfg.name, cfg.n_layer, cfg.n_embd, cfg.vocab, L.T, (double)L.total_params / 1e6, L.n_ops);
-        printf("device %s: %s per rank, %d-byte gathers, all-gather alpha %.3g s beta %.3g s/B, reduce-scatter "
+        printf("device %s: %s per rank, %d-byte gathers, %d-byte reduce-scatters, all-gather alpha %.3g s beta %.3g s/B, reduce-scatter "
                "alpha %.3g s beta %.3g s/B | %d ranks, search %s, cost model %s, prefetch %s, split %s, recompute %s\n",
                dev.name, osdp_format_bytes((double)(a.o.mem_limit ? a.o.mem_limit : dev.mem_limit), l, sizeof l),
-               dev.param_bytes, dev.all_gather.alpha, dev.all_gather.beta, dev.reduce_scatter.alpha,
+               dev.param_bytes, dev.grad_bytes, dev.all_gather.alpha, dev.all_gather.beta, dev.reduce_scatter.alpha,
                dev.reduce_scatter.beta, a.o.n_ranks, search, cost, a.o.prefetch ? "on" : "off", split_s,
                a.recompute == 2 ? "auto" : a.recompute == 1 ? "all" : "none");
         if (st[0] == OSDP_OK) {

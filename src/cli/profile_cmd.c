@@ -302,7 +302,7 @@ int osdp_cmd_profile(int argc, char **argv)
     const int N = world.size, root = world.rank == 0;
     osdp_device dev;
     memset(&dev, 0, sizeof dev);
-    dev.param_bytes = dev.act_bytes = 4;
+    dev.param_bytes = dev.grad_bytes = dev.act_bytes = 4;
     char host[64] = "host";
     gethostname(host, sizeof host - 1);
     snprintf(dev.name, sizeof dev.name, "%s", name ? name : "profiled");

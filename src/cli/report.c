@@ -85,9 +85,9 @@ void osdp_report_header(osdp_report *r, const osdp_model_config *cfg, const osdp
     printf("osdp %s | model %s: %d layers, %d heads, width %d, vocab %d, T %d | %.2fM parameters in %d operators\n",
            PACKAGE_VERSION, cfg->name, cfg->n_layer, cfg->n_head, cfg->n_embd, cfg->vocab, L->T,
            (double)L->total_params / 1e6, L->n_ops);
-    printf("data %s: %zu tokens | %d ranks x %d threads, backend %s | batch %d per rank x %d micro-steps = %d sequences/step\n",
+    printf("data %s: %zu tokens | %d ranks x %d threads, backend %s (%s weights) | batch %d per rank x %d micro-steps = %d sequences/step\n",
            data->path, data->n_tokens, r->world->size, r->world->threads, rt->backend->name,
-           rt->B, rt->opt.accum_steps, global_batch);
+           osdp_dtype_name(rt->weight_dtype), rt->B, rt->opt.accum_steps, global_batch);
     printf("plan: %d DP + %d ZDP + %d partly ZDP (k of g slices) operators, %d recompute, prefetch %s | predicted peak per rank %s",
            plan->n_ops - zdp - split, zdp, split, recompute, rt->opt.prefetch ? "on" : "off",
            osdp_format_bytes((double)r->predicted.peak_total, b1, sizeof b1));

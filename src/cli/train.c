@@ -34,6 +34,8 @@ typedef struct train_args {
     int split;              /* --split G (0: not given, -1: auto) */
     int recompute;          /* --recompute: 0 none, 1 all, -1 auto */
     osdp_cost_kind cost;    /* --cost-model: the planner's and pred_step_s's step time */
+    const char *precision;  /* --precision as given (NULL: the backend's default) */
+    osdp_dtype weights;     /* working weights and their all-gathers */
 } train_args;
 
 static void train_usage(FILE *out)
@@ -71,6 +73,10 @@ static void train_usage(FILE *out)
         "  --lr-steps N          cosine horizon (default: --steps)\n"
         "  --threads N           compute threads per rank (default: node cores / ranks on node)\n"
         "  --backend cpu|cuda    compute backend (default cpu)\n"
+        "  --precision bf16|fp32 working weights and their all-gathers (default: bf16 with cuda,\n"
+        "                        fp32 on cpu, where bf16 only tests the mixed-precision path);\n"
+        "                        master weights, AdamW moments, gradients and their\n"
+        "                        reduce-scatters, activations: always fp32\n"
         "  --peak-flops X        device peak FLOP/s for MFU (default: measured sgemm rate)\n"
         "  --log FILE            machine-readable per-step record (rank 0)\n"
         "  --dump-weights FILE   after training, write every parameter as float32 (rank 0)\n"
@@ -94,7 +100,7 @@ static osdp_status parse_train_args(int argc, char **argv, train_args *a)
     a->cost = OSDP_COST_PAPER;
     osdp_optim_defaults(&a->optim);
     enum { O_LR = 256, O_WARMUP, O_MINLR, O_WD, O_CLIP, O_LRSTEPS, O_NOPREFETCH, O_THREADS, O_LOG, O_DUMP,
-           O_GB, O_SEQ, O_MEM, O_SEED, O_PEAK, O_BACKEND, O_QUIET, O_HELP, O_DEVICE, O_SPLIT, O_RECOMPUTE, O_COST };
+           O_GB, O_SEQ, O_MEM, O_SEED, O_PEAK, O_BACKEND, O_QUIET, O_HELP, O_DEVICE, O_SPLIT, O_RECOMPUTE, O_COST, O_PRECISION };
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'}, {"data", required_argument, 0, 'd'},
         {"steps", required_argument, 0, 's'}, {"batch", required_argument, 0, 'b'},
@@ -109,7 +115,8 @@ static osdp_status parse_train_args(int argc, char **argv, train_args *a)
         {"backend", required_argument, 0, O_BACKEND}, {"quiet", no_argument, 0, O_QUIET},
         {"help", no_argument, 0, O_HELP}, {"device", required_argument, 0, O_DEVICE},
         {"split", required_argument, 0, O_SPLIT}, {"recompute", required_argument, 0, O_RECOMPUTE},
-        {"cost-model", required_argument, 0, O_COST}, {0, 0, 0, 0}};
+        {"cost-model", required_argument, 0, O_COST}, {"precision", required_argument, 0, O_PRECISION},
+        {0, 0, 0, 0}};
     optind = 1;
     opterr = 0;
     int c;
@@ -161,6 +168,11 @@ static osdp_status parse_train_args(int argc, char **argv, train_args *a)
         case O_DUMP: a->dump_weights = optarg; break;
         case O_PEAK: NUM(a->peak_flops, double, 1, 1e20); break;
         case O_BACKEND: a->backend = optarg; break;
+        case O_PRECISION:
+            if (strcmp(optarg, "fp32") != 0 && strcmp(optarg, "bf16") != 0)
+                return osdp_error_set(OSDP_ERR_INPUT, "--precision '%s': expected bf16 or fp32", optarg);
+            a->precision = optarg;
+            break;
         case O_QUIET: a->quiet = 1; break;
         case O_HELP: train_usage(stdout); return OSDP_ERR_INTERNAL + 100;
         case '?':
@@ -173,6 +185,8 @@ static osdp_status parse_train_args(int argc, char **argv, train_args *a)
     if (optind < argc)
         return osdp_error_set(OSDP_ERR_INPUT, "train: unexpected argument '%s' (see osdp_gpt train --help)", argv[optind]);
     if (!a->total_steps_given) a->optim.total_steps = a->steps > 0 ? a->steps : 1;
+    if (a->precision) a->weights = strcmp(a->precision, "bf16") == 0 ? OSDP_BFLOAT16 : OSDP_FLOAT32;
+    else a->weights = strcmp(a->backend, "cuda") == 0 ? OSDP_BFLOAT16 : OSDP_FLOAT32;
     int plan_auto = strcmp(a->plan, "auto") == 0, plan_mode = plan_auto || !strcmp(a->plan, "dp") || !strcmp(a->plan, "zdp");
     if (a->split == -1 && !plan_auto)
         return osdp_error_set(OSDP_ERR_INPUT, "--split auto needs --plan auto (the planner chooses the granularity)");
@@ -184,16 +198,18 @@ static osdp_status parse_train_args(int argc, char **argv, train_args *a)
     return OSDP_OK;
 }
 
-/* The device file for planning a run of this binary.  The runtime holds,
- * gathers and reduces weights, gradients and activations in fp32 on every
- * backend (bf16 gathers on GPUs are still to come), so the plan must count
- * 4 bytes per element whatever `precision` the file gives (`plan` keeps the
- * file's precision: it also answers what-if questions such as the paper's
- * fp16 setting). */
-static osdp_status device_load_for_runtime(osdp_device *dev, const char *path)
+/* The device file for planning a run of this binary: the plan must count the
+ * runtime's element sizes whatever the file gives (`plan` keeps the file's:
+ * it also answers what-if questions such as the paper's fp16 setting).  The
+ * runtime gathers weights of --precision, and holds and reduces gradients
+ * and activations in fp32 (osdp/runtime.h). */
+static osdp_status device_load_for_runtime(osdp_device *dev, const char *path, osdp_dtype weights)
 {
     osdp_status s = osdp_device_load(dev, path);
-    if (s == OSDP_OK) dev->param_bytes = dev->act_bytes = (int)sizeof(float);
+    if (s == OSDP_OK) {
+        dev->param_bytes = (int)osdp_dtype_size(weights);
+        dev->grad_bytes = dev->act_bytes = (int)sizeof(float);
+    }
     return s;
 }
 
@@ -228,7 +244,7 @@ static osdp_status plan_auto(osdp_plan *plan, const osdp_layout *layout, const t
                 all[i] = layout->op[i].type == OSDP_OP_ATTN || layout->op[i].type == OSDP_OP_MLP;
             o.recompute = all;
         }
-        osdp_status s = device_load_for_runtime(&dev, a->device);
+        osdp_status s = device_load_for_runtime(&dev, a->device, a->weights);
         if (s == OSDP_OK) s = osdp_planner_run(layout, &dev, &o, &r);
         if (s == OSDP_OK) s = osdp_plan_copy(plan, &r.plan);
         if (s == OSDP_OK && !a->quiet) osdp_plan_print(layout, &dev, &o, &r);
@@ -299,7 +315,7 @@ static osdp_status load_plan(osdp_plan *plan, const osdp_layout *layout, train_a
 static double predicted_step_time(const osdp_layout *layout, const osdp_plan *plan, const train_args *a, int n_ranks)
 {
     osdp_device dev;
-    if (device_load_for_runtime(&dev, a->device) != OSDP_OK) return 0;
+    if (device_load_for_runtime(&dev, a->device, a->weights) != OSDP_OK) return 0;
     osdp_cost_model cm = {.layout = layout, .dev = &dev, .N = n_ranks, .prefetch = a->prefetch, .kind = a->cost};
     return osdp_cost_step_time(&cm, plan, plan->micro_batch, plan->accum_steps);
 }
@@ -336,7 +352,7 @@ int osdp_cmd_train(int argc, char **argv)
     osdp_check_all(s);
     osdp_world_init(&world, a.threads);
 
-    const osdp_compute_backend *backend = osdp_compute_find(a.backend);
+    const osdp_compute_backend *backend = osdp_compute_find(a.backend, a.weights);
     osdp_check_all(backend ? OSDP_OK : osdp_error_set(OSDP_ERR_INPUT, "--backend %s: not built (have: cpu%s)", a.backend,
 #ifdef OSDP_HAVE_CUDA
                                                       ", cuda"
@@ -380,10 +396,11 @@ int osdp_cmd_train(int argc, char **argv)
         osdp_check_all(osdp_comm_create_mpi(&comm, &(MPI_Comm){MPI_COMM_WORLD}));
 
     osdp_memory_prediction predicted;
-    osdp_check_all(osdp_memory_predict(&layout, &plan, world.size, a.batch, plan.accum_steps, a.prefetch, &predicted));
+    osdp_check_all(osdp_memory_predict(&layout, &plan, world.size, a.batch, plan.accum_steps, a.prefetch, a.weights,
+                                       &predicted));
 
     osdp_runtime_options opt = {.micro_batch = a.batch, .accum_steps = plan.accum_steps, .prefetch = a.prefetch,
-                                .mem_limit = a.mem_limit, .seed = a.seed, .optim = a.optim};
+                                .mem_limit = a.mem_limit, .seed = a.seed, .optim = a.optim, .weight_dtype = a.weights};
     osdp_runtime rt;
     s = osdp_runtime_create(&rt, &layout, &plan, &comm, backend, &opt);
     if (s != OSDP_OK) osdp_fatal(s, osdp_error_message());

@@ -4,18 +4,6 @@
 #include <string.h>
 #include <time.h>
 
-size_t osdp_dtype_size(osdp_dtype t)
-{
-    switch (t) {
-    case OSDP_FLOAT32: return 4;
-    case OSDP_FLOAT64: return 8;
-    case OSDP_BFLOAT16: return 2;
-    case OSDP_UINT64: return 8;
-    case OSDP_BYTE: return 1;
-    }
-    return 0;
-}
-
 const char *osdp_collective_name(osdp_collective c)
 {
     static const char *names[OSDP_COLL_N_TYPES] = {"all-gather", "reduce-scatter", "all-reduce", "broadcast"};
@@ -80,6 +68,16 @@ osdp_status osdp_comm_wait(osdp_comm *c, osdp_request *req)
     osdp_status s = c->ops->wait(c, req);
     c->traffic.wait_seconds += wall() - t0;
     return s;
+}
+
+osdp_status osdp_comm_group_start(osdp_comm *c)
+{
+    return c->ops->group_start ? c->ops->group_start(c) : OSDP_OK;
+}
+
+osdp_status osdp_comm_group_end(osdp_comm *c)
+{
+    return c->ops->group_end ? c->ops->group_end(c) : OSDP_OK;
 }
 
 void osdp_comm_progress(osdp_comm *c)

@@ -21,7 +21,7 @@ static MPI_Datatype mpi_type(osdp_dtype t)
     switch (t) {
     case OSDP_FLOAT32: return MPI_FLOAT;
     case OSDP_FLOAT64: return MPI_DOUBLE;
-    case OSDP_BFLOAT16: return MPI_UINT16_T;  /* moved, never reduced, on CPU */
+    case OSDP_BFLOAT16: return MPI_UINT16_T;  /* moved, never reduced (no_bf16_sum) */
     case OSDP_UINT64: return MPI_UINT64_T;
     case OSDP_BYTE: return MPI_BYTE;
     }
@@ -61,10 +61,20 @@ static osdp_status mpi_all_gather(osdp_comm *c, const void *shard, void *full, s
     return rc == MPI_SUCCESS ? finish(c, r, req, "MPI_Iallgather") : mpi_error(rc, "MPI_Iallgather");
 }
 
+/* MPI has no bf16 type: bf16 travels as 16-bit words, which MPI_SUM would add
+ * as integers.  The runtime reduces gradients in fp32 (osdp/runtime.h). */
+static osdp_status no_bf16_sum(osdp_dtype t, const char *what)
+{
+    if (t != OSDP_BFLOAT16) return OSDP_OK;
+    return osdp_error_set(OSDP_ERR_INPUT, "%s: the MPI backend cannot sum bf16 elements (reduce in fp32)", what);
+}
+
 static osdp_status mpi_reduce_scatter(osdp_comm *c, const void *full, void *shard, size_t count, osdp_dtype t, osdp_request *req)
 {
     mpi_comm_impl *impl = c->impl;
     MPI_Request r;
+    osdp_status s = no_bf16_sum(t, "reduce-scatter");
+    if (s != OSDP_OK) return s;
     int rc = MPI_Ireduce_scatter_block(full, shard, (int)count, mpi_type(t), MPI_SUM, impl->comm, &r);
     return rc == MPI_SUCCESS ? finish(c, r, req, "MPI_Ireduce_scatter_block") : mpi_error(rc, "MPI_Ireduce_scatter_block");
 }
@@ -73,6 +83,8 @@ static osdp_status mpi_all_reduce(osdp_comm *c, void *buf, size_t count, osdp_dt
 {
     mpi_comm_impl *impl = c->impl;
     MPI_Request r;
+    osdp_status s = no_bf16_sum(t, "all-reduce");
+    if (s != OSDP_OK) return s;
     int rc = MPI_Iallreduce(MPI_IN_PLACE, buf, (int)count, mpi_type(t), MPI_SUM, impl->comm, &r);
     return rc == MPI_SUCCESS ? finish(c, r, req, "MPI_Iallreduce") : mpi_error(rc, "MPI_Iallreduce");
 }

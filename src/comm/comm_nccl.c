@@ -68,6 +68,7 @@
 #include <time.h>
 
 #define MAX_PENDING 64
+#define MAX_GROUP 32   /* collectives in one ncclGroupStart/End (at most half the slots) */
 #define DEFAULT_TIMEOUT_S 600.0
 
 typedef struct nccl_slot {
@@ -77,6 +78,7 @@ typedef struct nccl_slot {
     const char *what;        /* for messages: "all-gather", ... */
     size_t count;
     osdp_dtype dtype;
+    int deferred;            /* issued inside a group: its event is recorded at the group's end */
 } nccl_slot;
 
 typedef struct nccl_comm_impl {
@@ -88,6 +90,9 @@ typedef struct nccl_comm_impl {
     double timeout_s;      /* OSDP_NCCL_TIMEOUT_S; 0: no timeout */
     unsigned long long issued;  /* collectives issued on device buffers */
     nccl_slot slots[MAX_PENDING];
+    int in_group;          /* between group_start and group_end */
+    int group_n;           /* slots issued in the open group */
+    nccl_slot *group[MAX_GROUP];
 } nccl_comm_impl;
 
 static ncclDataType_t nccl_type(osdp_dtype t)
@@ -112,18 +117,6 @@ static MPI_Datatype mpi_type(osdp_dtype t)
     case OSDP_BYTE: return MPI_BYTE;
     }
     return MPI_BYTE;
-}
-
-static const char *dtype_name(osdp_dtype t)
-{
-    switch (t) {
-    case OSDP_FLOAT32: return "float32";
-    case OSDP_FLOAT64: return "float64";
-    case OSDP_BFLOAT16: return "bfloat16";
-    case OSDP_UINT64: return "uint64";
-    case OSDP_BYTE: return "byte";
-    }
-    return "?";
 }
 
 static double now_s(void)
@@ -208,6 +201,7 @@ static osdp_status route(nccl_comm_impl *impl, const void *a, const void *b, siz
 
 static void order_after_compute(nccl_comm_impl *impl)
 {
+    if (impl->in_group) return;   /* done once by group_start */
     CUDA_CHECK(cudaEventRecord(impl->ready, osdp_cuda_compute_stream()));
     CUDA_CHECK(cudaStreamWaitEvent(impl->stream, impl->ready, 0));
 }
@@ -216,7 +210,7 @@ static void order_after_compute(nccl_comm_impl *impl)
 static void describe(char *buf, size_t n, const char *what, size_t count, osdp_dtype dtype, unsigned long long seq)
 {
     if (count)
-        snprintf(buf, n, "NCCL %s of %zu %s elements (collective #%llu of this rank)", what, count, dtype_name(dtype),
+        snprintf(buf, n, "NCCL %s of %zu %s elements (collective #%llu of this rank)", what, count, osdp_dtype_name(dtype),
                  seq);
     else
         snprintf(buf, n, "NCCL %s (after collective #%llu of this rank)", what, seq);
@@ -273,9 +267,10 @@ static osdp_status take_slot(nccl_comm_impl *impl, nccl_slot **out)
             *out = &impl->slots[i];
             return OSDP_OK;
         }
-    nccl_slot *oldest = &impl->slots[0];
+    nccl_slot *oldest = NULL;
     for (int i = 0; i < MAX_PENDING; i++) {
         nccl_slot *sl = &impl->slots[i];
+        if (sl->deferred) continue;   /* its event is not recorded yet */
         cudaError_t e = cudaEventQuery(sl->done);
         if (e == cudaSuccess) {
             sl->busy = 0;  /* its ticket's wait will find it done */
@@ -283,7 +278,7 @@ static osdp_status take_slot(nccl_comm_impl *impl, nccl_slot **out)
         } else if (e != cudaErrorNotReady) {
             CUDA_CHECK(e);
         }
-        if (sl->seq < oldest->seq) oldest = sl;
+        if (!oldest || sl->seq < oldest->seq) oldest = sl;
     }
     if (*out) return OSDP_OK;
     osdp_status s = wait_slot(impl, oldest);
@@ -307,10 +302,20 @@ static osdp_status finish(nccl_comm_impl *impl, ncclResult_t r, osdp_request *re
         describe(label, sizeof label, what, count, dtype, impl->issued + 1);
         return nccl_fail(impl, r, label);
     }
+    if (impl->in_group && (!req || impl->group_n == MAX_GROUP))
+        return osdp_error_set(OSDP_ERR_INTERNAL, "NCCL %s: %s inside a collective group", what,
+                              req ? "too many collectives" : "a blocking call");
     nccl_slot *slot;
     osdp_status s = take_slot(impl, &slot);
     if (s != OSDP_OK) return s;
-    CUDA_CHECK(cudaEventRecord(slot->done, impl->stream));
+    /* inside a group NCCL enqueues the work at ncclGroupEnd: an event
+     * recorded now would complete before it */
+    if (impl->in_group) {
+        slot->deferred = 1;
+        impl->group[impl->group_n++] = slot;
+    } else {
+        CUDA_CHECK(cudaEventRecord(slot->done, impl->stream));
+    }
     slot->busy = 1;
     slot->seq = ++impl->issued;
     slot->what = what;
@@ -420,6 +425,40 @@ static osdp_status nccl_wait(osdp_comm *c, osdp_request *req)
     return OSDP_OK;
 }
 
+/* The collectives between group_start and group_end are fused by NCCL into
+ * one launch (ncclGroupStart/End): for the slices of one operator, whose
+ * collectives are small, it saves a launch and a ring start-up per slice. */
+static osdp_status nccl_group_start(osdp_comm *c)
+{
+    nccl_comm_impl *impl = c->impl;
+    if (impl->in_group) return osdp_error_set(OSDP_ERR_INTERNAL, "NCCL: nested collective groups");
+    if (!impl->nccl) return OSDP_OK;   /* aborted: every call reports it */
+    order_after_compute(impl);
+    impl->in_group = 1;
+    impl->group_n = 0;
+    ncclResult_t r = ncclGroupStart();
+    if (r != ncclSuccess) {
+        impl->in_group = 0;
+        return nccl_fail(impl, r, "ncclGroupStart");
+    }
+    return OSDP_OK;
+}
+
+static osdp_status nccl_group_end(osdp_comm *c)
+{
+    nccl_comm_impl *impl = c->impl;
+    if (!impl->in_group) return OSDP_OK;
+    impl->in_group = 0;
+    ncclResult_t r = ncclGroupEnd();
+    for (int i = 0; i < impl->group_n; i++) {
+        impl->group[i]->deferred = 0;
+        if (r == ncclSuccess) CUDA_CHECK(cudaEventRecord(impl->group[i]->done, impl->stream));
+        else impl->group[i]->busy = 0;
+    }
+    impl->group_n = 0;
+    return r == ncclSuccess ? OSDP_OK : nccl_fail(impl, r, "ncclGroupEnd of a group of collectives");
+}
+
 static void nccl_progress(osdp_comm *c) { (void)c; }
 
 static void nccl_destroy(osdp_comm *c)
@@ -448,6 +487,8 @@ static const osdp_comm_backend nccl_backend = {
     .broadcast = nccl_broadcast,
     .barrier = nccl_barrier,
     .wait = nccl_wait,
+    .group_start = nccl_group_start,
+    .group_end = nccl_group_end,
     .progress = nccl_progress,
     .destroy = nccl_destroy,
 };

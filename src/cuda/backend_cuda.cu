@@ -1,6 +1,23 @@
-/* The CUDA compute backend: device memory, cuBLAS GEMMs, our kernels
- * (kernels_cuda.cu).  Semantics of every entry: include/osdp/compute.h and
- * include/osdp/kernels_cpu.h.
+/* The CUDA compute backends: device memory, cuBLAS GEMMs, our kernels
+ * (kernels_cuda.cu, matmul_bf16.cu).  Semantics of every entry:
+ * include/osdp/compute.h and include/osdp/kernels_cpu.h.
+ *
+ * Two tables.  osdp_compute_cuda is fp32 throughout (weights included).
+ * osdp_compute_cuda_bf16 reads bf16 working weights: its matrix products are
+ * bf16 x bf16 with fp32 accumulation (cublasGemmEx on tensor cores, fp32
+ * results), and its layernorm and embedding kernels widen the bf16 weights
+ * to fp32 as they read them.  Activations stay fp32 in memory: a product
+ * rounds its activation operand (x, or dy in the backward) to bf16 as it
+ * runs, in chunks in the scratch (matmul_bf16.cu).  Gradients (dw, db,
+ * dwte, ...) are fp32, and the fp32 master weights and AdamW moments are held
+ * by the runtime, which makes the bf16 working copy with convert_weights
+ * (round to nearest even).  Both tables share every entry that reads no
+ * weights but attention's: the bf16 table runs attention's fp32 products on
+ * TF32 tensor cores (10-bit mantissas, still finer than bf16's 7), as
+ * OSDP_CUDA_TF32=1 does for every fp32 product.  Expected agreement of a bf16 product with the CPU fp32 reference:
+ * about 1e-2 relative (of the output's largest entries), from the 8-bit
+ * mantissas of the operands; against the CPU bf16 table (same bf16 weights,
+ * fp32 activations) the difference comes from rounding x / dy alone.
  *
  * Streams.  All kernels and cuBLAS calls run on one compute stream created by
  * init with cudaStreamCreate, i.e. a *blocking* stream: the synchronous
@@ -36,19 +53,30 @@
  * this backend's scratch for the embedding backward's sort (about 20 bytes
  * per token of the micro-batch, 12 B T for three int arrays plus CUB's radix
  * sort storage, rounded up to 1 MiB; kept and grown on demand: 1 MiB for
- * GPT-2 at 16 x 1024 tokens).
+ * GPT-2 at 16 x 1024 tokens).  The same scratch holds the bf16 table's
+ * staging of x and dy rounded to bf16: at most
+ * osdp_cuda::BF16_STAGING_MAX_BYTES = 64 MiB per product (the rows are taken
+ * in chunks to stay below it; only a single row wider than 32 Mi elements
+ * would exceed it), and only 2 BT (IC + OC) bytes (rounded up to 1 MiB)
+ * when that is less.
+ * So the scratch is at most max(64 MiB, the sort's need) — 64 MiB for GPT-2
+ * at 16 x 1024 tokens with bf16 weights, 1 MiB with fp32 ones.
  *
  * Math mode.  cuBLAS runs with CUBLAS_DEFAULT_MATH: true fp32 products, no
  * TF32 tensor cores, so results match the CPU backend to ~1e-5 relative and
  * the loss curve does not depend on the backend.  Setting the environment
  * variable OSDP_CUDA_TF32=1 before init selects CUBLAS_TF32_TENSOR_OP_MATH
  * instead (about 10 bits of mantissa in the products: expect ~1e-3 relative
- * differences from the CPU; several times faster GEMMs on A100/H100).
+ * differences from the CPU; several times faster GEMMs on A100/H100).  The
+ * bf16 table's cublasGemmEx calls (bf16 inputs, CUBLAS_COMPUTE_32F) use
+ * tensor cores under either mode; the mode changes only the fp32 products
+ * (the attention GEMMs of both tables, every product of the fp32 table).
  *
  * Row-major to column-major.  A row-major (m,n) matrix with leading dimension
  * ld is, to cuBLAS, the column-major (n,m) matrix of its transpose.  So a
  * row-major product C = A B is issued as the column-major C^T = B^T A^T:
- * operands swapped, dimensions (n, m, k). */
+ * operands swapped, dimensions (n, m, k).  The bf16 products
+ * (matmul_bf16.cu) pass the same operands in the same order to cublasGemmEx. */
 #include "cuda_check.h"
 #include "kernels_cuda.cuh"
 
@@ -70,8 +98,9 @@ struct CudaState {
     cudaStream_t stream;
     cublasHandle_t cublas;
     double *partials;  /* REDUCE_PARTIALS + 1 doubles for sum / sum_squares */
+    cublasMath_t math; /* the handle's math mode set at init (OSDP_CUDA_TF32) */
     cudaMemPool_t pool;  /* NULL: plain cudaMalloc / cudaFree */
-    void *scratch;       /* backend scratch (embedding backward), grown on demand */
+    void *scratch;       /* backend scratch (embedding backward, bf16 staging), grown on demand */
     size_t scratch_bytes;
 };
 CudaState g;
@@ -107,7 +136,8 @@ osdp_status cuda_init(int local_rank, int threads)
     CUBLAS_CHECK(cublasSetStream(g.cublas, g.stream));
     const char *tf32 = getenv("OSDP_CUDA_TF32");
     int use_tf32 = tf32 && tf32[0] && strcmp(tf32, "0") != 0;
-    CUBLAS_CHECK(cublasSetMathMode(g.cublas, use_tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
+    g.math = use_tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH;
+    CUBLAS_CHECK(cublasSetMathMode(g.cublas, g.math));
     CUDA_CHECK(cudaMalloc((void **)&g.partials, (osdp_cuda::REDUCE_PARTIALS + 1) * sizeof(double)));
 
     /* the stream-ordered pool of the memory entries (see the top of the file) */
@@ -204,7 +234,10 @@ void *backend_scratch(size_t bytes)
     if (!g.scratch) {
         char why[96];
         snprintf(why, sizeof why, "out of device memory for %zu bytes of scratch", want);
-        OSDP_CUDA_ABORT_(__FILE__, __LINE__, "the embedding backward's sort (outside --mem-limit accounting)", why);
+        OSDP_CUDA_ABORT_(__FILE__, __LINE__,
+                         "backend scratch: embedding sort or bf16 staging "
+                         "(outside --mem-limit accounting)",
+                         why);
     }
     return g.scratch;
 }
@@ -233,9 +266,10 @@ void cuda_synchronize(void) { CUDA_CHECK(cudaDeviceSynchronize()); }
 
 /* ----------------------------------------------------------------- matmul */
 
-void cuda_matmul_forward_strided(float *y, const float *x, int ldx, const float *w, const float *b,
-                                 int BT, int IC, int OC, int accumulate)
+void cuda_matmul_forward_strided(float *y, const float *x, int ldx, const void *w_,
+                                 const void *b_, int BT, int IC, int OC, int accumulate)
 {
+    const float *w = (const float *)w_, *b = (const float *)b_;
     /* as on the CPU: lay the bias into y first, then y += x @ w with beta = 1 */
     const float *beta = accumulate ? &kOne : &kZero;
     if (b) {
@@ -248,16 +282,17 @@ void cuda_matmul_forward_strided(float *y, const float *x, int ldx, const float 
                              beta, y, OC));
 }
 
-void cuda_matmul_forward(float *y, const float *x, const float *w, const float *b, int BT, int IC,
+void cuda_matmul_forward(float *y, const float *x, const void *w, const void *b, int BT, int IC,
                          int OC, int accumulate)
 {
     cuda_matmul_forward_strided(y, x, IC, w, b, BT, IC, OC, accumulate);
 }
 
 void cuda_matmul_backward_strided(float *dx, int lddx, float *dw, float *db, const float *dy,
-                                  const float *x, int ldx, const float *w, int BT, int IC, int OC,
+                                  const float *x, int ldx, const void *w_, int BT, int IC, int OC,
                                   int dx_accumulate)
 {
+    const float *w = (const float *)w_;
     if (BT <= 0 || IC <= 0 || OC <= 0) return;
     /* dx (BT,IC) = dy @ w^T  ->  dx^T (IC,BT) = w (IC,OC) dy^T (OC,BT) */
     if (dx)
@@ -270,23 +305,24 @@ void cuda_matmul_backward_strided(float *dx, int lddx, float *dw, float *db, con
 }
 
 void cuda_matmul_backward(float *dx, float *dw, float *db, const float *dy, const float *x,
-                          const float *w, int BT, int IC, int OC, int dx_accumulate)
+                          const void *w, int BT, int IC, int OC, int dx_accumulate)
 {
     cuda_matmul_backward_strided(dx, IC, dw, db, dy, x, IC, w, BT, IC, OC, dx_accumulate);
 }
 
 /* -------------------------------------------------------------- layernorm */
 
-void cuda_layernorm_forward(float *y, float *mean, float *rstd, const float *x, const float *w,
-                            const float *b, int BT, int C)
+void cuda_layernorm_forward(float *y, float *mean, float *rstd, const float *x, const void *w,
+                            const void *b, int BT, int C)
 {
-    osdp_cuda::layernorm_forward(y, mean, rstd, x, w, b, BT, C, S());
+    osdp_cuda::layernorm_forward(y, mean, rstd, x, (const float *)w, (const float *)b, BT, C,
+                                 S());
 }
 
 void cuda_layernorm_backward(float *dx, float *dw, float *db, const float *dy, const float *x,
-                             const float *w, const float *mean, const float *rstd, int BT, int C)
+                             const void *w, const float *mean, const float *rstd, int BT, int C)
 {
-    osdp_cuda::layernorm_backward(dx, dw, db, dy, x, w, mean, rstd, BT, C, S());
+    osdp_cuda::layernorm_backward(dx, dw, db, dy, x, (const float *)w, mean, rstd, BT, C, S());
 }
 
 void cuda_gelu_forward(float *y, const float *x, size_t n) { osdp_cuda::gelu_forward(y, x, n, S()); }
@@ -362,12 +398,30 @@ void cuda_attention_backward(float *dqkv, float *scratch, const float *dout, con
     }
 }
 
+/* The bf16 table's attention: the same products on TF32 tensor cores (the
+ * handle's mode is host state, switched around the calls; one table serves a
+ * process, and the handle's stream orders the work) */
+void cuda_bf16_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH)
+{
+    CUBLAS_CHECK(cublasSetMathMode(g.cublas, CUBLAS_TF32_TENSOR_OP_MATH));
+    cuda_attention_forward(out, att, qkv, B, T, C, NH);
+    CUBLAS_CHECK(cublasSetMathMode(g.cublas, g.math));
+}
+
+void cuda_bf16_attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv,
+                                  const float *att, int B, int T, int C, int NH)
+{
+    CUBLAS_CHECK(cublasSetMathMode(g.cublas, CUBLAS_TF32_TENSOR_OP_MATH));
+    cuda_attention_backward(dqkv, scratch, dout, qkv, att, B, T, C, NH);
+    CUBLAS_CHECK(cublasSetMathMode(g.cublas, g.math));
+}
+
 /* ------------------------------------------------------ embedding, losses */
 
-void cuda_embedding_forward(float *x, const int *tokens, const float *wte, const float *wpe, int B,
+void cuda_embedding_forward(float *x, const int *tokens, const void *wte, const void *wpe, int B,
                             int T, int C)
 {
-    osdp_cuda::embedding_forward(x, tokens, wte, wpe, B, T, C, S());
+    osdp_cuda::embedding_forward(x, tokens, (const float *)wte, (const float *)wpe, B, T, C, S());
 }
 
 void cuda_embedding_backward(float *dwte, float *dwpe, const float *dx, const int *tokens, int B,
@@ -400,12 +454,69 @@ void cuda_vector_accumulate(float *y, const float *x, size_t n)
     osdp_cuda::vector_accumulate(y, x, n, S());
 }
 
+/* ---------------------------------------------- bf16 weights (the bf16 table) */
+
+typedef __nv_bfloat16 bf16;
+
+void cuda_bf16_convert_weights(void *dst, const float *src, size_t n)
+{
+    osdp_cuda::convert_to_bf16((bf16 *)dst, src, n, S());
+}
+
+osdp_cuda::GemmContext gemm_context() { return {g.cublas, g.stream, backend_scratch}; }
+
+void cuda_bf16_matmul_forward_strided(float *y, const float *x, int ldx, const void *w,
+                                      const void *b, int BT, int IC, int OC, int accumulate)
+{
+    osdp_cuda::matmul_bf16_forward(gemm_context(), y, x, ldx, (const bf16 *)w, (const bf16 *)b, BT,
+                                   IC, OC, accumulate);
+}
+
+void cuda_bf16_matmul_forward(float *y, const float *x, const void *w, const void *b, int BT,
+                              int IC, int OC, int accumulate)
+{
+    cuda_bf16_matmul_forward_strided(y, x, IC, w, b, BT, IC, OC, accumulate);
+}
+
+void cuda_bf16_matmul_backward_strided(float *dx, int lddx, float *dw, float *db,
+                                       const float *dy, const float *x, int ldx, const void *w,
+                                       int BT, int IC, int OC, int dx_accumulate)
+{
+    osdp_cuda::matmul_bf16_backward(gemm_context(), dx, lddx, dw, db, dy, x, ldx, (const bf16 *)w,
+                                    BT, IC, OC, dx_accumulate);
+}
+
+void cuda_bf16_matmul_backward(float *dx, float *dw, float *db, const float *dy, const float *x,
+                               const void *w, int BT, int IC, int OC, int dx_accumulate)
+{
+    cuda_bf16_matmul_backward_strided(dx, IC, dw, db, dy, x, IC, w, BT, IC, OC, dx_accumulate);
+}
+
+void cuda_bf16_layernorm_forward(float *y, float *mean, float *rstd, const float *x,
+                                 const void *w, const void *b, int BT, int C)
+{
+    osdp_cuda::layernorm_forward(y, mean, rstd, x, (const bf16 *)w, (const bf16 *)b, BT, C, S());
+}
+
+void cuda_bf16_layernorm_backward(float *dx, float *dw, float *db, const float *dy,
+                                  const float *x, const void *w, const float *mean,
+                                  const float *rstd, int BT, int C)
+{
+    osdp_cuda::layernorm_backward(dx, dw, db, dy, x, (const bf16 *)w, mean, rstd, BT, C, S());
+}
+
+void cuda_bf16_embedding_forward(float *x, const int *tokens, const void *wte, const void *wpe,
+                                 int B, int T, int C)
+{
+    osdp_cuda::embedding_forward(x, tokens, (const bf16 *)wte, (const bf16 *)wpe, B, T, C, S());
+}
+
 /* ------------------------------------------------------ sums, optimizer */
 
 double reduce_to_host(const float *x, size_t n, int squares)
 {
     if (!n) return 0.0;
-    osdp_cuda::reduce_sum(x, n, squares, g.partials, S());
+    osdp_cuda::reduce_sum(x, n, squares, g.partials, NULL, S());
     double r = 0.0;
     CUDA_CHECK(cudaMemcpyAsync(&r, g.partials + osdp_cuda::REDUCE_PARTIALS, sizeof r,
                                cudaMemcpyDeviceToHost, S()));
@@ -415,6 +526,11 @@ double reduce_to_host(const float *x, size_t n, int squares)
 
 double cuda_sum(const float *x, size_t n) { return reduce_to_host(x, n, 0); }
 double cuda_sum_squares(const float *x, size_t n) { return reduce_to_host(x, n, 1); }
+
+void cuda_accumulate_sum(double *acc, const float *x, size_t n, int squares)
+{
+    if (n) osdp_cuda::reduce_sum(x, n, squares, g.partials, acc, S());
+}
 
 void cuda_adamw(float *w, const float *g_, float *m, float *v, size_t n, float lr, float beta1,
                 float beta2, float eps, float weight_decay, float grad_scale, long t)
@@ -448,13 +564,15 @@ extern "C" const char *osdp_cublas_status_string(cublasStatus_t s)
     return "unknown cuBLAS status";
 }
 
-/* ------------------------------------------------------------------ table */
+/* ----------------------------------------------------------------- tables */
 
 /* Fields in declaration order (C++17 accepts in-order designators as a GNU
  * extension; a field added to compute.h without an entry here is left NULL
- * and must be filled). */
+ * and must be filled).  The bf16 table differs from the fp32 one only in
+ * weight_dtype, convert_weights and the seven entries that read weights. */
 extern "C" const osdp_compute_backend osdp_compute_cuda = {
     .name = "cuda",
+    .weight_dtype = OSDP_FLOAT32,
     .init = cuda_init,
     .alloc = cuda_alloc,
     .free = cuda_free,
@@ -463,6 +581,7 @@ extern "C" const osdp_compute_backend osdp_compute_cuda = {
     .to_device = cuda_to_device,
     .to_host = cuda_to_host,
     .synchronize = cuda_synchronize,
+    .convert_weights = NULL,
     .matmul_forward = cuda_matmul_forward,
     .matmul_backward = cuda_matmul_backward,
     .matmul_forward_strided = cuda_matmul_forward_strided,
@@ -481,5 +600,27 @@ extern "C" const osdp_compute_backend osdp_compute_cuda = {
     .vector_accumulate = cuda_vector_accumulate,
     .sum = cuda_sum,
     .sum_squares = cuda_sum_squares,
+    .accumulate_sum = cuda_accumulate_sum,
     .adamw = cuda_adamw,
 };
+
+/* the fp32 table with the entries that read weights, and attention, replaced (a copy made
+ * at load time: C++ has no designators out of declaration order) */
+static osdp_compute_backend make_bf16_table()
+{
+    osdp_compute_backend t = osdp_compute_cuda;
+    t.weight_dtype = OSDP_BFLOAT16;
+    t.convert_weights = cuda_bf16_convert_weights;
+    t.matmul_forward = cuda_bf16_matmul_forward;
+    t.matmul_backward = cuda_bf16_matmul_backward;
+    t.matmul_forward_strided = cuda_bf16_matmul_forward_strided;
+    t.matmul_backward_strided = cuda_bf16_matmul_backward_strided;
+    t.layernorm_forward = cuda_bf16_layernorm_forward;
+    t.layernorm_backward = cuda_bf16_layernorm_backward;
+    t.embedding_forward = cuda_bf16_embedding_forward;
+    t.attention_forward = cuda_bf16_attention_forward;
+    t.attention_backward = cuda_bf16_attention_backward;
+    return t;
+}
+
+extern "C" const osdp_compute_backend osdp_compute_cuda_bf16 = make_bf16_table();

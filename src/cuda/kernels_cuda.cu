@@ -12,7 +12,10 @@
  *   - embedding backward: a stable radix sort of the positions by token
  *     (CUB), then one block per distinct token summing its rows in position
  *     order — the CPU kernel's order, so the result is bitwise the CPU's.
- * No kernel uses floating-point atomics: results are reproducible bit for bit. */
+ * No kernel uses floating-point atomics: results are reproducible bit for bit.
+ * The kernels that read weights are templates on the weight type (float or
+ * __nv_bfloat16), reading every weight through wload(), which widens it to
+ * float; the arithmetic is the same fp32 code for both. */
 #include "kernels_cuda.cuh"
 #include "cuda_check.h"
 
@@ -69,14 +72,19 @@ template <class Op, class T> __device__ T block_reduce(T v, T *shared)
     return shared[0];
 }
 
+/* a weight element as float */
+__device__ __forceinline__ float wload(float v) { return v; }
+__device__ __forceinline__ float wload(__nv_bfloat16 v) { return __bfloat162float(v); }
+
 /* ---------------------------------------------------------- matmul helpers */
 
-__global__ void bias_rows_kernel(float *y, const float *b, int BT, int OC, int accumulate)
+template <class W>
+__global__ void bias_rows_kernel(float *y, const W *b, int BT, int OC, int accumulate)
 {
     const size_t n = (size_t)BT * OC;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x) {
-        float bias = b[i % OC];
+        float bias = wload(b[i % OC]);
         y[i] = accumulate ? y[i] + bias : bias;
     }
 }
@@ -102,8 +110,9 @@ __global__ void column_sums_kernel(float *db, const float *dy, int BT, int OC)
 
 /* ---------------------------------------------------------------- layernorm */
 
+template <class W>
 __global__ void layernorm_forward_kernel(float *y, float *mean, float *rstd, const float *x,
-                                         const float *w, const float *b, int BT, int C)
+                                         const W *w, const W *b, int BT, int C)
 {
     const int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     const int lane = threadIdx.x & 31;
@@ -120,15 +129,16 @@ __global__ void layernorm_forward_kernel(float *y, float *mean, float *rstd, con
     }
     v = warp_reduce<SumOp>(v) / (float)C;
     const float rs = 1.0f / sqrtf(v + 1e-5f);
-    for (int c = lane; c < C; c += 32) yr[c] = (xr[c] - m) * rs * w[c] + b[c];
+    for (int c = lane; c < C; c += 32) yr[c] = (xr[c] - m) * rs * wload(w[c]) + wload(b[c]);
     if (lane == 0) {
         mean[row] = m;
         rstd[row] = rs;
     }
 }
 
+template <class W>
 __global__ void layernorm_backward_dx_kernel(float *dx, const float *dy, const float *x,
-                                             const float *w, const float *mean,
+                                             const W *w, const float *mean,
                                              const float *rstd, int BT, int C)
 {
     const int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
@@ -141,7 +151,7 @@ __global__ void layernorm_backward_dx_kernel(float *dx, const float *dy, const f
     float dmean = 0.0f, dnmean = 0.0f;
     for (int c = lane; c < C; c += 32) {
         float norm = (xr[c] - m) * s;
-        float dnorm = w[c] * dyr[c];
+        float dnorm = wload(w[c]) * dyr[c];
         dmean += dnorm;
         dnmean += dnorm * norm;
     }
@@ -149,7 +159,7 @@ __global__ void layernorm_backward_dx_kernel(float *dx, const float *dy, const f
     dnmean = warp_reduce<SumOp>(dnmean) / (float)C;
     for (int c = lane; c < C; c += 32) {
         float norm = (xr[c] - m) * s;
-        float dnorm = w[c] * dyr[c];
+        float dnorm = wload(w[c]) * dyr[c];
         dxr[c] += (dnorm - dmean - norm * dnmean) * s;
     }
 }
@@ -251,14 +261,15 @@ __global__ void causal_softmax_backward_kernel(float *d, const float *att, long 
 
 /* ---------------------------------------------------------------- embedding */
 
-__global__ void embedding_forward_kernel(float *x, const int *tokens, const float *wte,
-                                         const float *wpe, int BT, int T, int C)
+template <class W>
+__global__ void embedding_forward_kernel(float *x, const int *tokens, const W *wte,
+                                         const W *wpe, int BT, int T, int C)
 {
     const size_t n = (size_t)BT * C;
     for (size_t k = blockIdx.x * (size_t)blockDim.x + threadIdx.x; k < n;
          k += (size_t)gridDim.x * blockDim.x) {
         size_t i = k / C, c = k % C;
-        x[k] = wte[(size_t)tokens[i] * C + c] + wpe[(i % T) * C + c];
+        x[k] = wload(wte[(size_t)tokens[i] * C + c]) + wload(wpe[(i % T) * C + c]);
     }
 }
 
@@ -363,12 +374,16 @@ __global__ void reduce_partials_kernel(const float *x, size_t n, int squares, do
     if (threadIdx.x == 0) partials[blockIdx.x] = acc;
 }
 
-__global__ void reduce_final_kernel(double *partials)
+/* the partials' sum to partials[REDUCE_PARTIALS], or added to *acc */
+__global__ void reduce_final_kernel(double *partials, double *acc)
 {
     __shared__ double shared[32];
     double v = partials[threadIdx.x];      /* blockDim.x == REDUCE_PARTIALS */
     v = block_reduce<SumOp>(v, shared);
-    if (threadIdx.x == 0) partials[REDUCE_PARTIALS] = v;
+    if (threadIdx.x == 0) {
+        if (acc) *acc += v;
+        else partials[REDUCE_PARTIALS] = v;
+    }
 }
 
 /* -------------------------------------------------------------------- adamw */
@@ -395,7 +410,8 @@ __global__ void adamw_kernel(float *w, const float *g, float *m, float *v, size_
 
 /* ---------------------------------------------------------------- launchers */
 
-void bias_rows(float *y, const float *b, int BT, int OC, int accumulate, cudaStream_t s)
+template <class W>
+void bias_rows(float *y, const W *b, int BT, int OC, int accumulate, cudaStream_t s)
 {
     size_t n = (size_t)BT * OC;
     if (!n) return;
@@ -410,8 +426,9 @@ void column_sums_add(float *db, const float *dy, int BT, int OC, cudaStream_t s)
     CUDA_CHECK_LAUNCH();
 }
 
-void layernorm_forward(float *y, float *mean, float *rstd, const float *x, const float *w,
-                       const float *b, int BT, int C, cudaStream_t s)
+template <class W>
+void layernorm_forward(float *y, float *mean, float *rstd, const float *x, const W *w,
+                       const W *b, int BT, int C, cudaStream_t s)
 {
     if (BT <= 0) return;
     const int rows_per_block = kThreads / 32;
@@ -420,8 +437,9 @@ void layernorm_forward(float *y, float *mean, float *rstd, const float *x, const
     CUDA_CHECK_LAUNCH();
 }
 
+template <class W>
 void layernorm_backward(float *dx, float *dw, float *db, const float *dy, const float *x,
-                        const float *w, const float *mean, const float *rstd, int BT, int C,
+                        const W *w, const float *mean, const float *rstd, int BT, int C,
                         cudaStream_t s)
 {
     if (BT <= 0 || C <= 0) return;
@@ -467,7 +485,8 @@ void causal_softmax_backward(float *d, const float *att, long rows, int T, float
     CUDA_CHECK_LAUNCH();
 }
 
-void embedding_forward(float *x, const int *tokens, const float *wte, const float *wpe,
+template <class W>
+void embedding_forward(float *x, const int *tokens, const W *wte, const W *wpe,
                        int B, int T, int C, cudaStream_t s)
 {
     size_t n = (size_t)B * T * C;
@@ -475,6 +494,20 @@ void embedding_forward(float *x, const int *tokens, const float *wte, const floa
     embedding_forward_kernel<<<grid_for(n), kThreads, 0, s>>>(x, tokens, wte, wpe, B * T, T, C);
     CUDA_CHECK_LAUNCH();
 }
+
+/* the weight-reading launchers for both weight types */
+#define OSDP_INSTANTIATE_WEIGHT_LAUNCHERS(W)                                                   \
+    template void bias_rows<W>(float *, const W *, int, int, int, cudaStream_t);             \
+    template void layernorm_forward<W>(float *, float *, float *, const float *, const W *,  \
+                                       const W *, int, int, cudaStream_t);                   \
+    template void layernorm_backward<W>(float *, float *, float *, const float *,            \
+                                        const float *, const W *, const float *,             \
+                                        const float *, int, int, cudaStream_t);              \
+    template void embedding_forward<W>(float *, const int *, const W *, const W *, int, int, \
+                                       int, cudaStream_t);
+OSDP_INSTANTIATE_WEIGHT_LAUNCHERS(float)
+OSDP_INSTANTIATE_WEIGHT_LAUNCHERS(__nv_bfloat16)
+#undef OSDP_INSTANTIATE_WEIGHT_LAUNCHERS
 
 /* bytes of the int arrays (positions in, keys and positions out), rounded so
  * that CUB's temporary storage after them stays 256-byte aligned */
@@ -560,11 +593,11 @@ void vector_accumulate(float *y, const float *x, size_t n, cudaStream_t s)
     CUDA_CHECK_LAUNCH();
 }
 
-void reduce_sum(const float *x, size_t n, int squares, double *partials, cudaStream_t s)
+void reduce_sum(const float *x, size_t n, int squares, double *partials, double *acc, cudaStream_t s)
 {
     reduce_partials_kernel<<<REDUCE_PARTIALS, kThreads, 0, s>>>(x, n, squares, partials);
     CUDA_CHECK_LAUNCH();
-    reduce_final_kernel<<<1, REDUCE_PARTIALS, 0, s>>>(partials);
+    reduce_final_kernel<<<1, REDUCE_PARTIALS, 0, s>>>(partials, acc);
     CUDA_CHECK_LAUNCH();
 }
 

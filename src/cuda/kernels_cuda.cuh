@@ -1,6 +1,12 @@
-/* Host-side launchers of the CUDA kernels in kernels_cuda.cu (C++ linkage,
- * used only by backend_cuda.cu).  Every launcher queues its work on `s` and
- * returns at once; the semantics are those of include/osdp/kernels_cpu.h.
+/* Host-side launchers of the CUDA kernels in kernels_cuda.cu, and the bf16
+ * matrix products of matmul_bf16.cu (C++ linkage, used only by the .cu files
+ * of src/cuda/).  Every launcher queues its work on `s` (or ctx.stream)
+ * and returns at once; the semantics are those of include/osdp/kernels_cpu.h.
+ *
+ * Weight types.  The launchers that read working weights (bias_rows,
+ * layernorm_*, embedding_forward) are templates on the weight element type W,
+ * instantiated for float (the fp32 table) and __nv_bfloat16 (the bf16 table);
+ * a bf16 weight is widened to float as it is read, and all arithmetic is fp32.
  *
  * Determinism: no kernel here uses floating-point atomics.  Every reduction
  * is a fixed tree (warp butterflies, then shared memory in lane order) or a
@@ -10,19 +16,24 @@
 #define OSDP_KERNELS_CUDA_CUH
 
 #include <cstddef>
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 namespace osdp_cuda {
 
 /* y (BT,OC) = b broadcast over rows, or y += b when accumulate != 0 */
-void bias_rows(float *y, const float *b, int BT, int OC, int accumulate, cudaStream_t s);
+template <class W>
+void bias_rows(float *y, const W *b, int BT, int OC, int accumulate, cudaStream_t s);
 /* db (OC) += column sums of dy (BT,OC), each summed over rows in a fixed order */
 void column_sums_add(float *db, const float *dy, int BT, int OC, cudaStream_t s);
 
-void layernorm_forward(float *y, float *mean, float *rstd, const float *x, const float *w,
-                       const float *b, int BT, int C, cudaStream_t s);
+template <class W>
+void layernorm_forward(float *y, float *mean, float *rstd, const float *x, const W *w,
+                       const W *b, int BT, int C, cudaStream_t s);
+template <class W>
 void layernorm_backward(float *dx, float *dw, float *db, const float *dy, const float *x,
-                        const float *w, const float *mean, const float *rstd, int BT, int C,
+                        const W *w, const float *mean, const float *rstd, int BT, int C,
                         cudaStream_t s);
 
 void gelu_forward(float *y, const float *x, size_t n, cudaStream_t s);
@@ -37,7 +48,8 @@ void causal_softmax_forward(float *att, long rows, int T, cudaStream_t s);
 void causal_softmax_backward(float *d, const float *att, long rows, int T, float scale,
                              cudaStream_t s);
 
-void embedding_forward(float *x, const int *tokens, const float *wte, const float *wpe,
+template <class W>
+void embedding_forward(float *x, const int *tokens, const W *wte, const W *wpe,
                        int B, int T, int C, cudaStream_t s);
 /* dwte (V,C) +=, dwpe (T,C) +=; every row accumulated in token-position
  * order, the same order (and so the same bits) as the CPU kernel.  `scratch`
@@ -58,13 +70,45 @@ void vector_accumulate(float *y, const float *x, size_t n, cudaStream_t s);
 
 /* Sum (squares != 0: sum of squares) of x in double.  `partials` is device
  * scratch of at least REDUCE_PARTIALS + 1 doubles; the result is written to
- * partials[REDUCE_PARTIALS] (device memory). */
+ * partials[REDUCE_PARTIALS] (device memory), or added to *acc (device
+ * memory) when acc is not NULL. */
 enum { REDUCE_PARTIALS = 512 };
-void reduce_sum(const float *x, size_t n, int squares, double *partials, cudaStream_t s);
+void reduce_sum(const float *x, size_t n, int squares, double *partials, double *acc, cudaStream_t s);
 
 void adamw(float *w, const float *g, float *m, float *v, size_t n, float lr, float beta1,
            float beta2, float c1, float c2, float eps, float weight_decay, float grad_scale,
            cudaStream_t s);
+
+/* ------------------------------------------------ bf16 (matmul_bf16.cu) */
+
+/* dst (n bf16) = src (n fp32), round to nearest even (__float2bfloat16) */
+void convert_to_bf16(__nv_bfloat16 *dst, const float *src, size_t n, cudaStream_t s);
+
+/* What the bf16 products need from the backend: its cuBLAS handle (bound to
+ * `stream`), the compute stream, and its scratch, `scratch(bytes)` returning
+ * at least `bytes` of device memory free for the work queued on `stream` from
+ * then on (contents undefined). */
+struct GemmContext {
+    cublasHandle_t cublas;
+    cudaStream_t stream;
+    void *(*scratch)(size_t bytes);
+};
+
+/* Most bytes of bf16 staging (x and dy rounded to bf16) that one product asks
+ * the scratch for; rows are processed in chunks to stay below it (one row
+ * more than fits is still staged whole). */
+const size_t BF16_STAGING_MAX_BYTES = (size_t)64 << 20;
+
+/* matmul_forward_strided / matmul_backward_strided of kernels_cpu.h with w
+ * (IC,OC) and b (OC) in bf16: cublasGemmEx with bf16 A and B, fp32 C and
+ * CUBLAS_COMPUTE_32F; x and dy are rounded to bf16 chunk by chunk in the
+ * scratch; db is summed from the fp32 dy. */
+void matmul_bf16_forward(const GemmContext &ctx, float *y, const float *x, int ldx,
+                         const __nv_bfloat16 *w, const __nv_bfloat16 *b, int BT, int IC, int OC,
+                         int accumulate);
+void matmul_bf16_backward(const GemmContext &ctx, float *dx, int lddx, float *dw, float *db,
+                          const float *dy, const float *x, int ldx, const __nv_bfloat16 *w,
+                          int BT, int IC, int OC, int dx_accumulate);
 
 }  // namespace osdp_cuda
 

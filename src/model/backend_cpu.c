@@ -63,6 +63,11 @@ OSDP_VECTOR_CLONES static double cpu_sum_squares(const float *x, size_t n)
     return s;
 }
 
+static void cpu_accumulate_sum(double *acc, const float *x, size_t n, int squares)
+{
+    *acc += squares ? cpu_sum_squares(x, n) : cpu_sum(x, n);
+}
+
 /* memory-bound: w, m, v read and written, g read, in one pass; the bias
  * corrections are folded into two constants */
 OSDP_VECTOR_CLONES static void cpu_adamw(float *w, const float *g, float *m, float *v, size_t n, float lr,
@@ -82,33 +87,92 @@ OSDP_VECTOR_CLONES static void cpu_adamw(float *w, const float *g, float *m, flo
     }
 }
 
+/* The fp32 table's weight entries: the kernels of osdp/kernels_cpu.h take
+ * float weights, the table's `const void *` (osdp/compute.h) */
+static void cpu_matmul_forward(float *y, const float *x, const void *w, const void *b, int BT, int IC, int OC,
+                               int accumulate)
+{
+    matmul_forward(y, x, w, b, BT, IC, OC, accumulate);
+}
+static void cpu_matmul_forward_strided(float *y, const float *x, int ldx, const void *w, const void *b, int BT,
+                                       int IC, int OC, int accumulate)
+{
+    matmul_forward_strided(y, x, ldx, w, b, BT, IC, OC, accumulate);
+}
+static void cpu_matmul_backward(float *dx, float *dw, float *db, const float *dy, const float *x, const void *w,
+                                int BT, int IC, int OC, int dx_accumulate)
+{
+    matmul_backward(dx, dw, db, dy, x, w, BT, IC, OC, dx_accumulate);
+}
+static void cpu_matmul_backward_strided(float *dx, int lddx, float *dw, float *db, const float *dy,
+                                        const float *x, int ldx, const void *w, int BT, int IC, int OC,
+                                        int dx_accumulate)
+{
+    matmul_backward_strided(dx, lddx, dw, db, dy, x, ldx, w, BT, IC, OC, dx_accumulate);
+}
+static void cpu_layernorm_forward(float *y, float *mean, float *rstd, const float *x, const void *w,
+                                  const void *b, int BT, int C)
+{
+    layernorm_forward(y, mean, rstd, x, w, b, BT, C);
+}
+static void cpu_layernorm_backward(float *dx, float *dw, float *db, const float *dy, const float *x,
+                                   const void *w, const float *mean, const float *rstd, int BT, int C)
+{
+    layernorm_backward(dx, dw, db, dy, x, w, mean, rstd, BT, C);
+}
+static void cpu_embedding_forward(float *x, const int *tokens, const void *wte, const void *wpe, int B, int T,
+                                  int C)
+{
+    embedding_forward(x, tokens, wte, wpe, B, T, C);
+}
+
+/* the entries both CPU tables share: those that never read weights */
+#define CPU_COMMON_ENTRIES \
+    .name = "cpu", \
+    .init = cpu_init, \
+    .alloc = cpu_alloc, \
+    .free = cpu_free, \
+    .fill_zero = cpu_fill_zero, \
+    .copy = cpu_copy, \
+    .to_device = cpu_copy, \
+    .to_host = cpu_copy, \
+    .synchronize = cpu_synchronize, \
+    .gelu_forward = gelu_forward, \
+    .gelu_backward = gelu_backward, \
+    .attention_forward = attention_forward, \
+    .attention_backward = attention_backward, \
+    .embedding_backward = embedding_backward, \
+    .crossentropy_forward = crossentropy_forward, \
+    .crossentropy_backward = crossentropy_backward, \
+    .residual_forward = residual_forward, \
+    .vector_accumulate = vector_accumulate, \
+    .sum = cpu_sum, \
+    .sum_squares = cpu_sum_squares, \
+    .accumulate_sum = cpu_accumulate_sum, \
+    .adamw = cpu_adamw
+
 const osdp_compute_backend osdp_compute_cpu = {
-    .name = "cpu",
-    .init = cpu_init,
-    .alloc = cpu_alloc,
-    .free = cpu_free,
-    .fill_zero = cpu_fill_zero,
-    .copy = cpu_copy,
-    .to_device = cpu_copy,
-    .to_host = cpu_copy,
-    .synchronize = cpu_synchronize,
-    .matmul_forward = matmul_forward,
-    .matmul_backward = matmul_backward,
-    .matmul_forward_strided = matmul_forward_strided,
-    .matmul_backward_strided = matmul_backward_strided,
-    .layernorm_forward = layernorm_forward,
-    .layernorm_backward = layernorm_backward,
-    .gelu_forward = gelu_forward,
-    .gelu_backward = gelu_backward,
-    .attention_forward = attention_forward,
-    .attention_backward = attention_backward,
-    .embedding_forward = embedding_forward,
-    .embedding_backward = embedding_backward,
-    .crossentropy_forward = crossentropy_forward,
-    .crossentropy_backward = crossentropy_backward,
-    .residual_forward = residual_forward,
-    .vector_accumulate = vector_accumulate,
-    .sum = cpu_sum,
-    .sum_squares = cpu_sum_squares,
-    .adamw = cpu_adamw,
+    CPU_COMMON_ENTRIES,
+    .weight_dtype = OSDP_FLOAT32,
+    .convert_weights = NULL,
+    .matmul_forward = cpu_matmul_forward,
+    .matmul_backward = cpu_matmul_backward,
+    .matmul_forward_strided = cpu_matmul_forward_strided,
+    .matmul_backward_strided = cpu_matmul_backward_strided,
+    .layernorm_forward = cpu_layernorm_forward,
+    .layernorm_backward = cpu_layernorm_backward,
+    .embedding_forward = cpu_embedding_forward,
+};
+
+const osdp_compute_backend osdp_compute_cpu_bf16 = {
+    CPU_COMMON_ENTRIES,
+    .weight_dtype = OSDP_BFLOAT16,
+    .convert_weights = cpu_bf16_convert_weights,
+    .matmul_forward = cpu_bf16_matmul_forward,
+    .matmul_backward = cpu_bf16_matmul_backward,
+    .matmul_forward_strided = cpu_bf16_matmul_forward_strided,
+    .matmul_backward_strided = cpu_bf16_matmul_backward_strided,
+    .layernorm_forward = cpu_bf16_layernorm_forward,
+    .layernorm_backward = cpu_bf16_layernorm_backward,
+    .embedding_forward = cpu_bf16_embedding_forward,
 };

@@ -6,15 +6,17 @@
 
 static const osdp_compute_backend *const registry[] = {
     &osdp_compute_cpu,
+    &osdp_compute_cpu_bf16,
 #ifdef OSDP_HAVE_CUDA
     &osdp_compute_cuda,
+    &osdp_compute_cuda_bf16,
 #endif
     NULL,
 };
 
-const osdp_compute_backend *osdp_compute_find(const char *name)
+const osdp_compute_backend *osdp_compute_find(const char *name, osdp_dtype weight_dtype)
 {
     for (int i = 0; registry[i]; i++)
-        if (strcmp(registry[i]->name, name) == 0) return registry[i];
+        if (strcmp(registry[i]->name, name) == 0 && registry[i]->weight_dtype == weight_dtype) return registry[i];
     return NULL;
 }

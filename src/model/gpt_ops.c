@@ -96,8 +96,15 @@ typedef struct pass {
     const osdp_op_layout *op;
     const osdp_op_slices *sl;
     int cur;                   /* slice acquired last, -1 none */
+    size_t wsize;              /* bytes per weight element (backend->weight_dtype) */
     osdp_status status;
 } pass;
+
+/* element e of the operator's flat weights, held by slice s */
+static const void *weight_at(const pass *p, int s, size_t e)
+{
+    return (const char *)p->sl->weights[s] + (e - p->sl->bounds[s]) * p->wsize;
+}
 
 static int slice_of(const osdp_op_slices *sl, size_t e)
 {
@@ -116,12 +123,12 @@ static int acquire(pass *p, int s)
 
 /* weights / gradients of tensor k (a tensor never spans two slices unless it is a
  * linear weight, which goes through linear_forward / linear_backward) */
-static const float *tw(pass *p, int k)
+static const void *tw(pass *p, int k)
 {
     size_t e = p->op->tensor[k].offset;
     int s = slice_of(p->sl, e);
     if (!acquire(p, s)) return NULL;
-    return p->sl->weights[s] + (e - p->sl->bounds[s]);
+    return weight_at(p, s, e);
 }
 static float *tg(pass *p, int k)
 {
@@ -157,8 +164,8 @@ static void linear_forward(pass *p, float *y, const float *x, int k, int has_bia
         if (!acquire(p, s)) return;
         size_t hi = p->sl->bounds[s + 1];
         int r1 = hi >= t->offset + t->numel ? IC : (int)((hi - t->offset) / (size_t)t->cols);
-        const float *w = p->sl->weights[s] + (t->offset + (size_t)r0 * OC - p->sl->bounds[s]);
-        const float *b = r1 == IC && has_bias ? tw(p, k + 1) : NULL;
+        const void *w = weight_at(p, s, t->offset + (size_t)r0 * OC);
+        const void *b = r1 == IC && has_bias ? tw(p, k + 1) : NULL;
         if (r0 == 0 && r1 == IC) be->matmul_forward(y, x, w, b, BT, IC, OC, 0);
         else be->matmul_forward_strided(y, x + r0, IC, w, b, BT, r1 - r0, OC, r0 > 0);
         r0 = r1;
@@ -181,12 +188,12 @@ static void linear_backward(pass *p, float *dx, const float *dy, const float *x,
         int r0 = lo <= t->offset ? 0 : (int)((lo - t->offset) / (size_t)t->cols);
         size_t off = t->offset + (size_t)r0 * OC - lo;
         float *db = r1 == IC && has_bias ? tg(p, k + 1) : NULL;
+        const void *w = weight_at(p, s, t->offset + (size_t)r0 * OC);
         if (r0 == 0 && r1 == IC)
-            be->matmul_backward(dx, p->sl->grads[s] + off, db, dy, x, p->sl->weights[s] + off, BT, IC, OC,
-                                dx_accumulate);
+            be->matmul_backward(dx, p->sl->grads[s] + off, db, dy, x, w, BT, IC, OC, dx_accumulate);
         else
-            be->matmul_backward_strided(dx ? dx + r0 : NULL, IC, p->sl->grads[s] + off, db, dy, x + r0, IC,
-                                        p->sl->weights[s] + off, BT, r1 - r0, OC, dx_accumulate);
+            be->matmul_backward_strided(dx ? dx + r0 : NULL, IC, p->sl->grads[s] + off, db, dy, x + r0, IC, w, BT,
+                                        r1 - r0, OC, dx_accumulate);
         r1 = r0;
     }
 }
@@ -198,11 +205,12 @@ osdp_status osdp_op_forward_sliced(const osdp_op_context *ctx, int op_index, con
     const osdp_op_layout *op = &ctx->layout->op[op_index];
     const int B = ctx->B, T = ctx->T, BT = B * T, d = op->width;
     const int NH = ctx->layout->cfg.n_head;
-    pass P = {.ctx = ctx, .op = op, .sl = sl, .cur = -1, .status = OSDP_OK}, *p = &P;
+    pass P = {.ctx = ctx, .op = op, .sl = sl, .cur = -1, .wsize = osdp_dtype_size(be->weight_dtype),
+              .status = OSDP_OK}, *p = &P;
 #define OK_OR_RETURN() do { if (p->status != OSDP_OK) return p->status; } while (0)
     switch (op->type) {
     case OSDP_OP_EMBED: {
-        const float *wte = tw(p, 0), *wpe = tw(p, 1);
+        const void *wte = tw(p, 0), *wpe = tw(p, 1);
         OK_OR_RETURN();
         be->embedding_forward(a->out, a->tokens, wte, wpe, B, T, d);
         break;
@@ -216,7 +224,7 @@ osdp_status osdp_op_forward_sliced(const osdp_op_context *ctx, int op_index, con
             k = 2;
             poke(ctx);
         }
-        const float *lw = tw(p, k), *lb = tw(p, k + 1);
+        const void *lw = tw(p, k), *lb = tw(p, k + 1);
         OK_OR_RETURN();
         be->layernorm_forward(a->ln, a->mean, a->rstd, x, lw, lb, BT, d);
         linear_forward(p, a->qkv, a->ln, k + 2, 1, BT);
@@ -230,7 +238,7 @@ osdp_status osdp_op_forward_sliced(const osdp_op_context *ctx, int op_index, con
         break;
     }
     case OSDP_OP_MLP: {
-        const float *lw = tw(p, 0), *lb = tw(p, 1);
+        const void *lw = tw(p, 0), *lb = tw(p, 1);
         OK_OR_RETURN();
         be->layernorm_forward(a->ln, a->mean, a->rstd, input, lw, lb, BT, d);
         linear_forward(p, a->fc, a->ln, 2, 1, BT);
@@ -243,7 +251,7 @@ osdp_status osdp_op_forward_sliced(const osdp_op_context *ctx, int op_index, con
         break;
     }
     case OSDP_OP_HEAD: {
-        const float *lw = tw(p, 0), *lb = tw(p, 1);
+        const void *lw = tw(p, 0), *lb = tw(p, 1);
         OK_OR_RETURN();
         be->layernorm_forward(a->ln, a->mean, a->rstd, input, lw, lb, BT, d);
         linear_forward(p, a->probs, a->ln, 2, 0, BT);
@@ -268,7 +276,8 @@ osdp_status osdp_op_backward_sliced(const osdp_op_context *ctx, int op_index, co
     const size_t btd = (size_t)BT * (size_t)d;
     float *dout = ws->dres[ws->cur];
     float *s = ws->scratch;
-    pass P = {.ctx = ctx, .op = op, .sl = sl, .cur = -1, .status = OSDP_OK}, *p = &P;
+    pass P = {.ctx = ctx, .op = op, .sl = sl, .cur = -1, .wsize = osdp_dtype_size(be->weight_dtype),
+              .status = OSDP_OK}, *p = &P;
     switch (op->type) {
     case OSDP_OP_EMBED: {
         float *gte = tg(p, 0), *gpe = tg(p, 1);
@@ -290,7 +299,7 @@ osdp_status osdp_op_backward_sliced(const osdp_op_context *ctx, int op_index, co
         poke(ctx);
         /* residual: d(x) = d(out) + layernorm path, accumulated in place */
         float *glw = tg(p, k), *glb = tg(p, k + 1);
-        const float *lw = tw(p, k);
+        const void *lw = tw(p, k);
         OK_OR_RETURN();
         be->layernorm_backward(dout, glw, glb, dln, x, lw, a->mean, a->rstd, BT, d);
         if (k) {
@@ -311,7 +320,7 @@ osdp_status osdp_op_backward_sliced(const osdp_op_context *ctx, int op_index, co
         OK_OR_RETURN();
         poke(ctx);
         float *glw = tg(p, 0), *glb = tg(p, 1);
-        const float *lw = tw(p, 0);
+        const void *lw = tw(p, 0);
         OK_OR_RETURN();
         be->layernorm_backward(dout, glw, glb, dln, input, lw, a->mean, a->rstd, BT, d);
         break;
@@ -326,7 +335,7 @@ osdp_status osdp_op_backward_sliced(const osdp_op_context *ctx, int op_index, co
         poke(ctx);
         be->fill_zero(dout, btd * sizeof(float));
         float *glw = tg(p, 0), *glb = tg(p, 1);
-        const float *lw = tw(p, 0);
+        const void *lw = tw(p, 0);
         OK_OR_RETURN();
         be->layernorm_backward(dout, glw, glb, dln, input, lw, a->mean, a->rstd, BT, d);
         break;
@@ -338,7 +347,7 @@ osdp_status osdp_op_backward_sliced(const osdp_op_context *ctx, int op_index, co
 }
 
 /* the whole operator as one slice: nothing to acquire */
-static void one_slice(const osdp_op_layout *op, const float *const *w, float *const *g, size_t *bounds,
+static void one_slice(const osdp_op_layout *op, const void *const *w, float *const *g, size_t *bounds,
                       osdp_op_slices *sl)
 {
     bounds[0] = 0;
@@ -346,7 +355,7 @@ static void one_slice(const osdp_op_layout *op, const float *const *w, float *co
     *sl = (osdp_op_slices){.n = 1, .bounds = bounds, .weights = w, .grads = g};
 }
 
-void osdp_op_forward(const osdp_op_context *ctx, int op_index, const float *w,
+void osdp_op_forward(const osdp_op_context *ctx, int op_index, const void *w,
                      const float *input, osdp_op_acts *a)
 {
     size_t bounds[2];
@@ -355,7 +364,7 @@ void osdp_op_forward(const osdp_op_context *ctx, int op_index, const float *w,
     (void)osdp_op_forward_sliced(ctx, op_index, &sl, input, a);   /* cannot fail: no acquire */
 }
 
-void osdp_op_backward(const osdp_op_context *ctx, int op_index, const float *w, float *g,
+void osdp_op_backward(const osdp_op_context *ctx, int op_index, const void *w, float *g,
                       const float *input, const osdp_op_acts *a, osdp_workspace *ws,
                       float loss_scale)
 {

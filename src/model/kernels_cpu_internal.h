@@ -47,4 +47,20 @@ static inline float exp_nonpositive(float t)
     return p * scale.f;
 }
 
+/* kernels_cpu_bf16.c: the bf16-weight entries of osdp_compute_cpu_bf16 */
+void cpu_bf16_convert_weights(void *dst, const float *src, size_t n);
+void cpu_bf16_matmul_forward(float *y, const float *x, const void *w, const void *b, int BT, int IC, int OC,
+                             int accumulate);
+void cpu_bf16_matmul_forward_strided(float *y, const float *x, int ldx, const void *w, const void *b,
+                                     int BT, int IC, int OC, int accumulate);
+void cpu_bf16_matmul_backward(float *dx, float *dw, float *db, const float *dy, const float *x, const void *w,
+                              int BT, int IC, int OC, int dx_accumulate);
+void cpu_bf16_matmul_backward_strided(float *dx, int lddx, float *dw, float *db, const float *dy, const float *x,
+                                      int ldx, const void *w, int BT, int IC, int OC, int dx_accumulate);
+void cpu_bf16_layernorm_forward(float *y, float *mean, float *rstd, const float *x, const void *w, const void *b,
+                                int BT, int C);
+void cpu_bf16_layernorm_backward(float *dx, float *dw, float *db, const float *dy, const float *x, const void *w,
+                                 const float *mean, const float *rstd, int BT, int C);
+void cpu_bf16_embedding_forward(float *x, const int *tokens, const void *wte, const void *wpe, int B, int T, int C);
+
 #endif

@@ -101,7 +101,7 @@ void osdp_cost_op_mem(const osdp_cost_model *cm, int op, int g, int k, int b, os
 
 void osdp_cost_op_mem_rc(const osdp_cost_model *cm, int op, int g, int k, int rc, int b, osdp_op_mem *out)
 {
-    const long long N = cm->N, e = cm->dev->param_bytes, a = cm->dev->act_bytes;
+    const long long N = cm->N, e = cm->dev->param_bytes, eg = cm->dev->grad_bytes, a = cm->dev->act_bytes;
     size_t p[OSDP_MAX_SLICES];
     int partial;
     op_slices(cm, op, &g, &k, p, &partial);
@@ -110,15 +110,17 @@ void osdp_cost_op_mem_rc(const osdp_cost_model *cm, int op, int g, int k, int rc
         total += (long long)p[s];
         if (s >= k) dp += (long long)p[s];
     }
-    out->state = 16 * (total / N);
+    /* fp32 master, m, v; the gradient shard; narrower working weights: the
+     * rounded copy of the master shard that is all-gathered */
+    out->state = (12 + eg + (e < 4 ? e : 0)) * (total / N);
     out->resident = dp * e;
     const osdp_op_layout *o = &cm->layout->op[op];
     long long full_acts = (long long)b * (long long)o->act_floats_per_seq * a;
     long long kept = (long long)b * (long long)cm->layout->T * o->width * a;
     out->acts = rc ? kept : full_acts;
     out->rebuilt = rc ? full_acts - kept : 0;
-    out->grads = total * e;
-    out->recv = total / N * e;
+    out->grads = total * eg;
+    out->recv = total / N * eg;
     /* backward goes down the slices; ZDP slices are 0..k-1.  At slice s the
      * operator holds slice s if ZDP and, with prefetch, slice s-1 gathered
      * ahead (the next operator's first slice, f, is held throughout) */
@@ -160,9 +162,9 @@ void osdp_cost_op_time_rc(const osdp_cost_model *cm, int op, int g, int k, int r
     out->compute += padded / N * d->step_shard_param + A * padded * d->step_full_param;
     out->comm = 0;
     for (int s = 0; s < g; s++) {
-        double S = (double)p[s] * (double)d->param_bytes;
+        double S = (double)p[s] * (double)d->param_bytes, G = (double)p[s] * (double)d->grad_bytes;
         double ag = (N - 1) * (d->all_gather.alpha + S / N * d->all_gather.beta);
-        double rs = (N - 1) * (d->reduce_scatter.alpha + S / N * d->reduce_scatter.beta);
+        double rs = (N - 1) * (d->reduce_scatter.alpha + G / N * d->reduce_scatter.beta);
         out->comm += s < k ? (rc ? 3 : 2) * A * ag + A * rs : ag + A * rs;
     }
     if (cm->kind == OSDP_COST_OVERLAP && cm->prefetch)

@@ -17,7 +17,7 @@ const char *osdp_op_type_name(osdp_op_type t)
     return (unsigned)t < OSDP_N_OP_TYPES ? type_names[t] : "?";
 }
 
-enum { K_MEM, K_PREC, K_PBYTES, K_ABYTES, K_AG_A, K_AG_B, K_RS_A, K_RS_B, K_SHARD, K_FULL, K_G0,
+enum { K_MEM, K_PREC, K_PBYTES, K_ABYTES, K_GBYTES, K_AG_A, K_AG_B, K_RS_A, K_RS_B, K_SHARD, K_FULL, K_G0,
        K_F0 = K_G0 + OSDP_N_OP_TYPES, K_N = K_F0 + OSDP_N_OP_TYPES };
 
 typedef struct dev_parse {
@@ -67,17 +67,18 @@ static int dev_handler(void *user, const char *section, const char *key, const c
             else return fail(st, section, key, "expected fp32, bf16 or fp16", value);
             if (st->seen[K_PBYTES]) return fail(st, section, key, "give precision or param_bytes, not both", value);
             id = K_PREC;
-        } else if (strcmp(key, "param_bytes") == 0 || strcmp(key, "act_bytes") == 0) {
+        } else if (strcmp(key, "param_bytes") == 0 || strcmp(key, "act_bytes") == 0 || strcmp(key, "grad_bytes") == 0) {
             int is_p = key[0] == 'p';
             if (parse_double(value, &x) != 0 || (x != 2 && x != 4))
                 return fail(st, section, key, "expected 2 or 4 (bytes per element)", value);
             if (is_p && st->seen[K_PREC]) return fail(st, section, key, "give precision or param_bytes, not both", value);
             if (is_p) d->param_bytes = (int)x;
+            else if (key[0] == 'g') d->grad_bytes = (int)x;
             else d->act_bytes = (int)x;
-            id = is_p ? K_PBYTES : K_ABYTES;
+            id = is_p ? K_PBYTES : key[0] == 'g' ? K_GBYTES : K_ABYTES;
         } else {
             st->status = osdp_error_set(OSDP_ERR_INPUT,
-                "unknown key '%s' in [device] (known: name, mem_limit, precision, param_bytes, act_bytes)", key);
+                "unknown key '%s' in [device] (known: name, mem_limit, precision, param_bytes, grad_bytes, act_bytes)", key);
             return 0;
         }
     } else if (strcmp(section, "all_gather") == 0 || strcmp(section, "reduce_scatter") == 0) {
@@ -172,6 +173,7 @@ osdp_status osdp_device_parse(osdp_device *dev, const char *text, const char *or
         if (!st.seen[req[i].id])
             return osdp_error_set(OSDP_ERR_INPUT, "device file %s: missing key '%s' in [%s]", origin, req[i].key,
                                   req[i].section);
+    if (!st.seen[K_GBYTES]) dev->grad_bytes = dev->param_bytes;   /* the gradients as the weights */
     return OSDP_OK;
 }
 
@@ -198,8 +200,8 @@ osdp_status osdp_device_write(const osdp_device *dev, const char *comment, const
             p += len + (nl != NULL);
         }
     }
-    fprintf(f, "[device]\nname = %s\nmem_limit = %lld\nparam_bytes = %d\nact_bytes = %d\n\n", dev->name,
-            dev->mem_limit, dev->param_bytes, dev->act_bytes);
+    fprintf(f, "[device]\nname = %s\nmem_limit = %lld\nparam_bytes = %d\ngrad_bytes = %d\nact_bytes = %d\n\n",
+            dev->name, dev->mem_limit, dev->param_bytes, dev->grad_bytes, dev->act_bytes);
     fprintf(f, "[all_gather]\nalpha = %.6e\nbeta = %.6e\n\n", dev->all_gather.alpha, dev->all_gather.beta);
     fprintf(f, "[reduce_scatter]\nalpha = %.6e\nbeta = %.6e\n\n", dev->reduce_scatter.alpha, dev->reduce_scatter.beta);
     fprintf(f, "[gamma]\n");

@@ -151,7 +151,8 @@ static osdp_status infeasible(const osdp_layout *L, const osdp_device *dev, cons
 static int verify_applies(const osdp_device *dev, const osdp_planner_options *o)
 {
     (void)o->split;   /* split plans run on the runtime too: verified alike */
-    return o->verify && dev->param_bytes == 4 && dev->act_bytes == 4;
+    /* the runtime's element sizes: fp32 or bf16 weights, fp32 gradients and activations */
+    return o->verify && (dev->param_bytes == 4 || dev->param_bytes == 2) && dev->grad_bytes == 4 && dev->act_bytes == 4;
 }
 
 /* cutoff: only a plan of step time <= cutoff is wanted (INFINITY: any);
@@ -195,7 +196,8 @@ static osdp_status plan_batch(const osdp_layout *L, const osdp_device *dev, cons
         res->peak_bytes = osdp_cost_peak(&x.cm, &res->plan, b, &res->peak_op);
         if (verify_applies(dev, o)) {
             osdp_memory_prediction pr;
-            s = osdp_memory_predict(L, &res->plan, o->n_ranks, b, accum, o->prefetch, &pr);
+            s = osdp_memory_predict(L, &res->plan, o->n_ranks, b, accum, o->prefetch,
+                                    dev->param_bytes == 2 ? OSDP_BFLOAT16 : OSDP_FLOAT32, &pr);
             if (s != OSDP_OK) break;
             res->runtime_peak = (long long)pr.peak_total;
             if (res->runtime_peak > limit) {

@@ -85,6 +85,14 @@ osdp_status osdp_runtime_create(osdp_runtime *rt, const osdp_layout *layout, con
     rt->B = opt->micro_batch;
     rt->T = layout->T;
     rt->pending_scatter = -1;
+    rt->weight_dtype = opt->dry ? opt->weight_dtype : backend->weight_dtype;
+    rt->weight_size = osdp_dtype_size(rt->weight_dtype);
+    if (!opt->dry && opt->weight_dtype != backend->weight_dtype)
+        return osdp_error_set(OSDP_ERR_INPUT, "runtime: %s weights asked for, but the %s backend's are %s",
+                              osdp_dtype_name(opt->weight_dtype), backend->name, osdp_dtype_name(backend->weight_dtype));
+    if (rt->weight_dtype != OSDP_FLOAT32 && rt->weight_dtype != OSDP_BFLOAT16)
+        return osdp_error_set(OSDP_ERR_INPUT, "runtime: weights must be fp32 or bf16 (got %s)",
+                              osdp_dtype_name(rt->weight_dtype));
     if (rt->N < 1 || rt->rank < 0 || rt->rank >= rt->N)
         return osdp_error_set(OSDP_ERR_INPUT, "runtime: rank %d of %d ranks is not valid", rt->rank, rt->N);
     if (rt->B < 1) return osdp_error_set(OSDP_ERR_INPUT, "micro-batch must be at least 1 (got %d)", rt->B);
@@ -130,13 +138,18 @@ osdp_status osdp_runtime_create(osdp_runtime *rt, const osdp_layout *layout, con
             backend->to_device(st->master, init_host, st->shard * sizeof(float));
             backend->fill_zero(st->grad, 3 * st->shard * sizeof(float));   /* grad, m, v */
         }
+        if (rt->weight_dtype != OSDP_FLOAT32) {
+            snprintf(what, sizeof what, "operator %s (%s copy of the master shard)", op->name,
+                     osdp_dtype_name(rt->weight_dtype));
+            s = osdp_mem_alloc(&rt->mem, OSDP_MEM_STATE, st->shard * rt->weight_size, what, &st->master_copy);
+            if (s != OSDP_OK) { free(init_host); return s; }
+        }
         if (st->resident_numel) {
             snprintf(what, sizeof what, "operator %s (resident DP weights)", op->name);
-            TRY(osdp_mem_alloc(&rt->mem, OSDP_MEM_WEIGHTS, st->resident_numel * sizeof(float), what,
-                               (void **)&st->resident));
+            TRY(osdp_mem_alloc(&rt->mem, OSDP_MEM_WEIGHTS, st->resident_numel * rt->weight_size, what, &st->resident));
             size_t off = 0;
             for (int k = st->zdp_slices; k < st->n_slices; k++) {
-                st->slice[k].weights = st->resident ? st->resident + off : NULL;
+                st->slice[k].weights = st->resident ? (char *)st->resident + off * rt->weight_size : NULL;
                 st->slice[k].present = 1;
                 off += st->slice[k].padded;
             }
@@ -149,6 +162,9 @@ osdp_status osdp_runtime_create(osdp_runtime *rt, const osdp_layout *layout, con
     if (!opt->dry) {
         rt->batch_host = malloc(2 * (size_t)rt->B * (size_t)rt->T * sizeof(int));
         if (!rt->batch_host) return osdp_error_set(OSDP_ERR_OOM, "runtime: out of host memory");
+        /* 16 bytes outside the accounting, like the backends' own small scratch */
+        rt->sums = backend->alloc(2 * sizeof(double));
+        if (!rt->sums) return osdp_error_set(OSDP_ERR_OOM, "runtime: out of device memory for 16 bytes");
     }
     rt->ctx = (osdp_op_context){.backend = backend, .layout = layout, .B = rt->B, .T = rt->T,
                                 .progress = opt->prefetch && !opt->dry ? progress_hook : NULL,
@@ -164,12 +180,15 @@ void osdp_runtime_destroy(osdp_runtime *rt)
         for (int k = 0; k < st->n_slices; k++) {
             osdp_slice_state *sl = &st->slice[k];
             if (!rt->opt.dry && sl->pending) osdp_comm_wait(rt->comm, &sl->gather);
-            if (sl->zdp && sl->present) osdp_mem_free(&rt->mem, OSDP_MEM_WEIGHTS, sl->weights, sl->padded * sizeof(float));
+            if (sl->zdp && sl->present) osdp_mem_free(&rt->mem, OSDP_MEM_WEIGHTS, sl->weights, sl->padded * rt->weight_size);
         }
         osdp_mem_free(&rt->mem, OSDP_MEM_STATE, st->state, 4 * st->shard * sizeof(float));
-        if (st->resident_numel) osdp_mem_free(&rt->mem, OSDP_MEM_WEIGHTS, st->resident, st->resident_numel * sizeof(float));
+        if (rt->weight_dtype != OSDP_FLOAT32)
+            osdp_mem_free(&rt->mem, OSDP_MEM_STATE, st->master_copy, st->shard * rt->weight_size);
+        if (st->resident_numel) osdp_mem_free(&rt->mem, OSDP_MEM_WEIGHTS, st->resident, st->resident_numel * rt->weight_size);
     }
     osdp_mem_free(&rt->mem, OSDP_MEM_WORKSPACE, rt->workspace_base, rt->workspace_bytes);
+    if (rt->sums) rt->backend->free(rt->sums);
     free(rt->batch_host);
     free(rt->uses);
     free(rt->ops);
@@ -203,15 +222,18 @@ static osdp_status gather_start(osdp_runtime *rt, int u, int blocking)
                      use->slice + 1, st->n_slices);
         else
             snprintf(what, sizeof what, "operator %s (gathered ZDP weights)", rt->layout->op[use->op].name);
-        TRY(osdp_mem_alloc(&rt->mem, OSDP_MEM_WEIGHTS, sl->padded * sizeof(float), what, (void **)&sl->weights));
+        TRY(osdp_mem_alloc(&rt->mem, OSDP_MEM_WEIGHTS, sl->padded * rt->weight_size, what, &sl->weights));
         sl->present = 1;
     }
     if (rt->opt.dry) {
         if (!sl->zdp) sl->valid = 1;
         return OSDP_OK;
     }
-    TRY(osdp_comm_all_gather(rt->comm, st->master + sl->local, sl->weights, osdp_slice_shard_numel(sl, rt->N),
-                             OSDP_FLOAT32, blocking ? NULL : &sl->gather));
+    /* fp32: the master shard itself; bf16: its rounded copy */
+    const void *mine = rt->weight_dtype == OSDP_FLOAT32 ? (const void *)(st->master + sl->local)
+                                                        : (const char *)st->master_copy + sl->local * rt->weight_size;
+    TRY(osdp_comm_all_gather(rt->comm, mine, sl->weights, osdp_slice_shard_numel(sl, rt->N), rt->weight_dtype,
+                             blocking ? NULL : &sl->gather));
     sl->pending = !blocking;
     if (!sl->zdp) sl->valid = 1;   /* the gather is under way: nobody starts another */
     return OSDP_OK;
@@ -238,7 +260,7 @@ static osdp_status release(osdp_runtime *rt, int u)
     }
     /* a ZDP slice is gathered anew for every use, even adjacent ones (the
      * head's forward and backward): it never stays across uses */
-    osdp_mem_free(&rt->mem, OSDP_MEM_WEIGHTS, sl->weights, sl->padded * sizeof(float));
+    osdp_mem_free(&rt->mem, OSDP_MEM_WEIGHTS, sl->weights, sl->padded * rt->weight_size);
     sl->weights = NULL;
     sl->present = 0;
     return OSDP_OK;
@@ -280,7 +302,7 @@ typedef struct slice_request {
     osdp_runtime *rt;
     int op;
     use_pass pass;
-    const float **weights;   /* the operator's view, refreshed on acquire (NULL when dry) */
+    const void **weights;    /* the operator's view, refreshed on acquire (NULL when dry) */
 } slice_request;
 
 /* osdp_op_slices.acquire: the operator is about to touch slice s */
@@ -302,7 +324,7 @@ static osdp_status run_pass(osdp_runtime *rt, int op, use_pass pass, const float
 {
     osdp_op_state *st = &rt->ops[op];
     const int g = st->n_slices, fwd = pass != USE_BACKWARD;
-    const float *weights[OSDP_MAX_SLICES] = {0};
+    const void *weights[OSDP_MAX_SLICES] = {0};
     float *grad_slices[OSDP_MAX_SLICES] = {0};
     slice_request req = {rt, op, pass, rt->opt.dry ? NULL : weights};
     if (rt->opt.dry) {
@@ -345,12 +367,16 @@ static osdp_status scatter_start(osdp_runtime *rt, int op)
     char what[96];
     snprintf(what, sizeof what, "operator %s (reduce-scatter destination)", rt->layout->op[op].name);
     TRY(osdp_mem_alloc(&rt->mem, OSDP_MEM_GRADS, st->shard * sizeof(float), what, (void **)&st->grad_recv));
-    if (!rt->opt.dry)
+    if (!rt->opt.dry) {
+        /* one fused launch for the operator's slices on NCCL (osdp/comm.h) */
+        TRY(osdp_comm_group_start(rt->comm));
         for (int k = 0; k < st->n_slices; k++) {
             osdp_slice_state *sl = &st->slice[k];
             TRY(osdp_comm_reduce_scatter(rt->comm, st->full_grad + sl->base, st->grad_recv + sl->local,
                                          osdp_slice_shard_numel(sl, rt->N), OSDP_FLOAT32, &sl->scatter));
         }
+        TRY(osdp_comm_group_end(rt->comm));
+    }
     if (!rt->opt.prefetch) return scatter_finish(rt, op);
     if (rt->pending_scatter >= 0) TRY(scatter_finish(rt, rt->pending_scatter));
     rt->pending_scatter = op;
@@ -412,7 +438,7 @@ static void acts_free(osdp_runtime *rt, int op)
 
 /* ---- one micro-step -------------------------------------------------------- */
 
-static osdp_status micro_step(osdp_runtime *rt, const osdp_dataset *data, double *loss_sum, float loss_scale)
+static osdp_status micro_step(osdp_runtime *rt, const osdp_dataset *data, float loss_scale)
 {
     const osdp_layout *L = rt->layout;
     const osdp_compute_backend *be = rt->backend;
@@ -432,7 +458,7 @@ static osdp_status micro_step(osdp_runtime *rt, const osdp_dataset *data, double
             if (u == n - 1) be->to_device(st->acts.tokens, rt->batch_host + bt, bt * sizeof(int));
         }
         TRY(run_pass(rt, u, USE_FORWARD, u ? rt->ops[u - 1].acts.out : NULL, loss_scale));
-        if (!dry && u == n - 1) *loss_sum += be->sum(st->acts.losses, bt);
+        if (!dry && u == n - 1) be->accumulate_sum(&rt->sums[0], st->acts.losses, bt, 0);   /* no wait */
         if (rt->plan.recompute[u]) acts_free(rt, u);   /* only the output stays */
     }
     if (!dry) rt->ws.cur = 0;
@@ -461,8 +487,13 @@ static osdp_status micro_step(osdp_runtime *rt, const osdp_dataset *data, double
 
 void osdp_runtime_invalidate_weights(osdp_runtime *rt)
 {
-    for (int i = 0; i < rt->layout->n_ops; i++)
-        for (int k = 0; k < rt->ops[i].n_slices; k++) rt->ops[i].slice[k].valid = 0;
+    for (int i = 0; i < rt->layout->n_ops; i++) {
+        osdp_op_state *st = &rt->ops[i];
+        for (int k = 0; k < st->n_slices; k++) st->slice[k].valid = 0;
+        /* what the next gathers send: the master shard as it is now */
+        if (!rt->opt.dry && rt->weight_dtype != OSDP_FLOAT32)
+            rt->backend->convert_weights(st->master_copy, st->master, st->shard);
+    }
 }
 
 osdp_status osdp_runtime_step(osdp_runtime *rt, const osdp_dataset *data, osdp_step_stats *stats)
@@ -474,15 +505,18 @@ osdp_status osdp_runtime_step(osdp_runtime *rt, const osdp_dataset *data, osdp_s
     osdp_runtime_invalidate_weights(rt);
     const long global_seqs = (long)rt->B * rt->N * rt->opt.accum_steps;
     const float loss_scale = 1.0f / (float)((double)global_seqs * rt->T);
-    double loss_sum = 0;
+    if (!dry) rt->backend->fill_zero(rt->sums, 2 * sizeof(double));
     for (rt->micro = 0; rt->micro < rt->opt.accum_steps; rt->micro++)
-        TRY(micro_step(rt, data, &loss_sum, loss_scale));
+        TRY(micro_step(rt, data, loss_scale));
     if (dry) return OSDP_OK;
 
-    /* loss and gradient norm: one all-reduce of two doubles */
-    double sums[2] = {loss_sum, 0};
+    /* loss and gradient norm: summed where the compute runs, read back once
+     * (the step's only wait for the compute before the optimizer), then one
+     * all-reduce of two doubles */
+    double sums[2];
     for (int i = 0; i < L->n_ops; i++)
-        sums[1] += rt->backend->sum_squares(rt->ops[i].grad, rt->ops[i].shard);
+        rt->backend->accumulate_sum(&rt->sums[1], rt->ops[i].grad, rt->ops[i].shard, 1);
+    rt->backend->to_host(sums, rt->sums, sizeof sums);
     TRY(osdp_comm_all_reduce(rt->comm, sums, 2, OSDP_FLOAT64, NULL));
     double loss = sums[0] / ((double)global_seqs * rt->T);
     double norm = sqrt(sums[1]);
@@ -516,12 +550,12 @@ osdp_status osdp_runtime_step(osdp_runtime *rt, const osdp_dataset *data, osdp_s
 }
 
 osdp_status osdp_memory_predict(const osdp_layout *layout, const osdp_plan *plan, int n_ranks,
-                                int micro_batch, int accum_steps, int prefetch,
+                                int micro_batch, int accum_steps, int prefetch, osdp_dtype weight_dtype,
                                 osdp_memory_prediction *out)
 {
     osdp_runtime rt;
     osdp_runtime_options opt = {.micro_batch = micro_batch, .accum_steps = accum_steps, .prefetch = prefetch,
-                                .dry = 1, .n_ranks = n_ranks, .rank = 0};
+                                .dry = 1, .n_ranks = n_ranks, .rank = 0, .weight_dtype = weight_dtype};
     osdp_status s = osdp_runtime_create(&rt, layout, plan, NULL, NULL, &opt);
     if (s == OSDP_OK) s = osdp_runtime_step(&rt, NULL, NULL);
     if (s == OSDP_OK) {

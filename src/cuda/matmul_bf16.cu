@@ -1,0 +1,159 @@
+/* The matrix products of the CUDA bf16 table (osdp_compute_cuda_bf16): bf16
+ * operands, fp32 accumulation and fp32 results, on cuBLAS tensor cores.
+ * Launchers declared in kernels_cuda.cuh; semantics of matmul_forward_strided
+ * and matmul_backward_strided in include/osdp/kernels_cpu.h.
+ *
+ * The weights arrive in bf16 (the runtime's working copy); the activations x
+ * and dy are fp32 in memory.  Each product rounds its activation operand to
+ * bf16 (round to nearest even) into the backend's scratch, then calls
+ * cublasGemmEx with CUDA_R_16BF A and B, CUDA_R_32F C and CUBLAS_COMPUTE_32F.
+ * The staging is bounded: the BT rows are processed in chunks of at most
+ * BF16_STAGING_MAX_BYTES of bf16 (x rows, plus dy rows in the backward), so
+ * the LM head's dy (BT x V, e.g. 16384 x 50257) never has a whole bf16 copy.
+ * Rows of y and dx are independent between chunks; dw = x^T dy sums over the
+ * rows, so every chunk adds its part with beta = 1 (dw accumulates by
+ * contract, the first chunk too).  The chunking depends only on the sizes,
+ * so results are reproducible run after run.
+ *
+ * Row-major to column-major, as in backend_cuda.cu: a row-major (m,n) matrix
+ * with leading dimension ld is, to cuBLAS, the column-major (n,m) matrix of
+ * its transpose, so the row-major C = A B is issued as C^T = B^T A^T.  The
+ * operand order of every cublasGemmEx here is that of the fp32 table's
+ * cublasSgemm for the same product. */
+#include "kernels_cuda.cuh"
+#include "cuda_check.h"
+
+namespace osdp_cuda {
+
+namespace {
+
+const int kThreads = 256;
+
+unsigned grid_for(size_t n)
+{
+    size_t blocks = (n + kThreads - 1) / kThreads;
+    if (blocks > (1u << 20)) blocks = 1u << 20;   /* grid-stride loops do the rest */
+    return blocks ? (unsigned)blocks : 1u;
+}
+
+__global__ void to_bf16_kernel(__nv_bfloat16 *dst, const float *src, size_t n)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        dst[i] = __float2bfloat16(src[i]);
+}
+
+/* dst (rows, cols) packed = src (rows, cols) with row stride lds; the blocks
+ * take the rows in turn, the threads of a block the columns */
+__global__ void rows_to_bf16_kernel(__nv_bfloat16 *dst, const float *src, size_t lds, int rows,
+                                    int cols)
+{
+    for (int r = blockIdx.x; r < rows; r += gridDim.x) {
+        const float *s = src + (size_t)r * lds;
+        __nv_bfloat16 *d = dst + (size_t)r * cols;
+        for (int c = threadIdx.x; c < cols; c += blockDim.x) d[c] = __float2bfloat16(s[c]);
+    }
+}
+
+void rows_to_bf16(__nv_bfloat16 *dst, const float *src, int lds, int rows, int cols,
+                  cudaStream_t s)
+{
+    if (rows <= 0 || cols <= 0) return;
+    if (lds == cols) {
+        convert_to_bf16(dst, src, (size_t)rows * cols, s);
+        return;
+    }
+    const unsigned blocks = rows < (1 << 20) ? (unsigned)rows : (1u << 20);
+    rows_to_bf16_kernel<<<blocks, kThreads, 0, s>>>(dst, src, (size_t)lds, rows, cols);
+    CUDA_CHECK_LAUNCH();
+}
+
+/* column-major C (m,n) = op(A) op(B) + beta C: bf16 A and B, fp32 C, fp32
+ * accumulation (tensor cores; CUBLAS_DEFAULT_MATH allows them for bf16) */
+void gemm_bf16(const GemmContext &ctx, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
+               int k, const __nv_bfloat16 *A, int lda, const __nv_bfloat16 *B, int ldb, float beta,
+               float *C, int ldc)
+{
+    const float alpha = 1.0f;
+    CUBLAS_CHECK(cublasGemmEx(ctx.cublas, ta, tb, m, n, k, &alpha, A, CUDA_R_16BF, lda, B,
+                              CUDA_R_16BF, ldb, &beta, C, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F,
+                              CUBLAS_GEMM_DEFAULT));
+}
+
+/* Rows per chunk when a row stages `per_row` bf16 elements: as many as fit in
+ * BF16_STAGING_MAX_BYTES, a multiple of 64 when more than 64 fit (chunk
+ * offsets stay aligned), at least 1, at most BT. */
+int chunk_rows(int BT, size_t per_row)
+{
+    size_t r = BF16_STAGING_MAX_BYTES / (per_row * sizeof(__nv_bfloat16));
+    if (r > 64) r = r / 64 * 64;
+    if (r < 1) r = 1;
+    return r >= (size_t)BT ? BT : (int)r;
+}
+
+/* n elements rounded up to 64 (128 bytes of bf16): keeps a second staging
+ * array behind the first aligned for the tensor-core kernels */
+size_t round64(size_t n) { return (n + 63) / 64 * 64; }
+
+}  // namespace
+
+void convert_to_bf16(__nv_bfloat16 *dst, const float *src, size_t n, cudaStream_t s)
+{
+    if (!n) return;
+    to_bf16_kernel<<<grid_for(n), kThreads, 0, s>>>(dst, src, n);
+    CUDA_CHECK_LAUNCH();
+}
+
+void matmul_bf16_forward(const GemmContext &ctx, float *y, const float *x, int ldx,
+                         const __nv_bfloat16 *w, const __nv_bfloat16 *b, int BT, int IC, int OC,
+                         int accumulate)
+{
+    /* as the fp32 table: lay the bias into y first, then y += x @ w with beta = 1 */
+    float beta = accumulate ? 1.0f : 0.0f;
+    if (b) {
+        bias_rows(y, b, BT, OC, accumulate, ctx.stream);
+        beta = 1.0f;
+    }
+    if (BT <= 0 || OC <= 0) return;
+    if (IC <= 0) {  /* an empty product: y = bias, y unchanged, or y = 0 */
+        if (beta == 0.0f)
+            CUDA_CHECK(cudaMemsetAsync(y, 0, (size_t)BT * OC * sizeof(float), ctx.stream));
+        return;
+    }
+    const int rows = chunk_rows(BT, (size_t)IC);
+    __nv_bfloat16 *xb = (__nv_bfloat16 *)ctx.scratch((size_t)rows * IC * sizeof(__nv_bfloat16));
+    for (int r0 = 0; r0 < BT; r0 += rows) {
+        const int n = BT - r0 < rows ? BT - r0 : rows;
+        rows_to_bf16(xb, x + (size_t)r0 * ldx, ldx, n, IC, ctx.stream);  /* xb (n,IC) packed */
+        /* y rows [r0, r0+n): y^T (OC,n) = w^T (OC,IC) xb^T (IC,n) */
+        gemm_bf16(ctx, CUBLAS_OP_N, CUBLAS_OP_N, OC, n, IC, w, OC, xb, IC, beta,
+                  y + (size_t)r0 * OC, OC);
+    }
+}
+
+void matmul_bf16_backward(const GemmContext &ctx, float *dx, int lddx, float *dw, float *db,
+                          const float *dy, const float *x, int ldx, const __nv_bfloat16 *w,
+                          int BT, int IC, int OC, int dx_accumulate)
+{
+    if (BT <= 0 || IC <= 0 || OC <= 0) return;
+    const int rows = chunk_rows(BT, (size_t)IC + OC);
+    const size_t dy_elems = round64((size_t)rows * OC);
+    __nv_bfloat16 *dyb = (__nv_bfloat16 *)ctx.scratch((dy_elems + (size_t)rows * IC) *
+                                                      sizeof(__nv_bfloat16));
+    __nv_bfloat16 *xb = dyb + dy_elems;
+    for (int r0 = 0; r0 < BT; r0 += rows) {
+        const int n = BT - r0 < rows ? BT - r0 : rows;
+        rows_to_bf16(dyb, dy + (size_t)r0 * OC, OC, n, OC, ctx.stream);   /* dyb (n,OC) packed */
+        rows_to_bf16(xb, x + (size_t)r0 * ldx, ldx, n, IC, ctx.stream);   /* xb (n,IC) packed */
+        /* dx rows [r0, r0+n) = dyb @ w^T  ->  dx^T (IC,n) = w (IC,OC) dyb^T (OC,n) */
+        if (dx)
+            gemm_bf16(ctx, CUBLAS_OP_T, CUBLAS_OP_N, IC, n, OC, w, OC, dyb, OC,
+                      dx_accumulate ? 1.0f : 0.0f, dx + (size_t)r0 * lddx, lddx);
+        /* dw (IC,OC) += xb^T @ dyb  ->  dw^T (OC,IC) += dyb^T (OC,n) xb (n,IC) */
+        gemm_bf16(ctx, CUBLAS_OP_N, CUBLAS_OP_T, OC, IC, n, dyb, OC, xb, IC, 1.0f, dw, OC);
+    }
+    /* db from the fp32 dy, exactly as the fp32 table */
+    if (db) column_sums_add(db, dy, BT, OC, ctx.stream);
+}
+
+}  // namespace osdp_cuda

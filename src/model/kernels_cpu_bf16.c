@@ -1,0 +1,128 @@
+/* Kernels of the CPU bf16 table (osdp_compute_cpu_bf16): the working weights
+ * are bf16, everything else fp32.  A product widens the weight rows it needs
+ * to fp32 (a bounded scratch) and runs the fp32 kernel on them, so the
+ * results are those of the fp32 table on weights rounded to bf16.  It exists
+ * so that the mixed-precision path of the runtime (bf16 copies of the master
+ * shards, bf16 all-gathers, fp32 gradients) runs and is tested on MPI ranks
+ * without a GPU; the widening costs time, and it is not meant for speed. */
+#include "osdp/dtype.h"
+#include "osdp/kernels_cpu.h"
+
+#include "kernels_cpu_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+/* weight elements widened at once: 16 MiB of fp32 */
+#define WIDEN_MAX_ELEMENTS ((size_t)1 << 22)
+
+/* One process-wide scratch, grown on demand: the kernels run one at a time
+ * on the rank's thread (OpenMP parallelism is inside them).  Kept until exit. */
+static float *widen_scratch(size_t n)
+{
+    static float *buf;
+    static size_t cap;
+    if (n > cap) {
+        free(buf);
+        buf = malloc(n * sizeof *buf);
+        if (!buf) {
+            /* a kernel cannot return an error (osdp/compute.h): the CPU
+             * backend's own allocations abort the same way */
+            fprintf(stderr, "osdp: out of host memory for %zu bytes of bf16 widening scratch\n", n * sizeof *buf);
+            abort();
+        }
+        cap = n;
+    }
+    return buf;
+}
+
+OSDP_VECTOR_CLONES static void widen(float *dst, const uint16_t *src, size_t n)
+{
+    OMP(parallel for simd if(n > 4 * PAR_MIN_WORK) schedule(static))
+    for (size_t i = 0; i < n; i++) dst[i] = osdp_bf16_to_float(src[i]);
+}
+
+OSDP_VECTOR_CLONES void cpu_bf16_convert_weights(void *dst, const float *src, size_t n)
+{
+    uint16_t *d = dst;
+    OMP(parallel for simd if(n > 4 * PAR_MIN_WORK) schedule(static))
+    for (size_t i = 0; i < n; i++) d[i] = osdp_bf16_from_float(src[i]);
+}
+
+/* rows of a (IC, OC) weight widened per product: all of them when they fit */
+static int rows_per_piece(int IC, int OC)
+{
+    size_t r = WIDEN_MAX_ELEMENTS / (size_t)(OC > 0 ? OC : 1);
+    if (r < 1) r = 1;
+    return r >= (size_t)IC ? IC : (int)r;
+}
+
+void cpu_bf16_matmul_forward_strided(float *y, const float *x, int ldx, const void *w, const void *b,
+                                     int BT, int IC, int OC, int accumulate)
+{
+    const uint16_t *W = w;
+    const int rows = rows_per_piece(IC, OC);
+    float *buf = widen_scratch((size_t)rows * OC + (size_t)OC);
+    float *bias = b ? buf + (size_t)rows * OC : NULL;
+    if (b) widen(bias, b, (size_t)OC);
+    for (int r0 = 0; r0 < IC; r0 += rows) {
+        int r1 = r0 + rows < IC ? r0 + rows : IC;
+        widen(buf, W + (size_t)r0 * OC, (size_t)(r1 - r0) * OC);
+        matmul_forward_strided(y, x + r0, ldx, buf, r0 == 0 ? bias : NULL, BT, r1 - r0, OC, accumulate || r0 > 0);
+    }
+}
+
+void cpu_bf16_matmul_forward(float *y, const float *x, const void *w, const void *b, int BT, int IC, int OC,
+                             int accumulate)
+{
+    cpu_bf16_matmul_forward_strided(y, x, IC, w, b, BT, IC, OC, accumulate);
+}
+
+/* dW (fp32) needs no weights; dx = dy W^T column block by column block */
+void cpu_bf16_matmul_backward_strided(float *dx, int lddx, float *dw, float *db, const float *dy, const float *x,
+                                      int ldx, const void *w, int BT, int IC, int OC, int dx_accumulate)
+{
+    const uint16_t *W = w;
+    const int rows = rows_per_piece(IC, OC);
+    float *buf = widen_scratch((size_t)rows * OC);
+    for (int r0 = 0; r0 < IC; r0 += rows) {
+        int r1 = r0 + rows < IC ? r0 + rows : IC;
+        widen(buf, W + (size_t)r0 * OC, (size_t)(r1 - r0) * OC);
+        matmul_backward_strided(dx ? dx + r0 : NULL, lddx, dw + (size_t)r0 * OC, r0 == 0 ? db : NULL, dy, x + r0, ldx,
+                                buf, BT, r1 - r0, OC, dx_accumulate);
+    }
+}
+
+void cpu_bf16_matmul_backward(float *dx, float *dw, float *db, const float *dy, const float *x, const void *w,
+                              int BT, int IC, int OC, int dx_accumulate)
+{
+    cpu_bf16_matmul_backward_strided(dx, IC, dw, db, dy, x, IC, w, BT, IC, OC, dx_accumulate);
+}
+
+void cpu_bf16_layernorm_forward(float *y, float *mean, float *rstd, const float *x, const void *w, const void *b,
+                                int BT, int C)
+{
+    float *buf = widen_scratch(2 * (size_t)C);
+    widen(buf, w, (size_t)C);
+    widen(buf + C, b, (size_t)C);
+    layernorm_forward(y, mean, rstd, x, buf, buf + C, BT, C);
+}
+
+void cpu_bf16_layernorm_backward(float *dx, float *dw, float *db, const float *dy, const float *x, const void *w,
+                                 const float *mean, const float *rstd, int BT, int C)
+{
+    float *buf = widen_scratch((size_t)C);
+    widen(buf, w, (size_t)C);
+    layernorm_backward(dx, dw, db, dy, x, buf, mean, rstd, BT, C);
+}
+
+void cpu_bf16_embedding_forward(float *x, const int *tokens, const void *wte, const void *wpe, int B, int T, int C)
+{
+    const uint16_t *te = wte, *pe = wpe;
+    OMP(parallel for if((long)B * T * C > PAR_MIN_WORK) schedule(static))
+    for (long bt = 0; bt < (long)B * T; bt++) {
+        const uint16_t *a = te + (size_t)tokens[bt] * C, *p = pe + (size_t)(bt % T) * C;
+        float *out = x + (size_t)bt * C;
+        for (int c = 0; c < C; c++) out[c] = osdp_bf16_to_float(a[c]) + osdp_bf16_to_float(p[c]);
+    }
+}
