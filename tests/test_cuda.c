@@ -324,12 +324,26 @@ END_TEST
 /* the CPU table's layernorm against the GPU table's of the same weight type:
  * forward, then backward from the CPU's saved statistics (so only the
  * backward is compared), twice on the GPU (run to run the same bits) */
+/* expect_close / expect_same_device with the label "<tag> <name>" */
+static void expect_close_as(const char *tag, const char *name, const float *ref, const float *d, size_t n)
+{
+    char what[96];
+    snprintf(what, sizeof what, "%s %s", tag, name);
+    expect_close(what, ref, d, n);
+}
+
+static void expect_same_as(const char *tag, const char *name, const float *d1, const float *d2, size_t n)
+{
+    char what[96];
+    snprintf(what, sizeof what, "%s %s", tag, name);
+    expect_same_device(what, d1, d2, n);
+}
+
 static void check_layernorm(const osdp_compute_backend *c, const osdp_compute_backend *d, uint64_t seed)
 {
     const int BT = 45, C = 72, bf16 = d->weight_dtype == OSDP_BFLOAT16;
     const size_t n = (size_t)BT * C, wsize = bf16 ? sizeof(uint16_t) : sizeof(float);
     const char *tag = bf16 ? "bf16 layernorm" : "layernorm";
-    char what[64];
     float *x = rand_floats(n, -2, 2, seed), *wf = rand_floats(C, 0.5f, 1.5f, seed + 1), *bf = rand_floats(C, -1, 1, seed + 2);
     /* the weights as the tables read them: fp32, or bf16 made by the CPU table */
     void *w = malloc(C * wsize), *b = malloc(C * wsize);
@@ -346,12 +360,9 @@ static void check_layernorm(const osdp_compute_backend *c, const osdp_compute_ba
     void *g_w = up(w, C * wsize), *g_b = up(b, C * wsize);
     c->layernorm_forward(y, mean, rstd, x, w, b, BT, C);
     d->layernorm_forward(g_y, g_mean, g_rstd, g_x, g_w, g_b, BT, C);
-    snprintf(what, sizeof what, "%s y", tag);
-    expect_close(what, y, g_y, n);
-    snprintf(what, sizeof what, "%s mean", tag);
-    expect_close(what, mean, g_mean, BT);
-    snprintf(what, sizeof what, "%s rstd", tag);
-    expect_close(what, rstd, g_rstd, BT);
+    expect_close_as(tag, "y", y, g_y, n);
+    expect_close_as(tag, "mean", mean, g_mean, BT);
+    expect_close_as(tag, "rstd", rstd, g_rstd, BT);
 
     float *dy = rand_floats(n, -1, 1, seed + 3), *dx = rand_floats(n, -1, 1, seed + 4);
     float *dw = rand_floats(C, -1, 1, seed + 5), *db = rand_floats(C, -1, 1, seed + 6);
@@ -362,16 +373,11 @@ static void check_layernorm(const osdp_compute_backend *c, const osdp_compute_ba
     c->layernorm_backward(dx, dw, db, dy, x, w, mean, rstd, BT, C);
     d->layernorm_backward(g_dx, g_dw, g_db, g_dy, g_x, g_w, g_mean, g_rstd, BT, C);
     d->layernorm_backward(g_dx2, g_dw2, g_db2, g_dy, g_x, g_w, g_mean, g_rstd, BT, C);
-    snprintf(what, sizeof what, "%s dx", tag);
-    expect_close(what, dx, g_dx, n);
-    snprintf(what, sizeof what, "%s dw", tag);
-    expect_close(what, dw, g_dw, C);
-    snprintf(what, sizeof what, "%s db", tag);
-    expect_close(what, db, g_db, C);
-    snprintf(what, sizeof what, "%s dx (rerun)", tag);
-    expect_same_device(what, g_dx, g_dx2, n);
-    snprintf(what, sizeof what, "%s dw (rerun)", tag);
-    expect_same_device(what, g_dw, g_dw2, C);
+    expect_close_as(tag, "dx", dx, g_dx, n);
+    expect_close_as(tag, "dw", dw, g_dw, C);
+    expect_close_as(tag, "db", db, g_db, C);
+    expect_same_as(tag, "dx (rerun)", g_dx, g_dx2, n);
+    expect_same_as(tag, "dw (rerun)", g_dw, g_dw2, C);
     float *bufs[] = {g_x, g_y, g_mean, g_rstd, g_dy, g_dx, g_dw, g_db, g_dx2, g_dw2, g_db2};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) d->free(bufs[i]);
     d->free(g_w), d->free(g_b);

@@ -34,7 +34,7 @@ typedef struct train_args {
     int split;              /* --split G (0: not given, -1: auto) */
     int recompute;          /* --recompute: 0 none, 1 all, -1 auto */
     osdp_cost_kind cost;    /* --cost-model: the planner's and pred_step_s's step time */
-    const char *precision;  /* --precision as given (NULL: the backend's default) */
+    int precision_given;    /* --precision given (else the backend's default) */
     osdp_dtype weights;     /* working weights and their all-gathers */
 } train_args;
 
@@ -169,9 +169,10 @@ static osdp_status parse_train_args(int argc, char **argv, train_args *a)
         case O_PEAK: NUM(a->peak_flops, double, 1, 1e20); break;
         case O_BACKEND: a->backend = optarg; break;
         case O_PRECISION:
-            if (strcmp(optarg, "fp32") != 0 && strcmp(optarg, "bf16") != 0)
-                return osdp_error_set(OSDP_ERR_INPUT, "--precision '%s': expected bf16 or fp32", optarg);
-            a->precision = optarg;
+            if (strcmp(optarg, "bf16") == 0) a->weights = OSDP_BFLOAT16;
+            else if (strcmp(optarg, "fp32") == 0) a->weights = OSDP_FLOAT32;
+            else return osdp_error_set(OSDP_ERR_INPUT, "--precision '%s': expected bf16 or fp32", optarg);
+            a->precision_given = 1;
             break;
         case O_QUIET: a->quiet = 1; break;
         case O_HELP: train_usage(stdout); return OSDP_ERR_INTERNAL + 100;
@@ -185,8 +186,7 @@ static osdp_status parse_train_args(int argc, char **argv, train_args *a)
     if (optind < argc)
         return osdp_error_set(OSDP_ERR_INPUT, "train: unexpected argument '%s' (see osdp_gpt train --help)", argv[optind]);
     if (!a->total_steps_given) a->optim.total_steps = a->steps > 0 ? a->steps : 1;
-    if (a->precision) a->weights = strcmp(a->precision, "bf16") == 0 ? OSDP_BFLOAT16 : OSDP_FLOAT32;
-    else a->weights = strcmp(a->backend, "cuda") == 0 ? OSDP_BFLOAT16 : OSDP_FLOAT32;
+    if (!a->precision_given) a->weights = strcmp(a->backend, "cuda") == 0 ? OSDP_BFLOAT16 : OSDP_FLOAT32;
     int plan_auto = strcmp(a->plan, "auto") == 0, plan_mode = plan_auto || !strcmp(a->plan, "dp") || !strcmp(a->plan, "zdp");
     if (a->split == -1 && !plan_auto)
         return osdp_error_set(OSDP_ERR_INPUT, "--split auto needs --plan auto (the planner chooses the granularity)");

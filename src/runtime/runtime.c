@@ -85,7 +85,7 @@ osdp_status osdp_runtime_create(osdp_runtime *rt, const osdp_layout *layout, con
     rt->B = opt->micro_batch;
     rt->T = layout->T;
     rt->pending_scatter = -1;
-    rt->weight_dtype = opt->dry ? opt->weight_dtype : backend->weight_dtype;
+    rt->weight_dtype = opt->weight_dtype;
     rt->weight_size = osdp_dtype_size(rt->weight_dtype);
     if (!opt->dry && opt->weight_dtype != backend->weight_dtype)
         return osdp_error_set(OSDP_ERR_INPUT, "runtime: %s weights asked for, but the %s backend's are %s",
