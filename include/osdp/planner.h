@@ -1,5 +1,25 @@
 /* The planner (rank 0): cost model + plan search + scheduler (DESIGN.md §4).
  *
+ * Map of src/planner/ (each file calls only the ones listed below it):
+ *   planner.c          driver: options, one micro-batch (plan_batch), the
+ *                      scheduler over micro-batches, the infeasible message
+ *   plan_search.c/.h   the search over the transient bound d (step 1 below)
+ *   plan_bnb.c/.h      branch and bound for one d, constraint propagation
+ *                      (step 2)
+ *   plan_knap.c/.h     one knapsack over the allowed choices (through
+ *                      osdp/search.h), its LP and byte-threshold bounds
+ *   plan_knap_cache.c/.h  knapsack answers by allow set (a leaf)
+ *   plan_choices.c     builds the search context of one micro-batch: every
+ *                      operator's choices and their peak terms, dominated
+ *                      choices dropped
+ *   plan_context.c/.h  the context (fields named after the formula below),
+ *                      queries on a plan's peak terms, the best plan so far
+ *   cost_model.c       osdp/cost_model.h: per-operator memory and time
+ *   device.c           osdp/device.h: device files and measurements
+ *   search_*.c         osdp/search.h: the multiple-choice knapsack solvers
+ *                      (search_prepare.c shared; search_exact.h: map of the
+ *                      exact one's parts)
+ *
  * For one micro-batch b (and accumulation A) the planner minimises the step
  * time sum_i T_i (osdp/cost_model.h) over one choice per operator, subject
  * to the TRUE peak of the runtime's schedule (not an additive

@@ -111,7 +111,7 @@ osdp_status osdp_search_exact(const osdp_search_problem *p, osdp_search_result *
 #define OSDP_SEARCH_BRUTE_MAX 50000000LL
 osdp_status osdp_search_brute(const osdp_search_problem *p, osdp_search_result *r);
 
-/* ---- shared by the three searches (defined in search_dfs.c) ------------ */
+/* ---- shared by the three searches (src/planner/search_prepare.c) ------ */
 
 typedef struct osdp_search_prep {
     int n;

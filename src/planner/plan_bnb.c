@@ -2,47 +2,26 @@
  * transient bound d (method and guarantee in osdp/planner.h): the knapsack
  * of each node, the check of its plan against the true Z, the branches,
  * and constraint propagation. */
-#include "plan_search.h"
+#include "plan_bnb.h"
 
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* 1 when a plan of objective v (or a node bounded below by v) may still
- * be better than the best plan found, or reach x->cutoff before one is */
-int osdp_ps_beats(const pctx *x, const best_t *bt, double v)
+/* a copy of A (n_ops x stride flags), NULL when out of memory */
+static unsigned char *dup_allow(const osdp_ps_context *ctx, const unsigned char *A)
 {
-    return bt->found ? v < bt->obj : v <= x->cutoff;
-}
-
-/* the slowest objective still wanted */
-double osdp_ps_cap(const pctx *x, const best_t *bt)
-{
-    return bt->found ? bt->obj : x->cutoff;
-}
-
-void osdp_ps_offer(const pctx *x, best_t *bt, const int *ch, double obj)
-{
-    if (!osdp_ps_beats(x, bt, obj)) return;
-    bt->found = 1;
-    bt->obj = obj;
-    memcpy(bt->ch, ch, sizeof *ch * (size_t)x->n);
-}
-
-/* a copy of A (n x kc flags), NULL when out of memory */
-static unsigned char *dup_allow(const pctx *x, const unsigned char *A)
-{
-    size_t nk = (size_t)x->n * (size_t)x->kc;
+    size_t nk = (size_t)ctx->n_ops * (size_t)ctx->stride;
     unsigned char *B = malloc(nk);
     if (B) memcpy(B, A, nk);
     return B;
 }
 
 /* 1 when operator i keeps some allowed choice in A */
-static int any_left(const pctx *x, const unsigned char *A, int i)
+static int any_left(const osdp_ps_context *ctx, const unsigned char *A, int i)
 {
-    for (int c = 0; c < x->nc[i]; c++)
-        if (A[AT(x, i, c)]) return 1;
+    for (int c = 0; c < ctx->n_choices[i]; c++)
+        if (A[PS_CHOICE(ctx, i, c)]) return 1;
     return 0;
 }
 
@@ -52,9 +31,9 @@ static int any_left(const pctx *x, const unsigned char *A, int i)
  * whose term exceeds its smallest by more than d - LB_u is in no plan of
  * the node that respects Z_u, and goes.  Repeated until nothing changes.
  * Returns 0 when the node is empty.  mn: scratch of 7 n. */
-int osdp_ps_propagate(const pctx *x, unsigned char *A, long long d, long long *mn)
+int osdp_ps_propagate(const osdp_ps_context *ctx, unsigned char *A, long long d, long long *mn)
 {
-    const int n = x->n;
+    const int n = ctx->n_ops;
     long long *mf = mn, *mw = mn + n, *mx = mn + 2 * n, *ah = mn + 3 * n, *rng = mn + 4 * n, *sa = mn + 5 * n,
               *rs = mn + 6 * n;
     for (int pass = 0, changed = 1; changed && pass < 16; pass++) {
@@ -63,14 +42,14 @@ int osdp_ps_propagate(const pctx *x, unsigned char *A, long long d, long long *m
             long long al = LLONG_MAX;
             mf[u] = mw[u] = mx[u] = LLONG_MAX;
             ah[u] = LLONG_MIN;
-            for (int c = 0; c < x->nc[u]; c++) {
-                size_t a = AT(x, u, c);
+            for (int c = 0; c < ctx->n_choices[u]; c++) {
+                size_t a = PS_CHOICE(ctx, u, c);
                 if (!A[a]) continue;
-                if (x->f[a] < mf[u]) mf[u] = x->f[a];
-                if (x->wp[a] < mw[u]) mw[u] = x->wp[a];
-                if (x->nx[a] < mx[u]) mx[u] = x->nx[a];
-                if (x->acts[a] > ah[u]) ah[u] = x->acts[a];
-                if (x->acts[a] < al) al = x->acts[a];
+                if (ctx->prefetch_bytes[a] < mf[u]) mf[u] = ctx->prefetch_bytes[a];
+                if (ctx->pass_peak_bytes[a] < mw[u]) mw[u] = ctx->pass_peak_bytes[a];
+                if (ctx->next_op_bytes[a] < mx[u]) mx[u] = ctx->next_op_bytes[a];
+                if (ctx->act_bytes[a] > ah[u]) ah[u] = ctx->act_bytes[a];
+                if (ctx->act_bytes[a] < al) al = ctx->act_bytes[a];
             }
             if (mw[u] == LLONG_MAX) return 0;
             rng[u] = ah[u] - al;
@@ -88,24 +67,24 @@ int osdp_ps_propagate(const pctx *x, unsigned char *A, long long d, long long *m
         for (int u = 0; u < n; u++) {
             long long slack = d - (-sa[u] + mw[u] + (u > 0 ? mf[u - 1] : 0) + (u + 1 < n ? mx[u + 1] : 0));
             if (slack < 0) return 0;
-            for (int c = 0; c < x->nc[u]; c++) {
-                size_t a = AT(x, u, c);
-                if (A[a] && x->wp[a] - mw[u] > slack) A[a] = 0, changed = 1;
+            for (int c = 0; c < ctx->n_choices[u]; c++) {
+                size_t a = PS_CHOICE(ctx, u, c);
+                if (A[a] && ctx->pass_peak_bytes[a] - mw[u] > slack) A[a] = 0, changed = 1;
             }
-            for (int c = 0; u > 0 && c < x->nc[u - 1]; c++) {
-                size_t a = AT(x, u - 1, c);
-                if (A[a] && x->f[a] - mf[u - 1] > slack) A[a] = 0, changed = 1;
+            for (int c = 0; u > 0 && c < ctx->n_choices[u - 1]; c++) {
+                size_t a = PS_CHOICE(ctx, u - 1, c);
+                if (A[a] && ctx->prefetch_bytes[a] - mf[u - 1] > slack) A[a] = 0, changed = 1;
             }
-            for (int c = 0; u + 1 < n && c < x->nc[u + 1]; c++) {
-                size_t a = AT(x, u + 1, c);
-                if (A[a] && x->nx[a] - mx[u + 1] > slack) A[a] = 0, changed = 1;
+            for (int c = 0; u + 1 < n && c < ctx->n_choices[u + 1]; c++) {
+                size_t a = PS_CHOICE(ctx, u + 1, c);
+                if (A[a] && ctx->next_op_bytes[a] - mx[u + 1] > slack) A[a] = 0, changed = 1;
             }
             if (rs[u] <= slack) continue;
             for (int j = u + 2; j < n; j++) {
                 if (rng[j] <= slack) continue;
-                for (int c = 0; c < x->nc[j]; c++) {
-                    size_t a = AT(x, j, c);
-                    if (A[a] && ah[j] - x->acts[a] > slack) A[a] = 0, changed = 1;
+                for (int c = 0; c < ctx->n_choices[j]; c++) {
+                    size_t a = PS_CHOICE(ctx, j, c);
+                    if (A[a] && ah[j] - ctx->act_bytes[a] > slack) A[a] = 0, changed = 1;
                 }
             }
         }
@@ -115,10 +94,10 @@ int osdp_ps_propagate(const pctx *x, unsigned char *A, long long d, long long *m
 
 /* the value choice c of operator i adds to a Z: its f, nx or -acts */
 enum { T_F, T_NX, T_ACTS };
-static long long term_val(const pctx *x, int kind, int i, int c)
+static long long term_val(const osdp_ps_context *ctx, int kind, int i, int c)
 {
-    size_t a = AT(x, i, c);
-    return kind == T_F ? x->f[a] : kind == T_NX ? x->nx[a] : -x->acts[a];
+    size_t a = PS_CHOICE(ctx, i, c);
+    return kind == T_F ? ctx->prefetch_bytes[a] : kind == T_NX ? ctx->next_op_bytes[a] : -ctx->act_bytes[a];
 }
 
 /* Branch and bound over the constraints Z_u <= d (true Z) for one
@@ -131,9 +110,10 @@ static long long term_val(const pctx *x, int kind, int i, int c)
  * (a term whose P value is already its smallest in the node has no branch
  * of its own); together they keep every plan of the node that respects
  * Z_u.  The knapsack optimum of a node bounds its branches from below. */
-osdp_status osdp_ps_bnb(pctx *x, unsigned char *base, long long d, long long lim, best_t *bt, int *ch)
+osdp_status osdp_ps_bnb(osdp_ps_context *ctx, unsigned char *base, long long d, long long lim, osdp_ps_best *best,
+                        int *ch)
 {
-    const int n = x->n;
+    const int n = ctx->n_ops;
     int cap = 16, sp = 0;
     unsigned char **stack = malloc(sizeof *stack * (size_t)cap);
     int *ti = malloc(sizeof *ti * 2 * (size_t)(n + 1)), *tk = ti + n + 1;
@@ -144,17 +124,17 @@ osdp_status osdp_ps_bnb(pctx *x, unsigned char *base, long long d, long long lim
     }
     stack[sp++] = base;
     osdp_status s = OSDP_OK;
-    const double lam = x->minmem ? (double)d : 0.0;
+    const double lam = ctx->minimise_memory ? (double)d : 0.0;
     while (sp > 0 && s == OSDP_OK) {
         unsigned char *A = stack[--sp];
         double obj;
         osdp_status ks;
-        if (!osdp_ps_beats(x, bt, osdp_ps_lp_bound(x, A, lim) + lam)) ks = OSDP_ERR_INFEASIBLE; /* bounded out */
-        else ks = osdp_ps_knap(x, A, lim, osdp_ps_cap(x, bt) - lam, ch, &obj);
+        if (!osdp_ps_beats(ctx, best, osdp_ps_lp_bound(ctx, A, lim) + lam)) ks = OSDP_ERR_INFEASIBLE; /* bounded out */
+        else ks = osdp_ps_knapsack(ctx, A, lim, osdp_ps_cap(ctx, best) - lam, ch, &obj);
         int u = -1;
-        if (ks == OSDP_OK && osdp_ps_beats(x, bt, obj + lam)) {
-            u = osdp_ps_transient_scan(x, ch, d, NULL);
-            if (u < 0) osdp_ps_offer(x, bt, ch, obj + lam);
+        if (ks == OSDP_OK && osdp_ps_beats(ctx, best, obj + lam)) {
+            u = osdp_ps_transient_scan(ctx, ch, d, NULL);
+            if (u < 0) osdp_ps_offer(ctx, best, ch, obj + lam);
         } else if (ks != OSDP_OK && ks != OSDP_ERR_INFEASIBLE) {
             s = ks;
         }
@@ -168,10 +148,11 @@ osdp_status osdp_ps_bnb(pctx *x, unsigned char *base, long long d, long long lim
         for (int j = u - 1; j < n; j++) {
             if (j == u) continue;
             int kind = j == u - 1 ? T_F : j == u + 1 ? T_NX : T_ACTS;
-            long long v = term_val(x, kind, j, ch[j]);
+            long long v = term_val(ctx, kind, j, ch[j]);
             room -= v;
             int lower = 0;
-            for (int c = 0; c < x->nc[j] && !lower; c++) lower = A[AT(x, j, c)] && term_val(x, kind, j, c) < v;
+            for (int c = 0; c < ctx->n_choices[j] && !lower; c++)
+                lower = A[PS_CHOICE(ctx, j, c)] && term_val(ctx, kind, j, c) < v;
             if (lower) {
                 ti[nt] = j;
                 tk[nt] = kind;
@@ -190,7 +171,7 @@ osdp_status osdp_ps_bnb(pctx *x, unsigned char *base, long long d, long long lim
         }
         /* pushed last branch first, so that branch 1 is searched first */
         for (int t = nt; t >= 0 && s == OSDP_OK; t--) {
-            unsigned char *B = dup_allow(x, A);
+            unsigned char *B = dup_allow(ctx, A);
             if (!B) {
                 s = osdp_error_set(OSDP_ERR_OOM, "planner: out of host memory");
                 break;
@@ -198,16 +179,16 @@ osdp_status osdp_ps_bnb(pctx *x, unsigned char *base, long long d, long long lim
             int ok = 1;
             for (int q = 0; q <= t && q < nt && ok; q++) {
                 const int j = ti[q];
-                for (int c = 0; c < x->nc[j]; c++)
-                    if ((term_val(x, tk[q], j, c) < tv[q]) != (q == t)) B[AT(x, j, c)] = 0;
-                ok = any_left(x, B, j);
+                for (int c = 0; c < ctx->n_choices[j]; c++)
+                    if ((term_val(ctx, tk[q], j, c) < tv[q]) != (q == t)) B[PS_CHOICE(ctx, j, c)] = 0;
+                ok = any_left(ctx, B, j);
             }
             if (t == nt && ok) {
-                for (int c = 0; c < x->nc[u]; c++)
-                    if (x->wp[AT(x, u, c)] > room) B[AT(x, u, c)] = 0;
-                ok = any_left(x, B, u);
+                for (int c = 0; c < ctx->n_choices[u]; c++)
+                    if (ctx->pass_peak_bytes[PS_CHOICE(ctx, u, c)] > room) B[PS_CHOICE(ctx, u, c)] = 0;
+                ok = any_left(ctx, B, u);
             }
-            if (ok) ok = osdp_ps_propagate(x, B, d, mn);
+            if (ok) ok = osdp_ps_propagate(ctx, B, d, mn);
             if (ok) stack[sp++] = B;
             else free(B);
         }

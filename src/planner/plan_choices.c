@@ -6,23 +6,12 @@
  * and in time are dropped; so are, for operators no transient constraint
  * can touch, those dominated in memory and time alone (prune_free).
  * Operators of one shape (blocks of one width) are costed once. */
-#include "plan_search.h"
+#include "plan_context.h"
 
 #include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-
-void osdp_ps_ctx_free(pctx *x)
-{
-    free(x->nc); free(x->grp); free(x->cg); free(x->ck); free(x->crc);
-    free(x->R); free(x->wp); free(x->f); free(x->nx); free(x->acts); free(x->t);
-    free(x->Kopt); free(x->Kpes);
-    free(x->perm); free(x->nch); free(x->map); free(x->sol); free(x->pm); free(x->pt); free(x->mb); free(x->tb);
-    osdp_search_workspace_free(x->ws);
-    osdp_ps_kcache_free(x->kcache);
-    memset(x, 0, sizeof *x);
-}
 
 /* the granularities operator i may take under o (ascending), their number */
 static int granularities(const osdp_cost_model *cm, const osdp_planner_options *o, int i, int *gs)
@@ -39,16 +28,21 @@ static int granularities(const osdp_cost_model *cm, const osdp_planner_options *
 }
 
 /* the terms of one choice that the peak and the time see */
-typedef struct cterm {
-    int g, k, rc;
-    long long mm, acts, wpx, f, gh; /* state + resident; acts; rebuilt + G + max(work, recv); prefetch; G + H */
-    double t;
-} cterm;
+typedef struct choice_terms {
+    int slices, zdp_slices, recompute; /* k = zdp_slices of g = slices ZDP */
+    long long kept_bytes;      /* state + resident */
+    long long act_bytes;       /* acts */
+    long long pass_peak_bytes; /* rebuilt + G + max(work, recv) */
+    long long prefetch_bytes;  /* prefetch (0 without prefetch) */
+    long long in_flight_bytes; /* G + H while the operator before it runs (0 without prefetch) */
+    double time;               /* its step time (0 when minimising memory) */
+} choice_terms;
 
 /* a is no worse than b in every term */
-static int no_worse(const cterm *a, const cterm *b)
+static int no_worse(const choice_terms *a, const choice_terms *b)
 {
-    return a->mm <= b->mm && a->acts <= b->acts && a->wpx <= b->wpx && a->f <= b->f && a->gh <= b->gh && a->t <= b->t;
+    return a->kept_bytes <= b->kept_bytes && a->act_bytes <= b->act_bytes && a->pass_peak_bytes <= b->pass_peak_bytes
+        && a->prefetch_bytes <= b->prefetch_bytes && a->in_flight_bytes <= b->in_flight_bytes && a->time <= b->time;
 }
 
 /* Drops the dominated choices of one operator: b goes when some a is no
@@ -56,7 +50,7 @@ static int no_worse(const cterm *a, const cterm *b)
  * earlier.  Exchanging b for a in any plan then raises neither the step
  * time nor the peak at any moment (activations only ever count from their
  * operator on), so a best plan among the remaining choices is a best plan. */
-static int prune(cterm *c, int n)
+static int prune(choice_terms *c, int n)
 {
     int m = 0;
     for (int j = 0; j < n; j++) {
@@ -70,11 +64,11 @@ static int prune(cterm *c, int n)
     return m;
 }
 
-static int make_choices(const pctx *x, int i, int b, int accum, cterm *out)
+static int make_choices(const osdp_ps_context *ctx, int i, int b, int accum, choice_terms *out)
 {
-    const osdp_planner_options *o = x->o;
-    const osdp_op_layout *op = &x->cm.layout->op[i];
-    int gs[8], ng = granularities(&x->cm, o, i, gs), n = 0;
+    const osdp_planner_options *o = ctx->opts;
+    const osdp_op_layout *op = &ctx->cost.layout->op[i];
+    int gs[8], ng = granularities(&ctx->cost, o, i, gs), n = 0;
     int can_rc = op->type == OSDP_OP_ATTN || op->type == OSDP_OP_MLP;
     int rc_lo = o->recompute ? o->recompute[i] != 0 : 0, rc_hi = rc_lo;
     if (o->recompute_auto && can_rc) {
@@ -88,20 +82,20 @@ static int make_choices(const pctx *x, int i, int b, int accum, cterm *out)
                 if (o->modes == OSDP_MODES_ALL_ZDP && k != gs[gi]) continue;
                 osdp_op_mem m;
                 osdp_op_time ot;
-                osdp_cost_op_mem_rc(&x->cm, i, gs[gi], k, rc, b, &m);
-                osdp_cost_op_time_rc(&x->cm, i, gs[gi], k, rc, b, accum, &ot);
-                cterm *c = &out[n++];
-                c->g = gs[gi];
-                c->k = k;
-                c->rc = rc;
-                c->mm = m.state + m.resident;
-                c->acts = m.acts;
-                c->wpx = m.rebuilt + m.grads + (m.work > m.recv ? m.work : m.recv);
-                c->f = o->prefetch ? m.prefetch : 0;
-                c->gh = o->prefetch ? m.grads + m.recv : 0;
-                c->t = x->minmem ? 0 : ot.total; /* minimising memory: time tells nothing apart */
+                osdp_cost_op_mem_rc(&ctx->cost, i, gs[gi], k, rc, b, &m);
+                osdp_cost_op_time_rc(&ctx->cost, i, gs[gi], k, rc, b, accum, &ot);
+                choice_terms *c = &out[n++];
+                c->slices = gs[gi];
+                c->zdp_slices = k;
+                c->recompute = rc;
+                c->kept_bytes = m.state + m.resident;
+                c->act_bytes = m.acts;
+                c->pass_peak_bytes = m.rebuilt + m.grads + (m.work > m.recv ? m.work : m.recv);
+                c->prefetch_bytes = o->prefetch ? m.prefetch : 0;
+                c->in_flight_bytes = o->prefetch ? m.grads + m.recv : 0;
+                c->time = ctx->minimise_memory ? 0 : ot.total; /* minimising memory: time tells nothing apart */
             }
-    return x->bound_only ? n : prune(out, n);
+    return ctx->bound_only ? n : prune(out, n);
 }
 
 /* operators a and b have the same sizes, cuts and costs (different blocks of
@@ -121,20 +115,20 @@ static int same_op(const osdp_op_layout *a, const osdp_op_layout *b)
     return 1;
 }
 
-static osdp_status order_items(pctx *x);
+static osdp_status order_items(osdp_ps_context *ctx);
 
 /* K[u] = - sum_{j >= u+2} acts_j: at its smallest (Kopt) and largest (Kpes) */
-static void make_k(pctx *x)
+static void make_later_acts_bounds(osdp_ps_context *ctx)
 {
     long long smax = 0, smin = 0;
-    for (int u = x->n - 1; u >= 0; u--) {
-        x->Kopt[u] = -smax;
-        x->Kpes[u] = -smin;
+    for (int u = ctx->n_ops - 1; u >= 0; u--) {
+        ctx->later_acts_optimistic[u] = -smax;
+        ctx->later_acts_pessimistic[u] = -smin;
         int j = u + 1;
-        if (j < x->n) {
+        if (j < ctx->n_ops) {
             long long hi = LLONG_MIN, lo = LLONG_MAX;
-            for (int q = 0; q < x->nc[j]; q++) {
-                long long v = x->acts[AT(x, j, q)];
+            for (int q = 0; q < ctx->n_choices[j]; q++) {
+                long long v = ctx->act_bytes[PS_CHOICE(ctx, j, q)];
                 if (v > hi) hi = v;
                 if (v < lo) lo = v;
             }
@@ -142,18 +136,18 @@ static void make_k(pctx *x)
             smin += lo;
         }
     }
-    x->K = x->Kopt;
+    ctx->later_acts_bound = ctx->later_acts_optimistic;
 }
 
 /* lo / hi of v over operator i's choices (0, 0 when i is out of range) */
-static void span(const pctx *x, const long long *v, int i, long long *lo, long long *hi)
+static void span(const osdp_ps_context *ctx, const long long *v, int i, long long *lo, long long *hi)
 {
     *lo = *hi = 0;
-    if (i < 0 || i >= x->n) return;
+    if (i < 0 || i >= ctx->n_ops) return;
     *lo = LLONG_MAX;
     *hi = LLONG_MIN;
-    for (int c = 0; c < x->nc[i]; c++) {
-        long long a = v[AT(x, i, c)];
+    for (int c = 0; c < ctx->n_choices[i]; c++) {
+        long long a = v[PS_CHOICE(ctx, i, c)];
         if (a < *lo) *lo = a;
         if (a > *hi) *hi = a;
     }
@@ -165,11 +159,12 @@ static void span(const pctx *x, const long long *v, int i, long long *lo, long l
  * maximum.  An operator whose constraints (Z at u-1, u, u+1 and, when its
  * activations vary, every Z before) are all such only adds memory and time:
  * its choices dominated in (R, t) alone go too (ties: the earlier stays). */
-static int prune_free(pctx *x)
+static int prune_free(osdp_ps_context *ctx)
 {
-    const int n = x->n;
+    const int n = ctx->n_ops;
     long long *zlo = malloc(sizeof *zlo * 2 * (size_t)n), *zhi = zlo + n;
-    unsigned char *slack = malloc((size_t)n), *kept = calloc((size_t)n, 1), *keeps = malloc((size_t)n * (size_t)x->kc);
+    unsigned char *slack = malloc((size_t)n), *kept = calloc((size_t)n, 1);
+    unsigned char *keeps = malloc((size_t)n * (size_t)ctx->stride);
     if (!zlo || !slack || !kept || !keeps) {
         free(zlo); free(slack); free(kept); free(keeps);
         return -1;
@@ -177,11 +172,11 @@ static int prune_free(pctx *x)
     long long dlo = LLONG_MIN;
     for (int u = 0; u < n; u++) {
         long long wl, wh, fl, fh, xl, xh;
-        span(x, x->wp, u, &wl, &wh);
-        span(x, x->f, u - 1, &fl, &fh);
-        span(x, x->nx, u + 1, &xl, &xh);
-        zlo[u] = x->Kopt[u] + wl + fl + xl;
-        zhi[u] = x->Kpes[u] + wh + fh + xh;
+        span(ctx, ctx->pass_peak_bytes, u, &wl, &wh);
+        span(ctx, ctx->prefetch_bytes, u - 1, &fl, &fh);
+        span(ctx, ctx->next_op_bytes, u + 1, &xl, &xh);
+        zlo[u] = ctx->later_acts_optimistic[u] + wl + fl + xl;
+        zhi[u] = ctx->later_acts_pessimistic[u] + wh + fh + xh;
         if (zlo[u] > dlo) dlo = zlo[u];
     }
     int prefix = 1; /* every Z before u - 1 slack */
@@ -189,175 +184,170 @@ static int prune_free(pctx *x)
     for (int i = 0; i < n; i++) {
         if (i >= 2) prefix &= slack[i - 2];
         long long al, ah;
-        span(x, x->acts, i, &al, &ah);
+        span(ctx, ctx->act_bytes, i, &al, &ah);
         int free_op = (i == 0 || slack[i - 1]) && slack[i] && (i + 1 >= n || slack[i + 1]) && (al == ah || prefix);
         if (!free_op) continue;
-        const int rep = x->grp[i] / 2;
-        unsigned char *keep = keeps + (size_t)rep * (size_t)x->kc;
-        x->grp[i] = 2 * rep + 1; /* pruned alike for every free operator of its group */
+        const int rep = ctx->group[i] / 2;
+        unsigned char *keep = keeps + (size_t)rep * (size_t)ctx->stride;
+        ctx->group[i] = 2 * rep + 1; /* pruned alike for every free operator of its group */
         if (!kept[rep]) { /* the first free operator of its group: which of its choices stay */
             kept[rep] = 1;
-            for (int j = 0; j < x->nc[i]; j++) {
-                size_t b = AT(x, i, j);
+            for (int j = 0; j < ctx->n_choices[i]; j++) {
+                size_t b = PS_CHOICE(ctx, i, j);
                 int gone = 0;
-                for (int q = 0; q < x->nc[i] && !gone; q++) {
-                    size_t a = AT(x, i, q);
-                    if (q == j || x->R[a] > x->R[b] || x->t[a] > x->t[b]) continue;
-                    gone = q < j || x->R[a] < x->R[b] || x->t[a] < x->t[b];
+                for (int q = 0; q < ctx->n_choices[i] && !gone; q++) {
+                    size_t a = PS_CHOICE(ctx, i, q);
+                    if (q == j || ctx->held_bytes[a] > ctx->held_bytes[b] || ctx->objective[a] > ctx->objective[b])
+                        continue;
+                    gone = q < j || ctx->held_bytes[a] < ctx->held_bytes[b] || ctx->objective[a] < ctx->objective[b];
                 }
                 keep[j] = (unsigned char)!gone;
             }
         }
         int m = 0;
-        for (int j = 0; j < x->nc[i]; j++) {
+        for (int j = 0; j < ctx->n_choices[i]; j++) {
             if (!keep[j]) continue;
-            size_t b = AT(x, i, j);
-            size_t d = AT(x, i, m++);
-            x->cg[d] = x->cg[b]; x->ck[d] = x->ck[b]; x->crc[d] = x->crc[b];
-            x->R[d] = x->R[b]; x->wp[d] = x->wp[b]; x->f[d] = x->f[b];
-            x->nx[d] = x->nx[b]; x->acts[d] = x->acts[b]; x->t[d] = x->t[b];
+            size_t b = PS_CHOICE(ctx, i, j);
+            size_t d = PS_CHOICE(ctx, i, m++);
+            ctx->choice_slices[d] = ctx->choice_slices[b];
+            ctx->choice_zdp_slices[d] = ctx->choice_zdp_slices[b];
+            ctx->choice_recompute[d] = ctx->choice_recompute[b];
+            ctx->held_bytes[d] = ctx->held_bytes[b];
+            ctx->pass_peak_bytes[d] = ctx->pass_peak_bytes[b];
+            ctx->prefetch_bytes[d] = ctx->prefetch_bytes[b];
+            ctx->next_op_bytes[d] = ctx->next_op_bytes[b];
+            ctx->act_bytes[d] = ctx->act_bytes[b];
+            ctx->objective[d] = ctx->objective[b];
         }
-        x->nc[i] = m;
+        ctx->n_choices[i] = m;
     }
     free(zlo); free(slack); free(kept); free(keeps);
     return 0;
 }
 
-osdp_status osdp_ps_ctx_build(pctx *x, const osdp_layout *L, const osdp_device *dev, const osdp_planner_options *o,
-                              int b, int accum, int minmem, osdp_cost_cuts *cuts, osdp_planner_result *acc)
+osdp_status osdp_ps_context_build(osdp_ps_context *ctx, const osdp_layout *L, const osdp_device *dev,
+                                  const osdp_planner_options *o, int b, int accum, int minimise_memory,
+                                  osdp_cost_cuts *cuts, osdp_planner_result *counters)
 {
-    memset(x, 0, sizeof *x);
-    x->cm = (osdp_cost_model){.layout = L, .dev = dev, .N = o->n_ranks, .prefetch = o->prefetch, .kind = o->cost,
+    memset(ctx, 0, sizeof *ctx);
+    ctx->cost = (osdp_cost_model){.layout = L, .dev = dev, .N = o->n_ranks, .prefetch = o->prefetch, .kind = o->cost,
                               .recompute = o->recompute, .cuts = cuts};
-    x->o = o;
-    x->n = L->n_ops;
-    x->minmem = minmem == 1;
-    x->bound_only = minmem == 2;
-    x->cutoff = INFINITY;
-    x->acc = acc;
-    const int n = x->n, cap = 2 * (2 + 3 + 5 + 9 + 17);   /* every k of every g in 1, 2, 4, 8, 16, both ways */
-    cterm *c = malloc(sizeof *c * (size_t)cap * (size_t)n);
-    x->nc = malloc(sizeof *x->nc * (size_t)n);
-    x->grp = malloc(sizeof *x->grp * (size_t)n);
+    ctx->opts = o;
+    ctx->n_ops = L->n_ops;
+    ctx->minimise_memory = minimise_memory == 1;
+    ctx->bound_only = minimise_memory == 2;
+    ctx->cutoff = INFINITY;
+    ctx->counters = counters;
+    const int n = ctx->n_ops, cap = 2 * (2 + 3 + 5 + 9 + 17);   /* every k of every g in 1, 2, 4, 8, 16, both ways */
+    choice_terms *c = malloc(sizeof *c * (size_t)cap * (size_t)n);
+    ctx->n_choices = malloc(sizeof *ctx->n_choices * (size_t)n);
+    ctx->group = malloc(sizeof *ctx->group * (size_t)n);
     int *reps = malloc(sizeof *reps * (size_t)n), nreps = 0;
-    if (!c || !x->nc || !x->grp || !reps) {
+    if (!c || !ctx->n_choices || !ctx->group || !reps) {
         free(reps);
         goto oom;
     }
     for (int i = 0; i < n; i++) {
-        cterm *ci = c + (size_t)i * (size_t)cap;
+        choice_terms *ci = c + (size_t)i * (size_t)cap;
         int r = -1, rci = o->recompute ? o->recompute[i] != 0 : 0;
         for (int q = nreps - 1; q >= 0 && r < 0; q--) /* an earlier operator just like it: its choices */
-            if (same_op(&L->op[reps[q]], &L->op[i]) && (o->recompute ? o->recompute[reps[q]] != 0 : 0) == rci) r = reps[q];
+            if (same_op(&L->op[reps[q]], &L->op[i]) && (o->recompute ? o->recompute[reps[q]] != 0 : 0) == rci)
+                r = reps[q];
         if (r >= 0) {
-            x->nc[i] = x->nc[r];
+            ctx->n_choices[i] = ctx->n_choices[r];
         } else {
-            x->nc[i] = make_choices(x, i, b, accum, ci);
+            ctx->n_choices[i] = make_choices(ctx, i, b, accum, ci);
             reps[nreps++] = r = i;
         }
-        x->grp[i] = 2 * r;
-        if (x->nc[i] > x->kc) x->kc = x->nc[i];
+        ctx->group[i] = 2 * r;
+        if (ctx->n_choices[i] > ctx->stride) ctx->stride = ctx->n_choices[i];
     }
     free(reps);
-    size_t nk = (size_t)n * (size_t)x->kc;
-    x->cg = malloc(nk); x->ck = malloc(nk); x->crc = malloc(nk);
-    x->R = malloc(nk * sizeof *x->R); x->wp = malloc(nk * sizeof *x->wp); x->f = malloc(nk * sizeof *x->f);
-    x->nx = malloc(nk * sizeof *x->nx); x->acts = malloc(nk * sizeof *x->acts); x->t = malloc(nk * sizeof *x->t);
-    x->Kopt = malloc((size_t)n * sizeof *x->Kopt); x->Kpes = malloc((size_t)n * sizeof *x->Kpes);
-    x->nch = malloc((size_t)n * sizeof *x->nch); x->perm = malloc((size_t)n * sizeof *x->perm);
-    x->map = malloc(nk * sizeof *x->map); x->sol = malloc((size_t)n * sizeof *x->sol);
-    x->pm = malloc((size_t)n * sizeof *x->pm); x->pt = malloc((size_t)n * sizeof *x->pt);
-    x->mb = malloc(nk * sizeof *x->mb); x->tb = malloc(nk * sizeof *x->tb);
-    x->ws = osdp_search_workspace_new();
-    if (!x->cg || !x->ck || !x->crc || !x->R || !x->wp || !x->f || !x->nx || !x->acts || !x->t || !x->Kopt || !x->Kpes
-        || !x->nch || !x->perm || !x->map || !x->sol || !x->pm || !x->pt || !x->mb || !x->tb || !x->ws)
-        goto oom;
-    x->cst = osdp_cost_workspace(&x->cm, b);
+    size_t nk = (size_t)n * (size_t)ctx->stride;
+    int ok = 1; /* every array or none */
+    ok &= (ctx->choice_slices = malloc(nk * sizeof *ctx->choice_slices)) != NULL;
+    ok &= (ctx->choice_zdp_slices = malloc(nk * sizeof *ctx->choice_zdp_slices)) != NULL;
+    ok &= (ctx->choice_recompute = malloc(nk * sizeof *ctx->choice_recompute)) != NULL;
+    ok &= (ctx->held_bytes = malloc(nk * sizeof *ctx->held_bytes)) != NULL;
+    ok &= (ctx->pass_peak_bytes = malloc(nk * sizeof *ctx->pass_peak_bytes)) != NULL;
+    ok &= (ctx->prefetch_bytes = malloc(nk * sizeof *ctx->prefetch_bytes)) != NULL;
+    ok &= (ctx->next_op_bytes = malloc(nk * sizeof *ctx->next_op_bytes)) != NULL;
+    ok &= (ctx->act_bytes = malloc(nk * sizeof *ctx->act_bytes)) != NULL;
+    ok &= (ctx->objective = malloc(nk * sizeof *ctx->objective)) != NULL;
+    ok &= (ctx->knap_choice = malloc(nk * sizeof *ctx->knap_choice)) != NULL;
+    ok &= (ctx->knap_mem_buf = malloc(nk * sizeof *ctx->knap_mem_buf)) != NULL;
+    ok &= (ctx->knap_time_buf = malloc(nk * sizeof *ctx->knap_time_buf)) != NULL;
+    ok &= (ctx->later_acts_optimistic = malloc((size_t)n * sizeof *ctx->later_acts_optimistic)) != NULL;
+    ok &= (ctx->later_acts_pessimistic = malloc((size_t)n * sizeof *ctx->later_acts_pessimistic)) != NULL;
+    ok &= (ctx->knap_order = malloc((size_t)n * sizeof *ctx->knap_order)) != NULL;
+    ok &= (ctx->knap_n_choices = malloc((size_t)n * sizeof *ctx->knap_n_choices)) != NULL;
+    ok &= (ctx->knap_solution = malloc((size_t)n * sizeof *ctx->knap_solution)) != NULL;
+    ok &= (ctx->knap_mem = malloc((size_t)n * sizeof *ctx->knap_mem)) != NULL;
+    ok &= (ctx->knap_time = malloc((size_t)n * sizeof *ctx->knap_time)) != NULL;
+    ok &= (ctx->search_workspace = osdp_search_workspace_new()) != NULL;
+    if (!ok) goto oom;
+    ctx->fixed_bytes = osdp_cost_workspace(&ctx->cost, b);
     for (int i = 0; i < n; i++) {
-        const cterm *ci = c + (size_t)(x->grp[i] / 2) * (size_t)cap; /* its representative's choices */
+        const choice_terms *ci = c + (size_t)(ctx->group[i] / 2) * (size_t)cap; /* its representative's choices */
         long long lo = LLONG_MAX;
-        for (int j = 0; j < x->nc[i]; j++)
-            if (ci[j].mm + ci[j].acts < lo) lo = ci[j].mm + ci[j].acts;
-        x->cst += lo;
-        for (int j = 0; j < x->kc; j++) {
-            const cterm *e = &ci[j < x->nc[i] ? j : 0]; /* past nc[i]: never read, kept defined */
-            size_t a = AT(x, i, j);
-            x->cg[a] = (signed char)e->g;
-            x->ck[a] = (signed char)e->k;
-            x->crc[a] = (signed char)e->rc;
-            x->R[a] = e->mm + e->acts - lo;
-            x->wp[a] = e->wpx;
-            x->f[a] = e->f;
-            x->nx[a] = e->gh - e->acts;
-            x->acts[a] = e->acts;
-            x->t[a] = x->minmem ? (double)x->R[a] : e->t;
+        for (int j = 0; j < ctx->n_choices[i]; j++)
+            if (ci[j].kept_bytes + ci[j].act_bytes < lo) lo = ci[j].kept_bytes + ci[j].act_bytes;
+        ctx->fixed_bytes += lo;
+        for (int j = 0; j < ctx->stride; j++) {
+            const choice_terms *e = &ci[j < ctx->n_choices[i] ? j : 0]; /* past n_choices[i]: never read, kept defined */
+            size_t a = PS_CHOICE(ctx, i, j);
+            ctx->choice_slices[a] = (signed char)e->slices;
+            ctx->choice_zdp_slices[a] = (signed char)e->zdp_slices;
+            ctx->choice_recompute[a] = (signed char)e->recompute;
+            ctx->held_bytes[a] = e->kept_bytes + e->act_bytes - lo;
+            ctx->pass_peak_bytes[a] = e->pass_peak_bytes;
+            ctx->prefetch_bytes[a] = e->prefetch_bytes;
+            ctx->next_op_bytes[a] = e->in_flight_bytes - e->act_bytes;
+            ctx->act_bytes[a] = e->act_bytes;
+            ctx->objective[a] = ctx->minimise_memory ? (double)ctx->held_bytes[a] : e->time;
         }
     }
     free(c);
     c = NULL;
-    make_k(x);
-    if (minmem == 2) return OSDP_OK; /* bounds only: every choice, no search */
-    if (prune_free(x)) goto oom;
-    make_k(x);
-    osdp_status s = order_items(x);
-    if (s != OSDP_OK) osdp_ps_ctx_free(x);
+    make_later_acts_bounds(ctx);
+    if (minimise_memory == 2) return OSDP_OK; /* bounds only: every choice, no search */
+    if (prune_free(ctx)) goto oom;
+    make_later_acts_bounds(ctx);
+    osdp_status s = order_items(ctx);
+    if (s != OSDP_OK) osdp_ps_context_free(ctx);
     return s;
 oom:
     free(c);
-    osdp_ps_ctx_free(x);
+    osdp_ps_context_free(ctx);
     return osdp_error_set(OSDP_ERR_OOM, "planner: out of host memory");
 }
 
-int osdp_ps_transient_scan(const pctx *x, const int *ch, long long d, long long *max_z)
+typedef struct op_swing { long long swing; int op; } op_swing;
+static int cmp_op_swing(const void *a, const void *b)
 {
-    long long best = LLONG_MIN, suffix = 0; /* sum_{j >= u+2} acts_j */
-    for (int u = x->n - 1; u >= 0; u--) {
-        long long v = -suffix + x->wp[AT(x, u, ch[u])];
-        if (u > 0) v += x->f[AT(x, u - 1, ch[u - 1])];
-        if (u + 1 < x->n) {
-            v += x->nx[AT(x, u + 1, ch[u + 1])];
-            suffix += x->acts[AT(x, u + 1, ch[u + 1])];
-        }
-        if (v > best) best = v;
-        if (v > d && !max_z) return u;
-    }
-    if (max_z) *max_z = best;
-    return -1;
-}
-
-long long osdp_ps_true_transient(const pctx *x, const int *ch)
-{
-    long long best;
-    osdp_ps_transient_scan(x, ch, LLONG_MAX, &best);
-    return best;
-}
-
-typedef struct okey { long long swing; int op; } okey;
-static int cmp_okey(const void *a, const void *b)
-{
-    const okey *p = a, *q = b;
+    const op_swing *p = a, *q = b;
     if (p->swing != q->swing) return p->swing > q->swing ? -1 : 1;
     return p->op < q->op ? -1 : p->op > q->op;
 }
 
 /* Knapsack item order: operators by decreasing memory swing (the additive
  * bytes their choices span), model order among equals. */
-static osdp_status order_items(pctx *x)
+static osdp_status order_items(osdp_ps_context *ctx)
 {
-    okey *k = malloc(sizeof *k * (size_t)x->n);
+    op_swing *k = malloc(sizeof *k * (size_t)ctx->n_ops);
     if (!k) return osdp_error_set(OSDP_ERR_OOM, "planner: out of host memory");
-    for (int i = 0; i < x->n; i++) {
+    for (int i = 0; i < ctx->n_ops; i++) {
         long long lo = LLONG_MAX, hi = LLONG_MIN;
-        for (int c = 0; c < x->nc[i]; c++) {
-            long long r = x->R[AT(x, i, c)];
+        for (int c = 0; c < ctx->n_choices[i]; c++) {
+            long long r = ctx->held_bytes[PS_CHOICE(ctx, i, c)];
             if (r < lo) lo = r;
             if (r > hi) hi = r;
         }
         k[i].swing = hi - lo;
         k[i].op = i;
     }
-    qsort(k, (size_t)x->n, sizeof *k, cmp_okey);
-    for (int j = 0; j < x->n; j++) x->perm[j] = k[j].op;
+    qsort(k, (size_t)ctx->n_ops, sizeof *k, cmp_op_swing);
+    for (int j = 0; j < ctx->n_ops; j++) ctx->knap_order[j] = k[j].op;
     free(k);
     return OSDP_OK;
 }

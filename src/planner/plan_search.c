@@ -14,11 +14,11 @@ static int cmp_ll(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-/* distinct values of v[i][0 .. nc[i]) ascending into out; their number */
-static int distinct(const pctx *x, const long long *v, int i, long long *out)
+/* distinct values of v[i][0 .. n_choices[i]) ascending into out; their number */
+static int distinct(const osdp_ps_context *ctx, const long long *v, int i, long long *out)
 {
     int m = 0;
-    for (int c = 0; c < x->nc[i]; c++) out[m++] = v[AT(x, i, c)];
+    for (int c = 0; c < ctx->n_choices[i]; c++) out[m++] = v[PS_CHOICE(ctx, i, c)];
     qsort(out, (size_t)m, sizeof *out, cmp_ll);
     int w = 0;
     for (int j = 0; j < m; j++)
@@ -69,35 +69,35 @@ static int sumset(long long **S, size_t *nS, size_t *capS, const long long *vals
  * operators after u+1 can take.  Should those sums number more than
  * SUMS_CAP for some u, only their smallest and largest are used and
  * *approx is set: the search then is no longer complete. */
-static osdp_status candidates(const pctx *x, long long dlo, long long dmax, long long **out, size_t *ncand,
+static osdp_status candidates(const osdp_ps_context *ctx, long long dlo, long long dmax, long long **out, size_t *ncand,
                               int *approx)
 {
-    const int n = x->n, kc = x->kc;
+    const int n = ctx->n_ops, stride = ctx->stride;
     size_t cap = 1024, nc = 0, nS = 1, capS = 64;
-    long long *cand = malloc(sizeof *cand * cap), *lw = malloc(sizeof *lw * 4 * (size_t)kc);
+    long long *cand = malloc(sizeof *cand * cap), *lw = malloc(sizeof *lw * 4 * (size_t)stride);
     long long *S = malloc(sizeof *S * capS);
     unsigned char *qual = malloc((size_t)n);
     int overflow = 0;
     *approx = 0;
     if (!cand || !lw || !S || !qual) goto oom;
-    long long *lf = lw + kc, *lx = lw + 2 * kc, *la = lw + 3 * kc;
+    long long *lf = lw + stride, *lx = lw + 2 * stride, *la = lw + 3 * stride;
     int ulo = n;
     for (int u = 0; u < n; u++) {
-        int nw = distinct(x, x->wp, u, lw), nf = 1, nxn = 1;
+        int nw = distinct(ctx, ctx->pass_peak_bytes, u, lw), nf = 1, nxn = 1;
         lf[0] = lx[0] = 0;
-        if (u > 0) nf = distinct(x, x->f, u - 1, lf);
-        if (u + 1 < n) nxn = distinct(x, x->nx, u + 1, lx);
-        qual[u] = x->Kpes[u] + lw[nw - 1] + lf[nf - 1] + lx[nxn - 1] >= dlo;
+        if (u > 0) nf = distinct(ctx, ctx->prefetch_bytes, u - 1, lf);
+        if (u + 1 < n) nxn = distinct(ctx, ctx->next_op_bytes, u + 1, lx);
+        qual[u] = ctx->later_acts_pessimistic[u] + lw[nw - 1] + lf[nf - 1] + lx[nxn - 1] >= dlo;
         if (qual[u] && u < ulo) ulo = u;
     }
     S[0] = 0; /* sums of acts_j over j >= u+2 */
     for (int u = n - 1; u >= ulo; u--) {
         if (qual[u]) {
-            int nw = distinct(x, x->wp, u, lw), nf = 1, nxn = 1;
+            int nw = distinct(ctx, ctx->pass_peak_bytes, u, lw), nf = 1, nxn = 1;
             lf[0] = lx[0] = 0;
-            if (u > 0) nf = distinct(x, x->f, u - 1, lf);
-            if (u + 1 < n) nxn = distinct(x, x->nx, u + 1, lx);
-            long long two[2] = {-x->Kpes[u], -x->Kopt[u]};
+            if (u > 0) nf = distinct(ctx, ctx->prefetch_bytes, u - 1, lf);
+            if (u + 1 < n) nxn = distinct(ctx, ctx->next_op_bytes, u + 1, lx);
+            long long two[2] = {-ctx->later_acts_pessimistic[u], -ctx->later_acts_optimistic[u]};
             const long long *sums = overflow ? two : S;
             size_t ns = overflow ? 2 : nS;
             *approx |= overflow;
@@ -113,7 +113,7 @@ static osdp_status candidates(const pctx *x, long long dlo, long long dmax, long
                     }
         }
         if (u - 1 >= ulo && u + 1 < n && !overflow) { /* the sums for u - 1 take operator u + 1 in */
-            int na = distinct(x, x->acts, u + 1, la);
+            int na = distinct(ctx, ctx->act_bytes, u + 1, la);
             if (na > 1 && nS * (size_t)na > SUMS_CAP) overflow = 1;
             else if (sumset(&S, &nS, &capS, la, na)) goto oom;
         }
@@ -131,15 +131,15 @@ oom:
     return osdp_error_set(OSDP_ERR_OOM, "planner: out of host memory");
 }
 
-/* The best plan with peak <= limit (or, minmem, the smallest peak). */
-osdp_status osdp_ps_search(pctx *x, long long limit, best_t *bt)
+/* The best plan with peak <= limit (or, minimising memory, the smallest peak). */
+osdp_status osdp_ps_search(osdp_ps_context *ctx, long long limit, osdp_ps_best *best)
 {
-    const int n = x->n;
-    size_t nk = (size_t)n * (size_t)x->kc, ncand = 0;
-    bt->found = 0;
+    const int n = ctx->n_ops;
+    size_t nk = (size_t)n * (size_t)ctx->stride, ncand = 0;
+    best->found = 0;
     long long *cand = NULL;
     int *fch = NULL;
-    unsigned char *allow = calloc(nk, 1); /* past nc[u]: 0, so that allow sets compare and hash alike */
+    unsigned char *allow = calloc(nk, 1); /* past n_choices[u]: 0, so that allow sets compare and hash alike */
     int *ch = calloc((size_t)n + 1, sizeof *ch);
     long long *minw = malloc(sizeof *minw * 10 * (size_t)n), *minf = minw + n, *minx = minw + 2 * n; /* + 7 n scratch */
     osdp_status s = OSDP_OK;
@@ -147,36 +147,38 @@ osdp_status osdp_ps_search(pctx *x, long long limit, best_t *bt)
         s = osdp_error_set(OSDP_ERR_OOM, "planner: out of host memory");
         goto done;
     }
-    osdp_ps_mins(x, minw, minf, minx);
+    osdp_ps_term_minima(ctx, minw, minf, minx);
     long long dlo = LLONG_MIN, min_r = 0;
     for (int u = 0; u < n; u++) {
-        long long lo = osdp_ps_zmin(x, u, minw, minf, minx);
+        long long lo = osdp_ps_min_transient_at(ctx, u, minw, minf, minx);
         if (lo > dlo) dlo = lo;
     }
     for (int u = 0; u < n; u++) {
         int bc = 0;
         long long lo = LLONG_MAX;
-        for (int c = 0; c < x->nc[u]; c++) {
-            size_t a = AT(x, u, c), z = AT(x, u, bc);
-            if (x->R[a] < lo) lo = x->R[a];
-            if (c > 0 && (x->t[a] < x->t[z] || (x->t[a] == x->t[z] && x->R[a] < x->R[z]))) bc = c;
+        for (int c = 0; c < ctx->n_choices[u]; c++) {
+            size_t a = PS_CHOICE(ctx, u, c), z = PS_CHOICE(ctx, u, bc);
+            if (ctx->held_bytes[a] < lo) lo = ctx->held_bytes[a];
+            if (c > 0 && (ctx->objective[a] < ctx->objective[z]
+                          || (ctx->objective[a] == ctx->objective[z] && ctx->held_bytes[a] < ctx->held_bytes[z])))
+                bc = c;
         }
         min_r += lo;
         ch[u] = bc;
     }
-    if (!x->minmem) { /* the fastest plan fits (its true peak): nothing to search */
+    if (!ctx->minimise_memory) { /* the fastest plan fits (its true peak): nothing to search */
         double t = 0;
-        for (int u = 0; u < n; u++) t += x->t[AT(x, u, ch[u])];
-        if (x->cst + osdp_ps_rsum(x, ch) + osdp_ps_true_transient(x, ch) <= limit) {
-            osdp_ps_offer(x, bt, ch, t);
+        for (int u = 0; u < n; u++) t += ctx->objective[PS_CHOICE(ctx, u, ch[u])];
+        if (ctx->fixed_bytes + osdp_ps_held_sum(ctx, ch) + osdp_ps_true_transient(ctx, ch) <= limit) {
+            osdp_ps_offer(ctx, best, ch, t);
             goto done;
         }
     }
-    if (limit - x->cst - min_r < dlo) goto done; /* nothing fits */
+    if (limit - ctx->fixed_bytes - min_r < dlo) goto done; /* nothing fits */
     int approx = 0;
-    s = candidates(x, dlo, limit - x->cst - min_r, &cand, &ncand, &approx);
+    s = candidates(ctx, dlo, limit - ctx->fixed_bytes - min_r, &cand, &ncand, &approx);
     if (s != OSDP_OK) goto done;
-    if (approx && !x->minmem) x->acc->gap = 1;
+    if (approx && !ctx->minimise_memory) ctx->counters->gap = 1;
     int have_free = 0; /* fch: the unrestricted knapsack's plan */
     long long free_r = 0, free_z = 0;
     double free_obj = 0;
@@ -188,17 +190,17 @@ osdp_status osdp_ps_search(pctx *x, long long limit, best_t *bt)
     double stop_for = -1;
     for (size_t j = 0; j < ncand; j++) {
         long long d = cand[j];
-        long long lim = limit - x->cst - d;
+        long long lim = limit - ctx->fixed_bytes - d;
         if (lim < min_r) break; /* no plan fits this d, nor any larger one */
-        const double lam = x->minmem ? (double)d : 0.0;
+        const double lam = ctx->minimise_memory ? (double)d : 0.0;
         /* bounds for this d and every larger one (their budgets are smaller) */
         if (lim < stop_lim) break;
-        if (!osdp_ps_beats(x, bt, osdp_ps_lp_bound(x, NULL, lim) + lam)) break;
-        if (bt->found && !x->minmem) {
-            if (stop_for != bt->obj) { /* the best plan changed: recompute the byte threshold */
-                s = osdp_ps_fewest_bytes_faster(x, bt->obj, ch, &stop_lim);
+        if (!osdp_ps_beats(ctx, best, osdp_ps_lp_bound(ctx, NULL, lim) + lam)) break;
+        if (best->found && !ctx->minimise_memory) {
+            if (stop_for != best->objective) { /* the best plan changed: recompute the byte threshold */
+                s = osdp_ps_fewest_bytes_faster(ctx, best->objective, ch, &stop_lim);
                 if (s != OSDP_OK) goto done;
-                stop_for = bt->obj;
+                stop_for = best->objective;
                 if (lim < stop_lim) break;
             }
         } else {
@@ -206,16 +208,16 @@ osdp_status osdp_ps_search(pctx *x, long long limit, best_t *bt)
              * every d' >= d.  The previous d's plan, when it still fits the
              * (smaller) budget, is still its optimum. */
             if (!have_free || free_r > lim) {
-                osdp_status ks = osdp_ps_knap(x, NULL, lim, osdp_ps_cap(x, bt) - lam, fch, &free_obj);
+                osdp_status ks = osdp_ps_knapsack(ctx, NULL, lim, osdp_ps_cap(ctx, best) - lam, fch, &free_obj);
                 if (ks == OSDP_ERR_INFEASIBLE) break;
                 if (ks != OSDP_OK) { s = ks; goto done; }
                 have_free = 1;
-                free_r = osdp_ps_rsum(x, fch);
-                free_z = osdp_ps_true_transient(x, fch);
+                free_r = osdp_ps_held_sum(ctx, fch);
+                free_z = osdp_ps_true_transient(ctx, fch);
             }
-            if (!osdp_ps_beats(x, bt, free_obj + lam)) break;
+            if (!osdp_ps_beats(ctx, best, free_obj + lam)) break;
             if (free_z <= d) {
-                osdp_ps_offer(x, bt, fch, free_obj + lam);
+                osdp_ps_offer(ctx, best, fch, free_obj + lam);
                 break;
             }
         }
@@ -224,30 +226,34 @@ osdp_status osdp_ps_search(pctx *x, long long limit, best_t *bt)
         int empty = 0;
         for (int u = 0; u < n && !empty; u++) {
             int any = 0;
-            for (int c = 0; c < x->nc[u]; c++) {
-                size_t a = AT(x, u, c);
-                long long mid = x->K[u] + x->wp[a] + (u > 0 ? minf[u - 1] : 0) + (u + 1 < n ? minx[u + 1] : 0);
+            for (int c = 0; c < ctx->n_choices[u]; c++) {
+                size_t a = PS_CHOICE(ctx, u, c);
+                long long mid = ctx->later_acts_bound[u] + ctx->pass_peak_bytes[a] + (u > 0 ? minf[u - 1] : 0)
+                              + (u + 1 < n ? minx[u + 1] : 0);
                 int ok = mid <= d;
                 if (ok && u + 1 < n)
-                    ok = x->K[u + 1] + minw[u + 1] + x->f[a] + (u + 2 < n ? minx[u + 2] : 0) <= d;
+                    ok = ctx->later_acts_bound[u + 1] + minw[u + 1] + ctx->prefetch_bytes[a]
+                         + (u + 2 < n ? minx[u + 2] : 0) <= d;
                 if (ok && u > 0)
-                    ok = x->K[u - 1] + minw[u - 1] + (u > 1 ? minf[u - 2] : 0) + x->nx[a] <= d;
+                    ok = ctx->later_acts_bound[u - 1] + minw[u - 1] + (u > 1 ? minf[u - 2] : 0)
+                         + ctx->next_op_bytes[a] <= d;
                 allow[a] = (unsigned char)ok;
                 any |= ok;
             }
             empty = !any;
         }
-        if (empty || !osdp_ps_propagate(x, allow, d, minw + 3 * n)) continue;
+        if (empty || !osdp_ps_propagate(ctx, allow, d, minw + 3 * n)) continue;
         long long need = 0; /* the allowed choices' smallest bytes */
         for (int u = 0; u < n; u++) {
             long long lo = LLONG_MAX;
-            for (int c = 0; c < x->nc[u]; c++)
-                if (allow[AT(x, u, c)] && x->R[AT(x, u, c)] < lo) lo = x->R[AT(x, u, c)];
+            for (int c = 0; c < ctx->n_choices[u]; c++)
+                if (allow[PS_CHOICE(ctx, u, c)] && ctx->held_bytes[PS_CHOICE(ctx, u, c)] < lo)
+                    lo = ctx->held_bytes[PS_CHOICE(ctx, u, c)];
             need += lo;
         }
         if (need > lim) continue;
-        if (!osdp_ps_beats(x, bt, osdp_ps_lp_bound(x, allow, lim) + lam)) continue;
-        s = osdp_ps_bnb(x, allow, d, lim, bt, ch);
+        if (!osdp_ps_beats(ctx, best, osdp_ps_lp_bound(ctx, allow, lim) + lam)) continue;
+        s = osdp_ps_bnb(ctx, allow, d, lim, best, ch);
         if (s != OSDP_OK) goto done;
     }
 done:

@@ -58,13 +58,13 @@ static osdp_status check_options(const osdp_layout *L, const osdp_device *dev, c
     return OSDP_OK;
 }
 
-static void fill_plan(const pctx *x, const int *ch, osdp_plan *plan)
+static void fill_plan(const osdp_ps_context *ctx, const int *ch, osdp_plan *plan)
 {
-    for (int i = 0; i < x->n; i++) {
-        size_t a = AT(x, i, ch[i]);
-        plan->slices[i] = x->cg[a];
-        plan->zdp_slices[i] = x->ck[a];
-        plan->recompute[i] = x->crc[a];
+    for (int i = 0; i < ctx->n_ops; i++) {
+        size_t a = PS_CHOICE(ctx, i, ch[i]);
+        plan->slices[i] = ctx->choice_slices[a];
+        plan->zdp_slices[i] = ctx->choice_zdp_slices[a];
+        plan->recompute[i] = ctx->choice_recompute[a];
     }
 }
 
@@ -75,19 +75,19 @@ osdp_status osdp_planner_min_memory(const osdp_layout *layout, const osdp_device
     if (s != OSDP_OK) return s;
     osdp_planner_result acc;
     memset(&acc, 0, sizeof acc);
-    pctx x;
-    s = osdp_ps_ctx_build(&x, layout, dev, o, b, 1, 1, NULL, &acc);
+    osdp_ps_context ctx;
+    s = osdp_ps_context_build(&ctx, layout, dev, o, b, 1, 1, NULL, &acc);
     if (s != OSDP_OK) return s;
-    best_t bt = {.ch = malloc(sizeof(int) * (size_t)x.n)};
-    if (!bt.ch) s = osdp_error_set(OSDP_ERR_OOM, "planner: out of host memory");
-    if (s == OSDP_OK) s = osdp_ps_search(&x, LLONG_MAX / 8, &bt);
-    if (s == OSDP_OK && !bt.found) s = osdp_error_set(OSDP_ERR_INTERNAL, "planner: no plan at all (memory search)");
+    osdp_ps_best best = {.choice = malloc(sizeof(int) * (size_t)ctx.n_ops)};
+    if (!best.choice) s = osdp_error_set(OSDP_ERR_OOM, "planner: out of host memory");
+    if (s == OSDP_OK) s = osdp_ps_search(&ctx, LLONG_MAX / 8, &best);
+    if (s == OSDP_OK && !best.found) s = osdp_error_set(OSDP_ERR_INTERNAL, "planner: no plan at all (memory search)");
     if (s == OSDP_OK) {
-        *bytes = x.cst + (long long)bt.obj;
-        if (plan && (s = osdp_plan_alloc(plan, x.n)) == OSDP_OK) fill_plan(&x, bt.ch, plan);
+        *bytes = ctx.fixed_bytes + (long long)best.objective;
+        if (plan && (s = osdp_plan_alloc(plan, ctx.n_ops)) == OSDP_OK) fill_plan(&ctx, best.choice, plan);
     }
-    free(bt.ch);
-    osdp_ps_ctx_free(&x);
+    free(best.choice);
+    osdp_ps_context_free(&ctx);
     return s;
 }
 
@@ -172,28 +172,28 @@ static osdp_status plan_batch(const osdp_layout *L, const osdp_device *dev, cons
     const long long limit = o->mem_limit > 0 ? o->mem_limit : dev->mem_limit;
     res->mem_limit = limit;
     res->batches_tried = 1;
-    pctx x;
-    s = osdp_ps_ctx_build(&x, L, dev, o, b, accum, 0, cuts, res);
+    osdp_ps_context ctx;
+    s = osdp_ps_context_build(&ctx, L, dev, o, b, accum, 0, cuts, res);
     if (s != OSDP_OK) return s;
-    x.deadline = deadline;
-    x.cutoff = cutoff;
-    best_t bt = {.ch = malloc(sizeof(int) * (size_t)x.n)};
-    if (!bt.ch) s = osdp_error_set(OSDP_ERR_OOM, "planner: out of host memory");
-    if (s == OSDP_OK) s = osdp_plan_alloc(&res->plan, x.n);
+    ctx.deadline = deadline;
+    ctx.cutoff = cutoff;
+    osdp_ps_best best = {.choice = malloc(sizeof(int) * (size_t)ctx.n_ops)};
+    if (!best.choice) s = osdp_error_set(OSDP_ERR_OOM, "planner: out of host memory");
+    if (s == OSDP_OK) s = osdp_plan_alloc(&res->plan, ctx.n_ops);
     long long eff = limit;
     for (int round = 0; s == OSDP_OK; round++) {
         if (round == 8) {
             s = osdp_error_set(OSDP_ERR_INTERNAL, "planner: the runtime's memory prediction keeps exceeding the model's");
             break;
         }
-        s = osdp_ps_search(&x, eff, &bt);
+        s = osdp_ps_search(&ctx, eff, &best);
         if (s != OSDP_OK) break;
-        if (!bt.found) {
+        if (!best.found) {
             s = quiet || !isinf(cutoff) ? OSDP_ERR_INFEASIBLE : infeasible(L, dev, o, b, limit);
             break;
         }
-        fill_plan(&x, bt.ch, &res->plan);
-        res->peak_bytes = osdp_cost_peak(&x.cm, &res->plan, b, &res->peak_op);
+        fill_plan(&ctx, best.choice, &res->plan);
+        res->peak_bytes = osdp_cost_peak(&ctx.cost, &res->plan, b, &res->peak_op);
         if (verify_applies(dev, o)) {
             osdp_memory_prediction pr;
             s = osdp_memory_predict(L, &res->plan, o->n_ranks, b, accum, o->prefetch,
@@ -209,15 +209,15 @@ static osdp_status plan_batch(const osdp_layout *L, const osdp_device *dev, cons
         break;
     }
     if (s == OSDP_OK) {
-        res->step_s = osdp_cost_step_time(&x.cm, &res->plan, b, accum);
+        res->step_s = osdp_cost_step_time(&ctx.cost, &res->plan, b, accum);
         res->samples_per_s = (double)b * o->n_ranks * accum / res->step_s;
         res->plan.micro_batch = b;
         res->plan.accum_steps = accum;
         res->plan.predicted_step_s = res->step_s;
         res->plan.predicted_peak_bytes = (double)(res->runtime_peak >= 0 ? res->runtime_peak : res->peak_bytes);
     }
-    free(bt.ch);
-    osdp_ps_ctx_free(&x);
+    free(best.choice);
+    osdp_ps_context_free(&ctx);
     res->total_s = now_s() - t0;
     return s;
 }
@@ -266,11 +266,11 @@ static osdp_status run_sched(const osdp_layout *layout, const osdp_device *dev, 
     for (int b = b0; b <= bmax; b++) {
         if (G > 0 && (G / N) % b != 0) continue;
         int accum = G > 0 ? G / (N * b) : 1;
-        pctx x;
-        s = osdp_ps_ctx_build(&x, layout, dev, o, b, accum, 2, cuts, &acc);
+        osdp_ps_context ctx;
+        s = osdp_ps_context_build(&ctx, layout, dev, o, b, accum, 2, cuts, &acc);
         if (s != OSDP_OK) { free(cb); return s; }
-        double lb = osdp_ps_lp_bound(&x, NULL, limit - x.cst - osdp_ps_min_transient(&x));
-        osdp_ps_ctx_free(&x);
+        double lb = osdp_ps_lp_bound(&ctx, NULL, limit - ctx.fixed_bytes - osdp_ps_min_transient(&ctx));
+        osdp_ps_context_free(&ctx);
         if (isinf(lb)) break; /* memory grows with b: no larger b fits either */
         cb[nc++] = (cand_b){b, accum, lb > 0 ? (double)b * N * accum / lb : INFINITY};
     }

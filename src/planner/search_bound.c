@@ -19,7 +19,7 @@ static void fen_add(long long *t, int n, int p, long long v)
     for (; p <= n; p += p & -p) t[p] += v;
 }
 
-static int fen_len(const ctx *x, int k) { return k < KC ? x->nseg : x->nstp; }
+static int fen_len(const osdp_sx_context *x, int k) { return k < KC ? x->nseg : x->nstp; }
 
 static void fen_build(long long *t, int n)
 {
@@ -49,12 +49,12 @@ static int fen_find(const long long *a, const long long *b, int n, long long v, 
  * budget, and at most K steps fit in the budget (the K smallest do), so
  * their r sum is at most the K largest r.  It sees fixed costs per step
  * (latencies) that the LP spreads over fractions. */
-static double card_bound(const ctx *x, const fen *f, long long budget, long long q0)
+static double card_bound(const osdp_sx_context *x, const osdp_sx_fenwick *f, long long budget, long long q0)
 {
     long long sz, K, c2, top;
     int p = fen_find(f->t[KS], f->t[KC], x->nstp, budget, &sz, &K);
     if (p < x->nstp) {
-        const step *e = &x->stp[x->by_dm[p]];
+        const osdp_sx_step *e = &x->stp[x->by_dm[p]];
         long long more = (budget - sz) / e->dm;
         K += more < x->g[e->g].r ? more : x->g[e->g].r;
     }
@@ -78,7 +78,7 @@ static void fen_prefix(const long long *a, const long long *b, int n, long long 
 
 /* the edges' weights in f, in efficiency order (bytes, time units; 0 for
  * the groups taken out of f) */
-void osdp_sx_fen_edges(const ctx *x, const fen *f, long long *dm, long long *dq)
+void osdp_sx_fen_edges(const osdp_sx_context *x, const osdp_sx_fenwick *f, long long *dm, long long *dq)
 {
     long long pm = 0, pq = 0;
     for (int t = 0; t < x->nseg; t++) {
@@ -93,7 +93,7 @@ void osdp_sx_fen_edges(const ctx *x, const fen *f, long long *dm, long long *dq)
 
 /* a lower bound on the time of any plan extending a state (m, q): the
  * larger of the LP bound and the cardinality bound */
-double osdp_sx_bound(const ctx *x, const fen *f, long long m, long long q)
+double osdp_sx_bound(const osdp_sx_context *x, const osdp_sx_fenwick *f, long long m, long long q)
 {
     long long budget = x->p->mem_limit - m - f->m0, cm, cq;
     if (budget < 0) return INFINITY;
@@ -105,9 +105,9 @@ double osdp_sx_bound(const ctx *x, const fen *f, long long m, long long q)
 }
 
 /* takes r copies of group j's items out of the bound data f */
-void osdp_sx_fen_remove(const ctx *x, fen *f, int j, long long r)
+void osdp_sx_fen_remove(const osdp_sx_context *x, osdp_sx_fenwick *f, int j, long long r)
 {
-    const group *g = &x->g[j];
+    const osdp_sx_group *g = &x->g[j];
     f->m0 -= r * g->m[g->hull[0]];
     f->q0 -= r * g->q[g->hull[0]];
     for (int t = x->eg_off[j]; t < x->eg_off[j + 1]; t++) {
@@ -116,7 +116,7 @@ void osdp_sx_fen_remove(const ctx *x, fen *f, int j, long long r)
         fen_add(f->t[LQ], x->nseg, p + 1, -r * x->seg[p].dq);
     }
     for (int t = x->sg_off[j]; t < x->sg_off[j + 1]; t++) {
-        const step *e = &x->stp[t];
+        const osdp_sx_step *e = &x->stp[t];
         if (e->rc <= 0) continue;
         fen_add(f->t[KC], x->nstp, e->pos_dm + 1, -r);
         fen_add(f->t[KS], x->nstp, e->pos_dm + 1, -r * e->dm);
@@ -125,40 +125,40 @@ void osdp_sx_fen_remove(const ctx *x, fen *f, int j, long long r)
     }
 }
 
-void osdp_sx_fen_copy(const ctx *x, fen *dst, const fen *src)
+void osdp_sx_fen_copy(const osdp_sx_context *x, osdp_sx_fenwick *dst, const osdp_sx_fenwick *src)
 {
     for (int k = 0; k < NTREE; k++) memcpy(dst->t[k], src->t[k], sizeof *src->t[k] * (size_t)(fen_len(x, k) + 1));
     dst->m0 = src->m0;
     dst->q0 = src->q0;
 }
 
-static int fen_alloc(const ctx *x, fen *f)
+static int fen_alloc(const osdp_sx_context *x, osdp_sx_fenwick *f)
 {
     for (int k = 0; k < NTREE; k++)
         if (!(f->t[k] = calloc((size_t)fen_len(x, k) + 1, sizeof *f->t[k]))) return -1;
     return 0;
 }
 
-void osdp_sx_fen_free(fen *f)
+void osdp_sx_fen_free(osdp_sx_fenwick *f)
 {
     for (int k = 0; k < NTREE; k++) free(f->t[k]);
 }
 
 /* x->full: the trees of every group, steps' r for lambda = x->lam */
-static void full_trees(ctx *x, keyed *kd)
+static void full_trees(osdp_sx_context *x, osdp_sx_keyed *kd)
 {
-    fen *f = &x->full;
+    osdp_sx_fenwick *f = &x->full;
     for (int t = 0; t < x->nstp; t++) {
-        step *e = &x->stp[t];
+        osdp_sx_step *e = &x->stp[t];
         double r = (double)e->dq - x->lam * (double)e->dm;
         e->rc = r > 0 ? (long long)ceil(r) : 0; /* rounded up: the bound stays valid */
-        kd[t] = (keyed){r, t};
+        kd[t] = (osdp_sx_keyed){r, t};
     }
     qsort(kd, (size_t)x->nstp, sizeof *kd, osdp_sx_cmp_keyed);
     for (int k = KC; k < NTREE; k++) memset(f->t[k], 0, sizeof *f->t[k] * (size_t)(x->nstp + 1));
     for (int t = 0; t < x->nstp; t++) {
         x->by_r[t] = kd[t].id;
-        step *e = &x->stp[kd[t].id];
+        osdp_sx_step *e = &x->stp[kd[t].id];
         e->pos_r = t;
         if (e->rc <= 0) continue;
         long long r = x->g[e->g].r;
@@ -173,10 +173,10 @@ static void full_trees(ctx *x, keyed *kd)
 /* Steps, group lists, the LP trees, and lambda: of a grid of fractions of
  * the break efficiency, the one whose cardinality bound of the whole problem
  * is the largest. */
-int osdp_sx_setup_bounds(ctx *x)
+int osdp_sx_setup_bounds(osdp_sx_context *x)
 {
     int ne = x->nseg, ns = 0;
-    keyed *kd = malloc(sizeof *kd * (size_t)(x->nstp + 1));
+    osdp_sx_keyed *kd = malloc(sizeof *kd * (size_t)(x->nstp + 1));
     x->stp = malloc(sizeof *x->stp * (size_t)(x->nstp + 1));
     x->by_dm = malloc(sizeof *x->by_dm * (size_t)(x->nstp + 1));
     x->by_r = malloc(sizeof *x->by_r * (size_t)(x->nstp + 1));
@@ -191,24 +191,24 @@ int osdp_sx_setup_bounds(ctx *x)
         return -1;
     }
     for (int j = 0; j < x->ng; j++) {
-        const group *g = &x->g[j];
+        const osdp_sx_group *g = &x->g[j];
         x->sg_off[j] = ns;
         for (int v = 0; v + 1 < g->np; v++)
-            x->stp[ns++] = (step){g->m[g->par[v + 1]] - g->m[g->par[v]], g->q[g->par[v]] - g->q[g->par[v + 1]], 0, j,
-                                  0, 0};
+            x->stp[ns++] = (osdp_sx_step){g->m[g->par[v + 1]] - g->m[g->par[v]],
+                                          g->q[g->par[v]] - g->q[g->par[v + 1]], 0, j, 0, 0};
     }
     x->sg_off[x->ng] = ns;
     for (int t = 0; t < ne; t++) x->eg_off[x->seg[t].g + 1]++;
     for (int j = 0; j < x->ng; j++) x->eg_off[j + 1] += x->eg_off[j];
     memcpy(fill, x->eg_off, sizeof *fill * (size_t)x->ng);
     for (int t = 0; t < ne; t++) x->eg_pos[fill[x->seg[t].g]++] = t;
-    for (int t = 0; t < ns; t++) kd[t] = (keyed){-(double)x->stp[t].dm, t};
+    for (int t = 0; t < ns; t++) kd[t] = (osdp_sx_keyed){-(double)x->stp[t].dm, t};
     qsort(kd, (size_t)ns, sizeof *kd, osdp_sx_cmp_keyed);
     for (int t = 0; t < ns; t++) {
         x->by_dm[t] = kd[t].id;
         x->stp[kd[t].id].pos_dm = t;
     }
-    fen *f = &x->full;
+    osdp_sx_fenwick *f = &x->full;
     f->m0 = f->q0 = 0;
     for (int j = 0; j < x->ng; j++) {
         f->m0 += (long long)x->g[j].r * x->g[j].m[x->g[j].hull[0]];

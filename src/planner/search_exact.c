@@ -57,7 +57,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int stage_reserve(stage *s, int need)
+static int stage_reserve(osdp_sx_stage *s, int need)
 {
     int c = s->cap, c2 = s->cap, c3 = s->cap, c4 = s->cap;
     if (osdp_sx_grow((void **)&s->m, sizeof *s->m, (size_t)need, &c) || osdp_sx_grow((void **)&s->q, sizeof *s->q, (size_t)need, &c2) ||
@@ -73,13 +73,13 @@ static int stage_reserve(stage *s, int need)
 
 /* 1 when state a of stage s of side S has a lexicographically smaller
  * partial vector than state b (equal sums): the first differing item decides */
-static int lex_better(const ctx *x, const side *S, int s, int a, int b)
+static int lex_better(const osdp_sx_context *x, const osdp_sx_side *S, int s, int a, int b)
 {
     int best_pos = INT_MAX, a_wins = 0;
     for (int t = s; t >= 1 && a != b; t--) {
-        const stage *T = &S->st[t];
+        const osdp_sx_stage *T = &S->st[t];
         if (T->gi[a] != T->gi[b]) {
-            const group *g = &x->g[S->order[t - 1]];
+            const osdp_sx_group *g = &x->g[S->order[t - 1]];
             const int *ca = g->cnt + (size_t)T->gi[a] * (size_t)g->k, *cb = g->cnt + (size_t)T->gi[b] * (size_t)g->k;
             int c = 0, j = 0;
             while (c < g->k && ca[c] == cb[c]) j += ca[c++];
@@ -98,7 +98,8 @@ static int lex_better(const ctx *x, const side *S, int s, int a, int b)
 }
 
 /* the next entry >= a of list l (stage state + group point l) that survives */
-static int advance(ctx *x, const side *S, const stage *A, const group *g, int l, int a)
+static int advance(osdp_sx_context *x, const osdp_sx_side *S, const osdp_sx_stage *A, const osdp_sx_group *g, int l,
+                   int a)
 {
     for (; a < A->size; a++) {
         long long m = A->m[a] + g->fm[l];
@@ -111,14 +112,14 @@ static int advance(ctx *x, const side *S, const stage *A, const group *g, int l,
     return A->size;
 }
 
-static int heap_less(const stage *A, const group *g, const int *cur, int u, int v)
+static int heap_less(const osdp_sx_stage *A, const osdp_sx_group *g, const int *cur, int u, int v)
 {
     long long mu = A->m[cur[u]] + g->fm[u], mv = A->m[cur[v]] + g->fm[v];
     if (mu != mv) return mu < mv;
     return A->q[cur[u]] + g->fq[u] < A->q[cur[v]] + g->fq[v];
 }
 
-static void sift_down(const stage *A, const group *g, const int *cur, int *h, int n, int i)
+static void sift_down(const osdp_sx_stage *A, const osdp_sx_group *g, const int *cur, int *h, int n, int i)
 {
     for (;;) {
         int l = 2 * i + 1, s = i;
@@ -134,11 +135,11 @@ static void sift_down(const stage *A, const group *g, const int *cur, int *h, in
 
 /* stage s of side S = Pareto(stage s-1 + front of its s-th group): a heap
  * merge of one memory-ascending list per front point */
-static int merge_stage(ctx *x, side *S, int s)
+static int merge_stage(osdp_sx_context *x, osdp_sx_side *S, int s)
 {
-    const stage *A = &S->st[s - 1];
-    stage *B = &S->st[s];
-    const group *g = &x->g[S->order[s - 1]];
+    const osdp_sx_stage *A = &S->st[s - 1];
+    osdp_sx_stage *B = &S->st[s];
+    const osdp_sx_group *g = &x->g[S->order[s - 1]];
     int L = g->fsize, hn = 0, nk = 0, rc = -1;
     int *cur = malloc(sizeof *cur * (size_t)L), *h = malloc(sizeof *h * (size_t)L);
     if (!cur || !h || stage_reserve(B, 64)) goto done;
@@ -176,10 +177,10 @@ done:
 }
 
 /* the choices of the groups on side S, from state e of its last stage */
-static void unwind(const ctx *x, const side *S, int e, int *choice)
+static void unwind(const osdp_sx_context *x, const osdp_sx_side *S, int e, int *choice)
 {
     for (int s = S->n; s >= 1; s--) {
-        const group *g = &x->g[S->order[s - 1]];
+        const osdp_sx_group *g = &x->g[S->order[s - 1]];
         const int *cnt = g->cnt + (size_t)S->st[s].gi[e] * (size_t)g->k;
         for (int c = 0, j = 0; c < g->k; c++)
             for (int t = 0; t < cnt[c]; t++) choice[g->pos[j++]] = c;
@@ -189,9 +190,9 @@ static void unwind(const ctx *x, const side *S, int e, int *choice)
 
 /* One threshold round.  Returns -1 on allocation failure, else 0 with
  * *found = 1 and the best joined plan in best[0..1] when one exists. */
-static int round_at(ctx *x, int *found, int best[2])
+static int round_at(osdp_sx_context *x, int *found, int best[2])
 {
-    side *A = &x->s[0], *B = &x->s[1];
+    osdp_sx_side *A = &x->s[0], *B = &x->s[1];
     int lo = 0, hi = x->ng - 1, n = x->p->n_items;
     for (int t = 0; t < 2; t++) {
         x->s[t].n = 0;
@@ -199,14 +200,14 @@ static int round_at(ctx *x, int *found, int best[2])
     }
     *found = 0;
     while (lo <= hi) {
-        side *S = A->st[A->n].size <= B->st[B->n].size ? A : B;
+        osdp_sx_side *S = A->st[A->n].size <= B->st[B->n].size ? A : B;
         int j = S == A ? x->gorder[lo++] : x->gorder[hi--];
         S->order[S->n++] = j;
         osdp_sx_fen_remove(x, &S->f, j, x->g[j].r);
         if (merge_stage(x, S, S->n)) return -1;
         if (S->st[S->n].size == 0) return 0;
     }
-    const stage *a = &A->st[A->n], *b = &B->st[B->n];
+    const osdp_sx_stage *a = &A->st[A->n], *b = &B->st[B->n];
     long long bq = 0, bm = 0;
     for (int i = 0, j = b->size - 1; i < a->size; i++) { /* a: memory ascending */
         while (j >= 0 && a->m[i] + b->m[j] > x->p->mem_limit) j--;
@@ -242,7 +243,7 @@ static void workspace_release(osdp_search_workspace *ws);
 
 osdp_status osdp_search_exact(const osdp_search_problem *p, osdp_search_result *r)
 {
-    ctx x;
+    osdp_sx_context x;
     memset(&x, 0, sizeof x);
     x.p = p;
     osdp_status st = osdp_search_prepare(p, r, &x.prep);
@@ -264,7 +265,7 @@ osdp_status osdp_search_exact(const osdp_search_problem *p, osdp_search_result *
     x.tmp[1] = malloc(sizeof *x.tmp[1] * (size_t)n);
     if (!x.tmp[0] || !x.tmp[1] || osdp_sx_setup_bounds(&x)) goto done;
     for (int t = 0; t < 2; t++) {
-        side *S = &x.s[t];
+        osdp_sx_side *S = &x.s[t];
         S->order = malloc(sizeof *S->order * (size_t)x.ng);
         S->st = calloc((size_t)x.ng + 1, sizeof *S->st);
         if (!S->order || !S->st || stage_reserve(&S->st[0], 1)) goto done;
@@ -294,7 +295,7 @@ osdp_status osdp_search_exact(const osdp_search_problem *p, osdp_search_result *
      * thresholds save (s[0].f: scratch) */
     x.thr = ub + slack;
     for (int j = 0; j < x.ng; j++) {
-        const group *g = &x.g[j];
+        const osdp_sx_group *g = &x.g[j];
         if (osdp_sx_build_front(&x, j, p->mem_limit - (x.prep.min_mem - (long long)g->r * g->m[g->hull[0]]), &x.s[0].f))
             goto done;
     }
@@ -323,12 +324,12 @@ osdp_status osdp_search_exact(const osdp_search_problem *p, osdp_search_result *
 done:
     if (st == OSDP_ERR_OOM) osdp_error_set(OSDP_ERR_OOM, "plan search (exact): out of memory");
     for (int j = 0; x.g && j < x.ng; j++) {
-        group *g = &x.g[j];
+        osdp_sx_group *g = &x.g[j];
         free(g->pos); free(g->hull); free(g->par); free(g->rh); free(g->rhn); free(g->fm); free(g->fq); free(g->cnt);
     }
     for (int t = 0; t < 2; t++) {
         for (int s = 0; x.s[t].st && s <= x.ng; s++) {
-            stage *T = &x.s[t].st[s];
+            osdp_sx_stage *T = &x.s[t].st[s];
             free(T->m); free(T->q); free(T->prev); free(T->gi);
         }
         free(x.s[t].st);

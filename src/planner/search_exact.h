@@ -11,7 +11,7 @@
 
 #include <stddef.h>
 
-typedef struct group {
+typedef struct osdp_sx_group {
     int r, k;                  /* r identical items with k choices */
     int *pos;                  /* [r] their indices, ascending */
     const long long *m, *q;    /* memory and fixed-point time per choice */
@@ -22,91 +22,92 @@ typedef struct group {
     long long *fm, *fq;        /* ascending and time strictly descending */
     int *cnt;                  /* [fsize][k] choice counts */
     double dist;               /* distance from the LP's break efficiency */
-} group;
+} osdp_sx_group;
 
-typedef struct seg { /* a hull edge of one item: dm more bytes for dq fewer time units */
+typedef struct osdp_sx_edge { /* a hull edge of one item: dm more bytes for dq fewer time units */
     double eff;
     long long dm, dq;
     int g, v;
-} seg;
+} osdp_sx_edge;
 
-typedef struct step { /* between consecutive non-dominated choices of one item */
+typedef struct osdp_sx_step { /* between consecutive non-dominated choices of one item */
     long long dm, dq;
     long long rc;              /* ceil(dq - lam dm) when positive, else 0 */
     int g, pos_dm, pos_r;      /* positions in by_dm, by_r */
-} step;
+} osdp_sx_step;
 
 /* Fenwick trees (1-based): over the edges in efficiency order (bytes LM,
  * time units LQ; nseg + 1 long), over the steps with r > 0 by size (count
  * KC, bytes KS) and by r (count TC, r TR; nstp + 1 long) */
 enum { LM, LQ, KC, KS, TC, TR, NTREE };
-typedef struct fen {           /* bound data of the groups not on a side */
+typedef struct osdp_sx_fenwick { /* bound data of the groups not on a side */
     long long m0, q0;          /* their base: all at the smallest-memory choice */
     long long *t[NTREE];
-} fen;
+} osdp_sx_fenwick;
 
-typedef struct stage {
+typedef struct osdp_sx_stage {
     int size, cap;
     long long *m, *q;          /* memory ascending, time strictly descending */
     int *prev, *gi;            /* state of the previous stage, front point of the group */
-} stage;
+} osdp_sx_stage;
 
-typedef struct side {
+typedef struct osdp_sx_side {
     int n;                     /* groups merged */
     int *order;                /* [ng] in merge order */
-    stage *st;                 /* [ng + 1] */
-    fen f;
-} side;
+    osdp_sx_stage *st;         /* [ng + 1] */
+    osdp_sx_fenwick f;
+} osdp_sx_side;
 
-typedef struct ctx {
+typedef struct osdp_sx_context {
     const osdp_search_problem *p;
     osdp_search_prep prep;
     int ng, nseg, nstp, kmax;  /* groups, hull edges, steps, the most choices of an item */
-    group *g;
-    seg *seg;                  /* hull edges, efficiency descending */
-    step *stp;                 /* steps, by group */
+    osdp_sx_group *g;
+    osdp_sx_edge *seg;         /* hull edges, efficiency descending */
+    osdp_sx_step *stp;         /* steps, by group */
     int *by_dm, *by_r;         /* step ids by size ascending / by r descending */
     int *eg_off, *eg_pos;      /* group j's edges: eg_pos[eg_off[j] .. eg_off[j + 1]) */
     int *sg_off;               /* group j's steps: stp[sg_off[j] .. sg_off[j + 1]) */
     int *gorder;               /* groups, farthest from the break first */
-    side s[2];                 /* A, B */
-    fen full;                  /* bound data of all groups */
+    osdp_sx_side s[2];         /* A, B */
+    osdp_sx_fenwick full;      /* bound data of all groups */
     double brk, lam;           /* LP break efficiency; lambda of the cardinality bound */
     long long ub;              /* time of the greedy plan */
     double thr;                /* states whose bound exceeds it are dropped */
     double next;               /* the smallest bound dropped */
     double cap;                /* the time of the best plan found but not proven */
     int *tmp[2];               /* [n] vectors for tie comparisons */
-    struct pts *fpts[2];       /* [max r + 1] build_front's G_{d-1}(.), G_d(.): reused, they grow */
+    struct osdp_sx_points *fpts[2]; /* [max r + 1] build_front's G_{d-1}(.), G_d(.): reused, they grow */
     int fpts_n;
     long long *edm, *edq;      /* [nseg] build_front: the other groups' edges */
     long long *lcm, *lcq;      /* [nseg + k] build_front: one LP line */
     double *leff;
     long long nodes;
-} ctx;
+} osdp_sx_context;
 
-typedef struct keyed { double key; int id; } keyed;
-typedef struct pts {           /* memory ascending, time descending */
+typedef struct osdp_sx_keyed { double key; int id; } osdp_sx_keyed;
+typedef struct osdp_sx_points { /* memory ascending, time descending */
     int n, cap;
     long long *m, *q;
     int *c, kc;                /* [cap][kc] choice counts (kc: the most choices it was sized for) */
-} pts;
-struct osdp_search_workspace { pts *fpts[2]; int fpts_n; };       /* ctx's fpts between calls */
+} osdp_sx_points;
+/* the context's fpts between calls */
+struct osdp_search_workspace { osdp_sx_points *fpts[2]; int fpts_n; };
 
 /* search_group.c */
 int osdp_sx_grow(void **ptr, size_t elem, size_t need, int *cap); /* *ptr to >= need elements, -1: no memory */
-int osdp_sx_make_groups(ctx *x);
-int osdp_sx_plan_order(ctx *x);
+int osdp_sx_make_groups(osdp_sx_context *x);
+int osdp_sx_plan_order(osdp_sx_context *x);
 int osdp_sx_cmp_keyed(const void *a, const void *b);               /* key descending, then id */
 /* search_front.c */
-int osdp_sx_build_front(ctx *x, int gi, long long cap, fen *f);
-void osdp_sx_pts_free(pts *v);
+int osdp_sx_build_front(osdp_sx_context *x, int gi, long long cap, osdp_sx_fenwick *f);
+void osdp_sx_pts_free(osdp_sx_points *v);
 /* search_bound.c */
-int osdp_sx_setup_bounds(ctx *x);
-double osdp_sx_bound(const ctx *x, const fen *f, long long m, long long q);
-void osdp_sx_fen_edges(const ctx *x, const fen *f, long long *dm, long long *dq);
-void osdp_sx_fen_remove(const ctx *x, fen *f, int j, long long r);
-void osdp_sx_fen_copy(const ctx *x, fen *dst, const fen *src);
-void osdp_sx_fen_free(fen *f);
+int osdp_sx_setup_bounds(osdp_sx_context *x);
+double osdp_sx_bound(const osdp_sx_context *x, const osdp_sx_fenwick *f, long long m, long long q);
+void osdp_sx_fen_edges(const osdp_sx_context *x, const osdp_sx_fenwick *f, long long *dm, long long *dq);
+void osdp_sx_fen_remove(const osdp_sx_context *x, osdp_sx_fenwick *f, int j, long long r);
+void osdp_sx_fen_copy(const osdp_sx_context *x, osdp_sx_fenwick *dst, const osdp_sx_fenwick *src);
+void osdp_sx_fen_free(osdp_sx_fenwick *f);
 
 #endif

@@ -46,7 +46,7 @@ static int counts_better_plus(const int *a, int plus, const int *b, int k)
 
 /* room for need points of k counts each; the buffers are reused by groups
  * with different k, so the counts' room is kept per k (v->kc) */
-static int pts_reserve(pts *v, size_t need, int k)
+static int pts_reserve(osdp_sx_points *v, size_t need, int k)
 {
     int c1 = v->cap, c2 = v->cap;
     if (osdp_sx_grow((void **)&v->m, sizeof *v->m, need, &c1) || osdp_sx_grow((void **)&v->q, sizeof *v->q, need, &c2))
@@ -62,7 +62,7 @@ static int pts_reserve(pts *v, size_t need, int k)
     return 0;
 }
 
-void osdp_sx_pts_free(pts *v)
+void osdp_sx_pts_free(osdp_sx_points *v)
 {
     free(v->m); free(v->q); free(v->c);
     v->m = v->q = NULL;
@@ -83,7 +83,8 @@ typedef struct lp_line {
     double *eff;               /* [n] units per byte of edge t */
 } lp_line;
 
-static void line_build(const ctx *x, const group *g, const fen *f, int d, long long n, lp_line *L)
+static void line_build(const osdp_sx_context *x, const osdp_sx_group *g, const osdp_sx_fenwick *f, int d, long long n,
+                       lp_line *L)
 {
     const int *h = g->rh + (size_t)d * (size_t)g->k, nh = n > 0 ? g->rhn[d] : 1;
     L->base_m = n * g->m[h[0]] + f->m0;
@@ -134,8 +135,8 @@ static double line_query(lp_line *L, long long budget)
 
 /* out = Pareto(a u (b + choice c)) under the bound of G_d(j) (j items);
  * out must be neither a nor b */
-static int front_merge(ctx *x, const group *g, const fen *f, int d, long long j, long long cap, const pts *a,
-                       const pts *b, int c, pts *out)
+static int front_merge(osdp_sx_context *x, const osdp_sx_group *g, const osdp_sx_fenwick *f, int d, long long j,
+                       long long cap, const osdp_sx_points *a, const osdp_sx_points *b, int c, osdp_sx_points *out)
 {
     const int k = g->k, last = d == g->np - 1 && j == g->r;
     const long long left = g->r - j, low = g->m[g->par[d]]; /* the rest's smallest memory each */
@@ -188,9 +189,9 @@ static int front_merge(ctx *x, const group *g, const fen *f, int d, long long j,
 }
 
 /* group gi's front under the round's threshold; f: scratch bound data */
-int osdp_sx_build_front(ctx *x, int gi, long long cap, fen *f)
+int osdp_sx_build_front(osdp_sx_context *x, int gi, long long cap, osdp_sx_fenwick *f)
 {
-    group *g = &x->g[gi];
+    osdp_sx_group *g = &x->g[gi];
     const int k = g->k, r = g->r;
     int rc = -1;
     if (x->fpts_n < r + 1) { /* scratch for every group: the largest r */
@@ -201,7 +202,7 @@ int osdp_sx_build_front(ctx *x, int gi, long long cap, fen *f)
         }
         x->fpts_n = x->fpts[0] && x->fpts[1] ? r + 1 : 0;
     }
-    pts *prev = x->fpts[0], *cur = x->fpts[1];
+    osdp_sx_points *prev = x->fpts[0], *cur = x->fpts[1];
     free(g->fm); free(g->fq); free(g->cnt);
     g->fm = g->fq = NULL;
     g->cnt = NULL;
@@ -225,11 +226,11 @@ int osdp_sx_build_front(ctx *x, int gi, long long cap, fen *f)
     for (int d = 0; d < g->np; d++) {
         for (int j = 0; j <= r; j++)
             if (front_merge(x, g, f, d, j, cap, &prev[j], j > 0 ? &cur[j - 1] : NULL, g->par[d], &cur[j])) goto done;
-        pts *t = prev;
+        osdp_sx_points *t = prev;
         prev = cur;
         cur = t;
     }
-    const pts *F = &prev[r]; /* the front: G_{np-1}(r) */
+    const osdp_sx_points *F = &prev[r]; /* the front: G_{np-1}(r) */
     g->fm = malloc(sizeof *g->fm * (size_t)(F->n + 1));
     g->fq = malloc(sizeof *g->fq * (size_t)(F->n + 1));
     g->cnt = malloc(sizeof *g->cnt * (size_t)(F->n + 1) * (size_t)k);

@@ -51,14 +51,14 @@ static int mul_less(unsigned long long a, unsigned long long b, unsigned long lo
 
 /* choice b strictly below the chord from a to c (memory ascending, time
  * descending) */
-static int below(const group *g, int a, int b, int c)
+static int below(const osdp_sx_group *g, int a, int b, int c)
 {
     return mul_less((unsigned long long)(g->q[a] - g->q[c]), (unsigned long long)(g->m[b] - g->m[a]),
                     (unsigned long long)(g->q[a] - g->q[b]), (unsigned long long)(g->m[c] - g->m[a]));
 }
 
 /* hull: the lower convex hull of the non-dominated choices, memory ascending */
-static void make_hull(group *g)
+static void make_hull(osdp_sx_group *g)
 {
     int *h = g->hull, nh = 0;
     for (int c = 0; c < g->k; c++) { /* insertion sort by (memory, time, index) */
@@ -89,7 +89,7 @@ static void make_hull(group *g)
     }
 }
 
-int osdp_sx_make_groups(ctx *x)
+int osdp_sx_make_groups(osdp_sx_context *x)
 {
     const osdp_search_problem *p = x->p;
     int n = p->n_items, rc = -1;
@@ -104,7 +104,7 @@ int osdp_sx_make_groups(ctx *x)
         x->g[j].r++;
     }
     for (int j = 0; j < x->ng; j++) {
-        group *g = &x->g[j];
+        osdp_sx_group *g = &x->g[j];
         g->k = p->n_choices[rep[j]];
         g->m = p->mem[rep[j]];
         g->q = x->prep.q + x->prep.off[rep[j]];
@@ -130,7 +130,7 @@ done:
 
 static int cmp_seg(const void *a, const void *b)
 {
-    const seg *s = a, *t = b;
+    const osdp_sx_edge *s = a, *t = b;
     if (s->eff != t->eff) return s->eff > t->eff ? -1 : 1;
     if (s->g != t->g) return s->g < t->g ? -1 : 1;
     return s->v < t->v ? -1 : s->v > t->v;
@@ -138,29 +138,29 @@ static int cmp_seg(const void *a, const void *b)
 
 int osdp_sx_cmp_keyed(const void *a, const void *b)
 {
-    const keyed *s = a, *t = b;
+    const osdp_sx_keyed *s = a, *t = b;
     if (s->key != t->key) return s->key > t->key ? -1 : 1;
     return s->id < t->id ? -1 : s->id > t->id;
 }
 
 /* Edges sorted by efficiency; the greedy plan (edges in that order, whole
  * items, while they fit); the order (distance from the break efficiency). */
-int osdp_sx_plan_order(ctx *x)
+int osdp_sx_plan_order(osdp_sx_context *x)
 {
     int ns = 0, na = 0, rc = -1;
     long long budget = x->p->mem_limit;
     int *at = NULL, *at_off = malloc(sizeof *at_off * (size_t)(x->ng + 1));
-    keyed *kd = malloc(sizeof *kd * (size_t)x->ng);
+    osdp_sx_keyed *kd = malloc(sizeof *kd * (size_t)x->ng);
     x->seg = malloc(sizeof *x->seg * (size_t)(x->nseg + 1));
     x->gorder = malloc(sizeof *x->gorder * (size_t)x->ng);
     if (!at_off || !kd || !x->seg || !x->gorder) goto done;
     for (int j = 0; j < x->ng; j++) {
-        group *g = &x->g[j];
+        osdp_sx_group *g = &x->g[j];
         at_off[j] = na;
         na += g->nh;
         budget -= (long long)g->r * g->m[g->hull[0]];
         for (int v = 0; v + 1 < g->nh; v++) {
-            seg *s = &x->seg[ns++];
+            osdp_sx_edge *s = &x->seg[ns++];
             s->g = j;
             s->v = v;
             s->dm = g->m[g->hull[v + 1]] - g->m[g->hull[v]];
@@ -175,7 +175,7 @@ int osdp_sx_plan_order(ctx *x)
     double brk = 0.0;
     int broken = 0;
     for (int t = 0; t < ns; t++) {
-        const seg *s = &x->seg[t];
+        const osdp_sx_edge *s = &x->seg[t];
         int *a = at + at_off[s->g] + s->v;
         long long take = budget / s->dm;
         if (take > a[0]) take = a[0];
@@ -190,16 +190,16 @@ int osdp_sx_plan_order(ctx *x)
     x->brk = brk;
     x->ub = 0;
     for (int j = 0; j < x->ng; j++) {
-        const group *g = &x->g[j];
+        const osdp_sx_group *g = &x->g[j];
         for (int v = 0; v < g->nh; v++) x->ub += (long long)at[at_off[j] + v] * g->q[g->hull[v]];
         x->g[j].dist = INFINITY;
     }
     for (int t = 0; t < ns; t++) {
-        group *g = &x->g[x->seg[t].g];
+        osdp_sx_group *g = &x->g[x->seg[t].g];
         double d = broken ? fabs(x->seg[t].eff - brk) / brk : x->seg[t].eff;
         if (d < g->dist) g->dist = d;
     }
-    for (int j = 0; j < x->ng; j++) kd[j] = (keyed){x->g[j].dist, j};
+    for (int j = 0; j < x->ng; j++) kd[j] = (osdp_sx_keyed){x->g[j].dist, j};
     qsort(kd, (size_t)x->ng, sizeof *kd, osdp_sx_cmp_keyed);
     for (int j = 0; j < x->ng; j++) x->gorder[j] = kd[j].id;
     rc = 0;

@@ -1,0 +1,113 @@
+/* The planner's search context for one micro-batch (method in
+ * osdp/planner.h): every operator's choices and the peak terms of each,
+ * built by plan_choices.c; the queries on a plan's peak that every layer
+ * above asks (plan_context.c).  The bottom layer of the planner's search:
+ * it calls nothing above it (map in osdp/planner.h). */
+#ifndef OSDP_PLAN_CONTEXT_H
+#define OSDP_PLAN_CONTEXT_H
+
+#include "osdp/cost_model.h"
+#include "osdp/planner.h"
+#include "osdp/search.h"
+#include "plan_knap_cache.h"
+
+/* One micro-batch: every operator's choices and the arrays the search works
+ * on.  Choice c of operator i is k = choice_zdp_slices of g = choice_slices
+ * slices ZDP, with recompute choice_recompute.  The model peak of a plan is
+ *     cst + sum_i R[i][c_i] + max_u Z_u,
+ *     Z_u = K[u] + f[u-1][c_{u-1}] + wp[u][c_u] + nx[u+1][c_{u+1}]
+ * (missing neighbours count 0), where, in osdp/cost_model.h's terms,
+ *     R  = state + resident + acts (less the operator's smallest R, in cst)
+ *     wp = rebuilt + G + max(work, recv)     f = prefetch footprint
+ *     nx = [prefetch] (G + H) - acts         (its own activations are not
+ *          alive in the backward of the operator before it)
+ *     K[u] = - sum_{j >= u+2} acts_j         (later operators' activations)
+ * and the fields below hold them as
+ *     cst = fixed_bytes, R = held_bytes, wp = pass_peak_bytes,
+ *     f = prefetch_bytes, nx = next_op_bytes, acts = act_bytes,
+ *     K = later_acts_bound (Kopt = later_acts_optimistic,
+ *     Kpes = later_acts_pessimistic).
+ * The search bounds, prunes and enumerates with K = Kopt, each later
+ * acts_j at its largest (Z_u at its smallest), and checks plans against the
+ * true Z_u; Kpes (each at its smallest) bounds Z_u from above.  Per-choice
+ * arrays are [n_ops * stride], choice c of operator i at PS_CHOICE(ctx, i, c). */
+typedef struct osdp_ps_context {
+    osdp_cost_model cost;
+    const osdp_planner_options *opts;
+    int n_ops;
+    int stride;                       /* the most choices of one operator (array stride) */
+    int *n_choices;                   /* [n_ops] choices of operator i */
+    int *group;                       /* [n_ops] in [0, 2 n_ops): operators of one group have the same choices */
+    signed char *choice_slices;       /* g of each choice */
+    signed char *choice_zdp_slices;   /* k of each choice: slices ZDP */
+    signed char *choice_recompute;    /* 1: the choice recomputes its activations */
+    long long *held_bytes;            /* R (see above) */
+    long long *pass_peak_bytes;       /* wp */
+    long long *prefetch_bytes;        /* f */
+    long long *next_op_bytes;         /* nx */
+    long long *act_bytes;             /* acts */
+    double *objective;                /* what is minimised per choice: its time, or R when minimising memory */
+    long long *later_acts_bound;      /* [n_ops] K; points to later_acts_optimistic */
+    long long *later_acts_optimistic; /* [n_ops] Kopt: each later acts_j at its largest */
+    long long *later_acts_pessimistic; /* [n_ops] Kpes: each later acts_j at its smallest */
+    long long fixed_bytes;            /* cst: workspace + every operator's smallest R */
+    int minimise_memory;              /* minimise the peak instead of the time */
+    int bound_only;                   /* built for osdp_ps_lp_bound / min_transient only: every choice kept */
+    double cutoff;                    /* only plans with objective <= cutoff are wanted (INFINITY: any) */
+    /* the knapsack's arrays (plan_knap.c fills them; item j is operator knap_order[j]) */
+    int *knap_order;                  /* [n_ops] operators by decreasing memory swing */
+    int *knap_n_choices;              /* [n_ops] allowed choices of item j */
+    int *knap_choice;                 /* [n_ops * stride] item j's choice q is its operator's choice knap_choice[..] */
+    int *knap_solution;               /* [n_ops] the search's answer, per item */
+    const long long **knap_mem;       /* [n_ops] rows of knap_mem_buf */
+    const double **knap_time;         /* [n_ops] rows of knap_time_buf */
+    long long *knap_mem_buf;          /* [n_ops * stride] */
+    double *knap_time_buf;            /* [n_ops * stride] */
+    double deadline;                  /* dfs: wall-clock end (0: none) */
+    osdp_search_workspace *search_workspace; /* exact search's scratch, kept across this context's knapsacks */
+    osdp_ps_knap_cache *knap_cache;   /* knapsack results by allow set (plan_knap_cache.c; NULL until used) */
+    osdp_planner_result *counters;    /* searches, nodes, cache hits, search time, timed_out, gap */
+} osdp_ps_context;
+
+#define PS_CHOICE(ctx, i, c) ((size_t)(i) * (size_t)(ctx)->stride + (size_t)(c))
+
+/* plan_choices.c */
+/* minimise_memory: 0 the fastest plan, 1 the smallest peak, 2 only for the
+ * bounds (osdp_ps_lp_bound, osdp_ps_min_transient: no dominated choice
+ * dropped, no search); cuts: a cache of the operators' cuts, kept by the
+ * caller across micro-batches (NULL: none) */
+osdp_status osdp_ps_context_build(osdp_ps_context *ctx, const osdp_layout *L, const osdp_device *dev,
+                                  const osdp_planner_options *o, int b, int accum, int minimise_memory,
+                                  osdp_cost_cuts *cuts, osdp_planner_result *counters);
+
+/* plan_context.c */
+void osdp_ps_context_free(osdp_ps_context *ctx);
+/* Z_u of a plan with the true activations of the later operators: the
+ * largest over u (osdp_ps_true_transient); or, with max_z NULL, the largest
+ * u whose Z_u exceeds d, -1 if none (max_z non-NULL: the largest Z_u goes
+ * there and the scan does not stop) */
+long long osdp_ps_true_transient(const osdp_ps_context *ctx, const int *ch);
+int osdp_ps_transient_scan(const osdp_ps_context *ctx, const int *ch, long long d, long long *max_z);
+long long osdp_ps_held_sum(const osdp_ps_context *ctx, const int *ch); /* sum of R of a plan */
+/* per operator: the smallest wp, f, nx of its choices */
+void osdp_ps_term_minima(const osdp_ps_context *ctx, long long *minw, long long *minf, long long *minx);
+/* the smallest Z_u any plan has at u (under K), given those minima */
+long long osdp_ps_min_transient_at(const osdp_ps_context *ctx, int u, const long long *minw, const long long *minf,
+                                   const long long *minx);
+/* the smallest transient any plan has (under K) */
+long long osdp_ps_min_transient(const osdp_ps_context *ctx);
+
+/* The best plan found so far, and the questions every search layer asks of
+ * it (the context's cutoff counts as a best plan before one is found). */
+typedef struct osdp_ps_best {
+    int found;
+    double objective;
+    int *choice;              /* [n_ops], caller-allocated */
+} osdp_ps_best;
+/* v may still improve on best / the cutoff */
+int osdp_ps_beats(const osdp_ps_context *ctx, const osdp_ps_best *best, double v);
+/* the slowest objective still wanted */
+double osdp_ps_cap(const osdp_ps_context *ctx, const osdp_ps_best *best);
+void osdp_ps_offer(const osdp_ps_context *ctx, osdp_ps_best *best, const int *ch, double obj);
+
+#endif

@@ -1,0 +1,21 @@
+/* The planner's knapsacks (plan_knap.c): one multiple-choice knapsack
+ * (osdp/search.h) over the allowed choices of a context, cached by allow
+ * set (plan_knap_cache.c), and the LP and byte-threshold bounds on it.
+ * Calls only the context below it (map in osdp/planner.h). */
+#ifndef OSDP_PLAN_KNAP_H
+#define OSDP_PLAN_KNAP_H
+
+#include "plan_context.h"
+
+/* The knapsack over the allowed choices (NULL: all) with budget lim;
+ * plans slower than cap are not wanted (INFINITY: any).  OSDP_ERR_INFEASIBLE
+ * when none fits.  Results for an allow set are cached in ctx and reused
+ * while they still answer the question (lim and cap no larger). */
+osdp_status osdp_ps_knapsack(osdp_ps_context *ctx, const unsigned char *allow, long long lim, double cap, int *out,
+                             double *obj);
+/* the fewest bytes of any plan faster than best (LLONG_MAX: none) */
+osdp_status osdp_ps_fewest_bytes_faster(osdp_ps_context *ctx, double best, int *ch, long long *out);
+/* LP lower bound of the knapsack over the allowed choices (NULL: all) with budget lim */
+double osdp_ps_lp_bound(const osdp_ps_context *ctx, const unsigned char *allow, long long lim);
+
+#endif
