@@ -6,6 +6,8 @@
 #include "osdp/compute.h"
 #include "osdp/dtype.h"
 
+#include "check_main.h"
+
 #include <check.h>
 #include <math.h>
 #include <stdint.h>
@@ -184,19 +186,14 @@ START_TEST(test_layernorm_and_embedding)
 }
 END_TEST
 
-int main(void)
+static Suite *bf16_suite(void)
 {
-    Suite *s = suite_create("bf16");
-    TCase *tc = tcase_create("core");
-    tcase_set_timeout(tc, 120);
-    tcase_add_test(tc, test_rounding);
-    tcase_add_test(tc, test_matmul_bitwise);
-    tcase_add_test(tc, test_matmul_in_pieces);
-    tcase_add_test(tc, test_layernorm_and_embedding);
-    suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    const TTest *core[] = {test_rounding, test_matmul_bitwise, test_layernorm_and_embedding, NULL};
+    const TTest *core_slow[] = {test_matmul_in_pieces, NULL};
+    const osdp_check_case cases[] = {
+        {.name = "core", .tests = core}, {.name = "core_slow", .tests = core_slow, .slow = 1},
+    };
+    return osdp_check_suite("bf16", cases, sizeof cases / sizeof cases[0]);
 }
+
+const osdp_check_program osdp_check_this_program = {.suite = bf16_suite};

@@ -43,6 +43,8 @@
 #include "osdp/compute.h"
 #include "osdp/dtype.h"
 
+#include "check_main.h"
+
 #include <check.h>
 #include <cuda_runtime.h>
 #include <math.h>
@@ -900,35 +902,20 @@ END_TEST
 
 static Suite *cuda_suite(void)
 {
-    Suite *s = suite_create("cuda");
-    TCase *tc = tcase_create("cuda_vs_cpu");
-    tcase_set_timeout(tc, 120);
-    tcase_add_test(tc, test_memory);
-    tcase_add_test(tc, test_memory_pool);
-    tcase_add_test(tc, test_matmul_forward);
-    tcase_add_test(tc, test_matmul_backward);
-    tcase_add_test(tc, test_layernorm);
-    tcase_add_test(tc, test_gelu);
-    tcase_add_test(tc, test_attention);
-    tcase_add_test(tc, test_embedding);
-    tcase_add_test(tc, test_crossentropy);
-    tcase_add_test(tc, test_residual_accumulate);
-    tcase_add_test(tc, test_sums);
-    tcase_add_test(tc, test_adamw);
-    tcase_add_test(tc, test_tables);
-    tcase_add_test(tc, test_bf16_convert);
-    tcase_add_test(tc, test_bf16_matmul_forward);
-    tcase_add_test(tc, test_bf16_matmul_backward);
-    tcase_add_test(tc, test_bf16_layernorm);
-    tcase_add_test(tc, test_bf16_attention);
-    tcase_add_test(tc, test_bf16_embedding);
-    tcase_add_test(tc, test_nccl_one_rank);
-    tcase_add_test(tc, test_nccl_many_in_flight);
-    suite_add_tcase(s, tc);
-    return s;
+    const TTest *cuda_vs_cpu[] = {test_memory, test_memory_pool, test_matmul_forward, test_matmul_backward,
+                                  test_layernorm, test_gelu, test_attention, test_embedding, test_crossentropy,
+                                  test_residual_accumulate, test_sums, test_adamw, test_tables, test_bf16_convert,
+                                  test_bf16_matmul_forward, test_bf16_matmul_backward, test_bf16_layernorm,
+                                  test_bf16_attention, test_bf16_embedding, test_nccl_one_rank,
+                                  test_nccl_many_in_flight, NULL};
+    const osdp_check_case cases[] = {
+        {.name = "cuda_vs_cpu", .tests = cuda_vs_cpu},
+    };
+    return osdp_check_suite("cuda", cases, sizeof cases / sizeof cases[0]);
 }
 
-int main(void)
+/* no CUDA device: SKIP (77); otherwise MPI and both backends up before the run */
+static int cuda_setup(void)
 {
     int count = 0;
     cudaError_t err = cudaGetDeviceCount(&count);
@@ -947,12 +934,14 @@ int main(void)
         MPI_Finalize();
         return 1;
     }
-    SRunner *sr = srunner_create(cuda_suite());
-    /* a CUDA context does not survive fork(): run the tests in this process */
-    srunner_set_fork_status(sr, CK_NOFORK);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    MPI_Finalize();
-    return failed == 0 ? 0 : 1;
+    return 0;
 }
+
+static void cuda_teardown(void)
+{
+    MPI_Finalize();
+}
+
+/* a CUDA context does not survive fork(): tests/check_main.c runs the tests in this process */
+const osdp_check_program osdp_check_this_program = {.suite = cuda_suite, .setup = cuda_setup,
+                                                    .teardown = cuda_teardown};

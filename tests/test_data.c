@@ -1,6 +1,8 @@
 /* Tests for the data module (src/io/data.c). Files go under a mkdtemp dir. */
 #define _XOPEN_SOURCE 700
 
+#include "check_main.h"
+
 #include <check.h>
 #include <ftw.h>
 #include <stdint.h>
@@ -549,46 +551,33 @@ static int rm_entry(const char *path, const struct stat *sb, int flag, struct FT
 
 static Suite *data_suite(void)
 {
-    Suite *s = suite_create("data");
-    TCase *tc = tcase_create("read");
-    tcase_add_test(tc, test_shard_roundtrip);
-    tcase_add_test(tc, test_text_read);
-    tcase_add_test(tc, test_directory_concat);
-    tcase_add_test(tc, test_embedded_corpus);
-    suite_add_tcase(s, tc);
-    tc = tcase_create("batch");
-    tcase_add_test(tc, test_batch_determinism);
-    tcase_add_test(tc, test_targets_shifted);
-    tcase_add_test(tc, test_exact_minimum_length);
-    tcase_add_test(tc, test_hash_sensitivity);
-    suite_add_tcase(s, tc);
-    tc = tcase_create("errors");
-    tcase_add_test(tc, test_err_missing);
-    tcase_add_test(tc, test_err_unreadable);
-    tcase_add_test(tc, test_err_short_header);
-    tcase_add_test(tc, test_err_magic);
-    tcase_add_test(tc, test_err_version);
-    tcase_add_test(tc, test_err_size);
-    tcase_add_test(tc, test_err_vocab_token);
-    tcase_add_test(tc, test_err_too_short);
-    tcase_add_test(tc, test_err_directory);
-    tcase_add_test(tc, test_err_text_vocab);
-    tcase_add_test(tc, test_err_arguments);
-    suite_add_tcase(s, tc);
-    return s;
+    const TTest *read[] = {test_shard_roundtrip, test_text_read, test_directory_concat, test_embedded_corpus, NULL};
+    const TTest *batch[] = {test_batch_determinism, test_targets_shifted, test_exact_minimum_length,
+                            test_hash_sensitivity, NULL};
+    const TTest *errors[] = {test_err_missing, test_err_unreadable, test_err_short_header, test_err_magic,
+                             test_err_version, test_err_size, test_err_vocab_token, test_err_too_short,
+                             test_err_directory, test_err_text_vocab, test_err_arguments, NULL};
+    const osdp_check_case cases[] = {
+        {.name = "read", .tests = read}, {.name = "batch", .tests = batch}, {.name = "errors", .tests = errors},
+    };
+    return osdp_check_suite("data", cases, sizeof cases / sizeof cases[0]);
 }
 
-int main(void)
+/* the tests' files go to a fresh directory, removed after the run */
+static int data_setup(void)
 {
     snprintf(g_tmp, sizeof g_tmp, "/tmp/osdp_test_data_XXXXXX");
     if (!mkdtemp(g_tmp)) {
         perror("mkdtemp");
         return 1;
     }
-    SRunner *sr = srunner_create(data_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    nftw(g_tmp, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return 0;
 }
+
+static void data_teardown(void)
+{
+    nftw(g_tmp, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+const osdp_check_program osdp_check_this_program = {.suite = data_suite, .setup = data_setup,
+                                                    .teardown = data_teardown};

@@ -14,6 +14,8 @@
  * += semantics at the same time; those that overwrite get NaN-filled buffers. */
 #include "osdp/kernels_cpu.h"
 
+#include "check_main.h"
+
 #include <check.h>
 #include <math.h>
 #include <stdint.h>
@@ -880,31 +882,14 @@ END_TEST
 
 static Suite *kernels_suite(void)
 {
-    Suite *s = suite_create("kernels_cpu");
-    TCase *tc = tcase_create("core");
-    tcase_set_timeout(tc, 120);
-    tcase_add_test(tc, test_matmul_forward);
-    tcase_add_test(tc, test_matmul_backward);
-    tcase_add_test(tc, test_matmul_backward_accumulate);
-    tcase_add_test(tc, test_layernorm);
-    tcase_add_test(tc, test_gelu);
-    tcase_add_test(tc, test_attention_forward);
-    tcase_add_test(tc, test_attention_backward);
-    tcase_add_test(tc, test_attention_deterministic);
-    tcase_add_test(tc, test_embedding);
-    tcase_add_test(tc, test_crossentropy);
-    tcase_add_test(tc, test_crossentropy_large_logits);
-    tcase_add_test(tc, test_residual);
-    tcase_add_test(tc, test_threads_bitwise);
-    suite_add_tcase(s, tc);
-    return s;
+    const TTest *core[] = {test_matmul_forward, test_matmul_backward, test_matmul_backward_accumulate, test_layernorm,
+                           test_gelu, test_attention_forward, test_attention_backward, test_attention_deterministic,
+                           test_embedding, test_crossentropy, test_crossentropy_large_logits, test_residual,
+                           test_threads_bitwise, NULL};
+    const osdp_check_case cases[] = {
+        {.name = "core", .tests = core},
+    };
+    return osdp_check_suite("kernels_cpu", cases, sizeof cases / sizeof cases[0]);
 }
 
-int main(void)
-{
-    SRunner *sr = srunner_create(kernels_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed != 0 ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+const osdp_check_program osdp_check_this_program = {.suite = kernels_suite};

@@ -8,6 +8,8 @@
  * or returns a plan that fits within its stated gap. */
 #include "config.h"
 
+#include "check_main.h"
+
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
@@ -225,17 +227,13 @@ START_TEST(test_recompute_auto_brute)
 }
 END_TEST
 
-int main(void)
+static Suite *plan_auto_suite(void)
 {
-    Suite *s = suite_create("plan_auto");
-    TCase *tc = tcase_create("core");
-    tcase_set_timeout(tc, 600);
-    tcase_add_test(tc, test_split_auto_brute);
-    tcase_add_test(tc, test_recompute_auto_brute);
-    suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    const TTest *brute_slow[] = {test_split_auto_brute, test_recompute_auto_brute, NULL};
+    const osdp_check_case cases[] = {
+        {.name = "brute_slow", .tests = brute_slow, .slow = 1},
+    };
+    return osdp_check_suite("plan_auto", cases, sizeof cases / sizeof cases[0]);
 }
+
+const osdp_check_program osdp_check_this_program = {.suite = plan_auto_suite};

@@ -5,6 +5,8 @@
  * paper's families, the infeasible message, and the scheduler. */
 #include "config.h"
 
+#include "check_main.h"
+
 #include <check.h>
 #include <dirent.h>
 #include <limits.h>
@@ -539,28 +541,15 @@ END_TEST
 
 static Suite *planner_suite(void)
 {
-    Suite *s = suite_create("planner");
-    TCase *tc = tcase_create("core");
-    tcase_set_timeout(tc, 120);
-    tcase_add_test(tc, test_device_parse);
-    tcase_add_test(tc, test_device_errors);
-    tcase_add_test(tc, test_cost_time_by_hand);
-    tcase_add_test(tc, test_peak_equals_runtime);
-    tcase_add_test(tc, test_planner_brute_tiny);
-    tcase_add_test(tc, test_planner_brute_bench);
-    tcase_add_test(tc, test_planner_brute_split);
-    tcase_add_test(tc, test_families_dfs_equals_exact);
-    tcase_add_test(tc, test_infeasible_message);
-    tcase_add_test(tc, test_scheduler);
-    suite_add_tcase(s, tc);
-    return s;
+    const TTest *device[] = {test_device_parse, test_device_errors, NULL};
+    const TTest *cost_model[] = {test_cost_time_by_hand, test_peak_equals_runtime, NULL};
+    const TTest *planner[] = {test_planner_brute_tiny, test_planner_brute_bench, test_planner_brute_split,
+                              test_families_dfs_equals_exact, test_infeasible_message, test_scheduler, NULL};
+    const osdp_check_case cases[] = {
+        {.name = "device", .tests = device}, {.name = "cost_model", .tests = cost_model},
+        {.name = "planner", .tests = planner},
+    };
+    return osdp_check_suite("planner", cases, sizeof cases / sizeof cases[0]);
 }
 
-int main(void)
-{
-    SRunner *sr = srunner_create(planner_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+const osdp_check_program osdp_check_this_program = {.suite = planner_suite};

@@ -4,6 +4,8 @@
  * errors; a GPT-shaped "N&D" instance of 96 layers. */
 #define _POSIX_C_SOURCE 200809L
 
+#include "check_main.h"
+
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
@@ -625,30 +627,15 @@ END_TEST
 
 static Suite *search_suite(void)
 {
-    Suite *s = suite_create("search");
-    TCase *tc = tcase_create("small");
-    tcase_set_timeout(tc, 300);
-    tcase_add_test(tc, test_random_small);
-    tcase_add_test(tc, test_random_medium);
-    tcase_add_test(tc, test_split_groups);
-    tcase_add_test(tc, test_time_cap);
-    tcase_add_test(tc, test_infeasible);
-    tcase_add_test(tc, test_input_errors);
-    suite_add_tcase(s, tc);
-    tc = tcase_create("gpt");
-    tcase_set_timeout(tc, 600);
-    tcase_add_test(tc, test_nd_small);
-    tcase_add_test(tc, test_nd96);
-    tcase_add_test(tc, test_dfs_timeout);
-    suite_add_tcase(s, tc);
-    return s;
+    const TTest *small[] = {test_time_cap, test_infeasible, test_input_errors, NULL};
+    const TTest *small_slow[] = {test_random_small, test_random_medium, test_split_groups, NULL};
+    const TTest *gpt[] = {test_nd_small, test_dfs_timeout, NULL};
+    const TTest *gpt_slow[] = {test_nd96, NULL};
+    const osdp_check_case cases[] = {
+        {.name = "small", .tests = small}, {.name = "small_slow", .tests = small_slow, .slow = 1},
+        {.name = "gpt", .tests = gpt}, {.name = "gpt_slow", .tests = gpt_slow, .slow = 1},
+    };
+    return osdp_check_suite("search", cases, sizeof cases / sizeof cases[0]);
 }
 
-int main(void)
-{
-    SRunner *sr = srunner_create(search_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+const osdp_check_program osdp_check_this_program = {.suite = search_suite};

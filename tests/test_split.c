@@ -34,6 +34,8 @@
 
 #include "test_inputs.h"
 
+#include "check_main.h"
+
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
@@ -543,23 +545,15 @@ START_TEST(test_gamma_fixed)
 }
 END_TEST
 
-int main(void)
+static Suite *split_suite(void)
 {
-    Suite *s = suite_create("split");
-    TCase *tc = tcase_create("core");
-    tcase_set_timeout(tc, 300);
-    tcase_add_test(tc, test_cuts);
-    tcase_add_test(tc, test_sliced_equals_unsplit);
-    tcase_add_test(tc, test_peak_equals_runtime_split);
-    tcase_add_test(tc, test_split_lowers_peak);
-    tcase_add_test(tc, test_traffic_independent_of_split);
-    tcase_add_test(tc, test_recompute_costs);
-    tcase_add_test(tc, test_planner_auto_modes);
-    tcase_add_test(tc, test_gamma_fixed);
-    suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    const TTest *core[] = {test_cuts, test_sliced_equals_unsplit, test_peak_equals_runtime_split,
+                           test_split_lowers_peak, test_traffic_independent_of_split, test_recompute_costs,
+                           test_planner_auto_modes, test_gamma_fixed, NULL};
+    const osdp_check_case cases[] = {
+        {.name = "core", .tests = core},
+    };
+    return osdp_check_suite("split", cases, sizeof cases / sizeof cases[0]);
 }
+
+const osdp_check_program osdp_check_this_program = {.suite = split_suite};

@@ -225,6 +225,40 @@ static int prune_free(osdp_ps_context *ctx)
     return 0;
 }
 
+/* The context's arrays, one allocation per element type (each block is
+ * freed through its first array, osdp_ps_context_free); -1 when out of
+ * memory, the blocks that were allocated left for osdp_ps_context_free. */
+static int alloc_arrays(osdp_ps_context *ctx)
+{
+    const size_t n = (size_t)ctx->n_ops, nk = n * (size_t)ctx->stride;
+    signed char *flags = malloc(3 * nk);
+    long long *bytes = malloc(sizeof *bytes * (6 * nk + 2 * n));
+    double *reals = malloc(sizeof *reals * 2 * nk);
+    int *ints = malloc(sizeof *ints * (nk + 3 * n));
+    ctx->choice_slices = flags;
+    ctx->held_bytes = bytes;
+    ctx->objective = reals;
+    ctx->knap_choice = ints;
+    ctx->knap_mem = malloc(sizeof *ctx->knap_mem * n);
+    ctx->knap_time = malloc(sizeof *ctx->knap_time * n);
+    ctx->search_workspace = osdp_search_workspace_new();
+    if (!flags || !bytes || !reals || !ints || !ctx->knap_mem || !ctx->knap_time || !ctx->search_workspace) return -1;
+    ctx->choice_zdp_slices = flags + nk;
+    ctx->choice_recompute = flags + 2 * nk;
+    ctx->pass_peak_bytes = bytes + nk;
+    ctx->prefetch_bytes = bytes + 2 * nk;
+    ctx->next_op_bytes = bytes + 3 * nk;
+    ctx->act_bytes = bytes + 4 * nk;
+    ctx->knap_mem_buf = bytes + 5 * nk;
+    ctx->later_acts_optimistic = bytes + 6 * nk;
+    ctx->later_acts_pessimistic = bytes + 6 * nk + n;
+    ctx->knap_time_buf = reals + nk;
+    ctx->knap_order = ints + nk;
+    ctx->knap_n_choices = ints + nk + n;
+    ctx->knap_solution = ints + nk + 2 * n;
+    return 0;
+}
+
 osdp_status osdp_ps_context_build(osdp_ps_context *ctx, const osdp_layout *L, const osdp_device *dev,
                                   const osdp_planner_options *o, int b, int accum, int minimise_memory,
                                   osdp_cost_cuts *cuts, osdp_planner_result *counters)
@@ -263,29 +297,7 @@ osdp_status osdp_ps_context_build(osdp_ps_context *ctx, const osdp_layout *L, co
         if (ctx->n_choices[i] > ctx->stride) ctx->stride = ctx->n_choices[i];
     }
     free(reps);
-    size_t nk = (size_t)n * (size_t)ctx->stride;
-    int ok = 1; /* every array or none */
-    ok &= (ctx->choice_slices = malloc(nk * sizeof *ctx->choice_slices)) != NULL;
-    ok &= (ctx->choice_zdp_slices = malloc(nk * sizeof *ctx->choice_zdp_slices)) != NULL;
-    ok &= (ctx->choice_recompute = malloc(nk * sizeof *ctx->choice_recompute)) != NULL;
-    ok &= (ctx->held_bytes = malloc(nk * sizeof *ctx->held_bytes)) != NULL;
-    ok &= (ctx->pass_peak_bytes = malloc(nk * sizeof *ctx->pass_peak_bytes)) != NULL;
-    ok &= (ctx->prefetch_bytes = malloc(nk * sizeof *ctx->prefetch_bytes)) != NULL;
-    ok &= (ctx->next_op_bytes = malloc(nk * sizeof *ctx->next_op_bytes)) != NULL;
-    ok &= (ctx->act_bytes = malloc(nk * sizeof *ctx->act_bytes)) != NULL;
-    ok &= (ctx->objective = malloc(nk * sizeof *ctx->objective)) != NULL;
-    ok &= (ctx->knap_choice = malloc(nk * sizeof *ctx->knap_choice)) != NULL;
-    ok &= (ctx->knap_mem_buf = malloc(nk * sizeof *ctx->knap_mem_buf)) != NULL;
-    ok &= (ctx->knap_time_buf = malloc(nk * sizeof *ctx->knap_time_buf)) != NULL;
-    ok &= (ctx->later_acts_optimistic = malloc((size_t)n * sizeof *ctx->later_acts_optimistic)) != NULL;
-    ok &= (ctx->later_acts_pessimistic = malloc((size_t)n * sizeof *ctx->later_acts_pessimistic)) != NULL;
-    ok &= (ctx->knap_order = malloc((size_t)n * sizeof *ctx->knap_order)) != NULL;
-    ok &= (ctx->knap_n_choices = malloc((size_t)n * sizeof *ctx->knap_n_choices)) != NULL;
-    ok &= (ctx->knap_solution = malloc((size_t)n * sizeof *ctx->knap_solution)) != NULL;
-    ok &= (ctx->knap_mem = malloc((size_t)n * sizeof *ctx->knap_mem)) != NULL;
-    ok &= (ctx->knap_time = malloc((size_t)n * sizeof *ctx->knap_time)) != NULL;
-    ok &= (ctx->search_workspace = osdp_search_workspace_new()) != NULL;
-    if (!ok) goto oom;
+    if (alloc_arrays(ctx)) goto oom;
     ctx->fixed_bytes = osdp_cost_workspace(&ctx->cost, b);
     for (int i = 0; i < n; i++) {
         const choice_terms *ci = c + (size_t)(ctx->group[i] / 2) * (size_t)cap; /* its representative's choices */
