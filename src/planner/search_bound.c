@@ -19,7 +19,7 @@ static void fen_add(long long *t, int n, int p, long long v)
     for (; p <= n; p += p & -p) t[p] += v;
 }
 
-static int fen_len(const osdp_sx_context *x, int k) { return k < KC ? x->nseg : x->nstp; }
+static int fen_len(const osdp_sx_context *x, int k) { return k < KC ? x->n_edges : x->n_steps; }
 
 static void fen_build(long long *t, int n)
 {
@@ -52,16 +52,16 @@ static int fen_find(const long long *a, const long long *b, int n, long long v, 
 static double card_bound(const osdp_sx_context *x, const osdp_sx_fenwick *f, long long budget, long long q0)
 {
     long long sz, K, c2, top;
-    int p = fen_find(f->t[KS], f->t[KC], x->nstp, budget, &sz, &K);
-    if (p < x->nstp) {
-        const osdp_sx_step *e = &x->stp[x->by_dm[p]];
+    int p = fen_find(f->t[KS], f->t[KC], x->n_steps, budget, &sz, &K);
+    if (p < x->n_steps) {
+        const osdp_sx_step *e = &x->steps[x->by_dm[p]];
         long long more = (budget - sz) / e->dm;
-        K += more < x->g[e->g].r ? more : x->g[e->g].r;
+        K += more < x->groups[e->g].n_items ? more : x->groups[e->g].n_items;
     }
-    p = fen_find(f->t[TC], f->t[TR], x->nstp, K, &c2, &top);
+    p = fen_find(f->t[TC], f->t[TR], x->n_steps, K, &c2, &top);
     double t = (double)top;
-    if (p < x->nstp) t += (double)(K - c2) * (double)x->stp[x->by_r[p]].rc;
-    return (double)q0 - x->lam * (double)budget - t;
+    if (p < x->n_steps) t += (double)(K - c2) * (double)x->steps[x->by_r[p]].rc;
+    return (double)q0 - x->lambda * (double)budget - t;
 }
 
 /* prefix sums of the first n entries of two trees */
@@ -81,7 +81,7 @@ static void fen_prefix(const long long *a, const long long *b, int n, long long 
 void osdp_sx_fen_edges(const osdp_sx_context *x, const osdp_sx_fenwick *f, long long *dm, long long *dq)
 {
     long long pm = 0, pq = 0;
-    for (int t = 0; t < x->nseg; t++) {
+    for (int t = 0; t < x->n_edges; t++) {
         long long cm, cq;
         fen_prefix(f->t[LM], f->t[LQ], t + 1, &cm, &cq);
         dm[t] = cm - pm;
@@ -95,11 +95,11 @@ void osdp_sx_fen_edges(const osdp_sx_context *x, const osdp_sx_fenwick *f, long 
  * larger of the LP bound and the cardinality bound */
 double osdp_sx_bound(const osdp_sx_context *x, const osdp_sx_fenwick *f, long long m, long long q)
 {
-    long long budget = x->p->mem_limit - m - f->m0, cm, cq;
+    long long budget = x->problem->mem_limit - m - f->m0, cm, cq;
     if (budget < 0) return INFINITY;
-    int p = fen_find(f->t[LM], f->t[LQ], x->nseg, budget, &cm, &cq);
+    int p = fen_find(f->t[LM], f->t[LQ], x->n_edges, budget, &cm, &cq);
     double lb = (double)(q + f->q0 - cq);
-    if (p < x->nseg) lb -= (double)(budget - cm) * ((double)x->seg[p].dq / (double)x->seg[p].dm);
+    if (p < x->n_edges) lb -= (double)(budget - cm) * ((double)x->edges[p].dq / (double)x->edges[p].dm);
     double cb = card_bound(x, f, budget, q + f->q0);
     return cb > lb ? cb : lb;
 }
@@ -107,21 +107,21 @@ double osdp_sx_bound(const osdp_sx_context *x, const osdp_sx_fenwick *f, long lo
 /* takes r copies of group j's items out of the bound data f */
 void osdp_sx_fen_remove(const osdp_sx_context *x, osdp_sx_fenwick *f, int j, long long r)
 {
-    const osdp_sx_group *g = &x->g[j];
-    f->m0 -= r * g->m[g->hull[0]];
-    f->q0 -= r * g->q[g->hull[0]];
+    const osdp_sx_group *g = &x->groups[j];
+    f->m0 -= r * g->mem[g->hull[0]];
+    f->q0 -= r * g->units[g->hull[0]];
     for (int t = x->eg_off[j]; t < x->eg_off[j + 1]; t++) {
         int p = x->eg_pos[t];
-        fen_add(f->t[LM], x->nseg, p + 1, -r * x->seg[p].dm);
-        fen_add(f->t[LQ], x->nseg, p + 1, -r * x->seg[p].dq);
+        fen_add(f->t[LM], x->n_edges, p + 1, -r * x->edges[p].dm);
+        fen_add(f->t[LQ], x->n_edges, p + 1, -r * x->edges[p].dq);
     }
     for (int t = x->sg_off[j]; t < x->sg_off[j + 1]; t++) {
-        const osdp_sx_step *e = &x->stp[t];
+        const osdp_sx_step *e = &x->steps[t];
         if (e->rc <= 0) continue;
-        fen_add(f->t[KC], x->nstp, e->pos_dm + 1, -r);
-        fen_add(f->t[KS], x->nstp, e->pos_dm + 1, -r * e->dm);
-        fen_add(f->t[TC], x->nstp, e->pos_r + 1, -r);
-        fen_add(f->t[TR], x->nstp, e->pos_r + 1, -r * e->rc);
+        fen_add(f->t[KC], x->n_steps, e->pos_dm + 1, -r);
+        fen_add(f->t[KS], x->n_steps, e->pos_dm + 1, -r * e->dm);
+        fen_add(f->t[TC], x->n_steps, e->pos_r + 1, -r);
+        fen_add(f->t[TR], x->n_steps, e->pos_r + 1, -r * e->rc);
     }
 }
 
@@ -144,30 +144,30 @@ void osdp_sx_fen_free(osdp_sx_fenwick *f)
     for (int k = 0; k < NTREE; k++) free(f->t[k]);
 }
 
-/* x->full: the trees of every group, steps' r for lambda = x->lam */
+/* x->full: the trees of every group, steps' r for lambda = x->lambda */
 static void full_trees(osdp_sx_context *x, osdp_sx_keyed *kd)
 {
     osdp_sx_fenwick *f = &x->full;
-    for (int t = 0; t < x->nstp; t++) {
-        osdp_sx_step *e = &x->stp[t];
-        double r = (double)e->dq - x->lam * (double)e->dm;
+    for (int t = 0; t < x->n_steps; t++) {
+        osdp_sx_step *e = &x->steps[t];
+        double r = (double)e->dq - x->lambda * (double)e->dm;
         e->rc = r > 0 ? (long long)ceil(r) : 0; /* rounded up: the bound stays valid */
         kd[t] = (osdp_sx_keyed){r, t};
     }
-    qsort(kd, (size_t)x->nstp, sizeof *kd, osdp_sx_cmp_keyed);
-    for (int k = KC; k < NTREE; k++) memset(f->t[k], 0, sizeof *f->t[k] * (size_t)(x->nstp + 1));
-    for (int t = 0; t < x->nstp; t++) {
+    qsort(kd, (size_t)x->n_steps, sizeof *kd, osdp_sx_cmp_keyed);
+    for (int k = KC; k < NTREE; k++) memset(f->t[k], 0, sizeof *f->t[k] * (size_t)(x->n_steps + 1));
+    for (int t = 0; t < x->n_steps; t++) {
         x->by_r[t] = kd[t].id;
-        osdp_sx_step *e = &x->stp[kd[t].id];
+        osdp_sx_step *e = &x->steps[kd[t].id];
         e->pos_r = t;
         if (e->rc <= 0) continue;
-        long long r = x->g[e->g].r;
+        long long r = x->groups[e->g].n_items;
         f->t[KC][e->pos_dm + 1] = r;
         f->t[KS][e->pos_dm + 1] = r * e->dm;
         f->t[TC][t + 1] = r;
         f->t[TR][t + 1] = r * e->rc;
     }
-    for (int k = KC; k < NTREE; k++) fen_build(f->t[k], x->nstp);
+    for (int k = KC; k < NTREE; k++) fen_build(f->t[k], x->n_steps);
 }
 
 /* Steps, group lists, the LP trees, and lambda: of a grid of fractions of
@@ -175,48 +175,48 @@ static void full_trees(osdp_sx_context *x, osdp_sx_keyed *kd)
  * is the largest. */
 int osdp_sx_setup_bounds(osdp_sx_context *x)
 {
-    int ne = x->nseg, ns = 0;
-    osdp_sx_keyed *kd = malloc(sizeof *kd * (size_t)(x->nstp + 1));
-    x->stp = malloc(sizeof *x->stp * (size_t)(x->nstp + 1));
-    x->by_dm = malloc(sizeof *x->by_dm * (size_t)(x->nstp + 1));
-    x->by_r = malloc(sizeof *x->by_r * (size_t)(x->nstp + 1));
-    x->eg_off = calloc((size_t)x->ng + 1, sizeof *x->eg_off);
-    x->sg_off = calloc((size_t)x->ng + 1, sizeof *x->sg_off);
+    int ne = x->n_edges, ns = 0;
+    osdp_sx_keyed *kd = malloc(sizeof *kd * (size_t)(x->n_steps + 1));
+    x->steps = malloc(sizeof *x->steps * (size_t)(x->n_steps + 1));
+    x->by_dm = malloc(sizeof *x->by_dm * (size_t)(x->n_steps + 1));
+    x->by_r = malloc(sizeof *x->by_r * (size_t)(x->n_steps + 1));
+    x->eg_off = calloc((size_t)x->n_groups + 1, sizeof *x->eg_off);
+    x->sg_off = calloc((size_t)x->n_groups + 1, sizeof *x->sg_off);
     x->eg_pos = malloc(sizeof *x->eg_pos * (size_t)(ne + 1));
-    int *fill = calloc((size_t)x->ng + 1, sizeof *fill);
-    if (!kd || !fill || !x->stp || !x->by_dm || !x->by_r || !x->eg_off || !x->sg_off || !x->eg_pos ||
-        fen_alloc(x, &x->full) || fen_alloc(x, &x->s[0].f) || fen_alloc(x, &x->s[1].f)) {
+    int *fill = calloc((size_t)x->n_groups + 1, sizeof *fill);
+    if (!kd || !fill || !x->steps || !x->by_dm || !x->by_r || !x->eg_off || !x->sg_off || !x->eg_pos ||
+        fen_alloc(x, &x->full) || fen_alloc(x, &x->sides[0].f) || fen_alloc(x, &x->sides[1].f)) {
         free(kd);
         free(fill);
         return -1;
     }
-    for (int j = 0; j < x->ng; j++) {
-        const osdp_sx_group *g = &x->g[j];
+    for (int j = 0; j < x->n_groups; j++) {
+        const osdp_sx_group *g = &x->groups[j];
         x->sg_off[j] = ns;
-        for (int v = 0; v + 1 < g->np; v++)
-            x->stp[ns++] = (osdp_sx_step){g->m[g->par[v + 1]] - g->m[g->par[v]],
-                                          g->q[g->par[v]] - g->q[g->par[v + 1]], 0, j, 0, 0};
+        for (int v = 0; v + 1 < g->n_pareto; v++)
+            x->steps[ns++] = (osdp_sx_step){g->mem[g->pareto[v + 1]] - g->mem[g->pareto[v]],
+                                          g->units[g->pareto[v]] - g->units[g->pareto[v + 1]], 0, j, 0, 0};
     }
-    x->sg_off[x->ng] = ns;
-    for (int t = 0; t < ne; t++) x->eg_off[x->seg[t].g + 1]++;
-    for (int j = 0; j < x->ng; j++) x->eg_off[j + 1] += x->eg_off[j];
-    memcpy(fill, x->eg_off, sizeof *fill * (size_t)x->ng);
-    for (int t = 0; t < ne; t++) x->eg_pos[fill[x->seg[t].g]++] = t;
-    for (int t = 0; t < ns; t++) kd[t] = (osdp_sx_keyed){-(double)x->stp[t].dm, t};
+    x->sg_off[x->n_groups] = ns;
+    for (int t = 0; t < ne; t++) x->eg_off[x->edges[t].g + 1]++;
+    for (int j = 0; j < x->n_groups; j++) x->eg_off[j + 1] += x->eg_off[j];
+    memcpy(fill, x->eg_off, sizeof *fill * (size_t)x->n_groups);
+    for (int t = 0; t < ne; t++) x->eg_pos[fill[x->edges[t].g]++] = t;
+    for (int t = 0; t < ns; t++) kd[t] = (osdp_sx_keyed){-(double)x->steps[t].dm, t};
     qsort(kd, (size_t)ns, sizeof *kd, osdp_sx_cmp_keyed);
     for (int t = 0; t < ns; t++) {
         x->by_dm[t] = kd[t].id;
-        x->stp[kd[t].id].pos_dm = t;
+        x->steps[kd[t].id].pos_dm = t;
     }
     osdp_sx_fenwick *f = &x->full;
     f->m0 = f->q0 = 0;
-    for (int j = 0; j < x->ng; j++) {
-        f->m0 += (long long)x->g[j].r * x->g[j].m[x->g[j].hull[0]];
-        f->q0 += (long long)x->g[j].r * x->g[j].q[x->g[j].hull[0]];
+    for (int j = 0; j < x->n_groups; j++) {
+        f->m0 += (long long)x->groups[j].n_items * x->groups[j].mem[x->groups[j].hull[0]];
+        f->q0 += (long long)x->groups[j].n_items * x->groups[j].units[x->groups[j].hull[0]];
     }
     for (int t = 0; t < ne; t++) {
-        f->t[LM][t + 1] = x->g[x->seg[t].g].r * x->seg[t].dm;
-        f->t[LQ][t + 1] = x->g[x->seg[t].g].r * x->seg[t].dq;
+        f->t[LM][t + 1] = x->groups[x->edges[t].g].n_items * x->edges[t].dm;
+        f->t[LQ][t + 1] = x->groups[x->edges[t].g].n_items * x->edges[t].dq;
     }
     fen_build(f->t[LM], ne);
     fen_build(f->t[LQ], ne);
@@ -224,15 +224,15 @@ int osdp_sx_setup_bounds(osdp_sx_context *x)
     for (int t = 0; t < 15; t++) {
         double fr = t < 9 ? t / 8.0 : best_f + ((t - 9) % 2 ? -1 : 1) * ldexp(1.0, -4 - (t - 9) / 2);
         if (fr < 0.0 || fr > 1.0) continue;
-        x->lam = x->brk * fr;
+        x->lambda = x->break_eff * fr;
         full_trees(x, kd);
-        double b = card_bound(x, f, x->p->mem_limit - f->m0, f->q0);
+        double b = card_bound(x, f, x->problem->mem_limit - f->m0, f->q0);
         if (b > best) {
             best = b;
             best_f = fr;
         }
     }
-    x->lam = x->brk * best_f;
+    x->lambda = x->break_eff * best_f;
     full_trees(x, kd);
     free(kd);
     free(fill);

@@ -60,7 +60,8 @@
 static int stage_reserve(osdp_sx_stage *s, int need)
 {
     int c = s->cap, c2 = s->cap, c3 = s->cap, c4 = s->cap;
-    if (osdp_sx_grow((void **)&s->m, sizeof *s->m, (size_t)need, &c) || osdp_sx_grow((void **)&s->q, sizeof *s->q, (size_t)need, &c2) ||
+    if (osdp_sx_grow((void **)&s->m, sizeof *s->m, (size_t)need, &c)
+        || osdp_sx_grow((void **)&s->q, sizeof *s->q, (size_t)need, &c2) ||
         osdp_sx_grow((void **)&s->prev, sizeof *s->prev, (size_t)need, &c3) ||
         osdp_sx_grow((void **)&s->gi, sizeof *s->gi, (size_t)need, &c4))
         return -1;
@@ -79,14 +80,15 @@ static int lex_better(const osdp_sx_context *x, const osdp_sx_side *S, int s, in
     for (int t = s; t >= 1 && a != b; t--) {
         const osdp_sx_stage *T = &S->st[t];
         if (T->gi[a] != T->gi[b]) {
-            const osdp_sx_group *g = &x->g[S->order[t - 1]];
-            const int *ca = g->cnt + (size_t)T->gi[a] * (size_t)g->k, *cb = g->cnt + (size_t)T->gi[b] * (size_t)g->k;
+            const osdp_sx_group *g = &x->groups[S->order[t - 1]];
+            const int *ca = g->front_counts + (size_t)T->gi[a] * (size_t)g->n_choices;
+            const int *cb = g->front_counts + (size_t)T->gi[b] * (size_t)g->n_choices;
             int c = 0, j = 0;
-            while (c < g->k && ca[c] == cb[c]) j += ca[c++];
-            if (c < g->k) {
+            while (c < g->n_choices && ca[c] == cb[c]) j += ca[c++];
+            if (c < g->n_choices) {
                 j += ca[c] < cb[c] ? ca[c] : cb[c];
-                if (g->pos[j] < best_pos) {
-                    best_pos = g->pos[j];
+                if (g->items[j] < best_pos) {
+                    best_pos = g->items[j];
                     a_wins = ca[c] > cb[c];
                 }
             }
@@ -102,11 +104,11 @@ static int advance(osdp_sx_context *x, const osdp_sx_side *S, const osdp_sx_stag
                    int a)
 {
     for (; a < A->size; a++) {
-        long long m = A->m[a] + g->fm[l];
+        long long m = A->m[a] + g->front_mem[l];
         x->nodes++;
-        if (m + S->f.m0 > x->p->mem_limit) return A->size; /* memory ascends */
-        double lb = osdp_sx_bound(x, &S->f, m, A->q[a] + g->fq[l]);
-        if (lb <= x->thr) return a;
+        if (m + S->f.m0 > x->problem->mem_limit) return A->size; /* memory ascends */
+        double lb = osdp_sx_bound(x, &S->f, m, A->q[a] + g->front_units[l]);
+        if (lb <= x->threshold) return a;
         if (lb < x->next) x->next = lb;
     }
     return A->size;
@@ -114,9 +116,9 @@ static int advance(osdp_sx_context *x, const osdp_sx_side *S, const osdp_sx_stag
 
 static int heap_less(const osdp_sx_stage *A, const osdp_sx_group *g, const int *cur, int u, int v)
 {
-    long long mu = A->m[cur[u]] + g->fm[u], mv = A->m[cur[v]] + g->fm[v];
+    long long mu = A->m[cur[u]] + g->front_mem[u], mv = A->m[cur[v]] + g->front_mem[v];
     if (mu != mv) return mu < mv;
-    return A->q[cur[u]] + g->fq[u] < A->q[cur[v]] + g->fq[v];
+    return A->q[cur[u]] + g->front_units[u] < A->q[cur[v]] + g->front_units[v];
 }
 
 static void sift_down(const osdp_sx_stage *A, const osdp_sx_group *g, const int *cur, int *h, int n, int i)
@@ -139,8 +141,8 @@ static int merge_stage(osdp_sx_context *x, osdp_sx_side *S, int s)
 {
     const osdp_sx_stage *A = &S->st[s - 1];
     osdp_sx_stage *B = &S->st[s];
-    const osdp_sx_group *g = &x->g[S->order[s - 1]];
-    int L = g->fsize, hn = 0, nk = 0, rc = -1;
+    const osdp_sx_group *g = &x->groups[S->order[s - 1]];
+    int L = g->front_size, hn = 0, nk = 0, rc = -1;
     int *cur = malloc(sizeof *cur * (size_t)L), *h = malloc(sizeof *h * (size_t)L);
     if (!cur || !h || stage_reserve(B, 64)) goto done;
     for (int l = 0; l < L; l++) {
@@ -150,7 +152,7 @@ static int merge_stage(osdp_sx_context *x, osdp_sx_side *S, int s)
     for (int i = hn / 2 - 1; i >= 0; i--) sift_down(A, g, cur, h, hn, i);
     while (hn > 0) {
         int l = h[0], a = cur[l];
-        long long m = A->m[a] + g->fm[l], q = A->q[a] + g->fq[l];
+        long long m = A->m[a] + g->front_mem[l], q = A->q[a] + g->front_units[l];
         if (stage_reserve(B, nk + 2)) goto done;
         int tie = nk > 0 && m == B->m[nk - 1] && q == B->q[nk - 1];
         if (tie || nk == 0 || q < B->q[nk - 1]) {
@@ -180,10 +182,10 @@ done:
 static void unwind(const osdp_sx_context *x, const osdp_sx_side *S, int e, int *choice)
 {
     for (int s = S->n; s >= 1; s--) {
-        const osdp_sx_group *g = &x->g[S->order[s - 1]];
-        const int *cnt = g->cnt + (size_t)S->st[s].gi[e] * (size_t)g->k;
-        for (int c = 0, j = 0; c < g->k; c++)
-            for (int t = 0; t < cnt[c]; t++) choice[g->pos[j++]] = c;
+        const osdp_sx_group *g = &x->groups[S->order[s - 1]];
+        const int *cnt = g->front_counts + (size_t)S->st[s].gi[e] * (size_t)g->n_choices;
+        for (int c = 0, j = 0; c < g->n_choices; c++)
+            for (int t = 0; t < cnt[c]; t++) choice[g->items[j++]] = c;
         e = S->st[s].prev[e];
     }
 }
@@ -192,37 +194,37 @@ static void unwind(const osdp_sx_context *x, const osdp_sx_side *S, int e, int *
  * *found = 1 and the best joined plan in best[0..1] when one exists. */
 static int round_at(osdp_sx_context *x, int *found, int best[2])
 {
-    osdp_sx_side *A = &x->s[0], *B = &x->s[1];
-    int lo = 0, hi = x->ng - 1, n = x->p->n_items;
+    osdp_sx_side *A = &x->sides[0], *B = &x->sides[1];
+    int lo = 0, hi = x->n_groups - 1, n = x->problem->n_items;
     for (int t = 0; t < 2; t++) {
-        x->s[t].n = 0;
-        osdp_sx_fen_copy(x, &x->s[t].f, &x->full);
+        x->sides[t].n = 0;
+        osdp_sx_fen_copy(x, &x->sides[t].f, &x->full);
     }
     *found = 0;
     while (lo <= hi) {
         osdp_sx_side *S = A->st[A->n].size <= B->st[B->n].size ? A : B;
-        int j = S == A ? x->gorder[lo++] : x->gorder[hi--];
+        int j = S == A ? x->group_order[lo++] : x->group_order[hi--];
         S->order[S->n++] = j;
-        osdp_sx_fen_remove(x, &S->f, j, x->g[j].r);
+        osdp_sx_fen_remove(x, &S->f, j, x->groups[j].n_items);
         if (merge_stage(x, S, S->n)) return -1;
         if (S->st[S->n].size == 0) return 0;
     }
     const osdp_sx_stage *a = &A->st[A->n], *b = &B->st[B->n];
     long long bq = 0, bm = 0;
     for (int i = 0, j = b->size - 1; i < a->size; i++) { /* a: memory ascending */
-        while (j >= 0 && a->m[i] + b->m[j] > x->p->mem_limit) j--;
+        while (j >= 0 && a->m[i] + b->m[j] > x->problem->mem_limit) j--;
         if (j < 0) break;
         long long q = a->q[i] + b->q[j], m = a->m[i] + b->m[j];
         x->nodes++;
         int better = !*found || q < bq || (q == bq && m < bm);
         if (!better && q == bq && m == bm) {
-            unwind(x, A, i, x->tmp[0]);
-            unwind(x, B, j, x->tmp[0]);
-            unwind(x, A, best[0], x->tmp[1]);
-            unwind(x, B, best[1], x->tmp[1]);
+            unwind(x, A, i, x->tie_choice[0]);
+            unwind(x, B, j, x->tie_choice[0]);
+            unwind(x, A, best[0], x->tie_choice[1]);
+            unwind(x, B, best[1], x->tie_choice[1]);
             int t = 0;
-            while (t < n && x->tmp[0][t] == x->tmp[1][t]) t++;
-            better = t < n && x->tmp[0][t] < x->tmp[1][t];
+            while (t < n && x->tie_choice[0][t] == x->tie_choice[1][t]) t++;
+            better = t < n && x->tie_choice[0][t] < x->tie_choice[1][t];
         }
         if (better) {
             *found = 1;
@@ -232,7 +234,7 @@ static int round_at(osdp_sx_context *x, int *found, int best[2])
             best[1] = j;
         }
     }
-    if (*found && (double)bq > x->thr) { /* not proven optimal; the next round will be */
+    if (*found && (double)bq > x->threshold) { /* not proven optimal; the next round will be */
         *found = 0;
         x->cap = (double)bq;
     }
@@ -245,7 +247,7 @@ osdp_status osdp_search_exact(const osdp_search_problem *p, osdp_search_result *
 {
     osdp_sx_context x;
     memset(&x, 0, sizeof x);
-    x.p = p;
+    x.problem = p;
     osdp_status st = osdp_search_prepare(p, r, &x.prep);
     if (st != OSDP_OK) return st;
     int n = p->n_items;
@@ -261,13 +263,13 @@ osdp_status osdp_search_exact(const osdp_search_problem *p, osdp_search_result *
     }
     st = OSDP_ERR_OOM;
     if (osdp_sx_make_groups(&x) || osdp_sx_plan_order(&x)) goto done;
-    x.tmp[0] = malloc(sizeof *x.tmp[0] * (size_t)n);
-    x.tmp[1] = malloc(sizeof *x.tmp[1] * (size_t)n);
-    if (!x.tmp[0] || !x.tmp[1] || osdp_sx_setup_bounds(&x)) goto done;
+    x.tie_choice[0] = malloc(sizeof *x.tie_choice[0] * (size_t)n);
+    x.tie_choice[1] = malloc(sizeof *x.tie_choice[1] * (size_t)n);
+    if (!x.tie_choice[0] || !x.tie_choice[1] || osdp_sx_setup_bounds(&x)) goto done;
     for (int t = 0; t < 2; t++) {
-        osdp_sx_side *S = &x.s[t];
-        S->order = malloc(sizeof *S->order * (size_t)x.ng);
-        S->st = calloc((size_t)x.ng + 1, sizeof *S->st);
+        osdp_sx_side *S = &x.sides[t];
+        S->order = malloc(sizeof *S->order * (size_t)x.n_groups);
+        S->st = calloc((size_t)x.n_groups + 1, sizeof *S->st);
         if (!S->order || !S->st || stage_reserve(&S->st[0], 1)) goto done;
         S->st[0].size = 1;
         S->st[0].m[0] = S->st[0].q[0] = 0;
@@ -275,8 +277,8 @@ osdp_status osdp_search_exact(const osdp_search_problem *p, osdp_search_result *
     }
     /* slack: far above the rounding in the bounds (a few ulps of 2^62 per
      * term), far below anything that matters (2^60 units is the slowest plan) */
-    double lb0 = osdp_sx_bound(&x, &x.full, 0, 0), ub = (double)x.ub;
-    double slack = 1e-10 * ub + 0x1p14 * (x.nseg + x.nstp + 16);
+    double lb0 = osdp_sx_bound(&x, &x.full, 0, 0), ub = (double)x.greedy_units;
+    double slack = 1e-10 * ub + 0x1p14 * (x.n_edges + x.n_steps + 16);
     int found = 0, best[2] = {0, 0}, capped = 0;
     if (p->time_cap > 0 && isfinite(p->time_cap)) { /* no plan slower than the cap is wanted */
         double cq = floor(ldexp(p->time_cap, x.prep.shift)) + n; /* + the rounding of n terms */
@@ -293,15 +295,16 @@ osdp_status osdp_search_exact(const osdp_search_problem *p, osdp_search_result *
      * a larger threshold holds every point a smaller one needs): rebuilding
      * them for each round's threshold cost more than the points the smaller
      * thresholds save (s[0].f: scratch) */
-    x.thr = ub + slack;
-    for (int j = 0; j < x.ng; j++) {
-        const osdp_sx_group *g = &x.g[j];
-        if (osdp_sx_build_front(&x, j, p->mem_limit - (x.prep.min_mem - (long long)g->r * g->m[g->hull[0]]), &x.s[0].f))
+    x.threshold = ub + slack;
+    for (int j = 0; j < x.n_groups; j++) {
+        const osdp_sx_group *g = &x.groups[j];
+        const long long others_min = x.prep.min_mem - (long long)g->n_items * g->mem[g->hull[0]];
+        if (osdp_sx_build_front(&x, j, p->mem_limit - others_min, &x.sides[0].f))
             goto done;
     }
     for (double thr = lb0 + 0x1p-16 * (ub - lb0); !found;) {
         int final = !(thr < ub);
-        x.thr = (final ? ub : thr) + slack;
+        x.threshold = (final ? ub : thr) + slack;
         x.next = x.cap = INFINITY;
         if (round_at(&x, &found, best)) goto done;
         if (final && !found) {
@@ -316,26 +319,27 @@ osdp_status osdp_search_exact(const osdp_search_problem *p, osdp_search_result *
         if (x.next > thr) thr = x.next;
         if (x.cap < thr) thr = x.cap;
     }
-    unwind(&x, &x.s[0], best[0], r->choice);
-    unwind(&x, &x.s[1], best[1], r->choice);
+    unwind(&x, &x.sides[0], best[0], r->choice);
+    unwind(&x, &x.sides[1], best[1], r->choice);
     r->nodes = x.nodes;
     osdp_search_finish(p, r);
     st = OSDP_OK;
 done:
     if (st == OSDP_ERR_OOM) osdp_error_set(OSDP_ERR_OOM, "plan search (exact): out of memory");
-    for (int j = 0; x.g && j < x.ng; j++) {
-        osdp_sx_group *g = &x.g[j];
-        free(g->pos); free(g->hull); free(g->par); free(g->rh); free(g->rhn); free(g->fm); free(g->fq); free(g->cnt);
+    for (int j = 0; x.groups && j < x.n_groups; j++) {
+        osdp_sx_group *g = &x.groups[j];
+        free(g->items); free(g->hull); free(g->pareto); free(g->pareto_hull); free(g->pareto_hull_n);
+        free(g->front_mem); free(g->front_units); free(g->front_counts);
     }
     for (int t = 0; t < 2; t++) {
-        for (int s = 0; x.s[t].st && s <= x.ng; s++) {
-            osdp_sx_stage *T = &x.s[t].st[s];
+        for (int s = 0; x.sides[t].st && s <= x.n_groups; s++) {
+            osdp_sx_stage *T = &x.sides[t].st[s];
             free(T->m); free(T->q); free(T->prev); free(T->gi);
         }
-        free(x.s[t].st);
-        free(x.s[t].order);
-        osdp_sx_fen_free(&x.s[t].f);
-        free(x.tmp[t]);
+        free(x.sides[t].st);
+        free(x.sides[t].order);
+        osdp_sx_fen_free(&x.sides[t].f);
+        free(x.tie_choice[t]);
     }
     osdp_sx_fen_free(&x.full);
     if (p->workspace) { /* kept for the next call */
@@ -347,7 +351,7 @@ done:
         workspace_release(&ws);
     }
     free(x.edm); free(x.edq); free(x.lcm); free(x.lcq); free(x.leff);
-    free(x.g); free(x.seg); free(x.gorder); free(x.stp);
+    free(x.groups); free(x.edges); free(x.group_order); free(x.steps);
     free(x.by_dm); free(x.by_r); free(x.eg_off); free(x.eg_pos); free(x.sg_off);
     osdp_search_prep_free(&x.prep);
     return st;

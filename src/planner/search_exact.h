@@ -1,9 +1,11 @@
 /* Internals of the exact plan search (src/planner/search_exact.c has the
  * method): the types shared by its parts and their entry points.
+ * Each file calls only the ones listed above it:
  *   search_group.c  identical items grouped, hulls, greedy plan, group order
- *   search_front.c  a group's Pareto front of multisets under a threshold
  *   search_bound.c  lower bounds (LP and Lagrangian) in Fenwick trees
- *   search_exact.c  the two sides' merges, threshold rounds, the driver */
+ *   search_front.c  a group's Pareto front of multisets under a threshold
+ *   search_exact.c  the two sides' merges, threshold rounds, the driver
+ * (search_prepare.c, shared with the other two searches, below them all). */
 #ifndef OSDP_SEARCH_EXACT_H
 #define OSDP_SEARCH_EXACT_H
 
@@ -12,15 +14,18 @@
 #include <stddef.h>
 
 typedef struct osdp_sx_group {
-    int r, k;                  /* r identical items with k choices */
-    int *pos;                  /* [r] their indices, ascending */
-    const long long *m, *q;    /* memory and fixed-point time per choice */
-    int *hull, nh;             /* lower convex hull of the choices, memory ascending */
-    int *par, np;              /* the non-dominated choices, memory ascending */
-    int *rh, *rhn;             /* [np][k], [np]: lower hull of par[d..np-1] (search_front.c) */
-    int fsize;                 /* Pareto front of the group's multisets, memory */
-    long long *fm, *fq;        /* ascending and time strictly descending */
-    int *cnt;                  /* [fsize][k] choice counts */
+    int n_items, n_choices;    /* r = n_items identical items with k = n_choices choices */
+    int *items;                /* [r] their indices, ascending */
+    const long long *mem;      /* memory per choice */
+    const long long *units;    /* fixed-point time per choice */
+    int *hull, n_hull;         /* lower convex hull of the choices, memory ascending */
+    int *pareto, n_pareto;     /* par: the non-dominated choices, memory ascending */
+    int *pareto_hull;          /* [n_pareto][k]: lower hull of pareto[d..n_pareto-1] (search_front.c) */
+    int *pareto_hull_n;        /* [n_pareto]: its size */
+    int front_size;            /* Pareto front of the group's multisets: */
+    long long *front_mem;      /*   memory ascending */
+    long long *front_units;    /*   and time strictly descending */
+    int *front_counts;         /* [front_size][k] choice counts */
     double dist;               /* distance from the LP's break efficiency */
 } osdp_sx_group;
 
@@ -37,8 +42,8 @@ typedef struct osdp_sx_step { /* between consecutive non-dominated choices of on
 } osdp_sx_step;
 
 /* Fenwick trees (1-based): over the edges in efficiency order (bytes LM,
- * time units LQ; nseg + 1 long), over the steps with r > 0 by size (count
- * KC, bytes KS) and by r (count TC, r TR; nstp + 1 long) */
+ * time units LQ; n_edges + 1 long), over the steps with r > 0 by size (count
+ * KC, bytes KS) and by r (count TC, r TR; n_steps + 1 long) */
 enum { LM, LQ, KC, KS, TC, TR, NTREE };
 typedef struct osdp_sx_fenwick { /* bound data of the groups not on a side */
     long long m0, q0;          /* their base: all at the smallest-memory choice */
@@ -59,28 +64,30 @@ typedef struct osdp_sx_side {
 } osdp_sx_side;
 
 typedef struct osdp_sx_context {
-    const osdp_search_problem *p;
+    const osdp_search_problem *problem;
     osdp_search_prep prep;
-    int ng, nseg, nstp, kmax;  /* groups, hull edges, steps, the most choices of an item */
-    osdp_sx_group *g;
-    osdp_sx_edge *seg;         /* hull edges, efficiency descending */
-    osdp_sx_step *stp;         /* steps, by group */
+    int n_groups, n_edges, n_steps; /* groups, hull edges, steps */
+    int max_choices;           /* the most choices of an item */
+    osdp_sx_group *groups;
+    osdp_sx_edge *edges;       /* hull edges, efficiency descending */
+    osdp_sx_step *steps;       /* steps, by group */
     int *by_dm, *by_r;         /* step ids by size ascending / by r descending */
     int *eg_off, *eg_pos;      /* group j's edges: eg_pos[eg_off[j] .. eg_off[j + 1]) */
-    int *sg_off;               /* group j's steps: stp[sg_off[j] .. sg_off[j + 1]) */
-    int *gorder;               /* groups, farthest from the break first */
-    osdp_sx_side s[2];         /* A, B */
+    int *sg_off;               /* group j's steps: steps[sg_off[j] .. sg_off[j + 1]) */
+    int *group_order;          /* groups, farthest from the break first */
+    osdp_sx_side sides[2];     /* A, B */
     osdp_sx_fenwick full;      /* bound data of all groups */
-    double brk, lam;           /* LP break efficiency; lambda of the cardinality bound */
-    long long ub;              /* time of the greedy plan */
-    double thr;                /* states whose bound exceeds it are dropped */
+    double break_eff;          /* the LP's break efficiency */
+    double lambda;             /* lambda of the cardinality bound */
+    long long greedy_units;    /* time of the greedy plan */
+    double threshold;          /* states whose bound exceeds it are dropped */
     double next;               /* the smallest bound dropped */
     double cap;                /* the time of the best plan found but not proven */
-    int *tmp[2];               /* [n] vectors for tie comparisons */
+    int *tie_choice[2];        /* [n] vectors for tie comparisons */
     struct osdp_sx_points *fpts[2]; /* [max r + 1] build_front's G_{d-1}(.), G_d(.): reused, they grow */
     int fpts_n;
-    long long *edm, *edq;      /* [nseg] build_front: the other groups' edges */
-    long long *lcm, *lcq;      /* [nseg + k] build_front: one LP line */
+    long long *edm, *edq;      /* [n_edges] build_front: the other groups' edges */
+    long long *lcm, *lcq;      /* [n_edges + k] build_front: one LP line */
     double *leff;
     long long nodes;
 } osdp_sx_context;

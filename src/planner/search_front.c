@@ -86,26 +86,26 @@ typedef struct lp_line {
 static void line_build(const osdp_sx_context *x, const osdp_sx_group *g, const osdp_sx_fenwick *f, int d, long long n,
                        lp_line *L)
 {
-    const int *h = g->rh + (size_t)d * (size_t)g->k, nh = n > 0 ? g->rhn[d] : 1;
-    L->base_m = n * g->m[h[0]] + f->m0;
-    L->base_q = n * g->q[h[0]] + f->q0;
+    const int *h = g->pareto_hull + (size_t)d * (size_t)g->n_choices, nh = n > 0 ? g->pareto_hull_n[d] : 1;
+    L->base_m = n * g->mem[h[0]] + f->m0;
+    L->base_q = n * g->units[h[0]] + f->q0;
     L->cm = x->lcm;
     L->cq = x->lcq;
     L->eff = x->leff;
     int t = 0, i = 0, e = 0;
     L->cm[0] = L->cq[0] = 0;
     for (;;) {
-        while (i < x->nseg && x->edm[i] == 0) i++;
-        double ei = i < x->nseg ? x->seg[i].eff : -INFINITY, ee = -INFINITY;
+        while (i < x->n_edges && x->edm[i] == 0) i++;
+        double ei = i < x->n_edges ? x->edges[i].eff : -INFINITY, ee = -INFINITY;
         long long dm = 0, dq = 0;
         if (e + 1 < nh) {
-            dm = g->m[h[e + 1]] - g->m[h[e]];
-            dq = g->q[h[e]] - g->q[h[e + 1]];
+            dm = g->mem[h[e + 1]] - g->mem[h[e]];
+            dq = g->units[h[e]] - g->units[h[e + 1]];
             ee = (double)dq / (double)dm;
         }
-        if (i >= x->nseg && e + 1 >= nh) break;
-        if (i < x->nseg && ei >= ee) {
-            L->eff[t] = (double)x->seg[i].dq / (double)x->seg[i].dm;
+        if (i >= x->n_edges && e + 1 >= nh) break;
+        if (i < x->n_edges && ei >= ee) {
+            L->eff[t] = (double)x->edges[i].dq / (double)x->edges[i].dm;
             dm = x->edm[i];
             dq = x->edq[i];
             i++;
@@ -138,8 +138,8 @@ static double line_query(lp_line *L, long long budget)
 static int front_merge(osdp_sx_context *x, const osdp_sx_group *g, const osdp_sx_fenwick *f, int d, long long j,
                        long long cap, const osdp_sx_points *a, const osdp_sx_points *b, int c, osdp_sx_points *out)
 {
-    const int k = g->k, last = d == g->np - 1 && j == g->r;
-    const long long left = g->r - j, low = g->m[g->par[d]]; /* the rest's smallest memory each */
+    const int k = g->n_choices, last = d == g->n_pareto - 1 && j == g->n_items;
+    const long long left = g->n_items - j, low = g->mem[g->pareto[d]]; /* the rest's smallest memory each */
     int ia = 0, ib = 0;
     out->n = 0;
     if (pts_reserve(out, (size_t)(a->n + (b ? b->n : 0)) + 1, k)) return -1;
@@ -151,7 +151,7 @@ static int front_merge(osdp_sx_context *x, const osdp_sx_group *g, const osdp_sx
         int from_b;
         int has_a = ia < a->n, has_b = b && ib < b->n;
         if (!has_a && !has_b) break;
-        long long mb = has_b ? b->m[ib] + g->m[c] : 0, qb = has_b ? b->q[ib] + g->q[c] : 0;
+        long long mb = has_b ? b->m[ib] + g->mem[c] : 0, qb = has_b ? b->q[ib] + g->units[c] : 0;
         from_b = has_b && (!has_a || mb < a->m[ia] || (mb == a->m[ia] && qb < a->q[ia]));
         if (has_a && has_b && mb == a->m[ia] && qb == a->q[ia]) /* a tie: the tie rule's counts decide */
             from_b = counts_better_plus(b->c + (size_t)ib * (size_t)k, c, a->c + (size_t)ia * (size_t)k, k);
@@ -174,8 +174,8 @@ static int front_merge(osdp_sx_context *x, const osdp_sx_group *g, const osdp_sx
         x->nodes++;
         if (out->n > 0 && q >= out->q[out->n - 1]) continue; /* dominated (or an equal that came later) */
         if (m + left * low > cap) break;                     /* memory ascends */
-        double lb = last ? osdp_sx_bound(x, f, m, q) : (double)q + line_query(&line, x->p->mem_limit - m);
-        if (lb > x->thr) {
+        double lb = last ? osdp_sx_bound(x, f, m, q) : (double)q + line_query(&line, x->problem->mem_limit - m);
+        if (lb > x->threshold) {
             if (lb < x->next) x->next = lb;
             continue;
         }
@@ -191,8 +191,8 @@ static int front_merge(osdp_sx_context *x, const osdp_sx_group *g, const osdp_sx
 /* group gi's front under the round's threshold; f: scratch bound data */
 int osdp_sx_build_front(osdp_sx_context *x, int gi, long long cap, osdp_sx_fenwick *f)
 {
-    osdp_sx_group *g = &x->g[gi];
-    const int k = g->k, r = g->r;
+    osdp_sx_group *g = &x->groups[gi];
+    const int k = g->n_choices, r = g->n_items;
     int rc = -1;
     if (x->fpts_n < r + 1) { /* scratch for every group: the largest r */
         for (int t = 0; t < 2; t++) {
@@ -203,18 +203,18 @@ int osdp_sx_build_front(osdp_sx_context *x, int gi, long long cap, osdp_sx_fenwi
         x->fpts_n = x->fpts[0] && x->fpts[1] ? r + 1 : 0;
     }
     osdp_sx_points *prev = x->fpts[0], *cur = x->fpts[1];
-    free(g->fm); free(g->fq); free(g->cnt);
-    g->fm = g->fq = NULL;
-    g->cnt = NULL;
-    g->fsize = 0;
+    free(g->front_mem); free(g->front_units); free(g->front_counts);
+    g->front_mem = g->front_units = NULL;
+    g->front_counts = NULL;
+    g->front_size = 0;
     if (!prev || !cur || pts_reserve(&prev[0], 1, k)) goto done;
     for (int j = 0; j <= r; j++) prev[j].n = cur[j].n = 0;
     if (!x->edm) { /* LP line scratch, for every group */
-        x->edm = malloc(sizeof *x->edm * (size_t)(x->nseg + 1));
-        x->edq = malloc(sizeof *x->edq * (size_t)(x->nseg + 1));
-        x->lcm = malloc(sizeof *x->lcm * (size_t)(x->nseg + x->kmax + 1));
-        x->lcq = malloc(sizeof *x->lcq * (size_t)(x->nseg + x->kmax + 1));
-        x->leff = malloc(sizeof *x->leff * (size_t)(x->nseg + x->kmax + 1));
+        x->edm = malloc(sizeof *x->edm * (size_t)(x->n_edges + 1));
+        x->edq = malloc(sizeof *x->edq * (size_t)(x->n_edges + 1));
+        x->lcm = malloc(sizeof *x->lcm * (size_t)(x->n_edges + x->max_choices + 1));
+        x->lcq = malloc(sizeof *x->lcq * (size_t)(x->n_edges + x->max_choices + 1));
+        x->leff = malloc(sizeof *x->leff * (size_t)(x->n_edges + x->max_choices + 1));
         if (!x->edm || !x->edq || !x->lcm || !x->lcq || !x->leff) goto done;
     }
     osdp_sx_fen_copy(x, f, &x->full);
@@ -223,22 +223,22 @@ int osdp_sx_build_front(osdp_sx_context *x, int gi, long long cap, osdp_sx_fenwi
     prev[0].n = 1; /* G_{-1}(0): no item yet */
     prev[0].m[0] = prev[0].q[0] = 0;
     memset(prev[0].c, 0, sizeof *prev[0].c * (size_t)k);
-    for (int d = 0; d < g->np; d++) {
+    for (int d = 0; d < g->n_pareto; d++) {
         for (int j = 0; j <= r; j++)
-            if (front_merge(x, g, f, d, j, cap, &prev[j], j > 0 ? &cur[j - 1] : NULL, g->par[d], &cur[j])) goto done;
+            if (front_merge(x, g, f, d, j, cap, &prev[j], j > 0 ? &cur[j - 1] : NULL, g->pareto[d], &cur[j])) goto done;
         osdp_sx_points *t = prev;
         prev = cur;
         cur = t;
     }
     const osdp_sx_points *F = &prev[r]; /* the front: G_{np-1}(r) */
-    g->fm = malloc(sizeof *g->fm * (size_t)(F->n + 1));
-    g->fq = malloc(sizeof *g->fq * (size_t)(F->n + 1));
-    g->cnt = malloc(sizeof *g->cnt * (size_t)(F->n + 1) * (size_t)k);
-    if (!g->fm || !g->fq || !g->cnt) goto done;
-    memcpy(g->fm, F->m, sizeof *g->fm * (size_t)F->n);
-    memcpy(g->fq, F->q, sizeof *g->fq * (size_t)F->n);
-    memcpy(g->cnt, F->c, sizeof *g->cnt * (size_t)F->n * (size_t)k);
-    g->fsize = F->n;
+    g->front_mem = malloc(sizeof *g->front_mem * (size_t)(F->n + 1));
+    g->front_units = malloc(sizeof *g->front_units * (size_t)(F->n + 1));
+    g->front_counts = malloc(sizeof *g->front_counts * (size_t)(F->n + 1) * (size_t)k);
+    if (!g->front_mem || !g->front_units || !g->front_counts) goto done;
+    memcpy(g->front_mem, F->m, sizeof *g->front_mem * (size_t)F->n);
+    memcpy(g->front_units, F->q, sizeof *g->front_units * (size_t)F->n);
+    memcpy(g->front_counts, F->c, sizeof *g->front_counts * (size_t)F->n * (size_t)k);
+    g->front_size = F->n;
     rc = 0;
 done:
     return rc;

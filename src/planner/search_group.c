@@ -53,74 +53,75 @@ static int mul_less(unsigned long long a, unsigned long long b, unsigned long lo
  * descending) */
 static int below(const osdp_sx_group *g, int a, int b, int c)
 {
-    return mul_less((unsigned long long)(g->q[a] - g->q[c]), (unsigned long long)(g->m[b] - g->m[a]),
-                    (unsigned long long)(g->q[a] - g->q[b]), (unsigned long long)(g->m[c] - g->m[a]));
+    return mul_less((unsigned long long)(g->units[a] - g->units[c]), (unsigned long long)(g->mem[b] - g->mem[a]),
+                    (unsigned long long)(g->units[a] - g->units[b]), (unsigned long long)(g->mem[c] - g->mem[a]));
 }
 
 /* hull: the lower convex hull of the non-dominated choices, memory ascending */
 static void make_hull(osdp_sx_group *g)
 {
     int *h = g->hull, nh = 0;
-    for (int c = 0; c < g->k; c++) { /* insertion sort by (memory, time, index) */
+    for (int c = 0; c < g->n_choices; c++) { /* insertion sort by (memory, time, index) */
         int t = c;
-        while (t > 0 && (g->m[h[t - 1]] > g->m[c] || (g->m[h[t - 1]] == g->m[c] && g->q[h[t - 1]] > g->q[c]))) {
+        while (t > 0
+               && (g->mem[h[t - 1]] > g->mem[c] || (g->mem[h[t - 1]] == g->mem[c] && g->units[h[t - 1]] > g->units[c]))) {
             h[t] = h[t - 1];
             t--;
         }
         h[t] = c;
     }
-    g->np = 0;
-    for (int t = 0; t < g->k; t++)
-        if (g->np == 0 || g->q[h[t]] < g->q[g->par[g->np - 1]]) g->par[g->np++] = h[t];
-    for (int t = 0; t < g->np; t++) {
-        int c = g->par[t];
+    g->n_pareto = 0;
+    for (int t = 0; t < g->n_choices; t++)
+        if (g->n_pareto == 0 || g->units[h[t]] < g->units[g->pareto[g->n_pareto - 1]]) g->pareto[g->n_pareto++] = h[t];
+    for (int t = 0; t < g->n_pareto; t++) {
+        int c = g->pareto[t];
         while (nh >= 2 && !below(g, h[nh - 2], h[nh - 1], c)) nh--;
         h[nh++] = c;
     }
-    g->nh = nh;
-    for (int d = 0; d < g->np; d++) { /* the same chain over par[d..] */
-        int *rh = g->rh + (size_t)d * (size_t)g->k, n = 0;
-        for (int t = d; t < g->np; t++) {
-            int c = g->par[t];
+    g->n_hull = nh;
+    for (int d = 0; d < g->n_pareto; d++) { /* the same chain over par[d..] */
+        int *rh = g->pareto_hull + (size_t)d * (size_t)g->n_choices, n = 0;
+        for (int t = d; t < g->n_pareto; t++) {
+            int c = g->pareto[t];
             while (n >= 2 && !below(g, rh[n - 2], rh[n - 1], c)) n--;
             rh[n++] = c;
         }
-        g->rhn[d] = n;
+        g->pareto_hull_n[d] = n;
     }
 }
 
 int osdp_sx_make_groups(osdp_sx_context *x)
 {
-    const osdp_search_problem *p = x->p;
+    const osdp_search_problem *p = x->problem;
     int n = p->n_items, rc = -1;
     int *gid = malloc(sizeof *gid * (size_t)n), *rep = malloc(sizeof *rep * (size_t)n);
-    x->g = calloc((size_t)n, sizeof *x->g);
-    if (!gid || !rep || !x->g) goto done;
+    x->groups = calloc((size_t)n, sizeof *x->groups);
+    if (!gid || !rep || !x->groups) goto done;
     for (int i = 0; i < n; i++) {
         int j = 0;
-        while (j < x->ng && !same_item(p, rep[j], i)) j++;
-        if (j == x->ng) rep[x->ng++] = i;
+        while (j < x->n_groups && !same_item(p, rep[j], i)) j++;
+        if (j == x->n_groups) rep[x->n_groups++] = i;
         gid[i] = j;
-        x->g[j].r++;
+        x->groups[j].n_items++;
     }
-    for (int j = 0; j < x->ng; j++) {
-        osdp_sx_group *g = &x->g[j];
-        g->k = p->n_choices[rep[j]];
-        g->m = p->mem[rep[j]];
-        g->q = x->prep.q + x->prep.off[rep[j]];
-        g->pos = malloc(sizeof *g->pos * (size_t)g->r);
-        g->hull = malloc(sizeof *g->hull * (size_t)g->k);
-        g->par = malloc(sizeof *g->par * (size_t)g->k);
-        g->rh = malloc(sizeof *g->rh * (size_t)g->k * (size_t)g->k);
-        g->rhn = malloc(sizeof *g->rhn * (size_t)g->k);
-        if (!g->pos || !g->hull || !g->par || !g->rh || !g->rhn) goto done;
-        g->r = 0;
+    for (int j = 0; j < x->n_groups; j++) {
+        osdp_sx_group *g = &x->groups[j];
+        g->n_choices = p->n_choices[rep[j]];
+        g->mem = p->mem[rep[j]];
+        g->units = x->prep.q + x->prep.off[rep[j]];
+        g->items = malloc(sizeof *g->items * (size_t)g->n_items);
+        g->hull = malloc(sizeof *g->hull * (size_t)g->n_choices);
+        g->pareto = malloc(sizeof *g->pareto * (size_t)g->n_choices);
+        g->pareto_hull = malloc(sizeof *g->pareto_hull * (size_t)g->n_choices * (size_t)g->n_choices);
+        g->pareto_hull_n = malloc(sizeof *g->pareto_hull_n * (size_t)g->n_choices);
+        if (!g->items || !g->hull || !g->pareto || !g->pareto_hull || !g->pareto_hull_n) goto done;
+        g->n_items = 0;
         make_hull(g);
-        x->nseg += g->nh - 1;
-        if (g->k > x->kmax) x->kmax = g->k;
-        x->nstp += g->np - 1;
+        x->n_edges += g->n_hull - 1;
+        if (g->n_choices > x->max_choices) x->max_choices = g->n_choices;
+        x->n_steps += g->n_pareto - 1;
     }
-    for (int i = 0; i < n; i++) x->g[gid[i]].pos[x->g[gid[i]].r++] = i;
+    for (int i = 0; i < n; i++) x->groups[gid[i]].items[x->groups[gid[i]].n_items++] = i;
     rc = 0;
 done:
     free(gid);
@@ -148,34 +149,34 @@ int osdp_sx_cmp_keyed(const void *a, const void *b)
 int osdp_sx_plan_order(osdp_sx_context *x)
 {
     int ns = 0, na = 0, rc = -1;
-    long long budget = x->p->mem_limit;
-    int *at = NULL, *at_off = malloc(sizeof *at_off * (size_t)(x->ng + 1));
-    osdp_sx_keyed *kd = malloc(sizeof *kd * (size_t)x->ng);
-    x->seg = malloc(sizeof *x->seg * (size_t)(x->nseg + 1));
-    x->gorder = malloc(sizeof *x->gorder * (size_t)x->ng);
-    if (!at_off || !kd || !x->seg || !x->gorder) goto done;
-    for (int j = 0; j < x->ng; j++) {
-        osdp_sx_group *g = &x->g[j];
+    long long budget = x->problem->mem_limit;
+    int *at = NULL, *at_off = malloc(sizeof *at_off * (size_t)(x->n_groups + 1));
+    osdp_sx_keyed *kd = malloc(sizeof *kd * (size_t)x->n_groups);
+    x->edges = malloc(sizeof *x->edges * (size_t)(x->n_edges + 1));
+    x->group_order = malloc(sizeof *x->group_order * (size_t)x->n_groups);
+    if (!at_off || !kd || !x->edges || !x->group_order) goto done;
+    for (int j = 0; j < x->n_groups; j++) {
+        osdp_sx_group *g = &x->groups[j];
         at_off[j] = na;
-        na += g->nh;
-        budget -= (long long)g->r * g->m[g->hull[0]];
-        for (int v = 0; v + 1 < g->nh; v++) {
-            osdp_sx_edge *s = &x->seg[ns++];
+        na += g->n_hull;
+        budget -= (long long)g->n_items * g->mem[g->hull[0]];
+        for (int v = 0; v + 1 < g->n_hull; v++) {
+            osdp_sx_edge *s = &x->edges[ns++];
             s->g = j;
             s->v = v;
-            s->dm = g->m[g->hull[v + 1]] - g->m[g->hull[v]];
-            s->dq = g->q[g->hull[v]] - g->q[g->hull[v + 1]];
+            s->dm = g->mem[g->hull[v + 1]] - g->mem[g->hull[v]];
+            s->dq = g->units[g->hull[v]] - g->units[g->hull[v + 1]];
             s->eff = (double)s->dq / (double)s->dm;
         }
     }
-    at_off[x->ng] = na;
-    qsort(x->seg, (size_t)ns, sizeof *x->seg, cmp_seg);
+    at_off[x->n_groups] = na;
+    qsort(x->edges, (size_t)ns, sizeof *x->edges, cmp_seg);
     if (!(at = calloc((size_t)na + 1, sizeof *at))) goto done;
-    for (int j = 0; j < x->ng; j++) at[at_off[j]] = x->g[j].r;
+    for (int j = 0; j < x->n_groups; j++) at[at_off[j]] = x->groups[j].n_items;
     double brk = 0.0;
     int broken = 0;
     for (int t = 0; t < ns; t++) {
-        const osdp_sx_edge *s = &x->seg[t];
+        const osdp_sx_edge *s = &x->edges[t];
         int *a = at + at_off[s->g] + s->v;
         long long take = budget / s->dm;
         if (take > a[0]) take = a[0];
@@ -187,21 +188,21 @@ int osdp_sx_plan_order(osdp_sx_context *x)
         a[1] += (int)take;
         budget -= take * s->dm;
     }
-    x->brk = brk;
-    x->ub = 0;
-    for (int j = 0; j < x->ng; j++) {
-        const osdp_sx_group *g = &x->g[j];
-        for (int v = 0; v < g->nh; v++) x->ub += (long long)at[at_off[j] + v] * g->q[g->hull[v]];
-        x->g[j].dist = INFINITY;
+    x->break_eff = brk;
+    x->greedy_units = 0;
+    for (int j = 0; j < x->n_groups; j++) {
+        const osdp_sx_group *g = &x->groups[j];
+        for (int v = 0; v < g->n_hull; v++) x->greedy_units += (long long)at[at_off[j] + v] * g->units[g->hull[v]];
+        x->groups[j].dist = INFINITY;
     }
     for (int t = 0; t < ns; t++) {
-        osdp_sx_group *g = &x->g[x->seg[t].g];
-        double d = broken ? fabs(x->seg[t].eff - brk) / brk : x->seg[t].eff;
+        osdp_sx_group *g = &x->groups[x->edges[t].g];
+        double d = broken ? fabs(x->edges[t].eff - brk) / brk : x->edges[t].eff;
         if (d < g->dist) g->dist = d;
     }
-    for (int j = 0; j < x->ng; j++) kd[j] = (osdp_sx_keyed){x->g[j].dist, j};
-    qsort(kd, (size_t)x->ng, sizeof *kd, osdp_sx_cmp_keyed);
-    for (int j = 0; j < x->ng; j++) x->gorder[j] = kd[j].id;
+    for (int j = 0; j < x->n_groups; j++) kd[j] = (osdp_sx_keyed){x->groups[j].dist, j};
+    qsort(kd, (size_t)x->n_groups, sizeof *kd, osdp_sx_cmp_keyed);
+    for (int j = 0; j < x->n_groups; j++) x->group_order[j] = kd[j].id;
     rc = 0;
 done:
     free(at);
