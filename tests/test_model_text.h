@@ -1,6 +1,7 @@
 /* Shared by the model and runtime Check tests (tests/test_model.c,
- * tests/test_runtime.c): a seeded generator, a checked allocation, and
- * layouts built from model descriptions written in the test. */
+ * tests/test_runtime.c): a seeded generator, a checked allocation,
+ * layouts built from model descriptions written in the test, and the
+ * check of an input error's message. */
 #ifndef OSDP_TEST_MODEL_TEXT_H
 #define OSDP_TEST_MODEL_TEXT_H
 
@@ -9,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "osdp/error.h"
 #include "osdp/layout.h"
 #include "osdp/model_config.h"
 
@@ -50,6 +52,16 @@ static inline int find_tensor(const osdp_op_layout *op, const char *name)
     for (int k = 0; k < op->n_tensors; k++)
         if (strcmp(op->tensor[k].name, name) == 0) return k;
     return -1;
+}
+
+/* an input error's message names what the case `what` expects: word1,
+ * word2 (NULL: none) and the file it came from */
+static inline void check_error_words(const char *what, const char *word1, const char *word2, const char *file)
+{
+    const char *msg = osdp_error_message();
+    ck_assert_msg(strstr(msg, word1) != NULL, "%s: message '%s' lacks '%s'", what, msg, word1);
+    if (word2) ck_assert_msg(strstr(msg, word2) != NULL, "%s: message '%s' lacks '%s'", what, msg, word2);
+    ck_assert_msg(strstr(msg, file) != NULL, "%s: message '%s' does not name the file %s", what, msg, file);
 }
 
 #endif

@@ -37,7 +37,7 @@
  * exchanging a dominated choice for its dominator never slows a plan nor
  * raises its peak, so the optimum is kept (src/planner/plan_choices.c).
  *
- * The peak (osdp/cost_model.h) written for the search (plan_search.h):
+ * The peak (osdp/cost_model.h) written for the search (src/planner/plan_context.h):
  *     peak = cst + sum_i R_i + max_u Z_u,   R_i = state + resident + acts,
  *     Z_u = f_{u-1} + wp_u + nx_{u+1} - sum_{j >= u+2} acts_j
  * (wp: a backward's gradients, gathered slices and recomputed activations;

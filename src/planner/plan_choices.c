@@ -1,5 +1,5 @@
 /* The planner's choices per operator for one micro-batch (the arrays of
- * plan_search.h): DP / ZDP, k of g slices ZDP for one granularity or, with
+ * plan_context.h): DP / ZDP, k of g slices ZDP for one granularity or, with
  * --split auto, for every g of the set; recompute fixed or, with
  * --recompute auto, both ways for attn and mlp operators.  Choices that
  * another choice of the same operator dominates in every term of the peak
@@ -225,38 +225,34 @@ static int prune_free(osdp_ps_context *ctx)
     return 0;
 }
 
-/* The context's arrays, one allocation per element type (each block is
- * freed through its first array, osdp_ps_context_free); -1 when out of
- * memory, the blocks that were allocated left for osdp_ps_context_free. */
+/* The context's arrays, each its own allocation (one block per element
+ * type measured slower: a block that large is handed back to the system
+ * and faulted in again for every micro-batch); -1 when out of memory, what
+ * was allocated left for osdp_ps_context_free. */
 static int alloc_arrays(osdp_ps_context *ctx)
 {
     const size_t n = (size_t)ctx->n_ops, nk = n * (size_t)ctx->stride;
-    signed char *flags = malloc(3 * nk);
-    long long *bytes = malloc(sizeof *bytes * (6 * nk + 2 * n));
-    double *reals = malloc(sizeof *reals * 2 * nk);
-    int *ints = malloc(sizeof *ints * (nk + 3 * n));
-    ctx->choice_slices = flags;
-    ctx->held_bytes = bytes;
-    ctx->objective = reals;
-    ctx->knap_choice = ints;
-    ctx->knap_mem = malloc(sizeof *ctx->knap_mem * n);
-    ctx->knap_time = malloc(sizeof *ctx->knap_time * n);
-    ctx->search_workspace = osdp_search_workspace_new();
-    if (!flags || !bytes || !reals || !ints || !ctx->knap_mem || !ctx->knap_time || !ctx->search_workspace) return -1;
-    ctx->choice_zdp_slices = flags + nk;
-    ctx->choice_recompute = flags + 2 * nk;
-    ctx->pass_peak_bytes = bytes + nk;
-    ctx->prefetch_bytes = bytes + 2 * nk;
-    ctx->next_op_bytes = bytes + 3 * nk;
-    ctx->act_bytes = bytes + 4 * nk;
-    ctx->knap_mem_buf = bytes + 5 * nk;
-    ctx->later_acts_optimistic = bytes + 6 * nk;
-    ctx->later_acts_pessimistic = bytes + 6 * nk + n;
-    ctx->knap_time_buf = reals + nk;
-    ctx->knap_order = ints + nk;
-    ctx->knap_n_choices = ints + nk + n;
-    ctx->knap_solution = ints + nk + 2 * n;
-    return 0;
+    signed char **flags[] = {&ctx->choice_slices, &ctx->choice_zdp_slices, &ctx->choice_recompute};
+    long long **choice_bytes[] = {&ctx->held_bytes, &ctx->pass_peak_bytes, &ctx->prefetch_bytes, &ctx->next_op_bytes,
+                                  &ctx->act_bytes, &ctx->knap_mem_buf};
+    long long **op_bytes[] = {&ctx->later_acts_optimistic, &ctx->later_acts_pessimistic};
+    double **choice_reals[] = {&ctx->objective, &ctx->knap_time_buf};
+    int **op_ints[] = {&ctx->knap_order, &ctx->knap_n_choices, &ctx->knap_solution};
+    int ok = 1;
+    for (size_t a = 0; a < sizeof flags / sizeof *flags; a++) ok &= (*flags[a] = malloc(nk)) != NULL;
+    for (size_t a = 0; a < sizeof choice_bytes / sizeof *choice_bytes; a++)
+        ok &= (*choice_bytes[a] = malloc(nk * sizeof **choice_bytes[a])) != NULL;
+    for (size_t a = 0; a < sizeof op_bytes / sizeof *op_bytes; a++)
+        ok &= (*op_bytes[a] = malloc(n * sizeof **op_bytes[a])) != NULL;
+    for (size_t a = 0; a < sizeof choice_reals / sizeof *choice_reals; a++)
+        ok &= (*choice_reals[a] = malloc(nk * sizeof **choice_reals[a])) != NULL;
+    for (size_t a = 0; a < sizeof op_ints / sizeof *op_ints; a++)
+        ok &= (*op_ints[a] = malloc(n * sizeof **op_ints[a])) != NULL;
+    ok &= (ctx->knap_choice = malloc(nk * sizeof *ctx->knap_choice)) != NULL;
+    ok &= (ctx->knap_mem = malloc(n * sizeof *ctx->knap_mem)) != NULL;
+    ok &= (ctx->knap_time = malloc(n * sizeof *ctx->knap_time)) != NULL;
+    ok &= (ctx->search_workspace = osdp_search_workspace_new()) != NULL;
+    return ok ? 0 : -1;
 }
 
 osdp_status osdp_ps_context_build(osdp_ps_context *ctx, const osdp_layout *L, const osdp_device *dev,

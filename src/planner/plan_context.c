@@ -8,15 +8,13 @@
 
 void osdp_ps_context_free(osdp_ps_context *ctx)
 {
-    free(ctx->n_choices);
-    free(ctx->group);
-    /* the blocks of plan_choices.c's alloc_arrays, through their first arrays */
-    free(ctx->choice_slices);
-    free(ctx->held_bytes);
-    free(ctx->objective);
-    free(ctx->knap_choice);
-    free(ctx->knap_mem);
-    free(ctx->knap_time);
+    free(ctx->n_choices); free(ctx->group);
+    free(ctx->choice_slices); free(ctx->choice_zdp_slices); free(ctx->choice_recompute);
+    free(ctx->held_bytes); free(ctx->pass_peak_bytes); free(ctx->prefetch_bytes); free(ctx->next_op_bytes);
+    free(ctx->act_bytes); free(ctx->objective);
+    free(ctx->later_acts_optimistic); free(ctx->later_acts_pessimistic);
+    free(ctx->knap_order); free(ctx->knap_n_choices); free(ctx->knap_choice); free(ctx->knap_solution);
+    free(ctx->knap_mem); free(ctx->knap_time); free(ctx->knap_mem_buf); free(ctx->knap_time_buf);
     osdp_search_workspace_free(ctx->search_workspace);
     osdp_ps_knap_cache_free(ctx->knap_cache);
     memset(ctx, 0, sizeof *ctx);

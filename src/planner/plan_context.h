@@ -30,8 +30,7 @@
  * The search bounds, prunes and enumerates with K = Kopt, each later
  * acts_j at its largest (Z_u at its smallest), and checks plans against the
  * true Z_u; Kpes (each at its smallest) bounds Z_u from above.  Per-choice
- * arrays are [n_ops * stride], choice c of operator i at PS_CHOICE(ctx, i, c);
- * the arrays of one element type share one allocation (plan_choices.c). */
+ * arrays are [n_ops * stride], choice c of operator i at PS_CHOICE(ctx, i, c). */
 typedef struct osdp_ps_context {
     osdp_cost_model cost;
     const osdp_planner_options *opts;

@@ -1,6 +1,6 @@
 /* The planner's knapsacks (osdp/search.h) over the allowed choices of a
- * node, their cache across transient bounds, and the LP, byte-threshold
- * and transient lower bounds (method in osdp/planner.h). */
+ * node, reused across transient bounds through plan_knap_cache.c, and the
+ * LP and byte-threshold lower bounds (method in osdp/planner.h). */
 #include "plan_knap.h"
 
 #include <limits.h>
