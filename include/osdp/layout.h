@@ -52,6 +52,7 @@ typedef struct osdp_op_layout {
     /* activation floats saved for backward per sequence of length T,
      * and integer words per sequence (token ids) */
     size_t act_floats_per_seq;
+    size_t kept_floats_per_seq; /* recompute: the output, kept from forward to backward */
     size_t flops_per_token;     /* forward matmul FLOPs per token (x3 for fwd+bwd) */
     size_t attn_flops_per_token;/* forward attention score/value FLOPs per token */
 } osdp_op_layout;

@@ -329,8 +329,7 @@ static osdp_status dump_weights(osdp_runtime *rt, const char *path)
     if (rt->rank == 0 && !(f = fopen(path, "wb")))
         s = osdp_error_set(OSDP_ERR_IO, "cannot write %s", path);
     for (int i = 0; i < rt->layout->n_ops && s == OSDP_OK; i++) {
-        osdp_op_state *st = &rt->ops[i];
-        float *full = malloc(st->padded * sizeof(float));
+        float *full = malloc(rt->layout->op[i].numel * sizeof(float));
         if (!full) s = osdp_error_set(OSDP_ERR_OOM, "dump: out of host memory");
         if (s == OSDP_OK) s = osdp_runtime_gather_op(rt, i, full);
         if (s == OSDP_OK && f && fwrite(full, sizeof(float), rt->layout->op[i].numel, f) != rt->layout->op[i].numel)
@@ -339,6 +338,18 @@ static osdp_status dump_weights(osdp_runtime *rt, const char *path)
     }
     if (f && fclose(f) != 0 && s == OSDP_OK) s = osdp_error_set(OSDP_ERR_IO, "cannot close %s", path);
     return s;
+}
+
+/* This rank's micro-batches of the coming optimizer step, (accum, 2, B, T):
+ * per micro-step the inputs, then the targets (osdp_runtime_step). */
+static void fetch_batches(const osdp_dataset *data, const osdp_runtime *rt, int *tokens)
+{
+    const size_t bt = (size_t)rt->B * (size_t)rt->T;
+    for (int micro = 0; micro < rt->opt.accum_steps; micro++) {
+        int *inputs = tokens + 2 * bt * (size_t)micro;
+        long first = ((long)micro * rt->N + rt->rank) * rt->B;
+        osdp_data_batch(data, rt->opt.seed, rt->step, first, rt->B, rt->T, inputs, inputs + bt);
+    }
 }
 
 int osdp_cmd_train(int argc, char **argv)
@@ -412,9 +423,12 @@ int osdp_cmd_train(int argc, char **argv)
     osdp_report_header(&report, &cfg, &data, &plan, a.steps, global);
 
     osdp_check_all(osdp_train_ckpt_start(&ckpt, &rt, &cfg, &plan, MPI_COMM_WORLD));
+    int *tokens = malloc(2 * (size_t)rt.B * (size_t)rt.T * (size_t)rt.opt.accum_steps * sizeof(int));
+    osdp_check_all(tokens ? OSDP_OK : osdp_error_set(OSDP_ERR_OOM, "train: out of host memory for the batches"));
     for (long step = rt.step; step < a.steps; step++) {
         osdp_step_stats stats;
-        s = osdp_runtime_step(&rt, &data, &stats);
+        fetch_batches(&data, &rt, tokens);
+        s = osdp_runtime_step(&rt, tokens, &stats);
         if (s == OSDP_ERR_NUMERIC) osdp_check_all(s);   /* the loss is all-reduced: every rank sees it */
         if (s != OSDP_OK) osdp_fatal(s, osdp_error_message());
         osdp_report_step(&report, &stats);
@@ -422,6 +436,7 @@ int osdp_cmd_train(int argc, char **argv)
         osdp_check_all(osdp_train_ckpt_after_step(&ckpt, &stop));
         if (stop) break;
     }
+    free(tokens);
     osdp_check_all(osdp_train_ckpt_finish(&ckpt));
     osdp_report_summary(&report);
     if (a.dump_weights) {

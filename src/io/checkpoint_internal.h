@@ -10,6 +10,8 @@
 
 /* the three stored state kinds, in file order */
 enum { CK_MASTER, CK_M, CK_V, CK_N_KINDS };
+/* the runtime's state kind each checkpoint kind holds (osdp/runtime.h) */
+static const osdp_state_kind ck_state_kind[CK_N_KINDS] = {OSDP_STATE_MASTER, OSDP_STATE_M, OSDP_STATE_V};
 extern const char *const ck_kind_group[CK_N_KINDS];    /* "/model", "/optim/m", "/optim/v" */
 
 /* "/model/attn.3/qkv.weight" */

@@ -86,6 +86,7 @@ osdp_status osdp_layout_build(osdp_layout *layout, const osdp_model_config *cfg,
                                  + (size_t)cfg->n_head * t * t /* attention probabilities */
                                  + t * d                  /* heads concatenated */
                                  + t * d;                 /* output residual */
+        attn->kept_floats_per_seq = t * d;
 
         osdp_op_layout *mlp = &layout->op[2 + 2 * i];
         snprintf(mlp->name, sizeof mlp->name, "mlp.%d", i);
@@ -98,6 +99,7 @@ osdp_status osdp_layout_build(osdp_layout *layout, const osdp_model_config *cfg,
         mlp->act_floats_per_seq = t * d + 2 * t       /* ln_2 out, mean, rstd */
                                 + 4 * t * d * 2       /* fc out, gelu out */
                                 + t * d;              /* output residual */
+        mlp->kept_floats_per_seq = t * d;
     }
 
     osdp_op_layout *head = &layout->op[layout->n_ops - 1];
