@@ -2,7 +2,8 @@
  *   shape     every micro-step allocation is freed within the micro-step,
  *             in its own category; ZDP slices are gathered into buffers of
  *             their own, DP slices once per step into the resident ones;
- *             every pass has one USE marker per slice, in pass order
+ *             every pass has one USE marker per slice, in pass order; the
+ *             optimizer allocates nothing
  *   one truth on random plans (split, recompute, bf16, prefetch, accumulation):
  *             the schedule's evaluation, the planner's closed form
  *             (osdp_cost_peak) and the peak the runtime's allocator measures
@@ -96,6 +97,11 @@ static void check_shape(const osdp_schedule *sc)
     }
     for (int b = 0; b < OSDP_BUF_N_KINDS; b++)
         ck_assert_msg(current[b] == 0, "buffer kind %d: %zu bytes still held after the micro-step", b, current[b]);
+    /* the optimizer: every operator's norm, one all-reduce, every operator's update; no memory */
+    ck_assert_int_eq(sc->n_optim, 2 * sc->layout->n_ops + 1);
+    for (int e = 0; e < sc->n_optim; e++)
+        ck_assert_int_eq(sc->optim[e].kind, e < sc->layout->n_ops ? OSDP_EV_NORM_SUM
+                                            : e == sc->layout->n_ops ? OSDP_EV_SUMS_ALL_REDUCE : OSDP_EV_ADAMW);
 }
 
 /* one truth on one plan: schedule, closed form and (comm given) measurement */

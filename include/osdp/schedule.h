@@ -16,7 +16,10 @@
  *           first_micro_only (the DP slices' gathers, made once per step)
  *           are skipped after the first; the others allocate and free the
  *           same bytes every time, so one pass gives the peak;
- *   then the optimizer step, which allocates nothing.
+ *   optim   the optimizer step, once per step after the micro-steps: the
+ *           squared gradient norm summed shard by shard, one all-reduce of
+ *           the loss and norm sums, AdamW on every shard; it allocates
+ *           nothing.
  *
  * Within a micro-step (osdp/runtime.h has the order of weight uses): every
  * ALLOC has its FREE later in the same list; an operator pass is
@@ -69,6 +72,10 @@ typedef enum osdp_event_kind {
     OSDP_EV_LOSS_SUM,       /* add the head's per-token losses to the step's loss sum */
     OSDP_EV_REDUCE_SCATTER, /* start the reduce-scatters of op's full gradients (all its slices) */
     OSDP_EV_REDUCE_SCATTER_WAIT,   /* they completed: add into the gradient shard */
+    OSDP_EV_NORM_SUM,       /* add op's gradient shard's squared norm to the step's sum */
+    OSDP_EV_SUMS_ALL_REDUCE,    /* the loss and norm sums over the ranks (bytes: 16); the step's
+                                   learning rate and clipping scale follow from them */
+    OSDP_EV_ADAMW,          /* AdamW on op's shard */
     OSDP_EV_N_KINDS
 } osdp_event_kind;
 
@@ -119,7 +126,9 @@ typedef struct osdp_schedule {
     int n_setup;
     osdp_event *micro;
     int n_micro;
-    int cap_setup, cap_micro;
+    osdp_event *optim;
+    int n_optim;
+    int cap_setup, cap_micro, cap_optim;   /* allocated lengths of the lists */
 } osdp_schedule;
 
 /* Validates the plan and options against the layout (OSDP_ERR_INPUT with a

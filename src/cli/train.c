@@ -340,16 +340,21 @@ static osdp_status dump_weights(osdp_runtime *rt, const char *path)
     return s;
 }
 
-/* This rank's micro-batches of the coming optimizer step, (accum, 2, B, T):
- * per micro-step the inputs, then the targets (osdp_runtime_step). */
-static void fetch_batches(const osdp_dataset *data, const osdp_runtime *rt, int *tokens)
+/* One optimizer step on this rank's micro-batches, read here: the runtime
+ * takes them as (accum, 2, B, T), per micro-step the inputs, then the targets. */
+static osdp_status train_step(osdp_runtime *rt, const osdp_dataset *data, osdp_step_stats *stats)
 {
     const size_t bt = (size_t)rt->B * (size_t)rt->T;
+    int *tokens = malloc(2 * bt * (size_t)rt->opt.accum_steps * sizeof(int));
+    if (!tokens) return osdp_error_set(OSDP_ERR_OOM, "train: out of host memory for the batches");
     for (int micro = 0; micro < rt->opt.accum_steps; micro++) {
         int *inputs = tokens + 2 * bt * (size_t)micro;
         long first = ((long)micro * rt->N + rt->rank) * rt->B;
         osdp_data_batch(data, rt->opt.seed, rt->step, first, rt->B, rt->T, inputs, inputs + bt);
     }
+    osdp_status s = osdp_runtime_step(rt, tokens, stats);
+    free(tokens);
+    return s;
 }
 
 int osdp_cmd_train(int argc, char **argv)
@@ -423,12 +428,9 @@ int osdp_cmd_train(int argc, char **argv)
     osdp_report_header(&report, &cfg, &data, &plan, a.steps, global);
 
     osdp_check_all(osdp_train_ckpt_start(&ckpt, &rt, &cfg, &plan, MPI_COMM_WORLD));
-    int *tokens = malloc(2 * (size_t)rt.B * (size_t)rt.T * (size_t)rt.opt.accum_steps * sizeof(int));
-    osdp_check_all(tokens ? OSDP_OK : osdp_error_set(OSDP_ERR_OOM, "train: out of host memory for the batches"));
     for (long step = rt.step; step < a.steps; step++) {
         osdp_step_stats stats;
-        fetch_batches(&data, &rt, tokens);
-        s = osdp_runtime_step(&rt, tokens, &stats);
+        s = train_step(&rt, &data, &stats);
         if (s == OSDP_ERR_NUMERIC) osdp_check_all(s);   /* the loss is all-reduced: every rank sees it */
         if (s != OSDP_OK) osdp_fatal(s, osdp_error_message());
         osdp_report_step(&report, &stats);
@@ -436,7 +438,6 @@ int osdp_cmd_train(int argc, char **argv)
         osdp_check_all(osdp_train_ckpt_after_step(&ckpt, &stop));
         if (stop) break;
     }
-    free(tokens);
     osdp_check_all(osdp_train_ckpt_finish(&ckpt));
     osdp_report_summary(&report);
     if (a.dump_weights) {

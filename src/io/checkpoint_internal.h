@@ -6,6 +6,7 @@
 #include <mpi.h>
 #include <stdint.h>
 #include "osdp/checkpoint.h"
+#include "osdp/clock.h"
 #include "osdp/layout.h"
 
 /* the three stored state kinds, in file order */
@@ -85,7 +86,5 @@ osdp_status ck_attr_read_str(hid_t loc, const char *where, const char *name, cha
 
 /* Test hook: raise(SIGKILL) on the chosen rank when OSDP_CKPT_CRASH_AT == point */
 void ck_crash_point(const char *point, long step, int rank, int n_ranks);
-
-double ck_now(void);
 
 #endif

@@ -120,7 +120,7 @@ static void close_file(hid_t fapl, hid_t file)
 
 osdp_status osdp_ckpt_read_info(const char *path, MPI_Comm comm, osdp_ckpt_info *info)
 {
-    double t0 = ck_now();
+    double t0 = osdp_now_seconds();
     ck_h5_quiet quiet;
     ck_h5_quiet_begin(&quiet);
     hid_t fapl, file;
@@ -128,7 +128,7 @@ osdp_status osdp_ckpt_read_info(const char *path, MPI_Comm comm, osdp_ckpt_info 
     if (s == OSDP_OK) s = osdp_status_agree(read_root(file, path, info, NULL), comm);
     close_file(fapl, file);
     ck_h5_quiet_end(&quiet);
-    if (s == OSDP_OK) info->seconds = ck_now() - t0;
+    if (s == OSDP_OK) info->seconds = osdp_now_seconds() - t0;
     return s;
 }
 
@@ -263,7 +263,7 @@ close:
 osdp_status osdp_ckpt_load(osdp_runtime *rt, const osdp_model_config *cfg, const char *path, int flags,
                            MPI_Comm comm, osdp_ckpt_info *info_out)
 {
-    const double t0 = ck_now();
+    const double t0 = osdp_now_seconds();
     const osdp_layout *L = rt->layout;
     if (!cfg) cfg = &L->cfg;
     const int weights_only = (flags & OSDP_CKPT_WEIGHTS_ONLY) != 0;
@@ -325,7 +325,7 @@ out:
     if (s == OSDP_OK && info_out) {
         *info_out = info;
         info_out->bytes = bytes;
-        info_out->seconds = ck_now() - t0;
+        info_out->seconds = osdp_now_seconds() - t0;
     }
     return s;
 }

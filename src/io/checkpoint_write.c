@@ -225,7 +225,7 @@ close:
 osdp_status osdp_ckpt_save(osdp_runtime *rt, const osdp_model_config *cfg, const osdp_plan *plan,
                            const char *path, MPI_Comm comm, osdp_ckpt_info *info)
 {
-    const double t0 = ck_now();
+    const double t0 = osdp_now_seconds();
     const osdp_layout *L = rt->layout;
     if (!cfg) cfg = &L->cfg;
     if (!plan) plan = &rt->plan;
@@ -325,6 +325,6 @@ out:
         info->bytes = bytes;
     }
     MPI_Barrier(comm);
-    if (info && s == OSDP_OK) info->seconds = ck_now() - t0;
+    if (info && s == OSDP_OK) info->seconds = osdp_now_seconds() - t0;
     return s;
 }

@@ -2,6 +2,7 @@
  * (osdp/schedule.h) on real memory, collectives and kernels. */
 #include "runtime_internal.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -142,6 +143,42 @@ static osdp_status scatter_finish(osdp_runtime *rt, int op)
     return OSDP_OK;
 }
 
+/* ---- the optimizer ------------------------------------------------------------ */
+
+/* loss and gradient norm: summed where the compute runs, read back once
+ * (the step's only wait for the compute before the optimizer), then one
+ * all-reduce of two doubles */
+static osdp_status reduce_sums(osdp_runtime *rt)
+{
+    struct osdp_runtime_internal *in = rt->in;
+    double sums[2];
+    rt->backend->to_host(sums, in->sums, sizeof sums);
+    TRY(osdp_comm_all_reduce(rt->comm, sums, 2, OSDP_FLOAT64, NULL));
+    in->loss = sums[0] / in->global_tokens;
+    in->grad_norm = sqrt(sums[1]);
+    if (!isfinite(in->loss) || !isfinite(in->grad_norm))
+        return osdp_error_set(OSDP_ERR_NUMERIC, "step %ld: loss is %g and gradient norm %g: training diverged (lower --lr?)",
+                              rt->step + 1, in->loss, in->grad_norm);
+    in->lr = osdp_lr_at(&rt->opt.optim, rt->step);
+    in->clip_scale = osdp_clip_scale(&rt->opt.optim, in->grad_norm);
+    return OSDP_OK;
+}
+
+/* AdamW on every segment of operator op, clipped by the global norm */
+static void adamw_op(osdp_runtime *rt, int op)
+{
+    struct osdp_runtime_internal *in = rt->in;
+    osdp_shard_iter it = osdp_runtime_shards(rt, op);
+    osdp_shard_segment seg;
+    while (osdp_shard_next(&it, &seg)) {
+        size_t valid = seg.flat_lo >= seg.flat_hi ? 0 : seg.flat_hi - seg.flat_lo < seg.numel ? seg.flat_hi - seg.flat_lo
+                                                                                              : seg.numel;
+        osdp_adamw_shard(rt->backend, &rt->layout->op[op], seg.flat_lo, valid, seg.state[OSDP_STATE_MASTER],
+                         seg.state[OSDP_STATE_GRAD], seg.state[OSDP_STATE_M], seg.state[OSDP_STATE_V],
+                         &rt->opt.optim, in->lr, in->clip_scale, rt->step + 1);
+    }
+}
+
 /* ---- operator passes ------------------------------------------------------- */
 
 /* A pass being computed: the events between its COMPUTE and COMPUTE_END,
@@ -219,6 +256,11 @@ osdp_status osdp_rt_execute(osdp_runtime *rt, const osdp_event *ev, int end)
         case OSDP_EV_LOSS_SUM: rt->backend->accumulate_sum(&in->sums[0], o->acts.losses, bt, 0); break;   /* no wait */
         case OSDP_EV_REDUCE_SCATTER: TRY(scatter_start(rt, e->op)); break;
         case OSDP_EV_REDUCE_SCATTER_WAIT: TRY(scatter_finish(rt, e->op)); break;
+        case OSDP_EV_NORM_SUM:
+            rt->backend->accumulate_sum(&in->sums[1], o->grad, in->sched.ops[e->op].shard, 1);
+            break;
+        case OSDP_EV_SUMS_ALL_REDUCE: TRY(reduce_sums(rt)); break;
+        case OSDP_EV_ADAMW: adamw_op(rt, e->op); break;
         case OSDP_EV_N_KINDS: break;
         }
     }

@@ -5,7 +5,6 @@
 #include "osdp/clock.h"
 #include "osdp/init.h"
 
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -105,30 +104,15 @@ void osdp_runtime_invalidate_weights(osdp_runtime *rt)
         rt->backend->convert_weights(rt->in->ops[i].master_copy, rt->in->ops[i].master, rt->in->sched.ops[i].shard);
 }
 
-/* the optimizer on every segment: AdamW, clipped by the global norm */
-static void optimizer_step(osdp_runtime *rt, double norm, float lr)
-{
-    float scale = osdp_clip_scale(&rt->opt.optim, norm);
-    osdp_shard_iter it = osdp_runtime_shards(rt, -1);
-    osdp_shard_segment seg;
-    while (osdp_shard_next(&it, &seg)) {
-        size_t valid = seg.flat_lo >= seg.flat_hi ? 0 : seg.flat_hi - seg.flat_lo < seg.numel ? seg.flat_hi - seg.flat_lo
-                                                                                              : seg.numel;
-        osdp_adamw_shard(rt->backend, &rt->layout->op[seg.op], seg.flat_lo, valid, seg.state[OSDP_STATE_MASTER],
-                         seg.state[OSDP_STATE_GRAD], seg.state[OSDP_STATE_M], seg.state[OSDP_STATE_V],
-                         &rt->opt.optim, lr, scale, rt->step + 1);
-    }
-}
-
 osdp_status osdp_runtime_step(osdp_runtime *rt, const int *tokens, osdp_step_stats *stats)
 {
     struct osdp_runtime_internal *in = rt->in;
-    const osdp_layout *L = rt->layout;
     double t0 = osdp_now_seconds();
     osdp_traffic_reset(&rt->comm->traffic);
     osdp_runtime_invalidate_weights(rt);
     const long global_seqs = (long)rt->B * rt->N * rt->opt.accum_steps;
-    in->loss_scale = 1.0f / (float)((double)global_seqs * rt->T);
+    in->global_tokens = (double)global_seqs * rt->T;
+    in->loss_scale = 1.0f / (float)in->global_tokens;
     rt->backend->fill_zero(in->sums, 2 * sizeof(double));
     for (in->micro = 0; in->micro < rt->opt.accum_steps; in->micro++) {
         in->tokens = tokens + (size_t)in->micro * 2 * (size_t)rt->B * (size_t)rt->T;
@@ -136,29 +120,15 @@ osdp_status osdp_runtime_step(osdp_runtime *rt, const int *tokens, osdp_step_sta
         in->cursor = 0;
         TRY(osdp_rt_execute(rt, in->sched.micro, in->sched.n_micro));
     }
-
-    /* loss and gradient norm: summed where the compute runs, read back once
-     * (the step's only wait for the compute before the optimizer), then one
-     * all-reduce of two doubles */
-    double sums[2];
-    for (int i = 0; i < L->n_ops; i++)
-        rt->backend->accumulate_sum(&in->sums[1], in->ops[i].grad, in->sched.ops[i].shard, 1);
-    rt->backend->to_host(sums, in->sums, sizeof sums);
-    TRY(osdp_comm_all_reduce(rt->comm, sums, 2, OSDP_FLOAT64, NULL));
-    double loss = sums[0] / ((double)global_seqs * rt->T);
-    double norm = sqrt(sums[1]);
-    if (!isfinite(loss) || !isfinite(norm))
-        return osdp_error_set(OSDP_ERR_NUMERIC, "step %ld: loss is %g and gradient norm %g: training diverged (lower --lr?)",
-                              rt->step + 1, loss, norm);
-    float lr = osdp_lr_at(&rt->opt.optim, rt->step);
-    optimizer_step(rt, norm, lr);
+    in->cursor = 0;
+    TRY(osdp_rt_execute(rt, in->sched.optim, in->sched.n_optim));
     rt->backend->synchronize();
     rt->step++;
     if (stats) {
         stats->step = rt->step;
-        stats->loss = loss;
-        stats->grad_norm = norm;
-        stats->lr = lr;
+        stats->loss = in->loss;
+        stats->grad_norm = in->grad_norm;
+        stats->lr = in->lr;
         stats->tokens = global_seqs * rt->T;
         stats->seconds = osdp_now_seconds() - t0;
         stats->traffic = rt->comm->traffic;

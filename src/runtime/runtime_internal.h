@@ -35,15 +35,19 @@ struct osdp_runtime_internal {
     size_t weight_size;     /* bytes per working-weight element */
     const int *tokens;      /* the micro-step's inputs, then targets: (2, B, T) host ints */
     int micro;              /* micro-step within the step */
-    float loss_scale;       /* d(loss)/d(per-token loss): 1 / tokens in the global batch */
+    double global_tokens;   /* tokens in the global batch */
+    float loss_scale;       /* d(loss)/d(per-token loss): 1 / global_tokens */
+    double loss, grad_norm; /* the step's, once the sums are all-reduced */
+    float lr, clip_scale;   /* the step's learning rate and gradient clipping factor */
     int cursor;             /* next event of the list being executed */
     double *sums;           /* backend memory: the step's loss sum and squared
                                gradient norm, read back once per step */
     osdp_op_context ctx;
 };
 
-/* Executes events [rt->in->cursor, end) of list `ev` (the setup or a
- * micro-step), operator passes included (src/runtime/executor.c). */
+/* Executes events [rt->in->cursor, end) of list `ev` (the setup, a
+ * micro-step or the optimizer), operator passes included
+ * (src/runtime/executor.c). */
 osdp_status osdp_rt_execute(osdp_runtime *rt, const osdp_event *ev, int end);
 /* Frees every buffer the schedule allocated that is still held (after an
  * error mid-step too), waiting for gathers in flight. */

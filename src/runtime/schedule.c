@@ -255,6 +255,16 @@ static osdp_status setup_events(builder *b)
     return emit_buffer(b, OSDP_EV_ALLOC, OSDP_BUF_WORKSPACE, 0, 0);
 }
 
+/* the gradient norm, its all-reduce, then the update, operator by operator */
+static osdp_status optim_events(builder *b)
+{
+    const int n = b->sc->layout->n_ops;
+    for (int op = 0; op < n; op++) TRY(emit(b, (osdp_event){.kind = OSDP_EV_NORM_SUM, .op = op}));
+    TRY(emit(b, (osdp_event){.kind = OSDP_EV_SUMS_ALL_REDUCE, .bytes = 2 * sizeof(double)}));
+    for (int op = 0; op < n; op++) TRY(emit(b, (osdp_event){.kind = OSDP_EV_ADAMW, .op = op}));
+    return OSDP_OK;
+}
+
 /* the order weights are used in a micro-step (osdp/runtime.h) */
 static osdp_status build_uses(builder *b)
 {
@@ -337,6 +347,10 @@ osdp_status osdp_schedule_build(osdp_schedule *sc, const osdp_layout *layout, co
     b.cap = &sc->cap_micro;
     if (s == OSDP_OK) s = build_uses(&b);
     if (s == OSDP_OK) s = micro_events(&b);
+    b.list = &sc->optim;
+    b.n = &sc->n_optim;
+    b.cap = &sc->cap_optim;
+    if (s == OSDP_OK) s = optim_events(&b);
     free(b.uses);
     free(b.sim);
     if (s != OSDP_OK) osdp_schedule_free(sc);
@@ -348,6 +362,7 @@ void osdp_schedule_free(osdp_schedule *sc)
     free(sc->ops);
     free(sc->setup);
     free(sc->micro);
+    free(sc->optim);
     memset(sc, 0, sizeof *sc);
 }
 
@@ -371,13 +386,14 @@ static void add_up(const osdp_event *ev, int n, size_t *current, size_t *total, 
 }
 
 /* every micro-step allocates and frees the same bytes (osdp/schedule.h):
- * the setup and one micro-step reach the step's peak */
+ * the setup, one micro-step and the optimizer reach the step's peak */
 void osdp_schedule_peak(const osdp_schedule *sc, osdp_memory_prediction *out)
 {
     size_t current[OSDP_MEM_N_CATEGORIES] = {0}, total = 0;
     memset(out, 0, sizeof *out);
     add_up(sc->setup, sc->n_setup, current, &total, out);
     add_up(sc->micro, sc->n_micro, current, &total, out);
+    add_up(sc->optim, sc->n_optim, current, &total, out);
 }
 
 osdp_status osdp_memory_predict(const osdp_layout *layout, const osdp_plan *plan, int n_ranks,
