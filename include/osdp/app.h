@@ -31,9 +31,10 @@ typedef struct osdp_world {
 void osdp_world_init(osdp_world *w, int requested_threads);
 /* Print "osdp_gpt: rank R: error: MSG" and abort the whole job. */
 _Noreturn void osdp_fatal(osdp_status code, const char *msg);
-/* Every rank passes its status; if any failed, the failing ranks print their
- * message, all ranks finalize MPI and exit non-zero together.  Use on paths
- * every rank follows (input checks), not inside collectives. */
+/* Every rank passes its status; if any failed, rank 0 prints the lowest
+ * failing rank's message (osdp_status_agree), all ranks finalize MPI and
+ * exit with its status together.  Use on paths every rank follows (input
+ * checks), not inside collectives. */
 void osdp_check_all(osdp_status s);
 /* all ranks must pass the same value; on mismatch every rank exits with a
  * message naming `what` */

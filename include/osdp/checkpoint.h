@@ -20,6 +20,7 @@
 #define OSDP_CHECKPOINT_H
 
 #include <mpi.h>
+#include "osdp/agree.h"   /* osdp_status_agree, used by every collective path here */
 #include "osdp/error.h"
 #include "osdp/model_config.h"
 #include "osdp/optim.h"
@@ -85,9 +86,5 @@ void osdp_ckpt_step_name(long step, char *buf, size_t n);
 /* step number of a name made by osdp_ckpt_step_name (with or without a
  * directory), -1 when `name` is not one */
 long osdp_ckpt_parse_step_name(const char *name);
-
-/* Every rank returns the same status and message: the lowest failing rank's
- * (collective; used before leaving a path all ranks follow). */
-osdp_status osdp_status_agree(osdp_status s, MPI_Comm comm);
 
 #endif

@@ -17,7 +17,7 @@
  *                             ZeRO's 16 for fp16 weights and gradients
  *   resident sum_{s >= k} p_s e   DP slices' full weights, kept all step
  *   acts     b act_floats_per_seq a     alive from its forward to its backward;
- *              with recompute only its output, b T d a
+ *              with recompute only its output, b kept_floats_per_seq a
  *   rebuilt  recompute: the rest, b act_floats_per_seq a - acts, alive again
  *              during its recomputed forward and its backward
  *   grads    G = P e_g        full gradients during its backward
@@ -41,10 +41,12 @@
  * operator's reduce-scatter still in flight (its gradients and receive
  * buffer), on top of the activations of every operator not yet
  * back-propagated.  Forward moments never exceed it, nor do those of a
- * recomputed forward (it holds at most three slices, less than G_u).  For a = e_g = 4
- * and e = 4 or 2 this equals osdp_memory_predict()'s peak_total (fp32 or bf16
- * weights) byte for byte, split or not (tests/test_planner.c proves it on
- * random plans).
+ * recomputed forward (it holds at most three slices, less than G_u).  This is
+ * a closed-form rewrite of the runtime schedule's evaluation (osdp/schedule.h,
+ * osdp_memory_predict), kept for the search's speed: for a = e_g = 4 and
+ * e = 4 or 2 the two are equal byte for byte (fp32 or bf16 weights, split,
+ * recompute or not), and equal to the peak the runtime measures
+ * (tests/test_schedule.c proves it on random plans).
  *
  * Time per operator for one optimizer step of A micro-steps (accum_steps):
  *   compute  = A (gamma_fixed_type + b T F_i gamma_type)   (F_i: osdp_cost_op_flops)

@@ -1,6 +1,10 @@
-/* The per-operator size table: the single source of truth for parameter
- * layout.  The allocator, the sharder, the optimizer, the cost model and the
- * checkpoint layout all read it, so they cannot disagree.
+/* The per-operator size table: the single source of truth for everything an
+ * operator allocates: its parameters (by role, osdp_param_slot), the
+ * activations it saves for its backward (osdp_act_slot), what it keeps
+ * under recompute, and its backward scratch (osdp_scratch_slot).  The
+ * runtime's schedule (sizes), the carving (osdp/gpt.h), the sharder, the
+ * optimizer, the cost model and the checkpoint layout all read it, so they
+ * cannot disagree.
  *
  * Operators (paper Table 1, 2L + 2 of them), in execution order:
  *   op 0          embed   : wte (V, d_0), wpe (T, d_0)
@@ -40,6 +44,63 @@ typedef struct osdp_tensor_desc {
     float init_std;         /* for OSDP_INIT_NORMAL */
 } osdp_tensor_desc;
 
+/* Parameter tensors by role (osdp_op_layout.param: index into tensor[], -1
+ * where the operator has none).  Shapes (in, out), as in the table above. */
+typedef enum osdp_param_slot {
+    OSDP_P_WTE,             /* embed: (V, d_0) */
+    OSDP_P_WPE,             /* embed: (ctx, d_0) */
+    OSDP_P_IN_PROJ_W,       /* attn, width change: (d_{i-1}, d_i) */
+    OSDP_P_IN_PROJ_B,       /* (d_i) */
+    OSDP_P_LN_W,            /* ln_1 (attn), ln_2 (mlp), ln_f (head): (d) */
+    OSDP_P_LN_B,            /* (d) */
+    OSDP_P_QKV_W,           /* attn: (d, 3d) */
+    OSDP_P_QKV_B,           /* attn: (3d) */
+    OSDP_P_FC_W,            /* mlp: (d, 4d) */
+    OSDP_P_FC_B,            /* mlp: (4d) */
+    OSDP_P_PROJ_W,          /* attn: (d, d); mlp: (4d, d) */
+    OSDP_P_PROJ_B,          /* (d) */
+    OSDP_P_LM_HEAD_W,       /* head: (d_L, V) */
+    OSDP_P_N_SLOTS
+} osdp_param_slot;
+
+/* Activations an operator saves from its forward for its backward, by role,
+ * in floats (token ids: 4-byte ints) per sequence of T tokens; B sequences
+ * take B times as much.  An operator's pieces lie in one block in the order
+ * it declares them (osdp_op_layout.act); attn and mlp declare `out` last, so
+ * that recompute keeps it alone. */
+typedef enum osdp_act_slot {
+    OSDP_A_TOKENS,          /* embed: input ids, head: target ids (T) */
+    OSDP_A_XIN,             /* attn, width change: the projected residual (T, d) */
+    OSDP_A_LN,              /* layernorm output (T, d) */
+    OSDP_A_MEAN,            /* layernorm mean (T) */
+    OSDP_A_RSTD,            /* layernorm 1/std (T) */
+    OSDP_A_QKV,             /* attn: (T, 3d) */
+    OSDP_A_ATT,             /* attn: probabilities (NH, T, T) */
+    OSDP_A_HEADS,           /* attn: head outputs concatenated (T, d) */
+    OSDP_A_FC,              /* mlp: before GELU (T, 4d) */
+    OSDP_A_GELU,            /* mlp: after GELU (T, 4d) */
+    OSDP_A_PROBS,           /* head: probabilities (T, V) */
+    OSDP_A_LOSSES,          /* head: per-token losses (T) */
+    OSDP_A_OUT,             /* embed, attn, mlp: the residual stream after the operator (T, d) */
+    OSDP_A_N_SLOTS
+} osdp_act_slot;
+
+/* The operator's backward scratch, by role (floats per sequence), inside the
+ * workspace shared by every operator (osdp_workspace_floats). */
+typedef enum osdp_scratch_slot {
+    OSDP_S_DHEADS,          /* attn: d(heads) (T, d) */
+    OSDP_S_DQKV,            /* attn: d(qkv) (T, 3d) */
+    OSDP_S_DGELU,           /* mlp: d(gelu), then d(fc) in place (T, 4d) */
+    OSDP_S_DLN,             /* attn, mlp, head: d(layernorm output) (T, d) */
+    OSDP_S_DATT,            /* attn: d(probabilities) (NH, T, T) */
+    OSDP_S_N_SLOTS
+} osdp_scratch_slot;
+
+/* one piece of a block: where it starts and how long it is, per sequence */
+typedef struct osdp_piece {
+    size_t offset, floats;
+} osdp_piece;
+
 typedef struct osdp_op_layout {
     char name[32];          /* "embed", "attn.3", "mlp.3", "head" */
     osdp_op_type type;
@@ -48,10 +109,13 @@ typedef struct osdp_op_layout {
     int width_in;           /* attn: width of the incoming residual (d_{i-1}) */
     int n_tensors;
     osdp_tensor_desc tensor[OSDP_MAX_TENSORS_PER_OP];
+    int param[OSDP_P_N_SLOTS];  /* tensor index per role, -1: none */
     size_t numel;           /* parameters of the operator */
-    /* activation floats saved for backward per sequence of length T,
-     * and integer words per sequence (token ids) */
-    size_t act_floats_per_seq;
+    osdp_piece act[OSDP_A_N_SLOTS];         /* saved activations per role (floats 0: none) */
+    size_t act_floats_per_seq;              /* their sum: the activation block */
+    size_t kept_floats_per_seq;             /* recompute: what stays, the output (attn, mlp) */
+    osdp_piece scratch[OSDP_S_N_SLOTS];     /* backward scratch per role */
+    size_t scratch_floats_per_seq;          /* their sum */
     size_t flops_per_token;     /* forward matmul FLOPs per token (x3 for fwd+bwd) */
     size_t attn_flops_per_token;/* forward attention score/value FLOPs per token */
 } osdp_op_layout;
@@ -64,6 +128,7 @@ typedef struct osdp_layout {
     size_t total_params;
     size_t max_width;           /* largest residual width */
     size_t max_op_numel;
+    size_t max_scratch_floats_per_seq;  /* the largest operator's backward scratch */
 } osdp_layout;
 
 /* T: sequence length used for activation sizes (<= cfg->ctx). */

@@ -1,8 +1,8 @@
 /* The accounting allocator: every runtime allocation goes through it, by
  * category, so that peak bytes per rank can be measured and compared with
  * the cost model, and an emulated device limit (--mem-limit) can be enforced
- * like a device OOM.  A "dry" tracker counts without allocating: the cost
- * model runs the runtime's own schedule on one to predict peaks. */
+ * like a device OOM.  The prediction adds up the same bytes from the
+ * runtime's schedule (osdp/schedule.h). */
 #ifndef OSDP_MEMORY_H
 #define OSDP_MEMORY_H
 
@@ -21,8 +21,7 @@ typedef enum osdp_mem_category {
 struct osdp_compute_backend;
 
 typedef struct osdp_memory {
-    const struct osdp_compute_backend *backend; /* where bytes live; NULL with dry */
-    int dry;                                    /* count only, return no memory */
+    const struct osdp_compute_backend *backend; /* where bytes live */
     size_t limit;                               /* 0: no limit */
     size_t current[OSDP_MEM_N_CATEGORIES];
     size_t peak[OSDP_MEM_N_CATEGORIES];
@@ -30,7 +29,7 @@ typedef struct osdp_memory {
 } osdp_memory;
 
 const char *osdp_mem_category_name(osdp_mem_category c);
-void osdp_memory_init(osdp_memory *mem, const struct osdp_compute_backend *backend, size_t limit, int dry);
+void osdp_memory_init(osdp_memory *mem, const struct osdp_compute_backend *backend, size_t limit);
 /* Uninitialised bytes (callers fill them); `what` names the operator or purpose for the OOM message. */
 osdp_status osdp_mem_alloc(osdp_memory *mem, osdp_mem_category cat, size_t bytes, const char *what, void **out);
 void osdp_mem_free(osdp_memory *mem, osdp_mem_category cat, void *ptr, size_t bytes);

@@ -81,10 +81,8 @@
  * plan then fits but may not be optimal, and result.gap = 1 says so.  The
  * model peak equals the runtime's measured peak when param_bytes =
  * act_bytes = 4 (the CPU runtime's element size): there the chosen plan is
- * also checked with osdp_memory_predict() and, should it ever exceed the
- * limit (the runtime's schedule changed under the model), the limit is
- * tightened by the excess and the search repeated (result.tightened counts
- * it; after 8 rounds OSDP_ERR_INTERNAL).
+ * also checked with osdp_memory_predict() (the runtime's schedule,
+ * osdp/schedule.h): a difference is OSDP_ERR_INTERNAL.
  *
  * Scheduler (osdp_planner_run): b = 1, 2, ... (with a global batch G: the
  * divisors b of G / N, A = G / (N b); otherwise A = 1) until no plan fits or
@@ -144,7 +142,7 @@ typedef struct osdp_planner_result {
     double search_s;          /* wall seconds inside the knapsack solvers */
     double total_s;           /* wall seconds of the whole planner call */
     int timed_out;            /* dfs ran out of time: the plan may not be optimal */
-    int tightened;            /* verification rounds that tightened the limit */
+    int tightened;            /* always 0: the limit is never tightened (kept for the JSON output) */
     double gap;               /* 0: optimal (see above); 1: not proven optimal (the exception above) */
 } osdp_planner_result;
 

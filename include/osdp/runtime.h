@@ -28,9 +28,14 @@
  * operator's first slice), and an operator's reduce-scatters overlap the
  * next operator's backward.
  *
- * A runtime created with dry = 1 performs the same allocations in the same
- * order through a counting allocator, without memory, compute or
- * communication: that is how the cost model predicts peak memory. */
+ * The order of a step's allocations, gathers, computes and reduce-scatters
+ * is data: the runtime builds its schedule once (osdp/schedule.h) and
+ * executes it; the memory prediction evaluates the same events.
+ *
+ * Everything inside (the shards, the step's buffers, the schedule) is
+ * private to src/runtime: checkpoints, initialisation and weight dumps
+ * reach the shards through osdp_runtime_shards and the setters below.  The
+ * runtime reads no data: the caller gives each step its micro-batches. */
 #ifndef OSDP_RUNTIME_H
 #define OSDP_RUNTIME_H
 
@@ -42,8 +47,7 @@
 #include "osdp/memory.h"
 #include "osdp/optim.h"
 #include "osdp/plan.h"
-
-struct osdp_dataset;
+#include "osdp/schedule.h"
 
 typedef struct osdp_runtime_options {
     int micro_batch;        /* sequences per rank per micro-step */
@@ -52,55 +56,8 @@ typedef struct osdp_runtime_options {
     size_t mem_limit;       /* emulated device memory per rank, 0: none */
     uint64_t seed;          /* weights and data order */
     osdp_optim_config optim;
-    int dry;                /* count memory only (cost model) */
-    int n_ranks, rank;      /* for dry runtimes (no comm) */
-    osdp_dtype weight_dtype;    /* working weights: the backend's (dry: the one to count) */
+    osdp_dtype weight_dtype;    /* working weights: the backend's */
 } osdp_runtime_options;
-
-/* One slice of an operator (the whole operator when it is not split): a
- * range of its flat buffer, padded to a multiple of N and sharded on its own,
- * so that it can be gathered and reduce-scattered alone (DESIGN.md §3). */
-typedef struct osdp_slice_state {
-    size_t lo, hi;          /* elements [lo, hi) of the operator's flat buffer */
-    size_t padded;          /* hi - lo padded to a multiple of N */
-    size_t base;            /* offset in the operator's full buffers (sum of earlier padded) */
-    size_t local;           /* offset of this rank's part (padded / N) in the shard arrays */
-    size_t flat_lo;         /* flat element of local[0]: lo + rank * padded / N */
-    int zdp;
-    void *weights;          /* full working weights of the slice when present (weight_dtype) */
-    int present;            /* weights allocated (also when dry) */
-    int valid;              /* DP: gathered this step */
-    int pending;            /* gather in flight */
-    osdp_request gather;
-    osdp_request scatter;
-} osdp_slice_state;
-
-typedef struct osdp_op_state {
-    int n_slices, zdp_slices;   /* g and k of the plan */
-    size_t bounds[OSDP_MAX_SLICES + 1];
-    osdp_slice_state slice[OSDP_MAX_SLICES];
-    size_t padded, shard;   /* sums over slices: full-buffer and shard elements */
-    float *state;           /* (4, shard): master, grad, m, v */
-    float *master, *grad, *m, *v;
-    void *master_copy;      /* bf16 weights: the master shard rounded, what is all-gathered
-                               (made at the start of every step); NULL for fp32 */
-    void *resident;         /* DP slices' full weights (slices k..g-1, contiguous) */
-    size_t resident_numel;
-    float *full_grad;       /* (padded) during backward, slice s at slice[s].base */
-    float *grad_recv;       /* (shard) reduce-scatter destination */
-    float *acts_base;       /* activation block during the micro-step */
-    float *kept_out;        /* recompute: the output, kept from forward to backward */
-    osdp_op_acts acts;
-} osdp_op_state;
-
-/* This rank's part of slice s: state elements [local, local + padded / N)
- * hold flat elements [flat_lo, ...) of the operator, those at or past hi
- * being padding (zero).  Checkpoints, initialisation and the optimizer walk
- * these segments. */
-static inline size_t osdp_slice_shard_numel(const osdp_slice_state *sl, int n_ranks)
-{
-    return sl->padded / (size_t)n_ranks;
-}
 
 typedef struct osdp_step_stats {
     long step;              /* 1-based optimizer step just done */
@@ -112,52 +69,66 @@ typedef struct osdp_step_stats {
     osdp_traffic traffic;   /* this step, this rank */
 } osdp_step_stats;
 
+/* The fields are read-only outside src/runtime. */
 typedef struct osdp_runtime {
     const osdp_layout *layout;
     osdp_plan plan;
-    osdp_comm *comm;                  /* NULL when dry */
+    osdp_comm *comm;
     const osdp_compute_backend *backend;
-    osdp_memory mem;
+    osdp_memory mem;                  /* the accounting allocator: measured peaks */
     osdp_runtime_options opt;
     int N, rank, B, T;
     osdp_dtype weight_dtype;          /* working weights and their all-gathers */
-    size_t weight_size;               /* its bytes per element */
     long step;                        /* optimizer steps done */
-    osdp_op_state *ops;
-    float *workspace_base;
-    size_t workspace_bytes;
-    osdp_workspace ws;
-    int *batch_host;                  /* (2, B, T) inputs, targets */
-    int pending_scatter;              /* op whose reduce-scatters are in flight, -1 none */
-    struct osdp_weight_use *uses;     /* the order weights are used in a micro-step */
-    int n_uses, cur_use;              /* cur_use: the use being computed, -1 before the first */
-    int micro;                        /* micro-step within the step */
-    double *sums;                     /* backend memory: the step's loss sum and squared
-                                         gradient norm, read back once per step */
-    osdp_op_context ctx;
+    struct osdp_runtime_internal *in; /* the schedule, the shards, the step's buffers (src/runtime) */
 } osdp_runtime;
 
 osdp_status osdp_runtime_create(osdp_runtime *rt, const osdp_layout *layout, const osdp_plan *plan,
                                 osdp_comm *comm, const osdp_compute_backend *backend,
                                 const osdp_runtime_options *opt);
-/* one optimizer step (accum_steps micro-steps); data may be NULL when dry */
-osdp_status osdp_runtime_step(osdp_runtime *rt, const struct osdp_dataset *data, osdp_step_stats *stats);
+/* One optimizer step of opt.accum_steps micro-steps.  tokens: this rank's
+ * micro-batches, host ints (accum_steps, 2, B, T): per micro-step the inputs,
+ * then the targets (osdp_data_batch fills both). */
+osdp_status osdp_runtime_step(osdp_runtime *rt, const int *tokens, osdp_step_stats *stats);
 void osdp_runtime_destroy(osdp_runtime *rt);
+
+/* ---- the shards, for checkpoints, initialisation and weight dumps -------- */
+
+typedef enum osdp_state_kind {
+    OSDP_STATE_MASTER, OSDP_STATE_GRAD, OSDP_STATE_M, OSDP_STATE_V, OSDP_STATE_N_KINDS
+} osdp_state_kind;
+
+/* This rank's part of one slice of an operator (the whole operator when it is
+ * not split): shard elements [local, local + numel) of the operator's state
+ * arrays hold its flat elements [flat_lo, flat_lo + numel), those at or past
+ * flat_hi being padding (zero, never updated). */
+typedef struct osdp_shard_segment {
+    int op, slice;
+    size_t flat_lo, flat_hi, numel, local;
+    float *state[OSDP_STATE_N_KINDS];   /* backend memory at this segment's first element */
+} osdp_shard_segment;
+
+/* Iterates over the segments of operator op (op < 0: of every operator, in
+ * operator order), slices in order:
+ *     osdp_shard_iter it = osdp_runtime_shards(rt, -1);
+ *     osdp_shard_segment seg;
+ *     while (osdp_shard_next(&it, &seg)) ... */
+typedef struct osdp_shard_iter { const osdp_runtime *rt; int op, slice, last_op; } osdp_shard_iter;
+osdp_shard_iter osdp_runtime_shards(const osdp_runtime *rt, int op);
+int osdp_shard_next(osdp_shard_iter *it, osdp_shard_segment *seg);
+/* operator op's whole shard: its elements (the sum of its segments, which
+ * are contiguous from local 0) and where each state kind starts */
+size_t osdp_runtime_op_shard(const osdp_runtime *rt, int op, float *state[OSDP_STATE_N_KINDS]);
+
 /* the master weights changed outside a step (checkpoint load): DP copies are
  * gathered again at their next use */
 void osdp_runtime_invalidate_weights(osdp_runtime *rt);
+/* where training stands: optimizer steps done and the seed of the data order */
+void osdp_runtime_set_position(osdp_runtime *rt, long step, uint64_t seed);
+/* AdamW moments to zero (a fresh optimizer on loaded weights) */
+void osdp_runtime_reset_moments(osdp_runtime *rt);
 /* collective: gathers operator op's master weights slice by slice; host
  * (op numel floats, on every rank) gets the flat buffer */
 osdp_status osdp_runtime_gather_op(osdp_runtime *rt, int op, float *host);
-
-/* Peak bytes per category and in total that the runtime reaches for this
- * plan: a dry runtime running one step. */
-typedef struct osdp_memory_prediction {
-    size_t peak[OSDP_MEM_N_CATEGORIES];
-    size_t peak_total;
-} osdp_memory_prediction;
-osdp_status osdp_memory_predict(const osdp_layout *layout, const osdp_plan *plan, int n_ranks,
-                                int micro_batch, int accum_steps, int prefetch, osdp_dtype weight_dtype,
-                                osdp_memory_prediction *out);
 
 #endif

@@ -27,6 +27,7 @@
  *   mem_limit: --mem-limit, or the node's physical memory / ranks per node. */
 #include "config.h"
 #include "osdp/app.h"
+#include "osdp/clock.h"
 #include "osdp/comm.h"
 #include "osdp/compute.h"
 #include "osdp/cost_model.h"
@@ -35,6 +36,7 @@
 #include "osdp/init.h"
 #include "osdp/layout.h"
 #include "osdp/memory.h"
+#include "osdp/optim.h"
 
 #include <getopt.h>
 #include <math.h>
@@ -44,13 +46,6 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
-
-static double wall(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 typedef struct fit { double c0, c1, r2; } fit;
 
@@ -105,10 +100,10 @@ static osdp_status time_collective(osdp_comm *comm, int reduce, size_t total_byt
     osdp_status s = OSDP_OK;
     for (int r = 0; r <= reps && s == OSDP_OK; r++) { /* r = 0: warm-up */
         osdp_comm_barrier(comm);
-        double t0 = wall();
+        double t0 = osdp_now_seconds();
         s = reduce ? osdp_comm_reduce_scatter(comm, full, shard, count, OSDP_FLOAT32, NULL)
                    : osdp_comm_all_gather(comm, shard, full, count, OSDP_FLOAT32, NULL);
-        double mine = wall() - t0;
+        double mine = osdp_now_seconds() - t0;
         MPI_Allreduce(&mine, &t[r], 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
     }
     qsort(t + 1, (size_t)reps, sizeof *t, cmp_d);
@@ -175,11 +170,11 @@ static osdp_status time_model(const osdp_compute_backend *be, const osdp_layout 
             if (u >= n) be->fill_zero(g[i], L->op[i].numel * sizeof(float)); /* backward accumulates */
             be->synchronize();
             MPI_Barrier(MPI_COMM_WORLD);
-            double t0 = wall();
+            double t0 = osdp_now_seconds();
             if (u < n) osdp_op_forward(&ctx, i, w[i], in, &a[i]);
             else osdp_op_backward(&ctx, i, w[i], g[i], in, &a[i], &ws, 1.0f / (float)bt);
             be->synchronize();
-            double mine = wall() - t0, slowest;
+            double mine = osdp_now_seconds() - t0, slowest;
             MPI_Allreduce(&mine, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
             tr[L->op[i].type] += slowest;
         }
@@ -221,18 +216,21 @@ static osdp_status time_step_work(const osdp_compute_backend *be, const osdp_lay
     be->fill_zero(st, 5 * shard * sizeof(float));
     be->fill_zero(grads, full * sizeof(float));
     double to[MAX_REPS], tz[MAX_REPS];
+    osdp_optim_config oc;   /* train's defaults: the update a step makes */
+    osdp_optim_defaults(&oc);
     for (int r = 0; r <= reps; r++) {   /* r = 0: warm-up */
         be->synchronize();
         MPI_Barrier(MPI_COMM_WORLD);
-        double t0 = wall();
+        double t0 = osdp_now_seconds();
         be->copy(st + shard, st + 4 * shard, shard * sizeof(float));
         (void)be->sum_squares(st + shard, shard);
-        be->adamw(st, st + shard, st + 2 * shard, st + 3 * shard, shard, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, r + 1);
+        be->adamw(st, st + shard, st + 2 * shard, st + 3 * shard, shard, oc.lr, oc.beta1, oc.beta2, oc.eps,
+                  oc.weight_decay, 1.0f, r + 1);
         be->synchronize();
-        double t1 = wall();
+        double t1 = osdp_now_seconds();
         be->fill_zero(grads, full * sizeof(float));
         be->synchronize();
-        double mine[2] = {t1 - t0, wall() - t1}, slowest[2];
+        double mine[2] = {t1 - t0, osdp_now_seconds() - t1}, slowest[2];
         MPI_Allreduce(mine, slowest, 2, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
         if (r > 0) { to[r - 1] = slowest[0]; tz[r - 1] = slowest[1]; }
     }

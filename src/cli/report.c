@@ -1,19 +1,13 @@
 /* Progress output of a training run (see osdp/report.h). */
 #include "config.h"
 #include "osdp/report.h"
+#include "osdp/clock.h"
 
 #include <cblas.h>
 #include <mpi.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-static double wall(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 double osdp_measure_sgemm_flops(int n, int reps)
 {
@@ -25,9 +19,9 @@ double osdp_measure_sgemm_flops(int n, int reps)
     /* one untimed call first: it starts OpenBLAS's threads and faults c in */
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
     for (int r = 0; r < reps; r++) {
-        double t0 = wall();
+        double t0 = osdp_now_seconds();
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
-        double t = wall() - t0;
+        double t = osdp_now_seconds() - t0;
         if (t < best) best = t;
     }
     free(a); free(b); free(c);

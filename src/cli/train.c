@@ -329,8 +329,7 @@ static osdp_status dump_weights(osdp_runtime *rt, const char *path)
     if (rt->rank == 0 && !(f = fopen(path, "wb")))
         s = osdp_error_set(OSDP_ERR_IO, "cannot write %s", path);
     for (int i = 0; i < rt->layout->n_ops && s == OSDP_OK; i++) {
-        osdp_op_state *st = &rt->ops[i];
-        float *full = malloc(st->padded * sizeof(float));
+        float *full = malloc(rt->layout->op[i].numel * sizeof(float));
         if (!full) s = osdp_error_set(OSDP_ERR_OOM, "dump: out of host memory");
         if (s == OSDP_OK) s = osdp_runtime_gather_op(rt, i, full);
         if (s == OSDP_OK && f && fwrite(full, sizeof(float), rt->layout->op[i].numel, f) != rt->layout->op[i].numel)
@@ -338,6 +337,23 @@ static osdp_status dump_weights(osdp_runtime *rt, const char *path)
         free(full);
     }
     if (f && fclose(f) != 0 && s == OSDP_OK) s = osdp_error_set(OSDP_ERR_IO, "cannot close %s", path);
+    return s;
+}
+
+/* One optimizer step on this rank's micro-batches, read here: the runtime
+ * takes them as (accum, 2, B, T), per micro-step the inputs, then the targets. */
+static osdp_status train_step(osdp_runtime *rt, const osdp_dataset *data, osdp_step_stats *stats)
+{
+    const size_t bt = (size_t)rt->B * (size_t)rt->T;
+    int *tokens = malloc(2 * bt * (size_t)rt->opt.accum_steps * sizeof(int));
+    if (!tokens) return osdp_error_set(OSDP_ERR_OOM, "train: out of host memory for the batches");
+    for (int micro = 0; micro < rt->opt.accum_steps; micro++) {
+        int *inputs = tokens + 2 * bt * (size_t)micro;
+        long first = ((long)micro * rt->N + rt->rank) * rt->B;
+        osdp_data_batch(data, rt->opt.seed, rt->step, first, rt->B, rt->T, inputs, inputs + bt);
+    }
+    osdp_status s = osdp_runtime_step(rt, tokens, stats);
+    free(tokens);
     return s;
 }
 
@@ -414,7 +430,7 @@ int osdp_cmd_train(int argc, char **argv)
     osdp_check_all(osdp_train_ckpt_start(&ckpt, &rt, &cfg, &plan, MPI_COMM_WORLD));
     for (long step = rt.step; step < a.steps; step++) {
         osdp_step_stats stats;
-        s = osdp_runtime_step(&rt, &data, &stats);
+        s = train_step(&rt, &data, &stats);
         if (s == OSDP_ERR_NUMERIC) osdp_check_all(s);   /* the loss is all-reduced: every rank sees it */
         if (s != OSDP_OK) osdp_fatal(s, osdp_error_message());
         osdp_report_step(&report, &stats);

@@ -1,6 +1,7 @@
 /* MPI-level helpers for the binary's top level (see osdp/app.h). */
 #include "config.h"
 #include "osdp/app.h"
+#include "osdp/agree.h"
 
 #include <mpi.h>
 #include <stdio.h>
@@ -57,22 +58,17 @@ _Noreturn void osdp_fatal(osdp_status code, const char *msg)
 
 void osdp_check_all(osdp_status s)
 {
-    int local = (int)s, worst = 0;
-    MPI_Allreduce(&local, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-    if (worst == 0) return;
-    int rank, first_failed;
+    s = osdp_status_agree(s, MPI_COMM_WORLD);
+    if (s == OSDP_OK) return;
+    int rank;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    /* the lowest failing rank speaks; the others usually failed the same way */
-    int key = local ? rank : 1 << 30;
-    MPI_Allreduce(&key, &first_failed, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-    if (rank == first_failed) {
+    if (rank == 0) {   /* the lowest failing rank's message, named when it is not rank 0 */
         fflush(stdout);
-        if (rank == 0) fprintf(stderr, "osdp_gpt: error: %s\n", osdp_error_message());
-        else fprintf(stderr, "osdp_gpt: rank %d: error: %s\n", rank, osdp_error_message());
+        fprintf(stderr, "osdp_gpt: error: %s\n", osdp_error_message());
         fflush(stderr);
     }
     MPI_Finalize();
-    exit(worst);
+    exit((int)s);
 }
 
 void osdp_check_same(uint64_t value, const char *what)

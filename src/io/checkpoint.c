@@ -1,4 +1,4 @@
-/* Checkpoints: what the reader and the writer share — names, agreement,
+/* Checkpoints: what the reader and the writer share — names,
  * HDF5 error messages, the checksum, piece and selection arithmetic,
  * attributes (see osdp/checkpoint.h and doc/checkpoint-format.md). */
 #include "checkpoint_internal.h"
@@ -35,34 +35,6 @@ long osdp_ckpt_parse_step_name(const char *name)
     }
     if (digits < 8 || strcmp(p, ".h5") != 0) return -1;
     return step;
-}
-
-double ck_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-/* ---- agreement --------------------------------------------------------------- */
-
-osdp_status osdp_status_agree(osdp_status s, MPI_Comm comm)
-{
-    int rank, size;
-    MPI_Comm_rank(comm, &rank);
-    MPI_Comm_size(comm, &size);
-    int mine = s != OSDP_OK ? rank : size, first = size;
-    MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm);
-    if (first == size) return OSDP_OK;
-    struct { int code; char msg[1500]; } m;
-    memset(&m, 0, sizeof m);
-    if (rank == first) {
-        m.code = (int)s;
-        if (first != 0) snprintf(m.msg, sizeof m.msg, "rank %d: %s", rank, osdp_error_message());
-        else snprintf(m.msg, sizeof m.msg, "%s", osdp_error_message());
-    }
-    MPI_Bcast(&m, (int)sizeof m, MPI_BYTE, first, comm);
-    return osdp_error_set((osdp_status)m.code, "%s", m.msg);
 }
 
 /* ---- HDF5 errors ----------------------------------------------------------------- */

@@ -6,10 +6,13 @@
 #include <mpi.h>
 #include <stdint.h>
 #include "osdp/checkpoint.h"
+#include "osdp/clock.h"
 #include "osdp/layout.h"
 
 /* the three stored state kinds, in file order */
 enum { CK_MASTER, CK_M, CK_V, CK_N_KINDS };
+/* the runtime's state kind each checkpoint kind holds (osdp/runtime.h) */
+static const osdp_state_kind ck_state_kind[CK_N_KINDS] = {OSDP_STATE_MASTER, OSDP_STATE_M, OSDP_STATE_V};
 extern const char *const ck_kind_group[CK_N_KINDS];    /* "/model", "/optim/m", "/optim/v" */
 
 /* "/model/attn.3/qkv.weight" */
@@ -83,7 +86,5 @@ osdp_status ck_attr_read_str(hid_t loc, const char *where, const char *name, cha
 
 /* Test hook: raise(SIGKILL) on the chosen rank when OSDP_CKPT_CRASH_AT == point */
 void ck_crash_point(const char *point, long step, int rank, int n_ranks);
-
-double ck_now(void);
 
 #endif

@@ -120,7 +120,7 @@ static void close_file(hid_t fapl, hid_t file)
 
 osdp_status osdp_ckpt_read_info(const char *path, MPI_Comm comm, osdp_ckpt_info *info)
 {
-    double t0 = ck_now();
+    double t0 = osdp_now_seconds();
     ck_h5_quiet quiet;
     ck_h5_quiet_begin(&quiet);
     hid_t fapl, file;
@@ -128,7 +128,7 @@ osdp_status osdp_ckpt_read_info(const char *path, MPI_Comm comm, osdp_ckpt_info 
     if (s == OSDP_OK) s = osdp_status_agree(read_root(file, path, info, NULL), comm);
     close_file(fapl, file);
     ck_h5_quiet_end(&quiet);
-    if (s == OSDP_OK) info->seconds = ck_now() - t0;
+    if (s == OSDP_OK) info->seconds = osdp_now_seconds() - t0;
     return s;
 }
 
@@ -207,7 +207,8 @@ static osdp_status read_op(osdp_runtime *rt, int i, int kinds, hid_t file, const
                            MPI_Comm comm, double *bytes)
 {
     const osdp_op_layout *op = &rt->layout->op[i];
-    osdp_op_state *st = &rt->ops[i];
+    float *state[OSDP_STATE_N_KINDS];
+    const size_t shard = osdp_runtime_op_shard(rt, i, state);
     const int nt = op->n_tensors;
     char h5msg[512], name[200];
     hid_t d[CK_N_KINDS][OSDP_MAX_TENSORS_PER_OP];
@@ -224,15 +225,15 @@ static osdp_status read_op(osdp_runtime *rt, int i, int kinds, hid_t file, const
     if (s != OSDP_OK) goto close;
     /* every rank makes the same read calls whatever fails locally */
     for (int k = 0; k < kinds; k++) {
-        memset(buf, 0, st->shard * sizeof(float));   /* padding stays 0 */
+        memset(buf, 0, shard * sizeof(float));   /* padding stays 0 */
         for (int t = 0; t < nt; t++) {
             herr_t e = 0;
-            for (int c = 0; c < st->n_slices; c++) {   /* each slice's segment of this rank */
-                const osdp_slice_state *sl = &st->slice[c];
-                if (ck_transfer(d[k][t], &op->tensor[t], sl->flat_lo, osdp_slice_shard_numel(sl, rt->N), sl->hi, dxpl,
-                                buf + sl->local, 0, &sums[k * nt + t]) < 0)
+            osdp_shard_iter it = osdp_runtime_shards(rt, i);
+            osdp_shard_segment seg;
+            while (osdp_shard_next(&it, &seg))   /* each slice's segment of this rank */
+                if (ck_transfer(d[k][t], &op->tensor[t], seg.flat_lo, seg.numel, seg.flat_hi, dxpl, buf + seg.local, 0,
+                                &sums[k * nt + t]) < 0)
                     e = -1;
-            }
             if (e < 0 && s == OSDP_OK) {
                 ck_dataset_name(k, op, t, name, sizeof name);
                 s = osdp_error_set(OSDP_ERR_INPUT, "checkpoint %s: cannot read dataset %s (truncated or corrupt file?): %s",
@@ -240,8 +241,7 @@ static osdp_status read_op(osdp_runtime *rt, int i, int kinds, hid_t file, const
             }
             *bytes += (double)op->tensor[t].numel * sizeof(float);
         }
-        float *dst = k == CK_MASTER ? st->master : k == CK_M ? st->m : st->v;
-        rt->backend->to_device(dst, buf, st->shard * sizeof(float));
+        rt->backend->to_device(state[ck_state_kind[k]], buf, shard * sizeof(float));
     }
     MPI_Allreduce(MPI_IN_PLACE, sums, kinds * nt, MPI_UINT64_T, MPI_SUM, comm);
     s = osdp_status_agree(s, comm);
@@ -263,7 +263,7 @@ close:
 osdp_status osdp_ckpt_load(osdp_runtime *rt, const osdp_model_config *cfg, const char *path, int flags,
                            MPI_Comm comm, osdp_ckpt_info *info_out)
 {
-    const double t0 = ck_now();
+    const double t0 = osdp_now_seconds();
     const osdp_layout *L = rt->layout;
     if (!cfg) cfg = &L->cfg;
     const int weights_only = (flags & OSDP_CKPT_WEIGHTS_ONLY) != 0;
@@ -292,8 +292,11 @@ osdp_status osdp_ckpt_load(osdp_runtime *rt, const osdp_model_config *cfg, const
     if (s != OSDP_OK) goto out;
 
     size_t max_shard = 0;
-    for (int i = 0; i < L->n_ops; i++)
-        if (rt->ops[i].shard > max_shard) max_shard = rt->ops[i].shard;
+    for (int i = 0; i < L->n_ops; i++) {
+        float *state[OSDP_STATE_N_KINDS];
+        size_t shard = osdp_runtime_op_shard(rt, i, state);
+        if (shard > max_shard) max_shard = shard;
+    }
     buf = malloc(max_shard * sizeof(float));
     dxpl = ck_dxpl();
     s = osdp_status_agree(buf && dxpl >= 0 ? OSDP_OK : osdp_error_set(OSDP_ERR_OOM, "checkpoint %s: out of host memory", path), comm);
@@ -304,12 +307,10 @@ osdp_status osdp_ckpt_load(osdp_runtime *rt, const osdp_model_config *cfg, const
     if (s == OSDP_OK) {
         rt->backend->synchronize();
         if (weights_only) {
-            for (int i = 0; i < L->n_ops; i++)
-                rt->backend->fill_zero(rt->ops[i].m, 2 * rt->ops[i].shard * sizeof(float));   /* m, v */
-            rt->step = 0;
+            osdp_runtime_reset_moments(rt);
+            osdp_runtime_set_position(rt, 0, rt->opt.seed);
         } else {
-            rt->step = info.step;
-            rt->opt.seed = info.seed;
+            osdp_runtime_set_position(rt, info.step, info.seed);
         }
         osdp_runtime_invalidate_weights(rt);   /* DP copies are re-gathered */
     }
@@ -324,7 +325,7 @@ out:
     if (s == OSDP_OK && info_out) {
         *info_out = info;
         info_out->bytes = bytes;
-        info_out->seconds = ck_now() - t0;
+        info_out->seconds = osdp_now_seconds() - t0;
     }
     return s;
 }

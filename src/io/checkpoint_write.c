@@ -163,7 +163,8 @@ static hid_t make_dcpl(const osdp_tensor_desc *td)
 static osdp_status write_op(osdp_runtime *rt, int i, hid_t file, hid_t dxpl, float *buf, MPI_Comm comm, double *bytes)
 {
     const osdp_op_layout *op = &rt->layout->op[i];
-    const osdp_op_state *st = &rt->ops[i];
+    float *state[OSDP_STATE_N_KINDS];
+    const size_t shard = osdp_runtime_op_shard(rt, i, state);
     const int nt = op->n_tensors;
     char h5msg[512], name[200];
     hid_t d[CK_N_KINDS][OSDP_MAX_TENSORS_PER_OP];
@@ -187,16 +188,15 @@ static osdp_status write_op(osdp_runtime *rt, int i, hid_t file, hid_t dxpl, flo
      * locally (collective writes, identical metadata); one agreement at the end */
     uint64_t sums[CK_N_KINDS * OSDP_MAX_TENSORS_PER_OP] = {0};
     for (int k = 0; k < CK_N_KINDS; k++) {
-        const float *src = k == CK_MASTER ? st->master : k == CK_M ? st->m : st->v;
-        rt->backend->to_host(buf, src, st->shard * sizeof(float));
+        rt->backend->to_host(buf, state[ck_state_kind[k]], shard * sizeof(float));
         for (int t = 0; t < nt; t++) {
             herr_t e = 0;
-            for (int c = 0; c < st->n_slices; c++) {   /* each slice's segment of this rank */
-                const osdp_slice_state *sl = &st->slice[c];
-                if (ck_transfer(d[k][t], &op->tensor[t], sl->flat_lo, osdp_slice_shard_numel(sl, rt->N), sl->hi, dxpl,
-                                buf + sl->local, 1, &sums[k * nt + t]) < 0)
+            osdp_shard_iter it = osdp_runtime_shards(rt, i);
+            osdp_shard_segment seg;
+            while (osdp_shard_next(&it, &seg))   /* each slice's segment of this rank */
+                if (ck_transfer(d[k][t], &op->tensor[t], seg.flat_lo, seg.numel, seg.flat_hi, dxpl, buf + seg.local, 1,
+                                &sums[k * nt + t]) < 0)
                     e = -1;
-            }
             if (e < 0 && s == OSDP_OK) {
                 ck_dataset_name(k, op, t, name, sizeof name);
                 s = osdp_error_set(OSDP_ERR_IO, "cannot write dataset %s: %s", name, ck_h5_error(h5msg, sizeof h5msg));
@@ -225,7 +225,7 @@ close:
 osdp_status osdp_ckpt_save(osdp_runtime *rt, const osdp_model_config *cfg, const osdp_plan *plan,
                            const char *path, MPI_Comm comm, osdp_ckpt_info *info)
 {
-    const double t0 = ck_now();
+    const double t0 = osdp_now_seconds();
     const osdp_layout *L = rt->layout;
     if (!cfg) cfg = &L->cfg;
     if (!plan) plan = &rt->plan;
@@ -246,8 +246,11 @@ osdp_status osdp_ckpt_save(osdp_runtime *rt, const osdp_model_config *cfg, const
     char *mname = bcast_string(cfg->name, comm);
     free(ptext_local);
     size_t max_shard = 0;
-    for (int i = 0; i < L->n_ops; i++)
-        if (rt->ops[i].shard > max_shard) max_shard = rt->ops[i].shard;
+    for (int i = 0; i < L->n_ops; i++) {
+        float *state[OSDP_STATE_N_KINDS];
+        size_t shard = osdp_runtime_op_shard(rt, i, state);
+        if (shard > max_shard) max_shard = shard;
+    }
     buf = malloc(max_shard * sizeof(float));
     osdp_status s = ptext && mtext && mname && buf ? OSDP_OK
                     : osdp_error_set(OSDP_ERR_OOM, "checkpoint %s: out of host memory", path);
@@ -322,6 +325,6 @@ out:
         info->bytes = bytes;
     }
     MPI_Barrier(comm);
-    if (info && s == OSDP_OK) info->seconds = ck_now() - t0;
+    if (info && s == OSDP_OK) info->seconds = osdp_now_seconds() - t0;
     return s;
 }

@@ -3,79 +3,23 @@
 
 #include <string.h>
 
-static float *take(float **cursor, size_t n, size_t *used)
-{
-    float *p = *cursor;
-    if (*cursor) *cursor += n;
-    *used += n;
-    return p;
-}
-
 size_t osdp_op_acts_carve(const osdp_layout *layout, int op_index, int B, float *base, osdp_op_acts *a)
 {
     const osdp_op_layout *op = &layout->op[op_index];
-    const size_t bt = (size_t)B * (size_t)layout->T;
-    const size_t d = (size_t)op->width;
-    const size_t nh = (size_t)layout->cfg.n_head;
-    size_t used = 0;
-    float *c = base;
-    memset(a, 0, sizeof *a);
-    switch (op->type) {
-    case OSDP_OP_EMBED:
-        a->tokens = (int *)take(&c, bt, &used);   /* int and float are both 4 bytes */
-        a->out = take(&c, bt * d, &used);
-        break;
-    case OSDP_OP_ATTN:
-        if (op->width_in != op->width) a->xin = take(&c, bt * d, &used);
-        a->ln = take(&c, bt * d, &used);
-        a->mean = take(&c, bt, &used);
-        a->rstd = take(&c, bt, &used);
-        a->qkv = take(&c, 3 * bt * d, &used);
-        a->att = take(&c, (size_t)B * nh * (size_t)layout->T * (size_t)layout->T, &used);
-        a->heads = take(&c, bt * d, &used);
-        a->out = take(&c, bt * d, &used);
-        break;
-    case OSDP_OP_MLP:
-        a->ln = take(&c, bt * d, &used);
-        a->mean = take(&c, bt, &used);
-        a->rstd = take(&c, bt, &used);
-        a->fc = take(&c, 4 * bt * d, &used);
-        a->gelu = take(&c, 4 * bt * d, &used);
-        a->out = take(&c, bt * d, &used);
-        break;
-    case OSDP_OP_HEAD:
-        a->ln = take(&c, bt * d, &used);
-        a->mean = take(&c, bt, &used);
-        a->rstd = take(&c, bt, &used);
-        a->probs = take(&c, bt * (size_t)layout->cfg.vocab, &used);
-        a->losses = take(&c, bt, &used);
-        a->tokens = (int *)take(&c, bt, &used);
-        break;
-    }
-    return used;
-}
-
-/* Largest per-operator backward scratch: attn needs d(heads), d(qkv), d(ln)
- * and a (B,NH,T,T) buffer; mlp d(gelu) and d(ln); head d(ln). */
-static size_t scratch_floats(const osdp_layout *layout, int B)
-{
-    const size_t bt = (size_t)B * (size_t)layout->T;
-    size_t best = 0;
-    for (int i = 0; i < layout->n_ops; i++) {
-        const osdp_op_layout *op = &layout->op[i];
-        size_t d = (size_t)op->width, need = 0;
-        if (op->type == OSDP_OP_ATTN)
-            need = 5 * bt * d + (size_t)B * (size_t)layout->cfg.n_head * (size_t)layout->T * (size_t)layout->T;
-        else if (op->type == OSDP_OP_MLP) need = 5 * bt * d;
-        else if (op->type == OSDP_OP_HEAD) need = bt * d;
-        if (need > best) best = need;
-    }
-    return best;
+    float *at[OSDP_A_N_SLOTS] = {0};
+    for (int k = 0; k < OSDP_A_N_SLOTS; k++)
+        if (base && op->act[k].floats) at[k] = base + (size_t)B * op->act[k].offset;
+    *a = (osdp_op_acts){.tokens = (int *)at[OSDP_A_TOKENS],   /* int and float are both 4 bytes */
+                        .out = at[OSDP_A_OUT], .xin = at[OSDP_A_XIN], .ln = at[OSDP_A_LN],
+                        .mean = at[OSDP_A_MEAN], .rstd = at[OSDP_A_RSTD], .qkv = at[OSDP_A_QKV],
+                        .att = at[OSDP_A_ATT], .heads = at[OSDP_A_HEADS], .fc = at[OSDP_A_FC],
+                        .gelu = at[OSDP_A_GELU], .probs = at[OSDP_A_PROBS], .losses = at[OSDP_A_LOSSES]};
+    return (size_t)B * op->act_floats_per_seq;
 }
 
 size_t osdp_workspace_floats(const osdp_layout *layout, int B)
 {
-    return 2 * (size_t)B * (size_t)layout->T * layout->max_width + scratch_floats(layout, B);
+    return 2 * (size_t)B * (size_t)layout->T * layout->max_width + (size_t)B * layout->max_scratch_floats_per_seq;
 }
 
 void osdp_workspace_carve(const osdp_layout *layout, int B, float *base, osdp_workspace *ws)
@@ -85,6 +29,13 @@ void osdp_workspace_carve(const osdp_layout *layout, int B, float *base, osdp_wo
     ws->dres[1] = base + res;
     ws->scratch = base + 2 * res;
     ws->cur = 0;
+}
+
+/* the operator's scratch piece `slot` for B sequences */
+static float *scratch_at(const osdp_op_context *ctx, const osdp_op_layout *op, const osdp_workspace *ws,
+                         osdp_scratch_slot slot)
+{
+    return ws->scratch + (size_t)ctx->B * op->scratch[slot].offset;
 }
 
 /* ---- weights and gradients through slices ------------------------------- */
@@ -121,18 +72,18 @@ static int acquire(pass *p, int s)
     return p->status == OSDP_OK;
 }
 
-/* weights / gradients of tensor k (a tensor never spans two slices unless it is a
- * linear weight, which goes through linear_forward / linear_backward) */
-static const void *tw(pass *p, int k)
+/* weights / gradients of the tensor in `slot` (a tensor never spans two slices
+ * unless it is a linear weight, which goes through linear_forward / linear_backward) */
+static const void *tw(pass *p, osdp_param_slot slot)
 {
-    size_t e = p->op->tensor[k].offset;
+    size_t e = p->op->tensor[p->op->param[slot]].offset;
     int s = slice_of(p->sl, e);
     if (!acquire(p, s)) return NULL;
     return weight_at(p, s, e);
 }
-static float *tg(pass *p, int k)
+static float *tg(pass *p, osdp_param_slot slot)
 {
-    size_t e = p->op->tensor[k].offset;
+    size_t e = p->op->tensor[p->op->param[slot]].offset;
     int s = slice_of(p->sl, e);
     if (!acquire(p, s)) return NULL;
     return p->sl->grads[s] + (e - p->sl->bounds[s]);
@@ -150,12 +101,14 @@ static int piece_slice(const pass *p, int k, int row)
     return slice_of(p->sl, t->offset + (size_t)row * (size_t)t->cols);
 }
 
-/* y = x W + b, W = tensor k (IC, OC), bias tensor k + 1 when has_bias.  A
- * weight cut by slice boundaries runs one product per piece (its rows in one
- * slice), the pieces summed into y; the bias is in the slice of the last rows. */
-static void linear_forward(pass *p, float *y, const float *x, int k, int has_bias, int BT)
+/* y = x W + b, W = the tensor in w_slot (IC, OC), b that in b_slot (< 0: no
+ * bias).  A weight cut by slice boundaries runs one product per piece (its
+ * rows in one slice), the pieces summed into y; the bias is in the slice of
+ * the last rows. */
+static void linear_forward(pass *p, float *y, const float *x, osdp_param_slot w_slot, int b_slot, int BT)
 {
     const osdp_compute_backend *be = p->ctx->backend;
+    const int k = p->op->param[w_slot];
     const osdp_tensor_desc *t = &p->op->tensor[k];
     const int IC = t->rows, OC = t->cols;
     int r0 = 0;
@@ -165,7 +118,7 @@ static void linear_forward(pass *p, float *y, const float *x, int k, int has_bia
         size_t hi = p->sl->bounds[s + 1];
         int r1 = hi >= t->offset + t->numel ? IC : (int)((hi - t->offset) / (size_t)t->cols);
         const void *w = weight_at(p, s, t->offset + (size_t)r0 * OC);
-        const void *b = r1 == IC && has_bias ? tw(p, k + 1) : NULL;
+        const void *b = r1 == IC && b_slot >= 0 ? tw(p, (osdp_param_slot)b_slot) : NULL;
         if (r0 == 0 && r1 == IC) be->matmul_forward(y, x, w, b, BT, IC, OC, 0);
         else be->matmul_forward_strided(y, x + r0, IC, w, b, BT, r1 - r0, OC, r0 > 0);
         r0 = r1;
@@ -174,10 +127,11 @@ static void linear_forward(pass *p, float *y, const float *x, int k, int has_bia
 
 /* dW += x^T dy, db += sum dy, dx = [dx +] dy W^T (dx may be NULL), pieces in
  * decreasing slice order */
-static void linear_backward(pass *p, float *dx, const float *dy, const float *x, int k, int has_bias,
+static void linear_backward(pass *p, float *dx, const float *dy, const float *x, osdp_param_slot w_slot, int b_slot,
                             int BT, int dx_accumulate)
 {
     const osdp_compute_backend *be = p->ctx->backend;
+    const int k = p->op->param[w_slot];
     const osdp_tensor_desc *t = &p->op->tensor[k];
     const int IC = t->rows, OC = t->cols;
     int r1 = IC;
@@ -187,7 +141,7 @@ static void linear_backward(pass *p, float *dx, const float *dy, const float *x,
         size_t lo = p->sl->bounds[s];
         int r0 = lo <= t->offset ? 0 : (int)((lo - t->offset) / (size_t)t->cols);
         size_t off = t->offset + (size_t)r0 * OC - lo;
-        float *db = r1 == IC && has_bias ? tg(p, k + 1) : NULL;
+        float *db = r1 == IC && b_slot >= 0 ? tg(p, (osdp_param_slot)b_slot) : NULL;
         const void *w = weight_at(p, s, t->offset + (size_t)r0 * OC);
         if (r0 == 0 && r1 == IC)
             be->matmul_backward(dx, p->sl->grads[s] + off, db, dy, x, w, BT, IC, OC, dx_accumulate);
@@ -210,51 +164,49 @@ osdp_status osdp_op_forward_sliced(const osdp_op_context *ctx, int op_index, con
 #define OK_OR_RETURN() do { if (p->status != OSDP_OK) return p->status; } while (0)
     switch (op->type) {
     case OSDP_OP_EMBED: {
-        const void *wte = tw(p, 0), *wpe = tw(p, 1);
+        const void *wte = tw(p, OSDP_P_WTE), *wpe = tw(p, OSDP_P_WPE);
         OK_OR_RETURN();
         be->embedding_forward(a->out, a->tokens, wte, wpe, B, T, d);
         break;
     }
     case OSDP_OP_ATTN: {
-        int k = 0;
         const float *x = input;
         if (op->width_in != d) {
-            linear_forward(p, a->xin, input, 0, 1, BT);
+            linear_forward(p, a->xin, input, OSDP_P_IN_PROJ_W, OSDP_P_IN_PROJ_B, BT);
             x = a->xin;
-            k = 2;
             poke(ctx);
         }
-        const void *lw = tw(p, k), *lb = tw(p, k + 1);
+        const void *lw = tw(p, OSDP_P_LN_W), *lb = tw(p, OSDP_P_LN_B);
         OK_OR_RETURN();
         be->layernorm_forward(a->ln, a->mean, a->rstd, x, lw, lb, BT, d);
-        linear_forward(p, a->qkv, a->ln, k + 2, 1, BT);
+        linear_forward(p, a->qkv, a->ln, OSDP_P_QKV_W, OSDP_P_QKV_B, BT);
         OK_OR_RETURN();
         poke(ctx);
         be->attention_forward(a->heads, a->att, a->qkv, B, T, d, NH);
         poke(ctx);
-        linear_forward(p, a->out, a->heads, k + 4, 1, BT);
+        linear_forward(p, a->out, a->heads, OSDP_P_PROJ_W, OSDP_P_PROJ_B, BT);
         OK_OR_RETURN();
         be->residual_forward(a->out, a->out, x, (size_t)BT * d);
         break;
     }
     case OSDP_OP_MLP: {
-        const void *lw = tw(p, 0), *lb = tw(p, 1);
+        const void *lw = tw(p, OSDP_P_LN_W), *lb = tw(p, OSDP_P_LN_B);
         OK_OR_RETURN();
         be->layernorm_forward(a->ln, a->mean, a->rstd, input, lw, lb, BT, d);
-        linear_forward(p, a->fc, a->ln, 2, 1, BT);
+        linear_forward(p, a->fc, a->ln, OSDP_P_FC_W, OSDP_P_FC_B, BT);
         OK_OR_RETURN();
         poke(ctx);
         be->gelu_forward(a->gelu, a->fc, (size_t)BT * 4 * d);
-        linear_forward(p, a->out, a->gelu, 4, 1, BT);
+        linear_forward(p, a->out, a->gelu, OSDP_P_PROJ_W, OSDP_P_PROJ_B, BT);
         OK_OR_RETURN();
         be->residual_forward(a->out, a->out, input, (size_t)BT * d);
         break;
     }
     case OSDP_OP_HEAD: {
-        const void *lw = tw(p, 0), *lb = tw(p, 1);
+        const void *lw = tw(p, OSDP_P_LN_W), *lb = tw(p, OSDP_P_LN_B);
         OK_OR_RETURN();
         be->layernorm_forward(a->ln, a->mean, a->rstd, input, lw, lb, BT, d);
-        linear_forward(p, a->probs, a->ln, 2, 0, BT);
+        linear_forward(p, a->probs, a->ln, OSDP_P_LM_HEAD_W, -1, BT);
         OK_OR_RETURN();
         poke(ctx);
         be->crossentropy_forward(a->losses, a->probs, a->tokens, BT, ctx->layout->cfg.vocab);
@@ -275,67 +227,67 @@ osdp_status osdp_op_backward_sliced(const osdp_op_context *ctx, int op_index, co
     const int NH = ctx->layout->cfg.n_head, V = ctx->layout->cfg.vocab;
     const size_t btd = (size_t)BT * (size_t)d;
     float *dout = ws->dres[ws->cur];
-    float *s = ws->scratch;
     pass P = {.ctx = ctx, .op = op, .sl = sl, .cur = -1, .wsize = osdp_dtype_size(be->weight_dtype),
               .status = OSDP_OK}, *p = &P;
     switch (op->type) {
     case OSDP_OP_EMBED: {
-        float *gte = tg(p, 0), *gpe = tg(p, 1);
+        float *gte = tg(p, OSDP_P_WTE), *gpe = tg(p, OSDP_P_WPE);
         OK_OR_RETURN();
         be->embedding_backward(gte, gpe, dout, a->tokens, B, T, d);
         break;
     }
     case OSDP_OP_ATTN: {
-        int k = op->width_in != d ? 2 : 0;
-        const float *x = k ? a->xin : input;
-        float *dheads = s, *dqkv = s + btd, *dln = s + 4 * btd, *datt = s + 5 * btd;
-        linear_backward(p, dheads, dout, a->heads, k + 4, 1, BT, 0);
+        const int in_proj = op->width_in != d;
+        const float *x = in_proj ? a->xin : input;
+        float *dheads = scratch_at(ctx, op, ws, OSDP_S_DHEADS), *dqkv = scratch_at(ctx, op, ws, OSDP_S_DQKV);
+        float *dln = scratch_at(ctx, op, ws, OSDP_S_DLN), *datt = scratch_at(ctx, op, ws, OSDP_S_DATT);
+        linear_backward(p, dheads, dout, a->heads, OSDP_P_PROJ_W, OSDP_P_PROJ_B, BT, 0);
         OK_OR_RETURN();
         poke(ctx);
         be->attention_backward(dqkv, datt, dheads, a->qkv, a->att, B, T, d, NH);
         poke(ctx);
-        linear_backward(p, dln, dqkv, a->ln, k + 2, 1, BT, 0);
+        linear_backward(p, dln, dqkv, a->ln, OSDP_P_QKV_W, OSDP_P_QKV_B, BT, 0);
         OK_OR_RETURN();
         poke(ctx);
         /* residual: d(x) = d(out) + layernorm path, accumulated in place */
-        float *glw = tg(p, k), *glb = tg(p, k + 1);
-        const void *lw = tw(p, k);
+        float *glw = tg(p, OSDP_P_LN_W), *glb = tg(p, OSDP_P_LN_B);
+        const void *lw = tw(p, OSDP_P_LN_W);
         OK_OR_RETURN();
         be->layernorm_backward(dout, glw, glb, dln, x, lw, a->mean, a->rstd, BT, d);
-        if (k) {
+        if (in_proj) {
             float *dprev = ws->dres[1 - ws->cur];
-            linear_backward(p, dprev, dout, input, 0, 1, BT, 0);
+            linear_backward(p, dprev, dout, input, OSDP_P_IN_PROJ_W, OSDP_P_IN_PROJ_B, BT, 0);
             OK_OR_RETURN();
             ws->cur = 1 - ws->cur;
         }
         break;
     }
     case OSDP_OP_MLP: {
-        float *dgelu = s, *dln = s + 4 * btd;
-        linear_backward(p, dgelu, dout, a->gelu, 4, 1, BT, 0);
+        float *dgelu = scratch_at(ctx, op, ws, OSDP_S_DGELU), *dln = scratch_at(ctx, op, ws, OSDP_S_DLN);
+        linear_backward(p, dgelu, dout, a->gelu, OSDP_P_PROJ_W, OSDP_P_PROJ_B, BT, 0);
         OK_OR_RETURN();
         poke(ctx);
         be->gelu_backward(dgelu, a->fc, dgelu, 4 * btd);
-        linear_backward(p, dln, dgelu, a->ln, 2, 1, BT, 0);
+        linear_backward(p, dln, dgelu, a->ln, OSDP_P_FC_W, OSDP_P_FC_B, BT, 0);
         OK_OR_RETURN();
         poke(ctx);
-        float *glw = tg(p, 0), *glb = tg(p, 1);
-        const void *lw = tw(p, 0);
+        float *glw = tg(p, OSDP_P_LN_W), *glb = tg(p, OSDP_P_LN_B);
+        const void *lw = tw(p, OSDP_P_LN_W);
         OK_OR_RETURN();
         be->layernorm_backward(dout, glw, glb, dln, input, lw, a->mean, a->rstd, BT, d);
         break;
     }
     case OSDP_OP_HEAD: {
-        float *dln = s;
+        float *dln = scratch_at(ctx, op, ws, OSDP_S_DLN);
         /* probabilities become d(logits) in place: they are not needed after */
         float *dlogits = a->probs;
         be->crossentropy_backward(dlogits, a->probs, a->tokens, loss_scale, BT, V);
-        linear_backward(p, dln, dlogits, a->ln, 2, 0, BT, 0);
+        linear_backward(p, dln, dlogits, a->ln, OSDP_P_LM_HEAD_W, -1, BT, 0);
         OK_OR_RETURN();
         poke(ctx);
         be->fill_zero(dout, btd * sizeof(float));
-        float *glw = tg(p, 0), *glb = tg(p, 1);
-        const void *lw = tw(p, 0);
+        float *glw = tg(p, OSDP_P_LN_W), *glb = tg(p, OSDP_P_LN_B);
+        const void *lw = tw(p, OSDP_P_LN_W);
         OK_OR_RETURN();
         be->layernorm_backward(dout, glw, glb, dln, input, lw, a->mean, a->rstd, BT, d);
         break;

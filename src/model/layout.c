@@ -6,9 +6,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void add_tensor(osdp_op_layout *op, const char *name, int rows, int cols, int ndim,
+static void add_tensor(osdp_op_layout *op, osdp_param_slot slot, const char *name, int rows, int cols, int ndim,
                        osdp_init_kind init, float std)
 {
+    op->param[slot] = op->n_tensors;
     osdp_tensor_desc *t = &op->tensor[op->n_tensors++];
     snprintf(t->name, sizeof t->name, "%s", name);
     t->rows = rows;
@@ -21,15 +22,17 @@ static void add_tensor(osdp_op_layout *op, const char *name, int rows, int cols,
     op->numel += t->numel;
 }
 
-static void add_linear(osdp_op_layout *op, const char *prefix, int in, int out, float std, int bias)
+/* bias_slot < 0: no bias */
+static void add_linear(osdp_op_layout *op, osdp_param_slot weight_slot, int bias_slot, const char *prefix, int in,
+                       int out, float std)
 {
     char name[48];
     snprintf(name, sizeof name, "%s.weight", prefix);
-    add_tensor(op, name, in, out, 2, OSDP_INIT_NORMAL, std);
+    add_tensor(op, weight_slot, name, in, out, 2, OSDP_INIT_NORMAL, std);
     op->flops_per_token += 2 * (size_t)in * (size_t)out;
-    if (bias) {
+    if (bias_slot >= 0) {
         snprintf(name, sizeof name, "%s.bias", prefix);
-        add_tensor(op, name, 1, out, 1, OSDP_INIT_ZEROS, 0);
+        add_tensor(op, (osdp_param_slot)bias_slot, name, 1, out, 1, OSDP_INIT_ZEROS, 0);
     }
 }
 
@@ -37,9 +40,33 @@ static void add_layernorm(osdp_op_layout *op, const char *prefix, int width)
 {
     char name[48];
     snprintf(name, sizeof name, "%s.weight", prefix);
-    add_tensor(op, name, 1, width, 1, OSDP_INIT_ONES, 0);
+    add_tensor(op, OSDP_P_LN_W, name, 1, width, 1, OSDP_INIT_ONES, 0);
     snprintf(name, sizeof name, "%s.bias", prefix);
-    add_tensor(op, name, 1, width, 1, OSDP_INIT_ZEROS, 0);
+    add_tensor(op, OSDP_P_LN_B, name, 1, width, 1, OSDP_INIT_ZEROS, 0);
+}
+
+/* the next piece of the operator's activation block (osdp/layout.h) */
+static void add_act(osdp_op_layout *op, osdp_act_slot slot, size_t floats_per_seq)
+{
+    op->act[slot] = (osdp_piece){.offset = op->act_floats_per_seq, .floats = floats_per_seq};
+    op->act_floats_per_seq += floats_per_seq;
+}
+
+/* the next piece of the operator's backward scratch */
+static void add_scratch(osdp_op_layout *op, osdp_scratch_slot slot, size_t floats_per_seq)
+{
+    op->scratch[slot] = (osdp_piece){.offset = op->scratch_floats_per_seq, .floats = floats_per_seq};
+    op->scratch_floats_per_seq += floats_per_seq;
+}
+
+static void start_op(osdp_op_layout *op, const char *name, osdp_op_type type, int block, int width, int width_in)
+{
+    snprintf(op->name, sizeof op->name, "%s", name);
+    op->type = type;
+    op->block = block;
+    op->width = width;
+    op->width_in = width_in;
+    for (int k = 0; k < OSDP_P_N_SLOTS; k++) op->param[k] = -1;
 }
 
 osdp_status osdp_layout_build(osdp_layout *layout, const osdp_model_config *cfg, int T)
@@ -58,63 +85,74 @@ osdp_status osdp_layout_build(osdp_layout *layout, const osdp_model_config *cfg,
     const size_t t = (size_t)T;
 
     osdp_op_layout *embed = &layout->op[0];
-    snprintf(embed->name, sizeof embed->name, "embed");
-    embed->type = OSDP_OP_EMBED;
-    embed->block = -1;
-    embed->width = embed->width_in = cfg->width[0];
-    add_tensor(embed, "wte", cfg->vocab, cfg->width[0], 2, OSDP_INIT_NORMAL, std);
-    add_tensor(embed, "wpe", cfg->ctx, cfg->width[0], 2, OSDP_INIT_NORMAL, std);
-    embed->act_floats_per_seq = t /* input token ids */ + t * (size_t)cfg->width[0] /* output */;
+    start_op(embed, "embed", OSDP_OP_EMBED, -1, cfg->width[0], cfg->width[0]);
+    add_tensor(embed, OSDP_P_WTE, "wte", cfg->vocab, cfg->width[0], 2, OSDP_INIT_NORMAL, std);
+    add_tensor(embed, OSDP_P_WPE, "wpe", cfg->ctx, cfg->width[0], 2, OSDP_INIT_NORMAL, std);
+    add_act(embed, OSDP_A_TOKENS, t);
+    add_act(embed, OSDP_A_OUT, t * (size_t)cfg->width[0]);
 
     for (int i = 0; i < L; i++) {
         size_t d = (size_t)cfg->width[i];
         int d_in = i == 0 ? cfg->width[0] : cfg->width[i - 1];
+        char name[32];
+        const size_t att = (size_t)cfg->n_head * t * t;
         osdp_op_layout *attn = &layout->op[1 + 2 * i];
-        snprintf(attn->name, sizeof attn->name, "attn.%d", i);
-        attn->type = OSDP_OP_ATTN;
-        attn->block = i;
-        attn->width = (int)d;
-        attn->width_in = d_in;
-        if (d_in != (int)d) add_linear(attn, "in_proj", d_in, (int)d, std, 1);
+        snprintf(name, sizeof name, "attn.%d", i);
+        start_op(attn, name, OSDP_OP_ATTN, i, (int)d, d_in);
+        if (d_in != (int)d) add_linear(attn, OSDP_P_IN_PROJ_W, OSDP_P_IN_PROJ_B, "in_proj", d_in, (int)d, std);
         add_layernorm(attn, "ln_1", (int)d);
-        add_linear(attn, "qkv", (int)d, 3 * (int)d, std, 1);
-        add_linear(attn, "proj", (int)d, (int)d, residual_std, 1);
+        add_linear(attn, OSDP_P_QKV_W, OSDP_P_QKV_B, "qkv", (int)d, 3 * (int)d, std);
+        add_linear(attn, OSDP_P_PROJ_W, OSDP_P_PROJ_B, "proj", (int)d, (int)d, residual_std);
         attn->attn_flops_per_token = 4 * t * d;
-        attn->act_floats_per_seq = (d_in != (int)d ? t * d : 0) /* projected residual */
-                                 + t * d + 2 * t          /* ln_1 out, mean, rstd */
-                                 + 3 * t * d              /* qkv */
-                                 + (size_t)cfg->n_head * t * t /* attention probabilities */
-                                 + t * d                  /* heads concatenated */
-                                 + t * d;                 /* output residual */
+        if (d_in != (int)d) add_act(attn, OSDP_A_XIN, t * d);
+        add_act(attn, OSDP_A_LN, t * d);
+        add_act(attn, OSDP_A_MEAN, t);
+        add_act(attn, OSDP_A_RSTD, t);
+        add_act(attn, OSDP_A_QKV, 3 * t * d);
+        add_act(attn, OSDP_A_ATT, att);
+        add_act(attn, OSDP_A_HEADS, t * d);
+        add_act(attn, OSDP_A_OUT, t * d);
+        attn->kept_floats_per_seq = attn->act[OSDP_A_OUT].floats;
+        add_scratch(attn, OSDP_S_DHEADS, t * d);
+        add_scratch(attn, OSDP_S_DQKV, 3 * t * d);
+        add_scratch(attn, OSDP_S_DLN, t * d);
+        add_scratch(attn, OSDP_S_DATT, att);
 
         osdp_op_layout *mlp = &layout->op[2 + 2 * i];
-        snprintf(mlp->name, sizeof mlp->name, "mlp.%d", i);
-        mlp->type = OSDP_OP_MLP;
-        mlp->block = i;
-        mlp->width = mlp->width_in = (int)d;
+        snprintf(name, sizeof name, "mlp.%d", i);
+        start_op(mlp, name, OSDP_OP_MLP, i, (int)d, (int)d);
         add_layernorm(mlp, "ln_2", (int)d);
-        add_linear(mlp, "fc", (int)d, 4 * (int)d, std, 1);
-        add_linear(mlp, "proj", 4 * (int)d, (int)d, residual_std, 1);
-        mlp->act_floats_per_seq = t * d + 2 * t       /* ln_2 out, mean, rstd */
-                                + 4 * t * d * 2       /* fc out, gelu out */
-                                + t * d;              /* output residual */
+        add_linear(mlp, OSDP_P_FC_W, OSDP_P_FC_B, "fc", (int)d, 4 * (int)d, std);
+        add_linear(mlp, OSDP_P_PROJ_W, OSDP_P_PROJ_B, "proj", 4 * (int)d, (int)d, residual_std);
+        add_act(mlp, OSDP_A_LN, t * d);
+        add_act(mlp, OSDP_A_MEAN, t);
+        add_act(mlp, OSDP_A_RSTD, t);
+        add_act(mlp, OSDP_A_FC, 4 * t * d);
+        add_act(mlp, OSDP_A_GELU, 4 * t * d);
+        add_act(mlp, OSDP_A_OUT, t * d);
+        mlp->kept_floats_per_seq = mlp->act[OSDP_A_OUT].floats;
+        add_scratch(mlp, OSDP_S_DGELU, 4 * t * d);
+        add_scratch(mlp, OSDP_S_DLN, t * d);
     }
 
     osdp_op_layout *head = &layout->op[layout->n_ops - 1];
-    int d_last = cfg->width[L - 1];
-    snprintf(head->name, sizeof head->name, "head");
-    head->type = OSDP_OP_HEAD;
-    head->block = -1;
-    head->width = head->width_in = d_last;
-    add_layernorm(head, "ln_f", d_last);
-    add_linear(head, "lm_head", d_last, cfg->vocab, std, 0);
-    head->act_floats_per_seq = t * (size_t)d_last + 2 * t   /* ln_f out, mean, rstd */
-                             + t * (size_t)cfg->vocab       /* probabilities */
-                             + t + t;                       /* per-token losses, target ids */
+    size_t d_last = (size_t)cfg->width[L - 1];
+    start_op(head, "head", OSDP_OP_HEAD, -1, (int)d_last, (int)d_last);
+    add_layernorm(head, "ln_f", (int)d_last);
+    add_linear(head, OSDP_P_LM_HEAD_W, -1, "lm_head", (int)d_last, cfg->vocab, std);
+    add_act(head, OSDP_A_LN, t * d_last);
+    add_act(head, OSDP_A_MEAN, t);
+    add_act(head, OSDP_A_RSTD, t);
+    add_act(head, OSDP_A_PROBS, t * (size_t)cfg->vocab);
+    add_act(head, OSDP_A_LOSSES, t);
+    add_act(head, OSDP_A_TOKENS, t);
+    add_scratch(head, OSDP_S_DLN, t * d_last);
 
     for (int i = 0; i < layout->n_ops; i++) {
         layout->total_params += layout->op[i].numel;
         if (layout->op[i].numel > layout->max_op_numel) layout->max_op_numel = layout->op[i].numel;
+        if (layout->op[i].scratch_floats_per_seq > layout->max_scratch_floats_per_seq)
+            layout->max_scratch_floats_per_seq = layout->op[i].scratch_floats_per_seq;
     }
     for (int i = 0; i < L; i++)
         if ((size_t)cfg->width[i] > layout->max_width) layout->max_width = (size_t)cfg->width[i];

@@ -116,7 +116,7 @@ void osdp_cost_op_mem_rc(const osdp_cost_model *cm, int op, int g, int k, int rc
     out->resident = dp * e;
     const osdp_op_layout *o = &cm->layout->op[op];
     long long full_acts = (long long)b * (long long)o->act_floats_per_seq * a;
-    long long kept = (long long)b * (long long)cm->layout->T * o->width * a;
+    long long kept = (long long)b * (long long)o->kept_floats_per_seq * a;
     out->acts = rc ? kept : full_acts;
     out->rebuilt = rc ? full_acts - kept : 0;
     out->grads = total * eg;

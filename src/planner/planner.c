@@ -155,6 +155,23 @@ static int verify_applies(const osdp_device *dev, const osdp_planner_options *o)
     return o->verify && (dev->param_bytes == 4 || dev->param_bytes == 2) && dev->grad_bytes == 4 && dev->act_bytes == 4;
 }
 
+/* The closed form is a rewrite of the runtime schedule's evaluation
+ * (osdp/schedule.h), proven equal by tests/test_schedule.c: a difference is
+ * a bug, not a reason to search again. */
+static osdp_status verify_peak(const osdp_layout *L, const osdp_device *dev, const osdp_planner_options *o, int b,
+                               int accum, osdp_planner_result *res)
+{
+    osdp_memory_prediction pr;
+    osdp_status s = osdp_memory_predict(L, &res->plan, o->n_ranks, b, accum, o->prefetch,
+                                        dev->param_bytes == 2 ? OSDP_BFLOAT16 : OSDP_FLOAT32, &pr);
+    if (s != OSDP_OK) return s;
+    res->runtime_peak = (long long)pr.peak_total;
+    if (res->runtime_peak != res->peak_bytes)
+        return osdp_error_set(OSDP_ERR_INTERNAL, "planner: the cost model's peak (%lld bytes) and the runtime "
+                              "schedule's (%lld bytes) differ for the chosen plan", res->peak_bytes, res->runtime_peak);
+    return OSDP_OK;
+}
+
 /* cutoff: only a plan of step time <= cutoff is wanted (INFINITY: any);
  * quiet: no plan is OSDP_ERR_INFEASIBLE without the message (which costs a
  * search of its own) */
@@ -180,33 +197,12 @@ static osdp_status plan_batch(const osdp_layout *L, const osdp_device *dev, cons
     osdp_ps_best best = {.choice = malloc(sizeof(int) * (size_t)ctx.n_ops)};
     if (!best.choice) s = osdp_error_set(OSDP_ERR_OOM, "planner: out of host memory");
     if (s == OSDP_OK) s = osdp_plan_alloc(&res->plan, ctx.n_ops);
-    long long eff = limit;
-    for (int round = 0; s == OSDP_OK; round++) {
-        if (round == 8) {
-            s = osdp_error_set(OSDP_ERR_INTERNAL, "planner: the runtime's memory prediction keeps exceeding the model's");
-            break;
-        }
-        s = osdp_ps_search(&ctx, eff, &best);
-        if (s != OSDP_OK) break;
-        if (!best.found) {
-            s = quiet || !isinf(cutoff) ? OSDP_ERR_INFEASIBLE : infeasible(L, dev, o, b, limit);
-            break;
-        }
+    if (s == OSDP_OK) s = osdp_ps_search(&ctx, limit, &best);
+    if (s == OSDP_OK && !best.found) s = quiet || !isinf(cutoff) ? OSDP_ERR_INFEASIBLE : infeasible(L, dev, o, b, limit);
+    if (s == OSDP_OK) {
         fill_plan(&ctx, best.choice, &res->plan);
         res->peak_bytes = osdp_cost_peak(&ctx.cost, &res->plan, b, &res->peak_op);
-        if (verify_applies(dev, o)) {
-            osdp_memory_prediction pr;
-            s = osdp_memory_predict(L, &res->plan, o->n_ranks, b, accum, o->prefetch,
-                                    dev->param_bytes == 2 ? OSDP_BFLOAT16 : OSDP_FLOAT32, &pr);
-            if (s != OSDP_OK) break;
-            res->runtime_peak = (long long)pr.peak_total;
-            if (res->runtime_peak > limit) {
-                eff -= res->runtime_peak - limit;
-                res->tightened++;
-                continue;
-            }
-        }
-        break;
+        if (verify_applies(dev, o)) s = verify_peak(L, dev, o, b, accum, res);
     }
     if (s == OSDP_OK) {
         res->step_s = osdp_cost_step_time(&ctx.cost, &res->plan, b, accum);

@@ -13,12 +13,11 @@ const char *osdp_mem_category_name(osdp_mem_category c)
     return c < OSDP_MEM_N_CATEGORIES ? names[c] : "?";
 }
 
-void osdp_memory_init(osdp_memory *mem, const osdp_compute_backend *backend, size_t limit, int dry)
+void osdp_memory_init(osdp_memory *mem, const osdp_compute_backend *backend, size_t limit)
 {
     memset(mem, 0, sizeof *mem);
     mem->backend = backend;
     mem->limit = limit;
-    mem->dry = dry;
 }
 
 osdp_status osdp_mem_alloc(osdp_memory *mem, osdp_mem_category cat, size_t bytes, const char *what, void **out)
@@ -31,7 +30,7 @@ osdp_status osdp_mem_alloc(osdp_memory *mem, osdp_mem_category cat, size_t bytes
             what, osdp_format_bytes((double)bytes, a, sizeof a), osdp_mem_category_name(cat),
             osdp_format_bytes((double)mem->current_total, b, sizeof b),
             osdp_format_bytes((double)mem->limit, c, sizeof c));
-    if (!mem->dry && bytes) {
+    if (bytes) {
         *out = mem->backend->alloc(bytes);
         if (!*out)
             return osdp_error_set(OSDP_ERR_OOM, "out of memory: the %s allocator refused %s of %s for %s",
@@ -47,7 +46,7 @@ osdp_status osdp_mem_alloc(osdp_memory *mem, osdp_mem_category cat, size_t bytes
 
 void osdp_mem_free(osdp_memory *mem, osdp_mem_category cat, void *ptr, size_t bytes)
 {
-    if (!mem->dry && ptr) mem->backend->free(ptr);
+    if (ptr) mem->backend->free(ptr);
     mem->current[cat] -= bytes;
     mem->current_total -= bytes;
 }

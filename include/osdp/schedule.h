@@ -1,0 +1,159 @@
+/* The step as data: the ordered events of one training step, built once
+ * from the layout, the plan and the runtime's options.
+ *
+ * Peak memory per rank is decided here and only here: the runtime executes
+ * these events (osdp/runtime.h) and its accounting allocator measures them;
+ * osdp_schedule_peak evaluates the same list by adding up the bytes of its
+ * allocations and frees.  The planner's closed form (osdp/cost_model.h) is a
+ * fast rewrite of this evaluation for the search, and tests/test_schedule.c
+ * proves the three equal to the byte on random plans.
+ *
+ * A step is
+ *   setup   once, when the runtime is created: the buffers that live all
+ *           run (sharded state, the bf16 copy of the master shard, the DP
+ *           slices' resident weights, the backward workspace);
+ *   micro   one micro-step, executed accum_steps times: events flagged
+ *           first_micro_only (the DP slices' gathers, made once per step)
+ *           are skipped after the first; the others allocate and free the
+ *           same bytes every time, so one pass gives the peak;
+ *   optim   the optimizer step, once per step after the micro-steps: the
+ *           squared gradient norm summed shard by shard, one all-reduce of
+ *           the loss and norm sums, AdamW on every shard; it allocates
+ *           nothing.
+ *
+ * Within a micro-step (osdp/runtime.h has the order of weight uses): every
+ * ALLOC has its FREE later in the same list; an operator pass is
+ * COMPUTE .. COMPUTE_END, and between them one USE marker per slice in the
+ * order the pass touches the slices (forward and recompute up, backward
+ * down).  The compute asks for slice s when it first touches it; the
+ * executor then runs the events up to USE(op, s, pass): releasing the
+ * previous slice, gathering this one, starting prefetches.
+ *
+ * Extending it (the mesh: tensor and pipeline parallelism) means new event
+ * kinds (an all-reduce of activations, point-to-point sends and receives of
+ * a stage boundary) and new buffer kinds, with one list per pipeline stage;
+ * the evaluation only reads ALLOC and FREE and needs no change. */
+#ifndef OSDP_SCHEDULE_H
+#define OSDP_SCHEDULE_H
+
+#include <stddef.h>
+#include "osdp/dtype.h"
+#include "osdp/layout.h"
+#include "osdp/memory.h"
+#include "osdp/plan.h"
+
+/* a pass of an operator over its weights */
+typedef enum osdp_pass { OSDP_PASS_FORWARD, OSDP_PASS_RECOMPUTE, OSDP_PASS_BACKWARD } osdp_pass;
+
+/* What an ALLOC / FREE names; each kind has one memory category
+ * (osdp_buffer_category).  Sizes come from the size table (osdp/layout.h). */
+typedef enum osdp_buffer_kind {
+    OSDP_BUF_STATE,         /* (4, shard) fp32: master, gradient, AdamW m, v of the operator's shard */
+    OSDP_BUF_MASTER_COPY,   /* (shard) weight dtype: the master shard rounded, what is all-gathered (bf16 only) */
+    OSDP_BUF_RESIDENT,      /* (sum of DP slices' padded) weight dtype: DP slices' full weights */
+    OSDP_BUF_WORKSPACE,     /* (osdp_workspace_floats) fp32: backward scratch shared by every operator */
+    OSDP_BUF_GATHERED,      /* (slice padded) weight dtype: a ZDP slice's gathered weights */
+    OSDP_BUF_KEPT,          /* (B, T, d) fp32: recompute: the output kept from forward to backward */
+    OSDP_BUF_ACTS,          /* (B, act floats per sequence, less the kept output when recomputing) */
+    OSDP_BUF_FULL_GRAD,     /* (padded) fp32: full gradients during the backward */
+    OSDP_BUF_GRAD_RECV,     /* (shard) fp32: the reduce-scatter's destination */
+    OSDP_BUF_N_KINDS
+} osdp_buffer_kind;
+
+typedef enum osdp_event_kind {
+    OSDP_EV_ALLOC,          /* buffer (op, slice) of `bytes` */
+    OSDP_EV_FREE,
+    OSDP_EV_GATHER,         /* start the all-gather of slice (op, slice) into its weights */
+    OSDP_EV_GATHER_WAIT,    /* that all-gather has completed */
+    OSDP_EV_USE,            /* marker: the pass may touch slice (op, slice) now */
+    OSDP_EV_COMPUTE,        /* operator op's pass starts (its USE markers follow) */
+    OSDP_EV_COMPUTE_END,
+    OSDP_EV_LOAD_TOKENS,    /* the micro-batch's token ids into op's activations (embed: inputs, head: targets) */
+    OSDP_EV_LOSS_SUM,       /* add the head's per-token losses to the step's loss sum */
+    OSDP_EV_REDUCE_SCATTER, /* start the reduce-scatters of op's full gradients (all its slices) */
+    OSDP_EV_REDUCE_SCATTER_WAIT,   /* they completed: add into the gradient shard */
+    OSDP_EV_NORM_SUM,       /* add op's gradient shard's squared norm to the step's sum */
+    OSDP_EV_SUMS_ALL_REDUCE,    /* the loss and norm sums over the ranks (bytes: 16); the step's
+                                   learning rate and clipping scale follow from them */
+    OSDP_EV_ADAMW,          /* AdamW on op's shard */
+    OSDP_EV_N_KINDS
+} osdp_event_kind;
+
+typedef struct osdp_event {
+    osdp_event_kind kind;
+    osdp_buffer_kind buffer;    /* ALLOC, FREE */
+    int op, slice;              /* slice: GATHERED buffers, GATHER, USE; else 0 */
+    osdp_pass pass;             /* USE, COMPUTE */
+    int blocking;               /* GATHER: wait inside the call (no prefetch) */
+    int first_micro_only;       /* GATHER, GATHER_WAIT of DP slices: once per step */
+    size_t bytes;               /* ALLOC, FREE: bytes; GATHER, REDUCE_SCATTER: full buffer bytes moved */
+} osdp_event;
+
+/* One slice of an operator (the whole operator when it is not split): a
+ * range of its flat buffer, padded to a multiple of N and sharded on its own,
+ * so that it can be gathered and reduce-scattered alone (DESIGN.md §3). */
+typedef struct osdp_sched_slice {
+    size_t lo, hi;          /* elements [lo, hi) of the operator's flat buffer */
+    size_t padded;          /* hi - lo padded to a multiple of N */
+    size_t base;            /* offset in the operator's full buffers (sum of earlier padded) */
+    size_t local;           /* offset of a rank's part (padded / N) in the shard arrays */
+    int zdp;
+} osdp_sched_slice;
+
+typedef struct osdp_sched_op {
+    int n_slices, zdp_slices;   /* g and k of the plan */
+    int recompute;
+    size_t bounds[OSDP_MAX_SLICES + 1];
+    osdp_sched_slice slice[OSDP_MAX_SLICES];
+    size_t padded, shard;       /* sums over slices: full-buffer and shard elements */
+    size_t resident_numel;      /* DP slices' padded elements (slices k..g-1, contiguous) */
+} osdp_sched_op;
+
+typedef struct osdp_schedule_options {
+    int n_ranks;
+    int micro_batch;        /* B: sequences per rank per micro-step */
+    int accum_steps;        /* micro-steps per optimizer step */
+    int prefetch;           /* overlap gathers / reduce-scatters with compute */
+    osdp_dtype weight_dtype;    /* working weights and their all-gathers: fp32 or bf16 */
+} osdp_schedule_options;
+
+typedef struct osdp_schedule {
+    const osdp_layout *layout;
+    osdp_schedule_options opt;
+    size_t weight_size;     /* bytes per working-weight element */
+    osdp_sched_op *ops;     /* [layout->n_ops] */
+    osdp_event *setup;
+    int n_setup;
+    osdp_event *micro;
+    int n_micro;
+    osdp_event *optim;
+    int n_optim;
+    int cap_setup, cap_micro, cap_optim;   /* allocated lengths of the lists */
+} osdp_schedule;
+
+/* Validates the plan and options against the layout (OSDP_ERR_INPUT with a
+ * message naming the operator or the option) and builds the events. */
+osdp_status osdp_schedule_build(osdp_schedule *sched, const osdp_layout *layout, const osdp_plan *plan,
+                                const osdp_schedule_options *opt);
+void osdp_schedule_free(osdp_schedule *sched);
+
+osdp_mem_category osdp_buffer_category(osdp_buffer_kind kind);
+/* elements of a rank's shard of a slice: padded / N */
+static inline size_t osdp_sched_slice_shard_numel(const osdp_sched_slice *sl, int n_ranks)
+{
+    return sl->padded / (size_t)n_ranks;
+}
+
+/* Peak bytes per category and in total that executing the schedule reaches. */
+typedef struct osdp_memory_prediction {
+    size_t peak[OSDP_MEM_N_CATEGORIES];
+    size_t peak_total;
+} osdp_memory_prediction;
+void osdp_schedule_peak(const osdp_schedule *sched, osdp_memory_prediction *out);
+
+/* Build and evaluate in one call (the planner's and train's check). */
+osdp_status osdp_memory_predict(const osdp_layout *layout, const osdp_plan *plan, int n_ranks,
+                                int micro_batch, int accum_steps, int prefetch, osdp_dtype weight_dtype,
+                                osdp_memory_prediction *out);
+
+#endif

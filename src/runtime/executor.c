@@ -1,0 +1,286 @@
+/* The executor: carries out the events of the runtime's schedule
+ * (osdp/schedule.h) on real memory, collectives and kernels. */
+#include "runtime_internal.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#define TRY(expr) do { osdp_status s_ = (expr); if (s_ != OSDP_OK) return s_; } while (0)
+
+static void **buffer_slot(osdp_runtime *rt, const osdp_event *ev)
+{
+    rt_op *o = &rt->in->ops[ev->op];
+    switch (ev->buffer) {
+    case OSDP_BUF_STATE: return (void **)&o->state;
+    case OSDP_BUF_MASTER_COPY: return &o->master_copy;
+    case OSDP_BUF_RESIDENT: return &o->resident;
+    case OSDP_BUF_WORKSPACE: return (void **)&rt->in->workspace_base;
+    case OSDP_BUF_GATHERED: return &o->slice[ev->slice].weights;
+    case OSDP_BUF_KEPT: return (void **)&o->kept_out;
+    case OSDP_BUF_ACTS: return (void **)&o->acts_base;
+    case OSDP_BUF_FULL_GRAD: return (void **)&o->full_grad;
+    case OSDP_BUF_GRAD_RECV: return (void **)&o->grad_recv;
+    case OSDP_BUF_N_KINDS: break;
+    }
+    return NULL;
+}
+
+/* what the buffer is, for the out-of-memory message */
+static void describe(const osdp_runtime *rt, const osdp_event *ev, char *what, size_t n)
+{
+    const char *op = rt->layout->op[ev->op].name;
+    const int g = rt->in->sched.ops[ev->op].n_slices;
+    switch (ev->buffer) {
+    case OSDP_BUF_STATE: snprintf(what, n, "operator %s (sharded state)", op); break;
+    case OSDP_BUF_MASTER_COPY:
+        snprintf(what, n, "operator %s (%s copy of the master shard)", op, osdp_dtype_name(rt->weight_dtype));
+        break;
+    case OSDP_BUF_RESIDENT: snprintf(what, n, "operator %s (resident DP weights)", op); break;
+    case OSDP_BUF_WORKSPACE: snprintf(what, n, "backward workspace"); break;
+    case OSDP_BUF_GATHERED:
+        if (g > 1) snprintf(what, n, "operator %s slice %d of %d (gathered ZDP weights)", op, ev->slice + 1, g);
+        else snprintf(what, n, "operator %s (gathered ZDP weights)", op);
+        break;
+    case OSDP_BUF_KEPT: snprintf(what, n, "operator %s (output kept for recompute)", op); break;
+    case OSDP_BUF_ACTS: snprintf(what, n, "operator %s (activations)", op); break;
+    case OSDP_BUF_FULL_GRAD: snprintf(what, n, "operator %s (full gradients)", op); break;
+    case OSDP_BUF_GRAD_RECV: snprintf(what, n, "operator %s (reduce-scatter destination)", op); break;
+    case OSDP_BUF_N_KINDS: snprintf(what, n, "?"); break;
+    }
+}
+
+/* what a fresh buffer needs before its first use */
+static void after_alloc(osdp_runtime *rt, const osdp_event *ev)
+{
+    struct osdp_runtime_internal *in = rt->in;
+    rt_op *o = &in->ops[ev->op];
+    const osdp_sched_op *so = &in->sched.ops[ev->op];
+    switch (ev->buffer) {
+    case OSDP_BUF_STATE:
+        o->master = o->state;
+        o->grad = o->state + so->shard;
+        o->m = o->state + 2 * so->shard;
+        o->v = o->state + 3 * so->shard;
+        break;
+    case OSDP_BUF_RESIDENT: {
+        size_t off = 0;
+        for (int k = so->zdp_slices; k < so->n_slices; k++) {
+            o->slice[k].weights = (char *)o->resident + off * in->weight_size;
+            off += so->slice[k].padded;
+        }
+        break;
+    }
+    case OSDP_BUF_WORKSPACE: osdp_workspace_carve(rt->layout, rt->B, in->workspace_base, &in->ws); break;
+    case OSDP_BUF_ACTS:
+        osdp_op_acts_carve(rt->layout, ev->op, rt->B, o->acts_base, &o->acts);
+        if (so->recompute) o->acts.out = o->kept_out;
+        break;
+    case OSDP_BUF_FULL_GRAD: rt->backend->fill_zero(o->full_grad, ev->bytes); break;   /* backward accumulates */
+    default: break;
+    }
+}
+
+static osdp_status alloc_buffer(osdp_runtime *rt, const osdp_event *ev)
+{
+    char what[128];
+    describe(rt, ev, what, sizeof what);
+    TRY(osdp_mem_alloc(&rt->mem, osdp_buffer_category(ev->buffer), ev->bytes, what, buffer_slot(rt, ev)));
+    after_alloc(rt, ev);
+    return OSDP_OK;
+}
+
+static void free_buffer(osdp_runtime *rt, const osdp_event *ev)
+{
+    void **slot = buffer_slot(rt, ev);
+    osdp_mem_free(&rt->mem, osdp_buffer_category(ev->buffer), *slot, ev->bytes);
+    *slot = NULL;
+}
+
+static osdp_status gather(osdp_runtime *rt, const osdp_event *ev)
+{
+    struct osdp_runtime_internal *in = rt->in;
+    rt_op *o = &in->ops[ev->op];
+    const osdp_sched_slice *ss = &in->sched.ops[ev->op].slice[ev->slice];
+    rt_slice *sl = &o->slice[ev->slice];
+    /* fp32: the master shard itself; bf16: its rounded copy */
+    const void *mine = rt->weight_dtype == OSDP_FLOAT32 ? (const void *)(o->master + ss->local)
+                                                        : (const char *)o->master_copy + ss->local * in->weight_size;
+    TRY(osdp_comm_all_gather(rt->comm, mine, sl->weights, osdp_sched_slice_shard_numel(ss, rt->N), rt->weight_dtype,
+                             ev->blocking ? NULL : &sl->gather));
+    sl->pending = !ev->blocking;
+    return OSDP_OK;
+}
+
+static osdp_status gather_wait(osdp_runtime *rt, rt_slice *sl)
+{
+    if (!sl->pending) return OSDP_OK;
+    sl->pending = 0;
+    return osdp_comm_wait(rt->comm, &sl->gather);
+}
+
+static osdp_status scatter_start(osdp_runtime *rt, int op)
+{
+    rt_op *o = &rt->in->ops[op];
+    const osdp_sched_op *so = &rt->in->sched.ops[op];
+    /* one fused launch for the operator's slices on NCCL (osdp/comm.h) */
+    TRY(osdp_comm_group_start(rt->comm));
+    for (int k = 0; k < so->n_slices; k++) {
+        const osdp_sched_slice *ss = &so->slice[k];
+        TRY(osdp_comm_reduce_scatter(rt->comm, o->full_grad + ss->base, o->grad_recv + ss->local,
+                                     osdp_sched_slice_shard_numel(ss, rt->N), OSDP_FLOAT32, &o->slice[k].scatter));
+    }
+    return osdp_comm_group_end(rt->comm);
+}
+
+static osdp_status scatter_finish(osdp_runtime *rt, int op)
+{
+    rt_op *o = &rt->in->ops[op];
+    const osdp_sched_op *so = &rt->in->sched.ops[op];
+    for (int k = 0; k < so->n_slices; k++) TRY(osdp_comm_wait(rt->comm, &o->slice[k].scatter));
+    if (rt->in->micro == 0) rt->backend->copy(o->grad, o->grad_recv, so->shard * sizeof(float));
+    else rt->backend->vector_accumulate(o->grad, o->grad_recv, so->shard);
+    return OSDP_OK;
+}
+
+/* ---- the optimizer ------------------------------------------------------------ */
+
+/* loss and gradient norm: summed where the compute runs, read back once
+ * (the step's only wait for the compute before the optimizer), then one
+ * all-reduce of two doubles */
+static osdp_status reduce_sums(osdp_runtime *rt)
+{
+    struct osdp_runtime_internal *in = rt->in;
+    double sums[2];
+    rt->backend->to_host(sums, in->sums, sizeof sums);
+    TRY(osdp_comm_all_reduce(rt->comm, sums, 2, OSDP_FLOAT64, NULL));
+    in->loss = sums[0] / in->global_tokens;
+    in->grad_norm = sqrt(sums[1]);
+    if (!isfinite(in->loss) || !isfinite(in->grad_norm))
+        return osdp_error_set(OSDP_ERR_NUMERIC, "step %ld: loss is %g and gradient norm %g: training diverged (lower --lr?)",
+                              rt->step + 1, in->loss, in->grad_norm);
+    in->lr = osdp_lr_at(&rt->opt.optim, rt->step);
+    in->clip_scale = osdp_clip_scale(&rt->opt.optim, in->grad_norm);
+    return OSDP_OK;
+}
+
+/* AdamW on every segment of operator op, clipped by the global norm */
+static void adamw_op(osdp_runtime *rt, int op)
+{
+    struct osdp_runtime_internal *in = rt->in;
+    osdp_shard_iter it = osdp_runtime_shards(rt, op);
+    osdp_shard_segment seg;
+    while (osdp_shard_next(&it, &seg)) {
+        size_t valid = seg.flat_lo >= seg.flat_hi ? 0 : seg.flat_hi - seg.flat_lo < seg.numel ? seg.flat_hi - seg.flat_lo
+                                                                                              : seg.numel;
+        osdp_adamw_shard(rt->backend, &rt->layout->op[op], seg.flat_lo, valid, seg.state[OSDP_STATE_MASTER],
+                         seg.state[OSDP_STATE_GRAD], seg.state[OSDP_STATE_M], seg.state[OSDP_STATE_V],
+                         &rt->opt.optim, in->lr, in->clip_scale, rt->step + 1);
+    }
+}
+
+/* ---- operator passes ------------------------------------------------------- */
+
+/* A pass being computed: the events between its COMPUTE and COMPUTE_END,
+ * run as the operator asks for its slices. */
+typedef struct pass_run {
+    osdp_runtime *rt;
+    const osdp_event *ev;
+    int end;                        /* index of the COMPUTE_END */
+    int op;
+    osdp_pass pass;
+    const void *weights[OSDP_MAX_SLICES];   /* the operator's view, refreshed on acquire */
+} pass_run;
+
+/* osdp_op_slices.acquire: the operator is about to touch slice s; run the
+ * events up to its USE marker */
+static osdp_status acquire_slice(void *arg, int s)
+{
+    pass_run *r = arg;
+    struct osdp_runtime_internal *in = r->rt->in;
+    const osdp_event *last = &r->ev[in->cursor - 1];
+    if (!(last->kind == OSDP_EV_USE && last->op == r->op && last->slice == s && last->pass == r->pass)) {
+        int u = in->cursor;
+        while (u < r->end && !(r->ev[u].kind == OSDP_EV_USE && r->ev[u].slice == s)) u++;
+        if (u == r->end)
+            return osdp_error_set(OSDP_ERR_INTERNAL, "operator %s touched slice %d out of order",
+                                  r->rt->layout->op[r->op].name, s);
+        TRY(osdp_rt_execute(r->rt, r->ev, u + 1));
+    }
+    r->weights[s] = in->ops[r->op].slice[s].weights;
+    return OSDP_OK;
+}
+
+static osdp_status compute(osdp_runtime *rt, const osdp_event *ev, int at)
+{
+    struct osdp_runtime_internal *in = rt->in;
+    const osdp_sched_op *so = &in->sched.ops[ev[at].op];
+    rt_op *o = &in->ops[ev[at].op];
+    pass_run r = {.rt = rt, .ev = ev, .end = at + 1, .op = ev[at].op, .pass = ev[at].pass};
+    while (ev[r.end].kind != OSDP_EV_COMPUTE_END) r.end++;
+    const int g = so->n_slices, fwd = r.pass != OSDP_PASS_BACKWARD;
+    const float *input = r.op ? in->ops[r.op - 1].acts.out : NULL;
+    float *grad_slices[OSDP_MAX_SLICES] = {0};
+    for (int k = 0; k < g && !fwd; k++) grad_slices[k] = o->full_grad + so->slice[k].base;
+    /* the first slice before the call: an unsplit operator needs no callback */
+    TRY(acquire_slice(&r, fwd ? 0 : g - 1));
+    osdp_op_slices view = {.n = g, .bounds = so->bounds, .weights = r.weights, .grads = grad_slices,
+                           .acquire = acquire_slice, .arg = &r};
+    if (fwd) TRY(osdp_op_forward_sliced(&in->ctx, r.op, &view, input, &o->acts));
+    else TRY(osdp_op_backward_sliced(&in->ctx, r.op, &view, input, &o->acts, &in->ws, in->loss_scale));
+    /* the slices the operator did not touch, and the release of the last */
+    return osdp_rt_execute(rt, ev, r.end + 1);
+}
+
+/* ---- the loop ------------------------------------------------------------------ */
+
+osdp_status osdp_rt_execute(osdp_runtime *rt, const osdp_event *ev, int end)
+{
+    struct osdp_runtime_internal *in = rt->in;
+    const size_t bt = (size_t)rt->B * (size_t)rt->T;
+    while (in->cursor < end) {
+        const int at = in->cursor++;
+        const osdp_event *e = &ev[at];
+        if (e->first_micro_only && in->micro > 0) continue;
+        rt_op *o = &in->ops[e->op];
+        switch (e->kind) {
+        case OSDP_EV_ALLOC: TRY(alloc_buffer(rt, e)); break;
+        case OSDP_EV_FREE: free_buffer(rt, e); break;
+        case OSDP_EV_GATHER: TRY(gather(rt, e)); break;
+        case OSDP_EV_GATHER_WAIT: TRY(gather_wait(rt, &o->slice[e->slice])); break;
+        case OSDP_EV_COMPUTE: TRY(compute(rt, ev, at)); break;
+        case OSDP_EV_USE: case OSDP_EV_COMPUTE_END: break;
+        case OSDP_EV_LOAD_TOKENS:
+            rt->backend->to_device(o->acts.tokens, in->tokens + (e->op == 0 ? 0 : bt), bt * sizeof(int));
+            break;
+        case OSDP_EV_LOSS_SUM: rt->backend->accumulate_sum(&in->sums[0], o->acts.losses, bt, 0); break;   /* no wait */
+        case OSDP_EV_REDUCE_SCATTER: TRY(scatter_start(rt, e->op)); break;
+        case OSDP_EV_REDUCE_SCATTER_WAIT: TRY(scatter_finish(rt, e->op)); break;
+        case OSDP_EV_NORM_SUM:
+            rt->backend->accumulate_sum(&in->sums[1], o->grad, in->sched.ops[e->op].shard, 1);
+            break;
+        case OSDP_EV_SUMS_ALL_REDUCE: TRY(reduce_sums(rt)); break;
+        case OSDP_EV_ADAMW: adamw_op(rt, e->op); break;
+        case OSDP_EV_N_KINDS: break;
+        }
+    }
+    return OSDP_OK;
+}
+
+static void release_list(osdp_runtime *rt, const osdp_event *ev, int n)
+{
+    for (int e = 0; e < n; e++) {
+        if (ev[e].kind != OSDP_EV_ALLOC) continue;
+        void **slot = buffer_slot(rt, &ev[e]);
+        if (*slot) free_buffer(rt, &ev[e]);
+    }
+}
+
+void osdp_rt_release_all(osdp_runtime *rt)
+{
+    struct osdp_runtime_internal *in = rt->in;
+    for (int i = 0; i < rt->layout->n_ops; i++)
+        for (int k = 0; k < in->sched.ops[i].n_slices; k++) (void)gather_wait(rt, &in->ops[i].slice[k]);
+    release_list(rt, in->sched.micro, in->sched.n_micro);
+    release_list(rt, in->sched.setup, in->sched.n_setup);
+}

@@ -1,0 +1,56 @@
+/* The runtime's private state (osdp/runtime.h): what the schedule's events
+ * act on.  Only src/runtime includes this. */
+#ifndef OSDP_RUNTIME_INTERNAL_H
+#define OSDP_RUNTIME_INTERNAL_H
+
+#include "osdp/runtime.h"
+
+typedef struct rt_slice {
+    size_t flat_lo;         /* flat element of this rank's first: lo + rank * padded / N */
+    void *weights;          /* full working weights when present (weight dtype) */
+    int pending;            /* a gather into them in flight */
+    osdp_request gather;
+    osdp_request scatter;
+} rt_slice;
+
+typedef struct rt_op {
+    float *state;           /* (4, shard): master, grad, m, v */
+    float *master, *grad, *m, *v;
+    void *master_copy;      /* bf16 weights: the master shard rounded, what is all-gathered
+                               (made at the start of every step); NULL for fp32 */
+    void *resident;         /* DP slices' full weights (slices k..g-1, contiguous) */
+    float *full_grad;       /* (padded) during backward, slice s at slice[s].base */
+    float *grad_recv;       /* (shard) reduce-scatter destination */
+    float *acts_base;       /* activation block during the micro-step */
+    float *kept_out;        /* recompute: the output, kept from forward to backward */
+    osdp_op_acts acts;
+    rt_slice slice[OSDP_MAX_SLICES];
+} rt_op;
+
+struct osdp_runtime_internal {
+    osdp_schedule sched;
+    rt_op *ops;             /* [n_ops] */
+    float *workspace_base;
+    osdp_workspace ws;
+    size_t weight_size;     /* bytes per working-weight element */
+    const int *tokens;      /* the micro-step's inputs, then targets: (2, B, T) host ints */
+    int micro;              /* micro-step within the step */
+    double global_tokens;   /* tokens in the global batch */
+    float loss_scale;       /* d(loss)/d(per-token loss): 1 / global_tokens */
+    double loss, grad_norm; /* the step's, once the sums are all-reduced */
+    float lr, clip_scale;   /* the step's learning rate and gradient clipping factor */
+    int cursor;             /* next event of the list being executed */
+    double *sums;           /* backend memory: the step's loss sum and squared
+                               gradient norm, read back once per step */
+    osdp_op_context ctx;
+};
+
+/* Executes events [rt->in->cursor, end) of list `ev` (the setup, a
+ * micro-step or the optimizer), operator passes included
+ * (src/runtime/executor.c). */
+osdp_status osdp_rt_execute(osdp_runtime *rt, const osdp_event *ev, int end);
+/* Frees every buffer the schedule allocated that is still held (after an
+ * error mid-step too), waiting for gathers in flight. */
+void osdp_rt_release_all(osdp_runtime *rt);
+
+#endif

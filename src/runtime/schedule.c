@@ -1,0 +1,410 @@
+/* The step as data (see osdp/schedule.h): the events of a step, built by
+ * following the weights' states through the step as the runtime will, and
+ * their memory evaluated. */
+#include "osdp/schedule.h"
+#include "osdp/gpt.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define TRY(expr) do { osdp_status s_ = (expr); if (s_ != OSDP_OK) return s_; } while (0)
+
+osdp_mem_category osdp_buffer_category(osdp_buffer_kind kind)
+{
+    static const osdp_mem_category category[OSDP_BUF_N_KINDS] = {
+        [OSDP_BUF_STATE] = OSDP_MEM_STATE,         [OSDP_BUF_MASTER_COPY] = OSDP_MEM_STATE,
+        [OSDP_BUF_RESIDENT] = OSDP_MEM_WEIGHTS,    [OSDP_BUF_WORKSPACE] = OSDP_MEM_WORKSPACE,
+        [OSDP_BUF_GATHERED] = OSDP_MEM_WEIGHTS,    [OSDP_BUF_KEPT] = OSDP_MEM_ACTIVATIONS,
+        [OSDP_BUF_ACTS] = OSDP_MEM_ACTIVATIONS,    [OSDP_BUF_FULL_GRAD] = OSDP_MEM_GRADS,
+        [OSDP_BUF_GRAD_RECV] = OSDP_MEM_GRADS,
+    };
+    return category[kind];
+}
+
+/* Bytes of buffer `kind` of operator op (slice: GATHERED only), from the
+ * size table and the slicing. */
+static size_t buffer_bytes(const osdp_schedule *sc, osdp_buffer_kind kind, int op, int slice)
+{
+    const osdp_sched_op *so = &sc->ops[op];
+    const osdp_op_layout *ol = &sc->layout->op[op];
+    const size_t B = (size_t)sc->opt.micro_batch, F = sizeof(float);
+    switch (kind) {
+    case OSDP_BUF_STATE: return 4 * so->shard * F;
+    case OSDP_BUF_MASTER_COPY: return so->shard * sc->weight_size;
+    case OSDP_BUF_RESIDENT: return so->resident_numel * sc->weight_size;
+    case OSDP_BUF_WORKSPACE: return osdp_workspace_floats(sc->layout, (int)B) * F;
+    case OSDP_BUF_GATHERED: return so->slice[slice].padded * sc->weight_size;
+    case OSDP_BUF_KEPT: return B * ol->kept_floats_per_seq * F;
+    case OSDP_BUF_ACTS:
+        return B * (ol->act_floats_per_seq - (so->recompute ? ol->kept_floats_per_seq : 0)) * F;
+    case OSDP_BUF_FULL_GRAD: return so->padded * F;
+    case OSDP_BUF_GRAD_RECV: return so->shard * F;
+    case OSDP_BUF_N_KINDS: break;
+    }
+    return 0;
+}
+
+/* ---- the builder ------------------------------------------------------------- */
+
+/* A use of one slice's weights in a micro-step: forward passes go up the
+ * slices, backward passes down (osdp/gpt.h). */
+typedef struct weight_use { int op, slice; osdp_pass pass; } weight_use;
+
+/* what the runtime will know of a slice's weights at this point of the step */
+typedef struct slice_sim { int present, valid, pending; } slice_sim;
+
+typedef struct builder {
+    osdp_schedule *sc;
+    osdp_event **list;      /* the list being written: setup or micro */
+    int *n, *cap;
+    weight_use *uses;
+    int n_uses, cur_use;
+    slice_sim *sim;         /* [op * OSDP_MAX_SLICES + slice] */
+    int pending_scatter;    /* op whose reduce-scatters are in flight, -1 none */
+} builder;
+
+static osdp_status emit(builder *b, osdp_event ev)
+{
+    if (*b->n == *b->cap) {
+        int cap = *b->cap ? 2 * *b->cap : 256;
+        osdp_event *grown = realloc(*b->list, sizeof *grown * (size_t)cap);
+        if (!grown) return osdp_error_set(OSDP_ERR_OOM, "schedule: out of host memory");
+        *b->list = grown;
+        *b->cap = cap;
+    }
+    (*b->list)[(*b->n)++] = ev;
+    return OSDP_OK;
+}
+
+static osdp_status emit_buffer(builder *b, osdp_event_kind kind, osdp_buffer_kind buffer, int op, int slice)
+{
+    return emit(b, (osdp_event){.kind = kind, .buffer = buffer, .op = op, .slice = slice,
+                                .bytes = buffer_bytes(b->sc, buffer, op, slice)});
+}
+
+static slice_sim *sim_of(builder *b, int u)
+{
+    return &b->sim[b->uses[u].op * OSDP_MAX_SLICES + b->uses[u].slice];
+}
+
+static const osdp_sched_slice *slice_of(builder *b, int u)
+{
+    return &b->sc->ops[b->uses[u].op].slice[b->uses[u].slice];
+}
+
+static int use_needs_gather(builder *b, int u)
+{
+    const slice_sim *st = sim_of(b, u);
+    if (slice_of(b, u)->zdp) return !st->present;
+    return !st->valid && !st->pending;
+}
+
+/* a ZDP slice gets a buffer for every use; a DP slice is gathered into its
+ * resident buffer at its first use in a step (first micro-step only) */
+static osdp_status gather_start(builder *b, int u, int blocking)
+{
+    const weight_use *use = &b->uses[u];
+    const osdp_sched_slice *sl = slice_of(b, u);
+    slice_sim *st = sim_of(b, u);
+    if (sl->zdp) {
+        TRY(emit_buffer(b, OSDP_EV_ALLOC, OSDP_BUF_GATHERED, use->op, use->slice));
+        st->present = 1;
+    }
+    TRY(emit(b, (osdp_event){.kind = OSDP_EV_GATHER, .op = use->op, .slice = use->slice, .blocking = blocking,
+                             .first_micro_only = !sl->zdp, .bytes = sl->padded * b->sc->weight_size}));
+    st->pending = !blocking;
+    if (!sl->zdp) st->valid = 1;   /* the gather is under way: nobody starts another */
+    return OSDP_OK;
+}
+
+static osdp_status wait_gather(builder *b, int u)
+{
+    sim_of(b, u)->pending = 0;
+    return emit(b, (osdp_event){.kind = OSDP_EV_GATHER_WAIT, .op = b->uses[u].op, .slice = b->uses[u].slice,
+                                .first_micro_only = !slice_of(b, u)->zdp});
+}
+
+static osdp_status make_present(builder *b, int u)
+{
+    if (use_needs_gather(b, u)) TRY(gather_start(b, u, !b->sc->opt.prefetch));
+    if (sim_of(b, u)->pending) TRY(wait_gather(b, u));
+    return OSDP_OK;
+}
+
+static osdp_status release(builder *b, int u)
+{
+    slice_sim *st = sim_of(b, u);
+    if (!slice_of(b, u)->zdp || !st->present) return OSDP_OK;
+    if (st->pending) TRY(wait_gather(b, u));   /* prefetched for a use the pass skipped */
+    /* a ZDP slice is gathered anew for every use, even adjacent ones (the
+     * head's forward and backward): it never stays across uses */
+    TRY(emit_buffer(b, OSDP_EV_FREE, OSDP_BUF_GATHERED, b->uses[u].op, b->uses[u].slice));
+    st->present = 0;
+    return OSDP_OK;
+}
+
+/* Advance to use `target`: release the uses before it, make its slice present
+ * and start the gather of the use after it (prefetch). */
+static osdp_status advance_to(builder *b, int target)
+{
+    while (b->cur_use < target) {
+        if (b->cur_use >= 0) TRY(release(b, b->cur_use));
+        b->cur_use++;
+        if (b->cur_use < target) continue;
+        TRY(make_present(b, b->cur_use));
+        if (!b->sc->opt.prefetch) continue;
+        /* ahead: the next slice, and when an operator's pass begins, the first
+         * slice of the next pass too, so that its gather has the whole
+         * operator's compute to hide behind (and the memory it takes is the
+         * same at every slice: osdp/cost_model.h) */
+        const weight_use *cur = &b->uses[b->cur_use];
+        int next = b->cur_use + 1;
+        if (next < b->n_uses && use_needs_gather(b, next)) TRY(gather_start(b, next, 0));
+        int first = b->cur_use == 0 || b->uses[b->cur_use - 1].op != cur->op || b->uses[b->cur_use - 1].pass != cur->pass;
+        int next_pass = b->cur_use + b->sc->ops[cur->op].n_slices;
+        if (first && next_pass < b->n_uses && next_pass != next && use_needs_gather(b, next_pass))
+            TRY(gather_start(b, next_pass, 0));
+    }
+    return OSDP_OK;
+}
+
+static int find_use(const builder *b, int op, int slice, osdp_pass pass)
+{
+    for (int u = b->cur_use < 0 ? 0 : b->cur_use; u < b->n_uses; u++)
+        if (b->uses[u].op == op && b->uses[u].slice == slice && b->uses[u].pass == pass) return u;
+    return -1;
+}
+
+/* One pass of operator op: its slices in pass order, each made present when
+ * the compute reaches it; the last released as soon as the pass ends, before
+ * the reduce-scatter's receive buffer and the next activations. */
+static osdp_status pass_events(builder *b, int op, osdp_pass pass)
+{
+    const int g = b->sc->ops[op].n_slices, fwd = pass != OSDP_PASS_BACKWARD;
+    TRY(emit(b, (osdp_event){.kind = OSDP_EV_COMPUTE, .op = op, .pass = pass}));
+    for (int k = 0; k < g; k++) {
+        int s = fwd ? k : g - 1 - k;
+        TRY(advance_to(b, find_use(b, op, s, pass)));
+        TRY(emit(b, (osdp_event){.kind = OSDP_EV_USE, .op = op, .slice = s, .pass = pass}));
+    }
+    TRY(release(b, b->cur_use));
+    return emit(b, (osdp_event){.kind = OSDP_EV_COMPUTE_END, .op = op, .pass = pass});
+}
+
+static osdp_status scatter_finish(builder *b, int op)
+{
+    TRY(emit(b, (osdp_event){.kind = OSDP_EV_REDUCE_SCATTER_WAIT, .op = op}));
+    TRY(emit_buffer(b, OSDP_EV_FREE, OSDP_BUF_FULL_GRAD, op, 0));
+    return emit_buffer(b, OSDP_EV_FREE, OSDP_BUF_GRAD_RECV, op, 0);
+}
+
+/* with prefetch an operator's reduce-scatters run during the next
+ * operator's backward, and complete when that one's start */
+static osdp_status scatter_events(builder *b, int op)
+{
+    TRY(emit_buffer(b, OSDP_EV_ALLOC, OSDP_BUF_GRAD_RECV, op, 0));
+    TRY(emit(b, (osdp_event){.kind = OSDP_EV_REDUCE_SCATTER, .op = op,
+                             .bytes = b->sc->ops[op].padded * sizeof(float)}));
+    if (!b->sc->opt.prefetch) return scatter_finish(b, op);
+    if (b->pending_scatter >= 0) TRY(scatter_finish(b, b->pending_scatter));
+    b->pending_scatter = op;
+    return OSDP_OK;
+}
+
+/* Activation checkpointing (DESIGN.md §3): an operator marked recompute keeps
+ * only its output (the next operator's input) from its forward to its
+ * backward; the rest of its activation block lives during its forward and
+ * again during its recomputed forward + backward. */
+static osdp_status micro_events(builder *b)
+{
+    const int n = b->sc->layout->n_ops;
+    b->cur_use = -1;
+    b->pending_scatter = -1;
+    for (int op = 0; op < n; op++) {
+        const int rc = b->sc->ops[op].recompute;
+        if (rc) TRY(emit_buffer(b, OSDP_EV_ALLOC, OSDP_BUF_KEPT, op, 0));
+        TRY(emit_buffer(b, OSDP_EV_ALLOC, OSDP_BUF_ACTS, op, 0));
+        if (op == 0 || op == n - 1) TRY(emit(b, (osdp_event){.kind = OSDP_EV_LOAD_TOKENS, .op = op}));
+        TRY(pass_events(b, op, OSDP_PASS_FORWARD));
+        if (op == n - 1) TRY(emit(b, (osdp_event){.kind = OSDP_EV_LOSS_SUM, .op = op}));
+        if (rc) TRY(emit_buffer(b, OSDP_EV_FREE, OSDP_BUF_ACTS, op, 0));   /* only the output stays */
+    }
+    for (int op = n - 1; op >= 0; op--) {
+        const int rc = b->sc->ops[op].recompute;
+        if (rc) {   /* the activations again, from the kept input */
+            TRY(emit_buffer(b, OSDP_EV_ALLOC, OSDP_BUF_ACTS, op, 0));
+            TRY(pass_events(b, op, OSDP_PASS_RECOMPUTE));
+        }
+        TRY(emit_buffer(b, OSDP_EV_ALLOC, OSDP_BUF_FULL_GRAD, op, 0));
+        TRY(pass_events(b, op, OSDP_PASS_BACKWARD));
+        TRY(scatter_events(b, op));
+        TRY(emit_buffer(b, OSDP_EV_FREE, OSDP_BUF_ACTS, op, 0));
+        if (rc) TRY(emit_buffer(b, OSDP_EV_FREE, OSDP_BUF_KEPT, op, 0));
+    }
+    if (b->pending_scatter >= 0) TRY(scatter_finish(b, b->pending_scatter));
+    return OSDP_OK;
+}
+
+static osdp_status setup_events(builder *b)
+{
+    for (int op = 0; op < b->sc->layout->n_ops; op++) {
+        TRY(emit_buffer(b, OSDP_EV_ALLOC, OSDP_BUF_STATE, op, 0));
+        if (b->sc->opt.weight_dtype != OSDP_FLOAT32) TRY(emit_buffer(b, OSDP_EV_ALLOC, OSDP_BUF_MASTER_COPY, op, 0));
+        if (b->sc->ops[op].resident_numel) TRY(emit_buffer(b, OSDP_EV_ALLOC, OSDP_BUF_RESIDENT, op, 0));
+    }
+    return emit_buffer(b, OSDP_EV_ALLOC, OSDP_BUF_WORKSPACE, 0, 0);
+}
+
+/* the gradient norm, its all-reduce, then the update, operator by operator */
+static osdp_status optim_events(builder *b)
+{
+    const int n = b->sc->layout->n_ops;
+    for (int op = 0; op < n; op++) TRY(emit(b, (osdp_event){.kind = OSDP_EV_NORM_SUM, .op = op}));
+    TRY(emit(b, (osdp_event){.kind = OSDP_EV_SUMS_ALL_REDUCE, .bytes = 2 * sizeof(double)}));
+    for (int op = 0; op < n; op++) TRY(emit(b, (osdp_event){.kind = OSDP_EV_ADAMW, .op = op}));
+    return OSDP_OK;
+}
+
+/* the order weights are used in a micro-step (osdp/runtime.h) */
+static osdp_status build_uses(builder *b)
+{
+    const int n = b->sc->layout->n_ops;
+    int total = 0;
+    for (int i = 0; i < n; i++) total += (2 + b->sc->ops[i].recompute) * b->sc->ops[i].n_slices;
+    b->uses = malloc(sizeof *b->uses * (size_t)total);
+    b->sim = calloc((size_t)n * OSDP_MAX_SLICES, sizeof *b->sim);
+    if (!b->uses || !b->sim) return osdp_error_set(OSDP_ERR_OOM, "schedule: out of host memory");
+    int u = 0;
+    for (int i = 0; i < n; i++)
+        for (int s = 0; s < b->sc->ops[i].n_slices; s++) b->uses[u++] = (weight_use){i, s, OSDP_PASS_FORWARD};
+    for (int i = n - 1; i >= 0; i--) {
+        if (b->sc->ops[i].recompute)   /* the forward again, then the backward */
+            for (int s = 0; s < b->sc->ops[i].n_slices; s++) b->uses[u++] = (weight_use){i, s, OSDP_PASS_RECOMPUTE};
+        for (int s = b->sc->ops[i].n_slices - 1; s >= 0; s--) b->uses[u++] = (weight_use){i, s, OSDP_PASS_BACKWARD};
+    }
+    b->n_uses = total;
+    return OSDP_OK;
+}
+
+/* slices and their sharding */
+static osdp_status slice_operator(osdp_schedule *sc, const osdp_plan *plan, int i)
+{
+    osdp_sched_op *so = &sc->ops[i];
+    const int N = sc->opt.n_ranks;
+    so->n_slices = plan->slices[i];
+    so->zdp_slices = plan->zdp_slices[i];
+    so->recompute = plan->recompute[i] != 0;
+    TRY(osdp_op_split(&sc->layout->op[i], so->n_slices, so->bounds));
+    for (int s = 0; s < so->n_slices; s++) {
+        osdp_sched_slice *sl = &so->slice[s];
+        sl->lo = so->bounds[s];
+        sl->hi = so->bounds[s + 1];
+        sl->padded = osdp_padded_numel(sl->hi - sl->lo, N);
+        sl->base = so->padded;
+        sl->local = so->shard;
+        sl->zdp = s < so->zdp_slices;
+        so->padded += sl->padded;
+        so->shard += osdp_sched_slice_shard_numel(sl, N);
+        if (!sl->zdp) so->resident_numel += sl->padded;
+    }
+    return OSDP_OK;
+}
+
+static osdp_status check_inputs(const osdp_layout *layout, const osdp_plan *plan, const osdp_schedule_options *opt)
+{
+    if (opt->weight_dtype != OSDP_FLOAT32 && opt->weight_dtype != OSDP_BFLOAT16)
+        return osdp_error_set(OSDP_ERR_INPUT, "runtime: weights must be fp32 or bf16 (got %s)",
+                              osdp_dtype_name(opt->weight_dtype));
+    if (opt->n_ranks < 1) return osdp_error_set(OSDP_ERR_INPUT, "runtime: %d ranks is not valid", opt->n_ranks);
+    if (opt->micro_batch < 1)
+        return osdp_error_set(OSDP_ERR_INPUT, "micro-batch must be at least 1 (got %d)", opt->micro_batch);
+    if (opt->accum_steps < 1) return osdp_error_set(OSDP_ERR_INPUT, "accumulation steps must be at least 1");
+    if (plan->n_ops != layout->n_ops)
+        return osdp_error_set(OSDP_ERR_INPUT, "plan has %d operators, the model %d", plan->n_ops, layout->n_ops);
+    for (int i = 0; i < plan->n_ops; i++)
+        if (plan->recompute[i] && layout->op[i].type != OSDP_OP_ATTN && layout->op[i].type != OSDP_OP_MLP)
+            return osdp_error_set(OSDP_ERR_INPUT, "operator %s: only attn and mlp operators can recompute their activations",
+                                  layout->op[i].name);
+    return OSDP_OK;
+}
+
+osdp_status osdp_schedule_build(osdp_schedule *sc, const osdp_layout *layout, const osdp_plan *plan,
+                                const osdp_schedule_options *opt)
+{
+    memset(sc, 0, sizeof *sc);
+    TRY(check_inputs(layout, plan, opt));
+    sc->layout = layout;
+    sc->opt = *opt;
+    sc->weight_size = osdp_dtype_size(opt->weight_dtype);
+    sc->ops = calloc((size_t)layout->n_ops, sizeof *sc->ops);
+    if (!sc->ops) return osdp_error_set(OSDP_ERR_OOM, "schedule: out of host memory");
+    osdp_status s = OSDP_OK;
+    for (int i = 0; i < layout->n_ops && s == OSDP_OK; i++) s = slice_operator(sc, plan, i);
+    builder b = {.sc = sc, .list = &sc->setup, .n = &sc->n_setup, .cap = &sc->cap_setup};
+    if (s == OSDP_OK) s = setup_events(&b);
+    b.list = &sc->micro;
+    b.n = &sc->n_micro;
+    b.cap = &sc->cap_micro;
+    if (s == OSDP_OK) s = build_uses(&b);
+    if (s == OSDP_OK) s = micro_events(&b);
+    b.list = &sc->optim;
+    b.n = &sc->n_optim;
+    b.cap = &sc->cap_optim;
+    if (s == OSDP_OK) s = optim_events(&b);
+    free(b.uses);
+    free(b.sim);
+    if (s != OSDP_OK) osdp_schedule_free(sc);
+    return s;
+}
+
+void osdp_schedule_free(osdp_schedule *sc)
+{
+    free(sc->ops);
+    free(sc->setup);
+    free(sc->micro);
+    free(sc->optim);
+    memset(sc, 0, sizeof *sc);
+}
+
+/* ---- evaluation ------------------------------------------------------------ */
+
+static void add_up(const osdp_event *ev, int n, size_t *current, size_t *total, osdp_memory_prediction *out)
+{
+    for (int e = 0; e < n; e++) {
+        if (ev[e].kind != OSDP_EV_ALLOC && ev[e].kind != OSDP_EV_FREE) continue;
+        osdp_mem_category c = osdp_buffer_category(ev[e].buffer);
+        if (ev[e].kind == OSDP_EV_FREE) {
+            current[c] -= ev[e].bytes;
+            *total -= ev[e].bytes;
+            continue;
+        }
+        current[c] += ev[e].bytes;
+        *total += ev[e].bytes;
+        if (current[c] > out->peak[c]) out->peak[c] = current[c];
+        if (*total > out->peak_total) out->peak_total = *total;
+    }
+}
+
+/* every micro-step allocates and frees the same bytes (osdp/schedule.h):
+ * the setup, one micro-step and the optimizer reach the step's peak */
+void osdp_schedule_peak(const osdp_schedule *sc, osdp_memory_prediction *out)
+{
+    size_t current[OSDP_MEM_N_CATEGORIES] = {0}, total = 0;
+    memset(out, 0, sizeof *out);
+    add_up(sc->setup, sc->n_setup, current, &total, out);
+    add_up(sc->micro, sc->n_micro, current, &total, out);
+    add_up(sc->optim, sc->n_optim, current, &total, out);
+}
+
+osdp_status osdp_memory_predict(const osdp_layout *layout, const osdp_plan *plan, int n_ranks,
+                                int micro_batch, int accum_steps, int prefetch, osdp_dtype weight_dtype,
+                                osdp_memory_prediction *out)
+{
+    osdp_schedule sc;
+    osdp_schedule_options opt = {.n_ranks = n_ranks, .micro_batch = micro_batch, .accum_steps = accum_steps,
+                                 .prefetch = prefetch, .weight_dtype = weight_dtype};
+    TRY(osdp_schedule_build(&sc, layout, plan, &opt));
+    osdp_schedule_peak(&sc, out);
+    osdp_schedule_free(&sc);
+    return OSDP_OK;
+}

@@ -1,0 +1,11 @@
+/* The one clock (see osdp/clock.h). */
+#include "osdp/clock.h"
+
+#include <time.h>
+
+double osdp_now_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}

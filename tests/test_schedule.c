@@ -1,0 +1,249 @@
+/* Tests for the step as data (src/runtime/schedule.c, osdp/schedule.h):
+ *   shape     every micro-step allocation is freed within the micro-step,
+ *             in its own category; ZDP slices are gathered into buffers of
+ *             their own, DP slices once per step into the resident ones;
+ *             every pass has one USE marker per slice, in pass order; the
+ *             optimizer allocates nothing
+ *   one truth on random plans (split, recompute, bf16, prefetch, accumulation):
+ *             the schedule's evaluation, the planner's closed form
+ *             (osdp_cost_peak) and the peak the runtime's allocator measures
+ *             while executing the schedule for one step are equal to the
+ *             byte, per category for the two that have categories
+ * Runs on one MPI rank (the runtime needs a communicator); the measured
+ * peaks on 4 ranks are checked by tests/run_mpi_tests.sh. */
+#include "config.h"
+
+#include <check.h>
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "osdp/comm.h"
+#include "osdp/compute.h"
+#include "osdp/cost_model.h"
+#include "osdp/device.h"
+#include "osdp/runtime.h"
+#include "osdp/schedule.h"
+
+#include "check_main.h"
+#include "test_inputs.h"
+
+static unsigned long long g_rng = 20261124;
+static unsigned rnd(void)
+{
+    g_rng = g_rng * 6364136223846793005ULL + 1442695040888963407ULL;
+    return (unsigned)(g_rng >> 33);
+}
+
+/* a random plan: g in {1, 2, 3, 4} (embed 1), k in [0, g], recompute on some blocks */
+static void random_plan(const osdp_layout *L, osdp_plan *p)
+{
+    for (int i = 0; i < L->n_ops; i++) {
+        int g = L->op[i].type == OSDP_OP_EMBED ? 1 : 1 + (int)(rnd() % 4);
+        p->slices[i] = g;
+        p->zdp_slices[i] = (int)(rnd() % (unsigned)(g + 1));
+        p->recompute[i] = (L->op[i].type == OSDP_OP_ATTN || L->op[i].type == OSDP_OP_MLP) && rnd() % 2;
+    }
+}
+
+/* the device the closed form needs: the runtime's element sizes */
+static osdp_device sizes_device(osdp_dtype weights)
+{
+    osdp_device d;
+    memset(&d, 0, sizeof d);
+    d.param_bytes = (int)osdp_dtype_size(weights);
+    d.grad_bytes = d.act_bytes = 4;
+    return d;
+}
+
+static void check_shape(const osdp_schedule *sc)
+{
+    size_t current[OSDP_BUF_N_KINDS] = {0};
+    int uses_open = -1;   /* the COMPUTE whose USE markers follow */
+    int next_slice = 0;
+    for (int e = 0; e < sc->n_micro; e++) {
+        const osdp_event *ev = &sc->micro[e];
+        const osdp_sched_op *so = &sc->ops[ev->op];
+        switch (ev->kind) {
+        case OSDP_EV_ALLOC: current[ev->buffer] += ev->bytes; break;
+        case OSDP_EV_FREE:
+            ck_assert_msg(current[ev->buffer] >= ev->bytes, "event %d frees what was not allocated", e);
+            current[ev->buffer] -= ev->bytes;
+            break;
+        case OSDP_EV_GATHER:
+        case OSDP_EV_GATHER_WAIT:
+            /* a ZDP slice into a buffer of its own, a DP one once per step */
+            ck_assert_int_eq(ev->first_micro_only, !so->slice[ev->slice].zdp);
+            break;
+        case OSDP_EV_COMPUTE:
+            ck_assert_int_eq(uses_open, -1);
+            uses_open = e;
+            next_slice = ev->pass == OSDP_PASS_BACKWARD ? so->n_slices - 1 : 0;
+            break;
+        case OSDP_EV_USE:
+            ck_assert_int_ge(uses_open, 0);
+            ck_assert_int_eq(ev->op, sc->micro[uses_open].op);
+            ck_assert_int_eq(ev->slice, next_slice);
+            next_slice += ev->pass == OSDP_PASS_BACKWARD ? -1 : 1;
+            break;
+        case OSDP_EV_COMPUTE_END:
+            ck_assert_int_eq(next_slice, ev->pass == OSDP_PASS_BACKWARD ? -1 : so->n_slices);
+            uses_open = -1;
+            break;
+        default:
+            ck_assert_int_eq(ev->first_micro_only, 0);
+            break;
+        }
+    }
+    for (int b = 0; b < OSDP_BUF_N_KINDS; b++)
+        ck_assert_msg(current[b] == 0, "buffer kind %d: %zu bytes still held after the micro-step", b, current[b]);
+    /* the optimizer: every operator's norm, one all-reduce, every operator's update; no memory */
+    ck_assert_int_eq(sc->n_optim, 2 * sc->layout->n_ops + 1);
+    for (int e = 0; e < sc->n_optim; e++)
+        ck_assert_int_eq(sc->optim[e].kind, e < sc->layout->n_ops ? OSDP_EV_NORM_SUM
+                                            : e == sc->layout->n_ops ? OSDP_EV_SUMS_ALL_REDUCE : OSDP_EV_ADAMW);
+}
+
+/* one truth on one plan: schedule, closed form and (comm given) measurement */
+static void check_plan(const osdp_layout *L, const osdp_plan *p, int N, int B, int accum, int prefetch,
+                       osdp_dtype weights, osdp_comm *comm)
+{
+    osdp_schedule sc;
+    osdp_schedule_options so = {.n_ranks = N, .micro_batch = B, .accum_steps = accum, .prefetch = prefetch,
+                                .weight_dtype = weights};
+    ck_assert_msg(osdp_schedule_build(&sc, L, p, &so) == OSDP_OK, "%s", osdp_error_message());
+    check_shape(&sc);
+    osdp_memory_prediction pr;
+    osdp_schedule_peak(&sc, &pr);
+    osdp_schedule_free(&sc);
+
+    osdp_device d = sizes_device(weights);
+    osdp_cost_model cm = {.layout = L, .dev = &d, .N = N, .prefetch = prefetch};
+    long long closed = osdp_cost_peak(&cm, p, B, NULL);
+    ck_assert_msg(closed == (long long)pr.peak_total, "%s N=%d B=%d prefetch=%d %s: closed form %lld, schedule %zu",
+                  L->cfg.name, N, B, prefetch, osdp_dtype_name(weights), closed, pr.peak_total);
+    if (!comm) return;
+
+    const osdp_compute_backend *be = osdp_compute_find("cpu", weights);
+    ck_assert(be != NULL);
+    osdp_runtime_options opt = {.micro_batch = B, .accum_steps = accum, .prefetch = prefetch, .seed = 7,
+                                .weight_dtype = weights};
+    osdp_optim_defaults(&opt.optim);
+    osdp_runtime rt;
+    ck_assert_msg(osdp_runtime_create(&rt, L, p, comm, be, &opt) == OSDP_OK, "%s", osdp_error_message());
+    size_t n_tokens = (size_t)accum * 2 * (size_t)B * (size_t)L->T;
+    int *tokens = malloc(n_tokens * sizeof(int));
+    ck_assert(tokens != NULL);
+    for (size_t t = 0; t < n_tokens; t++) tokens[t] = (int)(rnd() % (unsigned)L->cfg.vocab);
+    osdp_step_stats stats;
+    ck_assert_msg(osdp_runtime_step(&rt, tokens, &stats) == OSDP_OK, "%s", osdp_error_message());
+    ck_assert(stats.loss > 0);
+    for (int c = 0; c < OSDP_MEM_N_CATEGORIES; c++)
+        ck_assert_msg(rt.mem.peak[c] == pr.peak[c], "%s N=%d B=%d accum=%d prefetch=%d %s: %s measured %zu, schedule %zu",
+                      L->cfg.name, N, B, accum, prefetch, osdp_dtype_name(weights),
+                      osdp_mem_category_name((osdp_mem_category)c), rt.mem.peak[c], pr.peak[c]);
+    ck_assert_uint_eq(rt.mem.peak_total, pr.peak_total);
+    free(tokens);
+    osdp_runtime_destroy(&rt);
+    ck_assert_uint_eq(rt.mem.current_total, 0);   /* everything the schedule allocated came back */
+}
+
+static const char *const MODELS[] = {"tests/mpi/t_small.ini", "tests/mpi/t_ic.ini"};
+
+/* measured on this rank: 2 models x 60 random plans */
+START_TEST(test_measured_equals_schedule_and_closed_form)
+{
+    osdp_comm comm;
+    ck_assert(osdp_comm_create_mpi(&comm, &(MPI_Comm){MPI_COMM_WORLD}) == OSDP_OK);
+    int checked = 0;
+    for (int mi = 0; mi < 2; mi++) {
+        osdp_layout L;
+        load_layout(&L, MODELS[mi], 8 + (int)(rnd() % 8));
+        osdp_plan p;
+        ck_assert(osdp_plan_alloc(&p, L.n_ops) == OSDP_OK);
+        for (int r = 0; r < 60; r++) {
+            random_plan(&L, &p);
+            check_plan(&L, &p, comm.size, 1 + (int)(rnd() % 2), 1 + (int)(rnd() % 2), (int)(rnd() % 2),
+                       rnd() % 2 ? OSDP_BFLOAT16 : OSDP_FLOAT32, &comm);
+            checked++;
+        }
+        osdp_plan_free(&p);
+        osdp_layout_free(&L);
+    }
+    ck_assert_int_eq(checked, 120);
+    osdp_comm_destroy(&comm);
+}
+END_TEST
+
+/* more ranks than this process has: schedule against closed form, 2 models x 4 N x 50 plans */
+START_TEST(test_schedule_equals_closed_form)
+{
+    const int Ns[] = {2, 3, 4, 8};
+    int checked = 0;
+    for (int mi = 0; mi < 2; mi++) {
+        osdp_layout L;
+        load_layout(&L, MODELS[mi], 0);
+        osdp_plan p;
+        ck_assert(osdp_plan_alloc(&p, L.n_ops) == OSDP_OK);
+        for (int ni = 0; ni < 4; ni++)
+            for (int r = 0; r < 50; r++) {
+                random_plan(&L, &p);
+                check_plan(&L, &p, Ns[ni], 1 + (int)(rnd() % 4), 1 + (int)(rnd() % 3), (int)(rnd() % 2),
+                           rnd() % 2 ? OSDP_BFLOAT16 : OSDP_FLOAT32, NULL);
+                checked++;
+            }
+        osdp_plan_free(&p);
+        osdp_layout_free(&L);
+    }
+    ck_assert_int_eq(checked, 400);
+}
+END_TEST
+
+/* bad plans and options: a clear message, no schedule */
+START_TEST(test_schedule_errors)
+{
+    osdp_layout L;
+    load_layout(&L, MODELS[0], 8);
+    osdp_plan p;
+    ck_assert(osdp_plan_alloc(&p, L.n_ops) == OSDP_OK);
+    osdp_schedule sc;
+    osdp_schedule_options so = {.n_ranks = 4, .micro_batch = 1, .accum_steps = 1, .prefetch = 1,
+                                .weight_dtype = OSDP_FLOAT32};
+    ck_assert_int_eq(osdp_schedule_build(&sc, &L, &p, &so), OSDP_OK);
+    osdp_schedule_free(&sc);
+    so.weight_dtype = OSDP_FLOAT64;
+    ck_assert_int_eq(osdp_schedule_build(&sc, &L, &p, &so), OSDP_ERR_INPUT);
+    ck_assert_msg(strstr(osdp_error_message(), "fp32 or bf16") != NULL, "%s", osdp_error_message());
+    so.weight_dtype = OSDP_FLOAT32;
+    so.n_ranks = 0;
+    ck_assert_int_eq(osdp_schedule_build(&sc, &L, &p, &so), OSDP_ERR_INPUT);
+    so.n_ranks = 4;
+    p.slices[0] = 2;
+    ck_assert_int_eq(osdp_schedule_build(&sc, &L, &p, &so), OSDP_ERR_INPUT);
+    ck_assert_msg(strstr(osdp_error_message(), "embed") != NULL, "%s", osdp_error_message());
+    osdp_plan_free(&p);
+    osdp_layout_free(&L);
+}
+END_TEST
+
+static Suite *schedule_suite(void)
+{
+    const TTest *schedule[] = {test_measured_equals_schedule_and_closed_form, test_schedule_equals_closed_form,
+                               test_schedule_errors, NULL};
+    const osdp_check_case cases[] = {{.name = "schedule", .tests = schedule}};
+    return osdp_check_suite("schedule", cases, sizeof cases / sizeof cases[0]);
+}
+
+/* the measured runs use a real 1-rank MPI communicator and the CPU backend */
+static int schedule_setup(void)
+{
+    MPI_Init(NULL, NULL);
+    osdp_compute_find("cpu", OSDP_FLOAT32)->init(0, 1);
+    return 0;
+}
+
+static void schedule_teardown(void) { MPI_Finalize(); }
+
+const osdp_check_program osdp_check_this_program = {
+    .suite = schedule_suite, .setup = schedule_setup, .teardown = schedule_teardown};
