@@ -8,11 +8,15 @@
 
 #define OSDP_VERSION_STRING PACKAGE_VERSION
 
-int osdp_cmd_train(int argc, char **argv);
+/* Each command runs the job its options resolved to (src/cli/options.h):
+ * main parses the command line once, before MPI_Init. */
+struct osdp_job;
+/* training on the MPI ranks (after MPI_Init) */
+int osdp_cmd_train(const struct osdp_job *job);
 /* the planner alone, one process (no MPI needed) */
-int osdp_cmd_plan(int argc, char **argv);
-/* measures alpha, beta and gamma over the MPI ranks; writes a device file */
-int osdp_cmd_profile(int argc, char **argv);
+int osdp_cmd_plan(const struct osdp_job *job);
+/* measures alpha, beta and gamma over the MPI ranks; writes a device file (after MPI_Init) */
+int osdp_cmd_profile(const struct osdp_job *job);
 struct osdp_layout;
 struct osdp_device;
 struct osdp_planner_options;
