@@ -32,6 +32,9 @@ typedef struct osdp_world {
     int threads;                  /* compute threads for this rank */
 } osdp_world;
 
+/* requested_threads: --threads (0: the node's cores / its ranks); more than
+ * the node's cores is refused on every rank (a message naming --threads);
+ * ranks x threads above the cores is allowed, with a note from rank 0. */
 void osdp_world_init(osdp_world *w, int requested_threads);
 /* Print "osdp_gpt: rank R: error: MSG" and abort the whole job. */
 _Noreturn void osdp_fatal(osdp_status code, const char *msg);
