@@ -51,112 +51,154 @@ typedef struct option_row {
  * limits), never what a C type happens to hold. */
 static const option_row g_options[] = {
     /* files */
-    {"model", 'm', OPT_TEXT, TRAIN, 0, FIELD(model), 0, 0, 0, 0, NULL, 0, "input:models/tiny.ini", NULL, "FILE",
-     "model description"},
-    {"model", 0, OPT_TEXT, PLAN | PROFILE, PLAN | PROFILE, FIELD(model), 0, 0, 0, 0, NULL, 0, NULL, NULL, "FILE",
-     "model description (input/models/*.ini)"},
-    {"data", 'd', OPT_TEXT, TRAIN, 0, FIELD(data), 0, 0, 0, 0, NULL, 0, "input:data/addition.txt", NULL, "FILE|DIR",
-     "llm.c .bin shard, directory of shards, or a text file"},
-    {"device", 0, OPT_TEXT, TRAIN, 0, FIELD(device), 0, 0, 0, 0, NULL, 0, "input:devices/cpu_2core.ini", NULL, "FILE",
-     "device information for --plan auto (--mem-limit overrides its limit)"},
-    {"device", 0, OPT_TEXT, PLAN, PLAN, FIELD(device), 0, 0, 0, 0, NULL, 0, NULL, NULL, "FILE",
-     "device information (input/devices/*.ini)"},
-    {"out", 0, OPT_TEXT, PLAN, 0, FIELD(out), 0, 0, 0, 0, NULL, 0, NULL, NULL, "FILE",
-     "write the plan file (for osdp_gpt train --plan FILE)"},
-    {"out", 0, OPT_TEXT, PROFILE, PROFILE, FIELD(out), 0, 0, 0, 0, NULL, 0, NULL, NULL, "FILE",
-     "the device file to write"},
-    {"name", 0, OPT_TEXT, PROFILE, 0, FIELD(name), 0, 0, 0, 0, NULL, 0, "profiled", NULL, "NAME",
-     "the device's name in the file"},
-    {"log", 0, OPT_TEXT, TRAIN, 0, FIELD(log), 0, 0, 0, 0, NULL, 0, NULL, NULL, "FILE",
-     "machine-readable per-step record (rank 0)"},
-    {"dump-weights", 0, OPT_TEXT, TRAIN, 0, FIELD(dump_weights), 0, 0, 0, 0, NULL, 0, NULL, NULL, "FILE",
-     "after training, write every parameter as float32 (rank 0)"},
+    {.name = "model", .short_name = 'm', .type = OPT_TEXT, .commands = TRAIN, .field = FIELD(model),
+     .default_value = "input:models/tiny.ini", .metavar = "FILE",
+     .help = "model description"},
+    {.name = "model", .type = OPT_TEXT, .commands = PLAN | PROFILE, .required = PLAN | PROFILE,
+     .field = FIELD(model), .metavar = "FILE",
+     .help = "model description (input/models/*.ini)"},
+    {.name = "data", .short_name = 'd', .type = OPT_TEXT, .commands = TRAIN, .field = FIELD(data),
+     .default_value = "input:data/addition.txt", .metavar = "FILE|DIR",
+     .help = "llm.c .bin shard, directory of shards, or a text file"},
+    {.name = "device", .type = OPT_TEXT, .commands = TRAIN, .field = FIELD(device),
+     .default_value = "input:devices/cpu_2core.ini", .metavar = "FILE",
+     .help = "device information for --plan auto (--mem-limit overrides its limit)"},
+    {.name = "device", .type = OPT_TEXT, .commands = PLAN, .required = PLAN, .field = FIELD(device),
+     .metavar = "FILE",
+     .help = "device information (input/devices/*.ini)"},
+    {.name = "out", .type = OPT_TEXT, .commands = PLAN, .field = FIELD(out), .metavar = "FILE",
+     .help = "write the plan file (for osdp_gpt train --plan FILE)"},
+    {.name = "out", .type = OPT_TEXT, .commands = PROFILE, .required = PROFILE, .field = FIELD(out),
+     .metavar = "FILE",
+     .help = "the device file to write"},
+    {.name = "name", .type = OPT_TEXT, .commands = PROFILE, .field = FIELD(name), .default_value = "profiled",
+     .metavar = "NAME",
+     .help = "the device's name in the file"},
+    {.name = "log", .type = OPT_TEXT, .commands = TRAIN, .field = FIELD(log), .metavar = "FILE",
+     .help = "machine-readable per-step record (rank 0)"},
+    {.name = "dump-weights", .type = OPT_TEXT, .commands = TRAIN, .field = FIELD(dump_weights), .metavar = "FILE",
+     .help = "after training, write every parameter as float32 (rank 0)"},
     /* what to run */
-    {"ranks", 0, OPT_INT, PLAN, PLAN, FIELD(ranks), 0, 1, 1 << 20, 0, NULL, 0, NULL, NULL, "N",
-     "data-parallel ranks to plan for"},
-    {"steps", 's', OPT_INT, TRAIN, 0, FIELD(steps), 0, 0, 1e12, 0, NULL, 0, "100", NULL, "N",
-     "optimizer steps in all: a resumed run continues up to step N"},
-    {"batch", 'b', OPT_INT, TRAIN, 0, FIELD(batch), 0, 1, 1 << 20, 0, NULL, 0, NULL,
-     "the planner's choice with --plan auto, else 8", "B", "sequences per rank per micro-step"},
-    {"batch", 0, OPT_INT, PLAN, 0, FIELD(batch), 0, 1, 1 << 20, 0, NULL, 0, NULL, "the scheduler tries 1, 2, ...", "B",
-     "plan for this micro-batch only"},
-    {"max-batch", 0, OPT_INT, PLAN, 0, FIELD(max_batch), 0, 1, 1 << 20, 0, NULL, 0, NULL, NULL, "B",
-     "the scheduler's largest micro-batch"},
-    {"global-batch", 0, OPT_INT, TRAIN, 0, FIELD(global_batch), 0, 1, 1 << 30, 0, NULL, 0, NULL,
-     "B x ranks (8 x ranks when the planner picks B); a resume keeps the checkpoint's", "G",
-     "sequences per optimizer step over all ranks (a multiple of B x ranks)"},
-    {"global-batch", 0, OPT_INT, PLAN, 0, FIELD(global_batch), 0, 1, 1 << 30, 0, NULL, 0, NULL, "none: accumulation 1",
-     "G", "sequences per optimizer step: micro-batch b divides G/N, accumulation G/(N b)"},
-    {"seq-len", 0, OPT_INT, TRAIN, 0, FIELD(seq_len), 0, 1, 1 << 20, 0, NULL, 0, NULL,
-     "the model's ctx; a resume keeps the checkpoint's", "T", "tokens per sequence (at most the model's ctx)"},
-    {"seq-len", 0, OPT_INT, PLAN | PROFILE, 0, FIELD(seq_len), 0, 1, 1 << 20, 0, NULL, 0, NULL, "the model's ctx", "T",
-     "tokens per sequence (at most the model's ctx)"},
-    {"plan", 'p', OPT_TEXT, TRAIN, 0, FIELD(plan), 0, 0, 0, 0, NULL, 0, "auto", NULL, "auto|dp|zdp|FILE",
-     "the planner's plan (modes per operator, and the micro-batch and accumulation\n"
-     "unless --batch is given), DP or ZDP for every operator, or a plan file"},
-    {"split", 0, OPT_INT, TRAIN | PLAN, 0, FIELD(split), 0, 1, OSDP_MAX_SLICES, 0, "auto", OSDP_SPLIT_AUTO, "1", NULL,
-     "G|auto", "operator splitting: G+1 choices per operator, k of G slices ZDP (auto: k of any\n"
-     "G in 1, 2, 4, 8, the planner chooses G per operator; train --plan zdp makes every operator G/G)"},
-    {"recompute", 0, OPT_ENUM, TRAIN | PLAN, 0, FIELD(recompute), 0, 0, 0, 0, "none|all|auto", 0, "none", NULL,
-     "none|all|auto", "activation checkpointing of attn and mlp operators (auto: the planner\n"
-     "chooses per operator, with --plan auto; train: a plan file's 'recompute' also counts)"},
-    {"search", 0, OPT_ENUM, PLAN, 0, FIELD(search), 0, 0, 0, 0, "exact|dfs", 0, "exact", NULL, "exact|dfs",
-     "plan search (dfs: the paper's, with a time budget)"},
-    {"dfs-limit", 0, OPT_FLOAT, PLAN, 0, FIELD(dfs_limit), 0, 0, 86400, 1, NULL, 0, NULL, NULL, "S",
-     "wall-clock budget of --search dfs for the whole run, seconds"},
-    {"cost-model", 0, OPT_ENUM, TRAIN | PLAN, 0, FIELD(cost_model), 0, 0, 0, 0, "paper|overlap", 0, "paper", NULL,
-     "paper|overlap", "step time: compute + comm (paper eq. 2), or per operator max(compute, comm)\n"
-     "with prefetch (train: for --plan auto and the logged pred_step_s)"},
-    {"json", 0, OPT_FLAG, PLAN, 0, FIELD(json), 0, 0, 0, 0, NULL, 0, NULL, NULL, NULL,
-     "one JSON object on stdout instead of the tables"},
-    {"mem-limit", 0, OPT_SIZE, TRAIN, 0, FIELD(mem_limit), 0, 1, OSDP_MAX_MEM_LIMIT, 0, NULL, 0, NULL,
-     "none (with --plan auto: the device file's)", "BYTES", "emulated device memory per rank: 8G, 512M, 1000000"},
-    {"mem-limit", 0, OPT_SIZE, PLAN, 0, FIELD(mem_limit), 0, 1, OSDP_MAX_MEM_LIMIT, 0, NULL, 0, NULL,
-     "the device file's mem_limit", "BYTES", "memory per rank: 8G, 512M, 1000000"},
-    {"mem-limit", 0, OPT_SIZE, PROFILE, 0, FIELD(mem_limit), 0, 1, OSDP_MAX_MEM_LIMIT, 0, NULL, 0, NULL,
-     "physical memory / ranks on the node", "BYTES", "the device file's mem_limit: 8G, 512M, 1000000"},
-    {"no-prefetch", 0, OPT_FLAG, TRAIN | PLAN, 0, FIELD(no_prefetch), 0, 0, 0, 0, NULL, 0, NULL, NULL, NULL,
-     "do not overlap all-gathers / reduce-scatters with compute"},
+    {.name = "ranks", .type = OPT_INT, .commands = PLAN, .required = PLAN, .field = FIELD(ranks), .lo = 1,
+     .hi = 1 << 20, .metavar = "N",
+     .help = "data-parallel ranks to plan for"},
+    {.name = "steps", .short_name = 's', .type = OPT_INT, .commands = TRAIN, .field = FIELD(steps), .hi = 1e12,
+     .default_value = "100", .metavar = "N",
+     .help = "optimizer steps in all: a resumed run continues up to step N"},
+    {.name = "batch", .short_name = 'b', .type = OPT_INT, .commands = TRAIN, .field = FIELD(batch), .lo = 1,
+     .hi = 1 << 20, .metavar = "B", .default_text = "the planner's choice with --plan auto, else 8",
+     .help = "sequences per rank per micro-step"},
+    {.name = "batch", .type = OPT_INT, .commands = PLAN, .field = FIELD(batch), .lo = 1, .hi = 1 << 20,
+     .metavar = "B", .default_text = "the scheduler tries 1, 2, ...",
+     .help = "plan for this micro-batch only"},
+    {.name = "max-batch", .type = OPT_INT, .commands = PLAN, .field = FIELD(max_batch), .lo = 1, .hi = 1 << 20,
+     .metavar = "B",
+     .help = "the scheduler's largest micro-batch"},
+    {.name = "global-batch", .type = OPT_INT, .commands = TRAIN, .field = FIELD(global_batch), .lo = 1,
+     .hi = 1 << 30, .metavar = "G",
+     .default_text = "B x ranks (8 x ranks when the planner picks B); a resume keeps the checkpoint's",
+     .help = "sequences per optimizer step over all ranks (a multiple of B x ranks)"},
+    {.name = "global-batch", .type = OPT_INT, .commands = PLAN, .field = FIELD(global_batch), .lo = 1, .hi = 1 << 30,
+     .metavar = "G", .default_text = "none: accumulation 1",
+     .help = "sequences per optimizer step: micro-batch b divides G/N, accumulation G/(N b)"},
+    {.name = "seq-len", .type = OPT_INT, .commands = TRAIN, .field = FIELD(seq_len), .lo = 1, .hi = 1 << 20,
+     .metavar = "T", .default_text = "the model's ctx; a resume keeps the checkpoint's",
+     .help = "tokens per sequence (at most the model's ctx)"},
+    {.name = "seq-len", .type = OPT_INT, .commands = PLAN | PROFILE, .field = FIELD(seq_len), .lo = 1, .hi = 1 << 20,
+     .metavar = "T", .default_text = "the model's ctx",
+     .help = "tokens per sequence (at most the model's ctx)"},
+    {.name = "plan", .short_name = 'p', .type = OPT_TEXT, .commands = TRAIN, .field = FIELD(plan),
+     .default_value = "auto", .metavar = "auto|dp|zdp|FILE",
+     .help = "the planner's plan (modes per operator, and the micro-batch and accumulation\n"
+        "unless --batch is given), DP or ZDP for every operator, or a plan file"},
+    {.name = "split", .type = OPT_INT, .commands = TRAIN | PLAN, .field = FIELD(split), .lo = 1,
+     .hi = OSDP_MAX_SLICES, .choices = "auto", .word_value = OSDP_SPLIT_AUTO, .default_value = "1",
+     .metavar = "G|auto",
+     .help = "operator splitting: G+1 choices per operator, k of G slices ZDP (auto: k of any\n"
+        "G in 1, 2, 4, 8, the planner chooses G per operator; train --plan zdp makes every operator G/G)"},
+    {.name = "recompute", .type = OPT_ENUM, .commands = TRAIN | PLAN, .field = FIELD(recompute),
+     .choices = "none|all|auto", .default_value = "none", .metavar = "none|all|auto",
+     .help = "activation checkpointing of attn and mlp operators (auto: the planner\n"
+        "chooses per operator, with --plan auto; train: a plan file's 'recompute' also counts)"},
+    {.name = "search", .type = OPT_ENUM, .commands = PLAN, .field = FIELD(search), .choices = "exact|dfs",
+     .default_value = "exact", .metavar = "exact|dfs",
+     .help = "plan search (dfs: the paper's, with a time budget)"},
+    {.name = "dfs-limit", .type = OPT_FLOAT, .commands = PLAN, .field = FIELD(dfs_limit), .hi = 86400, .lo_open = 1,
+     .metavar = "S",
+     .help = "wall-clock budget of --search dfs for the whole run, seconds"},
+    {.name = "cost-model", .type = OPT_ENUM, .commands = TRAIN | PLAN, .field = FIELD(cost_model),
+     .choices = "paper|overlap", .default_value = "paper", .metavar = "paper|overlap",
+     .help = "step time: compute + comm (paper eq. 2), or per operator max(compute, comm)\n"
+        "with prefetch (train: for --plan auto and the logged pred_step_s)"},
+    {.name = "json", .type = OPT_FLAG, .commands = PLAN, .field = FIELD(json),
+     .help = "one JSON object on stdout instead of the tables"},
+    {.name = "mem-limit", .type = OPT_SIZE, .commands = TRAIN, .field = FIELD(mem_limit), .lo = 1,
+     .hi = OSDP_MAX_MEM_LIMIT, .metavar = "BYTES", .default_text = "none (with --plan auto: the device file's)",
+     .help = "emulated device memory per rank: 8G, 512M, 1000000"},
+    {.name = "mem-limit", .type = OPT_SIZE, .commands = PLAN, .field = FIELD(mem_limit), .lo = 1,
+     .hi = OSDP_MAX_MEM_LIMIT, .metavar = "BYTES", .default_text = "the device file's mem_limit",
+     .help = "memory per rank: 8G, 512M, 1000000"},
+    {.name = "mem-limit", .type = OPT_SIZE, .commands = PROFILE, .field = FIELD(mem_limit), .lo = 1,
+     .hi = OSDP_MAX_MEM_LIMIT, .metavar = "BYTES", .default_text = "physical memory / ranks on the node",
+     .help = "the device file's mem_limit: 8G, 512M, 1000000"},
+    {.name = "no-prefetch", .type = OPT_FLAG, .commands = TRAIN | PLAN, .field = FIELD(no_prefetch),
+     .help = "do not overlap all-gathers / reduce-scatters with compute"},
     /* optimizer */
-    {"seed", 0, OPT_INT, TRAIN, 0, FIELD(seed), 0, 0, 1e18, 0, NULL, 0, "1337", NULL, "S",
-     "weights and data order"},
-    {"lr", 0, OPT_FLOAT, TRAIN, 0, FIELD(lr), 0, 0, 10, 1, NULL, 0, NULL, NULL, "X", "AdamW peak learning rate"},
-    {"warmup", 0, OPT_INT, TRAIN, 0, FIELD(warmup), 0, 0, 1e9, 0, NULL, 0, NULL, NULL, "N", "linear warm-up steps"},
-    {"min-lr-frac", 0, OPT_FLOAT, TRAIN, 0, FIELD(min_lr_frac), 0, 0, 1, 0, NULL, 0, NULL, NULL, "X",
-     "the cosine decays to lr x X"},
-    {"weight-decay", 0, OPT_FLOAT, TRAIN, 0, FIELD(weight_decay), 0, 0, 10, 0, NULL, 0, NULL, NULL, "X",
-     "AdamW decoupled weight decay"},
-    {"grad-clip", 0, OPT_FLOAT, TRAIN, 0, FIELD(grad_clip), 0, 0, 1e9, 0, NULL, 0, NULL, NULL, "X",
-     "global gradient norm clipping (0: off)"},
-    {"lr-steps", 0, OPT_INT, TRAIN, 0, FIELD(lr_steps), 0, 1, 1e12, 0, NULL, 0, NULL,
-     "--steps; a resume keeps the checkpoint's", "N", "cosine horizon"},
+    {.name = "seed", .type = OPT_INT, .commands = TRAIN, .field = FIELD(seed), .hi = 1e18, .default_value = "1337",
+     .metavar = "S",
+     .help = "weights and data order"},
+    {.name = "lr", .type = OPT_FLOAT, .commands = TRAIN, .field = FIELD(lr), .hi = 10, .lo_open = 1, .metavar = "X",
+     .help = "AdamW peak learning rate"},
+    {.name = "warmup", .type = OPT_INT, .commands = TRAIN, .field = FIELD(warmup), .hi = 1e9, .metavar = "N",
+     .help = "linear warm-up steps"},
+    {.name = "min-lr-frac", .type = OPT_FLOAT, .commands = TRAIN, .field = FIELD(min_lr_frac), .hi = 1,
+     .metavar = "X",
+     .help = "the cosine decays to lr x X"},
+    {.name = "weight-decay", .type = OPT_FLOAT, .commands = TRAIN, .field = FIELD(weight_decay), .hi = 10,
+     .metavar = "X",
+     .help = "AdamW decoupled weight decay"},
+    {.name = "grad-clip", .type = OPT_FLOAT, .commands = TRAIN, .field = FIELD(grad_clip), .hi = 1e9, .metavar = "X",
+     .help = "global gradient norm clipping (0: off)"},
+    {.name = "lr-steps", .type = OPT_INT, .commands = TRAIN, .field = FIELD(lr_steps), .lo = 1, .hi = 1e12,
+     .metavar = "N", .default_text = "--steps; a resume keeps the checkpoint's",
+     .help = "cosine horizon"},
     /* the machine */
-    {"threads", 0, OPT_INT, TRAIN | PROFILE, 0, FIELD(threads), 0, 1, 4096, 0, NULL, 0, NULL,
-     "node cores / ranks on the node", "N", "compute threads per rank (at most the node's cores)"},
-    {"backend", 0, OPT_ENUM, TRAIN, 0, FIELD(backend), 0, 0, 0, 0, "cpu|cuda", 0, "cpu", NULL, "cpu|cuda",
-     "compute backend"},
-    {"precision", 0, OPT_ENUM, TRAIN, 0, FIELD(precision), 0, 0, 0, 0, "bf16|fp32", 0, NULL,
-     "bf16 with cuda, fp32 on cpu", "bf16|fp32", "working weights and their all-gathers (on cpu bf16 only tests the\n"
-     "mixed-precision path); master weights, moments, gradients, activations: always fp32"},
-    {"peak-flops", 0, OPT_FLOAT, TRAIN, 0, FIELD(peak_flops), 0, 1e3, 1e18, 0, NULL, 0, NULL, "measured sgemm rate", "X",
-     "device peak FLOP/s for MFU"},
-    {"reps", 0, OPT_INT, PROFILE, 0, FIELD(reps), 0, 1, OSDP_PROFILE_MAX_REPS, 0, NULL, 0, "7", NULL, "R",
-     "repetitions per measurement (the median counts)"},
-    {"quiet", 0, OPT_FLAG, TRAIN, 0, FIELD(quiet), 0, 0, 0, 0, NULL, 0, NULL, NULL, NULL, "only the summary line"},
+    {.name = "threads", .type = OPT_INT, .commands = TRAIN | PROFILE, .field = FIELD(threads), .lo = 1, .hi = 4096,
+     .metavar = "N", .default_text = "node cores / ranks on the node",
+     .help = "compute threads per rank (at most the node's cores)"},
+    {.name = "backend", .type = OPT_ENUM, .commands = TRAIN, .field = FIELD(backend), .choices = "cpu|cuda",
+     .default_value = "cpu", .metavar = "cpu|cuda",
+     .help = "compute backend"},
+    {.name = "precision", .type = OPT_ENUM, .commands = TRAIN, .field = FIELD(precision), .choices = "bf16|fp32",
+     .metavar = "bf16|fp32", .default_text = "bf16 with cuda, fp32 on cpu",
+     .help = "working weights and their all-gathers (on cpu bf16 only tests the\n"
+        "mixed-precision path); master weights, moments, gradients, activations: always fp32"},
+    {.name = "peak-flops", .type = OPT_FLOAT, .commands = TRAIN, .field = FIELD(peak_flops), .lo = 1e3, .hi = 1e18,
+     .metavar = "X", .default_text = "measured sgemm rate",
+     .help = "device peak FLOP/s for MFU"},
+    {.name = "reps", .type = OPT_INT, .commands = PROFILE, .field = FIELD(reps), .lo = 1,
+     .hi = OSDP_PROFILE_MAX_REPS, .default_value = "7", .metavar = "R",
+     .help = "repetitions per measurement (the median counts)"},
+    {.name = "quiet", .type = OPT_FLAG, .commands = TRAIN, .field = FIELD(quiet),
+     .help = "only the summary line"},
     /* checkpoints */
-    {"ckpt-dir", 0, OPT_TEXT, TRAIN, 0, FIELD(ckpt_dir), 0, 0, 0, 0, NULL, 0, NULL, NULL, "DIR",
-     "checkpoints go to DIR/step_XXXXXXXX.h5; DIR/latest names the newest (saved at the end\n"
-     "of the run, every --save-every steps, and on SIGTERM / SIGUSR1: finish the step, save, exit 0)"},
-    {"save-every", 0, OPT_INT, TRAIN, 0, FIELD(save_every), 0, 1, 1e12, 0, NULL, 0, NULL, NULL, "K",
-     "save after every K-th optimizer step"},
-    {"keep", 0, OPT_INT, TRAIN, 0, FIELD(keep), 0, 0, 1e9, 0, NULL, 0, "3", NULL, "K", "keep the last K saves (0: all)"},
-    {"resume", 0, OPT_TEXT_MAYBE, TRAIN, 0, FIELD(resume_file), FIELD(resume), 0, 0, 0, NULL, 0, NULL, NULL, "[FILE]",
-     "continue from FILE or DIR/latest: weights, AdamW moments, step, seed, global batch,\n"
-     "cosine horizon, sequence length (any rank count, any plan)"},
-    {"resume-fallback", 0, OPT_FLAG, TRAIN, 0, FIELD(resume_fallback), 0, 0, 0, 0, NULL, 0, NULL, NULL, NULL,
-     "if the checkpoint is refused, try the previous save in its directory"},
-    {"init-from", 0, OPT_TEXT, TRAIN, 0, FIELD(init_from), 0, 0, 0, 0, NULL, 0, NULL, NULL, "FILE",
-     "start from the weights of a checkpoint (fresh optimizer, step 0)"},
+    {.name = "ckpt-dir", .type = OPT_TEXT, .commands = TRAIN, .field = FIELD(ckpt_dir), .metavar = "DIR",
+     .help = "checkpoints go to DIR/step_XXXXXXXX.h5; DIR/latest names the newest (saved at the end\n"
+        "of the run, every --save-every steps, and on SIGTERM / SIGUSR1: finish the step, save, exit 0)"},
+    {.name = "save-every", .type = OPT_INT, .commands = TRAIN, .field = FIELD(save_every), .lo = 1, .hi = 1e12,
+     .metavar = "K",
+     .help = "save after every K-th optimizer step"},
+    {.name = "keep", .type = OPT_INT, .commands = TRAIN, .field = FIELD(keep), .hi = 1e9, .default_value = "3",
+     .metavar = "K",
+     .help = "keep the last K saves (0: all)"},
+    {.name = "resume", .type = OPT_TEXT_MAYBE, .commands = TRAIN, .field = FIELD(resume_file),
+     .flag_field = FIELD(resume), .metavar = "[FILE]",
+     .help = "continue from FILE or DIR/latest: weights, AdamW moments, step, seed, global batch,\n"
+        "cosine horizon, sequence length (any rank count, any plan)"},
+    {.name = "resume-fallback", .type = OPT_FLAG, .commands = TRAIN, .field = FIELD(resume_fallback),
+     .help = "if the checkpoint is refused, try the previous save in its directory"},
+    {.name = "init-from", .type = OPT_TEXT, .commands = TRAIN, .field = FIELD(init_from), .metavar = "FILE",
+     .help = "start from the weights of a checkpoint (fresh optimizer, step 0)"},
 };
 #define N_OPTIONS ((int)(sizeof g_options / sizeof g_options[0]))
 _Static_assert(sizeof g_options / sizeof g_options[0] <= OSDP_MAX_OPTIONS, "raise OSDP_MAX_OPTIONS");
@@ -176,51 +218,52 @@ static int find_row(osdp_command command, const char *name, size_t len)
     return -1;
 }
 
-/* index of `word` among the '|'-separated words of `choices`, -1 if absent */
+/* the next word of a '|'-separated choices list: 0 at the end */
+static int next_word(const char **list, const char **word, size_t *len)
+{
+    if (!**list) return 0;
+    *word = *list;
+    *len = strcspn(*list, "|");
+    *list += *len;
+    if (**list == '|') (*list)++;
+    return 1;
+}
+
+/* index of `word` among the words of `choices`, -1 if absent */
 static int choice_index(const char *choices, const char *word)
 {
-    size_t n = strlen(word);
-    int index = 0;
-    for (const char *p = choices; *p; index++) {
-        size_t len = strcspn(p, "|");
-        if (len == n && strncmp(p, word, n) == 0) return index;
-        p += len;
-        if (*p == '|') p++;
-    }
+    const char *w;
+    size_t len, n = strlen(word);
+    for (int index = 0; next_word(&choices, &w, &len); index++)
+        if (len == n && strncmp(w, word, n) == 0) return index;
     return -1;
 }
 
 /* "none, all or auto" */
 static void choices_text(const char *choices, char *buf, size_t n)
 {
-    size_t at = 0;
-    int count = 1;
-    for (const char *p = choices; *p; p++) count += *p == '|';
-    int index = 0;
-    for (const char *p = choices; *p && at < n; index++) {
-        size_t len = strcspn(p, "|");
-        const char *sep = index == 0 ? "" : index == count - 1 ? " or " : ", ";
-        at += (size_t)snprintf(buf + at, n - at, "%s%.*s", sep, (int)len, p);
-        p += len;
-        if (*p == '|') p++;
-    }
+    const char *w, *list = choices;
+    size_t len, at = 0;
+    int count = 0;
+    while (next_word(&list, &w, &len)) count++;
+    buf[0] = 0;
+    for (int index = 0; next_word(&choices, &w, &len) && at < n; index++)
+        at += (size_t)snprintf(buf + at, n - at, "%s%.*s", index == 0 ? "" : index == count - 1 ? " or " : ", ",
+                               (int)len, w);
 }
 
 const char *osdp_option_word(const char *name, int value)
 {
     static char word[32];
     for (int i = 0; i < N_OPTIONS; i++) {
-        if (strcmp(g_options[i].name, name) != 0 || !g_options[i].choices) continue;
-        const char *p = g_options[i].choices;
-        for (int index = 0; *p; index++) {
-            size_t len = strcspn(p, "|");
+        if (strcmp(g_options[i].name, name) != 0 || g_options[i].type != OPT_ENUM) continue;
+        const char *list = g_options[i].choices, *w;
+        size_t len;
+        for (int index = 0; next_word(&list, &w, &len); index++)
             if (index == value) {
-                snprintf(word, sizeof word, "%.*s", (int)len, p);
+                snprintf(word, sizeof word, "%.*s", (int)len, w);
                 return word;
             }
-            p += len;
-            if (*p == '|') p++;
-        }
     }
     return "?";
 }

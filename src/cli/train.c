@@ -254,6 +254,23 @@ static osdp_status dump_weights(osdp_runtime *rt, const char *path)
     return s;
 }
 
+/* The checkpoint --resume loaded must be the one the run was set up from
+ * (resolve_setup read it before the plan): --resume-fallback may have gone
+ * back to an older save of another geometry. */
+static osdp_status check_resumed_setup(const osdp_train_ckpt *ckpt, const osdp_job *job, const train_setup *t,
+                                       int global_batch, int seq_len)
+{
+    const osdp_ckpt_info *in = &ckpt->loaded;
+    if (!ckpt->resume) return OSDP_OK;
+    const char *what = in->seq_len != seq_len ? "sequence length"
+                     : !job->global_batch && in->global_batch != global_batch ? "global batch"
+                     : !job->lr_steps && in->optim.total_steps != t->optim.total_steps ? "cosine horizon" : NULL;
+    if (!what) return OSDP_OK;
+    return osdp_error_set(OSDP_ERR_INPUT, "--resume: the checkpoint loaded (step %ld) has another %s than the one the run "
+                          "was set up from (--resume-fallback went back past a change): resume from that save by name",
+                          in->step, what);
+}
+
 /* An emulated device OOM under a plan the planner did not choose: say what
  * would make it fit. */
 static _Noreturn void fatal_with_hint(osdp_status s, const train_setup *t)
@@ -333,6 +350,7 @@ int osdp_cmd_train(const osdp_job *job)
 
     /* the checkpoint before the log: a refused one leaves no file behind */
     osdp_check_all(osdp_train_ckpt_start(&ckpt, &rt, &cfg, &plan, MPI_COMM_WORLD));
+    osdp_check_all(check_resumed_setup(&ckpt, job, &t, global, T));
     osdp_check_all(osdp_train_ckpt_check_steps(&ckpt, (long)job->steps, job->dump_weights != NULL));
     osdp_report report;
     osdp_report_open(&report, &rt, &world, &predicted, job->peak_flops, job->log, job->quiet);
