@@ -125,6 +125,14 @@ grep -q "global batch 8 -> 16 (--global-batch); cosine horizon 3 -> 9 steps (--l
     && ok "resume with --global-batch 16 --lr-steps 9: '$(grep -o 'global batch 8 -> .*' "$WORK/changed.out")'" \
     || bad "resume prints old -> new" "$WORK/changed.out"
 
+# a truncated latest and --resume-fallback: the save it falls back to must be the geometry the run was set up for
+F="$WORK/fallback"; mkdir -p "$F"; cp "$C3" "$F/"
+head -c 4096 "$C3" > "$F/step_00000006.h5"; echo step_00000006.h5 > "$F/latest"
+before=$(ls -l "$F" | md5sum)
+train 2 fallback_geometry --steps 8 --plan dp --resume --resume-fallback --ckpt-dir "$F"; rc=$?
+refused fallback_geometry $rc "--resume: the checkpoint loaded (step 3) has another global batch" "$WORK/fallback_geometry.log"
+[ "$(ls -l "$F" | md5sum)" = "$before" ] || bad "the refused fallback changed $F"
+
 # -- 6. an emulated OOM under a fixed plan says what would fit
 #    (every rank reaches the limit in the same allocation and aborts the job with it)
 train 2 oom_fixed --steps 1 --batch 2 --plan dp --mem-limit 200K; rc=$?
