@@ -1,6 +1,7 @@
 /* osdp_gpt: one SPMD binary; the commands live in libosdp. */
 #include "config.h"
 #include "osdp/app.h"
+#include "cli/options.h"
 
 #include <mpi.h>
 #include <stdio.h>
@@ -41,38 +42,63 @@ static long local_ranks_from_launcher(void)
  * the node's ranks x threads fit its cores, and sleep ("passive") otherwise.
  * libgomp reads OMP_WAIT_POLICY when it loads, so setting it here is too
  * late for this process: set it and re-execute once, before MPI_Init.  A
- * user's own OMP_WAIT_POLICY is respected. */
-static void choose_openmp_wait_policy(int argc, char **argv)
+ * user's own OMP_WAIT_POLICY is respected.  `threads`: --threads (0: not
+ * given). */
+static void choose_openmp_wait_policy(char **argv, long threads)
 {
     if (getenv("OMP_WAIT_POLICY")) return;
-    long cores = sysconf(_SC_NPROCESSORS_ONLN), ranks = local_ranks_from_launcher(), threads = 0;
-    for (int i = 2; i + 1 < argc; i++)
-        if (strcmp(argv[i], "--threads") == 0) threads = strtol(argv[i + 1], NULL, 10);
+    long cores = sysconf(_SC_NPROCESSORS_ONLN), ranks = local_ranks_from_launcher();
     if (threads <= 0) threads = cores / ranks > 0 ? cores / ranks : 1;   /* the default of osdp_world_init */
     setenv("OMP_WAIT_POLICY", threads > 1 && ranks * threads <= cores ? "active" : "passive", 1);
     execv("/proc/self/exe", argv);   /* returns only on failure: then go on as we are */
 }
 
+/* A command-line error before any command runs: under mpiexec every process
+ * gets the same argv, so rank 0 alone says it and all exit 2. */
+static int refuse_once(int *argc, char ***argv, const char *fmt, const char *arg)
+{
+    int rank = 0;
+    MPI_Init(argc, argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    if (rank == 0) {
+        if (fmt) fprintf(stderr, fmt, arg);
+        else usage(stderr);
+    }
+    MPI_Finalize();
+    return 2;
+}
+
 int main(int argc, char **argv)
 {
-    if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
-        usage(argc < 2 ? stderr : stdout);
-        return argc < 2 ? 2 : 0;
+    if (argc < 2) return refuse_once(&argc, &argv, NULL, NULL);
+    if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
+        usage(stdout);
+        return 0;
     }
     if (strcmp(argv[1], "--version") == 0) {
         printf("osdp_gpt %s\n", PACKAGE_VERSION);
         return 0;
     }
-    if (strcmp(argv[1], "train") == 0) {
-        choose_openmp_wait_policy(argc, argv);
-        MPI_Init(&argc, &argv);
-        return osdp_cmd_train(argc - 1, argv + 1);
+    osdp_command command = strcmp(argv[1], "train") == 0 ? OSDP_CMD_TRAIN
+                         : strcmp(argv[1], "plan") == 0 ? OSDP_CMD_PLAN
+                         : strcmp(argv[1], "profile") == 0 ? OSDP_CMD_PROFILE : 0;
+    if (!command) return refuse_once(&argc, &argv, "osdp_gpt: unknown command '%s' (try osdp_gpt --help)\n", argv[1]);
+    osdp_job job;
+    osdp_status s = osdp_options_parse(command, argc - 1, argv + 1, &job);
+    if (command == OSDP_CMD_PLAN) {   /* one process, no MPI */
+        if (s != OSDP_OK) osdp_fatal(s, osdp_error_message());
+        if (job.help) osdp_options_usage(command, stdout);
+        return job.help ? 0 : osdp_cmd_plan(&job);
     }
-    if (strcmp(argv[1], "plan") == 0) return osdp_cmd_plan(argc - 1, argv + 1);
-    if (strcmp(argv[1], "profile") == 0) {
-        MPI_Init(&argc, &argv);
-        return osdp_cmd_profile(argc - 1, argv + 1);
+    if (command == OSDP_CMD_TRAIN && s == OSDP_OK && !job.help) choose_openmp_wait_policy(argv, (long)job.threads);
+    MPI_Init(&argc, &argv);
+    osdp_check_all(s);   /* the message once (rank 0), every rank exits non-zero */
+    if (job.help) {
+        int rank;
+        MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+        if (rank == 0) osdp_options_usage(command, stdout);
+        MPI_Finalize();
+        return 0;
     }
-    fprintf(stderr, "osdp_gpt: unknown command '%s' (try osdp_gpt --help)\n", argv[1]);
-    return 2;
+    return command == OSDP_CMD_TRAIN ? osdp_cmd_train(&job) : osdp_cmd_profile(&job);
 }

@@ -8,11 +8,15 @@
 
 #define OSDP_VERSION_STRING PACKAGE_VERSION
 
-int osdp_cmd_train(int argc, char **argv);
+/* Each command runs the job its options resolved to (src/cli/options.h):
+ * main parses the command line once, before MPI_Init. */
+struct osdp_job;
+/* training on the MPI ranks (after MPI_Init) */
+int osdp_cmd_train(const struct osdp_job *job);
 /* the planner alone, one process (no MPI needed) */
-int osdp_cmd_plan(int argc, char **argv);
-/* measures alpha, beta and gamma over the MPI ranks; writes a device file */
-int osdp_cmd_profile(int argc, char **argv);
+int osdp_cmd_plan(const struct osdp_job *job);
+/* measures alpha, beta and gamma over the MPI ranks; writes a device file (after MPI_Init) */
+int osdp_cmd_profile(const struct osdp_job *job);
 struct osdp_layout;
 struct osdp_device;
 struct osdp_planner_options;
@@ -28,6 +32,9 @@ typedef struct osdp_world {
     int threads;                  /* compute threads for this rank */
 } osdp_world;
 
+/* requested_threads: --threads (0: the node's cores / its ranks); more than
+ * the node's cores is refused on every rank (a message naming --threads);
+ * ranks x threads above the cores is allowed, with a note from rank 0. */
 void osdp_world_init(osdp_world *w, int requested_threads);
 /* Print "osdp_gpt: rank R: error: MSG" and abort the whole job. */
 _Noreturn void osdp_fatal(osdp_status code, const char *msg);

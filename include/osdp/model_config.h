@@ -9,7 +9,9 @@
  *   ctx     = 64           ; maximum sequence length T
  *   widths  = 1024,2048    ; optional, one width per block ("inconsistent &
  *                          ; consecutive" models); see osdp/layout.h for how
- *                          ; blocks of different widths connect. */
+ *                          ; blocks of different widths connect.
+ *       4096, 1024         ; indented lines continue the list (any number of
+ *                          ; blocks: a line holds at most 198 characters) */
 #ifndef OSDP_MODEL_CONFIG_H
 #define OSDP_MODEL_CONFIG_H
 

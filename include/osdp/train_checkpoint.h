@@ -11,9 +11,10 @@
  *
  * Use (see the integration note in doc/checkpoint-format.md):
  *     osdp_train_ckpt ck;
- *     s = osdp_train_ckpt_parse(&ck, &argc, argv);      // removes its options
+ *     s = osdp_train_ckpt_init(&ck, job);               // the job's checkpoint options
  *     ... create the runtime ...
  *     s = osdp_train_ckpt_start(&ck, &rt, &cfg, &plan, MPI_COMM_WORLD);
+ *     s = osdp_train_ckpt_check_steps(&ck, steps, dump);  // a resume with nothing to do
  *     for (long step = rt.step; step < steps; step++) {
  *         ... osdp_runtime_step, report ...
  *         int stop = 0;
@@ -39,7 +40,7 @@ typedef struct osdp_train_ckpt {
     const char *resume_file;    /* --resume FILE, NULL: DIR/latest */
     int resume_fallback;        /* --resume-fallback */
     const char *init_from;      /* --init-from FILE */
-    int quiet;                  /* --quiet seen (not removed) */
+    int quiet;                  /* --quiet */
     /* state, set by start */
     osdp_runtime *rt;
     const osdp_model_config *cfg;
@@ -51,15 +52,23 @@ typedef struct osdp_train_ckpt {
     osdp_ckpt_info loaded;      /* what start loaded (when resume or init_from) */
 } osdp_train_ckpt;
 
-/* the option lines for `osdp_gpt train --help` */
-void osdp_train_ckpt_usage(FILE *out);
+struct osdp_job;
+/* The checkpoint options of the job (src/cli/options.h), with their
+ * cross-checks (--save-every needs --ckpt-dir, ...).  Not collective:
+ * every rank has the same job; OSDP_ERR_INPUT names the options. */
+osdp_status osdp_train_ckpt_init(osdp_train_ckpt *tc, const struct osdp_job *job);
 
-/* Take the options above out of argv (argv[0] stays; *argc shrinks; the
- * order of everything else is kept) and leave all other arguments alone.
- * Accepts "--opt VALUE" and "--opt=VALUE"; `--resume` takes the next
- * argument as its FILE unless that starts with '-'.  Not collective (every
- * rank parses the same command line); OSDP_ERR_INPUT on a bad value. */
-osdp_status osdp_train_ckpt_parse(osdp_train_ckpt *tc, int *argc, char **argv);
+/* On --resume, before the runtime exists: the path of the checkpoint the
+ * resume starts from (FILE, or what DIR/latest names) and its root
+ * attributes (batch geometry, schedule, sequence length), metadata checksum
+ * verified.  Collective. */
+osdp_status osdp_train_ckpt_peek(const osdp_train_ckpt *tc, MPI_Comm comm, char *path, size_t n, osdp_ckpt_info *info);
+
+/* After start: a resumed checkpoint already at or past --steps is an error
+ * (--steps counts all steps of the run), except at exactly --steps when the
+ * run still has work: a save into another --ckpt-dir, or other_work
+ * (--dump-weights).  Every rank returns the same status. */
+osdp_status osdp_train_ckpt_check_steps(const osdp_train_ckpt *tc, long steps, int other_work);
 
 /* After the runtime exists, before the first step: installs the SIGTERM /
  * SIGUSR1 handlers, creates --ckpt-dir, and does --resume (rt->step, the

@@ -37,8 +37,8 @@
 #include "osdp/layout.h"
 #include "osdp/memory.h"
 #include "osdp/optim.h"
+#include "options.h"
 
-#include <getopt.h>
 #include <math.h>
 #include <mpi.h>
 #include <stdio.h>
@@ -82,7 +82,7 @@ static int cmp_d(const void *a, const void *b)
 }
 
 #define N_SIZES 8
-#define MAX_REPS 64
+#define MAX_REPS OSDP_PROFILE_MAX_REPS
 
 static osdp_status time_collective(osdp_comm *comm, int reduce, size_t total_bytes, int reps, double *out)
 {
@@ -243,48 +243,11 @@ static osdp_status time_step_work(const osdp_compute_backend *be, const osdp_lay
     return OSDP_OK;
 }
 
-int osdp_cmd_profile(int argc, char **argv)
+int osdp_cmd_profile(const osdp_job *job)
 {
-    const char *model = NULL, *out = NULL, *name = NULL;
-    size_t mem_limit = 0;
-    int threads = 0, reps = 7, seq_len = 0;
-    static const struct option opts[] = {
-        {"model", required_argument, 0, 'm'}, {"out", required_argument, 0, 'o'},
-        {"mem-limit", required_argument, 0, 'M'}, {"name", required_argument, 0, 'n'},
-        {"threads", required_argument, 0, 't'}, {"reps", required_argument, 0, 'r'},
-        {"seq-len", required_argument, 0, 'T'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
-    optind = 1;
-    opterr = 0;
-    int c;
-    osdp_status s = OSDP_OK;
-    while (s == OSDP_OK && (c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-        switch (c) {
-        case 'm': model = optarg; break;
-        case 'o': out = optarg; break;
-        case 'n': name = optarg; break;
-        case 'M':
-            if (osdp_parse_bytes(optarg, &mem_limit) != 0)
-                s = osdp_error_set(OSDP_ERR_INPUT, "--mem-limit '%s': expected bytes such as 8G, 512M", optarg);
-            break;
-        case 't': threads = atoi(optarg); break;
-        case 'T': seq_len = atoi(optarg); break;
-        case 'r':
-            reps = atoi(optarg);
-            if (reps < 1 || reps > MAX_REPS) s = osdp_error_set(OSDP_ERR_INPUT, "--reps must be in [1, %d]", MAX_REPS);
-            break;
-        case 'h':
-            printf("usage: mpiexec -n N osdp_gpt profile --model FILE --out FILE [--mem-limit BYTES] [--name NAME]\n"
-                   "       [--threads N] [--reps R] [--seq-len T]\n"
-                   "  measures alpha/beta (all-gather, reduce-scatter over the N >= 2 ranks) and gamma per\n"
-                   "  operator type (forward + backward of the model's operators), writes a device file\n");
-            MPI_Finalize();
-            return 0;
-        default:
-            s = osdp_error_set(OSDP_ERR_INPUT, "profile: unknown option or missing value: %s", argv[optind - 1]);
-        }
-    }
-    if (s == OSDP_OK && (!model || !out)) s = osdp_error_set(OSDP_ERR_INPUT, "profile: --model FILE and --out FILE are required");
-    osdp_check_all(s);
+    const char *model = job->model, *out = job->out, *name = job->name;
+    size_t mem_limit = (size_t)job->mem_limit;
+    int threads = (int)job->threads, reps = (int)job->reps, seq_len = (int)job->seq_len;
     osdp_world world;
     osdp_world_init(&world, threads);
     osdp_check_all(world.size >= 2 ? OSDP_OK
@@ -293,6 +256,7 @@ int osdp_cmd_profile(int argc, char **argv)
     osdp_check_all(be->init(world.local_rank, world.threads));
     osdp_model_config cfg;
     osdp_check_all(osdp_model_config_load(&cfg, model));
+    osdp_check_all(osdp_job_check_seq_len(job, cfg.ctx));
     osdp_layout L;
     osdp_check_all(osdp_layout_build(&L, &cfg, seq_len > 0 ? seq_len : cfg.ctx));
     osdp_comm comm;
@@ -303,7 +267,7 @@ int osdp_cmd_profile(int argc, char **argv)
     dev.param_bytes = dev.grad_bytes = dev.act_bytes = 4;
     char host[64] = "host";
     gethostname(host, sizeof host - 1);
-    snprintf(dev.name, sizeof dev.name, "%s", name ? name : "profiled");
+    snprintf(dev.name, sizeof dev.name, "%s", name);
     char note[8192];
     int len = snprintf(note, sizeof note,
         "Measured by `osdp_gpt profile` (src/cli/profile_cmd.c) on %s: %d MPI ranks, %d threads per rank, model %s, T %d.\n"
@@ -399,7 +363,7 @@ int osdp_cmd_profile(int argc, char **argv)
         snprintf(note + len, sizeof note - (size_t)len, "mem_limit: --mem-limit (emulated device memory per rank).");
     }
     dev.mem_limit = (long long)mem_limit;
-    s = OSDP_OK;
+    osdp_status s = OSDP_OK;
     if (root) {
         char mb[32];
         printf("  mem_limit %s per rank\n", osdp_format_bytes((double)mem_limit, mb, sizeof mb));

@@ -2,6 +2,7 @@
 #define _XOPEN_SOURCE 700
 #include "config.h"
 #include "osdp/train_checkpoint.h"
+#include "options.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -24,95 +25,20 @@ static const char *signal_name(int sig)
     return sig == SIGTERM ? "SIGTERM" : sig == SIGUSR1 ? "SIGUSR1" : "a signal";
 }
 
-void osdp_train_ckpt_usage(FILE *out)
-{
-    fprintf(out,
-        "  --ckpt-dir DIR        checkpoints go to DIR/step_XXXXXXXX.h5; DIR/latest names the newest\n"
-        "                        (saved at the end of the run, every --save-every steps, and on\n"
-        "                        SIGTERM / SIGUSR1: finish the step, save, exit 0)\n"
-        "  --save-every K        save after every K-th optimizer step\n"
-        "  --keep K              keep the last K saves (default 3; 0: keep all)\n"
-        "  --resume [FILE]       continue from FILE or DIR/latest: weights, AdamW moments, step, seed\n"
-        "                        (any rank count, any plan)\n"
-        "  --resume-fallback     if the checkpoint is refused, try the previous save in its directory\n"
-        "  --init-from FILE      start from the weights of a checkpoint (fresh optimizer, step 0)\n");
-}
-
 /* ---- options ------------------------------------------------------------------ */
 
-/* does argv[*i] name option `name`?  sets *value (from "=VALUE" or the next
- * argument when need_value) and advances *i past what it consumed */
-static int match(const char *name, int need_value, int argc, char **argv, int *i, const char **value, osdp_status *err)
-{
-    const char *a = argv[*i];
-    size_t n = strlen(name);
-    if (strncmp(a, name, n) != 0 || (a[n] != 0 && a[n] != '=')) return 0;
-    *value = NULL;
-    if (a[n] == '=') {
-        *value = a + n + 1;
-        if (need_value == 0) {   /* flags take no value */
-            *err = osdp_error_set(OSDP_ERR_INPUT, "%s takes no value", name);
-            return 1;
-        }
-    } else if (need_value == 1) {
-        if (*i + 1 >= argc) {
-            *err = osdp_error_set(OSDP_ERR_INPUT, "%s needs a value", name);
-            return 1;
-        }
-        *value = argv[++*i];
-    } else if (need_value == -1 && *i + 1 < argc && argv[*i + 1][0] != '-') {   /* optional value */
-        *value = argv[++*i];
-    }
-    return 1;
-}
-
-static osdp_status parse_count(const char *opt, const char *v, long lo, long *out)
-{
-    char *end = NULL;
-    errno = 0;
-    long x = v ? strtol(v, &end, 10) : 0;
-    if (!v || end == v || *end || errno || x < lo)
-        return osdp_error_set(OSDP_ERR_INPUT, "%s '%s': expected an integer >= %ld", opt, v ? v : "", lo);
-    *out = x;
-    return OSDP_OK;
-}
-
-osdp_status osdp_train_ckpt_parse(osdp_train_ckpt *tc, int *argc, char **argv)
+osdp_status osdp_train_ckpt_init(osdp_train_ckpt *tc, const osdp_job *job)
 {
     memset(tc, 0, sizeof *tc);
-    tc->keep = 3;
+    tc->dir = job->ckpt_dir;
+    tc->save_every = (long)job->save_every;
+    tc->keep = (int)job->keep;
+    tc->resume = job->resume;
+    tc->resume_file = job->resume_file;
+    tc->resume_fallback = job->resume_fallback;
+    tc->init_from = job->init_from;
+    tc->quiet = job->quiet;
     tc->last_saved = -1;
-    int out = 1;
-    osdp_status err = OSDP_OK;
-    for (int i = 1; i < *argc && err == OSDP_OK; i++) {
-        const char *v = NULL;
-        long x;
-        if (strcmp(argv[i], "--") == 0) {   /* copy the rest verbatim */
-            while (i < *argc) argv[out++] = argv[i++];
-            break;
-        }
-        if (match("--ckpt-dir", 1, *argc, argv, &i, &v, &err)) {
-            if (err == OSDP_OK && !*v) err = osdp_error_set(OSDP_ERR_INPUT, "--ckpt-dir: empty directory name");
-            tc->dir = v;
-        } else if (match("--save-every", 1, *argc, argv, &i, &v, &err)) {
-            if (err == OSDP_OK && (err = parse_count("--save-every", v, 1, &x)) == OSDP_OK) tc->save_every = x;
-        } else if (match("--keep", 1, *argc, argv, &i, &v, &err)) {
-            if (err == OSDP_OK && (err = parse_count("--keep", v, 0, &x)) == OSDP_OK) tc->keep = (int)(x > INT_MAX ? INT_MAX : x);
-        } else if (match("--resume-fallback", 0, *argc, argv, &i, &v, &err)) {
-            tc->resume_fallback = 1;
-        } else if (match("--resume", -1, *argc, argv, &i, &v, &err)) {
-            tc->resume = 1;
-            tc->resume_file = v && *v ? v : NULL;
-        } else if (match("--init-from", 1, *argc, argv, &i, &v, &err)) {
-            tc->init_from = v;
-        } else {
-            if (strcmp(argv[i], "--quiet") == 0) tc->quiet = 1;
-            argv[out++] = argv[i];
-        }
-    }
-    if (err != OSDP_OK) return err;
-    *argc = out;
-    argv[out] = NULL;
     if (tc->save_every && !tc->dir) return osdp_error_set(OSDP_ERR_INPUT, "--save-every needs --ckpt-dir DIR");
     if (tc->resume && !tc->resume_file && !tc->dir)
         return osdp_error_set(OSDP_ERR_INPUT, "--resume needs a FILE or --ckpt-dir DIR (whose 'latest' names the checkpoint)");
@@ -358,6 +284,34 @@ static osdp_status read_latest(const char *dir, char *path, size_t n, MPI_Comm c
     MPI_Bcast(name, (int)sizeof name, MPI_CHAR, 0, comm);
     join(path, n, dir, name);
     return OSDP_OK;
+}
+
+osdp_status osdp_train_ckpt_peek(const osdp_train_ckpt *tc, MPI_Comm comm, char *path, size_t n, osdp_ckpt_info *info)
+{
+    osdp_status s = OSDP_OK;
+    if (tc->resume_file) snprintf(path, n, "%s", tc->resume_file);
+    else s = read_latest(tc->dir, path, n, comm);
+    if (s == OSDP_OK) s = osdp_ckpt_read_info(path, comm, info);
+    return s;
+}
+
+osdp_status osdp_train_ckpt_check_steps(const osdp_train_ckpt *tc, long steps, int other_work)
+{
+    if (!tc->resume || tc->rt->step < steps) return OSDP_OK;
+    /* a checkpoint at --steps still has a use: re-saved into another
+     * --ckpt-dir (resharded to this rank count) or exported by --dump-weights */
+    int resaves = tc->dir && tc->last_saved != tc->rt->step;
+    if (tc->rt->step == steps && (resaves || other_work)) {
+        if (tc->rank == 0 && !tc->quiet) {
+            printf("checkpoint: already at --steps %ld: no step to run%s\n", steps,
+                   resaves ? "; saving it into --ckpt-dir" : "");
+            fflush(stdout);
+        }
+        return OSDP_OK;
+    }
+    return osdp_error_set(OSDP_ERR_INPUT, "--steps %ld: the checkpoint is already at step %ld, nothing to train; --steps "
+                          "counts all steps of the run, resumed ones included: give --steps above %ld", steps,
+                          tc->rt->step, tc->rt->step);
 }
 
 static osdp_status resume(osdp_train_ckpt *tc)

@@ -26,12 +26,23 @@ void osdp_world_init(osdp_world *w, int requested_threads)
     w->threads = requested_threads > 0 ? requested_threads : (int)(share > 0 ? share : 1);
     const char *ntasks = getenv("SLURM_NTASKS");
     osdp_status s = OSDP_OK;
-    if (ntasks && atoi(ntasks) != w->size)
+    /* more threads than cores never helps and, with spinning BLAS and
+     * OpenMP threads, can stall a step for minutes: refuse it */
+    if (requested_threads > cores)
+        s = osdp_error_set(OSDP_ERR_INPUT, "--threads %d: this node has %ld cores (accepted: 1 to %ld threads per rank)",
+                           requested_threads, cores, cores);
+    else if (ntasks && atoi(ntasks) != w->size)
         s = osdp_error_set(OSDP_ERR_INPUT,
                            "MPI_Comm_size is %d but SLURM_NTASKS is %s: the MPI library and srun disagree "
                            "(try srun --mpi=pmix, or --mpi=pmi2 for MPICH built without PMIx)",
                            w->size, ntasks);
     osdp_check_all(s);
+    /* fewer cores than ranks x threads: allowed (tests emulate many ranks on
+     * few cores), but slower than it looks: say so once */
+    int over = (long)w->threads * w->local_size > cores && w->threads > 1;
+    if (over && w->rank == 0)
+        fprintf(stderr, "osdp_gpt: note: %d ranks x %d threads on a node of %ld cores oversubscribe it\n", w->local_size,
+                w->threads, cores);
 }
 
 _Noreturn void osdp_fatal(osdp_status code, const char *msg)

@@ -387,6 +387,165 @@ osdp_status ck_attr_read_str(hid_t loc, const char *where, const char *name, cha
     return OSDP_OK;
 }
 
+/* ---- metadata manifest ------------------------------------------------------------------------ */
+
+/* One line per metadata attribute, "NAME DIGEST" (root attributes by name,
+ * then /optim's as "/optim/NAME"), and a last line "manifest DIGEST" over
+ * the lines before it.  The digest covers the name, the type class, the
+ * element count and the stored bytes (a variable-length string: its
+ * characters). */
+typedef struct manifest_text { char *text; size_t len, cap; int failed; const char *prefix; } manifest_text;
+
+static void manifest_append(manifest_text *m, const char *s)
+{
+    size_t n = strlen(s);
+    if (m->len + n + 1 > m->cap) {
+        size_t cap = (m->len + n + 1) * 2;
+        char *p = realloc(m->text, cap);
+        if (!p) { m->failed = 1; return; }
+        m->text = p;
+        m->cap = cap;
+    }
+    memcpy(m->text + m->len, s, n + 1);
+    m->len += n;
+}
+
+static uint64_t digest_bytes(uint64_t h, const void *data, size_t n)
+{
+    const unsigned char *p = data;
+    for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 1099511628211ULL;   /* FNV-1a */
+    return h;
+}
+
+static herr_t manifest_attr(hid_t loc, const char *name, const H5A_info_t *info, void *data)
+{
+    (void)info;
+    manifest_text *m = data;
+    if (strcmp(name, CK_MANIFEST_ATTR) == 0) return 0;
+    hid_t a = H5Aopen(loc, name, H5P_DEFAULT), t = a >= 0 ? H5Aget_type(a) : -1, sp = a >= 0 ? H5Aget_space(a) : -1;
+    hssize_t npoints = sp >= 0 ? H5Sget_simple_extent_npoints(sp) : -1;
+    H5T_class_t cls = t >= 0 ? H5Tget_class(t) : H5T_NO_CLASS;
+    uint64_t h = digest_bytes(14695981039346656037ULL, name, strlen(name) + 1);
+    h = digest_bytes(h, &cls, sizeof cls);
+    h = digest_bytes(h, &npoints, sizeof npoints);
+    herr_t e = a < 0 || t < 0 || npoints < 0 ? -1 : 0;
+    if (e >= 0 && H5Tis_variable_str(t) > 0) {   /* written by h5py and friends: the characters count */
+        char **strs = calloc((size_t)npoints, sizeof *strs);
+        e = strs ? H5Aread(a, t, strs) : -1;
+        for (hssize_t i = 0; e >= 0 && i < npoints; i++) h = digest_bytes(h, strs[i] ? strs[i] : "", strs[i] ? strlen(strs[i]) + 1 : 1);
+        if (e >= 0) H5Dvlen_reclaim(t, sp, H5P_DEFAULT, strs);
+        free(strs);
+    } else if (e >= 0) {
+        size_t bytes = H5Tget_size(t) * (size_t)npoints;
+        unsigned char *raw = malloc(bytes ? bytes : 1);
+        e = raw ? H5Aread(a, t, raw) : -1;
+        if (e >= 0) h = digest_bytes(h, raw, bytes);
+        free(raw);
+    }
+    if (t >= 0) H5Tclose(t);
+    if (sp >= 0) H5Sclose(sp);
+    if (a >= 0) H5Aclose(a);
+    if (e < 0) { m->failed = 1; return -1; }
+    char line[320];
+    snprintf(line, sizeof line, "%s%s %016llx\n", m->prefix, name, (unsigned long long)fmix64(h));
+    manifest_append(m, line);
+    return 0;
+}
+
+/* the manifest of the file as it is now, without its last line; NULL on failure */
+static char *manifest_build(hid_t file)
+{
+    manifest_text m = {NULL, 0, 0, 0, ""};
+    manifest_append(&m, "");
+    if (H5Aiterate2(file, H5_INDEX_NAME, H5_ITER_INC, NULL, manifest_attr, &m) < 0) m.failed = 1;
+    hid_t g = H5Lexists(file, "/optim", H5P_DEFAULT) > 0 ? H5Gopen2(file, "/optim", H5P_DEFAULT) : -1;
+    m.prefix = "/optim/";
+    if (g >= 0 && H5Aiterate2(g, H5_INDEX_NAME, H5_ITER_INC, NULL, manifest_attr, &m) < 0) m.failed = 1;
+    if (g >= 0) H5Gclose(g);
+    if (m.failed) { free(m.text); return NULL; }
+    return m.text;
+}
+
+static void manifest_seal_line(const char *body, char *line, size_t n)
+{
+    snprintf(line, n, "manifest %016llx\n", (unsigned long long)fmix64(digest_bytes(14695981039346656037ULL, body, strlen(body))));
+}
+
+herr_t ck_manifest_write(hid_t file)
+{
+    char *body = manifest_build(file), seal[64];
+    if (!body) return -1;
+    manifest_seal_line(body, seal, sizeof seal);
+    manifest_text m = {body, strlen(body), strlen(body) + 1, 0, ""};
+    manifest_append(&m, seal);
+    herr_t e = m.failed ? -1 : ck_attr_write_str(file, CK_MANIFEST_ATTR, m.text);
+    free(m.text);
+    return e;
+}
+
+/* the digest of `name` in a manifest text, NULL when absent */
+static const char *manifest_find(const char *text, const char *name)
+{
+    size_t n = strlen(name);
+    for (const char *p = text; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL)
+        if (strncmp(p, name, n) == 0 && p[n] == ' ') return p + n + 1;
+    return NULL;
+}
+
+osdp_status ck_manifest_verify(hid_t file, const char *where)
+{
+    char *stored = NULL;
+    osdp_status s = ck_attr_read_str(file, where, CK_MANIFEST_ATTR, &stored);
+    if (s != OSDP_OK) return s;
+    char *now = manifest_build(file), seal[64];
+    if (!now) {
+        free(stored);
+        return osdp_error_set(OSDP_ERR_INPUT, "%s: cannot read the metadata attributes (corrupt file?)", where);
+    }
+    /* the manifest itself: its last line seals the lines before it */
+    size_t len = strlen(stored);
+    char *last = NULL;
+    if (len > 1 && stored[len - 1] == '\n') {
+        stored[len - 1] = 0;
+        last = strrchr(stored, '\n');
+        stored[len - 1] = '\n';
+        last = last ? last + 1 : stored;
+    }
+    int sealed = 0;
+    if (last && strncmp(last, "manifest ", 9) == 0) {
+        char first = *last;
+        *last = 0;   /* the body alone */
+        manifest_seal_line(stored, seal, sizeof seal);
+        *last = first;
+        sealed = strcmp(last, seal) == 0;
+    }
+    if (!sealed) s = osdp_error_set(OSDP_ERR_INPUT, "%s: attribute %s does not match its own checksum (edited?)", where,
+                                    CK_MANIFEST_ATTR);
+    /* every attribute as it is now against its line, and every line against the file */
+    for (const char *p = now; s == OSDP_OK && *p; p = strchr(p, '\n') + 1) {
+        char name[256];
+        size_t n = strcspn(p, " ");
+        snprintf(name, sizeof name, "%.*s", (int)(n < sizeof name ? n : sizeof name - 1), p);
+        const char *want = manifest_find(stored, name);
+        if (!want)
+            s = osdp_error_set(OSDP_ERR_INPUT, "%s: attribute %s is not in the metadata manifest (added after the save?)",
+                               where, name);
+        else if (strncmp(want, p + n + 1, 16) != 0)
+            s = osdp_error_set(OSDP_ERR_INPUT, "%s: attribute %s does not match the metadata checksum (changed after the "
+                               "save): the file is refused", where, name);
+    }
+    for (const char *p = stored; s == OSDP_OK && last && p < last; p = strchr(p, '\n') + 1) {
+        char name[256];
+        size_t n = strcspn(p, " ");
+        snprintf(name, sizeof name, "%.*s", (int)(n < sizeof name ? n : sizeof name - 1), p);
+        if (!manifest_find(now, name))
+            s = osdp_error_set(OSDP_ERR_INPUT, "%s: attribute %s of the metadata manifest is missing", where, name);
+    }
+    free(stored);
+    free(now);
+    return s;
+}
+
 /* ---- test hook ------------------------------------------------------------------------------- */
 
 void ck_crash_point(const char *point, long step, int rank, int n_ranks)

@@ -84,6 +84,15 @@ osdp_status ck_attr_read_f32(hid_t loc, const char *where, const char *name, flo
 /* *s is malloc'd (free it) */
 osdp_status ck_attr_read_str(hid_t loc, const char *where, const char *name, char **s);
 
+/* The metadata checksum (doc/checkpoint-format.md): attribute
+ * "metadata_manifest" of the root lists a digest of every root and /optim
+ * attribute and seals itself.  write: once every metadata attribute is
+ * written (collective, as every attribute write).  verify: OSDP_ERR_INPUT
+ * naming the attribute that was added, removed or changed since the save. */
+#define CK_MANIFEST_ATTR "metadata_manifest"
+herr_t ck_manifest_write(hid_t file);
+osdp_status ck_manifest_verify(hid_t file, const char *where);
+
 /* Test hook: raise(SIGKILL) on the chosen rank when OSDP_CKPT_CRASH_AT == point */
 void ck_crash_point(const char *point, long step, int rank, int n_ranks);
 

@@ -63,6 +63,7 @@ static osdp_status read_root(hid_t file, const char *path, osdp_ckpt_info *info,
                               "use a newer osdp_gpt", where, (long long)v, OSDP_CKPT_FORMAT_VERSION);
     if (v < 1) return osdp_error_set(OSDP_ERR_INPUT, "%s: attribute format_version = %lld is invalid", where, (long long)v);
     info->format_version = (int)v;
+    TRYS(ck_manifest_verify(file, where));   /* before any other attribute is believed */
     char *str = NULL;
     TRYS(ck_attr_read_str(file, where, "checksum_algorithm", &str));
     int known = strcmp(str, OSDP_CKPT_CHECKSUM_ALGORITHM) == 0;

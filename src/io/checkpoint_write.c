@@ -273,6 +273,7 @@ osdp_status osdp_ckpt_save(osdp_runtime *rt, const osdp_model_config *cfg, const
     herr_t e = dxpl < 0 ? -1 : 0;
     if (e >= 0) e = write_root_attrs(file, rt, plan, mtext, ptext, osdp_model_config_hash(cfg), mname);
     if (e >= 0) e = create_groups(file, L, &rt->opt.optim, rt->step);
+    if (e >= 0) e = ck_manifest_write(file);   /* after every metadata attribute */
     if (e < 0) s = osdp_error_set(OSDP_ERR_IO, "checkpoint %s: cannot write the metadata: %s", tmp, ck_h5_error(h5msg, sizeof h5msg));
     s = osdp_status_agree(s, comm);
 

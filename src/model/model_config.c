@@ -11,7 +11,7 @@
 
 typedef struct config_parse_state {
     osdp_model_config *cfg;
-    char widths[4096];
+    int n_widths;             /* widths read so far (over all `widths` lines) */
     int seen_section;
     osdp_status status;
     char origin[256];
@@ -26,6 +26,23 @@ static int parse_int(const char *value, long lo, long hi, int *out)
     if (errno || end == value || *end != '\0' || v < lo || v > hi) return -1;
     *out = (int)v;
     return 0;
+}
+
+/* the widths on one line of the `widths` list, after those of earlier lines
+ * (n_layer may come later in the file: the count is checked at the end) */
+static osdp_status append_widths(config_parse_state *st, const char *list)
+{
+    char buf[INI_MAX_LINE + 1];
+    snprintf(buf, sizeof buf, "%s", list);
+    for (char *save = NULL, *tok = strtok_r(buf, ", ", &save); tok; tok = strtok_r(NULL, ", ", &save)) {
+        if (st->n_widths >= OSDP_MAX_LAYERS)
+            return osdp_error_set(OSDP_ERR_INPUT, "widths lists more than %d values (the most blocks a model may have)",
+                                  OSDP_MAX_LAYERS);
+        if (parse_int(tok, 1, 1 << 20, &st->cfg->width[st->n_widths]) != 0)
+            return osdp_error_set(OSDP_ERR_INPUT, "widths: '%s' is not a positive integer", tok);
+        st->n_widths++;
+    }
+    return OSDP_OK;
 }
 
 static int config_handler(void *user, const char *section, const char *key, const char *value)
@@ -61,33 +78,14 @@ static int config_handler(void *user, const char *section, const char *key, cons
         snprintf(cfg->name, sizeof cfg->name, "%s", value);
         return 1;
     }
-    if (strcmp(key, "widths") == 0) {
-        snprintf(st->widths, sizeof st->widths, "%s", value);
-        return 1;
+    if (strcmp(key, "widths") == 0) {   /* the first line, an indented continuation line, or the key again */
+        st->status = append_widths(st, value);
+        return st->status == OSDP_OK;
     }
     st->status = osdp_error_set(OSDP_ERR_INPUT,
         "unknown key '%s' (known: name, n_layer, n_head, n_embd, vocab, ctx, widths)",
         key);
     return 0;
-}
-
-static osdp_status parse_widths(osdp_model_config *cfg, const char *list, const char *origin)
-{
-    int count = 0;
-    char buf[4096];
-    snprintf(buf, sizeof buf, "%s", list);
-    for (char *save = NULL, *tok = strtok_r(buf, ", ", &save); tok; tok = strtok_r(NULL, ", ", &save)) {
-        if (count >= cfg->n_layer)
-            return osdp_error_set(OSDP_ERR_INPUT, "%s: widths lists more than n_layer = %d values",
-                                  origin, cfg->n_layer);
-        if (parse_int(tok, 1, 1 << 20, &cfg->width[count]) != 0)
-            return osdp_error_set(OSDP_ERR_INPUT, "%s: widths: '%s' is not a positive integer", origin, tok);
-        count++;
-    }
-    if (count != cfg->n_layer)
-        return osdp_error_set(OSDP_ERR_INPUT, "%s: widths lists %d values, n_layer is %d",
-                              origin, count, cfg->n_layer);
-    return OSDP_OK;
 }
 
 osdp_status osdp_model_config_parse(osdp_model_config *cfg, const char *text, const char *origin)
@@ -102,17 +100,26 @@ osdp_status osdp_model_config_parse(osdp_model_config *cfg, const char *text, co
         snprintf(msg, sizeof msg, "%s", osdp_error_message());
         return osdp_error_set(st.status, "%s:%d: %s", origin, rc, msg);
     }
-    if (rc != 0)
+    if (rc != 0) {
+        const char *line = text;   /* line rc (1-based): too long for the INI reader? */
+        for (int i = 1; i < rc && line; i++) line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL;
+        if (line && strcspn(line, "\r\n") >= INI_MAX_LINE - 1)
+            return osdp_error_set(OSDP_ERR_INPUT, "%s:%d: line longer than %d characters: continue a long value (widths) "
+                                  "on indented lines", origin, rc, INI_MAX_LINE - 2);
         return osdp_error_set(OSDP_ERR_INPUT, "%s:%d: malformed line (expected key = value)", origin, rc);
+    }
     if (!st.seen_section)
         return osdp_error_set(OSDP_ERR_INPUT, "%s: no [model] section", origin);
     const char *missing = cfg->n_layer < 0 ? "n_layer" : cfg->n_head < 0 ? "n_head"
                         : cfg->vocab < 0 ? "vocab" : cfg->ctx < 0 ? "ctx"
-                        : (cfg->n_embd < 0 && !st.widths[0]) ? "n_embd" : NULL;
+                        : (cfg->n_embd < 0 && !st.n_widths) ? "n_embd" : NULL;
     if (missing) return osdp_error_set(OSDP_ERR_INPUT, "%s: missing key '%s' in [model]", origin, missing);
-    if (st.widths[0]) {
-        osdp_status s = parse_widths(cfg, st.widths, origin);
-        if (s != OSDP_OK) return s;
+    if (st.n_widths) {
+        if (st.n_widths > cfg->n_layer)
+            return osdp_error_set(OSDP_ERR_INPUT, "%s: widths lists more than n_layer = %d values", origin, cfg->n_layer);
+        if (st.n_widths != cfg->n_layer)
+            return osdp_error_set(OSDP_ERR_INPUT, "%s: widths lists %d values, n_layer is %d", origin, st.n_widths,
+                                  cfg->n_layer);
         if (cfg->n_embd < 0) cfg->n_embd = cfg->width[0];
     } else {
         for (int i = 0; i < cfg->n_layer; i++) cfg->width[i] = cfg->n_embd;

@@ -1,0 +1,518 @@
+/* The one table of osdp_gpt's options and its parser (see options.h). */
+#include "config.h"
+#include "options.h"
+#include "osdp/app.h"
+#include "osdp/layout.h"
+#include "osdp/optim.h"
+#include "osdp/planner.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef enum option_type {
+    OPT_FLAG,        /* no value */
+    OPT_INT,         /* a decimal integer in [lo, hi] (or the option's word) */
+    OPT_SIZE,        /* bytes: a number with an optional K/M/G/T suffix (binary), whole bytes in [lo, hi] */
+    OPT_FLOAT,       /* a finite number in [lo, hi] ((lo, hi] when lo_open) */
+    OPT_ENUM,        /* one of the words of `choices`, "a|b|c": stored as its index */
+    OPT_TEXT,        /* a non-empty file name or text */
+    OPT_TEXT_MAYBE   /* as OPT_TEXT, but the value is optional: taken from the next argument unless that starts with '-' */
+} option_type;
+
+#define TRAIN OSDP_CMD_TRAIN
+#define PLAN OSDP_CMD_PLAN
+#define PROFILE OSDP_CMD_PROFILE
+#define FIELD(f) offsetof(osdp_job, f)
+#define OSDP_MAX_MEM_LIMIT 1152921504606846976.0   /* 2^60 bytes, as device files */
+
+typedef struct option_row {
+    const char *name;          /* without the leading dashes */
+    char short_name;           /* -m for --model, or 0 */
+    option_type type;
+    unsigned commands;         /* the commands that take it */
+    unsigned required;         /* the commands that need it */
+    size_t field;              /* where the value goes in osdp_job */
+    size_t flag_field;         /* OPT_TEXT_MAYBE: the int set when the option is given */
+    double lo, hi;             /* OPT_INT, OPT_SIZE, OPT_FLOAT */
+    int lo_open;               /* OPT_FLOAT: lo itself is refused */
+    const char *choices;       /* OPT_ENUM: "none|all|auto"; OPT_INT: a word besides the numbers */
+    long long word_value;      /* OPT_INT: the value of that word */
+    const char *default_value; /* parsed like a given value before the command line (NULL: none) */
+    const char *default_text;  /* for --help when the default is not a plain value */
+    const char *metavar;
+    const char *help;          /* continuation lines start with '\n' */
+} option_row;
+
+/* Ranges: what the runtime can honour (int fields, uint16 tokens, device
+ * limits), never what a C type happens to hold. */
+static const option_row g_options[] = {
+    /* files */
+    {.name = "model", .short_name = 'm', .type = OPT_TEXT, .commands = TRAIN, .field = FIELD(model),
+     .default_value = "input:models/tiny.ini", .metavar = "FILE",
+     .help = "model description"},
+    {.name = "model", .type = OPT_TEXT, .commands = PLAN | PROFILE, .required = PLAN | PROFILE,
+     .field = FIELD(model), .metavar = "FILE",
+     .help = "model description (input/models/*.ini)"},
+    {.name = "data", .short_name = 'd', .type = OPT_TEXT, .commands = TRAIN, .field = FIELD(data),
+     .default_value = "input:data/addition.txt", .metavar = "FILE|DIR",
+     .help = "llm.c .bin shard, directory of shards, or a text file"},
+    {.name = "device", .type = OPT_TEXT, .commands = TRAIN, .field = FIELD(device),
+     .default_value = "input:devices/cpu_2core.ini", .metavar = "FILE",
+     .help = "device information for --plan auto (--mem-limit overrides its limit)"},
+    {.name = "device", .type = OPT_TEXT, .commands = PLAN, .required = PLAN, .field = FIELD(device),
+     .metavar = "FILE",
+     .help = "device information (input/devices/*.ini)"},
+    {.name = "out", .type = OPT_TEXT, .commands = PLAN, .field = FIELD(out), .metavar = "FILE",
+     .help = "write the plan file (for osdp_gpt train --plan FILE)"},
+    {.name = "out", .type = OPT_TEXT, .commands = PROFILE, .required = PROFILE, .field = FIELD(out),
+     .metavar = "FILE",
+     .help = "the device file to write"},
+    {.name = "name", .type = OPT_TEXT, .commands = PROFILE, .field = FIELD(name), .default_value = "profiled",
+     .metavar = "NAME",
+     .help = "the device's name in the file"},
+    {.name = "log", .type = OPT_TEXT, .commands = TRAIN, .field = FIELD(log), .metavar = "FILE",
+     .help = "machine-readable per-step record (rank 0)"},
+    {.name = "dump-weights", .type = OPT_TEXT, .commands = TRAIN, .field = FIELD(dump_weights), .metavar = "FILE",
+     .help = "after training, write every parameter as float32 (rank 0)"},
+    /* what to run */
+    {.name = "ranks", .type = OPT_INT, .commands = PLAN, .required = PLAN, .field = FIELD(ranks), .lo = 1,
+     .hi = 1 << 20, .metavar = "N",
+     .help = "data-parallel ranks to plan for"},
+    {.name = "steps", .short_name = 's', .type = OPT_INT, .commands = TRAIN, .field = FIELD(steps), .hi = 1e12,
+     .default_value = "100", .metavar = "N",
+     .help = "optimizer steps in all: a resumed run continues up to step N"},
+    {.name = "batch", .short_name = 'b', .type = OPT_INT, .commands = TRAIN, .field = FIELD(batch), .lo = 1,
+     .hi = 1 << 20, .metavar = "B", .default_text = "the planner's choice with --plan auto, else 8",
+     .help = "sequences per rank per micro-step"},
+    {.name = "batch", .type = OPT_INT, .commands = PLAN, .field = FIELD(batch), .lo = 1, .hi = 1 << 20,
+     .metavar = "B", .default_text = "the scheduler tries 1, 2, ...",
+     .help = "plan for this micro-batch only"},
+    {.name = "max-batch", .type = OPT_INT, .commands = PLAN, .field = FIELD(max_batch), .lo = 1, .hi = 1 << 20,
+     .metavar = "B",
+     .help = "the scheduler's largest micro-batch"},
+    {.name = "global-batch", .type = OPT_INT, .commands = TRAIN, .field = FIELD(global_batch), .lo = 1,
+     .hi = 1 << 30, .metavar = "G",
+     .default_text = "B x ranks (8 x ranks when the planner picks B); a resume keeps the checkpoint's",
+     .help = "sequences per optimizer step over all ranks (a multiple of B x ranks)"},
+    {.name = "global-batch", .type = OPT_INT, .commands = PLAN, .field = FIELD(global_batch), .lo = 1, .hi = 1 << 30,
+     .metavar = "G", .default_text = "none: accumulation 1",
+     .help = "sequences per optimizer step: micro-batch b divides G/N, accumulation G/(N b)"},
+    {.name = "seq-len", .type = OPT_INT, .commands = TRAIN, .field = FIELD(seq_len), .lo = 1, .hi = 1 << 20,
+     .metavar = "T", .default_text = "the model's ctx; a resume keeps the checkpoint's",
+     .help = "tokens per sequence (at most the model's ctx)"},
+    {.name = "seq-len", .type = OPT_INT, .commands = PLAN | PROFILE, .field = FIELD(seq_len), .lo = 1, .hi = 1 << 20,
+     .metavar = "T", .default_text = "the model's ctx",
+     .help = "tokens per sequence (at most the model's ctx)"},
+    {.name = "plan", .short_name = 'p', .type = OPT_TEXT, .commands = TRAIN, .field = FIELD(plan),
+     .default_value = "auto", .metavar = "auto|dp|zdp|FILE",
+     .help = "the planner's plan (modes per operator, and the micro-batch and accumulation\n"
+        "unless --batch is given), DP or ZDP for every operator, or a plan file"},
+    {.name = "split", .type = OPT_INT, .commands = TRAIN | PLAN, .field = FIELD(split), .lo = 1,
+     .hi = OSDP_MAX_SLICES, .choices = "auto", .word_value = OSDP_SPLIT_AUTO, .default_value = "1",
+     .metavar = "G|auto",
+     .help = "operator splitting: G+1 choices per operator, k of G slices ZDP (auto: k of any\n"
+        "G in 1, 2, 4, 8, the planner chooses G per operator; train --plan zdp makes every operator G/G)"},
+    {.name = "recompute", .type = OPT_ENUM, .commands = TRAIN | PLAN, .field = FIELD(recompute),
+     .choices = "none|all|auto", .default_value = "none", .metavar = "none|all|auto",
+     .help = "activation checkpointing of attn and mlp operators (auto: the planner\n"
+        "chooses per operator, with --plan auto; train: a plan file's 'recompute' also counts)"},
+    {.name = "search", .type = OPT_ENUM, .commands = PLAN, .field = FIELD(search), .choices = "exact|dfs",
+     .default_value = "exact", .metavar = "exact|dfs",
+     .help = "plan search (dfs: the paper's, with a time budget)"},
+    {.name = "dfs-limit", .type = OPT_FLOAT, .commands = PLAN, .field = FIELD(dfs_limit), .hi = 86400, .lo_open = 1,
+     .metavar = "S",
+     .help = "wall-clock budget of --search dfs for the whole run, seconds"},
+    {.name = "cost-model", .type = OPT_ENUM, .commands = TRAIN | PLAN, .field = FIELD(cost_model),
+     .choices = "paper|overlap", .default_value = "paper", .metavar = "paper|overlap",
+     .help = "step time: compute + comm (paper eq. 2), or per operator max(compute, comm)\n"
+        "with prefetch (train: for --plan auto and the logged pred_step_s)"},
+    {.name = "json", .type = OPT_FLAG, .commands = PLAN, .field = FIELD(json),
+     .help = "one JSON object on stdout instead of the tables"},
+    {.name = "mem-limit", .type = OPT_SIZE, .commands = TRAIN, .field = FIELD(mem_limit), .lo = 1,
+     .hi = OSDP_MAX_MEM_LIMIT, .metavar = "BYTES", .default_text = "none (with --plan auto: the device file's)",
+     .help = "emulated device memory per rank: 8G, 512M, 1000000"},
+    {.name = "mem-limit", .type = OPT_SIZE, .commands = PLAN, .field = FIELD(mem_limit), .lo = 1,
+     .hi = OSDP_MAX_MEM_LIMIT, .metavar = "BYTES", .default_text = "the device file's mem_limit",
+     .help = "memory per rank: 8G, 512M, 1000000"},
+    {.name = "mem-limit", .type = OPT_SIZE, .commands = PROFILE, .field = FIELD(mem_limit), .lo = 1,
+     .hi = OSDP_MAX_MEM_LIMIT, .metavar = "BYTES", .default_text = "physical memory / ranks on the node",
+     .help = "the device file's mem_limit: 8G, 512M, 1000000"},
+    {.name = "no-prefetch", .type = OPT_FLAG, .commands = TRAIN | PLAN, .field = FIELD(no_prefetch),
+     .help = "do not overlap all-gathers / reduce-scatters with compute"},
+    /* optimizer */
+    {.name = "seed", .type = OPT_INT, .commands = TRAIN, .field = FIELD(seed), .hi = 1e18, .default_value = "1337",
+     .metavar = "S",
+     .help = "weights and data order"},
+    {.name = "lr", .type = OPT_FLOAT, .commands = TRAIN, .field = FIELD(lr), .hi = 10, .lo_open = 1, .metavar = "X",
+     .help = "AdamW peak learning rate"},
+    {.name = "warmup", .type = OPT_INT, .commands = TRAIN, .field = FIELD(warmup), .hi = 1e9, .metavar = "N",
+     .help = "linear warm-up steps"},
+    {.name = "min-lr-frac", .type = OPT_FLOAT, .commands = TRAIN, .field = FIELD(min_lr_frac), .hi = 1,
+     .metavar = "X",
+     .help = "the cosine decays to lr x X"},
+    {.name = "weight-decay", .type = OPT_FLOAT, .commands = TRAIN, .field = FIELD(weight_decay), .hi = 10,
+     .metavar = "X",
+     .help = "AdamW decoupled weight decay"},
+    {.name = "grad-clip", .type = OPT_FLOAT, .commands = TRAIN, .field = FIELD(grad_clip), .hi = 1e9, .metavar = "X",
+     .help = "global gradient norm clipping (0: off)"},
+    {.name = "lr-steps", .type = OPT_INT, .commands = TRAIN, .field = FIELD(lr_steps), .lo = 1, .hi = 1e12,
+     .metavar = "N", .default_text = "--steps; a resume keeps the checkpoint's",
+     .help = "cosine horizon"},
+    /* the machine */
+    {.name = "threads", .type = OPT_INT, .commands = TRAIN | PROFILE, .field = FIELD(threads), .lo = 1, .hi = 4096,
+     .metavar = "N", .default_text = "node cores / ranks on the node",
+     .help = "compute threads per rank (at most the node's cores)"},
+    {.name = "backend", .type = OPT_ENUM, .commands = TRAIN, .field = FIELD(backend), .choices = "cpu|cuda",
+     .default_value = "cpu", .metavar = "cpu|cuda",
+     .help = "compute backend"},
+    {.name = "precision", .type = OPT_ENUM, .commands = TRAIN, .field = FIELD(precision), .choices = "bf16|fp32",
+     .metavar = "bf16|fp32", .default_text = "bf16 with cuda, fp32 on cpu",
+     .help = "working weights and their all-gathers (on cpu bf16 only tests the\n"
+        "mixed-precision path); master weights, moments, gradients, activations: always fp32"},
+    {.name = "peak-flops", .type = OPT_FLOAT, .commands = TRAIN, .field = FIELD(peak_flops), .lo = 1e3, .hi = 1e18,
+     .metavar = "X", .default_text = "measured sgemm rate",
+     .help = "device peak FLOP/s for MFU"},
+    {.name = "reps", .type = OPT_INT, .commands = PROFILE, .field = FIELD(reps), .lo = 1,
+     .hi = OSDP_PROFILE_MAX_REPS, .default_value = "7", .metavar = "R",
+     .help = "repetitions per measurement (the median counts)"},
+    {.name = "quiet", .type = OPT_FLAG, .commands = TRAIN, .field = FIELD(quiet),
+     .help = "only the summary line"},
+    /* checkpoints */
+    {.name = "ckpt-dir", .type = OPT_TEXT, .commands = TRAIN, .field = FIELD(ckpt_dir), .metavar = "DIR",
+     .help = "checkpoints go to DIR/step_XXXXXXXX.h5; DIR/latest names the newest (saved at the end\n"
+        "of the run, every --save-every steps, and on SIGTERM / SIGUSR1: finish the step, save, exit 0)"},
+    {.name = "save-every", .type = OPT_INT, .commands = TRAIN, .field = FIELD(save_every), .lo = 1, .hi = 1e12,
+     .metavar = "K",
+     .help = "save after every K-th optimizer step"},
+    {.name = "keep", .type = OPT_INT, .commands = TRAIN, .field = FIELD(keep), .hi = 1e9, .default_value = "3",
+     .metavar = "K",
+     .help = "keep the last K saves (0: all)"},
+    {.name = "resume", .type = OPT_TEXT_MAYBE, .commands = TRAIN, .field = FIELD(resume_file),
+     .flag_field = FIELD(resume), .metavar = "[FILE]",
+     .help = "continue from FILE or DIR/latest: weights, AdamW moments, step, seed, global batch,\n"
+        "cosine horizon, sequence length (any rank count, any plan)"},
+    {.name = "resume-fallback", .type = OPT_FLAG, .commands = TRAIN, .field = FIELD(resume_fallback),
+     .help = "if the checkpoint is refused, try the previous save in its directory"},
+    {.name = "init-from", .type = OPT_TEXT, .commands = TRAIN, .field = FIELD(init_from), .metavar = "FILE",
+     .help = "start from the weights of a checkpoint (fresh optimizer, step 0)"},
+};
+#define N_OPTIONS ((int)(sizeof g_options / sizeof g_options[0]))
+_Static_assert(sizeof g_options / sizeof g_options[0] <= OSDP_MAX_OPTIONS, "raise OSDP_MAX_OPTIONS");
+
+const char *osdp_command_name(osdp_command command)
+{
+    return command == OSDP_CMD_TRAIN ? "train" : command == OSDP_CMD_PLAN ? "plan" : "profile";
+}
+
+/* the row of `name` for `command`, -1 when the command has no such option */
+static int find_row(osdp_command command, const char *name, size_t len)
+{
+    for (int i = 0; i < N_OPTIONS; i++)
+        if ((g_options[i].commands & command) && strlen(g_options[i].name) == len &&
+            strncmp(g_options[i].name, name, len) == 0)
+            return i;
+    return -1;
+}
+
+/* the next word of a '|'-separated choices list: 0 at the end */
+static int next_word(const char **list, const char **word, size_t *len)
+{
+    if (!**list) return 0;
+    *word = *list;
+    *len = strcspn(*list, "|");
+    *list += *len;
+    if (**list == '|') (*list)++;
+    return 1;
+}
+
+/* index of `word` among the words of `choices`, -1 if absent */
+static int choice_index(const char *choices, const char *word)
+{
+    const char *w;
+    size_t len, n = strlen(word);
+    for (int index = 0; next_word(&choices, &w, &len); index++)
+        if (len == n && strncmp(w, word, n) == 0) return index;
+    return -1;
+}
+
+/* "none, all or auto" */
+static void choices_text(const char *choices, char *buf, size_t n)
+{
+    const char *w, *list = choices;
+    size_t len, at = 0;
+    int count = 0;
+    while (next_word(&list, &w, &len)) count++;
+    buf[0] = 0;
+    for (int index = 0; next_word(&choices, &w, &len) && at < n; index++)
+        at += (size_t)snprintf(buf + at, n - at, "%s%.*s", index == 0 ? "" : index == count - 1 ? " or " : ", ",
+                               (int)len, w);
+}
+
+const char *osdp_option_word(const char *name, int value)
+{
+    static char word[32];
+    for (int i = 0; i < N_OPTIONS; i++) {
+        if (strcmp(g_options[i].name, name) != 0 || g_options[i].type != OPT_ENUM) continue;
+        const char *list = g_options[i].choices, *w;
+        size_t len;
+        for (int index = 0; next_word(&list, &w, &len); index++)
+            if (index == value) {
+                snprintf(word, sizeof word, "%.*s", (int)len, w);
+                return word;
+            }
+    }
+    return "?";
+}
+
+/* "[1, 1048576]" for the range of an integer, size or float row */
+static void range_text(const option_row *o, char *buf, size_t n)
+{
+    if (o->type == OPT_FLOAT)
+        snprintf(buf, n, "%s%.17g, %.17g]", o->lo_open ? "(" : "[", o->lo, o->hi);
+    else
+        snprintf(buf, n, "[%.0f, %.0f]", o->lo, o->hi);
+}
+
+static osdp_status refuse(const option_row *o, const char *value, const char *expected)
+{
+    return osdp_error_set(OSDP_ERR_INPUT, "--%s '%s': expected %s", o->name, value, expected);
+}
+
+static osdp_status parse_int(const option_row *o, const char *value, long long *out)
+{
+    char range[96], expected[160];
+    range_text(o, range, sizeof range);
+    if (o->choices) snprintf(expected, sizeof expected, "an integer in %s or %s", range, o->choices);
+    else snprintf(expected, sizeof expected, "an integer in %s", range);
+    if (o->choices && strcmp(value, o->choices) == 0) {
+        *out = o->word_value;
+        return OSDP_OK;
+    }
+    char *end = NULL;
+    errno = 0;
+    long long v = strtoll(value, &end, 10);
+    /* strtoll skips leading blanks and takes "+"; a value is its digits alone */
+    int digits_only = value[0] == '-' ? value[1] >= '0' && value[1] <= '9' : value[0] >= '0' && value[0] <= '9';
+    if (end == value || *end || errno == ERANGE || !digits_only || (double)v < o->lo || (double)v > o->hi)
+        return refuse(o, value, expected);
+    *out = v;
+    return OSDP_OK;
+}
+
+static osdp_status parse_size(const option_row *o, const char *value, long long *out)
+{
+    char range[96], expected[200];
+    range_text(o, range, sizeof range);
+    snprintf(expected, sizeof expected, "a whole number of bytes in %s, such as 8G, 512M or 1000000", range);
+    char *end = NULL;
+    int starts_with_digit = value[0] >= '0' && value[0] <= '9';
+    double v = strtod(value, &end);
+    if (!starts_with_digit || end == value) return refuse(o, value, expected);
+    double mult = 1;
+    const char *units = "KMGT";
+    const char *u = *end ? strchr(units, *end >= 'a' ? *end - 'a' + 'A' : *end) : NULL;
+    if (u && *end) {
+        for (const char *p = units; p <= u; p++) mult *= 1024.0;
+        end++;
+        if (*end == 'i') end++;
+    }
+    if (*end == 'B' || *end == 'b') end++;
+    double bytes = v * mult;
+    if (*end || !isfinite(bytes) || bytes != floor(bytes) || bytes < o->lo || bytes > o->hi)
+        return refuse(o, value, expected);
+    *out = (long long)bytes;
+    return OSDP_OK;
+}
+
+static osdp_status parse_float(const option_row *o, const char *value, double *out)
+{
+    char range[96], expected[160];
+    range_text(o, range, sizeof range);
+    snprintf(expected, sizeof expected, "a number in %s", range);
+    char *end = NULL;
+    errno = 0;
+    double v = strtod(value, &end);
+    if (end == value || *end || value[0] == ' ' || !isfinite(v) || (o->lo_open ? v <= o->lo : v < o->lo) || v > o->hi)
+        return refuse(o, value, expected);
+    *out = v;
+    return OSDP_OK;
+}
+
+/* the value of row o into the job */
+static osdp_status set_value(const option_row *o, const char *value, osdp_job *job)
+{
+    char *at = (char *)job + o->field;
+    switch (o->type) {
+    case OPT_FLAG: *(int *)at = 1; return OSDP_OK;
+    case OPT_INT: return parse_int(o, value, (long long *)at);
+    case OPT_SIZE: return parse_size(o, value, (long long *)at);
+    case OPT_FLOAT: return parse_float(o, value, (double *)at);
+    case OPT_ENUM: {
+        int index = choice_index(o->choices, value);
+        if (index < 0) {
+            char words[128];
+            choices_text(o->choices, words, sizeof words);
+            return refuse(o, value, words);
+        }
+        *(int *)at = index;
+        return OSDP_OK;
+    }
+    case OPT_TEXT:
+    case OPT_TEXT_MAYBE:
+        if (o->flag_field) *(int *)((char *)job + o->flag_field) = 1;
+        if (value && !*value) return osdp_error_set(OSDP_ERR_INPUT, "--%s: empty %s", o->name, o->metavar);
+        *(const char **)at = value;
+        return OSDP_OK;
+    }
+    return OSDP_ERR_INTERNAL;
+}
+
+/* defaults that are not options' values: the optimizer's and the planner's
+ * own, so that each lives in one place */
+static void job_defaults(osdp_command command, osdp_job *job)
+{
+    static char paths[4][4096];
+    int n_paths = 0;
+    memset(job, 0, sizeof *job);
+    job->command = command;
+    osdp_optim_config optim;
+    osdp_optim_defaults(&optim);
+    job->lr = optim.lr;
+    job->min_lr_frac = optim.min_lr_frac;
+    job->weight_decay = optim.weight_decay;
+    job->grad_clip = optim.grad_clip;
+    job->warmup = optim.warmup_steps;
+    osdp_planner_options planner;
+    osdp_planner_defaults(&planner);
+    job->max_batch = planner.max_micro_batch;
+    job->dfs_limit = planner.dfs_time_limit_s;
+    for (int i = 0; i < N_OPTIONS; i++) {
+        const option_row *o = &g_options[i];
+        if (!(o->commands & command) || !o->default_value) continue;
+        const char *value = o->default_value;
+        if (strncmp(value, "input:", 6) == 0 && n_paths < 4)   /* a default input file of the source tree */
+            value = osdp_default_input(value + 6, paths[n_paths++], (int)sizeof paths[0]);
+        if (set_value(o, value, job) != OSDP_OK) abort();   /* a default outside its own range: a bug in the table */
+    }
+}
+
+osdp_status osdp_options_parse(osdp_command command, int argc, char *const *argv, osdp_job *job)
+{
+    job_defaults(command, job);
+    const char *cmd = osdp_command_name(command);
+    int i = 1;
+    for (; i < argc; i++) {
+        const char *arg = argv[i];
+        if (strcmp(arg, "--") == 0) { i++; break; }
+        if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) {
+            job->help = 1;
+            return OSDP_OK;
+        }
+        int row = -1;
+        const char *value = NULL;
+        if (arg[0] == '-' && arg[1] == '-') {
+            const char *eq = strchr(arg + 2, '=');
+            row = find_row(command, arg + 2, eq ? (size_t)(eq - arg - 2) : strlen(arg + 2));
+            if (eq) value = eq + 1;
+        } else if (arg[0] == '-' && arg[1] && !arg[2]) {
+            for (int r = 0; r < N_OPTIONS && row < 0; r++)
+                if (g_options[r].short_name == arg[1] && (g_options[r].commands & command)) row = r;
+        } else {
+            return osdp_error_set(OSDP_ERR_INPUT, "%s: unexpected argument '%s' (see osdp_gpt %s --help)", cmd, arg, cmd);
+        }
+        if (row < 0)
+            return osdp_error_set(OSDP_ERR_INPUT, "%s: unknown option '%s' (see osdp_gpt %s --help)", cmd, arg, cmd);
+        const option_row *o = &g_options[row];
+        if (o->type == OPT_FLAG && value)
+            return osdp_error_set(OSDP_ERR_INPUT, "--%s takes no value (given '%s')", o->name, value);
+        if (!value && o->type == OPT_TEXT_MAYBE && i + 1 < argc && argv[i + 1][0] != '-') value = argv[++i];
+        else if (!value && o->type != OPT_FLAG && o->type != OPT_TEXT_MAYBE) {
+            if (i + 1 >= argc)
+                return osdp_error_set(OSDP_ERR_INPUT, "--%s needs a value: %s", o->name, o->metavar);
+            value = argv[++i];
+        }
+        osdp_status s = set_value(o, value, job);
+        if (s != OSDP_OK) return s;
+        job->given[row] = 1;
+    }
+    if (i < argc)
+        return osdp_error_set(OSDP_ERR_INPUT, "%s: unexpected argument '%s' (see osdp_gpt %s --help)", cmd, argv[i], cmd);
+    for (int r = 0; r < N_OPTIONS; r++)
+        if ((g_options[r].required & command) && !job->given[r])
+            return osdp_error_set(OSDP_ERR_INPUT, "%s: --%s %s is required", cmd, g_options[r].name, g_options[r].metavar);
+    return OSDP_OK;
+}
+
+int osdp_option_given(const osdp_job *job, const char *name)
+{
+    for (int i = 0; i < N_OPTIONS; i++)
+        if (job->given[i] && strcmp(g_options[i].name, name) == 0) return 1;
+    return 0;
+}
+
+/* the default as --help shows it: the table's text, else the value a job
+ * without options holds */
+static void default_text(const option_row *o, const osdp_job *defaults, char *buf, size_t n)
+{
+    buf[0] = 0;
+    const char *at = (const char *)defaults + o->field;
+    if (o->default_text) snprintf(buf, n, "%s", o->default_text);
+    else if (o->type == OPT_INT && o->choices && *(const long long *)at == o->word_value) snprintf(buf, n, "%s", o->choices);
+    else if ((o->type == OPT_INT || o->type == OPT_SIZE) && (*(const long long *)at || o->default_value))
+        snprintf(buf, n, "%lld", *(const long long *)at);
+    else if (o->type == OPT_FLOAT && (*(const double *)at || o->default_value)) snprintf(buf, n, "%g", *(const double *)at);
+    else if (o->type == OPT_ENUM && o->default_value) snprintf(buf, n, "%s", o->default_value);
+    else if (o->type == OPT_TEXT && o->default_value)
+        snprintf(buf, n, "%s%s", strncmp(o->default_value, "input:", 6) == 0 ? "input/" : "",
+                 strncmp(o->default_value, "input:", 6) == 0 ? o->default_value + 6 : o->default_value);
+}
+
+void osdp_options_usage(osdp_command command, FILE *out)
+{
+    static const char *const synopsis[] = {
+        [OSDP_CMD_TRAIN] = "usage: osdp_gpt train [options]        (under mpiexec / srun for N ranks)",
+        [OSDP_CMD_PLAN] = "usage: osdp_gpt plan --model FILE --device FILE --ranks N [options]     (one process)",
+        [OSDP_CMD_PROFILE] = "usage: mpiexec -n N osdp_gpt profile --model FILE --out FILE [options]     (N >= 2)\n"
+                             "  measures alpha/beta (all-gather, reduce-scatter over the N ranks) and gamma per\n"
+                             "  operator type (forward + backward of the model's operators), writes a device file",
+    };
+    osdp_job defaults;
+    job_defaults(command, &defaults);
+    fprintf(out, "%s\n", synopsis[command]);
+    for (int i = 0; i < N_OPTIONS; i++) {
+        const option_row *o = &g_options[i];
+        if (!(o->commands & command)) continue;
+        char head[64], range[160] = "", dflt[160];
+        snprintf(head, sizeof head, "--%s%s%s", o->name, o->metavar ? " " : "", o->metavar ? o->metavar : "");
+        fprintf(out, "  %-22s", head);
+        if (strlen(head) > 22) fprintf(out, "\n  %-22s", "");
+        for (const char *p = o->help; *p; p++) {
+            fputc(*p, out);
+            if (*p == '\n') fprintf(out, "  %-22s", "");
+        }
+        fprintf(out, "\n");
+        if (o->type == OPT_INT || o->type == OPT_SIZE || o->type == OPT_FLOAT) {
+            char r[64];
+            range_text(o, r, sizeof r);
+            snprintf(range, sizeof range, "%s %s%s%s", o->type == OPT_FLOAT ? "a number in" : o->type == OPT_SIZE
+                     ? "bytes in" : "an integer in", r, o->choices ? " or " : "", o->choices ? o->choices : "");
+        }
+        default_text(o, &defaults, dflt, sizeof dflt);
+        const char *required = o->required & command ? "required" : NULL;
+        if (range[0] || dflt[0] || required)
+            fprintf(out, "  %-22s(%s%s%s%s)\n", "", range, range[0] && (dflt[0] || required) ? "; " : "",
+                    required ? required : dflt[0] ? "default " : "", required ? "" : dflt);
+    }
+    fprintf(out, "  --help                this text (exit 0)\n");
+}
+
+osdp_status osdp_job_check_seq_len(const osdp_job *job, int ctx)
+{
+    if (job->seq_len > ctx)
+        return osdp_error_set(OSDP_ERR_INPUT, "--seq-len %lld: above the model's ctx = %d (%s)", job->seq_len, ctx, job->model);
+    return OSDP_OK;
+}

@@ -1,0 +1,94 @@
+/* The command line of osdp_gpt: one table of options (name, value type,
+ * range, default, help, which commands take it) that `train`, `plan` and
+ * `profile` share, and the one resolved job description it produces.
+ *
+ * Adding an option is one row in the table of options.c (and a field here
+ * when the value needs a place of its own).  Every value is checked by the
+ * one rule of its type: integers refuse fractions, trailing junk, overflow
+ * and anything outside [lo, hi]; sizes take a K/M/G/T suffix and must come
+ * to a whole number of bytes in range; floats must be finite and in range;
+ * enumerations must be one of their words.  Every message names the option
+ * and what it accepts.  Parsing never touches argv and never prints: under
+ * MPI every rank parses the same argv to the same answer, and the caller
+ * prints the error once (rank 0) while every rank exits non-zero. */
+#ifndef OSDP_CLI_OPTIONS_H
+#define OSDP_CLI_OPTIONS_H
+
+#include <stdio.h>
+#include "osdp/error.h"
+
+typedef enum osdp_command { OSDP_CMD_TRAIN = 1, OSDP_CMD_PLAN = 2, OSDP_CMD_PROFILE = 4 } osdp_command;
+
+/* the words of the enumerated options, in the order of their values */
+typedef enum osdp_recompute_choice { OSDP_RECOMPUTE_NONE, OSDP_RECOMPUTE_ALL, OSDP_RECOMPUTE_AUTO } osdp_recompute_choice;
+typedef enum osdp_backend_choice { OSDP_BACKEND_CPU, OSDP_BACKEND_CUDA } osdp_backend_choice;
+typedef enum osdp_precision_choice { OSDP_PRECISION_BF16, OSDP_PRECISION_FP32 } osdp_precision_choice;
+/* --cost-model and --search take the values of osdp_cost_kind and
+ * osdp_search_kind (paper|overlap, exact|dfs) */
+
+#define OSDP_SPLIT_AUTO (-1)          /* --split auto */
+#define OSDP_PROFILE_MAX_REPS 64      /* profile --reps: the largest */
+#define OSDP_MAX_OPTIONS 64           /* rows of the table (checked at start) */
+
+/* One resolved job: every option's value, defaults applied. */
+typedef struct osdp_job {
+    osdp_command command;
+    int help;                         /* --help: print the usage and exit 0 */
+    /* files */
+    const char *model, *data, *device, *plan, *log, *dump_weights, *out, *name;
+    /* what to run */
+    long long steps;                  /* total optimizer steps (a resume continues up to it) */
+    long long batch;                  /* sequences per rank per micro-step; 0: not given */
+    long long global_batch;           /* sequences per optimizer step; 0: not given */
+    long long max_batch;              /* plan: the scheduler's largest micro-batch */
+    long long seq_len;                /* tokens per sequence; 0: the model's ctx */
+    long long ranks;                  /* plan: ranks to plan for */
+    long long split;                  /* slices per operator, or OSDP_SPLIT_AUTO */
+    int recompute;                    /* osdp_recompute_choice */
+    int cost_model;                   /* osdp_cost_kind */
+    int search;                       /* osdp_search_kind */
+    double dfs_limit;                 /* seconds */
+    int json;
+    long long mem_limit;              /* bytes per rank; 0: not given */
+    int no_prefetch;
+    /* optimizer */
+    long long seed;
+    double lr, min_lr_frac, weight_decay, grad_clip;
+    long long warmup, lr_steps;       /* lr_steps 0: not given (the cosine horizon follows --steps) */
+    /* the machine */
+    long long threads;                /* 0: node cores / ranks on the node */
+    int backend;                      /* osdp_backend_choice */
+    int precision;                    /* osdp_precision_choice (when given) */
+    double peak_flops;                /* 0: measured */
+    long long reps;                   /* profile: repetitions */
+    int quiet;
+    /* checkpoints */
+    const char *ckpt_dir, *resume_file, *init_from;
+    long long save_every, keep;
+    int resume, resume_fallback;
+    /* which options the command line gave, by table row */
+    unsigned char given[OSDP_MAX_OPTIONS];
+} osdp_job;
+
+/* Parse the arguments of `command` (argv[0] is the command's name) into
+ * *job, defaults first.  OSDP_ERR_INPUT with a message naming the option on
+ * a bad value, an unknown option, a missing value or a missing required
+ * option.  --help sets job->help and stops there (OSDP_OK). */
+osdp_status osdp_options_parse(osdp_command command, int argc, char *const *argv, osdp_job *job);
+
+/* Was option `name` ("lr-steps", without the dashes) on the command line? */
+int osdp_option_given(const osdp_job *job, const char *name);
+
+/* `osdp_gpt COMMAND --help`: every option of the command with its range and
+ * default. */
+void osdp_options_usage(osdp_command command, FILE *out);
+
+/* --seq-len against the model's ctx (the table knows no model) */
+osdp_status osdp_job_check_seq_len(const osdp_job *job, int ctx);
+
+/* the name of the command, "train" */
+const char *osdp_command_name(osdp_command command);
+/* the word of an enumerated option's value: osdp_option_word("recompute", 2) = "auto" */
+const char *osdp_option_word(const char *name, int value);
+
+#endif
