@@ -522,6 +522,31 @@ START_TEST(test_crossentropy)
 }
 END_TEST
 
+/* logit gaps beyond fp32 exp's range (89, the 1238.2 of a real run, 1e4):
+ * the loss is max + log-sum-exp - target logit on both backends, finite */
+START_TEST(test_crossentropy_large_gap)
+{
+    const int BT = 3, V = 1000;
+    const float gaps[3] = {89.0f, 1238.2f, 1.0e4f};
+    float *logits = rand_floats((size_t)BT * V, -4, 4, 72), *losses = nan_floats(BT);
+    int tgt[3] = {3, 500, 999};
+    for (int i = 0; i < BT; i++) logits[(size_t)i * V + tgt[i]] = -gaps[i];
+    float *g_probs = upf(logits, (size_t)BT * V), *g_losses = upf(losses, BT);
+    int *g_tgt = up(tgt, sizeof tgt);
+    cpu->crossentropy_forward(losses, logits, tgt, BT, V);
+    gpu->crossentropy_forward(g_losses, g_probs, g_tgt, BT, V);
+    float *got = down(g_losses, BT);
+    for (int i = 0; i < BT; i++) {
+        ck_assert_msg(isfinite(losses[i]) && isfinite(got[i]), "gap %g: losses cpu %g, cuda %g", (double)gaps[i],
+                      (double)losses[i], (double)got[i]);
+        ck_assert_msg(losses[i] > gaps[i], "gap %g: cpu loss %g below the gap", (double)gaps[i], (double)losses[i]);
+    }
+    expect_close("crossentropy losses (large gaps)", losses, g_losses, BT);
+    gpu->free(g_probs), gpu->free(g_losses), gpu->free(g_tgt);
+    free(logits), free(losses), free(got);
+}
+END_TEST
+
 /* ----------------------------------------------------- residual, sums, adamw */
 
 START_TEST(test_residual_accumulate)
@@ -912,6 +937,7 @@ static Suite *cuda_suite(void)
     tcase_add_test(tc, test_attention);
     tcase_add_test(tc, test_embedding);
     tcase_add_test(tc, test_crossentropy);
+    tcase_add_test(tc, test_crossentropy_large_gap);
     tcase_add_test(tc, test_residual_accumulate);
     tcase_add_test(tc, test_sums);
     tcase_add_test(tc, test_adamw);

@@ -800,6 +800,35 @@ START_TEST(test_crossentropy_large_logits)
 }
 END_TEST
 
+START_TEST(test_crossentropy_large_gap)
+{
+    /* a target logit far below the max: its probability underflows to 0 in
+     * fp32 (exp(-88) is the smallest normal), yet the loss, max + log-sum-exp
+     * - target logit, is finite and exact: 1238.2 is the gap seen in a run
+     * that -log p[target] stopped as "diverged" */
+    const int BT = 3, V = 4;
+    const int targets[3] = {0, 2, 3};
+    const float gaps[3] = {89.0f, 1238.2f, 1.0e4f};
+    float probs[12], losses[3];
+    double want[3];
+    for (int i = 0; i < BT; i++) {
+        /* row: {-gap, 0, -gap, -gap} shifted by 50, target at -gap */
+        for (int j = 0; j < V; j++) probs[i * V + j] = 50.0f - (j == 1 ? 0.0f : gaps[i]);
+        double l[4];
+        for (int j = 0; j < V; j++) l[j] = probs[i * V + j];
+        want[i] = ce_ref_loss(l, targets[i], V);
+    }
+    crossentropy_forward(losses, probs, targets, BT, V);
+    for (int i = 0; i < BT; i++) {
+        ck_assert_msg(isfinite(losses[i]), "gap %g: loss %g is not finite", (double)gaps[i], (double)losses[i]);
+        ck_assert_msg(fabs(losses[i] - want[i]) <= 1e-6 * want[i], "gap %g: loss %.9g, want %.9g",
+                      (double)gaps[i], (double)losses[i], want[i]);
+        ck_assert_msg(probs[i * V + 1] == 1.0f, "gap %g: the max's probability %.9g, want 1", (double)gaps[i],
+                      (double)probs[i * V + 1]);
+    }
+}
+END_TEST
+
 /* ----------------------------------------------------------------- residual */
 
 START_TEST(test_residual)
@@ -894,6 +923,7 @@ static Suite *kernels_suite(void)
     tcase_add_test(tc, test_embedding);
     tcase_add_test(tc, test_crossentropy);
     tcase_add_test(tc, test_crossentropy_large_logits);
+    tcase_add_test(tc, test_crossentropy_large_gap);
     tcase_add_test(tc, test_residual);
     tcase_add_test(tc, test_threads_bitwise);
     suite_add_tcase(s, tc);

@@ -314,6 +314,8 @@ __global__ void crossentropy_forward_kernel(float *losses, float *probs, const i
 {
     __shared__ float shared[32];
     float *p = probs + (size_t)blockIdx.x * V;
+    /* read before any thread overwrites p (block_reduce's barriers order it) */
+    const float target_logit = p[targets[blockIdx.x]];
     float maxv = -INFINITY;
     for (int j = threadIdx.x; j < V; j += blockDim.x) maxv = fmaxf(maxv, p[j]);
     maxv = block_reduce<MaxOp>(maxv, shared);
@@ -323,10 +325,12 @@ __global__ void crossentropy_forward_kernel(float *losses, float *probs, const i
         p[j] = e;
         sum += e;
     }
-    const float inv = 1.0f / block_reduce<SumOp>(sum, shared);
+    const float total = block_reduce<SumOp>(sum, shared);
+    const float inv = 1.0f / total;
     for (int j = threadIdx.x; j < V; j += blockDim.x) p[j] *= inv;
-    __syncthreads();                       /* makes p[target] visible to thread 0 */
-    if (threadIdx.x == 0) losses[blockIdx.x] = -logf(p[targets[blockIdx.x]]);
+    /* log-sum-exp - (target - max), as on the CPU: -logf(p[target]) is
+     * infinite once the target's logit is ~88 below the max (total >= 1) */
+    if (threadIdx.x == 0) losses[blockIdx.x] = logf(total) - (target_logit - maxv);
 }
 
 __global__ void crossentropy_backward_kernel(float *dlogits, const float *probs,
