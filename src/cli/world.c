@@ -57,6 +57,7 @@ _Noreturn void osdp_fatal(osdp_status code, const char *msg)
 
 void osdp_check_all(osdp_status s)
 {
+    if (s == OSDP_ERR_COMM) osdp_fatal(s, osdp_error_message());   /* a peer is gone or stuck: no agreement */
     int local = (int)s, worst = 0;
     MPI_Allreduce(&local, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
     if (worst == 0) return;

@@ -1,6 +1,9 @@
 /* Backend-independent collective wrappers: traffic accounting + dispatch. */
 #include "osdp/comm.h"
+#include "comm_internal.h"
 
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -10,11 +13,41 @@ const char *osdp_collective_name(osdp_collective c)
     return c < OSDP_COLL_N_TYPES ? names[c] : "?";
 }
 
-static double wall(void)
+double osdp_comm_now(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static double wall(void) { return osdp_comm_now(); }
+
+double osdp_comm_timeout_from_env(int rank)
+{
+    const char *name = "OSDP_COMM_TIMEOUT_S";
+    const char *v = getenv(name);
+    if (!v || !*v) {
+        name = "OSDP_NCCL_TIMEOUT_S";
+        v = getenv(name);
+    }
+    if (!v || !*v) return OSDP_COMM_DEFAULT_TIMEOUT_S;
+    char *end;
+    double t = strtod(v, &end);
+    if (end != v && *end == '\0' && t >= 0 && t < 1e12) return t;
+    if (rank == 0)
+        fprintf(stderr, "osdp_gpt: warning: %s=%s is not a number of seconds >= 0; using %.0f\n", name, v,
+                OSDP_COMM_DEFAULT_TIMEOUT_S);
+    return OSDP_COMM_DEFAULT_TIMEOUT_S;
+}
+
+void osdp_comm_describe(char *buf, size_t n, const char *what, size_t count, osdp_dtype dtype,
+                        unsigned long long seq)
+{
+    if (count)
+        snprintf(buf, n, "%s of %zu %s elements (collective #%llu of this rank)", what, count, osdp_dtype_name(dtype),
+                 seq);
+    else
+        snprintf(buf, n, "%s (after collective #%llu of this rank)", what, seq);
 }
 
 /* a blocking call (req NULL) counts as waited in full */

@@ -41,9 +41,12 @@
  * non-blocking collectives on it have been waited for.  The runtime's
  * accounting (src/runtime/memory.c) counts the bytes it asks for; the pool
  * holds at most its peak in use plus fragmentation, and never returns memory
- * to the driver before the process ends.  New blocks are zero-filled on the
- * compute stream (cudaMemsetAsync: no host wait), as cudaMalloc + cudaMemset
- * did before, although compute.h promises nothing about the contents.  A
+ * to the driver before the process ends, except when an allocation fails: the
+ * pool is then trimmed (cudaMemPoolTrimTo) and the allocation tried once
+ * more before it reports out of memory.  New blocks are not filled (compute.h
+ * promises nothing about the contents; the runtime writes or zeroes them);
+ * OSDP_CUDA_POISON=1 fills them with all bits set (NaN as floats) so that a
+ * read of memory nobody wrote shows in the losses.  A
  * device without memory-pool support, or OSDP_CUDA_POOL=0 in the environment
  * (e.g. for compute-sanitizer), gets plain cudaMalloc / cudaFree.
  *
@@ -59,6 +62,8 @@
  * in chunks to stay below it; only a single row wider than 32 Mi elements
  * would exceed it), and only 2 BT (IC + OC) bytes (rounded up to 1 MiB)
  * when that is less.
+ * The layernorm backward's partial sums have a buffer of their own (at
+ * most 256 KiB, or 8 C bytes for C > 32768).
  * So the scratch is at most max(64 MiB, the sort's need) — 64 MiB for GPT-2
  * at 16 x 1024 tokens with bf16 weights, 1 MiB with fp32 ones.
  *
@@ -101,6 +106,9 @@ struct CudaState {
     cublasMath_t math; /* the handle's math mode set at init (OSDP_CUDA_TF32) */
     cudaMemPool_t pool;  /* NULL: plain cudaMalloc / cudaFree */
     void *scratch;       /* backend scratch (embedding backward, bf16 staging), grown on demand */
+    void *ln_partials;   /* layernorm backward's partial sums, grown on demand */
+    size_t ln_partials_bytes;
+    int poison;          /* OSDP_CUDA_POISON=1: new blocks are all bits set (NaN), to catch reads of unset memory */
     size_t scratch_bytes;
 };
 CudaState g;
@@ -119,7 +127,25 @@ osdp_status cuda_init(int local_rank, int threads)
     if (err != cudaSuccess || count <= 0) {
         const char *why = err != cudaSuccess ? cudaGetErrorString(err) : "no CUDA device found";
         (void)cudaGetLastError();  /* leave no pending error for later calls */
-        return osdp_error_set(OSDP_ERR_INPUT, "--backend cuda: no usable GPU on this node (%s)", why);
+        /* a binary built against a newer CUDA than the node's driver runs
+         * (CUDA 13 needs a 580+ driver) fails here: say both versions */
+        int driver = 0, runtime = 0;
+        cudaDriverGetVersion(&driver);
+        cudaRuntimeGetVersion(&runtime);
+        (void)cudaGetLastError();
+        char versions[160] = "";
+        if (driver == 0)
+            snprintf(versions, sizeof versions, "; no NVIDIA driver found (osdp_gpt was built with CUDA %d.%d)",
+                     runtime / 1000, runtime % 1000 / 10);
+        else if (err == cudaErrorInsufficientDriver || driver < runtime)
+            snprintf(versions, sizeof versions,
+                     "; the driver supports CUDA %d.%d, osdp_gpt was built with CUDA %d.%d: build on the cluster "
+                     "with its CUDA module",
+                     driver / 1000, driver % 1000 / 10, runtime / 1000, runtime % 1000 / 10);
+        else
+            snprintf(versions, sizeof versions, " (driver CUDA %d.%d, runtime %d.%d)", driver / 1000,
+                     driver % 1000 / 10, runtime / 1000, runtime % 1000 / 10);
+        return osdp_error_set(OSDP_ERR_INPUT, "--backend cuda: no usable GPU on this node (%s)%s", why, versions);
     }
     int device = (local_rank < 0 ? 0 : local_rank) % count;
     if (g.initialised) {
@@ -146,6 +172,8 @@ osdp_status cuda_init(int local_rank, int threads)
         (void)cudaGetLastError();
         pools = 0;
     }
+    const char *poison = getenv("OSDP_CUDA_POISON");
+    g.poison = poison && strcmp(poison, "1") == 0;
     const char *pool_env = getenv("OSDP_CUDA_POOL");
     if (pool_env && strcmp(pool_env, "0") == 0) pools = 0;
     g.pool = NULL;
@@ -170,7 +198,8 @@ osdp_status cuda_init(int local_rank, int threads)
 }
 
 /* n bytes of device memory, or NULL when the device (or the pool) is out of
- * memory; zero-filled when `zero` (stream-ordered in pool mode) */
+ * memory; zero-filled when `zero` (stream-ordered in pool mode), else
+ * undefined (all bits set, NaN as floats, under OSDP_CUDA_POISON=1) */
 void *raw_alloc(size_t n, int zero)
 {
     void *p = NULL;
@@ -184,18 +213,25 @@ void *raw_alloc(size_t n, int zero)
             err = cudaMallocFromPoolAsync(&p, n, g.pool, S());
         }
         if (err == cudaErrorMemoryAllocation) {
+            /* the pool's free blocks may be too small or too scattered for
+             * n: give them back to the driver, which can then map n afresh */
+            (void)cudaGetLastError();
+            CUDA_CHECK(cudaMemPoolTrimTo(g.pool, 0));
+            err = cudaMallocFromPoolAsync(&p, n, g.pool, S());
+        }
+        if (err == cudaErrorMemoryAllocation) {
             (void)cudaGetLastError();  /* out of memory is not sticky: clear it and report NULL */
             return NULL;
         }
         CUDA_CHECK(err);
-        if (zero) CUDA_CHECK(cudaMemsetAsync(p, 0, n, S()));
+        if (zero || g.poison) CUDA_CHECK(cudaMemsetAsync(p, zero ? 0 : 0xFF, n, S()));
         return p;
     }
     if (cudaMalloc(&p, n) != cudaSuccess) {
         (void)cudaGetLastError();
         return NULL;
     }
-    if (zero) CUDA_CHECK(cudaMemset(p, 0, n));
+    if (zero || g.poison) CUDA_CHECK(cudaMemset(p, zero ? 0 : 0xFF, n));
     return p;
 }
 
@@ -213,8 +249,10 @@ void *cuda_alloc(size_t bytes)
         fprintf(stderr, "cuda backend: alloc of %zu bytes before init\n", bytes);
         return NULL;
     }
-    /* a real, distinct pointer even for 0 bytes (the runtime treats NULL as OOM) */
-    return raw_alloc(bytes ? bytes : 256, 1);
+    /* a real, distinct pointer even for 0 bytes (the runtime treats NULL as
+     * OOM); contents undefined as compute.h says: the runtime overwrites or
+     * zeroes (fill_zero) what it allocates, so no fill here */
+    return raw_alloc(bytes ? bytes : 256, 0);
 }
 
 void cuda_free(void *p) { raw_free(p); }
@@ -242,6 +280,26 @@ void *backend_scratch(size_t bytes)
     return g.scratch;
 }
 
+/* The layernorm backward's partial sums (osdp_cuda::layernorm_dwdb_chunks):
+ * a buffer of its own, since a bf16 product may hold the backend scratch;
+ * 2 x chunks x C floats, at most max(2 x 32768, 2 C) (260 KiB for GPT-2's
+ * C = 768), outside the runtime's accounting like the scratch. */
+float *layernorm_partials(int BT, int C)
+{
+    const size_t bytes = 2 * (size_t)osdp_cuda::layernorm_dwdb_chunks(BT, C) * (size_t)C * sizeof(float);
+    if (bytes > g.ln_partials_bytes) {
+        raw_free(g.ln_partials);
+        g.ln_partials = raw_alloc(bytes, 0);
+        g.ln_partials_bytes = g.ln_partials ? bytes : 0;
+        if (!g.ln_partials) {
+            char why[96];
+            snprintf(why, sizeof why, "out of device memory for %zu bytes", bytes);
+            OSDP_CUDA_ABORT_(__FILE__, __LINE__, "layernorm backward's partial sums", why);
+        }
+    }
+    return (float *)g.ln_partials;
+}
+
 void cuda_fill_zero(void *p, size_t bytes)
 {
     if (bytes) CUDA_CHECK(cudaMemset(p, 0, bytes));
@@ -262,7 +320,11 @@ void cuda_to_host(void *host_dst, const void *src, size_t bytes)
     if (bytes) CUDA_CHECK(cudaMemcpy(host_dst, src, bytes, cudaMemcpyDeviceToHost));
 }
 
-void cuda_synchronize(void) { CUDA_CHECK(cudaDeviceSynchronize()); }
+/* The compute stream only: cudaDeviceSynchronize would also wait for the
+ * NCCL stream, i.e. for a collective a dead peer never completes; the
+ * collectives are waited (with the communication timeout) by the comm
+ * backend. */
+void cuda_synchronize(void) { CUDA_CHECK(cudaStreamSynchronize(S())); }
 
 /* ----------------------------------------------------------------- matmul */
 
@@ -322,7 +384,8 @@ void cuda_layernorm_forward(float *y, float *mean, float *rstd, const float *x, 
 void cuda_layernorm_backward(float *dx, float *dw, float *db, const float *dy, const float *x,
                              const void *w, const float *mean, const float *rstd, int BT, int C)
 {
-    osdp_cuda::layernorm_backward(dx, dw, db, dy, x, (const float *)w, mean, rstd, BT, C, S());
+    osdp_cuda::layernorm_backward(dx, dw, db, dy, x, (const float *)w, mean, rstd, BT, C,
+                                  layernorm_partials(BT, C), S());
 }
 
 void cuda_gelu_forward(float *y, const float *x, size_t n) { osdp_cuda::gelu_forward(y, x, n, S()); }
@@ -502,7 +565,8 @@ void cuda_bf16_layernorm_backward(float *dx, float *dw, float *db, const float *
                                   const float *x, const void *w, const float *mean,
                                   const float *rstd, int BT, int C)
 {
-    osdp_cuda::layernorm_backward(dx, dw, db, dy, x, (const bf16 *)w, mean, rstd, BT, C, S());
+    osdp_cuda::layernorm_backward(dx, dw, db, dy, x, (const bf16 *)w, mean, rstd, BT, C,
+                                  layernorm_partials(BT, C), S());
 }
 
 void cuda_bf16_embedding_forward(float *x, const int *tokens, const void *wte, const void *wpe,
