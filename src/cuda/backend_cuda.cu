@@ -97,6 +97,12 @@ extern "C" {
 
 namespace {
 
+/* a device buffer kept between calls and grown on demand (grow) */
+struct GrowingBuffer {
+    void *ptr;
+    size_t bytes;
+};
+
 struct CudaState {
     int initialised;
     int device;
@@ -105,11 +111,9 @@ struct CudaState {
     double *partials;  /* REDUCE_PARTIALS + 1 doubles for sum / sum_squares */
     cublasMath_t math; /* the handle's math mode set at init (OSDP_CUDA_TF32) */
     cudaMemPool_t pool;  /* NULL: plain cudaMalloc / cudaFree */
-    void *scratch;       /* backend scratch (embedding backward, bf16 staging), grown on demand */
-    void *ln_partials;   /* layernorm backward's partial sums, grown on demand */
-    size_t ln_partials_bytes;
+    GrowingBuffer scratch;      /* backend scratch (embedding backward, bf16 staging) */
+    GrowingBuffer ln_partials;  /* layernorm backward's partial sums */
     int poison;          /* OSDP_CUDA_POISON=1: new blocks are all bits set (NaN), to catch reads of unset memory */
-    size_t scratch_bytes;
 };
 CudaState g;
 
@@ -257,27 +261,31 @@ void *cuda_alloc(size_t bytes)
 
 void cuda_free(void *p) { raw_free(p); }
 
-/* At least `bytes` of backend scratch, for the kernels queued on the compute
- * stream from now on (the previous, smaller block is freed in stream order
- * behind the work that used it).  Not counted by the runtime's accounting:
- * see the top of the file. */
+/* At least `want` bytes of the kept buffer b, for the kernels queued on the
+ * compute stream from now on (the previous, smaller block is freed in stream
+ * order behind the work that used it).  Not counted by the runtime's
+ * accounting: see the top of the file.  Out of device memory ends the job,
+ * naming `what`. */
+void *grow(GrowingBuffer *b, size_t want, const char *what)
+{
+    if (want <= b->bytes) return b->ptr;
+    raw_free(b->ptr);
+    b->ptr = raw_alloc(want, 0);
+    b->bytes = b->ptr ? want : 0;
+    if (!b->ptr) {
+        char why[96];
+        snprintf(why, sizeof why, "out of device memory for %zu bytes", want);
+        OSDP_CUDA_ABORT_(__FILE__, __LINE__, what, why);
+    }
+    return b->ptr;
+}
+
+/* the backend scratch, in whole MiB */
 void *backend_scratch(size_t bytes)
 {
-    if (bytes <= g.scratch_bytes) return g.scratch;
     const size_t MiB = (size_t)1 << 20;
-    const size_t want = (bytes + MiB - 1) / MiB * MiB;
-    raw_free(g.scratch);
-    g.scratch = raw_alloc(want, 0);
-    g.scratch_bytes = g.scratch ? want : 0;
-    if (!g.scratch) {
-        char why[96];
-        snprintf(why, sizeof why, "out of device memory for %zu bytes of scratch", want);
-        OSDP_CUDA_ABORT_(__FILE__, __LINE__,
-                         "backend scratch: embedding sort or bf16 staging "
-                         "(outside --mem-limit accounting)",
-                         why);
-    }
-    return g.scratch;
+    return grow(&g.scratch, (bytes + MiB - 1) / MiB * MiB,
+                "backend scratch: embedding sort or bf16 staging (outside --mem-limit accounting)");
 }
 
 /* The layernorm backward's partial sums (osdp_cuda::layernorm_dwdb_chunks):
@@ -287,17 +295,7 @@ void *backend_scratch(size_t bytes)
 float *layernorm_partials(int BT, int C)
 {
     const size_t bytes = 2 * (size_t)osdp_cuda::layernorm_dwdb_chunks(BT, C) * (size_t)C * sizeof(float);
-    if (bytes > g.ln_partials_bytes) {
-        raw_free(g.ln_partials);
-        g.ln_partials = raw_alloc(bytes, 0);
-        g.ln_partials_bytes = g.ln_partials ? bytes : 0;
-        if (!g.ln_partials) {
-            char why[96];
-            snprintf(why, sizeof why, "out of device memory for %zu bytes", bytes);
-            OSDP_CUDA_ABORT_(__FILE__, __LINE__, "layernorm backward's partial sums", why);
-        }
-    }
-    return (float *)g.ln_partials;
+    return (float *)grow(&g.ln_partials, bytes, "layernorm backward's partial sums");
 }
 
 void cuda_fill_zero(void *p, size_t bytes)
@@ -493,7 +491,7 @@ void cuda_embedding_backward(float *dwte, float *dwpe, const float *dx, const in
     if (B <= 0 || T <= 0 || C <= 0) return;
     const size_t need = osdp_cuda::embedding_backward_scratch_bytes(B, T);
     void *scratch = backend_scratch(need);
-    osdp_cuda::embedding_backward(dwte, dwpe, dx, tokens, B, T, C, scratch, g.scratch_bytes, S());
+    osdp_cuda::embedding_backward(dwte, dwpe, dx, tokens, B, T, C, scratch, g.scratch.bytes, S());
 }
 
 void cuda_crossentropy_forward(float *losses, float *probs, const int *targets, int BT, int V)
