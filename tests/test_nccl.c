@@ -14,7 +14,12 @@
  *                        message naming it; rank 0 then ends the job the way
  *                        training does (message, MPI_Abort);
  *   test_nccl hang-init  rank 1 stops before set-up: rank 0's set-up must time
- *                        out the same way.
+ *                        out the same way;
+ *   test_nccl hang-stream rank 1 stops after set-up; rank 0 starts an all-reduce,
+ *                        waits for it (the compute stream waits on the GPU)
+ *                        and reads the buffer back: to_host's wait for the
+ *                        compute stream must time out and end the job with a
+ *                        message.
  * Exit 77 (automake's SKIP) with the reason on every rank when fewer GPUs
  * than ranks are visible on a node (NCCL needs one GPU per rank). */
 #include "config.h"
@@ -156,7 +161,7 @@ static void check_group_and_many(osdp_comm *c)
 }
 
 /* rank 1 stops (as a rank stuck in a driver call does); rank 0 must time out */
-static int hang(osdp_comm *c, MPI_Comm world, int before_setup)
+static int hang(osdp_comm *c, MPI_Comm world, int before_setup, int on_stream)
 {
     if (before_setup) {
         if (rank == 1) raise(SIGSTOP);
@@ -172,6 +177,14 @@ static int hang(osdp_comm *c, MPI_Comm world, int before_setup)
     osdp_status s = OSDP_OK;
     if (before_setup) {
         s = osdp_comm_create_nccl(c, &world, rank);
+    } else if (on_stream) {
+        const size_t n = (1 << 20) / sizeof(float);
+        float *buf = dev(n * sizeof(float)), first = 0;
+        osdp_request req = {0};
+        s = osdp_comm_all_reduce(c, buf, n, OSDP_FLOAT32, &req);
+        if (s == OSDP_OK) s = osdp_comm_wait(c, &req);   /* returns: the compute stream waits */
+        fprintf(stderr, "rank %d: wait returned %s; reading the buffer back\n", rank, osdp_status_name(s));
+        osdp_compute_cuda.to_host(&first, buf, sizeof first);   /* must end the job within the timeout */
     } else {
         float *buf = dev(1 << 20);
         s = osdp_comm_all_reduce(c, buf, (1 << 20) / sizeof(float), OSDP_FLOAT32, NULL);
@@ -213,8 +226,9 @@ int main(int argc, char **argv)
         MPI_Abort(world, 1);
     }
     osdp_comm c;
-    if (argc > 1 && strcmp(argv[1], "hang") == 0) return hang(&c, world, 0);
-    if (argc > 1 && strcmp(argv[1], "hang-init") == 0) return hang(&c, world, 1);
+    if (argc > 1 && strcmp(argv[1], "hang") == 0) return hang(&c, world, 0, 0);
+    if (argc > 1 && strcmp(argv[1], "hang-init") == 0) return hang(&c, world, 1, 0);
+    if (argc > 1 && strcmp(argv[1], "hang-stream") == 0) return hang(&c, world, 0, 1);
 
     /* the device memory outside the runtime's accounting, measured: what
      * the GPU device files' headroom (mem_limit below the card) must cover */

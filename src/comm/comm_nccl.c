@@ -16,8 +16,8 @@
  * pass the same kind of memory to the same call.
  *
  * Ordering.  Collectives run on a stream of their own, created non-blocking so
- * that the synchronous cudaMemcpy/cudaMemset of the compute backend (legacy
- * default stream) are never held up behind an in-flight prefetch.  Before
+ * that the synchronous cudaMemcpy of the compute backend's to_host (legacy
+ * default stream) is never held up behind an in-flight prefetch.  Before
  * each collective an event is recorded on the compute stream and the
  * collective stream waits for it: everything queued before the call (the
  * kernels that produced the input, and whatever the legacy stream ran before
@@ -25,11 +25,19 @@
  *
  * Completion.  The non-blocking form records an event after the collective
  * (in one of MAX_PENDING slots) and returns a ticket for it in the request;
- * wait blocks the host until that event has completed (polling it, and
- * ncclCommGetAsyncError so that a failed peer gives an error rather than a
- * hang).  After wait the buffers are complete for the host and for any later
- * GPU work — the same guarantee as the MPI backend.  The blocking form is
- * start + wait.  progress is a no-op: NCCL progresses on the GPU by itself.
+ * wait makes the compute stream wait for that event on the GPU
+ * (cudaStreamWaitEvent) and returns at once, after a look at
+ * ncclCommGetAsyncError: the host goes on queueing kernels while the
+ * collective runs, and every later kernel, copy, free, to_host or
+ * collective on the buffers is ordered after it — the same guarantee as
+ * the MPI backend's for everything that reads device memory through the
+ * compute backend.  The host's own waits for the compute stream (to_host,
+ * synchronize, the sums) are polled within the timeout by the CUDA backend.
+ * OSDP_NCCL_HOST_WAIT=1 makes wait block the host until the event has
+ * completed instead (polling it and ncclCommGetAsyncError), as the blocking
+ * form always does (start + host wait).  progress is a no-op: NCCL
+ * progresses on the GPU by itself.  The traffic counters' wait time is then
+ * the host's blocked time only.
  *
  * Slots.  A ticket is (slot, issue number), so a request that is copied,
  * waited twice or never waited cannot confuse the slots.  When all slots are
@@ -80,6 +88,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #define MAX_PENDING 64
@@ -101,7 +110,8 @@ typedef struct nccl_comm_impl {
     cudaStream_t stream;   /* collectives */
     cudaEvent_t ready;     /* recorded on the compute stream before each collective */
     cudaEvent_t drained;   /* barrier: recorded on the collective stream */
-    double timeout_s;      /* OSDP_NCCL_TIMEOUT_S; 0: no timeout */
+    double timeout_s;      /* OSDP_COMM_TIMEOUT_S; 0: no timeout */
+    int host_wait;         /* OSDP_NCCL_HOST_WAIT=1: wait blocks the host (else the compute stream waits) */
     unsigned long long issued;  /* collectives issued on device buffers */
     nccl_slot slots[MAX_PENDING];
     int in_group;          /* between group_start and group_end */
@@ -454,7 +464,21 @@ static osdp_status nccl_wait(osdp_comm *c, osdp_request *req)
     req->impl = NULL;
     nccl_slot *slot = &impl->slots[t % MAX_PENDING];
     unsigned long long seq = t / MAX_PENDING;
-    if (slot->busy && slot->seq == seq) return wait_slot(impl, slot);
+    if (slot->busy && slot->seq == seq) {
+        if (impl->host_wait) return wait_slot(impl, slot);
+        ncclResult_t async = ncclSuccess;
+        if (impl->nccl && ncclCommGetAsyncError(impl->nccl, &async) == ncclSuccess && async != ncclSuccess &&
+            async != ncclInProgress) {
+            char label[192];
+            describe(label, sizeof label, slot->what, slot->count, slot->dtype, slot->seq);
+            return nccl_fail(impl, async, label);
+        }
+        /* the GPU waits; the event's later re-recording (slot reuse) does
+         * not change what this wait waits for */
+        CUDA_CHECK(cudaStreamWaitEvent(osdp_cuda_compute_stream(), slot->done, 0));
+        slot->busy = 0;
+        return OSDP_OK;
+    }
     if (!impl->nccl && seq > 0)
         return osdp_error_set(OSDP_ERR_COMM, "NCCL collective #%llu: the communicator was aborted after an earlier "
                               "error or timeout before it completed", seq);
@@ -642,6 +666,8 @@ osdp_status osdp_comm_create_nccl(osdp_comm *c, const void *mpi_comm, int local_
     MPI_Comm_size(impl->mpi, &c->size);
 
     impl->timeout_s = timeout_s;
+    const char *host_wait = getenv("OSDP_NCCL_HOST_WAIT");
+    impl->host_wait = host_wait && strcmp(host_wait, "1") == 0;
 
     /* rank 0 makes the id; its success travels with it so nobody hangs */
     struct { ncclUniqueId id; int ok; } boot;

@@ -19,11 +19,11 @@
  * mantissas of the operands; against the CPU bf16 table (same bf16 weights,
  * fp32 activations) the difference comes from rounding x / dy alone.
  *
- * Streams.  All kernels and cuBLAS calls run on one compute stream created by
- * init with cudaStreamCreate, i.e. a *blocking* stream: the synchronous
- * cudaMemcpy/cudaMemset calls of the memory entries (legacy default stream)
- * are ordered after the work queued on it, so to_host always sees finished
- * results, and an entry called after to_device sees the copied data.
+ * Streams.  All kernels, cuBLAS calls, fill_zero, copy and to_device (from
+ * pinned staging buffers: see cuda_to_device) run on one compute stream
+ * created by init with cudaStreamCreate, i.e. a *blocking* stream: the
+ * synchronous cudaMemcpy of to_host (legacy default stream) is ordered after
+ * the work queued on it, so to_host always sees finished results.
  *
  * Memory.  Device memory comes from a stream-ordered pool of our own
  * (cudaMemPoolCreate on the device; cudaMallocFromPoolAsync / cudaFreeAsync on
@@ -88,14 +88,24 @@
 extern "C" {
 #include "config.h"
 #include "osdp/compute.h"
+#include "../comm/comm_internal.h"
 }
 
 #include <math.h>
+#include <sched.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 namespace {
+
+/* pinned host buffers of to_device, used in turn */
+const int STAGING_SLOTS = 4;
+const size_t STAGING_BYTES = (size_t)4 << 20;
+struct Staging {
+    void *host;        /* STAGING_BYTES of pinned memory; NULL until first used */
+    cudaEvent_t done;  /* recorded after the copy that last read it */
+};
 
 /* a device buffer kept between calls and grown on demand (grow) */
 struct GrowingBuffer {
@@ -113,11 +123,46 @@ struct CudaState {
     cudaMemPool_t pool;  /* NULL: plain cudaMalloc / cudaFree */
     GrowingBuffer scratch;      /* backend scratch (embedding backward, bf16 staging) */
     GrowingBuffer ln_partials;  /* layernorm backward's partial sums */
+    Staging staging[STAGING_SLOTS];
+    int staging_next;
+    cudaEvent_t drained; /* recorded on the compute stream by wait_compute */
+    double timeout_s;    /* the communication timeout (osdp_comm_timeout_from_env) for the host's waits */
     int poison;          /* OSDP_CUDA_POISON=1: new blocks are all bits set (NaN), to catch reads of unset memory */
 };
 CudaState g;
 
 inline cudaStream_t S() { return g.stream; }
+
+/* The host waits for `ev` (recorded on the compute stream), polling, within
+ * the communication timeout: the compute stream may wait on the GPU for a
+ * collective (the NCCL backend's wait), which a dead or stuck peer never
+ * completes.  On time-out the job ends here with a message (the entries
+ * that wait return nothing to report it through). */
+void wait_event_timed(cudaEvent_t ev, const char *what)
+{
+    const double start = osdp_comm_now();
+    for (unsigned long polls = 0;; polls++) {
+        cudaError_t e = cudaEventQuery(ev);
+        if (e == cudaSuccess) return;
+        if (e != cudaErrorNotReady) CUDA_CHECK(e);
+        if (g.timeout_s > 0 && (polls & 255) == 255 && osdp_comm_now() - start > g.timeout_s) {
+            char why[192];
+            snprintf(why, sizeof why,
+                     "the compute stream did not finish within %g s (OSDP_COMM_TIMEOUT_S): it waits for a "
+                     "collective that a peer rank never completed (it died or hangs)", g.timeout_s);
+            OSDP_CUDA_ABORT_(__FILE__, __LINE__, what, why);
+        }
+        sched_yield();
+    }
+}
+
+/* the host waits, within the timeout, for everything queued on the compute stream */
+void wait_compute(const char *what)
+{
+    if (!g.initialised) return;
+    CUDA_CHECK(cudaEventRecord(g.drained, S()));
+    wait_event_timed(g.drained, what);
+}
 
 const float kOne = 1.0f, kZero = 0.0f;
 
@@ -169,6 +214,8 @@ osdp_status cuda_init(int local_rank, int threads)
     g.math = use_tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH;
     CUBLAS_CHECK(cublasSetMathMode(g.cublas, g.math));
     CUDA_CHECK(cudaMalloc((void **)&g.partials, (osdp_cuda::REDUCE_PARTIALS + 1) * sizeof(double)));
+    CUDA_CHECK(cudaEventCreateWithFlags(&g.drained, cudaEventDisableTiming));
+    g.timeout_s = osdp_comm_timeout_from_env(local_rank);   /* node-local rank 0 warns of a bad value */
 
     /* the stream-ordered pool of the memory entries (see the top of the file) */
     int pools = 0;
@@ -213,7 +260,7 @@ void *raw_alloc(size_t n, int zero)
             /* blocks freed behind work still queued on the stream become
              * reusable without ordering once that work has run */
             (void)cudaGetLastError();
-            CUDA_CHECK(cudaStreamSynchronize(S()));
+            wait_compute("alloc: waiting for the compute stream before retrying");
             err = cudaMallocFromPoolAsync(&p, n, g.pool, S());
         }
         if (err == cudaErrorMemoryAllocation) {
@@ -300,29 +347,56 @@ float *layernorm_partials(int BT, int C)
 
 void cuda_fill_zero(void *p, size_t bytes)
 {
-    if (bytes) CUDA_CHECK(cudaMemset(p, 0, bytes));
+    if (bytes) CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, S()));
 }
 
 void cuda_copy(void *dst, const void *src, size_t bytes)
 {
-    if (bytes) CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToDevice));
+    if (bytes) CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, S()));
 }
 
+/* Host-to-device copies go through pinned staging buffers, asynchronously on
+ * the compute stream: cudaMemcpy from pageable memory on the legacy stream
+ * waits for all the work queued on the compute stream, i.e. drains the GPU
+ * at every micro-step's batch.  The source is copied into the next of
+ * STAGING_SLOTS pinned buffers of STAGING_BYTES (in pieces when larger), so
+ * the caller may reuse it at once; a buffer is reused once the copy that
+ * last read it has completed (its event: the compute stream, which no peer
+ * can hold up). */
 void cuda_to_device(void *dst, const void *host_src, size_t bytes)
 {
-    if (bytes) CUDA_CHECK(cudaMemcpy(dst, host_src, bytes, cudaMemcpyHostToDevice));
+    const char *from = (const char *)host_src;
+    char *to = (char *)dst;
+    while (bytes) {
+        Staging *st = &g.staging[g.staging_next];
+        g.staging_next = (g.staging_next + 1) % STAGING_SLOTS;
+        if (!st->host) {
+            CUDA_CHECK(cudaMallocHost(&st->host, STAGING_BYTES));
+            CUDA_CHECK(cudaEventCreateWithFlags(&st->done, cudaEventDisableTiming));
+        } else {
+            wait_event_timed(st->done, "to_device: waiting for a staging buffer");
+        }
+        const size_t n = bytes < STAGING_BYTES ? bytes : STAGING_BYTES;
+        memcpy(st->host, from, n);
+        CUDA_CHECK(cudaMemcpyAsync(to, st->host, n, cudaMemcpyHostToDevice, S()));
+        CUDA_CHECK(cudaEventRecord(st->done, S()));
+        from += n;
+        to += n;
+        bytes -= n;
+    }
 }
 
 void cuda_to_host(void *host_dst, const void *src, size_t bytes)
 {
-    if (bytes) CUDA_CHECK(cudaMemcpy(host_dst, src, bytes, cudaMemcpyDeviceToHost));
+    if (!bytes) return;
+    wait_compute("to_host: waiting for the compute stream");   /* then the copy cannot hang */
+    CUDA_CHECK(cudaMemcpy(host_dst, src, bytes, cudaMemcpyDeviceToHost));
 }
 
-/* The compute stream only: cudaDeviceSynchronize would also wait for the
- * NCCL stream, i.e. for a collective a dead peer never completes; the
- * collectives are waited (with the communication timeout) by the comm
- * backend. */
-void cuda_synchronize(void) { CUDA_CHECK(cudaStreamSynchronize(S())); }
+/* The compute stream only (cudaDeviceSynchronize would also wait for the
+ * NCCL stream's collectives, prefetches included), polled within the
+ * communication timeout. */
+void cuda_synchronize(void) { wait_compute("synchronize"); }
 
 /* ----------------------------------------------------------------- matmul */
 
@@ -580,9 +654,8 @@ double reduce_to_host(const float *x, size_t n, int squares)
     if (!n) return 0.0;
     osdp_cuda::reduce_sum(x, n, squares, g.partials, NULL, S());
     double r = 0.0;
-    CUDA_CHECK(cudaMemcpyAsync(&r, g.partials + osdp_cuda::REDUCE_PARTIALS, sizeof r,
-                               cudaMemcpyDeviceToHost, S()));
-    CUDA_CHECK(cudaStreamSynchronize(S()));
+    wait_compute("sum: reading the result back");   /* timed; then the copy cannot hang */
+    CUDA_CHECK(cudaMemcpy(&r, g.partials + osdp_cuda::REDUCE_PARTIALS, sizeof r, cudaMemcpyDeviceToHost));
     return r;
 }
 
