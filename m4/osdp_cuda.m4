@@ -52,7 +52,7 @@ AC_DEFUN([OSDP_CHECK_CUDA], [
       AC_CHECK_HEADER([cublas_v2.h], [AC_CHECK_LIB([cublas], [cublasCreate_v2], [osdp_have_cublas=yes])])
       # an explicit --with-nccl=DIR is the only place looked at
       AS_IF([test -z "$osdp_nccl_cflags" || test -f "$with_nccl/include/nccl.h"],
-            [AC_CHECK_HEADER([nccl.h], [AC_CHECK_LIB([nccl], [ncclCommInitRankConfig], [osdp_have_nccl=yes])])])
+            [AC_CHECK_HEADER([nccl.h], [AC_CHECK_LIB([nccl], [ncclCommSplit], [osdp_have_nccl=yes])])])
       AC_CHECK_LIB([cudart], [cudaMalloc], [osdp_have_cudart=yes], [osdp_have_cudart=no])
       LIBS=$osdp_save_LIBS
       CPPFLAGS=$osdp_save_CPPFLAGS
@@ -60,7 +60,7 @@ AC_DEFUN([OSDP_CHECK_CUDA], [
       osdp_missing=
       test "x$osdp_have_cudart" = xyes || osdp_missing="$osdp_missing cudart"
       test "x$osdp_have_cublas" = xyes || osdp_missing="$osdp_missing cuBLAS"
-      test "x$osdp_have_nccl" = xyes || osdp_missing="$osdp_missing NCCL>=2.14 (${with_nccl:-in the CUDA tree or the system paths; --with-nccl=DIR})"
+      test "x$osdp_have_nccl" = xyes || osdp_missing="$osdp_missing NCCL>=2.18 (${with_nccl:-in the CUDA tree or the system paths; --with-nccl=DIR})"
       AS_IF([test -z "$osdp_missing"], [
         osdp_have_cuda=yes
         CUDA_CFLAGS="$osdp_nccl_cflags $CUDA_CFLAGS"

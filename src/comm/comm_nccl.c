@@ -1,9 +1,10 @@
 /* The NCCL communication backend (GPUs).
  *
  * Set-up: the communicator is bootstrapped over MPI (rank 0 makes the NCCL
- * unique id, MPI_Bcast hands it out, every rank calls ncclCommInitRank), and a
- * duplicate of the MPI communicator is kept for the barrier and for host
- * buffers (below).
+ * unique id, MPI_Bcast hands it out, every rank calls
+ * ncclCommInitRankConfig), a second one is split from it for the
+ * reduce-scatters (ncclCommSplit, NCCL >= 2.18), and a duplicate of the MPI
+ * communicator is kept for the barrier and for host buffers (below).
  *
  * Buffers.  NCCL moves device memory only.  The runtime must pass device
  * pointers (memory from the CUDA compute backend's alloc) to every
@@ -15,13 +16,18 @@
  * Mixing a host and a device buffer in one call is an error.  Every rank must
  * pass the same kind of memory to the same call.
  *
- * Ordering.  Collectives run on a stream of their own, created non-blocking so
- * that the synchronous cudaMemcpy of the compute backend's to_host (legacy
- * default stream) is never held up behind an in-flight prefetch.  Before
- * each collective an event is recorded on the compute stream and the
- * collective stream waits for it: everything queued before the call (the
- * kernels that produced the input, and whatever the legacy stream ran before
- * them) is finished before NCCL reads or writes the buffers.
+ * Ordering.  Collectives run on two streams of their own: the
+ * reduce-scatters on one (with their own communicator), everything else on
+ * the other, so that a prefetch's all-gather never queues behind the
+ * previous operator's reduce-scatter; each communicator's collectives are
+ * issued in the same order on every rank, so the two never wait for each
+ * other.  The streams are created non-blocking so that the synchronous
+ * cudaMemcpy of the compute backend's to_host (legacy default stream) is
+ * never held up behind an in-flight prefetch.  Before each collective an
+ * event is recorded on the compute stream and both collective streams wait
+ * for it: everything queued before the call (the kernels that produced the
+ * input, and whatever the legacy stream ran before them) is finished before
+ * NCCL reads or writes the buffers.
  *
  * Completion.  The non-blocking form records an event after the collective
  * (in one of MAX_PENDING slots) and returns a ticket for it in the request;
@@ -43,8 +49,8 @@
  * waited twice or never waited cannot confuse the slots.  When all slots are
  * in use, those whose collective has completed are taken back (a later wait on
  * their tickets returns at once: the collective is done), and if none has,
- * the host waits for the oldest one (the collectives complete in issue order
- * on the one stream; every rank issues them in the same order, so this never
+ * the host waits for the oldest one (every rank issues each communicator's
+ * collectives in the same order, so the oldest completes: this never
  * deadlocks).  Any number of requests may be in flight.
  *
  * Timeout.  Every wait of this backend is bounded by the communication
@@ -102,12 +108,15 @@ typedef struct nccl_slot {
     size_t count;
     osdp_dtype dtype;
     int deferred;            /* issued inside a group: its event is recorded at the group's end */
+    cudaStream_t stream;     /* the stream the collective runs on */
 } nccl_slot;
 
 typedef struct nccl_comm_impl {
     MPI_Comm mpi;          /* bootstrap, barrier, host-buffer fallback */
-    ncclComm_t nccl;       /* NULL once aborted after an error */
-    cudaStream_t stream;   /* collectives */
+    ncclComm_t nccl;       /* all-gathers, all-reduces, broadcasts; NULL once aborted after an error */
+    cudaStream_t stream;   /* their stream */
+    ncclComm_t nccl_rs;    /* reduce-scatters (split from nccl); aborted with it */
+    cudaStream_t stream_rs;/* their stream: a prefetch's all-gather never queues behind a reduce-scatter */
     cudaEvent_t ready;     /* recorded on the compute stream before each collective */
     cudaEvent_t drained;   /* barrier: recorded on the collective stream */
     double timeout_s;      /* OSDP_COMM_TIMEOUT_S; 0: no timeout */
@@ -151,17 +160,36 @@ static void release_slots(nccl_comm_impl *impl)
     for (int i = 0; i < MAX_PENDING; i++) impl->slots[i].busy = 0;
 }
 
+/* Both communicators go together: after a failure or a time-out their
+ * state is unknown (ncclCommAbort stops their kernels). */
+static void abort_comms(nccl_comm_impl *impl)
+{
+    if (impl->nccl_rs) ncclCommAbort(impl->nccl_rs);
+    if (impl->nccl) ncclCommAbort(impl->nccl);
+    impl->nccl_rs = NULL;
+    impl->nccl = NULL;
+}
+
+/* 1 and the first asynchronous error of the two communicators in *r, or 0 */
+static int async_error(const nccl_comm_impl *impl, ncclResult_t *r)
+{
+    ncclComm_t comms[2] = {impl->nccl, impl->nccl_rs};
+    for (int i = 0; i < 2; i++) {
+        *r = ncclSuccess;
+        if (comms[i] && ncclCommGetAsyncError(comms[i], r) == ncclSuccess && *r != ncclSuccess && *r != ncclInProgress)
+            return 1;
+    }
+    return 0;
+}
+
 /* Record the error (before the abort frees NCCL's message), then abort the
- * communicator: after a failed collective its state is unknown. */
+ * communicators: after a failed collective their state is unknown. */
 static osdp_status nccl_fail(nccl_comm_impl *impl, ncclResult_t r, const char *what)
 {
     const char *last = impl->nccl ? ncclGetLastError(impl->nccl) : NULL;
     osdp_status s = osdp_error_set(OSDP_ERR_COMM, "%s failed: %s%s%s", what, ncclGetErrorString(r),
                                    last && *last ? ": " : "", last && *last ? last : "");
-    if (impl->nccl) {
-        ncclCommAbort(impl->nccl);
-        impl->nccl = NULL;
-    }
+    abort_comms(impl);
     release_slots(impl);
     return s;
 }
@@ -218,6 +246,7 @@ static void order_after_compute(nccl_comm_impl *impl)
     if (impl->in_group) return;   /* done once by group_start */
     CUDA_CHECK(cudaEventRecord(impl->ready, osdp_cuda_compute_stream()));
     CUDA_CHECK(cudaStreamWaitEvent(impl->stream, impl->ready, 0));
+    if (impl->stream_rs) CUDA_CHECK(cudaStreamWaitEvent(impl->stream_rs, impl->ready, 0));
 }
 
 /* "NCCL all-gather of 1024 float32 elements (collective #12 of this rank)" */
@@ -235,10 +264,7 @@ static osdp_status give_up(nccl_comm_impl *impl, const char *label)
     osdp_status s = osdp_error_set(OSDP_ERR_COMM,
         "%s did not complete within %g s (OSDP_COMM_TIMEOUT_S): a peer rank died, hangs, or called a "
         "different collective; the NCCL communicator was aborted", label, impl->timeout_s);
-    if (impl->nccl) {
-        ncclCommAbort(impl->nccl);
-        impl->nccl = NULL;
-    }
+    abort_comms(impl);
     release_slots(impl);
     return s;
 }
@@ -248,16 +274,17 @@ static int expired(const nccl_comm_impl *impl, double start, unsigned long polls
     return impl->timeout_s > 0 && (polls & 255) == 255 && osdp_comm_now() - start > impl->timeout_s;
 }
 
-/* A non-blocking communicator's call returned r: while it is ncclInProgress
- * (NCCL is still setting up a connection or the communicator) poll the
- * communicator's state, within the timeout.  `label` names the call. */
-static osdp_status settle(nccl_comm_impl *impl, ncclResult_t r, const char *label)
+/* A call on the non-blocking communicator `comm` returned r: while it is
+ * ncclInProgress (NCCL is still setting up a connection or the
+ * communicator) poll the communicator's state, within the timeout.  `label`
+ * names the call. */
+static osdp_status settle(nccl_comm_impl *impl, ncclComm_t comm, ncclResult_t r, const char *label)
 {
     const double start = osdp_comm_now();
-    for (unsigned long polls = 0; r == ncclInProgress && impl->nccl; polls++) {
+    for (unsigned long polls = 0; r == ncclInProgress && comm && impl->nccl; polls++) {
         if (expired(impl, start, polls)) return give_up(impl, label);
         sched_yield();
-        if (ncclCommGetAsyncError(impl->nccl, &r) != ncclSuccess) break;
+        if (ncclCommGetAsyncError(comm, &r) != ncclSuccess) break;
     }
     return r == ncclSuccess ? OSDP_OK : nccl_fail(impl, r, label);
 }
@@ -275,8 +302,7 @@ static osdp_status wait_event(nccl_comm_impl *impl, cudaEvent_t ev, const char *
         if (e == cudaSuccess) return OSDP_OK;
         if (e != cudaErrorNotReady) CUDA_CHECK(e);
         ncclResult_t async = ncclSuccess;
-        if (impl->nccl && ncclCommGetAsyncError(impl->nccl, &async) == ncclSuccess &&
-            async != ncclSuccess && async != ncclInProgress) {
+        if (async_error(impl, &async)) {
             describe(label, sizeof label, what, count, dtype, seq);
             return nccl_fail(impl, async, label);
         }
@@ -332,13 +358,13 @@ static void *ticket(const nccl_comm_impl *impl, const nccl_slot *slot)
 }
 
 /* after an NCCL call: check it, then either wait at once or hand out a ticket */
-static osdp_status finish(nccl_comm_impl *impl, ncclResult_t r, osdp_request *req, const char *what, size_t count,
-                          osdp_dtype dtype)
+static osdp_status finish(nccl_comm_impl *impl, ncclComm_t comm, cudaStream_t stream, ncclResult_t r,
+                          osdp_request *req, const char *what, size_t count, osdp_dtype dtype)
 {
     if (r != ncclSuccess) {
         char label[192];
         describe(label, sizeof label, what, count, dtype, impl->issued + 1);
-        osdp_status s = settle(impl, r, label);   /* ncclInProgress: connecting; errors: fail */
+        osdp_status s = settle(impl, comm, r, label);   /* ncclInProgress: connecting; errors: fail */
         if (s != OSDP_OK) return s;
     }
     if (impl->in_group && (!req || impl->group_n == MAX_GROUP))
@@ -353,8 +379,9 @@ static osdp_status finish(nccl_comm_impl *impl, ncclResult_t r, osdp_request *re
         slot->deferred = 1;
         impl->group[impl->group_n++] = slot;
     } else {
-        CUDA_CHECK(cudaEventRecord(slot->done, impl->stream));
+        CUDA_CHECK(cudaEventRecord(slot->done, stream));
     }
+    slot->stream = stream;
     slot->busy = 1;
     slot->seq = ++impl->issued;
     slot->what = what;
@@ -379,7 +406,8 @@ static osdp_status nccl_all_gather(osdp_comm *c, const void *shard, void *full, 
         return host_wait(impl, rc, &r, "all-gather (host buffers)", count * (size_t)c->size, t);
     }
     order_after_compute(impl);
-    return finish(impl, ncclAllGather(shard, full, count, nccl_type(t), impl->nccl, impl->stream), req,
+    return finish(impl, impl->nccl, impl->stream,
+                  ncclAllGather(shard, full, count, nccl_type(t), impl->nccl, impl->stream), req,
                   "all-gather", count * (size_t)c->size, t);
 }
 
@@ -397,8 +425,9 @@ static osdp_status nccl_reduce_scatter(osdp_comm *c, const void *full, void *sha
         return host_wait(impl, rc, &r, "reduce-scatter (host buffers)", count * (size_t)c->size, t);
     }
     order_after_compute(impl);
-    return finish(impl, ncclReduceScatter(full, shard, count, nccl_type(t), ncclSum, impl->nccl, impl->stream),
-                  req, "reduce-scatter", count * (size_t)c->size, t);
+    return finish(impl, impl->nccl_rs, impl->stream_rs,
+                  ncclReduceScatter(full, shard, count, nccl_type(t), ncclSum, impl->nccl_rs, impl->stream_rs), req,
+                  "reduce-scatter", count * (size_t)c->size, t);
 }
 
 static osdp_status nccl_all_reduce(osdp_comm *c, void *buf, size_t count, osdp_dtype t, osdp_request *req)
@@ -414,7 +443,8 @@ static osdp_status nccl_all_reduce(osdp_comm *c, void *buf, size_t count, osdp_d
         return host_wait(impl, rc, &r, "all-reduce (host buffers)", count, t);
     }
     order_after_compute(impl);
-    return finish(impl, ncclAllReduce(buf, buf, count, nccl_type(t), ncclSum, impl->nccl, impl->stream), req,
+    return finish(impl, impl->nccl, impl->stream,
+                  ncclAllReduce(buf, buf, count, nccl_type(t), ncclSum, impl->nccl, impl->stream), req,
                   "all-reduce", count, t);
 }
 
@@ -431,8 +461,23 @@ static osdp_status nccl_broadcast(osdp_comm *c, void *buf, size_t bytes, int roo
         return host_wait(impl, rc, &r, "broadcast (host buffers)", bytes, OSDP_BYTE);
     }
     order_after_compute(impl);
-    return finish(impl, ncclBroadcast(buf, buf, bytes, ncclUint8, root, impl->nccl, impl->stream), req,
+    return finish(impl, impl->nccl, impl->stream,
+                  ncclBroadcast(buf, buf, bytes, ncclUint8, root, impl->nccl, impl->stream), req,
                   "broadcast", bytes, OSDP_BYTE);
+}
+
+/* The host waits for the collectives queued on both streams, within the
+ * timeout (nothing to drain once the communicators are aborted). */
+static osdp_status drain_collectives(nccl_comm_impl *impl, const char *what)
+{
+    cudaStream_t streams[2] = {impl->stream, impl->stream_rs};
+    osdp_status s = OSDP_OK;
+    for (int i = 0; i < 2 && s == OSDP_OK && impl->nccl; i++) {
+        if (!streams[i]) continue;
+        CUDA_CHECK(cudaEventRecord(impl->drained, streams[i]));
+        s = wait_event(impl, impl->drained, what, 0, OSDP_BYTE, impl->issued);
+    }
+    return s;
 }
 
 static osdp_status nccl_barrier(osdp_comm *c)
@@ -445,10 +490,7 @@ static osdp_status nccl_barrier(osdp_comm *c)
     CUDA_CHECK(cudaEventRecord(impl->drained, osdp_cuda_compute_stream()));
     osdp_status s = wait_event(impl, impl->drained, "barrier's drain of the compute stream", 0, OSDP_BYTE,
                                impl->issued);
-    if (s == OSDP_OK && impl->nccl) {
-        CUDA_CHECK(cudaEventRecord(impl->drained, impl->stream));
-        s = wait_event(impl, impl->drained, "barrier's drain of the collective stream", 0, OSDP_BYTE, impl->issued);
-    }
+    if (s == OSDP_OK) s = drain_collectives(impl, "barrier's drain of the collective streams");
     if (s != OSDP_OK) return s;   /* no MPI barrier: a peer may be gone */
     MPI_Request r;
     int rc = MPI_Ibarrier(impl->mpi, &r);
@@ -467,8 +509,7 @@ static osdp_status nccl_wait(osdp_comm *c, osdp_request *req)
     if (slot->busy && slot->seq == seq) {
         if (impl->host_wait) return wait_slot(impl, slot);
         ncclResult_t async = ncclSuccess;
-        if (impl->nccl && ncclCommGetAsyncError(impl->nccl, &async) == ncclSuccess && async != ncclSuccess &&
-            async != ncclInProgress) {
+        if (async_error(impl, &async)) {
             char label[192];
             describe(label, sizeof label, slot->what, slot->count, slot->dtype, slot->seq);
             return nccl_fail(impl, async, label);
@@ -510,8 +551,9 @@ static osdp_status nccl_group_end(osdp_comm *c)
     if (!impl->in_group) return OSDP_OK;
     impl->in_group = 0;
     ncclResult_t r = ncclGroupEnd();
-    if (r == ncclInProgress) {   /* non-blocking communicator: the group is still being enqueued */
-        osdp_status s = settle(impl, r, "ncclGroupEnd of a group of collectives");
+    if (r == ncclInProgress) {   /* non-blocking communicators: the group is still being enqueued */
+        osdp_status s = settle(impl, impl->nccl, r, "ncclGroupEnd of a group of collectives");
+        if (s == OSDP_OK) s = settle(impl, impl->nccl_rs, r, "ncclGroupEnd of a group of collectives");
         if (s != OSDP_OK) {
             impl->group_n = 0;
             return s;
@@ -520,7 +562,7 @@ static osdp_status nccl_group_end(osdp_comm *c)
     }
     for (int i = 0; i < impl->group_n; i++) {
         impl->group[i]->deferred = 0;
-        if (r == ncclSuccess) CUDA_CHECK(cudaEventRecord(impl->group[i]->done, impl->stream));
+        if (r == ncclSuccess) CUDA_CHECK(cudaEventRecord(impl->group[i]->done, impl->group[i]->stream));
         else impl->group[i]->busy = 0;
     }
     impl->group_n = 0;
@@ -536,12 +578,15 @@ static void nccl_progress(osdp_comm *c) { (void)c; }
 static osdp_status teardown(nccl_comm_impl *impl)
 {
     if (!impl->nccl) return OSDP_OK;   /* aborted after an error: nothing to flush */
-    CUDA_CHECK(cudaEventRecord(impl->drained, impl->stream));
-    osdp_status s = wait_event(impl, impl->drained, "teardown's drain of the collective stream", 0, OSDP_BYTE,
-                               impl->issued);
-    if (s == OSDP_OK) s = settle(impl, ncclCommFinalize(impl->nccl), "ncclCommFinalize (teardown)");
+    osdp_status s = drain_collectives(impl, "teardown's drain of the collective streams");
+    if (s == OSDP_OK && impl->nccl_rs)
+        s = settle(impl, impl->nccl_rs, ncclCommFinalize(impl->nccl_rs), "ncclCommFinalize of the reduce-scatter "
+                   "communicator (teardown)");
+    if (s == OSDP_OK) s = settle(impl, impl->nccl, ncclCommFinalize(impl->nccl), "ncclCommFinalize (teardown)");
     if (s != OSDP_OK) return s;
+    if (impl->nccl_rs) ncclCommDestroy(impl->nccl_rs);
     ncclCommDestroy(impl->nccl);
+    impl->nccl_rs = NULL;
     impl->nccl = NULL;
     return OSDP_OK;
 }
@@ -563,6 +608,7 @@ static void nccl_destroy(osdp_comm *c)
     if (impl->ready) cudaEventDestroy(impl->ready);
     if (impl->drained) cudaEventDestroy(impl->drained);
     if (impl->stream) cudaStreamDestroy(impl->stream);
+    if (impl->stream_rs) cudaStreamDestroy(impl->stream_rs);
     MPI_Comm_free(&impl->mpi);
     free(impl);
     c->impl = NULL;
@@ -700,18 +746,30 @@ osdp_status osdp_comm_create_nccl(osdp_comm *c, const void *mpi_comm, int local_
     snprintf(label, sizeof label, "ncclCommInitRankConfig (rank %d of %d)", c->rank, c->size);
     r = ncclCommInitRankConfig(&impl->nccl, c->size, boot.id, c->rank, &config);
     if (r != ncclSuccess && r != ncclInProgress) impl->nccl = NULL;   /* no handle to poll */
-    s = r == ncclSuccess ? OSDP_OK : impl->nccl ? settle(impl, r, label) : nccl_fail(impl, r, label);
+    s = r == ncclSuccess ? OSDP_OK : impl->nccl ? settle(impl, impl->nccl, r, label) : nccl_fail(impl, r, label);
+    /* the reduce-scatters' communicator, split from it (same ranks, same
+     * order), so that their stream runs beside the all-gathers' */
+    if (s == OSDP_OK) {
+        ncclConfig_t rs_config = NCCL_CONFIG_INITIALIZER;
+        rs_config.blocking = 0;
+        r = ncclCommSplit(impl->nccl, 0, c->rank, &impl->nccl_rs, &rs_config);
+        if (r != ncclSuccess && r != ncclInProgress) impl->nccl_rs = NULL;
+        s = r == ncclSuccess ? OSDP_OK
+            : impl->nccl_rs ? settle(impl, impl->nccl_rs, r, "ncclCommSplit (the reduce-scatter communicator)")
+                            : nccl_fail(impl, r, "ncclCommSplit (the reduce-scatter communicator)");
+    }
     agreed = agree(impl->mpi, impl->timeout_s, s == OSDP_OK, &all_ok, "agreement on ncclCommInitRankConfig");
     if (s == OSDP_OK && agreed != OSDP_OK) s = agreed;
     if (s == OSDP_OK && !all_ok) s = osdp_error_set(OSDP_ERR_COMM, "ncclCommInitRankConfig failed on another rank");
     if (s != OSDP_OK) {
-        if (impl->nccl) ncclCommAbort(impl->nccl);
+        abort_comms(impl);
         MPI_Comm_free(&impl->mpi);
         free(impl);
         return s;
     }
 
     CUDA_CHECK(cudaStreamCreateWithFlags(&impl->stream, cudaStreamNonBlocking));
+    CUDA_CHECK(cudaStreamCreateWithFlags(&impl->stream_rs, cudaStreamNonBlocking));
     CUDA_CHECK(cudaEventCreateWithFlags(&impl->ready, cudaEventDisableTiming));
     CUDA_CHECK(cudaEventCreateWithFlags(&impl->drained, cudaEventDisableTiming));
     for (int i = 0; i < MAX_PENDING; i++)
