@@ -651,7 +651,8 @@ static osdp_status warm_up(osdp_comm *c)
     if (cudaMalloc(&full, full_bytes) != cudaSuccess || cudaMalloc(&shard, per_rank[1] * sizeof(float)) != cudaSuccess) {
         (void)cudaGetLastError();
         cudaFree(full);
-        return osdp_error_set(OSDP_ERR_OOM, "NCCL warm-up: no device memory for %zu bytes", 2 * full_bytes);
+        return osdp_error_set(OSDP_ERR_OOM, "NCCL warm-up: no device memory for %zu bytes",
+                              full_bytes + per_rank[1] * sizeof(float));
     }
     CUDA_CHECK(cudaMemset(full, 0, full_bytes));
     CUDA_CHECK(cudaMemset(shard, 0, per_rank[1] * sizeof(float)));
