@@ -32,9 +32,10 @@
  * bits of osdp_bf16_from_float.  Large cases run the products in several
  * chunks of the bounded bf16 staging.
  *
- * The allocator is checked for stream-ordered reuse (a block freed behind
- * queued work and handed out again), the NCCL backend for more requests in
- * flight than it has slots.
+ * Layernorm runs at a small shape and at GPT-2's C = 768 over 4096 rows
+ * (the GPU's two-pass dw/db sums in 32 chunks).  The allocator is checked
+ * for stream-ordered reuse (a block freed behind queued work and handed out
+ * again), the NCCL backend for more requests in flight than it has slots.
  *
  * Without a usable GPU the test prints "SKIP: no CUDA device (reason)" and
  * exits 77, automake's code for a skipped test. */
@@ -339,9 +340,12 @@ static void expect_same_as(const char *tag, const char *name, const float *d1, c
     expect_same_device(what, d1, d2, n);
 }
 
-static void check_layernorm(const osdp_compute_backend *c, const osdp_compute_backend *d, uint64_t seed)
+/* BT x C: small (one chunk of the GPU's two-pass dw/db sums), or GPT-2's
+ * C = 768 over 4096 rows (32 chunks) */
+static void check_layernorm(const osdp_compute_backend *c, const osdp_compute_backend *d, uint64_t seed, int BT,
+                            int C)
 {
-    const int BT = 45, C = 72, bf16 = d->weight_dtype == OSDP_BFLOAT16;
+    const int bf16 = d->weight_dtype == OSDP_BFLOAT16;
     const size_t n = (size_t)BT * C, wsize = bf16 ? sizeof(uint16_t) : sizeof(float);
     const char *tag = bf16 ? "bf16 layernorm" : "layernorm";
     float *x = rand_floats(n, -2, 2, seed), *wf = rand_floats(C, 0.5f, 1.5f, seed + 1), *bf = rand_floats(C, -1, 1, seed + 2);
@@ -387,7 +391,8 @@ static void check_layernorm(const osdp_compute_backend *c, const osdp_compute_ba
 
 START_TEST(test_layernorm)
 {
-    check_layernorm(cpu, gpu, 30);
+    check_layernorm(cpu, gpu, 30, 45, 72);
+    check_layernorm(cpu, gpu, 31, 4096, 768);
 }
 END_TEST
 
@@ -817,7 +822,8 @@ END_TEST
 
 START_TEST(test_bf16_layernorm)
 {
-    check_layernorm(cpu16, gpu16, 160);
+    check_layernorm(cpu16, gpu16, 160, 45, 72);
+    check_layernorm(cpu16, gpu16, 161, 4096, 768);
 }
 END_TEST
 
