@@ -21,9 +21,11 @@
  * the other, so that a prefetch's all-gather never queues behind the
  * previous operator's reduce-scatter; each communicator's collectives are
  * issued in the same order on every rank, so the two never wait for each
- * other.  The streams are created non-blocking so that the synchronous
- * cudaMemcpy of the compute backend's to_host (legacy default stream) is
- * never held up behind an in-flight prefetch.  Before each collective an
+ * other (OSDP_NCCL_ONE_STREAM=1: one communicator and stream for all, to
+ * tell the two set-ups apart on a first run).  The streams are created
+ * non-blocking so that the synchronous cudaMemcpy of the compute backend's
+ * to_host (legacy default stream) is never held up behind an in-flight
+ * prefetch.  Before each collective an
  * event is recorded on the compute stream and both collective streams wait
  * for it: everything queued before the call (the kernels that produced the
  * input, and whatever the legacy stream ran before them) is finished before
@@ -115,8 +117,9 @@ typedef struct nccl_comm_impl {
     MPI_Comm mpi;          /* bootstrap, barrier, host-buffer fallback */
     ncclComm_t nccl;       /* all-gathers, all-reduces, broadcasts; NULL once aborted after an error */
     cudaStream_t stream;   /* their stream */
-    ncclComm_t nccl_rs;    /* reduce-scatters (split from nccl); aborted with it */
-    cudaStream_t stream_rs;/* their stream: a prefetch's all-gather never queues behind a reduce-scatter */
+    ncclComm_t nccl_rs;    /* reduce-scatters (split from nccl), aborted with it; NULL: they use nccl */
+    cudaStream_t stream_rs;/* their stream: a prefetch's all-gather never queues behind a reduce-scatter;
+                              NULL with nccl_rs (OSDP_NCCL_ONE_STREAM=1: one stream for all) */
     cudaEvent_t ready;     /* recorded on the compute stream before each collective */
     cudaEvent_t drained;   /* barrier: recorded on the collective stream */
     double timeout_s;      /* OSDP_COMM_TIMEOUT_S; 0: no timeout */
@@ -425,8 +428,9 @@ static osdp_status nccl_reduce_scatter(osdp_comm *c, const void *full, void *sha
         return host_wait(impl, rc, &r, "reduce-scatter (host buffers)", count * (size_t)c->size, t);
     }
     order_after_compute(impl);
-    return finish(impl, impl->nccl_rs, impl->stream_rs,
-                  ncclReduceScatter(full, shard, count, nccl_type(t), ncclSum, impl->nccl_rs, impl->stream_rs), req,
+    ncclComm_t comm = impl->nccl_rs ? impl->nccl_rs : impl->nccl;
+    cudaStream_t stream = impl->stream_rs ? impl->stream_rs : impl->stream;
+    return finish(impl, comm, stream, ncclReduceScatter(full, shard, count, nccl_type(t), ncclSum, comm, stream), req,
                   "reduce-scatter", count * (size_t)c->size, t);
 }
 
@@ -553,7 +557,8 @@ static osdp_status nccl_group_end(osdp_comm *c)
     ncclResult_t r = ncclGroupEnd();
     if (r == ncclInProgress) {   /* non-blocking communicators: the group is still being enqueued */
         osdp_status s = settle(impl, impl->nccl, r, "ncclGroupEnd of a group of collectives");
-        if (s == OSDP_OK) s = settle(impl, impl->nccl_rs, r, "ncclGroupEnd of a group of collectives");
+        if (s == OSDP_OK && impl->nccl_rs)
+            s = settle(impl, impl->nccl_rs, r, "ncclGroupEnd of a group of collectives");
         if (s != OSDP_OK) {
             impl->group_n = 0;
             return s;
@@ -749,8 +754,11 @@ osdp_status osdp_comm_create_nccl(osdp_comm *c, const void *mpi_comm, int local_
     if (r != ncclSuccess && r != ncclInProgress) impl->nccl = NULL;   /* no handle to poll */
     s = r == ncclSuccess ? OSDP_OK : impl->nccl ? settle(impl, impl->nccl, r, label) : nccl_fail(impl, r, label);
     /* the reduce-scatters' communicator, split from it (same ranks, same
-     * order), so that their stream runs beside the all-gathers' */
-    if (s == OSDP_OK) {
+     * order), so that their stream runs beside the all-gathers'; every rank
+     * must make the same choice (OSDP_NCCL_ONE_STREAM=1 in the job's
+     * environment: one communicator and stream for all, for diagnosis) */
+    const char *one_stream = getenv("OSDP_NCCL_ONE_STREAM");
+    if (s == OSDP_OK && !(one_stream && strcmp(one_stream, "1") == 0)) {
         ncclConfig_t rs_config = NCCL_CONFIG_INITIALIZER;
         rs_config.blocking = 0;
         r = ncclCommSplit(impl->nccl, 0, c->rank, &impl->nccl_rs, &rs_config);
@@ -770,7 +778,7 @@ osdp_status osdp_comm_create_nccl(osdp_comm *c, const void *mpi_comm, int local_
     }
 
     CUDA_CHECK(cudaStreamCreateWithFlags(&impl->stream, cudaStreamNonBlocking));
-    CUDA_CHECK(cudaStreamCreateWithFlags(&impl->stream_rs, cudaStreamNonBlocking));
+    if (impl->nccl_rs) CUDA_CHECK(cudaStreamCreateWithFlags(&impl->stream_rs, cudaStreamNonBlocking));
     CUDA_CHECK(cudaEventCreateWithFlags(&impl->ready, cudaEventDisableTiming));
     CUDA_CHECK(cudaEventCreateWithFlags(&impl->drained, cudaEventDisableTiming));
     for (int i = 0; i < MAX_PENDING; i++)
