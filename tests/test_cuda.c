@@ -32,9 +32,10 @@
  * bits of osdp_bf16_from_float.  Large cases run the products in several
  * chunks of the bounded bf16 staging.
  *
- * The allocator is checked for stream-ordered reuse (a block freed behind
- * queued work and handed out again), the NCCL backend for more requests in
- * flight than it has slots.
+ * Layernorm runs at a small shape and at GPT-2's C = 768 over 4096 rows
+ * (the GPU's two-pass dw/db sums in 32 chunks).  The allocator is checked
+ * for stream-ordered reuse (a block freed behind queued work and handed out
+ * again), the NCCL backend for more requests in flight than it has slots.
  *
  * Without a usable GPU the test prints "SKIP: no CUDA device (reason)" and
  * exits 77, automake's code for a skipped test. */
@@ -237,9 +238,13 @@ START_TEST(test_memory_pool)
     gpu->free(a);
     float *c = gpu->alloc(n * sizeof(float));                       /* likely a's block again */
     ck_assert(c != NULL);
+    /* alloc does not fill (compute.h: contents undefined); the new owner's
+     * writes, queued after the work that read the old owner's data, must
+     * not reach that work */
+    gpu->fill_zero(c, n * sizeof(float));
     float *zero = falloc(n);
     memset(zero, 0, n * sizeof(float));
-    expect_bitwise("new block (zero-filled)", zero, c, n);
+    expect_bitwise("new block after fill_zero", zero, c, n);
     float *want = falloc(n);
     for (size_t i = 0; i < n; i++) {
         float v = 0.0f;
@@ -341,9 +346,12 @@ static void expect_same_as(const char *tag, const char *name, const float *d1, c
     expect_same_device(what, d1, d2, n);
 }
 
-static void check_layernorm(const osdp_compute_backend *c, const osdp_compute_backend *d, uint64_t seed)
+/* BT x C: small (one chunk of the GPU's two-pass dw/db sums), or GPT-2's
+ * C = 768 over 4096 rows (32 chunks) */
+static void check_layernorm(const osdp_compute_backend *c, const osdp_compute_backend *d, uint64_t seed, int BT,
+                            int C)
 {
-    const int BT = 45, C = 72, bf16 = d->weight_dtype == OSDP_BFLOAT16;
+    const int bf16 = d->weight_dtype == OSDP_BFLOAT16;
     const size_t n = (size_t)BT * C, wsize = bf16 ? sizeof(uint16_t) : sizeof(float);
     const char *tag = bf16 ? "bf16 layernorm" : "layernorm";
     float *x = rand_floats(n, -2, 2, seed), *wf = rand_floats(C, 0.5f, 1.5f, seed + 1), *bf = rand_floats(C, -1, 1, seed + 2);
@@ -389,7 +397,8 @@ static void check_layernorm(const osdp_compute_backend *c, const osdp_compute_ba
 
 START_TEST(test_layernorm)
 {
-    check_layernorm(cpu, gpu, 30);
+    check_layernorm(cpu, gpu, 30, 45, 72);
+    check_layernorm(cpu, gpu, 31, 4096, 768);
 }
 END_TEST
 
@@ -521,6 +530,31 @@ START_TEST(test_crossentropy)
 {
     run_crossentropy(9, 100, 70);
     run_crossentropy(4, 50257, 71);
+}
+END_TEST
+
+/* logit gaps beyond fp32 exp's range (89, the 1238.2 of a real run, 1e4):
+ * the loss is max + log-sum-exp - target logit on both backends, finite */
+START_TEST(test_crossentropy_large_gap)
+{
+    const int BT = 3, V = 1000;
+    const float gaps[3] = {89.0f, 1238.2f, 1.0e4f};
+    float *logits = rand_floats((size_t)BT * V, -4, 4, 72), *losses = nan_floats(BT);
+    int tgt[3] = {3, 500, 999};
+    for (int i = 0; i < BT; i++) logits[(size_t)i * V + tgt[i]] = -gaps[i];
+    float *g_probs = upf(logits, (size_t)BT * V), *g_losses = upf(losses, BT);
+    int *g_tgt = up(tgt, sizeof tgt);
+    cpu->crossentropy_forward(losses, logits, tgt, BT, V);
+    gpu->crossentropy_forward(g_losses, g_probs, g_tgt, BT, V);
+    float *got = down(g_losses, BT);
+    for (int i = 0; i < BT; i++) {
+        ck_assert_msg(isfinite(losses[i]) && isfinite(got[i]), "gap %g: losses cpu %g, cuda %g", (double)gaps[i],
+                      (double)losses[i], (double)got[i]);
+        ck_assert_msg(losses[i] > gaps[i], "gap %g: cpu loss %g below the gap", (double)gaps[i], (double)losses[i]);
+    }
+    expect_close("crossentropy losses (large gaps)", losses, g_losses, BT);
+    gpu->free(g_probs), gpu->free(g_losses), gpu->free(g_tgt);
+    free(logits), free(losses), free(got);
 }
 END_TEST
 
@@ -794,7 +828,8 @@ END_TEST
 
 START_TEST(test_bf16_layernorm)
 {
-    check_layernorm(cpu16, gpu16, 160);
+    check_layernorm(cpu16, gpu16, 160, 45, 72);
+    check_layernorm(cpu16, gpu16, 161, 4096, 768);
 }
 END_TEST
 
@@ -904,6 +939,7 @@ static Suite *cuda_suite(void)
 {
     const TTest *cuda_vs_cpu[] = {test_memory, test_memory_pool, test_matmul_forward, test_matmul_backward,
                                   test_layernorm, test_gelu, test_attention, test_embedding, test_crossentropy,
+                                  test_crossentropy_large_gap,
                                   test_residual_accumulate, test_sums, test_adamw, test_tables, test_bf16_convert,
                                   test_bf16_matmul_forward, test_bf16_matmul_backward, test_bf16_layernorm,
                                   test_bf16_attention, test_bf16_embedding, test_nccl_one_rank,

@@ -802,6 +802,35 @@ START_TEST(test_crossentropy_large_logits)
 }
 END_TEST
 
+START_TEST(test_crossentropy_large_gap)
+{
+    /* a target logit far below the max: its probability underflows to 0 in
+     * fp32 (exp(-88) is the smallest normal), yet the loss, max + log-sum-exp
+     * - target logit, is finite and exact: 1238.2 is the gap seen in a run
+     * that -log p[target] stopped as "diverged" */
+    const int BT = 3, V = 4;
+    const int targets[3] = {0, 2, 3};
+    const float gaps[3] = {89.0f, 1238.2f, 1.0e4f};
+    float probs[12], losses[3];
+    double want[3];
+    for (int i = 0; i < BT; i++) {
+        /* row: {-gap, 0, -gap, -gap} shifted by 50, target at -gap */
+        for (int j = 0; j < V; j++) probs[i * V + j] = 50.0f - (j == 1 ? 0.0f : gaps[i]);
+        double l[4];
+        for (int j = 0; j < V; j++) l[j] = probs[i * V + j];
+        want[i] = ce_ref_loss(l, targets[i], V);
+    }
+    crossentropy_forward(losses, probs, targets, BT, V);
+    for (int i = 0; i < BT; i++) {
+        ck_assert_msg(isfinite(losses[i]), "gap %g: loss %g is not finite", (double)gaps[i], (double)losses[i]);
+        ck_assert_msg(fabs(losses[i] - want[i]) <= 1e-6 * want[i], "gap %g: loss %.9g, want %.9g",
+                      (double)gaps[i], (double)losses[i], want[i]);
+        ck_assert_msg(probs[i * V + 1] == 1.0f, "gap %g: the max's probability %.9g, want 1", (double)gaps[i],
+                      (double)probs[i * V + 1]);
+    }
+}
+END_TEST
+
 /* ----------------------------------------------------------------- residual */
 
 START_TEST(test_residual)
@@ -884,8 +913,8 @@ static Suite *kernels_suite(void)
 {
     const TTest *core[] = {test_matmul_forward, test_matmul_backward, test_matmul_backward_accumulate, test_layernorm,
                            test_gelu, test_attention_forward, test_attention_backward, test_attention_deterministic,
-                           test_embedding, test_crossentropy, test_crossentropy_large_logits, test_residual,
-                           test_threads_bitwise, NULL};
+                           test_embedding, test_crossentropy, test_crossentropy_large_logits,
+                           test_crossentropy_large_gap, test_residual, test_threads_bitwise, NULL};
     const osdp_check_case cases[] = {
         {.name = "core", .tests = core},
     };

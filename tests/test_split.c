@@ -117,7 +117,7 @@ END_TEST
 
 typedef struct slice_log {
     int order[4 * OSDP_MAX_SLICES], n;
-    const float **weights;
+    const void **weights;   /* the operator reads its weights as const void * (osdp/gpt.h) */
     float **copies;
 } slice_log;
 
@@ -178,7 +178,7 @@ START_TEST(test_sliced_equals_unsplit)
                 size_t bounds[OSDP_MAX_SLICES + 1];
                 ck_assert(osdp_op_split(op, g, bounds) == OSDP_OK);
                 float *copies[OSDP_MAX_SLICES], *grads[OSDP_MAX_SLICES];
-                const float *weights[OSDP_MAX_SLICES] = {0};
+                const void *weights[OSDP_MAX_SLICES] = {0};
                 for (int s = 0; s < g; s++) {
                     size_t n = bounds[s + 1] - bounds[s];
                     copies[s] = malloc(n * sizeof(float));

@@ -72,6 +72,12 @@ osdp_status osdp_comm_create_mpi(osdp_comm *c, const void *mpi_comm);
 osdp_status osdp_comm_create_nccl(osdp_comm *c, const void *mpi_comm, int local_device);
 #endif
 
+/* *value = its largest over the ranks of mpi_comm (an MPI_Comm passed as
+ * void*), waited for within the communication timeout (OSDP_COMM_TIMEOUT_S):
+ * for the host-side agreements made once per step outside a backend (the
+ * stop-signal check); `what` names it in the time-out message. */
+osdp_status osdp_comm_max_int(const void *mpi_comm, int *value, const char *what);
+
 /* req == NULL: blocking.  Otherwise the call starts and osdp_comm_wait completes it. */
 osdp_status osdp_comm_all_gather(osdp_comm *c, const void *shard, void *full, size_t count, osdp_dtype t, osdp_request *req);
 osdp_status osdp_comm_reduce_scatter(osdp_comm *c, const void *full, void *shard, size_t count, osdp_dtype t, osdp_request *req);

@@ -63,7 +63,8 @@ void embedding_backward(float *dwte, float *dwpe, const float *dx,
                         const int *tokens, int B, int T, int C);
 
 /* In: logits (BT,V) in `probs`; out: softmax probabilities in place and
- * losses (BT) = -log p[target]. */
+ * losses (BT) = -log p[target], computed as log-sum-exp of the logits minus
+ * the target's logit (finite for any logit gap). */
 void crossentropy_forward(float *losses, float *probs, const int *targets,
                           int BT, int V);
 /* dlogits (BT,V) = scale * (probs - onehot(target))  (overwrite; dlogits may alias probs) */

@@ -2,6 +2,7 @@
 #define _XOPEN_SOURCE 700
 #include "config.h"
 #include "osdp/train_checkpoint.h"
+#include "osdp/comm.h"
 #include "options.h"
 
 #include <dirent.h>
@@ -423,7 +424,7 @@ osdp_status osdp_train_ckpt_after_step(osdp_train_ckpt *tc, int *stop)
 {
     *stop = 0;
     int sig = g_signal;
-    MPI_Allreduce(MPI_IN_PLACE, &sig, 1, MPI_INT, MPI_MAX, tc->comm);
+    if (osdp_comm_max_int(&tc->comm, &sig, "all-reduce of the stop-signal check") != OSDP_OK) return OSDP_ERR_COMM;
     if (sig) {
         osdp_status s = OSDP_OK;
         if (tc->dir && tc->last_saved != tc->rt->step) s = osdp_train_ckpt_save_now(tc);

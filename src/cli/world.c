@@ -69,6 +69,7 @@ _Noreturn void osdp_fatal(osdp_status code, const char *msg)
 
 void osdp_check_all(osdp_status s)
 {
+    if (s == OSDP_ERR_COMM) osdp_fatal(s, osdp_error_message());   /* a peer is gone or stuck: no agreement */
     s = osdp_status_agree(s, MPI_COMM_WORLD);
     if (s == OSDP_OK) return;
     int rank;

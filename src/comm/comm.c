@@ -1,6 +1,9 @@
 /* Backend-independent collective wrappers: traffic accounting + dispatch. */
 #include "osdp/comm.h"
+#include "comm_internal.h"
 
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -10,17 +13,45 @@ const char *osdp_collective_name(osdp_collective c)
     return c < OSDP_COLL_N_TYPES ? names[c] : "?";
 }
 
-static double wall(void)
+double osdp_comm_now(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+double osdp_comm_timeout_from_env(int rank)
+{
+    const char *name = "OSDP_COMM_TIMEOUT_S";
+    const char *v = getenv(name);
+    if (!v || !*v) {
+        name = "OSDP_NCCL_TIMEOUT_S";
+        v = getenv(name);
+    }
+    if (!v || !*v) return OSDP_COMM_DEFAULT_TIMEOUT_S;
+    char *end;
+    double t = strtod(v, &end);
+    if (end != v && *end == '\0' && t >= 0 && t < 1e12) return t;
+    if (rank == 0)
+        fprintf(stderr, "osdp_gpt: warning: %s=%s is not a number of seconds >= 0; using %.0f\n", name, v,
+                OSDP_COMM_DEFAULT_TIMEOUT_S);
+    return OSDP_COMM_DEFAULT_TIMEOUT_S;
+}
+
+void osdp_comm_describe(char *buf, size_t n, const char *what, size_t count, osdp_dtype dtype,
+                        unsigned long long seq)
+{
+    if (count)
+        snprintf(buf, n, "%s of %zu %s elements (collective #%llu of this rank)", what, count, osdp_dtype_name(dtype),
+                 seq);
+    else
+        snprintf(buf, n, "%s (after collective #%llu of this rank)", what, seq);
+}
+
 /* a blocking call (req NULL) counts as waited in full */
 static osdp_status timed(osdp_comm *c, osdp_request *req, double t0, osdp_status s)
 {
-    if (!req) c->traffic.wait_seconds += wall() - t0;
+    if (!req) c->traffic.wait_seconds += osdp_comm_now() - t0;
     return s;
 }
 
@@ -34,28 +65,28 @@ static void account(osdp_comm *c, osdp_collective type, size_t full_bytes, doubl
 osdp_status osdp_comm_all_gather(osdp_comm *c, const void *shard, void *full, size_t count, osdp_dtype t, osdp_request *req)
 {
     account(c, OSDP_COLL_ALL_GATHER, count * (size_t)c->size * osdp_dtype_size(t), (double)(c->size - 1) / c->size);
-    double t0 = wall();
+    double t0 = osdp_comm_now();
     return timed(c, req, t0, c->ops->all_gather(c, shard, full, count, t, req));
 }
 
 osdp_status osdp_comm_reduce_scatter(osdp_comm *c, const void *full, void *shard, size_t count, osdp_dtype t, osdp_request *req)
 {
     account(c, OSDP_COLL_REDUCE_SCATTER, count * (size_t)c->size * osdp_dtype_size(t), (double)(c->size - 1) / c->size);
-    double t0 = wall();
+    double t0 = osdp_comm_now();
     return timed(c, req, t0, c->ops->reduce_scatter(c, full, shard, count, t, req));
 }
 
 osdp_status osdp_comm_all_reduce(osdp_comm *c, void *buf, size_t count, osdp_dtype t, osdp_request *req)
 {
     account(c, OSDP_COLL_ALL_REDUCE, count * osdp_dtype_size(t), 2.0 * (c->size - 1) / c->size);
-    double t0 = wall();
+    double t0 = osdp_comm_now();
     return timed(c, req, t0, c->ops->all_reduce(c, buf, count, t, req));
 }
 
 osdp_status osdp_comm_broadcast(osdp_comm *c, void *buf, size_t bytes, int root, osdp_request *req)
 {
     account(c, OSDP_COLL_BROADCAST, bytes, c->rank == root ? 1.0 : 0.0);
-    double t0 = wall();
+    double t0 = osdp_comm_now();
     return timed(c, req, t0, c->ops->broadcast(c, buf, bytes, root, req));
 }
 
@@ -64,9 +95,9 @@ osdp_status osdp_comm_barrier(osdp_comm *c) { return c->ops->barrier(c); }
 osdp_status osdp_comm_wait(osdp_comm *c, osdp_request *req)
 {
     if (!req || !req->impl) return OSDP_OK;
-    double t0 = wall();
+    double t0 = osdp_comm_now();
     osdp_status s = c->ops->wait(c, req);
-    c->traffic.wait_seconds += wall() - t0;
+    c->traffic.wait_seconds += osdp_comm_now() - t0;
     return s;
 }
 

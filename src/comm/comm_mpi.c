@@ -3,17 +3,40 @@
  * Every collective is issued in its non-blocking form, and the blocking form
  * is start + wait: MPICH may pick a different algorithm (and so a different
  * summation order) for MPI_Reduce_scatter_block than for its non-blocking
- * twin, and we want results that do not depend on whether prefetch is on. */
+ * twin, and we want results that do not depend on whether prefetch is on.
+ *
+ * Hangs.  Every wait (the blocking forms, wait, the barrier) polls its
+ * request with MPI_Test for at most the communication timeout
+ * (osdp_comm_timeout_from_env: OSDP_COMM_TIMEOUT_S, default 600 s); a rank
+ * that stops (stopped, swapping, stuck in a different collective) then
+ * makes its peers return OSDP_ERR_COMM naming the collective that was
+ * pending, which the training loop turns into a message and MPI_Abort of
+ * the job, instead of every rank waiting until the job's time limit.  A rank
+ * that dies is the launcher's to report: mpiexec and srun
+ * --kill-on-bad-exit end the others. */
 #include "osdp/comm.h"
+#include "comm_internal.h"
 
 #include <mpi.h>
+#include <sched.h>
 #include <stdlib.h>
 
 #define MAX_PENDING 64
 
+/* what a pending request is, for the time-out message */
+typedef struct mpi_pending {
+    const char *what;
+    size_t count;
+    osdp_dtype dtype;
+    unsigned long long seq;
+} mpi_pending;
+
 typedef struct mpi_comm_impl {
     MPI_Comm comm;
     MPI_Request pending[MAX_PENDING];   /* requests handed out, for progress() */
+    mpi_pending about[MAX_PENDING];
+    unsigned long long issued;          /* collectives started on this rank */
+    double timeout_s;                   /* 0: wait for ever */
 } mpi_comm_impl;
 
 static MPI_Datatype mpi_type(osdp_dtype t)
@@ -36,17 +59,43 @@ static osdp_status mpi_error(int rc, const char *what)
     return osdp_error_set(OSDP_ERR_COMM, "%s failed: %s", what, msg);
 }
 
+osdp_status osdp_comm_mpi_wait(MPI_Request *req, double timeout_s, const char *label)
+{
+    const double start = osdp_comm_now();
+    for (unsigned long polls = 0;; polls++) {
+        int done = 0;
+        int rc = MPI_Test(req, &done, MPI_STATUS_IGNORE);
+        if (rc != MPI_SUCCESS) return mpi_error(rc, label);
+        if (done) return OSDP_OK;
+        /* the clock every 256 polls: MPI_Test is the cheaper call */
+        if (timeout_s > 0 && (polls & 255) == 255 && osdp_comm_now() - start > timeout_s)
+            return osdp_error_set(OSDP_ERR_COMM,
+                                  "MPI %s did not complete within %g s (OSDP_COMM_TIMEOUT_S): a peer rank died, "
+                                  "hangs, or called a different collective",
+                                  label, timeout_s);
+        if ((polls & 1023) == 1023) sched_yield();   /* let a rank sharing the core run */
+    }
+}
+
+/* The timed wait of the request in slot i (its description in about[i]). */
+static osdp_status wait_slot(mpi_comm_impl *impl, int i)
+{
+    char label[192];
+    const mpi_pending *p = &impl->about[i];
+    osdp_comm_describe(label, sizeof label, p->what, p->count, p->dtype, p->seq);
+    return osdp_comm_mpi_wait(&impl->pending[i], impl->timeout_s, label);
+}
+
 /* Park a started request in a slot; blocking callers wait on it at once. */
-static osdp_status finish(osdp_comm *c, MPI_Request r, osdp_request *req, const char *what)
+static osdp_status finish(osdp_comm *c, MPI_Request r, osdp_request *req, const char *what, size_t count,
+                          osdp_dtype dtype)
 {
     mpi_comm_impl *impl = c->impl;
-    if (!req) {
-        int rc = MPI_Wait(&r, MPI_STATUS_IGNORE);
-        return rc == MPI_SUCCESS ? OSDP_OK : mpi_error(rc, what);
-    }
     for (int i = 0; i < MAX_PENDING; i++)
         if (impl->pending[i] == MPI_REQUEST_NULL) {
             impl->pending[i] = r;
+            impl->about[i] = (mpi_pending){what, count, dtype, ++impl->issued};
+            if (!req) return wait_slot(impl, i);   /* sets the slot back to MPI_REQUEST_NULL */
             req->impl = &impl->pending[i];
             return OSDP_OK;
         }
@@ -58,7 +107,8 @@ static osdp_status mpi_all_gather(osdp_comm *c, const void *shard, void *full, s
     mpi_comm_impl *impl = c->impl;
     MPI_Request r;
     int rc = MPI_Iallgather(shard, (int)count, mpi_type(t), full, (int)count, mpi_type(t), impl->comm, &r);
-    return rc == MPI_SUCCESS ? finish(c, r, req, "MPI_Iallgather") : mpi_error(rc, "MPI_Iallgather");
+    return rc == MPI_SUCCESS ? finish(c, r, req, "all-gather", count * (size_t)c->size, t)
+                             : mpi_error(rc, "MPI_Iallgather");
 }
 
 /* MPI has no bf16 type: bf16 travels as 16-bit words, which MPI_SUM would add
@@ -76,7 +126,8 @@ static osdp_status mpi_reduce_scatter(osdp_comm *c, const void *full, void *shar
     osdp_status s = no_bf16_sum(t, "reduce-scatter");
     if (s != OSDP_OK) return s;
     int rc = MPI_Ireduce_scatter_block(full, shard, (int)count, mpi_type(t), MPI_SUM, impl->comm, &r);
-    return rc == MPI_SUCCESS ? finish(c, r, req, "MPI_Ireduce_scatter_block") : mpi_error(rc, "MPI_Ireduce_scatter_block");
+    return rc == MPI_SUCCESS ? finish(c, r, req, "reduce-scatter", count * (size_t)c->size, t)
+                             : mpi_error(rc, "MPI_Ireduce_scatter_block");
 }
 
 static osdp_status mpi_all_reduce(osdp_comm *c, void *buf, size_t count, osdp_dtype t, osdp_request *req)
@@ -86,7 +137,7 @@ static osdp_status mpi_all_reduce(osdp_comm *c, void *buf, size_t count, osdp_dt
     osdp_status s = no_bf16_sum(t, "all-reduce");
     if (s != OSDP_OK) return s;
     int rc = MPI_Iallreduce(MPI_IN_PLACE, buf, (int)count, mpi_type(t), MPI_SUM, impl->comm, &r);
-    return rc == MPI_SUCCESS ? finish(c, r, req, "MPI_Iallreduce") : mpi_error(rc, "MPI_Iallreduce");
+    return rc == MPI_SUCCESS ? finish(c, r, req, "all-reduce", count, t) : mpi_error(rc, "MPI_Iallreduce");
 }
 
 static osdp_status mpi_broadcast(osdp_comm *c, void *buf, size_t bytes, int root, osdp_request *req)
@@ -94,23 +145,24 @@ static osdp_status mpi_broadcast(osdp_comm *c, void *buf, size_t bytes, int root
     mpi_comm_impl *impl = c->impl;
     MPI_Request r;
     int rc = MPI_Ibcast(buf, (int)bytes, MPI_BYTE, root, impl->comm, &r);
-    return rc == MPI_SUCCESS ? finish(c, r, req, "MPI_Ibcast") : mpi_error(rc, "MPI_Ibcast");
+    return rc == MPI_SUCCESS ? finish(c, r, req, "broadcast", bytes, OSDP_BYTE) : mpi_error(rc, "MPI_Ibcast");
 }
 
 static osdp_status mpi_barrier(osdp_comm *c)
 {
     mpi_comm_impl *impl = c->impl;
-    int rc = MPI_Barrier(impl->comm);
-    return rc == MPI_SUCCESS ? OSDP_OK : mpi_error(rc, "MPI_Barrier");
+    MPI_Request r;
+    int rc = MPI_Ibarrier(impl->comm, &r);
+    return rc == MPI_SUCCESS ? finish(c, r, NULL, "barrier", 0, OSDP_BYTE) : mpi_error(rc, "MPI_Ibarrier");
 }
 
 static osdp_status mpi_wait(osdp_comm *c, osdp_request *req)
 {
-    (void)c;
+    mpi_comm_impl *impl = c->impl;
     MPI_Request *r = req->impl;
-    int rc = MPI_Wait(r, MPI_STATUS_IGNORE);   /* sets *r to MPI_REQUEST_NULL: the slot is free */
     req->impl = NULL;
-    return rc == MPI_SUCCESS ? OSDP_OK : mpi_error(rc, "MPI_Wait");
+    /* MPI_Test sets *r to MPI_REQUEST_NULL once complete: the slot is free */
+    return wait_slot(impl, (int)(r - impl->pending));
 }
 
 static void mpi_progress(osdp_comm *c)
@@ -147,6 +199,20 @@ static const osdp_comm_backend mpi_backend = {
     .destroy = mpi_destroy,
 };
 
+osdp_status osdp_comm_max_int(const void *mpi_comm, int *value, const char *what)
+{
+    static double timeout_s = -1;   /* read once: the warning for a bad value too */
+    MPI_Comm comm = *(const MPI_Comm *)mpi_comm;
+    if (timeout_s < 0) {
+        int rank = 0;
+        MPI_Comm_rank(comm, &rank);
+        timeout_s = osdp_comm_timeout_from_env(rank);
+    }
+    MPI_Request r;
+    int rc = MPI_Iallreduce(MPI_IN_PLACE, value, 1, MPI_INT, MPI_MAX, comm, &r);
+    return rc == MPI_SUCCESS ? osdp_comm_mpi_wait(&r, timeout_s, what) : mpi_error(rc, what);
+}
+
 osdp_status osdp_comm_create_mpi(osdp_comm *c, const void *mpi_comm)
 {
     mpi_comm_impl *impl = calloc(1, sizeof *impl);
@@ -158,6 +224,7 @@ osdp_status osdp_comm_create_mpi(osdp_comm *c, const void *mpi_comm)
     c->impl = impl;
     MPI_Comm_rank(impl->comm, &c->rank);
     MPI_Comm_size(impl->comm, &c->size);
+    impl->timeout_s = osdp_comm_timeout_from_env(c->rank);
     osdp_traffic_reset(&c->traffic);
     return OSDP_OK;
 }

@@ -1,9 +1,10 @@
 /* The NCCL communication backend (GPUs).
  *
  * Set-up: the communicator is bootstrapped over MPI (rank 0 makes the NCCL
- * unique id, MPI_Bcast hands it out, every rank calls ncclCommInitRank), and a
- * duplicate of the MPI communicator is kept for the barrier and for host
- * buffers (below).
+ * unique id, MPI_Bcast hands it out, every rank calls
+ * ncclCommInitRankConfig), a second one is split from it for the
+ * reduce-scatters (ncclCommSplit, NCCL >= 2.18), and a duplicate of the MPI
+ * communicator is kept for the barrier and for host buffers (below).
  *
  * Buffers.  NCCL moves device memory only.  The runtime must pass device
  * pointers (memory from the CUDA compute backend's alloc) to every
@@ -15,37 +16,66 @@
  * Mixing a host and a device buffer in one call is an error.  Every rank must
  * pass the same kind of memory to the same call.
  *
- * Ordering.  Collectives run on a stream of their own, created non-blocking so
- * that the synchronous cudaMemcpy/cudaMemset of the compute backend (legacy
- * default stream) are never held up behind an in-flight prefetch.  Before
- * each collective an event is recorded on the compute stream and the
- * collective stream waits for it: everything queued before the call (the
- * kernels that produced the input, and whatever the legacy stream ran before
- * them) is finished before NCCL reads or writes the buffers.
+ * Ordering.  Collectives run on two streams of their own: the
+ * reduce-scatters on one (with their own communicator), everything else on
+ * the other, so that a prefetch's all-gather never queues behind the
+ * previous operator's reduce-scatter; each communicator's collectives are
+ * issued in the same order on every rank, so the two never wait for each
+ * other (OSDP_NCCL_ONE_STREAM=1: one communicator and stream for all, to
+ * tell the two set-ups apart on a first run).  The streams are created
+ * non-blocking so that the synchronous cudaMemcpy of the compute backend's
+ * to_host (legacy default stream) is never held up behind an in-flight
+ * prefetch.  Before each collective an
+ * event is recorded on the compute stream and both collective streams wait
+ * for it: everything queued before the call (the kernels that produced the
+ * input, and whatever the legacy stream ran before them) is finished before
+ * NCCL reads or writes the buffers.
  *
  * Completion.  The non-blocking form records an event after the collective
  * (in one of MAX_PENDING slots) and returns a ticket for it in the request;
- * wait blocks the host until that event has completed (polling it, and
- * ncclCommGetAsyncError so that a failed peer gives an error rather than a
- * hang).  After wait the buffers are complete for the host and for any later
- * GPU work — the same guarantee as the MPI backend.  The blocking form is
- * start + wait.  progress is a no-op: NCCL progresses on the GPU by itself.
+ * wait makes the compute stream wait for that event on the GPU
+ * (cudaStreamWaitEvent) and returns at once, after a look at
+ * ncclCommGetAsyncError: the host goes on queueing kernels while the
+ * collective runs, and every later kernel, copy, free, to_host or
+ * collective on the buffers is ordered after it — the same guarantee as
+ * the MPI backend's for everything that reads device memory through the
+ * compute backend.  The host's own waits for the compute stream (to_host,
+ * synchronize, the sums) are polled within the timeout by the CUDA backend.
+ * OSDP_NCCL_HOST_WAIT=1 makes wait block the host until the event has
+ * completed instead (polling it and ncclCommGetAsyncError), as the blocking
+ * form always does (start + host wait).  progress is a no-op: NCCL
+ * progresses on the GPU by itself.  The traffic counters' wait time is then
+ * the host's blocked time only.
  *
  * Slots.  A ticket is (slot, issue number), so a request that is copied,
  * waited twice or never waited cannot confuse the slots.  When all slots are
  * in use, those whose collective has completed are taken back (a later wait on
  * their tickets returns at once: the collective is done), and if none has,
- * the host waits for the oldest one (the collectives complete in issue order
- * on the one stream; every rank issues them in the same order, so this never
+ * the host waits for the oldest one (every rank issues each communicator's
+ * collectives in the same order, so the oldest completes: this never
  * deadlocks).  Any number of requests may be in flight.
  *
- * Timeout.  A collective that does not complete within OSDP_NCCL_TIMEOUT_S
- * seconds of the host starting to wait for it (default 600; 0 waits for ever)
- * — a peer died, hangs, or called a different collective — aborts the NCCL
- * communicator (ncclCommAbort: the kernels stop) and returns OSDP_ERR_COMM
- * with a message naming the collective, its size and the timeout; every later
- * call on device buffers returns OSDP_ERR_COMM.  The training loop turns an
- * error of a step into osdp_fatal, i.e. MPI_Abort of the whole job.
+ * Timeout.  Every wait of this backend is bounded by the communication
+ * timeout (osdp_comm_timeout_from_env: OSDP_COMM_TIMEOUT_S or
+ * OSDP_NCCL_TIMEOUT_S, default 600 s; 0 waits for ever): a collective the
+ * host waits for, NCCL's set-up (the communicator is non-blocking, config
+ * .blocking = 0: ncclCommInitRankConfig returns at once and its completion
+ * is polled), every NCCL call that returns ncclInProgress (lazy connection
+ * set-up at a first collective), the warm-up, the barrier's drains, the
+ * host-buffer MPI fallback, and the teardown (ncclCommFinalize, polled,
+ * before ncclCommDestroy).  A peer that died, hangs, or called a different
+ * collective then aborts the NCCL communicator (ncclCommAbort: the kernels
+ * stop) and returns OSDP_ERR_COMM with a message naming what was pending,
+ * its size and the timeout; every later call on device buffers returns
+ * OSDP_ERR_COMM.  The training loop turns an error of a step into
+ * osdp_fatal, i.e. MPI_Abort of the whole job; the teardown, which has no
+ * caller to return to, prints its message and aborts the job itself.
+ *
+ * Memory.  NCCL allocates its buffers when a connection is first used (an
+ * algorithm, a protocol, NVLS on NVSwitch nodes), i.e. after the compute
+ * backend's pool may hold most of the card.  create runs each collective
+ * once, small and large, right after init (the warm-up), so that these
+ * buffers exist before the runtime allocates.
  *
  * Barrier: the work queued on the compute stream and on the collective stream
  * is finished on this rank (the latter within the timeout), then
@@ -56,6 +86,7 @@
  * the backend table of osdp/comm.h cannot express yet: not done here. */
 #include "config.h"
 #include "osdp/comm.h"
+#include "comm_internal.h"
 #include "../cuda/cuda_check.h"
 
 #include <mpi.h>
@@ -65,11 +96,11 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #define MAX_PENDING 64
 #define MAX_GROUP 32   /* collectives in one ncclGroupStart/End (at most half the slots) */
-#define DEFAULT_TIMEOUT_S 600.0
 
 typedef struct nccl_slot {
     cudaEvent_t done;
@@ -79,15 +110,20 @@ typedef struct nccl_slot {
     size_t count;
     osdp_dtype dtype;
     int deferred;            /* issued inside a group: its event is recorded at the group's end */
+    cudaStream_t stream;     /* the stream the collective runs on */
 } nccl_slot;
 
 typedef struct nccl_comm_impl {
     MPI_Comm mpi;          /* bootstrap, barrier, host-buffer fallback */
-    ncclComm_t nccl;       /* NULL once aborted after an error */
-    cudaStream_t stream;   /* collectives */
+    ncclComm_t nccl;       /* all-gathers, all-reduces, broadcasts; NULL once aborted after an error */
+    cudaStream_t stream;   /* their stream */
+    ncclComm_t nccl_rs;    /* reduce-scatters (split from nccl), aborted with it; NULL: they use nccl */
+    cudaStream_t stream_rs;/* their stream: a prefetch's all-gather never queues behind a reduce-scatter;
+                              NULL with nccl_rs (OSDP_NCCL_ONE_STREAM=1: one stream for all) */
     cudaEvent_t ready;     /* recorded on the compute stream before each collective */
     cudaEvent_t drained;   /* barrier: recorded on the collective stream */
-    double timeout_s;      /* OSDP_NCCL_TIMEOUT_S; 0: no timeout */
+    double timeout_s;      /* OSDP_COMM_TIMEOUT_S; 0: no timeout */
+    int host_wait;         /* OSDP_NCCL_HOST_WAIT=1: wait blocks the host (else the compute stream waits) */
     unsigned long long issued;  /* collectives issued on device buffers */
     nccl_slot slots[MAX_PENDING];
     int in_group;          /* between group_start and group_end */
@@ -119,28 +155,6 @@ static MPI_Datatype mpi_type(osdp_dtype t)
     return MPI_BYTE;
 }
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-/* OSDP_NCCL_TIMEOUT_S: seconds >= 0 (0: wait for ever); anything else keeps
- * the default, with a warning */
-static double timeout_from_env(int rank)
-{
-    const char *v = getenv("OSDP_NCCL_TIMEOUT_S");
-    if (!v || !*v) return DEFAULT_TIMEOUT_S;
-    char *end;
-    double t = strtod(v, &end);
-    if (end != v && *end == '\0' && t >= 0 && t < 1e12) return t;
-    if (rank == 0)
-        fprintf(stderr, "osdp_gpt: warning: OSDP_NCCL_TIMEOUT_S=%s is not a number of seconds >= 0; using %.0f\n", v,
-                DEFAULT_TIMEOUT_S);
-    return DEFAULT_TIMEOUT_S;
-}
-
 /* After a timeout or an asynchronous error: the collectives in flight will
  * never complete as such; free every slot (their tickets then return the
  * abort error, see nccl_wait). */
@@ -149,17 +163,36 @@ static void release_slots(nccl_comm_impl *impl)
     for (int i = 0; i < MAX_PENDING; i++) impl->slots[i].busy = 0;
 }
 
+/* Both communicators go together: after a failure or a time-out their
+ * state is unknown (ncclCommAbort stops their kernels). */
+static void abort_comms(nccl_comm_impl *impl)
+{
+    if (impl->nccl_rs) ncclCommAbort(impl->nccl_rs);
+    if (impl->nccl) ncclCommAbort(impl->nccl);
+    impl->nccl_rs = NULL;
+    impl->nccl = NULL;
+}
+
+/* 1 and the first asynchronous error of the two communicators in *r, or 0 */
+static int async_error(const nccl_comm_impl *impl, ncclResult_t *r)
+{
+    ncclComm_t comms[2] = {impl->nccl, impl->nccl_rs};
+    for (int i = 0; i < 2; i++) {
+        *r = ncclSuccess;
+        if (comms[i] && ncclCommGetAsyncError(comms[i], r) == ncclSuccess && *r != ncclSuccess && *r != ncclInProgress)
+            return 1;
+    }
+    return 0;
+}
+
 /* Record the error (before the abort frees NCCL's message), then abort the
- * communicator: after a failed collective its state is unknown. */
+ * communicators: after a failed collective their state is unknown. */
 static osdp_status nccl_fail(nccl_comm_impl *impl, ncclResult_t r, const char *what)
 {
     const char *last = impl->nccl ? ncclGetLastError(impl->nccl) : NULL;
     osdp_status s = osdp_error_set(OSDP_ERR_COMM, "%s failed: %s%s%s", what, ncclGetErrorString(r),
                                    last && *last ? ": " : "", last && *last ? last : "");
-    if (impl->nccl) {
-        ncclCommAbort(impl->nccl);
-        impl->nccl = NULL;
-    }
+    abort_comms(impl);
     release_slots(impl);
     return s;
 }
@@ -170,6 +203,18 @@ static osdp_status mpi_fail(int rc, const char *what)
     int len = 0;
     MPI_Error_string(rc, msg, &len);
     return osdp_error_set(OSDP_ERR_COMM, "%s (host buffers) failed: %s", what, msg);
+}
+
+/* The host-buffer fallback: the non-blocking MPI call started with status
+ * rc, waited for within the timeout.  `what` and `count` (elements of t; 0:
+ * none) name it in the messages. */
+static osdp_status host_wait(nccl_comm_impl *impl, int rc, MPI_Request *r, const char *what, size_t count,
+                             osdp_dtype t)
+{
+    if (rc != MPI_SUCCESS) return mpi_fail(rc, what);
+    char label[192];
+    osdp_comm_describe(label, sizeof label, what, count, t, impl->issued);
+    return osdp_comm_mpi_wait(r, impl->timeout_s, label);
 }
 
 /* 1: device (or managed) memory NCCL can use; 0: host memory */
@@ -204,16 +249,47 @@ static void order_after_compute(nccl_comm_impl *impl)
     if (impl->in_group) return;   /* done once by group_start */
     CUDA_CHECK(cudaEventRecord(impl->ready, osdp_cuda_compute_stream()));
     CUDA_CHECK(cudaStreamWaitEvent(impl->stream, impl->ready, 0));
+    if (impl->stream_rs) CUDA_CHECK(cudaStreamWaitEvent(impl->stream_rs, impl->ready, 0));
 }
 
 /* "NCCL all-gather of 1024 float32 elements (collective #12 of this rank)" */
 static void describe(char *buf, size_t n, const char *what, size_t count, osdp_dtype dtype, unsigned long long seq)
 {
-    if (count)
-        snprintf(buf, n, "NCCL %s of %zu %s elements (collective #%llu of this rank)", what, count, osdp_dtype_name(dtype),
-                 seq);
-    else
-        snprintf(buf, n, "NCCL %s (after collective #%llu of this rank)", what, seq);
+    char inner[160];
+    osdp_comm_describe(inner, sizeof inner, what, count, dtype, seq);
+    snprintf(buf, n, "NCCL %s", inner);
+}
+
+/* The communication timeout ran out while waiting for `label`: abort the
+ * communicator (its kernels stop) and say what was pending. */
+static osdp_status give_up(nccl_comm_impl *impl, const char *label)
+{
+    osdp_status s = osdp_error_set(OSDP_ERR_COMM,
+        "%s did not complete within %g s (OSDP_COMM_TIMEOUT_S): a peer rank died, hangs, or called a "
+        "different collective; the NCCL communicator was aborted", label, impl->timeout_s);
+    abort_comms(impl);
+    release_slots(impl);
+    return s;
+}
+
+static int expired(const nccl_comm_impl *impl, double start, unsigned long polls)
+{
+    return impl->timeout_s > 0 && (polls & 255) == 255 && osdp_comm_now() - start > impl->timeout_s;
+}
+
+/* A call on the non-blocking communicator `comm` returned r: while it is
+ * ncclInProgress (NCCL is still setting up a connection or the
+ * communicator) poll the communicator's state, within the timeout.  `label`
+ * names the call. */
+static osdp_status settle(nccl_comm_impl *impl, ncclComm_t comm, ncclResult_t r, const char *label)
+{
+    const double start = osdp_comm_now();
+    for (unsigned long polls = 0; r == ncclInProgress && comm && impl->nccl; polls++) {
+        if (expired(impl, start, polls)) return give_up(impl, label);
+        sched_yield();
+        if (ncclCommGetAsyncError(comm, &r) != ncclSuccess) break;
+    }
+    return r == ncclSuccess ? OSDP_OK : nccl_fail(impl, r, label);
 }
 
 /* The host waits for `ev`, watching for asynchronous NCCL errors and for the
@@ -222,29 +298,20 @@ static void describe(char *buf, size_t n, const char *what, size_t count, osdp_d
 static osdp_status wait_event(nccl_comm_impl *impl, cudaEvent_t ev, const char *what, size_t count,
                               osdp_dtype dtype, unsigned long long seq)
 {
-    const double start = now_s();
+    const double start = osdp_comm_now();
     char label[192];
     for (unsigned long polls = 0;; polls++) {
         cudaError_t e = cudaEventQuery(ev);
         if (e == cudaSuccess) return OSDP_OK;
         if (e != cudaErrorNotReady) CUDA_CHECK(e);
         ncclResult_t async = ncclSuccess;
-        if (impl->nccl && ncclCommGetAsyncError(impl->nccl, &async) == ncclSuccess &&
-            async != ncclSuccess && async != ncclInProgress) {
+        if (async_error(impl, &async)) {
             describe(label, sizeof label, what, count, dtype, seq);
             return nccl_fail(impl, async, label);
         }
-        if (impl->timeout_s > 0 && (polls & 255) == 0 && now_s() - start > impl->timeout_s) {
+        if (expired(impl, start, polls)) {
             describe(label, sizeof label, what, count, dtype, seq);
-            osdp_status s = osdp_error_set(OSDP_ERR_COMM,
-                "%s did not complete within %g s (OSDP_NCCL_TIMEOUT_S): a peer rank died, hangs, or called a "
-                "different collective; the NCCL communicator was aborted", label, impl->timeout_s);
-            if (impl->nccl) {
-                ncclCommAbort(impl->nccl);
-                impl->nccl = NULL;
-            }
-            release_slots(impl);
-            return s;
+            return give_up(impl, label);
         }
         sched_yield();
     }
@@ -294,13 +361,14 @@ static void *ticket(const nccl_comm_impl *impl, const nccl_slot *slot)
 }
 
 /* after an NCCL call: check it, then either wait at once or hand out a ticket */
-static osdp_status finish(nccl_comm_impl *impl, ncclResult_t r, osdp_request *req, const char *what, size_t count,
-                          osdp_dtype dtype)
+static osdp_status finish(nccl_comm_impl *impl, ncclComm_t comm, cudaStream_t stream, ncclResult_t r,
+                          osdp_request *req, const char *what, size_t count, osdp_dtype dtype)
 {
     if (r != ncclSuccess) {
         char label[192];
         describe(label, sizeof label, what, count, dtype, impl->issued + 1);
-        return nccl_fail(impl, r, label);
+        osdp_status s = settle(impl, comm, r, label);   /* ncclInProgress: connecting; errors: fail */
+        if (s != OSDP_OK) return s;
     }
     if (impl->in_group && (!req || impl->group_n == MAX_GROUP))
         return osdp_error_set(OSDP_ERR_INTERNAL, "NCCL %s: %s inside a collective group", what,
@@ -314,8 +382,9 @@ static osdp_status finish(nccl_comm_impl *impl, ncclResult_t r, osdp_request *re
         slot->deferred = 1;
         impl->group[impl->group_n++] = slot;
     } else {
-        CUDA_CHECK(cudaEventRecord(slot->done, impl->stream));
+        CUDA_CHECK(cudaEventRecord(slot->done, stream));
     }
+    slot->stream = stream;
     slot->busy = 1;
     slot->seq = ++impl->issued;
     slot->what = what;
@@ -335,11 +404,13 @@ static osdp_status nccl_all_gather(osdp_comm *c, const void *shard, void *full, 
     osdp_status s = route(impl, shard, full, count, "all-gather", &nccl);
     if (s != OSDP_OK) return s;
     if (!nccl) {
-        int rc = MPI_Allgather(shard, (int)count, mpi_type(t), full, (int)count, mpi_type(t), impl->mpi);
-        return rc == MPI_SUCCESS ? OSDP_OK : mpi_fail(rc, "MPI_Allgather");
+        MPI_Request r;
+        int rc = MPI_Iallgather(shard, (int)count, mpi_type(t), full, (int)count, mpi_type(t), impl->mpi, &r);
+        return host_wait(impl, rc, &r, "all-gather (host buffers)", count * (size_t)c->size, t);
     }
     order_after_compute(impl);
-    return finish(impl, ncclAllGather(shard, full, count, nccl_type(t), impl->nccl, impl->stream), req,
+    return finish(impl, impl->nccl, impl->stream,
+                  ncclAllGather(shard, full, count, nccl_type(t), impl->nccl, impl->stream), req,
                   "all-gather", count * (size_t)c->size, t);
 }
 
@@ -352,12 +423,15 @@ static osdp_status nccl_reduce_scatter(osdp_comm *c, const void *full, void *sha
     osdp_status s = route(impl, full, shard, count, "reduce-scatter", &nccl);
     if (s != OSDP_OK) return s;
     if (!nccl) {
-        int rc = MPI_Reduce_scatter_block(full, shard, (int)count, mpi_type(t), MPI_SUM, impl->mpi);
-        return rc == MPI_SUCCESS ? OSDP_OK : mpi_fail(rc, "MPI_Reduce_scatter_block");
+        MPI_Request r;
+        int rc = MPI_Ireduce_scatter_block(full, shard, (int)count, mpi_type(t), MPI_SUM, impl->mpi, &r);
+        return host_wait(impl, rc, &r, "reduce-scatter (host buffers)", count * (size_t)c->size, t);
     }
     order_after_compute(impl);
-    return finish(impl, ncclReduceScatter(full, shard, count, nccl_type(t), ncclSum, impl->nccl, impl->stream),
-                  req, "reduce-scatter", count * (size_t)c->size, t);
+    ncclComm_t comm = impl->nccl_rs ? impl->nccl_rs : impl->nccl;
+    cudaStream_t stream = impl->stream_rs ? impl->stream_rs : impl->stream;
+    return finish(impl, comm, stream, ncclReduceScatter(full, shard, count, nccl_type(t), ncclSum, comm, stream), req,
+                  "reduce-scatter", count * (size_t)c->size, t);
 }
 
 static osdp_status nccl_all_reduce(osdp_comm *c, void *buf, size_t count, osdp_dtype t, osdp_request *req)
@@ -368,11 +442,13 @@ static osdp_status nccl_all_reduce(osdp_comm *c, void *buf, size_t count, osdp_d
     osdp_status s = route(impl, buf, buf, count, "all-reduce", &nccl);
     if (s != OSDP_OK) return s;
     if (!nccl) {
-        int rc = MPI_Allreduce(MPI_IN_PLACE, buf, (int)count, mpi_type(t), MPI_SUM, impl->mpi);
-        return rc == MPI_SUCCESS ? OSDP_OK : mpi_fail(rc, "MPI_Allreduce");
+        MPI_Request r;
+        int rc = MPI_Iallreduce(MPI_IN_PLACE, buf, (int)count, mpi_type(t), MPI_SUM, impl->mpi, &r);
+        return host_wait(impl, rc, &r, "all-reduce (host buffers)", count, t);
     }
     order_after_compute(impl);
-    return finish(impl, ncclAllReduce(buf, buf, count, nccl_type(t), ncclSum, impl->nccl, impl->stream), req,
+    return finish(impl, impl->nccl, impl->stream,
+                  ncclAllReduce(buf, buf, count, nccl_type(t), ncclSum, impl->nccl, impl->stream), req,
                   "all-reduce", count, t);
 }
 
@@ -384,29 +460,45 @@ static osdp_status nccl_broadcast(osdp_comm *c, void *buf, size_t bytes, int roo
     osdp_status s = route(impl, buf, buf, bytes, "broadcast", &nccl);
     if (s != OSDP_OK) return s;
     if (!nccl) {
-        int rc = MPI_Bcast(buf, (int)bytes, MPI_BYTE, root, impl->mpi);
-        return rc == MPI_SUCCESS ? OSDP_OK : mpi_fail(rc, "MPI_Bcast");
+        MPI_Request r;
+        int rc = MPI_Ibcast(buf, (int)bytes, MPI_BYTE, root, impl->mpi, &r);
+        return host_wait(impl, rc, &r, "broadcast (host buffers)", bytes, OSDP_BYTE);
     }
     order_after_compute(impl);
-    return finish(impl, ncclBroadcast(buf, buf, bytes, ncclUint8, root, impl->nccl, impl->stream), req,
+    return finish(impl, impl->nccl, impl->stream,
+                  ncclBroadcast(buf, buf, bytes, ncclUint8, root, impl->nccl, impl->stream), req,
                   "broadcast", bytes, OSDP_BYTE);
+}
+
+/* The host waits for the collectives queued on both streams, within the
+ * timeout (nothing to drain once the communicators are aborted). */
+static osdp_status drain_collectives(nccl_comm_impl *impl, const char *what)
+{
+    cudaStream_t streams[2] = {impl->stream, impl->stream_rs};
+    osdp_status s = OSDP_OK;
+    for (int i = 0; i < 2 && s == OSDP_OK && impl->nccl; i++) {
+        if (!streams[i]) continue;
+        CUDA_CHECK(cudaEventRecord(impl->drained, streams[i]));
+        s = wait_event(impl, impl->drained, what, 0, OSDP_BYTE, impl->issued);
+    }
+    return s;
 }
 
 static osdp_status nccl_barrier(osdp_comm *c)
 {
     nccl_comm_impl *impl = c->impl;
     /* this rank's issued work first, so that the barrier means "all issued
-     * work done": the compute stream, then the collectives (within the
-     * timeout; nothing to drain once the communicator is aborted) */
-    CUDA_CHECK(cudaStreamSynchronize(osdp_cuda_compute_stream()));
-    osdp_status s = OSDP_OK;
-    if (impl->nccl) {
-        CUDA_CHECK(cudaEventRecord(impl->drained, impl->stream));
-        s = wait_event(impl, impl->drained, "barrier's drain of the collective stream", 0, OSDP_BYTE, impl->issued);
-    }
-    if (s != OSDP_OK) return s;   /* no MPI_Barrier: a peer may be gone */
-    int rc = MPI_Barrier(impl->mpi);
-    return rc == MPI_SUCCESS ? OSDP_OK : mpi_fail(rc, "MPI_Barrier");
+     * work done": the compute stream, then the collectives, each drain
+     * polled within the timeout (nothing to drain on the collective stream
+     * once the communicator is aborted) */
+    CUDA_CHECK(cudaEventRecord(impl->drained, osdp_cuda_compute_stream()));
+    osdp_status s = wait_event(impl, impl->drained, "barrier's drain of the compute stream", 0, OSDP_BYTE,
+                               impl->issued);
+    if (s == OSDP_OK) s = drain_collectives(impl, "barrier's drain of the collective streams");
+    if (s != OSDP_OK) return s;   /* no MPI barrier: a peer may be gone */
+    MPI_Request r;
+    int rc = MPI_Ibarrier(impl->mpi, &r);
+    return host_wait(impl, rc, &r, "barrier (MPI)", 0, OSDP_BYTE);
 }
 
 /* A ticket whose slot holds a later collective (or none) was taken back once
@@ -418,7 +510,20 @@ static osdp_status nccl_wait(osdp_comm *c, osdp_request *req)
     req->impl = NULL;
     nccl_slot *slot = &impl->slots[t % MAX_PENDING];
     unsigned long long seq = t / MAX_PENDING;
-    if (slot->busy && slot->seq == seq) return wait_slot(impl, slot);
+    if (slot->busy && slot->seq == seq) {
+        if (impl->host_wait) return wait_slot(impl, slot);
+        ncclResult_t async = ncclSuccess;
+        if (async_error(impl, &async)) {
+            char label[192];
+            describe(label, sizeof label, slot->what, slot->count, slot->dtype, slot->seq);
+            return nccl_fail(impl, async, label);
+        }
+        /* the GPU waits; the event's later re-recording (slot reuse) does
+         * not change what this wait waits for */
+        CUDA_CHECK(cudaStreamWaitEvent(osdp_cuda_compute_stream(), slot->done, 0));
+        slot->busy = 0;
+        return OSDP_OK;
+    }
     if (!impl->nccl && seq > 0)
         return osdp_error_set(OSDP_ERR_COMM, "NCCL collective #%llu: the communicator was aborted after an earlier "
                               "error or timeout before it completed", seq);
@@ -450,9 +555,19 @@ static osdp_status nccl_group_end(osdp_comm *c)
     if (!impl->in_group) return OSDP_OK;
     impl->in_group = 0;
     ncclResult_t r = ncclGroupEnd();
+    if (r == ncclInProgress) {   /* non-blocking communicators: the group is still being enqueued */
+        osdp_status s = settle(impl, impl->nccl, r, "ncclGroupEnd of a group of collectives");
+        if (s == OSDP_OK && impl->nccl_rs)
+            s = settle(impl, impl->nccl_rs, r, "ncclGroupEnd of a group of collectives");
+        if (s != OSDP_OK) {
+            impl->group_n = 0;
+            return s;
+        }
+        r = ncclSuccess;
+    }
     for (int i = 0; i < impl->group_n; i++) {
         impl->group[i]->deferred = 0;
-        if (r == ncclSuccess) CUDA_CHECK(cudaEventRecord(impl->group[i]->done, impl->stream));
+        if (r == ncclSuccess) CUDA_CHECK(cudaEventRecord(impl->group[i]->done, impl->group[i]->stream));
         else impl->group[i]->busy = 0;
     }
     impl->group_n = 0;
@@ -461,19 +576,44 @@ static osdp_status nccl_group_end(osdp_comm *c)
 
 static void nccl_progress(osdp_comm *c) { (void)c; }
 
+/* Teardown: the collectives still in flight, then ncclCommFinalize (on a
+ * non-blocking communicator it returns ncclInProgress while it flushes, with
+ * the peers), both within the timeout; then ncclCommDestroy, local once
+ * finalized. */
+static osdp_status teardown(nccl_comm_impl *impl)
+{
+    if (!impl->nccl) return OSDP_OK;   /* aborted after an error: nothing to flush */
+    osdp_status s = drain_collectives(impl, "teardown's drain of the collective streams");
+    if (s == OSDP_OK && impl->nccl_rs)
+        s = settle(impl, impl->nccl_rs, ncclCommFinalize(impl->nccl_rs), "ncclCommFinalize of the reduce-scatter "
+                   "communicator (teardown)");
+    if (s == OSDP_OK) s = settle(impl, impl->nccl, ncclCommFinalize(impl->nccl), "ncclCommFinalize (teardown)");
+    if (s != OSDP_OK) return s;
+    if (impl->nccl_rs) ncclCommDestroy(impl->nccl_rs);
+    ncclCommDestroy(impl->nccl);
+    impl->nccl_rs = NULL;
+    impl->nccl = NULL;
+    return OSDP_OK;
+}
+
+/* destroy has no caller to return an error to: a teardown that times out
+ * (a peer died during it) ends the job here, with the message */
 static void nccl_destroy(osdp_comm *c)
 {
     nccl_comm_impl *impl = c->impl;
     if (!impl) return;
-    if (impl->nccl) {
-        cudaStreamSynchronize(impl->stream);
-        ncclCommDestroy(impl->nccl);
+    if (teardown(impl) != OSDP_OK) {
+        fflush(stdout);
+        fprintf(stderr, "osdp_gpt: rank %d: error: %s\n", c->rank, osdp_error_message());
+        fflush(stderr);
+        MPI_Abort(MPI_COMM_WORLD, OSDP_ERR_COMM);
     }
     for (int i = 0; i < MAX_PENDING; i++)
         if (impl->slots[i].done) cudaEventDestroy(impl->slots[i].done);
     if (impl->ready) cudaEventDestroy(impl->ready);
     if (impl->drained) cudaEventDestroy(impl->drained);
     if (impl->stream) cudaStreamDestroy(impl->stream);
+    if (impl->stream_rs) cudaStreamDestroy(impl->stream_rs);
     MPI_Comm_free(&impl->mpi);
     free(impl);
     c->impl = NULL;
@@ -493,32 +633,93 @@ static const osdp_comm_backend nccl_backend = {
     .destroy = nccl_destroy,
 };
 
+/* All ranks agree on `ok` (1: this rank succeeded) within the timeout:
+ * *all_ok = the minimum over the ranks.  `label` names the step. */
+static osdp_status agree(MPI_Comm comm, double timeout_s, int ok, int *all_ok, const char *label)
+{
+    MPI_Request r;
+    int rc = MPI_Iallreduce(&ok, all_ok, 1, MPI_INT, MPI_MIN, comm, &r);
+    if (rc != MPI_SUCCESS) return mpi_fail(rc, label);
+    return osdp_comm_mpi_wait(&r, timeout_s, label);
+}
+
+/* One of each collective, small and large, on scratch device memory (not
+ * the compute backend's pool), so that NCCL connects its algorithms and
+ * protocols, and allocates their buffers, now: before the runtime's
+ * allocations fill the card.  The large all-gather moves WARM_UP_BYTES. */
+#define WARM_UP_BYTES ((size_t)32 << 20)
+static osdp_status warm_up(osdp_comm *c)
+{
+    const size_t per_rank[2] = {64, WARM_UP_BYTES / sizeof(float) / (size_t)c->size};
+    const size_t full_bytes = per_rank[1] * (size_t)c->size * sizeof(float);
+    void *full = NULL, *shard = NULL;
+    if (cudaMalloc(&full, full_bytes) != cudaSuccess || cudaMalloc(&shard, per_rank[1] * sizeof(float)) != cudaSuccess) {
+        (void)cudaGetLastError();
+        cudaFree(full);
+        return osdp_error_set(OSDP_ERR_OOM, "NCCL warm-up: no device memory for %zu bytes",
+                              full_bytes + per_rank[1] * sizeof(float));
+    }
+    CUDA_CHECK(cudaMemset(full, 0, full_bytes));
+    CUDA_CHECK(cudaMemset(shard, 0, per_rank[1] * sizeof(float)));
+    osdp_status s = OSDP_OK;
+    for (int k = 0; k < 2 && s == OSDP_OK; k++) {
+        size_t n = per_rank[k];
+        s = nccl_all_gather(c, shard, full, n, OSDP_FLOAT32, NULL);
+        if (s == OSDP_OK) s = nccl_all_gather(c, shard, full, n, OSDP_BFLOAT16, NULL);
+        if (s == OSDP_OK) s = nccl_reduce_scatter(c, full, shard, n, OSDP_FLOAT32, NULL);
+        if (s == OSDP_OK) s = nccl_all_reduce(c, full, n, OSDP_FLOAT32, NULL);
+        if (s == OSDP_OK) s = nccl_broadcast(c, full, n * sizeof(float), 0, NULL);
+    }
+    cudaFree(full);
+    cudaFree(shard);
+    return s;
+}
+
 /* Collective over the ranks of `mpi_comm`: call it on all of them.  The
  * device is local_device modulo the number of visible GPUs, as in the CUDA
  * compute backend's init. */
 osdp_status osdp_comm_create_nccl(osdp_comm *c, const void *mpi_comm, int local_device)
 {
+    MPI_Comm parent = *(const MPI_Comm *)mpi_comm;
+    int my_rank = 0;
+    MPI_Comm_rank(parent, &my_rank);
+    /* every agreement below is timed too: a peer that stopped before set-up
+     * must not hold this rank for ever */
+    const double timeout_s = osdp_comm_timeout_from_env(my_rank);
     int count = 0;
     cudaError_t err = cudaGetDeviceCount(&count);
     int have = err == cudaSuccess && count > 0, all_have = 0;
     if (err != cudaSuccess) (void)cudaGetLastError();
-    MPI_Allreduce(&have, &all_have, 1, MPI_INT, MPI_MIN, *(const MPI_Comm *)mpi_comm);
+    osdp_status agreed = agree(parent, timeout_s, have, &all_have, "agreement on a usable GPU (NCCL set-up)");
+    if (agreed != OSDP_OK) return agreed;
     if (!all_have)
         return osdp_error_set(OSDP_ERR_INPUT, "NCCL: %s", have ? "another rank has no usable GPU"
                               : err != cudaSuccess ? cudaGetErrorString(err) : "no CUDA device found");
     CUDA_CHECK(cudaSetDevice((local_device < 0 ? 0 : local_device) % count));
 
     nccl_comm_impl *impl = calloc(1, sizeof *impl);
-    int ok = impl != NULL, all_ok = 0;
-    MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, *(const MPI_Comm *)mpi_comm);
-    if (!all_ok) {
+    int all_ok = 0;
+    agreed = agree(parent, timeout_s, impl != NULL, &all_ok, "agreement on host memory (NCCL set-up)");
+    if (agreed != OSDP_OK || !all_ok) {
         free(impl);
+        if (agreed != OSDP_OK) return agreed;
         return osdp_error_set(OSDP_ERR_OOM, "NCCL comm: out of host memory");
     }
-    MPI_Comm_dup(*(const MPI_Comm *)mpi_comm, &impl->mpi);
+    MPI_Request dup_req;
+    int rc = MPI_Comm_idup(parent, &impl->mpi, &dup_req);
+    agreed = rc == MPI_SUCCESS ? osdp_comm_mpi_wait(&dup_req, timeout_s, "MPI_Comm_idup (NCCL set-up)")
+                               : mpi_fail(rc, "MPI_Comm_idup");
+    if (agreed != OSDP_OK) {
+        free(impl);
+        return agreed;
+    }
     MPI_Comm_set_errhandler(impl->mpi, MPI_ERRORS_RETURN);
     MPI_Comm_rank(impl->mpi, &c->rank);
     MPI_Comm_size(impl->mpi, &c->size);
+
+    impl->timeout_s = timeout_s;
+    const char *host_wait = getenv("OSDP_NCCL_HOST_WAIT");
+    impl->host_wait = host_wait && strcmp(host_wait, "1") == 0;
 
     /* rank 0 makes the id; its success travels with it so nobody hangs */
     struct { ncclUniqueId id; int ok; } boot;
@@ -528,34 +729,65 @@ osdp_status osdp_comm_create_nccl(osdp_comm *c, const void *mpi_comm, int local_
         r = ncclGetUniqueId(&boot.id);
         boot.ok = r == ncclSuccess;
     }
-    MPI_Bcast(&boot, (int)sizeof boot, MPI_BYTE, 0, impl->mpi);
-    if (!boot.ok) {
+    MPI_Request boot_req;
+    rc = MPI_Ibcast(&boot, (int)sizeof boot, MPI_BYTE, 0, impl->mpi, &boot_req);
+    osdp_status s = rc == MPI_SUCCESS ? osdp_comm_mpi_wait(&boot_req, impl->timeout_s, "broadcast of the NCCL unique id")
+                                      : mpi_fail(rc, "MPI_Ibcast of the NCCL unique id");
+    if (s == OSDP_OK && !boot.ok)
+        s = osdp_error_set(OSDP_ERR_COMM, "ncclGetUniqueId failed on rank 0%s%s", c->rank == 0 ? ": " : "",
+                           c->rank == 0 ? ncclGetErrorString(r) : "");
+    if (s != OSDP_OK) {
         MPI_Comm_free(&impl->mpi);
         free(impl);
-        return osdp_error_set(OSDP_ERR_COMM, "ncclGetUniqueId failed on rank 0%s%s",
-                              c->rank == 0 ? ": " : "", c->rank == 0 ? ncclGetErrorString(r) : "");
+        return s;
     }
-    r = ncclCommInitRank(&impl->nccl, c->size, boot.id, c->rank);
-    ok = r == ncclSuccess;
-    if (!ok) impl->nccl = NULL;
-    MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, impl->mpi);
-    if (!all_ok) {
-        osdp_status s = ok ? osdp_error_set(OSDP_ERR_COMM, "ncclCommInitRank failed on another rank")
-                           : nccl_fail(impl, r, "ncclCommInitRank");
-        if (impl->nccl) ncclCommAbort(impl->nccl);
+
+    /* a non-blocking communicator: the init returns at once and is polled
+     * within the timeout (a peer that dies during it would otherwise hold
+     * every rank until the job's time limit), and so is every later call
+     * that returns ncclInProgress */
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;
+    char label[96];
+    snprintf(label, sizeof label, "ncclCommInitRankConfig (rank %d of %d)", c->rank, c->size);
+    r = ncclCommInitRankConfig(&impl->nccl, c->size, boot.id, c->rank, &config);
+    if (r != ncclSuccess && r != ncclInProgress) impl->nccl = NULL;   /* no handle to poll */
+    s = r == ncclSuccess ? OSDP_OK : impl->nccl ? settle(impl, impl->nccl, r, label) : nccl_fail(impl, r, label);
+    /* the reduce-scatters' communicator, split from it (same ranks, same
+     * order), so that their stream runs beside the all-gathers'; every rank
+     * must make the same choice (OSDP_NCCL_ONE_STREAM=1 in the job's
+     * environment: one communicator and stream for all, for diagnosis) */
+    const char *one_stream = getenv("OSDP_NCCL_ONE_STREAM");
+    if (s == OSDP_OK && !(one_stream && strcmp(one_stream, "1") == 0)) {
+        ncclConfig_t rs_config = NCCL_CONFIG_INITIALIZER;
+        rs_config.blocking = 0;
+        r = ncclCommSplit(impl->nccl, 0, c->rank, &impl->nccl_rs, &rs_config);
+        if (r != ncclSuccess && r != ncclInProgress) impl->nccl_rs = NULL;
+        s = r == ncclSuccess ? OSDP_OK
+            : impl->nccl_rs ? settle(impl, impl->nccl_rs, r, "ncclCommSplit (the reduce-scatter communicator)")
+                            : nccl_fail(impl, r, "ncclCommSplit (the reduce-scatter communicator)");
+    }
+    agreed = agree(impl->mpi, impl->timeout_s, s == OSDP_OK, &all_ok, "agreement on ncclCommInitRankConfig");
+    if (s == OSDP_OK && agreed != OSDP_OK) s = agreed;
+    if (s == OSDP_OK && !all_ok) s = osdp_error_set(OSDP_ERR_COMM, "ncclCommInitRankConfig failed on another rank");
+    if (s != OSDP_OK) {
+        abort_comms(impl);
         MPI_Comm_free(&impl->mpi);
         free(impl);
         return s;
     }
 
     CUDA_CHECK(cudaStreamCreateWithFlags(&impl->stream, cudaStreamNonBlocking));
+    if (impl->nccl_rs) CUDA_CHECK(cudaStreamCreateWithFlags(&impl->stream_rs, cudaStreamNonBlocking));
     CUDA_CHECK(cudaEventCreateWithFlags(&impl->ready, cudaEventDisableTiming));
     CUDA_CHECK(cudaEventCreateWithFlags(&impl->drained, cudaEventDisableTiming));
-    impl->timeout_s = timeout_from_env(c->rank);
     for (int i = 0; i < MAX_PENDING; i++)
         CUDA_CHECK(cudaEventCreateWithFlags(&impl->slots[i].done, cudaEventDisableTiming));
     c->ops = &nccl_backend;
     c->impl = impl;
     osdp_traffic_reset(&c->traffic);
-    return OSDP_OK;
+    /* every rank warms up; a failure (out of memory, a timeout) ends the job
+     * through the caller's collective check, the communicator aborted */
+    s = warm_up(c);
+    return s;
 }

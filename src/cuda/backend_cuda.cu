@@ -19,11 +19,11 @@
  * mantissas of the operands; against the CPU bf16 table (same bf16 weights,
  * fp32 activations) the difference comes from rounding x / dy alone.
  *
- * Streams.  All kernels and cuBLAS calls run on one compute stream created by
- * init with cudaStreamCreate, i.e. a *blocking* stream: the synchronous
- * cudaMemcpy/cudaMemset calls of the memory entries (legacy default stream)
- * are ordered after the work queued on it, so to_host always sees finished
- * results, and an entry called after to_device sees the copied data.
+ * Streams.  All kernels, cuBLAS calls, fill_zero, copy and to_device (from
+ * pinned staging buffers: see cuda_to_device) run on one compute stream
+ * created by init with cudaStreamCreate, i.e. a *blocking* stream: the
+ * synchronous cudaMemcpy of to_host (legacy default stream) is ordered after
+ * the work queued on it, so to_host always sees finished results.
  *
  * Memory.  Device memory comes from a stream-ordered pool of our own
  * (cudaMemPoolCreate on the device; cudaMallocFromPoolAsync / cudaFreeAsync on
@@ -41,9 +41,12 @@
  * non-blocking collectives on it have been waited for.  The runtime's
  * accounting (src/runtime/memory.c) counts the bytes it asks for; the pool
  * holds at most its peak in use plus fragmentation, and never returns memory
- * to the driver before the process ends.  New blocks are zero-filled on the
- * compute stream (cudaMemsetAsync: no host wait), as cudaMalloc + cudaMemset
- * did before, although compute.h promises nothing about the contents.  A
+ * to the driver before the process ends, except when an allocation fails: the
+ * pool is then trimmed (cudaMemPoolTrimTo) and the allocation tried once
+ * more before it reports out of memory.  New blocks are not filled (compute.h
+ * promises nothing about the contents; the runtime writes or zeroes them);
+ * OSDP_CUDA_POISON=1 fills them with all bits set (NaN as floats) so that a
+ * read of memory nobody wrote shows in the losses.  A
  * device without memory-pool support, or OSDP_CUDA_POOL=0 in the environment
  * (e.g. for compute-sanitizer), gets plain cudaMalloc / cudaFree.
  *
@@ -59,6 +62,8 @@
  * in chunks to stay below it; only a single row wider than 32 Mi elements
  * would exceed it), and only 2 BT (IC + OC) bytes (rounded up to 1 MiB)
  * when that is less.
+ * The layernorm backward's partial sums have a buffer of their own (at
+ * most 256 KiB, or 8 C bytes for C > 32768).
  * So the scratch is at most max(64 MiB, the sort's need) — 64 MiB for GPT-2
  * at 16 x 1024 tokens with bf16 weights, 1 MiB with fp32 ones.
  *
@@ -83,14 +88,30 @@
 extern "C" {
 #include "config.h"
 #include "osdp/compute.h"
+#include "../comm/comm_internal.h"
 }
 
 #include <math.h>
+#include <sched.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 namespace {
+
+/* pinned host buffers of to_device, used in turn */
+const int STAGING_SLOTS = 4;
+const size_t STAGING_BYTES = (size_t)4 << 20;
+struct Staging {
+    void *host;        /* STAGING_BYTES of pinned memory; NULL until first used */
+    cudaEvent_t done;  /* recorded after the copy that last read it */
+};
+
+/* a device buffer kept between calls and grown on demand (grow) */
+struct GrowingBuffer {
+    void *ptr;
+    size_t bytes;
+};
 
 struct CudaState {
     int initialised;
@@ -100,12 +121,48 @@ struct CudaState {
     double *partials;  /* REDUCE_PARTIALS + 1 doubles for sum / sum_squares */
     cublasMath_t math; /* the handle's math mode set at init (OSDP_CUDA_TF32) */
     cudaMemPool_t pool;  /* NULL: plain cudaMalloc / cudaFree */
-    void *scratch;       /* backend scratch (embedding backward, bf16 staging), grown on demand */
-    size_t scratch_bytes;
+    GrowingBuffer scratch;      /* backend scratch (embedding backward, bf16 staging) */
+    GrowingBuffer ln_partials;  /* layernorm backward's partial sums */
+    Staging staging[STAGING_SLOTS];
+    int staging_next;
+    cudaEvent_t drained; /* recorded on the compute stream by wait_compute */
+    double timeout_s;    /* the communication timeout (osdp_comm_timeout_from_env) for the host's waits */
+    int poison;          /* OSDP_CUDA_POISON=1: new blocks are all bits set (NaN), to catch reads of unset memory */
 };
 CudaState g;
 
 inline cudaStream_t S() { return g.stream; }
+
+/* The host waits for `ev` (recorded on the compute stream), polling, within
+ * the communication timeout: the compute stream may wait on the GPU for a
+ * collective (the NCCL backend's wait), which a dead or stuck peer never
+ * completes.  On time-out the job ends here with a message (the entries
+ * that wait return nothing to report it through). */
+void wait_event_timed(cudaEvent_t ev, const char *what)
+{
+    const double start = osdp_comm_now();
+    for (unsigned long polls = 0;; polls++) {
+        cudaError_t e = cudaEventQuery(ev);
+        if (e == cudaSuccess) return;
+        if (e != cudaErrorNotReady) CUDA_CHECK(e);
+        if (g.timeout_s > 0 && (polls & 255) == 255 && osdp_comm_now() - start > g.timeout_s) {
+            char why[192];
+            snprintf(why, sizeof why,
+                     "the compute stream did not finish within %g s (OSDP_COMM_TIMEOUT_S): it waits for a "
+                     "collective that a peer rank never completed (it died or hangs)", g.timeout_s);
+            OSDP_CUDA_ABORT_(__FILE__, __LINE__, what, why);
+        }
+        sched_yield();
+    }
+}
+
+/* the host waits, within the timeout, for everything queued on the compute stream */
+void wait_compute(const char *what)
+{
+    if (!g.initialised) return;
+    CUDA_CHECK(cudaEventRecord(g.drained, S()));
+    wait_event_timed(g.drained, what);
+}
 
 const float kOne = 1.0f, kZero = 0.0f;
 
@@ -119,7 +176,25 @@ osdp_status cuda_init(int local_rank, int threads)
     if (err != cudaSuccess || count <= 0) {
         const char *why = err != cudaSuccess ? cudaGetErrorString(err) : "no CUDA device found";
         (void)cudaGetLastError();  /* leave no pending error for later calls */
-        return osdp_error_set(OSDP_ERR_INPUT, "--backend cuda: no usable GPU on this node (%s)", why);
+        /* a binary built against a newer CUDA than the node's driver runs
+         * (CUDA 13 needs a 580+ driver) fails here: say both versions */
+        int driver = 0, runtime = 0;
+        cudaDriverGetVersion(&driver);
+        cudaRuntimeGetVersion(&runtime);
+        (void)cudaGetLastError();
+        char versions[160] = "";
+        if (driver == 0)
+            snprintf(versions, sizeof versions, "; no NVIDIA driver found (osdp_gpt was built with CUDA %d.%d)",
+                     runtime / 1000, runtime % 1000 / 10);
+        else if (err == cudaErrorInsufficientDriver || driver < runtime)
+            snprintf(versions, sizeof versions,
+                     "; the driver supports CUDA %d.%d, osdp_gpt was built with CUDA %d.%d: build on the cluster "
+                     "with its CUDA module",
+                     driver / 1000, driver % 1000 / 10, runtime / 1000, runtime % 1000 / 10);
+        else
+            snprintf(versions, sizeof versions, " (driver CUDA %d.%d, runtime %d.%d)", driver / 1000,
+                     driver % 1000 / 10, runtime / 1000, runtime % 1000 / 10);
+        return osdp_error_set(OSDP_ERR_INPUT, "--backend cuda: no usable GPU on this node (%s)%s", why, versions);
     }
     int device = (local_rank < 0 ? 0 : local_rank) % count;
     if (g.initialised) {
@@ -139,6 +214,8 @@ osdp_status cuda_init(int local_rank, int threads)
     g.math = use_tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH;
     CUBLAS_CHECK(cublasSetMathMode(g.cublas, g.math));
     CUDA_CHECK(cudaMalloc((void **)&g.partials, (osdp_cuda::REDUCE_PARTIALS + 1) * sizeof(double)));
+    CUDA_CHECK(cudaEventCreateWithFlags(&g.drained, cudaEventDisableTiming));
+    g.timeout_s = osdp_comm_timeout_from_env(local_rank);   /* node-local rank 0 warns of a bad value */
 
     /* the stream-ordered pool of the memory entries (see the top of the file) */
     int pools = 0;
@@ -146,6 +223,8 @@ osdp_status cuda_init(int local_rank, int threads)
         (void)cudaGetLastError();
         pools = 0;
     }
+    const char *poison = getenv("OSDP_CUDA_POISON");
+    g.poison = poison && strcmp(poison, "1") == 0;
     const char *pool_env = getenv("OSDP_CUDA_POOL");
     if (pool_env && strcmp(pool_env, "0") == 0) pools = 0;
     g.pool = NULL;
@@ -170,7 +249,8 @@ osdp_status cuda_init(int local_rank, int threads)
 }
 
 /* n bytes of device memory, or NULL when the device (or the pool) is out of
- * memory; zero-filled when `zero` (stream-ordered in pool mode) */
+ * memory; zero-filled when `zero` (stream-ordered in pool mode), else
+ * undefined (all bits set, NaN as floats, under OSDP_CUDA_POISON=1) */
 void *raw_alloc(size_t n, int zero)
 {
     void *p = NULL;
@@ -180,7 +260,14 @@ void *raw_alloc(size_t n, int zero)
             /* blocks freed behind work still queued on the stream become
              * reusable without ordering once that work has run */
             (void)cudaGetLastError();
-            CUDA_CHECK(cudaStreamSynchronize(S()));
+            wait_compute("alloc: waiting for the compute stream before retrying");
+            err = cudaMallocFromPoolAsync(&p, n, g.pool, S());
+        }
+        if (err == cudaErrorMemoryAllocation) {
+            /* the pool's free blocks may be too small or too scattered for
+             * n: give them back to the driver, which can then map n afresh */
+            (void)cudaGetLastError();
+            CUDA_CHECK(cudaMemPoolTrimTo(g.pool, 0));
             err = cudaMallocFromPoolAsync(&p, n, g.pool, S());
         }
         if (err == cudaErrorMemoryAllocation) {
@@ -188,14 +275,14 @@ void *raw_alloc(size_t n, int zero)
             return NULL;
         }
         CUDA_CHECK(err);
-        if (zero) CUDA_CHECK(cudaMemsetAsync(p, 0, n, S()));
+        if (zero || g.poison) CUDA_CHECK(cudaMemsetAsync(p, zero ? 0 : 0xFF, n, S()));
         return p;
     }
     if (cudaMalloc(&p, n) != cudaSuccess) {
         (void)cudaGetLastError();
         return NULL;
     }
-    if (zero) CUDA_CHECK(cudaMemset(p, 0, n));
+    if (zero || g.poison) CUDA_CHECK(cudaMemset(p, zero ? 0 : 0xFF, n));
     return p;
 }
 
@@ -213,56 +300,103 @@ void *cuda_alloc(size_t bytes)
         fprintf(stderr, "cuda backend: alloc of %zu bytes before init\n", bytes);
         return NULL;
     }
-    /* a real, distinct pointer even for 0 bytes (the runtime treats NULL as OOM) */
-    return raw_alloc(bytes ? bytes : 256, 1);
+    /* a real, distinct pointer even for 0 bytes (the runtime treats NULL as
+     * OOM); contents undefined as compute.h says: the runtime overwrites or
+     * zeroes (fill_zero) what it allocates, so no fill here */
+    return raw_alloc(bytes ? bytes : 256, 0);
 }
 
 void cuda_free(void *p) { raw_free(p); }
 
-/* At least `bytes` of backend scratch, for the kernels queued on the compute
- * stream from now on (the previous, smaller block is freed in stream order
- * behind the work that used it).  Not counted by the runtime's accounting:
- * see the top of the file. */
+/* At least `want` bytes of the kept buffer b, for the kernels queued on the
+ * compute stream from now on (the previous, smaller block is freed in stream
+ * order behind the work that used it).  Not counted by the runtime's
+ * accounting: see the top of the file.  Out of device memory ends the job,
+ * naming `what`. */
+void *grow(GrowingBuffer *b, size_t want, const char *what)
+{
+    if (want <= b->bytes) return b->ptr;
+    raw_free(b->ptr);
+    b->ptr = raw_alloc(want, 0);
+    b->bytes = b->ptr ? want : 0;
+    if (!b->ptr) {
+        char why[96];
+        snprintf(why, sizeof why, "out of device memory for %zu bytes", want);
+        OSDP_CUDA_ABORT_(__FILE__, __LINE__, what, why);
+    }
+    return b->ptr;
+}
+
+/* the backend scratch, in whole MiB */
 void *backend_scratch(size_t bytes)
 {
-    if (bytes <= g.scratch_bytes) return g.scratch;
     const size_t MiB = (size_t)1 << 20;
-    const size_t want = (bytes + MiB - 1) / MiB * MiB;
-    raw_free(g.scratch);
-    g.scratch = raw_alloc(want, 0);
-    g.scratch_bytes = g.scratch ? want : 0;
-    if (!g.scratch) {
-        char why[96];
-        snprintf(why, sizeof why, "out of device memory for %zu bytes of scratch", want);
-        OSDP_CUDA_ABORT_(__FILE__, __LINE__,
-                         "backend scratch: embedding sort or bf16 staging "
-                         "(outside --mem-limit accounting)",
-                         why);
-    }
-    return g.scratch;
+    return grow(&g.scratch, (bytes + MiB - 1) / MiB * MiB,
+                "backend scratch: embedding sort or bf16 staging (outside --mem-limit accounting)");
+}
+
+/* The layernorm backward's partial sums (osdp_cuda::layernorm_dwdb_chunks):
+ * a buffer of its own, since a bf16 product may hold the backend scratch;
+ * 2 x chunks x C floats, at most max(2 x 32768, 2 C) (260 KiB for GPT-2's
+ * C = 768), outside the runtime's accounting like the scratch. */
+float *layernorm_partials(int BT, int C)
+{
+    const size_t bytes = 2 * (size_t)osdp_cuda::layernorm_dwdb_chunks(BT, C) * (size_t)C * sizeof(float);
+    return (float *)grow(&g.ln_partials, bytes, "layernorm backward's partial sums");
 }
 
 void cuda_fill_zero(void *p, size_t bytes)
 {
-    if (bytes) CUDA_CHECK(cudaMemset(p, 0, bytes));
+    if (bytes) CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, S()));
 }
 
 void cuda_copy(void *dst, const void *src, size_t bytes)
 {
-    if (bytes) CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToDevice));
+    if (bytes) CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, S()));
 }
 
+/* Host-to-device copies go through pinned staging buffers, asynchronously on
+ * the compute stream: cudaMemcpy from pageable memory on the legacy stream
+ * waits for all the work queued on the compute stream, i.e. drains the GPU
+ * at every micro-step's batch.  The source is copied into the next of
+ * STAGING_SLOTS pinned buffers of STAGING_BYTES (in pieces when larger), so
+ * the caller may reuse it at once; a buffer is reused once the copy that
+ * last read it has completed (its event: the compute stream, which no peer
+ * can hold up). */
 void cuda_to_device(void *dst, const void *host_src, size_t bytes)
 {
-    if (bytes) CUDA_CHECK(cudaMemcpy(dst, host_src, bytes, cudaMemcpyHostToDevice));
+    const char *from = (const char *)host_src;
+    char *to = (char *)dst;
+    while (bytes) {
+        Staging *st = &g.staging[g.staging_next];
+        g.staging_next = (g.staging_next + 1) % STAGING_SLOTS;
+        if (!st->host) {
+            CUDA_CHECK(cudaMallocHost(&st->host, STAGING_BYTES));
+            CUDA_CHECK(cudaEventCreateWithFlags(&st->done, cudaEventDisableTiming));
+        } else {
+            wait_event_timed(st->done, "to_device: waiting for a staging buffer");
+        }
+        const size_t n = bytes < STAGING_BYTES ? bytes : STAGING_BYTES;
+        memcpy(st->host, from, n);
+        CUDA_CHECK(cudaMemcpyAsync(to, st->host, n, cudaMemcpyHostToDevice, S()));
+        CUDA_CHECK(cudaEventRecord(st->done, S()));
+        from += n;
+        to += n;
+        bytes -= n;
+    }
 }
 
 void cuda_to_host(void *host_dst, const void *src, size_t bytes)
 {
-    if (bytes) CUDA_CHECK(cudaMemcpy(host_dst, src, bytes, cudaMemcpyDeviceToHost));
+    if (!bytes) return;
+    wait_compute("to_host: waiting for the compute stream");   /* then the copy cannot hang */
+    CUDA_CHECK(cudaMemcpy(host_dst, src, bytes, cudaMemcpyDeviceToHost));
 }
 
-void cuda_synchronize(void) { CUDA_CHECK(cudaDeviceSynchronize()); }
+/* The compute stream only (cudaDeviceSynchronize would also wait for the
+ * NCCL stream's collectives, prefetches included), polled within the
+ * communication timeout. */
+void cuda_synchronize(void) { wait_compute("synchronize"); }
 
 /* ----------------------------------------------------------------- matmul */
 
@@ -322,7 +456,8 @@ void cuda_layernorm_forward(float *y, float *mean, float *rstd, const float *x, 
 void cuda_layernorm_backward(float *dx, float *dw, float *db, const float *dy, const float *x,
                              const void *w, const float *mean, const float *rstd, int BT, int C)
 {
-    osdp_cuda::layernorm_backward(dx, dw, db, dy, x, (const float *)w, mean, rstd, BT, C, S());
+    osdp_cuda::layernorm_backward(dx, dw, db, dy, x, (const float *)w, mean, rstd, BT, C,
+                                  layernorm_partials(BT, C), S());
 }
 
 void cuda_gelu_forward(float *y, const float *x, size_t n) { osdp_cuda::gelu_forward(y, x, n, S()); }
@@ -430,7 +565,7 @@ void cuda_embedding_backward(float *dwte, float *dwpe, const float *dx, const in
     if (B <= 0 || T <= 0 || C <= 0) return;
     const size_t need = osdp_cuda::embedding_backward_scratch_bytes(B, T);
     void *scratch = backend_scratch(need);
-    osdp_cuda::embedding_backward(dwte, dwpe, dx, tokens, B, T, C, scratch, g.scratch_bytes, S());
+    osdp_cuda::embedding_backward(dwte, dwpe, dx, tokens, B, T, C, scratch, g.scratch.bytes, S());
 }
 
 void cuda_crossentropy_forward(float *losses, float *probs, const int *targets, int BT, int V)
@@ -502,7 +637,8 @@ void cuda_bf16_layernorm_backward(float *dx, float *dw, float *db, const float *
                                   const float *x, const void *w, const float *mean,
                                   const float *rstd, int BT, int C)
 {
-    osdp_cuda::layernorm_backward(dx, dw, db, dy, x, (const bf16 *)w, mean, rstd, BT, C, S());
+    osdp_cuda::layernorm_backward(dx, dw, db, dy, x, (const bf16 *)w, mean, rstd, BT, C,
+                                  layernorm_partials(BT, C), S());
 }
 
 void cuda_bf16_embedding_forward(float *x, const int *tokens, const void *wte, const void *wpe,
@@ -518,9 +654,8 @@ double reduce_to_host(const float *x, size_t n, int squares)
     if (!n) return 0.0;
     osdp_cuda::reduce_sum(x, n, squares, g.partials, NULL, S());
     double r = 0.0;
-    CUDA_CHECK(cudaMemcpyAsync(&r, g.partials + osdp_cuda::REDUCE_PARTIALS, sizeof r,
-                               cudaMemcpyDeviceToHost, S()));
-    CUDA_CHECK(cudaStreamSynchronize(S()));
+    wait_compute("sum: reading the result back");   /* timed; then the copy cannot hang */
+    CUDA_CHECK(cudaMemcpy(&r, g.partials + osdp_cuda::REDUCE_PARTIALS, sizeof r, cudaMemcpyDeviceToHost));
     return r;
 }
 

@@ -164,17 +164,24 @@ __global__ void layernorm_backward_dx_kernel(float *dx, const float *dy, const f
     }
 }
 
-/* dw, db (C) += column sums; same shape as column_sums_kernel */
-__global__ void layernorm_backward_dwdb_kernel(float *dw, float *db, const float *dy,
-                                               const float *x, const float *mean,
-                                               const float *rstd, int BT, int C)
+/* The parameter gradients of layernorm, in two passes so that GPT-2's
+ * shapes fill the GPU (C = 768 gives only 24 column blocks): pass 1 sums
+ * the rows of chunk blockIdx.y for 32 columns per block into
+ * partials[chunk][c] (dw) and partials[chunks + chunk][c] (db); pass 2 adds
+ * the chunks to dw, db in chunk order.  Deterministic: the same sums in the
+ * same order on every run. */
+__global__ void layernorm_dwdb_partial_kernel(float *partials, const float *dy, const float *x,
+                                              const float *mean, const float *rstd, int BT, int C,
+                                              int rows_per_chunk, int chunks)
 {
     __shared__ float pw[32][33], pb[32][33];
     const int tx = threadIdx.x, ty = threadIdx.y;
-    const int c = blockIdx.x * 32 + tx;
+    const int c = blockIdx.x * 32 + tx, chunk = blockIdx.y;
+    const int lo = chunk * rows_per_chunk;
+    const int hi = lo + rows_per_chunk < BT ? lo + rows_per_chunk : BT;
     float aw = 0.0f, ab = 0.0f;
     if (c < C)
-        for (int i = ty; i < BT; i += 32) {
+        for (int i = lo + ty; i < hi; i += 32) {
             size_t k = (size_t)i * C + c;
             float d = dy[k];
             aw += (x[k] - mean[i]) * rstd[i] * d;
@@ -189,9 +196,23 @@ __global__ void layernorm_backward_dwdb_kernel(float *dw, float *db, const float
             sw += pw[k][tx];
             sb += pb[k][tx];
         }
-        dw[c] += sw;
-        db[c] += sb;
+        partials[(size_t)chunk * C + c] = sw;
+        partials[(size_t)(chunks + chunk) * C + c] = sb;
     }
+}
+
+__global__ void layernorm_dwdb_finish_kernel(float *dw, float *db, const float *partials, int C,
+                                             int chunks)
+{
+    const int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    float sw = 0.0f, sb = 0.0f;
+    for (int k = 0; k < chunks; k++) {
+        sw += partials[(size_t)k * C + c];
+        sb += partials[(size_t)(chunks + k) * C + c];
+    }
+    dw[c] += sw;
+    db[c] += sb;
 }
 
 /* --------------------------------------------------------------------- gelu */
@@ -314,6 +335,8 @@ __global__ void crossentropy_forward_kernel(float *losses, float *probs, const i
 {
     __shared__ float shared[32];
     float *p = probs + (size_t)blockIdx.x * V;
+    /* read before any thread overwrites p (block_reduce's barriers order it) */
+    const float target_logit = p[targets[blockIdx.x]];
     float maxv = -INFINITY;
     for (int j = threadIdx.x; j < V; j += blockDim.x) maxv = fmaxf(maxv, p[j]);
     maxv = block_reduce<MaxOp>(maxv, shared);
@@ -323,10 +346,12 @@ __global__ void crossentropy_forward_kernel(float *losses, float *probs, const i
         p[j] = e;
         sum += e;
     }
-    const float inv = 1.0f / block_reduce<SumOp>(sum, shared);
+    const float total = block_reduce<SumOp>(sum, shared);
+    const float inv = 1.0f / total;
     for (int j = threadIdx.x; j < V; j += blockDim.x) p[j] *= inv;
-    __syncthreads();                       /* makes p[target] visible to thread 0 */
-    if (threadIdx.x == 0) losses[blockIdx.x] = -logf(p[targets[blockIdx.x]]);
+    /* log-sum-exp - (target - max), as on the CPU: -logf(p[target]) is
+     * infinite once the target's logit is ~88 below the max (total >= 1) */
+    if (threadIdx.x == 0) losses[blockIdx.x] = logf(total) - (target_logit - maxv);
 }
 
 __global__ void crossentropy_backward_kernel(float *dlogits, const float *probs,
@@ -437,18 +462,33 @@ void layernorm_forward(float *y, float *mean, float *rstd, const float *x, const
     CUDA_CHECK_LAUNCH();
 }
 
+int layernorm_dwdb_chunks(int BT, int C)
+{
+    /* about 1024 blocks of 1024 threads in all, at least 128 rows per chunk */
+    const int column_blocks = (C + 31) / 32;
+    int chunks = 1024 / column_blocks;
+    const int by_rows = (BT + 127) / 128;
+    if (chunks > by_rows) chunks = by_rows;
+    return chunks > 1 ? chunks : 1;
+}
+
 template <class W>
 void layernorm_backward(float *dx, float *dw, float *db, const float *dy, const float *x,
                         const W *w, const float *mean, const float *rstd, int BT, int C,
-                        cudaStream_t s)
+                        float *partials, cudaStream_t s)
 {
     if (BT <= 0 || C <= 0) return;
     const int rows_per_block = kThreads / 32;
     layernorm_backward_dx_kernel<<<(BT + rows_per_block - 1) / rows_per_block, kThreads, 0, s>>>(
         dx, dy, x, w, mean, rstd, BT, C);
     CUDA_CHECK_LAUNCH();
-    layernorm_backward_dwdb_kernel<<<(C + 31) / 32, dim3(32, 32), 0, s>>>(dw, db, dy, x, mean,
-                                                                         rstd, BT, C);
+    const int chunks = layernorm_dwdb_chunks(BT, C);
+    const int rows_per_chunk = (BT + chunks - 1) / chunks;
+    layernorm_dwdb_partial_kernel<<<dim3((C + 31) / 32, chunks), dim3(32, 32), 0, s>>>(
+        partials, dy, x, mean, rstd, BT, C, rows_per_chunk, chunks);
+    CUDA_CHECK_LAUNCH();
+    layernorm_dwdb_finish_kernel<<<(C + kThreads - 1) / kThreads, kThreads, 0, s>>>(dw, db, partials,
+                                                                                 C, chunks);
     CUDA_CHECK_LAUNCH();
 }
 
@@ -502,7 +542,7 @@ void embedding_forward(float *x, const int *tokens, const W *wte, const W *wpe,
                                        const W *, int, int, cudaStream_t);                   \
     template void layernorm_backward<W>(float *, float *, float *, const float *,            \
                                         const float *, const W *, const float *,             \
-                                        const float *, int, int, cudaStream_t);              \
+                                        const float *, int, int, float *, cudaStream_t);     \
     template void embedding_forward<W>(float *, const int *, const W *, const W *, int, int, \
                                        int, cudaStream_t);
 OSDP_INSTANTIATE_WEIGHT_LAUNCHERS(float)

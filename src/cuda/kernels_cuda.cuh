@@ -31,10 +31,14 @@ void column_sums_add(float *db, const float *dy, int BT, int OC, cudaStream_t s)
 template <class W>
 void layernorm_forward(float *y, float *mean, float *rstd, const float *x, const W *w,
                        const W *b, int BT, int C, cudaStream_t s);
+/* partials: 2 * layernorm_dwdb_chunks(BT, C) * C floats of scratch for the
+ * two-pass sums of dw and db (contents undefined; free after the call in
+ * stream order) */
+int layernorm_dwdb_chunks(int BT, int C);
 template <class W>
 void layernorm_backward(float *dx, float *dw, float *db, const float *dy, const float *x,
                         const W *w, const float *mean, const float *rstd, int BT, int C,
-                        cudaStream_t s);
+                        float *partials, cudaStream_t s);
 
 void gelu_forward(float *y, const float *x, size_t n, cudaStream_t s);
 void gelu_backward(float *dx, const float *x, const float *dy, size_t n, cudaStream_t s);

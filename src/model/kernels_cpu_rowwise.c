@@ -188,6 +188,7 @@ OSDP_VECTOR_CLONES void crossentropy_forward(float *losses, float *probs, const 
         float maxv = p[0];
         OMP(simd reduction(max:maxv))
         for (int j = 1; j < V; j++) maxv = p[j] > maxv ? p[j] : maxv;
+        const float target_shifted = p[targets[i]] - maxv;   /* read before p becomes probabilities */
         float sum = 0.0f;
         OMP(simd reduction(+:sum))
         for (int j = 0; j < V; j++) {
@@ -198,7 +199,10 @@ OSDP_VECTOR_CLONES void crossentropy_forward(float *losses, float *probs, const 
         const float inv = 1.0f / sum;
         OMP(simd)
         for (int j = 0; j < V; j++) p[j] *= inv;
-        losses[i] = -logf(p[targets[i]]);
+        /* max + log-sum-exp - target logit, not -log p[target]: p[target]
+         * underflows to 0 (an infinite loss) once the target's logit is
+         * ~88 below the max; sum >= 1 here, so its log is finite */
+        losses[i] = logf(sum) - target_shifted;
     }
 }
 

@@ -1,0 +1,35 @@
+/* What the MPI and NCCL communication backends share: the time limit of
+ * every wait for a collective, and the timed wait for an MPI request (the
+ * MPI backend's collectives, the NCCL backend's host-buffer fallback). */
+#ifndef OSDP_COMM_INTERNAL_H
+#define OSDP_COMM_INTERNAL_H
+
+#include <mpi.h>
+#include <stddef.h>
+#include "osdp/comm.h"
+
+#define OSDP_COMM_DEFAULT_TIMEOUT_S 600.0
+
+/* Seconds a rank waits for one collective (or NCCL's set-up or teardown)
+ * before it gives up with a message naming what was pending: a peer died,
+ * hangs, or called a different collective.  From OSDP_COMM_TIMEOUT_S, or
+ * OSDP_NCCL_TIMEOUT_S (its older name); 0 waits for ever; default 600.
+ * A value that is not a number of seconds >= 0 keeps the default, and rank
+ * 0 warns. */
+double osdp_comm_timeout_from_env(int rank);
+
+/* monotonic seconds */
+double osdp_comm_now(void);
+
+/* "all-reduce of 2 float64 elements (collective #7 of this rank)" into buf;
+ * count 0 leaves out the size */
+void osdp_comm_describe(char *buf, size_t n, const char *what, size_t count, osdp_dtype dtype,
+                        unsigned long long seq);
+
+/* Waits for *req (MPI_Test in a loop) at most timeout_s seconds (0: for
+ * ever).  On time-out: OSDP_ERR_COMM with a message naming `label` (what was
+ * pending) and the limit; the request is left as it is (the caller ends the
+ * job: a collective cannot be cancelled). */
+osdp_status osdp_comm_mpi_wait(MPI_Request *req, double timeout_s, const char *label);
+
+#endif
