@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PACKAGES="build-essential autoconf automake pkg-config mpich libmpich-dev libopenblas-openmp-dev
-          libhdf5-mpich-dev hdf5-tools libinih-dev check python3"
+          libhdf5-mpich-dev hdf5-tools libinih-dev check python3 gnuplot-nox"
 SUDO=; [ "$(id -u)" = 0 ] || SUDO=sudo
 missing=$(for p in $PACKAGES; do dpkg -s "$p" >/dev/null 2>&1 || echo "$p"; done)
 if [ -n "$missing" ]; then
