@@ -173,11 +173,17 @@ START_TEST(test_directory_concat)
     make_dir(path);
     snprintf(path, sizeof path, "%s/shard_02.bin", dir); /* empty shard: allowed, skipped */
     write_shard(path, c, 0);
+    /* llm.c's names: a validation shard and a token table are not training data */
+    snprintf(path, sizeof path, "%s/shard_val_000000.bin", dir);
+    write_shard(path, c, 7);
+    snprintf(path, sizeof path, "%s/shard_tokenizer.bin", dir);
+    write_bytes(path, "not a shard", 11);
 
     osdp_dataset ds;
     ck_assert_msg(osdp_data_open(&ds, dir, 1000, 32) == OSDP_OK, "%s", osdp_error_message());
     ck_assert_uint_eq(ds.n_tokens, 500);
     ck_assert_int_eq(ds.n_seg, 2);
+    ck_assert_int_eq(ds.n_val_shards, 1);
     for (size_t i = 0; i < 300; i++)
         ck_assert_int_eq(token_at(&ds, i), a[i]);
     for (size_t i = 0; i < 200; i++)
@@ -495,6 +501,12 @@ START_TEST(test_err_directory)
     snprintf(path, sizeof path, "%s/1.bin", d3);
     write_shard_raw(path, 7, 1, 64, tok, 64);
     expect_fail(d3, 256, 8, OSDP_ERR_INPUT, "magic", path);
+    /* validation shards alone are nothing to train on */
+    const char *d4 = tmp_path("valdir");
+    make_dir(d4);
+    snprintf(path, sizeof path, "%s/corpus_val_000000.bin", d4);
+    write_shard(path, tok, 64);
+    expect_fail(d4, 256, 8, OSDP_ERR_INPUT, "only validation shards", d4);
 }
 END_TEST
 

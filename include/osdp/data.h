@@ -7,7 +7,10 @@
  *   path is a directory  every regular file in it whose name ends in ".bin",
  *                        sorted by name (strcmp) and treated as one stream
  *                        (each shard stays a separate mapping; a sequence
- *                        may straddle two shards).  Other files are ignored.
+ *                        may straddle two shards).  Other files are ignored,
+ *                        and so are, by llm.c's names, validation shards
+ *                        (`*_val_*.bin`: counted in n_val_shards, never
+ *                        trained on) and token tables (`*_tokenizer.bin`).
  *   anything else        read as bytes, byte b -> token b (vocab >= 256).
  *
  * Batches are sampled, not streamed: the start of global sequence j at step
@@ -45,6 +48,7 @@ typedef struct osdp_dataset {
     int vocab;               /* the model vocab the data was validated against */
     int seq_len;             /* the sequence length validated at open */
     unsigned long long hash; /* osdp_data_hash(), computed while validating */
+    int n_val_shards;        /* directory: `*_val_*.bin` shards left out of the stream */
     char path[OSDP_DATA_PATH_MAX];
 } osdp_dataset;
 

@@ -37,11 +37,15 @@ static int32_t read_le32(const unsigned char *p)
     return s;
 }
 
-static int ends_with_bin(const char *name)
+static int ends_with(const char *name, const char *suffix)
 {
-    size_t n = strlen(name);
-    return n >= 4 && strcmp(name + n - 4, ".bin") == 0;
+    size_t n = strlen(name), k = strlen(suffix);
+    return n >= k && strcmp(name + n - k, suffix) == 0;
 }
+
+/* llm.c's names: NAME_val_000000.bin holds validation tokens, NAME_tokenizer.bin a token table */
+static int is_val_shard(const char *name) { return strstr(name, "_val_") != NULL; }
+static int is_token_table(const char *name) { return ends_with(name, "_tokenizer.bin"); }
 
 static uint64_t splitmix64(uint64_t x)
 {
@@ -323,7 +327,7 @@ static void free_names(char **names, size_t n)
     free(names);
 }
 
-/* All regular *.bin files in `dir`, in name order. */
+/* All regular *.bin files in `dir` but validation shards and token tables, in name order. */
 static osdp_status add_directory(osdp_dataset *ds, scan_state *st, const char *dir)
 {
     DIR *d = opendir(dir);
@@ -344,8 +348,12 @@ static osdp_status add_directory(osdp_dataset *ds, scan_state *st, const char *d
         if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
             continue;
         n_entries++;
-        if (!ends_with_bin(e->d_name))
+        if (!ends_with(e->d_name, ".bin") || is_token_table(e->d_name))
             continue;
+        if (is_val_shard(e->d_name)) {
+            ds->n_val_shards++;
+            continue;
+        }
         int len = snprintf(full, sizeof full, "%s/%s", dir, e->d_name);
         if (len < 0 || (size_t)len >= sizeof full) {
             rc = osdp_error_set(OSDP_ERR_INPUT, "data path %s/%s is too long", dir, e->d_name);
@@ -376,6 +384,9 @@ static osdp_status add_directory(osdp_dataset *ds, scan_state *st, const char *d
     if (rc == OSDP_OK && n_names == 0) {
         if (n_entries == 0)
             rc = osdp_error_set(OSDP_ERR_INPUT, "data directory %s is empty (no .bin shard files)", dir);
+        else if (ds->n_val_shards > 0)
+            rc = osdp_error_set(OSDP_ERR_INPUT, "data directory %s holds only validation shards (*_val_*.bin, %d of "
+                                "them): training needs the others (e.g. *_train_*.bin)", dir, ds->n_val_shards);
         else
             rc = osdp_error_set(OSDP_ERR_INPUT, "data directory %s contains no .bin shard files (%zu other entries)",
                                 dir, n_entries);
@@ -420,7 +431,7 @@ osdp_status osdp_data_open(osdp_dataset *ds, const char *path, int vocab, int se
     osdp_status rc;
     if (S_ISDIR(sb.st_mode))
         rc = add_directory(ds, &st, path);
-    else if (ends_with_bin(path))
+    else if (ends_with(path, ".bin"))
         rc = add_shard(ds, &st, path);
     else
         rc = add_text(ds, &st, path);
