@@ -148,6 +148,52 @@ def read_osdp(path):
     return model, tensors
 
 
+FNV64_OFFSET = 14695981039346656037
+H5T_CLASS = {h5py.h5t.INTEGER: 0, h5py.h5t.FLOAT: 1, h5py.h5t.STRING: 3}   # H5T_class_t's values
+
+
+def fnv1a(h, data):
+    for byte in data:
+        h = ((h ^ byte) * FNV_PRIME) & M64
+    return h
+
+
+def fmix64_int(x):
+    x ^= x >> 33
+    x = (x * 0xff51afd7ed558ccd) & M64
+    x ^= x >> 33
+    x = (x * 0xc4ceb9fe1a85ec53) & M64
+    return x ^ (x >> 33)
+
+
+def metadata_manifest(f):
+    """The root attribute metadata_manifest of doc/checkpoint-format.md ("Metadata checksum"): one line per
+    root attribute in name order, "NAME DIGEST", then /optim's as "/optim/NAME DIGEST", then "manifest DIGEST"
+    over those lines."""
+    lines = []
+    groups = [(f, b"")] + ([(f["optim"], b"/optim/")] if "optim" in f else [])
+    for obj, name in ((g, n) for g, prefix in groups for n in sorted(k.encode() for k in g.attrs.keys())):
+        if name == b"metadata_manifest":
+            continue
+        prefix = b"" if obj is f else b"/optim/"
+        attr = h5py.h5a.open(obj.id, name)
+        ftype, npoints = attr.get_type(), attr.get_space().get_simple_extent_npoints()
+        h = fnv1a(FNV64_OFFSET, name + b"\0")
+        h = fnv1a(h, H5T_CLASS[ftype.get_class()].to_bytes(4, "little"))
+        h = fnv1a(h, npoints.to_bytes(8, "little", signed=True))
+        if isinstance(ftype, h5py.h5t.TypeStringID) and ftype.is_variable_str():
+            values = obj.attrs[name.decode()]
+            for v in (values if isinstance(values, np.ndarray) else [values]):
+                h = fnv1a(h, (v.encode() if isinstance(v, str) else bytes(v)) + b"\0")
+        else:   # the stored bytes, as H5Aread gives them in the attribute's own type
+            raw = np.empty(npoints, dtype=ftype.dtype)
+            attr.read(raw, mtype=ftype)
+            h = fnv1a(h, raw.tobytes())
+        lines.append(b"%s%s %016x\n" % (prefix, name, fmix64_int(h)))
+    body = b"".join(lines)
+    return body + b"manifest %016x\n" % fmix64_int(fnv1a(FNV64_OFFSET, body))
+
+
 def write_weights(path, model, tensors):
     """An osdp weights file: /model with checksums and op_offsets, and the model's root attributes."""
     tmp = path + ".tmp"
@@ -170,6 +216,7 @@ def write_weights(path, model, tensors):
             ds.attrs.create("checksum", np.uint64(sum64(tensors[(op, tensor)])))
             ds.attrs.create("op_offset", np.uint64(offset))
             offset += int(np.prod(shape))
+        f.attrs.create("metadata_manifest", np.bytes_(metadata_manifest(f)))
     os.replace(tmp, path)
 
 

@@ -1,7 +1,8 @@
 #!/bin/bash
 # Weight interop (issue 17): an osdp checkpoint exported to Hugging Face GPT-2 safetensors gives,
-# in an independent numpy forward, the loss osdp logged for the next step; imported back it is
-# bit-exact (values, checksums, model_hash); bad inputs are refused and nothing is overwritten.
+# in an independent numpy forward, the loss osdp logged for the next step; imported back as an osdp
+# weights file it is bit-exact (values, checksums, model_hash) and trains from --init-from exactly as
+# the checkpoint does; bad inputs are refused and nothing is overwritten.
 . "$(dirname "$0")/test_lib.sh" interop-work
 PY=${PYTHON:-python3}
 TOOL="$SRC/scripts/osdp_weights.py"
@@ -44,6 +45,17 @@ print(len(names), "tensors bit-exact")
 PYEOF
 then ok "osdp -> HF -> osdp: $(cat "$WORK/cmp.out")"; else bad "round trip" "$WORK/cmp.out"; fi
 
+# the imported weights file trains as the checkpoint it came from: bitwise-equal losses from --init-from
+for src in ck back; do
+    f=$CK; [ $src = back ] && f="$WORK/back.h5"
+    $MPIEXEC -n 2 "$BIN" train --model "$M" --steps 3 --plan dp --batch 2 --init-from "$f" \
+        --log "$WORK/init_$src.log" > "$WORK/init_$src.out" 2>&1 || bad "--init-from $src" "$WORK/init_$src.out"
+done
+if [ -n "$(losses "$WORK/init_ck.log")" ] && [ "$(losses "$WORK/init_ck.log")" = "$(losses "$WORK/init_back.log")" ] \
+   && grep -q "weights from the weights file" "$WORK/init_back.out"; then
+    ok "--init-from the imported weights file: losses bitwise equal to --init-from the checkpoint"
+else bad "--init-from the weights file" "$WORK/init_back.out"; fi
+
 expect_refusal() {  # NAME PATTERN COMMAND...
     local name=$1 pat=$2; shift 2
     if "$@" > "$WORK/bad.out" 2>&1; then bad "$name: accepted" "$WORK/bad.out"
@@ -62,6 +74,12 @@ from safetensors.numpy import load_file, save_file
 t = load_file('$WORK/hf/model.safetensors'); del t['lm_head.weight']; save_file(t, '$WORK/tied.safetensors')"
 expect_refusal "import-hf of a tied head" "ties its head" \
     $PY "$TOOL" import-hf "$WORK/tied.safetensors" --model "$M" --out "$WORK/tied.h5"
+expect_refusal "--resume from a weights file" "holds weights only" \
+    $MPIEXEC -n 2 "$BIN" train --model "$M" --steps 3 --plan dp --batch 2 --resume "$WORK/back.h5"
+cp "$WORK/back.h5" "$WORK/edited.h5"
+$PY -c "import h5py; f = h5py.File('$WORK/edited.h5', 'r+'); f.attrs['model_name'] = b'other'"
+expect_refusal "--init-from an edited weights file" "model_name" \
+    $MPIEXEC -n 2 "$BIN" train --model "$M" --steps 3 --plan dp --batch 2 --init-from "$WORK/edited.h5"
 expect_refusal "export-hf of a non-checkpoint" "not an HDF5 file" $PY "$TOOL" export-hf "$DATA" --out "$WORK/x.safetensors"
 
 summary test_interop

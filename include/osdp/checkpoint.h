@@ -43,6 +43,8 @@ typedef struct osdp_ckpt_info {
     long global_batch;             /* sequences per optimizer step */
     int seq_len;
     osdp_optim_config optim;       /* optimizer settings at save time */
+    int weights_only;              /* a weights file (root attribute content = "weights": scripts/osdp_weights.py):
+                                      model and /model only; step, seed, geometry and optim are 0 */
     /* filled by save / load: */
     double bytes;                  /* dataset bytes written or read, all ranks */
     double seconds;                /* wall time of the whole call */

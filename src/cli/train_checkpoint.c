@@ -410,8 +410,11 @@ osdp_status osdp_train_ckpt_start(osdp_train_ckpt *tc, osdp_runtime *rt, const o
     if (tc->init_from) {
         s = osdp_ckpt_load(rt, cfg, tc->init_from, OSDP_CKPT_WEIGHTS_ONLY, comm, &tc->loaded);
         if (s == OSDP_OK && tc->rank == 0 && !tc->quiet) {
-            printf("checkpoint: weights from %s (step %ld of the run that wrote it); fresh optimizer, step 0\n",
-                   tc->init_from, tc->loaded.step);
+            if (tc->loaded.weights_only)
+                printf("checkpoint: weights from the weights file %s; fresh optimizer, step 0\n", tc->init_from);
+            else
+                printf("checkpoint: weights from %s (step %ld of the run that wrote it); fresh optimizer, step 0\n",
+                       tc->init_from, tc->loaded.step);
             fflush(stdout);
         }
         return s;

@@ -69,6 +69,23 @@ static osdp_status read_root(hid_t file, const char *path, osdp_ckpt_info *info,
     int known = strcmp(str, OSDP_CKPT_CHECKSUM_ALGORITHM) == 0;
     free(str);
     if (!known) return osdp_error_set(OSDP_ERR_INPUT, "%s: attribute checksum_algorithm: unknown algorithm", where);
+    if (H5Aexists(file, "content") > 0) {   /* absent in training checkpoints */
+        TRYS(ck_attr_read_str(file, where, "content", &str));
+        info->weights_only = strcmp(str, "weights") == 0;
+        int training = strcmp(str, "training-state") == 0;
+        free(str);
+        if (!info->weights_only && !training)
+            return osdp_error_set(OSDP_ERR_INPUT, "%s: attribute content: expected \"weights\"", where);
+    }
+    if (info->weights_only) {   /* the model, nothing of a run */
+        TRYS(ck_attr_read_u64(file, where, "model_hash", &u));
+        info->model_hash = u;
+        TRYS(ck_attr_read_str(file, where, "model_name", &str));
+        snprintf(info->model_name, sizeof info->model_name, "%s", str);
+        free(str);
+        if (model_text) TRYS(ck_attr_read_str(file, where, "model_description", model_text));
+        return OSDP_OK;
+    }
     TRYS(ck_attr_read_i64(file, where, "step", &v));
     if (v < 0) return osdp_error_set(OSDP_ERR_INPUT, "%s: attribute step = %lld is invalid", where, (long long)v);
     info->step = (long)v;
@@ -119,6 +136,13 @@ static void close_file(hid_t fapl, hid_t file)
     if (fapl >= 0) H5Pclose(fapl);
 }
 
+/* A weights file holds no run to continue (every rank reads the same attribute: no agreement needed) */
+static osdp_status weights_file_refused(const char *path)
+{
+    return osdp_error_set(OSDP_ERR_INPUT, "checkpoint %s holds weights only (attribute content = \"weights\"): there is no "
+                          "run to resume; start from its weights with --init-from", path);
+}
+
 osdp_status osdp_ckpt_read_info(const char *path, MPI_Comm comm, osdp_ckpt_info *info)
 {
     double t0 = osdp_now_seconds();
@@ -127,6 +151,7 @@ osdp_status osdp_ckpt_read_info(const char *path, MPI_Comm comm, osdp_ckpt_info 
     hid_t fapl, file;
     osdp_status s = open_file(path, comm, &fapl, &file);
     if (s == OSDP_OK) s = osdp_status_agree(read_root(file, path, info, NULL), comm);
+    if (s == OSDP_OK && info->weights_only) s = weights_file_refused(path);
     close_file(fapl, file);
     ck_h5_quiet_end(&quiet);
     if (s == OSDP_OK) info->seconds = osdp_now_seconds() - t0;
@@ -278,6 +303,7 @@ osdp_status osdp_ckpt_load(osdp_runtime *rt, const osdp_model_config *cfg, const
     osdp_status s = open_file(path, comm, &fapl, &file);
     if (s != OSDP_OK) goto out;
     s = osdp_status_agree(read_root(file, path, &info, &model_text), comm);
+    if (s == OSDP_OK && info.weights_only && !weights_only) s = weights_file_refused(path);
     if (s != OSDP_OK) goto out;
 
     if (info.model_hash != osdp_model_config_hash(cfg)) {
