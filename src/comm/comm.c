@@ -5,7 +5,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 const char *osdp_collective_name(osdp_collective c)
 {
@@ -13,12 +12,6 @@ const char *osdp_collective_name(osdp_collective c)
     return c < OSDP_COLL_N_TYPES ? names[c] : "?";
 }
 
-double osdp_comm_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 double osdp_comm_timeout_from_env(int rank)
 {
@@ -51,7 +44,7 @@ void osdp_comm_describe(char *buf, size_t n, const char *what, size_t count, osd
 /* a blocking call (req NULL) counts as waited in full */
 static osdp_status timed(osdp_comm *c, osdp_request *req, double t0, osdp_status s)
 {
-    if (!req) c->traffic.wait_seconds += osdp_comm_now() - t0;
+    if (!req) c->traffic.wait_seconds += osdp_now_seconds() - t0;
     return s;
 }
 
@@ -65,28 +58,28 @@ static void account(osdp_comm *c, osdp_collective type, size_t full_bytes, doubl
 osdp_status osdp_comm_all_gather(osdp_comm *c, const void *shard, void *full, size_t count, osdp_dtype t, osdp_request *req)
 {
     account(c, OSDP_COLL_ALL_GATHER, count * (size_t)c->size * osdp_dtype_size(t), (double)(c->size - 1) / c->size);
-    double t0 = osdp_comm_now();
+    double t0 = osdp_now_seconds();
     return timed(c, req, t0, c->ops->all_gather(c, shard, full, count, t, req));
 }
 
 osdp_status osdp_comm_reduce_scatter(osdp_comm *c, const void *full, void *shard, size_t count, osdp_dtype t, osdp_request *req)
 {
     account(c, OSDP_COLL_REDUCE_SCATTER, count * (size_t)c->size * osdp_dtype_size(t), (double)(c->size - 1) / c->size);
-    double t0 = osdp_comm_now();
+    double t0 = osdp_now_seconds();
     return timed(c, req, t0, c->ops->reduce_scatter(c, full, shard, count, t, req));
 }
 
 osdp_status osdp_comm_all_reduce(osdp_comm *c, void *buf, size_t count, osdp_dtype t, osdp_request *req)
 {
     account(c, OSDP_COLL_ALL_REDUCE, count * osdp_dtype_size(t), 2.0 * (c->size - 1) / c->size);
-    double t0 = osdp_comm_now();
+    double t0 = osdp_now_seconds();
     return timed(c, req, t0, c->ops->all_reduce(c, buf, count, t, req));
 }
 
 osdp_status osdp_comm_broadcast(osdp_comm *c, void *buf, size_t bytes, int root, osdp_request *req)
 {
     account(c, OSDP_COLL_BROADCAST, bytes, c->rank == root ? 1.0 : 0.0);
-    double t0 = osdp_comm_now();
+    double t0 = osdp_now_seconds();
     return timed(c, req, t0, c->ops->broadcast(c, buf, bytes, root, req));
 }
 
@@ -95,9 +88,9 @@ osdp_status osdp_comm_barrier(osdp_comm *c) { return c->ops->barrier(c); }
 osdp_status osdp_comm_wait(osdp_comm *c, osdp_request *req)
 {
     if (!req || !req->impl) return OSDP_OK;
-    double t0 = osdp_comm_now();
+    double t0 = osdp_now_seconds();
     osdp_status s = c->ops->wait(c, req);
-    c->traffic.wait_seconds += osdp_comm_now() - t0;
+    c->traffic.wait_seconds += osdp_now_seconds() - t0;
     return s;
 }
 

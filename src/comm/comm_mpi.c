@@ -61,14 +61,14 @@ static osdp_status mpi_error(int rc, const char *what)
 
 osdp_status osdp_comm_mpi_wait(MPI_Request *req, double timeout_s, const char *label)
 {
-    const double start = osdp_comm_now();
+    const double start = osdp_now_seconds();
     for (unsigned long polls = 0;; polls++) {
         int done = 0;
         int rc = MPI_Test(req, &done, MPI_STATUS_IGNORE);
         if (rc != MPI_SUCCESS) return mpi_error(rc, label);
         if (done) return OSDP_OK;
         /* the clock every 256 polls: MPI_Test is the cheaper call */
-        if (timeout_s > 0 && (polls & 255) == 255 && osdp_comm_now() - start > timeout_s)
+        if (timeout_s > 0 && (polls & 255) == 255 && osdp_now_seconds() - start > timeout_s)
             return osdp_error_set(OSDP_ERR_COMM,
                                   "MPI %s did not complete within %g s (OSDP_COMM_TIMEOUT_S): a peer rank died, "
                                   "hangs, or called a different collective",

@@ -274,7 +274,7 @@ static osdp_status give_up(nccl_comm_impl *impl, const char *label)
 
 static int expired(const nccl_comm_impl *impl, double start, unsigned long polls)
 {
-    return impl->timeout_s > 0 && (polls & 255) == 255 && osdp_comm_now() - start > impl->timeout_s;
+    return impl->timeout_s > 0 && (polls & 255) == 255 && osdp_now_seconds() - start > impl->timeout_s;
 }
 
 /* A call on the non-blocking communicator `comm` returned r: while it is
@@ -283,7 +283,7 @@ static int expired(const nccl_comm_impl *impl, double start, unsigned long polls
  * names the call. */
 static osdp_status settle(nccl_comm_impl *impl, ncclComm_t comm, ncclResult_t r, const char *label)
 {
-    const double start = osdp_comm_now();
+    const double start = osdp_now_seconds();
     for (unsigned long polls = 0; r == ncclInProgress && comm && impl->nccl; polls++) {
         if (expired(impl, start, polls)) return give_up(impl, label);
         sched_yield();
@@ -298,7 +298,7 @@ static osdp_status settle(nccl_comm_impl *impl, ncclComm_t comm, ncclResult_t r,
 static osdp_status wait_event(nccl_comm_impl *impl, cudaEvent_t ev, const char *what, size_t count,
                               osdp_dtype dtype, unsigned long long seq)
 {
-    const double start = osdp_comm_now();
+    const double start = osdp_now_seconds();
     char label[192];
     for (unsigned long polls = 0;; polls++) {
         cudaError_t e = cudaEventQuery(ev);

@@ -140,12 +140,12 @@ inline cudaStream_t S() { return g.stream; }
  * that wait return nothing to report it through). */
 void wait_event_timed(cudaEvent_t ev, const char *what)
 {
-    const double start = osdp_comm_now();
+    const double start = osdp_now_seconds();
     for (unsigned long polls = 0;; polls++) {
         cudaError_t e = cudaEventQuery(ev);
         if (e == cudaSuccess) return;
         if (e != cudaErrorNotReady) CUDA_CHECK(e);
-        if (g.timeout_s > 0 && (polls & 255) == 255 && osdp_comm_now() - start > g.timeout_s) {
+        if (g.timeout_s > 0 && (polls & 255) == 255 && osdp_now_seconds() - start > g.timeout_s) {
             char why[192];
             snprintf(why, sizeof why,
                      "the compute stream did not finish within %g s (OSDP_COMM_TIMEOUT_S): it waits for a "

@@ -2,19 +2,12 @@
  * node, reused across transient bounds through plan_knap_cache.c, and the
  * LP and byte-threshold lower bounds (method in osdp/planner.h). */
 #include "plan_knap.h"
+#include "osdp/clock.h"
 
 #include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 /* The knapsack over the allowed choices (NULL: all) through the selected
  * search; *obj = its total time.  With swap_shift >= 0 the roles are
@@ -49,7 +42,7 @@ static osdp_status knap_any(osdp_ps_context *ctx, const unsigned char *allow, lo
                              .time = ctx->knap_time, .mem_limit = lim,
                              .workspace = ctx->search_workspace, .time_cap = cap};
     osdp_search_result r = {.choice = ctx->knap_solution};
-    double t0 = now_s();
+    double t0 = osdp_now_seconds();
     osdp_status s;
     if (ctx->opts->search == OSDP_SEARCH_DFS && !ctx->minimise_memory) {
         if (ctx->deadline > 0) {
@@ -60,7 +53,7 @@ static osdp_status knap_any(osdp_ps_context *ctx, const unsigned char *allow, lo
     } else {
         s = osdp_search_exact(&p, &r);
     }
-    ctx->counters->search_s += now_s() - t0;
+    ctx->counters->search_s += osdp_now_seconds() - t0;
     ctx->counters->searches++;
     ctx->counters->nodes += r.nodes;
     if (s != OSDP_OK) return s;

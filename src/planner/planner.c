@@ -2,6 +2,7 @@
  * verifies, and schedules micro-batches (method and guarantee in
  * osdp/planner.h). */
 #include "osdp/planner.h"
+#include "osdp/clock.h"
 #include "osdp/memory.h"
 #include "osdp/runtime.h"
 #include "osdp/search.h"
@@ -15,13 +16,6 @@
 #include <time.h>
 
 #define GIB (1024.0 * 1024.0 * 1024.0)
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 void osdp_planner_defaults(osdp_planner_options *o)
 {
@@ -179,7 +173,7 @@ static osdp_status plan_batch(const osdp_layout *L, const osdp_device *dev, cons
                               int accum, double deadline, double cutoff, int quiet, osdp_cost_cuts *cuts,
                               osdp_planner_result *res)
 {
-    double t0 = now_s();
+    double t0 = osdp_now_seconds();
     memset(res, 0, sizeof *res);
     res->runtime_peak = -1;
     osdp_status s = check_options(L, dev, o);
@@ -214,14 +208,14 @@ static osdp_status plan_batch(const osdp_layout *L, const osdp_device *dev, cons
     }
     free(best.choice);
     osdp_ps_context_free(&ctx);
-    res->total_s = now_s() - t0;
+    res->total_s = osdp_now_seconds() - t0;
     return s;
 }
 
 osdp_status osdp_planner_plan_batch(const osdp_layout *layout, const osdp_device *dev, const osdp_planner_options *o,
                                     int b, int accum, osdp_planner_result *res)
 {
-    double dl = o->search == OSDP_SEARCH_DFS ? now_s() + (o->dfs_time_limit_s > 0 ? o->dfs_time_limit_s : 60) : 0;
+    double dl = o->search == OSDP_SEARCH_DFS ? osdp_now_seconds() + (o->dfs_time_limit_s > 0 ? o->dfs_time_limit_s : 60) : 0;
     return plan_batch(layout, dev, o, b, accum, dl, INFINITY, 0, NULL, res);
 }
 
@@ -237,7 +231,7 @@ static int cmp_cand(const void *a, const void *b)
 static osdp_status run_sched(const osdp_layout *layout, const osdp_device *dev, const osdp_planner_options *o,
                              osdp_cost_cuts *cuts, osdp_planner_result *res)
 {
-    double t0 = now_s();
+    double t0 = osdp_now_seconds();
     memset(res, 0, sizeof *res);
     res->runtime_peak = -1;
     osdp_status s = check_options(layout, dev, o);
@@ -252,7 +246,7 @@ static osdp_status run_sched(const osdp_layout *layout, const osdp_device *dev, 
     const int bmax = o->micro_batch > 0 ? o->micro_batch : G > 0 ? G / N
                    : (o->max_micro_batch > 0 ? o->max_micro_batch : 256);
     const long long limit = o->mem_limit > 0 ? o->mem_limit : dev->mem_limit;
-    double dl = o->search == OSDP_SEARCH_DFS ? now_s() + (o->dfs_time_limit_s > 0 ? o->dfs_time_limit_s : 60) : 0;
+    double dl = o->search == OSDP_SEARCH_DFS ? osdp_now_seconds() + (o->dfs_time_limit_s > 0 ? o->dfs_time_limit_s : 60) : 0;
     cand_b *cb = malloc(sizeof *cb * (size_t)(bmax - b0 + 1));
     if (!cb) return osdp_error_set(OSDP_ERR_OOM, "planner: out of host memory");
     /* pass 1: every micro-batch's throughput bound, up to the first that cannot fit */
@@ -324,7 +318,7 @@ static osdp_status run_sched(const osdp_layout *layout, const osdp_device *dev, 
     res->search_s = search_s;
     res->timed_out = timed_out;
     res->gap = gap;
-    res->total_s = now_s() - t0;
+    res->total_s = osdp_now_seconds() - t0;
     return OSDP_OK;
 }
 

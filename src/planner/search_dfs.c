@@ -3,19 +3,12 @@
 #define _POSIX_C_SOURCE 200809L
 
 #include "osdp/search.h"
+#include "osdp/clock.h"
 
 #include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 osdp_status osdp_search_dfs(const osdp_search_problem *p, osdp_search_result *r)
 {
@@ -46,7 +39,7 @@ osdp_status osdp_search_dfs(const osdp_search_problem *p, osdp_search_result *r)
     }
 
     const long long limit = p->mem_limit;
-    const double deadline = p->time_limit_s > 0.0 ? now_s() + p->time_limit_s : 0.0;
+    const double deadline = p->time_limit_s > 0.0 ? osdp_now_seconds() + p->time_limit_s : 0.0;
     int have = 0;
     long long best_m = 0, best_q = 0, nodes = 0;
     if (n == 0) {
@@ -62,7 +55,7 @@ osdp_status osdp_search_dfs(const osdp_search_problem *p, osdp_search_result *r)
                 d--;
                 continue;
             }
-            if ((++nodes & 4095) == 0 && deadline > 0.0 && now_s() > deadline) {
+            if ((++nodes & 4095) == 0 && deadline > 0.0 && osdp_now_seconds() > deadline) {
                 r->timed_out = 1;
                 break;
             }
