@@ -68,8 +68,13 @@ static int refuse_once(int *argc, char ***argv, const char *fmt, const char *arg
     return 2;
 }
 
+/* the library's errors that no caller can be told of (osdp/error.h): this
+ * rank cannot go on, and the others may wait for it in a collective */
+static void end_job_on_unrecoverable(osdp_status code, const char *message) { osdp_fatal(code, message); }
+
 int main(int argc, char **argv)
 {
+    osdp_error_set_unrecoverable_handler(end_job_on_unrecoverable);
     if (argc < 2) return refuse_once(&argc, &argv, NULL, NULL);
     if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
         usage(stdout);

@@ -6,6 +6,7 @@
  * shards, bf16 all-gathers, fp32 gradients) runs and is tested on MPI ranks
  * without a GPU; the widening costs time, and it is not meant for speed. */
 #include "osdp/dtype.h"
+#include "osdp/error.h"
 #include "osdp/kernels_cpu.h"
 
 #include "kernels_cpu_internal.h"
@@ -17,7 +18,9 @@
 #define WIDEN_MAX_ELEMENTS ((size_t)1 << 22)
 
 /* One process-wide scratch, grown on demand: the kernels run one at a time
- * on the rank's thread (OpenMP parallelism is inside them).  Kept until exit. */
+ * on the rank's thread (OpenMP parallelism is inside them).  Kept until exit.
+ * NULL when it cannot grow (an unrecoverable error is recorded): the kernel
+ * then does nothing. */
 static float *widen_scratch(size_t n)
 {
     static float *buf;
@@ -25,13 +28,10 @@ static float *widen_scratch(size_t n)
     if (n > cap) {
         free(buf);
         buf = malloc(n * sizeof *buf);
-        if (!buf) {
-            /* a kernel cannot return an error (osdp/compute.h): the CPU
-             * backend's own allocations abort the same way */
-            fprintf(stderr, "osdp: out of host memory for %zu bytes of bf16 widening scratch\n", n * sizeof *buf);
-            abort();
-        }
-        cap = n;
+        cap = buf ? n : 0;
+        if (!buf)   /* a kernel cannot return an error (osdp/compute.h) */
+            osdp_error_unrecoverable(OSDP_ERR_OOM, "out of host memory for %zu bytes of bf16 widening scratch",
+                                     n * sizeof *buf);
     }
     return buf;
 }
@@ -63,6 +63,7 @@ void cpu_bf16_matmul_forward_strided(float *y, const float *x, int ldx, const vo
     const uint16_t *W = w;
     const int rows = rows_per_piece(IC, OC);
     float *buf = widen_scratch((size_t)rows * OC + (size_t)OC);
+    if (!buf) return;
     float *bias = b ? buf + (size_t)rows * OC : NULL;
     if (b) widen(bias, b, (size_t)OC);
     for (int r0 = 0; r0 < IC; r0 += rows) {
@@ -85,6 +86,7 @@ void cpu_bf16_matmul_backward_strided(float *dx, int lddx, float *dw, float *db,
     const uint16_t *W = w;
     const int rows = rows_per_piece(IC, OC);
     float *buf = widen_scratch((size_t)rows * OC);
+    if (!buf) return;
     for (int r0 = 0; r0 < IC; r0 += rows) {
         int r1 = r0 + rows < IC ? r0 + rows : IC;
         widen(buf, W + (size_t)r0 * OC, (size_t)(r1 - r0) * OC);
@@ -103,6 +105,7 @@ void cpu_bf16_layernorm_forward(float *y, float *mean, float *rstd, const float 
                                 int BT, int C)
 {
     float *buf = widen_scratch(2 * (size_t)C);
+    if (!buf) return;
     widen(buf, w, (size_t)C);
     widen(buf + C, b, (size_t)C);
     layernorm_forward(y, mean, rstd, x, buf, buf + C, BT, C);
@@ -112,6 +115,7 @@ void cpu_bf16_layernorm_backward(float *dx, float *dw, float *db, const float *d
                                  const float *mean, const float *rstd, int BT, int C)
 {
     float *buf = widen_scratch((size_t)C);
+    if (!buf) return;
     widen(buf, w, (size_t)C);
     layernorm_backward(dx, dw, db, dy, x, buf, mean, rstd, BT, C);
 }

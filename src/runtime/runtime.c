@@ -123,6 +123,8 @@ osdp_status osdp_runtime_step(osdp_runtime *rt, const int *tokens, osdp_step_sta
     in->cursor = 0;
     TRY(osdp_rt_execute(rt, in->sched.optim, in->sched.n_optim));
     rt->backend->synchronize();
+    if (osdp_error_pending())   /* met where no caller could be told (osdp/error.h) */
+        return osdp_error_set(osdp_error_pending(), "%s", osdp_error_pending_message());
     rt->step++;
     if (stats) {
         stats->step = rt->step;
