@@ -12,7 +12,8 @@
 
 #define SGEMM_REF_REPS 5             /* timed runs; the best counts */
 #define SGEMM_REF_MIN_SECONDS 0.02   /* each run repeats the product at least this long */
-#define SGEMM_REF_MAX_FLOATS (1 << 24)  /* 64 MiB per matrix: the reference's rows are cut to fit */
+#define SGEMM_REF_MAX_FLOATS (1 << 24)  /* 64 MiB per matrix */
+#define SGEMM_REF_MAX_FLOP 4e9       /* per product: a large model's reference takes a second, not a minute */
 
 double osdp_measure_sgemm_flops(int m, int n, int k, int reps, double min_seconds)
 {
@@ -43,17 +44,26 @@ double osdp_measure_sgemm_flops(int m, int n, int k, int reps, double min_second
 /* The reference the model's MFU is measured against: the sgemm rate of its
  * largest matrix product (a micro-batch's rows times the widest of the MLP's
  * 4C and the vocabulary), with every rank measuring at once so that shared
- * cores are shared as in training.  The mean over ranks is the rate per rank. */
+ * cores are shared as in training.  The mean over ranks is the rate per rank.
+ * A product too big for the limits above is halved, its larger side first:
+ * at that size sgemm runs at its full rate anyway. */
 static double measured_peak_flops(osdp_report *r)
 {
     const osdp_model_config *cfg = &r->rt->layout->cfg;
     long rows = (long)r->rt->B * r->rt->layout->T;
-    int width = cfg->n_embd, cols = 4 * cfg->n_embd > cfg->vocab ? 4 * cfg->n_embd : cfg->vocab;
-    while (rows > 1 && (size_t)rows * (size_t)cols > SGEMM_REF_MAX_FLOATS) rows /= 2;
+    long width = cfg->n_embd, cols = 4 * cfg->n_embd > cfg->vocab ? 4 * cfg->n_embd : cfg->vocab;
+    while ((rows > 1 || cols > 1)
+           && ((double)rows * (double)cols > SGEMM_REF_MAX_FLOATS || (double)width * (double)cols > SGEMM_REF_MAX_FLOATS
+               || (double)rows * (double)width > SGEMM_REF_MAX_FLOATS
+               || 2.0 * (double)rows * (double)cols * (double)width > SGEMM_REF_MAX_FLOP)) {
+        if (rows >= cols) rows = (rows + 1) / 2;
+        else cols = (cols + 1) / 2;
+    }
     MPI_Barrier(MPI_COMM_WORLD);
-    double mine = osdp_measure_sgemm_flops((int)rows, cols, width, SGEMM_REF_REPS, SGEMM_REF_MIN_SECONDS), sum = 0;
+    double mine = osdp_measure_sgemm_flops((int)rows, (int)cols, (int)width, SGEMM_REF_REPS, SGEMM_REF_MIN_SECONDS);
+    double sum = 0;
     MPI_Allreduce(&mine, &sum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
-    snprintf(r->peak_source, sizeof r->peak_source, "measured OpenBLAS sgemm %ldx%dx%d", rows, cols, width);
+    snprintf(r->peak_source, sizeof r->peak_source, "measured OpenBLAS sgemm %ldx%ldx%ld", rows, cols, width);
     return sum / r->world->size;
 }
 
