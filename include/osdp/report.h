@@ -1,6 +1,7 @@
-/* What a training run shows: the header, one line per step on rank 0, the
- * summary, and an optional machine-readable log (key=value per step) that
- * the tests and benchmarks read. */
+/* What a training run shows: the header, a progress line on rank 0 (every
+ * --log-every steps, with an ETA), the summary, and an optional
+ * machine-readable log of every step (--log: key=value lines, or JSON Lines
+ * for a .jsonl name; see src/cli/log_record.h) that tests and plots read. */
 #ifndef OSDP_REPORT_H
 #define OSDP_REPORT_H
 
@@ -9,6 +10,8 @@
 #include "osdp/data.h"
 #include "osdp/runtime.h"
 
+#define OSDP_REPORT_ETA_WINDOW 16     /* recent step times the ETA takes the median of */
+
 typedef struct osdp_report {
     osdp_status status;
     const osdp_runtime *rt;
@@ -16,26 +19,33 @@ typedef struct osdp_report {
     osdp_memory_prediction predicted;
     double predicted_step_s;      /* the cost model's step time for the plan (0: unknown) */
     double peak_flops_per_rank;   /* for MFU */
-    const char *peak_source;      /* "measured sgemm" or "--peak-flops" */
+    int peak_given;               /* --peak-flops, not measured */
+    char peak_source[96];         /* "--peak-flops" or the measured sgemm and its shape */
     double flops_per_token;
     FILE *log;
+    int log_format;               /* osdp_log_format */
     int quiet;
+    long log_every;               /* the progress line every N steps */
     long steps_total;
     double first_loss, last_loss, seconds, tokens;
     long steps_done;
+    double recent_seconds[OSDP_REPORT_ETA_WINDOW];   /* a ring of step times */
+    int n_recent;
 } osdp_report;
 
-/* Measures the sgemm FLOP/s of one rank's threads (all ranks at once) unless
- * peak_flops > 0. */
+/* Measures the sgemm FLOP/s of one rank's threads (all ranks at once) on the
+ * shape of the model's largest matrix product unless peak_flops > 0. */
 void osdp_report_open(osdp_report *r, const osdp_runtime *rt, const osdp_world *world,
                       const osdp_memory_prediction *predicted, double peak_flops,
-                      const char *log_path, int quiet);
+                      const char *log_path, int quiet, long log_every);
 void osdp_report_header(osdp_report *r, const osdp_model_config *cfg, const osdp_dataset *data,
                         const osdp_plan *plan, long steps, int global_batch);
 void osdp_report_step(osdp_report *r, const osdp_step_stats *st);
 void osdp_report_summary(osdp_report *r);
 void osdp_report_close(osdp_report *r);
-/* sgemm FLOP/s on square matrices of size n, best of reps */
-double osdp_measure_sgemm_flops(int n, int reps);
+/* sgemm FLOP/s of C[m x n] = A[m x k] B[k x n]: after a warm-up call, the
+ * best of `reps` timed runs, each repeating the product for at least
+ * min_seconds so that short products are not lost in the timer's grain. */
+double osdp_measure_sgemm_flops(int m, int n, int k, int reps, double min_seconds);
 
 #endif

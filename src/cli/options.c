@@ -75,7 +75,11 @@ static const option_row g_options[] = {
      .metavar = "NAME",
      .help = "the device's name in the file"},
     {.name = "log", .type = OPT_TEXT, .commands = TRAIN, .field = FIELD(log), .metavar = "FILE",
-     .help = "machine-readable per-step record (rank 0)"},
+     .help = "machine-readable record of every step (rank 0): a config record, one record per step,\n"
+        "a summary; JSON Lines when FILE ends in .jsonl, key=value lines otherwise"},
+    {.name = "log-every", .type = OPT_INT, .commands = TRAIN, .field = FIELD(log_every), .lo = 1, .hi = 1e12,
+     .default_value = "1", .metavar = "N",
+     .help = "print the progress line every N steps (and the first and last); --log keeps every step"},
     {.name = "dump-weights", .type = OPT_TEXT, .commands = TRAIN, .field = FIELD(dump_weights), .metavar = "FILE",
      .help = "after training, write every parameter as float32 (rank 0)"},
     /* what to run */

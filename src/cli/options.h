@@ -62,6 +62,7 @@ typedef struct osdp_job {
     double peak_flops;                /* 0: measured */
     long long reps;                   /* profile: repetitions */
     int quiet;
+    long long log_every;              /* the progress line every N steps */
     /* checkpoints */
     const char *ckpt_dir, *resume_file, *init_from;
     long long save_every, keep;

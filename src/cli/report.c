@@ -2,70 +2,140 @@
 #include "config.h"
 #include "osdp/report.h"
 #include "osdp/clock.h"
+#include "log_record.h"
 
 #include <cblas.h>
+#include <math.h>
 #include <mpi.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
-double osdp_measure_sgemm_flops(int n, int reps)
+#define SGEMM_REF_REPS 5             /* timed runs; the best counts */
+#define SGEMM_REF_MIN_SECONDS 0.02   /* each run repeats the product at least this long */
+#define SGEMM_REF_MAX_FLOATS (1 << 24)  /* 64 MiB per matrix */
+#define SGEMM_REF_MAX_FLOP 4e9       /* per product: a large model's reference takes a second, not a minute */
+
+double osdp_measure_sgemm_flops(int m, int n, int k, int reps, double min_seconds)
 {
-    size_t sz = (size_t)n * (size_t)n;
-    float *a = malloc(sz * sizeof(float)), *b = malloc(sz * sizeof(float)), *c = malloc(sz * sizeof(float));
+    size_t na = (size_t)m * (size_t)k, nb = (size_t)k * (size_t)n, nc = (size_t)m * (size_t)n;
+    float *a = malloc(na * sizeof(float)), *b = malloc(nb * sizeof(float)), *c = malloc(nc * sizeof(float));
     if (!a || !b || !c) { free(a); free(b); free(c); return 0; }
-    for (size_t i = 0; i < sz; i++) { a[i] = (float)(i % 7) * 0.1f; b[i] = (float)(i % 5) * 0.1f; c[i] = 0; }
-    double best = 1e30;
+    for (size_t i = 0; i < na; i++) a[i] = (float)(i % 7) * 0.1f;
+    for (size_t i = 0; i < nb; i++) b[i] = (float)(i % 5) * 0.1f;
+    memset(c, 0, nc * sizeof(float));
     /* one untimed call first: it starts OpenBLAS's threads and faults c in */
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, k, 1.0f, a, k, b, n, 0.0f, c, n);
+    double best = 0;
     for (int r = 0; r < reps; r++) {
-        double t0 = osdp_now_seconds();
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
-        double t = osdp_now_seconds() - t0;
-        if (t < best) best = t;
+        long calls = 0;
+        double t0 = osdp_now_seconds(), elapsed;
+        do {
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, k, 1.0f, a, k, b, n, 0.0f, c, n);
+            calls++;
+            elapsed = osdp_now_seconds() - t0;
+        } while (elapsed < min_seconds);
+        double rate = 2.0 * m * (double)n * k * (double)calls / elapsed;
+        if (rate > best) best = rate;
     }
     free(a); free(b); free(c);
-    return 2.0 * n * (double)n * n / best;
+    return best;
+}
+
+/* The reference the model's MFU is measured against: the sgemm rate of its
+ * largest matrix product (a micro-batch's rows times the widest of the MLP's
+ * 4C and the vocabulary), with every rank measuring at once so that shared
+ * cores are shared as in training.  The mean over ranks is the rate per rank.
+ * A product too big for the limits above is halved, its larger side first:
+ * at that size sgemm runs at its full rate anyway. */
+static double measured_peak_flops(osdp_report *r)
+{
+    const osdp_model_config *cfg = &r->rt->layout->cfg;
+    long rows = (long)r->rt->B * r->rt->layout->T;
+    long width = cfg->n_embd, cols = 4 * cfg->n_embd > cfg->vocab ? 4 * cfg->n_embd : cfg->vocab;
+    while ((rows > 1 || cols > 1)
+           && ((double)rows * (double)cols > SGEMM_REF_MAX_FLOATS || (double)width * (double)cols > SGEMM_REF_MAX_FLOATS
+               || (double)rows * (double)width > SGEMM_REF_MAX_FLOATS
+               || 2.0 * (double)rows * (double)cols * (double)width > SGEMM_REF_MAX_FLOP)) {
+        if (rows >= cols) rows = (rows + 1) / 2;
+        else cols = (cols + 1) / 2;
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    double mine = osdp_measure_sgemm_flops((int)rows, (int)cols, (int)width, SGEMM_REF_REPS, SGEMM_REF_MIN_SECONDS);
+    double sum = 0;
+    MPI_Allreduce(&mine, &sum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+    snprintf(r->peak_source, sizeof r->peak_source, "measured OpenBLAS sgemm %ldx%ldx%ld", rows, cols, width);
+    return sum / r->world->size;
 }
 
 void osdp_report_open(osdp_report *r, const osdp_runtime *rt, const osdp_world *world,
                       const osdp_memory_prediction *predicted, double peak_flops,
-                      const char *log_path, int quiet)
+                      const char *log_path, int quiet, long log_every)
 {
     memset(r, 0, sizeof *r);
     r->rt = rt;
     r->world = world;
     r->predicted = *predicted;
     r->quiet = quiet;
+    r->log_every = log_every > 0 ? log_every : 1;
     r->flops_per_token = osdp_layout_flops_per_token(rt->layout);
     if (peak_flops > 0) {
         r->peak_flops_per_rank = peak_flops;
-        r->peak_source = "--peak-flops";
+        r->peak_given = 1;
+        snprintf(r->peak_source, sizeof r->peak_source, "--peak-flops");
     } else {
-        /* every rank measures at once, so shared cores are shared as in training */
-        MPI_Barrier(MPI_COMM_WORLD);
-        double mine = osdp_measure_sgemm_flops(1024, 5), sum = 0;
-        MPI_Allreduce(&mine, &sum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
-        r->peak_flops_per_rank = sum / world->size;
-        r->peak_source = "measured OpenBLAS sgemm";
+        r->peak_flops_per_rank = measured_peak_flops(r);
     }
     if (log_path && world->rank == 0) {
+        r->log_format = osdp_log_format_of(log_path);
         r->log = fopen(log_path, "w");
         if (!r->log) r->status = osdp_error_set(OSDP_ERR_IO, "cannot write the log file %s", log_path);
     }
+}
+
+/* The model FLOP/s of `tokens_per_s` over the job's peak, or NAN when the
+ * reference is unknown or below what was done (an MFU above 100% says the
+ * reference is wrong, not that the run beat the machine). */
+static double model_flops_utilization(const osdp_report *r, double tokens_per_s)
+{
+    double mfu = tokens_per_s * r->flops_per_token / (r->peak_flops_per_rank * r->world->size);
+    return isfinite(mfu) && mfu >= 0 && mfu <= 1.0 ? mfu : NAN;
+}
+
+static const char *format_mfu(double mfu, char *buf, size_t size)
+{
+    if (isnan(mfu)) snprintf(buf, size, "MFU n/a (reference unreliable)");
+    else snprintf(buf, size, "MFU %5.1f%%", 100.0 * mfu);
+    return buf;
+}
+
+static void log_mfu(osdp_log_record *rec, double mfu)
+{
+    if (isnan(mfu)) osdp_log_missing(rec, "mfu");
+    else osdp_log_number(rec, "mfu", "%.4f", mfu);
 }
 
 void osdp_report_header(osdp_report *r, const osdp_model_config *cfg, const osdp_dataset *data,
                         const osdp_plan *plan, long steps, int global_batch)
 {
     r->steps_total = steps;
-    if (r->log)
-        fprintf(r->log, "config model=%s ranks=%d threads=%d micro_batch=%d accum=%d global_batch=%d T=%d params=%zu "
-                "flops_per_token=%.0f peak_flops_per_rank=%.6g peak_source=%s prefetch=%d pred_step_s=%.6g\n",
-                cfg->name, r->world->size, r->world->threads, r->rt->B, r->rt->opt.accum_steps, global_batch,
-                r->rt->layout->T, r->rt->layout->total_params, r->flops_per_token, r->peak_flops_per_rank,
-                r->peak_flops_per_rank > 0 && strcmp(r->peak_source, "--peak-flops") == 0 ? "given" : "sgemm",
-                r->rt->opt.prefetch, r->predicted_step_s);
+    if (r->log) {
+        osdp_log_record rec;
+        osdp_log_begin(&rec, r->log, (osdp_log_format)r->log_format, "config");
+        osdp_log_text(&rec, "model", cfg->name);
+        osdp_log_count(&rec, "ranks", (unsigned long long)r->world->size);
+        osdp_log_count(&rec, "threads", (unsigned long long)r->world->threads);
+        osdp_log_count(&rec, "micro_batch", (unsigned long long)r->rt->B);
+        osdp_log_count(&rec, "accum", (unsigned long long)r->rt->opt.accum_steps);
+        osdp_log_count(&rec, "global_batch", (unsigned long long)global_batch);
+        osdp_log_count(&rec, "T", (unsigned long long)r->rt->layout->T);
+        osdp_log_count(&rec, "params", r->rt->layout->total_params);
+        osdp_log_number(&rec, "flops_per_token", "%.0f", r->flops_per_token);
+        osdp_log_number(&rec, "peak_flops_per_rank", "%.6g", r->peak_flops_per_rank);
+        osdp_log_text(&rec, "peak_source", r->peak_given ? "given" : "sgemm");
+        osdp_log_count(&rec, "prefetch", (unsigned long long)r->rt->opt.prefetch);
+        osdp_log_number(&rec, "pred_step_s", "%.6g", r->predicted_step_s);
+        osdp_log_end(&rec);
+    }
     if (r->world->rank != 0 || r->quiet) return;
     const osdp_runtime *rt = r->rt;
     const osdp_layout *L = rt->layout;
@@ -91,66 +161,142 @@ void osdp_report_header(osdp_report *r, const osdp_model_config *cfg, const osdp
     fflush(stdout);
 }
 
+static int compare_doubles(const void *x, const void *y)
+{
+    double a = *(const double *)x, b = *(const double *)y;
+    return (a > b) - (a < b);
+}
+
+/* The median of the recent step times: one slow step (a checkpoint, a
+ * neighbour's burst on shared cores) does not swing the ETA. */
+static double median_step_seconds(const osdp_report *r)
+{
+    double sorted[OSDP_REPORT_ETA_WINDOW];
+    int n = r->n_recent < OSDP_REPORT_ETA_WINDOW ? r->n_recent : OSDP_REPORT_ETA_WINDOW;
+    memcpy(sorted, r->recent_seconds, (size_t)n * sizeof *sorted);
+    qsort(sorted, (size_t)n, sizeof *sorted, compare_doubles);
+    return n % 2 ? sorted[n / 2] : 0.5 * (sorted[n / 2 - 1] + sorted[n / 2]);
+}
+
+/* "ETA 42s", "ETA 3m07s", "ETA 2h15m" */
+static const char *format_eta(double seconds, char *buf, size_t size)
+{
+    long s = (long)(seconds + 0.5);
+    if (s < 60) snprintf(buf, size, "ETA %lds", s);
+    else if (s < 3600) snprintf(buf, size, "ETA %ldm%02lds", s / 60, s % 60);
+    else snprintf(buf, size, "ETA %ldh%02ldm", s / 3600, s / 60 % 60);
+    return buf;
+}
+
+/* the first step of a run, every log_every-th step and the last */
+static int progress_line_due(const osdp_report *r, long step)
+{
+    return r->steps_done == 1 || step % r->log_every == 0 || step >= r->steps_total;
+}
+
+static void print_progress(const osdp_report *r, const osdp_step_stats *st, double tok_s, double mfu)
+{
+    const osdp_memory *m = &r->rt->mem;
+    const osdp_traffic *t = &st->traffic;
+    char pk[32], c[5][32], ag[32], rs[32], ar[32], mfu_text[48], eta[32];
+    long remaining = r->steps_total > st->step ? r->steps_total - st->step : 0;
+    printf("step %5ld/%ld | loss %.4f | lr %.2e | norm %.3f | %7.1f ms | %8.0f tokens/s | %s | %s | "
+           "peak/rank %s [state %s, weights %s, grads %s, act %s, ws %s] | moved AG %s RS %s AR %s\n",
+           st->step, r->steps_total, st->loss, (double)st->lr, st->grad_norm, st->seconds * 1e3, tok_s,
+           format_mfu(mfu, mfu_text, sizeof mfu_text),
+           format_eta((double)remaining * median_step_seconds(r), eta, sizeof eta),
+           osdp_format_bytes((double)m->peak_total, pk, sizeof pk),
+           osdp_format_bytes((double)m->peak[0], c[0], 32), osdp_format_bytes((double)m->peak[1], c[1], 32),
+           osdp_format_bytes((double)m->peak[2], c[2], 32), osdp_format_bytes((double)m->peak[3], c[3], 32),
+           osdp_format_bytes((double)m->peak[4], c[4], 32),
+           osdp_format_bytes((double)t->logical[OSDP_COLL_ALL_GATHER], ag, sizeof ag),
+           osdp_format_bytes((double)t->logical[OSDP_COLL_REDUCE_SCATTER], rs, sizeof rs),
+           osdp_format_bytes((double)t->logical[OSDP_COLL_ALL_REDUCE], ar, sizeof ar));
+    fflush(stdout);
+}
+
+static void log_step(const osdp_report *r, const osdp_step_stats *st, double tok_s, double mfu)
+{
+    const osdp_memory *m = &r->rt->mem;
+    const osdp_traffic *t = &st->traffic;
+    char loss_hex[48];
+    snprintf(loss_hex, sizeof loss_hex, "%a", st->loss);
+    osdp_log_record rec;
+    osdp_log_begin(&rec, r->log, (osdp_log_format)r->log_format, "step");
+    osdp_log_count(&rec, "step", (unsigned long long)st->step);
+    osdp_log_number(&rec, "loss", "%.9g", st->loss);
+    osdp_log_text(&rec, "loss_hex", loss_hex);
+    osdp_log_number(&rec, "norm", "%.9g", st->grad_norm);
+    osdp_log_number(&rec, "lr", "%.9g", (double)st->lr);
+    osdp_log_number(&rec, "ms", "%.3f", st->seconds * 1e3);
+    osdp_log_count(&rec, "tokens", (unsigned long long)st->tokens);
+    osdp_log_number(&rec, "tokens_per_s", "%.1f", tok_s);
+    log_mfu(&rec, mfu);
+    for (int k = 0; k < OSDP_COLL_N_TYPES; k++) {
+        static const char *coll[] = {"ag", "rs", "ar", "bc"};
+        char key[32];
+        snprintf(key, sizeof key, "%s_bytes", coll[k]);
+        osdp_log_count(&rec, key, t->logical[k]);
+        snprintf(key, sizeof key, "%s_wire", coll[k]);
+        osdp_log_count(&rec, key, t->wire[k]);
+        snprintf(key, sizeof key, "%s_calls", coll[k]);
+        osdp_log_count(&rec, key, t->calls[k]);
+    }
+    for (int k = 0; k < OSDP_MEM_N_CATEGORIES; k++) {
+        const char *category = osdp_mem_category_name((osdp_mem_category)k);
+        char key[48];
+        snprintf(key, sizeof key, "peak_%s", category);
+        osdp_log_count(&rec, key, m->peak[k]);
+        snprintf(key, sizeof key, "pred_%s", category);
+        osdp_log_count(&rec, key, r->predicted.peak[k]);
+    }
+    osdp_log_count(&rec, "peak_total", m->peak_total);
+    osdp_log_count(&rec, "pred_total", r->predicted.peak_total);
+    osdp_log_number(&rec, "comm_wait_ms", "%.3f", t->wait_seconds * 1e3);
+    osdp_log_end(&rec);
+}
+
 void osdp_report_step(osdp_report *r, const osdp_step_stats *st)
 {
-    const osdp_runtime *rt = r->rt;
     if (r->steps_done == 0) r->first_loss = st->loss;
     r->last_loss = st->loss;
     r->steps_done++;
-    /* the first step pays for page faults and warm-up: keep it out of the rate */
+    /* the first step pays for page faults and warm-up: keep it out of the rate,
+     * and out of the ETA once another step has been timed */
     if (r->steps_done > 1 || r->steps_total == 1) {
         r->seconds += st->seconds;
         r->tokens += (double)st->tokens;
     }
+    if (r->steps_done == 2) r->n_recent = 0;
+    r->recent_seconds[r->n_recent % OSDP_REPORT_ETA_WINDOW] = st->seconds;
+    r->n_recent++;
     if (r->world->rank != 0) return;
     double tok_s = (double)st->tokens / st->seconds;
-    double mfu = tok_s * r->flops_per_token / (r->peak_flops_per_rank * r->world->size);
-    const osdp_memory *m = &rt->mem;
-    const osdp_traffic *t = &st->traffic;
-    if (!r->quiet) {
-        char pk[32], c[5][32], ag[32], rs[32], ar[32];
-        printf("step %5ld/%ld | loss %.4f | lr %.2e | norm %.3f | %7.1f ms | %8.0f tokens/s | MFU %5.1f%% | "
-               "peak/rank %s [state %s, weights %s, grads %s, act %s, ws %s] | moved AG %s RS %s AR %s\n",
-               st->step, r->steps_total, st->loss, (double)st->lr, st->grad_norm, st->seconds * 1e3, tok_s,
-               100.0 * mfu, osdp_format_bytes((double)m->peak_total, pk, sizeof pk),
-               osdp_format_bytes((double)m->peak[0], c[0], 32), osdp_format_bytes((double)m->peak[1], c[1], 32),
-               osdp_format_bytes((double)m->peak[2], c[2], 32), osdp_format_bytes((double)m->peak[3], c[3], 32),
-               osdp_format_bytes((double)m->peak[4], c[4], 32),
-               osdp_format_bytes((double)t->logical[OSDP_COLL_ALL_GATHER], ag, sizeof ag),
-               osdp_format_bytes((double)t->logical[OSDP_COLL_REDUCE_SCATTER], rs, sizeof rs),
-               osdp_format_bytes((double)t->logical[OSDP_COLL_ALL_REDUCE], ar, sizeof ar));
-        fflush(stdout);
-    }
-    if (r->log) {
-        fprintf(r->log, "step=%ld loss=%.9g loss_hex=%a norm=%.9g lr=%.9g ms=%.3f tokens=%ld tokens_per_s=%.1f mfu=%.4f",
-                st->step, st->loss, st->loss, st->grad_norm, (double)st->lr, st->seconds * 1e3, st->tokens, tok_s, mfu);
-        for (int k = 0; k < OSDP_COLL_N_TYPES; k++) {
-            static const char *key[] = {"ag", "rs", "ar", "bc"};
-            fprintf(r->log, " %s_bytes=%llu %s_wire=%llu %s_calls=%llu", key[k], t->logical[k], key[k], t->wire[k],
-                    key[k], t->calls[k]);
-        }
-        for (int k = 0; k < OSDP_MEM_N_CATEGORIES; k++)
-            fprintf(r->log, " peak_%s=%zu pred_%s=%zu", osdp_mem_category_name((osdp_mem_category)k), m->peak[k],
-                    osdp_mem_category_name((osdp_mem_category)k), r->predicted.peak[k]);
-        fprintf(r->log, " peak_total=%zu pred_total=%zu comm_wait_ms=%.3f\n", m->peak_total, r->predicted.peak_total,
-                t->wait_seconds * 1e3);
-        fflush(r->log);
-    }
+    double mfu = model_flops_utilization(r, tok_s);
+    if (!r->quiet && progress_line_due(r, st->step)) print_progress(r, st, tok_s, mfu);
+    if (r->log) log_step(r, st, tok_s, mfu);
 }
 
 void osdp_report_summary(osdp_report *r)
 {
     if (r->world->rank != 0 || r->steps_done == 0) return;
     double tok_s = r->seconds > 0 ? r->tokens / r->seconds : 0;
-    double mfu = tok_s * r->flops_per_token / (r->peak_flops_per_rank * r->world->size);
-    char pk[32];
-    printf("done: %ld steps | loss %.4f -> %.4f | %.0f tokens/s | MFU %.1f%% | peak/rank %s (predicted %s)\n",
-           r->steps_done, r->first_loss, r->last_loss, tok_s, 100.0 * mfu,
+    double mfu = model_flops_utilization(r, tok_s);
+    char pk[32], pred[32], mfu_text[48];
+    printf("done: %ld steps | loss %.4f -> %.4f | %.0f tokens/s | %s | peak/rank %s (predicted %s)\n",
+           r->steps_done, r->first_loss, r->last_loss, tok_s, format_mfu(mfu, mfu_text, sizeof mfu_text),
            osdp_format_bytes((double)r->rt->mem.peak_total, pk, sizeof pk),
-           osdp_format_bytes((double)r->predicted.peak_total, (char[32]){0}, 32));
-    if (r->log)
-        fprintf(r->log, "summary steps=%ld first_loss=%.9g last_loss=%.9g tokens_per_s=%.1f mfu=%.4f\n",
-                r->steps_done, r->first_loss, r->last_loss, tok_s, mfu);
+           osdp_format_bytes((double)r->predicted.peak_total, pred, sizeof pred));
+    if (r->log) {
+        osdp_log_record rec;
+        osdp_log_begin(&rec, r->log, (osdp_log_format)r->log_format, "summary");
+        osdp_log_count(&rec, "steps", (unsigned long long)r->steps_done);
+        osdp_log_number(&rec, "first_loss", "%.9g", r->first_loss);
+        osdp_log_number(&rec, "last_loss", "%.9g", r->last_loss);
+        osdp_log_number(&rec, "tokens_per_s", "%.1f", tok_s);
+        log_mfu(&rec, mfu);
+        osdp_log_end(&rec);
+    }
     fflush(stdout);
 }
 

@@ -370,7 +370,7 @@ int osdp_cmd_train(const osdp_job *job)
     osdp_check_all(check_resumed_setup(&ckpt, job, &t, global, T));
     osdp_check_all(osdp_train_ckpt_check_steps(&ckpt, (long)job->steps, job->dump_weights != NULL));
     osdp_report report;
-    osdp_report_open(&report, &rt, &world, &predicted, job->peak_flops, job->log, job->quiet);
+    osdp_report_open(&report, &rt, &world, &predicted, job->peak_flops, job->log, job->quiet, (long)job->log_every);
     osdp_check_all(report.status);
     report.predicted_step_s = predicted_step_time(&layout, &plan, job, &t, world.size);
     osdp_report_header(&report, &cfg, &data, &plan, (long)job->steps, global);
