@@ -1,6 +1,6 @@
 /* osdp_gpt: one SPMD binary; the commands live in libosdp. */
 #include "config.h"
-#include "osdp/app.h"
+#include "cli/app.h"
 #include "cli/options.h"
 
 #include <mpi.h>

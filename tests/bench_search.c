@@ -27,7 +27,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "osdp/search.h"
+#include "planner/search.h"
 
 typedef struct inst {
     int n, k;

@@ -1,4 +1,4 @@
-/* Unit tests of the fp32 CPU kernels (include/osdp/kernels_cpu.h).
+/* Unit tests of the fp32 CPU kernels (src/model/kernels_cpu.h).
  *
  * Gradient checks: for each backward kernel a scalar loss L = sum(out * R) (R a
  * fixed random array; for cross-entropy L = scale * sum(losses)) is written as a
@@ -12,7 +12,7 @@
  * term or wrong index is O(1) relative).  Backward kernels that accumulate are
  * run on pre-filled buffers and (result - prefill) is checked, which tests the
  * += semantics at the same time; those that overwrite get NaN-filled buffers. */
-#include "osdp/kernels_cpu.h"
+#include "model/kernels_cpu.h"
 
 #include "check_main.h"
 

@@ -13,7 +13,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "osdp/search.h"
+#include "planner/search.h"
 
 /* ------------------------------------------------------------------------ */
 /* instances                                                                 */

@@ -1,7 +1,7 @@
 /* The one table of osdp_gpt's options and its parser (see options.h). */
 #include "config.h"
 #include "options.h"
-#include "osdp/app.h"
+#include "cli/app.h"
 #include "osdp/layout.h"
 #include "osdp/optim.h"
 #include "osdp/planner.h"

@@ -1,6 +1,6 @@
 /* osdp_gpt plan: the planner alone, one process, any N (DESIGN.md §4, §7). */
 #include "config.h"
-#include "osdp/app.h"
+#include "cli/app.h"
 #include "osdp/cost_model.h"
 #include "osdp/device.h"
 #include "osdp/layout.h"

@@ -26,8 +26,8 @@
  *   fast.
  *   mem_limit: --mem-limit, or the node's physical memory / ranks per node. */
 #include "config.h"
-#include "osdp/app.h"
-#include "osdp/clock.h"
+#include "cli/app.h"
+#include "util/clock.h"
 #include "osdp/comm.h"
 #include "osdp/compute.h"
 #include "osdp/cost_model.h"

@@ -1,7 +1,7 @@
 /* Progress output of a training run (see osdp/report.h). */
 #include "config.h"
-#include "osdp/report.h"
-#include "osdp/clock.h"
+#include "cli/report.h"
+#include "util/clock.h"
 #include "log_record.h"
 
 #include <cblas.h>

@@ -1,6 +1,6 @@
 /* osdp_gpt train: the training job's top level. */
 #include "config.h"
-#include "osdp/app.h"
+#include "cli/app.h"
 #include "osdp/comm.h"
 #include "osdp/compute.h"
 #include "osdp/data.h"
@@ -9,9 +9,9 @@
 #include "osdp/plan.h"
 #include "osdp/planner.h"
 #include "osdp/cost_model.h"
-#include "osdp/report.h"
+#include "cli/report.h"
 #include "osdp/runtime.h"
-#include "osdp/train_checkpoint.h"
+#include "cli/train_checkpoint.h"
 #include "options.h"
 
 #include <math.h>

@@ -1,7 +1,7 @@
 /* The training loop's checkpoint glue (see osdp/train_checkpoint.h). */
 #define _XOPEN_SOURCE 700
 #include "config.h"
-#include "osdp/train_checkpoint.h"
+#include "cli/train_checkpoint.h"
 #include "osdp/comm.h"
 #include "options.h"
 

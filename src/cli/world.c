@@ -1,6 +1,6 @@
 /* MPI-level helpers for the binary's top level (see osdp/app.h). */
 #include "config.h"
-#include "osdp/app.h"
+#include "cli/app.h"
 #include "osdp/agree.h"
 
 #include <mpi.h>

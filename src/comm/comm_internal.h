@@ -18,7 +18,7 @@
  * 0 warns. */
 double osdp_comm_timeout_from_env(int rank);
 
-#include "osdp/clock.h"   /* osdp_now_seconds: the waits' clock */
+#include "util/clock.h"   /* osdp_now_seconds: the waits' clock */
 
 /* "all-reduce of 2 float64 elements (collective #7 of this rank)" into buf;
  * count 0 leaves out the size */

@@ -1,6 +1,6 @@
 /* The CUDA compute backends: device memory, cuBLAS GEMMs, our kernels
  * (kernels_cuda.cu, matmul_bf16.cu).  Semantics of every entry:
- * include/osdp/compute.h and include/osdp/kernels_cpu.h.
+ * include/osdp/compute.h and src/model/kernels_cpu.h.
  *
  * Two tables.  osdp_compute_cuda is fp32 throughout (weights included).
  * osdp_compute_cuda_bf16 reads bf16 working weights: its matrix products are

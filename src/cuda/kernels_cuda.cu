@@ -1,6 +1,6 @@
 /* CUDA kernels of the GPT operators other than the matrix products (those are
  * cuBLAS calls in backend_cuda.cu).  The contract of each is in
- * include/osdp/kernels_cpu.h; the launchers are declared in kernels_cuda.cuh.
+ * src/model/kernels_cpu.h; the launchers are declared in kernels_cuda.cuh.
  *
  * Layout of the work:
  *   - elementwise kernels: one thread per element, grid-stride loops;

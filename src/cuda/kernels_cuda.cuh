@@ -1,7 +1,7 @@
 /* Host-side launchers of the CUDA kernels in kernels_cuda.cu, and the bf16
  * matrix products of matmul_bf16.cu (C++ linkage, used only by the .cu files
  * of src/cuda/).  Every launcher queues its work on `s` (or ctx.stream)
- * and returns at once; the semantics are those of include/osdp/kernels_cpu.h.
+ * and returns at once; the semantics are those of src/model/kernels_cpu.h.
  *
  * Weight types.  The launchers that read working weights (bias_rows,
  * layernorm_*, embedding_forward) are templates on the weight element type W,

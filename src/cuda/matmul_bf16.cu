@@ -1,7 +1,7 @@
 /* The matrix products of the CUDA bf16 table (osdp_compute_cuda_bf16): bf16
  * operands, fp32 accumulation and fp32 results, on cuBLAS tensor cores.
  * Launchers declared in kernels_cuda.cuh; semantics of matmul_forward_strided
- * and matmul_backward_strided in include/osdp/kernels_cpu.h.
+ * and matmul_backward_strided in src/model/kernels_cpu.h.
  *
  * The weights arrive in bf16 (the runtime's working copy); the activations x
  * and dy are fp32 in memory.  Each product rounds its activation operand to

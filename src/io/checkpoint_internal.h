@@ -6,7 +6,7 @@
 #include <mpi.h>
 #include <stdint.h>
 #include "osdp/checkpoint.h"
-#include "osdp/clock.h"
+#include "util/clock.h"
 #include "osdp/layout.h"
 
 /* the three stored state kinds, in file order */

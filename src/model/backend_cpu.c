@@ -1,7 +1,7 @@
 /* The CPU compute backend: host memory, OpenBLAS GEMMs, C kernels. */
 #include "config.h"
 #include "osdp/compute.h"
-#include "osdp/kernels_cpu.h"
+#include "model/kernels_cpu.h"
 
 #include "kernels_cpu_internal.h"
 

@@ -1,12 +1,12 @@
 /* fp32 CPU kernels of the GPT operators: the matrix products and attention
  * (the row-wise kernels are in kernels_cpu_rowwise.c); the contract is in
- * include/osdp/kernels_cpu.h.
+ * src/model/kernels_cpu.h.
  *
  * Matrix products go through cblas_sgemm, the softmax loops are C with OpenMP.
  * Every reduction has a fixed order that does not depend on the thread count,
  * so each kernel returns bitwise identical results for identical inputs (no
  * atomics, no racy sums). */
-#include "osdp/kernels_cpu.h"
+#include "model/kernels_cpu.h"
 
 #include "kernels_cpu_internal.h"
 

@@ -7,7 +7,7 @@
  * without a GPU; the widening costs time, and it is not meant for speed. */
 #include "osdp/dtype.h"
 #include "osdp/error.h"
-#include "osdp/kernels_cpu.h"
+#include "model/kernels_cpu.h"
 
 #include "kernels_cpu_internal.h"
 

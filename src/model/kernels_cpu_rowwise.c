@@ -1,5 +1,5 @@
 /* The row-wise and element-wise fp32 CPU kernels (contract:
- * include/osdp/kernels_cpu.h): LayerNorm, GELU, embedding, cross-entropy,
+ * src/model/kernels_cpu.h): LayerNorm, GELU, embedding, cross-entropy,
  * residual.
  *
  * Rows (or blocks of columns) are shared among OpenMP threads when the work
@@ -7,7 +7,7 @@
  * AVX2 clone picked at load time.  A simd reduction sums in a fixed lane
  * order chosen at compile time, never by the thread count, so every kernel
  * returns the same bits for the same inputs on any number of threads. */
-#include "osdp/kernels_cpu.h"
+#include "model/kernels_cpu.h"
 
 #include "kernels_cpu_internal.h"
 

@@ -1,6 +1,6 @@
 /* Model description reader (INI via libinih). */
 #include "osdp/model_config.h"
-#include "osdp/text_file.h"
+#include "util/text_file.h"
 
 #include <errno.h>
 #include <ini.h>

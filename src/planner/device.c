@@ -1,6 +1,6 @@
 /* Device information files (format in osdp/device.h). */
 #include "osdp/device.h"
-#include "osdp/text_file.h"
+#include "util/text_file.h"
 #include "osdp/memory.h"
 
 #include <errno.h>

@@ -8,7 +8,7 @@
 
 #include "osdp/cost_model.h"
 #include "osdp/planner.h"
-#include "osdp/search.h"
+#include "planner/search.h"
 #include "plan_knap_cache.h"
 
 /* One micro-batch: every operator's choices and the arrays the search works

@@ -2,7 +2,7 @@
  * node, reused across transient bounds through plan_knap_cache.c, and the
  * LP and byte-threshold lower bounds (method in osdp/planner.h). */
 #include "plan_knap.h"
-#include "osdp/clock.h"
+#include "util/clock.h"
 
 #include <limits.h>
 #include <math.h>

@@ -2,10 +2,10 @@
  * verifies, and schedules micro-batches (method and guarantee in
  * osdp/planner.h). */
 #include "osdp/planner.h"
-#include "osdp/clock.h"
+#include "util/clock.h"
 #include "osdp/memory.h"
 #include "osdp/runtime.h"
-#include "osdp/search.h"
+#include "planner/search.h"
 #include "plan_search.h"
 
 #include <limits.h>

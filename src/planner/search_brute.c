@@ -1,7 +1,7 @@
 /* Exhaustive plan search, for tests: every choice vector in lexicographic
  * order, sums recomputed from scratch for each, the tie rule of
  * osdp/search.h applied literally. */
-#include "osdp/search.h"
+#include "planner/search.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -2,8 +2,8 @@
  * and the guarantees. */
 #define _POSIX_C_SOURCE 200809L
 
-#include "osdp/search.h"
-#include "osdp/clock.h"
+#include "planner/search.h"
+#include "util/clock.h"
 
 #include <limits.h>
 #include <math.h>

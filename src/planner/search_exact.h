@@ -9,7 +9,7 @@
 #ifndef OSDP_SEARCH_EXACT_H
 #define OSDP_SEARCH_EXACT_H
 
-#include "osdp/search.h"
+#include "planner/search.h"
 
 #include <stddef.h>
 

@@ -1,6 +1,6 @@
 /* What the three plan searches share (osdp/search.h): validation of the
  * problem, the fixed-point times they all compare, and the reported sums. */
-#include "osdp/search.h"
+#include "planner/search.h"
 
 #include <float.h>
 #include <limits.h>

@@ -1,6 +1,6 @@
 /* Plan structure and plan files (format in osdp/plan.h). */
 #include "osdp/plan.h"
-#include "osdp/text_file.h"
+#include "util/text_file.h"
 
 #include <errno.h>
 #include <ini.h>

@@ -2,7 +2,7 @@
  * The step's memory and collectives are the schedule's events
  * (osdp/schedule.h), carried out by executor.c. */
 #include "runtime_internal.h"
-#include "osdp/clock.h"
+#include "util/clock.h"
 #include "osdp/init.h"
 
 #include <stdio.h>

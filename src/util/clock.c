@@ -1,5 +1,5 @@
 /* The one clock (see osdp/clock.h). */
-#include "osdp/clock.h"
+#include "util/clock.h"
 
 #include <time.h>
 

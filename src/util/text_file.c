@@ -1,4 +1,4 @@
-#include "osdp/text_file.h"
+#include "util/text_file.h"
 
 #include <errno.h>
 #include <stdio.h>

@@ -6,7 +6,7 @@
 #define OSDP_REPORT_H
 
 #include <stdio.h>
-#include "osdp/app.h"
+#include "cli/app.h"
 #include "osdp/data.h"
 #include "osdp/runtime.h"
 
