@@ -223,4 +223,24 @@ if cmp -s "$WORK/f32.bin" "$WORK/f32_load.bin" && [ "$off" = 1 ] && [ $rc != 0 ]
     ok "OSDP_CKPT_FLETCHER32=1: chunked + fletcher32 written in parallel, loads on 3 ranks; a flipped byte: '$(grep -o 'cannot read.*\|checksum mismatch.*' "$WORK/f32_bad.err" | head -1 | cut -c1-80)'"
 else bad "fletcher32 (filter=$off addr=$addr rc=$rc)" "$WORK/f32_bad.err"; fi
 
+# -- 12. shard padding: CUDA's (OSDP_PAD_QUANTUM=64, a test knob: shards of multiples of 64 elements) on the CPU;
+# checkpoints hold logical shapes, so a save under one padding resumes under the other, bitwise
+P="$WORK/P"
+OSDP_PAD_QUANTUM=64 run 4 pad64 --steps 6 --batch 2 --ckpt-dir "$P" --save-every 3 || bad "quantum 64 run" "$WORK/pad64.err"
+OSDP_PAD_QUANTUM=64 run 4 pad1_to_64 --steps 6 --batch 2 --resume "$A/step_00000003.h5" || bad "resume under quantum 64" "$WORK/pad1_to_64.err"
+run 4 pad64_to_1 --steps 6 --batch 2 --resume "$P/step_00000003.h5" || bad "resume of a quantum-64 save" "$WORK/pad64_to_1.err"
+export_model "$P/step_00000006.h5" "$WORK/exp_pad64.bin"
+ag_1=$(field "$WORK/full.log" ag_bytes | sort -u); ag_64=$(field "$WORK/pad64.log" ag_bytes | sort -u)
+if [ "$ag_64" -gt "$ag_1" ] && [ $((ag_64 % (4 * 4 * 64))) = 0 ] &&
+   [ "$(losses_from "$WORK/pad64.log" 1)" = "$(losses_from "$WORK/full.log" 1)" ] &&
+   [ "$(losses_from "$WORK/pad1_to_64.log" 4)" = "$(losses_from "$WORK/full.log" 4)" ] &&
+   [ "$(losses_from "$WORK/pad64_to_1.log" 4)" = "$(losses_from "$WORK/full.log" 4)" ] &&
+   [ -n "$(losses_from "$WORK/pad64_to_1.log" 4)" ] && cmp -s "$WORK/exp6.bin" "$WORK/exp_pad64.bin"; then
+    ok "shard padding 64 x N (all-gather $ag_64 bytes, $ag_1 with N alone): same losses and saved tensors; saves resume across paddings both ways, steps 4-6 bitwise"
+else bad "shard padding: ag $ag_64 vs $ag_1, losses or saved tensors differ" "$WORK/pad64_to_1.err"; fi
+OSDP_PAD_QUANTUM=0 run 2 pad_bad --steps 1 --batch 2; rc=$?
+if [ $rc != 0 ] && grep -q "OSDP_PAD_QUANTUM=0: expected a whole number" "$WORK/pad_bad.err"; then
+    ok "OSDP_PAD_QUANTUM=0 refused (exit $rc): '$(grep -o 'OSDP_PAD_QUANTUM=0.*' "$WORK/pad_bad.err" | head -1 | cut -c1-80)'"
+else bad "OSDP_PAD_QUANTUM=0 not refused (exit $rc)" "$WORK/pad_bad.err"; fi
+
 summary "checkpoint tests"

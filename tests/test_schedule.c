@@ -8,7 +8,9 @@
  *             the schedule's evaluation, the planner's closed form
  *             (osdp_cost_peak) and the peak the runtime's allocator measures
  *             while executing the schedule for one step are equal to the
- *             byte, per category for the two that have categories
+ *             byte, per category for the two that have categories; with
+ *             the CPU's shard padding (quantum 1) and CUDA's (64 elements
+ *             per rank), every slice padded to a multiple of N x quantum
  * Runs on one MPI rank (the runtime needs a communicator); the measured
  * peaks on 4 ranks are checked by tests/run_mpi_tests.sh. */
 #include "config.h"
@@ -105,30 +107,48 @@ static void check_shape(const osdp_schedule *sc)
                                             : e == sc->layout->n_ops ? OSDP_EV_SUMS_ALL_REDUCE : OSDP_EV_ADAMW);
 }
 
+/* the padding of every slice: the least multiple of N x quantum that holds it */
+static void check_padding(const osdp_schedule *sc, int N, int quantum)
+{
+    const size_t unit = (size_t)N * (size_t)quantum;
+    for (int i = 0; i < sc->layout->n_ops; i++)
+        for (int s = 0; s < sc->ops[i].n_slices; s++) {
+            const osdp_sched_slice *sl = &sc->ops[i].slice[s];
+            ck_assert_msg(sl->padded % unit == 0 && sl->padded >= sl->hi - sl->lo && sl->padded - (sl->hi - sl->lo) < unit,
+                          "%s slice %d: %zu elements padded to %zu (N=%d, quantum %d)", sc->layout->op[i].name, s,
+                          sl->hi - sl->lo, sl->padded, N, quantum);
+        }
+}
+
+/* the shard padding a plan is checked with: the CPU's and CUDA's, in turn */
+static int quantum_of(int r) { return r % 2 ? 64 : 1; }
+
 /* one truth on one plan: schedule, closed form and (comm given) measurement */
 static void check_plan(const osdp_layout *L, const osdp_plan *p, int N, int B, int accum, int prefetch,
-                       osdp_dtype weights, osdp_comm *comm)
+                       osdp_dtype weights, int quantum, osdp_comm *comm)
 {
     osdp_schedule sc;
     osdp_schedule_options so = {.n_ranks = N, .micro_batch = B, .accum_steps = accum, .prefetch = prefetch,
-                                .weight_dtype = weights};
+                                .weight_dtype = weights, .pad_quantum = quantum};
     ck_assert_msg(osdp_schedule_build(&sc, L, p, &so) == OSDP_OK, "%s", osdp_error_message());
     check_shape(&sc);
+    check_padding(&sc, N, quantum);
     osdp_memory_prediction pr;
     osdp_schedule_peak(&sc, &pr);
     osdp_schedule_free(&sc);
 
     osdp_device d = sizes_device(weights);
-    osdp_cost_model cm = {.layout = L, .dev = &d, .N = N, .prefetch = prefetch};
+    osdp_cost_model cm = {.layout = L, .dev = &d, .N = N, .pad_quantum = quantum, .prefetch = prefetch};
     long long closed = osdp_cost_peak(&cm, p, B, NULL);
-    ck_assert_msg(closed == (long long)pr.peak_total, "%s N=%d B=%d prefetch=%d %s: closed form %lld, schedule %zu",
-                  L->cfg.name, N, B, prefetch, osdp_dtype_name(weights), closed, pr.peak_total);
+    ck_assert_msg(closed == (long long)pr.peak_total,
+                  "%s N=%d B=%d prefetch=%d %s quantum %d: closed form %lld, schedule %zu",
+                  L->cfg.name, N, B, prefetch, osdp_dtype_name(weights), quantum, closed, pr.peak_total);
     if (!comm) return;
 
     const osdp_compute_backend *be = osdp_compute_find("cpu", weights);
     ck_assert(be != NULL);
     osdp_runtime_options opt = {.micro_batch = B, .accum_steps = accum, .prefetch = prefetch, .seed = 7,
-                                .weight_dtype = weights};
+                                .weight_dtype = weights, .pad_quantum = quantum};
     osdp_optim_defaults(&opt.optim);
     osdp_runtime rt;
     ck_assert_msg(osdp_runtime_create(&rt, L, p, comm, be, &opt) == OSDP_OK, "%s", osdp_error_message());
@@ -140,8 +160,9 @@ static void check_plan(const osdp_layout *L, const osdp_plan *p, int N, int B, i
     ck_assert_msg(osdp_runtime_step(&rt, tokens, &stats) == OSDP_OK, "%s", osdp_error_message());
     ck_assert(stats.loss > 0);
     for (int c = 0; c < OSDP_MEM_N_CATEGORIES; c++)
-        ck_assert_msg(rt.mem.peak[c] == pr.peak[c], "%s N=%d B=%d accum=%d prefetch=%d %s: %s measured %zu, schedule %zu",
-                      L->cfg.name, N, B, accum, prefetch, osdp_dtype_name(weights),
+        ck_assert_msg(rt.mem.peak[c] == pr.peak[c],
+                      "%s N=%d B=%d accum=%d prefetch=%d %s quantum %d: %s measured %zu, schedule %zu",
+                      L->cfg.name, N, B, accum, prefetch, osdp_dtype_name(weights), quantum,
                       osdp_mem_category_name((osdp_mem_category)c), rt.mem.peak[c], pr.peak[c]);
     ck_assert_uint_eq(rt.mem.peak_total, pr.peak_total);
     free(tokens);
@@ -165,7 +186,7 @@ START_TEST(test_measured_equals_schedule_and_closed_form)
         for (int r = 0; r < 60; r++) {
             random_plan(&L, &p);
             check_plan(&L, &p, comm.size, 1 + (int)(rnd() % 2), 1 + (int)(rnd() % 2), (int)(rnd() % 2),
-                       rnd() % 2 ? OSDP_BFLOAT16 : OSDP_FLOAT32, &comm);
+                       rnd() % 2 ? OSDP_BFLOAT16 : OSDP_FLOAT32, quantum_of(r), &comm);
             checked++;
         }
         osdp_plan_free(&p);
@@ -190,7 +211,7 @@ START_TEST(test_schedule_equals_closed_form)
             for (int r = 0; r < 50; r++) {
                 random_plan(&L, &p);
                 check_plan(&L, &p, Ns[ni], 1 + (int)(rnd() % 4), 1 + (int)(rnd() % 3), (int)(rnd() % 2),
-                           rnd() % 2 ? OSDP_BFLOAT16 : OSDP_FLOAT32, NULL);
+                           rnd() % 2 ? OSDP_BFLOAT16 : OSDP_FLOAT32, quantum_of(r), NULL);
                 checked++;
             }
         osdp_plan_free(&p);
@@ -219,6 +240,13 @@ START_TEST(test_schedule_errors)
     so.n_ranks = 0;
     ck_assert_int_eq(osdp_schedule_build(&sc, &L, &p, &so), OSDP_ERR_INPUT);
     so.n_ranks = 4;
+    so.pad_quantum = -1;
+    ck_assert_int_eq(osdp_schedule_build(&sc, &L, &p, &so), OSDP_ERR_INPUT);
+    ck_assert_msg(strstr(osdp_error_message(), "pad quantum") != NULL, "%s", osdp_error_message());
+    so.pad_quantum = 64;
+    ck_assert_int_eq(osdp_schedule_build(&sc, &L, &p, &so), OSDP_OK);
+    ck_assert_uint_eq(sc.ops[0].padded % 256, 0);
+    osdp_schedule_free(&sc);
     p.slices[0] = 2;
     ck_assert_int_eq(osdp_schedule_build(&sc, &L, &p, &so), OSDP_ERR_INPUT);
     ck_assert_msg(strstr(osdp_error_message(), "embed") != NULL, "%s", osdp_error_message());

@@ -20,6 +20,8 @@
 typedef struct osdp_compute_backend {
     const char *name;
     osdp_dtype weight_dtype;                 /* OSDP_FLOAT32 or OSDP_BFLOAT16 */
+    int pad_quantum;                         /* shards padded to multiples of this many elements
+                                                (osdp_padded_numel_quantum): CPU 1, CUDA 64 */
     osdp_status (*init)(int local_rank, int threads);
     void *(*alloc)(size_t bytes);            /* contents undefined; NULL on failure */
     void (*free)(void *ptr);
@@ -87,5 +89,11 @@ extern const osdp_compute_backend osdp_compute_cuda_bf16;   /* bf16 products, fp
 #endif
 /* name "cpu" or "cuda", weights OSDP_FLOAT32 or OSDP_BFLOAT16; NULL if not built */
 const osdp_compute_backend *osdp_compute_find(const char *name, osdp_dtype weight_dtype);
+
+/* The pad quantum a run uses: the backend's, or OSDP_PAD_QUANTUM, a test knob
+ * (a whole number from 1 to 4096) that lets the CPU pad like CUDA, to prove
+ * that checkpoints load across paddings.  OSDP_ERR_INPUT names the variable
+ * when its value is not one. */
+osdp_status osdp_compute_pad_quantum(const osdp_compute_backend *be, int *pad_quantum);
 
 #endif

@@ -86,6 +86,7 @@ typedef struct osdp_cost_model {
     const osdp_layout *layout;
     const osdp_device *dev;
     int N;                  /* ranks */
+    int pad_quantum;        /* shard padding (osdp_padded_numel_quantum); 0 reads as 1, the CPU's */
     int prefetch;           /* the runtime's prefetch (train's default: on) */
     osdp_cost_kind kind;
     const int *recompute;   /* per operator, NULL: none (peak and step time use the plan's) */

@@ -138,11 +138,20 @@ int osdp_layout_find_op(const osdp_layout *layout, const char *name);
 /* Index of the operator tensor `name` ("attn.3/qkv.weight"): op and tensor index */
 int osdp_layout_find_tensor(const osdp_layout *layout, const char *full_name, int *op, int *tensor);
 
-/* Sharding: each operator's flat buffer is padded to a multiple of N and
- * cut into N contiguous shards. */
+/* Sharding: each slice of an operator's flat buffer is padded to a multiple
+ * of N x q and cut into N contiguous shards of a multiple of q elements.  q,
+ * the pad quantum, is the compute backend's (osdp_compute_pad_quantum): 1 on
+ * the CPU (the least padding), 64 on CUDA, so that every rank's chunk of an
+ * NCCL collective starts 256-byte aligned.  A quantum below 1 reads as 1. */
+static inline size_t osdp_padded_numel_quantum(size_t numel, int n_ranks, int pad_quantum)
+{
+    const size_t unit = (size_t)n_ranks * (size_t)(pad_quantum > 1 ? pad_quantum : 1);
+    return (numel + unit - 1) / unit * unit;
+}
+/* padded to a multiple of N (quantum 1, the CPU's) */
 static inline size_t osdp_padded_numel(size_t numel, int n_ranks)
 {
-    return (numel + (size_t)n_ranks - 1) / (size_t)n_ranks * (size_t)n_ranks;
+    return osdp_padded_numel_quantum(numel, n_ranks, 1);
 }
 static inline size_t osdp_shard_numel(size_t numel, int n_ranks)
 {

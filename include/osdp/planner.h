@@ -125,6 +125,7 @@ typedef struct osdp_planner_options {
     int split_auto;           /* per operator, any k of any g in 1, 2, 4, .., split_max (the search chooses) */
     int split_max;            /* split_auto's largest g (0: 8) */
     int recompute_auto;       /* per attn / mlp operator, recompute or not (the search chooses) */
+    int pad_quantum;          /* the runtime's shard padding (osdp_compute_pad_quantum); 0 reads as 1 */
 } osdp_planner_options;
 
 typedef struct osdp_planner_result {

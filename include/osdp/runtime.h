@@ -57,6 +57,7 @@ typedef struct osdp_runtime_options {
     uint64_t seed;          /* weights and data order */
     osdp_optim_config optim;
     osdp_dtype weight_dtype;    /* working weights: the backend's */
+    int pad_quantum;        /* shard padding: osdp_compute_pad_quantum's (0 reads as 1, the CPU's) */
 } osdp_runtime_options;
 
 typedef struct osdp_step_stats {

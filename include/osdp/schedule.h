@@ -90,11 +90,12 @@ typedef struct osdp_event {
 } osdp_event;
 
 /* One slice of an operator (the whole operator when it is not split): a
- * range of its flat buffer, padded to a multiple of N and sharded on its own,
+ * range of its flat buffer, padded to a multiple of N x pad_quantum
+ * (osdp_padded_numel_quantum) and sharded on its own,
  * so that it can be gathered and reduce-scattered alone (DESIGN.md §3). */
 typedef struct osdp_sched_slice {
     size_t lo, hi;          /* elements [lo, hi) of the operator's flat buffer */
-    size_t padded;          /* hi - lo padded to a multiple of N */
+    size_t padded;          /* hi - lo padded to a multiple of N x pad_quantum */
     size_t base;            /* offset in the operator's full buffers (sum of earlier padded) */
     size_t local;           /* offset of a rank's part (padded / N) in the shard arrays */
     int zdp;
@@ -115,6 +116,7 @@ typedef struct osdp_schedule_options {
     int accum_steps;        /* micro-steps per optimizer step */
     int prefetch;           /* overlap gathers / reduce-scatters with compute */
     osdp_dtype weight_dtype;    /* working weights and their all-gathers: fp32 or bf16 */
+    int pad_quantum;        /* shard padding (osdp_compute_pad_quantum); 0 reads as 1, the CPU's */
 } osdp_schedule_options;
 
 typedef struct osdp_schedule {
@@ -152,6 +154,9 @@ typedef struct osdp_memory_prediction {
 void osdp_schedule_peak(const osdp_schedule *sched, osdp_memory_prediction *out);
 
 /* Build and evaluate in one call (the planner's and train's check). */
+osdp_status osdp_schedule_predict(const osdp_layout *layout, const osdp_plan *plan,
+                                  const osdp_schedule_options *opt, osdp_memory_prediction *out);
+/* the same with the CPU's padding (pad quantum 1) */
 osdp_status osdp_memory_predict(const osdp_layout *layout, const osdp_plan *plan, int n_ranks,
                                 int micro_batch, int accum_steps, int prefetch, osdp_dtype weight_dtype,
                                 osdp_memory_prediction *out);

@@ -104,7 +104,8 @@ static void print_summary(const char *label, const osdp_layout *L, const osdp_pl
 void osdp_plan_print(const osdp_layout *L, const osdp_device *dev, const osdp_planner_options *o,
                      const osdp_planner_result *r)
 {
-    osdp_cost_model cm = {.layout = L, .dev = dev, .N = o->n_ranks, .prefetch = o->prefetch, .kind = o->cost};
+    osdp_cost_model cm = {.layout = L, .dev = dev, .N = o->n_ranks, .pad_quantum = o->pad_quantum,
+                          .prefetch = o->prefetch, .kind = o->cost};
     printf("osdp planner: device %s, %d ranks, limit %.3f GiB per rank; micro-batch %d, accumulation %d\n", dev->name,
            o->n_ranks, (double)r->mem_limit / (1024.0 * 1024.0 * 1024.0), r->plan.micro_batch, r->plan.accum_steps);
     print_table(L, &cm, r);
@@ -198,7 +199,8 @@ int osdp_cmd_plan(const osdp_job *job)
         snprintf(err[v], sizeof err[v], "%s", st[v] == OSDP_OK ? "" : osdp_error_message());
         if (st[v] != OSDP_OK && st[v] != OSDP_ERR_INFEASIBLE) osdp_fatal(st[v], err[v]);
     }
-    osdp_cost_model cm = {.layout = &L, .dev = &dev, .N = planner.n_ranks, .prefetch = planner.prefetch, .kind = planner.cost};
+    osdp_cost_model cm = {.layout = &L, .dev = &dev, .N = planner.n_ranks, .pad_quantum = planner.pad_quantum,
+                          .prefetch = planner.prefetch, .kind = planner.cost};
     const char *search = planner.search == OSDP_SEARCH_DFS ? "dfs" : "exact";
     const char *cost = planner.cost == OSDP_COST_OVERLAP ? "overlap" : "paper";
     double sp_dp = st[0] == OSDP_OK && st[1] == OSDP_OK ? r[0].samples_per_s / r[1].samples_per_s : 0;

@@ -205,7 +205,7 @@ static osdp_status time_step_work(const osdp_compute_backend *be, const osdp_lay
                                   double *per_shard, double *per_full)
 {
     size_t full = 0;
-    for (int i = 0; i < L->n_ops; i++) full += osdp_padded_numel(L->op[i].numel, n_ranks);
+    for (int i = 0; i < L->n_ops; i++) full += osdp_padded_numel_quantum(L->op[i].numel, n_ranks, be->pad_quantum);
     size_t shard = full / (size_t)n_ranks;
     float *st = be->alloc(5 * shard * sizeof(float)), *grads = be->alloc(full * sizeof(float));
     if (!st || !grads) {

@@ -32,6 +32,7 @@ typedef struct train_setup {
     osdp_optim_config optim;
     osdp_dtype weights;       /* working weights and their all-gathers (--precision) */
     int plan_auto;            /* --plan auto */
+    int pad_quantum;          /* the backend's shard padding (osdp_compute_pad_quantum) */
 } train_setup;
 
 /* cross-option rules of train (each value alone was checked by the options table) */
@@ -142,6 +143,7 @@ static osdp_status plan_auto(osdp_plan *plan, const osdp_layout *layout, const o
         o.global_batch = t->global_batch;
         o.micro_batch = t->micro_batch;
         o.prefetch = !job->no_prefetch;
+        o.pad_quantum = t->pad_quantum;
         o.cost = (osdp_cost_kind)job->cost_model;
         o.split = job->split > 0 ? (int)job->split : 1;
         o.split_auto = job->split == OSDP_SPLIT_AUTO;
@@ -228,8 +230,8 @@ static double predicted_step_time(const osdp_layout *layout, const osdp_plan *pl
 {
     osdp_device dev;
     if (device_load_for_runtime(&dev, job->device, t->weights) != OSDP_OK) return 0;
-    osdp_cost_model cm = {.layout = layout, .dev = &dev, .N = n_ranks, .prefetch = !job->no_prefetch,
-                          .kind = (osdp_cost_kind)job->cost_model};
+    osdp_cost_model cm = {.layout = layout, .dev = &dev, .N = n_ranks, .pad_quantum = t->pad_quantum,
+                          .prefetch = !job->no_prefetch, .kind = (osdp_cost_kind)job->cost_model};
     return osdp_cost_step_time(&cm, plan, plan->micro_batch, plan->accum_steps);
 }
 
@@ -326,6 +328,7 @@ int osdp_cmd_train(const osdp_job *job)
 #endif
                                                       ));
     osdp_check_all(backend->init(world.local_rank, world.threads));
+    osdp_check_all(osdp_compute_pad_quantum(backend, &t.pad_quantum));
 
     osdp_model_config cfg;
     osdp_check_all(osdp_model_config_load(&cfg, job->model));
@@ -355,12 +358,15 @@ int osdp_cmd_train(const osdp_job *job)
         osdp_check_all(osdp_comm_create_mpi(&comm, &(MPI_Comm){MPI_COMM_WORLD}));
 
     osdp_memory_prediction predicted;
-    osdp_check_all(osdp_memory_predict(&layout, &plan, world.size, plan.micro_batch, plan.accum_steps, !job->no_prefetch,
-                                       t.weights, &predicted));
+    osdp_schedule_options predict = {.n_ranks = world.size, .micro_batch = plan.micro_batch,
+                                     .accum_steps = plan.accum_steps, .prefetch = !job->no_prefetch,
+                                     .weight_dtype = t.weights, .pad_quantum = t.pad_quantum};
+    osdp_check_all(osdp_schedule_predict(&layout, &plan, &predict, &predicted));
 
     osdp_runtime_options opt = {.micro_batch = plan.micro_batch, .accum_steps = plan.accum_steps,
                                 .prefetch = !job->no_prefetch, .mem_limit = (size_t)job->mem_limit,
-                                .seed = (unsigned long long)job->seed, .optim = t.optim, .weight_dtype = t.weights};
+                                .seed = (unsigned long long)job->seed, .optim = t.optim, .weight_dtype = t.weights,
+                                .pad_quantum = t.pad_quantum};
     osdp_runtime rt;
     s = osdp_runtime_create(&rt, &layout, &plan, &comm, backend, &opt);
     if (s != OSDP_OK) fatal_with_hint(s, &t);

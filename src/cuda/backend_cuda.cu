@@ -708,6 +708,7 @@ extern "C" const char *osdp_cublas_status_string(cublasStatus_t s)
 extern "C" const osdp_compute_backend osdp_compute_cuda = {
     .name = "cuda",
     .weight_dtype = OSDP_FLOAT32,
+    .pad_quantum = 64,   /* 256-byte aligned fp32 chunks per rank in NCCL collectives */
     .init = cuda_init,
     .alloc = cuda_alloc,
     .free = cuda_free,

@@ -149,7 +149,8 @@ static void cpu_embedding_forward(float *x, const int *tokens, const void *wte, 
     .sum = cpu_sum, \
     .sum_squares = cpu_sum_squares, \
     .accumulate_sum = cpu_accumulate_sum, \
-    .adamw = cpu_adamw
+    .adamw = cpu_adamw, \
+    .pad_quantum = 1
 
 const osdp_compute_backend osdp_compute_cpu = {
     CPU_COMMON_ENTRIES,

@@ -80,7 +80,7 @@ static int op_slices(const osdp_cost_model *cm, int op, int *g, int *k, size_t *
         bounds[0] = 0;
         bounds[1] = cm->layout->op[op].numel;
     }
-    for (int s = 0; s < *g; s++) padded[s] = osdp_padded_numel(bounds[s + 1] - bounds[s], cm->N);
+    for (int s = 0; s < *g; s++) padded[s] = osdp_padded_numel_quantum(bounds[s + 1] - bounds[s], cm->N, cm->pad_quantum);
     return *g;
 }
 

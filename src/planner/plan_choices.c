@@ -260,8 +260,8 @@ osdp_status osdp_ps_context_build(osdp_ps_context *ctx, const osdp_layout *L, co
                                   osdp_cost_cuts *cuts, osdp_planner_result *counters)
 {
     memset(ctx, 0, sizeof *ctx);
-    ctx->cost = (osdp_cost_model){.layout = L, .dev = dev, .N = o->n_ranks, .prefetch = o->prefetch, .kind = o->cost,
-                              .recompute = o->recompute, .cuts = cuts};
+    ctx->cost = (osdp_cost_model){.layout = L, .dev = dev, .N = o->n_ranks, .pad_quantum = o->pad_quantum,
+                                  .prefetch = o->prefetch, .kind = o->cost, .recompute = o->recompute, .cuts = cuts};
     ctx->opts = o;
     ctx->n_ops = L->n_ops;
     ctx->minimise_memory = minimise_memory == 1;

@@ -96,8 +96,8 @@ static osdp_status infeasible(const osdp_layout *L, const osdp_device *dev, cons
     osdp_plan p;
     osdp_status s = osdp_planner_min_memory(L, dev, o, b, &need, &p);
     if (s != OSDP_OK) return s;
-    osdp_cost_model cm = {.layout = L, .dev = dev, .N = o->n_ranks, .prefetch = o->prefetch, .kind = o->cost,
-                          .recompute = p.recompute};
+    osdp_cost_model cm = {.layout = L, .dev = dev, .N = o->n_ranks, .pad_quantum = o->pad_quantum,
+                          .prefetch = o->prefetch, .kind = o->cost, .recompute = p.recompute};
     int at = 0;
     (void)osdp_cost_peak(&cm, &p, b, &at);
     int top[3] = {-1, -1, -1};
@@ -156,8 +156,10 @@ static osdp_status verify_peak(const osdp_layout *L, const osdp_device *dev, con
                                int accum, osdp_planner_result *res)
 {
     osdp_memory_prediction pr;
-    osdp_status s = osdp_memory_predict(L, &res->plan, o->n_ranks, b, accum, o->prefetch,
-                                        dev->param_bytes == 2 ? OSDP_BFLOAT16 : OSDP_FLOAT32, &pr);
+    osdp_schedule_options so = {.n_ranks = o->n_ranks, .micro_batch = b, .accum_steps = accum, .prefetch = o->prefetch,
+                                .weight_dtype = dev->param_bytes == 2 ? OSDP_BFLOAT16 : OSDP_FLOAT32,
+                                .pad_quantum = o->pad_quantum};
+    osdp_status s = osdp_schedule_predict(L, &res->plan, &so, &pr);
     if (s != OSDP_OK) return s;
     res->runtime_peak = (long long)pr.peak_total;
     if (res->runtime_peak != res->peak_bytes)

@@ -60,7 +60,8 @@ osdp_status osdp_runtime_create(osdp_runtime *rt, const osdp_layout *layout, con
     struct osdp_runtime_internal *in = rt->in = calloc(1, sizeof *in);
     if (!in) return osdp_error_set(OSDP_ERR_OOM, "runtime: out of host memory");
     osdp_schedule_options so = {.n_ranks = rt->N, .micro_batch = rt->B, .accum_steps = opt->accum_steps,
-                                .prefetch = opt->prefetch, .weight_dtype = opt->weight_dtype};
+                                .prefetch = opt->prefetch, .weight_dtype = opt->weight_dtype,
+                                .pad_quantum = opt->pad_quantum};
     TRY(osdp_schedule_build(&in->sched, layout, plan, &so));
     TRY(osdp_plan_copy(&rt->plan, plan));
     in->weight_size = in->sched.weight_size;

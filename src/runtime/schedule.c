@@ -299,7 +299,7 @@ static osdp_status slice_operator(osdp_schedule *sc, const osdp_plan *plan, int 
         osdp_sched_slice *sl = &so->slice[s];
         sl->lo = so->bounds[s];
         sl->hi = so->bounds[s + 1];
-        sl->padded = osdp_padded_numel(sl->hi - sl->lo, N);
+        sl->padded = osdp_padded_numel_quantum(sl->hi - sl->lo, N, sc->opt.pad_quantum);
         sl->base = so->padded;
         sl->local = so->shard;
         sl->zdp = s < so->zdp_slices;
@@ -316,6 +316,8 @@ static osdp_status check_inputs(const osdp_layout *layout, const osdp_plan *plan
         return osdp_error_set(OSDP_ERR_INPUT, "runtime: weights must be fp32 or bf16 (got %s)",
                               osdp_dtype_name(opt->weight_dtype));
     if (opt->n_ranks < 1) return osdp_error_set(OSDP_ERR_INPUT, "runtime: %d ranks is not valid", opt->n_ranks);
+    if (opt->pad_quantum < 0)
+        return osdp_error_set(OSDP_ERR_INPUT, "runtime: a pad quantum of %d elements is not valid", opt->pad_quantum);
     if (opt->micro_batch < 1)
         return osdp_error_set(OSDP_ERR_INPUT, "micro-batch must be at least 1 (got %d)", opt->micro_batch);
     if (opt->accum_steps < 1) return osdp_error_set(OSDP_ERR_INPUT, "accumulation steps must be at least 1");
@@ -396,15 +398,21 @@ void osdp_schedule_peak(const osdp_schedule *sc, osdp_memory_prediction *out)
     add_up(sc->optim, sc->n_optim, current, &total, out);
 }
 
+osdp_status osdp_schedule_predict(const osdp_layout *layout, const osdp_plan *plan,
+                                  const osdp_schedule_options *opt, osdp_memory_prediction *out)
+{
+    osdp_schedule sc;
+    TRY(osdp_schedule_build(&sc, layout, plan, opt));
+    osdp_schedule_peak(&sc, out);
+    osdp_schedule_free(&sc);
+    return OSDP_OK;
+}
+
 osdp_status osdp_memory_predict(const osdp_layout *layout, const osdp_plan *plan, int n_ranks,
                                 int micro_batch, int accum_steps, int prefetch, osdp_dtype weight_dtype,
                                 osdp_memory_prediction *out)
 {
-    osdp_schedule sc;
     osdp_schedule_options opt = {.n_ranks = n_ranks, .micro_batch = micro_batch, .accum_steps = accum_steps,
-                                 .prefetch = prefetch, .weight_dtype = weight_dtype};
-    TRY(osdp_schedule_build(&sc, layout, plan, &opt));
-    osdp_schedule_peak(&sc, out);
-    osdp_schedule_free(&sc);
-    return OSDP_OK;
+                                 .prefetch = prefetch, .weight_dtype = weight_dtype, .pad_quantum = 1};
+    return osdp_schedule_predict(layout, plan, &opt, out);
 }
