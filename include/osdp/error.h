@@ -9,6 +9,10 @@
 
 #include <stddef.h>
 
+#ifdef __cplusplus   /* the CUDA sources report through it too */
+extern "C" {
+#endif
+
 typedef enum osdp_status {
     OSDP_OK = 0,
     OSDP_ERR_INPUT = 1,      /* malformed file, bad option, out-of-range value */
@@ -44,5 +48,9 @@ void osdp_error_set_unrecoverable_handler(osdp_unrecoverable_handler handler);
 void osdp_error_unrecoverable(osdp_status code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 osdp_status osdp_error_pending(void);
 const char *osdp_error_pending_message(void);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

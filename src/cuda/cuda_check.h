@@ -3,10 +3,11 @@
  *
  * Usable from C (src/comm/comm_nccl.c, compiled by mpicc) and from C++ (the
  * .cu files, compiled by nvcc).  A failed CUDA or cuBLAS call is a bug or a
- * dead device, not something a caller can recover from: the macros print
- * file:line and the error string to stderr and MPI_Abort the whole job
- * (exit() on one rank would leave the others hanging in their next
- * collective).  Out-of-memory from cudaMalloc is not checked with these: the
+ * dead device, not something a caller can recover from: the macros hand
+ * file:line and the error string to osdp_error_unrecoverable (osdp/error.h),
+ * whose handler in osdp_gpt aborts the whole job (exit() on one rank would
+ * leave the others hanging in their next collective); the library itself
+ * never ends the process.  Out-of-memory from cudaMalloc is not checked with these: the
  * alloc entry returns NULL so that the runtime can report it. */
 #ifndef OSDP_CUDA_CHECK_H
 #define OSDP_CUDA_CHECK_H
@@ -15,6 +16,7 @@
 #include <stdio.h>
 #include <cuda_runtime.h>
 #include <cublas_v2.h>
+#include "osdp/error.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -33,11 +35,7 @@ const char *osdp_cublas_status_string(cublasStatus_t s);
 #endif
 
 #define OSDP_CUDA_ABORT_(file, line, what, msg)                                      \
-    do {                                                                             \
-        fprintf(stderr, "%s:%d: %s failed: %s\n", (file), (line), (what), (msg));    \
-        fflush(stderr);                                                              \
-        MPI_Abort(MPI_COMM_WORLD, 1);                                                \
-    } while (0)
+    osdp_error_unrecoverable(OSDP_ERR_INTERNAL, "%s:%d: %s failed: %s", (file), (line), (what), (msg))
 
 #define CUDA_CHECK(call)                                                             \
     do {                                                                             \

@@ -578,11 +578,10 @@ void embedding_backward(float *dwte, float *dwpe, const float *dx, const int *to
                                                (int *)nullptr, (const int *)nullptr,
                                                (int *)nullptr, BT, 0, (int)(8 * sizeof(int)), s));
     const size_t ints_bytes = embedding_ints_bytes(BT);
-    if (scratch_bytes < ints_bytes + temp_bytes) {
-        fprintf(stderr, "embedding_backward: scratch of %zu bytes, %zu needed\n", scratch_bytes,
-                ints_bytes + temp_bytes);
-        fflush(stderr);
-        MPI_Abort(MPI_COMM_WORLD, 1);
+    if (scratch_bytes < ints_bytes + temp_bytes) {   /* a kernel returns no error (osdp/error.h) */
+        osdp_error_unrecoverable(OSDP_ERR_INTERNAL, "embedding_backward: scratch of %zu bytes, %zu needed",
+                                 scratch_bytes, ints_bytes + temp_bytes);
+        return;
     }
     int *pos_in = (int *)scratch;
     int *keys_out = pos_in + BT;
