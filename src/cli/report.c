@@ -4,6 +4,7 @@
 #include "osdp/clock.h"
 
 #include <cblas.h>
+#include <math.h>
 #include <mpi.h>
 #include <stdlib.h>
 #include <string.h>
@@ -110,7 +111,7 @@ void osdp_report_step(osdp_report *r, const osdp_step_stats *st)
     if (!r->quiet) {
         char pk[32], c[5][32], ag[32], rs[32], ar[32];
         printf("step %5ld/%ld | loss %.4f | lr %.2e | norm %.3f | %7.1f ms | %8.0f tokens/s | MFU %5.1f%% | "
-               "peak/rank %s [state %s, weights %s, grads %s, act %s, ws %s] | moved AG %s RS %s AR %s\n",
+               "peak/rank %s [state %s, weights %s, grads %s, act %s, ws %s] | moved AG %s RS %s AR %s",
                st->step, r->steps_total, st->loss, (double)st->lr, st->grad_norm, st->seconds * 1e3, tok_s,
                100.0 * mfu, osdp_format_bytes((double)m->peak_total, pk, sizeof pk),
                osdp_format_bytes((double)m->peak[0], c[0], 32), osdp_format_bytes((double)m->peak[1], c[1], 32),
@@ -119,6 +120,8 @@ void osdp_report_step(osdp_report *r, const osdp_step_stats *st)
                osdp_format_bytes((double)t->logical[OSDP_COLL_ALL_GATHER], ag, sizeof ag),
                osdp_format_bytes((double)t->logical[OSDP_COLL_REDUCE_SCATTER], rs, sizeof rs),
                osdp_format_bytes((double)t->logical[OSDP_COLL_ALL_REDUCE], ar, sizeof ar));
+        if (isnan(st->val_loss)) printf("\n");
+        else printf(" | val_loss %.4f\n", st->val_loss);
         fflush(stdout);
     }
     if (r->log) {
@@ -132,6 +135,7 @@ void osdp_report_step(osdp_report *r, const osdp_step_stats *st)
         for (int k = 0; k < OSDP_MEM_N_CATEGORIES; k++)
             fprintf(r->log, " peak_%s=%zu pred_%s=%zu", osdp_mem_category_name((osdp_mem_category)k), m->peak[k],
                     osdp_mem_category_name((osdp_mem_category)k), r->predicted.peak[k]);
+        if (!isnan(st->val_loss)) fprintf(r->log, " val_loss=%.9g val_loss_hex=%a", st->val_loss, st->val_loss);
         fprintf(r->log, " peak_total=%zu pred_total=%zu comm_wait_ms=%.3f\n", m->peak_total, r->predicted.peak_total,
                 t->wait_seconds * 1e3);
         fflush(r->log);
