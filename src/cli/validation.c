@@ -8,6 +8,14 @@
 /* the validation set's own sampling seed: the same sequences whatever --seed */
 #define VALIDATION_SEED 0x76616c69646174ULL
 
+/* the data error, said to be about `what` */
+static osdp_status prefixed(osdp_status s, const char *what)
+{
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", osdp_error_message());   /* not the buffer osdp_error_set writes */
+    return osdp_error_set(s, "%s: %s", what, msg);
+}
+
 osdp_status osdp_validation_open(osdp_validation *v, const osdp_job *job, const osdp_dataset *train_data, int vocab,
                                  int seq_len, int rank)
 {
@@ -17,11 +25,11 @@ osdp_status osdp_validation_open(osdp_validation *v, const osdp_job *job, const 
     osdp_status s = OSDP_OK;
     if (job->val_data) {
         s = osdp_data_open(&v->data, job->val_data, vocab, seq_len);
-        if (s != OSDP_OK) return osdp_error_set(s, "--val-data: %s", osdp_error_message());
+        if (s != OSDP_OK) return prefixed(s, "--val-data");
         v->on = 1;
     } else if (train_data->n_val_shards > 0) {
         s = osdp_data_open_val(&v->data, job->data, vocab, seq_len);
-        if (s != OSDP_OK) return osdp_error_set(s, "--data's validation shards: %s", osdp_error_message());
+        if (s != OSDP_OK) return prefixed(s, "--data's validation shards");
         v->on = 1;
         if (rank == 0 && !job->quiet) {
             printf("validation: the %d *_val_*.bin shard%s of %s (%zu tokens, never trained on; --val-data chooses others)\n",
