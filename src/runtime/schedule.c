@@ -211,6 +211,21 @@ static osdp_status scatter_events(builder *b, int op)
     return OSDP_OK;
 }
 
+/* Operator op's forward, in a micro-step or a validation pass: its
+ * activations (under recompute only its output outlives the pass), the
+ * token ids for the embedding and the head, the head's loss sum. */
+static osdp_status forward_events(builder *b, int op)
+{
+    const int n = b->sc->layout->n_ops, rc = b->sc->ops[op].recompute;
+    if (rc) TRY(emit_buffer(b, OSDP_EV_ALLOC, OSDP_BUF_KEPT, op, 0));
+    TRY(emit_buffer(b, OSDP_EV_ALLOC, OSDP_BUF_ACTS, op, 0));
+    if (op == 0 || op == n - 1) TRY(emit(b, (osdp_event){.kind = OSDP_EV_LOAD_TOKENS, .op = op}));
+    TRY(pass_events(b, op, OSDP_PASS_FORWARD));
+    if (op == n - 1) TRY(emit(b, (osdp_event){.kind = OSDP_EV_LOSS_SUM, .op = op}));
+    if (rc) TRY(emit_buffer(b, OSDP_EV_FREE, OSDP_BUF_ACTS, op, 0));   /* only the output stays */
+    return OSDP_OK;
+}
+
 /* Activation checkpointing (DESIGN.md §3): an operator marked recompute keeps
  * only its output (the next operator's input) from its forward to its
  * backward; the rest of its activation block lives during its forward and
@@ -220,15 +235,7 @@ static osdp_status micro_events(builder *b)
     const int n = b->sc->layout->n_ops;
     b->cur_use = -1;
     b->pending_scatter = -1;
-    for (int op = 0; op < n; op++) {
-        const int rc = b->sc->ops[op].recompute;
-        if (rc) TRY(emit_buffer(b, OSDP_EV_ALLOC, OSDP_BUF_KEPT, op, 0));
-        TRY(emit_buffer(b, OSDP_EV_ALLOC, OSDP_BUF_ACTS, op, 0));
-        if (op == 0 || op == n - 1) TRY(emit(b, (osdp_event){.kind = OSDP_EV_LOAD_TOKENS, .op = op}));
-        TRY(pass_events(b, op, OSDP_PASS_FORWARD));
-        if (op == n - 1) TRY(emit(b, (osdp_event){.kind = OSDP_EV_LOSS_SUM, .op = op}));
-        if (rc) TRY(emit_buffer(b, OSDP_EV_FREE, OSDP_BUF_ACTS, op, 0));   /* only the output stays */
-    }
+    for (int op = 0; op < n; op++) TRY(forward_events(b, op));
     for (int op = n - 1; op >= 0; op--) {
         const int rc = b->sc->ops[op].recompute;
         if (rc) {   /* the activations again, from the kept input */
@@ -253,13 +260,7 @@ static osdp_status eval_events(builder *b)
     const int n = b->sc->layout->n_ops;
     b->cur_use = -1;
     for (int op = 0; op < n; op++) {
-        const int rc = b->sc->ops[op].recompute;
-        if (rc) TRY(emit_buffer(b, OSDP_EV_ALLOC, OSDP_BUF_KEPT, op, 0));
-        TRY(emit_buffer(b, OSDP_EV_ALLOC, OSDP_BUF_ACTS, op, 0));
-        if (op == 0 || op == n - 1) TRY(emit(b, (osdp_event){.kind = OSDP_EV_LOAD_TOKENS, .op = op}));
-        TRY(pass_events(b, op, OSDP_PASS_FORWARD));
-        if (op == n - 1) TRY(emit(b, (osdp_event){.kind = OSDP_EV_LOSS_SUM, .op = op}));
-        if (rc) TRY(emit_buffer(b, OSDP_EV_FREE, OSDP_BUF_ACTS, op, 0));
+        TRY(forward_events(b, op));
         if (op > 0) TRY(emit_buffer(b, OSDP_EV_FREE, b->sc->ops[op - 1].recompute ? OSDP_BUF_KEPT : OSDP_BUF_ACTS,
                                     op - 1, 0));
     }
