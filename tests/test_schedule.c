@@ -11,6 +11,11 @@
  *             byte, per category for the two that have categories; with
  *             the CPU's shard padding (quantum 1) and CUDA's (64 elements
  *             per rank), every slice padded to a multiple of N x quantum
+ *   validation the eval list (forward only) frees what it allocates, has
+ *             no backward, and its peak never exceeds the training step's,
+ *             per category (so the closed form needs no term for it); its
+ *             loss on a step's own micro-batches, before that step, is the
+ *             step's loss to the bit, and running it moves no peak
  * Runs on one MPI rank (the runtime needs a communicator); the measured
  * peaks on 4 ranks are checked by tests/run_mpi_tests.sh. */
 #include "config.h"
@@ -123,6 +128,59 @@ static void check_padding(const osdp_schedule *sc, int N, int quantum)
 /* the shard padding a plan is checked with: the CPU's and CUDA's, in turn */
 static int quantum_of(int r) { return r % 2 ? 64 : 1; }
 
+/* the peaks of the setup and one list (the test's own walk of ALLOC / FREE) */
+static void list_peak(const osdp_schedule *sc, const osdp_event *ev, int n, osdp_memory_prediction *out)
+{
+    size_t current[OSDP_MEM_N_CATEGORIES] = {0}, total = 0;
+    memset(out, 0, sizeof *out);
+    for (int pass = 0; pass < 2; pass++) {
+        const osdp_event *list = pass ? ev : sc->setup;
+        for (int e = 0; e < (pass ? n : sc->n_setup); e++) {
+            if (list[e].kind != OSDP_EV_ALLOC && list[e].kind != OSDP_EV_FREE) continue;
+            osdp_mem_category c = osdp_buffer_category(list[e].buffer);
+            int sign = list[e].kind == OSDP_EV_ALLOC ? 1 : -1;
+            current[c] += (size_t)sign * list[e].bytes;
+            total += (size_t)sign * list[e].bytes;
+            if (current[c] > out->peak[c]) out->peak[c] = current[c];
+            if (total > out->peak_total) out->peak_total = total;
+        }
+    }
+}
+
+/* the eval list: forward passes only, everything freed, one loss sum; its
+ * peak within the step's, category by category */
+static void check_eval(const osdp_schedule *sc, const osdp_memory_prediction *step_peak)
+{
+    size_t held = 0;
+    int loss_sums = 0;
+    for (int e = 0; e < sc->n_eval; e++) {
+        const osdp_event *ev = &sc->eval[e];
+        ck_assert_msg(ev->kind != OSDP_EV_REDUCE_SCATTER && ev->buffer != OSDP_BUF_FULL_GRAD
+                      && !((ev->kind == OSDP_EV_COMPUTE || ev->kind == OSDP_EV_USE) && ev->pass != OSDP_PASS_FORWARD),
+                      "eval event %d (kind %d) belongs to a backward", e, ev->kind);
+        if (ev->kind == OSDP_EV_ALLOC) held += ev->bytes;
+        if (ev->kind == OSDP_EV_FREE) {
+            ck_assert_msg(held >= ev->bytes, "eval event %d frees what was not allocated", e);
+            held -= ev->bytes;
+        }
+        loss_sums += ev->kind == OSDP_EV_LOSS_SUM;
+    }
+    ck_assert_uint_eq(held, 0);
+    ck_assert_int_eq(loss_sums, 1);
+    osdp_memory_prediction train, eval, from_api;
+    list_peak(sc, sc->micro, sc->n_micro, &train);
+    list_peak(sc, sc->eval, sc->n_eval, &eval);
+    osdp_schedule_eval_peak(sc, &from_api);
+    ck_assert_uint_eq(from_api.peak_total, eval.peak_total);
+    for (int c = 0; c < OSDP_MEM_N_CATEGORIES; c++) {
+        ck_assert_msg(eval.peak[c] <= train.peak[c], "%s: eval peak %zu above the step's %zu",
+                      osdp_mem_category_name((osdp_mem_category)c), eval.peak[c], train.peak[c]);
+        ck_assert_uint_eq(step_peak->peak[c], train.peak[c]);
+    }
+    ck_assert_uint_le(eval.peak_total, train.peak_total);
+    ck_assert_uint_eq(step_peak->peak_total, train.peak_total);
+}
+
 /* one truth on one plan: schedule, closed form and (comm given) measurement */
 static void check_plan(const osdp_layout *L, const osdp_plan *p, int N, int B, int accum, int prefetch,
                        osdp_dtype weights, int quantum, osdp_comm *comm)
@@ -135,6 +193,7 @@ static void check_plan(const osdp_layout *L, const osdp_plan *p, int N, int B, i
     check_padding(&sc, N, quantum);
     osdp_memory_prediction pr;
     osdp_schedule_peak(&sc, &pr);
+    check_eval(&sc, &pr);
     osdp_schedule_free(&sc);
 
     osdp_device d = sizes_device(weights);
@@ -156,9 +215,15 @@ static void check_plan(const osdp_layout *L, const osdp_plan *p, int N, int B, i
     int *tokens = malloc(n_tokens * sizeof(int));
     ck_assert(tokens != NULL);
     for (size_t t = 0; t < n_tokens; t++) tokens[t] = (int)(rnd() % (unsigned)L->cfg.vocab);
+    double val_loss = 0;
+    ck_assert_msg(osdp_runtime_evaluate(&rt, tokens, 1, &val_loss) == OSDP_OK, "%s", osdp_error_message());
     osdp_step_stats stats;
     ck_assert_msg(osdp_runtime_step(&rt, tokens, &stats) == OSDP_OK, "%s", osdp_error_message());
     ck_assert(stats.loss > 0);
+    ck_assert_msg(val_loss == stats.loss, "evaluation %.17g, the step's loss %.17g on the same batches", val_loss,
+                  stats.loss);
+    ck_assert_msg(osdp_runtime_evaluate(&rt, tokens, 1, &val_loss) == OSDP_OK, "%s", osdp_error_message());
+    ck_assert(val_loss > 0 && val_loss != stats.loss);   /* the weights moved */
     for (int c = 0; c < OSDP_MEM_N_CATEGORIES; c++)
         ck_assert_msg(rt.mem.peak[c] == pr.peak[c],
                       "%s N=%d B=%d accum=%d prefetch=%d %s quantum %d: %s measured %zu, schedule %zu",

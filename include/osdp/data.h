@@ -58,6 +58,9 @@ typedef struct osdp_dataset {
  * OSDP_ERR_IO with a message naming the file and the problem; *ds is then
  * left zeroed (closing it is harmless). */
 osdp_status osdp_data_open(osdp_dataset *ds, const char *path, int vocab, int seq_len);
+/* The validation shards (`*_val_*.bin`) of data directory `dir` alone, as
+ * one stream; OSDP_ERR_INPUT when it has none. */
+osdp_status osdp_data_open_val(osdp_dataset *ds, const char *dir, int vocab, int seq_len);
 /* Release maps and buffers; leaves *ds zeroed.  Safe on a zeroed dataset. */
 void osdp_data_close(osdp_dataset *ds);
 

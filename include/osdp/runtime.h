@@ -68,6 +68,8 @@ typedef struct osdp_step_stats {
     double seconds;
     long tokens;            /* tokens in the global batch */
     osdp_traffic traffic;   /* this step, this rank */
+    double val_loss;        /* the validation loss after this step; NAN: not evaluated
+                               (the caller sets it: osdp_runtime_evaluate) */
 } osdp_step_stats;
 
 /* The fields are read-only outside src/runtime. */
@@ -91,6 +93,13 @@ osdp_status osdp_runtime_create(osdp_runtime *rt, const osdp_layout *layout, con
  * micro-batches, host ints (accum_steps, 2, B, T): per micro-step the inputs,
  * then the targets (osdp_data_batch fills both). */
 osdp_status osdp_runtime_step(osdp_runtime *rt, const int *tokens, osdp_step_stats *stats);
+/* Collective: the mean token loss of the current weights over n_batches
+ * validation batches, forward only through the same plan (the schedule's
+ * eval list: osdp/schedule.h).  tokens: this rank's micro-batches, host ints
+ * (n_batches x accum_steps, 2, B, T), laid out as osdp_runtime_step's; the
+ * per-rank loss sums are added over the ranks once, so *loss is the same on
+ * every rank and, at a fixed rank count, for every plan. */
+osdp_status osdp_runtime_evaluate(osdp_runtime *rt, const int *tokens, int n_batches, double *loss);
 void osdp_runtime_destroy(osdp_runtime *rt);
 
 /* ---- the shards, for checkpoints, initialisation and weight dumps -------- */

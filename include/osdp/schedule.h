@@ -19,7 +19,17 @@
  *   optim   the optimizer step, once per step after the micro-steps: the
  *           squared gradient norm summed shard by shard, one all-reduce of
  *           the loss and norm sums, AdamW on every shard; it allocates
- *           nothing.
+ *           nothing;
+ *   eval    one validation micro-batch, forward only through the same plan
+ *           (executed once per validation micro-batch, DP slices gathered
+ *           by the first only, like micro): the same ZDP gathers and
+ *           prefetches as micro's forward, but an operator's activations
+ *           are freed as soon as the next operator has read its output,
+ *           and nothing is kept for a backward.  At every point it holds a
+ *           subset of what micro's forward holds at the same point, so its
+ *           peak never exceeds the step's (tests/test_schedule.c checks it
+ *           on random plans) and the planner's closed form needs no term
+ *           for it; osdp_schedule_peak evaluates it all the same.
  *
  * Within a micro-step (osdp/runtime.h has the order of weight uses): every
  * ALLOC has its FREE later in the same list; an operator pass is
@@ -130,7 +140,9 @@ typedef struct osdp_schedule {
     int n_micro;
     osdp_event *optim;
     int n_optim;
-    int cap_setup, cap_micro, cap_optim;   /* allocated lengths of the lists */
+    osdp_event *eval;
+    int n_eval;
+    int cap_setup, cap_micro, cap_optim, cap_eval;   /* allocated lengths of the lists */
 } osdp_schedule;
 
 /* Validates the plan and options against the layout (OSDP_ERR_INPUT with a
@@ -146,12 +158,15 @@ static inline size_t osdp_sched_slice_shard_numel(const osdp_sched_slice *sl, in
     return sl->padded / (size_t)n_ranks;
 }
 
-/* Peak bytes per category and in total that executing the schedule reaches. */
+/* Peak bytes per category and in total that executing the schedule reaches
+ * (training steps and validation passes alike). */
 typedef struct osdp_memory_prediction {
     size_t peak[OSDP_MEM_N_CATEGORIES];
     size_t peak_total;
 } osdp_memory_prediction;
 void osdp_schedule_peak(const osdp_schedule *sched, osdp_memory_prediction *out);
+/* The peak of the setup and the eval list alone (what a validation pass reaches). */
+void osdp_schedule_eval_peak(const osdp_schedule *sched, osdp_memory_prediction *out);
 
 /* Build and evaluate in one call (the planner's and train's check). */
 osdp_status osdp_schedule_predict(const osdp_layout *layout, const osdp_plan *plan,

@@ -36,6 +36,9 @@ typedef struct osdp_job {
     int help;                         /* --help: print the usage and exit 0 */
     /* files */
     const char *model, *data, *device, *plan, *log, *dump_weights, *out, *name;
+    const char *val_data;             /* validation data; NULL: --data's val shards, if any */
+    long long eval_every;             /* 0: not given (evaluate at the end only) */
+    long long eval_batches;           /* validation batches of the global batch's size */
     /* what to run */
     long long steps;                  /* total optimizer steps (a resume continues up to it) */
     long long batch;                  /* sequences per rank per micro-step; 0: not given */

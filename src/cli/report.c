@@ -201,7 +201,7 @@ static void print_progress(const osdp_report *r, const osdp_step_stats *st, doub
     char pk[32], c[5][32], ag[32], rs[32], ar[32], mfu_text[48], eta[32];
     long remaining = r->steps_total > st->step ? r->steps_total - st->step : 0;
     printf("step %5ld/%ld | loss %.4f | lr %.2e | norm %.3f | %7.1f ms | %8.0f tokens/s | %s | %s | "
-           "peak/rank %s [state %s, weights %s, grads %s, act %s, ws %s] | moved AG %s RS %s AR %s\n",
+           "peak/rank %s [state %s, weights %s, grads %s, act %s, ws %s] | moved AG %s RS %s AR %s",
            st->step, r->steps_total, st->loss, (double)st->lr, st->grad_norm, st->seconds * 1e3, tok_s,
            format_mfu(mfu, mfu_text, sizeof mfu_text),
            format_eta((double)remaining * median_step_seconds(r), eta, sizeof eta),
@@ -212,6 +212,8 @@ static void print_progress(const osdp_report *r, const osdp_step_stats *st, doub
            osdp_format_bytes((double)t->logical[OSDP_COLL_ALL_GATHER], ag, sizeof ag),
            osdp_format_bytes((double)t->logical[OSDP_COLL_REDUCE_SCATTER], rs, sizeof rs),
            osdp_format_bytes((double)t->logical[OSDP_COLL_ALL_REDUCE], ar, sizeof ar));
+    if (isnan(st->val_loss)) printf("\n");
+    else printf(" | val_loss %.4f\n", st->val_loss);
     fflush(stdout);
 }
 
@@ -250,6 +252,12 @@ static void log_step(const osdp_report *r, const osdp_step_stats *st, double tok
         snprintf(key, sizeof key, "pred_%s", category);
         osdp_log_count(&rec, key, r->predicted.peak[k]);
     }
+    if (!isnan(st->val_loss)) {
+        char val_hex[48];
+        snprintf(val_hex, sizeof val_hex, "%a", st->val_loss);
+        osdp_log_number(&rec, "val_loss", "%.9g", st->val_loss);
+        osdp_log_text(&rec, "val_loss_hex", val_hex);
+    }
     osdp_log_count(&rec, "peak_total", m->peak_total);
     osdp_log_count(&rec, "pred_total", r->predicted.peak_total);
     osdp_log_number(&rec, "comm_wait_ms", "%.3f", t->wait_seconds * 1e3);
@@ -273,7 +281,8 @@ void osdp_report_step(osdp_report *r, const osdp_step_stats *st)
     if (r->world->rank != 0) return;
     double tok_s = (double)st->tokens / st->seconds;
     double mfu = model_flops_utilization(r, tok_s);
-    if (!r->quiet && progress_line_due(r, st->step)) print_progress(r, st, tok_s, mfu);
+    if (!r->quiet && (progress_line_due(r, st->step) || !isnan(st->val_loss)))   /* an evaluation is always shown */
+        print_progress(r, st, tok_s, mfu);
     if (r->log) log_step(r, st, tok_s, mfu);
 }
 

@@ -13,6 +13,7 @@
 #include "osdp/runtime.h"
 #include "cli/train_checkpoint.h"
 #include "options.h"
+#include "validation.h"
 
 #include <math.h>
 #include <mpi.h>
@@ -338,6 +339,8 @@ int osdp_cmd_train(const osdp_job *job)
     osdp_check_all(osdp_layout_build(&layout, &cfg, T));
     osdp_dataset data;
     osdp_check_all(osdp_data_open(&data, job->data, cfg.vocab, T));
+    osdp_validation val;
+    osdp_check_all(osdp_validation_open(&val, job, &data, cfg.vocab, T, world.rank));
     osdp_plan plan;
     osdp_check_all(load_plan(&plan, &layout, job, &t, world.size, world.rank));
     int global = plan.micro_batch * plan.accum_steps * world.size;
@@ -345,6 +348,7 @@ int osdp_cmd_train(const osdp_job *job)
     /* every rank must run the same job */
     osdp_check_same(osdp_model_config_hash(&cfg), "model description");
     osdp_check_same(data.hash ^ (unsigned long long)data.n_tokens, "training data");
+    osdp_check_same(val.data.hash ^ (unsigned long long)val.data.n_tokens, "validation data");
     osdp_check_same(osdp_plan_hash(&plan), "plan");
 
     /* device buffers need the device's collectives: NCCL beside the CUDA
@@ -370,6 +374,7 @@ int osdp_cmd_train(const osdp_job *job)
     osdp_runtime rt;
     s = osdp_runtime_create(&rt, &layout, &plan, &comm, backend, &opt);
     if (s != OSDP_OK) fatal_with_hint(s, &t);
+    osdp_check_all(osdp_validation_prepare(&val, &rt));
 
     /* the checkpoint before the log: a refused one leaves no file behind */
     osdp_check_all(osdp_train_ckpt_start(&ckpt, &rt, &cfg, &plan, MPI_COMM_WORLD));
@@ -386,6 +391,10 @@ int osdp_cmd_train(const osdp_job *job)
         s = train_step(&rt, &data, &stats);
         if (s == OSDP_ERR_NUMERIC) osdp_check_all(s);   /* the loss is all-reduced: every rank sees it */
         if (s != OSDP_OK) fatal_with_hint(s, &t);
+        if (osdp_validation_due(&val, stats.step, (long)job->steps)) {
+            s = osdp_validation_run(&val, &rt, &stats.val_loss);
+            if (s != OSDP_OK) fatal_with_hint(s, &t);
+        }
         osdp_report_step(&report, &stats);
         int stop = 0;
         osdp_check_all(osdp_train_ckpt_after_step(&ckpt, &stop));
@@ -401,6 +410,7 @@ int osdp_cmd_train(const osdp_job *job)
     osdp_runtime_destroy(&rt);
     osdp_comm_destroy(&comm);
     osdp_plan_free(&plan);
+    osdp_validation_close(&val);
     osdp_data_close(&data);
     osdp_layout_free(&layout);
     MPI_Finalize();

@@ -327,8 +327,9 @@ static void free_names(char **names, size_t n)
     free(names);
 }
 
-/* All regular *.bin files in `dir` but validation shards and token tables, in name order. */
-static osdp_status add_directory(osdp_dataset *ds, scan_state *st, const char *dir)
+/* All regular *.bin files in `dir` but validation shards and token tables, in
+ * name order; val_only: the validation shards alone. */
+static osdp_status add_directory(osdp_dataset *ds, scan_state *st, const char *dir, int val_only)
 {
     DIR *d = opendir(dir);
     if (!d)
@@ -350,10 +351,9 @@ static osdp_status add_directory(osdp_dataset *ds, scan_state *st, const char *d
         n_entries++;
         if (!ends_with(e->d_name, ".bin") || is_token_table(e->d_name))
             continue;
-        if (is_val_shard(e->d_name)) {
-            ds->n_val_shards++;
+        if (is_val_shard(e->d_name)) ds->n_val_shards++;
+        if (is_val_shard(e->d_name) != val_only)
             continue;
-        }
         int len = snprintf(full, sizeof full, "%s/%s", dir, e->d_name);
         if (len < 0 || (size_t)len >= sizeof full) {
             rc = osdp_error_set(OSDP_ERR_INPUT, "data path %s/%s is too long", dir, e->d_name);
@@ -382,7 +382,9 @@ static osdp_status add_directory(osdp_dataset *ds, scan_state *st, const char *d
     }
     closedir(d);
     if (rc == OSDP_OK && n_names == 0) {
-        if (n_entries == 0)
+        if (val_only)
+            rc = osdp_error_set(OSDP_ERR_INPUT, "data directory %s holds no validation shards (*_val_*.bin)", dir);
+        else if (n_entries == 0)
             rc = osdp_error_set(OSDP_ERR_INPUT, "data directory %s is empty (no .bin shard files)", dir);
         else if (ds->n_val_shards > 0)
             rc = osdp_error_set(OSDP_ERR_INPUT, "data directory %s holds only validation shards (*_val_*.bin, %d of "
@@ -404,7 +406,7 @@ static osdp_status add_directory(osdp_dataset *ds, scan_state *st, const char *d
 /* ------------------------------------------------------------------------ */
 /* public API                                                                */
 
-osdp_status osdp_data_open(osdp_dataset *ds, const char *path, int vocab, int seq_len)
+static osdp_status data_open(osdp_dataset *ds, const char *path, int vocab, int seq_len, int val_only)
 {
     memset(ds, 0, sizeof *ds);
     if (!path || !*path)
@@ -430,7 +432,9 @@ osdp_status osdp_data_open(osdp_dataset *ds, const char *path, int vocab, int se
         st.lane[i] = FNV_OFFSET;
     osdp_status rc;
     if (S_ISDIR(sb.st_mode))
-        rc = add_directory(ds, &st, path);
+        rc = add_directory(ds, &st, path, val_only);
+    else if (val_only)
+        rc = osdp_error_set(OSDP_ERR_INPUT, "%s is not a directory (validation shards are looked for in one)", path);
     else if (ends_with(path, ".bin"))
         rc = add_shard(ds, &st, path);
     else
@@ -450,6 +454,16 @@ osdp_status osdp_data_open(osdp_dataset *ds, const char *path, int vocab, int se
         h = fnv_u64(h, st.lane[i]);
     ds->hash = fnv_u64(h, (uint64_t)ds->n_tokens);
     return OSDP_OK;
+}
+
+osdp_status osdp_data_open(osdp_dataset *ds, const char *path, int vocab, int seq_len)
+{
+    return data_open(ds, path, vocab, seq_len, 0);
+}
+
+osdp_status osdp_data_open_val(osdp_dataset *ds, const char *dir, int vocab, int seq_len)
+{
+    return data_open(ds, dir, vocab, seq_len, 1);
 }
 
 void osdp_data_close(osdp_dataset *ds)

@@ -282,5 +282,6 @@ void osdp_rt_release_all(osdp_runtime *rt)
     for (int i = 0; i < rt->layout->n_ops; i++)
         for (int k = 0; k < in->sched.ops[i].n_slices; k++) (void)gather_wait(rt, &in->ops[i].slice[k]);
     release_list(rt, in->sched.micro, in->sched.n_micro);
+    release_list(rt, in->sched.eval, in->sched.n_eval);
     release_list(rt, in->sched.setup, in->sched.n_setup);
 }

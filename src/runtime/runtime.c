@@ -5,6 +5,7 @@
 #include "util/clock.h"
 #include "osdp/init.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -135,7 +136,27 @@ osdp_status osdp_runtime_step(osdp_runtime *rt, const int *tokens, osdp_step_sta
         stats->tokens = global_seqs * rt->T;
         stats->seconds = osdp_now_seconds() - t0;
         stats->traffic = rt->comm->traffic;
+        stats->val_loss = NAN;
     }
+    return OSDP_OK;
+}
+
+osdp_status osdp_runtime_evaluate(osdp_runtime *rt, const int *tokens, int n_batches, double *loss)
+{
+    struct osdp_runtime_internal *in = rt->in;
+    const int micro_batches = n_batches * rt->opt.accum_steps;
+    osdp_runtime_invalidate_weights(rt);   /* the bf16 copies the gathers send: the weights as they are now */
+    rt->backend->fill_zero(in->sums, 2 * sizeof(double));
+    /* in->micro > 0 skips the DP slices' gathers: the first pass makes them */
+    for (in->micro = 0; in->micro < micro_batches; in->micro++) {
+        in->tokens = tokens + (size_t)in->micro * 2 * (size_t)rt->B * (size_t)rt->T;
+        in->cursor = 0;
+        TRY(osdp_rt_execute(rt, in->sched.eval, in->sched.n_eval));
+    }
+    double sum;
+    rt->backend->to_host(&sum, in->sums, sizeof sum);
+    TRY(osdp_comm_all_reduce(rt->comm, &sum, 1, OSDP_FLOAT64, NULL));
+    *loss = sum / ((double)micro_batches * rt->B * rt->N * rt->T);
     return OSDP_OK;
 }
 

@@ -211,6 +211,21 @@ static osdp_status scatter_events(builder *b, int op)
     return OSDP_OK;
 }
 
+/* Operator op's forward, in a micro-step or a validation pass: its
+ * activations (under recompute only its output outlives the pass), the
+ * token ids for the embedding and the head, the head's loss sum. */
+static osdp_status forward_events(builder *b, int op)
+{
+    const int n = b->sc->layout->n_ops, rc = b->sc->ops[op].recompute;
+    if (rc) TRY(emit_buffer(b, OSDP_EV_ALLOC, OSDP_BUF_KEPT, op, 0));
+    TRY(emit_buffer(b, OSDP_EV_ALLOC, OSDP_BUF_ACTS, op, 0));
+    if (op == 0 || op == n - 1) TRY(emit(b, (osdp_event){.kind = OSDP_EV_LOAD_TOKENS, .op = op}));
+    TRY(pass_events(b, op, OSDP_PASS_FORWARD));
+    if (op == n - 1) TRY(emit(b, (osdp_event){.kind = OSDP_EV_LOSS_SUM, .op = op}));
+    if (rc) TRY(emit_buffer(b, OSDP_EV_FREE, OSDP_BUF_ACTS, op, 0));   /* only the output stays */
+    return OSDP_OK;
+}
+
 /* Activation checkpointing (DESIGN.md §3): an operator marked recompute keeps
  * only its output (the next operator's input) from its forward to its
  * backward; the rest of its activation block lives during its forward and
@@ -220,15 +235,7 @@ static osdp_status micro_events(builder *b)
     const int n = b->sc->layout->n_ops;
     b->cur_use = -1;
     b->pending_scatter = -1;
-    for (int op = 0; op < n; op++) {
-        const int rc = b->sc->ops[op].recompute;
-        if (rc) TRY(emit_buffer(b, OSDP_EV_ALLOC, OSDP_BUF_KEPT, op, 0));
-        TRY(emit_buffer(b, OSDP_EV_ALLOC, OSDP_BUF_ACTS, op, 0));
-        if (op == 0 || op == n - 1) TRY(emit(b, (osdp_event){.kind = OSDP_EV_LOAD_TOKENS, .op = op}));
-        TRY(pass_events(b, op, OSDP_PASS_FORWARD));
-        if (op == n - 1) TRY(emit(b, (osdp_event){.kind = OSDP_EV_LOSS_SUM, .op = op}));
-        if (rc) TRY(emit_buffer(b, OSDP_EV_FREE, OSDP_BUF_ACTS, op, 0));   /* only the output stays */
-    }
+    for (int op = 0; op < n; op++) TRY(forward_events(b, op));
     for (int op = n - 1; op >= 0; op--) {
         const int rc = b->sc->ops[op].recompute;
         if (rc) {   /* the activations again, from the kept input */
@@ -243,6 +250,21 @@ static osdp_status micro_events(builder *b)
     }
     if (b->pending_scatter >= 0) TRY(scatter_finish(b, b->pending_scatter));
     return OSDP_OK;
+}
+
+/* Validation (osdp/schedule.h): the forward of micro_events, each operator's
+ * activations (or its kept output) freed once the next operator's forward
+ * has read them; the head's freed after its loss is summed. */
+static osdp_status eval_events(builder *b)
+{
+    const int n = b->sc->layout->n_ops;
+    b->cur_use = -1;
+    for (int op = 0; op < n; op++) {
+        TRY(forward_events(b, op));
+        if (op > 0) TRY(emit_buffer(b, OSDP_EV_FREE, b->sc->ops[op - 1].recompute ? OSDP_BUF_KEPT : OSDP_BUF_ACTS,
+                                    op - 1, 0));
+    }
+    return emit_buffer(b, OSDP_EV_FREE, b->sc->ops[n - 1].recompute ? OSDP_BUF_KEPT : OSDP_BUF_ACTS, n - 1, 0);
 }
 
 static osdp_status setup_events(builder *b)
@@ -353,6 +375,19 @@ osdp_status osdp_schedule_build(osdp_schedule *sc, const osdp_layout *layout, co
     b.n = &sc->n_optim;
     b.cap = &sc->cap_optim;
     if (s == OSDP_OK) s = optim_events(&b);
+    /* the eval list's uses are the micro-step's forward ones: a prefix of b.uses */
+    b.list = &sc->eval;
+    b.n = &sc->n_eval;
+    b.cap = &sc->cap_eval;
+    if (s == OSDP_OK) {
+        for (int u = 0; u < b.n_uses; u++)
+            if (b.uses[u].pass != OSDP_PASS_FORWARD) {
+                b.n_uses = u;
+                break;
+            }
+        memset(b.sim, 0, sizeof *b.sim * (size_t)layout->n_ops * OSDP_MAX_SLICES);
+        s = eval_events(&b);
+    }
     free(b.uses);
     free(b.sim);
     if (s != OSDP_OK) osdp_schedule_free(sc);
@@ -365,6 +400,7 @@ void osdp_schedule_free(osdp_schedule *sc)
     free(sc->setup);
     free(sc->micro);
     free(sc->optim);
+    free(sc->eval);
     memset(sc, 0, sizeof *sc);
 }
 
@@ -396,6 +432,16 @@ void osdp_schedule_peak(const osdp_schedule *sc, osdp_memory_prediction *out)
     add_up(sc->setup, sc->n_setup, current, &total, out);
     add_up(sc->micro, sc->n_micro, current, &total, out);
     add_up(sc->optim, sc->n_optim, current, &total, out);
+    /* micro and optim free what they allocate: eval starts from the setup's bytes */
+    add_up(sc->eval, sc->n_eval, current, &total, out);
+}
+
+void osdp_schedule_eval_peak(const osdp_schedule *sc, osdp_memory_prediction *out)
+{
+    size_t current[OSDP_MEM_N_CATEGORIES] = {0}, total = 0;
+    memset(out, 0, sizeof *out);
+    add_up(sc->setup, sc->n_setup, current, &total, out);
+    add_up(sc->eval, sc->n_eval, current, &total, out);
 }
 
 osdp_status osdp_schedule_predict(const osdp_layout *layout, const osdp_plan *plan,
