@@ -239,7 +239,7 @@ START_TEST(test_layout_ops)
             ck_assert_uint_eq(op->numel, 2 * dd + dd * (size_t)V);
             break;
         }
-        if (op->type == OSDP_OP_ATTN || op->type == OSDP_OP_MLP) {
+        if (osdp_op_can_recompute(op->type)) {
             /* a uniform block: attn + mlp = 12 d^2 + 13 d */
             if (op->type == OSDP_OP_MLP)
                 ck_assert_uint_eq(L.op[i - 1].numel + op->numel, 12 * dd * dd + 13 * dd);

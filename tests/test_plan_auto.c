@@ -45,7 +45,7 @@ typedef struct opt3 { int g, k, rc; } opt3;
 static int all_choices(const osdp_layout *L, int i, int gmax, int rc, opt3 *out)
 {
     const osdp_op_layout *op = &L->op[i];
-    int n = 0, rc_hi = rc && (op->type == OSDP_OP_ATTN || op->type == OSDP_OP_MLP);
+    int n = 0, rc_hi = rc && osdp_op_can_recompute(op->type);
     for (int r = 0; r <= rc_hi; r++)
         for (int g = 1; g <= gmax; g *= 2) {
             size_t bounds[OSDP_MAX_SLICES + 1];

@@ -50,7 +50,7 @@ static void random_plan(const osdp_layout *L, osdp_plan *p)
         int g = L->op[i].type == OSDP_OP_EMBED ? 1 : 1 + (int)(rnd() % 4);
         p->slices[i] = g;
         p->zdp_slices[i] = (int)(rnd() % (unsigned)(g + 1));
-        p->recompute[i] = (L->op[i].type == OSDP_OP_ATTN || L->op[i].type == OSDP_OP_MLP) && rnd() % 2;
+        p->recompute[i] = osdp_op_can_recompute(L->op[i].type) && rnd() % 2;
     }
 }
 

@@ -263,7 +263,7 @@ START_TEST(test_peak_equals_runtime_split)
                         int g = L.op[i].type == OSDP_OP_EMBED ? 1 : 1 + (int)(rnd() % 4);
                         p.slices[i] = g;
                         p.zdp_slices[i] = r == 0 ? g : r == 1 ? 0 : (int)(rnd() % (unsigned)(g + 1));
-                        int block = L.op[i].type == OSDP_OP_ATTN || L.op[i].type == OSDP_OP_MLP;
+                        int block = osdp_op_can_recompute(L.op[i].type);
                         p.recompute[i] = block && (r == 2 || (r > 2 && (rnd() & 1)));
                     }
                     /* fp32 weights, and bf16 weights with fp32 gradients */
@@ -407,7 +407,7 @@ START_TEST(test_recompute_costs)
             }
             int chosen[64] = {0};
             for (int i = 0; i < L.n_ops; i++) /* every block (r even) or a random set */
-                chosen[i] = (L.op[i].type == OSDP_OP_ATTN || L.op[i].type == OSDP_OP_MLP) && (r % 2 == 0 || (rnd() & 1));
+                chosen[i] = osdp_op_can_recompute(L.op[i].type) && (r % 2 == 0 || (rnd() & 1));
             chosen[1] = 1; /* attn.0: at least one */
             for (int w = 0; w < 2; w++) {
                 for (int i = 0; i < L.n_ops; i++) p.recompute[i] = w ? chosen[i] : 0;

@@ -120,6 +120,9 @@ typedef struct osdp_op_layout {
     size_t attn_flops_per_token;/* forward attention score/value FLOPs per token */
 } osdp_op_layout;
 
+/* the block operators (attn, mlp): the only ones that can recompute their activations */
+static inline int osdp_op_can_recompute(osdp_op_type type) { return type == OSDP_OP_ATTN || type == OSDP_OP_MLP; }
+
 typedef struct osdp_layout {
     osdp_model_config cfg;
     int n_ops;

@@ -185,7 +185,7 @@ int osdp_cmd_plan(const osdp_job *job)
     if (job->recompute == OSDP_RECOMPUTE_ALL) {   /* every attn and mlp operator */
         if (!(recompute_all = calloc((size_t)L.n_ops, sizeof *recompute_all))) osdp_fatal(OSDP_ERR_OOM, "plan: out of host memory");
         for (int i = 0; i < L.n_ops; i++)
-            recompute_all[i] = L.op[i].type == OSDP_OP_ATTN || L.op[i].type == OSDP_OP_MLP;
+            recompute_all[i] = osdp_op_can_recompute(L.op[i].type);
         planner.recompute = recompute_all;
     }
     osdp_planner_result r[3];

@@ -151,7 +151,7 @@ static osdp_status plan_auto(osdp_plan *plan, const osdp_layout *layout, const o
         o.recompute_auto = job->recompute == OSDP_RECOMPUTE_AUTO;
         int *all = NULL;
         if (job->recompute == OSDP_RECOMPUTE_ALL && (all = calloc((size_t)layout->n_ops, sizeof *all)) != NULL) {
-            for (int i = 0; i < layout->n_ops; i++) all[i] = layout->op[i].type == OSDP_OP_ATTN || layout->op[i].type == OSDP_OP_MLP;
+            for (int i = 0; i < layout->n_ops; i++) all[i] = osdp_op_can_recompute(layout->op[i].type);
             o.recompute = all;
         }
         osdp_status s = device_load_for_runtime(&dev, job->device, t->weights);
@@ -188,7 +188,7 @@ static void plan_apply_options(osdp_plan *plan, const osdp_layout *layout, const
             plan->zdp_slices[i] = plan->zdp_slices[i] ? (int)job->split : 0;
             plan->slices[i] = (int)job->split;
         }
-        if (job->recompute == OSDP_RECOMPUTE_ALL) plan->recompute[i] = op->type == OSDP_OP_ATTN || op->type == OSDP_OP_MLP;
+        if (job->recompute == OSDP_RECOMPUTE_ALL) plan->recompute[i] = osdp_op_can_recompute(op->type);
     }
 }
 

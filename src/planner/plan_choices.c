@@ -69,7 +69,7 @@ static int make_choices(const osdp_ps_context *ctx, int i, int b, int accum, cho
     const osdp_planner_options *o = ctx->opts;
     const osdp_op_layout *op = &ctx->cost.layout->op[i];
     int gs[8], ng = granularities(&ctx->cost, o, i, gs), n = 0;
-    int can_rc = op->type == OSDP_OP_ATTN || op->type == OSDP_OP_MLP;
+    int can_rc = osdp_op_can_recompute(op->type);
     int rc_lo = o->recompute ? o->recompute[i] != 0 : 0, rc_hi = rc_lo;
     if (o->recompute_auto && can_rc) {
         rc_lo = 0;

@@ -82,7 +82,6 @@ static int parse_mode(const char *value, int *k, int *g, int *recompute)
     return 0;
 }
 
-static int can_recompute(const osdp_op_layout *op) { return op->type == OSDP_OP_ATTN || op->type == OSDP_OP_MLP; }
 
 typedef struct plan_parse_state {
     osdp_plan *plan;
@@ -122,7 +121,7 @@ static int plan_handler(void *user, const char *section, const char *key, const 
         st->status = osdp_error_set(OSDP_ERR_INPUT, "operator '%s' listed twice", key);
         return 0;
     }
-    if (rc && !can_recompute(&st->layout->op[op])) {
+    if (rc && !osdp_op_can_recompute(st->layout->op[op].type)) {
         st->status = osdp_error_set(OSDP_ERR_INPUT, "%s = '%s': only attn and mlp operators can recompute their activations",
                                     key, value);
         return 0;
@@ -164,7 +163,7 @@ osdp_status osdp_plan_parse(osdp_plan *plan, const osdp_layout *layout, const ch
         int unsplittable = st.default_g > 1 && layout->op[i].type == OSDP_OP_EMBED;
         plan->zdp_slices[i] = unsplittable ? st.default_k > 0 : st.default_k;
         plan->slices[i] = unsplittable ? 1 : st.default_g;
-        plan->recompute[i] = st.default_recompute && can_recompute(&layout->op[i]);   /* blocks only */
+        plan->recompute[i] = st.default_recompute && osdp_op_can_recompute(layout->op[i].type);   /* blocks only */
     }
     free(seen);
     if (st.status != OSDP_OK) osdp_plan_free(plan);

@@ -346,7 +346,7 @@ static osdp_status check_inputs(const osdp_layout *layout, const osdp_plan *plan
     if (plan->n_ops != layout->n_ops)
         return osdp_error_set(OSDP_ERR_INPUT, "plan has %d operators, the model %d", plan->n_ops, layout->n_ops);
     for (int i = 0; i < plan->n_ops; i++)
-        if (plan->recompute[i] && layout->op[i].type != OSDP_OP_ATTN && layout->op[i].type != OSDP_OP_MLP)
+        if (plan->recompute[i] && !osdp_op_can_recompute(layout->op[i].type))
             return osdp_error_set(OSDP_ERR_INPUT, "operator %s: only attn and mlp operators can recompute their activations",
                                   layout->op[i].name);
     return OSDP_OK;
