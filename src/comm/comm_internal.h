@@ -31,6 +31,10 @@ MPI_Datatype osdp_comm_mpi_type(osdp_dtype t);
 /* OSDP_ERR_COMM "WHAT failed: MPI's message for rc" */
 osdp_status osdp_comm_mpi_error(int rc, const char *what);
 
+/* The last step of a backend's destroy: free its duplicate of the MPI
+ * communicator and its state (c->impl, then NULL) */
+void osdp_comm_release(osdp_comm *c, MPI_Comm *duplicate);
+
 /* Waits for *req (MPI_Test in a loop) at most timeout_s seconds (0: for
  * ever).  On time-out: OSDP_ERR_COMM with a message naming `label` (what was
  * pending) and the limit; the request is left as it is (the caller ends the

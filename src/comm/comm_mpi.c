@@ -59,6 +59,13 @@ osdp_status osdp_comm_mpi_error(int rc, const char *what)
     return osdp_error_set(OSDP_ERR_COMM, "%s failed: %s", what, msg);
 }
 
+void osdp_comm_release(osdp_comm *c, MPI_Comm *duplicate)
+{
+    MPI_Comm_free(duplicate);
+    free(c->impl);
+    c->impl = NULL;
+}
+
 osdp_status osdp_comm_mpi_wait(MPI_Request *req, double timeout_s, const char *label)
 {
     const double start = osdp_now_seconds();
@@ -184,9 +191,7 @@ static void mpi_destroy(osdp_comm *c)
 {
     mpi_comm_impl *impl = c->impl;
     if (!impl) return;
-    MPI_Comm_free(&impl->comm);
-    free(impl);
-    c->impl = NULL;
+    osdp_comm_release(c, &impl->comm);
 }
 
 static const osdp_comm_backend mpi_backend = {

@@ -594,9 +594,7 @@ static void nccl_destroy(osdp_comm *c)
     if (impl->drained) cudaEventDestroy(impl->drained);
     if (impl->stream) cudaStreamDestroy(impl->stream);
     if (impl->stream_rs) cudaStreamDestroy(impl->stream_rs);
-    MPI_Comm_free(&impl->mpi);
-    free(impl);
-    c->impl = NULL;
+    osdp_comm_release(c, &impl->mpi);
 }
 
 static const osdp_comm_backend nccl_backend = {
