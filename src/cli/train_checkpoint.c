@@ -3,6 +3,7 @@
 #include "config.h"
 #include "cli/train_checkpoint.h"
 #include "osdp/comm.h"
+#include "util/path.h"
 #include "options.h"
 
 #include <dirent.h>
@@ -89,15 +90,6 @@ static void join(char *out, size_t n, const char *dir, const char *name)
 {
     int r = name[0] == '/' ? snprintf(out, n, "%s", name) : snprintf(out, n, "%s/%s", dir, name);
     if (r < 0 || (size_t)r >= n) out[0] = 0;   /* too long: an empty path fails to open, with its name */
-}
-
-static void dir_of(const char *path, char *dir, size_t n)
-{
-    snprintf(dir, n, "%s", path);
-    char *slash = strrchr(dir, '/');
-    if (!slash) snprintf(dir, n, ".");
-    else if (slash == dir) dir[1] = 0;
-    else *slash = 0;
 }
 
 static int same_dir(const char *a, const char *b)
@@ -344,7 +336,7 @@ static osdp_status resume(osdp_train_ckpt *tc)
         }
         /* fall back to the newest save older than the refused one */
         if (!listed) {
-            if (tc->resume_file) dir_of(tc->resume_file, dir, sizeof dir);
+            if (tc->resume_file) osdp_parent_dir(tc->resume_file, dir, sizeof dir);
             else snprintf(dir, sizeof dir, "%s", tc->dir);
             saves = list_saves(dir, &n_saves, tc->comm);
             listed = 1;
@@ -368,7 +360,7 @@ static osdp_status resume(osdp_train_ckpt *tc)
     if (s != OSDP_OK) return s;
     /* a checkpoint in our own directory counts as saved; from elsewhere, the
      * final save copies it here */
-    dir_of(path, dir, sizeof dir);
+    osdp_parent_dir(path, dir, sizeof dir);
     if (tc->dir && same_dir(dir, tc->dir)) tc->last_saved = tc->rt->step;
     if (tc->rank == 0 && !tc->quiet) {
         const osdp_ckpt_info *in = &tc->loaded;

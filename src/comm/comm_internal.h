@@ -25,10 +25,32 @@ double osdp_comm_timeout_from_env(int rank);
 void osdp_comm_describe(char *buf, size_t n, const char *what, size_t count, osdp_dtype dtype,
                         unsigned long long seq);
 
+/* The MPI type that carries osdp_dtype t (bfloat16 as uint16: moved, never
+ * reduced) */
+MPI_Datatype osdp_comm_mpi_type(osdp_dtype t);
+/* OSDP_ERR_COMM "WHAT failed: MPI's message for rc" */
+osdp_status osdp_comm_mpi_error(int rc, const char *what);
+
+/* The last step of a backend's destroy: free its duplicate of the MPI
+ * communicator and its state (c->impl, then NULL) */
+void osdp_comm_release(osdp_comm *c, MPI_Comm *duplicate);
+
 /* Waits for *req (MPI_Test in a loop) at most timeout_s seconds (0: for
  * ever).  On time-out: OSDP_ERR_COMM with a message naming `label` (what was
  * pending) and the limit; the request is left as it is (the caller ends the
  * job: a collective cannot be cancelled). */
 osdp_status osdp_comm_mpi_wait(MPI_Request *req, double timeout_s, const char *label);
+
+/* The entries every backend's table has, its functions named after them:
+ * PREFIX##all_gather and so on (a backend adds .name and what only it has) */
+#define OSDP_COMM_BACKEND_ENTRIES(prefix) \
+    .all_gather = prefix##all_gather, \
+    .reduce_scatter = prefix##reduce_scatter, \
+    .all_reduce = prefix##all_reduce, \
+    .broadcast = prefix##broadcast, \
+    .barrier = prefix##barrier, \
+    .wait = prefix##wait, \
+    .progress = prefix##progress, \
+    .destroy = prefix##destroy
 
 #endif

@@ -39,7 +39,7 @@ typedef struct mpi_comm_impl {
     double timeout_s;                   /* 0: wait for ever */
 } mpi_comm_impl;
 
-static MPI_Datatype mpi_type(osdp_dtype t)
+MPI_Datatype osdp_comm_mpi_type(osdp_dtype t)
 {
     switch (t) {
     case OSDP_FLOAT32: return MPI_FLOAT;
@@ -51,12 +51,19 @@ static MPI_Datatype mpi_type(osdp_dtype t)
     return MPI_BYTE;
 }
 
-static osdp_status mpi_error(int rc, const char *what)
+osdp_status osdp_comm_mpi_error(int rc, const char *what)
 {
     char msg[MPI_MAX_ERROR_STRING];
     int len = 0;
     MPI_Error_string(rc, msg, &len);
     return osdp_error_set(OSDP_ERR_COMM, "%s failed: %s", what, msg);
+}
+
+void osdp_comm_release(osdp_comm *c, MPI_Comm *duplicate)
+{
+    MPI_Comm_free(duplicate);
+    free(c->impl);
+    c->impl = NULL;
 }
 
 osdp_status osdp_comm_mpi_wait(MPI_Request *req, double timeout_s, const char *label)
@@ -65,7 +72,7 @@ osdp_status osdp_comm_mpi_wait(MPI_Request *req, double timeout_s, const char *l
     for (unsigned long polls = 0;; polls++) {
         int done = 0;
         int rc = MPI_Test(req, &done, MPI_STATUS_IGNORE);
-        if (rc != MPI_SUCCESS) return mpi_error(rc, label);
+        if (rc != MPI_SUCCESS) return osdp_comm_mpi_error(rc, label);
         if (done) return OSDP_OK;
         /* the clock every 256 polls: MPI_Test is the cheaper call */
         if (timeout_s > 0 && (polls & 255) == 255 && osdp_now_seconds() - start > timeout_s)
@@ -106,9 +113,10 @@ static osdp_status mpi_all_gather(osdp_comm *c, const void *shard, void *full, s
 {
     mpi_comm_impl *impl = c->impl;
     MPI_Request r;
-    int rc = MPI_Iallgather(shard, (int)count, mpi_type(t), full, (int)count, mpi_type(t), impl->comm, &r);
+    MPI_Datatype type = osdp_comm_mpi_type(t);
+    int rc = MPI_Iallgather(shard, (int)count, type, full, (int)count, type, impl->comm, &r);
     return rc == MPI_SUCCESS ? finish(c, r, req, "all-gather", count * (size_t)c->size, t)
-                             : mpi_error(rc, "MPI_Iallgather");
+                             : osdp_comm_mpi_error(rc, "MPI_Iallgather");
 }
 
 /* MPI has no bf16 type: bf16 travels as 16-bit words, which MPI_SUM would add
@@ -125,9 +133,10 @@ static osdp_status mpi_reduce_scatter(osdp_comm *c, const void *full, void *shar
     MPI_Request r;
     osdp_status s = no_bf16_sum(t, "reduce-scatter");
     if (s != OSDP_OK) return s;
-    int rc = MPI_Ireduce_scatter_block(full, shard, (int)count, mpi_type(t), MPI_SUM, impl->comm, &r);
+    int rc = MPI_Ireduce_scatter_block(full, shard, (int)count, osdp_comm_mpi_type(t), MPI_SUM, impl->comm,
+                                       &r);
     return rc == MPI_SUCCESS ? finish(c, r, req, "reduce-scatter", count * (size_t)c->size, t)
-                             : mpi_error(rc, "MPI_Ireduce_scatter_block");
+                             : osdp_comm_mpi_error(rc, "MPI_Ireduce_scatter_block");
 }
 
 static osdp_status mpi_all_reduce(osdp_comm *c, void *buf, size_t count, osdp_dtype t, osdp_request *req)
@@ -136,8 +145,8 @@ static osdp_status mpi_all_reduce(osdp_comm *c, void *buf, size_t count, osdp_dt
     MPI_Request r;
     osdp_status s = no_bf16_sum(t, "all-reduce");
     if (s != OSDP_OK) return s;
-    int rc = MPI_Iallreduce(MPI_IN_PLACE, buf, (int)count, mpi_type(t), MPI_SUM, impl->comm, &r);
-    return rc == MPI_SUCCESS ? finish(c, r, req, "all-reduce", count, t) : mpi_error(rc, "MPI_Iallreduce");
+    int rc = MPI_Iallreduce(MPI_IN_PLACE, buf, (int)count, osdp_comm_mpi_type(t), MPI_SUM, impl->comm, &r);
+    return rc == MPI_SUCCESS ? finish(c, r, req, "all-reduce", count, t) : osdp_comm_mpi_error(rc, "MPI_Iallreduce");
 }
 
 static osdp_status mpi_broadcast(osdp_comm *c, void *buf, size_t bytes, int root, osdp_request *req)
@@ -145,7 +154,7 @@ static osdp_status mpi_broadcast(osdp_comm *c, void *buf, size_t bytes, int root
     mpi_comm_impl *impl = c->impl;
     MPI_Request r;
     int rc = MPI_Ibcast(buf, (int)bytes, MPI_BYTE, root, impl->comm, &r);
-    return rc == MPI_SUCCESS ? finish(c, r, req, "broadcast", bytes, OSDP_BYTE) : mpi_error(rc, "MPI_Ibcast");
+    return rc == MPI_SUCCESS ? finish(c, r, req, "broadcast", bytes, OSDP_BYTE) : osdp_comm_mpi_error(rc, "MPI_Ibcast");
 }
 
 static osdp_status mpi_barrier(osdp_comm *c)
@@ -153,7 +162,7 @@ static osdp_status mpi_barrier(osdp_comm *c)
     mpi_comm_impl *impl = c->impl;
     MPI_Request r;
     int rc = MPI_Ibarrier(impl->comm, &r);
-    return rc == MPI_SUCCESS ? finish(c, r, NULL, "barrier", 0, OSDP_BYTE) : mpi_error(rc, "MPI_Ibarrier");
+    return rc == MPI_SUCCESS ? finish(c, r, NULL, "barrier", 0, OSDP_BYTE) : osdp_comm_mpi_error(rc, "MPI_Ibarrier");
 }
 
 static osdp_status mpi_wait(osdp_comm *c, osdp_request *req)
@@ -182,21 +191,12 @@ static void mpi_destroy(osdp_comm *c)
 {
     mpi_comm_impl *impl = c->impl;
     if (!impl) return;
-    MPI_Comm_free(&impl->comm);
-    free(impl);
-    c->impl = NULL;
+    osdp_comm_release(c, &impl->comm);
 }
 
 static const osdp_comm_backend mpi_backend = {
     .name = "mpi",
-    .all_gather = mpi_all_gather,
-    .reduce_scatter = mpi_reduce_scatter,
-    .all_reduce = mpi_all_reduce,
-    .broadcast = mpi_broadcast,
-    .barrier = mpi_barrier,
-    .wait = mpi_wait,
-    .progress = mpi_progress,
-    .destroy = mpi_destroy,
+    OSDP_COMM_BACKEND_ENTRIES(mpi_),
 };
 
 osdp_status osdp_comm_max_int(const void *mpi_comm, int *value, const char *what)
@@ -210,7 +210,7 @@ osdp_status osdp_comm_max_int(const void *mpi_comm, int *value, const char *what
     }
     MPI_Request r;
     int rc = MPI_Iallreduce(MPI_IN_PLACE, value, 1, MPI_INT, MPI_MAX, comm, &r);
-    return rc == MPI_SUCCESS ? osdp_comm_mpi_wait(&r, timeout_s, what) : mpi_error(rc, what);
+    return rc == MPI_SUCCESS ? osdp_comm_mpi_wait(&r, timeout_s, what) : osdp_comm_mpi_error(rc, what);
 }
 
 osdp_status osdp_comm_create_mpi(osdp_comm *c, const void *mpi_comm)

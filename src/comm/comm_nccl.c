@@ -143,18 +143,6 @@ static ncclDataType_t nccl_type(osdp_dtype t)
     return ncclUint8;
 }
 
-static MPI_Datatype mpi_type(osdp_dtype t)
-{
-    switch (t) {
-    case OSDP_FLOAT32: return MPI_FLOAT;
-    case OSDP_FLOAT64: return MPI_DOUBLE;
-    case OSDP_BFLOAT16: return MPI_UINT16_T;  /* moved, never reduced, on the host */
-    case OSDP_UINT64: return MPI_UINT64_T;
-    case OSDP_BYTE: return MPI_BYTE;
-    }
-    return MPI_BYTE;
-}
-
 /* After a timeout or an asynchronous error: the collectives in flight will
  * never complete as such; free every slot (their tickets then return the
  * abort error, see nccl_wait). */
@@ -197,21 +185,13 @@ static osdp_status nccl_fail(nccl_comm_impl *impl, ncclResult_t r, const char *w
     return s;
 }
 
-static osdp_status mpi_fail(int rc, const char *what)
-{
-    char msg[MPI_MAX_ERROR_STRING];
-    int len = 0;
-    MPI_Error_string(rc, msg, &len);
-    return osdp_error_set(OSDP_ERR_COMM, "%s (host buffers) failed: %s", what, msg);
-}
-
 /* The host-buffer fallback: the non-blocking MPI call started with status
  * rc, waited for within the timeout.  `what` and `count` (elements of t; 0:
  * none) name it in the messages. */
 static osdp_status host_wait(nccl_comm_impl *impl, int rc, MPI_Request *r, const char *what, size_t count,
                              osdp_dtype t)
 {
-    if (rc != MPI_SUCCESS) return mpi_fail(rc, what);
+    if (rc != MPI_SUCCESS) return osdp_comm_mpi_error(rc, what);
     char label[192];
     osdp_comm_describe(label, sizeof label, what, count, t, impl->issued);
     return osdp_comm_mpi_wait(r, impl->timeout_s, label);
@@ -395,79 +375,79 @@ static osdp_status finish(nccl_comm_impl *impl, ncclComm_t comm, cudaStream_t st
     return OSDP_OK;
 }
 
-static osdp_status nccl_all_gather(osdp_comm *c, const void *shard, void *full, size_t count, osdp_dtype t,
-                                   osdp_request *req)
+typedef enum { ALL_GATHER, REDUCE_SCATTER, ALL_REDUCE, BROADCAST } collective_kind;
+
+/* The four collectives' one path: route by where the buffers are, then the
+ * MPI host-buffer fallback or the NCCL call on its stream.  count: elements
+ * of t per rank (all-gather, reduce-scatter), or in all (all-reduce,
+ * broadcast: bytes); root: broadcast's only. */
+static osdp_status collective(osdp_comm *c, collective_kind kind, const void *src, void *dst, size_t count,
+                              osdp_dtype t, int root, osdp_request *req)
 {
+    static const char *const what[] = {"all-gather", "reduce-scatter", "all-reduce", "broadcast"};
+    static const char *const host_what[] = {"all-gather (host buffers)", "reduce-scatter (host buffers)",
+                                            "all-reduce (host buffers)", "broadcast (host buffers)"};
     nccl_comm_impl *impl = c->impl;
     if (req) req->impl = NULL;
     int nccl;
-    osdp_status s = route(impl, shard, full, count, "all-gather", &nccl);
+    osdp_status s = route(impl, src, dst, count, what[kind], &nccl);
     if (s != OSDP_OK) return s;
+    const size_t total = kind == ALL_GATHER || kind == REDUCE_SCATTER ? count * (size_t)c->size : count;
     if (!nccl) {
         MPI_Request r;
-        int rc = MPI_Iallgather(shard, (int)count, mpi_type(t), full, (int)count, mpi_type(t), impl->mpi, &r);
-        return host_wait(impl, rc, &r, "all-gather (host buffers)", count * (size_t)c->size, t);
+        int rc = MPI_ERR_OTHER;
+        switch (kind) {
+        case ALL_GATHER:
+            rc = MPI_Iallgather(src, (int)count, osdp_comm_mpi_type(t), dst, (int)count, osdp_comm_mpi_type(t),
+                                impl->mpi, &r);
+            break;
+        case REDUCE_SCATTER:
+            rc = MPI_Ireduce_scatter_block(src, dst, (int)count, osdp_comm_mpi_type(t), MPI_SUM, impl->mpi, &r);
+            break;
+        case ALL_REDUCE:
+            rc = MPI_Iallreduce(MPI_IN_PLACE, dst, (int)count, osdp_comm_mpi_type(t), MPI_SUM, impl->mpi, &r);
+            break;
+        case BROADCAST: rc = MPI_Ibcast(dst, (int)count, MPI_BYTE, root, impl->mpi, &r); break;
+        }
+        return host_wait(impl, rc, &r, host_what[kind], total, t);
     }
     order_after_compute(impl);
-    return finish(impl, impl->nccl, impl->stream,
-                  ncclAllGather(shard, full, count, nccl_type(t), impl->nccl, impl->stream), req,
-                  "all-gather", count * (size_t)c->size, t);
+    ncclComm_t comm = impl->nccl;
+    cudaStream_t stream = impl->stream;
+    if (kind == REDUCE_SCATTER) {   /* on their own communicator and stream where there are */
+        if (impl->nccl_rs) comm = impl->nccl_rs;
+        if (impl->stream_rs) stream = impl->stream_rs;
+    }
+    ncclResult_t r = ncclInvalidUsage;
+    switch (kind) {
+    case ALL_GATHER: r = ncclAllGather(src, dst, count, nccl_type(t), comm, stream); break;
+    case REDUCE_SCATTER: r = ncclReduceScatter(src, dst, count, nccl_type(t), ncclSum, comm, stream); break;
+    case ALL_REDUCE: r = ncclAllReduce(dst, dst, count, nccl_type(t), ncclSum, comm, stream); break;
+    case BROADCAST: r = ncclBroadcast(dst, dst, count, ncclUint8, root, comm, stream); break;
+    }
+    return finish(impl, comm, stream, r, req, what[kind], total, t);
+}
+
+static osdp_status nccl_all_gather(osdp_comm *c, const void *shard, void *full, size_t count, osdp_dtype t,
+                                   osdp_request *req)
+{
+    return collective(c, ALL_GATHER, shard, full, count, t, 0, req);
 }
 
 static osdp_status nccl_reduce_scatter(osdp_comm *c, const void *full, void *shard, size_t count, osdp_dtype t,
                                        osdp_request *req)
 {
-    nccl_comm_impl *impl = c->impl;
-    if (req) req->impl = NULL;
-    int nccl;
-    osdp_status s = route(impl, full, shard, count, "reduce-scatter", &nccl);
-    if (s != OSDP_OK) return s;
-    if (!nccl) {
-        MPI_Request r;
-        int rc = MPI_Ireduce_scatter_block(full, shard, (int)count, mpi_type(t), MPI_SUM, impl->mpi, &r);
-        return host_wait(impl, rc, &r, "reduce-scatter (host buffers)", count * (size_t)c->size, t);
-    }
-    order_after_compute(impl);
-    ncclComm_t comm = impl->nccl_rs ? impl->nccl_rs : impl->nccl;
-    cudaStream_t stream = impl->stream_rs ? impl->stream_rs : impl->stream;
-    return finish(impl, comm, stream, ncclReduceScatter(full, shard, count, nccl_type(t), ncclSum, comm, stream), req,
-                  "reduce-scatter", count * (size_t)c->size, t);
+    return collective(c, REDUCE_SCATTER, full, shard, count, t, 0, req);
 }
 
 static osdp_status nccl_all_reduce(osdp_comm *c, void *buf, size_t count, osdp_dtype t, osdp_request *req)
 {
-    nccl_comm_impl *impl = c->impl;
-    if (req) req->impl = NULL;
-    int nccl;
-    osdp_status s = route(impl, buf, buf, count, "all-reduce", &nccl);
-    if (s != OSDP_OK) return s;
-    if (!nccl) {
-        MPI_Request r;
-        int rc = MPI_Iallreduce(MPI_IN_PLACE, buf, (int)count, mpi_type(t), MPI_SUM, impl->mpi, &r);
-        return host_wait(impl, rc, &r, "all-reduce (host buffers)", count, t);
-    }
-    order_after_compute(impl);
-    return finish(impl, impl->nccl, impl->stream,
-                  ncclAllReduce(buf, buf, count, nccl_type(t), ncclSum, impl->nccl, impl->stream), req,
-                  "all-reduce", count, t);
+    return collective(c, ALL_REDUCE, buf, buf, count, t, 0, req);
 }
 
 static osdp_status nccl_broadcast(osdp_comm *c, void *buf, size_t bytes, int root, osdp_request *req)
 {
-    nccl_comm_impl *impl = c->impl;
-    if (req) req->impl = NULL;
-    int nccl;
-    osdp_status s = route(impl, buf, buf, bytes, "broadcast", &nccl);
-    if (s != OSDP_OK) return s;
-    if (!nccl) {
-        MPI_Request r;
-        int rc = MPI_Ibcast(buf, (int)bytes, MPI_BYTE, root, impl->mpi, &r);
-        return host_wait(impl, rc, &r, "broadcast (host buffers)", bytes, OSDP_BYTE);
-    }
-    order_after_compute(impl);
-    return finish(impl, impl->nccl, impl->stream,
-                  ncclBroadcast(buf, buf, bytes, ncclUint8, root, impl->nccl, impl->stream), req,
-                  "broadcast", bytes, OSDP_BYTE);
+    return collective(c, BROADCAST, buf, buf, bytes, OSDP_BYTE, root, req);
 }
 
 /* The host waits for the collectives queued on both streams, within the
@@ -614,23 +594,14 @@ static void nccl_destroy(osdp_comm *c)
     if (impl->drained) cudaEventDestroy(impl->drained);
     if (impl->stream) cudaStreamDestroy(impl->stream);
     if (impl->stream_rs) cudaStreamDestroy(impl->stream_rs);
-    MPI_Comm_free(&impl->mpi);
-    free(impl);
-    c->impl = NULL;
+    osdp_comm_release(c, &impl->mpi);
 }
 
 static const osdp_comm_backend nccl_backend = {
     .name = "nccl",
-    .all_gather = nccl_all_gather,
-    .reduce_scatter = nccl_reduce_scatter,
-    .all_reduce = nccl_all_reduce,
-    .broadcast = nccl_broadcast,
-    .barrier = nccl_barrier,
-    .wait = nccl_wait,
+    OSDP_COMM_BACKEND_ENTRIES(nccl_),
     .group_start = nccl_group_start,
     .group_end = nccl_group_end,
-    .progress = nccl_progress,
-    .destroy = nccl_destroy,
 };
 
 /* All ranks agree on `ok` (1: this rank succeeded) within the timeout:
@@ -639,7 +610,7 @@ static osdp_status agree(MPI_Comm comm, double timeout_s, int ok, int *all_ok, c
 {
     MPI_Request r;
     int rc = MPI_Iallreduce(&ok, all_ok, 1, MPI_INT, MPI_MIN, comm, &r);
-    if (rc != MPI_SUCCESS) return mpi_fail(rc, label);
+    if (rc != MPI_SUCCESS) return osdp_comm_mpi_error(rc, label);
     return osdp_comm_mpi_wait(&r, timeout_s, label);
 }
 
@@ -708,7 +679,7 @@ osdp_status osdp_comm_create_nccl(osdp_comm *c, const void *mpi_comm, int local_
     MPI_Request dup_req;
     int rc = MPI_Comm_idup(parent, &impl->mpi, &dup_req);
     agreed = rc == MPI_SUCCESS ? osdp_comm_mpi_wait(&dup_req, timeout_s, "MPI_Comm_idup (NCCL set-up)")
-                               : mpi_fail(rc, "MPI_Comm_idup");
+                               : osdp_comm_mpi_error(rc, "MPI_Comm_idup");
     if (agreed != OSDP_OK) {
         free(impl);
         return agreed;
@@ -732,7 +703,7 @@ osdp_status osdp_comm_create_nccl(osdp_comm *c, const void *mpi_comm, int local_
     MPI_Request boot_req;
     rc = MPI_Ibcast(&boot, (int)sizeof boot, MPI_BYTE, 0, impl->mpi, &boot_req);
     osdp_status s = rc == MPI_SUCCESS ? osdp_comm_mpi_wait(&boot_req, impl->timeout_s, "broadcast of the NCCL unique id")
-                                      : mpi_fail(rc, "MPI_Ibcast of the NCCL unique id");
+                                      : osdp_comm_mpi_error(rc, "MPI_Ibcast of the NCCL unique id");
     if (s == OSDP_OK && !boot.ok)
         s = osdp_error_set(OSDP_ERR_COMM, "ncclGetUniqueId failed on rank 0%s%s", c->rank == 0 ? ": " : "",
                            c->rank == 0 ? ncclGetErrorString(r) : "");

@@ -69,6 +69,18 @@ const char *ck_mpio_mode(void);
  * failure; returns < 0 if any of them failed here. */
 herr_t ck_transfer(hid_t d, const osdp_tensor_desc *td, size_t lo, size_t shard, size_t limit, hid_t dxpl, float *buf,
                    int write, uint64_t *sum);
+/* A host buffer of the largest operator shard's elements (NULL: out of memory) */
+float *ck_shard_buffer(osdp_runtime *rt);
+/* Kind `kind` of operator i: ck_transfer for each of its tensors t, every
+ * slice's segment of this rank (osdp_runtime_shards), between buf (the
+ * operator's shard) and dataset d[t]; adds tensor t's checksum to sums[t] and
+ * its size to *bytes.  Every rank makes the same calls whatever fails here;
+ * the first failure is kept in *s (left as it is unless OSDP_OK), with a
+ * message naming the dataset (and, reading, the file `path`). */
+void ck_transfer_kind(osdp_runtime *rt, int i, int kind, const hid_t *d, hid_t dxpl, float *buf, int write,
+                      const char *path, uint64_t *sums, double *bytes, osdp_status *s);
+/* H5Dclose the open datasets (>= 0) of d[0..kinds)[0..n_tensors) */
+void ck_close_datasets(hid_t d[][OSDP_MAX_TENSORS_PER_OP], int kinds, int n_tensors);
 
 /* Attributes (scalar unless said) */
 herr_t ck_attr_write_i64(hid_t loc, const char *name, int64_t v);

@@ -236,7 +236,7 @@ static osdp_status read_op(osdp_runtime *rt, int i, int kinds, hid_t file, const
     float *state[OSDP_STATE_N_KINDS];
     const size_t shard = osdp_runtime_op_shard(rt, i, state);
     const int nt = op->n_tensors;
-    char h5msg[512], name[200];
+    char name[200];
     hid_t d[CK_N_KINDS][OSDP_MAX_TENSORS_PER_OP];
     uint64_t stored[CK_N_KINDS * OSDP_MAX_TENSORS_PER_OP] = {0}, sums[CK_N_KINDS * OSDP_MAX_TENSORS_PER_OP] = {0};
     osdp_status s = OSDP_OK;
@@ -252,21 +252,7 @@ static osdp_status read_op(osdp_runtime *rt, int i, int kinds, hid_t file, const
     /* every rank makes the same read calls whatever fails locally */
     for (int k = 0; k < kinds; k++) {
         memset(buf, 0, shard * sizeof(float));   /* padding stays 0 */
-        for (int t = 0; t < nt; t++) {
-            herr_t e = 0;
-            osdp_shard_iter it = osdp_runtime_shards(rt, i);
-            osdp_shard_segment seg;
-            while (osdp_shard_next(&it, &seg))   /* each slice's segment of this rank */
-                if (ck_transfer(d[k][t], &op->tensor[t], seg.flat_lo, seg.numel, seg.flat_hi, dxpl, buf + seg.local, 0,
-                                &sums[k * nt + t]) < 0)
-                    e = -1;
-            if (e < 0 && s == OSDP_OK) {
-                ck_dataset_name(k, op, t, name, sizeof name);
-                s = osdp_error_set(OSDP_ERR_INPUT, "checkpoint %s: cannot read dataset %s (truncated or corrupt file?): %s",
-                                   path, name, ck_h5_error(h5msg, sizeof h5msg));
-            }
-            *bytes += (double)op->tensor[t].numel * sizeof(float);
-        }
+        ck_transfer_kind(rt, i, k, d[k], dxpl, buf, 0, path, &sums[k * nt], bytes, &s);
         rt->backend->to_device(state[ck_state_kind[k]], buf, shard * sizeof(float));
     }
     MPI_Allreduce(MPI_IN_PLACE, sums, kinds * nt, MPI_UINT64_T, MPI_SUM, comm);
@@ -280,9 +266,7 @@ static osdp_status read_op(osdp_runtime *rt, int i, int kinds, hid_t file, const
                                    (unsigned long long)stored[k * nt + t], (unsigned long long)sums[k * nt + t]);
             }
 close:
-    for (int k = 0; k < kinds; k++)
-        for (int t = 0; t < nt; t++)
-            if (d[k][t] >= 0) H5Dclose(d[k][t]);
+    ck_close_datasets(d, kinds, nt);
     return s;
 }
 
@@ -318,13 +302,7 @@ osdp_status osdp_ckpt_load(osdp_runtime *rt, const osdp_model_config *cfg, const
     s = osdp_status_agree(s, comm);
     if (s != OSDP_OK) goto out;
 
-    size_t max_shard = 0;
-    for (int i = 0; i < L->n_ops; i++) {
-        float *state[OSDP_STATE_N_KINDS];
-        size_t shard = osdp_runtime_op_shard(rt, i, state);
-        if (shard > max_shard) max_shard = shard;
-    }
-    buf = malloc(max_shard * sizeof(float));
+    buf = ck_shard_buffer(rt);
     dxpl = ck_dxpl();
     s = osdp_status_agree(buf && dxpl >= 0 ? OSDP_OK : osdp_error_set(OSDP_ERR_OOM, "checkpoint %s: out of host memory", path), comm);
 

@@ -1,6 +1,7 @@
 /* Checkpoints: the collective writer (see osdp/checkpoint.h). */
 #include "config.h"
 #include "checkpoint_internal.h"
+#include "util/path.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -19,15 +20,6 @@ static int sync_path(const char *path, int is_dir)
     int e = fsync(fd);
     close(fd);
     return is_dir ? 0 : e;
-}
-
-static void parent_dir(const char *path, char *dir, size_t n)
-{
-    snprintf(dir, n, "%s", path);
-    char *slash = strrchr(dir, '/');
-    if (!slash) snprintf(dir, n, ".");
-    else if (slash == dir) dir[1] = 0;
-    else *slash = 0;
 }
 
 /* Rank 0's strings, the same bytes on every rank (attributes written
@@ -189,20 +181,7 @@ static osdp_status write_op(osdp_runtime *rt, int i, hid_t file, hid_t dxpl, flo
     uint64_t sums[CK_N_KINDS * OSDP_MAX_TENSORS_PER_OP] = {0};
     for (int k = 0; k < CK_N_KINDS; k++) {
         rt->backend->to_host(buf, state[ck_state_kind[k]], shard * sizeof(float));
-        for (int t = 0; t < nt; t++) {
-            herr_t e = 0;
-            osdp_shard_iter it = osdp_runtime_shards(rt, i);
-            osdp_shard_segment seg;
-            while (osdp_shard_next(&it, &seg))   /* each slice's segment of this rank */
-                if (ck_transfer(d[k][t], &op->tensor[t], seg.flat_lo, seg.numel, seg.flat_hi, dxpl, buf + seg.local, 1,
-                                &sums[k * nt + t]) < 0)
-                    e = -1;
-            if (e < 0 && s == OSDP_OK) {
-                ck_dataset_name(k, op, t, name, sizeof name);
-                s = osdp_error_set(OSDP_ERR_IO, "cannot write dataset %s: %s", name, ck_h5_error(h5msg, sizeof h5msg));
-            }
-            *bytes += (double)op->tensor[t].numel * sizeof(float);
-        }
+        ck_transfer_kind(rt, i, k, d[k], dxpl, buf, 1, NULL, &sums[k * nt], bytes, &s);
     }
     MPI_Allreduce(MPI_IN_PLACE, sums, CK_N_KINDS * nt, MPI_UINT64_T, MPI_SUM, comm);
     for (int k = 0; k < CK_N_KINDS; k++)
@@ -216,9 +195,7 @@ static osdp_status write_op(osdp_runtime *rt, int i, hid_t file, hid_t dxpl, flo
             }
         }
 close:
-    for (int k = 0; k < CK_N_KINDS; k++)
-        for (int t = 0; t < nt; t++)
-            if (d[k][t] >= 0) H5Dclose(d[k][t]);
+    ck_close_datasets(d, CK_N_KINDS, nt);
     return osdp_status_agree(s, comm);
 }
 
@@ -245,13 +222,7 @@ osdp_status osdp_ckpt_save(osdp_runtime *rt, const osdp_model_config *cfg, const
     char *mtext = bcast_string(cfg->text, comm);
     char *mname = bcast_string(cfg->name, comm);
     free(ptext_local);
-    size_t max_shard = 0;
-    for (int i = 0; i < L->n_ops; i++) {
-        float *state[OSDP_STATE_N_KINDS];
-        size_t shard = osdp_runtime_op_shard(rt, i, state);
-        if (shard > max_shard) max_shard = shard;
-    }
-    buf = malloc(max_shard * sizeof(float));
+    buf = ck_shard_buffer(rt);
     osdp_status s = ptext && mtext && mname && buf ? OSDP_OK
                     : osdp_error_set(OSDP_ERR_OOM, "checkpoint %s: out of host memory", path);
     s = osdp_status_agree(s, comm);
@@ -298,7 +269,7 @@ out:
         MPI_Barrier(comm);   /* every rank has closed: the file is complete */
         if (rank == 0) {
             char dir[CK_PATH_MAX];
-            parent_dir(path, dir, sizeof dir);
+            osdp_parent_dir(path, dir, sizeof dir);
             if (sync_path(tmp, 0) != 0)
                 s = osdp_error_set(OSDP_ERR_IO, "cannot flush checkpoint %s to disk: %s", tmp, strerror(errno));
             else if (rename(tmp, path) != 0)

@@ -140,22 +140,33 @@ static void release_segment(osdp_data_segment *s)
     memset(s, 0, sizeof *s);
 }
 
+/* Open `file` for reading and check that it is a regular file ("data shard"
+ * or "data file": `what` names it in the messages); on success *fd is open
+ * and *sb its status, else *fd is closed. */
+static osdp_status open_regular(const char *file, const char *what, int *fd, struct stat *sb)
+{
+    *fd = open(file, O_RDONLY);
+    if (*fd < 0)
+        return osdp_error_set(OSDP_ERR_IO, "cannot open %s %s: %s", what, file, strerror(errno));
+    if (fstat(*fd, sb) != 0) {
+        int e = errno;
+        close(*fd);
+        return osdp_error_set(OSDP_ERR_IO, "cannot stat %s %s: %s", what, file, strerror(e));
+    }
+    if (!S_ISREG(sb->st_mode)) {
+        close(*fd);
+        return osdp_error_set(OSDP_ERR_INPUT, "%s %s is not a regular file", what, file);
+    }
+    return OSDP_OK;
+}
+
 /* Map one llm.c shard, validate it and append it to ds (if non-empty). */
 static osdp_status add_shard(osdp_dataset *ds, scan_state *st, const char *file)
 {
-    int fd = open(file, O_RDONLY);
-    if (fd < 0)
-        return osdp_error_set(OSDP_ERR_IO, "cannot open data shard %s: %s", file, strerror(errno));
+    int fd;
     struct stat sb;
-    if (fstat(fd, &sb) != 0) {
-        int e = errno;
-        close(fd);
-        return osdp_error_set(OSDP_ERR_IO, "cannot stat data shard %s: %s", file, strerror(e));
-    }
-    if (!S_ISREG(sb.st_mode)) {
-        close(fd);
-        return osdp_error_set(OSDP_ERR_INPUT, "data shard %s is not a regular file", file);
-    }
+    osdp_status opened = open_regular(file, "data shard", &fd, &sb);
+    if (opened != OSDP_OK) return opened;
     long long fsize = (long long)sb.st_size;
     if (fsize < OSDP_SHARD_HEADER_BYTES) {
         close(fd);
@@ -248,19 +259,10 @@ static osdp_status add_text(osdp_dataset *ds, scan_state *st, const char *file)
                               "%s: raw byte (text) data needs vocab >= 256, but the model vocab is %d "
                               "(use an llm.c .bin shard for smaller vocabularies)",
                               file, ds->vocab);
-    int fd = open(file, O_RDONLY);
-    if (fd < 0)
-        return osdp_error_set(OSDP_ERR_IO, "cannot open data file %s: %s", file, strerror(errno));
+    int fd;
     struct stat sb;
-    if (fstat(fd, &sb) != 0) {
-        int e = errno;
-        close(fd);
-        return osdp_error_set(OSDP_ERR_IO, "cannot stat data file %s: %s", file, strerror(e));
-    }
-    if (!S_ISREG(sb.st_mode)) {
-        close(fd);
-        return osdp_error_set(OSDP_ERR_INPUT, "data file %s is not a regular file", file);
-    }
+    osdp_status opened = open_regular(file, "data file", &fd, &sb);
+    if (opened != OSDP_OK) return opened;
     if ((unsigned long long)sb.st_size > (unsigned long long)(SIZE_MAX / sizeof(uint16_t))) {
         close(fd);
         return osdp_error_set(OSDP_ERR_INPUT, "%s: file of %lld bytes is too large", file,

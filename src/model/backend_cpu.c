@@ -152,28 +152,27 @@ static void cpu_embedding_forward(float *x, const int *tokens, const void *wte, 
     .adamw = cpu_adamw, \
     .pad_quantum = 1
 
+/* the seven entries that read weights, one function each per weight type:
+ * PREFIX##matmul_forward and so on (cpu_ for float32, cpu_bf16_ for bfloat16) */
+#define CPU_WEIGHT_ENTRIES(prefix) \
+    .matmul_forward = prefix##matmul_forward, \
+    .matmul_backward = prefix##matmul_backward, \
+    .matmul_forward_strided = prefix##matmul_forward_strided, \
+    .matmul_backward_strided = prefix##matmul_backward_strided, \
+    .layernorm_forward = prefix##layernorm_forward, \
+    .layernorm_backward = prefix##layernorm_backward, \
+    .embedding_forward = prefix##embedding_forward
+
 const osdp_compute_backend osdp_compute_cpu = {
     CPU_COMMON_ENTRIES,
     .weight_dtype = OSDP_FLOAT32,
     .convert_weights = NULL,
-    .matmul_forward = cpu_matmul_forward,
-    .matmul_backward = cpu_matmul_backward,
-    .matmul_forward_strided = cpu_matmul_forward_strided,
-    .matmul_backward_strided = cpu_matmul_backward_strided,
-    .layernorm_forward = cpu_layernorm_forward,
-    .layernorm_backward = cpu_layernorm_backward,
-    .embedding_forward = cpu_embedding_forward,
+    CPU_WEIGHT_ENTRIES(cpu_),
 };
 
 const osdp_compute_backend osdp_compute_cpu_bf16 = {
     CPU_COMMON_ENTRIES,
     .weight_dtype = OSDP_BFLOAT16,
     .convert_weights = cpu_bf16_convert_weights,
-    .matmul_forward = cpu_bf16_matmul_forward,
-    .matmul_backward = cpu_bf16_matmul_backward,
-    .matmul_forward_strided = cpu_bf16_matmul_forward_strided,
-    .matmul_backward_strided = cpu_bf16_matmul_backward_strided,
-    .layernorm_forward = cpu_bf16_layernorm_forward,
-    .layernorm_backward = cpu_bf16_layernorm_backward,
-    .embedding_forward = cpu_bf16_embedding_forward,
+    CPU_WEIGHT_ENTRIES(cpu_bf16_),
 };

@@ -145,6 +145,25 @@ static int heads_in_parallel(int B, int T, int NH, int HS)
            (long)B * NH * T * T >= PAR_MIN_WORK;
 }
 
+/* What the forward and backward passes derive from the shape alike: the head
+ * size, the softmax scale 1/sqrt(HS), and which loop goes parallel (heads,
+ * or else the softmax rows of a long enough sequence). */
+typedef struct attention_dims {
+    int head_size;
+    float scale;
+    int heads_parallel, rows_parallel;
+} attention_dims;
+
+static attention_dims attention_dims_of(int B, int T, int C, int NH)
+{
+    attention_dims dims;
+    dims.head_size = C / NH;
+    dims.scale = 1.0f / sqrtf((float)dims.head_size);
+    dims.heads_parallel = heads_in_parallel(B, T, NH, dims.head_size);
+    dims.rows_parallel = !dims.heads_parallel && (long)T * T >= PAR_MIN_WORK;
+    return dims;
+}
+
 /* row i of a causal softmax in place: entries [0, i] normalised, (i, T) zero */
 OSDP_VECTOR_CLONES static void causal_softmax_row(float *row, int i, int T)
 {
@@ -175,6 +194,36 @@ OSDP_VECTOR_CLONES static void softmax_row_backward(float *d, const float *a, in
     for (int j = i + 1; j < rend; j++) d[j] = 0.0f; /* read by the products below */
 }
 
+/* The row blocks [r0, r1) of causal attention (ATT_BLOCK rows at a time:
+ * columns past r1 are 0 or unused).  P is T x T; the HS-wide row matrices
+ * a, b, y, out have strides lda, ldb, ldy, ldout. */
+
+/* P[r0:r1, 0:r1] = alpha * a[r0:r1] @ b[0:r1]^T */
+static void causal_scores(float *P, const float *a, const float *b, int r0, int r1, int T, int HS, int lda, int ldb,
+                          float alpha)
+{
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, r1 - r0, r1, HS, alpha,
+                a + (size_t)r0 * lda, lda, b, ldb, 0.0f, P + (size_t)r0 * T, T);
+}
+
+/* out[r0:r1] = P[r0:r1, 0:r1] @ y[0:r1] */
+static void causal_product(float *out, const float *P, const float *y, int r0, int r1, int T, int HS, int ldy,
+                           int ldout)
+{
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, r1 - r0, HS, r1, 1.0f,
+                P + (size_t)r0 * T, T, y, ldy, 0.0f, out + (size_t)r0 * ldout, ldout);
+}
+
+/* out[r0:r1] = P[r0:T, r0:r1]^T @ y[r0:T] (P is 0 above the diagonal: its
+ * rows before r0 add nothing to columns r0..r1) */
+static void causal_transposed_product(float *out, const float *P, const float *y, int r0, int r1, int T, int HS,
+                                      int ldy, int ldout)
+{
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r1 - r0, HS, T - r0, 1.0f,
+                P + (size_t)r0 * T + r0, T, y + (size_t)r0 * ldy, ldy, 0.0f,
+                out + (size_t)r0 * ldout, ldout);
+}
+
 static void attention_head_forward(float *out, float *att, const float *q,
                                    const float *k, const float *v, int T, int ld,
                                    int ldo, int HS, float scale, int rows_parallel)
@@ -183,34 +232,29 @@ static void attention_head_forward(float *out, float *att, const float *q,
     for (int r0 = 0; r0 < T; r0 += ATT_BLOCK) {
         int r1 = r0 + ATT_BLOCK < T ? r0 + ATT_BLOCK : T;
         /* pre[r0:r1, 0:r1] = scale * q[r0:r1] @ k[0:r1]^T */
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, r1 - r0, r1, HS, scale,
-                    q + (size_t)r0 * ld, ld, k, ld, 0.0f, att + (size_t)r0 * T, T);
+        causal_scores(att, q, k, r0, r1, T, HS, ld, ld, scale);
     }
     OMP(parallel for if(rows_parallel) schedule(static))
     for (int i = 0; i < T; i++) causal_softmax_row(att + (size_t)i * T, i, T);
     for (int r0 = 0; r0 < T; r0 += ATT_BLOCK) {
         int r1 = r0 + ATT_BLOCK < T ? r0 + ATT_BLOCK : T;
         /* out[r0:r1] = att[r0:r1, 0:r1] @ v[0:r1] */
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, r1 - r0, HS, r1, 1.0f,
-                    att + (size_t)r0 * T, T, v, ld, 0.0f, out + (size_t)r0 * ldo, ldo);
+        causal_product(out, att, v, r0, r1, T, HS, ld, ldo);
     }
 }
 
 void attention_forward(float *out, float *att, const float *qkv, int B, int T,
                        int C, int NH)
 {
-    int HS = C / NH, ld = 3 * C;
-    float scale = 1.0f / sqrtf((float)HS);
-    int nbh = B * NH;
-    int heads_par = heads_in_parallel(B, T, NH, HS);
-    int rows_par = !heads_par && (long)T * T >= PAR_MIN_WORK;
-    OMP(parallel for if(heads_par) schedule(static))
-    for (int bh = 0; bh < nbh; bh++) {
+    const attention_dims dims = attention_dims_of(B, T, C, NH);
+    const int HS = dims.head_size, ld = 3 * C;
+    OMP(parallel for if(dims.heads_parallel) schedule(static))
+    for (int bh = 0; bh < B * NH; bh++) {
         int b = bh / NH, h = bh % NH;
         const float *q = qkv + (size_t)b * T * ld + (size_t)h * HS;
         attention_head_forward(out + (size_t)b * T * C + (size_t)h * HS,
                                att + (size_t)bh * T * T, q, q + C, q + 2 * C, T, ld,
-                               C, HS, scale, rows_par);
+                               C, HS, dims.scale, dims.rows_parallel);
     }
 }
 
@@ -224,12 +268,9 @@ static void attention_head_backward(float *dq, float *dk, float *dv, float *s,
     for (int r0 = 0; r0 < T; r0 += ATT_BLOCK) {
         int r1 = r0 + ATT_BLOCK < T ? r0 + ATT_BLOCK : T;
         /* datt[r0:r1, 0:r1] = dout[r0:r1] @ v[0:r1]^T */
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, r1 - r0, r1, HS, 1.0f,
-                    dout + (size_t)r0 * ldo, ldo, v, ld, 0.0f, s + (size_t)r0 * T, T);
-        /* dv[r0:r1] = att[r0:T, r0:r1]^T @ dout[r0:T]  (att is 0 above the diagonal) */
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r1 - r0, HS, T - r0, 1.0f,
-                    att + (size_t)r0 * T + r0, T, dout + (size_t)r0 * ldo, ldo, 0.0f,
-                    dv + (size_t)r0 * ld, ld);
+        causal_scores(s, dout, v, r0, r1, T, HS, ldo, ld, 1.0f);
+        /* dv[r0:r1] = att[r0:T, r0:r1]^T @ dout[r0:T] */
+        causal_transposed_product(dv, att, dout, r0, r1, T, HS, ldo, ld);
     }
     /* softmax backward in place: dpre = scale * att * (datt - sum_j att*datt) */
     OMP(parallel for if(rows_parallel) schedule(static))
@@ -243,12 +284,9 @@ static void attention_head_backward(float *dq, float *dk, float *dv, float *s,
     for (int r0 = 0; r0 < T; r0 += ATT_BLOCK) {
         int r1 = r0 + ATT_BLOCK < T ? r0 + ATT_BLOCK : T;
         /* dq[r0:r1] = dpre[r0:r1, 0:r1] @ k[0:r1] */
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, r1 - r0, HS, r1, 1.0f,
-                    s + (size_t)r0 * T, T, k, ld, 0.0f, dq + (size_t)r0 * ld, ld);
+        causal_product(dq, s, k, r0, r1, T, HS, ld, ld);
         /* dk[r0:r1] = dpre[r0:T, r0:r1]^T @ q[r0:T] */
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r1 - r0, HS, T - r0, 1.0f,
-                    s + (size_t)r0 * T + r0, T, q + (size_t)r0 * ld, ld, 0.0f,
-                    dk + (size_t)r0 * ld, ld);
+        causal_transposed_product(dk, s, q, r0, r1, T, HS, ld, ld);
     }
 }
 
@@ -258,13 +296,10 @@ void attention_backward(float *dqkv, float *scratch, const float *dout,
 {
     /* Every row of dq, dk and dv is written by exactly one sgemm with beta = 0,
      * which overwrites C, so dqkv needs no zeroing pass. */
-    int HS = C / NH, ld = 3 * C;
-    float scale = 1.0f / sqrtf((float)HS);
-    int nbh = B * NH;
-    int heads_par = heads_in_parallel(B, T, NH, HS);
-    int rows_par = !heads_par && (long)T * T >= PAR_MIN_WORK;
-    OMP(parallel for if(heads_par) schedule(static))
-    for (int bh = 0; bh < nbh; bh++) {
+    const attention_dims dims = attention_dims_of(B, T, C, NH);
+    const int HS = dims.head_size, ld = 3 * C;
+    OMP(parallel for if(dims.heads_parallel) schedule(static))
+    for (int bh = 0; bh < B * NH; bh++) {
         int b = bh / NH, h = bh % NH;
         size_t off = (size_t)b * T * ld + (size_t)h * HS;
         const float *q = qkv + off;
@@ -272,6 +307,6 @@ void attention_backward(float *dqkv, float *scratch, const float *dout,
         attention_head_backward(dq, dq + C, dq + 2 * C, scratch + (size_t)bh * T * T,
                                 dout + (size_t)b * T * C + (size_t)h * HS, q, q + C,
                                 q + 2 * C, att + (size_t)bh * T * T, T, ld, C, HS,
-                                scale, rows_par);
+                                dims.scale, dims.rows_parallel);
     }
 }

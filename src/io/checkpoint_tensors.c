@@ -1,0 +1,50 @@
+/* Checkpoints: one operator's datasets, the part the reader and the writer
+ * share (moving every tensor's pieces of one kind, closing the datasets). */
+#include "config.h"
+#include "checkpoint_internal.h"
+
+#include <stdlib.h>
+
+float *ck_shard_buffer(osdp_runtime *rt)
+{
+    size_t max_shard = 0;
+    for (int i = 0; i < rt->layout->n_ops; i++) {
+        float *state[OSDP_STATE_N_KINDS];
+        size_t shard = osdp_runtime_op_shard(rt, i, state);
+        if (shard > max_shard) max_shard = shard;
+    }
+    return malloc(max_shard * sizeof(float));
+}
+
+void ck_transfer_kind(osdp_runtime *rt, int i, int kind, const hid_t *d, hid_t dxpl, float *buf, int write,
+                      const char *path, uint64_t *sums, double *bytes, osdp_status *s)
+{
+    const osdp_op_layout *op = &rt->layout->op[i];
+    char h5msg[512], name[200];
+    for (int t = 0; t < op->n_tensors; t++) {
+        herr_t e = 0;
+        osdp_shard_iter it = osdp_runtime_shards(rt, i);
+        osdp_shard_segment seg;
+        while (osdp_shard_next(&it, &seg))   /* each slice's segment of this rank */
+            if (ck_transfer(d[t], &op->tensor[t], seg.flat_lo, seg.numel, seg.flat_hi, dxpl, buf + seg.local, write,
+                            &sums[t]) < 0)
+                e = -1;
+        if (e < 0 && *s == OSDP_OK) {   /* the message now: a later HDF5 call clears the error stack */
+            ck_dataset_name(kind, op, t, name, sizeof name);
+            if (write)
+                *s = osdp_error_set(OSDP_ERR_IO, "cannot write dataset %s: %s", name, ck_h5_error(h5msg, sizeof h5msg));
+            else
+                *s = osdp_error_set(OSDP_ERR_INPUT,
+                                    "checkpoint %s: cannot read dataset %s (truncated or corrupt file?): %s", path,
+                                    name, ck_h5_error(h5msg, sizeof h5msg));
+        }
+        *bytes += (double)op->tensor[t].numel * sizeof(float);
+    }
+}
+
+void ck_close_datasets(hid_t d[][OSDP_MAX_TENSORS_PER_OP], int kinds, int n_tensors)
+{
+    for (int k = 0; k < kinds; k++)
+        for (int t = 0; t < n_tensors; t++)
+            if (d[k][t] >= 0) H5Dclose(d[k][t]);
+}
