@@ -69,7 +69,8 @@
  * its size and the timeout; every later call on device buffers returns
  * OSDP_ERR_COMM.  The training loop turns an error of a step into
  * osdp_fatal, i.e. MPI_Abort of the whole job; the teardown, which has no
- * caller to return to, prints its message and aborts the job itself.
+ * caller to return to, reports through osdp_error_unrecoverable, whose
+ * handler in osdp_gpt aborts the job.
  *
  * Memory.  NCCL allocates its buffers when a connection is first used (an
  * algorithm, a protocol, NVLS on NVSwitch nodes), i.e. after the compute
@@ -582,12 +583,8 @@ static void nccl_destroy(osdp_comm *c)
 {
     nccl_comm_impl *impl = c->impl;
     if (!impl) return;
-    if (teardown(impl) != OSDP_OK) {
-        fflush(stdout);
-        fprintf(stderr, "osdp_gpt: rank %d: error: %s\n", c->rank, osdp_error_message());
-        fflush(stderr);
-        MPI_Abort(MPI_COMM_WORLD, OSDP_ERR_COMM);
-    }
+    if (teardown(impl) != OSDP_OK)   /* no caller to tell (osdp/error.h): osdp_gpt's handler ends the job */
+        osdp_error_unrecoverable(OSDP_ERR_COMM, "rank %d: %s", c->rank, osdp_error_message());
     for (int i = 0; i < MAX_PENDING; i++)
         if (impl->slots[i].done) cudaEventDestroy(impl->slots[i].done);
     if (impl->ready) cudaEventDestroy(impl->ready);
