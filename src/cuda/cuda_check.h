@@ -37,21 +37,16 @@ const char *osdp_cublas_status_string(cublasStatus_t s);
 #define OSDP_CUDA_ABORT_(file, line, what, msg)                                      \
     osdp_error_unrecoverable(OSDP_ERR_INTERNAL, "%s:%d: %s failed: %s", (file), (line), (what), (msg))
 
-#define CUDA_CHECK(call)                                                             \
+/* one check for both libraries' status types */
+#define OSDP_CUDA_STATUS_CHECK_(type, ok, to_string, call)                           \
     do {                                                                             \
-        cudaError_t osdp_cuda_err_ = (call);                                         \
-        if (osdp_cuda_err_ != cudaSuccess)                                           \
-            OSDP_CUDA_ABORT_(__FILE__, __LINE__, #call,                              \
-                             cudaGetErrorString(osdp_cuda_err_));                    \
+        type osdp_cuda_status_ = (call);                                             \
+        if (osdp_cuda_status_ != (ok))                                               \
+            OSDP_CUDA_ABORT_(__FILE__, __LINE__, #call, to_string(osdp_cuda_status_)); \
     } while (0)
 
-#define CUBLAS_CHECK(call)                                                           \
-    do {                                                                             \
-        cublasStatus_t osdp_cublas_st_ = (call);                                     \
-        if (osdp_cublas_st_ != CUBLAS_STATUS_SUCCESS)                                \
-            OSDP_CUDA_ABORT_(__FILE__, __LINE__, #call,                              \
-                             osdp_cublas_status_string(osdp_cublas_st_));            \
-    } while (0)
+#define CUDA_CHECK(call) OSDP_CUDA_STATUS_CHECK_(cudaError_t, cudaSuccess, cudaGetErrorString, call)
+#define CUBLAS_CHECK(call) OSDP_CUDA_STATUS_CHECK_(cublasStatus_t, CUBLAS_STATUS_SUCCESS, osdp_cublas_status_string, call)
 
 /* after a kernel launch: catches bad launch configurations at once */
 #define CUDA_CHECK_LAUNCH() CUDA_CHECK(cudaGetLastError())

@@ -152,6 +152,18 @@ static void linear_backward(pass *p, float *dx, const float *dy, const float *x,
     }
 }
 
+/* The start every operator after the embedding shares: its LayerNorm of x
+ * into a->ln, then its first product into y (attn: qkv, mlp: fc, head: the
+ * logits; b_slot -1: no bias).  p->status says whether it ran. */
+static void layernorm_then_linear(pass *p, osdp_op_acts *a, const float *x, float *y, osdp_param_slot w_slot,
+                                  int b_slot, int BT, int d)
+{
+    const void *lw = tw(p, OSDP_P_LN_W), *lb = tw(p, OSDP_P_LN_B);
+    if (p->status != OSDP_OK) return;
+    p->ctx->backend->layernorm_forward(a->ln, a->mean, a->rstd, x, lw, lb, BT, d);
+    linear_forward(p, y, a->ln, w_slot, b_slot, BT);
+}
+
 osdp_status osdp_op_forward_sliced(const osdp_op_context *ctx, int op_index, const osdp_op_slices *sl,
                                    const float *input, osdp_op_acts *a)
 {
@@ -176,10 +188,7 @@ osdp_status osdp_op_forward_sliced(const osdp_op_context *ctx, int op_index, con
             x = a->xin;
             poke(ctx);
         }
-        const void *lw = tw(p, OSDP_P_LN_W), *lb = tw(p, OSDP_P_LN_B);
-        OK_OR_RETURN();
-        be->layernorm_forward(a->ln, a->mean, a->rstd, x, lw, lb, BT, d);
-        linear_forward(p, a->qkv, a->ln, OSDP_P_QKV_W, OSDP_P_QKV_B, BT);
+        layernorm_then_linear(p, a, x, a->qkv, OSDP_P_QKV_W, OSDP_P_QKV_B, BT, d);
         OK_OR_RETURN();
         poke(ctx);
         be->attention_forward(a->heads, a->att, a->qkv, B, T, d, NH);
@@ -190,10 +199,7 @@ osdp_status osdp_op_forward_sliced(const osdp_op_context *ctx, int op_index, con
         break;
     }
     case OSDP_OP_MLP: {
-        const void *lw = tw(p, OSDP_P_LN_W), *lb = tw(p, OSDP_P_LN_B);
-        OK_OR_RETURN();
-        be->layernorm_forward(a->ln, a->mean, a->rstd, input, lw, lb, BT, d);
-        linear_forward(p, a->fc, a->ln, OSDP_P_FC_W, OSDP_P_FC_B, BT);
+        layernorm_then_linear(p, a, input, a->fc, OSDP_P_FC_W, OSDP_P_FC_B, BT, d);
         OK_OR_RETURN();
         poke(ctx);
         be->gelu_forward(a->gelu, a->fc, (size_t)BT * 4 * d);
@@ -203,10 +209,7 @@ osdp_status osdp_op_forward_sliced(const osdp_op_context *ctx, int op_index, con
         break;
     }
     case OSDP_OP_HEAD: {
-        const void *lw = tw(p, OSDP_P_LN_W), *lb = tw(p, OSDP_P_LN_B);
-        OK_OR_RETURN();
-        be->layernorm_forward(a->ln, a->mean, a->rstd, input, lw, lb, BT, d);
-        linear_forward(p, a->probs, a->ln, OSDP_P_LM_HEAD_W, -1, BT);
+        layernorm_then_linear(p, a, input, a->probs, OSDP_P_LM_HEAD_W, -1, BT, d);
         OK_OR_RETURN();
         poke(ctx);
         be->crossentropy_forward(a->losses, a->probs, a->tokens, BT, ctx->layout->cfg.vocab);
@@ -215,6 +218,18 @@ osdp_status osdp_op_forward_sliced(const osdp_op_context *ctx, int op_index, con
     }
     poke(ctx);
     return p->status;
+}
+
+/* The operator's LayerNorm backward: its parameter gradients, and d(x) added
+ * into dx (the residual's gradient, accumulated in place).  p->status says
+ * whether it ran. */
+static void layernorm_backward_into(pass *p, float *dx, const float *dln, const float *x, const osdp_op_acts *a,
+                                    int BT, int d)
+{
+    float *glw = tg(p, OSDP_P_LN_W), *glb = tg(p, OSDP_P_LN_B);
+    const void *lw = tw(p, OSDP_P_LN_W);
+    if (p->status != OSDP_OK) return;
+    p->ctx->backend->layernorm_backward(dx, glw, glb, dln, x, lw, a->mean, a->rstd, BT, d);
 }
 
 osdp_status osdp_op_backward_sliced(const osdp_op_context *ctx, int op_index, const osdp_op_slices *sl,
@@ -250,10 +265,8 @@ osdp_status osdp_op_backward_sliced(const osdp_op_context *ctx, int op_index, co
         OK_OR_RETURN();
         poke(ctx);
         /* residual: d(x) = d(out) + layernorm path, accumulated in place */
-        float *glw = tg(p, OSDP_P_LN_W), *glb = tg(p, OSDP_P_LN_B);
-        const void *lw = tw(p, OSDP_P_LN_W);
+        layernorm_backward_into(p, dout, dln, x, a, BT, d);
         OK_OR_RETURN();
-        be->layernorm_backward(dout, glw, glb, dln, x, lw, a->mean, a->rstd, BT, d);
         if (in_proj) {
             float *dprev = ws->dres[1 - ws->cur];
             linear_backward(p, dprev, dout, input, OSDP_P_IN_PROJ_W, OSDP_P_IN_PROJ_B, BT, 0);
@@ -271,10 +284,8 @@ osdp_status osdp_op_backward_sliced(const osdp_op_context *ctx, int op_index, co
         linear_backward(p, dln, dgelu, a->ln, OSDP_P_FC_W, OSDP_P_FC_B, BT, 0);
         OK_OR_RETURN();
         poke(ctx);
-        float *glw = tg(p, OSDP_P_LN_W), *glb = tg(p, OSDP_P_LN_B);
-        const void *lw = tw(p, OSDP_P_LN_W);
+        layernorm_backward_into(p, dout, dln, input, a, BT, d);
         OK_OR_RETURN();
-        be->layernorm_backward(dout, glw, glb, dln, input, lw, a->mean, a->rstd, BT, d);
         break;
     }
     case OSDP_OP_HEAD: {
@@ -286,10 +297,8 @@ osdp_status osdp_op_backward_sliced(const osdp_op_context *ctx, int op_index, co
         OK_OR_RETURN();
         poke(ctx);
         be->fill_zero(dout, btd * sizeof(float));
-        float *glw = tg(p, OSDP_P_LN_W), *glb = tg(p, OSDP_P_LN_B);
-        const void *lw = tw(p, OSDP_P_LN_W);
+        layernorm_backward_into(p, dout, dln, input, a, BT, d);
         OK_OR_RETURN();
-        be->layernorm_backward(dout, glw, glb, dln, input, lw, a->mean, a->rstd, BT, d);
         break;
     }
     }
