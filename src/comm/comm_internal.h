@@ -44,13 +44,8 @@ osdp_status osdp_comm_mpi_wait(MPI_Request *req, double timeout_s, const char *l
 /* The entries every backend's table has, its functions named after them:
  * PREFIX##all_gather and so on (a backend adds .name and what only it has) */
 #define OSDP_COMM_BACKEND_ENTRIES(prefix) \
-    .all_gather = prefix##all_gather, \
-    .reduce_scatter = prefix##reduce_scatter, \
-    .all_reduce = prefix##all_reduce, \
-    .broadcast = prefix##broadcast, \
-    .barrier = prefix##barrier, \
-    .wait = prefix##wait, \
-    .progress = prefix##progress, \
-    .destroy = prefix##destroy
+    .all_gather = prefix##all_gather, .reduce_scatter = prefix##reduce_scatter, \
+    .all_reduce = prefix##all_reduce, .broadcast = prefix##broadcast, \
+    .barrier = prefix##barrier, .wait = prefix##wait, .progress = prefix##progress, .destroy = prefix##destroy
 
 #endif
