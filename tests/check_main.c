@@ -6,6 +6,9 @@
  * code is 0 when every test passed. */
 #include "check_main.h"
 
+#include <mpi.h>
+#include "osdp/compute.h"
+
 #include <stdlib.h>
 
 /* Under CK_FORK=yes a case is killed after its timeout: generous for the
@@ -42,3 +45,12 @@ int main(void)
     if (program->teardown) program->teardown();
     return failed ? EXIT_FAILURE : EXIT_SUCCESS;
 }
+
+int osdp_check_mpi_cpu_setup(void)
+{
+    MPI_Init(NULL, NULL);
+    osdp_compute_find("cpu", OSDP_FLOAT32)->init(0, 1);
+    return 0;
+}
+
+void osdp_check_mpi_teardown(void) { MPI_Finalize(); }

@@ -51,4 +51,9 @@ typedef struct osdp_check_program {
 
 extern const osdp_check_program osdp_check_this_program;
 
+/* .setup / .teardown for programs whose tests run a real runtime: MPI on
+ * one rank (the runtime needs a communicator) and the CPU backend */
+int osdp_check_mpi_cpu_setup(void);
+void osdp_check_mpi_teardown(void);
+
 #endif

@@ -329,14 +329,5 @@ static Suite *schedule_suite(void)
 }
 
 /* the measured runs use a real 1-rank MPI communicator and the CPU backend */
-static int schedule_setup(void)
-{
-    MPI_Init(NULL, NULL);
-    osdp_compute_find("cpu", OSDP_FLOAT32)->init(0, 1);
-    return 0;
-}
-
-static void schedule_teardown(void) { MPI_Finalize(); }
-
 const osdp_check_program osdp_check_this_program = {
-    .suite = schedule_suite, .setup = schedule_setup, .teardown = schedule_teardown};
+    .suite = schedule_suite, .setup = osdp_check_mpi_cpu_setup, .teardown = osdp_check_mpi_teardown};

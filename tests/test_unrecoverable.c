@@ -77,14 +77,5 @@ static Suite *unrecoverable_suite(void)
     return osdp_check_suite("unrecoverable", cases, sizeof cases / sizeof cases[0]);
 }
 
-static int unrecoverable_setup(void)
-{
-    MPI_Init(NULL, NULL);
-    osdp_compute_find("cpu", OSDP_FLOAT32)->init(0, 1);
-    return 0;
-}
-
-static void unrecoverable_teardown(void) { MPI_Finalize(); }
-
 const osdp_check_program osdp_check_this_program = {
-    .suite = unrecoverable_suite, .setup = unrecoverable_setup, .teardown = unrecoverable_teardown};
+    .suite = unrecoverable_suite, .setup = osdp_check_mpi_cpu_setup, .teardown = osdp_check_mpi_teardown};
