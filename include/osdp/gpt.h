@@ -39,9 +39,28 @@ typedef struct osdp_workspace {
 size_t osdp_workspace_floats(const osdp_layout *layout, int B);
 void osdp_workspace_carve(const osdp_layout *layout, int B, float *base, osdp_workspace *ws);
 
+/* The tensor-parallel group an operator's parts run in (osdp/layout.h):
+ * blocking collectives over its ranks, issued by the operators in the same
+ * order on every rank.  all_reduce sums buf (n floats) in place;
+ * all_gather puts every rank's part (n floats) into all (size x n), in rank
+ * order.  The runtime supplies them over its tensor-parallel communicator;
+ * the operators call them at the points Megatron does: after each
+ * row-parallel product in the forward (and after the vocab-parallel
+ * embedding), before the LayerNorm backward that follows each
+ * column-parallel product in the backward, and for the vocab-parallel
+ * cross-entropy's statistics. */
+typedef struct osdp_tp_group {
+    int size, rank;
+    osdp_status (*all_reduce)(void *arg, float *buf, size_t n);
+    osdp_status (*all_gather)(void *arg, const float *part, float *all, size_t n);
+    void *arg;
+} osdp_tp_group;
+
 typedef struct osdp_op_context {
     const osdp_compute_backend *backend;
-    const osdp_layout *layout;
+    const osdp_layout *layout;      /* this rank's parts (layout->tp_size ranks in the group) */
+    const osdp_tp_group *tp;        /* NULL when layout->tp_size is 1 */
+    float *tp_staging;              /* head: layout tp_floats_per_seq x B floats when non-zero */
     int B, T;
     void (*progress)(void *arg);   /* called between kernels: lets collectives advance */
     void *progress_arg;

@@ -22,7 +22,30 @@
  * narrower than block i-1, attn.i owns an input projection
  * in_proj (d_{i-1} -> d_i, with bias) applied to the residual stream before
  * the block; the projected stream is the block's residual.  The embedding
- * has the width of block 0 and the head that of the last block. */
+ * has the width of block 0 and the head that of the last block.
+ *
+ * Tensor parallelism (DESIGN.md §9, Megatron).  A layout is built for one
+ * rank of a tensor-parallel group of tp_size ranks (osdp_layout_build_tp):
+ * its tensors are that rank's parts, so everything above (slices, shards,
+ * the schedule, the optimizer) works on the parts unchanged.  Every rank of
+ * the group has the same shapes; only which logical rows or columns it holds
+ * differs (osdp_tensor_logical_run).
+ *   wte           rows split: vocab-parallel, V padded to vocab_padded
+ *                 (a multiple of tp_size x the backend's vocab quantum),
+ *                 rank t holding rows [t vocab_local, (t+1) vocab_local)
+ *   qkv           columns split by heads: each of q, k, v (3 column groups
+ *                 of d) gives rank t its d / tp_size columns of heads
+ *                 [t NH/tp, (t+1) NH/tp): weight (d, 3d/tp), bias (3d/tp)
+ *   attn proj     rows split (row-parallel): weight (d/tp, d)
+ *   fc            columns split: weight (d, 4d/tp), bias (4d/tp)
+ *   mlp proj      rows split: weight (4d/tp, d)
+ *   lm_head       columns split: vocab-parallel (d, vocab_local)
+ *   the rest      replicated in the group (wpe, in_proj, LayerNorms, the
+ *                 biases of the row-parallel products), with identical
+ *                 gradients on every rank of the group
+ * Activations and scratch are sized for the rank's part (qkv, attention
+ * probabilities, heads, fc, gelu, probs); the residual stream stays whole.
+ * tp_size 1 with vocab quantum 1 is the unsharded model, exactly. */
 #ifndef OSDP_LAYOUT_H
 #define OSDP_LAYOUT_H
 
@@ -33,10 +56,19 @@
 
 typedef enum osdp_op_type { OSDP_OP_EMBED, OSDP_OP_ATTN, OSDP_OP_MLP, OSDP_OP_HEAD } osdp_op_type;
 typedef enum osdp_init_kind { OSDP_INIT_NORMAL, OSDP_INIT_ONES, OSDP_INIT_ZEROS } osdp_init_kind;
+/* how a tensor is cut over the tensor-parallel group */
+typedef enum osdp_tp_split {
+    OSDP_TP_REPLICATED,     /* every rank holds the whole tensor */
+    OSDP_TP_ROWS,           /* rank t holds logical rows [t rows, (t+1) rows) */
+    OSDP_TP_COLS            /* each of tp_groups column groups gives rank t its share */
+} osdp_tp_split;
 
 typedef struct osdp_tensor_desc {
     char name[48];          /* within the operator, e.g. "qkv.weight" */
-    int rows, cols;         /* logical shape; 1-D tensors have rows = 1 */
+    int rows, cols;         /* this rank's shape (its tensor-parallel part); 1-D tensors have rows = 1 */
+    int logical_rows, logical_cols;     /* the whole tensor, as checkpoints store it (vocabulary unpadded) */
+    osdp_tp_split tp_split;
+    int tp_groups;          /* OSDP_TP_COLS: column groups, each cut in tp_size (qkv: 3), else 1 */
     int ndim;               /* 1 or 2 (2-D tensors get weight decay) */
     size_t offset;          /* first element in the operator's flat buffer */
     size_t numel;
@@ -116,8 +148,12 @@ typedef struct osdp_op_layout {
     size_t kept_floats_per_seq;             /* recompute: what stays, the output (attn, mlp) */
     osdp_piece scratch[OSDP_S_N_SLOTS];     /* backward scratch per role */
     size_t scratch_floats_per_seq;          /* their sum */
-    size_t flops_per_token;     /* forward matmul FLOPs per token (x3 for fwd+bwd) */
-    size_t attn_flops_per_token;/* forward attention score/value FLOPs per token */
+    size_t tp_floats_per_seq;   /* head, when its cross-entropy is vocab-parallel (tp_size > 1 or a
+                                   padded vocabulary): per token this rank's 3 statistics (max logit,
+                                   sum of exponentials, target logit) and the group's 3 x tp_size,
+                                   the staging of their all-gather (0 otherwise) */
+    size_t flops_per_token;     /* forward matmul FLOPs per token of this rank's part (x3 for fwd+bwd) */
+    size_t attn_flops_per_token;/* forward attention score/value FLOPs per token, this rank's heads */
 } osdp_op_layout;
 
 /* the block operators (attn, mlp): the only ones that can recompute their activations */
@@ -128,14 +164,32 @@ typedef struct osdp_layout {
     int n_ops;
     int T;                      /* sequence length the activations are sized for */
     osdp_op_layout *op;         /* [n_ops] */
-    size_t total_params;
+    int tp_size;                /* tensor-parallel group the parts are for (1: whole operators) */
+    int vocab_padded;           /* V rounded up to a multiple of tp_size x the vocab quantum */
+    int vocab_local;            /* vocab_padded / tp_size: this rank's rows of wte, columns of lm_head */
+    size_t total_params;        /* of this rank's parts */
     size_t max_width;           /* largest residual width */
     size_t max_op_numel;
     size_t max_scratch_floats_per_seq;  /* the largest operator's backward scratch */
 } osdp_layout;
 
-/* T: sequence length used for activation sizes (<= cfg->ctx). */
+/* T: sequence length used for activation sizes (<= cfg->ctx).  The whole
+ * model: tp_size 1, vocabulary unpadded. */
 osdp_status osdp_layout_build(osdp_layout *layout, const osdp_model_config *cfg, int T);
+/* One rank's parts for a tensor-parallel group of tp_size ranks, the
+ * vocabulary padded to a multiple of tp_size x vocab_quantum (the compute
+ * backend's; below 1 reads as 1).  OSDP_ERR_INPUT, naming --tp, when
+ * tp_size does not divide every block's heads. */
+osdp_status osdp_layout_build_tp(osdp_layout *layout, const osdp_model_config *cfg, int T, int tp_size,
+                                 int vocab_quantum);
+/* Where this rank's element e (0 <= e < t->numel) of tensor t lies in the
+ * logical tensor (logical_rows x logical_cols, row-major) on tensor-parallel
+ * rank tp_rank: returns 1 and sets *logical to its flat logical index, or
+ * returns 0 when e is vocabulary padding (no logical element).  *run is how
+ * many elements from e on (e included, within the tensor) continue alike:
+ * consecutive logical indices, or padding.  The identity for replicated
+ * tensors and tp_size 1 without padding. */
+int osdp_tensor_logical_run(const osdp_tensor_desc *t, int tp_rank, size_t e, size_t *logical, size_t *run);
 void osdp_layout_free(osdp_layout *layout);
 int osdp_layout_find_op(const osdp_layout *layout, const char *name);
 /* Index of the operator tensor `name` ("attn.3/qkv.weight"): op and tensor index */

@@ -6,33 +6,68 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void add_tensor(osdp_op_layout *op, osdp_param_slot slot, const char *name, int rows, int cols, int ndim,
-                       osdp_init_kind init, float std)
+/* How the tensor added next is cut over the tensor-parallel group, and its
+ * whole shape; add_tensor's rows and cols are the rank's part. */
+typedef struct tp_cut {
+    osdp_tp_split split;
+    int groups;                  /* column groups (OSDP_TP_COLS) */
+    int logical_rows, logical_cols;
+} tp_cut;
+
+static osdp_tensor_desc *add_tensor_cut(osdp_op_layout *op, osdp_param_slot slot, const char *name, int rows,
+                                        int cols, int ndim, osdp_init_kind init, float std, tp_cut cut)
 {
     op->param[slot] = op->n_tensors;
     osdp_tensor_desc *t = &op->tensor[op->n_tensors++];
     snprintf(t->name, sizeof t->name, "%s", name);
     t->rows = rows;
     t->cols = cols;
+    t->logical_rows = cut.logical_rows;
+    t->logical_cols = cut.logical_cols;
+    t->tp_split = cut.split;
+    t->tp_groups = cut.groups;
     t->ndim = ndim;
     t->offset = op->numel;
     t->numel = (size_t)rows * (size_t)cols;
     t->init = init;
     t->init_std = std;
     op->numel += t->numel;
+    return t;
 }
 
-/* bias_slot < 0: no bias */
+/* a tensor every rank of the group holds whole */
+static void add_tensor(osdp_op_layout *op, osdp_param_slot slot, const char *name, int rows, int cols, int ndim,
+                       osdp_init_kind init, float std)
+{
+    add_tensor_cut(op, slot, name, rows, cols, ndim, init, std,
+                   (tp_cut){.split = OSDP_TP_REPLICATED, .groups = 1, .logical_rows = rows, .logical_cols = cols});
+}
+
+/* How a linear layer is cut over the group (Megatron): whole, by output
+ * columns (column-parallel: weight and bias cut alike, in `groups` column
+ * groups), or by input rows (row-parallel: the bias stays whole, added once
+ * after the partial products are summed). */
+typedef enum linear_cut { LINEAR_WHOLE, LINEAR_COLUMNS, LINEAR_ROWS } linear_cut;
+
+/* bias_slot < 0: no bias.  in, out: the whole layer's; tp divides the cut dimension. */
 static void add_linear(osdp_op_layout *op, osdp_param_slot weight_slot, int bias_slot, const char *prefix, int in,
-                       int out, float std)
+                       int out, float std, linear_cut how, int groups, int tp)
 {
     char name[48];
     snprintf(name, sizeof name, "%s.weight", prefix);
-    add_tensor(op, weight_slot, name, in, out, 2, OSDP_INIT_NORMAL, std);
-    op->flops_per_token += 2 * (size_t)in * (size_t)out;
+    const int rows = how == LINEAR_ROWS ? in / tp : in, cols = how == LINEAR_COLUMNS ? out / tp : out;
+    const osdp_tp_split split = how == LINEAR_ROWS ? OSDP_TP_ROWS : how == LINEAR_COLUMNS ? OSDP_TP_COLS
+                                                                                         : OSDP_TP_REPLICATED;
+    add_tensor_cut(op, weight_slot, name, rows, cols, 2, OSDP_INIT_NORMAL, std,
+                   (tp_cut){.split = split, .groups = how == LINEAR_COLUMNS ? groups : 1, .logical_rows = in,
+                            .logical_cols = out});
+    op->flops_per_token += 2 * (size_t)rows * (size_t)cols;
     if (bias_slot >= 0) {
         snprintf(name, sizeof name, "%s.bias", prefix);
-        add_tensor(op, (osdp_param_slot)bias_slot, name, 1, out, 1, OSDP_INIT_ZEROS, 0);
+        add_tensor_cut(op, (osdp_param_slot)bias_slot, name, 1, cols, 1, OSDP_INIT_ZEROS, 0,
+                       (tp_cut){.split = how == LINEAR_COLUMNS ? OSDP_TP_COLS : OSDP_TP_REPLICATED,
+                                .groups = how == LINEAR_COLUMNS ? groups : 1, .logical_rows = 1,
+                                .logical_cols = out});
     }
 }
 
@@ -71,11 +106,31 @@ static void start_op(osdp_op_layout *op, const char *name, osdp_op_type type, in
 
 osdp_status osdp_layout_build(osdp_layout *layout, const osdp_model_config *cfg, int T)
 {
+    return osdp_layout_build_tp(layout, cfg, T, 1, 1);
+}
+
+osdp_status osdp_layout_build_tp(osdp_layout *layout, const osdp_model_config *cfg, int T, int tp,
+                                 int vocab_quantum)
+{
     memset(layout, 0, sizeof *layout);
     if (T < 1 || T > cfg->ctx)
         return osdp_error_set(OSDP_ERR_INPUT, "sequence length %d out of range [1, ctx = %d]", T, cfg->ctx);
+    if (tp < 1)
+        return osdp_error_set(OSDP_ERR_INPUT, "--tp %d: the tensor-parallel degree must be at least 1", tp);
+    /* heads are what qkv's columns are cut by: every rank gets whole heads,
+     * and then tp divides d, 3d and 4d too */
+    if (cfg->n_head % tp != 0)
+        return osdp_error_set(OSDP_ERR_INPUT,
+                              "--tp %d does not divide the model's %d attention heads: each rank of a tensor-parallel "
+                              "group holds whole heads (choose a divisor of %d)",
+                              tp, cfg->n_head, cfg->n_head);
+    const int quantum = (vocab_quantum > 1 ? vocab_quantum : 1) * tp;
     layout->cfg = *cfg;
     layout->T = T;
+    layout->tp_size = tp;
+    layout->vocab_padded = (cfg->vocab + quantum - 1) / quantum * quantum;
+    layout->vocab_local = layout->vocab_padded / tp;
+    const int V = cfg->vocab, VL = layout->vocab_local, NH = cfg->n_head / tp;
     int L = cfg->n_layer;
     layout->n_ops = 2 * L + 2;
     layout->op = calloc((size_t)layout->n_ops, sizeof *layout->op);
@@ -86,7 +141,8 @@ osdp_status osdp_layout_build(osdp_layout *layout, const osdp_model_config *cfg,
 
     osdp_op_layout *embed = &layout->op[0];
     start_op(embed, "embed", OSDP_OP_EMBED, -1, cfg->width[0], cfg->width[0]);
-    add_tensor(embed, OSDP_P_WTE, "wte", cfg->vocab, cfg->width[0], 2, OSDP_INIT_NORMAL, std);
+    add_tensor_cut(embed, OSDP_P_WTE, "wte", VL, cfg->width[0], 2, OSDP_INIT_NORMAL, std,
+                   (tp_cut){.split = OSDP_TP_ROWS, .groups = 1, .logical_rows = V, .logical_cols = cfg->width[0]});
     add_tensor(embed, OSDP_P_WPE, "wpe", cfg->ctx, cfg->width[0], 2, OSDP_INIT_NORMAL, std);
     add_act(embed, OSDP_A_TOKENS, t);
     add_act(embed, OSDP_A_OUT, t * (size_t)cfg->width[0]);
@@ -95,26 +151,27 @@ osdp_status osdp_layout_build(osdp_layout *layout, const osdp_model_config *cfg,
         size_t d = (size_t)cfg->width[i];
         int d_in = i == 0 ? cfg->width[0] : cfg->width[i - 1];
         char name[32];
-        const size_t att = (size_t)cfg->n_head * t * t;
+        const size_t att = (size_t)NH * t * t, dp = d / (size_t)tp;   /* this rank's heads and their width */
         osdp_op_layout *attn = &layout->op[1 + 2 * i];
         snprintf(name, sizeof name, "attn.%d", i);
         start_op(attn, name, OSDP_OP_ATTN, i, (int)d, d_in);
-        if (d_in != (int)d) add_linear(attn, OSDP_P_IN_PROJ_W, OSDP_P_IN_PROJ_B, "in_proj", d_in, (int)d, std);
+        if (d_in != (int)d)
+            add_linear(attn, OSDP_P_IN_PROJ_W, OSDP_P_IN_PROJ_B, "in_proj", d_in, (int)d, std, LINEAR_WHOLE, 1, tp);
         add_layernorm(attn, "ln_1", (int)d);
-        add_linear(attn, OSDP_P_QKV_W, OSDP_P_QKV_B, "qkv", (int)d, 3 * (int)d, std);
-        add_linear(attn, OSDP_P_PROJ_W, OSDP_P_PROJ_B, "proj", (int)d, (int)d, residual_std);
-        attn->attn_flops_per_token = 4 * t * d;
+        add_linear(attn, OSDP_P_QKV_W, OSDP_P_QKV_B, "qkv", (int)d, 3 * (int)d, std, LINEAR_COLUMNS, 3, tp);
+        add_linear(attn, OSDP_P_PROJ_W, OSDP_P_PROJ_B, "proj", (int)d, (int)d, residual_std, LINEAR_ROWS, 1, tp);
+        attn->attn_flops_per_token = 4 * t * dp;
         if (d_in != (int)d) add_act(attn, OSDP_A_XIN, t * d);
         add_act(attn, OSDP_A_LN, t * d);
         add_act(attn, OSDP_A_MEAN, t);
         add_act(attn, OSDP_A_RSTD, t);
-        add_act(attn, OSDP_A_QKV, 3 * t * d);
+        add_act(attn, OSDP_A_QKV, 3 * t * dp);
         add_act(attn, OSDP_A_ATT, att);
-        add_act(attn, OSDP_A_HEADS, t * d);
+        add_act(attn, OSDP_A_HEADS, t * dp);
         add_act(attn, OSDP_A_OUT, t * d);
         attn->kept_floats_per_seq = attn->act[OSDP_A_OUT].floats;
-        add_scratch(attn, OSDP_S_DHEADS, t * d);
-        add_scratch(attn, OSDP_S_DQKV, 3 * t * d);
+        add_scratch(attn, OSDP_S_DHEADS, t * dp);
+        add_scratch(attn, OSDP_S_DQKV, 3 * t * dp);
         add_scratch(attn, OSDP_S_DLN, t * d);
         add_scratch(attn, OSDP_S_DATT, att);
 
@@ -122,16 +179,16 @@ osdp_status osdp_layout_build(osdp_layout *layout, const osdp_model_config *cfg,
         snprintf(name, sizeof name, "mlp.%d", i);
         start_op(mlp, name, OSDP_OP_MLP, i, (int)d, (int)d);
         add_layernorm(mlp, "ln_2", (int)d);
-        add_linear(mlp, OSDP_P_FC_W, OSDP_P_FC_B, "fc", (int)d, 4 * (int)d, std);
-        add_linear(mlp, OSDP_P_PROJ_W, OSDP_P_PROJ_B, "proj", 4 * (int)d, (int)d, residual_std);
+        add_linear(mlp, OSDP_P_FC_W, OSDP_P_FC_B, "fc", (int)d, 4 * (int)d, std, LINEAR_COLUMNS, 1, tp);
+        add_linear(mlp, OSDP_P_PROJ_W, OSDP_P_PROJ_B, "proj", 4 * (int)d, (int)d, residual_std, LINEAR_ROWS, 1, tp);
         add_act(mlp, OSDP_A_LN, t * d);
         add_act(mlp, OSDP_A_MEAN, t);
         add_act(mlp, OSDP_A_RSTD, t);
-        add_act(mlp, OSDP_A_FC, 4 * t * d);
-        add_act(mlp, OSDP_A_GELU, 4 * t * d);
+        add_act(mlp, OSDP_A_FC, 4 * t * dp);
+        add_act(mlp, OSDP_A_GELU, 4 * t * dp);
         add_act(mlp, OSDP_A_OUT, t * d);
         mlp->kept_floats_per_seq = mlp->act[OSDP_A_OUT].floats;
-        add_scratch(mlp, OSDP_S_DGELU, 4 * t * d);
+        add_scratch(mlp, OSDP_S_DGELU, 4 * t * dp);
         add_scratch(mlp, OSDP_S_DLN, t * d);
     }
 
@@ -139,11 +196,14 @@ osdp_status osdp_layout_build(osdp_layout *layout, const osdp_model_config *cfg,
     size_t d_last = (size_t)cfg->width[L - 1];
     start_op(head, "head", OSDP_OP_HEAD, -1, (int)d_last, (int)d_last);
     add_layernorm(head, "ln_f", (int)d_last);
-    add_linear(head, OSDP_P_LM_HEAD_W, -1, "lm_head", (int)d_last, cfg->vocab, std);
+    add_tensor_cut(head, OSDP_P_LM_HEAD_W, "lm_head.weight", (int)d_last, VL, 2, OSDP_INIT_NORMAL, std,
+                   (tp_cut){.split = OSDP_TP_COLS, .groups = 1, .logical_rows = (int)d_last, .logical_cols = V});
+    head->flops_per_token += 2 * d_last * (size_t)VL;
+    if (tp > 1 || VL != V) head->tp_floats_per_seq = 3 * t * (size_t)(tp + 1);
     add_act(head, OSDP_A_LN, t * d_last);
     add_act(head, OSDP_A_MEAN, t);
     add_act(head, OSDP_A_RSTD, t);
-    add_act(head, OSDP_A_PROBS, t * (size_t)cfg->vocab);
+    add_act(head, OSDP_A_PROBS, t * (size_t)VL);
     add_act(head, OSDP_A_LOSSES, t);
     add_act(head, OSDP_A_TOKENS, t);
     add_scratch(head, OSDP_S_DLN, t * d_last);
@@ -243,6 +303,45 @@ osdp_status osdp_op_split(const osdp_op_layout *op, int g, size_t *bounds)
         bounds[s] = best;
     }
     return OSDP_OK;
+}
+
+int osdp_tensor_logical_run(const osdp_tensor_desc *t, int tp_rank, size_t e, size_t *logical, size_t *run)
+{
+    const size_t cols = (size_t)t->cols, r = e / cols, c = e % cols;
+    switch (t->tp_split) {
+    case OSDP_TP_REPLICATED: break;
+    case OSDP_TP_ROWS: {
+        /* whole rows, consecutive; the rows past the logical ones are the vocabulary padding, at the end */
+        const size_t rows = (size_t)t->rows, row = (size_t)tp_rank * rows + r, logical_rows = (size_t)t->logical_rows;
+        if (row >= logical_rows) {
+            *run = t->numel - e;
+            return 0;
+        }
+        *logical = row * cols + c;
+        const size_t valid_end = (logical_rows - (size_t)tp_rank * rows) * cols;   /* local elements with a row */
+        *run = (valid_end < t->numel ? valid_end : t->numel) - e;
+        return 1;
+    }
+    case OSDP_TP_COLS: {
+        /* within a row, group g's local columns are the rank's share of logical group g */
+        const size_t group_cols = cols / (size_t)t->tp_groups, g = c / group_cols, within = c % group_cols;
+        const size_t logical_group = (size_t)t->logical_cols / (size_t)t->tp_groups;
+        const size_t col = g * logical_group + (size_t)tp_rank * group_cols + within;
+        const size_t group_end = (g + 1) * logical_group;   /* vocabulary padding: columns at or past it */
+        if (col >= group_end || col >= (size_t)t->logical_cols) {
+            *run = cols - c;        /* padding columns end the row (one group) */
+            return 0;
+        }
+        *logical = r * (size_t)t->logical_cols + col;
+        size_t left = group_cols - within;
+        if (col + left > group_end) left = group_end - col;
+        *run = left;
+        return 1;
+    }
+    }
+    *logical = e;
+    *run = t->numel - e;
+    return 1;
 }
 
 double osdp_layout_flops_per_token(const osdp_layout *layout)
