@@ -27,6 +27,8 @@ typedef struct osdp_plan {
     int *recompute;       /* per operator: recompute activations in backward (blocks only) */
     int micro_batch;      /* sequences per rank per micro-step (0: not chosen) */
     int accum_steps;      /* micro-steps per optimizer step */
+    int tp_size;          /* the mesh's tensor-parallel degree the plan is for (0: not stated; the
+                             operators' choices apply to each rank's tensor-parallel parts) */
     double predicted_step_s;
     double predicted_peak_bytes;
 } osdp_plan;
