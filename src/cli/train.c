@@ -286,7 +286,9 @@ static osdp_status dump_weights(osdp_runtime *rt, const char *path)
 }
 
 /* One optimizer step on this rank's micro-batches, read here: the runtime
- * takes them as (accum, 2, B, T), per micro-step the inputs, then the targets. */
+ * takes them as (accum, 2, B, T), per micro-step the inputs, then the targets.
+ * The order is the data-parallel group's (rt->rank of rt->N): the ranks of a
+ * tensor-parallel group read the same micro-batches. */
 static osdp_status train_step(osdp_runtime *rt, const osdp_dataset *data, osdp_step_stats *stats)
 {
     const size_t bt = (size_t)rt->B * (size_t)rt->T;
