@@ -425,7 +425,7 @@ END_TEST
  * quotient; a missing term is O(the gradient) */
 #define FD_EPS 1e-3f
 #define FD_ATOL 2e-3
-#define FD_SAMPLES 3
+#define FD_SAMPLES 2
 
 /* d(loss)/d(element e of op i's tensor) by central differences, element e
  * of `owner`'s part (owner < 0: a replicated tensor, perturbed on every
