@@ -14,6 +14,7 @@
  * += semantics at the same time; those that overwrite get NaN-filled buffers. */
 #include "model/kernels_cpu.h"
 #include "osdp/compute.h"
+#include "osdp/dtype.h"
 
 #include "check_main.h"
 
@@ -939,6 +940,22 @@ START_TEST(test_embedding_range)
         for (int i = 0; i < BT * C; i++) sum[i] += part[i];
     }
     ck_assert_msg(memcmp(sum, x, (size_t)BT * C * sizeof *x) == 0, "ranges' sum is not bitwise the whole lookup");
+    /* the bf16 table's lookup of a range: the fp32 one on the same (widened) weights */
+    const size_t nte = (size_t)RANGE_N * C, npe = (size_t)T * C;
+    uint16_t *te16 = malloc(nte * sizeof *te16), *pe16 = malloc(npe * sizeof *pe16);
+    ck_assert(te16 && pe16);
+    osdp_compute_cpu_bf16.convert_weights(te16, wte + nte, nte);
+    osdp_compute_cpu_bf16.convert_weights(pe16, wpe, npe);
+    for (size_t e = 0; e < nte; e++) wte[nte + e] = osdp_bf16_to_float(te16[e]);
+    for (size_t e = 0; e < npe; e++) wpe[e] = osdp_bf16_to_float(pe16[e]);
+    for (int with_wpe = 0; with_wpe < 2; with_wpe++) {
+        embedding_forward_range(x, tok, wte + nte, with_wpe ? wpe : NULL, B, T, C, RANGE_N, RANGE_N);
+        osdp_compute_cpu_bf16.embedding_forward_range(part, tok, te16, with_wpe ? pe16 : NULL, B, T, C, RANGE_N,
+                                                      RANGE_N);
+        ck_assert_msg(memcmp(part, x, (size_t)BT * C * sizeof *x) == 0, "bf16 range lookup differs (wpe %d)", with_wpe);
+    }
+    free(te16);
+    free(pe16);
     /* backward: each range's rows, dwpe once */
     float *dte = falloc((size_t)RANGES * RANGE_N * C), *dpe = falloc((size_t)T * C);
     float *dte_r = falloc((size_t)RANGES * RANGE_N * C), *dpe_r = falloc((size_t)T * C);
