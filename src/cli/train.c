@@ -322,15 +322,6 @@ static osdp_status check_resumed_setup(const osdp_train_ckpt *ckpt, const osdp_j
                           in->step, what);
 }
 
-/* The vocabulary quantum the backend's vocab-parallel kernels pad to
- * (osdp/layout.h): 1 until the backends state theirs. */
-static osdp_status backend_vocab_quantum(const osdp_compute_backend *backend, int *quantum)
-{
-    (void)backend;
-    *quantum = 1;
-    return OSDP_OK;
-}
-
 /* An emulated device OOM under a plan the planner did not choose: say what
  * would make it fit. */
 static _Noreturn void fatal_with_hint(osdp_status s, const train_setup *t)
@@ -385,7 +376,7 @@ int osdp_cmd_train(const osdp_job *job)
     osdp_check_all(osdp_job_check_seq_len(job, cfg.ctx));
     int T = t.seq_len ? t.seq_len : cfg.ctx;
     int vocab_quantum = 1;
-    osdp_check_all(backend_vocab_quantum(backend, &vocab_quantum));
+    osdp_check_all(osdp_compute_vocab_quantum(backend, &vocab_quantum));   /* what the backend pads the vocabulary to */
     osdp_layout layout;   /* this rank's tensor-parallel parts (the whole model at --tp 1) */
     osdp_check_all(osdp_layout_build_tp(&layout, &cfg, T, mesh.tp, vocab_quantum));
     osdp_layout whole_model;   /* what MFU and the parameter count are of */
