@@ -1,6 +1,7 @@
 /* The cost model (formulas in osdp/cost_model.h). */
 #include "osdp/cost_model.h"
 #include "osdp/gpt.h"
+#include "osdp/schedule.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -136,7 +137,8 @@ void osdp_cost_op_mem_rc(const osdp_cost_model *cm, int op, int g, int k, int rc
 
 long long osdp_cost_workspace(const osdp_cost_model *cm, int b)
 {
-    return (long long)osdp_workspace_floats(cm->layout, b) * cm->dev->act_bytes;
+    const long long staging = (long long)b * (long long)osdp_tp_staging_floats_per_seq(cm->layout);
+    return ((long long)osdp_workspace_floats(cm->layout, b) + staging) * cm->dev->act_bytes;
 }
 
 void osdp_cost_op_time(const osdp_cost_model *cm, int op, int g, int k, int b, int accum, osdp_op_time *out)
