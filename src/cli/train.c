@@ -55,13 +55,6 @@ static osdp_status check_train_options(const osdp_job *job)
     if (job->tp == OSDP_TP_AUTO)
         return osdp_error_set(OSDP_ERR_INPUT, "--tp auto: the planner cannot choose the tensor-parallel degree in this "
                               "build yet; give --tp T");
-    /* checkpoints and weight dumps hold logical tensors; writing them from
-     * tensor-parallel parts is not built yet */
-    const char *saves = job->ckpt_dir ? "--ckpt-dir" : job->resume ? "--resume" : job->init_from ? "--init-from"
-                      : job->dump_weights ? "--dump-weights" : NULL;
-    if (job->tp > 1 && saves)
-        return osdp_error_set(OSDP_ERR_INPUT, "--tp %lld with %s: checkpoints and weight dumps of tensor-parallel runs "
-                              "are not supported yet (run with --tp 1)", job->tp, saves);
     return OSDP_OK;
 }
 
