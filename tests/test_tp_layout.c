@@ -71,6 +71,25 @@ static void build(osdp_layout *L, const osdp_model_config *cfg, int tp, int quan
                   osdp_error_message());
 }
 
+/* visit(cfg, L, arg) for every random model (the first n_models), every
+ * tensor-parallel degree and every vocabulary quantum */
+typedef void (*layout_visit)(const osdp_model_config *cfg, const osdp_layout *L, void *arg);
+
+static void each_layout(int n_models, layout_visit visit, void *arg)
+{
+    for (int m = 0; m < n_models; m++) {
+        osdp_model_config cfg;
+        random_model(m, &cfg);
+        for (int ti = 0; ti < N_TP; ti++)
+            for (int qi = 0; qi < N_QUANTA; qi++) {
+                osdp_layout L;
+                build(&L, &cfg, tp_sizes[ti], vocab_quanta[qi]);
+                visit(&cfg, &L, arg);
+                osdp_layout_free(&L);
+            }
+    }
+}
+
 /* The mapping as layout.h describes it, element by element: the logical
  * index of local element e of tensor t on rank tp_rank, or -1 (padding). */
 static long reference_logical(const osdp_tensor_desc *t, int tp_rank, size_t e)
@@ -91,70 +110,64 @@ static long reference_logical(const osdp_tensor_desc *t, int tp_rank, size_t e)
     return -2;
 }
 
+static void check_mapping(const osdp_model_config *cfg, const osdp_layout *L, void *arg)
+{
+    long *checked = arg;
+    const int tp = L->tp_size;
+    ck_assert_int_eq(L->vocab_padded % tp, 0);
+    ck_assert_int_ge(L->vocab_padded, cfg->vocab);
+    for (int i = 0; i < L->n_ops; i++)
+        for (int k = 0; k < L->op[i].n_tensors; k++) {
+            const osdp_tensor_desc *t = &L->op[i].tensor[k];
+            const size_t logical_numel = osdp_tensor_logical_numel(t);
+            int *held = calloc(logical_numel, sizeof *held);
+            ck_assert_ptr_nonnull(held);
+            size_t padding = 0;
+            for (int r = 0; r < tp; r++) {
+                /* the layout's runs: every element as the reference says */
+                size_t logical, run;
+                for (size_t e = 0; e < t->numel; e += run) {
+                    int valid = osdp_tensor_logical_run(t, r, e, &logical, &run);
+                    ck_assert_msg(run >= 1 && e + run <= t->numel, "%s/%s: run %zu at %zu", L->op[i].name, t->name,
+                                  run, e);
+                    for (size_t j = 0; j < run; j++) {
+                        long want = reference_logical(t, r, e + j);
+                        ck_assert_msg(valid ? want == (long)(logical + j) : want == -1,
+                                      "tp %d rank %d %s/%s element %zu: layout says %s %zu, expected %ld", tp, r,
+                                      L->op[i].name, t->name, e + j, valid ? "logical" : "padding", logical + j, want);
+                        if (valid) held[logical + j]++;
+                        else padding++;
+                    }
+                }
+                /* the joined runs: the same map, and maximal */
+                for (size_t e = 0; e < t->numel; e += run) {
+                    int valid = osdp_tensor_next_run(t, r, e, t->numel, &logical, &run);
+                    for (size_t j = 0; j < run; j++)
+                        ck_assert(reference_logical(t, r, e + j) == (valid ? (long)(logical + j) : -1));
+                    if (e + run < t->numel) {
+                        long next = reference_logical(t, r, e + run);
+                        ck_assert_msg(valid ? next != (long)(logical + run) : next != -1,
+                                      "tp %d rank %d %s/%s: the run at %zu (%zu elements) is not maximal", tp, r,
+                                      L->op[i].name, t->name, e, run);
+                    }
+                    (*checked)++;
+                }
+            }
+            const int want = t->tp_split == OSDP_TP_REPLICATED ? tp : 1;
+            for (size_t x = 0; x < logical_numel; x++)
+                ck_assert_msg(held[x] == want, "tp %d vocabulary %d %s/%s: logical element %zu held by %d ranks", tp,
+                              L->vocab_padded, L->op[i].name, t->name, x, held[x]);
+            ck_assert_uint_eq(padding + want * logical_numel, (size_t)tp * t->numel);
+            if (t->tp_split == OSDP_TP_REPLICATED) ck_assert_uint_eq(t->numel, logical_numel);
+            if (tp == 1 && L->vocab_padded == cfg->vocab) ck_assert_uint_eq(padding, 0);
+            free(held);
+        }
+}
+
 START_TEST(test_mapping)
 {
     long checked = 0;
-    for (int m = 0; m < N_MODELS; m++) {
-        osdp_model_config cfg;
-        random_model(m, &cfg);
-        for (int ti = 0; ti < N_TP; ti++)
-            for (int qi = 0; qi < N_QUANTA; qi++) {
-                const int tp = tp_sizes[ti];
-                osdp_layout L;
-                build(&L, &cfg, tp, vocab_quanta[qi]);
-                ck_assert_int_eq(L.vocab_padded % (tp * vocab_quanta[qi]), 0);
-                ck_assert_int_ge(L.vocab_padded, cfg.vocab);
-                for (int i = 0; i < L.n_ops; i++)
-                    for (int k = 0; k < L.op[i].n_tensors; k++) {
-                        const osdp_tensor_desc *t = &L.op[i].tensor[k];
-                        const size_t logical_numel = osdp_tensor_logical_numel(t);
-                        int *held = calloc(logical_numel, sizeof *held);
-                        ck_assert_ptr_nonnull(held);
-                        size_t padding = 0;
-                        for (int r = 0; r < tp; r++) {
-                            /* the layout's runs: every element as the reference says */
-                            size_t logical, run;
-                            for (size_t e = 0; e < t->numel; e += run) {
-                                int valid = osdp_tensor_logical_run(t, r, e, &logical, &run);
-                                ck_assert_msg(run >= 1 && e + run <= t->numel, "%s/%s: run %zu at %zu", L.op[i].name,
-                                              t->name, run, e);
-                                for (size_t j = 0; j < run; j++) {
-                                    long want = reference_logical(t, r, e + j);
-                                    ck_assert_msg(valid ? want == (long)(logical + j) : want == -1,
-                                                  "tp %d rank %d %s/%s element %zu: layout says %s %zu, expected %ld",
-                                                  tp, r, L.op[i].name, t->name, e + j, valid ? "logical" : "padding",
-                                                  logical + j, want);
-                                    if (valid) held[logical + j]++;
-                                    else padding++;
-                                }
-                            }
-                            /* the joined runs: the same map, and maximal */
-                            for (size_t e = 0; e < t->numel; e += run) {
-                                int valid = osdp_tensor_next_run(t, r, e, t->numel, &logical, &run);
-                                for (size_t j = 0; j < run; j++)
-                                    ck_assert(reference_logical(t, r, e + j) == (valid ? (long)(logical + j) : -1));
-                                if (e + run < t->numel) {
-                                    long next = reference_logical(t, r, e + run);
-                                    ck_assert_msg(valid ? next != (long)(logical + run) : next != -1,
-                                                  "tp %d rank %d %s/%s: the run at %zu (%zu elements) is not maximal",
-                                                  tp, r, L.op[i].name, t->name, e, run);
-                                }
-                                checked++;
-                            }
-                        }
-                        const int want = t->tp_split == OSDP_TP_REPLICATED ? tp : 1;
-                        for (size_t x = 0; x < logical_numel; x++)
-                            ck_assert_msg(held[x] == want, "tp %d quantum %d %s/%s: logical element %zu held by %d ranks",
-                                          tp, vocab_quanta[qi], L.op[i].name, t->name, x, held[x]);
-                        ck_assert_uint_eq(padding + want * logical_numel, (size_t)tp * t->numel);
-                        if (t->tp_split == OSDP_TP_REPLICATED)
-                            ck_assert_uint_eq(t->numel, logical_numel);
-                        if (tp == 1 && L.vocab_padded == cfg.vocab) ck_assert_uint_eq(padding, 0);
-                        free(held);
-                    }
-                osdp_layout_free(&L);
-            }
-    }
+    each_layout(N_MODELS, check_mapping, &checked);
     ck_assert_int_gt(checked, 1000);
 }
 END_TEST
@@ -194,34 +207,30 @@ static float *logical_init(const osdp_layout *L, int i, uint64_t seed)
     return logical;
 }
 
+static void check_init(const osdp_model_config *cfg, const osdp_layout *L, void *arg)
+{
+    const uint64_t seed = *(const uint64_t *)arg;
+    osdp_layout whole;
+    ck_assert_int_eq(osdp_layout_build(&whole, cfg, cfg->ctx), OSDP_OK);
+    for (int i = 0; i < L->n_ops; i++) {
+        const osdp_op_layout *op = &whole.op[i];
+        ck_assert_uint_eq(osdp_op_logical_numel(&L->op[i]), op->numel);
+        float *today = xmalloc(op->numel * sizeof(float));
+        osdp_init_op_range(op, i, seed, 0, op->numel, today);   /* tp 1, unpadded: the flat buffer */
+        float *logical = logical_init(L, i, seed);
+        ck_assert_msg(memcmp(today, logical, op->numel * sizeof(float)) == 0,
+                      "%s tp %d vocabulary %d: operator %s's logical weights differ from tp 1's", cfg->name, L->tp_size,
+                      L->vocab_padded, op->name);
+        free(today);
+        free(logical);
+    }
+    osdp_layout_free(&whole);
+}
+
 START_TEST(test_init_independent_of_mesh)
 {
-    const uint64_t seed = 1234567;
-    for (int m = 0; m < N_MODELS; m++) {
-        osdp_model_config cfg;
-        random_model(m, &cfg);
-        osdp_layout whole;
-        ck_assert_int_eq(osdp_layout_build(&whole, &cfg, cfg.ctx), OSDP_OK);
-        for (int ti = 0; ti < N_TP; ti++)
-            for (int qi = 0; qi < N_QUANTA; qi++) {
-                osdp_layout L;
-                build(&L, &cfg, tp_sizes[ti], vocab_quanta[qi]);
-                for (int i = 0; i < L.n_ops; i++) {
-                    const osdp_op_layout *op = &whole.op[i];
-                    ck_assert_uint_eq(osdp_op_logical_numel(&L.op[i]), op->numel);
-                    float *today = xmalloc(op->numel * sizeof(float));
-                    osdp_init_op_range(op, i, seed, 0, op->numel, today);   /* tp 1, unpadded: the flat buffer */
-                    float *logical = logical_init(&L, i, seed);
-                    ck_assert_msg(memcmp(today, logical, op->numel * sizeof(float)) == 0,
-                                  "model %d tp %d quantum %d: operator %s's logical weights differ from tp 1's", m,
-                                  tp_sizes[ti], vocab_quanta[qi], op->name);
-                    free(today);
-                    free(logical);
-                }
-                osdp_layout_free(&L);
-            }
-        osdp_layout_free(&whole);
-    }
+    uint64_t seed = 1234567;
+    each_layout(N_MODELS, check_init, &seed);
 }
 END_TEST
 
@@ -239,96 +248,92 @@ static size_t random_cuts(size_t n, size_t *cuts, size_t max_cuts)
     return count;
 }
 
+/* Move rank r's part of tensor t (part: its numel elements) to or from
+ * dataset d in random pieces, as ck_transfer does; returns the pieces'
+ * checksum. */
+static uint64_t transfer_pieces(hid_t d, hid_t space, const osdp_tensor_desc *t, int r, float *part, int write)
+{
+    size_t cuts[64];
+    uint64_t sum = 0;
+    const size_t n_cuts = random_cuts(t->numel, cuts, 64);
+    for (size_t c = 0; c + 1 < n_cuts; c++) {
+        const size_t a = cuts[c], b = cuts[c + 1];
+        hsize_t count = b - a;
+        hid_t mspace = H5Screate_simple(1, &count, NULL);
+        ck_assert_int_ge(ck_select_part(space, mspace, t, r, a, b), 0);
+        ck_assert_int_eq(H5Sget_select_npoints(space), H5Sget_select_npoints(mspace));
+        herr_t e = write ? H5Dwrite(d, H5T_NATIVE_FLOAT, mspace, space, H5P_DEFAULT, part + a)
+                         : H5Dread(d, H5T_NATIVE_FLOAT, mspace, space, H5P_DEFAULT, part + a);
+        ck_assert_int_ge(e, 0);
+        sum += ck_checksum_part(t, r, part + a, a, b);
+        H5Sclose(mspace);
+    }
+    return sum;
+}
+
+typedef struct selection_run { hid_t file; int datasets; } selection_run;
+
+static void check_selections(const osdp_model_config *cfg, const osdp_layout *L, void *arg)
+{
+    (void)cfg;
+    selection_run *sr = arg;
+    const uint64_t seed = 99;
+    for (int i = 0; i < L->n_ops; i++) {
+        const osdp_op_layout *op = &L->op[i];
+        float *logical = logical_init(L, i, seed);
+        float *part = xmalloc(op->numel * sizeof(float)), *back = xmalloc(op->numel * sizeof(float));
+        for (int k = 0; k < op->n_tensors; k++) {
+            const osdp_tensor_desc *t = &op->tensor[k];
+            char name[32];
+            snprintf(name, sizeof name, "/d%d", sr->datasets++);
+            hid_t space = ck_tensor_space(t);
+            hid_t d = H5Dcreate2(sr->file, name, H5T_IEEE_F32LE, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+            ck_assert_int_ge(d, 0);
+            /* write each owner's pieces: the dataset is the logical tensor, the checksums add up to its own */
+            uint64_t sum = 0;
+            for (int r = 0; r < L->tp_size; r++) {
+                if (!osdp_tensor_tp_owner(t, r)) continue;
+                osdp_init_op_range_tp(op, i, seed, r, 0, op->numel, part);
+                sum += transfer_pieces(d, space, t, r, part + t->offset, 1);
+            }
+            const size_t n = osdp_tensor_logical_numel(t);
+            const float *want = logical + osdp_op_logical_offset(op, k);
+            float *stored = xmalloc(n * sizeof(float));
+            ck_assert_int_ge(H5Dread(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, stored), 0);
+            ck_assert_msg(memcmp(stored, want, n * sizeof(float)) == 0,
+                          "tp %d vocabulary %d %s/%s: the written dataset is not the logical tensor", L->tp_size,
+                          L->vocab_padded, op->name, t->name);
+            ck_assert_msg(sum == ck_checksum_partial(want, n, 0), "%s/%s: the pieces' checksums do not add up to the "
+                          "tensor's", op->name, t->name);
+            free(stored);
+            /* read: every rank gets its part back, padding left as it was (0) */
+            for (int r = 0; r < L->tp_size; r++) {
+                osdp_init_op_range_tp(op, i, seed, r, 0, op->numel, part);
+                memset(back, 0, t->numel * sizeof(float));
+                transfer_pieces(d, space, t, r, back, 0);
+                ck_assert_msg(memcmp(back, part + t->offset, t->numel * sizeof(float)) == 0,
+                              "tp %d vocabulary %d rank %d %s/%s: the part read back differs", L->tp_size,
+                              L->vocab_padded, r, op->name, t->name);
+            }
+            H5Dclose(d);
+            H5Sclose(space);
+        }
+        free(part);
+        free(back);
+        free(logical);
+    }
+}
+
 START_TEST(test_checkpoint_selections)
 {
-    const uint64_t seed = 99;
     hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
     ck_assert_int_ge(H5Pset_fapl_core(fapl, 1 << 20, 0), 0);   /* in memory, never on disk */
-    hid_t file = H5Fcreate("test_tp_layout.h5", H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
-    ck_assert_int_ge(file, 0);
-    int datasets = 0;
-    for (int m = 0; m < 3; m++) {
-        osdp_model_config cfg;
-        random_model(m, &cfg);
-        for (int ti = 0; ti < N_TP; ti++)
-            for (int qi = 0; qi < N_QUANTA; qi++) {
-                osdp_layout L;
-                build(&L, &cfg, tp_sizes[ti], vocab_quanta[qi]);
-                for (int i = 0; i < L.n_ops; i++) {
-                    const osdp_op_layout *op = &L.op[i];
-                    float *logical = logical_init(&L, i, seed);
-                    float **parts = xmalloc((size_t)L.tp_size * sizeof *parts);
-                    for (int r = 0; r < L.tp_size; r++) {
-                        parts[r] = xmalloc(op->numel * sizeof(float));
-                        osdp_init_op_range_tp(op, i, seed, r, 0, op->numel, parts[r]);
-                    }
-                    for (int k = 0; k < op->n_tensors; k++) {
-                        const osdp_tensor_desc *t = &op->tensor[k];
-                        char name[128];
-                        snprintf(name, sizeof name, "/d%d", datasets++);
-                        hid_t space = ck_tensor_space(t);
-                        hid_t d = H5Dcreate2(file, name, H5T_IEEE_F32LE, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-                        ck_assert_int_ge(d, 0);
-                        size_t cuts[64];
-                        uint64_t sum = 0;
-                        /* write: each owner's pieces */
-                        for (int r = 0; r < L.tp_size; r++) {
-                            if (!osdp_tensor_tp_owner(t, r)) continue;
-                            size_t n_cuts = random_cuts(t->numel, cuts, 64);
-                            for (size_t c = 0; c + 1 < n_cuts; c++) {
-                                size_t a = cuts[c], b = cuts[c + 1];
-                                hsize_t count = b - a;
-                                hid_t mspace = H5Screate_simple(1, &count, NULL);
-                                ck_assert_int_ge(ck_select_part(space, mspace, t, r, a, b), 0);
-                                ck_assert_int_eq(H5Sget_select_npoints(space), H5Sget_select_npoints(mspace));
-                                ck_assert_int_ge(H5Dwrite(d, H5T_NATIVE_FLOAT, mspace, space, H5P_DEFAULT,
-                                                          parts[r] + t->offset + a), 0);
-                                sum += ck_checksum_part(t, r, parts[r] + t->offset + a, a, b);
-                                H5Sclose(mspace);
-                            }
-                        }
-                        /* the dataset is the logical tensor */
-                        const size_t n = osdp_tensor_logical_numel(t);
-                        float *back = xmalloc(n * sizeof(float));
-                        ck_assert_int_ge(H5Dread(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, back), 0);
-                        const float *want = logical + osdp_op_logical_offset(op, k);
-                        ck_assert_msg(memcmp(back, want, n * sizeof(float)) == 0,
-                                      "tp %d quantum %d %s/%s: the written dataset is not the logical tensor", L.tp_size,
-                                      vocab_quanta[qi], op->name, t->name);
-                        ck_assert_msg(sum == ck_checksum_partial(want, n, 0), "%s/%s: the pieces' checksums do not add "
-                                      "up to the tensor's", op->name, t->name);
-                        /* read: every rank gets its part back, padding left as it was (0) */
-                        for (int r = 0; r < L.tp_size; r++) {
-                            float *part = xmalloc(t->numel * sizeof(float));
-                            memset(part, 0, t->numel * sizeof(float));
-                            size_t n_cuts = random_cuts(t->numel, cuts, 64);
-                            for (size_t c = 0; c + 1 < n_cuts; c++) {
-                                size_t a = cuts[c], b = cuts[c + 1];
-                                hsize_t count = b - a;
-                                hid_t mspace = H5Screate_simple(1, &count, NULL);
-                                ck_assert_int_ge(ck_select_part(space, mspace, t, r, a, b), 0);
-                                ck_assert_int_ge(H5Dread(d, H5T_NATIVE_FLOAT, mspace, space, H5P_DEFAULT, part + a), 0);
-                                H5Sclose(mspace);
-                            }
-                            ck_assert_msg(memcmp(part, parts[r] + t->offset, t->numel * sizeof(float)) == 0,
-                                          "tp %d quantum %d rank %d %s/%s: the part read back differs", L.tp_size,
-                                          vocab_quanta[qi], r, op->name, t->name);
-                            free(part);
-                        }
-                        free(back);
-                        H5Dclose(d);
-                        H5Sclose(space);
-                    }
-                    for (int r = 0; r < L.tp_size; r++) free(parts[r]);
-                    free(parts);
-                    free(logical);
-                }
-                osdp_layout_free(&L);
-            }
-    }
-    H5Fclose(file);
+    selection_run sr = {.file = H5Fcreate("test_tp_layout.h5", H5F_ACC_TRUNC, H5P_DEFAULT, fapl), .datasets = 0};
+    ck_assert_int_ge(sr.file, 0);
+    each_layout(3, check_selections, &sr);
+    H5Fclose(sr.file);
     H5Pclose(fapl);
-    ck_assert_int_gt(datasets, 100);
+    ck_assert_int_gt(sr.datasets, 100);
 }
 END_TEST
 

@@ -258,7 +258,6 @@ osdp_status osdp_train_dump_weights(osdp_runtime *rt, const char *path, MPI_Comm
 {
     int rank;
     MPI_Comm_rank(comm, &rank);
-    const int tp = rt->layout->tp_size;
     FILE *f = NULL;
     osdp_status s = OSDP_OK;
     if (rank == 0 && !(f = fopen(path, "wb")))
@@ -277,14 +276,14 @@ osdp_status osdp_train_dump_weights(osdp_runtime *rt, const char *path, MPI_Comm
         const int count = part ? (int)op->numel : 0;
         if (rank == 0) {
             if (s == OSDP_OK) osdp_op_part_to_logical(op, 0, part, logical);
-            for (int t = 1; t < tp; t++) {   /* the first data-parallel group's other parts: ranks 1 .. tp-1 */
-                MPI_Recv(part, count, MPI_FLOAT, t, i, comm, MPI_STATUS_IGNORE);
+            for (int t = 1; t < rt->tp_size; t++) {   /* the other parts of data-parallel rank 0's group, by tag */
+                MPI_Recv(part, count, MPI_FLOAT, MPI_ANY_SOURCE, t, comm, MPI_STATUS_IGNORE);
                 if (s == OSDP_OK) osdp_op_part_to_logical(op, t, part, logical);
             }
             if (s == OSDP_OK && fwrite(logical, sizeof(float), logical_numel, f) != logical_numel)
                 s = osdp_error_set(OSDP_ERR_IO, "--dump-weights: short write to %s", path);
-        } else if (rank < tp) {
-            MPI_Send(part, count, MPI_FLOAT, 0, i, comm);
+        } else if (rt->rank == 0) {   /* tensor-parallel rank tp_rank > 0 of the group rank 0 is in */
+            MPI_Send(part, count, MPI_FLOAT, 0, rt->tp_rank, comm);
         }
         free(part);
         free(logical);

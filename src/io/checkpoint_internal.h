@@ -60,9 +60,6 @@ herr_t ck_select_part(hid_t fspace, hid_t mspace, const osdp_tensor_desc *td, in
 /* ck_checksum_partial over the logical elements of the piece (local [a, b),
  * piece[0] = local a) with their logical indices */
 uint64_t ck_checksum_part(const osdp_tensor_desc *td, int tp_rank, const float *piece, size_t a, size_t b);
-/* the tensor-parallel rank of this rank of the mesh communicator comm
- * (DESIGN.md §9: the tensor axis innermost) */
-int ck_tp_rank(const osdp_runtime *rt, MPI_Comm comm);
 /* OSDP_ERR_INPUT (naming `path`) unless comm holds the whole mesh:
  * tp_size x rt->N ranks (not collective: every rank finds the same) */
 osdp_status ck_check_mesh(const osdp_runtime *rt, MPI_Comm comm, const char *path);

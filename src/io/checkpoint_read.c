@@ -253,7 +253,7 @@ static osdp_status open_tensor(hid_t file, const char *path, const char *name, c
 static osdp_status read_op(osdp_runtime *rt, int i, int kinds, hid_t file, const char *path, hid_t dxpl, float *buf,
                            MPI_Comm comm, double *bytes)
 {
-    const int tp_rank = ck_tp_rank(rt, comm);
+    const int tp_rank = rt->tp_rank;
     const osdp_op_layout *op = &rt->layout->op[i];
     float *state[OSDP_STATE_N_KINDS];
     const size_t shard = osdp_runtime_op_shard(rt, i, state);

@@ -17,13 +17,6 @@ float *ck_shard_buffer(osdp_runtime *rt)
     return malloc(max_shard * sizeof(float));
 }
 
-int ck_tp_rank(const osdp_runtime *rt, MPI_Comm comm)
-{
-    int rank;
-    MPI_Comm_rank(comm, &rank);
-    return rank % rt->layout->tp_size;
-}
-
 osdp_status ck_check_mesh(const osdp_runtime *rt, MPI_Comm comm, const char *path)
 {
     int size;

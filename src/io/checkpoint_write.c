@@ -166,7 +166,7 @@ static hid_t make_dcpl(const osdp_tensor_desc *td)
  * attach the checksums.  Two agreements and one all-reduce per operator. */
 static osdp_status write_op(osdp_runtime *rt, int i, hid_t file, hid_t dxpl, float *buf, MPI_Comm comm, double *bytes)
 {
-    const int tp_rank = ck_tp_rank(rt, comm);
+    const int tp_rank = rt->tp_rank;
     const osdp_op_layout *op = &rt->layout->op[i];
     float *state[OSDP_STATE_N_KINDS];
     const size_t shard = osdp_runtime_op_shard(rt, i, state);
