@@ -55,13 +55,6 @@ static osdp_status check_train_options(const osdp_job *job)
     if (job->tp == OSDP_TP_AUTO)
         return osdp_error_set(OSDP_ERR_INPUT, "--tp auto: the planner cannot choose the tensor-parallel degree in this "
                               "build yet; give --tp T");
-    /* checkpoints and weight dumps hold logical tensors; writing them from
-     * tensor-parallel parts is not built yet */
-    const char *saves = job->ckpt_dir ? "--ckpt-dir" : job->resume ? "--resume" : job->init_from ? "--init-from"
-                      : job->dump_weights ? "--dump-weights" : NULL;
-    if (job->tp > 1 && saves)
-        return osdp_error_set(OSDP_ERR_INPUT, "--tp %lld with %s: checkpoints and weight dumps of tensor-parallel runs "
-                              "are not supported yet (run with --tp 1)", job->tp, saves);
     return OSDP_OK;
 }
 
@@ -265,26 +258,6 @@ static double predicted_step_time(const osdp_layout *layout, const osdp_plan *pl
     return osdp_cost_step_time(&cm, plan, plan->micro_batch, plan->accum_steps);
 }
 
-/* Gather each operator in turn (never the whole model at once) and append
- * its logical parameters to `path` on rank 0. */
-static osdp_status dump_weights(osdp_runtime *rt, const char *path)
-{
-    FILE *f = NULL;
-    osdp_status s = OSDP_OK;
-    if (rt->rank == 0 && !(f = fopen(path, "wb")))
-        s = osdp_error_set(OSDP_ERR_IO, "cannot write %s", path);
-    for (int i = 0; i < rt->layout->n_ops && s == OSDP_OK; i++) {
-        float *full = malloc(rt->layout->op[i].numel * sizeof(float));
-        if (!full) s = osdp_error_set(OSDP_ERR_OOM, "dump: out of host memory");
-        if (s == OSDP_OK) s = osdp_runtime_gather_op(rt, i, full);
-        if (s == OSDP_OK && f && fwrite(full, sizeof(float), rt->layout->op[i].numel, f) != rt->layout->op[i].numel)
-            s = osdp_error_set(OSDP_ERR_IO, "short write to %s", path);
-        free(full);
-    }
-    if (f && fclose(f) != 0 && s == OSDP_OK) s = osdp_error_set(OSDP_ERR_IO, "cannot close %s", path);
-    return s;
-}
-
 /* One optimizer step on this rank's micro-batches, read here: the runtime
  * takes them as (accum, 2, B, T), per micro-step the inputs, then the targets.
  * The order is the data-parallel group's (rt->rank of rt->N): the ranks of a
@@ -446,7 +419,7 @@ int osdp_cmd_train(const osdp_job *job)
     osdp_check_all(osdp_train_ckpt_finish(&ckpt));
     osdp_report_summary(&report);
     if (job->dump_weights) {
-        s = dump_weights(&rt, job->dump_weights);
+        s = osdp_train_dump_weights(&rt, job->dump_weights, MPI_COMM_WORLD);
         if (s != OSDP_OK) osdp_fatal(s, osdp_error_message());
     }
     osdp_report_close(&report);
