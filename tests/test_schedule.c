@@ -16,8 +16,12 @@
  *             per category (so the closed form needs no term for it); its
  *             loss on a step's own micro-batches, before that step, is the
  *             step's loss to the bit, and running it moves no peak
+ *   tensor-parallel layouts (tp 2 and 4, the vocabulary padded or not): the
+ *             schedule's evaluation equals the closed form on random plans,
+ *             its staging buffer (category tp_comm) held from the setup on
  * Runs on one MPI rank (the runtime needs a communicator); the measured
- * peaks on 4 ranks are checked by tests/run_mpi_tests.sh. */
+ * peaks on 4 ranks are checked by tests/run_mpi_tests.sh, on meshes by
+ * tests/test_mesh.sh. */
 #include "config.h"
 
 #include <check.h>
@@ -286,6 +290,72 @@ START_TEST(test_schedule_equals_closed_form)
 }
 END_TEST
 
+/* one rank's parts of a model for tp ranks, the vocabulary padded to a
+ * multiple of tp x vocab_quantum; n_head > 0 replaces the file's heads */
+static void load_layout_tp(osdp_layout *L, const char *model, int T, int tp, int vocab_quantum, int n_head)
+{
+    char path[4096];
+    osdp_model_config cfg;
+    snprintf(path, sizeof path, "%s/%s", src_dir(), model);
+    ck_assert_msg(osdp_model_config_load(&cfg, path) == OSDP_OK, "%s", osdp_error_message());
+    if (n_head > 0) cfg.n_head = n_head;
+    ck_assert_msg(osdp_layout_build_tp(L, &cfg, T > 0 ? T : cfg.ctx, tp, vocab_quantum) == OSDP_OK, "%s",
+                  osdp_error_message());
+}
+
+/* the staging buffer: allocated by the setup, in tp_comm, B x the head's
+ * floats per sequence; no other buffer in tp_comm */
+static void check_tp_staging(const osdp_layout *L, const osdp_plan *p, int N, int B)
+{
+    osdp_schedule sc;
+    osdp_schedule_options so = {.n_ranks = N, .micro_batch = B, .accum_steps = 1, .prefetch = 1,
+                                .weight_dtype = OSDP_FLOAT32, .pad_quantum = 1};
+    ck_assert_msg(osdp_schedule_build(&sc, L, p, &so) == OSDP_OK, "%s", osdp_error_message());
+    size_t staged = 0;
+    for (int e = 0; e < sc.n_setup; e++)
+        if (sc.setup[e].kind == OSDP_EV_ALLOC && sc.setup[e].buffer == OSDP_BUF_TP_STAGING) staged += sc.setup[e].bytes;
+    ck_assert_uint_eq(staged, (size_t)B * L->op[L->n_ops - 1].tp_floats_per_seq * sizeof(float));
+    for (int e = 0; e < sc.n_micro; e++) ck_assert_int_ne(sc.micro[e].buffer, OSDP_BUF_TP_STAGING);
+    osdp_memory_prediction pr;
+    osdp_schedule_peak(&sc, &pr);
+    ck_assert_uint_eq(pr.peak[OSDP_MEM_TP_COMM], staged);
+    osdp_schedule_free(&sc);
+}
+
+/* tensor-parallel parts: schedule against closed form on random plans, at
+ * tp 2 and 4 (uniform and mixed widths), the vocabulary unpadded (quantum
+ * 1: 256 = 2 x 128) and padded (quantum 3) */
+START_TEST(test_tp_schedule_equals_closed_form)
+{
+    static const struct { const char *model; int n_head, tp, vocab_quantum; } meshes[] = {
+        {"tests/mpi/t_small.ini", 0, 2, 1}, {"tests/mpi/t_ic.ini", 0, 2, 3},
+        {"tests/mpi/t_small.ini", 4, 4, 3}, {"tests/mpi/t_ic.ini", 4, 4, 1},
+    };
+    const int Ns[] = {1, 2, 3, 4};
+    int checked = 0;
+    for (int mi = 0; mi < 4; mi++) {
+        osdp_layout L;
+        load_layout_tp(&L, meshes[mi].model, 8 + (int)(rnd() % 8), meshes[mi].tp, meshes[mi].vocab_quantum,
+                       meshes[mi].n_head);
+        ck_assert_int_eq(L.tp_size, meshes[mi].tp);
+        ck_assert_uint_gt(osdp_tp_staging_floats_per_seq(&L), 0);
+        osdp_plan p;
+        ck_assert(osdp_plan_alloc(&p, L.n_ops) == OSDP_OK);
+        check_tp_staging(&L, &p, 2, 3);
+        for (int ni = 0; ni < 4; ni++)
+            for (int r = 0; r < 25; r++) {
+                random_plan(&L, &p);
+                check_plan(&L, &p, Ns[ni], 1 + (int)(rnd() % 4), 1 + (int)(rnd() % 3), (int)(rnd() % 2),
+                           rnd() % 2 ? OSDP_BFLOAT16 : OSDP_FLOAT32, quantum_of(r), NULL);
+                checked++;
+            }
+        osdp_plan_free(&p);
+        osdp_layout_free(&L);
+    }
+    ck_assert_int_eq(checked, 400);
+}
+END_TEST
+
 /* bad plans and options: a clear message, no schedule */
 START_TEST(test_schedule_errors)
 {
@@ -323,7 +393,7 @@ END_TEST
 static Suite *schedule_suite(void)
 {
     const TTest *schedule[] = {test_measured_equals_schedule_and_closed_form, test_schedule_equals_closed_form,
-                               test_schedule_errors, NULL};
+                               test_tp_schedule_equals_closed_form, test_schedule_errors, NULL};
     const osdp_check_case cases[] = {{.name = "schedule", .tests = schedule}};
     return osdp_check_suite("schedule", cases, sizeof cases / sizeof cases[0]);
 }

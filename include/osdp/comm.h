@@ -14,6 +14,11 @@ typedef enum osdp_collective {
     OSDP_COLL_REDUCE_SCATTER,
     OSDP_COLL_ALL_REDUCE,
     OSDP_COLL_BROADCAST,
+    /* the tensor-parallel group's (a communicator made with
+     * osdp_comm_set_tensor_axis): kinds of their own, so that a step's
+     * traffic tells the mesh's two axes apart */
+    OSDP_COLL_TP_ALL_REDUCE,
+    OSDP_COLL_TP_ALL_GATHER,
     OSDP_COLL_N_TYPES
 } osdp_collective;
 const char *osdp_collective_name(osdp_collective c);
@@ -63,6 +68,8 @@ struct osdp_comm {
     int rank, size;
     void *impl;
     osdp_traffic traffic;
+    int tensor_axis;        /* the mesh's tensor-parallel group: its all-reduces and all-gathers
+                               count as OSDP_COLL_TP_ALL_REDUCE / _TP_ALL_GATHER */
 };
 
 /* MPI backend over a duplicate of `mpi_comm` (an MPI_Comm passed as void*
@@ -90,5 +97,9 @@ osdp_status osdp_comm_group_end(osdp_comm *c);
 void osdp_comm_progress(osdp_comm *c);
 void osdp_comm_destroy(osdp_comm *c);
 void osdp_traffic_reset(osdp_traffic *t);
+/* *sum += *t, every kind and the wait time (a step's traffic over the mesh's communicators) */
+void osdp_traffic_add(osdp_traffic *sum, const osdp_traffic *t);
+/* from now on c's all-reduces and all-gathers count as the tensor-parallel kinds */
+void osdp_comm_set_tensor_axis(osdp_comm *c);
 
 #endif

@@ -30,6 +30,14 @@
  *              from the start of the backward of the operator after it (in
  *              backward order) to hide behind all of that operator's compute
  *   workspace W = osdp_workspace_floats(layout, b) a     (one, all step)
+ *              + b tp_floats_per_seq(head) a: on a tensor-parallel layout
+ *              (osdp_layout_build_tp) the staging of the vocab-parallel
+ *              cross-entropy's all-gather, also allocated once at setup
+ *              (osdp_cost_workspace returns both)
+ *
+ * On a tensor-parallel layout everything above is of the rank's parts and N
+ * is the data-parallel ranks; the in-place all-reduces of activations and
+ * input gradients need no buffer.
  *
  * Peak (the runtime's schedule, osdp/runtime.h; ops 0..n-1):
  *   peak = W + sum_i (state_i + resident_i) + max_u ( K_u + Y_u )
@@ -136,6 +144,8 @@ void osdp_cost_op_time(const osdp_cost_model *cm, int op, int g, int k, int b, i
 /* the same with the recompute flag of `op` given (cm->recompute ignored) */
 void osdp_cost_op_mem_rc(const osdp_cost_model *cm, int op, int g, int k, int rc, int b, osdp_op_mem *out);
 void osdp_cost_op_time_rc(const osdp_cost_model *cm, int op, int g, int k, int rc, int b, int accum, osdp_op_time *out);
+/* W: the buffers of the setup that do not depend on the plan (the backward
+ * workspace and the tensor-parallel staging) */
 long long osdp_cost_workspace(const osdp_cost_model *cm, int b);
 /* tp_comm of operator op for ONE micro-step (formula above): seconds of the
  * tensor-parallel group's collectives at micro-batch b, rc: recomputed */

@@ -15,6 +15,7 @@ typedef enum osdp_mem_category {
     OSDP_MEM_GRADS,        /* full (unsharded) gradients before reduce-scatter */
     OSDP_MEM_ACTIVATIONS,  /* saved for backward, and token ids */
     OSDP_MEM_WORKSPACE,    /* backward scratch */
+    OSDP_MEM_TP_COMM,      /* the tensor-parallel collectives' staging (the vocab-parallel loss statistics) */
     OSDP_MEM_N_CATEGORIES
 } osdp_mem_category;
 

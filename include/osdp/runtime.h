@@ -32,6 +32,42 @@
  * is data: the runtime builds its schedule once (osdp/schedule.h) and
  * executes it; the memory prediction evaluates the same events.
  *
+ * Tensor parallelism (DESIGN.md §9).  On a mesh the layout is one rank's
+ * tensor-parallel parts (osdp_layout_build_tp) and everything above works on
+ * them: `comm`, N and rank are the rank's data-parallel group, which the
+ * plan's DP / ZDP slices are sharded over; the options' tp_comm is its
+ * tensor-parallel group, over which the operators' blocking collectives run
+ * (osdp_tp_group, osdp/gpt.h).  Every rank of a tensor group computes the
+ * same per-token losses and the same gradients of the replicated tensors, so
+ * the step's sums count them once per group: the loss and the replicated
+ * tensors' squared gradients are added by tensor rank 0 only, the split
+ * tensors' by every rank; the two sums are all-reduced over the data group,
+ * then over the tensor group.  The gradient norm, the clipping and AdamW are
+ * then those of the whole model.  Validation sums its loss alike.
+ *
+ * Tensor-parallel traffic per optimizer step (the TP kinds, osdp/comm.h), per
+ * rank, with A micro-steps of B sequences of T tokens, L blocks of widths
+ * d_i, the embedding's width d_0 and the head's d_L; all fp32, logical bytes
+ * (the whole buffer of each call):
+ *   tp all-reduce   per micro-step: forward one of B T d (x 4 bytes) after
+ *                   the embedding and after every attn and mlp (the row-
+ *                   parallel products), recompute repeats its forward's;
+ *                   backward one of B T d before the LayerNorm backward of
+ *                   every attn, mlp and the head (after the column-parallel
+ *                   products);
+ *                   calls = A (1 + 2 L + R + 2 L + 1), R the recomputing
+ *                   operators; bytes = 4 A B T (d_0 + 2 sum d_i + sum over
+ *                   recomputing ops of d + 2 sum d_i + d_L);
+ *                   plus, per step, one of the 2 doubles of the loss and norm
+ *                   sums (16 bytes, 1 call)
+ *   tp all-gather   per micro-step: the head's loss statistics, 3 B T floats
+ *                   per rank: calls = A, bytes = 4 A 3 B T tp (logical: every
+ *                   rank's part)
+ * both only when tp > 1 (the head's all-gather also whenever its
+ * cross-entropy is vocab-parallel).  Wire bytes: 2 (tp-1)/tp of an
+ * all-reduce's, (tp-1)/tp of an all-gather's.  Validation passes are
+ * counted in no step.
+ *
  * Everything inside (the shards, the step's buffers, the schedule) is
  * private to src/runtime: checkpoints, initialisation and weight dumps
  * reach the shards through osdp_runtime_shards and the setters below.  The
@@ -58,6 +94,8 @@ typedef struct osdp_runtime_options {
     osdp_optim_config optim;
     osdp_dtype weight_dtype;    /* working weights: the backend's */
     int pad_quantum;        /* shard padding: osdp_compute_pad_quantum's (0 reads as 1, the CPU's) */
+    osdp_comm *tp_comm;     /* the tensor-parallel group (its size: the layout's tp_size); NULL: none,
+                               for a layout of tp_size 1 */
 } osdp_runtime_options;
 
 typedef struct osdp_step_stats {
@@ -67,7 +105,7 @@ typedef struct osdp_step_stats {
     float lr;
     double seconds;
     long tokens;            /* tokens in the global batch */
-    osdp_traffic traffic;   /* this step, this rank */
+    osdp_traffic traffic;   /* this step, this rank: both groups' collectives */
     double val_loss;        /* the validation loss after this step; NAN: not evaluated
                                (the caller sets it: osdp_runtime_evaluate) */
 } osdp_step_stats;
@@ -76,11 +114,13 @@ typedef struct osdp_step_stats {
 typedef struct osdp_runtime {
     const osdp_layout *layout;
     osdp_plan plan;
-    osdp_comm *comm;
+    osdp_comm *comm;                  /* the data-parallel group */
+    osdp_comm *tp_comm;               /* the tensor-parallel group, NULL without one */
     const osdp_compute_backend *backend;
     osdp_memory mem;                  /* the accounting allocator: measured peaks */
     osdp_runtime_options opt;
-    int N, rank, B, T;
+    int N, rank, B, T;                /* N, rank: in the data-parallel group */
+    int tp_size, tp_rank;             /* in the tensor-parallel group (1, 0 without one) */
     osdp_dtype weight_dtype;          /* working weights and their all-gathers */
     long step;                        /* optimizer steps done */
     struct osdp_runtime_internal *in; /* the schedule, the shards, the step's buffers (src/runtime) */

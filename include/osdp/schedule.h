@@ -67,6 +67,8 @@ typedef enum osdp_buffer_kind {
     OSDP_BUF_ACTS,          /* (B, act floats per sequence, less the kept output when recomputing) */
     OSDP_BUF_FULL_GRAD,     /* (padded) fp32: full gradients during the backward */
     OSDP_BUF_GRAD_RECV,     /* (shard) fp32: the reduce-scatter's destination */
+    OSDP_BUF_TP_STAGING,    /* (B, head tp_floats_per_seq) fp32: the all-gather of the vocab-parallel
+                               cross-entropy's statistics (osdp/gpt.h); allocated at setup when non-zero */
     OSDP_BUF_N_KINDS
 } osdp_buffer_kind;
 
@@ -152,6 +154,12 @@ osdp_status osdp_schedule_build(osdp_schedule *sched, const osdp_layout *layout,
 void osdp_schedule_free(osdp_schedule *sched);
 
 osdp_mem_category osdp_buffer_category(osdp_buffer_kind kind);
+/* floats per sequence of the tensor-parallel staging (OSDP_BUF_TP_STAGING):
+ * the head's tp_floats_per_seq, 0 when its cross-entropy is not vocab-parallel */
+static inline size_t osdp_tp_staging_floats_per_seq(const osdp_layout *layout)
+{
+    return layout->op[layout->n_ops - 1].tp_floats_per_seq;
+}
 /* elements of a rank's shard of a slice: padded / N */
 static inline size_t osdp_sched_slice_shard_numel(const osdp_sched_slice *sl, int n_ranks)
 {

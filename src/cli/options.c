@@ -129,6 +129,14 @@ static const option_row g_options[] = {
      .default_value = "auto", .metavar = "auto|dp|zdp|FILE",
      .help = "the planner's plan (modes per operator, and the micro-batch and accumulation\n"
         "unless --batch is given), DP or ZDP for every operator, or a plan file"},
+    {.name = "tp", .type = OPT_INT, .commands = TRAIN | PLAN, .field = FIELD(tp), .lo = 1, .hi = OSDP_MAX_TP,
+     .choices = "auto", .word_value = OSDP_TP_AUTO, .default_value = "1", .metavar = "T|auto",
+     .help = "tensor-parallel degree: groups of T consecutive ranks hold each operator's Megatron parts,\n"
+        "the plan shards those parts over ranks / T data-parallel ranks (auto: the planner chooses T;\n"
+        "train: with --plan auto only)"},
+    {.name = "tp", .type = OPT_INT, .commands = PROFILE, .field = FIELD(tp), .lo = 1, .hi = OSDP_MAX_TP,
+     .default_value = "1", .metavar = "T",
+     .help = "tensor-parallel degree: the groups of T consecutive ranks whose collectives are measured"},
     {.name = "split", .type = OPT_INT, .commands = TRAIN | PLAN, .field = FIELD(split), .lo = 1,
      .hi = OSDP_MAX_SLICES, .choices = "auto", .word_value = OSDP_SPLIT_AUTO, .default_value = "1",
      .metavar = "G|auto",

@@ -27,6 +27,8 @@ typedef enum osdp_precision_choice { OSDP_PRECISION_BF16, OSDP_PRECISION_FP32 } 
  * osdp_search_kind (paper|overlap, exact|dfs) */
 
 #define OSDP_SPLIT_AUTO (-1)          /* --split auto */
+#define OSDP_TP_AUTO 0                /* --tp auto: the planner chooses the tensor-parallel degree */
+#define OSDP_MAX_TP 4096              /* --tp: the largest (it must divide the heads anyway) */
 #define OSDP_PROFILE_MAX_REPS 64      /* profile --reps: the largest */
 #define OSDP_MAX_OPTIONS 64           /* rows of the table (checked at start) */
 
@@ -48,6 +50,7 @@ typedef struct osdp_job {
     long long ranks;                  /* plan: ranks to plan for */
     long long plan_tp;                /* plan --tp: tensor-parallel degree, OSDP_TP_AUTO; 0: not given */
     long long split;                  /* slices per operator, or OSDP_SPLIT_AUTO */
+    long long tp;                     /* tensor-parallel degree (1: none), or OSDP_TP_AUTO */
     int recompute;                    /* osdp_recompute_choice */
     int cost_model;                   /* osdp_cost_kind */
     int search;                       /* osdp_search_kind */

@@ -67,17 +67,19 @@ static double measured_peak_flops(osdp_report *r)
     return sum / r->world->size;
 }
 
-void osdp_report_open(osdp_report *r, const osdp_runtime *rt, const osdp_world *world,
-                      const osdp_memory_prediction *predicted, double peak_flops,
+void osdp_report_open(osdp_report *r, const osdp_runtime *rt, const osdp_world *world, const osdp_mesh *mesh,
+                      const osdp_layout *whole_model, const osdp_memory_prediction *predicted, double peak_flops,
                       const char *log_path, int quiet, long log_every)
 {
     memset(r, 0, sizeof *r);
     r->rt = rt;
     r->world = world;
+    r->mesh = mesh;
     r->predicted = *predicted;
     r->quiet = quiet;
     r->log_every = log_every > 0 ? log_every : 1;
-    r->flops_per_token = osdp_layout_flops_per_token(rt->layout);
+    r->flops_per_token = osdp_layout_flops_per_token(whole_model);
+    r->model_params = whole_model->total_params;
     if (peak_flops > 0) {
         r->peak_flops_per_rank = peak_flops;
         r->peak_given = 1;
@@ -123,12 +125,16 @@ void osdp_report_header(osdp_report *r, const osdp_model_config *cfg, const osdp
         osdp_log_begin(&rec, r->log, (osdp_log_format)r->log_format, "config");
         osdp_log_text(&rec, "model", cfg->name);
         osdp_log_count(&rec, "ranks", (unsigned long long)r->world->size);
+        osdp_log_count(&rec, "tp", (unsigned long long)r->mesh->tp);
+        osdp_log_count(&rec, "dp", (unsigned long long)r->mesh->dp);
+        osdp_log_count(&rec, "pp", (unsigned long long)r->mesh->pp);
         osdp_log_count(&rec, "threads", (unsigned long long)r->world->threads);
         osdp_log_count(&rec, "micro_batch", (unsigned long long)r->rt->B);
         osdp_log_count(&rec, "accum", (unsigned long long)r->rt->opt.accum_steps);
         osdp_log_count(&rec, "global_batch", (unsigned long long)global_batch);
         osdp_log_count(&rec, "T", (unsigned long long)r->rt->layout->T);
-        osdp_log_count(&rec, "params", r->rt->layout->total_params);
+        osdp_log_count(&rec, "params", r->model_params);
+        if (r->mesh->tp > 1) osdp_log_count(&rec, "params_per_rank", r->rt->layout->total_params);
         osdp_log_number(&rec, "flops_per_token", "%.0f", r->flops_per_token);
         osdp_log_number(&rec, "peak_flops_per_rank", "%.6g", r->peak_flops_per_rank);
         osdp_log_text(&rec, "peak_source", r->peak_given ? "given" : "sgemm");
@@ -148,7 +154,13 @@ void osdp_report_header(osdp_report *r, const osdp_model_config *cfg, const osdp
     }
     printf("osdp %s | model %s: %d layers, %d heads, width %d, vocab %d, T %d | %.2fM parameters in %d operators\n",
            PACKAGE_VERSION, cfg->name, cfg->n_layer, cfg->n_head, cfg->n_embd, cfg->vocab, L->T,
-           (double)L->total_params / 1e6, L->n_ops);
+           (double)r->model_params / 1e6, L->n_ops);
+    if (r->mesh->tp > 1) {
+        char mesh[96];
+        printf("mesh %s: each rank holds its tensor-parallel parts, %.2fM parameters (vocabulary %d padded to %d)\n",
+               osdp_mesh_describe(r->mesh, mesh, sizeof mesh), (double)L->total_params / 1e6, cfg->vocab,
+               L->vocab_padded);
+    }
     printf("data %s: %zu tokens | %d ranks x %d threads, backend %s (%s weights) | batch %d per rank x %d micro-steps = %d sequences/step\n",
            data->path, data->n_tokens, r->world->size, r->world->threads, rt->backend->name,
            osdp_dtype_name(rt->weight_dtype), rt->B, rt->opt.accum_steps, global_batch);
@@ -198,7 +210,7 @@ static void print_progress(const osdp_report *r, const osdp_step_stats *st, doub
 {
     const osdp_memory *m = &r->rt->mem;
     const osdp_traffic *t = &st->traffic;
-    char pk[32], c[5][32], ag[32], rs[32], ar[32], mfu_text[48], eta[32];
+    char pk[32], c[OSDP_MEM_N_CATEGORIES][32], ag[32], rs[32], ar[32], mfu_text[48], eta[32];
     long remaining = r->steps_total > st->step ? r->steps_total - st->step : 0;
     printf("step %5ld/%ld | loss %.4f | lr %.2e | norm %.3f | %7.1f ms | %8.0f tokens/s | %s | %s | "
            "peak/rank %s [state %s, weights %s, grads %s, act %s, ws %s] | moved AG %s RS %s AR %s",
@@ -212,6 +224,13 @@ static void print_progress(const osdp_report *r, const osdp_step_stats *st, doub
            osdp_format_bytes((double)t->logical[OSDP_COLL_ALL_GATHER], ag, sizeof ag),
            osdp_format_bytes((double)t->logical[OSDP_COLL_REDUCE_SCATTER], rs, sizeof rs),
            osdp_format_bytes((double)t->logical[OSDP_COLL_ALL_REDUCE], ar, sizeof ar));
+    if (r->rt->tp_size > 1) {   /* the tensor-parallel group's: staging and collectives */
+        char tar[32], tag[32];
+        printf(" | tp_comm %s, moved TP-AR %s TP-AG %s",
+               osdp_format_bytes((double)m->peak[OSDP_MEM_TP_COMM], c[OSDP_MEM_TP_COMM], 32),
+               osdp_format_bytes((double)t->logical[OSDP_COLL_TP_ALL_REDUCE], tar, sizeof tar),
+               osdp_format_bytes((double)t->logical[OSDP_COLL_TP_ALL_GATHER], tag, sizeof tag));
+    }
     if (isnan(st->val_loss)) printf("\n");
     else printf(" | val_loss %.4f\n", st->val_loss);
     fflush(stdout);
@@ -235,7 +254,7 @@ static void log_step(const osdp_report *r, const osdp_step_stats *st, double tok
     osdp_log_number(&rec, "tokens_per_s", "%.1f", tok_s);
     log_mfu(&rec, mfu);
     for (int k = 0; k < OSDP_COLL_N_TYPES; k++) {
-        static const char *coll[] = {"ag", "rs", "ar", "bc"};
+        static const char *coll[OSDP_COLL_N_TYPES] = {"ag", "rs", "ar", "bc", "tp_ar", "tp_ag"};
         char key[32];
         snprintf(key, sizeof key, "%s_bytes", coll[k]);
         osdp_log_count(&rec, key, t->logical[k]);
@@ -286,9 +305,41 @@ void osdp_report_step(osdp_report *r, const osdp_step_stats *st)
     if (r->log) log_step(r, st, tok_s, mfu);
 }
 
+/* Every rank's measured peaks, per category and in total: their smallest and
+ * largest over the ranks (collective), for the summary record.  The
+ * prediction is the same on every rank, so min = max = predicted says every
+ * rank peaked where it was predicted to. */
+static void peaks_over_ranks(const osdp_report *r, size_t *lowest, size_t *highest)
+{
+    unsigned long long mine[OSDP_MEM_N_CATEGORIES + 1], lo[OSDP_MEM_N_CATEGORIES + 1], hi[OSDP_MEM_N_CATEGORIES + 1];
+    for (int k = 0; k < OSDP_MEM_N_CATEGORIES; k++) mine[k] = r->rt->mem.peak[k];
+    mine[OSDP_MEM_N_CATEGORIES] = r->rt->mem.peak_total;
+    MPI_Allreduce(mine, lo, OSDP_MEM_N_CATEGORIES + 1, MPI_UNSIGNED_LONG_LONG, MPI_MIN, MPI_COMM_WORLD);
+    MPI_Allreduce(mine, hi, OSDP_MEM_N_CATEGORIES + 1, MPI_UNSIGNED_LONG_LONG, MPI_MAX, MPI_COMM_WORLD);
+    for (int k = 0; k <= OSDP_MEM_N_CATEGORIES; k++) {
+        lowest[k] = (size_t)lo[k];
+        highest[k] = (size_t)hi[k];
+    }
+}
+
+static void log_rank_peaks(osdp_log_record *rec, const size_t *lowest, const size_t *highest)
+{
+    for (int k = 0; k <= OSDP_MEM_N_CATEGORIES; k++) {
+        const char *category = k < OSDP_MEM_N_CATEGORIES ? osdp_mem_category_name((osdp_mem_category)k) : "total";
+        char key[48];
+        snprintf(key, sizeof key, "rank_peak_min_%s", category);
+        osdp_log_count(rec, key, lowest[k]);
+        snprintf(key, sizeof key, "rank_peak_max_%s", category);
+        osdp_log_count(rec, key, highest[k]);
+    }
+}
+
 void osdp_report_summary(osdp_report *r)
 {
-    if (r->world->rank != 0 || r->steps_done == 0) return;
+    if (r->steps_done == 0) return;
+    size_t lowest[OSDP_MEM_N_CATEGORIES + 1], highest[OSDP_MEM_N_CATEGORIES + 1];
+    peaks_over_ranks(r, lowest, highest);   /* every rank takes part */
+    if (r->world->rank != 0) return;
     double tok_s = r->seconds > 0 ? r->tokens / r->seconds : 0;
     double mfu = model_flops_utilization(r, tok_s);
     char pk[32], pred[32], mfu_text[48];
@@ -304,6 +355,7 @@ void osdp_report_summary(osdp_report *r)
         osdp_log_number(&rec, "last_loss", "%.9g", r->last_loss);
         osdp_log_number(&rec, "tokens_per_s", "%.1f", tok_s);
         log_mfu(&rec, mfu);
+        log_rank_peaks(&rec, lowest, highest);
         osdp_log_end(&rec);
     }
     fflush(stdout);

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include "cli/app.h"
 #include "osdp/data.h"
+#include "osdp/mesh.h"
 #include "osdp/runtime.h"
 
 #define OSDP_REPORT_ETA_WINDOW 16     /* recent step times the ETA takes the median of */
@@ -16,12 +17,14 @@ typedef struct osdp_report {
     osdp_status status;
     const osdp_runtime *rt;
     const osdp_world *world;
+    const osdp_mesh *mesh;
     osdp_memory_prediction predicted;
     double predicted_step_s;      /* the cost model's step time for the plan (0: unknown) */
     double peak_flops_per_rank;   /* for MFU */
     int peak_given;               /* --peak-flops, not measured */
     char peak_source[96];         /* "--peak-flops" or the measured sgemm and its shape */
-    double flops_per_token;
+    double flops_per_token;       /* the whole model's (every tensor-parallel part), for MFU */
+    size_t model_params;          /* the whole model's */
     FILE *log;
     int log_format;               /* osdp_log_format */
     int quiet;
@@ -34,13 +37,16 @@ typedef struct osdp_report {
 } osdp_report;
 
 /* Measures the sgemm FLOP/s of one rank's threads (all ranks at once) on the
- * shape of the model's largest matrix product unless peak_flops > 0. */
-void osdp_report_open(osdp_report *r, const osdp_runtime *rt, const osdp_world *world,
-                      const osdp_memory_prediction *predicted, double peak_flops,
+ * shape of the model's largest matrix product unless peak_flops > 0.
+ * whole_model: the model's tp 1 layout, whose FLOPs per token MFU counts
+ * over every rank (rt->layout is the rank's tensor-parallel parts). */
+void osdp_report_open(osdp_report *r, const osdp_runtime *rt, const osdp_world *world, const osdp_mesh *mesh,
+                      const osdp_layout *whole_model, const osdp_memory_prediction *predicted, double peak_flops,
                       const char *log_path, int quiet, long log_every);
 void osdp_report_header(osdp_report *r, const osdp_model_config *cfg, const osdp_dataset *data,
                         const osdp_plan *plan, long steps, int global_batch);
 void osdp_report_step(osdp_report *r, const osdp_step_stats *st);
+/* collective: every rank calls it (the summary record has every rank's peaks) */
 void osdp_report_summary(osdp_report *r);
 void osdp_report_close(osdp_report *r);
 /* sgemm FLOP/s of C[m x n] = A[m x k] B[k x n]: after a warm-up call, the

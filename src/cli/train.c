@@ -6,6 +6,7 @@
 #include "osdp/data.h"
 #include "osdp/device.h"
 #include "osdp/layout.h"
+#include "osdp/mesh.h"
 #include "osdp/plan.h"
 #include "osdp/planner.h"
 #include "osdp/cost_model.h"
@@ -48,6 +49,19 @@ static osdp_status check_train_options(const osdp_job *job)
                               job->split);
     if (job->recompute == OSDP_RECOMPUTE_AUTO && !plan_auto)
         return osdp_error_set(OSDP_ERR_INPUT, "--recompute auto needs --plan auto (the planner chooses where)");
+    if (job->tp == OSDP_TP_AUTO && !plan_auto)
+        return osdp_error_set(OSDP_ERR_INPUT, "--tp auto needs --plan auto (the planner chooses the tensor-parallel "
+                              "degree); give --tp T with --plan %s", job->plan);
+    if (job->tp == OSDP_TP_AUTO)
+        return osdp_error_set(OSDP_ERR_INPUT, "--tp auto: the planner cannot choose the tensor-parallel degree in this "
+                              "build yet; give --tp T");
+    /* checkpoints and weight dumps hold logical tensors; writing them from
+     * tensor-parallel parts is not built yet */
+    const char *saves = job->ckpt_dir ? "--ckpt-dir" : job->resume ? "--resume" : job->init_from ? "--init-from"
+                      : job->dump_weights ? "--dump-weights" : NULL;
+    if (job->tp > 1 && saves)
+        return osdp_error_set(OSDP_ERR_INPUT, "--tp %lld with %s: checkpoints and weight dumps of tensor-parallel runs "
+                              "are not supported yet (run with --tp 1)", job->tp, saves);
     return OSDP_OK;
 }
 
@@ -57,7 +71,7 @@ static osdp_status check_train_options(const osdp_job *job)
  * another --seq-len is refused: the data position counts sequences of the
  * checkpoint's length, so the run would not continue the same stream. */
 static osdp_status resolve_setup(const osdp_job *job, const osdp_ckpt_info *resumed, const char *resumed_path,
-                                 int n_ranks, int rank, train_setup *t)
+                                 int dp_ranks, int rank, train_setup *t)
 {
     memset(t, 0, sizeof *t);
     t->plan_auto = strcmp(job->plan, "auto") == 0;
@@ -65,10 +79,11 @@ static osdp_status resolve_setup(const osdp_job *job, const osdp_ckpt_info *resu
     t->micro_batch = osdp_option_given(job, "batch") ? (int)job->batch : t->plan_auto ? 0 : DEFAULT_MICRO_BATCH;
     /* the global batch is a training hyperparameter (it shapes the loss
      * curve), the micro-batch a systems choice: without --global-batch a
-     * run takes (--batch or 8) x ranks sequences per step, which --plan auto
-     * splits into micro-batch x accumulation */
+     * run takes (--batch or 8) x data-parallel ranks sequences per step
+     * (the ranks of a tensor-parallel group share their sequences), which
+     * --plan auto splits into micro-batch x accumulation */
     t->global_batch = job->global_batch ? (int)job->global_batch
-                                        : (osdp_option_given(job, "batch") ? (int)job->batch : DEFAULT_MICRO_BATCH) * n_ranks;
+                                        : (osdp_option_given(job, "batch") ? (int)job->batch : DEFAULT_MICRO_BATCH) * dp_ranks;
     osdp_optim_defaults(&t->optim);
     t->optim.lr = (float)job->lr;
     t->optim.warmup_steps = (int)job->warmup;
@@ -93,8 +108,8 @@ static osdp_status resolve_setup(const osdp_job *job, const osdp_ckpt_info *resu
          * the rank count, else one micro-step per optimizer step */
         if (t->micro_batch && !osdp_option_given(job, "batch")) {
             int saved = resumed->micro_batch;
-            t->micro_batch = saved > 0 && t->global_batch % (saved * n_ranks) == 0 ? saved
-                           : t->global_batch % n_ranks == 0 ? t->global_batch / n_ranks : t->micro_batch;
+            t->micro_batch = saved > 0 && t->global_batch % (saved * dp_ranks) == 0 ? saved
+                           : t->global_batch % dp_ranks == 0 ? t->global_batch / dp_ranks : t->micro_batch;
         }
     } else if (job->global_batch != resumed->global_batch)
         at += (size_t)snprintf(changes + at, sizeof changes - at, "; global batch %ld -> %lld (--global-batch)",
@@ -130,7 +145,7 @@ static osdp_status device_load_for_runtime(osdp_device *dev, const char *path, o
  * and --batch when given), prints the plan and broadcasts it; every rank
  * returns the same status. */
 static osdp_status plan_auto(osdp_plan *plan, const osdp_layout *layout, const osdp_job *job, const train_setup *t,
-                             int n_ranks, int rank)
+                             int dp_ranks, int rank)
 {
     int head[3] = {OSDP_OK, 0, 0}; /* status, micro-batch, accumulation */
     if (rank == 0) {
@@ -139,7 +154,7 @@ static osdp_status plan_auto(osdp_plan *plan, const osdp_layout *layout, const o
         osdp_planner_result r;
         memset(&r, 0, sizeof r);
         osdp_planner_defaults(&o);
-        o.n_ranks = n_ranks;
+        o.n_ranks = dp_ranks;
         o.mem_limit = job->mem_limit;
         o.global_batch = t->global_batch;
         o.micro_batch = t->micro_batch;
@@ -194,18 +209,25 @@ static void plan_apply_options(osdp_plan *plan, const osdp_layout *layout, const
 
 /* The plan of --plan, with the batch geometry in it: the planner's
  * micro-batch and accumulation under --plan auto, else --batch (or 8) and
- * the accumulation that makes the global batch. */
+ * the accumulation that makes the global batch.  The plan's choices apply
+ * to this rank's tensor-parallel parts, sharded over the data-parallel
+ * ranks. */
 static osdp_status load_plan(osdp_plan *plan, const osdp_layout *layout, const osdp_job *job, const train_setup *t,
-                             int n_ranks, int rank)
+                             const osdp_mesh *mesh)
 {
-    if (t->micro_batch && t->global_batch % (t->micro_batch * n_ranks) != 0)
-        return osdp_error_set(OSDP_ERR_INPUT, "%s %d is not a multiple of --batch %d x %d ranks = %d%s",
+    const int dp_ranks = mesh->dp;
+    if (t->micro_batch && t->global_batch % (t->micro_batch * dp_ranks) != 0)
+        return osdp_error_set(OSDP_ERR_INPUT, "%s %d is not a multiple of --batch %d x %d %sranks = %d%s",
                               job->global_batch ? "--global-batch" : "the global batch", t->global_batch, t->micro_batch,
-                              n_ranks, t->micro_batch * n_ranks,
+                              dp_ranks, mesh->tp > 1 ? "data-parallel " : "", t->micro_batch * dp_ranks,
                               job->global_batch ? "" : " (give --global-batch, or a --batch that divides it)");
     const char *spec = job->plan;
     osdp_status s;
-    if (t->plan_auto) return plan_auto(plan, layout, job, t, n_ranks, rank);
+    if (t->plan_auto) {
+        s = plan_auto(plan, layout, job, t, dp_ranks, mesh->world_rank);
+        if (s == OSDP_OK) plan->tp_size = mesh->tp;
+        return s;
+    }
     if (strcmp(spec, "dp") == 0 || strcmp(spec, "zdp") == 0) {
         s = osdp_plan_alloc(plan, layout->n_ops);
         if (s == OSDP_OK) osdp_plan_fill(plan, strcmp(spec, "zdp") == 0);
@@ -214,9 +236,16 @@ static osdp_status load_plan(osdp_plan *plan, const osdp_layout *layout, const o
         s = osdp_plan_load(plan, layout, spec);
         if (s == OSDP_OK) plan_apply_options(plan, layout, job, 0);
     }
+    if (s == OSDP_OK && plan->tp_size && plan->tp_size != mesh->tp) {
+        s = osdp_error_set(OSDP_ERR_INPUT, "--plan %s is for a tensor-parallel degree of %d, the run's --tp is %d",
+                           spec, plan->tp_size, mesh->tp);
+        osdp_plan_free(plan);
+        return s;
+    }
     if (s == OSDP_OK) {
+        plan->tp_size = mesh->tp;
         plan->micro_batch = t->micro_batch;
-        plan->accum_steps = t->global_batch / (t->micro_batch * n_ranks);
+        plan->accum_steps = t->global_batch / (t->micro_batch * dp_ranks);
     }
     return s;
 }
@@ -227,11 +256,11 @@ static osdp_status load_plan(osdp_plan *plan, const osdp_layout *layout, const o
  * 0 when the device file cannot be read (not an error: only --plan auto
  * needs one). */
 static double predicted_step_time(const osdp_layout *layout, const osdp_plan *plan, const osdp_job *job,
-                                  const train_setup *t, int n_ranks)
+                                  const train_setup *t, int dp_ranks)
 {
     osdp_device dev;
     if (device_load_for_runtime(&dev, job->device, t->weights) != OSDP_OK) return 0;
-    osdp_cost_model cm = {.layout = layout, .dev = &dev, .N = n_ranks, .pad_quantum = t->pad_quantum,
+    osdp_cost_model cm = {.layout = layout, .dev = &dev, .N = dp_ranks, .pad_quantum = t->pad_quantum,
                           .prefetch = !job->no_prefetch, .kind = (osdp_cost_kind)job->cost_model};
     return osdp_cost_step_time(&cm, plan, plan->micro_batch, plan->accum_steps);
 }
@@ -291,6 +320,15 @@ static osdp_status check_resumed_setup(const osdp_train_ckpt *ckpt, const osdp_j
                           in->step, what);
 }
 
+/* The vocabulary quantum the backend's vocab-parallel kernels pad to
+ * (osdp/layout.h): 1 until the backends state theirs. */
+static osdp_status backend_vocab_quantum(const osdp_compute_backend *backend, int *quantum)
+{
+    (void)backend;
+    *quantum = 1;
+    return OSDP_OK;
+}
+
 /* An emulated device OOM under a plan the planner did not choose: say what
  * would make it fit. */
 static _Noreturn void fatal_with_hint(osdp_status s, const train_setup *t)
@@ -308,6 +346,15 @@ int osdp_cmd_train(const osdp_job *job)
     osdp_status s;
     osdp_world_init(&world, (int)job->threads);
     osdp_check_all(check_train_options(job));
+    /* the mesh before anything counts ranks: the batch geometry and the plan
+     * are the data-parallel group's */
+    osdp_mesh mesh;
+    osdp_check_all(osdp_mesh_create(&mesh, MPI_COMM_WORLD, (int)job->tp, 1));
+    if (world.rank == 0 && !job->quiet) {
+        char described[96];
+        printf("mesh: %s\n", osdp_mesh_describe(&mesh, described, sizeof described));
+        fflush(stdout);
+    }
     osdp_train_ckpt ckpt;
     osdp_check_all(osdp_train_ckpt_init(&ckpt, job));
     /* on --resume, the checkpoint's batch geometry and schedule (the load
@@ -317,7 +364,7 @@ int osdp_cmd_train(const osdp_job *job)
     int have_resumed = ckpt.resume && osdp_train_ckpt_peek(&ckpt, MPI_COMM_WORLD, resumed_path, sizeof resumed_path,
                                                            &resumed) == OSDP_OK;
     train_setup t;
-    osdp_check_all(resolve_setup(job, have_resumed ? &resumed : NULL, resumed_path, world.size, world.rank, &t));
+    osdp_check_all(resolve_setup(job, have_resumed ? &resumed : NULL, resumed_path, mesh.dp, world.rank, &t));
 
     const char *backend_name = osdp_option_word("backend", job->backend);
     const osdp_compute_backend *backend = osdp_compute_find(backend_name, t.weights);
@@ -335,15 +382,19 @@ int osdp_cmd_train(const osdp_job *job)
     osdp_check_all(osdp_model_config_load(&cfg, job->model));
     osdp_check_all(osdp_job_check_seq_len(job, cfg.ctx));
     int T = t.seq_len ? t.seq_len : cfg.ctx;
-    osdp_layout layout;
-    osdp_check_all(osdp_layout_build(&layout, &cfg, T));
+    int vocab_quantum = 1;
+    osdp_check_all(backend_vocab_quantum(backend, &vocab_quantum));
+    osdp_layout layout;   /* this rank's tensor-parallel parts (the whole model at --tp 1) */
+    osdp_check_all(osdp_layout_build_tp(&layout, &cfg, T, mesh.tp, vocab_quantum));
+    osdp_layout whole_model;   /* what MFU and the parameter count are of */
+    osdp_check_all(osdp_layout_build(&whole_model, &cfg, T));
     osdp_dataset data;
     osdp_check_all(osdp_data_open(&data, job->data, cfg.vocab, T));
     osdp_validation val;
     osdp_check_all(osdp_validation_open(&val, job, &data, cfg.vocab, T, world.rank));
     osdp_plan plan;
-    osdp_check_all(load_plan(&plan, &layout, job, &t, world.size, world.rank));
-    int global = plan.micro_batch * plan.accum_steps * world.size;
+    osdp_check_all(load_plan(&plan, &layout, job, &t, &mesh));
+    int global = plan.micro_batch * plan.accum_steps * mesh.dp;
 
     /* every rank must run the same job */
     osdp_check_same(osdp_model_config_hash(&cfg), "model description");
@@ -352,17 +403,15 @@ int osdp_cmd_train(const osdp_job *job)
     osdp_check_same(osdp_plan_hash(&plan), "plan");
 
     /* device buffers need the device's collectives: NCCL beside the CUDA
-     * backend (host buffers in the same calls fall back to MPI), MPI otherwise */
-    osdp_comm comm;
-#ifdef OSDP_HAVE_CUDA
-    if (strcmp(backend->name, "cuda") == 0)
-        osdp_check_all(osdp_comm_create_nccl(&comm, &(MPI_Comm){MPI_COMM_WORLD}, world.local_rank));
-    else
-#endif
-        osdp_check_all(osdp_comm_create_mpi(&comm, &(MPI_Comm){MPI_COMM_WORLD}));
+     * backend (host buffers in the same calls fall back to MPI), MPI
+     * otherwise; one communicator per group of the mesh */
+    const int nccl = strcmp(backend->name, "cuda") == 0;
+    osdp_comm comm, tp_comm;
+    osdp_check_all(osdp_mesh_comm_create(&mesh, OSDP_MESH_DATA, nccl, world.local_rank, &comm));
+    if (mesh.tp > 1) osdp_check_all(osdp_mesh_comm_create(&mesh, OSDP_MESH_TENSOR, nccl, world.local_rank, &tp_comm));
 
     osdp_memory_prediction predicted;
-    osdp_schedule_options predict = {.n_ranks = world.size, .micro_batch = plan.micro_batch,
+    osdp_schedule_options predict = {.n_ranks = mesh.dp, .micro_batch = plan.micro_batch,
                                      .accum_steps = plan.accum_steps, .prefetch = !job->no_prefetch,
                                      .weight_dtype = t.weights, .pad_quantum = t.pad_quantum};
     osdp_check_all(osdp_schedule_predict(&layout, &plan, &predict, &predicted));
@@ -370,7 +419,7 @@ int osdp_cmd_train(const osdp_job *job)
     osdp_runtime_options opt = {.micro_batch = plan.micro_batch, .accum_steps = plan.accum_steps,
                                 .prefetch = !job->no_prefetch, .mem_limit = (size_t)job->mem_limit,
                                 .seed = (unsigned long long)job->seed, .optim = t.optim, .weight_dtype = t.weights,
-                                .pad_quantum = t.pad_quantum};
+                                .pad_quantum = t.pad_quantum, .tp_comm = mesh.tp > 1 ? &tp_comm : NULL};
     osdp_runtime rt;
     s = osdp_runtime_create(&rt, &layout, &plan, &comm, backend, &opt);
     if (s != OSDP_OK) fatal_with_hint(s, &t);
@@ -381,9 +430,10 @@ int osdp_cmd_train(const osdp_job *job)
     osdp_check_all(check_resumed_setup(&ckpt, job, &t, global, T));
     osdp_check_all(osdp_train_ckpt_check_steps(&ckpt, (long)job->steps, job->dump_weights != NULL));
     osdp_report report;
-    osdp_report_open(&report, &rt, &world, &predicted, job->peak_flops, job->log, job->quiet, (long)job->log_every);
+    osdp_report_open(&report, &rt, &world, &mesh, &whole_model, &predicted, job->peak_flops, job->log, job->quiet,
+                     (long)job->log_every);
     osdp_check_all(report.status);
-    report.predicted_step_s = predicted_step_time(&layout, &plan, job, &t, world.size);
+    report.predicted_step_s = predicted_step_time(&layout, &plan, job, &t, mesh.dp);
     osdp_report_header(&report, &cfg, &data, &plan, (long)job->steps, global);
 
     for (long step = rt.step; step < job->steps; step++) {
@@ -408,11 +458,14 @@ int osdp_cmd_train(const osdp_job *job)
     }
     osdp_report_close(&report);
     osdp_runtime_destroy(&rt);
+    if (mesh.tp > 1) osdp_comm_destroy(&tp_comm);
     osdp_comm_destroy(&comm);
+    osdp_mesh_free(&mesh);
     osdp_plan_free(&plan);
     osdp_validation_close(&val);
     osdp_data_close(&data);
     osdp_layout_free(&layout);
+    osdp_layout_free(&whole_model);
     MPI_Finalize();
     return 0;
 }

@@ -8,7 +8,8 @@
 
 const char *osdp_collective_name(osdp_collective c)
 {
-    static const char *names[OSDP_COLL_N_TYPES] = {"all-gather", "reduce-scatter", "all-reduce", "broadcast"};
+    static const char *names[OSDP_COLL_N_TYPES] = {"all-gather", "reduce-scatter", "all-reduce", "broadcast",
+                                                   "tp all-reduce", "tp all-gather"};
     return c < OSDP_COLL_N_TYPES ? names[c] : "?";
 }
 
@@ -50,6 +51,8 @@ static osdp_status timed(osdp_comm *c, osdp_request *req, double t0, osdp_status
 
 static void account(osdp_comm *c, osdp_collective type, size_t full_bytes, double wire_fraction)
 {
+    if (c->tensor_axis && type == OSDP_COLL_ALL_REDUCE) type = OSDP_COLL_TP_ALL_REDUCE;
+    if (c->tensor_axis && type == OSDP_COLL_ALL_GATHER) type = OSDP_COLL_TP_ALL_GATHER;
     c->traffic.logical[type] += full_bytes;
     c->traffic.wire[type] += (unsigned long long)((double)full_bytes * wire_fraction);
     c->traffic.calls[type]++;
@@ -116,3 +119,15 @@ void osdp_comm_destroy(osdp_comm *c)
 }
 
 void osdp_traffic_reset(osdp_traffic *t) { memset(t, 0, sizeof *t); }
+
+void osdp_traffic_add(osdp_traffic *sum, const osdp_traffic *t)
+{
+    for (int k = 0; k < OSDP_COLL_N_TYPES; k++) {
+        sum->logical[k] += t->logical[k];
+        sum->wire[k] += t->wire[k];
+        sum->calls[k] += t->calls[k];
+    }
+    sum->wait_seconds += t->wait_seconds;
+}
+
+void osdp_comm_set_tensor_axis(osdp_comm *c) { c->tensor_axis = 1; }

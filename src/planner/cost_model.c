@@ -1,6 +1,7 @@
 /* The cost model (formulas in osdp/cost_model.h). */
 #include "osdp/cost_model.h"
 #include "osdp/gpt.h"
+#include "osdp/schedule.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -166,7 +167,8 @@ double osdp_cost_tp_comm(const osdp_cost_model *cm, int op, int rc, int b)
 
 long long osdp_cost_workspace(const osdp_cost_model *cm, int b)
 {
-    return (long long)osdp_workspace_floats(cm->layout, b) * cm->dev->act_bytes;
+    const long long staging = (long long)b * (long long)osdp_tp_staging_floats_per_seq(cm->layout);
+    return ((long long)osdp_workspace_floats(cm->layout, b) + staging) * cm->dev->act_bytes;
 }
 
 void osdp_cost_op_time(const osdp_cost_model *cm, int op, int g, int k, int b, int accum, osdp_op_time *out)

@@ -21,6 +21,7 @@ static void **buffer_slot(osdp_runtime *rt, const osdp_event *ev)
     case OSDP_BUF_ACTS: return (void **)&o->acts_base;
     case OSDP_BUF_FULL_GRAD: return (void **)&o->full_grad;
     case OSDP_BUF_GRAD_RECV: return (void **)&o->grad_recv;
+    case OSDP_BUF_TP_STAGING: return (void **)&rt->in->tp_staging;
     case OSDP_BUF_N_KINDS: break;
     }
     return NULL;
@@ -46,6 +47,7 @@ static void describe(const osdp_runtime *rt, const osdp_event *ev, char *what, s
     case OSDP_BUF_ACTS: snprintf(what, n, "operator %s (activations)", op); break;
     case OSDP_BUF_FULL_GRAD: snprintf(what, n, "operator %s (full gradients)", op); break;
     case OSDP_BUF_GRAD_RECV: snprintf(what, n, "operator %s (reduce-scatter destination)", op); break;
+    case OSDP_BUF_TP_STAGING: snprintf(what, n, "operator %s (tensor-parallel loss statistics)", op); break;
     case OSDP_BUF_N_KINDS: snprintf(what, n, "?"); break;
     }
 }
@@ -145,15 +147,22 @@ static osdp_status scatter_finish(osdp_runtime *rt, int op)
 
 /* ---- the optimizer ------------------------------------------------------------ */
 
+osdp_status osdp_rt_reduce_over_mesh(osdp_runtime *rt, double *sums, int n)
+{
+    TRY(osdp_comm_all_reduce(rt->comm, sums, (size_t)n, OSDP_FLOAT64, NULL));
+    if (rt->tp_comm) TRY(osdp_comm_all_reduce(rt->tp_comm, sums, (size_t)n, OSDP_FLOAT64, NULL));
+    return OSDP_OK;
+}
+
 /* loss and gradient norm: summed where the compute runs, read back once
  * (the step's only wait for the compute before the optimizer), then one
- * all-reduce of two doubles */
+ * all-reduce of two doubles per mesh axis */
 static osdp_status reduce_sums(osdp_runtime *rt)
 {
     struct osdp_runtime_internal *in = rt->in;
     double sums[2];
     rt->backend->to_host(sums, in->sums, sizeof sums);
-    TRY(osdp_comm_all_reduce(rt->comm, sums, 2, OSDP_FLOAT64, NULL));
+    TRY(osdp_rt_reduce_over_mesh(rt, sums, 2));
     in->loss = sums[0] / in->global_tokens;
     in->grad_norm = sqrt(sums[1]);
     if (!isfinite(in->loss) || !isfinite(in->grad_norm))
@@ -176,6 +185,33 @@ static void adamw_op(osdp_runtime *rt, int op)
         osdp_adamw_shard(rt->backend, &rt->layout->op[op], seg.flat_lo, valid, seg.state[OSDP_STATE_MASTER],
                          seg.state[OSDP_STATE_GRAD], seg.state[OSDP_STATE_M], seg.state[OSDP_STATE_V],
                          &rt->opt.optim, in->lr, in->clip_scale, rt->step + 1);
+    }
+}
+
+/* The squared gradient norm of operator op's shard.  Tensor rank 0 (and a
+ * rank without a tensor group) adds the whole shard; the other ranks of a
+ * group only the elements of split tensors, since the replicated ones are
+ * the same on every rank of the group (osdp/runtime.h). */
+static void norm_sum(osdp_runtime *rt, int op)
+{
+    struct osdp_runtime_internal *in = rt->in;
+    if (rt->tp_rank == 0) {
+        rt->backend->accumulate_sum(&in->sums[1], in->ops[op].grad, in->sched.ops[op].shard, 1);
+        return;
+    }
+    const osdp_op_layout *ol = &rt->layout->op[op];
+    osdp_shard_iter it = osdp_runtime_shards(rt, op);
+    osdp_shard_segment seg;
+    while (osdp_shard_next(&it, &seg)) {
+        const size_t end = seg.flat_lo + seg.numel < seg.flat_hi ? seg.flat_lo + seg.numel : seg.flat_hi;
+        for (int t = 0; t < ol->n_tensors; t++) {
+            const osdp_tensor_desc *td = &ol->tensor[t];
+            if (td->tp_split == OSDP_TP_REPLICATED) continue;
+            const size_t lo = td->offset > seg.flat_lo ? td->offset : seg.flat_lo;
+            const size_t hi = td->offset + td->numel < end ? td->offset + td->numel : end;
+            if (lo < hi)
+                rt->backend->accumulate_sum(&in->sums[1], seg.state[OSDP_STATE_GRAD] + (lo - seg.flat_lo), hi - lo, 1);
+        }
     }
 }
 
@@ -253,12 +289,12 @@ osdp_status osdp_rt_execute(osdp_runtime *rt, const osdp_event *ev, int end)
         case OSDP_EV_LOAD_TOKENS:
             rt->backend->to_device(o->acts.tokens, in->tokens + (e->op == 0 ? 0 : bt), bt * sizeof(int));
             break;
-        case OSDP_EV_LOSS_SUM: rt->backend->accumulate_sum(&in->sums[0], o->acts.losses, bt, 0); break;   /* no wait */
+        case OSDP_EV_LOSS_SUM:   /* no wait; once per tensor group: its ranks' losses are the same */
+            if (rt->tp_rank == 0) rt->backend->accumulate_sum(&in->sums[0], o->acts.losses, bt, 0);
+            break;
         case OSDP_EV_REDUCE_SCATTER: TRY(scatter_start(rt, e->op)); break;
         case OSDP_EV_REDUCE_SCATTER_WAIT: TRY(scatter_finish(rt, e->op)); break;
-        case OSDP_EV_NORM_SUM:
-            rt->backend->accumulate_sum(&in->sums[1], o->grad, in->sched.ops[e->op].shard, 1);
-            break;
+        case OSDP_EV_NORM_SUM: norm_sum(rt, e->op); break;
         case OSDP_EV_SUMS_ALL_REDUCE: TRY(reduce_sums(rt)); break;
         case OSDP_EV_ADAMW: adamw_op(rt, e->op); break;
         case OSDP_EV_N_KINDS: break;

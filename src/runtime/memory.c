@@ -9,7 +9,7 @@
 const char *osdp_mem_category_name(osdp_mem_category c)
 {
     static const char *names[OSDP_MEM_N_CATEGORIES] = {
-        "state", "weights", "grads", "activations", "workspace"};
+        "state", "weights", "grads", "activations", "workspace", "tp_comm"};
     return c < OSDP_MEM_N_CATEGORIES ? names[c] : "?";
 }
 

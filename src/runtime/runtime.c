@@ -14,6 +14,44 @@
 
 static void progress_hook(void *arg) { osdp_comm_progress(arg); }
 
+/* osdp_tp_group's collectives over the tensor-parallel communicator:
+ * blocking, so they wait within the communication timeout as every
+ * blocking collective does (src/comm) */
+static osdp_status tp_all_reduce(void *arg, float *buf, size_t n)
+{
+    osdp_runtime *rt = arg;
+    return osdp_comm_all_reduce(rt->tp_comm, buf, n, OSDP_FLOAT32, NULL);
+}
+
+static osdp_status tp_all_gather(void *arg, const float *part, float *all, size_t n)
+{
+    osdp_runtime *rt = arg;
+    return osdp_comm_all_gather(rt->tp_comm, part, all, n, OSDP_FLOAT32, NULL);
+}
+
+/* the tensor-parallel group the options give, checked against the layout */
+static osdp_status attach_tp_group(osdp_runtime *rt, const osdp_runtime_options *opt)
+{
+    const int parts = rt->layout->tp_size;
+    rt->tp_size = 1;
+    rt->tp_rank = 0;
+    if (!opt->tp_comm) {
+        if (parts > 1)
+            return osdp_error_set(OSDP_ERR_INPUT, "runtime: a layout of tensor-parallel parts for %d ranks needs "
+                                  "their tensor-parallel communicator", parts);
+        return OSDP_OK;
+    }
+    if (opt->tp_comm->size != parts)
+        return osdp_error_set(OSDP_ERR_INPUT, "runtime: the layout's parts are for %d tensor-parallel ranks, the "
+                              "tensor-parallel communicator has %d", parts, opt->tp_comm->size);
+    rt->tp_comm = opt->tp_comm;
+    rt->tp_size = rt->tp_comm->size;
+    rt->tp_rank = rt->tp_comm->rank;
+    rt->in->tp = (osdp_tp_group){.size = rt->tp_size, .rank = rt->tp_rank, .all_reduce = tp_all_reduce,
+                                 .all_gather = tp_all_gather, .arg = rt};
+    return OSDP_OK;
+}
+
 /* every segment's initial weights from the counter-based RNG (osdp/init.h);
  * gradients and moments zero */
 static osdp_status init_shards(osdp_runtime *rt)
@@ -60,6 +98,7 @@ osdp_status osdp_runtime_create(osdp_runtime *rt, const osdp_layout *layout, con
                               osdp_dtype_name(opt->weight_dtype), backend->name, osdp_dtype_name(backend->weight_dtype));
     struct osdp_runtime_internal *in = rt->in = calloc(1, sizeof *in);
     if (!in) return osdp_error_set(OSDP_ERR_OOM, "runtime: out of host memory");
+    TRY(attach_tp_group(rt, opt));
     osdp_schedule_options so = {.n_ranks = rt->N, .micro_batch = rt->B, .accum_steps = opt->accum_steps,
                                 .prefetch = opt->prefetch, .weight_dtype = opt->weight_dtype,
                                 .pad_quantum = opt->pad_quantum};
@@ -80,6 +119,7 @@ osdp_status osdp_runtime_create(osdp_runtime *rt, const osdp_layout *layout, con
     in->sums = backend->alloc(2 * sizeof(double));
     if (!in->sums) return osdp_error_set(OSDP_ERR_OOM, "runtime: out of device memory for 16 bytes");
     in->ctx = (osdp_op_context){.backend = backend, .layout = layout, .B = rt->B, .T = rt->T,
+                                .tp = layout->tp_size > 1 ? &in->tp : NULL, .tp_staging = in->tp_staging,
                                 .progress = opt->prefetch ? progress_hook : NULL, .progress_arg = rt->comm};
     return OSDP_OK;
 }
@@ -111,6 +151,7 @@ osdp_status osdp_runtime_step(osdp_runtime *rt, const int *tokens, osdp_step_sta
     struct osdp_runtime_internal *in = rt->in;
     double t0 = osdp_now_seconds();
     osdp_traffic_reset(&rt->comm->traffic);
+    if (rt->tp_comm) osdp_traffic_reset(&rt->tp_comm->traffic);
     osdp_runtime_invalidate_weights(rt);
     const long global_seqs = (long)rt->B * rt->N * rt->opt.accum_steps;
     in->global_tokens = (double)global_seqs * rt->T;
@@ -136,6 +177,7 @@ osdp_status osdp_runtime_step(osdp_runtime *rt, const int *tokens, osdp_step_sta
         stats->tokens = global_seqs * rt->T;
         stats->seconds = osdp_now_seconds() - t0;
         stats->traffic = rt->comm->traffic;
+        if (rt->tp_comm) osdp_traffic_add(&stats->traffic, &rt->tp_comm->traffic);
         stats->val_loss = NAN;
     }
     return OSDP_OK;
@@ -155,7 +197,7 @@ osdp_status osdp_runtime_evaluate(osdp_runtime *rt, const int *tokens, int n_bat
     }
     double sum;
     rt->backend->to_host(&sum, in->sums, sizeof sum);
-    TRY(osdp_comm_all_reduce(rt->comm, &sum, 1, OSDP_FLOAT64, NULL));
+    TRY(osdp_rt_reduce_over_mesh(rt, &sum, 1));
     *loss = sum / ((double)micro_batches * rt->B * rt->N * rt->T);
     return OSDP_OK;
 }

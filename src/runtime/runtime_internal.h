@@ -42,6 +42,8 @@ struct osdp_runtime_internal {
     int cursor;             /* next event of the list being executed */
     double *sums;           /* backend memory: the step's loss sum and squared
                                gradient norm, read back once per step */
+    float *tp_staging;      /* OSDP_BUF_TP_STAGING, NULL when the schedule has none */
+    osdp_tp_group tp;       /* the operators' collectives over rt->tp_comm (runtime.c) */
     osdp_op_context ctx;
 };
 
@@ -52,5 +54,9 @@ osdp_status osdp_rt_execute(osdp_runtime *rt, const osdp_event *ev, int end);
 /* Frees every buffer the schedule allocated that is still held (after an
  * error mid-step too), waiting for gathers in flight. */
 void osdp_rt_release_all(osdp_runtime *rt);
+/* The step's (or a validation pass's) sums, n doubles on the host, added up
+ * over the whole mesh: the data group, then the tensor group (osdp/runtime.h
+ * says who adds what). */
+osdp_status osdp_rt_reduce_over_mesh(osdp_runtime *rt, double *sums, int n);
 
 #endif

@@ -16,7 +16,7 @@ osdp_mem_category osdp_buffer_category(osdp_buffer_kind kind)
         [OSDP_BUF_RESIDENT] = OSDP_MEM_WEIGHTS,    [OSDP_BUF_WORKSPACE] = OSDP_MEM_WORKSPACE,
         [OSDP_BUF_GATHERED] = OSDP_MEM_WEIGHTS,    [OSDP_BUF_KEPT] = OSDP_MEM_ACTIVATIONS,
         [OSDP_BUF_ACTS] = OSDP_MEM_ACTIVATIONS,    [OSDP_BUF_FULL_GRAD] = OSDP_MEM_GRADS,
-        [OSDP_BUF_GRAD_RECV] = OSDP_MEM_GRADS,
+        [OSDP_BUF_GRAD_RECV] = OSDP_MEM_GRADS,     [OSDP_BUF_TP_STAGING] = OSDP_MEM_TP_COMM,
     };
     return category[kind];
 }
@@ -39,6 +39,7 @@ static size_t buffer_bytes(const osdp_schedule *sc, osdp_buffer_kind kind, int o
         return B * (ol->act_floats_per_seq - (so->recompute ? ol->kept_floats_per_seq : 0)) * F;
     case OSDP_BUF_FULL_GRAD: return so->padded * F;
     case OSDP_BUF_GRAD_RECV: return so->shard * F;
+    case OSDP_BUF_TP_STAGING: return B * osdp_tp_staging_floats_per_seq(sc->layout) * F;
     case OSDP_BUF_N_KINDS: break;
     }
     return 0;
@@ -274,7 +275,11 @@ static osdp_status setup_events(builder *b)
         if (b->sc->opt.weight_dtype != OSDP_FLOAT32) TRY(emit_buffer(b, OSDP_EV_ALLOC, OSDP_BUF_MASTER_COPY, op, 0));
         if (b->sc->ops[op].resident_numel) TRY(emit_buffer(b, OSDP_EV_ALLOC, OSDP_BUF_RESIDENT, op, 0));
     }
-    return emit_buffer(b, OSDP_EV_ALLOC, OSDP_BUF_WORKSPACE, 0, 0);
+    TRY(emit_buffer(b, OSDP_EV_ALLOC, OSDP_BUF_WORKSPACE, 0, 0));
+    /* the head's, for every step and validation pass: the buffer belongs to no operator's pass */
+    if (osdp_tp_staging_floats_per_seq(b->sc->layout))
+        TRY(emit_buffer(b, OSDP_EV_ALLOC, OSDP_BUF_TP_STAGING, b->sc->layout->n_ops - 1, 0));
+    return OSDP_OK;
 }
 
 /* the gradient norm, its all-reduce, then the update, operator by operator */
