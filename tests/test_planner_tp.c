@@ -312,7 +312,7 @@ START_TEST(test_mesh_errors)
         {8, 3, "--tp 3 does not divide the 8 ranks"},
         {12, 3, "--tp 3 does not divide the model's 8 attention heads"},
         {16, 16, "--tp 16 exceeds the node size of 8 ranks (ranks_per_node of device mesh)"},
-        {4, 0, "--tp 0: the tensor-parallel degree must be at least 1"},
+        {4, -1, "--tp -1: the tensor-parallel degree must be at least 1"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         o.n_ranks = bad[i].ranks;

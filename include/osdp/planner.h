@@ -188,7 +188,7 @@ void osdp_planner_result_free(osdp_planner_result *res);
  * node size.  No candidate fits: the status of the first candidate's
  * scheduler (OSDP_ERR_INFEASIBLE with its message); other errors are
  * returned as they are.  mesh->result.plan.tp_size is the chosen T. */
-#define OSDP_TP_AUTO (-1)
+#define OSDP_TP_AUTO 0   /* the same value as --tp auto's (cli/options.h) */
 #define OSDP_MAX_TP_CANDIDATES 32
 
 typedef struct osdp_tp_candidate {

@@ -95,11 +95,6 @@ static const option_row g_options[] = {
     {.name = "ranks", .type = OPT_INT, .commands = PLAN, .required = PLAN, .field = FIELD(ranks), .lo = 1,
      .hi = 1 << 20, .metavar = "N",
      .help = "ranks to plan for (with --tp T: the mesh of T x D ranks)"},
-    /* tp-plan: `plan --tp`; train's --tp is tp-runtime's row (one row per command, as --batch) */
-    {.name = "tp", .type = OPT_INT, .commands = PLAN, .field = FIELD(plan_tp), .lo = 1, .hi = 1 << 20,
-     .choices = "auto", .word_value = OSDP_TP_AUTO, .metavar = "T|auto", .default_text = "1 (no tensor parallelism)",
-     .help = "plan on the mesh of --ranks = T x D ranks, T-way tensor parallel (auto: the planner\n"
-        "chooses T among the divisors that divide the heads and fit a node, and prints its candidates)"},
     {.name = "steps", .short_name = 's', .type = OPT_INT, .commands = TRAIN, .field = FIELD(steps), .hi = 1e12,
      .default_value = "100", .metavar = "N",
      .help = "optimizer steps in all: a resumed run continues up to step N"},

@@ -48,7 +48,6 @@ typedef struct osdp_job {
     long long max_batch;              /* plan: the scheduler's largest micro-batch */
     long long seq_len;                /* tokens per sequence; 0: the model's ctx */
     long long ranks;                  /* plan: ranks to plan for */
-    long long plan_tp;                /* plan --tp: tensor-parallel degree, OSDP_TP_AUTO; 0: not given */
     long long split;                  /* slices per operator, or OSDP_SPLIT_AUTO */
     long long tp;                     /* tensor-parallel degree (1: none), or OSDP_TP_AUTO */
     int recompute;                    /* osdp_recompute_choice */

@@ -252,10 +252,11 @@ int osdp_cmd_plan(const osdp_job *job)
     osdp_mesh_choice mesh;
     memset(&mesh, 0, sizeof mesh);
     int tp = 1;
-    if (job->plan_tp != 0) {
-        s = osdp_planner_mesh(&cfg, seq_len, &dev, &planner, (int)job->plan_tp, &mesh);
+    const int tp_given = osdp_option_given(job, "tp");   /* not given: the planner as before, tp 1 */
+    if (tp_given) {
+        s = osdp_planner_mesh(&cfg, seq_len, &dev, &planner, (int)job->tp, &mesh);
         if (s != OSDP_OK && s != OSDP_ERR_INFEASIBLE) osdp_fatal(s, osdp_error_message());
-        tp = mesh.best >= 0 ? mesh.cand[mesh.best].tp_size : job->plan_tp == OSDP_TP_AUTO ? 1 : (int)job->plan_tp;
+        tp = mesh.best >= 0 ? mesh.cand[mesh.best].tp_size : job->tp == OSDP_TP_AUTO ? 1 : (int)job->tp;
         const int chosen = mesh.best;
         osdp_mesh_choice_free(&mesh);   /* its candidates stay, for the table */
         mesh.best = chosen;
@@ -289,7 +290,7 @@ int osdp_cmd_plan(const osdp_job *job)
         printf(",\"device\":");
         json_str(dev.name);
         printf(",\"ranks\":%d,\"params\":%zu,\"operators\":%d,\"T\":%d,", n_ranks, L.total_params, L.n_ops, L.T);
-        json_mesh(&mesh, job->plan_tp == OSDP_TP_AUTO, n_ranks, tp, &dev);
+        json_mesh(&mesh, job->tp == OSDP_TP_AUTO, n_ranks, tp, &dev);
         if (planner.split_auto) printf("\"split\":\"auto\",");
         else printf("\"split\":%d,\"choices_per_op\":%d,", planner.split, planner.split + 1);
         printf("\"recompute\":\"%s\",\"search\":\"%s\",\"cost_model\":\"%s\",\"prefetch\":%d,\"param_bytes\":%d,"
@@ -312,7 +313,7 @@ int osdp_cmd_plan(const osdp_job *job)
                dev.param_bytes, dev.grad_bytes, dev.all_gather.alpha, dev.all_gather.beta, dev.reduce_scatter.alpha,
                dev.reduce_scatter.beta, n_ranks, search, cost, planner.prefetch ? "on" : "off", split_s,
                osdp_option_word("recompute", job->recompute));
-        if (job->plan_tp != 0) print_mesh(&mesh, job->plan_tp == OSDP_TP_AUTO, n_ranks, tp, &dev);
+        if (tp_given) print_mesh(&mesh, job->tp == OSDP_TP_AUTO, n_ranks, tp, &dev);
         if (st[0] == OSDP_OK) {
             printf("\nOSDP plan (micro-batch %d, accumulation %d):\n", r[0].plan.micro_batch, r[0].plan.accum_steps);
             print_table(&L, &cm, &r[0]);
@@ -340,14 +341,14 @@ int osdp_cmd_plan(const osdp_job *job)
             rc = OSDP_ERR_IO;
         } else {
             char tp_arg[32] = "";
-            if (job->plan_tp != 0) snprintf(tp_arg, sizeof tp_arg, " --tp %d", tp);
+            if (tp_given) snprintf(tp_arg, sizeof tp_arg, " --tp %d", tp);
             fprintf(f, "# planned by osdp_gpt plan for %d ranks (TP %d x DP %d) on device %s: micro-batch %d, "
                        "accumulation %d\n# (train with --batch %d --global-batch %d%s); predicted step %.6g s, peak %lld "
                        "bytes\n",
                     n_ranks, tp, planner.n_ranks, dev.name, r[0].plan.micro_batch, r[0].plan.accum_steps,
                     r[0].plan.micro_batch, r[0].plan.micro_batch * r[0].plan.accum_steps * planner.n_ranks, tp_arg,
                     r[0].step_s, r[0].peak_bytes);
-            if (job->plan_tp != 0) r[0].plan.tp_size = tp;   /* the plan states its mesh */
+            if (tp_given) r[0].plan.tp_size = tp;   /* the plan states its mesh */
             osdp_plan_write(&r[0].plan, &L, f);
             if (fclose(f) != 0) rc = OSDP_ERR_IO;
         }

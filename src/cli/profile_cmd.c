@@ -128,11 +128,12 @@ static osdp_status time_collective(osdp_comm *comm, collective_kind kind, size_t
  * micro-batch 8); a least-squares fit through the origin (relative errors)
  * of t = 2 (T-1) alpha + 2 (T-1)/T S beta over every (T, S) gives
  * [tp_all_reduce] (a negative alpha is clamped to 0 and beta refitted).
+ * only_tp > 1 (profile --tp T): that T alone.
  * Without such a T (2 ranks on 2 nodes...) the section keeps the mean of
  * the all-gather's and reduce-scatter's figures.  Collective over the
  * world; *note gets what was done. */
-static osdp_status profile_tp_all_reduce(const osdp_world *world, size_t top, int reps, osdp_device *dev, char *note,
-                                         size_t note_size)
+static osdp_status profile_tp_all_reduce(const osdp_world *world, int only_tp, size_t top, int reps, osdp_device *dev,
+                                         char *note, size_t note_size)
 {
     const int N = world->size, max_points = 8 * N_SIZES;
     double x1[8 * N_SIZES], x2[8 * N_SIZES], y[8 * N_SIZES];
@@ -141,7 +142,7 @@ static osdp_status profile_tp_all_reduce(const osdp_world *world, size_t top, in
     len += snprintf(note + len, note_size - (size_t)len, "tp_all_reduce: blocking fp32 all-reduce over groups of T consecutive ranks,\n"
                     "all groups at once, median of %d runs of the slowest rank; T =", reps);
     for (int T = 2; T <= N && T <= world->local_size; T++) {
-        if (N % T != 0 || n + N_SIZES > max_points) continue;
+        if (N % T != 0 || n + N_SIZES > max_points || (only_tp > 1 && T != only_tp)) continue;
         MPI_Comm group;
         MPI_Comm_split(MPI_COMM_WORLD, world->rank / T, world->rank, &group);
         osdp_comm comm;
@@ -399,8 +400,12 @@ int osdp_cmd_profile(const osdp_job *job)
     {   /* the residual stream of micro-batch 8, at least 1 MiB: what the TP group all-reduces */
         size_t stream = 8 * (size_t)L.T * L.max_width * sizeof(float);
         char tp_note[1024];
-        osdp_check_all(profile_tp_all_reduce(&world, stream > ((size_t)1 << 20) ? stream : (size_t)1 << 20, reps, &dev,
-                                             tp_note, sizeof tp_note));
+        const int only_tp = osdp_option_given(job, "tp") ? (int)job->tp : 0;
+        osdp_check_all(only_tp <= 1 || (N % only_tp == 0 && only_tp <= world.local_size) ? OSDP_OK
+                       : osdp_error_set(OSDP_ERR_INPUT, "profile --tp %d: the tensor-parallel groups must divide the %d ranks "
+                                        "and fit the %d ranks on a node", only_tp, N, world.local_size));
+        osdp_check_all(profile_tp_all_reduce(&world, only_tp, stream > ((size_t)1 << 20) ? stream : (size_t)1 << 20, reps,
+                                             &dev, tp_note, sizeof tp_note));
         len += snprintf(note + len, sizeof note - (size_t)len, "%s", tp_note);
         dev.ranks_per_node = world.local_size;
         len += snprintf(note + len, sizeof note - (size_t)len, "ranks_per_node: the ranks of this run on the node (%d).\n",
