@@ -22,6 +22,10 @@ typedef struct osdp_compute_backend {
     osdp_dtype weight_dtype;                 /* OSDP_FLOAT32 or OSDP_BFLOAT16 */
     int pad_quantum;                         /* shards padded to multiples of this many elements
                                                 (osdp_padded_numel_quantum): CPU 1, CUDA 64 */
+    int vocab_quantum;                       /* the vocabulary padded to a multiple of this many rows of
+                                                wte / columns of lm_head (times the tensor-parallel
+                                                degree, osdp_layout_build_tp): CPU 1, CUDA 128, as
+                                                llm.c pads GPT-2's 50257 to 50304 */
     osdp_status (*init)(int local_rank, int threads);
     void *(*alloc)(size_t bytes);            /* contents undefined; NULL on failure */
     void (*free)(void *ptr);
@@ -61,6 +65,35 @@ typedef struct osdp_compute_backend {
     void (*crossentropy_forward)(float *losses, float *probs, const int *targets, int BT, int V);
     void (*crossentropy_backward)(float *dlogits, const float *probs, const int *targets,
                                   float scale, int BT, int V);
+    /* The vocabulary-parallel entries (tensor parallelism, padded vocabularies, osdp/layout.h):
+     * this rank holds rows [vocab_lo, vocab_lo + vocab_n) of wte and the same columns of
+     * lm_head (its logits, BT x vocab_n).
+     * x (B,T,C) = wte row (token - vocab_lo) for tokens in the range, 0 for the others,
+     * + wpe[t] (wpe NULL: nothing added) */
+    void (*embedding_forward_range)(float *x, const int *tokens, const void *wte, const void *wpe,
+                                    int B, int T, int C, int vocab_lo, int vocab_n);
+    /* dwte (vocab_n, C) += the rows of the tokens in the range; dwpe (T, C) += (NULL: none);
+     * each row summed in token-position order (deterministic) */
+    void (*embedding_backward_range)(float *dwte, float *dwpe, const float *dx, const int *tokens,
+                                     int B, int T, int C, int vocab_lo, int vocab_n);
+    /* This rank's cross-entropy statistics of each row of logits (BT, V) over its first
+     * `valid` columns (the rest is vocabulary padding): stats[3i] = their max (-inf when
+     * valid is 0), stats[3i+1] = sum of exp(logit - max) (0 when valid is 0), stats[3i+2]
+     * = the target's logit when the target lies in [vocab_lo, vocab_lo + valid), else 0.
+     * The logits are left unchanged. */
+    void (*crossentropy_stats)(float *stats, const float *logits, const int *targets, int BT, int V,
+                               int valid, int vocab_lo);
+    /* From the group's statistics (group_size x BT x 3, in rank order, every rank the same):
+     * M = the largest max, S = sum over ranks in order of sum x exp(max - M), the target
+     * logit = the sum of the ranks' (one is non-zero); losses (BT) = log S - (target logit
+     * - M), and the logits (BT, V) in `probs` become probabilities in place: exp(logit -
+     * M) / S over the first `valid` columns, 0 over the padding. */
+    void (*crossentropy_finish)(float *losses, float *probs, const float *group_stats, int BT, int V,
+                                int valid, int group_size);
+    /* dlogits (BT,V) = scale * (probs - onehot(target - vocab_lo)), the one-hot empty when
+     * the target is outside [vocab_lo, vocab_lo + V) (overwrite; dlogits may alias probs) */
+    void (*crossentropy_backward_range)(float *dlogits, const float *probs, const int *targets,
+                                        float scale, int BT, int V, int vocab_lo);
     void (*residual_forward)(float *out, const float *a, const float *b, size_t n);
     void (*vector_accumulate)(float *y, const float *x, size_t n);
     /* sum of losses (BT) in double, result to the host */
@@ -95,5 +128,12 @@ const osdp_compute_backend *osdp_compute_find(const char *name, osdp_dtype weigh
  * that checkpoints load across paddings.  OSDP_ERR_INPUT names the variable
  * when its value is not one. */
 osdp_status osdp_compute_pad_quantum(const osdp_compute_backend *be, int *pad_quantum);
+
+/* The vocabulary quantum a run uses (osdp_layout_build_tp): the backend's, or
+ * OSDP_VOCAB_QUANTUM, a test knob (a whole number from 1 to 4096) that lets
+ * the CPU pad the vocabulary like CUDA, to run the vocab-parallel
+ * cross-entropy on padding columns.  OSDP_ERR_INPUT names the variable when
+ * its value is not one. */
+osdp_status osdp_compute_vocab_quantum(const osdp_compute_backend *be, int *vocab_quantum);
 
 #endif

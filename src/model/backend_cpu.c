@@ -125,6 +125,11 @@ static void cpu_embedding_forward(float *x, const int *tokens, const void *wte, 
 {
     embedding_forward(x, tokens, wte, wpe, B, T, C);
 }
+static void cpu_embedding_forward_range(float *x, const int *tokens, const void *wte, const void *wpe, int B,
+                                        int T, int C, int vocab_lo, int vocab_n)
+{
+    embedding_forward_range(x, tokens, wte, wpe, B, T, C, vocab_lo, vocab_n);
+}
 
 /* the entries both CPU tables share: those that never read weights */
 #define CPU_COMMON_ENTRIES \
@@ -142,6 +147,10 @@ static void cpu_embedding_forward(float *x, const int *tokens, const void *wte, 
     .attention_forward = attention_forward, \
     .attention_backward = attention_backward, \
     .embedding_backward = embedding_backward, \
+    .embedding_backward_range = embedding_backward_range, \
+    .crossentropy_stats = crossentropy_stats, \
+    .crossentropy_finish = crossentropy_finish, \
+    .crossentropy_backward_range = crossentropy_backward_range, \
     .crossentropy_forward = crossentropy_forward, \
     .crossentropy_backward = crossentropy_backward, \
     .residual_forward = residual_forward, \
@@ -150,9 +159,10 @@ static void cpu_embedding_forward(float *x, const int *tokens, const void *wte, 
     .sum_squares = cpu_sum_squares, \
     .accumulate_sum = cpu_accumulate_sum, \
     .adamw = cpu_adamw, \
-    .pad_quantum = 1
+    .pad_quantum = 1, \
+    .vocab_quantum = 1
 
-/* the seven entries that read weights, one function each per weight type:
+/* the eight entries that read weights, one function each per weight type:
  * PREFIX##matmul_forward and so on (cpu_ for float32, cpu_bf16_ for bfloat16) */
 #define CPU_WEIGHT_ENTRIES(prefix) \
     .matmul_forward = prefix##matmul_forward, \
@@ -161,7 +171,8 @@ static void cpu_embedding_forward(float *x, const int *tokens, const void *wte, 
     .matmul_backward_strided = prefix##matmul_backward_strided, \
     .layernorm_forward = prefix##layernorm_forward, \
     .layernorm_backward = prefix##layernorm_backward, \
-    .embedding_forward = prefix##embedding_forward
+    .embedding_forward = prefix##embedding_forward, \
+    .embedding_forward_range = prefix##embedding_forward_range
 
 const osdp_compute_backend osdp_compute_cpu = {
     CPU_COMMON_ENTRIES,

@@ -1,4 +1,9 @@
-/* Forward and backward of the GPT operators (see osdp/gpt.h). */
+/* Forward and backward of the GPT operators (see osdp/gpt.h), whole or as
+ * one rank's tensor-parallel parts (osdp/layout.h): Megatron's conjugate
+ * pair around each cut product, a vocab-parallel embedding, and a
+ * vocab-parallel cross-entropy that never gathers the logits.  With
+ * tp_size 1 and an unpadded vocabulary the kernels called are today's, in
+ * the same order: the same bits. */
 #include "osdp/gpt.h"
 
 #include <string.h>
@@ -93,6 +98,60 @@ static inline void poke(const osdp_op_context *ctx)
     if (ctx->progress) ctx->progress(ctx->progress_arg);
 }
 
+/* ---- the tensor-parallel group ------------------------------------------ */
+
+static int tp_size(const osdp_op_context *ctx) { return ctx->layout->tp_size; }
+static int tp_rank(const osdp_op_context *ctx) { return tp_size(ctx) > 1 ? ctx->tp->rank : 0; }
+
+/* a context whose layout is cut for a group must come with that group */
+static osdp_status check_group(const osdp_op_context *ctx)
+{
+    if (tp_size(ctx) == 1) return OSDP_OK;
+    if (!ctx->tp || ctx->tp->size != tp_size(ctx) || ctx->tp->rank < 0 || ctx->tp->rank >= tp_size(ctx))
+        return osdp_error_set(OSDP_ERR_INTERNAL, "operator context: the layout is for a tensor-parallel group of %d "
+                              "ranks but the context's group is %s (size %d)",
+                              tp_size(ctx), ctx->tp ? "another" : "missing", ctx->tp ? ctx->tp->size : 0);
+    return OSDP_OK;
+}
+
+/* the group's sum of buf in place (nothing to do alone); an error stops the pass */
+static void tp_all_reduce(pass *p, float *buf, size_t n)
+{
+    if (p->status != OSDP_OK || tp_size(p->ctx) == 1) return;
+    p->status = p->ctx->tp->all_reduce(p->ctx->tp->arg, buf, n);
+}
+
+/* this rank's first vocabulary entry (row of wte, column of lm_head), and how
+ * many of its vocab_local entries are real words rather than padding */
+static int vocab_lo(const osdp_op_context *ctx) { return tp_rank(ctx) * ctx->layout->vocab_local; }
+static int vocab_valid(const osdp_op_context *ctx)
+{
+    const int left = ctx->layout->cfg.vocab - vocab_lo(ctx);
+    return left < 0 ? 0 : left < ctx->layout->vocab_local ? left : ctx->layout->vocab_local;
+}
+
+/* The vocab-parallel cross-entropy (tp > 1 or a padded vocabulary: the head's
+ * tp_floats_per_seq): this rank's statistics of its logits (in a->probs) into
+ * the staging's first 3 BT floats, the group's gathered after them in rank
+ * order (alone: the rank's own are the group's), then losses and
+ * probabilities from the group's, on every rank the same bits. */
+static void crossentropy_vocab_parallel(pass *p, osdp_op_acts *a, int BT)
+{
+    const osdp_op_context *ctx = p->ctx;
+    const osdp_compute_backend *be = ctx->backend;
+    const int V = ctx->layout->vocab_local, valid = vocab_valid(ctx);
+    if (!ctx->tp_staging) {
+        p->status = osdp_error_set(OSDP_ERR_INTERNAL, "head: the vocab-parallel cross-entropy needs the context's "
+                                   "tp_staging (%zu floats per sequence)", p->op->tp_floats_per_seq);
+        return;
+    }
+    float *local = ctx->tp_staging, *group = tp_size(ctx) > 1 ? local + 3 * (size_t)BT : local;
+    be->crossentropy_stats(local, a->probs, a->tokens, BT, V, valid, vocab_lo(ctx));
+    if (tp_size(ctx) > 1) p->status = ctx->tp->all_gather(ctx->tp->arg, local, group, 3 * (size_t)BT);
+    if (p->status != OSDP_OK) return;
+    be->crossentropy_finish(a->losses, a->probs, group, BT, V, valid, tp_size(ctx));
+}
+
 /* rows [*r0, r1) of weight tensor k held by the slice containing row r1 - 1
  * (backward walks rows downwards) or row r0 (forward, upwards) */
 static int piece_slice(const pass *p, int k, int row)
@@ -170,15 +229,28 @@ osdp_status osdp_op_forward_sliced(const osdp_op_context *ctx, int op_index, con
     const osdp_compute_backend *be = ctx->backend;
     const osdp_op_layout *op = &ctx->layout->op[op_index];
     const int B = ctx->B, T = ctx->T, BT = B * T, d = op->width;
-    const int NH = ctx->layout->cfg.n_head;
+    const size_t btd = (size_t)BT * (size_t)d;
+    /* this rank's heads, and their width (qkv's columns are 3 groups of it) */
+    const int NH = ctx->layout->cfg.n_head / tp_size(ctx);
     pass P = {.ctx = ctx, .op = op, .sl = sl, .cur = -1, .wsize = osdp_dtype_size(be->weight_dtype),
-              .status = OSDP_OK}, *p = &P;
+              .status = check_group(ctx)}, *p = &P;
 #define OK_OR_RETURN() do { if (p->status != OSDP_OK) return p->status; } while (0)
+    OK_OR_RETURN();
     switch (op->type) {
     case OSDP_OP_EMBED: {
         const void *wte = tw(p, OSDP_P_WTE), *wpe = tw(p, OSDP_P_WPE);
         OK_OR_RETURN();
-        be->embedding_forward(a->out, a->tokens, wte, wpe, B, T, d);
+        if (tp_size(ctx) == 1) {
+            be->embedding_forward(a->out, a->tokens, wte, wpe, B, T, d);
+        } else {
+            /* each rank looks up the tokens of its rows, rank 0 adds the
+             * positions: one non-zero term per element besides wpe, so the
+             * group's sum is exact */
+            be->embedding_forward_range(a->out, a->tokens, wte, tp_rank(ctx) == 0 ? wpe : NULL, B, T, d,
+                                        vocab_lo(ctx), ctx->layout->vocab_local);
+            tp_all_reduce(p, a->out, btd);
+            OK_OR_RETURN();
+        }
         break;
     }
     case OSDP_OP_ATTN: {
@@ -191,28 +263,35 @@ osdp_status osdp_op_forward_sliced(const osdp_op_context *ctx, int op_index, con
         layernorm_then_linear(p, a, x, a->qkv, OSDP_P_QKV_W, OSDP_P_QKV_B, BT, d);
         OK_OR_RETURN();
         poke(ctx);
-        be->attention_forward(a->heads, a->att, a->qkv, B, T, d, NH);
+        be->attention_forward(a->heads, a->att, a->qkv, B, T, d / tp_size(ctx), NH);
         poke(ctx);
-        linear_forward(p, a->out, a->heads, OSDP_P_PROJ_W, OSDP_P_PROJ_B, BT);
+        /* row-parallel: the partial products summed over the group, the
+         * (replicated) bias added once, by rank 0 */
+        linear_forward(p, a->out, a->heads, OSDP_P_PROJ_W, tp_rank(ctx) == 0 ? OSDP_P_PROJ_B : -1, BT);
+        tp_all_reduce(p, a->out, btd);
         OK_OR_RETURN();
-        be->residual_forward(a->out, a->out, x, (size_t)BT * d);
+        be->residual_forward(a->out, a->out, x, btd);
         break;
     }
     case OSDP_OP_MLP: {
         layernorm_then_linear(p, a, input, a->fc, OSDP_P_FC_W, OSDP_P_FC_B, BT, d);
         OK_OR_RETURN();
         poke(ctx);
-        be->gelu_forward(a->gelu, a->fc, (size_t)BT * 4 * d);
-        linear_forward(p, a->out, a->gelu, OSDP_P_PROJ_W, OSDP_P_PROJ_B, BT);
+        be->gelu_forward(a->gelu, a->fc, (size_t)BT * 4 * d / tp_size(ctx));
+        linear_forward(p, a->out, a->gelu, OSDP_P_PROJ_W, tp_rank(ctx) == 0 ? OSDP_P_PROJ_B : -1, BT);
+        tp_all_reduce(p, a->out, btd);
         OK_OR_RETURN();
-        be->residual_forward(a->out, a->out, input, (size_t)BT * d);
+        be->residual_forward(a->out, a->out, input, btd);
         break;
     }
     case OSDP_OP_HEAD: {
         layernorm_then_linear(p, a, input, a->probs, OSDP_P_LM_HEAD_W, -1, BT, d);
         OK_OR_RETURN();
         poke(ctx);
-        be->crossentropy_forward(a->losses, a->probs, a->tokens, BT, ctx->layout->cfg.vocab);
+        if (op->tp_floats_per_seq)
+            crossentropy_vocab_parallel(p, a, BT);
+        else
+            be->crossentropy_forward(a->losses, a->probs, a->tokens, BT, ctx->layout->cfg.vocab);
         break;
     }
     }
@@ -239,16 +318,21 @@ osdp_status osdp_op_backward_sliced(const osdp_op_context *ctx, int op_index, co
     const osdp_compute_backend *be = ctx->backend;
     const osdp_op_layout *op = &ctx->layout->op[op_index];
     const int B = ctx->B, T = ctx->T, BT = B * T, d = op->width;
-    const int NH = ctx->layout->cfg.n_head, V = ctx->layout->cfg.vocab;
+    const int NH = ctx->layout->cfg.n_head / tp_size(ctx), V = ctx->layout->cfg.vocab;
     const size_t btd = (size_t)BT * (size_t)d;
     float *dout = ws->dres[ws->cur];
     pass P = {.ctx = ctx, .op = op, .sl = sl, .cur = -1, .wsize = osdp_dtype_size(be->weight_dtype),
-              .status = OSDP_OK}, *p = &P;
+              .status = check_group(ctx)}, *p = &P;
+    OK_OR_RETURN();
     switch (op->type) {
     case OSDP_OP_EMBED: {
         float *gte = tg(p, OSDP_P_WTE), *gpe = tg(p, OSDP_P_WPE);
         OK_OR_RETURN();
-        be->embedding_backward(gte, gpe, dout, a->tokens, B, T, d);
+        if (tp_size(ctx) == 1)
+            be->embedding_backward(gte, gpe, dout, a->tokens, B, T, d);
+        else   /* d(out) is the group's: every rank gets the same d(wpe) */
+            be->embedding_backward_range(gte, gpe, dout, a->tokens, B, T, d, vocab_lo(ctx),
+                                         ctx->layout->vocab_local);
         break;
     }
     case OSDP_OP_ATTN: {
@@ -259,9 +343,11 @@ osdp_status osdp_op_backward_sliced(const osdp_op_context *ctx, int op_index, co
         linear_backward(p, dheads, dout, a->heads, OSDP_P_PROJ_W, OSDP_P_PROJ_B, BT, 0);
         OK_OR_RETURN();
         poke(ctx);
-        be->attention_backward(dqkv, datt, dheads, a->qkv, a->att, B, T, d, NH);
+        be->attention_backward(dqkv, datt, dheads, a->qkv, a->att, B, T, d / tp_size(ctx), NH);
         poke(ctx);
+        /* column-parallel: this rank's heads' share of d(ln), summed over the group */
         linear_backward(p, dln, dqkv, a->ln, OSDP_P_QKV_W, OSDP_P_QKV_B, BT, 0);
+        tp_all_reduce(p, dln, btd);
         OK_OR_RETURN();
         poke(ctx);
         /* residual: d(x) = d(out) + layernorm path, accumulated in place */
@@ -280,8 +366,9 @@ osdp_status osdp_op_backward_sliced(const osdp_op_context *ctx, int op_index, co
         linear_backward(p, dgelu, dout, a->gelu, OSDP_P_PROJ_W, OSDP_P_PROJ_B, BT, 0);
         OK_OR_RETURN();
         poke(ctx);
-        be->gelu_backward(dgelu, a->fc, dgelu, 4 * btd);
+        be->gelu_backward(dgelu, a->fc, dgelu, 4 * btd / (size_t)tp_size(ctx));
         linear_backward(p, dln, dgelu, a->ln, OSDP_P_FC_W, OSDP_P_FC_B, BT, 0);
+        tp_all_reduce(p, dln, btd);
         OK_OR_RETURN();
         poke(ctx);
         layernorm_backward_into(p, dout, dln, input, a, BT, d);
@@ -292,8 +379,13 @@ osdp_status osdp_op_backward_sliced(const osdp_op_context *ctx, int op_index, co
         float *dln = scratch_at(ctx, op, ws, OSDP_S_DLN);
         /* probabilities become d(logits) in place: they are not needed after */
         float *dlogits = a->probs;
-        be->crossentropy_backward(dlogits, a->probs, a->tokens, loss_scale, BT, V);
+        if (op->tp_floats_per_seq)   /* padding columns: probability 0, gradient 0 */
+            be->crossentropy_backward_range(dlogits, a->probs, a->tokens, loss_scale, BT,
+                                            ctx->layout->vocab_local, vocab_lo(ctx));
+        else
+            be->crossentropy_backward(dlogits, a->probs, a->tokens, loss_scale, BT, V);
         linear_backward(p, dln, dlogits, a->ln, OSDP_P_LM_HEAD_W, -1, BT, 0);
+        tp_all_reduce(p, dln, btd);
         OK_OR_RETURN();
         poke(ctx);
         be->fill_zero(dout, btd * sizeof(float));

@@ -61,6 +61,14 @@ void embedding_forward(float *x, const int *tokens, const float *wte,
 /* dwte (V,C) +=, dwpe (T,C) += */
 void embedding_backward(float *dwte, float *dwpe, const float *dx,
                         const int *tokens, int B, int T, int C);
+/* The same over the vocabulary rows [vocab_lo, vocab_lo + vocab_n) that wte
+ * and dwte hold (vocab-parallel): tokens outside them read 0 and add
+ * nothing; wpe / dwpe NULL: none.  With vocab_lo 0 and every token in range
+ * these are bitwise embedding_forward / embedding_backward. */
+void embedding_forward_range(float *x, const int *tokens, const float *wte,
+                             const float *wpe, int B, int T, int C, int vocab_lo, int vocab_n);
+void embedding_backward_range(float *dwte, float *dwpe, const float *dx,
+                              const int *tokens, int B, int T, int C, int vocab_lo, int vocab_n);
 
 /* In: logits (BT,V) in `probs`; out: softmax probabilities in place and
  * losses (BT) = -log p[target], computed as log-sum-exp of the logits minus
@@ -70,6 +78,15 @@ void crossentropy_forward(float *losses, float *probs, const int *targets,
 /* dlogits (BT,V) = scale * (probs - onehot(target))  (overwrite; dlogits may alias probs) */
 void crossentropy_backward(float *dlogits, const float *probs,
                            const int *targets, float scale, int BT, int V);
+/* The vocab-parallel cross-entropy (osdp/compute.h says what each computes):
+ * this rank's statistics per row, the loss and probabilities from the
+ * group's, and the backward with the rank's first vocabulary entry. */
+void crossentropy_stats(float *stats, const float *logits, const int *targets,
+                        int BT, int V, int valid, int vocab_lo);
+void crossentropy_finish(float *losses, float *probs, const float *group_stats,
+                         int BT, int V, int valid, int group_size);
+void crossentropy_backward_range(float *dlogits, const float *probs, const int *targets,
+                                 float scale, int BT, int V, int vocab_lo);
 
 /* out = a + b (out may alias a or b) */
 void residual_forward(float *out, const float *a, const float *b, size_t n);

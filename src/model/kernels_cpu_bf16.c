@@ -11,6 +11,7 @@
 
 #include "kernels_cpu_internal.h"
 
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -120,13 +121,22 @@ void cpu_bf16_layernorm_backward(float *dx, float *dw, float *db, const float *d
     layernorm_backward(dx, dw, db, dy, x, buf, mean, rstd, BT, C);
 }
 
-void cpu_bf16_embedding_forward(float *x, const int *tokens, const void *wte, const void *wpe, int B, int T, int C)
+void cpu_bf16_embedding_forward_range(float *x, const int *tokens, const void *wte, const void *wpe, int B, int T,
+                                      int C, int vocab_lo, int vocab_n)
 {
     const uint16_t *te = wte, *pe = wpe;
     OMP(parallel for if((long)B * T * C > PAR_MIN_WORK) schedule(static))
     for (long bt = 0; bt < (long)B * T; bt++) {
-        const uint16_t *a = te + (size_t)tokens[bt] * C, *p = pe + (size_t)(bt % T) * C;
+        const long row = (long)tokens[bt] - vocab_lo;
+        const uint16_t *a = row >= 0 && row < vocab_n ? te + (size_t)row * C : NULL;
+        const uint16_t *p = pe ? pe + (size_t)(bt % T) * C : NULL;
         float *out = x + (size_t)bt * C;
-        for (int c = 0; c < C; c++) out[c] = osdp_bf16_to_float(a[c]) + osdp_bf16_to_float(p[c]);
+        for (int c = 0; c < C; c++)
+            out[c] = (a ? osdp_bf16_to_float(a[c]) : 0.0f) + (p ? osdp_bf16_to_float(p[c]) : 0.0f);
     }
+}
+
+void cpu_bf16_embedding_forward(float *x, const int *tokens, const void *wte, const void *wpe, int B, int T, int C)
+{
+    cpu_bf16_embedding_forward_range(x, tokens, wte, wpe, B, T, C, 0, INT_MAX);
 }

@@ -62,5 +62,7 @@ void cpu_bf16_layernorm_forward(float *y, float *mean, float *rstd, const float 
 void cpu_bf16_layernorm_backward(float *dx, float *dw, float *db, const float *dy, const float *x, const void *w,
                                  const float *mean, const float *rstd, int BT, int C);
 void cpu_bf16_embedding_forward(float *x, const int *tokens, const void *wte, const void *wpe, int B, int T, int C);
+void cpu_bf16_embedding_forward_range(float *x, const int *tokens, const void *wte, const void *wpe, int B, int T,
+                                      int C, int vocab_lo, int vocab_n);
 
 #endif

@@ -11,6 +11,7 @@
 
 #include "kernels_cpu_internal.h"
 
+#include <limits.h>
 #include <math.h>
 #include <string.h>
 
@@ -140,22 +141,35 @@ OSDP_VECTOR_CLONES void gelu_backward(float *dx, const float *x, const float *dy
 
 /* --------------------------------------------------------------- embedding */
 
-void embedding_forward(float *x, const int *tokens, const float *wte,
-                       const float *wpe, int B, int T, int C)
+void embedding_forward_range(float *x, const int *tokens, const float *wte,
+                             const float *wpe, int B, int T, int C, int vocab_lo, int vocab_n)
 {
     int BT = B * T;
     OMP(parallel for if((long)BT * C >= PAR_MIN_WORK) schedule(static))
     for (int i = 0; i < BT; i++) {
         float *xi = x + (size_t)i * C;
-        const float *e = wte + (size_t)tokens[i] * C;
-        const float *p = wpe + (size_t)(i % T) * C;
-        OMP(simd)
-        for (int c = 0; c < C; c++) xi[c] = e[c] + p[c];
+        const int row = tokens[i] - vocab_lo;
+        const float *e = row >= 0 && row < vocab_n ? wte + (size_t)row * C : NULL;
+        const float *p = wpe ? wpe + (size_t)(i % T) * C : NULL;
+        if (e && p) {
+            OMP(simd)
+            for (int c = 0; c < C; c++) xi[c] = e[c] + p[c];
+        } else if (e || p) {
+            memcpy(xi, e ? e : p, (size_t)C * sizeof *xi);
+        } else {
+            memset(xi, 0, (size_t)C * sizeof *xi);
+        }
     }
 }
 
-void embedding_backward(float *dwte, float *dwpe, const float *dx,
-                        const int *tokens, int B, int T, int C)
+void embedding_forward(float *x, const int *tokens, const float *wte,
+                       const float *wpe, int B, int T, int C)
+{
+    embedding_forward_range(x, tokens, wte, wpe, B, T, C, 0, INT_MAX);
+}
+
+void embedding_backward_range(float *dwte, float *dwpe, const float *dx,
+                              const int *tokens, int B, int T, int C, int vocab_lo, int vocab_n)
 {
     /* Threads own blocks of columns and walk the rows in order, so a token
      * that occurs several times is accumulated in a fixed order. */
@@ -167,15 +181,25 @@ void embedding_backward(float *dwte, float *dwpe, const float *dx,
         int c1 = c0 + 64 < C ? c0 + 64 : C;
         for (int i = 0; i < BT; i++) {
             const float *g = dx + (size_t)i * C;
-            float *e = dwte + (size_t)tokens[i] * C;
-            float *p = dwpe + (size_t)(i % T) * C;
-            OMP(simd)
-            for (int c = c0; c < c1; c++) {
-                e[c] += g[c];
-                p[c] += g[c];
+            const int row = tokens[i] - vocab_lo;
+            if (row >= 0 && row < vocab_n) {
+                float *e = dwte + (size_t)row * C;
+                OMP(simd)
+                for (int c = c0; c < c1; c++) e[c] += g[c];
+            }
+            if (dwpe) {
+                float *p = dwpe + (size_t)(i % T) * C;
+                OMP(simd)
+                for (int c = c0; c < c1; c++) p[c] += g[c];
             }
         }
     }
+}
+
+void embedding_backward(float *dwte, float *dwpe, const float *dx,
+                        const int *tokens, int B, int T, int C)
+{
+    embedding_backward_range(dwte, dwpe, dx, tokens, B, T, C, 0, INT_MAX);
 }
 
 /* ------------------------------------------------------------ crossentropy */
@@ -206,18 +230,81 @@ OSDP_VECTOR_CLONES void crossentropy_forward(float *losses, float *probs, const 
     }
 }
 
-OSDP_VECTOR_CLONES void crossentropy_backward(float *dlogits, const float *probs, const int *targets,
-                                              float scale, int BT, int V)
+/* The vocab-parallel form: the same max, sum of exponentials and target
+ * logit, per rank over its valid columns, combined from the group's. */
+OSDP_VECTOR_CLONES void crossentropy_stats(float *stats, const float *logits, const int *targets, int BT, int V,
+                                           int valid, int vocab_lo)
+{
+    OMP(parallel for if((long)BT * V >= PAR_MIN_WORK) schedule(static))
+    for (int i = 0; i < BT; i++) {
+        const float *l = logits + (size_t)i * V;
+        float *st = stats + 3 * (size_t)i;
+        if (valid <= 0) {   /* a rank holding only padding */
+            st[0] = -INFINITY;
+            st[1] = 0.0f;
+            st[2] = 0.0f;
+            continue;
+        }
+        float maxv = l[0];
+        OMP(simd reduction(max:maxv))
+        for (int j = 1; j < valid; j++) maxv = l[j] > maxv ? l[j] : maxv;
+        float sum = 0.0f;
+        OMP(simd reduction(+:sum))
+        for (int j = 0; j < valid; j++) sum += exp_nonpositive(l[j] - maxv);
+        const int target = targets[i] - vocab_lo;
+        st[0] = maxv;
+        st[1] = sum;
+        st[2] = target >= 0 && target < valid ? l[target] : 0.0f;
+    }
+}
+
+OSDP_VECTOR_CLONES void crossentropy_finish(float *losses, float *probs, const float *group_stats, int BT, int V,
+                                            int valid, int group_size)
+{
+    const size_t rank_stride = 3 * (size_t)BT;
+    OMP(parallel for if((long)BT * V >= PAR_MIN_WORK) schedule(static))
+    for (int i = 0; i < BT; i++) {
+        /* ranks in order, so that every rank of the group gets the same bits;
+         * a rank with no valid column (sum 0) adds nothing */
+        float maxv = -INFINITY, target_logit = 0.0f;
+        for (int r = 0; r < group_size; r++) {
+            const float *st = group_stats + r * rank_stride + 3 * (size_t)i;
+            if (st[1] > 0.0f && st[0] > maxv) maxv = st[0];
+            target_logit += st[2];
+        }
+        float sum = 0.0f;
+        for (int r = 0; r < group_size; r++) {
+            const float *st = group_stats + r * rank_stride + 3 * (size_t)i;
+            if (st[1] > 0.0f) sum += st[1] * exp_nonpositive(st[0] - maxv);
+        }
+        float *p = probs + (size_t)i * V;
+        const float inv = 1.0f / sum;
+        OMP(simd)
+        for (int j = 0; j < valid; j++) p[j] = exp_nonpositive(p[j] - maxv) * inv;
+        for (int j = valid > 0 ? valid : 0; j < V; j++) p[j] = 0.0f;
+        losses[i] = logf(sum) - (target_logit - maxv);
+    }
+}
+
+OSDP_VECTOR_CLONES void crossentropy_backward_range(float *dlogits, const float *probs, const int *targets,
+                                                    float scale, int BT, int V, int vocab_lo)
 {
     OMP(parallel for if((long)BT * V >= PAR_MIN_WORK) schedule(static))
     for (int i = 0; i < BT; i++) {
         const float *p = probs + (size_t)i * V;
         float *d = dlogits + (size_t)i * V;
-        const float p_target = p[targets[i]];   /* read first: d may alias p */
+        const int target = targets[i] - vocab_lo;
+        const int has_target = target >= 0 && target < V;
+        const float p_target = has_target ? p[target] : 0.0f;   /* read first: d may alias p */
         OMP(simd)
         for (int j = 0; j < V; j++) d[j] = scale * p[j];
-        d[targets[i]] = scale * (p_target - 1.0f);
+        if (has_target) d[target] = scale * (p_target - 1.0f);
     }
+}
+
+void crossentropy_backward(float *dlogits, const float *probs, const int *targets, float scale, int BT, int V)
+{
+    crossentropy_backward_range(dlogits, probs, targets, scale, BT, V, 0);
 }
 
 /* ---------------------------------------------------------------- residual */
