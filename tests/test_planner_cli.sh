@@ -194,4 +194,43 @@ train 2 dev_train --model "$M" --steps 1 --device "$WORK/dev_zero_beta.ini"; rc=
     && ok "train --plan auto with a bad device file on 2 ranks: exit $rc, file named" \
     || bad "train with a bad device file (rc $rc)" "$WORK/dev_train.err"
 
+# -- 9. the mesh: plan --tp T, --tp auto (issue 14), bad values
+B6="$MOD/bench_l6_d256.ini"   # 8 heads
+if plan tp2 --model "$B6" --device "$DEV/a100_40gb.ini" --ranks 8 --tp 2 --global-batch 64 --out "$WORK/tp2.plan" &&
+   grep -q '^mesh: 8 ranks = TP 2 x DP 4 ' "$WORK/tp2.out" && grep -q '^  operator  mode .* TP ms ' "$WORK/tp2.out" &&
+   [ "$(grep -cE '^  (embed|attn\.[0-9]+|mlp\.[0-9]+|head) +(dp|zdp) ' "$WORK/tp2.out")" = 14 ] &&
+   grep -q '^tp = 2 ' "$WORK/tp2.plan" && grep -q -- '--global-batch 64 --tp 2' "$WORK/tp2.plan" &&
+   plan tp2json --model "$B6" --device "$DEV/a100_40gb.ini" --ranks 8 --tp 2 --global-batch 64 --json &&
+   plan tp1json --model "$B6" --device "$DEV/a100_40gb.ini" --ranks 8 --global-batch 64 --json &&
+   js "$WORK/tp2json.out" 'j["mesh"] == {"ranks": 8, "tp": 2, "dp": 4, "ranks_per_node": 8, "tp_auto": False}
+        and j["osdp"]["fits"] and j["osdp"]["micro_batch"] * j["osdp"]["accum_steps"] * 4 == 64
+        and abs(j["osdp"]["samples_per_s"] * j["osdp"]["step_s"] - 64) < 1e-6
+        and sum(o["params"] for o in j["osdp"]["ops"]) == j["params"]' &&
+   js "$WORK/tp1json.out" 'j["mesh"]["tp"] == 1 and j["mesh"]["dp"] == 8' &&
+   [ "$(python3 -c 'import json,sys; a=json.load(open(sys.argv[1])); b=json.load(open(sys.argv[2])); print(a["params"] < b["params"])' "$WORK/tp2json.out" "$WORK/tp1json.out")" = True ]; then
+    ok "plan --tp 2 on 8 ranks: mesh TP 2 x DP 4 in the table and JSON, a TP ms column, one rank's parts (fewer params than TP 1), the plan file states tp = 2"
+else bad "plan --tp 2" "$WORK/tp2.err"; cat "$WORK/tp2json.err"; fi
+if plan tpauto --model "$B6" --device "$DEV/a100_40gb.ini" --ranks 8 --tp auto --global-batch 64 &&
+   plan tpautojson --model "$B6" --device "$DEV/a100_40gb.ini" --ranks 8 --tp auto --global-batch 64 --json &&
+   js "$WORK/tpautojson.out" 'j["mesh"]["tp_auto"] and [c["tp"] for c in j["mesh"]["candidates"]] == [1, 2, 4, 8]
+        and all(c["fits"] for c in j["mesh"]["candidates"])
+        and j["mesh"]["tp"] == max(j["mesh"]["candidates"], key=lambda c: c["samples_per_s"])["tp"]
+        and [c["tp"] for c in j["mesh"]["candidates"] if c["chosen"]] == [j["mesh"]["tp"]]
+        and abs(j["osdp"]["step_s"] - [c for c in j["mesh"]["candidates"] if c["chosen"]][0]["step_s"]) < 1e-12' &&
+   chosen=$(sed -n 's/^ *\([0-9]*\) .*<- chosen.*/\1/p' "$WORK/tpauto.out") &&
+   [ "$chosen" = "$(python3 -c 'import json,sys; print(json.load(sys.stdin)["mesh"]["tp"])' < "$WORK/tpautojson.out")" ] &&
+   [ "$(grep -cE '^ +[0-9]+ +[0-9]+ +[0-9]+ +[0-9]+ +[0-9.]+ +[0-9.]+ +[0-9.]+' "$WORK/tpauto.out")" = 4 ]; then
+    ok "plan --tp auto on 8 ranks: 4 candidates (T = 1, 2, 4, 8) in a table, T = $chosen chosen: the highest predicted samples/s, the plan is its"
+else bad "plan --tp auto" "$WORK/tpauto.err"; head -c 600 "$WORK/tpautojson.out"; echo; fi
+tp_bad() {  # tp_bad NAME EXPECTED-REGEX [plan options]
+    local name=$1 expect=$2; shift 2
+    plan "$name" --model "$B6" --device "$DEV/a100_40gb.ini" "$@"; local rc=$?
+    [ $rc != 0 ] && grep -qE -- "$expect" "$WORK/$name.err" && ok "$* : exit $rc, '$(head -c 110 "$WORK/$name.err")'" \
+        || bad "$* (rc $rc)" "$WORK/$name.err"
+}
+tp_bad tp_heads "--tp 3 does not divide the model's 8 attention heads" --ranks 12 --tp 3
+tp_bad tp_node "--tp 16 exceeds the node size of 8 ranks \(ranks_per_node of device a100_40gb\)" --ranks 16 --tp 16
+tp_bad tp_ranks "--tp 4 does not divide the 6 ranks" --ranks 6 --tp 4
+tp_bad tp_word "--tp.*(integer|auto)" --ranks 8 --tp two
+
 summary "planner cli tests"

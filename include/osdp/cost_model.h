@@ -74,6 +74,28 @@
  *   overlap  T_i = max(compute, comm) when prefetch is on (the operator's
  *              collectives run while compute proceeds, so the slower of the
  *              two bounds it), compute + comm without prefetch.
+ *
+ * Tensor parallelism (osdp/layout.h, DESIGN.md §9).  With a layout of one
+ * rank's parts (osdp_layout_build_tp, tp_size t > 1) N is the data-parallel
+ * degree, everything above applies to the rank's parts (its F_i is its
+ * part's FLOPs: compute divided by t), and the tensor-parallel group's
+ * collectives are added to T_i.  They are blocking (the runtime waits for
+ * them between kernels), so neither cost kind overlaps them:
+ *   AR(S)    = 2 (t-1)(alpha_tp + S/t beta_tp)   a ring all-reduce of S bytes
+ *              (each rank sends and receives 2 (t-1)/t S)
+ *   S_i      = b T d_i 4   the residual stream (b, T, d_i) in fp32
+ *   tp_comm  = A x  embed  AR(S_0)                forward: the lookups summed
+ *                   attn,  (2 + rc) AR(S_i)       forward after the row-parallel
+ *                   mlp                           product (again when recomputed),
+ *                                                 backward before the LayerNorm's
+ *                   head   AR(S_L)                backward: d(ln_f) summed
+ *                          + (t-1)(alpha_tp + 3 b T 4 beta_tp)
+ *                                                 forward: each rank's 3 statistics
+ *                                                 per token all-gathered
+ *   T_i      = (paper or overlap T_i) + tp_comm
+ * (alpha_tp, beta_tp: the device's [tp_all_reduce]; the all-gather, a ring
+ * of t-1 steps, is priced with them too.)  tp_size 1: tp_comm = 0 and T_i is
+ * bit for bit what it was.
  * Step time = sum_i T_i. */
 #ifndef OSDP_COST_MODEL_H
 #define OSDP_COST_MODEL_H
@@ -110,6 +132,7 @@ typedef struct osdp_op_mem {
 
 typedef struct osdp_op_time {
     double compute, comm, total;
+    double tp_comm;         /* the tensor-parallel group's collectives (in total; 0 at tp_size 1) */
 } osdp_op_time;
 
 /* FLOPs per token, forward + backward */
@@ -124,6 +147,9 @@ void osdp_cost_op_time_rc(const osdp_cost_model *cm, int op, int g, int k, int r
 /* W: the buffers of the setup that do not depend on the plan (the backward
  * workspace and the tensor-parallel staging) */
 long long osdp_cost_workspace(const osdp_cost_model *cm, int b);
+/* tp_comm of operator op for ONE micro-step (formula above): seconds of the
+ * tensor-parallel group's collectives at micro-batch b, rc: recomputed */
+double osdp_cost_tp_comm(const osdp_cost_model *cm, int op, int rc, int b);
 
 /* Peak bytes per rank of `plan` at micro-batch b (formula above); *at_op
  * (may be NULL) gets the operator whose backward reaches it. */

@@ -11,12 +11,20 @@
  *                            ; their reduce-scatters; osdp's GPU runtime reduces in fp32
  *   act_bytes   = 4          ; optional (default 4): bytes per activation and
  *                            ; workspace element
+ *   ranks_per_node = 8       ; optional: ranks one node holds (its GPUs); a tensor-parallel
+ *                            ; group must fit in one node (plan --tp).  Absent: not stated,
+ *                            ; the whole job is taken as one node (no bound on --tp)
  *   [all_gather]
  *   alpha = 5e-6             ; s, latency per ring step            (>= 0)
  *   beta  = 4.3e-12          ; s/byte per ring step = 1 / busbw    (> 0)
  *   [reduce_scatter]
  *   alpha = 5e-6
  *   beta  = 4.3e-12
+ *   [tp_all_reduce]          ; optional: the tensor-parallel group's all-reduce of
+ *   alpha = 3e-6             ; activations, over consecutive ranks inside one node
+ *   beta  = 4.3e-12          ; (both or neither; absent: the mean of the all-gather's
+ *                            ; and the reduce-scatter's, so that an all-reduce costs
+ *                            ; their sum, as on the flat network the file describes)
  *   [gamma]                  ; s per FLOP, forward + backward, per operator type (> 0)
  *   embed = 6.4e-15
  *   attn  = 6.4e-15
@@ -32,7 +40,10 @@
  *
  * A collective over N ranks moving S bytes in total (the full, gathered
  * buffer) takes (N-1)(alpha + S/N beta): N-1 ring steps of S/N bytes each
- * (paper eq. 2).  In nccl-tests terms beta = 1 / busbw.
+ * (paper eq. 2).  In nccl-tests terms beta = 1 / busbw.  A ring all-reduce
+ * over the T ranks of a tensor-parallel group is a reduce-scatter and an
+ * all-gather: 2 (T-1)(alpha + S/T beta) with [tp_all_reduce]'s figures (it
+ * moves 2 (T-1)/T of the buffer S per rank).
  *
  * gamma: an operator of type t that performs F FLOPs per token, forward and
  * backward together (osdp_cost_op_flops: 3 x (matmul + attention FLOPs) of
@@ -63,7 +74,9 @@ typedef struct osdp_device {
     int param_bytes;                      /* gathered weights and all-gathers: 2 or 4 */
     int grad_bytes;                       /* full gradients and reduce-scatters: 2 or 4 */
     int act_bytes;                        /* activations and workspace: 2 or 4 */
+    int ranks_per_node;                   /* ranks a node holds; 0: not stated (one node: no bound) */
     osdp_collective_cost all_gather, reduce_scatter;
+    osdp_collective_cost tp_all_reduce;   /* the tensor-parallel group's all-reduce, inside a node */
     double gamma[OSDP_N_OP_TYPES];        /* s per FLOP, indexed by osdp_op_type */
     double gamma_fixed[OSDP_N_OP_TYPES];  /* s per operator per micro-step (optional, default 0) */
     double step_shard_param;              /* s per shard element per optimizer step (optional) */
@@ -79,6 +92,9 @@ const char *osdp_op_type_name(osdp_op_type t);
  * limit of 0. */
 osdp_status osdp_device_parse(osdp_device *dev, const char *text, const char *origin);
 osdp_status osdp_device_load(osdp_device *dev, const char *path);
+/* [tp_all_reduce] from the all-gather's and reduce-scatter's figures (their
+ * mean per ring step): what a file without the section gets */
+void osdp_device_default_tp_all_reduce(osdp_device *dev);
 /* Writes the file form (round-trips through osdp_device_parse); `comment`
  * (may be NULL) is written as '; ' lines at the top. */
 osdp_status osdp_device_write(const osdp_device *dev, const char *comment, const char *path);

@@ -12,6 +12,8 @@
  *     attn.0  = zdp
  *     mlp.0   = 2/4         ; 2 of 4 slices ZDP (operator splitting)
  *     attn.1  = zdp recompute   ; activation checkpointing (attn and mlp only)
+ *     tp      = 2           ; optional: the tensor-parallel degree the plan is for
+ *                           ; (the modes apply to each rank's parts; absent: not stated)
  * A default with `recompute` applies it to attn and mlp operators; a split
  * default gives the embedding (which cannot be split) ZDP when k > 0. */
 #ifndef OSDP_PLAN_H
@@ -44,6 +46,11 @@ osdp_status osdp_plan_parse(osdp_plan *plan, const osdp_layout *layout, const ch
 void osdp_plan_write(const osdp_plan *plan, const osdp_layout *layout, FILE *out);
 /* "dp", "zdp", "2/4" for operator i into buf */
 const char *osdp_plan_mode_name(const osdp_plan *plan, int op, char *buf, size_t n);
+/* hashes the modes, the micro-batch and a tp_size above 1 (so that plans
+ * without one hash as before) */
 unsigned long long osdp_plan_hash(const osdp_plan *plan);
+/* OSDP_ERR_INPUT naming both degrees when the plan states a tp_size other
+ * than tp_size (origin: the plan's file name, for the message) */
+osdp_status osdp_plan_check_tp(const osdp_plan *plan, int tp_size, const char *origin);
 
 #endif

@@ -14,6 +14,8 @@
  *                      choices dropped
  *   plan_context.c/.h  the context (fields named after the formula below),
  *                      queries on a plan's peak terms, the best plan so far
+ *   planner_mesh.c     the tensor-parallel degree of the mesh (plan --tp,
+ *                      --tp auto): one scheduler run per candidate
  *   cost_model.c       osdp/cost_model.h: per-operator memory and time
  *   device.c           osdp/device.h: device files and measurements
  *   search_*.c         osdp/search.h: the multiple-choice knapsack solvers
@@ -99,6 +101,7 @@
 #include "osdp/cost_model.h"
 #include "osdp/device.h"
 #include "osdp/layout.h"
+#include "osdp/model_config.h"
 #include "osdp/plan.h"
 
 typedef enum osdp_search_kind { OSDP_SEARCH_EXACT, OSDP_SEARCH_DFS } osdp_search_kind;
@@ -126,6 +129,8 @@ typedef struct osdp_planner_options {
     int split_max;            /* split_auto's largest g (0: 8) */
     int recompute_auto;       /* per attn / mlp operator, recompute or not (the search chooses) */
     int pad_quantum;          /* the runtime's shard padding (osdp_compute_pad_quantum); 0 reads as 1 */
+    int vocab_quantum;        /* osdp_planner_mesh: the backend's vocabulary quantum for the layouts it
+                                 builds (osdp_compute_vocab_quantum); 0 reads as 1 */
 } osdp_planner_options;
 
 typedef struct osdp_planner_result {
@@ -164,5 +169,48 @@ osdp_status osdp_planner_run(const osdp_layout *layout, const osdp_device *dev,
 osdp_status osdp_planner_min_memory(const osdp_layout *layout, const osdp_device *dev,
                                     const osdp_planner_options *o, int b, long long *bytes, osdp_plan *plan);
 void osdp_planner_result_free(osdp_planner_result *res);
+
+/* The mesh N = T x D (DESIGN.md §9): the tensor-parallel degree T.
+ *
+ * osdp_planner_mesh plans the job of o->n_ranks = N ranks (all of them;
+ * o->global_batch, when given, the sequences per optimizer step over the
+ * whole mesh, D x b x A) with tensor-parallel degree tp, or, with tp =
+ * OSDP_TP_AUTO, chooses it: every divisor T of N is a candidate; it is
+ * excluded when T does not divide every block's heads (the layout refuses
+ * it) or exceeds the device's ranks_per_node (a tensor-parallel group sits
+ * inside a node; no bound when the file does not state it).  Each remaining
+ * candidate is planned by osdp_planner_run on the layout of one rank's parts
+ * (osdp_layout_build_tp with o->vocab_quantum) over D = N / T data-parallel
+ * ranks; the best is the one of highest predicted samples per second
+ * b D A / step_s among those a plan fits (with a global batch: the shortest
+ * step), the smaller T on ties.  An explicit tp is one candidate whose
+ * exclusion is an OSDP_ERR_INPUT naming --tp, the ranks, the heads or the
+ * node size.  No candidate fits: the status of the first candidate's
+ * scheduler (OSDP_ERR_INFEASIBLE with its message); other errors are
+ * returned as they are.  mesh->result.plan.tp_size is the chosen T. */
+#define OSDP_TP_AUTO 0   /* the same value as --tp auto's (cli/options.h) */
+#define OSDP_MAX_TP_CANDIDATES 32
+
+typedef struct osdp_tp_candidate {
+    int tp_size, dp_size;     /* T, D = N / T */
+    char excluded[256];       /* why T is not a candidate ("" when it is one) */
+    osdp_status status;       /* OSDP_OK: planned; OSDP_ERR_INFEASIBLE: no plan fits */
+    double step_s;            /* its best plan's predicted step (OSDP_OK) */
+    double samples_per_s;     /* b D A / step_s */
+    long long peak_bytes;     /* per rank */
+    int micro_batch, accum_steps;
+} osdp_tp_candidate;
+
+typedef struct osdp_mesh_choice {
+    int n_candidates;         /* the divisors of N (auto), or the one tp asked */
+    osdp_tp_candidate cand[OSDP_MAX_TP_CANDIDATES];
+    int best;                 /* index in cand of the chosen T, -1 when none fits */
+    osdp_layout layout;       /* the chosen T's layout (one rank's parts); free with the choice */
+    osdp_planner_result result;   /* the chosen T's plan (plan.tp_size = T) */
+} osdp_mesh_choice;
+
+osdp_status osdp_planner_mesh(const osdp_model_config *cfg, int seq_len, const osdp_device *dev,
+                              const osdp_planner_options *o, int tp, osdp_mesh_choice *mesh);
+void osdp_mesh_choice_free(osdp_mesh_choice *mesh);
 
 #endif

@@ -94,7 +94,7 @@ static const option_row g_options[] = {
     /* what to run */
     {.name = "ranks", .type = OPT_INT, .commands = PLAN, .required = PLAN, .field = FIELD(ranks), .lo = 1,
      .hi = 1 << 20, .metavar = "N",
-     .help = "data-parallel ranks to plan for"},
+     .help = "ranks to plan for (with --tp T: the mesh of T x D ranks)"},
     {.name = "steps", .short_name = 's', .type = OPT_INT, .commands = TRAIN, .field = FIELD(steps), .hi = 1e12,
      .default_value = "100", .metavar = "N",
      .help = "optimizer steps in all: a resumed run continues up to step N"},

@@ -52,8 +52,9 @@ static void print_table(const osdp_layout *L, const osdp_cost_model *cm_in, cons
     with_plan.recompute = p->recompute;
     int b = p->micro_batch, A = p->accum_steps;
     char m1[32], m2[32], m3[32], m4[32], mode[16];
-    printf("  %-9s %-8s %12s %10s %10s %10s %10s %10s %10s %10s\n", "operator", "mode", "params", "state MiB",
-           "weights", "acts MiB", "gathered", "comm ms", "compute ms", "T ms");
+    const int tp = L->tp_size > 1;   /* the tensor-parallel collectives' column (tp 1: none) */
+    printf("  %-9s %-8s %12s %10s %10s %10s %10s %10s %10s%s %10s\n", "operator", "mode", "params", "state MiB",
+           "weights", "acts MiB", "gathered", "comm ms", "compute ms", tp ? "      TP ms" : "", "T ms");
     osdp_op_mem tot = {0};
     osdp_op_time tt = {0};
     size_t params = 0;
@@ -62,21 +63,29 @@ static void print_table(const osdp_layout *L, const osdp_cost_model *cm_in, cons
         osdp_op_time t;
         osdp_cost_op_mem(cm, i, p->slices[i], p->zdp_slices[i], b, &m);
         osdp_cost_op_time(cm, i, p->slices[i], p->zdp_slices[i], b, A, &t);
-        printf("  %-9s %-8s %12zu %10s %10s %10s %10s %10.3f %10.3f %10.3f\n", L->op[i].name,
+        char tp_ms[16] = "";
+        if (tp) snprintf(tp_ms, sizeof tp_ms, " %10.3f", 1e3 * t.tp_comm);
+        printf("  %-9s %-8s %12zu %10s %10s %10s %10s %10.3f %10.3f%s %10.3f\n", L->op[i].name,
                mode_name(p, i, mode, sizeof mode), L->op[i].numel, mib((double)m.state, m1, sizeof m1),
                mib((double)m.resident, m2, sizeof m2), mib((double)m.acts, m3, sizeof m3),
-               mib((double)m.work, m4, sizeof m4), 1e3 * t.comm, 1e3 * t.compute, 1e3 * t.total);
+               mib((double)m.work, m4, sizeof m4), 1e3 * t.comm, 1e3 * t.compute, tp_ms, 1e3 * t.total);
         tot.state += m.state;
         tot.resident += m.resident;
         tot.acts += m.acts;
         tt.comm += t.comm;
         tt.compute += t.compute;
+        tt.tp_comm += t.tp_comm;
         tt.total += t.total;
         params += L->op[i].numel;
     }
-    printf("  %-9s %-8s %12zu %10s %10s %10s %10s %10.3f %10.3f %10.3f\n", "total", "", params,
+    char tp_ms[16] = "";
+    if (tp) snprintf(tp_ms, sizeof tp_ms, " %10.3f", 1e3 * tt.tp_comm);
+    printf("  %-9s %-8s %12zu %10s %10s %10s %10s %10.3f %10.3f%s %10.3f\n", "total", "", params,
            mib((double)tot.state, m1, sizeof m1), mib((double)tot.resident, m2, sizeof m2),
-           mib((double)tot.acts, m3, sizeof m3), "", 1e3 * tt.comm, 1e3 * tt.compute, 1e3 * tt.total);
+           mib((double)tot.acts, m3, sizeof m3), "", 1e3 * tt.comm, 1e3 * tt.compute, tp_ms, 1e3 * tt.total);
+    if (tp)
+        printf("  (params: one rank's tensor-parallel parts; TP ms: the tensor-parallel group's blocking all-reduces"
+               " and gather, in T ms)\n");
     printf("  (gathered: ZDP weights held while the operator computes; peak = workspace %s MiB + state + weights"
            " + the largest backward transient)\n", mib((double)osdp_cost_workspace(cm, b), m1, sizeof m1));
 }
@@ -106,8 +115,10 @@ void osdp_plan_print(const osdp_layout *L, const osdp_device *dev, const osdp_pl
 {
     osdp_cost_model cm = {.layout = L, .dev = dev, .N = o->n_ranks, .pad_quantum = o->pad_quantum,
                           .prefetch = o->prefetch, .kind = o->cost};
-    printf("osdp planner: device %s, %d ranks, limit %.3f GiB per rank; micro-batch %d, accumulation %d\n", dev->name,
-           o->n_ranks, (double)r->mem_limit / (1024.0 * 1024.0 * 1024.0), r->plan.micro_batch, r->plan.accum_steps);
+    char mesh[64] = "";
+    if (L->tp_size > 1) snprintf(mesh, sizeof mesh, " (data-parallel; mesh TP %d x DP %d)", L->tp_size, o->n_ranks);
+    printf("osdp planner: device %s, %d ranks%s, limit %.3f GiB per rank; micro-batch %d, accumulation %d\n", dev->name,
+           o->n_ranks, mesh, (double)r->mem_limit / (1024.0 * 1024.0 * 1024.0), r->plan.micro_batch, r->plan.accum_steps);
     print_table(L, &cm, r);
     print_summary("plan:", L, r, OSDP_OK, "");
     printf("search: %lld knapsacks over %d micro-batches in %.2f ms\n", r->searches, r->batches_tried, 1e3 * r->total_s);
@@ -167,6 +178,55 @@ static void json_result(const char *key, const osdp_layout *L, const osdp_cost_m
     printf("}");
 }
 
+/* the mesh's lines (--tp): the chosen T and, for --tp auto, every candidate */
+static void print_mesh(const osdp_mesh_choice *mesh, int is_auto, int n_ranks, int tp, const osdp_device *dev)
+{
+    char node[64];
+    if (dev->ranks_per_node > 0) snprintf(node, sizeof node, "%d ranks", dev->ranks_per_node);
+    else snprintf(node, sizeof node, "not stated");
+    printf("mesh: %d ranks = TP %d x DP %d (tensor-parallel degree %s; node size %s)\n", n_ranks, tp, n_ranks / tp,
+           is_auto ? "chosen by --tp auto" : "--tp", node);
+    if (!is_auto) return;
+    char pk[32];
+    printf("  %5s %5s %12s %6s %12s %12s %12s\n", "TP", "DP", "micro-batch", "accum", "step ms", "samples/s", "peak MiB");
+    for (int c = 0; c < mesh->n_candidates; c++) {
+        const osdp_tp_candidate *k = &mesh->cand[c];
+        if (k->excluded[0]) printf("  %5d %5d  excluded: %s\n", k->tp_size, k->dp_size, k->excluded);
+        else if (k->status != OSDP_OK) printf("  %5d %5d  no plan fits the memory limit\n", k->tp_size, k->dp_size);
+        else
+            printf("  %5d %5d %12d %6d %12.3f %12.3f %12s%s\n", k->tp_size, k->dp_size, k->micro_batch, k->accum_steps,
+                   1e3 * k->step_s, k->samples_per_s, mib((double)k->peak_bytes, pk, sizeof pk),
+                   c == mesh->best ? "   <- chosen: highest samples/s" : "");
+    }
+}
+
+/* "mesh":{...}, with the candidates of --tp auto */
+static void json_mesh(const osdp_mesh_choice *mesh, int is_auto, int n_ranks, int tp, const osdp_device *dev)
+{
+    printf("\"mesh\":{\"ranks\":%d,\"tp\":%d,\"dp\":%d,\"ranks_per_node\":%d,\"tp_auto\":%s", n_ranks, tp, n_ranks / tp,
+           dev->ranks_per_node, is_auto ? "true" : "false");
+    if (is_auto) {
+        printf(",\"candidates\":[");
+        for (int c = 0; c < mesh->n_candidates; c++) {
+            const osdp_tp_candidate *k = &mesh->cand[c];
+            printf("%s{\"tp\":%d,\"dp\":%d", c ? "," : "", k->tp_size, k->dp_size);
+            if (k->excluded[0]) {
+                printf(",\"excluded\":");
+                json_str(k->excluded);
+            } else if (k->status != OSDP_OK) {
+                printf(",\"fits\":false");
+            } else {
+                printf(",\"fits\":true,\"micro_batch\":%d,\"accum_steps\":%d,\"step_s\":%.9g,\"samples_per_s\":%.9g,"
+                       "\"peak_bytes\":%lld,\"chosen\":%s", k->micro_batch, k->accum_steps, k->step_s, k->samples_per_s,
+                       k->peak_bytes, c == mesh->best ? "true" : "false");
+            }
+            printf("}");
+        }
+        printf("]");
+    }
+    printf("},");
+}
+
 int osdp_cmd_plan(const osdp_job *job)
 {
     osdp_planner_options planner;
@@ -178,8 +238,8 @@ int osdp_cmd_plan(const osdp_job *job)
     if ((s = osdp_model_config_load(&cfg, job->model)) != OSDP_OK) osdp_fatal(s, osdp_error_message());
     if ((s = osdp_job_check_seq_len(job, cfg.ctx)) != OSDP_OK) osdp_fatal(s, osdp_error_message());
     if ((s = osdp_device_load(&dev, job->device)) != OSDP_OK) osdp_fatal(s, osdp_error_message());
-    if ((s = osdp_layout_build(&L, &cfg, job->seq_len ? (int)job->seq_len : cfg.ctx)) != OSDP_OK)
-        osdp_fatal(s, osdp_error_message());
+    const int seq_len = job->seq_len ? (int)job->seq_len : cfg.ctx, n_ranks = planner.n_ranks;
+    if ((s = osdp_layout_build(&L, &cfg, seq_len)) != OSDP_OK) osdp_fatal(s, osdp_error_message());
 
     int *recompute_all = NULL;
     if (job->recompute == OSDP_RECOMPUTE_ALL) {   /* every attn and mlp operator */
@@ -187,6 +247,25 @@ int osdp_cmd_plan(const osdp_job *job)
         for (int i = 0; i < L.n_ops; i++)
             recompute_all[i] = osdp_op_can_recompute(L.op[i].type);
         planner.recompute = recompute_all;
+    }
+    /* --tp: the mesh N = T x D; the planner then plans one rank's parts over D */
+    osdp_mesh_choice mesh;
+    memset(&mesh, 0, sizeof mesh);
+    int tp = 1;
+    const int tp_given = osdp_option_given(job, "tp");   /* not given: the planner as before, tp 1 */
+    if (tp_given) {
+        s = osdp_planner_mesh(&cfg, seq_len, &dev, &planner, (int)job->tp, &mesh);
+        if (s != OSDP_OK && s != OSDP_ERR_INFEASIBLE) osdp_fatal(s, osdp_error_message());
+        tp = mesh.best >= 0 ? mesh.cand[mesh.best].tp_size : job->tp == OSDP_TP_AUTO ? 1 : (int)job->tp;
+        const int chosen = mesh.best;
+        osdp_mesh_choice_free(&mesh);   /* its candidates stay, for the table */
+        mesh.best = chosen;
+        if (tp > 1) {
+            osdp_layout_free(&L);
+            if ((s = osdp_layout_build_tp(&L, &cfg, seq_len, tp, planner.vocab_quantum)) != OSDP_OK)
+                osdp_fatal(s, osdp_error_message());
+        }
+        planner.n_ranks = n_ranks / tp;
     }
     osdp_planner_result r[3];
     osdp_status st[3];
@@ -210,7 +289,8 @@ int osdp_cmd_plan(const osdp_job *job)
         json_str(cfg.name);
         printf(",\"device\":");
         json_str(dev.name);
-        printf(",\"ranks\":%d,\"params\":%zu,\"operators\":%d,\"T\":%d,", planner.n_ranks, L.total_params, L.n_ops, L.T);
+        printf(",\"ranks\":%d,\"params\":%zu,\"operators\":%d,\"T\":%d,", n_ranks, L.total_params, L.n_ops, L.T);
+        json_mesh(&mesh, job->tp == OSDP_TP_AUTO, n_ranks, tp, &dev);
         if (planner.split_auto) printf("\"split\":\"auto\",");
         else printf("\"split\":%d,\"choices_per_op\":%d,", planner.split, planner.split + 1);
         printf("\"recompute\":\"%s\",\"search\":\"%s\",\"cost_model\":\"%s\",\"prefetch\":%d,\"param_bytes\":%d,"
@@ -231,8 +311,9 @@ int osdp_cmd_plan(const osdp_job *job)
                "alpha %.3g s beta %.3g s/B | %d ranks, search %s, cost model %s, prefetch %s, split %s, recompute %s\n",
                dev.name, osdp_format_bytes((double)(planner.mem_limit ? planner.mem_limit : dev.mem_limit), l, sizeof l),
                dev.param_bytes, dev.grad_bytes, dev.all_gather.alpha, dev.all_gather.beta, dev.reduce_scatter.alpha,
-               dev.reduce_scatter.beta, planner.n_ranks, search, cost, planner.prefetch ? "on" : "off", split_s,
+               dev.reduce_scatter.beta, n_ranks, search, cost, planner.prefetch ? "on" : "off", split_s,
                osdp_option_word("recompute", job->recompute));
+        if (tp_given) print_mesh(&mesh, job->tp == OSDP_TP_AUTO, n_ranks, tp, &dev);
         if (st[0] == OSDP_OK) {
             printf("\nOSDP plan (micro-batch %d, accumulation %d):\n", r[0].plan.micro_batch, r[0].plan.accum_steps);
             print_table(&L, &cm, &r[0]);
@@ -259,10 +340,15 @@ int osdp_cmd_plan(const osdp_job *job)
             fprintf(stderr, "osdp_gpt: error: cannot write the plan file %s\n", job->out);
             rc = OSDP_ERR_IO;
         } else {
-            fprintf(f, "# planned by osdp_gpt plan for %d ranks on device %s: micro-batch %d, accumulation %d\n"
-                       "# (train with --batch %d --global-batch %d); predicted step %.6g s, peak %lld bytes\n",
-                    planner.n_ranks, dev.name, r[0].plan.micro_batch, r[0].plan.accum_steps, r[0].plan.micro_batch,
-                    r[0].plan.micro_batch * r[0].plan.accum_steps * planner.n_ranks, r[0].step_s, r[0].peak_bytes);
+            char tp_arg[32] = "";
+            if (tp_given) snprintf(tp_arg, sizeof tp_arg, " --tp %d", tp);
+            fprintf(f, "# planned by osdp_gpt plan for %d ranks (TP %d x DP %d) on device %s: micro-batch %d, "
+                       "accumulation %d\n# (train with --batch %d --global-batch %d%s); predicted step %.6g s, peak %lld "
+                       "bytes\n",
+                    n_ranks, tp, planner.n_ranks, dev.name, r[0].plan.micro_batch, r[0].plan.accum_steps,
+                    r[0].plan.micro_batch, r[0].plan.micro_batch * r[0].plan.accum_steps * planner.n_ranks, tp_arg,
+                    r[0].step_s, r[0].peak_bytes);
+            if (tp_given) r[0].plan.tp_size = tp;   /* the plan states its mesh */
             osdp_plan_write(&r[0].plan, &L, f);
             if (fclose(f) != 0) rc = OSDP_ERR_IO;
         }

@@ -8,6 +8,9 @@
  *   sizes fix the latency and the large ones the bandwidth), gives alpha = c0 / (N-1) and beta = c1 N / (N-1)
  *   (model: t = (N-1)(alpha + S/N beta)).  A negative intercept is clamped
  *   to alpha = 0.
+ *   tp_all_reduce: the tensor-parallel group's all-reduce over groups of
+ *   consecutive ranks, for each group size the ranks allow inside a node
+ *   (profile_tp_all_reduce); ranks_per_node: the run's ranks on the node.
  *   gamma: per operator type, the summed forward + backward time of the
  *   model's operators of that type in whole-model passes (time_model: each
  *   operator with its own buffers, as a training step runs them; every rank
@@ -84,7 +87,10 @@ static int cmp_d(const void *a, const void *b)
 #define N_SIZES 8
 #define MAX_REPS OSDP_PROFILE_MAX_REPS
 
-static osdp_status time_collective(osdp_comm *comm, int reduce, size_t total_bytes, int reps, double *out)
+typedef enum collective_kind { COLL_ALL_GATHER, COLL_REDUCE_SCATTER, COLL_ALL_REDUCE } collective_kind;
+
+/* median over reps of the slowest rank of the world (every group at once) */
+static osdp_status time_collective(osdp_comm *comm, collective_kind kind, size_t total_bytes, int reps, double *out)
 {
     int N = comm->size;
     size_t count = total_bytes / sizeof(float) / (size_t)N;
@@ -101,8 +107,9 @@ static osdp_status time_collective(osdp_comm *comm, int reduce, size_t total_byt
     for (int r = 0; r <= reps && s == OSDP_OK; r++) { /* r = 0: warm-up */
         osdp_comm_barrier(comm);
         double t0 = osdp_now_seconds();
-        s = reduce ? osdp_comm_reduce_scatter(comm, full, shard, count, OSDP_FLOAT32, NULL)
-                   : osdp_comm_all_gather(comm, shard, full, count, OSDP_FLOAT32, NULL);
+        s = kind == COLL_REDUCE_SCATTER ? osdp_comm_reduce_scatter(comm, full, shard, count, OSDP_FLOAT32, NULL)
+          : kind == COLL_ALL_GATHER ? osdp_comm_all_gather(comm, shard, full, count, OSDP_FLOAT32, NULL)
+                                    : osdp_comm_all_reduce(comm, full, count * (size_t)N, OSDP_FLOAT32, NULL);
         double mine = osdp_now_seconds() - t0;
         MPI_Allreduce(&mine, &t[r], 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
     }
@@ -111,6 +118,83 @@ static osdp_status time_collective(osdp_comm *comm, int reduce, size_t total_byt
     free(full);
     free(shard);
     return s;
+}
+
+/* The tensor-parallel group's all-reduce: for every T > 1 that divides the
+ * N ranks and fits in a node (T <= ranks on the node), the world split into
+ * groups of T consecutive ranks as the mesh forms them, every group
+ * all-reducing at once (as the mesh's groups do between kernels), at total
+ * sizes S geometric from 4 KiB to `top` (the model's residual stream at
+ * micro-batch 8); a least-squares fit through the origin (relative errors)
+ * of t = 2 (T-1) alpha + 2 (T-1)/T S beta over every (T, S) gives
+ * [tp_all_reduce] (a negative alpha is clamped to 0 and beta refitted).
+ * only_tp > 1 (profile --tp T): that T alone.
+ * Without such a T (2 ranks on 2 nodes...) the section keeps the mean of
+ * the all-gather's and reduce-scatter's figures.  Collective over the
+ * world; *note gets what was done. */
+static osdp_status profile_tp_all_reduce(const osdp_world *world, int only_tp, size_t top, int reps, osdp_device *dev,
+                                         char *note, size_t note_size)
+{
+    const int N = world->size, max_points = 8 * N_SIZES;
+    double x1[8 * N_SIZES], x2[8 * N_SIZES], y[8 * N_SIZES];
+    int n = 0, len = 0;
+    osdp_device_default_tp_all_reduce(dev);
+    len += snprintf(note + len, note_size - (size_t)len, "tp_all_reduce: blocking fp32 all-reduce over groups of T consecutive ranks,\n"
+                    "all groups at once, median of %d runs of the slowest rank; T =", reps);
+    for (int T = 2; T <= N && T <= world->local_size; T++) {
+        if (N % T != 0 || n + N_SIZES > max_points || (only_tp > 1 && T != only_tp)) continue;
+        MPI_Comm group;
+        MPI_Comm_split(MPI_COMM_WORLD, world->rank / T, world->rank, &group);
+        osdp_comm comm;
+        osdp_status s = osdp_comm_create_mpi(&comm, &group);
+        MPI_Comm_free(&group);
+        if (s != OSDP_OK) return s;
+        if (world->rank == 0) printf("  all-reduce T=%-3d", T);
+        for (int i = 0; i < N_SIZES && s == OSDP_OK; i++, n++) {
+            double at = 4096.0 * pow((double)top / 4096.0, (double)i / (N_SIZES - 1));
+            size_t bytes = ((size_t)at + 4 * (size_t)T - 1) / (4 * (size_t)T) * (4 * (size_t)T);
+            s = time_collective(&comm, COLL_ALL_REDUCE, bytes, bytes > (8u << 20) ? (reps + 1) / 2 : reps, &y[n]);
+            x1[n] = 2.0 * (T - 1);
+            x2[n] = 2.0 * (T - 1) / T * (double)bytes;
+            if (world->rank == 0) printf(" %6.0fKiB:%8.3fms", (double)bytes / 1024, 1e3 * y[n]);
+        }
+        if (world->rank == 0) printf("\n");
+        osdp_comm_destroy(&comm);
+        if (s != OSDP_OK) return s;
+        len += snprintf(note + len, note_size - (size_t)len, " %d", T);
+    }
+    if (n == 0) {
+        snprintf(note + len, note_size - (size_t)len, " none (no T > 1 divides the ranks inside a node): the mean of the "
+                 "all-gather's and reduce-scatter's figures\n");
+        return OSDP_OK;
+    }
+    /* weighted least squares t = alpha x1 + beta x2, weights 1 / t^2 */
+    double a11 = 0, a12 = 0, a22 = 0, b1 = 0, b2 = 0;
+    for (int i = 0; i < n; i++) {
+        double w = 1 / (y[i] * y[i]);
+        a11 += w * x1[i] * x1[i]; a12 += w * x1[i] * x2[i]; a22 += w * x2[i] * x2[i];
+        b1 += w * x1[i] * y[i]; b2 += w * x2[i] * y[i];
+    }
+    double det = a11 * a22 - a12 * a12, alpha = det != 0 ? (b1 * a22 - b2 * a12) / det : 0,
+           beta = det != 0 ? (a11 * b2 - a12 * b1) / det : 0;
+    if (!(alpha >= 0)) {   /* no sensible latency: the bandwidth alone */
+        alpha = 0;
+        beta = b2 / a22;
+    }
+    if (!(beta > 0)) {   /* too noisy to fit: keep the flat figures rather than fail the whole profile */
+        if (world->rank == 0)
+            printf("  all-reduce     times do not grow with size (beta %.3g): noisy machine? [tp_all_reduce] keeps the "
+                   "mean of the all-gather's and reduce-scatter's figures (--reps 21 may help)\n", beta);
+        snprintf(note + len, note_size - (size_t)len, ";\nthe times did not grow with size (beta fit %.3g): the mean of "
+                 "the all-gather's and reduce-scatter's figures\n", beta);
+        return OSDP_OK;
+    }
+    dev->tp_all_reduce.alpha = alpha;
+    dev->tp_all_reduce.beta = beta;
+    if (world->rank == 0)
+        printf("  all-reduce     fit: alpha %.3e s, beta %.3e s/B (%.2f GB/s) per ring step\n", alpha, beta, 1e-9 / beta);
+    snprintf(note + len, note_size - (size_t)len, ";\nfit t = 2 (T-1) alpha + 2 (T-1)/T beta S: alpha %.3e s, beta %.3e s/B (%.2f GB/s)\n", alpha, beta, 1e-9 / beta);
+    return OSDP_OK;
 }
 
 /* The whole model's forward (ops 0..n-1) then backward (n-1..0) at
@@ -289,7 +373,8 @@ int osdp_cmd_profile(const osdp_job *job)
             /* geometric from 4 KiB to `top`: the model's operator sizes */
             double at = 4096.0 * pow((double)top / 4096.0, (double)i / (N_SIZES - 1));
             size_t bytes = ((size_t)at + 4 * (size_t)N - 1) / (4 * (size_t)N) * (4 * (size_t)N);
-            osdp_check_all(time_collective(&comm, coll, bytes, bytes > (8u << 20) ? (reps + 1) / 2 : reps, &y[i]));
+            osdp_check_all(time_collective(&comm, coll ? COLL_REDUCE_SCATTER : COLL_ALL_GATHER, bytes,
+                                           bytes > (8u << 20) ? (reps + 1) / 2 : reps, &y[i]));
             x[i] = (double)bytes;
         }
         double wt[N_SIZES];
@@ -310,6 +395,21 @@ int osdp_cmd_profile(const osdp_job *job)
         osdp_check_all(cc->beta > 0 ? OSDP_OK
                        : osdp_error_set(OSDP_ERR_COMM, "profile: the %s times do not grow with size (beta %.3g): noisy "
                                         "machine? try --reps 21", cn, cc->beta));
+    }
+
+    {   /* the residual stream of micro-batch 8, at least 1 MiB: what the TP group all-reduces */
+        size_t stream = 8 * (size_t)L.T * L.max_width * sizeof(float);
+        char tp_note[1024];
+        const int only_tp = osdp_option_given(job, "tp") ? (int)job->tp : 0;
+        osdp_check_all(only_tp <= 1 || (N % only_tp == 0 && only_tp <= world.local_size) ? OSDP_OK
+                       : osdp_error_set(OSDP_ERR_INPUT, "profile --tp %d: the tensor-parallel groups must divide the %d ranks "
+                                        "and fit the %d ranks on a node", only_tp, N, world.local_size));
+        osdp_check_all(profile_tp_all_reduce(&world, only_tp, stream > ((size_t)1 << 20) ? stream : (size_t)1 << 20, reps,
+                                             &dev, tp_note, sizeof tp_note));
+        len += snprintf(note + len, sizeof note - (size_t)len, "%s", tp_note);
+        dev.ranks_per_node = world.local_size;
+        len += snprintf(note + len, sizeof note - (size_t)len, "ranks_per_node: the ranks of this run on the node (%d).\n",
+                        world.local_size);
     }
 
     enum { N_BATCHES = 4 };

@@ -135,6 +135,36 @@ void osdp_cost_op_mem_rc(const osdp_cost_model *cm, int op, int g, int k, int rc
     out->prefetch = rc ? (k > 0 ? (long long)p[0] * e : 0) : (k == g ? (long long)p[g - 1] * e : 0);
 }
 
+/* one ring all-reduce of `bytes` over the tensor-parallel group of tp ranks */
+static double tp_all_reduce_time(const osdp_device *d, int tp, double bytes)
+{
+    return 2.0 * (tp - 1) * (d->tp_all_reduce.alpha + bytes / tp * d->tp_all_reduce.beta);
+}
+
+double osdp_cost_tp_comm(const osdp_cost_model *cm, int op, int rc, int b)
+{
+    const osdp_layout *L = cm->layout;
+    const int tp = L->tp_size;
+    if (tp <= 1) return 0;
+    const osdp_op_layout *o = &L->op[op];
+    const osdp_device *d = cm->dev;
+    const double tokens = (double)b * (double)L->T;
+    const double stream = tokens * (double)o->width * (double)sizeof(float);   /* (b, T, d) floats */
+    switch (o->type) {
+    case OSDP_OP_EMBED:   /* forward: the vocabulary-parallel lookups summed */
+        return tp_all_reduce_time(d, tp, stream);
+    case OSDP_OP_ATTN:
+    case OSDP_OP_MLP:     /* forward after the row-parallel product (again when recomputed), backward before the
+                             LayerNorm's */
+        return (rc ? 3 : 2) * tp_all_reduce_time(d, tp, stream);
+    case OSDP_OP_HEAD: {  /* forward: each rank's 3 statistics per token gathered; backward: d(ln) summed */
+        double gather = (tp - 1) * (d->tp_all_reduce.alpha + 3.0 * tokens * (double)sizeof(float) * d->tp_all_reduce.beta);
+        return gather + tp_all_reduce_time(d, tp, stream);
+    }
+    }
+    return 0;
+}
+
 long long osdp_cost_workspace(const osdp_cost_model *cm, int b)
 {
     const long long staging = (long long)b * (long long)osdp_tp_staging_floats_per_seq(cm->layout);
@@ -173,6 +203,8 @@ void osdp_cost_op_time_rc(const osdp_cost_model *cm, int op, int g, int k, int r
         out->total = out->compute > out->comm ? out->compute : out->comm;
     else
         out->total = out->compute + out->comm;
+    out->tp_comm = A * osdp_cost_tp_comm(cm, op, rc, b);
+    if (out->tp_comm > 0) out->total += out->tp_comm;   /* blocking: nothing hides them (tp 1: none) */
     if (partial) out->total = 1e30;   /* not a choice this operator has: prohibitive, finite for the searches */
 }
 

@@ -17,7 +17,8 @@ const char *osdp_op_type_name(osdp_op_type t)
     return (unsigned)t < OSDP_N_OP_TYPES ? type_names[t] : "?";
 }
 
-enum { K_MEM, K_PREC, K_PBYTES, K_ABYTES, K_GBYTES, K_AG_A, K_AG_B, K_RS_A, K_RS_B, K_SHARD, K_FULL, K_G0,
+enum { K_MEM, K_PREC, K_PBYTES, K_ABYTES, K_GBYTES, K_NODE, K_AG_A, K_AG_B, K_RS_A, K_RS_B, K_TP_A, K_TP_B, K_SHARD,
+       K_FULL, K_G0,
        K_F0 = K_G0 + OSDP_N_OP_TYPES, K_N = K_F0 + OSDP_N_OP_TYPES };
 
 typedef struct dev_parse {
@@ -76,26 +77,34 @@ static int dev_handler(void *user, const char *section, const char *key, const c
             else if (key[0] == 'g') d->grad_bytes = (int)x;
             else d->act_bytes = (int)x;
             id = is_p ? K_PBYTES : key[0] == 'g' ? K_GBYTES : K_ABYTES;
+        } else if (strcmp(key, "ranks_per_node") == 0) {
+            if (parse_double(value, &x) != 0 || x < 1 || x > 1 << 20 || x != floor(x))
+                return fail(st, section, key, "expected a whole number of ranks >= 1 (the ranks one node holds)", value);
+            d->ranks_per_node = (int)x;
+            id = K_NODE;
         } else {
             st->status = osdp_error_set(OSDP_ERR_INPUT,
-                "unknown key '%s' in [device] (known: name, mem_limit, precision, param_bytes, grad_bytes, act_bytes)", key);
+                "unknown key '%s' in [device] (known: name, mem_limit, precision, param_bytes, grad_bytes, act_bytes, "
+                "ranks_per_node)", key);
             return 0;
         }
-    } else if (strcmp(section, "all_gather") == 0 || strcmp(section, "reduce_scatter") == 0) {
-        int ag = section[0] == 'a';
-        osdp_collective_cost *c = ag ? &d->all_gather : &d->reduce_scatter;
+    } else if (strcmp(section, "all_gather") == 0 || strcmp(section, "reduce_scatter") == 0
+               || strcmp(section, "tp_all_reduce") == 0) {
+        int which = section[0] == 'a' ? 0 : section[0] == 'r' ? 1 : 2;
+        osdp_collective_cost *c = which == 0 ? &d->all_gather : which == 1 ? &d->reduce_scatter : &d->tp_all_reduce;
+        static const int alpha_id[3] = {K_AG_A, K_RS_A, K_TP_A}, beta_id[3] = {K_AG_B, K_RS_B, K_TP_B};
         if (strcmp(key, "alpha") == 0) {
             if (parse_double(value, &x) != 0 || x < 0)
                 return fail(st, section, key, "alpha (latency, seconds per ring step) must be a number >= 0", value);
             c->alpha = x;
-            id = ag ? K_AG_A : K_RS_A;
+            id = alpha_id[which];
         } else if (strcmp(key, "beta") == 0) {
             if (parse_double(value, &x) != 0 || x <= 0)
                 return fail(st, section, key,
                             "beta (seconds per byte = 1 / bandwidth) must be > 0: a zero or negative bandwidth is meaningless",
                             value);
             c->beta = x;
-            id = ag ? K_AG_B : K_RS_B;
+            id = beta_id[which];
         } else {
             st->status = osdp_error_set(OSDP_ERR_INPUT, "unknown key '%s' in [%s] (known: alpha, beta)", key, section);
             return 0;
@@ -134,7 +143,8 @@ static int dev_handler(void *user, const char *section, const char *key, const c
         id = shard ? K_SHARD : K_FULL;
     } else {
         st->status = osdp_error_set(OSDP_ERR_INPUT,
-            "unknown section [%s] (expected [device], [all_gather], [reduce_scatter], [gamma], [gamma_fixed], [step])",
+            "unknown section [%s] (expected [device], [all_gather], [reduce_scatter], [tp_all_reduce], [gamma], "
+            "[gamma_fixed], [step])",
             section);
         return 0;
     }
@@ -174,7 +184,19 @@ osdp_status osdp_device_parse(osdp_device *dev, const char *text, const char *or
             return osdp_error_set(OSDP_ERR_INPUT, "device file %s: missing key '%s' in [%s]", origin, req[i].key,
                                   req[i].section);
     if (!st.seen[K_GBYTES]) dev->grad_bytes = dev->param_bytes;   /* the gradients as the weights */
+    if (st.seen[K_TP_A] != st.seen[K_TP_B])
+        return osdp_error_set(OSDP_ERR_INPUT, "device file %s: [tp_all_reduce] needs both alpha and beta (missing '%s')",
+                              origin, st.seen[K_TP_A] ? "beta" : "alpha");
+    if (!st.seen[K_TP_A]) osdp_device_default_tp_all_reduce(dev);
     return OSDP_OK;
+}
+
+void osdp_device_default_tp_all_reduce(osdp_device *dev)
+{
+    /* an all-reduce is a reduce-scatter then an all-gather: 2 (T-1) ring
+     * steps at the mean of their costs take the time of the two */
+    dev->tp_all_reduce.alpha = (dev->all_gather.alpha + dev->reduce_scatter.alpha) / 2;
+    dev->tp_all_reduce.beta = (dev->all_gather.beta + dev->reduce_scatter.beta) / 2;
 }
 
 osdp_status osdp_device_load(osdp_device *dev, const char *path)
@@ -200,10 +222,13 @@ osdp_status osdp_device_write(const osdp_device *dev, const char *comment, const
             p += len + (nl != NULL);
         }
     }
-    fprintf(f, "[device]\nname = %s\nmem_limit = %lld\nparam_bytes = %d\ngrad_bytes = %d\nact_bytes = %d\n\n",
+    fprintf(f, "[device]\nname = %s\nmem_limit = %lld\nparam_bytes = %d\ngrad_bytes = %d\nact_bytes = %d\n",
             dev->name, dev->mem_limit, dev->param_bytes, dev->grad_bytes, dev->act_bytes);
+    if (dev->ranks_per_node > 0) fprintf(f, "ranks_per_node = %d\n", dev->ranks_per_node);
+    fprintf(f, "\n");
     fprintf(f, "[all_gather]\nalpha = %.6e\nbeta = %.6e\n\n", dev->all_gather.alpha, dev->all_gather.beta);
     fprintf(f, "[reduce_scatter]\nalpha = %.6e\nbeta = %.6e\n\n", dev->reduce_scatter.alpha, dev->reduce_scatter.beta);
+    fprintf(f, "[tp_all_reduce]\nalpha = %.6e\nbeta = %.6e\n\n", dev->tp_all_reduce.alpha, dev->tp_all_reduce.beta);
     fprintf(f, "[gamma]\n");
     for (int t = 0; t < OSDP_N_OP_TYPES; t++) fprintf(f, "%-5s = %.6e\n", type_names[t], dev->gamma[t]);
     int fixed = 0;

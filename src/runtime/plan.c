@@ -41,6 +41,7 @@ osdp_status osdp_plan_copy(osdp_plan *dst, const osdp_plan *src)
     memcpy(dst->recompute, src->recompute, bytes);
     dst->micro_batch = src->micro_batch;
     dst->accum_steps = src->accum_steps;
+    dst->tp_size = src->tp_size;
     dst->predicted_step_s = src->predicted_step_s;
     dst->predicted_peak_bytes = src->predicted_peak_bytes;
     return OSDP_OK;
@@ -99,6 +100,22 @@ static int plan_handler(void *user, const char *section, const char *key, const 
     if (section[0]) {
         st->status = osdp_error_set(OSDP_ERR_INPUT, "plan files have no sections ([%s])", section);
         return 0;
+    }
+    if (strcmp(key, "tp") == 0) {
+        char *end;
+        errno = 0;
+        long tp = strtol(value, &end, 10);
+        if (errno || end == value || *end || tp < 1 || tp > 1 << 20) {
+            st->status = osdp_error_set(OSDP_ERR_INPUT, "tp = '%s': the tensor-parallel degree must be a whole number >= 1",
+                                        value);
+            return 0;
+        }
+        if (st->plan->tp_size) {
+            st->status = osdp_error_set(OSDP_ERR_INPUT, "tp given twice");
+            return 0;
+        }
+        st->plan->tp_size = (int)tp;
+        return 1;
     }
     int k, g, rc;
     if (parse_mode(value, &k, &g, &rc) != 0) {
@@ -192,6 +209,8 @@ void osdp_plan_write(const osdp_plan *plan, const osdp_layout *layout, FILE *out
 {
     char mode[16];
     fprintf(out, "# osdp plan for %s: operator = dp | zdp | k/g (k of g slices ZDP) [recompute]\n", layout->cfg.name);
+    if (plan->tp_size > 0)
+        fprintf(out, "tp = %d   ; the tensor-parallel degree: the modes apply to each rank's parts\n", plan->tp_size);
     for (int i = 0; i < plan->n_ops; i++)
         fprintf(out, "%s = %s%s\n", layout->op[i].name, osdp_plan_mode_name(plan, i, mode, sizeof mode),
                 plan->recompute[i] ? " recompute" : "");
@@ -206,5 +225,14 @@ unsigned long long osdp_plan_hash(const osdp_plan *plan)
         h = (h ^ (unsigned)plan->recompute[i]) * 1099511628211ULL;
     }
     h = (h ^ (unsigned)plan->micro_batch) * 1099511628211ULL;
+    if (plan->tp_size > 1) h = (h ^ (unsigned)plan->tp_size) * 1099511628211ULL;   /* tp 1 or unstated: as before */
     return h;
+}
+
+osdp_status osdp_plan_check_tp(const osdp_plan *plan, int tp_size, const char *origin)
+{
+    if (plan->tp_size == 0 || plan->tp_size == tp_size) return OSDP_OK;
+    return osdp_error_set(OSDP_ERR_INPUT, "%s is a plan for tensor-parallel degree tp = %d, but this run has --tp %d "
+                          "(plan again with --tp %d, or run with --tp %d)", origin, plan->tp_size, tp_size, tp_size,
+                          plan->tp_size);
 }
