@@ -5,13 +5,18 @@
 #      agree with the 1-rank run within 1e-5 relative over 10 steps, same
 #      global batch, on a uniform and on a mixed-width model
 #   2. at a fixed mesh (TP 2 x DP 2) all-DP, all-ZDP, a mixed plan (with
-#      recompute) and a split plan give bitwise-identical losses
+#      recompute) and a split plan give bitwise-identical losses; a split
+#      plan that cuts inside linear layers agrees within 1e-5 (a cut product
+#      sums its pieces in another order than one GEMM, as at tp 1:
+#      tests/test_split_recompute.sh)
 #   3. every run: measured = predicted peak per category (tp_comm included)
 #      to the byte, on every rank (the summary's smallest and largest over
 #      the ranks)
 #   4. the tensor-parallel traffic per step equals the closed form of
 #      include/osdp/runtime.h (all-reduce and all-gather bytes and calls)
 #   5. bad --tp values: a clear message and a non-zero exit on every rank
+#   6. --plan auto --tp auto: the planner's T, the mesh built on it, the
+#      plan's peak measured
 # Run by `make check` (OSDP_BUILDDIR, OSDP_SRCDIR, MPIEXEC).
 set -u
 . "$(dirname "$0")/test_lib.sh" mesh-work
@@ -24,7 +29,7 @@ SEQ=16; GLOBAL=8; STEPS=10
 
 run() {   # run NRANKS NAME [train options...]: writes $WORK/NAME.{out,err,log}
     local n=$1 name=$2; shift 2
-    timeout 300 "$MPIEXEC" -n "$n" "$BIN" train --data "$DATA" --threads 1 --peak-flops 1e9 --seq-len $SEQ \
+    timeout 120 "$MPIEXEC" -n "$n" "$BIN" train --data "$DATA" --threads 1 --peak-flops 1e9 --seq-len $SEQ \
         --global-batch $GLOBAL --steps $STEPS --lr 1e-3 --log "$WORK/$name.log" "$@" >"$WORK/$name.out" 2>"$WORK/$name.err"
 }
 summary_field() { grep '^summary' "$1" | sed -n "s/.* $2=\([^ ]*\).*/\1/p"; }
@@ -92,15 +97,22 @@ done
 
 # -- 2. plan invariance on TP 2 x DP 2 (uniform model): all-DP (part 1), all-ZDP, mixed with recompute, split
 printf 'embed = zdp\nattn.0 = dp\nmlp.0 = zdp recompute\nattn.1 = zdp\nmlp.1 = dp\nhead = zdp\n' > "$WORK/mixed.plan"
-printf 'embed = dp\nattn.0 = 1/2\nmlp.0 = 2/3 recompute\nattn.1 = 2/2\nmlp.1 = 0/2\nhead = 1/2\n' > "$WORK/split.plan"
+# split.plan: mlp's 2 slices are cut where proj.weight starts (its parts at tp 2: 64 + 2048 + 64 of
+# 4256 elements), so no product is cut; cut.plan cuts qkv, fc, proj and lm_head by rows
+printf 'embed = zdp\nattn.0 = dp\nmlp.0 = 1/2 recompute\nattn.1 = zdp\nmlp.1 = 2/2\nhead = dp\n' > "$WORK/split.plan"
+printf 'embed = dp\nattn.0 = 1/2\nmlp.0 = 2/3 recompute\nattn.1 = 2/2\nmlp.1 = 0/3\nhead = 1/2\n' > "$WORK/cut.plan"
 run 4 U_tp2dp2_zdp --model "$U" --tp 2 --batch 2 --plan zdp
 run 4 U_tp2dp2_mixed --model "$U" --tp 2 --batch 2 --plan "$WORK/mixed.plan"
 run 4 U_tp2dp2_split --model "$U" --tp 2 --batch 2 --plan "$WORK/split.plan"
+run 4 U_tp2dp2_cut --model "$U" --tp 2 --batch 2 --plan "$WORK/cut.plan"
 ref=$(losses "$WORK/U_tp2dp2.log")
 if [ "$(echo "$ref" | wc -l)" = $STEPS ] && [ "$(losses "$WORK/U_tp2dp2_zdp.log")" = "$ref" ] &&
    [ "$(losses "$WORK/U_tp2dp2_mixed.log")" = "$ref" ] && [ "$(losses "$WORK/U_tp2dp2_split.log")" = "$ref" ]; then
-    ok "TP 2 x DP 2: all-DP, all-ZDP, mixed with recompute, split k/g: $STEPS bitwise-equal losses"
+    ok "TP 2 x DP 2: all-DP, all-ZDP, mixed with recompute, split between tensors (1/2, 2/2): $STEPS bitwise-equal losses"
 else bad "TP 2 x DP 2: plans give different losses" "$WORK/U_tp2dp2_split.err"; fi
+if agree "$WORK/U_tp2dp2_cut.log" "$WORK/U_tp2dp2.log" && [ "$(losses "$WORK/U_tp2dp2_cut.log")" != "$ref" ]; then
+    ok "TP 2 x DP 2: a split plan cutting inside linear layers: $STEPS losses within 1e-5 (not bitwise: pieces summed)"
+else bad "TP 2 x DP 2: cut plan vs all-DP" "$WORK/U_tp2dp2_cut.err"; fi
 
 # -- 3. memory: measured = predicted on every rank, per category, every run
 mem_ok=1; runs=0
@@ -109,7 +121,7 @@ for log in "$WORK"/*.log; do
     runs=$((runs + 1))
 done
 tp_comm=$(field "$WORK/U_tp2dp4.log" peak_tp_comm | tail -1)
-[ $mem_ok = 1 ] && [ $runs = 11 ] && [ "$tp_comm" = $((2 * 3 * (2 + 1) * SEQ * 4)) ] &&
+[ $mem_ok = 1 ] && [ $runs = 12 ] && [ "$tp_comm" = $((2 * 3 * (2 + 1) * SEQ * 4)) ] &&
     ok "memory: measured = predicted on every rank for state, weights, grads, activations, workspace, tp_comm, total ($runs runs; TP 2 staging $tp_comm B)" ||
     bad "memory prediction on the mesh ($runs runs, tp_comm $tp_comm)"
 
@@ -123,8 +135,9 @@ traffic_ok "$WORK/I_tp4dp1.log" 4 4 2 0:0 32 48 32 || tr_ok=0
 traffic_ok "$WORK/I_tp2dp4.log" 2 2 1 0:0 32 48 32 || tr_ok=0
 traffic_ok "$WORK/U_tp2dp2_mixed.log" 2 2 2 32:1 32 32 || tr_ok=0
 traffic_ok "$WORK/U_tp2dp2_split.log" 2 2 2 32:1 32 32 || tr_ok=0
+traffic_ok "$WORK/U_tp2dp2_cut.log" 2 2 2 32:1 32 32 || tr_ok=0
 [ "$(field "$WORK/U_ref.log" tp_ar_calls | sort -u)" = 0 ] && [ "$(field "$WORK/U_ref.log" tp_ag_bytes | sort -u)" = 0 ] || tr_ok=0
-[ $tr_ok = 1 ] && ok "TP traffic per step = closed form on 8 runs (e.g. TP 2 x DP 2: all-reduce $(field "$WORK/U_tp2dp2.log" tp_ar_bytes | tail -1) B in $(field "$WORK/U_tp2dp2.log" tp_ar_calls | tail -1) calls, all-gather $(field "$WORK/U_tp2dp2.log" tp_ag_bytes | tail -1) B); none at 1 rank" ||
+[ $tr_ok = 1 ] && ok "TP traffic per step = closed form on 9 runs (e.g. TP 2 x DP 2: all-reduce $(field "$WORK/U_tp2dp2.log" tp_ar_bytes | tail -1) B in $(field "$WORK/U_tp2dp2.log" tp_ar_calls | tail -1) calls, all-gather $(field "$WORK/U_tp2dp2.log" tp_ag_bytes | tail -1) B); none at 1 rank" ||
     bad "TP traffic closed form"
 
 # -- 5. bad --tp values: refused with a message naming --tp, non-zero exit on every rank
@@ -142,5 +155,14 @@ refused_tp word 2 "--tp 'abc': expected an integer in \[1, 4096\] or auto" --mod
 refused_tp ranks 4 "--tp 3 does not divide the 4 ranks" --model "$U" --tp 3
 refused_tp heads 4 "--tp 4 does not divide the model's 2 attention heads" --model "$M" --tp 4
 refused_tp auto 2 "--tp auto needs --plan auto" --model "$U" --tp auto
+
+# -- 6. --tp auto: rank 0's planner chooses T, every rank builds that mesh
+timeout 120 "$MPIEXEC" -n 4 "$BIN" train --data "$DATA" --threads 1 --peak-flops 1e9 --seq-len $SEQ --steps 2 \
+    --model "$U" --plan auto --tp auto --log "$WORK/auto.log" >"$WORK/auto.out" 2>"$WORK/auto.err"; rc=$?
+chosen=$(sed -n 's/^--tp auto: the planner chooses tensor-parallel degree \([0-9]*\) of the 4 ranks$/\1/p' "$WORK/auto.out")
+if [ $rc = 0 ] && [ -n "$chosen" ] && [ "$(config_field "$WORK/auto.log" tp)" = "$chosen" ] &&
+   grep -q "^mesh: 4 ranks = tp $chosen x dp $((4 / chosen)) x pp 1" "$WORK/auto.out" && memory_ok "$WORK/auto.log"; then
+    ok "--plan auto --tp auto on 4 ranks: the planner chose tp $chosen, the mesh and the log agree, peak = predicted"
+else bad "--tp auto (rc $rc, chosen '$chosen')" "$WORK/auto.err"; fi
 
 summary test_mesh
