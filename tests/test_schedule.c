@@ -18,7 +18,9 @@
  *             step's loss to the bit, and running it moves no peak
  *   tensor-parallel layouts (tp 2 and 4, the vocabulary padded or not): the
  *             schedule's evaluation equals the closed form on random plans,
- *             its staging buffer (category tp_comm) held from the setup on
+ *             its staging buffer (category tp_comm) held from the setup on;
+ *             measured too where one rank can run it (a padded vocabulary
+ *             at tp 1)
  * Runs on one MPI rank (the runtime needs a communicator); the measured
  * peaks on 4 ranks are checked by tests/run_mpi_tests.sh, on meshes by
  * tests/test_mesh.sh. */
@@ -266,6 +268,24 @@ START_TEST(test_measured_equals_schedule_and_closed_form)
 }
 END_TEST
 
+/* schedule against closed form (no measurement) on `per_n` random plans for
+ * each of the 4 rank counts Ns; returns the plans checked */
+static int check_random_plans(const osdp_layout *L, const int Ns[4], int per_n)
+{
+    int checked = 0;
+    osdp_plan p;
+    ck_assert(osdp_plan_alloc(&p, L->n_ops) == OSDP_OK);
+    for (int ni = 0; ni < 4; ni++)
+        for (int r = 0; r < per_n; r++) {
+            random_plan(L, &p);
+            check_plan(L, &p, Ns[ni], 1 + (int)(rnd() % 4), 1 + (int)(rnd() % 3), (int)(rnd() % 2),
+                       rnd() % 2 ? OSDP_BFLOAT16 : OSDP_FLOAT32, quantum_of(r), NULL);
+            checked++;
+        }
+    osdp_plan_free(&p);
+    return checked;
+}
+
 /* more ranks than this process has: schedule against closed form, 2 models x 4 N x 50 plans */
 START_TEST(test_schedule_equals_closed_form)
 {
@@ -274,16 +294,7 @@ START_TEST(test_schedule_equals_closed_form)
     for (int mi = 0; mi < 2; mi++) {
         osdp_layout L;
         load_layout(&L, MODELS[mi], 0);
-        osdp_plan p;
-        ck_assert(osdp_plan_alloc(&p, L.n_ops) == OSDP_OK);
-        for (int ni = 0; ni < 4; ni++)
-            for (int r = 0; r < 50; r++) {
-                random_plan(&L, &p);
-                check_plan(&L, &p, Ns[ni], 1 + (int)(rnd() % 4), 1 + (int)(rnd() % 3), (int)(rnd() % 2),
-                           rnd() % 2 ? OSDP_BFLOAT16 : OSDP_FLOAT32, quantum_of(r), NULL);
-                checked++;
-            }
-        osdp_plan_free(&p);
+        checked += check_random_plans(&L, Ns, 50);
         osdp_layout_free(&L);
     }
     ck_assert_int_eq(checked, 400);
@@ -342,17 +353,36 @@ START_TEST(test_tp_schedule_equals_closed_form)
         osdp_plan p;
         ck_assert(osdp_plan_alloc(&p, L.n_ops) == OSDP_OK);
         check_tp_staging(&L, &p, 2, 3);
-        for (int ni = 0; ni < 4; ni++)
-            for (int r = 0; r < 25; r++) {
-                random_plan(&L, &p);
-                check_plan(&L, &p, Ns[ni], 1 + (int)(rnd() % 4), 1 + (int)(rnd() % 3), (int)(rnd() % 2),
-                           rnd() % 2 ? OSDP_BFLOAT16 : OSDP_FLOAT32, quantum_of(r), NULL);
-                checked++;
-            }
         osdp_plan_free(&p);
+        checked += check_random_plans(&L, Ns, 25);
         osdp_layout_free(&L);
     }
     ck_assert_int_eq(checked, 400);
+}
+END_TEST
+
+/* the staging measured: on this one rank a padded vocabulary (quantum 3:
+ * 256 -> 258 rows) makes the head's cross-entropy vocab-parallel at tp 1,
+ * so its staging buffer is allocated and used by a real step and
+ * validation pass; measured = schedule = closed form, tp_comm included */
+START_TEST(test_tp_staging_measured)
+{
+    osdp_comm comm;
+    ck_assert(osdp_comm_create_mpi(&comm, &(MPI_Comm){MPI_COMM_WORLD}) == OSDP_OK);
+    osdp_layout L;
+    load_layout_tp(&L, MODELS[1], 8, 1, 3, 0);
+    ck_assert_int_eq(L.vocab_padded, 258);
+    ck_assert_uint_gt(osdp_tp_staging_floats_per_seq(&L), 0);
+    osdp_plan p;
+    ck_assert(osdp_plan_alloc(&p, L.n_ops) == OSDP_OK);
+    for (int r = 0; r < 20; r++) {
+        random_plan(&L, &p);
+        check_plan(&L, &p, comm.size, 1 + (int)(rnd() % 2), 1 + (int)(rnd() % 2), (int)(rnd() % 2),
+                   rnd() % 2 ? OSDP_BFLOAT16 : OSDP_FLOAT32, quantum_of(r), &comm);
+    }
+    osdp_plan_free(&p);
+    osdp_layout_free(&L);
+    osdp_comm_destroy(&comm);
 }
 END_TEST
 
@@ -393,7 +423,8 @@ END_TEST
 static Suite *schedule_suite(void)
 {
     const TTest *schedule[] = {test_measured_equals_schedule_and_closed_form, test_schedule_equals_closed_form,
-                               test_tp_schedule_equals_closed_form, test_schedule_errors, NULL};
+                               test_tp_schedule_equals_closed_form, test_tp_staging_measured, test_schedule_errors,
+                               NULL};
     const osdp_check_case cases[] = {{.name = "schedule", .tests = schedule}};
     return osdp_check_suite("schedule", cases, sizeof cases / sizeof cases[0]);
 }

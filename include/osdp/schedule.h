@@ -11,7 +11,8 @@
  * A step is
  *   setup   once, when the runtime is created: the buffers that live all
  *           run (sharded state, the bf16 copy of the master shard, the DP
- *           slices' resident weights, the backward workspace);
+ *           slices' resident weights, the backward workspace, and on a
+ *           tensor-parallel layout the staging of the head's all-gather);
  *   micro   one micro-step, executed accum_steps times: events flagged
  *           first_micro_only (the DP slices' gathers, made once per step)
  *           are skipped after the first; the others allocate and free the
@@ -39,10 +40,12 @@
  * executor then runs the events up to USE(op, s, pass): releasing the
  * previous slice, gathering this one, starting prefetches.
  *
- * Extending it (the mesh: tensor and pipeline parallelism) means new event
- * kinds (an all-reduce of activations, point-to-point sends and receives of
- * a stage boundary) and new buffer kinds, with one list per pipeline stage;
- * the evaluation only reads ALLOC and FREE and needs no change. */
+ * The tensor axis of the mesh needs no event: its collectives are blocking
+ * calls inside the operators' passes (osdp/gpt.h), the all-reduces in place;
+ * its one buffer is the setup's staging (OSDP_BUF_TP_STAGING, category
+ * tp_comm).  The pipeline axis will add event kinds (point-to-point sends
+ * and receives of a stage boundary) with one list per stage; the evaluation
+ * only reads ALLOC and FREE and needs no change. */
 #ifndef OSDP_SCHEDULE_H
 #define OSDP_SCHEDULE_H
 
