@@ -4,6 +4,7 @@
 #   1. losses of TP 2 x DP 2, TP 4 x DP 1 (4 ranks) and TP 2 x DP 4 (8 ranks)
 #      agree with the 1-rank run within 1e-5 relative over 10 steps, same
 #      global batch, on a uniform and on a mixed-width model
+#      and their validation losses (osdp_runtime_evaluate) too
 #   2. at a fixed mesh (TP 2 x DP 2) all-DP, all-ZDP, a mixed plan (with
 #      recompute) and a split plan give bitwise-identical losses; a split
 #      plan that cuts inside linear layers agrees within 1e-5 (a cut product
@@ -75,8 +76,8 @@ traffic_ok() {
 # -- 1. every mesh against one rank, on both models (--plan dp: any plan gives the same losses, part 2)
 for model in U I; do
     path=${!model}
-    run 1 "${model}_ref" --model "$path" --batch 4 --plan dp
-    run 4 "${model}_tp2dp2" --model "$path" --tp 2 --batch 2 --plan dp
+    run 1 "${model}_ref" --model "$path" --batch 4 --plan dp --val-data "$DATA" --eval-every 5 --eval-batches 1
+    run 4 "${model}_tp2dp2" --model "$path" --tp 2 --batch 2 --plan dp --val-data "$DATA" --eval-every 5 --eval-batches 1
     run 4 "${model}_tp4dp1" --model "$path" --tp 4 --batch 4 --plan dp
     run 8 "${model}_tp2dp4" --model "$path" --tp 2 --batch 2 --plan zdp
     for mesh in tp2dp2 tp4dp1 tp2dp4; do
@@ -88,6 +89,14 @@ for model in U I; do
         fi
     done
 done
+val_ok=1
+for model in U I; do
+    v=$(field "$WORK/${model}_tp2dp2.log" val_loss | tr '\n' ' '); r=$(field "$WORK/${model}_ref.log" val_loss | tr '\n' ' ')
+    awk -v a="$v" -v b="$r" 'BEGIN { if (split(a, x, " ") != 2 || split(b, y, " ") != 2) exit 1;
+        for (i = 1; i <= 2; i++) { d = x[i] - y[i]; if (d < 0) d = -d; if (!(d <= 1e-5 * y[i])) exit 1 } }' || val_ok=0
+done
+[ $val_ok = 1 ] && ok "validation losses after steps 5 and 10 on TP 2 x DP 2 within 1e-5 of 1 rank (model U: $(field "$WORK/U_tp2dp2.log" val_loss | tr '\n' ' ')vs $(field "$WORK/U_ref.log" val_loss | tr '\n' ' '))" ||
+    bad "validation on TP 2 x DP 2"
 [ "$(config_field "$WORK/U_tp2dp4.log" dp)" = 4 ] && [ "$(config_field "$WORK/U_tp2dp4.log" tp)" = 2 ] &&
    grep -q "^mesh: 8 ranks = tp 2 x dp 4 x pp 1" "$WORK/U_tp2dp4.out" &&
    [ "$(config_field "$WORK/U_tp2dp4.log" global_batch)" = $GLOBAL ] &&
