@@ -8,7 +8,7 @@
 #      uninterrupted run on TP 1 x DP 4 and TP 4 x DP 1 (the mesh printed)
 #   3. loaded on another mesh (and a padded vocabulary: OSDP_VOCAB_QUANTUM)
 #      and saved again, every dataset and checksum is identical (h5diff)
-#   4. --init-from of the TP 2 save on TP 1 starts from its weights exactly
+#   4. --init-from of the TP 2 save on TP 1 and TP 4 starts from its weights exactly
 #   5. bad combinations: a clear message naming the option, non-zero exit
 # Run by `make check` (OSDP_BUILDDIR, OSDP_SRCDIR, MPIEXEC).
 set -u
@@ -111,6 +111,11 @@ within "$WORK/full.log" "$WORK/pad_mesh.log" 4 \
 run 1 init --tp 1 --batch 8 --steps 0 --init-from "$C3" --dump-weights "$WORK/init.bin" || bad "init-from ran" "$WORK/init.err"
 cmp -s "$WORK/init.bin" "$WORK/exp3.bin" && ok "--init-from of the TP 2 x DP 2 save on TP 1 x DP 1: the weights exactly" \
     || bad "--init-from on TP 1" "$WORK/init.err"
+run 4 init_tp4 --tp 4 --batch 8 --steps 0 --init-from "$C3" --dump-weights "$WORK/init_tp4.bin" \
+    || bad "init-from on TP 4 ran" "$WORK/init_tp4.err"
+cmp -s "$WORK/init_tp4.bin" "$WORK/exp3.bin" \
+    && ok "--init-from of the TP 2 x DP 2 save on TP 4 x DP 1: the weights exactly (its dump assembles 4 parts)" \
+    || bad "--init-from on TP 4" "$WORK/init_tp4.err"
 
 # -- 5. bad combinations: refused on every rank with the option named
 expect_error() {   # expect_error NAME PATTERN NRANKS [options]

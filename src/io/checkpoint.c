@@ -205,8 +205,10 @@ static herr_t select_column_rows(selection *file, selection *mem, const osdp_ten
         if (!osdp_tensor_next_run(td, tp_rank, row * C + c, row * C + c_hi, &logical, &run)) continue;
         e = select_block(file, td->ndim, logical / LC, logical % LC, rows, run);
         if (e < 0) break;
-        hsize_t start = row * C + c - a, stride = C, count = rows, block = run;
-        e = H5Sselect_hyperslab(mem->space, mem->op, &start, rows > 1 ? &stride : NULL, &count, &block);
+        /* whole local rows are one contiguous block (tp 1: the selection of a plain range) */
+        const int whole_rows = run == C;
+        hsize_t start = row * C + c - a, stride = C, count = whole_rows ? 1 : rows, block = whole_rows ? rows * C : run;
+        e = H5Sselect_hyperslab(mem->space, mem->op, &start, count > 1 ? &stride : NULL, &count, &block);
         mem->op = H5S_SELECT_OR;
     }
     return e;
