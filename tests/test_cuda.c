@@ -558,6 +558,70 @@ START_TEST(test_crossentropy_large_gap)
 }
 END_TEST
 
+/* The vocab-parallel entries: a vocabulary of V cut in ranges of VL, the
+ * last partly padding, each range through both backends.  The lookups and
+ * the embedding backward (the CPU's order) must match bitwise; the
+ * statistics, losses, probabilities and d(logits) as the fp32 kernels do;
+ * the padding's probabilities and d(logits) are exactly 0.  GPT-2's width
+ * (C = 768) gives the embedding backward several column blocks per token. */
+START_TEST(test_vocab_parallel)
+{
+    const int B = 2, T = 33, C = 768, V = 300, VL = 128, ranges = 3, BT = B * T;
+    int *tok = rand_ints(BT, V, 90), *g_tok = up(tok, BT * sizeof(int));
+    int *tgt = rand_ints(BT, V, 91), *g_tgt = up(tgt, BT * sizeof(int));
+    tgt[0] = V - 1;
+    gpu->to_device(g_tgt, tgt, BT * sizeof(int));
+    float *wpe = rand_floats((size_t)T * C, -1, 1, 92), *g_wpe = upf(wpe, (size_t)T * C);
+    float *dx = rand_floats((size_t)BT * C, -1, 1, 93), *g_dx = upf(dx, (size_t)BT * C);
+    float *group = falloc((size_t)ranges * 3 * BT), *g_group = upf(group, (size_t)ranges * 3 * BT);
+    float *logits[3], *g_logits[3];
+    for (int r = 0; r < ranges; r++) {
+        const int lo = r * VL, valid = V - lo < VL ? V - lo : VL;
+        float *wte = rand_floats((size_t)VL * C, -1, 1, 94 + r), *g_wte = upf(wte, (size_t)VL * C);
+        float *x = nan_floats((size_t)BT * C), *g_x = upf(x, (size_t)BT * C);
+        cpu->embedding_forward_range(x, tok, wte, r == 0 ? wpe : NULL, B, T, C, lo, VL);
+        gpu->embedding_forward_range(g_x, g_tok, g_wte, r == 0 ? g_wpe : NULL, B, T, C, lo, VL);
+        expect_bitwise("embedding range x", x, g_x, (size_t)BT * C);
+        float *dpe = rand_floats((size_t)T * C, -1, 1, 97), *g_dpe = upf(dpe, (size_t)T * C);
+        cpu->embedding_backward_range(wte, r == 1 ? dpe : NULL, dx, tok, B, T, C, lo, VL);
+        gpu->embedding_backward_range(g_wte, r == 1 ? g_dpe : NULL, g_dx, g_tok, B, T, C, lo, VL);
+        expect_bitwise("embedding range dwte", wte, g_wte, (size_t)VL * C);
+        expect_bitwise("embedding range dwpe", dpe, g_dpe, (size_t)T * C);
+        logits[r] = rand_floats((size_t)BT * VL, -4, 4, 98 + r);
+        g_logits[r] = upf(logits[r], (size_t)BT * VL);
+        float *st = group + (size_t)r * 3 * BT;
+        cpu->crossentropy_stats(st, logits[r], tgt, BT, VL, valid, lo);
+        gpu->crossentropy_stats(g_group + (size_t)r * 3 * BT, g_logits[r], g_tgt, BT, VL, valid, lo);
+        expect_close("crossentropy statistics", st, g_group + (size_t)r * 3 * BT, 3 * (size_t)BT);
+        gpu->free(g_wte), gpu->free(g_x), gpu->free(g_dpe);
+        free(wte), free(x), free(dpe);
+    }
+    /* both finish from the CPU's statistics: the same input */
+    gpu->to_device(g_group, group, (size_t)ranges * 3 * BT * sizeof(float));
+    for (int r = 0; r < ranges; r++) {
+        const int lo = r * VL, valid = V - lo < VL ? V - lo : VL;
+        float *losses = nan_floats(BT), *g_losses = upf(losses, BT);
+        cpu->crossentropy_finish(losses, logits[r], group, BT, VL, valid, ranges);
+        gpu->crossentropy_finish(g_losses, g_logits[r], g_group, BT, VL, valid, ranges);
+        expect_close("crossentropy range losses", losses, g_losses, BT);
+        expect_close("crossentropy range probs", logits[r], g_logits[r], (size_t)BT * VL);
+        gpu->to_device(g_logits[r], logits[r], (size_t)BT * VL * sizeof(float));
+        cpu->crossentropy_backward_range(logits[r], logits[r], tgt, 0.37f, BT, VL, lo);
+        gpu->crossentropy_backward_range(g_logits[r], g_logits[r], g_tgt, 0.37f, BT, VL, lo);
+        expect_close("crossentropy range dlogits", logits[r], g_logits[r], (size_t)BT * VL);
+        float *got = down(g_logits[r], (size_t)BT * VL);
+        for (int i = 0; i < BT; i++)
+            for (int j = valid; j < VL; j++) ck_assert_msg(got[(size_t)i * VL + j] == 0.0f, "padding dlogit");
+        gpu->free(g_losses), gpu->free(g_logits[r]);
+        free(losses), free(logits[r]), free(got);
+    }
+    ck_assert_int_eq(gpu->vocab_quantum, 128);
+    ck_assert_int_eq(gpu16->vocab_quantum, 128);
+    gpu->free(g_tok), gpu->free(g_tgt), gpu->free(g_wpe), gpu->free(g_dx), gpu->free(g_group);
+    free(tok), free(tgt), free(wpe), free(dx), free(group);
+}
+END_TEST
+
 /* ----------------------------------------------------- residual, sums, adamw */
 
 START_TEST(test_residual_accumulate)
@@ -651,6 +715,11 @@ START_TEST(test_tables)
     ck_assert(gpu16->embedding_backward == gpu->embedding_backward);
     ck_assert(gpu16->crossentropy_forward == gpu->crossentropy_forward);
     ck_assert(gpu16->crossentropy_backward == gpu->crossentropy_backward);
+    ck_assert(gpu16->embedding_forward_range != gpu->embedding_forward_range);
+    ck_assert(gpu16->embedding_backward_range == gpu->embedding_backward_range);
+    ck_assert(gpu16->crossentropy_stats == gpu->crossentropy_stats);
+    ck_assert(gpu16->crossentropy_finish == gpu->crossentropy_finish);
+    ck_assert(gpu16->crossentropy_backward_range == gpu->crossentropy_backward_range);
     ck_assert(gpu16->residual_forward == gpu->residual_forward);
     ck_assert(gpu16->vector_accumulate == gpu->vector_accumulate);
     ck_assert(gpu16->sum == gpu->sum && gpu16->sum_squares == gpu->sum_squares);
@@ -939,7 +1008,7 @@ static Suite *cuda_suite(void)
 {
     const TTest *cuda_vs_cpu[] = {test_memory, test_memory_pool, test_matmul_forward, test_matmul_backward,
                                   test_layernorm, test_gelu, test_attention, test_embedding, test_crossentropy,
-                                  test_crossentropy_large_gap,
+                                  test_crossentropy_large_gap, test_vocab_parallel,
                                   test_residual_accumulate, test_sums, test_adamw, test_tables, test_bf16_convert,
                                   test_bf16_matmul_forward, test_bf16_matmul_backward, test_bf16_layernorm,
                                   test_bf16_attention, test_bf16_embedding, test_nccl_one_rank,

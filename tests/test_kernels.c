@@ -13,6 +13,8 @@
  * run on pre-filled buffers and (result - prefill) is checked, which tests the
  * += semantics at the same time; those that overwrite get NaN-filled buffers. */
 #include "model/kernels_cpu.h"
+#include "osdp/compute.h"
+#include "osdp/dtype.h"
 
 #include "check_main.h"
 
@@ -907,6 +909,141 @@ START_TEST(test_threads_bitwise)
 }
 END_TEST
 
+/* ------------------------------------------------- vocabulary-parallel kernels */
+
+/* The vocabulary cut in RANGES ranges of RANGE_N entries (the last holding
+ * only padding): each range's kernels, combined as the operators combine
+ * them across a tensor-parallel group, give the whole-vocabulary kernels. */
+enum { RANGE_V = 37, RANGE_N = 16, RANGES = 4 };
+
+static int range_valid(int r)
+{
+    int left = RANGE_V - r * RANGE_N;
+    return left < 0 ? 0 : left < RANGE_N ? left : RANGE_N;
+}
+
+START_TEST(test_embedding_range)
+{
+    const int B = 2, T = 5, C = 70, BT = B * T;
+    float *wte = falloc((size_t)RANGES * RANGE_N * C), *wpe = falloc((size_t)T * C), *dx = falloc((size_t)BT * C);
+    fill_uniform(wte, (size_t)RANGES * RANGE_N * C, -1, 1, 71);
+    fill_uniform(wpe, (size_t)T * C, -1, 1, 72);
+    fill_uniform(dx, (size_t)BT * C, -1, 1, 73);
+    int tok[10] = {0, 36, 15, 16, 3, 36, 31, 32, 0, 20};
+    float *x = falloc((size_t)BT * C), *sum = falloc((size_t)BT * C), *part = falloc((size_t)BT * C);
+    embedding_forward(x, tok, wte, wpe, B, T, C);
+    /* rank 0 adds wpe; each element has one non-zero wte term: the sum is exact */
+    fill_value(sum, (size_t)BT * C, 0.0f);
+    for (int r = 0; r < RANGES; r++) {
+        embedding_forward_range(part, tok, wte + (size_t)r * RANGE_N * C, r == 0 ? wpe : NULL, B, T, C, r * RANGE_N,
+                                RANGE_N);
+        for (int i = 0; i < BT * C; i++) sum[i] += part[i];
+    }
+    ck_assert_msg(memcmp(sum, x, (size_t)BT * C * sizeof *x) == 0, "ranges' sum is not bitwise the whole lookup");
+    /* the bf16 table's lookup of a range: the fp32 one on the same (widened) weights */
+    const size_t nte = (size_t)RANGE_N * C, npe = (size_t)T * C;
+    uint16_t *te16 = malloc(nte * sizeof *te16), *pe16 = malloc(npe * sizeof *pe16);
+    ck_assert(te16 && pe16);
+    osdp_compute_cpu_bf16.convert_weights(te16, wte + nte, nte);
+    osdp_compute_cpu_bf16.convert_weights(pe16, wpe, npe);
+    for (size_t e = 0; e < nte; e++) wte[nte + e] = osdp_bf16_to_float(te16[e]);
+    for (size_t e = 0; e < npe; e++) wpe[e] = osdp_bf16_to_float(pe16[e]);
+    for (int with_wpe = 0; with_wpe < 2; with_wpe++) {
+        embedding_forward_range(x, tok, wte + nte, with_wpe ? wpe : NULL, B, T, C, RANGE_N, RANGE_N);
+        osdp_compute_cpu_bf16.embedding_forward_range(part, tok, te16, with_wpe ? pe16 : NULL, B, T, C, RANGE_N,
+                                                      RANGE_N);
+        ck_assert_msg(memcmp(part, x, (size_t)BT * C * sizeof *x) == 0, "bf16 range lookup differs (wpe %d)", with_wpe);
+    }
+    free(te16);
+    free(pe16);
+    /* backward: each range's rows, dwpe once */
+    float *dte = falloc((size_t)RANGES * RANGE_N * C), *dpe = falloc((size_t)T * C);
+    float *dte_r = falloc((size_t)RANGES * RANGE_N * C), *dpe_r = falloc((size_t)T * C);
+    fill_uniform(dte, (size_t)RANGES * RANGE_N * C, -1, 1, 74);
+    fill_uniform(dpe, (size_t)T * C, -1, 1, 75);
+    memcpy(dte_r, dte, (size_t)RANGES * RANGE_N * C * sizeof *dte);
+    memcpy(dpe_r, dpe, (size_t)T * C * sizeof *dpe);
+    embedding_backward(dte, dpe, dx, tok, B, T, C);
+    for (int r = 0; r < RANGES; r++)
+        embedding_backward_range(dte_r + (size_t)r * RANGE_N * C, r == 1 ? dpe_r : NULL, dx, tok, B, T, C,
+                                 r * RANGE_N, RANGE_N);
+    ck_assert_msg(memcmp(dte, dte_r, (size_t)RANGES * RANGE_N * C * sizeof *dte) == 0, "dwte of the ranges differs");
+    ck_assert_msg(memcmp(dpe, dpe_r, (size_t)T * C * sizeof *dpe) == 0, "dwpe of the ranges differs");
+    free(wte); free(wpe); free(dx); free(x); free(sum); free(part); free(dte); free(dpe); free(dte_r); free(dpe_r);
+}
+END_TEST
+
+START_TEST(test_crossentropy_ranges)
+{
+    const int BT = 6;
+    float *logits = falloc((size_t)BT * RANGE_V), *probs = falloc((size_t)BT * RANGE_V), *losses = falloc(BT);
+    /* logit gaps past fp32 exp's range in one row */
+    fill_uniform(logits, (size_t)BT * RANGE_V, -4, 4, 81);
+    logits[2 * RANGE_V + 30] = 150.0f;
+    int tg[6] = {0, 15, 36, 16, 31, 32};
+    memcpy(probs, logits, (size_t)BT * RANGE_V * sizeof *probs);
+    crossentropy_forward(losses, probs, tg, BT, RANGE_V);
+    float *group = falloc((size_t)RANGES * 3 * BT), *part = falloc((size_t)RANGES * BT * RANGE_N);
+    for (int r = 0; r < RANGES; r++) {
+        float *l = part + (size_t)r * BT * RANGE_N;
+        fill_value(l, (size_t)BT * RANGE_N, 1e3f);   /* padding: never part of the loss */
+        for (int i = 0; i < BT; i++)
+            for (int j = 0; j < range_valid(r); j++) l[i * RANGE_N + j] = logits[i * RANGE_V + r * RANGE_N + j];
+        crossentropy_stats(group + (size_t)r * 3 * BT, l, tg, BT, RANGE_N, range_valid(r), r * RANGE_N);
+    }
+    ck_assert(isinf(group[3 * 3 * BT]) && group[3 * 3 * BT + 1] == 0.0f);   /* the all-padding range */
+    const float scale = 0.25f;
+    float *dl = falloc((size_t)BT * RANGE_V);
+    crossentropy_backward(dl, probs, tg, scale, BT, RANGE_V);
+    for (int r = 0; r < RANGES; r++) {
+        float *p = part + (size_t)r * BT * RANGE_N, *loss_r = falloc(BT);
+        crossentropy_finish(loss_r, p, group, BT, RANGE_N, range_valid(r), RANGES);
+        for (int i = 0; i < BT; i++) {
+            ck_assert_msg(fabsf(loss_r[i] - losses[i]) <= 1e-6f * fabsf(losses[i]), "range %d row %d: loss %.9g, "
+                          "whole %.9g", r, i, loss_r[i], losses[i]);
+            for (int j = 0; j < RANGE_N; j++) {
+                const float want = j < range_valid(r) ? probs[i * RANGE_V + r * RANGE_N + j] : 0.0f;
+                ck_assert_msg(fabsf(p[i * RANGE_N + j] - want) <= 1e-6f, "range %d row %d column %d: p %g, whole %g",
+                              r, i, j, p[i * RANGE_N + j], want);
+            }
+        }
+        /* the backward: the whole's columns on the same probabilities, 0 on the padding */
+        for (int i = 0; i < BT; i++)
+            for (int j = 0; j < range_valid(r); j++) p[i * RANGE_N + j] = probs[i * RANGE_V + r * RANGE_N + j];
+        crossentropy_backward_range(p, p, tg, scale, BT, RANGE_N, r * RANGE_N);
+        for (int i = 0; i < BT; i++)
+            for (int j = 0; j < RANGE_N; j++) {
+                const float want = j < range_valid(r) ? dl[i * RANGE_V + r * RANGE_N + j] : 0.0f;
+                ck_assert_msg(p[i * RANGE_N + j] == want, "range %d row %d column %d: dlogit %g, whole %g", r, i, j,
+                              p[i * RANGE_N + j], want);
+            }
+        free(loss_r);
+    }
+    free(logits); free(probs); free(losses); free(group); free(part); free(dl);
+}
+END_TEST
+
+/* the OSDP_VOCAB_QUANTUM knob: the backend's quantum unless set; a bad value names the variable */
+START_TEST(test_vocab_quantum)
+{
+    int q = 0;
+    unsetenv("OSDP_VOCAB_QUANTUM");
+    ck_assert_int_eq(osdp_compute_vocab_quantum(&osdp_compute_cpu, &q), OSDP_OK);
+    ck_assert_int_eq(q, 1);
+    setenv("OSDP_VOCAB_QUANTUM", "128", 1);
+    ck_assert_int_eq(osdp_compute_vocab_quantum(&osdp_compute_cpu, &q), OSDP_OK);
+    ck_assert_int_eq(q, 128);
+    const char *bad[] = {"0", "-3", "7x", "4097"};
+    for (int k = 0; k < 4; k++) {
+        setenv("OSDP_VOCAB_QUANTUM", bad[k], 1);
+        ck_assert_int_eq(osdp_compute_vocab_quantum(&osdp_compute_cpu, &q), OSDP_ERR_INPUT);
+        ck_assert_msg(strstr(osdp_error_message(), "OSDP_VOCAB_QUANTUM=") != NULL, "%s", osdp_error_message());
+    }
+    unsetenv("OSDP_VOCAB_QUANTUM");
+    ck_assert_int_eq(osdp_compute_cpu_bf16.vocab_quantum, 1);
+}
+END_TEST
+
 /* --------------------------------------------------------------------- main */
 
 static Suite *kernels_suite(void)
@@ -914,7 +1051,8 @@ static Suite *kernels_suite(void)
     const TTest *core[] = {test_matmul_forward, test_matmul_backward, test_matmul_backward_accumulate, test_layernorm,
                            test_gelu, test_attention_forward, test_attention_backward, test_attention_deterministic,
                            test_embedding, test_crossentropy, test_crossentropy_large_logits,
-                           test_crossentropy_large_gap, test_residual, test_threads_bitwise, NULL};
+                           test_crossentropy_large_gap, test_residual, test_threads_bitwise, test_embedding_range,
+                           test_crossentropy_ranges, test_vocab_quantum, NULL};
     const osdp_check_case cases[] = {
         {.name = "core", .tests = core},
     };

@@ -1,16 +1,23 @@
-/* Sharded HDF5 checkpoints (DESIGN.md §6, doc/checkpoint-format.md).
+/* Sharded HDF5 checkpoints (DESIGN.md §6, §9, doc/checkpoint-format.md).
  *
  * One HDF5 file per save, opened with the MPI-IO driver on every rank of
- * `comm` and written collectively: each rank writes only its own shard
- * [shard_lo, shard_lo + shard) of every operator, as the matching row ranges
- * of the tensors that shard covers.  Tensors are stored in their full logical
- * shapes under
+ * `comm` (every rank of the mesh: tp x dp ranks, the tensor axis innermost,
+ * DESIGN.md §9; rt->comm is the data-parallel group) and written
+ * collectively: each rank writes only its tensor-parallel part of each
+ * operator intersected with its data-parallel shard [shard_lo, shard_lo +
+ * shard), as hyperslabs of the logical tensors (osdp/logical.h: a
+ * column-split tensor's part is a set of column blocks per row).  Tensors
+ * replicated in a tensor-parallel group are written by its rank 0 alone.
+ * Tensors are stored in their full logical shapes (the vocabulary unpadded)
+ * under
  *     /model/<op>/<tensor>        fp32 master weights, e.g. /model/attn.3/qkv.weight
  *     /optim/m/<op>/<tensor>      AdamW first moment
  *     /optim/v/<op>/<tensor>      AdamW second moment
- * so a checkpoint loads on any rank count and any plan: each loading rank
- * reads the pieces of its own shards.  No rank ever holds more than one
- * operator shard of host memory for the transfer.
+ * so a checkpoint loads on any mesh and any plan: each loading rank reads
+ * the pieces of its own part and shards (vocabulary padding zero).  The
+ * mesh it was saved on is in the root attributes mesh_tp, mesh_dp, mesh_pp.
+ * No rank ever holds more than one operator shard of host memory for the
+ * transfer.
  *
  * Every function here is collective over `comm`: all ranks must call it with
  * the same arguments, and all ranks return the same status and the same
@@ -36,6 +43,8 @@ typedef struct osdp_ckpt_info {
     long step;                     /* optimizer steps done = data position */
     unsigned long long seed;       /* weights and data order (RNG state: seed, step) */
     int n_ranks;                   /* ranks at save time */
+    int mesh_tp, mesh_dp, mesh_pp; /* the mesh at save time: tensor x data x pipeline degrees (tp x dp x pp =
+                                      n_ranks; files from before the mesh: 1 x n_ranks x 1) */
     unsigned long long model_hash; /* osdp_model_config_hash() */
     char model_name[64];
     unsigned long long plan_hash;  /* osdp_plan_hash() of the plan at save time */

@@ -56,6 +56,11 @@ typedef struct osdp_tp_group {
     void *arg;
 } osdp_tp_group;
 
+/* tp_staging, when the head's cross-entropy is vocab-parallel (a group of
+ * more than one rank, or a padded vocabulary): per token this rank's 3
+ * statistics (max logit, sum of exponentials, target logit) in its first
+ * 3 B T floats, the group's (tp_size x 3 B T, rank order) after them; at
+ * tp_size 1 the rank's own are the group's (gpt_ops.c). */
 typedef struct osdp_op_context {
     const osdp_compute_backend *backend;
     const osdp_layout *layout;      /* this rank's parts (layout->tp_size ranks in the group) */
@@ -94,6 +99,8 @@ osdp_status osdp_op_backward_sliced(const osdp_op_context *ctx, int op, const os
 /* The same with the operator's whole flat buffers (one slice).
  * input: previous operator's `out` (NULL for embed).  For embed, acts->tokens
  * and for head, acts->tokens (targets) must be filled before the call. */
+/* (They return no status: with a tensor-parallel group whose collectives can
+ * fail, call the _sliced forms, which return the group's errors.) */
 void osdp_op_forward(const osdp_op_context *ctx, int op, const void *weights,
                      const float *input, osdp_op_acts *acts);
 /* grads (op numel) accumulate.  On entry ws->dres[ws->cur] holds d(out)

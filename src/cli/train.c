@@ -37,6 +37,13 @@ typedef struct train_setup {
     int pad_quantum;          /* the backend's shard padding (osdp_compute_pad_quantum) */
 } train_setup;
 
+/* the working weights of --precision: by default bf16 with cuda, fp32 on the cpu */
+static osdp_dtype job_weights(const osdp_job *job)
+{
+    if (osdp_option_given(job, "precision")) return job->precision == OSDP_PRECISION_BF16 ? OSDP_BFLOAT16 : OSDP_FLOAT32;
+    return job->backend == OSDP_BACKEND_CUDA ? OSDP_BFLOAT16 : OSDP_FLOAT32;
+}
+
 /* cross-option rules of train (each value alone was checked by the options table) */
 static osdp_status check_train_options(const osdp_job *job)
 {
@@ -52,16 +59,6 @@ static osdp_status check_train_options(const osdp_job *job)
     if (job->tp == OSDP_TP_AUTO && !plan_auto)
         return osdp_error_set(OSDP_ERR_INPUT, "--tp auto needs --plan auto (the planner chooses the tensor-parallel "
                               "degree); give --tp T with --plan %s", job->plan);
-    if (job->tp == OSDP_TP_AUTO)
-        return osdp_error_set(OSDP_ERR_INPUT, "--tp auto: the planner cannot choose the tensor-parallel degree in this "
-                              "build yet; give --tp T");
-    /* checkpoints and weight dumps hold logical tensors; writing them from
-     * tensor-parallel parts is not built yet */
-    const char *saves = job->ckpt_dir ? "--ckpt-dir" : job->resume ? "--resume" : job->init_from ? "--init-from"
-                      : job->dump_weights ? "--dump-weights" : NULL;
-    if (job->tp > 1 && saves)
-        return osdp_error_set(OSDP_ERR_INPUT, "--tp %lld with %s: checkpoints and weight dumps of tensor-parallel runs "
-                              "are not supported yet (run with --tp 1)", job->tp, saves);
     return OSDP_OK;
 }
 
@@ -91,9 +88,7 @@ static osdp_status resolve_setup(const osdp_job *job, const osdp_ckpt_info *resu
     t->optim.weight_decay = (float)job->weight_decay;
     t->optim.grad_clip = (float)job->grad_clip;
     t->optim.total_steps = job->lr_steps ? (long)job->lr_steps : job->steps > 0 ? (long)job->steps : 1;
-    int cuda = job->backend == OSDP_BACKEND_CUDA;
-    t->weights = osdp_option_given(job, "precision") ? (job->precision == OSDP_PRECISION_BF16 ? OSDP_BFLOAT16 : OSDP_FLOAT32)
-                                                     : (cuda ? OSDP_BFLOAT16 : OSDP_FLOAT32);
+    t->weights = job_weights(job);
     if (!resumed) return OSDP_OK;
     if (job->seq_len && job->seq_len != resumed->seq_len)
         return osdp_error_set(OSDP_ERR_INPUT, "--seq-len %lld: the checkpoint %s was trained on sequences of %d tokens; a resume "
@@ -141,6 +136,69 @@ static osdp_status device_load_for_runtime(osdp_device *dev, const char *path, o
     return s;
 }
 
+/* The planner's options for --plan auto (o->n_ranks, the batch and the
+ * paddings are the caller's): the job's --mem-limit, prefetch, cost model,
+ * splitting and recompute; *all gets --recompute all's flags per operator
+ * of `layout` (the caller frees it), NULL otherwise. */
+static void planner_options_of(const osdp_job *job, const osdp_layout *layout, osdp_planner_options *o, int **all)
+{
+    osdp_planner_defaults(o);
+    o->mem_limit = job->mem_limit;
+    o->prefetch = !job->no_prefetch;
+    o->cost = (osdp_cost_kind)job->cost_model;
+    o->split = job->split > 0 ? (int)job->split : 1;
+    o->split_auto = job->split == OSDP_SPLIT_AUTO;
+    o->recompute_auto = job->recompute == OSDP_RECOMPUTE_AUTO;
+    *all = NULL;
+    if (job->recompute == OSDP_RECOMPUTE_ALL && (*all = calloc((size_t)layout->n_ops, sizeof **all)) != NULL) {
+        for (int i = 0; i < layout->n_ops; i++) (*all)[i] = osdp_op_can_recompute(layout->op[i].type);
+        o->recompute = *all;
+    }
+}
+
+/* --tp auto (with --plan auto): rank 0 asks the planner which
+ * tensor-parallel degree plans this job best on the world's ranks
+ * (osdp_planner_mesh: the divisors of the rank count that divide the heads
+ * and fit a node of the device file) and broadcasts it; the run then plans
+ * as with --tp T.  Every rank returns the same status. */
+static osdp_status choose_tp(const osdp_job *job, osdp_dtype weights, int n_ranks, int rank, int *tp)
+{
+    int head[2] = {OSDP_OK, 1};   /* status, T */
+    if (rank == 0) {
+        osdp_model_config cfg;
+        osdp_device dev;
+        osdp_layout whole;
+        osdp_planner_options o;
+        osdp_mesh_choice choice = {.best = -1};
+        int *all = NULL, have_layout = 0;
+        const osdp_compute_backend *be = osdp_compute_find(osdp_option_word("backend", job->backend), weights);
+        osdp_status s = osdp_model_config_load(&cfg, job->model);
+        const int T = job->seq_len > 0 && job->seq_len <= cfg.ctx ? (int)job->seq_len : cfg.ctx;
+        if (s == OSDP_OK) s = device_load_for_runtime(&dev, job->device, weights);
+        if (s == OSDP_OK && (s = osdp_layout_build(&whole, &cfg, T)) == OSDP_OK) have_layout = 1;
+        if (s == OSDP_OK) {
+            planner_options_of(job, &whole, &o, &all);
+            o.n_ranks = n_ranks;
+            o.global_batch = (int)job->global_batch;
+            o.micro_batch = (int)job->batch;
+            if (be) s = osdp_compute_pad_quantum(be, &o.pad_quantum);   /* no backend: the later check says so */
+            if (be && s == OSDP_OK) s = osdp_compute_vocab_quantum(be, &o.vocab_quantum);
+        }
+        if (s == OSDP_OK) s = osdp_planner_mesh(&cfg, T, &dev, &o, OSDP_TP_AUTO, &choice);
+        if (s == OSDP_OK) head[1] = choice.cand[choice.best].tp_size;
+        if (s == OSDP_OK && !job->quiet)
+            printf("--tp auto: the planner chooses tensor-parallel degree %d of the %d ranks\n", head[1], n_ranks);
+        head[0] = (int)s;
+        osdp_mesh_choice_free(&choice);
+        if (have_layout) osdp_layout_free(&whole);
+        free(all);
+    }
+    MPI_Bcast(head, 2, MPI_INT, 0, MPI_COMM_WORLD);
+    *tp = head[1];
+    if (head[0] == OSDP_OK || rank == 0) return (osdp_status)head[0];
+    return osdp_error_set((osdp_status)head[0], "--tp auto: the planner failed on rank 0");
+}
+
 /* --plan auto: rank 0 plans (device file, --mem-limit, the global batch,
  * and --batch when given), prints the plan and broadcasts it; every rank
  * returns the same status. */
@@ -153,22 +211,12 @@ static osdp_status plan_auto(osdp_plan *plan, const osdp_layout *layout, const o
         osdp_planner_options o;
         osdp_planner_result r;
         memset(&r, 0, sizeof r);
-        osdp_planner_defaults(&o);
+        int *all = NULL;
+        planner_options_of(job, layout, &o, &all);
         o.n_ranks = dp_ranks;
-        o.mem_limit = job->mem_limit;
         o.global_batch = t->global_batch;
         o.micro_batch = t->micro_batch;
-        o.prefetch = !job->no_prefetch;
         o.pad_quantum = t->pad_quantum;
-        o.cost = (osdp_cost_kind)job->cost_model;
-        o.split = job->split > 0 ? (int)job->split : 1;
-        o.split_auto = job->split == OSDP_SPLIT_AUTO;
-        o.recompute_auto = job->recompute == OSDP_RECOMPUTE_AUTO;
-        int *all = NULL;
-        if (job->recompute == OSDP_RECOMPUTE_ALL && (all = calloc((size_t)layout->n_ops, sizeof *all)) != NULL) {
-            for (int i = 0; i < layout->n_ops; i++) all[i] = osdp_op_can_recompute(layout->op[i].type);
-            o.recompute = all;
-        }
         osdp_status s = device_load_for_runtime(&dev, job->device, t->weights);
         if (s == OSDP_OK) s = osdp_planner_run(layout, &dev, &o, &r);
         if (s == OSDP_OK) s = osdp_plan_copy(plan, &r.plan);
@@ -236,9 +284,7 @@ static osdp_status load_plan(osdp_plan *plan, const osdp_layout *layout, const o
         s = osdp_plan_load(plan, layout, spec);
         if (s == OSDP_OK) plan_apply_options(plan, layout, job, 0);
     }
-    if (s == OSDP_OK && plan->tp_size && plan->tp_size != mesh->tp) {
-        s = osdp_error_set(OSDP_ERR_INPUT, "--plan %s is for a tensor-parallel degree of %d, the run's --tp is %d",
-                           spec, plan->tp_size, mesh->tp);
+    if (s == OSDP_OK && (s = osdp_plan_check_tp(plan, mesh->tp, spec)) != OSDP_OK) {
         osdp_plan_free(plan);
         return s;
     }
@@ -265,28 +311,10 @@ static double predicted_step_time(const osdp_layout *layout, const osdp_plan *pl
     return osdp_cost_step_time(&cm, plan, plan->micro_batch, plan->accum_steps);
 }
 
-/* Gather each operator in turn (never the whole model at once) and append
- * its logical parameters to `path` on rank 0. */
-static osdp_status dump_weights(osdp_runtime *rt, const char *path)
-{
-    FILE *f = NULL;
-    osdp_status s = OSDP_OK;
-    if (rt->rank == 0 && !(f = fopen(path, "wb")))
-        s = osdp_error_set(OSDP_ERR_IO, "cannot write %s", path);
-    for (int i = 0; i < rt->layout->n_ops && s == OSDP_OK; i++) {
-        float *full = malloc(rt->layout->op[i].numel * sizeof(float));
-        if (!full) s = osdp_error_set(OSDP_ERR_OOM, "dump: out of host memory");
-        if (s == OSDP_OK) s = osdp_runtime_gather_op(rt, i, full);
-        if (s == OSDP_OK && f && fwrite(full, sizeof(float), rt->layout->op[i].numel, f) != rt->layout->op[i].numel)
-            s = osdp_error_set(OSDP_ERR_IO, "short write to %s", path);
-        free(full);
-    }
-    if (f && fclose(f) != 0 && s == OSDP_OK) s = osdp_error_set(OSDP_ERR_IO, "cannot close %s", path);
-    return s;
-}
-
 /* One optimizer step on this rank's micro-batches, read here: the runtime
- * takes them as (accum, 2, B, T), per micro-step the inputs, then the targets. */
+ * takes them as (accum, 2, B, T), per micro-step the inputs, then the targets.
+ * The order is the data-parallel group's (rt->rank of rt->N): the ranks of a
+ * tensor-parallel group read the same micro-batches. */
 static osdp_status train_step(osdp_runtime *rt, const osdp_dataset *data, osdp_step_stats *stats)
 {
     const size_t bt = (size_t)rt->B * (size_t)rt->T;
@@ -320,15 +348,6 @@ static osdp_status check_resumed_setup(const osdp_train_ckpt *ckpt, const osdp_j
                           in->step, what);
 }
 
-/* The vocabulary quantum the backend's vocab-parallel kernels pad to
- * (osdp/layout.h): 1 until the backends state theirs. */
-static osdp_status backend_vocab_quantum(const osdp_compute_backend *backend, int *quantum)
-{
-    (void)backend;
-    *quantum = 1;
-    return OSDP_OK;
-}
-
 /* An emulated device OOM under a plan the planner did not choose: say what
  * would make it fit. */
 static _Noreturn void fatal_with_hint(osdp_status s, const train_setup *t)
@@ -348,8 +367,10 @@ int osdp_cmd_train(const osdp_job *job)
     osdp_check_all(check_train_options(job));
     /* the mesh before anything counts ranks: the batch geometry and the plan
      * are the data-parallel group's */
+    int tp = (int)job->tp;
+    if (tp == OSDP_TP_AUTO) osdp_check_all(choose_tp(job, job_weights(job), world.size, world.rank, &tp));
     osdp_mesh mesh;
-    osdp_check_all(osdp_mesh_create(&mesh, MPI_COMM_WORLD, (int)job->tp, 1));
+    osdp_check_all(osdp_mesh_create(&mesh, MPI_COMM_WORLD, tp, 1));
     if (world.rank == 0 && !job->quiet) {
         char described[96];
         printf("mesh: %s\n", osdp_mesh_describe(&mesh, described, sizeof described));
@@ -383,7 +404,7 @@ int osdp_cmd_train(const osdp_job *job)
     osdp_check_all(osdp_job_check_seq_len(job, cfg.ctx));
     int T = t.seq_len ? t.seq_len : cfg.ctx;
     int vocab_quantum = 1;
-    osdp_check_all(backend_vocab_quantum(backend, &vocab_quantum));
+    osdp_check_all(osdp_compute_vocab_quantum(backend, &vocab_quantum));   /* what the backend pads the vocabulary to */
     osdp_layout layout;   /* this rank's tensor-parallel parts (the whole model at --tp 1) */
     osdp_check_all(osdp_layout_build_tp(&layout, &cfg, T, mesh.tp, vocab_quantum));
     osdp_layout whole_model;   /* what MFU and the parameter count are of */
@@ -453,7 +474,7 @@ int osdp_cmd_train(const osdp_job *job)
     osdp_check_all(osdp_train_ckpt_finish(&ckpt));
     osdp_report_summary(&report);
     if (job->dump_weights) {
-        s = dump_weights(&rt, job->dump_weights);
+        s = osdp_train_dump_weights(&rt, job->dump_weights, MPI_COMM_WORLD);
         if (s != OSDP_OK) osdp_fatal(s, osdp_error_message());
     }
     osdp_report_close(&report);

@@ -2,6 +2,7 @@
 #define _XOPEN_SOURCE 700
 #include "config.h"
 #include "cli/train_checkpoint.h"
+#include "osdp/logical.h"
 #include "osdp/comm.h"
 #include "util/path.h"
 #include "options.h"
@@ -251,6 +252,46 @@ osdp_status osdp_train_ckpt_save_now(osdp_train_ckpt *tc)
     return OSDP_OK;
 }
 
+/* ---- weight dump ------------------------------------------------------------------ */
+
+osdp_status osdp_train_dump_weights(osdp_runtime *rt, const char *path, MPI_Comm comm)
+{
+    int rank;
+    MPI_Comm_rank(comm, &rank);
+    FILE *f = NULL;
+    osdp_status s = OSDP_OK;
+    if (rank == 0 && !(f = fopen(path, "wb")))
+        s = osdp_error_set(OSDP_ERR_IO, "--dump-weights: cannot write %s: %s", path, strerror(errno));
+    for (int i = 0; i < rt->layout->n_ops; i++) {
+        const osdp_op_layout *op = &rt->layout->op[i];
+        const size_t logical_numel = osdp_op_logical_numel(op);
+        float *part = op->numel <= INT_MAX ? malloc(op->numel * sizeof(float)) : NULL;
+        float *logical = rank == 0 ? malloc(logical_numel * sizeof(float)) : NULL;
+        if (s == OSDP_OK && (!part || (rank == 0 && !logical)))
+            s = osdp_error_set(OSDP_ERR_OOM, "--dump-weights: out of host memory for operator %s", op->name);
+        if (part) {   /* the gathers are collective: every rank that can takes part whatever failed */
+            osdp_status g = osdp_runtime_gather_op(rt, i, part);
+            if (s == OSDP_OK) s = g;
+        }
+        const int count = part ? (int)op->numel : 0;
+        if (rank == 0) {
+            if (s == OSDP_OK) osdp_op_part_to_logical(op, 0, part, logical);
+            for (int t = 1; t < rt->tp_size; t++) {   /* the other parts of data-parallel rank 0's group, by tag */
+                MPI_Recv(part, count, MPI_FLOAT, MPI_ANY_SOURCE, t, comm, MPI_STATUS_IGNORE);
+                if (s == OSDP_OK) osdp_op_part_to_logical(op, t, part, logical);
+            }
+            if (s == OSDP_OK && fwrite(logical, sizeof(float), logical_numel, f) != logical_numel)
+                s = osdp_error_set(OSDP_ERR_IO, "--dump-weights: short write to %s", path);
+        } else if (rt->rank == 0) {   /* tensor-parallel rank tp_rank > 0 of the group rank 0 is in */
+            MPI_Send(part, count, MPI_FLOAT, 0, rt->tp_rank, comm);
+        }
+        free(part);
+        free(logical);
+    }
+    if (f && fclose(f) != 0 && s == OSDP_OK) s = osdp_error_set(OSDP_ERR_IO, "--dump-weights: cannot close %s", path);
+    return s;
+}
+
 /* ---- resume ---------------------------------------------------------------------------- */
 
 /* DIR/latest -> path of the checkpoint it names (rank 0 reads, all get it) */
@@ -305,6 +346,13 @@ osdp_status osdp_train_ckpt_check_steps(const osdp_train_ckpt *tc, long steps, i
     return osdp_error_set(OSDP_ERR_INPUT, "--steps %ld: the checkpoint is already at step %ld, nothing to train; --steps "
                           "counts all steps of the run, resumed ones included: give --steps above %ld", steps,
                           tc->rt->step, tc->rt->step);
+}
+
+/* "tp 2 x dp 2" (and "x pp P" when there is a pipeline) */
+static void describe_mesh(int tp, int dp, int pp, char *buf, size_t n)
+{
+    if (pp > 1) snprintf(buf, n, "tp %d x dp %d x pp %d", tp, dp, pp);
+    else snprintf(buf, n, "tp %d x dp %d", tp, dp);
 }
 
 static osdp_status resume(osdp_train_ckpt *tc)
@@ -370,6 +418,10 @@ static osdp_status resume(osdp_train_ckpt *tc)
                in->n_ranks, in->n_ranks == 1 ? "" : "s", n,
                in->plan_hash == osdp_plan_hash(tc->plan) ? "unchanged" : "changed",
                in->global_batch != (long)tc->rt->B * tc->rt->N * tc->rt->opt.accum_steps ? "; global batch changed" : "");
+        char saved_mesh[64], our_mesh[64];
+        describe_mesh(in->mesh_tp, in->mesh_dp, in->mesh_pp, saved_mesh, sizeof saved_mesh);
+        describe_mesh(tc->rt->layout->tp_size, tc->rt->N, 1, our_mesh, sizeof our_mesh);
+        printf("checkpoint: resuming a %s checkpoint on %s\n", saved_mesh, our_mesh);
         printf("checkpoint: loaded %.1f MB in %.3f s (%.1f MB/s)\n", in->bytes / 1e6, in->seconds,
                in->seconds > 0 ? in->bytes / 1e6 / in->seconds : 0.0);
         fflush(stdout);

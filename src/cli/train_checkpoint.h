@@ -90,4 +90,13 @@ osdp_status osdp_train_ckpt_finish(osdp_train_ckpt *tc);
 /* Save now into --ckpt-dir (step_XXXXXXXX.h5, latest, rotation). */
 osdp_status osdp_train_ckpt_save_now(osdp_train_ckpt *tc);
 
+/* --dump-weights: the logical parameters (osdp/logical.h: every operator's
+ * tensors in their whole shapes, vocabulary unpadded, in layout order), as
+ * raw float32 written by rank 0 of comm (every rank of the mesh, the tensor
+ * axis innermost).  Operator by operator, never the whole model at once:
+ * each data-parallel group gathers its part, and the tensor-parallel ranks
+ * 1.. of data-parallel rank 0 send theirs to rank 0, which puts them in place.
+ * Collective; the status is rank 0's (the caller aborts on failure). */
+osdp_status osdp_train_dump_weights(osdp_runtime *rt, const char *path, MPI_Comm comm);
+
 #endif

@@ -52,7 +52,9 @@ osdp_status osdp_validation_prepare(osdp_validation *v, const osdp_runtime *rt)
     v->tokens = malloc(2 * bt * (size_t)accum * (size_t)v->n_batches * sizeof(int));
     if (!v->tokens) return osdp_error_set(OSDP_ERR_OOM, "--eval-batches %d: out of host memory for the validation set",
                                           v->n_batches);
-    /* batch k's global sequence j goes where training puts sequence j of a step */
+    /* batch k's global sequence j goes where training puts sequence j of a
+     * step: by data-parallel rank (rt->rank of rt->N), the ranks of a
+     * tensor-parallel group reading the same sequences */
     for (int k = 0; k < v->n_batches; k++)
         for (int micro = 0; micro < accum; micro++) {
             int *inputs = v->tokens + 2 * bt * ((size_t)k * (size_t)accum + (size_t)micro);

@@ -91,6 +91,7 @@ extern "C" {
 #include "../comm/comm_internal.h"
 }
 
+#include <limits.h>
 #include <math.h>
 #include <sched.h>
 #include <stdint.h>
@@ -559,13 +560,46 @@ void cuda_embedding_forward(float *x, const int *tokens, const void *wte, const 
     osdp_cuda::embedding_forward(x, tokens, (const float *)wte, (const float *)wpe, B, T, C, S());
 }
 
-void cuda_embedding_backward(float *dwte, float *dwpe, const float *dx, const int *tokens, int B,
-                             int T, int C)
+
+void cuda_embedding_forward_range(float *x, const int *tokens, const void *wte, const void *wpe,
+                                  int B, int T, int C, int vocab_lo, int vocab_n)
+{
+    osdp_cuda::embedding_forward_range(x, tokens, (const float *)wte, (const float *)wpe, B, T, C,
+                                       vocab_lo, vocab_n, S());
+}
+
+void cuda_embedding_backward_range(float *dwte, float *dwpe, const float *dx, const int *tokens,
+                                   int B, int T, int C, int vocab_lo, int vocab_n)
 {
     if (B <= 0 || T <= 0 || C <= 0) return;
     const size_t need = osdp_cuda::embedding_backward_scratch_bytes(B, T);
     void *scratch = backend_scratch(need);
-    osdp_cuda::embedding_backward(dwte, dwpe, dx, tokens, B, T, C, scratch, g.scratch.bytes, S());
+    osdp_cuda::embedding_backward_range(dwte, dwpe, dx, tokens, B, T, C, vocab_lo, vocab_n, scratch,
+                                        g.scratch.bytes, S());
+}
+
+void cuda_crossentropy_stats(float *stats, const float *logits, const int *targets, int BT, int V,
+                             int valid, int vocab_lo)
+{
+    osdp_cuda::crossentropy_stats(stats, logits, targets, BT, V, valid, vocab_lo, S());
+}
+
+void cuda_crossentropy_finish(float *losses, float *probs, const float *group_stats, int BT, int V,
+                              int valid, int group_size)
+{
+    osdp_cuda::crossentropy_finish(losses, probs, group_stats, BT, V, valid, group_size, S());
+}
+
+void cuda_crossentropy_backward_range(float *dlogits, const float *probs, const int *targets,
+                                      float scale, int BT, int V, int vocab_lo)
+{
+    osdp_cuda::crossentropy_backward_range(dlogits, probs, targets, scale, BT, V, vocab_lo, S());
+}
+
+void cuda_embedding_backward(float *dwte, float *dwpe, const float *dx, const int *tokens, int B,
+                             int T, int C)
+{
+    cuda_embedding_backward_range(dwte, dwpe, dx, tokens, B, T, C, 0, INT_MAX);
 }
 
 void cuda_crossentropy_forward(float *losses, float *probs, const int *targets, int BT, int V)
@@ -647,6 +681,14 @@ void cuda_bf16_embedding_forward(float *x, const int *tokens, const void *wte, c
     osdp_cuda::embedding_forward(x, tokens, (const bf16 *)wte, (const bf16 *)wpe, B, T, C, S());
 }
 
+void cuda_bf16_embedding_forward_range(float *x, const int *tokens, const void *wte,
+                                       const void *wpe, int B, int T, int C, int vocab_lo,
+                                       int vocab_n)
+{
+    osdp_cuda::embedding_forward_range(x, tokens, (const bf16 *)wte, (const bf16 *)wpe, B, T, C,
+                                       vocab_lo, vocab_n, S());
+}
+
 /* ------------------------------------------------------ sums, optimizer */
 
 double reduce_to_host(const float *x, size_t n, int squares)
@@ -704,11 +746,12 @@ extern "C" const char *osdp_cublas_status_string(cublasStatus_t s)
 /* Fields in declaration order (C++17 accepts in-order designators as a GNU
  * extension; a field added to compute.h without an entry here is left NULL
  * and must be filled).  The bf16 table differs from the fp32 one only in
- * weight_dtype, convert_weights and the seven entries that read weights. */
+ * weight_dtype, convert_weights and the eight entries that read weights. */
 extern "C" const osdp_compute_backend osdp_compute_cuda = {
     .name = "cuda",
     .weight_dtype = OSDP_FLOAT32,
     .pad_quantum = 64,   /* 256-byte aligned fp32 chunks per rank in NCCL collectives */
+    .vocab_quantum = 128, /* the head's GEMMs on multiples of 128 columns (llm.c: 50257 -> 50304) */
     .init = cuda_init,
     .alloc = cuda_alloc,
     .free = cuda_free,
@@ -732,6 +775,11 @@ extern "C" const osdp_compute_backend osdp_compute_cuda = {
     .embedding_backward = cuda_embedding_backward,
     .crossentropy_forward = cuda_crossentropy_forward,
     .crossentropy_backward = cuda_crossentropy_backward,
+    .embedding_forward_range = cuda_embedding_forward_range,
+    .embedding_backward_range = cuda_embedding_backward_range,
+    .crossentropy_stats = cuda_crossentropy_stats,
+    .crossentropy_finish = cuda_crossentropy_finish,
+    .crossentropy_backward_range = cuda_crossentropy_backward_range,
     .residual_forward = cuda_residual_forward,
     .vector_accumulate = cuda_vector_accumulate,
     .sum = cuda_sum,
@@ -754,6 +802,7 @@ static osdp_compute_backend make_bf16_table()
     t.layernorm_forward = cuda_bf16_layernorm_forward;
     t.layernorm_backward = cuda_bf16_layernorm_backward;
     t.embedding_forward = cuda_bf16_embedding_forward;
+    t.embedding_forward_range = cuda_bf16_embedding_forward_range;
     t.attention_forward = cuda_bf16_attention_forward;
     t.attention_backward = cuda_bf16_attention_backward;
     return t;

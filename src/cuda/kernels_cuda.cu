@@ -10,8 +10,11 @@
  *     32 columns, 32 row-strided partial sums per column combined in a fixed
  *     order in shared memory;
  *   - embedding backward: a stable radix sort of the positions by token
- *     (CUB), then one block per distinct token summing its rows in position
- *     order — the CPU kernel's order, so the result is bitwise the CPU's.
+ *     (CUB), then per distinct token one block per chunk of 256 columns
+ *     (one column per thread) summing its rows in position order — the
+ *     CPU kernel's order, so the result is bitwise the CPU's;
+ *   - vocab-parallel cross-entropy: one block per row for the rank's
+ *     statistics and for the probabilities from the group's.
  * No kernel uses floating-point atomics: results are reproducible bit for bit.
  * The kernels that read weights are templates on the weight type (float or
  * __nv_bfloat16), reading every weight through wload(), which widens it to
@@ -20,6 +23,7 @@
 #include "cuda_check.h"
 
 #include <cub/cub.cuh>
+#include <limits.h>
 #include <math.h>
 
 namespace osdp_cuda {
@@ -282,15 +286,19 @@ __global__ void causal_softmax_backward_kernel(float *d, const float *att, long 
 
 /* ---------------------------------------------------------------- embedding */
 
+/* x = wte row (token - lo) where it is in [lo, lo + vocab_n), else 0, + wpe
+ * (NULL: none) */
 template <class W>
 __global__ void embedding_forward_kernel(float *x, const int *tokens, const W *wte,
-                                         const W *wpe, int BT, int T, int C)
+                                         const W *wpe, int BT, int T, int C, int lo, int vocab_n)
 {
     const size_t n = (size_t)BT * C;
     for (size_t k = blockIdx.x * (size_t)blockDim.x + threadIdx.x; k < n;
          k += (size_t)gridDim.x * blockDim.x) {
         size_t i = k / C, c = k % C;
-        x[k] = wload(wte[(size_t)tokens[i] * C + c]) + wload(wpe[(i % T) * C + c]);
+        const int row = tokens[i] - lo;
+        const float e = row >= 0 && row < vocab_n ? wload(wte[(size_t)row * C + c]) : 0.0f;
+        x[k] = wpe ? e + wload(wpe[(i % T) * C + c]) : e;
     }
 }
 
@@ -300,20 +308,24 @@ __global__ void iota_kernel(int *v, int n)
         v[i] = i;
 }
 
-/* one block per sorted position k; the block at the first occurrence of a
- * token adds all that token's rows, in position order, into its dwte row */
+/* block (k, y) for sorted position k and the y-th chunk of blockDim.x
+ * columns: the block at the first occurrence of a token in [lo, lo +
+ * vocab_n) adds all that token's rows, in position order, into its dwte row
+ * (row token - lo).  The column chunks give GPT-2 widths (768..1600) several
+ * blocks per token, one column per thread. */
 __global__ void embedding_backward_wte_kernel(float *dwte, const float *dx, const int *keys,
-                                              const int *pos, int BT, int C)
+                                              const int *pos, int BT, int C, int lo, int vocab_n)
 {
     const int k = blockIdx.x;
     const int tok = keys[k];
     if (k > 0 && keys[k - 1] == tok) return;
-    float *e = dwte + (size_t)tok * C;
-    for (int c = threadIdx.x; c < C; c += blockDim.x) {
-        float acc = e[c];
-        for (int kk = k; kk < BT && keys[kk] == tok; kk++) acc += dx[(size_t)pos[kk] * C + c];
-        e[c] = acc;
-    }
+    if (tok < lo || tok - lo >= vocab_n) return;
+    const int c = blockIdx.y * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    float *e = dwte + (size_t)(tok - lo) * C;
+    float acc = e[c];
+    for (int kk = k; kk < BT && keys[kk] == tok; kk++) acc += dx[(size_t)pos[kk] * C + c];
+    e[c] = acc;
 }
 
 /* dwpe (t,c) += dx (b,t,c) for b = 0..B-1 in order */
@@ -354,8 +366,53 @@ __global__ void crossentropy_forward_kernel(float *losses, float *probs, const i
     if (threadIdx.x == 0) losses[blockIdx.x] = logf(total) - (target_logit - maxv);
 }
 
+/* one block per row: this rank's (max, sum of exponentials, target logit)
+ * over the row's first `valid` columns */
+__global__ void crossentropy_stats_kernel(float *stats, const float *logits, const int *targets,
+                                          int V, int valid, int lo)
+{
+    __shared__ float shared[32];
+    const float *l = logits + (size_t)blockIdx.x * V;
+    float *st = stats + 3 * (size_t)blockIdx.x;
+    float maxv = -INFINITY;
+    for (int j = threadIdx.x; j < valid; j += blockDim.x) maxv = fmaxf(maxv, l[j]);
+    maxv = block_reduce<MaxOp>(maxv, shared);
+    float sum = 0.0f;
+    for (int j = threadIdx.x; j < valid; j += blockDim.x) sum += expf(l[j] - maxv);
+    sum = block_reduce<SumOp>(sum, shared);
+    if (threadIdx.x == 0) {
+        const int target = targets[blockIdx.x] - lo;
+        st[0] = maxv;      /* -inf on a rank holding only padding, its sum 0 */
+        st[1] = sum;
+        st[2] = target >= 0 && target < valid ? l[target] : 0.0f;
+    }
+}
+
+/* one block per row: the group's statistics combined in rank order (every
+ * thread alike), then the row's probabilities and its loss */
+__global__ void crossentropy_finish_kernel(float *losses, float *probs, const float *group,
+                                           int BT, int V, int valid, int group_size)
+{
+    const size_t stride = 3 * (size_t)BT;
+    float maxv = -INFINITY, target_logit = 0.0f, sum = 0.0f;
+    for (int r = 0; r < group_size; r++) {
+        const float *st = group + r * stride + 3 * (size_t)blockIdx.x;
+        if (st[1] > 0.0f && st[0] > maxv) maxv = st[0];
+        target_logit += st[2];
+    }
+    for (int r = 0; r < group_size; r++) {
+        const float *st = group + r * stride + 3 * (size_t)blockIdx.x;
+        if (st[1] > 0.0f) sum += st[1] * expf(st[0] - maxv);
+    }
+    float *p = probs + (size_t)blockIdx.x * V;
+    const float inv = 1.0f / sum;
+    for (int j = threadIdx.x; j < V; j += blockDim.x) p[j] = j < valid ? expf(p[j] - maxv) * inv : 0.0f;
+    if (threadIdx.x == 0) losses[blockIdx.x] = logf(sum) - (target_logit - maxv);
+}
+
+/* the one-hot at column target - lo, when it is one of this rank's V */
 __global__ void crossentropy_backward_kernel(float *dlogits, const float *probs,
-                                             const int *targets, float scale, int BT, int V)
+                                             const int *targets, float scale, int BT, int V, int lo)
 {
     const size_t n = (size_t)BT * V;
     for (size_t k = blockIdx.x * (size_t)blockDim.x + threadIdx.x; k < n;
@@ -363,7 +420,7 @@ __global__ void crossentropy_backward_kernel(float *dlogits, const float *probs,
         size_t i = k / V;
         int j = (int)(k % V);
         float p = probs[k];
-        dlogits[k] = j == targets[i] ? scale * (p - 1.0f) : scale * p;
+        dlogits[k] = j == targets[i] - lo ? scale * (p - 1.0f) : scale * p;
     }
 }
 
@@ -526,13 +583,21 @@ void causal_softmax_backward(float *d, const float *att, long rows, int T, float
 }
 
 template <class W>
-void embedding_forward(float *x, const int *tokens, const W *wte, const W *wpe,
-                       int B, int T, int C, cudaStream_t s)
+void embedding_forward_range(float *x, const int *tokens, const W *wte, const W *wpe, int B,
+                             int T, int C, int vocab_lo, int vocab_n, cudaStream_t s)
 {
     size_t n = (size_t)B * T * C;
     if (!n) return;
-    embedding_forward_kernel<<<grid_for(n), kThreads, 0, s>>>(x, tokens, wte, wpe, B * T, T, C);
+    embedding_forward_kernel<<<grid_for(n), kThreads, 0, s>>>(x, tokens, wte, wpe, B * T, T, C,
+                                                              vocab_lo, vocab_n);
     CUDA_CHECK_LAUNCH();
+}
+
+template <class W>
+void embedding_forward(float *x, const int *tokens, const W *wte, const W *wpe,
+                       int B, int T, int C, cudaStream_t s)
+{
+    embedding_forward_range(x, tokens, wte, wpe, B, T, C, 0, INT_MAX, s);
 }
 
 /* the weight-reading launchers for both weight types */
@@ -544,7 +609,9 @@ void embedding_forward(float *x, const int *tokens, const W *wte, const W *wpe,
                                         const float *, const W *, const float *,             \
                                         const float *, int, int, float *, cudaStream_t);     \
     template void embedding_forward<W>(float *, const int *, const W *, const W *, int, int, \
-                                       int, cudaStream_t);
+                                       int, cudaStream_t);                                   \
+    template void embedding_forward_range<W>(float *, const int *, const W *, const W *, int, \
+                                             int, int, int, int, cudaStream_t);
 OSDP_INSTANTIATE_WEIGHT_LAUNCHERS(float)
 OSDP_INSTANTIATE_WEIGHT_LAUNCHERS(__nv_bfloat16)
 #undef OSDP_INSTANTIATE_WEIGHT_LAUNCHERS
@@ -564,8 +631,9 @@ size_t embedding_backward_scratch_bytes(int B, int T)
     return embedding_ints_bytes(BT) + temp_bytes;
 }
 
-void embedding_backward(float *dwte, float *dwpe, const float *dx, const int *tokens, int B,
-                        int T, int C, void *scratch, size_t scratch_bytes, cudaStream_t s)
+void embedding_backward_range(float *dwte, float *dwpe, const float *dx, const int *tokens, int B,
+                              int T, int C, int vocab_lo, int vocab_n, void *scratch,
+                              size_t scratch_bytes, cudaStream_t s)
 {
     const int BT = B * T;
     if (BT <= 0 || C <= 0) return;
@@ -592,12 +660,22 @@ void embedding_backward(float *dwte, float *dwpe, const float *dx, const int *to
     CUDA_CHECK_LAUNCH();
     CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp, temp_bytes, tokens, keys_out, pos_in,
                                                pos_out, BT, 0, (int)(8 * sizeof(int)), s));
-    int threads = C < kThreads ? (C + 31) / 32 * 32 : kThreads;
-    embedding_backward_wte_kernel<<<BT, threads, 0, s>>>(dwte, dx, keys_out, pos_out, BT, C);
+    const int threads = C < kThreads ? (C + 31) / 32 * 32 : kThreads;
+    const dim3 grid((unsigned)BT, (unsigned)((C + threads - 1) / threads));
+    embedding_backward_wte_kernel<<<grid, threads, 0, s>>>(dwte, dx, keys_out, pos_out, BT, C,
+                                                           vocab_lo, vocab_n);
     CUDA_CHECK_LAUNCH();
 
-    embedding_backward_wpe_kernel<<<grid_for((size_t)T * C), kThreads, 0, s>>>(dwpe, dx, B, T, C);
-    CUDA_CHECK_LAUNCH();
+    if (dwpe) {
+        embedding_backward_wpe_kernel<<<grid_for((size_t)T * C), kThreads, 0, s>>>(dwpe, dx, B, T, C);
+        CUDA_CHECK_LAUNCH();
+    }
+}
+
+void embedding_backward(float *dwte, float *dwpe, const float *dx, const int *tokens, int B,
+                        int T, int C, void *scratch, size_t scratch_bytes, cudaStream_t s)
+{
+    embedding_backward_range(dwte, dwpe, dx, tokens, B, T, C, 0, INT_MAX, scratch, scratch_bytes, s);
 }
 
 void crossentropy_forward(float *losses, float *probs, const int *targets, int BT, int V,
@@ -608,14 +686,37 @@ void crossentropy_forward(float *losses, float *probs, const int *targets, int B
     CUDA_CHECK_LAUNCH();
 }
 
-void crossentropy_backward(float *dlogits, const float *probs, const int *targets, float scale,
-                           int BT, int V, cudaStream_t s)
+void crossentropy_stats(float *stats, const float *logits, const int *targets, int BT, int V,
+                        int valid, int vocab_lo, cudaStream_t s)
+{
+    if (BT <= 0) return;
+    crossentropy_stats_kernel<<<BT, 512, 0, s>>>(stats, logits, targets, V, valid, vocab_lo);
+    CUDA_CHECK_LAUNCH();
+}
+
+void crossentropy_finish(float *losses, float *probs, const float *group_stats, int BT, int V,
+                         int valid, int group_size, cudaStream_t s)
+{
+    if (BT <= 0) return;
+    crossentropy_finish_kernel<<<BT, 512, 0, s>>>(losses, probs, group_stats, BT, V, valid,
+                                                  group_size);
+    CUDA_CHECK_LAUNCH();
+}
+
+void crossentropy_backward_range(float *dlogits, const float *probs, const int *targets,
+                                 float scale, int BT, int V, int vocab_lo, cudaStream_t s)
 {
     size_t n = (size_t)BT * V;
     if (!n) return;
     crossentropy_backward_kernel<<<grid_for(n), kThreads, 0, s>>>(dlogits, probs, targets, scale,
-                                                                   BT, V);
+                                                                   BT, V, vocab_lo);
     CUDA_CHECK_LAUNCH();
+}
+
+void crossentropy_backward(float *dlogits, const float *probs, const int *targets, float scale,
+                           int BT, int V, cudaStream_t s)
+{
+    crossentropy_backward_range(dlogits, probs, targets, scale, BT, V, 0, s);
 }
 
 void residual_forward(float *out, const float *a, const float *b, size_t n, cudaStream_t s)

@@ -55,6 +55,10 @@ void causal_softmax_backward(float *d, const float *att, long rows, int T, float
 template <class W>
 void embedding_forward(float *x, const int *tokens, const W *wte, const W *wpe,
                        int B, int T, int C, cudaStream_t s);
+/* over the vocabulary rows [vocab_lo, vocab_lo + vocab_n) wte holds; wpe NULL: none */
+template <class W>
+void embedding_forward_range(float *x, const int *tokens, const W *wte, const W *wpe, int B,
+                             int T, int C, int vocab_lo, int vocab_n, cudaStream_t s);
 /* dwte (V,C) +=, dwpe (T,C) +=; every row accumulated in token-position
  * order, the same order (and so the same bits) as the CPU kernel.  `scratch`
  * is device memory of at least embedding_backward_scratch_bytes(B, T) bytes
@@ -63,11 +67,22 @@ size_t embedding_backward_scratch_bytes(int B, int T);
 void embedding_backward(float *dwte, float *dwpe, const float *dx, const int *tokens,
                         int B, int T, int C, void *scratch, size_t scratch_bytes,
                         cudaStream_t s);
+/* over the rows [vocab_lo, vocab_lo + vocab_n) dwte holds; dwpe NULL: none */
+void embedding_backward_range(float *dwte, float *dwpe, const float *dx, const int *tokens,
+                              int B, int T, int C, int vocab_lo, int vocab_n, void *scratch,
+                              size_t scratch_bytes, cudaStream_t s);
 
 void crossentropy_forward(float *losses, float *probs, const int *targets, int BT, int V,
                           cudaStream_t s);
 void crossentropy_backward(float *dlogits, const float *probs, const int *targets,
                            float scale, int BT, int V, cudaStream_t s);
+/* the vocab-parallel cross-entropy (osdp/compute.h) */
+void crossentropy_stats(float *stats, const float *logits, const int *targets, int BT, int V,
+                        int valid, int vocab_lo, cudaStream_t s);
+void crossentropy_finish(float *losses, float *probs, const float *group_stats, int BT, int V,
+                         int valid, int group_size, cudaStream_t s);
+void crossentropy_backward_range(float *dlogits, const float *probs, const int *targets,
+                                 float scale, int BT, int V, int vocab_lo, cudaStream_t s);
 
 void residual_forward(float *out, const float *a, const float *b, size_t n, cudaStream_t s);
 void vector_accumulate(float *y, const float *x, size_t n, cudaStream_t s);

@@ -2,6 +2,7 @@
  * HDF5 error messages, the checksum, piece and selection arithmetic,
  * attributes (see osdp/checkpoint.h and doc/checkpoint-format.md). */
 #include "checkpoint_internal.h"
+#include "osdp/logical.h"
 
 #include <signal.h>
 #include <stdio.h>
@@ -153,35 +154,104 @@ int ck_piece(const osdp_tensor_desc *td, size_t lo, size_t shard, size_t limit, 
 
 hid_t ck_tensor_space(const osdp_tensor_desc *td)
 {
-    hsize_t dims[2] = {(hsize_t)td->rows, (hsize_t)td->cols};
+    hsize_t dims[2] = {(hsize_t)td->logical_rows, (hsize_t)td->logical_cols};
     if (td->ndim == 1) return H5Screate_simple(1, &dims[1], NULL);
     return H5Screate_simple(2, dims, NULL);
 }
 
-herr_t ck_select_range(hid_t space, const osdp_tensor_desc *td, size_t a, size_t b)
+/* A selection being built block by block: the first block sets it, the
+ * others are added (H5S_SELECT_OR). */
+typedef struct selection { hid_t space; H5S_seloper_t op; } selection;
+
+static herr_t select_block(selection *sel, int ndim, hsize_t row, hsize_t col, hsize_t rows, hsize_t cols)
 {
-    if (a >= b) return H5Sselect_none(space);
-    if (td->ndim == 1) {
-        hsize_t start = a, count = b - a;
-        return H5Sselect_hyperslab(space, H5S_SELECT_SET, &start, NULL, &count, NULL);
-    }
-    hsize_t C = (hsize_t)td->cols;
+    hsize_t start[2] = {row, col}, count[2] = {rows, cols};
+    herr_t e = ndim == 1 ? H5Sselect_hyperslab(sel->space, sel->op, &start[1], NULL, &count[1], NULL)
+                         : H5Sselect_hyperslab(sel->space, sel->op, start, NULL, count, NULL);
+    sel->op = H5S_SELECT_OR;
+    return e;
+}
+
+/* Add the row-major elements [a, b) of a (rows x cols) space: up to three
+ * blocks (the tail of the first row, whole rows, the head of the last row). */
+static herr_t select_range(selection *sel, int ndim, hsize_t C, size_t a, size_t b)
+{
     hsize_t r0 = a / C, c0 = a % C, r1 = (b - 1) / C, c1 = (b - 1) % C;   /* inclusive end */
-    H5S_seloper_t op = H5S_SELECT_SET;
+    if (r0 == r1) return select_block(sel, ndim, r0, c0, 1, c1 - c0 + 1);
+    hsize_t full_first = r0, full_last = r1;   /* whole rows [full_first, full_last] */
     herr_t e = 0;
-#define BLOCK(r, c, nr, nc) do { hsize_t st_[2] = {(r), (c)}, ct_[2] = {(nr), (nc)}; \
-        e = H5Sselect_hyperslab(space, op, st_, NULL, ct_, NULL); if (e < 0) return e; op = H5S_SELECT_OR; } while (0)
-    if (r0 == r1) {
-        BLOCK(r0, c0, 1, c1 - c0 + 1);
+    if (c0 > 0) {
+        e = select_block(sel, ndim, r0, c0, 1, C - c0);
+        full_first = r0 + 1;
+    }
+    if (c1 < C - 1) full_last = r1 - 1;
+    if (e >= 0 && full_first <= full_last && full_last != (hsize_t)-1)
+        e = select_block(sel, ndim, full_first, 0, full_last - full_first + 1, C);
+    if (e >= 0 && c1 < C - 1) e = select_block(sel, ndim, r1, 0, 1, c1 + 1);
+    return e;
+}
+
+/* Add local rows [row, row + rows) x columns [c_lo, c_hi) of a column-split
+ * tensor: every row of a rectangle holds the same logical columns, so each
+ * run of the first row is one block of the file (logical columns) and one
+ * strided block of the piece in memory (its first element: local a). */
+static herr_t select_column_rows(selection *file, selection *mem, const osdp_tensor_desc *td, int tp_rank, size_t a,
+                                 size_t row, size_t rows, size_t c_lo, size_t c_hi)
+{
+    const size_t C = (size_t)td->cols, LC = (size_t)td->logical_cols;
+    size_t logical, run;
+    herr_t e = 0;
+    for (size_t c = c_lo; c < c_hi && e >= 0; c += run) {
+        if (!osdp_tensor_next_run(td, tp_rank, row * C + c, row * C + c_hi, &logical, &run)) continue;
+        e = select_block(file, td->ndim, logical / LC, logical % LC, rows, run);
+        if (e < 0) break;
+        hsize_t start = row * C + c - a, stride = C, count = rows, block = run;
+        e = H5Sselect_hyperslab(mem->space, mem->op, &start, rows > 1 ? &stride : NULL, &count, &block);
+        mem->op = H5S_SELECT_OR;
+    }
+    return e;
+}
+
+herr_t ck_select_part(hid_t fspace, hid_t mspace, const osdp_tensor_desc *td, int tp_rank, size_t a, size_t b)
+{
+    herr_t e = H5Sselect_none(fspace);
+    if (e >= 0) e = H5Sselect_none(mspace);
+    if (e < 0 || a >= b) return e;
+    selection file = {fspace, H5S_SELECT_SET}, mem = {mspace, H5S_SELECT_SET};
+    const size_t C = (size_t)td->cols;
+    if (td->tp_split == OSDP_TP_COLS) {
+        /* a partial first row, whole rows, a partial last row */
+        size_t r0 = a / C, c0 = a % C, r1 = (b - 1) / C, c1 = (b - 1) % C + 1;
+        if (r0 == r1) return select_column_rows(&file, &mem, td, tp_rank, a, r0, 1, c0, c1);
+        size_t full_first = r0, full_end = r1 + 1;
+        if (c0 > 0) {
+            e = select_column_rows(&file, &mem, td, tp_rank, a, r0, 1, c0, C);
+            full_first = r0 + 1;
+        }
+        if (c1 < C) full_end = r1;
+        if (e >= 0 && full_first < full_end)
+            e = select_column_rows(&file, &mem, td, tp_rank, a, full_first, full_end - full_first, 0, C);
+        if (e >= 0 && c1 < C) e = select_column_rows(&file, &mem, td, tp_rank, a, r1, 1, 0, c1);
         return e;
     }
-    hsize_t full_first = r0, full_last = r1;   /* whole rows [full_first, full_last] */
-    if (c0 > 0) { BLOCK(r0, c0, 1, C - c0); full_first = r0 + 1; }
-    if (c1 < C - 1) full_last = r1 - 1;
-    if (full_first <= full_last && full_last != (hsize_t)-1) BLOCK(full_first, 0, full_last - full_first + 1, C);
-    if (c1 < C - 1) BLOCK(r1, 0, 1, c1 + 1);
-#undef BLOCK
+    /* whole rows or the whole tensor: each run is a range of the logical tensor */
+    size_t logical, run;
+    for (size_t x = a; x < b && e >= 0; x += run) {
+        if (!osdp_tensor_next_run(td, tp_rank, x, b, &logical, &run)) continue;
+        e = select_range(&file, td->ndim, (hsize_t)td->logical_cols, logical, logical + run);
+        if (e >= 0) e = select_block(&mem, 1, 0, x - a, 1, run);
+    }
     return e;
+}
+
+uint64_t ck_checksum_part(const osdp_tensor_desc *td, int tp_rank, const float *piece, size_t a, size_t b)
+{
+    uint64_t sum = 0;
+    size_t logical, run;
+    for (size_t x = a; x < b; x += run)
+        if (osdp_tensor_next_run(td, tp_rank, x, b, &logical, &run))
+            sum += ck_checksum_partial(piece + (x - a), run, logical);
+    return sum;
 }
 
 /* ---- transfers ------------------------------------------------------------------------------- */
@@ -225,20 +295,21 @@ hid_t ck_dxpl(void)
     return dxpl;
 }
 
-herr_t ck_transfer(hid_t d, const osdp_tensor_desc *td, size_t lo, size_t shard, size_t limit, hid_t dxpl, float *buf,
-                   int write, uint64_t *sum)
+herr_t ck_transfer(hid_t d, const osdp_tensor_desc *td, int tp_rank, size_t lo, size_t shard, size_t limit, hid_t dxpl,
+                   float *buf, int write, uint64_t *sum)
 {
     herr_t status = 0;
     hid_t space = ck_tensor_space(td);
+    const int owner = osdp_tensor_tp_owner(td, tp_rank);
     int calls = ck_piece_calls(td, shard);
     for (int c = 0; c < calls; c++) {
         size_t a = 0, b = 0, off = 0;
-        int have = ck_piece(td, lo, shard, limit, c, &a, &b, &off);
+        /* a replicated tensor is written by tensor-parallel rank 0 alone, read by all */
+        int have = ck_piece(td, lo, shard, limit, c, &a, &b, &off) && (owner || !write);
         hsize_t count = have ? (hsize_t)(b - a) : 1;
         hid_t mspace = H5Screate_simple(1, &count, NULL);
         herr_t e = mspace < 0 || space < 0 ? -1 : 0;
-        if (!have && e >= 0) e = H5Sselect_none(mspace);
-        if (e >= 0) e = ck_select_range(space, td, a, have ? b : a);
+        if (e >= 0) e = ck_select_part(space, mspace, td, tp_rank, a, have ? b : a);
         float *p = buf + (have ? off : 0);
         if (e >= 0) {
             e = write ? H5Dwrite(d, H5T_NATIVE_FLOAT, mspace, space, dxpl, p)
@@ -254,7 +325,7 @@ herr_t ck_transfer(hid_t d, const osdp_tensor_desc *td, size_t lo, size_t shard,
         }
         if (mspace >= 0) H5Sclose(mspace);
         if (e < 0) status = -1;
-        else if (have) *sum += ck_checksum_partial(p, b - a, a);
+        else if (have && owner) *sum += ck_checksum_part(td, tp_rank, p, a, b);
     }
     if (space >= 0) H5Sclose(space);
     return status;

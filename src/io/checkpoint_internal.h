@@ -45,12 +45,24 @@ int ck_piece_calls(const osdp_tensor_desc *td, size_t shard);
  * of *a in the shard buffer; returns 0 when this rank has nothing */
 int ck_piece(const osdp_tensor_desc *td, size_t lo, size_t shard, size_t limit, int call, size_t *a, size_t *b, size_t *buf_off);
 
-/* Dataspace of the logical tensor: (rows, cols) for 2-D, (cols) for 1-D */
+/* Dataspace of the logical tensor (osdp/logical.h): (logical_rows,
+ * logical_cols) for 2-D, (logical_cols) for 1-D */
 hid_t ck_tensor_space(const osdp_tensor_desc *td);
-/* select the row-major elements [a, b) of the tensor's file space (up to
- * three hyperslab blocks: the tail of the first row, whole rows, the head of
- * the last row), or nothing when a == b */
-herr_t ck_select_range(hid_t space, const osdp_tensor_desc *td, size_t a, size_t b);
+/* Select the local elements [a, b) of tensor td on tensor-parallel rank
+ * tp_rank (a piece of its part) that are logical elements: their logical
+ * places in fspace (ck_tensor_space) and their places in mspace (1-D, b - a
+ * elements, element 0 = local a), in the same (row-major) order; vocabulary
+ * padding is left out; nothing when a == b.  A handful of hyperslab blocks
+ * per piece: up to three row ranges (the tail of the first row, whole rows,
+ * the head of the last row), each a block per column run of a
+ * column-split tensor. */
+herr_t ck_select_part(hid_t fspace, hid_t mspace, const osdp_tensor_desc *td, int tp_rank, size_t a, size_t b);
+/* ck_checksum_partial over the logical elements of the piece (local [a, b),
+ * piece[0] = local a) with their logical indices */
+uint64_t ck_checksum_part(const osdp_tensor_desc *td, int tp_rank, const float *piece, size_t a, size_t b);
+/* OSDP_ERR_INPUT (naming `path`) unless comm holds the whole mesh:
+ * tp_size x rt->N ranks (not collective: every rank finds the same) */
+osdp_status ck_check_mesh(const osdp_runtime *rt, MPI_Comm comm, const char *path);
 
 /* MPI-IO hints for the file: romio_cb_read / romio_cb_write set to
  * OSDP_CKPT_ROMIO_CB (automatic | enable | disable; default disable).  Free with
@@ -62,22 +74,25 @@ void ck_mpi_info_free(MPI_Info *info);
  * OSDP_CKPT_MPIO=independent (see doc/checkpoint-format.md) */
 hid_t ck_dxpl(void);
 const char *ck_mpio_mode(void);
-/* Move this rank's piece of tensor td between the dataset and the shard
- * buffer buf (its element 0 is operator element lo; shard elements) and add
- * the piece's checksum to *sum.  Every rank makes the same number of
+/* Move this rank's piece of tensor td (tensor-parallel rank tp_rank's part)
+ * between the dataset and the shard buffer buf (its element 0 is operator
+ * element lo; shard elements) and add the piece's checksum to *sum.  A
+ * replicated tensor is written and counted in the checksum by
+ * tensor-parallel rank 0 only, read by every rank; padding is neither
+ * written nor read (it stays as buf has it).  Every rank makes the same number of
  * H5Dwrite / H5Dread calls (collective mode needs that) even after a local
  * failure; returns < 0 if any of them failed here. */
-herr_t ck_transfer(hid_t d, const osdp_tensor_desc *td, size_t lo, size_t shard, size_t limit, hid_t dxpl, float *buf,
-                   int write, uint64_t *sum);
+herr_t ck_transfer(hid_t d, const osdp_tensor_desc *td, int tp_rank, size_t lo, size_t shard, size_t limit, hid_t dxpl,
+                   float *buf, int write, uint64_t *sum);
 /* A host buffer of the largest operator shard's elements (NULL: out of memory) */
 float *ck_shard_buffer(osdp_runtime *rt);
 /* Kind `kind` of operator i: ck_transfer for each of its tensors t, every
  * slice's segment of this rank (osdp_runtime_shards), between buf (the
  * operator's shard) and dataset d[t]; adds tensor t's checksum to sums[t] and
- * its size to *bytes.  Every rank makes the same calls whatever fails here;
+ * its logical size to *bytes.  Every rank makes the same calls whatever fails here;
  * the first failure is kept in *s (left as it is unless OSDP_OK), with a
  * message naming the dataset (and, reading, the file `path`). */
-void ck_transfer_kind(osdp_runtime *rt, int i, int kind, const hid_t *d, hid_t dxpl, float *buf, int write,
+void ck_transfer_kind(osdp_runtime *rt, int tp_rank, int i, int kind, const hid_t *d, hid_t dxpl, float *buf, int write,
                       const char *path, uint64_t *sums, double *bytes, osdp_status *s);
 /* H5Dclose the open datasets (>= 0) of d[0..kinds)[0..n_tensors) */
 void ck_close_datasets(hid_t d[][OSDP_MAX_TENSORS_PER_OP], int kinds, int n_tensors);

@@ -47,6 +47,26 @@ static osdp_status open_file(const char *path, MPI_Comm comm, hid_t *fapl_out, h
     return OSDP_OK;
 }
 
+/* The mesh the file was saved on; files from before the mesh were saved on
+ * n_ranks data-parallel ranks. */
+static osdp_status read_mesh(hid_t file, const char *where, osdp_ckpt_info *info)
+{
+    int64_t tp = 1, dp = info->n_ranks, pp = 1;
+    osdp_status s = OSDP_OK;
+    if (H5Aexists(file, "mesh_tp") > 0) {
+        s = ck_attr_read_i64(file, where, "mesh_tp", &tp);
+        if (s == OSDP_OK) s = ck_attr_read_i64(file, where, "mesh_dp", &dp);
+        if (s == OSDP_OK) s = ck_attr_read_i64(file, where, "mesh_pp", &pp);
+        if (s == OSDP_OK && (tp < 1 || dp < 1 || pp < 1 || tp * dp * pp != info->n_ranks))
+            s = osdp_error_set(OSDP_ERR_INPUT, "%s: attributes mesh_tp x mesh_dp x mesh_pp = %lld x %lld x %lld do not "
+                               "make n_ranks = %d", where, (long long)tp, (long long)dp, (long long)pp, info->n_ranks);
+    }
+    info->mesh_tp = (int)tp;
+    info->mesh_dp = (int)dp;
+    info->mesh_pp = (int)pp;
+    return s;
+}
+
 /* Root and /optim attributes into info; *model_text (malloc'd) is the stored
  * description when asked.  Refuses a newer (or invalid) format version. */
 static osdp_status read_root(hid_t file, const char *path, osdp_ckpt_info *info, char **model_text)
@@ -93,6 +113,7 @@ static osdp_status read_root(hid_t file, const char *path, osdp_ckpt_info *info,
     info->seed = u;
     TRYS(ck_attr_read_i64(file, where, "n_ranks", &v));
     info->n_ranks = (int)v;
+    TRYS(read_mesh(file, where, info));
     TRYS(ck_attr_read_u64(file, where, "model_hash", &u));
     info->model_hash = u;
     TRYS(ck_attr_read_str(file, where, "model_name", &str));
@@ -201,14 +222,14 @@ static osdp_status open_tensor(hid_t file, const char *path, const char *name, c
     if (t >= 0) H5Tclose(t);
     if (sp >= 0) H5Sclose(sp);
     osdp_status s = OSDP_OK;
-    int ok_shape = td->ndim == 1 ? nd == 1 && dims[0] == (hsize_t)td->cols
-                                 : nd == 2 && dims[0] == (hsize_t)td->rows && dims[1] == (hsize_t)td->cols;
+    int ok_shape = td->ndim == 1 ? nd == 1 && dims[0] == (hsize_t)td->logical_cols
+                                 : nd == 2 && dims[0] == (hsize_t)td->logical_rows && dims[1] == (hsize_t)td->logical_cols;
     if (!ok_type)
         s = osdp_error_set(OSDP_ERR_INPUT, "checkpoint %s: dataset %s is not 32-bit float", path, name);
     else if (!ok_shape) {
         char want[64], have[64];
-        if (td->ndim == 1) snprintf(want, sizeof want, "(%d)", td->cols);
-        else snprintf(want, sizeof want, "(%d, %d)", td->rows, td->cols);
+        if (td->ndim == 1) snprintf(want, sizeof want, "(%d)", td->logical_cols);
+        else snprintf(want, sizeof want, "(%d, %d)", td->logical_rows, td->logical_cols);
         if (nd == 1) snprintf(have, sizeof have, "(%llu)", (unsigned long long)dims[0]);
         else if (nd == 2) snprintf(have, sizeof have, "(%llu, %llu)", (unsigned long long)dims[0], (unsigned long long)dims[1]);
         else snprintf(have, sizeof have, "%d dimensions", nd);
@@ -232,6 +253,7 @@ static osdp_status open_tensor(hid_t file, const char *path, const char *name, c
 static osdp_status read_op(osdp_runtime *rt, int i, int kinds, hid_t file, const char *path, hid_t dxpl, float *buf,
                            MPI_Comm comm, double *bytes)
 {
+    const int tp_rank = rt->tp_rank;
     const osdp_op_layout *op = &rt->layout->op[i];
     float *state[OSDP_STATE_N_KINDS];
     const size_t shard = osdp_runtime_op_shard(rt, i, state);
@@ -251,8 +273,8 @@ static osdp_status read_op(osdp_runtime *rt, int i, int kinds, hid_t file, const
     if (s != OSDP_OK) goto close;
     /* every rank makes the same read calls whatever fails locally */
     for (int k = 0; k < kinds; k++) {
-        memset(buf, 0, shard * sizeof(float));   /* padding stays 0 */
-        ck_transfer_kind(rt, i, k, d[k], dxpl, buf, 0, path, &sums[k * nt], bytes, &s);
+        memset(buf, 0, shard * sizeof(float));   /* padding (shard and vocabulary) stays 0 */
+        ck_transfer_kind(rt, tp_rank, i, k, d[k], dxpl, buf, 0, path, &sums[k * nt], bytes, &s);
         rt->backend->to_device(state[ck_state_kind[k]], buf, shard * sizeof(float));
     }
     MPI_Allreduce(MPI_IN_PLACE, sums, kinds * nt, MPI_UINT64_T, MPI_SUM, comm);
@@ -304,7 +326,9 @@ osdp_status osdp_ckpt_load(osdp_runtime *rt, const osdp_model_config *cfg, const
 
     buf = ck_shard_buffer(rt);
     dxpl = ck_dxpl();
-    s = osdp_status_agree(buf && dxpl >= 0 ? OSDP_OK : osdp_error_set(OSDP_ERR_OOM, "checkpoint %s: out of host memory", path), comm);
+    s = buf && dxpl >= 0 ? ck_check_mesh(rt, comm, path)
+                         : osdp_error_set(OSDP_ERR_OOM, "checkpoint %s: out of host memory", path);
+    s = osdp_status_agree(s, comm);
 
     const int kinds = weights_only ? 1 : CK_N_KINDS;
     for (int i = 0; i < L->n_ops && s == OSDP_OK; i++)

@@ -2,6 +2,7 @@
  * share (moving every tensor's pieces of one kind, closing the datasets). */
 #include "config.h"
 #include "checkpoint_internal.h"
+#include "osdp/logical.h"
 
 #include <stdlib.h>
 
@@ -16,7 +17,16 @@ float *ck_shard_buffer(osdp_runtime *rt)
     return malloc(max_shard * sizeof(float));
 }
 
-void ck_transfer_kind(osdp_runtime *rt, int i, int kind, const hid_t *d, hid_t dxpl, float *buf, int write,
+osdp_status ck_check_mesh(const osdp_runtime *rt, MPI_Comm comm, const char *path)
+{
+    int size;
+    MPI_Comm_size(comm, &size);
+    if (size == rt->layout->tp_size * rt->N) return OSDP_OK;
+    return osdp_error_set(OSDP_ERR_INPUT, "checkpoint %s: called on %d ranks, but the mesh is tp %d x dp %d: the "
+                          "communicator must hold every rank of the mesh", path, size, rt->layout->tp_size, rt->N);
+}
+
+void ck_transfer_kind(osdp_runtime *rt, int tp_rank, int i, int kind, const hid_t *d, hid_t dxpl, float *buf, int write,
                       const char *path, uint64_t *sums, double *bytes, osdp_status *s)
 {
     const osdp_op_layout *op = &rt->layout->op[i];
@@ -26,7 +36,7 @@ void ck_transfer_kind(osdp_runtime *rt, int i, int kind, const hid_t *d, hid_t d
         osdp_shard_iter it = osdp_runtime_shards(rt, i);
         osdp_shard_segment seg;
         while (osdp_shard_next(&it, &seg))   /* each slice's segment of this rank */
-            if (ck_transfer(d[t], &op->tensor[t], seg.flat_lo, seg.numel, seg.flat_hi, dxpl, buf + seg.local, write,
+            if (ck_transfer(d[t], &op->tensor[t], tp_rank, seg.flat_lo, seg.numel, seg.flat_hi, dxpl, buf + seg.local, write,
                             &sums[t]) < 0)
                 e = -1;
         if (e < 0 && *s == OSDP_OK) {   /* the message now: a later HDF5 call clears the error stack */
@@ -38,7 +48,7 @@ void ck_transfer_kind(osdp_runtime *rt, int i, int kind, const hid_t *d, hid_t d
                                     "checkpoint %s: cannot read dataset %s (truncated or corrupt file?): %s", path,
                                     name, ck_h5_error(h5msg, sizeof h5msg));
         }
-        *bytes += (double)op->tensor[t].numel * sizeof(float);
+        *bytes += (double)osdp_tensor_logical_numel(&op->tensor[t]) * sizeof(float);
     }
 }
 

@@ -1,6 +1,7 @@
 /* Checkpoints: the collective writer (see osdp/checkpoint.h). */
 #include "config.h"
 #include "checkpoint_internal.h"
+#include "osdp/logical.h"
 #include "util/path.h"
 
 #include <errno.h>
@@ -51,7 +52,15 @@ static char *plan_text(const osdp_plan *plan, const osdp_layout *layout)
     return buf;
 }
 
-static herr_t write_root_attrs(hid_t file, const osdp_runtime *rt, const osdp_plan *plan,
+/* the parameters of the whole model, as the file holds them */
+static int64_t logical_params(const osdp_layout *L)
+{
+    size_t n = 0;
+    for (int i = 0; i < L->n_ops; i++) n += osdp_op_logical_numel(&L->op[i]);
+    return (int64_t)n;
+}
+
+static herr_t write_root_attrs(hid_t file, const osdp_runtime *rt, const osdp_plan *plan, int n_ranks,
                                const char *model_text, const char *plan_txt, unsigned long long model_hash,
                                const char *model_name)
 {
@@ -65,7 +74,10 @@ static herr_t write_root_attrs(hid_t file, const osdp_runtime *rt, const osdp_pl
     e |= ck_attr_write_i64(file, "data_position", rt->step);
     e |= ck_attr_write_u64(file, "seed", rt->opt.seed);
     e |= ck_attr_write_u64v(file, "rng_state", rng, 2);
-    e |= ck_attr_write_i64(file, "n_ranks", rt->N);
+    e |= ck_attr_write_i64(file, "n_ranks", n_ranks);
+    e |= ck_attr_write_i64(file, "mesh_tp", rt->layout->tp_size);   /* the mesh it was saved on: tp x dp x pp */
+    e |= ck_attr_write_i64(file, "mesh_dp", rt->N);
+    e |= ck_attr_write_i64(file, "mesh_pp", 1);
     e |= ck_attr_write_str(file, "model_name", model_name);
     e |= ck_attr_write_str(file, "model_description", model_text);
     e |= ck_attr_write_u64(file, "model_hash", model_hash);
@@ -75,7 +87,7 @@ static herr_t write_root_attrs(hid_t file, const osdp_runtime *rt, const osdp_pl
     e |= ck_attr_write_i64(file, "accum_steps", rt->opt.accum_steps);
     e |= ck_attr_write_i64(file, "global_batch", (int64_t)rt->B * rt->N * rt->opt.accum_steps);
     e |= ck_attr_write_i64(file, "seq_len", rt->T);
-    e |= ck_attr_write_i64(file, "total_params", (int64_t)rt->layout->total_params);
+    e |= ck_attr_write_i64(file, "total_params", logical_params(rt->layout));
     e |= ck_attr_write_str(file, "checksum_algorithm", OSDP_CKPT_CHECKSUM_ALGORITHM);
     return e < 0 ? -1 : 0;
 }
@@ -154,6 +166,7 @@ static hid_t make_dcpl(const osdp_tensor_desc *td)
  * attach the checksums.  Two agreements and one all-reduce per operator. */
 static osdp_status write_op(osdp_runtime *rt, int i, hid_t file, hid_t dxpl, float *buf, MPI_Comm comm, double *bytes)
 {
+    const int tp_rank = rt->tp_rank;
     const osdp_op_layout *op = &rt->layout->op[i];
     float *state[OSDP_STATE_N_KINDS];
     const size_t shard = osdp_runtime_op_shard(rt, i, state);
@@ -181,13 +194,13 @@ static osdp_status write_op(osdp_runtime *rt, int i, hid_t file, hid_t dxpl, flo
     uint64_t sums[CK_N_KINDS * OSDP_MAX_TENSORS_PER_OP] = {0};
     for (int k = 0; k < CK_N_KINDS; k++) {
         rt->backend->to_host(buf, state[ck_state_kind[k]], shard * sizeof(float));
-        ck_transfer_kind(rt, i, k, d[k], dxpl, buf, 1, NULL, &sums[k * nt], bytes, &s);
+        ck_transfer_kind(rt, tp_rank, i, k, d[k], dxpl, buf, 1, NULL, &sums[k * nt], bytes, &s);
     }
     MPI_Allreduce(MPI_IN_PLACE, sums, CK_N_KINDS * nt, MPI_UINT64_T, MPI_SUM, comm);
     for (int k = 0; k < CK_N_KINDS; k++)
         for (int t = 0; t < nt; t++) {
             herr_t e = ck_attr_write_u64(d[k][t], "checksum", sums[k * nt + t]);
-            if (e >= 0) e = ck_attr_write_u64(d[k][t], "op_offset", op->tensor[t].offset);
+            if (e >= 0) e = ck_attr_write_u64(d[k][t], "op_offset", osdp_op_logical_offset(op, t));
             if (e < 0 && s == OSDP_OK) {
                 ck_dataset_name(k, op, t, name, sizeof name);
                 s = osdp_error_set(OSDP_ERR_IO, "cannot write the attributes of dataset %s: %s", name,
@@ -225,6 +238,7 @@ osdp_status osdp_ckpt_save(osdp_runtime *rt, const osdp_model_config *cfg, const
     buf = ck_shard_buffer(rt);
     osdp_status s = ptext && mtext && mname && buf ? OSDP_OK
                     : osdp_error_set(OSDP_ERR_OOM, "checkpoint %s: out of host memory", path);
+    if (s == OSDP_OK) s = ck_check_mesh(rt, comm, path);
     s = osdp_status_agree(s, comm);
     if (s != OSDP_OK) goto out;
 
@@ -242,7 +256,7 @@ osdp_status osdp_ckpt_save(osdp_runtime *rt, const osdp_model_config *cfg, const
 
     dxpl = ck_dxpl();
     herr_t e = dxpl < 0 ? -1 : 0;
-    if (e >= 0) e = write_root_attrs(file, rt, plan, mtext, ptext, osdp_model_config_hash(cfg), mname);
+    if (e >= 0) e = write_root_attrs(file, rt, plan, size, mtext, ptext, osdp_model_config_hash(cfg), mname);
     if (e >= 0) e = create_groups(file, L, &rt->opt.optim, rt->step);
     if (e >= 0) e = ck_manifest_write(file);   /* after every metadata attribute */
     if (e < 0) s = osdp_error_set(OSDP_ERR_IO, "checkpoint %s: cannot write the metadata: %s", tmp, ck_h5_error(h5msg, sizeof h5msg));
@@ -286,6 +300,9 @@ out:
         info->step = rt->step;
         info->seed = rt->opt.seed;
         info->n_ranks = size;
+        info->mesh_tp = rt->layout->tp_size;
+        info->mesh_dp = rt->N;
+        info->mesh_pp = 1;
         info->model_hash = osdp_model_config_hash(cfg);
         snprintf(info->model_name, sizeof info->model_name, "%s", cfg->name);
         info->plan_hash = osdp_plan_hash(plan);

@@ -414,7 +414,8 @@ void osdp_op_forward(const osdp_op_context *ctx, int op_index, const void *w,
     size_t bounds[2];
     osdp_op_slices sl;
     one_slice(&ctx->layout->op[op_index], &w, NULL, bounds, &sl);
-    (void)osdp_op_forward_sliced(ctx, op_index, &sl, input, a);   /* cannot fail: no acquire */
+    /* fails only where a tensor-parallel collective does (no acquire): gpt.h */
+    (void)osdp_op_forward_sliced(ctx, op_index, &sl, input, a);
 }
 
 void osdp_op_backward(const osdp_op_context *ctx, int op_index, const void *w, float *g,

@@ -1,4 +1,5 @@
 #include "osdp/init.h"
+#include "osdp/logical.h"
 
 #include <math.h>
 
@@ -24,16 +25,34 @@ float osdp_normal_at(uint64_t seed, uint64_t stream, uint64_t index)
 void osdp_init_op_range(const osdp_op_layout *op, int op_index, uint64_t seed,
                         size_t lo, size_t hi, float *out)
 {
+    osdp_init_op_range_tp(op, op_index, seed, 0, lo, hi, out);
+}
+
+void osdp_init_op_range_tp(const osdp_op_layout *op, int op_index, uint64_t seed, int tp_rank,
+                           size_t lo, size_t hi, float *out)
+{
     for (size_t e = lo; e < hi; e++) out[e - lo] = 0.0f;
+    size_t logical_offset = 0;      /* the tensor's first element in the logical operator */
     for (int k = 0; k < op->n_tensors; k++) {
         const osdp_tensor_desc *t = &op->tensor[k];
+        const size_t tensor_logical_offset = logical_offset;
+        logical_offset += osdp_tensor_logical_numel(t);
         size_t a = t->offset > lo ? t->offset : lo;
         size_t b = t->offset + t->numel < hi ? t->offset + t->numel : hi;
-        for (size_t e = a; e < b; e++) {
-            switch (t->init) {
-            case OSDP_INIT_NORMAL: out[e - lo] = t->init_std * osdp_normal_at(seed, (uint64_t)op_index, e); break;
-            case OSDP_INIT_ONES: out[e - lo] = 1.0f; break;
-            case OSDP_INIT_ZEROS: out[e - lo] = 0.0f; break;
+        size_t first, run;
+        for (size_t e = a; e < b; e += run) {
+            /* the counter is the logical element: the same value on any mesh */
+            int valid = osdp_tensor_next_run(t, tp_rank, e - t->offset, b - t->offset, &first, &run);
+            if (!valid) continue;   /* vocabulary padding stays 0 */
+            float *dst = out + (e - lo);
+            for (size_t j = 0; j < run; j++) {
+                switch (t->init) {
+                case OSDP_INIT_NORMAL:
+                    dst[j] = t->init_std * osdp_normal_at(seed, (uint64_t)op_index, tensor_logical_offset + first + j);
+                    break;
+                case OSDP_INIT_ONES: dst[j] = 1.0f; break;
+                case OSDP_INIT_ZEROS: dst[j] = 0.0f; break;
+                }
             }
         }
     }

@@ -52,8 +52,9 @@ static osdp_status attach_tp_group(osdp_runtime *rt, const osdp_runtime_options 
     return OSDP_OK;
 }
 
-/* every segment's initial weights from the counter-based RNG (osdp/init.h);
- * gradients and moments zero */
+/* every segment's initial weights from the counter-based RNG (osdp/init.h),
+ * by logical element: the same model on every mesh; gradients and moments
+ * zero */
 static osdp_status init_shards(osdp_runtime *rt)
 {
     size_t cap = 0;
@@ -70,7 +71,7 @@ static osdp_status init_shards(osdp_runtime *rt)
             size_t hi = seg.flat_lo + seg.numel < seg.flat_hi ? seg.flat_lo + seg.numel : seg.flat_hi;
             memset(host + seg.local, 0, seg.numel * sizeof(float));   /* padding */
             if (hi > seg.flat_lo)
-                osdp_init_op_range(&rt->layout->op[i], i, rt->opt.seed, seg.flat_lo, hi, host + seg.local);
+                osdp_init_op_range_tp(&rt->layout->op[i], i, rt->opt.seed, rt->tp_rank, seg.flat_lo, hi, host + seg.local);
         }
         rt->backend->to_device(state[OSDP_STATE_MASTER], host, shard * sizeof(float));
         rt->backend->fill_zero(state[OSDP_STATE_GRAD], 3 * shard * sizeof(float));   /* grad, m, v */

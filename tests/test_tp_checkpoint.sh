@@ -1,0 +1,126 @@
+#!/bin/bash
+# Checkpoints on a device mesh (issue 14, DESIGN.md §6, §9) with the real
+# binary on real MPI ranks: files hold the logical tensors whatever the mesh
+# that wrote them, so
+#   1. a TP 2 x DP 2 save has the logical shapes, the mesh attributes, and
+#      its /model is the run's --dump-weights (logical too), collective MPI-IO
+#   2. it resumes bitwise on the same mesh and plan, and within 1e-5 of the
+#      uninterrupted run on TP 1 x DP 4 and TP 4 x DP 1 (the mesh printed)
+#   3. loaded on another mesh (and a padded vocabulary: OSDP_VOCAB_QUANTUM)
+#      and saved again, every dataset and checksum is identical (h5diff)
+#   4. --init-from of the TP 2 save on TP 1 starts from its weights exactly
+#   5. bad combinations: a clear message naming the option, non-zero exit
+# Run by `make check` (OSDP_BUILDDIR, OSDP_SRCDIR, MPIEXEC).
+set -u
+. "$(dirname "$0")/test_lib.sh" tp-ckpt-work
+unset OSDP_CKPT_MPIO OSDP_CKPT_CRASH_AT OSDP_CKPT_MAX_ELEMS OSDP_CKPT_FLETCHER32 OSDP_VOCAB_QUANTUM
+for tool in h5dump h5ls h5diff timeout; do
+    command -v $tool > /dev/null || { echo "SKIP: $tool not found (HDF5 tools: apt-get install hdf5-tools)"; exit 77; }
+done
+
+# 4 heads: tp 1, 2 and 4 all divide them
+U="$WORK/t_mesh.ini"
+printf '[model]\nname = t_mesh\nn_layer = 2\nn_head = 4\nn_embd = 32\nvocab = 256\nctx = 32\n' > "$U"
+OPS="embed attn.0 mlp.0 attn.1 mlp.1 head"
+run() {   # run NRANKS NAME [train options...]: writes $WORK/NAME.{out,err,log}
+    local n=$1 name=$2; shift 2
+    timeout 300 "$MPIEXEC" -n "$n" "$BIN" train --model "$U" --data "$DATA" --threads 1 --peak-flops 1e9 --seq-len 16 \
+        --plan dp --log "$WORK/$name.log" "$@" >"$WORK/$name.out" 2>"$WORK/$name.err"
+}
+losses_from() { grep '^step=' "$1" | awk -v k="$2" '{split($1, a, "="); if (a[2] >= k) print}' |
+                sed -n "s/.* $3=\([^ ]*\).*/\1/p"; }
+within() {   # within A B FROM: the losses of steps >= FROM agree within 1e-5 relative
+    paste -d' ' <(losses_from "$1" "$3" loss) <(losses_from "$2" "$3" loss) |
+        awk 'NF==2 {n++; d=$1-$2; if (d<0) d=-d; if (!(d <= 1e-5*$1)) exit 1} END {exit n!=3}'
+}
+attr() { h5dump -a "/$2" "$1" | sed -n 's/.*(0): \([0-9]*\).*/\1/p'; }
+export_model() {   # export CKPT OUT: /model in layout order (operators, then op_offset)
+    : > "$2"
+    for op in $OPS; do
+        for t in $(h5ls "$1/model/$op" | awk '{print $1}'); do echo "$(attr "$1" "model/$op/$t/op_offset") $t"; done |
+            sort -n | while read -r _ t; do
+                h5dump -d "/model/$op/$t" -b LE -o "$WORK/piece.bin" "$1" > /dev/null && cat "$WORK/piece.bin" >> "$2"
+            done
+    done
+}
+same_file() {   # same_file A B: every dataset and attribute of /model and /optim equal
+    h5diff -q "$1" "$2" /model /model && h5diff -q "$1" "$2" /optim /optim
+}
+
+# -- 1. TP 2 x DP 2, saves at steps 3 and 6 with collective MPI-IO
+A="$WORK/A"
+run 4 full --tp 2 --batch 2 --global-batch 8 --steps 6 --ckpt-dir "$A" --save-every 3 --dump-weights "$WORK/full.bin" \
+    || bad "TP 2 x DP 2 run with saves" "$WORK/full.err"
+C3="$A/step_00000003.h5"
+names=$(h5ls -r "$A/step_00000006.h5")
+if echo "$names" | grep -q '^/model/embed/wte *Dataset {256, 32}' &&
+   echo "$names" | grep -q '^/model/attn.0/qkv.weight *Dataset {32, 96}' &&
+   echo "$names" | grep -q '^/optim/m/mlp.1/fc.weight *Dataset {32, 128}' &&
+   echo "$names" | grep -q '^/optim/v/head/lm_head.weight *Dataset {32, 256}' &&
+   [ "$(attr "$C3" mesh_tp) $(attr "$C3" mesh_dp) $(attr "$C3" mesh_pp) $(attr "$C3" n_ranks)" = "2 2 1 4" ]; then
+    ok "TP 2 x DP 2 save: logical shapes (wte 256 x 32, qkv 32 x 96, lm_head 32 x 256), mesh_tp 2, mesh_dp 2, mesh_pp 1"
+else bad "logical shapes / mesh attributes: $(attr "$C3" mesh_tp) $(attr "$C3" mesh_dp)"; echo "$names" | head -5; fi
+export_model "$A/step_00000006.h5" "$WORK/exp6.bin"
+export_model "$C3" "$WORK/exp3.bin"
+cmp -s "$WORK/exp6.bin" "$WORK/full.bin" && [ -s "$WORK/full.bin" ] \
+    && ok "TP 2 x DP 2: /model exported with h5dump = --dump-weights of the run ($(stat -c %s "$WORK/full.bin") bytes)" \
+    || bad "h5dump export of the TP 2 save differs from --dump-weights"
+
+# the rest with independent MPI-IO (collective rounds are slow on oversubscribed cores)
+export OSDP_CKPT_MPIO=independent
+
+# -- 2. resume on the same mesh (bitwise) and on others (within 1e-5), from step 3
+run 4 same --tp 2 --steps 6 --resume "$C3" || bad "resume on TP 2 x DP 2 ran" "$WORK/same.err"
+[ "$(losses_from "$WORK/same.log" 4 loss_hex)" = "$(losses_from "$WORK/full.log" 4 loss_hex)" ] &&
+    [ -n "$(losses_from "$WORK/same.log" 4 loss_hex)" ] \
+    && ok "TP 2 x DP 2 -> TP 2 x DP 2, same plan: steps 4-6 bitwise ($(losses_from "$WORK/same.log" 4 loss_hex | tr '\n' ' '))" \
+    || bad "resume on the same mesh is not bitwise" "$WORK/same.err"
+for tp in 1 4; do
+    dp=$((4 / tp))
+    run 4 "mesh_$tp" --tp $tp --steps 6 --resume "$C3" --ckpt-dir "$WORK/R$tp" || bad "resume on TP $tp ran" "$WORK/mesh_$tp.err"
+    if within "$WORK/full.log" "$WORK/mesh_$tp.log" 4 &&
+       grep -q "resuming a tp 2 x dp 2 checkpoint on tp $tp x dp $dp" "$WORK/mesh_$tp.out"; then
+        ok "TP 2 x DP 2 -> TP $tp x DP $dp: steps 4-6 within 1e-5 of the uninterrupted run (the mesh printed)"
+    else bad "resume TP 2 x DP 2 -> TP $tp x DP $dp" "$WORK/mesh_$tp.err"
+         paste <(losses_from "$WORK/full.log" 4 loss) <(losses_from "$WORK/mesh_$tp.log" 4 loss) | sed 's/^/    /'; fi
+done
+
+# -- 3. loaded on another mesh and saved again: the same file content
+resave() {   # resave NAME NRANKS [options]: load step 3, save it into $WORK/NAME, dump its weights
+    local name=$1 n=$2; shift 2
+    run "$n" "$name" --steps 3 --resume "$C3" --ckpt-dir "$WORK/$name" --dump-weights "$WORK/$name.bin" "$@" &&
+        same_file "$C3" "$WORK/$name/step_00000003.h5" && cmp -s "$WORK/$name.bin" "$WORK/exp3.bin"
+}
+resave re_tp4 4 --tp 4 && ok "TP 2 x DP 2 -> TP 4 x DP 1 -> saved again: /model, /optim/m, /optim/v identical (h5diff), dump = export" \
+    || bad "re-save on TP 4 x DP 1" "$WORK/re_tp4.err"
+resave re_tp1 2 --tp 1 --batch 4 && ok "TP 2 x DP 2 -> TP 1 x DP 2 -> saved again: identical" \
+    || bad "re-save on TP 1 x DP 2" "$WORK/re_tp1.err"
+# a padded vocabulary: OSDP_VOCAB_QUANTUM=7 pads 256 to 266 at TP 2 (a multiple of 2 x 7), to 259 at TP 1
+OSDP_VOCAB_QUANTUM=7 resave re_pad2 4 --tp 2 \
+    && ok "TP 2 x DP 2, vocabulary padded (OSDP_VOCAB_QUANTUM=7: 266 rows): loaded and saved again, identical" \
+    || bad "re-save with a padded vocabulary at TP 2" "$WORK/re_pad2.err"
+OSDP_VOCAB_QUANTUM=7 resave re_pad1 1 --tp 1 --batch 8 \
+    && ok "TP 1, vocabulary padded (259 rows): loaded and saved again, identical" \
+    || bad "re-save with a padded vocabulary at TP 1" "$WORK/re_pad1.err"
+OSDP_VOCAB_QUANTUM=7 run 4 pad_mesh --tp 2 --steps 6 --resume "$C3" || bad "padded resume ran" "$WORK/pad_mesh.err"
+within "$WORK/full.log" "$WORK/pad_mesh.log" 4 \
+    && ok "padded vocabulary, TP 2 x DP 2: steps 4-6 within 1e-5 of the unpadded run" \
+    || bad "padded vocabulary resume" "$WORK/pad_mesh.err"
+
+# -- 4. --init-from the TP 2 save on TP 1: its weights, step 0
+run 1 init --tp 1 --batch 8 --steps 0 --init-from "$C3" --dump-weights "$WORK/init.bin" || bad "init-from ran" "$WORK/init.err"
+cmp -s "$WORK/init.bin" "$WORK/exp3.bin" && ok "--init-from of the TP 2 x DP 2 save on TP 1 x DP 1: the weights exactly" \
+    || bad "--init-from on TP 1" "$WORK/init.err"
+
+# -- 5. bad combinations: refused on every rank with the option named
+expect_error() {   # expect_error NAME PATTERN NRANKS [options]
+    local name=$1 pattern=$2 n=$3; shift 3
+    if ! run "$n" "$name" "$@" && grep -q -- "$pattern" "$WORK/$name.err"; then ok "refused: $(grep -m1 error "$WORK/$name.err")"
+    else bad "$name: expected an error matching '$pattern'" "$WORK/$name.err"; fi
+}
+expect_error bad_tp3 "--tp 3 does not divide the 4 ranks" 4 --tp 3 --steps 6 --resume "$C3"
+expect_error bad_heads "--tp 8 does not divide the model's 4 attention heads" 8 --tp 8 --steps 6 --resume "$C3"
+printf '[model]\nname = other\nn_layer = 2\nn_head = 4\nn_embd = 64\nvocab = 256\nctx = 32\n' > "$WORK/other.ini"
+expect_error bad_model "the model description differs" 4 --tp 2 --steps 6 --resume "$C3" --model "$WORK/other.ini"
+
+summary "tp checkpoint tests"
