@@ -27,13 +27,23 @@ command -v python3 >/dev/null || { echo "FAIL: python3 is needed to check the JS
 PROF="$WORK/profiled.ini"
 "$MPIEXEC" -n 2 "$BIN" profile --model "$M" --threads 1 --mem-limit 64M --name cli_test --out "$PROF" \
     >"$WORK/profile.out" 2>"$WORK/profile.err"; rc=$?
+# an overloaded machine (ms of scheduling jitter on us collectives) can defeat the size fit: the profiler
+# says so and suggests more repetitions; take its advice once, saying it did
+if [ $rc != 0 ] && grep -q "do not grow with size" "$WORK/profile.err"; then
+    echo "note: profile could not fit alpha/beta on this loaded machine ($(grep -o 'the [a-z-]* times' "$WORK/profile.err" | head -1)); again with --reps 21"
+    "$MPIEXEC" -n 2 "$BIN" profile --model "$M" --threads 1 --mem-limit 64M --name cli_test --reps 21 --out "$PROF" \
+        >"$WORK/profile.out" 2>"$WORK/profile.err"; rc=$?
+fi
 # every alpha, beta and gamma of the file, as key=value
 vals=$(awk -F' *= *' '/^\[/ {sec=$1} sec ~ /all_gather|reduce_scatter|gamma\]/ && NF == 2 {s = sec; gsub(/[][]/, "", s); print s "." $1 "=" $2}' "$PROF" 2>/dev/null)
 if [ $rc = 0 ] && [ -s "$PROF" ] && grep -q "^wrote $PROF" "$WORK/profile.out" &&
    [ "$(echo "$vals" | grep -c .)" = 8 ] &&
    echo "$vals" | awk -F= '{if (!($2 + 0 > 0)) bad = 1} END {exit bad}' &&
-   grep -q '^name = cli_test$' "$PROF" && grep -q '^mem_limit = 67108864$' "$PROF"; then
-    ok "profile on 2 ranks: wrote a device file, alpha, beta (AG and RS) and gamma (4 types) all > 0: $(echo "$vals" | grep -E 'gather.alpha|gather.beta' | tr '\n' ' ')"
+   grep -q '^name = cli_test$' "$PROF" && grep -q '^mem_limit = 67108864$' "$PROF" &&
+   grep -q '^ranks_per_node = 2$' "$PROF" && grep -q '^; tp_all_reduce: .*groups of T consecutive ranks' "$PROF" &&
+   awk '/^\[/ {sec=$0} sec == "[tp_all_reduce]" && /^(alpha|beta) = / {n++; if ($3 + 0 > 0 || ($1 == "alpha" && $3 + 0 == 0)) ok++}
+        END {exit !(n == 2 && ok == 2)}' "$PROF"; then
+    ok "profile on 2 ranks: wrote a device file, alpha, beta (AG and RS) and gamma (4 types) all > 0, ranks_per_node 2, [tp_all_reduce] (T = 2): $(echo "$vals" | grep -E 'gather.alpha|gather.beta' | tr '\n' ' ')"
 else bad "profile (rc $rc)" "$WORK/profile.err"; echo "$vals" | sed 's/^/    /'; fi
 if plan prof_plan --model "$M" --device "$PROF" --ranks 2 &&
    grep -q '^device cli_test: 64.00 MiB per rank' "$WORK/prof_plan.out" && grep -q '^OSDP: .* micro-batch' "$WORK/prof_plan.out"; then
