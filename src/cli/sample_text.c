@@ -64,9 +64,11 @@ osdp_status osdp_sample_text_prompt(const osdp_sample_text *st, const osdp_job *
     }
     *ids = malloc(sizeof **ids);
     if (!*ids) return osdp_error_set(OSDP_ERR_OOM, "sample: out of host memory");
-    /* without a table the end-of-text token is unknown: the last id is
+    /* a byte model starts from a newline even with a table (prepare_data.py's
+     * byte table names token 0 its end-of-text: text files have none);
+     * without a table the end-of-text token is unknown: the last id is
      * GPT-2's (50256 of 50257) */
-    **ids = !st->decodes ? st->vocab - 1 : st->tok.eot >= 0 ? st->tok.eot : '\n';
+    **ids = st->vocab == 256 ? '\n' : st->decodes ? st->tok.eot : st->vocab - 1;
     *n = 1;
     return OSDP_OK;
 }

@@ -21,9 +21,10 @@ osdp_status osdp_sample_text_open(osdp_sample_text *st, const osdp_job *job, int
 void osdp_sample_text_close(osdp_sample_text *st);
 
 /* The prompt's token ids (*ids malloc'd, *n >= 1): --prompt-ids, --prompt
- * through the vocabulary, or, with neither, the start of a document: the
- * table's end-of-text token, a newline for bytes, the last id of a
- * vocabulary that does not decode (GPT-2's end-of-text is 50256 of 50257).  OSDP_ERR_INPUT naming the
+ * through the vocabulary, or, with neither, the start of a document: a
+ * newline for a byte model (vocabulary 256, with or without a table), the
+ * table's end-of-text token for another, the last id of a vocabulary
+ * without a table (GPT-2's end-of-text is 50256 of 50257).  OSDP_ERR_INPUT naming the
  * option for ids outside the vocabulary, text the vocabulary cannot encode
  * or a prompt that needs a --tokenizer. */
 osdp_status osdp_sample_text_prompt(const osdp_sample_text *st, const osdp_job *job, int **ids, int *n);
