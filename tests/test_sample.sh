@@ -50,10 +50,15 @@ for n in 1 2 4; do sample $n n$n "${SET[@]}" || bad "sample on $n ranks" "$WORK/
 len=$(wc -c < "$WORK/n1.txt")
 if [ "$len" -ge 57 ] && head -c 6 "$WORK/n1.txt" | grep -q '^12+34=$' && cmp -s "$WORK/n1.txt" "$WORK/n2.txt" \
    && cmp -s "$WORK/n1.txt" "$WORK/n4.txt"; then
-    ok "seed 7: the same $len bytes on 1, 2 and 4 ranks ($(head -1 "$WORK/n1.txt" | cut -c1-40)...)"
+    ok "seed 7: the same $len bytes on 1, 2 and 4 ranks ($(head -c 40 "$WORK/n1.txt" | tr -c '[:print:]' '.')...)"
 else bad "samples across rank counts" "$WORK/n4.err"; fi
 sample 1 seed8 "${SET[@]}" --seed 8 || bad "sample --seed 8" "$WORK/seed8.err"
 cmp -s "$WORK/n1.txt" "$WORK/seed8.txt" && bad "seeds 7 and 8 gave the same text" || ok "seed 8 gives another text than seed 7"
+
+sample 1 unprompted --ckpt "$CK" --tokens 10 || bad "sample without a prompt" "$WORK/unprompted.err"
+[ "$(head -c 1 "$WORK/unprompted.txt" | od -An -tu1 | tr -d ' ')" = 10 ] && [ "$(wc -c < "$WORK/unprompted.txt")" = 12 ] \
+    && ok "no prompt: a byte model starts from a newline (printed), then 10 tokens" \
+    || bad "unprompted sample" "$WORK/unprompted.err"
 
 # 3. greedy = the argmax of an independent numpy forward, 40 tokens (6 + 40 > ctx 32: the crop too)
 sample 1 greedy --ckpt "$WORK/ck/step_00000004.h5" --prompt "12+34=" --tokens 40 --temperature 0 \

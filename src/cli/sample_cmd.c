@@ -4,10 +4,10 @@
  * with an all-ZDP plan, so each rank holds 1/N of the weights; any rank
  * count, any file: a training checkpoint or a weights file), gather the
  * operators' weights to rank 0 (src/cli/sampler.h), and rank 0 generates
- * and prints while the others sleep at a final barrier.  The text depends
- * on the checkpoint, the prompt and the settings only: not on the rank
- * count.  stdout gets the text alone (the prompt, then what follows it);
- * rank 0 says what it ran on stderr. */
+ * (with the node's cores) and prints while the others sleep at a final
+ * barrier.  The text depends on the checkpoint, the prompt and the
+ * settings only: not on the rank count.  stdout gets the text alone (the
+ * prompt, then what follows it); rank 0 says what it ran on stderr. */
 #include "config.h"
 #include "cli/app.h"
 #include "osdp/checkpoint.h"
@@ -24,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* a runtime over the world holding the checkpoint's weights, 1/N per rank */
 static osdp_status load_weights(osdp_runtime *rt, osdp_plan *plan, osdp_comm *comm, const osdp_layout *layout,
@@ -96,6 +97,11 @@ int osdp_cmd_sample(const osdp_job *job)
         fprintf(stderr, "sample: %s (model %s, %s), %d prompt tokens + %d, temperature %g, top-k %s, seed %lld, %d rank%s\n",
                 job->ckpt, cfg.name, step, n_prompt, settings.tokens, settings.temperature, top_k, job->seed, world.size,
                 world.size == 1 ? "" : "s");
+        /* the other ranks sleep while rank 0 generates: without --threads it
+         * takes the node's cores (the kernels give the same bits on any
+         * thread count, so the text does not change) */
+        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        if (!job->threads && cores > world.threads) osdp_compute_cpu.init(world.local_rank, (int)cores);
         int *out = malloc((size_t)settings.tokens * sizeof *out);
         s = out ? osdp_sampler_generate(&sm, prompt, n_prompt, &settings, out)
                 : osdp_error_set(OSDP_ERR_OOM, "sample: out of host memory");
