@@ -5,6 +5,7 @@ independent numpy forward.
     scripts/osdp_weights.py export-hf CKPT --out MODEL.safetensors
     scripts/osdp_weights.py import-hf MODEL.safetensors --model MODEL.ini --out WEIGHTS.h5
     scripts/osdp_weights.py loss WEIGHTS --data FILE --step S --global-batch G [--seed N] [--seq-len T]
+    scripts/osdp_weights.py greedy WEIGHTS (--prompt TEXT | --prompt-ids 1,2,3) --tokens N
 
 export-hf  reads the /model group of an osdp checkpoint (doc/checkpoint-format.md) and writes
            its tensors under `GPT2LMHeadModel` names (transformer.wte.weight, transformer.h.0.attn.
@@ -20,6 +21,10 @@ loss       the mean token loss of a weights source (an osdp checkpoint / weights
            .safetensors file) on the global batch of data step S, with the batch drawn as
            osdp_gpt draws it (include/osdp/data.h) from a text file read as bytes: a forward in
            numpy that shares no code with osdp, to check exported weights and osdp's loss.
+greedy     the N tokens that greedy decoding (the argmax of the logits, the sequence cropped to
+           the model's last ctx tokens, positions from 0) appends to the prompt (bytes of the
+           UTF-8 text, or ids), with the same numpy forward: the reference of
+           `osdp_gpt sample --temperature 0`.  Prints the ids, space-separated.
 
 Needs numpy, h5py and safetensors (pip install numpy h5py safetensors).
 """
@@ -282,8 +287,8 @@ def splitmix64(x):
     return x ^ (x >> 31)
 
 
-def forward_loss(w, model, inputs, targets):
-    """GPT-2 forward (pre-LN blocks, tanh GELU, causal attention) and the mean token loss, in float64."""
+def forward_logits(w, model, inputs):
+    """GPT-2 forward (pre-LN blocks, tanh GELU, causal attention) in float64: logits (B, T, V)."""
     d, H = model.n_embd, model.n_head
     B, T = inputs.shape
     g = lambda op, t: w[(op, t)].astype(np.float64)
@@ -308,7 +313,12 @@ def forward_loss(w, model, inputs, targets):
         h = layernorm(x, m, "ln_2") @ g(m, "fc.weight") + g(m, "fc.bias")
         h = 0.5 * h * (1 + np.tanh(np.sqrt(2 / np.pi) * (h + 0.044715 * h ** 3)))
         x = x + h @ g(m, "proj.weight") + g(m, "proj.bias")
-    logits = layernorm(x, "head", "ln_f") @ g("head", "lm_head.weight")
+    return layernorm(x, "head", "ln_f") @ g("head", "lm_head.weight")
+
+
+def forward_loss(w, model, inputs, targets):
+    """The mean token loss of forward_logits, in float64."""
+    logits = forward_logits(w, model, inputs)
     top = logits.max(-1, keepdims=True)
     lse = top[..., 0] + np.log(np.exp(logits - top).sum(-1))
     picked = np.take_along_axis(logits, targets[..., None], -1)[..., 0]
@@ -339,6 +349,27 @@ def loss(a):
     print(f"loss {forward_loss(w, model, inputs, targets):.9g}")
 
 
+def greedy(a):
+    model, w = read_osdp(a.weights)
+    if (a.prompt is None) == (a.prompt_ids is None):
+        fail("give one of --prompt TEXT and --prompt-ids 1,2,3")
+    if a.prompt is not None:
+        seq = list(a.prompt.encode())
+    else:
+        try:
+            seq = [int(t) for t in a.prompt_ids.split(",")]
+        except ValueError:
+            fail(f"--prompt-ids '{a.prompt_ids}': expected token ids separated by commas")
+    if not seq or any(not 0 <= t < model.vocab for t in seq):
+        fail(f"the prompt's ids must be in [0, {model.vocab})")
+    out = []
+    for _ in range(a.tokens):
+        window = np.array([seq[-model.ctx:]], dtype=np.int64)
+        out.append(int(np.argmax(forward_logits(w, model, window)[0, -1])))
+        seq.append(out[-1])
+    print(" ".join(map(str, out)))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
@@ -361,6 +392,12 @@ def main():
     p.add_argument("--seed", type=int, default=1337)
     p.add_argument("--seq-len", type=int, default=0)
     p.set_defaults(run=loss)
+    p = sub.add_parser("greedy", help="numpy forward: greedy decoding of a prompt")
+    p.add_argument("weights", help="an osdp checkpoint or weights file")
+    p.add_argument("--prompt", help="text (its UTF-8 bytes are the tokens of a byte model)")
+    p.add_argument("--prompt-ids", help="token ids, comma-separated")
+    p.add_argument("--tokens", type=int, required=True)
+    p.set_defaults(run=greedy)
     a = ap.parse_args()
     a.run(a)
 

@@ -11,8 +11,9 @@ Writes, in DIR (created; existing shards of the same NAME are never overwritten)
   NAME_tokenizer.bin
       the token table in llm.c's tokenizer file format (version 2): a header of 256
       little-endian uint32 (magic 20240328, version 2, vocabulary size, end-of-text token),
-      then for each token id in order one byte of length L (1..255) and its L bytes.
-      `osdp_gpt sample --tokenizer FILE` decodes with it.
+      then for each token id in order one byte of length L (1..255) and its L bytes
+      (doc/tokenizer-format.md).  `osdp_gpt sample --tokenizer FILE` and
+      `osdp_gpt train --sample-every N --tokenizer FILE` decode with it.
 
 Tokenizers:
   bytes  every byte is a token (vocabulary 256, what osdp reads from a plain text file);

@@ -17,6 +17,7 @@ static void usage(FILE *out)
         "  train     train a model on N ranks (mpiexec -n N / srun)\n"
         "  plan      plan a model for N ranks and a device (one process)\n"
         "  profile   measure the device file's alpha, beta, gamma (mpiexec -n N / srun)\n"
+        "  sample    generate text from a checkpoint (any number of ranks)\n"
         "  --help    this text\n"
         "  --version the version\n", PACKAGE_VERSION);
 }
@@ -86,7 +87,8 @@ int main(int argc, char **argv)
     }
     osdp_command command = strcmp(argv[1], "train") == 0 ? OSDP_CMD_TRAIN
                          : strcmp(argv[1], "plan") == 0 ? OSDP_CMD_PLAN
-                         : strcmp(argv[1], "profile") == 0 ? OSDP_CMD_PROFILE : 0;
+                         : strcmp(argv[1], "profile") == 0 ? OSDP_CMD_PROFILE
+                         : strcmp(argv[1], "sample") == 0 ? OSDP_CMD_SAMPLE : 0;
     if (!command) return refuse_once(&argc, &argv, "osdp_gpt: unknown command '%s' (try osdp_gpt --help)\n", argv[1]);
     osdp_job job;
     osdp_status s = osdp_options_parse(command, argc - 1, argv + 1, &job);
@@ -105,5 +107,6 @@ int main(int argc, char **argv)
         MPI_Finalize();
         return 0;
     }
-    return command == OSDP_CMD_TRAIN ? osdp_cmd_train(&job) : osdp_cmd_profile(&job);
+    return command == OSDP_CMD_TRAIN ? osdp_cmd_train(&job)
+         : command == OSDP_CMD_SAMPLE ? osdp_cmd_sample(&job) : osdp_cmd_profile(&job);
 }

@@ -91,6 +91,10 @@ osdp_status osdp_ckpt_load(osdp_runtime *rt, const osdp_model_config *cfg, const
 /* Only the root attributes, validated (format version) but not compared with
  * any model. */
 osdp_status osdp_ckpt_read_info(const char *path, MPI_Comm comm, osdp_ckpt_info *info);
+/* The model description a checkpoint or weights file holds (attribute
+ * model_description, metadata checksum verified), parsed into *cfg: what
+ * a command that only reads a file (osdp_gpt sample) builds its model from. */
+osdp_status osdp_ckpt_read_model(const char *path, MPI_Comm comm, osdp_model_config *cfg);
 
 /* "step_00000042.h5" for step 42 */
 void osdp_ckpt_step_name(long step, char *buf, size_t n);

@@ -17,6 +17,8 @@ int osdp_cmd_train(const struct osdp_job *job);
 int osdp_cmd_plan(const struct osdp_job *job);
 /* measures alpha, beta and gamma over the MPI ranks; writes a device file (after MPI_Init) */
 int osdp_cmd_profile(const struct osdp_job *job);
+/* text from a checkpoint's weights, any number of ranks (after MPI_Init; src/cli/sample_cmd.c) */
+int osdp_cmd_sample(const struct osdp_job *job);
 struct osdp_layout;
 struct osdp_device;
 struct osdp_planner_options;

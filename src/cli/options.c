@@ -26,6 +26,7 @@ typedef enum option_type {
 #define TRAIN OSDP_CMD_TRAIN
 #define PLAN OSDP_CMD_PLAN
 #define PROFILE OSDP_CMD_PROFILE
+#define SAMPLE OSDP_CMD_SAMPLE
 #define FIELD(f) offsetof(osdp_job, f)
 #define OSDP_MAX_MEM_LIMIT 1152921504606846976.0   /* 2^60 bytes, as device files */
 
@@ -184,7 +185,7 @@ static const option_row g_options[] = {
      .metavar = "N", .default_text = "--steps; a resume keeps the checkpoint's",
      .help = "cosine horizon"},
     /* the machine */
-    {.name = "threads", .type = OPT_INT, .commands = TRAIN | PROFILE, .field = FIELD(threads), .lo = 1, .hi = 4096,
+    {.name = "threads", .type = OPT_INT, .commands = TRAIN | PROFILE | SAMPLE, .field = FIELD(threads), .lo = 1, .hi = 4096,
      .metavar = "N", .default_text = "node cores / ranks on the node",
      .help = "compute threads per rank (at most the node's cores)"},
     {.name = "backend", .type = OPT_ENUM, .commands = TRAIN, .field = FIELD(backend), .choices = "cpu|cuda",
@@ -220,13 +221,45 @@ static const option_row g_options[] = {
      .help = "if the checkpoint is refused, try the previous save in its directory"},
     {.name = "init-from", .type = OPT_TEXT, .commands = TRAIN, .field = FIELD(init_from), .metavar = "FILE",
      .help = "start from the weights of a checkpoint (fresh optimizer, step 0)"},
+    /* sampling */
+    {.name = "ckpt", .type = OPT_TEXT, .commands = SAMPLE, .required = SAMPLE, .field = FIELD(ckpt), .metavar = "FILE",
+     .help = "a checkpoint or weights file: the model and its weights (any rank count, any plan)"},
+    {.name = "prompt", .type = OPT_TEXT, .commands = SAMPLE, .field = FIELD(prompt), .metavar = "TEXT",
+     .default_text = "a newline (bytes), the end-of-text token (a token table)",
+     .help = "the text to continue (with a token table: cut by greedy longest match)"},
+    {.name = "prompt-ids", .type = OPT_TEXT, .commands = SAMPLE, .field = FIELD(prompt_ids), .metavar = "ID,ID..",
+     .help = "the prompt as token ids, instead of --prompt"},
+    {.name = "tokens", .type = OPT_INT, .commands = SAMPLE, .field = FIELD(tokens), .lo = 1, .hi = 65536,
+     .default_value = "128", .metavar = "N",
+     .help = "tokens to generate"},
+    {.name = "temperature", .type = OPT_FLOAT, .commands = SAMPLE, .field = FIELD(temperature), .hi = 100,
+     .default_value = "1", .metavar = "X",
+     .help = "softmax temperature (0: greedy, the most probable token)"},
+    {.name = "top-k", .type = OPT_INT, .commands = SAMPLE, .field = FIELD(top_k), .lo = 1, .hi = 1 << 24,
+     .metavar = "K", .default_text = "the whole vocabulary",
+     .help = "sample among the K most probable tokens (at most the vocabulary)"},
+    {.name = "seed", .type = OPT_INT, .commands = SAMPLE, .field = FIELD(seed), .hi = 1e18, .default_value = "1337",
+     .metavar = "S",
+     .help = "the sampling RNG: a seed gives the same text on any rank count"},
+    {.name = "tokenizer", .type = OPT_TEXT, .commands = TRAIN | SAMPLE, .field = FIELD(tokenizer), .metavar = "FILE",
+     .default_text = "none: vocabulary 256 decodes as bytes, another prints token ids",
+     .help = "token table in llm.c's tokenizer format, version 2 (doc/tokenizer-format.md;\n"
+        "scripts/prepare_data.py writes NAME_tokenizer.bin): decodes samples"},
+    {.name = "sample-every", .type = OPT_INT, .commands = TRAIN, .field = FIELD(sample_every), .lo = 1, .hi = 1e12,
+     .metavar = "N",
+     .help = "rank 0 prints a sample after every N-th step and after the last (temperature 1,\n"
+        "the whole vocabulary, from a newline or the end-of-text token; the losses do not change)"},
+    {.name = "sample-tokens", .type = OPT_INT, .commands = TRAIN, .field = FIELD(sample_tokens), .lo = 1, .hi = 65536,
+     .default_value = "64", .metavar = "N",
+     .help = "tokens per --sample-every sample"},
 };
 #define N_OPTIONS ((int)(sizeof g_options / sizeof g_options[0]))
 _Static_assert(sizeof g_options / sizeof g_options[0] <= OSDP_MAX_OPTIONS, "raise OSDP_MAX_OPTIONS");
 
 const char *osdp_command_name(osdp_command command)
 {
-    return command == OSDP_CMD_TRAIN ? "train" : command == OSDP_CMD_PLAN ? "plan" : "profile";
+    return command == OSDP_CMD_TRAIN ? "train" : command == OSDP_CMD_PLAN ? "plan"
+         : command == OSDP_CMD_SAMPLE ? "sample" : "profile";
 }
 
 /* the row of `name` for `command`, -1 when the command has no such option */
@@ -500,6 +533,8 @@ void osdp_options_usage(osdp_command command, FILE *out)
         [OSDP_CMD_PROFILE] = "usage: mpiexec -n N osdp_gpt profile --model FILE --out FILE [options]     (N >= 2)\n"
                              "  measures alpha/beta (all-gather, reduce-scatter over the N ranks) and gamma per\n"
                              "  operator type (forward + backward of the model's operators), writes a device file",
+        [OSDP_CMD_SAMPLE] = "usage: osdp_gpt sample --ckpt FILE [options]     (any number of ranks: mpiexec -n N)\n"
+                            "  generates text from a checkpoint's weights (rank 0 generates and prints it to stdout)",
     };
     osdp_job defaults;
     job_defaults(command, &defaults);

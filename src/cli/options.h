@@ -17,7 +17,7 @@
 #include <stdio.h>
 #include "osdp/error.h"
 
-typedef enum osdp_command { OSDP_CMD_TRAIN = 1, OSDP_CMD_PLAN = 2, OSDP_CMD_PROFILE = 4 } osdp_command;
+typedef enum osdp_command { OSDP_CMD_TRAIN = 1, OSDP_CMD_PLAN = 2, OSDP_CMD_PROFILE = 4, OSDP_CMD_SAMPLE = 8 } osdp_command;
 
 /* the words of the enumerated options, in the order of their values */
 typedef enum osdp_recompute_choice { OSDP_RECOMPUTE_NONE, OSDP_RECOMPUTE_ALL, OSDP_RECOMPUTE_AUTO } osdp_recompute_choice;
@@ -30,7 +30,7 @@ typedef enum osdp_precision_choice { OSDP_PRECISION_BF16, OSDP_PRECISION_FP32 } 
 #define OSDP_TP_AUTO 0                /* --tp auto: the planner chooses the tensor-parallel degree */
 #define OSDP_MAX_TP 4096              /* --tp: the largest (it must divide the heads anyway) */
 #define OSDP_PROFILE_MAX_REPS 64      /* profile --reps: the largest */
-#define OSDP_MAX_OPTIONS 64           /* rows of the table (checked at start) */
+#define OSDP_MAX_OPTIONS 96           /* rows of the table (checked at start) */
 
 /* One resolved job: every option's value, defaults applied. */
 typedef struct osdp_job {
@@ -73,6 +73,15 @@ typedef struct osdp_job {
     const char *ckpt_dir, *resume_file, *init_from;
     long long save_every, keep;
     int resume, resume_fallback;
+    /* sampling (osdp_gpt sample; train --sample-every) */
+    const char *ckpt;                 /* sample: the checkpoint or weights file */
+    const char *prompt, *prompt_ids;  /* NULL: not given */
+    const char *tokenizer;            /* a token table (llm.c tokenizer format); NULL: none */
+    long long tokens;                 /* sample: tokens to generate */
+    double temperature;               /* 0: greedy */
+    long long top_k;                  /* 0: not given (the whole vocabulary) */
+    long long sample_every;           /* train: a sample after every N-th step; 0: none */
+    long long sample_tokens;          /* train: tokens per sample */
     /* which options the command line gave, by table row */
     unsigned char given[OSDP_MAX_OPTIONS];
 } osdp_job;

@@ -14,6 +14,7 @@
 #include "osdp/runtime.h"
 #include "cli/train_checkpoint.h"
 #include "options.h"
+#include "train_sample.h"
 #include "validation.h"
 
 #include <math.h>
@@ -413,6 +414,8 @@ int osdp_cmd_train(const osdp_job *job)
     osdp_check_all(osdp_data_open(&data, job->data, cfg.vocab, T));
     osdp_validation val;
     osdp_check_all(osdp_validation_open(&val, job, &data, cfg.vocab, T, world.rank));
+    osdp_train_sample samples;
+    osdp_check_all(osdp_train_sample_open(&samples, job, &cfg, world.rank));
     osdp_plan plan;
     osdp_check_all(load_plan(&plan, &layout, job, &t, &mesh));
     int global = plan.micro_batch * plan.accum_steps * mesh.dp;
@@ -467,6 +470,7 @@ int osdp_cmd_train(const osdp_job *job)
             if (s != OSDP_OK) fatal_with_hint(s, &t);
         }
         osdp_report_step(&report, &stats);
+        if (osdp_train_sample_due(&samples, stats.step, (long)job->steps)) osdp_check_all(osdp_train_sample_run(&samples, &rt));
         int stop = 0;
         osdp_check_all(osdp_train_ckpt_after_step(&ckpt, &stop));
         if (stop) break;
@@ -483,6 +487,7 @@ int osdp_cmd_train(const osdp_job *job)
     osdp_comm_destroy(&comm);
     osdp_mesh_free(&mesh);
     osdp_plan_free(&plan);
+    osdp_train_sample_close(&samples);
     osdp_validation_close(&val);
     osdp_data_close(&data);
     osdp_layout_free(&layout);

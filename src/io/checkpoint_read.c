@@ -179,6 +179,22 @@ osdp_status osdp_ckpt_read_info(const char *path, MPI_Comm comm, osdp_ckpt_info 
     return s;
 }
 
+osdp_status osdp_ckpt_read_model(const char *path, MPI_Comm comm, osdp_model_config *cfg)
+{
+    ck_h5_quiet quiet;
+    ck_h5_quiet_begin(&quiet);
+    hid_t fapl, file;
+    osdp_ckpt_info info;
+    char *text = NULL;
+    osdp_status s = open_file(path, comm, &fapl, &file);
+    if (s == OSDP_OK) s = osdp_status_agree(read_root(file, path, &info, &text), comm);
+    if (s == OSDP_OK) s = osdp_status_agree(osdp_model_config_parse(cfg, text, path), comm);
+    close_file(fapl, file);
+    ck_h5_quiet_end(&quiet);
+    free(text);
+    return s;
+}
+
 /* does every component of the absolute path `name` exist? */
 static int object_exists(hid_t file, const char *name)
 {
