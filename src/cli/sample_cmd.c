@@ -26,6 +26,15 @@
 #include <string.h>
 #include <unistd.h>
 
+/* a checkpoint's error, with the option that named the file */
+static osdp_status blame_ckpt_option(osdp_status s)
+{
+    if (s == OSDP_OK) return s;
+    char msg[2048];
+    snprintf(msg, sizeof msg, "%s", osdp_error_message());
+    return osdp_error_set(s, "--ckpt: %s", msg);
+}
+
 /* a runtime over the world holding the checkpoint's weights, 1/N per rank */
 static osdp_status load_weights(osdp_runtime *rt, osdp_plan *plan, osdp_comm *comm, const osdp_layout *layout,
                                 const osdp_model_config *cfg, const char *path, osdp_ckpt_info *info)
@@ -43,13 +52,7 @@ static osdp_status load_weights(osdp_runtime *rt, osdp_plan *plan, osdp_comm *co
     osdp_optim_defaults(&opt.optim);
     s = osdp_runtime_create(rt, layout, plan, comm, cpu, &opt);
     if (s != OSDP_OK) return s;
-    s = osdp_ckpt_load(rt, cfg, path, OSDP_CKPT_WEIGHTS_ONLY, MPI_COMM_WORLD, info);
-    if (s != OSDP_OK) {
-        char msg[2048];
-        snprintf(msg, sizeof msg, "%s", osdp_error_message());
-        return osdp_error_set(s, "--ckpt: %s", msg);
-    }
-    return OSDP_OK;
+    return blame_ckpt_option(osdp_ckpt_load(rt, cfg, path, OSDP_CKPT_WEIGHTS_ONLY, MPI_COMM_WORLD, info));
 }
 
 int osdp_cmd_sample(const osdp_job *job)
@@ -57,19 +60,13 @@ int osdp_cmd_sample(const osdp_job *job)
     osdp_world world;
     osdp_world_init(&world, (int)job->threads);
     osdp_model_config cfg;
-    osdp_status s = osdp_ckpt_read_model(job->ckpt, MPI_COMM_WORLD, &cfg);
-    if (s != OSDP_OK) {
-        char msg[2048];
-        snprintf(msg, sizeof msg, "%s", osdp_error_message());
-        s = osdp_error_set(s, "--ckpt: %s", msg);
-    }
-    osdp_check_all(s);
+    osdp_check_all(blame_ckpt_option(osdp_ckpt_read_model(job->ckpt, MPI_COMM_WORLD, &cfg)));
     if (job->top_k > cfg.vocab)
         osdp_check_all(osdp_error_set(OSDP_ERR_INPUT, "--top-k %lld: above the model's vocabulary of %d tokens", job->top_k,
                                       cfg.vocab));
     osdp_sample_text text;
     int *prompt = NULL, n_prompt = 0;
-    s = osdp_sample_text_open(&text, job, cfg.vocab);
+    osdp_status s = osdp_sample_text_open(&text, job, cfg.vocab);
     if (s == OSDP_OK) s = osdp_sample_text_prompt(&text, job, &prompt, &n_prompt);
     osdp_check_all(s);
     osdp_check_all(osdp_compute_cpu.init(world.local_rank, world.threads));
