@@ -44,21 +44,29 @@ static int counts_better_plus(const int *a, int plus, const int *b, int k)
  * slices ZDP) fractionally, so intermediate fronts held millions of points
  * for final fronts of hundreds. */
 
-/* room for need points of k counts each; the buffers are reused by groups
- * with different k, so the counts' room is kept per k (v->kc) */
+/* room for need points of k counts each, contents not kept (every caller
+ * fills the points afresh: a realloc's copy of the old points was a fifth
+ * of a search's time on N&D with --split auto --recompute auto); the
+ * buffers are reused by groups with different k, so the counts' room is
+ * kept per k (v->kc) */
 static int pts_reserve(osdp_sx_points *v, size_t need, int k)
 {
-    int c1 = v->cap, c2 = v->cap;
-    if (osdp_sx_grow((void **)&v->m, sizeof *v->m, need, &c1) || osdp_sx_grow((void **)&v->q, sizeof *v->q, need, &c2))
+    if ((size_t)v->cap >= need && k <= v->kc && v->c) return 0;
+    size_t cap = v->cap > 0 ? (size_t)v->cap : 64;
+    while (cap < need) cap *= 2;
+    const int kk = k > v->kc ? k : v->kc;
+    if (cap > INT_MAX) return -1;
+    free(v->m); free(v->q); free(v->c);
+    v->m = malloc(sizeof *v->m * cap);
+    v->q = malloc(sizeof *v->q * cap);
+    v->c = malloc(sizeof *v->c * cap * (size_t)kk);
+    v->n = 0;
+    if (!v->m || !v->q || !v->c) {
+        osdp_sx_pts_free(v);
         return -1;
-    if (c1 != v->cap || k > v->kc || !v->c) {
-        int kk = k > v->kc ? k : v->kc;
-        int *nc = realloc(v->c, sizeof *v->c * (size_t)c1 * (size_t)kk);
-        if (!nc) return -1;
-        v->c = nc;
-        v->kc = kk;
     }
-    v->cap = c1;
+    v->cap = (int)cap;
+    v->kc = kk;
     return 0;
 }
 
