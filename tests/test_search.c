@@ -331,6 +331,21 @@ END_TEST
  * case the exact search's group fronts (G_d(j) with restricted LP bounds)
  * were built for.  Small instances against brute force, larger ones against
  * the DFS. */
+/* the smallest and the largest memory any plan of I takes */
+static void mem_range(const inst *I, long long *lo, long long *hi)
+{
+    *lo = *hi = 0;
+    for (int i = 0; i < I->n; i++) {
+        long long mn = I->m[i][0], mx = I->m[i][0];
+        for (int c = 1; c < I->k[i]; c++) {
+            if (I->m[i][c] < mn) mn = I->m[i][c];
+            if (I->m[i][c] > mx) mx = I->m[i][c];
+        }
+        *lo += mn;
+        *hi += mx;
+    }
+}
+
 static void split_instance(inst *I, unsigned seed, int n_groups, int r_max)
 {
     g_rng = seed * 104729ULL + 7;
@@ -368,16 +383,8 @@ static void split_instance(inst *I, unsigned seed, int n_groups, int r_max)
             I->t[i][x] = x == 0 ? 1e-3 : x == 4 ? 1e-3 + 2e-10 * big : 1e30;
         }
     }
-    long long lo = 0, hi = 0;
-    for (int u = 0; u < I->n; u++) {
-        long long mn = I->m[u][0], mx = I->m[u][0];
-        for (int c = 1; c < 5; c++) {
-            if (I->m[u][c] < mn) mn = I->m[u][c];
-            if (I->m[u][c] > mx) mx = I->m[u][c];
-        }
-        lo += mn;
-        hi += mx;
-    }
+    long long lo, hi;
+    mem_range(I, &lo, &hi);
     I->p.mem_limit = lo + (long long)(rnd_unit() * (double)(hi - lo));
 }
 
@@ -459,16 +466,8 @@ static void slope_instance(inst *I, unsigned seed)
             memcpy(I->t[i], t, sizeof *t * (size_t)k[j]);
         }
     }
-    long long lo = 0, hi = 0;
-    for (int i = 0; i < n; i++) {
-        long long mn = I->m[i][0], mx = I->m[i][0];
-        for (int c = 1; c < I->k[i]; c++) {
-            if (I->m[i][c] < mn) mn = I->m[i][c];
-            if (I->m[i][c] > mx) mx = I->m[i][c];
-        }
-        lo += mn;
-        hi += mx;
-    }
+    long long lo, hi;
+    mem_range(I, &lo, &hi);
     I->p.mem_limit = lo - 1000 + (long long)(rnd_unit() * (double)(hi - lo + 2000));
 }
 
