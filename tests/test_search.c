@@ -331,6 +331,21 @@ END_TEST
  * case the exact search's group fronts (G_d(j) with restricted LP bounds)
  * were built for.  Small instances against brute force, larger ones against
  * the DFS. */
+/* the smallest and the largest memory any plan of I takes */
+static void mem_range(const inst *I, long long *lo, long long *hi)
+{
+    *lo = *hi = 0;
+    for (int i = 0; i < I->n; i++) {
+        long long mn = I->m[i][0], mx = I->m[i][0];
+        for (int c = 1; c < I->k[i]; c++) {
+            if (I->m[i][c] < mn) mn = I->m[i][c];
+            if (I->m[i][c] > mx) mx = I->m[i][c];
+        }
+        *lo += mn;
+        *hi += mx;
+    }
+}
+
 static void split_instance(inst *I, unsigned seed, int n_groups, int r_max)
 {
     g_rng = seed * 104729ULL + 7;
@@ -368,16 +383,8 @@ static void split_instance(inst *I, unsigned seed, int n_groups, int r_max)
             I->t[i][x] = x == 0 ? 1e-3 : x == 4 ? 1e-3 + 2e-10 * big : 1e30;
         }
     }
-    long long lo = 0, hi = 0;
-    for (int u = 0; u < I->n; u++) {
-        long long mn = I->m[u][0], mx = I->m[u][0];
-        for (int c = 1; c < 5; c++) {
-            if (I->m[u][c] < mn) mn = I->m[u][c];
-            if (I->m[u][c] > mx) mx = I->m[u][c];
-        }
-        lo += mn;
-        hi += mx;
-    }
+    long long lo, hi;
+    mem_range(I, &lo, &hi);
     I->p.mem_limit = lo + (long long)(rnd_unit() * (double)(hi - lo));
 }
 
@@ -413,6 +420,82 @@ START_TEST(test_split_groups)
     printf("split groups: %d equal to brute force, %d equal to the DFS, %d skipped (DFS timed out)\n", brute, dfs,
            skipped);
     ck_assert(brute >= 25 && dfs >= 10);
+}
+END_TEST
+
+/* Items whose choices lie on a few shared slopes (time exactly linear in
+ * the bytes saved, the same rate across items, on a grid the fixed-point
+ * time holds exactly): the LP line of a group front places its own hull
+ * edges among the other groups' edges of EQUAL efficiency (search_front.c:
+ * an other edge first), and the budget ends on either kind.  Singleton
+ * items with up to 8 choices (the distinct operators of --split auto
+ * --recompute auto), plus groups of 2 or 3 identical items, some choices
+ * off the line (above it: dominated or hull-breaking); limits from below
+ * the smallest memory to above the largest.  The exact search must return
+ * brute force's plan. */
+static void slope_instance(inst *I, unsigned seed)
+{
+    g_rng = seed * 15485863ULL + 11;
+    const int singles = rnd_int(2, 4), groups = rnd_int(0, 2);
+    int r[2] = {0, 0}, n = singles, k[6];
+    for (int j = 0; j < groups; j++) n += r[j] = rnd_int(2, 3);
+    inst_alloc(I, n);
+    for (int j = 0; j < singles + groups; j++) k[j] = rnd_int(2, j < singles ? 8 : 4);
+    for (int j = 0;; j = (j + 1) % (singles + groups)) { /* keep brute force small: fewer choices, in turn */
+        double plans = 1;
+        for (int q = 0; q < singles + groups; q++) plans *= pow(k[q], q < singles ? 1 : r[q - singles]);
+        if (plans <= 2e5) break;
+        if (k[j] > 2) k[j]--;
+    }
+    const double unit = 0x1p-20; /* seconds per grid step: exact in the search's fixed point */
+    for (int j = 0, i = 0; j < singles + groups; j++) {
+        const int copies = j < singles ? 1 : r[j - singles];
+        long long m[8];
+        double t[8];
+        const long long step = 1000 * rnd_int(1, 3);
+        const int slope = rnd_int(1, 3); /* grid steps per `step` bytes: efficiencies tie across items */
+        const int t0 = rnd_int(200, 400);
+        for (int c = 0; c < k[j]; c++) {
+            int x = rnd_int(0, 6);
+            m[c] = 5000 + x * step;
+            t[c] = unit * (t0 - slope * x + (rnd_int(0, 3) == 0 ? rnd_int(1, 3) : 0)); /* some above the line */
+        }
+        for (int q = 0; q < copies; q++, i++) {
+            inst_item(I, i, k[j]);
+            memcpy(I->m[i], m, sizeof *m * (size_t)k[j]);
+            memcpy(I->t[i], t, sizeof *t * (size_t)k[j]);
+        }
+    }
+    long long lo, hi;
+    mem_range(I, &lo, &hi);
+    I->p.mem_limit = lo - 1000 + (long long)(rnd_unit() * (double)(hi - lo + 2000));
+}
+
+START_TEST(test_shared_slopes)
+{
+    int feasible = 0, infeasible = 0, grouped = 0;
+    for (unsigned seed = 1; seed <= 400; seed++) {
+        inst I;
+        slope_instance(&I, seed);
+        int cb[32], ce[32];
+        osdp_search_result rb = {.choice = cb}, re = {.choice = ce};
+        osdp_status sb = osdp_search_brute(&I.p, &rb), se = osdp_search_exact(&I.p, &re);
+        ck_assert_msg(sb == se, "seed %u: status brute %d exact %d (%s)", seed, sb, se, osdp_error_message());
+        if (sb == OSDP_OK) {
+            check_plan(&I, &re, "exact");
+            for (int i = 0; i < I.n; i++)
+                ck_assert_msg(cb[i] == ce[i], "seed %u (n=%d): exact differs from brute at item %d", seed, I.n, i);
+            feasible++;
+            grouped += I.n > 4;
+        } else {
+            ck_assert_msg(sb == OSDP_ERR_INFEASIBLE, "seed %u: %s", seed, osdp_error_message());
+            infeasible++;
+        }
+        inst_free(&I);
+    }
+    printf("shared slopes: %d feasible (%d with groups), %d infeasible, all equal to brute force\n", feasible, grouped,
+           infeasible);
+    ck_assert(feasible >= 300 && infeasible >= 5 && grouped >= 100);
 }
 END_TEST
 
@@ -628,7 +711,7 @@ END_TEST
 static Suite *search_suite(void)
 {
     const TTest *small[] = {test_time_cap, test_infeasible, test_input_errors, NULL};
-    const TTest *small_slow[] = {test_random_small, test_random_medium, test_split_groups, NULL};
+    const TTest *small_slow[] = {test_random_small, test_random_medium, test_split_groups, test_shared_slopes, NULL};
     const TTest *gpt[] = {test_nd_small, test_dfs_timeout, NULL};
     const TTest *gpt_slow[] = {test_nd96, NULL};
     const osdp_check_case cases[] = {

@@ -268,6 +268,8 @@ osdp_status osdp_ps_context_build(osdp_ps_context *ctx, const osdp_layout *L, co
     ctx->bound_only = minimise_memory == 2;
     ctx->cutoff = INFINITY;
     ctx->counters = counters;
+    ctx->micro_batch = b;
+    ctx->accum_steps = accum;
     const int n = ctx->n_ops, cap = 2 * (2 + 3 + 5 + 9 + 17);   /* every k of every g in 1, 2, 4, 8, 16, both ways */
     choice_terms *c = malloc(sizeof *c * (size_t)cap * (size_t)n);
     ctx->n_choices = malloc(sizeof *ctx->n_choices * (size_t)n);

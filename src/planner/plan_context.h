@@ -51,7 +51,9 @@ typedef struct osdp_ps_context {
     long long *later_acts_optimistic; /* [n_ops] Kopt: each later acts_j at its largest */
     long long *later_acts_pessimistic; /* [n_ops] Kpes: each later acts_j at its smallest */
     long long fixed_bytes;            /* cst: workspace + every operator's smallest R */
+    int micro_batch, accum_steps;     /* what it was built for */
     int minimise_memory;              /* minimise the peak instead of the time */
+    int incomplete;                   /* a search on it could not try every transient bound (plan_search.c) */
     int bound_only;                   /* built for osdp_ps_lp_bound / min_transient only: every choice kept */
     double cutoff;                    /* only plans with objective <= cutoff are wanted (INFINITY: any) */
     /* the knapsack's arrays (plan_knap.c fills them; item j is operator knap_order[j]) */

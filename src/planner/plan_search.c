@@ -131,6 +131,25 @@ oom:
     return osdp_error_set(OSDP_ERR_OOM, "planner: out of host memory");
 }
 
+/* The smallest peak any plan of ctx's micro-batch has (the search of
+ * osdp_planner_min_memory, on a context of its own); -1 when that search
+ * could not try every transient bound (candidates' approx) and proves
+ * nothing. */
+static osdp_status least_peak(const osdp_ps_context *ctx, long long *peak)
+{
+    osdp_ps_context mem;
+    osdp_status s = osdp_ps_context_build(&mem, ctx->cost.layout, ctx->cost.dev, ctx->opts, ctx->micro_batch,
+                                          ctx->accum_steps, 1, ctx->cost.cuts, ctx->counters);
+    if (s != OSDP_OK) return s;
+    osdp_ps_best best = {.choice = malloc(sizeof(int) * (size_t)mem.n_ops)};
+    if (!best.choice) s = osdp_error_set(OSDP_ERR_OOM, "planner: out of host memory");
+    if (s == OSDP_OK) s = osdp_ps_search(&mem, LLONG_MAX / 8, &best);
+    if (s == OSDP_OK) *peak = best.found && !mem.incomplete ? mem.fixed_bytes + (long long)best.objective : -1;
+    free(best.choice);
+    osdp_ps_context_free(&mem);
+    return s;
+}
+
 /* The best plan with peak <= limit (or, minimising memory, the smallest peak). */
 osdp_status osdp_ps_search(osdp_ps_context *ctx, long long limit, osdp_ps_best *best)
 {
@@ -175,10 +194,29 @@ osdp_status osdp_ps_search(osdp_ps_context *ctx, long long limit, osdp_ps_best *
         }
     }
     if (limit - ctx->fixed_bytes - min_r < dlo) goto done; /* nothing fits */
+    if (!ctx->minimise_memory) {
+        /* Unless the plan of each operator's fewest held bytes fits (then
+         * something does), the smallest peak first: above the limit it
+         * proves that nothing fits in one search of a single objective,
+         * where the search below would try every transient bound in vain
+         * (a no-fit a byte short of the smallest peak: 10x faster) */
+        for (int u = 0; u < n; u++) {
+            int lc = 0;
+            for (int c = 1; c < ctx->n_choices[u]; c++)
+                if (ctx->held_bytes[PS_CHOICE(ctx, u, c)] < ctx->held_bytes[PS_CHOICE(ctx, u, lc)]) lc = c;
+            ch[u] = lc;
+        }
+        if (ctx->fixed_bytes + osdp_ps_held_sum(ctx, ch) + osdp_ps_true_transient(ctx, ch) > limit) {
+            long long least = -1;
+            if ((s = least_peak(ctx, &least)) != OSDP_OK) goto done;
+            if (least > limit) goto done; /* nothing fits */
+        }
+    }
     int approx = 0;
     s = candidates(ctx, dlo, limit - ctx->fixed_bytes - min_r, &cand, &ncand, &approx);
     if (s != OSDP_OK) goto done;
     if (approx && !ctx->minimise_memory) ctx->counters->gap = 1;
+    if (approx) ctx->incomplete = 1;
     int have_free = 0; /* fch: the unrestricted knapsack's plan */
     long long free_r = 0, free_z = 0;
     double free_obj = 0;

@@ -170,6 +170,79 @@ static void full_trees(osdp_sx_context *x, osdp_sx_keyed *kd)
     for (int k = KC; k < NTREE; k++) fen_build(f->t[k], x->n_steps);
 }
 
+/* The sum of the k largest of vals (val[t] counted w[t] times; every one
+ * when they number fewer): a selection by partition, O(n) expected, that
+ * reorders val and w. */
+static long long top_sum(long long *val, long long *w, int n, long long k)
+{
+    long long sum = 0;
+    int lo = 0, hi = n; /* the candidates: [lo, hi) */
+    while (lo < hi && k > 0) {
+        const long long pivot = val[lo + (hi - lo) / 2];
+        int gt = lo, eq_end = lo; /* [lo, gt) > pivot, [gt, eq_end) == pivot, [eq_end, i) < pivot */
+        long long w_gt = 0, s_gt = 0, w_eq = 0;
+        for (int i = lo; i < hi; i++) {
+            long long v = val[i], c = w[i];
+            if (v < pivot) continue;
+            val[i] = val[eq_end];
+            w[i] = w[eq_end];
+            if (v > pivot) { /* the first of the equal run moves to its end */
+                val[eq_end] = val[gt];
+                w[eq_end] = w[gt];
+                val[gt] = v;
+                w[gt] = c;
+                gt++;
+                w_gt += c;
+                s_gt += v * c;
+            } else {
+                val[eq_end] = v;
+                w[eq_end] = c;
+                w_eq += c;
+            }
+            eq_end++;
+        }
+        if (k <= w_gt) {
+            hi = gt;
+            continue;
+        }
+        sum += s_gt;
+        k -= w_gt;
+        if (k <= w_eq) return sum + k * pivot;
+        sum += w_eq * pivot;
+        k -= w_eq;
+        lo = eq_end;
+    }
+    return sum;
+}
+
+/* card_bound of the whole problem at lambda, without the trees (the grid
+ * below asks it for 15 lambdas; sorting the steps by r for each, as
+ * full_trees does, was the largest part of a search's setup): the same
+ * count K by size, the same sum of the K largest r.  scratch: 2 n_steps */
+static double card_bound_at(const osdp_sx_context *x, double lambda, long long budget, long long q0, long long *scratch)
+{
+    long long *val = scratch, *w = scratch + x->n_steps, size = 0, K = 0;
+    int n = 0, full = 1;
+    for (int p = 0; p < x->n_steps; p++) { /* by size: the K smallest steps with r > 0 fit */
+        const osdp_sx_step *e = &x->steps[x->by_dm[p]];
+        const double r = (double)e->dq - lambda * (double)e->dm;
+        if (!(r > 0)) continue;
+        const long long cnt = x->groups[e->g].n_items;
+        val[n] = (long long)ceil(r);
+        w[n++] = cnt;
+        if (!full) continue;
+        if (size + cnt * e->dm <= budget) {
+            size += cnt * e->dm;
+            K += cnt;
+        } else {
+            long long more = (budget - size) / e->dm;
+            K += more < cnt ? more : cnt;
+            full = 0;
+        }
+    }
+    return (double)q0 - lambda * (double)budget - (double)top_sum(val, w, n, K);
+}
+
 /* Steps, group lists, the LP trees, and lambda: of a grid of fractions of
  * the break efficiency, the one whose cardinality bound of the whole problem
  * is the largest. */
@@ -184,10 +257,12 @@ int osdp_sx_setup_bounds(osdp_sx_context *x)
     x->sg_off = calloc((size_t)x->n_groups + 1, sizeof *x->sg_off);
     x->eg_pos = malloc(sizeof *x->eg_pos * (size_t)(ne + 1));
     int *fill = calloc((size_t)x->n_groups + 1, sizeof *fill);
-    if (!kd || !fill || !x->steps || !x->by_dm || !x->by_r || !x->eg_off || !x->sg_off || !x->eg_pos ||
+    long long *scratch = malloc(sizeof *scratch * 2 * (size_t)(x->n_steps + 1));
+    if (!kd || !fill || !scratch || !x->steps || !x->by_dm || !x->by_r || !x->eg_off || !x->sg_off || !x->eg_pos ||
         fen_alloc(x, &x->full) || fen_alloc(x, &x->sides[0].f) || fen_alloc(x, &x->sides[1].f)) {
         free(kd);
         free(fill);
+        free(scratch);
         return -1;
     }
     for (int j = 0; j < x->n_groups; j++) {
@@ -224,9 +299,7 @@ int osdp_sx_setup_bounds(osdp_sx_context *x)
     for (int t = 0; t < 15; t++) {
         double fr = t < 9 ? t / 8.0 : best_f + ((t - 9) % 2 ? -1 : 1) * ldexp(1.0, -4 - (t - 9) / 2);
         if (fr < 0.0 || fr > 1.0) continue;
-        x->lambda = x->break_eff * fr;
-        full_trees(x, kd);
-        double b = card_bound(x, f, x->problem->mem_limit - f->m0, f->q0);
+        double b = card_bound_at(x, x->break_eff * fr, x->problem->mem_limit - f->m0, f->q0, scratch);
         if (b > best) {
             best = b;
             best_f = fr;
@@ -236,6 +309,7 @@ int osdp_sx_setup_bounds(osdp_sx_context *x)
     full_trees(x, kd);
     free(kd);
     free(fill);
+    free(scratch);
     return 0;
 }
 

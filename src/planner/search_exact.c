@@ -350,7 +350,7 @@ done:
         osdp_search_workspace ws = {{x.fpts[0], x.fpts[1]}, x.fpts_n};
         workspace_release(&ws);
     }
-    free(x.edm); free(x.edq); free(x.lcm); free(x.lcq); free(x.leff);
+    free(x.edm); free(x.edq); free(x.lcm); free(x.lcq); free(x.leff); free(x.own_m); free(x.own_eff); free(x.own_pos);
     free(x.groups); free(x.edges); free(x.group_order); free(x.steps);
     free(x.by_dm); free(x.by_r); free(x.eg_off); free(x.eg_pos); free(x.sg_off);
     osdp_search_prep_free(&x.prep);

@@ -87,8 +87,11 @@ typedef struct osdp_sx_context {
     struct osdp_sx_points *fpts[2]; /* [max r + 1] build_front's G_{d-1}(.), G_d(.): reused, they grow */
     int fpts_n;
     long long *edm, *edq;      /* [n_edges] build_front: the other groups' edges */
-    long long *lcm, *lcq;      /* [n_edges + k] build_front: one LP line */
-    double *leff;
+    long long *lcm, *lcq;      /* [n_edges + 1] build_front: the other groups' edges summed */
+    double *leff;              /* [n_edges] their efficiencies */
+    long long *own_m, *own_q;  /* [k + 1] build_front: one LP line's own edges summed */
+    double *own_eff;           /* [k] */
+    int *own_pos;              /* [k] where they go among the other edges */
     long long nodes;
 } osdp_sx_context;
 

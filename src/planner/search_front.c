@@ -44,21 +44,29 @@ static int counts_better_plus(const int *a, int plus, const int *b, int k)
  * slices ZDP) fractionally, so intermediate fronts held millions of points
  * for final fronts of hundreds. */
 
-/* room for need points of k counts each; the buffers are reused by groups
- * with different k, so the counts' room is kept per k (v->kc) */
+/* room for need points of k counts each, contents not kept (every caller
+ * fills the points afresh: a realloc's copy of the old points was a fifth
+ * of a search's time on N&D with --split auto --recompute auto); the
+ * buffers are reused by groups with different k, so the counts' room is
+ * kept per k (v->kc) */
 static int pts_reserve(osdp_sx_points *v, size_t need, int k)
 {
-    int c1 = v->cap, c2 = v->cap;
-    if (osdp_sx_grow((void **)&v->m, sizeof *v->m, need, &c1) || osdp_sx_grow((void **)&v->q, sizeof *v->q, need, &c2))
+    if ((size_t)v->cap >= need && k <= v->kc && v->c) return 0;
+    size_t cap = v->cap > 0 ? (size_t)v->cap : 64;
+    while (cap < need) cap *= 2;
+    const int kk = k > v->kc ? k : v->kc;
+    if (cap > INT_MAX) return -1;
+    free(v->m); free(v->q); free(v->c);
+    v->m = malloc(sizeof *v->m * cap);
+    v->q = malloc(sizeof *v->q * cap);
+    v->c = malloc(sizeof *v->c * cap * (size_t)kk);
+    v->n = 0;
+    if (!v->m || !v->q || !v->c) {
+        osdp_sx_pts_free(v);
         return -1;
-    if (c1 != v->cap || k > v->kc || !v->c) {
-        int kk = k > v->kc ? k : v->kc;
-        int *nc = realloc(v->c, sizeof *v->c * (size_t)c1 * (size_t)kk);
-        if (!nc) return -1;
-        v->c = nc;
-        v->kc = kk;
     }
-    v->cap = c1;
+    v->cap = (int)cap;
+    v->kc = kk;
     return 0;
 }
 
@@ -73,63 +81,99 @@ void osdp_sx_pts_free(osdp_sx_points *v)
 /* The LP relaxation of the completion of a point of G_d(j) as a function of
  * the bytes left: the n = r - j remaining items at par[d] and the other
  * groups at their smallest (base), then their edges by efficiency: the
- * other groups' (x->edm, x->edq, fixed during a build) merged with the
- * remaining items' hull over par[d..] (n copies of each edge).  Queried in
- * ascending memory, i.e. descending budget, so a pointer walks it down. */
+ * other groups' (fixed during a build) merged with the remaining items'
+ * hull over par[d..] (n copies of each edge), an other edge first on equal
+ * efficiency.  The other groups' edges are summed once per build
+ * (x->lcm, x->lcq: bytes and time units before edge i; x->leff: edge i's
+ * efficiency); a line only places its own few edges among them (pos[e]:
+ * the other edges before own edge e), and a query finds its place by
+ * binary search: O(own edges + log edges) instead of a walk over every
+ * edge per line (the walk was most of the time of a search on distinct
+ * operators).  The sums are the same integers and the partial edge the
+ * same efficiency as those of the merged walk, so the bound is the same
+ * number. */
 typedef struct lp_line {
-    int n, p;                  /* edges; query position */
+    int n_own;                 /* own edges */
     long long base_m, base_q;
-    long long *cm, *cq;        /* [n + 1] bytes, time units before edge t */
-    double *eff;               /* [n] units per byte of edge t */
+    const long long *own_m, *own_q; /* [n_own + 1] own bytes, time units before own edge e */
+    const double *own_eff;     /* [n_own] */
+    const int *pos;            /* [n_own + 1]: pos[n_own] = the number of other edges */
 } lp_line;
 
-static void line_build(const osdp_sx_context *x, const osdp_sx_group *g, const osdp_sx_fenwick *f, int d, long long n,
+/* the other groups' edges of this build: prefix sums and efficiencies */
+static void line_others(osdp_sx_context *x)
+{
+    x->lcm[0] = x->lcq[0] = 0;
+    for (int i = 0; i < x->n_edges; i++) {
+        x->lcm[i + 1] = x->lcm[i] + x->edm[i];
+        x->lcq[i + 1] = x->lcq[i] + x->edq[i];
+        x->leff[i] = (double)x->edges[i].dq / (double)x->edges[i].dm;
+    }
+}
+
+/* the first other edge at or after `from` whose efficiency is below ee */
+static int others_below(const osdp_sx_context *x, int from, double ee)
+{
+    int lo = from, hi = x->n_edges;
+    while (lo < hi) {
+        int mid = lo + (hi - lo) / 2;
+        if (x->edges[mid].eff >= ee) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo;
+}
+
+static void line_build(osdp_sx_context *x, const osdp_sx_group *g, const osdp_sx_fenwick *f, int d, long long n,
                        lp_line *L)
 {
     const int *h = g->pareto_hull + (size_t)d * (size_t)g->n_choices, nh = n > 0 ? g->pareto_hull_n[d] : 1;
     L->base_m = n * g->mem[h[0]] + f->m0;
     L->base_q = n * g->units[h[0]] + f->q0;
-    L->cm = x->lcm;
-    L->cq = x->lcq;
-    L->eff = x->leff;
-    int t = 0, i = 0, e = 0;
-    L->cm[0] = L->cq[0] = 0;
-    for (;;) {
-        while (i < x->n_edges && x->edm[i] == 0) i++;
-        double ei = i < x->n_edges ? x->edges[i].eff : -INFINITY, ee = -INFINITY;
-        long long dm = 0, dq = 0;
-        if (e + 1 < nh) {
-            dm = g->mem[h[e + 1]] - g->mem[h[e]];
-            dq = g->units[h[e]] - g->units[h[e + 1]];
-            ee = (double)dq / (double)dm;
-        }
-        if (i >= x->n_edges && e + 1 >= nh) break;
-        if (i < x->n_edges && ei >= ee) {
-            L->eff[t] = (double)x->edges[i].dq / (double)x->edges[i].dm;
-            dm = x->edm[i];
-            dq = x->edq[i];
-            i++;
-        } else {
-            L->eff[t] = ee;
-            dm *= n;
-            dq *= n;
-            e++;
-        }
-        L->cm[t + 1] = L->cm[t] + dm;
-        L->cq[t + 1] = L->cq[t] + dq;
-        t++;
+    L->n_own = nh - 1;
+    x->own_m[0] = x->own_q[0] = 0;
+    for (int e = 0; e + 1 < nh; e++) {
+        long long dm = g->mem[h[e + 1]] - g->mem[h[e]], dq = g->units[h[e]] - g->units[h[e + 1]];
+        double ee = (double)dq / (double)dm;
+        x->own_eff[e] = ee;
+        x->own_m[e + 1] = x->own_m[e] + dm * n;
+        x->own_q[e + 1] = x->own_q[e] + dq * n;
+        x->own_pos[e] = others_below(x, e > 0 ? x->own_pos[e - 1] : 0, ee); /* after the previous own edge */
     }
-    L->n = L->p = t;
+    x->own_pos[nh - 1] = x->n_edges;
+    L->own_m = x->own_m;
+    L->own_q = x->own_q;
+    L->own_eff = x->own_eff;
+    L->pos = x->own_pos;
 }
 
-/* the line's lower bound with `budget` bytes for everything not yet decided */
-static double line_query(lp_line *L, long long budget)
+/* the largest i in [lo, hi] with x->lcm[i] <= v (x->lcm[lo] <= v) */
+static int others_fit(const osdp_sx_context *x, int lo, int hi, long long v)
+{
+    while (lo < hi) {
+        int mid = hi - (hi - lo) / 2;
+        if (x->lcm[mid] <= v) lo = mid;
+        else hi = mid - 1;
+    }
+    return lo;
+}
+
+/* the line's lower bound with `budget` bytes for everything not yet decided:
+ * the merged edges taken whole while they fit, the next one in part */
+static double line_query(const osdp_sx_context *x, const lp_line *L, long long budget)
 {
     budget -= L->base_m;
     if (budget < 0) return INFINITY;
-    while (L->p > 0 && L->cm[L->p] > budget) L->p--;
-    double gain = (double)L->cq[L->p];
-    if (L->p < L->n) gain += (double)(budget - L->cm[L->p]) * L->eff[L->p];
+    int e = 0; /* own edges taken whole */
+    while (e < L->n_own && x->lcm[L->pos[e]] + L->own_m[e + 1] <= budget) e++;
+    double gain;
+    const long long left = budget - L->own_m[e]; /* for the other edges */
+    if (e < L->n_own && x->lcm[L->pos[e]] <= left) { /* every other edge before own edge e fits; e in part */
+        gain = (double)(x->lcq[L->pos[e]] + L->own_q[e]) + (double)(left - x->lcm[L->pos[e]]) * L->own_eff[e];
+    } else { /* the budget ends among the other edges before own edge e (or after the last) */
+        int i = others_fit(x, e > 0 ? L->pos[e - 1] : 0, L->pos[e], left);
+        gain = (double)(x->lcq[i] + L->own_q[e]);
+        if (i < x->n_edges) gain += (double)(left - x->lcm[i]) * x->leff[i];
+    }
     return (double)L->base_q - gain;
 }
 
@@ -174,7 +218,7 @@ static int front_merge(osdp_sx_context *x, const osdp_sx_group *g, const osdp_sx
         x->nodes++;
         if (out->n > 0 && q >= out->q[out->n - 1]) continue; /* dominated (or an equal that came later) */
         if (m + left * low > cap) break;                     /* memory ascends */
-        double lb = last ? osdp_sx_bound(x, f, m, q) : (double)q + line_query(&line, x->problem->mem_limit - m);
+        double lb = last ? osdp_sx_bound(x, f, m, q) : (double)q + line_query(x, &line, x->problem->mem_limit - m);
         if (lb > x->threshold) {
             if (lb < x->next) x->next = lb;
             continue;
@@ -212,14 +256,19 @@ int osdp_sx_build_front(osdp_sx_context *x, int gi, long long cap, osdp_sx_fenwi
     if (!x->edm) { /* LP line scratch, for every group */
         x->edm = malloc(sizeof *x->edm * (size_t)(x->n_edges + 1));
         x->edq = malloc(sizeof *x->edq * (size_t)(x->n_edges + 1));
-        x->lcm = malloc(sizeof *x->lcm * (size_t)(x->n_edges + x->max_choices + 1));
-        x->lcq = malloc(sizeof *x->lcq * (size_t)(x->n_edges + x->max_choices + 1));
-        x->leff = malloc(sizeof *x->leff * (size_t)(x->n_edges + x->max_choices + 1));
-        if (!x->edm || !x->edq || !x->lcm || !x->lcq || !x->leff) goto done;
+        x->lcm = malloc(sizeof *x->lcm * (size_t)(x->n_edges + 1));
+        x->lcq = malloc(sizeof *x->lcq * (size_t)(x->n_edges + 1));
+        x->leff = malloc(sizeof *x->leff * (size_t)(x->n_edges + 1));
+        x->own_m = malloc(sizeof *x->own_m * 2 * (size_t)(x->max_choices + 1));
+        x->own_q = x->own_m ? x->own_m + x->max_choices + 1 : NULL;
+        x->own_eff = malloc(sizeof *x->own_eff * (size_t)(x->max_choices + 1));
+        x->own_pos = malloc(sizeof *x->own_pos * (size_t)(x->max_choices + 1));
+        if (!x->edm || !x->edq || !x->lcm || !x->lcq || !x->leff || !x->own_m || !x->own_eff || !x->own_pos) goto done;
     }
     osdp_sx_fen_copy(x, f, &x->full);
     osdp_sx_fen_remove(x, f, gi, r);
     osdp_sx_fen_edges(x, f, x->edm, x->edq);
+    line_others(x);
     prev[0].n = 1; /* G_{-1}(0): no item yet */
     prev[0].m[0] = prev[0].q[0] = 0;
     memset(prev[0].c, 0, sizeof *prev[0].c * (size_t)k);
