@@ -19,6 +19,10 @@ typedef enum osdp_collective {
      * traffic tells the mesh's two axes apart */
     OSDP_COLL_TP_ALL_REDUCE,
     OSDP_COLL_TP_ALL_GATHER,
+    /* the pipeline axis: point-to-point messages between adjacent stages
+     * (activations forward, their gradients backward); a rank counts what it
+     * sends (logical = wire = the message's bytes), not what it receives */
+    OSDP_COLL_P2P,
     OSDP_COLL_N_TYPES
 } osdp_collective;
 const char *osdp_collective_name(osdp_collective c);
@@ -51,6 +55,11 @@ typedef struct osdp_comm_backend {
     osdp_status (*all_reduce)(osdp_comm *c, void *buf, size_t count, osdp_dtype t, osdp_request *req);
     osdp_status (*broadcast)(osdp_comm *c, void *buf, size_t bytes, int root, osdp_request *req);
     osdp_status (*barrier)(osdp_comm *c);
+    /* point to point with rank `peer` of the communicator (tag: the order of
+     * the calls between the two ranks; messages between a pair arrive in the
+     * order they were sent); waited like the collectives */
+    osdp_status (*send)(osdp_comm *c, const void *buf, size_t count, osdp_dtype t, int peer, osdp_request *req);
+    osdp_status (*recv)(osdp_comm *c, void *buf, size_t count, osdp_dtype t, int peer, osdp_request *req);
     osdp_status (*wait)(osdp_comm *c, osdp_request *req);
     /* optional (NULL: no-op): the non-blocking collectives issued between
      * them may be fused into one launch (NCCL's ncclGroupStart/End); no
@@ -91,6 +100,9 @@ osdp_status osdp_comm_reduce_scatter(osdp_comm *c, const void *full, void *shard
 osdp_status osdp_comm_all_reduce(osdp_comm *c, void *buf, size_t count, osdp_dtype t, osdp_request *req);
 osdp_status osdp_comm_broadcast(osdp_comm *c, void *buf, size_t bytes, int root, osdp_request *req);
 osdp_status osdp_comm_barrier(osdp_comm *c);
+/* point to point (OSDP_COLL_P2P: the sender counts count x size bytes) */
+osdp_status osdp_comm_send(osdp_comm *c, const void *buf, size_t count, osdp_dtype t, int peer, osdp_request *req);
+osdp_status osdp_comm_recv(osdp_comm *c, void *buf, size_t count, osdp_dtype t, int peer, osdp_request *req);
 osdp_status osdp_comm_wait(osdp_comm *c, osdp_request *req);
 osdp_status osdp_comm_group_start(osdp_comm *c);
 osdp_status osdp_comm_group_end(osdp_comm *c);

@@ -23,13 +23,13 @@ typedef struct osdp_mesh {
     int tp_rank, dp_rank, pp_rank;  /* this rank's indices on the axes */
     MPI_Comm tp_comm;               /* the tp ranks of this rank's tensor-parallel group, by tensor index */
     MPI_Comm dp_comm;               /* the dp ranks of this rank's data-parallel group, by data index */
+    MPI_Comm pp_comm;               /* the pp ranks of this rank's pipeline, by stage */
 } osdp_mesh;
 
 /* Splits world_comm (every rank calls it with the same tp and pp, which
- * --tp and the pipeline degree gave).  OSDP_ERR_INPUT, the same on every
- * rank and naming --tp with the numbers, when tp or pp is below 1, pp is
- * not 1 (no pipeline axis yet) or tp x pp does not divide the rank count;
- * no communicator is made then. */
+ * --tp and --pp gave).  OSDP_ERR_INPUT, the same on every rank and naming
+ * --tp / --pp with the numbers, when tp or pp is below 1 or tp x pp does not
+ * divide the rank count; no communicator is made then. */
 osdp_status osdp_mesh_create(osdp_mesh *mesh, MPI_Comm world_comm, int tp, int pp);
 void osdp_mesh_free(osdp_mesh *mesh);
 
@@ -37,12 +37,15 @@ void osdp_mesh_free(osdp_mesh *mesh);
 const char *osdp_mesh_describe(const osdp_mesh *mesh, char *buf, size_t n);
 
 /* The mesh axes a communicator of osdp_mesh_comm_create can span. */
-typedef enum osdp_mesh_axis { OSDP_MESH_TENSOR, OSDP_MESH_DATA } osdp_mesh_axis;
+typedef enum osdp_mesh_axis { OSDP_MESH_TENSOR, OSDP_MESH_DATA, OSDP_MESH_PIPELINE } osdp_mesh_axis;
 
 /* The communication backend over one of this rank's groups: NCCL when nccl
  * is set (GPU buffers; local_device: the rank's GPU on its node), MPI
  * otherwise.  The tensor group's counts its all-reduces and all-gathers as
- * the tensor-parallel kinds (osdp/comm.h). */
+ * the tensor-parallel kinds (osdp/comm.h).  The pipeline's carries the
+ * point-to-point messages between stages; the runtime makes two, one per
+ * direction (activations forward, gradients backward), so that on NCCL each
+ * direction queues on a stream of its own. */
 osdp_status osdp_mesh_comm_create(const osdp_mesh *mesh, osdp_mesh_axis axis, int nccl, int local_device,
                                   osdp_comm *out);
 

@@ -96,6 +96,15 @@ typedef struct osdp_runtime_options {
     int pad_quantum;        /* shard padding: osdp_compute_pad_quantum's (0 reads as 1, the CPU's) */
     osdp_comm *tp_comm;     /* the tensor-parallel group (its size: the layout's tp_size); NULL: none,
                                for a layout of tp_size 1 */
+    /* the pipeline (osdp/pipeline.h, osdp/schedule.h): pp_size 0 or 1: none.
+     * Stage pp_stage owns operators [stage_bounds[s], stage_bounds[s+1]);
+     * activations go to the next stage over pp_fwd_comm, their gradients to
+     * the previous one over pp_bwd_comm (both: the rank's pipeline, ranked
+     * by stage; osdp_mesh_comm_create(.., OSDP_MESH_PIPELINE, ..) twice). */
+    int pp_size, pp_stage;
+    int stage_bounds[OSDP_MAX_STAGES + 1];
+    osdp_pipe_schedule pipe_schedule;
+    osdp_comm *pp_fwd_comm, *pp_bwd_comm;
 } osdp_runtime_options;
 
 typedef struct osdp_step_stats {

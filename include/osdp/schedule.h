@@ -53,6 +53,7 @@
 #include "osdp/dtype.h"
 #include "osdp/layout.h"
 #include "osdp/memory.h"
+#include "osdp/pipeline.h"
 #include "osdp/plan.h"
 
 /* a pass of an operator over its weights */
@@ -132,6 +133,12 @@ typedef struct osdp_schedule_options {
     int prefetch;           /* overlap gathers / reduce-scatters with compute */
     osdp_dtype weight_dtype;    /* working weights and their all-gathers: fp32 or bf16 */
     int pad_quantum;        /* shard padding (osdp_compute_pad_quantum); 0 reads as 1, the CPU's */
+    /* the pipeline (osdp/pipeline.h): P stages, this rank's stage s, whose
+     * operators are [stage_bounds[s], stage_bounds[s+1]), and the order of
+     * its passes.  pp_size 0 or 1: no pipeline, every operator. */
+    int pp_size, pp_stage;
+    int stage_bounds[OSDP_MAX_STAGES + 1];
+    osdp_pipe_schedule pipe_schedule;
 } osdp_schedule_options;
 
 typedef struct osdp_schedule {

@@ -254,7 +254,7 @@ static void log_step(const osdp_report *r, const osdp_step_stats *st, double tok
     osdp_log_number(&rec, "tokens_per_s", "%.1f", tok_s);
     log_mfu(&rec, mfu);
     for (int k = 0; k < OSDP_COLL_N_TYPES; k++) {
-        static const char *coll[OSDP_COLL_N_TYPES] = {"ag", "rs", "ar", "bc", "tp_ar", "tp_ag"};
+        static const char *coll[OSDP_COLL_N_TYPES] = {"ag", "rs", "ar", "bc", "tp_ar", "tp_ag", "p2p"};
         char key[32];
         snprintf(key, sizeof key, "%s_bytes", coll[k]);
         osdp_log_count(&rec, key, t->logical[k]);

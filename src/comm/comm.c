@@ -9,7 +9,7 @@
 const char *osdp_collective_name(osdp_collective c)
 {
     static const char *names[OSDP_COLL_N_TYPES] = {"all-gather", "reduce-scatter", "all-reduce", "broadcast",
-                                                   "tp all-reduce", "tp all-gather"};
+                                                   "tp all-reduce", "tp all-gather", "p2p"};
     return c < OSDP_COLL_N_TYPES ? names[c] : "?";
 }
 
@@ -87,6 +87,19 @@ osdp_status osdp_comm_broadcast(osdp_comm *c, void *buf, size_t bytes, int root,
 }
 
 osdp_status osdp_comm_barrier(osdp_comm *c) { return c->ops->barrier(c); }
+
+osdp_status osdp_comm_send(osdp_comm *c, const void *buf, size_t count, osdp_dtype t, int peer, osdp_request *req)
+{
+    account(c, OSDP_COLL_P2P, count * osdp_dtype_size(t), 1.0);
+    double t0 = osdp_now_seconds();
+    return timed(c, req, t0, c->ops->send(c, buf, count, t, peer, req));
+}
+
+osdp_status osdp_comm_recv(osdp_comm *c, void *buf, size_t count, osdp_dtype t, int peer, osdp_request *req)
+{
+    double t0 = osdp_now_seconds();
+    return timed(c, req, t0, c->ops->recv(c, buf, count, t, peer, req));
+}
 
 osdp_status osdp_comm_wait(osdp_comm *c, osdp_request *req)
 {

@@ -46,6 +46,6 @@ osdp_status osdp_comm_mpi_wait(MPI_Request *req, double timeout_s, const char *l
 #define OSDP_COMM_BACKEND_ENTRIES(prefix) \
     .all_gather = prefix##all_gather, .reduce_scatter = prefix##reduce_scatter, \
     .all_reduce = prefix##all_reduce, .broadcast = prefix##broadcast, \
-    .barrier = prefix##barrier, .wait = prefix##wait, .progress = prefix##progress, .destroy = prefix##destroy
+    .barrier = prefix##barrier, .send = prefix##send, .recv = prefix##recv, .wait = prefix##wait, .progress = prefix##progress, .destroy = prefix##destroy
 
 #endif

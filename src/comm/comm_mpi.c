@@ -165,6 +165,23 @@ static osdp_status mpi_barrier(osdp_comm *c)
     return rc == MPI_SUCCESS ? finish(c, r, NULL, "barrier", 0, OSDP_BYTE) : osdp_comm_mpi_error(rc, "MPI_Ibarrier");
 }
 
+/* tag 0: MPI keeps the order of messages between a pair on one communicator */
+static osdp_status mpi_send(osdp_comm *c, const void *buf, size_t count, osdp_dtype t, int peer, osdp_request *req)
+{
+    mpi_comm_impl *impl = c->impl;
+    MPI_Request r;
+    int rc = MPI_Isend(buf, (int)count, osdp_comm_mpi_type(t), peer, 0, impl->comm, &r);
+    return rc == MPI_SUCCESS ? finish(c, r, req, "send", count, t) : osdp_comm_mpi_error(rc, "MPI_Isend");
+}
+
+static osdp_status mpi_recv(osdp_comm *c, void *buf, size_t count, osdp_dtype t, int peer, osdp_request *req)
+{
+    mpi_comm_impl *impl = c->impl;
+    MPI_Request r;
+    int rc = MPI_Irecv(buf, (int)count, osdp_comm_mpi_type(t), peer, 0, impl->comm, &r);
+    return rc == MPI_SUCCESS ? finish(c, r, req, "receive", count, t) : osdp_comm_mpi_error(rc, "MPI_Irecv");
+}
+
 static osdp_status mpi_wait(osdp_comm *c, osdp_request *req)
 {
     mpi_comm_impl *impl = c->impl;

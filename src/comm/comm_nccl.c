@@ -376,18 +376,19 @@ static osdp_status finish(nccl_comm_impl *impl, ncclComm_t comm, cudaStream_t st
     return OSDP_OK;
 }
 
-typedef enum { ALL_GATHER, REDUCE_SCATTER, ALL_REDUCE, BROADCAST } collective_kind;
+typedef enum { ALL_GATHER, REDUCE_SCATTER, ALL_REDUCE, BROADCAST, SEND, RECV } collective_kind;
 
 /* The four collectives' one path: route by where the buffers are, then the
  * MPI host-buffer fallback or the NCCL call on its stream.  count: elements
  * of t per rank (all-gather, reduce-scatter), or in all (all-reduce,
- * broadcast: bytes); root: broadcast's only. */
+ * broadcast: bytes); root: broadcast's root, the peer of a send or receive. */
 static osdp_status collective(osdp_comm *c, collective_kind kind, const void *src, void *dst, size_t count,
                               osdp_dtype t, int root, osdp_request *req)
 {
-    static const char *const what[] = {"all-gather", "reduce-scatter", "all-reduce", "broadcast"};
+    static const char *const what[] = {"all-gather", "reduce-scatter", "all-reduce", "broadcast", "send", "receive"};
     static const char *const host_what[] = {"all-gather (host buffers)", "reduce-scatter (host buffers)",
-                                            "all-reduce (host buffers)", "broadcast (host buffers)"};
+                                            "all-reduce (host buffers)", "broadcast (host buffers)",
+                                            "send (host buffers)", "receive (host buffers)"};
     nccl_comm_impl *impl = c->impl;
     if (req) req->impl = NULL;
     int nccl;
@@ -409,6 +410,8 @@ static osdp_status collective(osdp_comm *c, collective_kind kind, const void *sr
             rc = MPI_Iallreduce(MPI_IN_PLACE, dst, (int)count, osdp_comm_mpi_type(t), MPI_SUM, impl->mpi, &r);
             break;
         case BROADCAST: rc = MPI_Ibcast(dst, (int)count, MPI_BYTE, root, impl->mpi, &r); break;
+        case SEND: rc = MPI_Isend(src, (int)count, osdp_comm_mpi_type(t), root, 0, impl->mpi, &r); break;
+        case RECV: rc = MPI_Irecv(dst, (int)count, osdp_comm_mpi_type(t), root, 0, impl->mpi, &r); break;
         }
         return host_wait(impl, rc, &r, host_what[kind], total, t);
     }
@@ -425,6 +428,8 @@ static osdp_status collective(osdp_comm *c, collective_kind kind, const void *sr
     case REDUCE_SCATTER: r = ncclReduceScatter(src, dst, count, nccl_type(t), ncclSum, comm, stream); break;
     case ALL_REDUCE: r = ncclAllReduce(dst, dst, count, nccl_type(t), ncclSum, comm, stream); break;
     case BROADCAST: r = ncclBroadcast(dst, dst, count, ncclUint8, root, comm, stream); break;
+    case SEND: r = ncclSend(src, count, nccl_type(t), root, comm, stream); break;
+    case RECV: r = ncclRecv(dst, count, nccl_type(t), root, comm, stream); break;
     }
     return finish(impl, comm, stream, r, req, what[kind], total, t);
 }
@@ -449,6 +454,19 @@ static osdp_status nccl_all_reduce(osdp_comm *c, void *buf, size_t count, osdp_d
 static osdp_status nccl_broadcast(osdp_comm *c, void *buf, size_t bytes, int root, osdp_request *req)
 {
     return collective(c, BROADCAST, buf, buf, bytes, OSDP_BYTE, root, req);
+}
+
+/* Point to point on the communicator's first stream: a pipeline's sends and
+ * receives in one direction share a communicator (osdp/mesh.h), so they
+ * queue in the order the schedule issues them, as MPI's do. */
+static osdp_status nccl_send(osdp_comm *c, const void *buf, size_t count, osdp_dtype t, int peer, osdp_request *req)
+{
+    return collective(c, SEND, buf, buf, count, t, peer, req);
+}
+
+static osdp_status nccl_recv(osdp_comm *c, void *buf, size_t count, osdp_dtype t, int peer, osdp_request *req)
+{
+    return collective(c, RECV, buf, buf, count, t, peer, req);
 }
 
 /* The host waits for the collectives queued on both streams, within the

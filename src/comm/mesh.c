@@ -10,20 +10,19 @@
 static osdp_status check_degrees(int world_size, int tp, int pp)
 {
     if (tp < 1) return osdp_error_set(OSDP_ERR_INPUT, "--tp %d: the tensor-parallel degree must be at least 1", tp);
-    if (pp != 1)
-        return osdp_error_set(OSDP_ERR_INPUT, "a pipeline degree of %d: only 1 is supported (no pipeline axis yet)", pp);
+    if (pp < 1) return osdp_error_set(OSDP_ERR_INPUT, "--pp %d: the pipeline-parallel degree must be at least 1", pp);
     if (world_size % (tp * pp) != 0)
         return osdp_error_set(OSDP_ERR_INPUT,
-                              "--tp %d does not divide the %d ranks: the mesh is ranks = tp x dp x pp, so the rank "
-                              "count must be a multiple of %d (or choose a --tp that divides %d)",
-                              tp, world_size, tp * pp, world_size);
+                              "--tp %d x --pp %d does not divide the %d ranks: the mesh is ranks = tp x dp x pp, so "
+                              "the rank count must be a multiple of %d",
+                              tp, pp, world_size, tp * pp);
     return OSDP_OK;
 }
 
 osdp_status osdp_mesh_create(osdp_mesh *mesh, MPI_Comm world_comm, int tp, int pp)
 {
     memset(mesh, 0, sizeof *mesh);
-    mesh->tp_comm = mesh->dp_comm = MPI_COMM_NULL;
+    mesh->tp_comm = mesh->dp_comm = mesh->pp_comm = MPI_COMM_NULL;
     MPI_Comm_size(world_comm, &mesh->world_size);
     MPI_Comm_rank(world_comm, &mesh->world_rank);
     osdp_status s = check_degrees(mesh->world_size, tp, pp);
@@ -36,9 +35,10 @@ osdp_status osdp_mesh_create(osdp_mesh *mesh, MPI_Comm world_comm, int tp, int p
     mesh->dp_rank = r / tp % mesh->dp;
     mesh->pp_rank = r / (tp * mesh->dp);
     /* colour: what the group's members share; key: the index along the axis */
-    const int tp_group = r / tp, dp_group = mesh->pp_rank * tp + mesh->tp_rank;
+    const int tp_group = r / tp, dp_group = mesh->pp_rank * tp + mesh->tp_rank, pp_group = r % (tp * mesh->dp);
     if (MPI_Comm_split(world_comm, tp_group, mesh->tp_rank, &mesh->tp_comm) != MPI_SUCCESS ||
-        MPI_Comm_split(world_comm, dp_group, mesh->dp_rank, &mesh->dp_comm) != MPI_SUCCESS) {
+        MPI_Comm_split(world_comm, dp_group, mesh->dp_rank, &mesh->dp_comm) != MPI_SUCCESS ||
+        MPI_Comm_split(world_comm, pp_group, mesh->pp_rank, &mesh->pp_comm) != MPI_SUCCESS) {
         osdp_mesh_free(mesh);
         return osdp_error_set(OSDP_ERR_COMM, "mesh: MPI_Comm_split failed");
     }
@@ -49,6 +49,7 @@ void osdp_mesh_free(osdp_mesh *mesh)
 {
     if (mesh->tp_comm != MPI_COMM_NULL) MPI_Comm_free(&mesh->tp_comm);
     if (mesh->dp_comm != MPI_COMM_NULL) MPI_Comm_free(&mesh->dp_comm);
+    if (mesh->pp_comm != MPI_COMM_NULL) MPI_Comm_free(&mesh->pp_comm);
 }
 
 const char *osdp_mesh_describe(const osdp_mesh *mesh, char *buf, size_t n)
@@ -61,7 +62,8 @@ const char *osdp_mesh_describe(const osdp_mesh *mesh, char *buf, size_t n)
 osdp_status osdp_mesh_comm_create(const osdp_mesh *mesh, osdp_mesh_axis axis, int nccl, int local_device,
                                   osdp_comm *out)
 {
-    const MPI_Comm *group = axis == OSDP_MESH_TENSOR ? &mesh->tp_comm : &mesh->dp_comm;
+    const MPI_Comm *group = axis == OSDP_MESH_TENSOR ? &mesh->tp_comm
+                          : axis == OSDP_MESH_PIPELINE ? &mesh->pp_comm : &mesh->dp_comm;
     osdp_status s;
 #ifdef OSDP_HAVE_CUDA
     if (nccl) s = osdp_comm_create_nccl(out, group, local_device);

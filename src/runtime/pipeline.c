@@ -1,0 +1,155 @@
+/* Stages and the order of their passes (see osdp/pipeline.h). */
+#include "osdp/pipeline.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+const char *osdp_pipe_schedule_name(osdp_pipe_schedule kind)
+{
+    return kind == OSDP_PIPE_GPIPE ? "gpipe" : "1f1b";
+}
+
+osdp_status osdp_pipe_schedule_parse(const char *text, osdp_pipe_schedule *kind)
+{
+    if (text && strcmp(text, "1f1b") == 0) *kind = OSDP_PIPE_1F1B;
+    else if (text && strcmp(text, "gpipe") == 0) *kind = OSDP_PIPE_GPIPE;
+    else return osdp_error_set(OSDP_ERR_INPUT, "--schedule %s: expected gpipe or 1f1b", text ? text : "(none)");
+    return OSDP_OK;
+}
+
+static int warmup(osdp_pipe_schedule kind, int P, int s, int M)
+{
+    if (kind == OSDP_PIPE_GPIPE) return M;
+    return P - 1 - s < M ? P - 1 - s : M;
+}
+
+void osdp_pipe_order(osdp_pipe_schedule kind, int P, int s, int M, osdp_pipe_pass *out)
+{
+    const int w = warmup(kind, P, s, M);
+    int n = 0;
+    for (int m = 0; m < w; m++) out[n++] = (osdp_pipe_pass){m, 0};
+    for (int j = 0; j < M; j++) {
+        if (w + j < M) out[n++] = (osdp_pipe_pass){w + j, 0};
+        out[n++] = (osdp_pipe_pass){j, 1};
+    }
+}
+
+int osdp_pipe_in_flight(osdp_pipe_schedule kind, int P, int s, int M)
+{
+    const int w = warmup(kind, P, s, M);
+    return w < M ? w + 1 : M;
+}
+
+double osdp_pipe_bubble(int P, int M)
+{
+    return M + P - 1 > 0 ? (double)(P - 1) / (double)(M + P - 1) : 0.0;
+}
+
+static osdp_status split_error(const char *text, const char *why)
+{
+    return osdp_error_set(OSDP_ERR_INPUT, "--stages %s: %s", text, why);
+}
+
+static int parse_int(const char **p, int *out)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(*p, &end, 10);
+    if (end == *p || errno || v < 0 || v > INT_MAX) return 0;
+    *out = (int)v;
+    *p = end;
+    return 1;
+}
+
+osdp_status osdp_stage_split_parse(const char *text, int n_ops, int P, int *bounds)
+{
+    if (P < 1 || P > OSDP_MAX_STAGES)
+        return osdp_error_set(OSDP_ERR_INPUT, "--pp %d: the pipeline degree must be between 1 and %d", P, OSDP_MAX_STAGES);
+    const char *p = text;
+    int s = 0, prev_hi = 0;
+    bounds[0] = 0;
+    while (*p) {
+        int lo, hi;
+        if (!parse_int(&p, &lo) || *p++ != ':' || !parse_int(&p, &hi))
+            return split_error(text, "expected ranges of operators LO:HI separated by commas (e.g. 0:13,13:26)");
+        if (s == P) {
+            char why[96];
+            snprintf(why, sizeof why, "more ranges than the %d stages of --pp %d", P, P);
+            return split_error(text, why);
+        }
+        if (lo != prev_hi) {
+            char why[128];
+            snprintf(why, sizeof why, "stage %d starts at operator %d, where stage %d ended at %d (ranges must be contiguous from 0)",
+                     s, lo, s - 1, prev_hi);
+            return split_error(text, why);
+        }
+        if (hi <= lo) {
+            char why[96];
+            snprintf(why, sizeof why, "stage %d's range %d:%d is empty", s, lo, hi);
+            return split_error(text, why);
+        }
+        bounds[++s] = prev_hi = hi;
+        if (*p == ',') p++;
+        else if (*p) return split_error(text, "expected ',' between ranges");
+    }
+    if (s != P) {
+        char why[96];
+        snprintf(why, sizeof why, "%d range%s for the %d stages of --pp %d", s, s == 1 ? "" : "s", P, P);
+        return split_error(text, why);
+    }
+    if (prev_hi != n_ops) {
+        char why[96];
+        snprintf(why, sizeof why, "the ranges end at operator %d, the model has %d", prev_hi, n_ops);
+        return split_error(text, why);
+    }
+    return OSDP_OK;
+}
+
+const char *osdp_stage_split_format(const int *bounds, int P, char *buf, size_t n)
+{
+    size_t used = 0;
+    buf[0] = '\0';
+    for (int s = 0; s < P && used < n; s++)
+        used += (size_t)snprintf(buf + used, n - used, "%s%d:%d", s ? "," : "", bounds[s], bounds[s + 1]);
+    return buf;
+}
+
+osdp_status osdp_stage_split_balanced(const double *op_cost, int n_ops, int P, int *bounds)
+{
+    if (P < 1 || P > OSDP_MAX_STAGES || P > n_ops)
+        return osdp_error_set(OSDP_ERR_INPUT, "--pp %d: a model of %d operators can have between 1 and %d stages", P,
+                              n_ops, n_ops < OSDP_MAX_STAGES ? n_ops : OSDP_MAX_STAGES);
+    /* best[k][i]: the smallest largest-stage cost of operators [0, i) in k stages;
+     * cut[k][i]: where the k-th stage starts in it */
+    const size_t w = (size_t)n_ops + 1;
+    double *prefix = malloc(sizeof *prefix * w), *best = malloc(sizeof *best * w * (size_t)(P + 1));
+    int *cut = malloc(sizeof *cut * w * (size_t)(P + 1));
+    if (!prefix || !best || !cut) {
+        free(prefix), free(best), free(cut);
+        return osdp_error_set(OSDP_ERR_OOM, "stage split: out of host memory");
+    }
+    prefix[0] = 0;
+    for (int i = 0; i < n_ops; i++) prefix[i + 1] = prefix[i] + op_cost[i];
+    for (int i = 0; i <= n_ops; i++) best[i] = i == 0 ? 0 : -1;   /* k = 0 */
+    for (int k = 1; k <= P; k++)
+        for (int i = 0; i <= n_ops; i++) {
+            double *b = &best[(size_t)k * w + (size_t)i];
+            *b = -1;
+            for (int j = k - 1; j < i; j++) {   /* stage k: operators [j, i) */
+                const double before = best[(size_t)(k - 1) * w + (size_t)j];
+                if (before < 0) continue;
+                const double stage = prefix[i] - prefix[j], worst = before > stage ? before : stage;
+                if (*b < 0 || worst < *b) {
+                    *b = worst;
+                    cut[(size_t)k * w + (size_t)i] = j;
+                }
+            }
+        }
+    bounds[P] = n_ops;
+    for (int k = P; k >= 1; k--) bounds[k - 1] = cut[(size_t)k * w + (size_t)bounds[k]];
+    free(prefix), free(best), free(cut);
+    return OSDP_OK;
+}
