@@ -7,8 +7,9 @@
 #      run's --dump-weights (gathered from both stages to rank 0)
 #   2. it resumes bitwise on the same mesh, and within 1e-5 of the
 #      uninterrupted run on PP 1 x DP 4, PP 4 and PP 2 x TP 2
-#   3. loaded on PP 4 and saved again, every dataset is identical (h5diff);
-#      that PP 4 file gives 1 rank the same weights (--init-from, dump), and
+#   3. loaded on PP 4 and on PP 2 x TP 2 and saved again, every dataset is
+#      identical (h5diff); --init-from on PP 4 starts from its weights
+#      exactly; the PP 4 file gives 1 rank the same weights (dump), and
 #      `osdp_gpt sample --ckpt` reads it as it reads a 1-rank file
 #   4. --sample-every on a pipeline: samples, the losses unchanged
 #   5. a rank of the last stage killed in the middle of a save leaves the
@@ -106,6 +107,15 @@ P4="$WORK/P4/step_00000003.h5"
 same_file "$C3" "$P4" && cmp -s "$WORK/re_pp4.bin" "$WORK/exp3.bin" && [ "$(attr "$P4" mesh_pp)" = 4 ] \
     && ok "PP 2 x DP 2 -> PP 4 -> saved again: /model, /optim/m, /optim/v identical (h5diff), dump = export" \
     || bad "re-save on PP 4" "$WORK/re_pp4.err"
+run 4 re_tp2 --pp 2 --tp 2 --stages 0:3,3:6 --steps 3 --resume "$C3" --ckpt-dir "$WORK/T2" --dump-weights "$WORK/re_tp2.bin" \
+    || bad "re-save on PP 2 x TP 2 ran" "$WORK/re_tp2.err"
+same_file "$C3" "$WORK/T2/step_00000003.h5" && cmp -s "$WORK/re_tp2.bin" "$WORK/exp3.bin" \
+    && ok "PP 2 x DP 2 -> PP 2 x TP 2 -> saved again: identical (h5diff); its dump (TP parts of stage 1 sent to rank 0) = export" \
+    || bad "re-save on PP 2 x TP 2" "$WORK/re_tp2.err"
+run 4 init_pp4 --pp 4 --batch 8 --steps 0 --init-from "$C3" --dump-weights "$WORK/init_pp4.bin" \
+    || bad "--init-from on PP 4 ran" "$WORK/init_pp4.err"
+cmp -s "$WORK/init_pp4.bin" "$WORK/exp3.bin" && ok "--init-from of the PP 2 x DP 2 save on PP 4: the weights exactly" \
+    || bad "--init-from on PP 4" "$WORK/init_pp4.err"
 run 1 one --batch 8 --steps 3 --resume "$P4" --ckpt-dir "$WORK/one" --dump-weights "$WORK/one.bin" \
     || bad "PP 4 file on 1 rank ran" "$WORK/one.err"
 same_file "$P4" "$WORK/one/step_00000003.h5" && cmp -s "$WORK/one.bin" "$WORK/exp3.bin" \
@@ -131,11 +141,11 @@ K="$WORK/crash"
 OSDP_CKPT_CRASH_AT=mid_write OSDP_CKPT_CRASH_STEP=6 OSDP_CKPT_CRASH_RANK=3 \
     run 4 crash --pp 2 --stages 0:2,2:6 --batch 2 --global-batch 8 --steps 6 --ckpt-dir "$K" --save-every 3
 rc=$?
-after=$(ls "$K" | tr '\n' ' ')
+after=$(ls "$K" | tr '\n' ' ') latest=$(cat "$K/latest" 2>/dev/null)
 same_file "$C3" "$K/step_00000003.h5"; intact=$?
 run 4 crash_resume --pp 2 --steps 6 --ckpt-dir "$K" --resume
 if [ $rc != 0 ] && grep -q "OSDP_CKPT_CRASH_AT=mid_write" "$WORK/crash.err" && [ $intact = 0 ] &&
-   [ "$after" = "latest step_00000003.h5 step_00000006.h5.tmp " ] && [ "$(cat "$K/latest" 2>/dev/null)" = step_00000003.h5 ] &&
+   [ "$after" = "latest step_00000003.h5 step_00000006.h5.tmp " ] && [ "$latest" = step_00000003.h5 ] &&
    grep -q "resumed from .*step_00000003.h5 at step 3" "$WORK/crash_resume.out" &&
    [ "$(losses_from "$WORK/crash_resume.log" 4 loss_hex)" = "$ref" ]; then
     ok "rank 3 killed mid-save (exit $rc): left '$after', step 3 identical to the good run's; resume bitwise to step 6"
