@@ -17,43 +17,7 @@
 # Run by `make check` (OSDP_BUILDDIR, OSDP_SRCDIR, MPIEXEC).
 set -u
 . "$(dirname "$0")/test_lib.sh" pp-ckpt-work
-unset OSDP_CKPT_MPIO OSDP_CKPT_CRASH_AT OSDP_CKPT_CRASH_STEP OSDP_CKPT_CRASH_RANK OSDP_CKPT_MAX_ELEMS \
-      OSDP_CKPT_FLETCHER32 OSDP_VOCAB_QUANTUM
-for tool in h5dump h5ls h5diff timeout; do
-    command -v $tool > /dev/null || { echo "SKIP: $tool not found (HDF5 tools: apt-get install hdf5-tools)"; exit 77; }
-done
-
-# until the pipeline runtime is merged (train --pp), there is nothing to run
-"$BIN" train --help 2>&1 | grep -q -- '--pp' || { echo "SKIP: osdp_gpt train has no --pp"; exit 77; }
-
-# 6 operators (embed attn.0 mlp.0 attn.1 mlp.1 head): up to 6 stages; 4 heads: TP 2
-U="$WORK/t_pipe.ini"
-printf '[model]\nname = t_pipe\nn_layer = 2\nn_head = 4\nn_embd = 32\nvocab = 256\nctx = 32\n' > "$U"
-OPS="embed attn.0 mlp.0 attn.1 mlp.1 head"
-run() {   # run NRANKS NAME [train options...]: writes $WORK/NAME.{out,err,log}
-    local n=$1 name=$2; shift 2
-    timeout 300 "$MPIEXEC" -n "$n" "$BIN" train --model "$U" --data "$DATA" --threads 1 --peak-flops 1e9 --seq-len 16 \
-        --plan dp --log "$WORK/$name.log" "$@" >"$WORK/$name.out" 2>"$WORK/$name.err"
-}
-losses_from() { grep '^step=' "$1" | awk -v k="$2" '{split($1, a, "="); if (a[2] >= k) print}' |
-                sed -n "s/.* $3=\([^ ]*\).*/\1/p"; }
-within() {   # within A B FROM: the losses of steps >= FROM agree within 1e-5 relative (3 of them)
-    paste -d' ' <(losses_from "$1" "$3" loss) <(losses_from "$2" "$3" loss) |
-        awk 'NF==2 {n++; d=$1-$2; if (d<0) d=-d; if (!(d <= 1e-5*$1)) exit 1} END {exit n!=3}'
-}
-attr() { h5dump -a "/$2" "$1" | sed -n 's/.*(0): "\{0,1\}\([^"]*\)"\{0,1\}$/\1/p' | head -1; }
-export_model() {   # export CKPT OUT: /model in layout order (operators, then op_offset)
-    : > "$2"
-    for op in $OPS; do
-        for t in $(h5ls "$1/model/$op" | awk '{print $1}'); do echo "$(attr "$1" "model/$op/$t/op_offset") $t"; done |
-            sort -n | while read -r _ t; do
-                h5dump -d "/model/$op/$t" -b LE -o "$WORK/piece.bin" "$1" > /dev/null && cat "$WORK/piece.bin" >> "$2"
-            done
-    done
-}
-same_file() {   # same_file A B: every dataset and attribute of /model and /optim equal
-    h5diff -q "$1" "$2" /model /model && h5diff -q "$1" "$2" /optim /optim
-}
+. "$(dirname "$0")/ckpt_mesh_lib.sh"   # the model (6 operators, 4 heads), run, losses_from, within, attr, export_model, model_is_dump, same_file
 show() { paste <(losses_from "$1" 4 loss) <(losses_from "$2" 4 loss) | sed 's/^/    /'; }
 
 # -- 1. PP 2 x DP 2 (stages 0:2 and 2:6), saves at steps 3 and 6, collective MPI-IO
@@ -64,15 +28,12 @@ C3="$A/step_00000003.h5"
 names=$(h5ls -r "$A/step_00000006.h5")
 mesh="$(attr "$C3" mesh_tp) $(attr "$C3" mesh_dp) $(attr "$C3" mesh_pp) $(attr "$C3" n_ranks)"
 split="$(attr "$C3" pipeline_stages) $(attr "$C3" pipeline_schedule)"
-if echo "$names" | grep -q '^/model/embed/wte *Dataset {256, 32}' &&
-   echo "$names" | grep -q '^/model/mlp.1/fc.weight *Dataset {32, 128}' &&
-   echo "$names" | grep -q '^/optim/v/head/lm_head.weight *Dataset {32, 256}' &&
-   [ "$mesh" = "1 2 2 4" ] && [ "$split" = "0:2,2:6 1f1b" ]; then
+logical=$(echo "$names" | grep -cE '^/model/embed/wte +Dataset \{256, 32\}|^/model/mlp.1/fc.weight +Dataset \{32, 128\}|^/optim/v/head/lm_head.weight +Dataset \{32, 256\}')
+if [ "$logical" = 3 ] && [ "$mesh" = "1 2 2 4" ] && [ "$split" = "0:2,2:6 1f1b" ]; then
     ok "PP 2 x DP 2 save: logical shapes; mesh_tp mesh_dp mesh_pp n_ranks = $mesh; pipeline_stages, schedule = $split"
 else bad "logical shapes / mesh attributes: '$mesh' '$split'" "$WORK/full.err"; echo "$names" | head -3; fi
-export_model "$A/step_00000006.h5" "$WORK/exp6.bin"
 export_model "$C3" "$WORK/exp3.bin"
-cmp -s "$WORK/exp6.bin" "$WORK/full.bin" && [ -s "$WORK/full.bin" ] \
+model_is_dump "$A/step_00000006.h5" "$WORK/full.bin" \
     && ok "PP 2 x DP 2: /model exported with h5dump = --dump-weights of the run ($(stat -c %s "$WORK/full.bin") bytes, both stages)" \
     || bad "h5dump export of the PP 2 save differs from --dump-weights"
 
