@@ -13,39 +13,7 @@
 # Run by `make check` (OSDP_BUILDDIR, OSDP_SRCDIR, MPIEXEC).
 set -u
 . "$(dirname "$0")/test_lib.sh" tp-ckpt-work
-unset OSDP_CKPT_MPIO OSDP_CKPT_CRASH_AT OSDP_CKPT_MAX_ELEMS OSDP_CKPT_FLETCHER32 OSDP_VOCAB_QUANTUM
-for tool in h5dump h5ls h5diff timeout; do
-    command -v $tool > /dev/null || { echo "SKIP: $tool not found (HDF5 tools: apt-get install hdf5-tools)"; exit 77; }
-done
-
-# 4 heads: tp 1, 2 and 4 all divide them
-U="$WORK/t_mesh.ini"
-printf '[model]\nname = t_mesh\nn_layer = 2\nn_head = 4\nn_embd = 32\nvocab = 256\nctx = 32\n' > "$U"
-OPS="embed attn.0 mlp.0 attn.1 mlp.1 head"
-run() {   # run NRANKS NAME [train options...]: writes $WORK/NAME.{out,err,log}
-    local n=$1 name=$2; shift 2
-    timeout 300 "$MPIEXEC" -n "$n" "$BIN" train --model "$U" --data "$DATA" --threads 1 --peak-flops 1e9 --seq-len 16 \
-        --plan dp --log "$WORK/$name.log" "$@" >"$WORK/$name.out" 2>"$WORK/$name.err"
-}
-losses_from() { grep '^step=' "$1" | awk -v k="$2" '{split($1, a, "="); if (a[2] >= k) print}' |
-                sed -n "s/.* $3=\([^ ]*\).*/\1/p"; }
-within() {   # within A B FROM: the losses of steps >= FROM agree within 1e-5 relative
-    paste -d' ' <(losses_from "$1" "$3" loss) <(losses_from "$2" "$3" loss) |
-        awk 'NF==2 {n++; d=$1-$2; if (d<0) d=-d; if (!(d <= 1e-5*$1)) exit 1} END {exit n!=3}'
-}
-attr() { h5dump -a "/$2" "$1" | sed -n 's/.*(0): \([0-9]*\).*/\1/p'; }
-export_model() {   # export CKPT OUT: /model in layout order (operators, then op_offset)
-    : > "$2"
-    for op in $OPS; do
-        for t in $(h5ls "$1/model/$op" | awk '{print $1}'); do echo "$(attr "$1" "model/$op/$t/op_offset") $t"; done |
-            sort -n | while read -r _ t; do
-                h5dump -d "/model/$op/$t" -b LE -o "$WORK/piece.bin" "$1" > /dev/null && cat "$WORK/piece.bin" >> "$2"
-            done
-    done
-}
-same_file() {   # same_file A B: every dataset and attribute of /model and /optim equal
-    h5diff -q "$1" "$2" /model /model && h5diff -q "$1" "$2" /optim /optim
-}
+. "$(dirname "$0")/ckpt_mesh_lib.sh"   # the model (4 heads), run, losses_from, within, attr, export_model, model_is_dump, same_file
 
 # -- 1. TP 2 x DP 2, saves at steps 3 and 6 with collective MPI-IO
 A="$WORK/A"
@@ -60,9 +28,8 @@ if echo "$names" | grep -q '^/model/embed/wte *Dataset {256, 32}' &&
    [ "$(attr "$C3" mesh_tp) $(attr "$C3" mesh_dp) $(attr "$C3" mesh_pp) $(attr "$C3" n_ranks)" = "2 2 1 4" ]; then
     ok "TP 2 x DP 2 save: logical shapes (wte 256 x 32, qkv 32 x 96, lm_head 32 x 256), mesh_tp 2, mesh_dp 2, mesh_pp 1"
 else bad "logical shapes / mesh attributes: $(attr "$C3" mesh_tp) $(attr "$C3" mesh_dp)"; echo "$names" | head -5; fi
-export_model "$A/step_00000006.h5" "$WORK/exp6.bin"
 export_model "$C3" "$WORK/exp3.bin"
-cmp -s "$WORK/exp6.bin" "$WORK/full.bin" && [ -s "$WORK/full.bin" ] \
+model_is_dump "$A/step_00000006.h5" "$WORK/full.bin" \
     && ok "TP 2 x DP 2: /model exported with h5dump = --dump-weights of the run ($(stat -c %s "$WORK/full.bin") bytes)" \
     || bad "h5dump export of the TP 2 save differs from --dump-weights"
 
@@ -123,7 +90,7 @@ expect_error() {   # expect_error NAME PATTERN NRANKS [options]
     if ! run "$n" "$name" "$@" && grep -q -- "$pattern" "$WORK/$name.err"; then ok "refused: $(grep -m1 error "$WORK/$name.err")"
     else bad "$name: expected an error matching '$pattern'" "$WORK/$name.err"; fi
 }
-expect_error bad_tp3 "--tp 3 does not divide the 4 ranks" 4 --tp 3 --steps 6 --resume "$C3"
+expect_error bad_tp3 "--tp 3 x --pp 1 does not divide the 4 ranks" 4 --tp 3 --steps 6 --resume "$C3"
 expect_error bad_heads "--tp 8 does not divide the model's 4 attention heads" 8 --tp 8 --steps 6 --resume "$C3"
 printf '[model]\nname = other\nn_layer = 2\nn_head = 4\nn_embd = 64\nvocab = 256\nctx = 32\n' > "$WORK/other.ini"
 expect_error bad_model "the model description differs" 4 --tp 2 --steps 6 --resume "$C3" --model "$WORK/other.ini"

@@ -1,13 +1,17 @@
 /* Sharded HDF5 checkpoints (DESIGN.md §6, §9, doc/checkpoint-format.md).
  *
  * One HDF5 file per save, opened with the MPI-IO driver on every rank of
- * `comm` (every rank of the mesh: tp x dp ranks, the tensor axis innermost,
- * DESIGN.md §9; rt->comm is the data-parallel group) and written
+ * `comm` (every rank of the mesh: pp x dp x tp ranks, the tensor axis
+ * innermost, DESIGN.md §9; rt->comm is the data-parallel group) and written
  * collectively: each rank writes only its tensor-parallel part of each
  * operator intersected with its data-parallel shard [shard_lo, shard_lo +
  * shard), as hyperslabs of the logical tensors (osdp/logical.h: a
  * column-split tensor's part is a set of column blocks per row).  Tensors
  * replicated in a tensor-parallel group are written by its rank 0 alone.
+ * On a pipeline a rank holds only its stage's operators: it writes and
+ * reads those, and takes part in the other stages' collective transfers
+ * selecting nothing, so every operator is written once and a load reads
+ * only the loading rank's stage.
  * Tensors are stored in their full logical shapes (the vocabulary unpadded)
  * under
  *     /model/<op>/<tensor>        fp32 master weights, e.g. /model/attn.3/qkv.weight
@@ -15,7 +19,9 @@
  *     /optim/v/<op>/<tensor>      AdamW second moment
  * so a checkpoint loads on any mesh and any plan: each loading rank reads
  * the pieces of its own part and shards (vocabulary padding zero).  The
- * mesh it was saved on is in the root attributes mesh_tp, mesh_dp, mesh_pp.
+ * mesh it was saved on is in the root attributes mesh_tp, mesh_dp, mesh_pp
+ * (and, from a pipeline, pipeline_stages and pipeline_schedule: for
+ * information, a load needs neither).
  * No rank ever holds more than one operator shard of host memory for the
  * transfer.
  *

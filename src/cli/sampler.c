@@ -1,6 +1,7 @@
 /* Text generation on one rank (see sampler.h). */
 #include "config.h"
 #include "sampler.h"
+#include "gather_root.h"
 #include "osdp/agree.h"
 #include "osdp/gpt.h"
 #include "osdp/init.h"
@@ -67,7 +68,7 @@ osdp_status osdp_sampler_gather(osdp_sampler *sm, osdp_runtime *rt, MPI_Comm com
         float *host = sm->owner ? sm->weights[i] : malloc(mine->op[i].numel * sizeof(float));
         s = osdp_status_agree(host ? OSDP_OK : osdp_error_set(OSDP_ERR_OOM, "sample: out of host memory gathering %s",
                                                                mine->op[i].name), comm);
-        if (s == OSDP_OK) s = osdp_runtime_gather_op(rt, i, host);
+        if (s == OSDP_OK) s = osdp_gather_op_to_root(rt, i, host, comm, NULL, NULL);   /* any stage's, to rank 0 */
         if (!sm->owner) free(host);
     }
     return s;

@@ -60,9 +60,6 @@ static osdp_status check_pipeline_options(const osdp_job *job, int plan_auto)
                               "--plan dp, zdp or a plan file (and --batch)", job->pp);
     if (job->tp == OSDP_TP_AUTO)
         return osdp_error_set(OSDP_ERR_INPUT, "--tp auto does not plan with --pp %lld: give --tp T", job->pp);
-    if (job->sample_every)
-        return osdp_error_set(OSDP_ERR_INPUT, "--sample-every is not available with --pp %lld (a sample needs every "
-                              "operator on one rank): sample from a checkpoint with osdp_gpt sample", job->pp);
     return OSDP_OK;
 }
 

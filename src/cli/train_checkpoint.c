@@ -2,6 +2,7 @@
 #define _XOPEN_SOURCE 700
 #include "config.h"
 #include "cli/train_checkpoint.h"
+#include "cli/gather_root.h"
 #include "osdp/logical.h"
 #include "osdp/comm.h"
 #include "util/path.h"
@@ -254,6 +255,15 @@ osdp_status osdp_train_ckpt_save_now(osdp_train_ckpt *tc)
 
 /* ---- weight dump ------------------------------------------------------------------ */
 
+/* world rank 0: tensor-parallel part t of the operator into its logical tensors */
+typedef struct dump_sink { const osdp_op_layout *op; float *logical; } dump_sink;
+
+static void part_to_logical(int tp_part, const float *part, void *ctx)
+{
+    const dump_sink *d = ctx;
+    osdp_op_part_to_logical(d->op, tp_part, part, d->logical);
+}
+
 osdp_status osdp_train_dump_weights(osdp_runtime *rt, const char *path, MPI_Comm comm)
 {
     int rank;
@@ -262,34 +272,24 @@ osdp_status osdp_train_dump_weights(osdp_runtime *rt, const char *path, MPI_Comm
     osdp_status s = OSDP_OK;
     if (rank == 0 && !(f = fopen(path, "wb")))
         s = osdp_error_set(OSDP_ERR_IO, "--dump-weights: cannot write %s: %s", path, strerror(errno));
-    for (int i = 0; i < rt->layout->n_ops; i++) {
+    s = osdp_status_agree(s, comm);
+    for (int i = 0; i < rt->layout->n_ops && s == OSDP_OK; i++) {
         const osdp_op_layout *op = &rt->layout->op[i];
         const size_t logical_numel = osdp_op_logical_numel(op);
-        float *part = op->numel <= INT_MAX ? malloc(op->numel * sizeof(float)) : NULL;
-        float *logical = rank == 0 ? malloc(logical_numel * sizeof(float)) : NULL;
-        if (s == OSDP_OK && (!part || (rank == 0 && !logical)))
-            s = osdp_error_set(OSDP_ERR_OOM, "--dump-weights: out of host memory for operator %s", op->name);
-        if (part) {   /* the gathers are collective: every rank that can takes part whatever failed */
-            osdp_status g = osdp_runtime_gather_op(rt, i, part);
-            if (s == OSDP_OK) s = g;
-        }
-        const int count = part ? (int)op->numel : 0;
-        if (rank == 0) {
-            if (s == OSDP_OK) osdp_op_part_to_logical(op, 0, part, logical);
-            for (int t = 1; t < rt->tp_size; t++) {   /* the other parts of data-parallel rank 0's group, by tag */
-                MPI_Recv(part, count, MPI_FLOAT, MPI_ANY_SOURCE, t, comm, MPI_STATUS_IGNORE);
-                if (s == OSDP_OK) osdp_op_part_to_logical(op, t, part, logical);
-            }
-            if (s == OSDP_OK && fwrite(logical, sizeof(float), logical_numel, f) != logical_numel)
-                s = osdp_error_set(OSDP_ERR_IO, "--dump-weights: short write to %s", path);
-        } else if (rt->rank == 0) {   /* tensor-parallel rank tp_rank > 0 of the group rank 0 is in */
-            MPI_Send(part, count, MPI_FLOAT, 0, rt->tp_rank, comm);
-        }
+        float *part = malloc(op->numel * sizeof(float));
+        dump_sink sink = {op, rank == 0 ? malloc(logical_numel * sizeof(float)) : NULL};
+        s = osdp_status_agree(part && (rank != 0 || sink.logical) ? OSDP_OK
+                              : osdp_error_set(OSDP_ERR_OOM, "--dump-weights: out of host memory for operator %s", op->name),
+                              comm);
+        if (s == OSDP_OK) s = osdp_gather_op_to_root(rt, i, part, comm, part_to_logical, &sink);
+        if (s == OSDP_OK && rank == 0 && fwrite(sink.logical, sizeof(float), logical_numel, f) != logical_numel)
+            s = osdp_error_set(OSDP_ERR_IO, "--dump-weights: short write to %s", path);
+        s = osdp_status_agree(s, comm);
         free(part);
-        free(logical);
+        free(sink.logical);
     }
     if (f && fclose(f) != 0 && s == OSDP_OK) s = osdp_error_set(OSDP_ERR_IO, "--dump-weights: cannot close %s", path);
-    return s;
+    return osdp_status_agree(s, comm);
 }
 
 /* ---- resume ---------------------------------------------------------------------------- */
@@ -420,7 +420,7 @@ static osdp_status resume(osdp_train_ckpt *tc)
                in->global_batch != (long)tc->rt->B * tc->rt->N * tc->rt->opt.accum_steps ? "; global batch changed" : "");
         char saved_mesh[64], our_mesh[64];
         describe_mesh(in->mesh_tp, in->mesh_dp, in->mesh_pp, saved_mesh, sizeof saved_mesh);
-        describe_mesh(tc->rt->layout->tp_size, tc->rt->N, 1, our_mesh, sizeof our_mesh);
+        describe_mesh(tc->rt->layout->tp_size, tc->rt->N, tc->rt->opt.pp_size > 1 ? tc->rt->opt.pp_size : 1, our_mesh, sizeof our_mesh);
         printf("checkpoint: resuming a %s checkpoint on %s\n", saved_mesh, our_mesh);
         printf("checkpoint: loaded %.1f MB in %.3f s (%.1f MB/s)\n", in->bytes / 1e6, in->seconds,
                in->seconds > 0 ? in->bytes / 1e6 / in->seconds : 0.0);

@@ -92,11 +92,12 @@ osdp_status osdp_train_ckpt_save_now(osdp_train_ckpt *tc);
 
 /* --dump-weights: the logical parameters (osdp/logical.h: every operator's
  * tensors in their whole shapes, vocabulary unpadded, in layout order), as
- * raw float32 written by rank 0 of comm (every rank of the mesh, the tensor
- * axis innermost).  Operator by operator, never the whole model at once:
- * each data-parallel group gathers its part, and the tensor-parallel ranks
- * 1.. of data-parallel rank 0 send theirs to rank 0, which puts them in place.
- * Collective; the status is rank 0's (the caller aborts on failure). */
+ * raw float32 written by rank 0 of comm (every rank of the mesh, in mesh
+ * order).  Operator by operator, never the whole model at once: the stage
+ * that owns the operator gathers it over its data-parallel groups and the
+ * tensor-parallel parts of its data index 0 go to world rank 0, which puts
+ * them in place (osdp_gather_op_to_root, cli/gather_root.h).  Collective;
+ * every rank returns the same status. */
 osdp_status osdp_train_dump_weights(osdp_runtime *rt, const char *path, MPI_Comm comm);
 
 #endif

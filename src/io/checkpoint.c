@@ -297,6 +297,20 @@ hid_t ck_dxpl(void)
     return dxpl;
 }
 
+herr_t ck_transfer_none(hid_t d, const osdp_tensor_desc *td, hid_t dxpl, float *buf, int write)
+{
+    if (strcmp(ck_mpio_mode(), "collective") != 0) return 0;
+    hsize_t one = 1;
+    hid_t none_m = H5Screate_simple(1, &one, NULL), none_f = ck_tensor_space(td);
+    herr_t e = none_m >= 0 && none_f >= 0 && H5Sselect_none(none_m) >= 0 && H5Sselect_none(none_f) >= 0 ? 0 : -1;
+    if (e >= 0)
+        e = write ? H5Dwrite(d, H5T_NATIVE_FLOAT, none_m, none_f, dxpl, buf)
+                  : H5Dread(d, H5T_NATIVE_FLOAT, none_m, none_f, dxpl, buf);
+    if (none_m >= 0) H5Sclose(none_m);
+    if (none_f >= 0) H5Sclose(none_f);
+    return e;
+}
+
 herr_t ck_transfer(hid_t d, const osdp_tensor_desc *td, int tp_rank, size_t lo, size_t shard, size_t limit, hid_t dxpl,
                    float *buf, int write, uint64_t *sum)
 {
@@ -316,14 +330,8 @@ herr_t ck_transfer(hid_t d, const osdp_tensor_desc *td, int tp_rank, size_t lo, 
         if (e >= 0) {
             e = write ? H5Dwrite(d, H5T_NATIVE_FLOAT, mspace, space, dxpl, p)
                       : H5Dread(d, H5T_NATIVE_FLOAT, mspace, space, dxpl, p);
-        } else if (strcmp(ck_mpio_mode(), "collective") == 0) {   /* still take part */
-            hid_t none_m = H5Screate_simple(1, &count, NULL), none_f = ck_tensor_space(td);
-            if (none_m >= 0 && none_f >= 0 && H5Sselect_none(none_m) >= 0 && H5Sselect_none(none_f) >= 0) {
-                if (write) H5Dwrite(d, H5T_NATIVE_FLOAT, none_m, none_f, dxpl, p);
-                else H5Dread(d, H5T_NATIVE_FLOAT, none_m, none_f, dxpl, p);
-            }
-            if (none_m >= 0) H5Sclose(none_m);
-            if (none_f >= 0) H5Sclose(none_f);
+        } else {
+            ck_transfer_none(d, td, dxpl, p, write);   /* still take part */
         }
         if (mspace >= 0) H5Sclose(mspace);
         if (e < 0) status = -1;

@@ -60,8 +60,10 @@ herr_t ck_select_part(hid_t fspace, hid_t mspace, const osdp_tensor_desc *td, in
 /* ck_checksum_partial over the logical elements of the piece (local [a, b),
  * piece[0] = local a) with their logical indices */
 uint64_t ck_checksum_part(const osdp_tensor_desc *td, int tp_rank, const float *piece, size_t a, size_t b);
+/* the pipeline degree of the runtime's mesh (1 without a pipeline) */
+static inline int ck_pp_size(const osdp_runtime *rt) { return rt->opt.pp_size > 1 ? rt->opt.pp_size : 1; }
 /* OSDP_ERR_INPUT (naming `path`) unless comm holds the whole mesh:
- * tp_size x rt->N ranks (not collective: every rank finds the same) */
+ * pp x tp_size x rt->N ranks (not collective: every rank finds the same) */
 osdp_status ck_check_mesh(const osdp_runtime *rt, MPI_Comm comm, const char *path);
 
 /* MPI-IO hints for the file: romio_cb_read / romio_cb_write set to
@@ -84,16 +86,27 @@ const char *ck_mpio_mode(void);
  * failure; returns < 0 if any of them failed here. */
 herr_t ck_transfer(hid_t d, const osdp_tensor_desc *td, int tp_rank, size_t lo, size_t shard, size_t limit, hid_t dxpl,
                    float *buf, int write, uint64_t *sum);
+/* In collective mode, one H5Dwrite / H5Dread that selects nothing: the part
+ * a rank without a piece takes in a collective transfer (buf: any host
+ * buffer); nothing in independent mode.  Returns < 0 if it failed. */
+herr_t ck_transfer_none(hid_t d, const osdp_tensor_desc *td, hid_t dxpl, float *buf, int write);
+/* Collective over comm: calls[t] = the most H5Dwrite / H5Dread calls any
+ * rank's segments of operator i make for tensor t (ck_piece_calls summed
+ * over its segments).  On a pipeline the ranks of the other stages hold no
+ * segment of i; they make that many empty calls (ck_transfer_kind), so
+ * that every rank takes part in every collective transfer. */
+void ck_op_calls(const osdp_runtime *rt, int i, MPI_Comm comm, int *calls);
 /* A host buffer of the largest operator shard's elements (NULL: out of memory) */
 float *ck_shard_buffer(osdp_runtime *rt);
 /* Kind `kind` of operator i: ck_transfer for each of its tensors t, every
  * slice's segment of this rank (osdp_runtime_shards), between buf (the
- * operator's shard) and dataset d[t]; adds tensor t's checksum to sums[t] and
+ * operator's shard) and dataset d[t], then empty transfers up to calls[t]
+ * (ck_op_calls); adds tensor t's checksum to sums[t] and
  * its logical size to *bytes.  Every rank makes the same calls whatever fails here;
  * the first failure is kept in *s (left as it is unless OSDP_OK), with a
  * message naming the dataset (and, reading, the file `path`). */
-void ck_transfer_kind(osdp_runtime *rt, int tp_rank, int i, int kind, const hid_t *d, hid_t dxpl, float *buf, int write,
-                      const char *path, uint64_t *sums, double *bytes, osdp_status *s);
+void ck_transfer_kind(osdp_runtime *rt, int tp_rank, int i, int kind, const hid_t *d, const int *calls, hid_t dxpl,
+                      float *buf, int write, const char *path, uint64_t *sums, double *bytes, osdp_status *s);
 /* H5Dclose the open datasets (>= 0) of d[0..kinds)[0..n_tensors) */
 void ck_close_datasets(hid_t d[][OSDP_MAX_TENSORS_PER_OP], int kinds, int n_tensors);
 

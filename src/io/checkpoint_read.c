@@ -287,11 +287,14 @@ static osdp_status read_op(osdp_runtime *rt, int i, int kinds, hid_t file, const
         }
     s = osdp_status_agree(s, comm);
     if (s != OSDP_OK) goto close;
-    /* every rank makes the same read calls whatever fails locally */
+    /* every rank makes the same read calls whatever fails locally; the
+     * ranks of other stages (shard 0) select nothing */
+    int calls[OSDP_MAX_TENSORS_PER_OP];
+    ck_op_calls(rt, i, comm, calls);
     for (int k = 0; k < kinds; k++) {
         memset(buf, 0, shard * sizeof(float));   /* padding (shard and vocabulary) stays 0 */
-        ck_transfer_kind(rt, tp_rank, i, k, d[k], dxpl, buf, 0, path, &sums[k * nt], bytes, &s);
-        rt->backend->to_device(state[ck_state_kind[k]], buf, shard * sizeof(float));
+        ck_transfer_kind(rt, tp_rank, i, k, d[k], calls, dxpl, buf, 0, path, &sums[k * nt], bytes, &s);
+        if (shard) rt->backend->to_device(state[ck_state_kind[k]], buf, shard * sizeof(float));
     }
     MPI_Allreduce(MPI_IN_PLACE, sums, kinds * nt, MPI_UINT64_T, MPI_SUM, comm);
     s = osdp_status_agree(s, comm);

@@ -21,24 +21,42 @@ osdp_status ck_check_mesh(const osdp_runtime *rt, MPI_Comm comm, const char *pat
 {
     int size;
     MPI_Comm_size(comm, &size);
-    if (size == rt->layout->tp_size * rt->N) return OSDP_OK;
-    return osdp_error_set(OSDP_ERR_INPUT, "checkpoint %s: called on %d ranks, but the mesh is tp %d x dp %d: the "
-                          "communicator must hold every rank of the mesh", path, size, rt->layout->tp_size, rt->N);
+    const int pp = ck_pp_size(rt);
+    if (size == pp * rt->layout->tp_size * rt->N) return OSDP_OK;
+    return osdp_error_set(OSDP_ERR_INPUT, "checkpoint %s: called on %d ranks, but the mesh is tp %d x dp %d x pp %d: the "
+                          "communicator must hold every rank of the mesh", path, size, rt->layout->tp_size, rt->N, pp);
 }
 
-void ck_transfer_kind(osdp_runtime *rt, int tp_rank, int i, int kind, const hid_t *d, hid_t dxpl, float *buf, int write,
-                      const char *path, uint64_t *sums, double *bytes, osdp_status *s)
+void ck_op_calls(const osdp_runtime *rt, int i, MPI_Comm comm, int *calls)
+{
+    const osdp_op_layout *op = &rt->layout->op[i];
+    for (int t = 0; t < op->n_tensors; t++) {
+        calls[t] = 0;
+        osdp_shard_iter it = osdp_runtime_shards(rt, i);
+        osdp_shard_segment seg;
+        while (osdp_shard_next(&it, &seg)) calls[t] += ck_piece_calls(&op->tensor[t], seg.numel);
+    }
+    MPI_Allreduce(MPI_IN_PLACE, calls, op->n_tensors, MPI_INT, MPI_MAX, comm);
+}
+
+void ck_transfer_kind(osdp_runtime *rt, int tp_rank, int i, int kind, const hid_t *d, const int *calls, hid_t dxpl,
+                      float *buf, int write, const char *path, uint64_t *sums, double *bytes, osdp_status *s)
 {
     const osdp_op_layout *op = &rt->layout->op[i];
     char h5msg[512], name[200];
     for (int t = 0; t < op->n_tensors; t++) {
         herr_t e = 0;
+        int made = 0;
         osdp_shard_iter it = osdp_runtime_shards(rt, i);
         osdp_shard_segment seg;
-        while (osdp_shard_next(&it, &seg))   /* each slice's segment of this rank */
+        while (osdp_shard_next(&it, &seg)) {   /* each slice's segment of this rank */
             if (ck_transfer(d[t], &op->tensor[t], tp_rank, seg.flat_lo, seg.numel, seg.flat_hi, dxpl, buf + seg.local, write,
                             &sums[t]) < 0)
                 e = -1;
+            made += ck_piece_calls(&op->tensor[t], seg.numel);
+        }
+        for (; made < calls[t]; made++)   /* another stage's operator: take part in its transfers */
+            if (ck_transfer_none(d[t], &op->tensor[t], dxpl, buf, write) < 0) e = -1;
         if (e < 0 && *s == OSDP_OK) {   /* the message now: a later HDF5 call clears the error stack */
             ck_dataset_name(kind, op, t, name, sizeof name);
             if (write)

@@ -2,6 +2,7 @@
 #include "config.h"
 #include "checkpoint_internal.h"
 #include "osdp/logical.h"
+#include "osdp/pipeline.h"
 #include "util/path.h"
 
 #include <errno.h>
@@ -77,7 +78,13 @@ static herr_t write_root_attrs(hid_t file, const osdp_runtime *rt, const osdp_pl
     e |= ck_attr_write_i64(file, "n_ranks", n_ranks);
     e |= ck_attr_write_i64(file, "mesh_tp", rt->layout->tp_size);   /* the mesh it was saved on: tp x dp x pp */
     e |= ck_attr_write_i64(file, "mesh_dp", rt->N);
-    e |= ck_attr_write_i64(file, "mesh_pp", 1);
+    e |= ck_attr_write_i64(file, "mesh_pp", ck_pp_size(rt));
+    if (ck_pp_size(rt) > 1) {   /* informational: a load needs neither the same split nor the same schedule */
+        char split[OSDP_MAX_STAGES * 24];
+        e |= ck_attr_write_str(file, "pipeline_stages", osdp_stage_split_format(rt->opt.stage_bounds, rt->opt.pp_size,
+                                                                                 split, sizeof split));
+        e |= ck_attr_write_str(file, "pipeline_schedule", osdp_pipe_schedule_name(rt->opt.pipe_schedule));
+    }
     e |= ck_attr_write_str(file, "model_name", model_name);
     e |= ck_attr_write_str(file, "model_description", model_text);
     e |= ck_attr_write_u64(file, "model_hash", model_hash);
@@ -192,9 +199,11 @@ static osdp_status write_op(osdp_runtime *rt, int i, hid_t file, hid_t dxpl, flo
     /* from here on every rank makes the same HDF5 calls whatever fails
      * locally (collective writes, identical metadata); one agreement at the end */
     uint64_t sums[CK_N_KINDS * OSDP_MAX_TENSORS_PER_OP] = {0};
+    int calls[OSDP_MAX_TENSORS_PER_OP];
+    ck_op_calls(rt, i, comm, calls);
     for (int k = 0; k < CK_N_KINDS; k++) {
-        rt->backend->to_host(buf, state[ck_state_kind[k]], shard * sizeof(float));
-        ck_transfer_kind(rt, tp_rank, i, k, d[k], dxpl, buf, 1, NULL, &sums[k * nt], bytes, &s);
+        if (shard) rt->backend->to_host(buf, state[ck_state_kind[k]], shard * sizeof(float));   /* 0: another stage's */
+        ck_transfer_kind(rt, tp_rank, i, k, d[k], calls, dxpl, buf, 1, NULL, &sums[k * nt], bytes, &s);
     }
     MPI_Allreduce(MPI_IN_PLACE, sums, CK_N_KINDS * nt, MPI_UINT64_T, MPI_SUM, comm);
     for (int k = 0; k < CK_N_KINDS; k++)
@@ -302,7 +311,7 @@ out:
         info->n_ranks = size;
         info->mesh_tp = rt->layout->tp_size;
         info->mesh_dp = rt->N;
-        info->mesh_pp = 1;
+        info->mesh_pp = ck_pp_size(rt);
         info->model_hash = osdp_model_config_hash(cfg);
         snprintf(info->model_name, sizeof info->model_name, "%s", cfg->name);
         info->plan_hash = osdp_plan_hash(plan);
