@@ -104,8 +104,8 @@
  * the other in_flight - 1 hold all their activations:
  *   held     (in_flight - 1) acts    per operator, all step (acts: the
  *              recompute-aware bytes above)
- *   peak    += sum_i held_i + stage_buffer_bytes (the stage's message
- *              buffers: they do not depend on the plan)
+ *   peak    += sum_i held_i, and W += stage_buffer_bytes (the stage's
+ *              message buffers: they do not depend on the plan)
  * in_flight 0 or 1 and stage_buffer_bytes 0: the peak is what it was. */
 #ifndef OSDP_COST_MODEL_H
 #define OSDP_COST_MODEL_H
@@ -157,8 +157,8 @@ void osdp_cost_op_time(const osdp_cost_model *cm, int op, int g, int k, int b, i
 /* the same with the recompute flag of `op` given (cm->recompute ignored) */
 void osdp_cost_op_mem_rc(const osdp_cost_model *cm, int op, int g, int k, int rc, int b, osdp_op_mem *out);
 void osdp_cost_op_time_rc(const osdp_cost_model *cm, int op, int g, int k, int rc, int b, int accum, osdp_op_time *out);
-/* W: the buffers of the setup that do not depend on the plan (the backward
- * workspace and the tensor-parallel staging) */
+/* W: the buffers that do not depend on the plan (the backward workspace,
+ * the tensor-parallel staging and a pipeline stage's stage_buffer_bytes) */
 long long osdp_cost_workspace(const osdp_cost_model *cm, int b);
 /* tp_comm of operator op for ONE micro-step (formula above): seconds of the
  * tensor-parallel group's collectives at micro-batch b, rc: recomputed */

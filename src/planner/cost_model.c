@@ -120,6 +120,7 @@ void osdp_cost_op_mem_rc(const osdp_cost_model *cm, int op, int g, int k, int rc
     long long kept = (long long)b * (long long)o->kept_floats_per_seq * a;
     out->acts = rc ? kept : full_acts;
     out->rebuilt = rc ? full_acts - kept : 0;
+    out->held = cm->in_flight > 1 ? (long long)(cm->in_flight - 1) * out->acts : 0;
     out->grads = total * eg;
     out->recv = total / N * eg;
     /* backward goes down the slices; ZDP slices are 0..k-1.  At slice s the
@@ -168,7 +169,7 @@ double osdp_cost_tp_comm(const osdp_cost_model *cm, int op, int rc, int b)
 long long osdp_cost_workspace(const osdp_cost_model *cm, int b)
 {
     const long long staging = (long long)b * (long long)osdp_tp_staging_floats_per_seq(cm->layout);
-    return ((long long)osdp_workspace_floats(cm->layout, b) + staging) * cm->dev->act_bytes;
+    return ((long long)osdp_workspace_floats(cm->layout, b) + staging) * cm->dev->act_bytes + cm->stage_buffer_bytes;
 }
 
 void osdp_cost_op_time(const osdp_cost_model *cm, int op, int g, int k, int b, int accum, osdp_op_time *out)
@@ -218,7 +219,7 @@ long long osdp_cost_peak(const osdp_cost_model *cm_in, const osdp_plan *plan, in
     long long base = osdp_cost_workspace(cm, b);
     for (int i = 0; i < n; i++) {
         osdp_cost_op_mem(cm, i, plan->slices[i], plan->zdp_slices[i], b, &m[i]);
-        base += m[i].state + m[i].resident;
+        base += m[i].state + m[i].resident + m[i].held;
     }
     long long acts = 0, best = -1;
     int where = 0;

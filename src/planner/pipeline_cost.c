@@ -1,0 +1,129 @@
+/* The pipeline's cost (formulas in osdp/pipeline_cost.h). */
+#include "osdp/pipeline_cost.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+size_t osdp_pipe_boundary_bytes(const osdp_layout *layout, int first_op, int micro_batch)
+{
+    const osdp_op_layout *before = &layout->op[first_op - 1];
+    return (size_t)micro_batch * (size_t)layout->T * (size_t)before->width * sizeof(float);
+}
+
+double osdp_pipe_message_time(const osdp_device *dev, double bytes)
+{
+    return dev->p2p.alpha + bytes * dev->p2p.beta;
+}
+
+void osdp_pipe_stage_passes(const osdp_cost_model *cm_in, const osdp_plan *plan, int lo, int hi, int micro_batch,
+                            int accum, osdp_pipe_stage_cost *out)
+{
+    osdp_cost_model with_plan = *cm_in, *cm = &with_plan;
+    with_plan.recompute = plan->recompute;
+    out->forward_s = out->backward_s = 0;
+    for (int i = lo; i < hi; i++) {
+        osdp_op_time t;
+        osdp_cost_op_time(cm, i, plan->slices[i], plan->zdp_slices[i], micro_batch, accum, &t);
+        /* the forward's share of forward + backward: 1 of 3, or 1 of 4 when the backward computes it again */
+        const double forward_share = plan->recompute[i] ? 0.25 : 1.0 / 3.0, per_micro = t.total / accum;
+        out->forward_s += per_micro * forward_share;
+        out->backward_s += per_micro * (1 - forward_share);
+    }
+}
+
+long long osdp_pipe_stage_p2p_bytes(const osdp_layout *layout, const int *bounds, int P, int s, int micro_batch,
+                                    int accum)
+{
+    long long bytes = 0;
+    if (s + 1 < P) bytes += (long long)osdp_pipe_boundary_bytes(layout, bounds[s + 1], micro_batch);   /* activations */
+    if (s > 0) bytes += (long long)osdp_pipe_boundary_bytes(layout, bounds[s], micro_batch);           /* gradients */
+    return bytes * accum;
+}
+
+static int valid_time(double t)
+{
+    return isfinite(t) && t >= 0;
+}
+
+osdp_status osdp_pipe_simulate(osdp_pipe_schedule schedule, int P, int M, const osdp_pipe_stage_cost *stage,
+                               const double *message_s, osdp_pipe_timing *out)
+{
+    if (P < 1 || P > OSDP_MAX_STAGES || M < 1)
+        return osdp_error_set(OSDP_ERR_INPUT, "pipeline cost: %d stages (1..%d) and %d micro-batches (>= 1)", P,
+                              OSDP_MAX_STAGES, M);
+    for (int s = 0; s < P; s++)
+        if (!valid_time(stage[s].forward_s) || !valid_time(stage[s].backward_s)
+            || (s + 1 < P && message_s && !valid_time(message_s[s])))
+            return osdp_error_set(OSDP_ERR_INPUT, "pipeline cost: stage %d has a negative or non-finite time", s);
+    const size_t passes = 2 * (size_t)M;
+    osdp_pipe_pass *order = malloc(sizeof *order * passes * (size_t)P);
+    /* done[s][2m + backward]: when that pass ended on stage s (-1: not yet) */
+    double *done = malloc(sizeof *done * passes * (size_t)P);
+    if (!order || !done) {
+        free(order), free(done);
+        return osdp_error_set(OSDP_ERR_OOM, "pipeline cost: out of host memory");
+    }
+    for (int s = 0; s < P; s++) osdp_pipe_order(schedule, P, s, M, order + (size_t)s * passes);
+    for (size_t i = 0; i < passes * (size_t)P; i++) done[i] = -1;
+    double free_at[OSDP_MAX_STAGES] = {0};
+    size_t next[OSDP_MAX_STAGES] = {0}, left = passes * (size_t)P;
+    *out = (osdp_pipe_timing){.P = P, .M = M, .schedule = schedule, .bubble_closed = osdp_pipe_bubble(P, M)};
+    /* Each round runs, on every stage, the passes whose input is there, in
+     * the stage's order; a round without one is a dependency cycle, which a
+     * valid pass order never has. */
+    while (left > 0) {
+        size_t ran = 0;
+        for (int s = 0; s < P; s++)
+            while (next[s] < passes) {
+                const osdp_pipe_pass p = order[(size_t)s * passes + next[s]];
+                int from = p.backward ? s + 1 : s - 1;   /* the stage its input comes from */
+                double ready = 0;
+                if (from >= 0 && from < P) {
+                    double sent = done[(size_t)from * passes + 2 * (size_t)p.micro + (size_t)p.backward];
+                    if (sent < 0) break;
+                    ready = sent + (message_s ? message_s[p.backward ? s : s - 1] : 0);
+                } else if (p.backward && done[(size_t)s * passes + 2 * (size_t)p.micro] < 0) {
+                    break;   /* the last stage: its own forward first (the order guarantees it) */
+                }
+                const double start = ready > free_at[s] ? ready : free_at[s],
+                             took = p.backward ? stage[s].backward_s : stage[s].forward_s;
+                free_at[s] = start + took;
+                out->busy_s[s] += took;
+                done[(size_t)s * passes + 2 * (size_t)p.micro + (size_t)p.backward] = free_at[s];
+                next[s]++;
+                ran++;
+            }
+        if (ran == 0) {
+            free(order), free(done);
+            return osdp_error_set(OSDP_ERR_INTERNAL, "pipeline cost: the %s pass orders of %d stages deadlock",
+                                  osdp_pipe_schedule_name(schedule), P);
+        }
+        left -= ran;
+    }
+    double busy = 0;
+    for (int s = 0; s < P; s++) {
+        out->end_s[s] = free_at[s];
+        if (free_at[s] > out->step_s) out->step_s = free_at[s];
+        if (out->busy_s[s] > out->busy_s[out->slowest_stage]) out->slowest_stage = s;
+        busy += out->busy_s[s];
+    }
+    out->idle_fraction = out->step_s > 0 ? 1 - busy / (P * out->step_s) : 0;
+    free(order), free(done);
+    return OSDP_OK;
+}
+
+osdp_status osdp_pipe_step_time(const osdp_cost_model *const *stage_cm, const osdp_plan *const *plans, const int *bounds,
+                                int P, osdp_pipe_schedule schedule, int micro_batch, int accum, osdp_pipe_timing *out)
+{
+    if (P < 1 || P > OSDP_MAX_STAGES)
+        return osdp_error_set(OSDP_ERR_INPUT, "pipeline cost: %d stages (1..%d)", P, OSDP_MAX_STAGES);
+    osdp_pipe_stage_cost stage[OSDP_MAX_STAGES];
+    double message[OSDP_MAX_STAGES];
+    for (int s = 0; s < P; s++) {
+        osdp_pipe_stage_passes(stage_cm[s], plans[s], bounds[s], bounds[s + 1], micro_batch, accum, &stage[s]);
+        if (s + 1 < P)
+            message[s] = osdp_pipe_message_time(stage_cm[s]->dev,
+                                                (double)osdp_pipe_boundary_bytes(stage_cm[s]->layout, bounds[s + 1], micro_batch));
+    }
+    return osdp_pipe_simulate(schedule, P, accum, stage, message, out);
+}
