@@ -20,6 +20,7 @@
 #include "osdp/pipeline_cost.h"
 #include "osdp/plan.h"
 #include "osdp/planner.h"
+#include "osdp/schedule.h"
 
 #include "test_inputs.h"
 
@@ -309,12 +310,79 @@ START_TEST(test_in_flight_peak)
 }
 END_TEST
 
+
+static unsigned long long g_rng = 15;
+static unsigned rnd(void)
+{
+    g_rng = g_rng * 6364136223846793005ULL + 1442695040888963407ULL;
+    return (unsigned)(g_rng >> 33);
+}
+
+/* A stage's closed-form peak (osdp_pipe_stage_peak) against the runtime's
+ * stage schedule (osdp_schedule_peak with the pipeline options), to the
+ * byte: random plans (g 1..4, any k, recompute), stages, schedules, M,
+ * prefetch on and off, fp32 and bf16 weights, tensor-parallel parts. */
+START_TEST(test_stage_peak_is_the_schedule)
+{
+    const char *models[] = {"tiny", "ic_tiny_mixed", "gpt2_small"};
+    int checked = 0;
+    for (int mi = 0; mi < 3; mi++)
+        for (int tp = 1; tp <= 2; tp++) {
+            osdp_model_config cfg;
+            load_config(&cfg, models[mi]);
+            osdp_layout L;
+            if (osdp_layout_build_tp(&L, &cfg, mi == 2 ? 4 : cfg.ctx < 32 ? cfg.ctx : 32, tp, 1) != OSDP_OK) continue;
+            osdp_plan p;
+            ck_assert(osdp_plan_alloc(&p, L.n_ops) == OSDP_OK);
+            for (int trial = 0; trial < 200; trial++) {
+                for (int i = 0; i < L.n_ops; i++) {
+                    int g = L.op[i].type == OSDP_OP_EMBED ? 1 : 1 + (int)(rnd() % 4);
+                    if (g > 1 && osdp_op_split(&L.op[i], g, (size_t[OSDP_MAX_SLICES + 1]){0}) != OSDP_OK) g = 1;
+                    p.slices[i] = g;
+                    p.zdp_slices[i] = (int)(rnd() % (unsigned)(g + 1));
+                    p.recompute[i] = osdp_op_can_recompute(L.op[i].type) && rnd() % 2;
+                }
+                const int P = 2 + (int)(rnd() % (unsigned)(L.n_ops < 4 ? L.n_ops - 1 : 3));
+                int bounds[OSDP_MAX_STAGES + 1];
+                double cost[64];
+                for (int i = 0; i < L.n_ops; i++) cost[i] = 1 + rnd() % 7;
+                ck_assert(osdp_stage_split_balanced(cost, L.n_ops, P, bounds) == OSDP_OK);
+                const int N = 1 + (int)(rnd() % 3), B = 1 + (int)(rnd() % 2), M = 1 + (int)(rnd() % 5);
+                const int prefetch = (int)(rnd() % 2), bf16 = (int)(rnd() % 2);
+                const osdp_pipe_schedule kind = rnd() % 2 ? OSDP_PIPE_GPIPE : OSDP_PIPE_1F1B;
+                osdp_device d;
+                memset(&d, 0, sizeof d);
+                d.param_bytes = bf16 ? 2 : 4;
+                d.grad_bytes = d.act_bytes = 4;
+                osdp_cost_model cm = {.layout = &L, .dev = &d, .N = N, .prefetch = prefetch};
+                for (int s = 0; s < P; s++) {
+                    osdp_schedule_options so = {.n_ranks = N, .micro_batch = B, .accum_steps = M, .prefetch = prefetch,
+                                                .weight_dtype = bf16 ? OSDP_BFLOAT16 : OSDP_FLOAT32, .pp_size = P,
+                                                .pp_stage = s, .pipe_schedule = kind};
+                    memcpy(so.stage_bounds, bounds, sizeof(int) * (size_t)(P + 1));
+                    osdp_memory_prediction pr;
+                    ck_assert_msg(osdp_schedule_predict(&L, &p, &so, &pr) == OSDP_OK, "%s", osdp_error_message());
+                    const long long closed = osdp_pipe_stage_peak(&cm, &p, bounds, P, s, kind, B, M, NULL);
+                    ck_assert_msg(closed == (long long)pr.peak_total,
+                                  "%s tp %d trial %d: stage %d of %d (%d:%d) %s M %d N %d B %d prefetch %d %s: closed form "
+                                  "%lld, schedule %zu (%+lld)", models[mi], tp, trial, s, P, bounds[s], bounds[s + 1],
+                                  osdp_pipe_schedule_name(kind), M, N, B, prefetch, bf16 ? "bf16" : "fp32", closed,
+                                  pr.peak_total, closed - (long long)pr.peak_total);
+                    checked++;
+                }
+            }
+            osdp_plan_free(&p);
+            osdp_layout_free(&L);
+        }
+    ck_assert(checked > 100);
+}
+END_TEST
+
 static void planner_options(osdp_planner_options *o, int N, int G)
 {
     osdp_planner_defaults(o);
     o->n_ranks = N;
     o->global_batch = G;
-    o->verify = 0;
 }
 
 /* one stage: the flat planner's plan and step (same micro-batches) */
@@ -378,6 +446,7 @@ START_TEST(test_pipeline_plans)
                 ck_assert_int_eq(sp->in_flight, osdp_pipe_in_flight(kind, P, st, pc.micro_batches));
                 ck_assert_int_eq(sp->result.plan.n_ops, sp->hi - sp->lo);
                 ck_assert(sp->peak_bytes > 0 && sp->peak_bytes <= o.mem_limit);
+                ck_assert_int_eq(sp->schedule_peak, sp->peak_bytes);   /* the runtime's stage schedule, to the byte */
                 ck_assert(close_rel(sp->busy_s, pc.timing.busy_s[st], 1e-12));
                 p2p += sp->p2p_bytes;
             }
@@ -413,7 +482,8 @@ static Suite *planner_pp_suite(void)
 {
     const TTest *sim[] = {test_hand_built_two_stages, test_unbalanced_by_hand, test_bubble_closed_form, NULL};
     const TTest *split[] = {test_balanced_split_is_optimal, test_planner_stage_split, NULL};
-    const TTest *model[] = {test_device_p2p, test_stage_passes_and_one_stage, test_in_flight_peak, NULL};
+    const TTest *model[] = {test_device_p2p, test_stage_passes_and_one_stage, test_in_flight_peak,
+                            test_stage_peak_is_the_schedule, NULL};
     const TTest *planner[] = {test_pipeline_one_stage_is_flat, test_pipeline_plans, NULL};
     const osdp_check_case cases[] = {
         {.name = "simulate", .tests = sim},

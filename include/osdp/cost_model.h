@@ -141,6 +141,9 @@ int osdp_cost_can_split(const osdp_cost_model *cm, int op, int g);
 typedef struct osdp_op_mem {
     long long state, resident, acts, rebuilt, grads, recv, work, prefetch;
     long long held;         /* a pipeline stage: the other in-flight micro-batches' activations */
+    long long forward_first;    /* its forward's first slice when ZDP, [k > 0] p_0 e: what a stage
+                                   prefetches for its next forward pass (osdp/pipeline_cost.h) */
+    long long work_from_2;      /* the largest w_s of the work term over slices s >= 2 (0: g < 3) */
 } osdp_op_mem;
 
 typedef struct osdp_op_time {

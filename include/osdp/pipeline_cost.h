@@ -95,4 +95,20 @@ osdp_status osdp_pipe_step_time(const osdp_cost_model *const *stage_cm, const os
 long long osdp_pipe_stage_p2p_bytes(const osdp_layout *layout, const int *bounds, int P, int s, int micro_batch,
                                     int accum);
 
+/* A stage's peak per rank.  The stage's operators are searched and costed
+ * as a layout of their own (osdp_pipe_stage_layout: the whole layout's
+ * operators [lo, hi), the buffers the runtime sizes over the whole model,
+ * the workspace, unchanged), under the cost model's in_flight =
+ * osdp_pipe_in_flight and stage_buffer_bytes = the stage's inputs received
+ * from the previous stage, one per micro-batch it holds, kept for its first
+ * operator's backward (osdp_pipe_stage_buffer_bytes: stages after the first;
+ * the gradients it receives land in the workspace).  osdp_pipe_stage_peak
+ * is that closed form for stage s of a whole-model plan; it equals the
+ * runtime's stage schedule (osdp_schedule_peak with the pipeline options)
+ * to the byte (tests/test_planner_pp.c). */
+osdp_layout osdp_pipe_stage_layout(const osdp_layout *whole, int lo, int hi);
+long long osdp_pipe_stage_buffer_bytes(const osdp_layout *whole, const int *bounds, int s, int micro_batch, int in_flight);
+long long osdp_pipe_stage_peak(const osdp_cost_model *cm, const osdp_plan *plan, const int *bounds, int P, int s,
+                               osdp_pipe_schedule schedule, int micro_batch, int accum, int *at_op);
+
 #endif

@@ -126,14 +126,16 @@ void osdp_cost_op_mem_rc(const osdp_cost_model *cm, int op, int g, int k, int rc
     /* backward goes down the slices; ZDP slices are 0..k-1.  At slice s the
      * operator holds slice s if ZDP and, with prefetch, slice s-1 gathered
      * ahead (the next operator's first slice, f, is held throughout) */
-    out->work = 0;
+    out->work = out->work_from_2 = 0;
     for (int s = 0; s < g; s++) {
         long long v = (s < k ? (long long)p[s] * e : 0) + (cm->prefetch && s >= 1 && s - 1 < k ? (long long)p[s - 1] * e : 0);
         if (v > out->work) out->work = v;
+        if (s >= 2 && v > out->work_from_2) out->work_from_2 = v;
     }
     /* the first slice the backward order touches: slice g-1 of the backward,
      * or with recompute slice 0 of the recomputed forward */
-    out->prefetch = rc ? (k > 0 ? (long long)p[0] * e : 0) : (k == g ? (long long)p[g - 1] * e : 0);
+    out->forward_first = k > 0 ? (long long)p[0] * e : 0;
+    out->prefetch = rc ? out->forward_first : (k == g ? (long long)p[g - 1] * e : 0);
 }
 
 /* one ring all-reduce of `bytes` over the tensor-parallel group of tp ranks */

@@ -38,42 +38,23 @@ void osdp_pipe_choice_free(osdp_pipe_choice *choice)
     choice->layout_built = 0;
 }
 
-/* The layout of operators [lo, hi) alone: the stage's view for the search.
- * It shares the whole layout's operators; the sizes of the buffers the
- * runtime sizes over the whole model (the workspace: max_width, the largest
- * scratch) stay the whole model's. */
-static osdp_layout stage_layout(const osdp_layout *whole, int lo, int hi)
-{
-    osdp_layout sub = *whole;
-    sub.op = whole->op + lo;
-    sub.n_ops = hi - lo;
-    sub.total_params = 0;
-    sub.max_op_numel = 0;
-    for (int i = 0; i < sub.n_ops; i++) {
-        sub.total_params += sub.op[i].numel;
-        if (sub.op[i].numel > sub.max_op_numel) sub.max_op_numel = sub.op[i].numel;
-    }
-    return sub;
-}
-
-/* The stage's message buffers: the input it received, kept for its first
- * operator's backward, for every micro-batch it holds (stages after the
- * first), and the gradient it receives for its last operator's backward
- * (stages before the last). */
-static long long stage_buffer_bytes(const osdp_layout *L, const int *bounds, int P, int s, int b, int in_flight)
-{
-    long long bytes = 0;
-    if (s > 0) bytes += (long long)in_flight * (long long)osdp_pipe_boundary_bytes(L, bounds[s], b);
-    if (s + 1 < P) bytes += (long long)osdp_pipe_boundary_bytes(L, bounds[s + 1], b);
-    return bytes;
-}
-
 /* every stage planned at micro-batch b and M micro-batches into *c (whose
  * stages are freed first); OSDP_ERR_INFEASIBLE names the stage that does
  * not fit */
+static void copy_stage_plan(const osdp_plan *stage, int lo, osdp_plan *whole)
+{
+    for (int i = 0; i < stage->n_ops; i++) {
+        whole->slices[lo + i] = stage->slices[i];
+        whole->zdp_slices[lo + i] = stage->zdp_slices[i];
+        whole->recompute[lo + i] = stage->recompute[i];
+    }
+}
+
 static osdp_status plan_stages(const osdp_device *dev, const osdp_planner_options *o, int b, int M, osdp_pipe_choice *c)
 {
     const int P = c->pp_size;
+    const osdp_cost_model cm = {.layout = &c->layout, .dev = dev, .N = c->dp_size, .pad_quantum = o->pad_quantum,
+                                .prefetch = o->prefetch, .kind = o->cost};
     for (int s = 0; s < c->n_stages_planned; s++) osdp_planner_result_free(&c->stage[s].result);
     c->n_stages_planned = 0;
     for (int s = 0; s < P; s++) {
@@ -83,7 +64,7 @@ static osdp_status plan_stages(const osdp_device *dev, const osdp_planner_option
         st->hi = c->bounds[s + 1];
         st->in_flight = osdp_pipe_in_flight(c->schedule, P, s, M);
         st->schedule_peak = -1;
-        osdp_layout sub = stage_layout(&c->layout, st->lo, st->hi);
+        osdp_layout sub = osdp_pipe_stage_layout(&c->layout, st->lo, st->hi);
         osdp_planner_options so = *o;
         so.n_ranks = c->dp_size;
         so.global_batch = 0;
@@ -91,9 +72,26 @@ static osdp_status plan_stages(const osdp_device *dev, const osdp_planner_option
         so.verify = 0;   /* the stage's peak is checked against its schedule below, on the whole layout */
         so.recompute = o->recompute ? o->recompute + st->lo : NULL;
         so.stage_in_flight = st->in_flight;
-        so.stage_buffer_bytes = stage_buffer_bytes(&c->layout, c->bounds, P, s, b, st->in_flight);
-        osdp_status status = osdp_planner_plan_batch(&sub, dev, &so, b, M, &st->result);
-        c->n_stages_planned = s + 1;
+        so.stage_buffer_bytes = osdp_pipe_stage_buffer_bytes(&c->layout, c->bounds, s, b, st->in_flight);
+        const long long limit = o->mem_limit > 0 ? o->mem_limit : dev->mem_limit;
+        osdp_status status = OSDP_OK;
+        /* The search sees the stage's peak but for the moment its first
+         * operator's backward prefetches the next pass's first slice
+         * (osdp_pipe_stage_peak); should that moment exceed the limit, the
+         * search runs again under a limit lowered by the excess. */
+        for (int attempt = 0; attempt < 8; attempt++) {
+            if (attempt > 0) osdp_planner_result_free(&st->result);
+            status = osdp_planner_plan_batch(&sub, dev, &so, b, M, &st->result);
+            c->n_stages_planned = s + 1;
+            if (status != OSDP_OK) break;
+            copy_stage_plan(&st->result.plan, st->lo, &c->plan);
+            st->peak_bytes = osdp_pipe_stage_peak(&cm, &c->plan, c->bounds, P, s, c->schedule, b, M, NULL);
+            if (st->peak_bytes <= limit) break;
+            st->result.gap = 1;   /* the plan of a lowered limit: not proven the fastest */
+            so.mem_limit = (so.mem_limit > 0 ? so.mem_limit : limit) - (st->peak_bytes - limit);
+            status = OSDP_ERR_INFEASIBLE;
+            osdp_error_set(status, "no plan fits the memory limit with the prefetch between passes");
+        }
         if (status != OSDP_OK) {
             if (status != OSDP_ERR_INFEASIBLE) return status;
             char why[2048];
@@ -102,7 +100,6 @@ static osdp_status plan_stages(const osdp_device *dev, const osdp_planner_option
                                   "flight): %s", s, P, st->lo, st->hi, c->layout.op[st->lo].name,
                                   c->layout.op[st->hi - 1].name, st->in_flight, why);
         }
-        st->peak_bytes = st->result.peak_bytes;
         st->busy_s = st->result.step_s;
         st->p2p_bytes = osdp_pipe_stage_p2p_bytes(&c->layout, c->bounds, P, s, b, M);
     }
@@ -114,15 +111,7 @@ static osdp_status plan_stages(const osdp_device *dev, const osdp_planner_option
 static osdp_status assemble(const osdp_device *dev, const osdp_planner_options *o, int b, int M, osdp_pipe_choice *c)
 {
     const int P = c->pp_size;
-    osdp_plan *whole = &c->plan;
-    for (int s = 0; s < P; s++) {
-        const osdp_plan *sp = &c->stage[s].result.plan;
-        for (int i = 0; i < sp->n_ops; i++) {
-            whole->slices[c->bounds[s] + i] = sp->slices[i];
-            whole->zdp_slices[c->bounds[s] + i] = sp->zdp_slices[i];
-            whole->recompute[c->bounds[s] + i] = sp->recompute[i];
-        }
-    }
+    osdp_plan *whole = &c->plan;   /* the stages' plans, copied in by plan_stages */
     whole->micro_batch = b;
     whole->accum_steps = M;
     whole->tp_size = c->tp_size;
@@ -158,6 +147,10 @@ static osdp_status assemble(const osdp_device *dev, const osdp_planner_options *
             status = osdp_schedule_predict(&c->layout, whole, &so, &pr);
             if (status != OSDP_OK) return status;
             st->schedule_peak = (long long)pr.peak_total;
+            if (st->schedule_peak != st->peak_bytes)
+                return osdp_error_set(OSDP_ERR_INTERNAL, "planner: stage %d's peak in the cost model (%lld bytes) and in "
+                                      "the runtime's stage schedule (%lld bytes) differ", s, st->peak_bytes,
+                                      st->schedule_peak);
         }
         const long long peak = st->schedule_peak >= 0 ? st->schedule_peak : st->peak_bytes;
         if (peak > most) {
