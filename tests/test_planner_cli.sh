@@ -243,4 +243,36 @@ tp_bad tp_node "--tp 16 exceeds the node size of 8 ranks \(ranks_per_node of dev
 tp_bad tp_ranks "--tp 4 does not divide the 6 ranks" --ranks 6 --tp 4
 tp_bad tp_word "--tp.*(integer|auto)" --ranks 8 --tp two
 
+# -- 10. the pipeline: plan --pp P (issue 15): per-stage time and memory, the bubble, p2p, the bottleneck
+if plan pp2 --model "$B6" --device "$DEV/a100_40gb.ini" --ranks 4 --pp 2 --global-batch 16 &&
+   grep -q '^mesh: 4 ranks = PP 2 x DP 2 x TP 1; schedule 1f1b; stages 0:7,7:14 ' "$WORK/pp2.out" &&
+   grep -qE '^bubble: closed form \(P-1\)/\(M\+P-1\) = 0\.[0-9]+; simulated idle fraction 0\.[0-9]+' "$WORK/pp2.out" &&
+   [ "$(grep -cE '^  [01] +[0-9]+:[0-9]+ +[a-z.0-9]+\.\.[a-z.0-9]+ +[0-9]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +yes ' "$WORK/pp2.out")" = 2 ] &&
+   grep -qE '^memory bottleneck: stage [01] ' "$WORK/pp2.out" && grep -q '^stage 1: operators 7:14 over 2 data-parallel ranks' "$WORK/pp2.out" &&
+   plan pp2json --model "$B6" --device "$DEV/a100_40gb.ini" --ranks 4 --pp 2 --global-batch 16 --json &&
+   js "$WORK/pp2json.out" 'j["mesh"]["pp"] == 2 and j["mesh"]["dp"] == 2 and len(j["osdp"]["stages"]) == 2
+       and all(s["peak_bytes"] == s["schedule_peak_bytes"] > 0 for s in j["osdp"]["stages"])
+       and [s["in_flight"] for s in j["osdp"]["stages"]] == [min(2, j["osdp"]["micro_batches"]), 1]
+       and abs(j["osdp"]["bubble_closed"] - 1 / (j["osdp"]["micro_batches"] + 1)) < 1e-9
+       and j["osdp"]["bubble_simulated"] >= 0 and j["osdp"]["p2p_bytes_per_step"] > 0
+       and j["osdp"]["memory_bottleneck_stage"] == max(range(2), key=lambda s: (j["osdp"]["stages"][s]["peak_bytes"], -s))
+       and j["osdp"]["micro_batch"] * j["osdp"]["micro_batches"] * 2 == 16'; then
+    ok "plan --pp 2 on 4 ranks: per-stage busy time, in-flight micro-batches (1F1B: 2, 1) and peak memory equal to the stage schedule's, the bubble (closed form and simulated), p2p bytes, the memory bottleneck ($(grep -o 'memory bottleneck: stage [0-9]*' "$WORK/pp2.out"))"
+else bad "plan --pp 2" "$WORK/pp2.err"; head -c 800 "$WORK/pp2json.out"; echo; fi
+if plan pp4g --model "$B6" --device "$DEV/a100_40gb.ini" --ranks 16 --pp 4 --tp 2 --schedule gpipe --global-batch 16 --json &&
+   js "$WORK/pp4g.out" 'j["mesh"]["tp"] == 2 and j["mesh"]["dp"] == 2 and j["mesh"]["schedule"] == "gpipe"
+       and [s["in_flight"] for s in j["osdp"]["stages"]] == [j["osdp"]["micro_batches"]] * 4
+       and all(s["peak_bytes"] == s["schedule_peak_bytes"] for s in j["osdp"]["stages"])' &&
+   plan ppgiven --model "$B6" --device "$DEV/a100_40gb.ini" --ranks 4 --pp 2 --stages 0:3,3:14 --global-batch 16 --out "$WORK/pp.plan" &&
+   grep -q '^mesh: 4 ranks = PP 2 x DP 2 x TP 1; schedule 1f1b; stages 0:3,3:14 (--stages)' "$WORK/ppgiven.out" &&
+   grep -q -- '--pp 2 --stages 0:3,3:14 --schedule 1f1b' "$WORK/pp.plan" && grep -qE '^mlp\.5 += ' "$WORK/pp.plan"; then
+    ok "plan --pp 4 --tp 2 --schedule gpipe on 16 ranks (every stage holds all M micro-batches, peaks equal the schedule's); --stages kept and written to the plan file"
+else bad "plan --pp 4 --tp 2 gpipe / --stages" "$WORK/pp4g.err"; cat "$WORK/ppgiven.err"; fi
+tp_bad pp_ranks "--pp 3 x --tp 1 does not divide the 4 ranks" --ranks 4 --pp 3
+tp_bad pp_stages "--stages 0:3,4:14: stage 1 starts at operator 4" --ranks 4 --pp 2 --stages 0:3,4:14
+tp_bad pp_stages_count "--stages 0:14: 1 range for the 2 stages" --ranks 4 --pp 2 --stages 0:14
+tp_bad pp_no_pipe "--stages needs a pipeline: --pp P with P > 1" --ranks 4 --stages 0:14
+tp_bad pp_sched "--schedule.*(1f1b|gpipe)" --ranks 4 --pp 2 --schedule zigzag
+tp_bad pp_tp_auto "--tp auto with --pp" --ranks 8 --pp 2 --tp auto
+
 summary "planner cli tests"
