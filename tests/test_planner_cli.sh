@@ -42,8 +42,11 @@ if [ $rc = 0 ] && [ -s "$PROF" ] && grep -q "^wrote $PROF" "$WORK/profile.out" &
    grep -q '^name = cli_test$' "$PROF" && grep -q '^mem_limit = 67108864$' "$PROF" &&
    grep -q '^ranks_per_node = 2$' "$PROF" && grep -q '^; tp_all_reduce: .*groups of T consecutive ranks' "$PROF" &&
    awk '/^\[/ {sec=$0} sec == "[tp_all_reduce]" && /^(alpha|beta) = / {n++; if ($3 + 0 > 0 || ($1 == "alpha" && $3 + 0 == 0)) ok++}
+        END {exit !(n == 2 && ok == 2)}' "$PROF" &&
+   grep -qE '^; p2p: (ping-pong of ranks|the times did not grow)' "$PROF" &&
+   awk '/^\[/ {sec=$0} sec == "[p2p]" && /^(alpha|beta) = / {n++; if ($3 + 0 > 0 || ($1 == "alpha" && $3 + 0 == 0)) ok++}
         END {exit !(n == 2 && ok == 2)}' "$PROF"; then
-    ok "profile on 2 ranks: wrote a device file, alpha, beta (AG and RS) and gamma (4 types) all > 0, ranks_per_node 2, [tp_all_reduce] (T = 2): $(echo "$vals" | grep -E 'gather.alpha|gather.beta' | tr '\n' ' ')"
+    ok "profile on 2 ranks: wrote a device file, alpha, beta (AG and RS) and gamma (4 types) all > 0, ranks_per_node 2, [tp_all_reduce] (T = 2), [p2p] (ping-pong): $(echo "$vals" | grep -E 'gather.alpha|gather.beta' | tr '\n' ' ')"
 else bad "profile (rc $rc)" "$WORK/profile.err"; echo "$vals" | sed 's/^/    /'; fi
 if plan prof_plan --model "$M" --device "$PROF" --ranks 2 &&
    grep -q '^device cli_test: 64.00 MiB per rank' "$WORK/prof_plan.out" && grep -q '^OSDP: .* micro-batch' "$WORK/prof_plan.out"; then
