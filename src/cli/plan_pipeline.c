@@ -104,7 +104,7 @@ static void print_text(const osdp_model_config *cfg, const osdp_device *dev, con
            c->memory_bottleneck, 1e3 * c->total_s, c->batches_tried);
 }
 
-static void json_choice(const char *key, const osdp_pipe_choice *c, osdp_status st, int stages)
+static void json_choice(const char *key, const osdp_pipe_choice *c, osdp_status st)
 {
     printf(",\"%s\":", key);
     if (st != OSDP_OK) {
@@ -113,31 +113,27 @@ static void json_choice(const char *key, const osdp_pipe_choice *c, osdp_status 
     }
     printf("{\"fits\":true,\"micro_batch\":%d,\"micro_batches\":%d,\"step_s\":%.9g,\"samples_per_s\":%.9g,"
            "\"tokens_per_s\":%.9g,\"bubble_closed\":%.9g,\"bubble_simulated\":%.9g,\"p2p_bytes_per_step\":%lld,"
-           "\"memory_bottleneck_stage\":%d,\"slowest_stage\":%d,\"planner_ms\":%.6g",
+           "\"memory_bottleneck_stage\":%d,\"slowest_stage\":%d,\"planner_ms\":%.6g,\"stages\":[",
            c->micro_batch, c->micro_batches, c->step_s, c->samples_per_s, c->samples_per_s * c->layout.T,
            c->timing.bubble_closed, c->timing.idle_fraction, mesh_p2p_bytes(c), c->memory_bottleneck,
            c->timing.slowest_stage, 1e3 * c->total_s);
-    if (stages) {
-        printf(",\"stages\":[");
-        for (int s = 0; s < c->pp_size; s++) {
-            const osdp_stage_plan *sp = &c->stage[s];
-            printf("%s{\"stage\":%d,\"lo\":%d,\"hi\":%d,\"first\":\"%s\",\"last\":\"%s\",\"in_flight\":%d,\"busy_s\":%.9g,"
-                   "\"forward_s\":%.9g,\"backward_s\":%.9g,\"end_s\":%.9g,\"peak_bytes\":%lld,\"schedule_peak_bytes\":%lld,"
-                   "\"mem_limit\":%lld,\"p2p_bytes\":%lld,\"zdp_ops\":%d,\"proven\":%s,\"modes\":[",
-                   s ? "," : "", s, sp->lo, sp->hi, c->layout.op[sp->lo].name, c->layout.op[sp->hi - 1].name,
-                   sp->in_flight, sp->busy_s, sp->pass.forward_s, sp->pass.backward_s, c->timing.end_s[s],
-                   sp->peak_bytes, sp->schedule_peak, sp->result.mem_limit, sp->p2p_bytes, stage_zdp_ops(c, s),
-                   sp->result.gap > 0 || sp->result.timed_out ? "false" : "true");
-            for (int i = sp->lo; i < sp->hi; i++) {
-                char mode[16];
-                printf("%s", i > sp->lo ? "," : "");
-                osdp_json_string(osdp_plan_mode_label(&c->plan, i, mode, sizeof mode));
-            }
-            printf("]}");
+    for (int s = 0; s < c->pp_size; s++) {
+        const osdp_stage_plan *sp = &c->stage[s];
+        printf("%s{\"stage\":%d,\"lo\":%d,\"hi\":%d,\"first\":\"%s\",\"last\":\"%s\",\"in_flight\":%d,\"busy_s\":%.9g,"
+               "\"forward_s\":%.9g,\"backward_s\":%.9g,\"end_s\":%.9g,\"peak_bytes\":%lld,\"schedule_peak_bytes\":%lld,"
+               "\"mem_limit\":%lld,\"p2p_bytes\":%lld,\"zdp_ops\":%d,\"proven\":%s,\"modes\":[",
+               s ? "," : "", s, sp->lo, sp->hi, c->layout.op[sp->lo].name, c->layout.op[sp->hi - 1].name,
+               sp->in_flight, sp->busy_s, sp->pass.forward_s, sp->pass.backward_s, c->timing.end_s[s],
+               sp->peak_bytes, sp->schedule_peak, sp->result.mem_limit, sp->p2p_bytes, stage_zdp_ops(c, s),
+               sp->result.gap > 0 || sp->result.timed_out ? "false" : "true");
+        for (int i = sp->lo; i < sp->hi; i++) {
+            char mode[16];
+            printf("%s", i > sp->lo ? "," : "");
+            osdp_json_string(osdp_plan_mode_label(&c->plan, i, mode, sizeof mode));
         }
-        printf("]");
+        printf("]}");
     }
-    printf("}");
+    printf("]}");
 }
 
 int osdp_cmd_plan_pipeline(const osdp_job *job)
@@ -202,9 +198,9 @@ int osdp_cmd_plan_pipeline(const osdp_job *job)
                job->ranks, c.layout.total_params, c.layout.n_ops, c.layout.T, job->ranks, P, c.dp_size, c.tp_size,
                osdp_pipe_schedule_name(schedule), osdp_stage_split_format(c.bounds, P, split, sizeof split),
                c.bounds_given ? "true" : "false", dev.p2p.alpha, dev.p2p.beta);
-        json_choice("osdp", &c, OSDP_OK, 1);
-        json_choice("all_dp", &base[0], bst[0], 0);
-        json_choice("all_zdp", &base[1], bst[1], 0);
+        json_choice("osdp", &c, OSDP_OK);
+        json_choice("all_dp", &base[0], bst[0]);
+        json_choice("all_zdp", &base[1], bst[1]);
         printf("}\n");
     } else {
         print_text(&cfg, &dev, &o, job, &c, base, bst);
