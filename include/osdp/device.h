@@ -25,6 +25,11 @@
  *   beta  = 4.3e-12          ; (both or neither; absent: the mean of the all-gather's
  *                            ; and the reduce-scatter's, so that an all-reduce costs
  *                            ; their sum, as on the flat network the file describes)
+ *   [p2p]                    ; optional: a point-to-point message between two ranks (the
+ *   alpha = 5e-6             ; pipeline's, between stages): S bytes take alpha + S beta
+ *   beta  = 4.3e-12          ; (both or neither; absent: the all-gather's figures, since one
+ *                            ; ring step of an all-gather is such a message, S/N bytes sent
+ *                            ; to the next rank, with no arithmetic)
  *   [gamma]                  ; s per FLOP, forward + backward, per operator type (> 0)
  *   embed = 6.4e-15
  *   attn  = 6.4e-15
@@ -77,6 +82,7 @@ typedef struct osdp_device {
     int ranks_per_node;                   /* ranks a node holds; 0: not stated (one node: no bound) */
     osdp_collective_cost all_gather, reduce_scatter;
     osdp_collective_cost tp_all_reduce;   /* the tensor-parallel group's all-reduce, inside a node */
+    osdp_collective_cost p2p;             /* one message between two ranks: alpha + bytes beta */
     double gamma[OSDP_N_OP_TYPES];        /* s per FLOP, indexed by osdp_op_type */
     double gamma_fixed[OSDP_N_OP_TYPES];  /* s per operator per micro-step (optional, default 0) */
     double step_shard_param;              /* s per shard element per optimizer step (optional) */
@@ -95,6 +101,9 @@ osdp_status osdp_device_load(osdp_device *dev, const char *path);
 /* [tp_all_reduce] from the all-gather's and reduce-scatter's figures (their
  * mean per ring step): what a file without the section gets */
 void osdp_device_default_tp_all_reduce(osdp_device *dev);
+/* [p2p] from the all-gather's figures (one ring step is one message):
+ * what a file without the section gets */
+void osdp_device_default_p2p(osdp_device *dev);
 /* Writes the file form (round-trips through osdp_device_parse); `comment`
  * (may be NULL) is written as '; ' lines at the top. */
 osdp_status osdp_device_write(const osdp_device *dev, const char *comment, const char *path);
