@@ -156,4 +156,48 @@ void matmul_bf16_backward(const GemmContext &ctx, float *dx, int lddx, float *dw
     if (db) column_sums_add(db, dy, BT, OC, ctx.stream);
 }
 
+void matmul_bf16_forward_out_in(const GemmContext &ctx, float *y, const float *x,
+                                const __nv_bfloat16 *w, int BT, int IC, int OC, int accumulate)
+{
+    if (BT <= 0 || OC <= 0) return;
+    const float beta = accumulate ? 1.0f : 0.0f;
+    if (IC <= 0) {
+        if (!accumulate) CUDA_CHECK(cudaMemsetAsync(y, 0, (size_t)BT * OC * sizeof(float), ctx.stream));
+        return;
+    }
+    const int rows = chunk_rows(BT, (size_t)IC);
+    __nv_bfloat16 *xb = (__nv_bfloat16 *)ctx.scratch((size_t)rows * IC * sizeof(__nv_bfloat16));
+    for (int r0 = 0; r0 < BT; r0 += rows) {
+        const int n = BT - r0 < rows ? BT - r0 : rows;
+        rows_to_bf16(xb, x + (size_t)r0 * IC, IC, n, IC, ctx.stream);
+        /* y rows [r0, r0+n) = xb w^T  ->  y^T (OC,n) = w (OC,IC) xb^T (IC,n); w is, to
+         * cuBLAS, the column-major (IC,OC) w^T, hence op T */
+        gemm_bf16(ctx, CUBLAS_OP_T, CUBLAS_OP_N, OC, n, IC, w, IC, xb, IC, beta,
+                  y + (size_t)r0 * OC, OC);
+    }
+}
+
+void matmul_bf16_backward_out_in(const GemmContext &ctx, float *dx, float *dw, const float *dy,
+                                 const float *x, const __nv_bfloat16 *w, int BT, int IC, int OC,
+                                 int dx_accumulate)
+{
+    if (BT <= 0 || IC <= 0 || OC <= 0) return;
+    const int rows = chunk_rows(BT, (size_t)IC + OC);
+    const size_t dy_elems = round64((size_t)rows * OC);
+    __nv_bfloat16 *dyb = (__nv_bfloat16 *)ctx.scratch((dy_elems + (size_t)rows * IC) *
+                                                      sizeof(__nv_bfloat16));
+    __nv_bfloat16 *xb = dyb + dy_elems;
+    for (int r0 = 0; r0 < BT; r0 += rows) {
+        const int n = BT - r0 < rows ? BT - r0 : rows;
+        rows_to_bf16(dyb, dy + (size_t)r0 * OC, OC, n, OC, ctx.stream);
+        rows_to_bf16(xb, x + (size_t)r0 * IC, IC, n, IC, ctx.stream);
+        /* dx rows [r0, r0+n) = dyb w  ->  dx^T (IC,n) = w^T (IC,OC) dyb^T (OC,n) */
+        if (dx)
+            gemm_bf16(ctx, CUBLAS_OP_N, CUBLAS_OP_N, IC, n, OC, w, IC, dyb, OC,
+                      dx_accumulate ? 1.0f : 0.0f, dx + (size_t)r0 * IC, IC);
+        /* dw (OC,IC) += dyb^T xb  ->  dw^T (IC,OC) += xb^T (IC,n) dyb (n,OC) */
+        gemm_bf16(ctx, CUBLAS_OP_N, CUBLAS_OP_T, IC, OC, n, xb, IC, dyb, OC, 1.0f, dw, IC);
+    }
+}
+
 }  // namespace osdp_cuda

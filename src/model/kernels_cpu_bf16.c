@@ -102,6 +102,36 @@ void cpu_bf16_matmul_backward(float *dx, float *dw, float *db, const float *dy, 
     cpu_bf16_matmul_backward_strided(dx, IC, dw, db, dy, x, IC, w, BT, IC, OC, dx_accumulate);
 }
 
+/* w (OC, IC): pieces of whole rows of w, each a block of y's columns (forward)
+ * or of dy's (backward: dx sums the pieces' products, dw's rows are the piece's) */
+void cpu_bf16_matmul_forward_out_in(float *y, const float *x, const void *w, int BT, int IC, int OC, int accumulate)
+{
+    const uint16_t *W = w;
+    const int rows = rows_per_piece(OC, IC);
+    float *buf = widen_scratch((size_t)rows * IC);
+    if (!buf) return;
+    for (int r0 = 0; r0 < OC; r0 += rows) {
+        int r1 = r0 + rows < OC ? r0 + rows : OC;
+        widen(buf, W + (size_t)r0 * IC, (size_t)(r1 - r0) * IC);
+        matmul_out_in_forward(y + r0, OC, x, buf, BT, IC, r1 - r0, accumulate);
+    }
+}
+
+void cpu_bf16_matmul_backward_out_in(float *dx, float *dw, const float *dy, const float *x, const void *w, int BT,
+                                     int IC, int OC, int dx_accumulate)
+{
+    const uint16_t *W = w;
+    const int rows = rows_per_piece(OC, IC);
+    float *buf = widen_scratch((size_t)rows * IC);
+    if (!buf) return;
+    for (int r0 = 0; r0 < OC; r0 += rows) {
+        int r1 = r0 + rows < OC ? r0 + rows : OC;
+        widen(buf, W + (size_t)r0 * IC, (size_t)(r1 - r0) * IC);
+        matmul_out_in_backward(dx, dw + (size_t)r0 * IC, dy + r0, OC, x, buf, BT, IC, r1 - r0,
+                               dx_accumulate || r0 > 0);
+    }
+}
+
 void cpu_bf16_layernorm_forward(float *y, float *mean, float *rstd, const float *x, const void *w, const void *b,
                                 int BT, int C)
 {

@@ -138,6 +138,11 @@ static int plan_handler(void *user, const char *section, const char *key, const 
         st->status = osdp_error_set(OSDP_ERR_INPUT, "operator '%s' listed twice", key);
         return 0;
     }
+    if (k > 0 && op == 0 && st->layout->cfg.tied_head) {
+        st->status = osdp_error_set(OSDP_ERR_INPUT, "%s = '%s': the head is tied to the embedding's wte (tied_head = "
+                                    "true), so operator %s must be dp", key, value, key);
+        return 0;
+    }
     if (rc && !osdp_op_can_recompute(st->layout->op[op].type)) {
         st->status = osdp_error_set(OSDP_ERR_INPUT, "%s = '%s': only attn and mlp operators can recompute their activations",
                                     key, value);
@@ -179,6 +184,7 @@ osdp_status osdp_plan_parse(osdp_plan *plan, const osdp_layout *layout, const ch
          * so a split default makes it ZDP when any slice is ZDP */
         int unsplittable = st.default_g > 1 && layout->op[i].type == OSDP_OP_EMBED;
         plan->zdp_slices[i] = unsplittable ? st.default_k > 0 : st.default_k;
+        if (i == 0 && layout->cfg.tied_head) plan->zdp_slices[i] = 0;   /* the tied head reads its wte: DP */
         plan->slices[i] = unsplittable ? 1 : st.default_g;
         plan->recompute[i] = st.default_recompute && osdp_op_can_recompute(layout->op[i].type);   /* blocks only */
     }
