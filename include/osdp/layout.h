@@ -164,6 +164,14 @@ typedef struct osdp_op_layout {
     size_t attn_flops_per_token;/* forward attention score/value FLOPs per token, this rank's heads */
 } osdp_op_layout;
 
+/* whether an operator has a matrix product of its own to cut into slices:
+ * not the embedding (a lookup), nor a tied head (ln_f alone, its product
+ * reads the embedding's wte) */
+static inline int osdp_op_can_split(const osdp_op_layout *op)
+{
+    return op->type != OSDP_OP_EMBED && !(op->type == OSDP_OP_HEAD && op->param[OSDP_P_LM_HEAD_W] < 0);
+}
+
 /* the block operators (attn, mlp): the only ones that can recompute their activations */
 static inline int osdp_op_can_recompute(osdp_op_type type) { return type == OSDP_OP_ATTN || type == OSDP_OP_MLP; }
 

@@ -248,7 +248,7 @@ static void plan_apply_options(osdp_plan *plan, const osdp_layout *layout, const
 {
     for (int i = 0; i < layout->n_ops; i++) {
         const osdp_op_layout *op = &layout->op[i];
-        if (uniform && job->split > 1 && op->type != OSDP_OP_EMBED) {   /* the embedding cannot be split */
+        if (uniform && job->split > 1 && osdp_op_can_split(op)) {   /* the embedding, a tied head cannot be split */
             plan->zdp_slices[i] = plan->zdp_slices[i] ? (int)job->split : 0;
             plan->slices[i] = (int)job->split;
         }

@@ -281,6 +281,9 @@ osdp_status osdp_op_split(const osdp_op_layout *op, int g, size_t *bounds)
     if (op->type == OSDP_OP_EMBED)
         return osdp_error_set(OSDP_ERR_INPUT, "operator %s is a lookup, not a matrix product: it cannot be split (use 1 slice)",
                               op->name);
+    if (!osdp_op_can_split(op))
+        return osdp_error_set(OSDP_ERR_INPUT, "operator %s is tied to the embedding's wte (tied_head = true): it holds "
+                              "ln_f alone and cannot be split (use 1 slice)", op->name);
     for (int s = 1; s < g; s++) {
         size_t target = (size_t)((double)op->numel * s / g), best = 0;
         int found = 0;

@@ -44,7 +44,7 @@ static int cut(const osdp_cost_model *cm, int op, int g, size_t *bounds)
     bounds[0] = 0;
     bounds[1] = o->numel;
     if (g == 1) return 1;
-    if (o->type == OSDP_OP_EMBED || g < 1 || g > OSDP_MAX_SLICES) return 0;
+    if (!osdp_op_can_split(o) || g < 1 || g > OSDP_MAX_SLICES) return 0;
     struct op_cuts *c = cm->cuts && op < cm->cuts->n ? &cm->cuts->op[op] : NULL;
     if (c && c->state[g]) {
         if (c->state[g] == 1)

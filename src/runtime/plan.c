@@ -182,7 +182,7 @@ osdp_status osdp_plan_parse(osdp_plan *plan, const osdp_layout *layout, const ch
         }
         /* the default applies where it can: the embedding cannot be split,
          * so a split default makes it ZDP when any slice is ZDP */
-        int unsplittable = st.default_g > 1 && layout->op[i].type == OSDP_OP_EMBED;
+        int unsplittable = st.default_g > 1 && !osdp_op_can_split(&layout->op[i]);
         plan->zdp_slices[i] = unsplittable ? st.default_k > 0 : st.default_k;
         if (i == 0 && layout->cfg.tied_head) plan->zdp_slices[i] = 0;   /* the tied head reads its wte: DP */
         plan->slices[i] = unsplittable ? 1 : st.default_g;
