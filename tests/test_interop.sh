@@ -105,6 +105,20 @@ if [ -n "$l_dp" ] && [ "$l_dp" = "$(losses "$WORK/tied_zdp.log")" ] && [ "$l_dp"
    && awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a - 0.05) }'; then
     ok "tied head on 2 ranks: loss $first -> $last, bitwise equal under all-DP, all-ZDP and a mixed plan"
 else bad "tied head training: dp/zdp/mixed losses differ or do not decrease ($first -> $last)" "$WORK/tied_zdp.out"; fi
+# tensor parallel (wte's vocab-parallel rows are the head's columns; a padded vocabulary: 256 -> 258) and bf16
+OSDP_VOCAB_QUANTUM=3 $MPIEXEC -n 2 "$BIN" train --model "$TIED" --steps 10 --plan zdp --tp 2 --batch 4 --global-batch 4 \
+    --lr 3e-3 --log "$WORK/tied_tp.log" > "$WORK/tied_tp.out" 2>&1 || bad "tied head: --tp 2" "$WORK/tied_tp.out"
+if [ -n "$l_dp" ] && paste <(field "$WORK/tied_dp.log" loss) <(field "$WORK/tied_tp.log" loss) \
+   | awk 'NF != 2 { exit 1 } { d = $1 - $2; if (d < 0) d = -d; if (d > 1e-5 * $1) exit 1 } END { exit NR != 10 }'; then
+    ok "tied head under --tp 2 (vocabulary padded to 258): the 10 losses of 2 data-parallel ranks within 1e-5"
+else bad "tied head --tp 2 losses" "$WORK/tied_tp.out"; fi
+for plan in dp zdp; do
+    $MPIEXEC -n 2 "$BIN" train --model "$TIED" --steps 4 --plan $plan --batch 2 --precision bf16 \
+        --log "$WORK/tied_bf16_$plan.log" > "$WORK/tied_bf16_$plan.out" 2>&1 || bad "tied bf16 $plan" "$WORK/tied_bf16_$plan.out"
+done
+[ -n "$(losses "$WORK/tied_bf16_dp.log")" ] && [ "$(losses "$WORK/tied_bf16_dp.log")" = "$(losses "$WORK/tied_bf16_zdp.log")" ] \
+    && [ "$(field "$WORK/tied_bf16_zdp.log" peak_total | tail -1)" = "$(field "$WORK/tied_bf16_zdp.log" pred_total | tail -1)" ] \
+    && ok "tied head with bf16 working weights: all-DP = all-ZDP bitwise, peak = predicted" || bad "tied bf16" "$WORK/tied_bf16_zdp.out"
 grep -q "the embedding stays DP" "$WORK/tied_zdp.out" && ok "--plan zdp keeps the tied embedding DP, and says so" \
     || bad "--plan zdp note" "$WORK/tied_zdp.out"
 mem_ok=1
@@ -192,6 +206,13 @@ for src in ck back; do
 done
 [ -n "$(losses "$WORK/tinit_ck.log")" ] && [ "$(losses "$WORK/tinit_ck.log")" = "$(losses "$WORK/tinit_back.log")" ] \
     && ok "--init-from the llm.c import: losses bitwise equal to --init-from the checkpoint" || bad "tied --init-from"
+# the tied head in the sampler: greedy decoding = numpy's argmax of x wte^T
+"$MPIEXEC" -n 2 "$BIN" sample --ckpt "$WORK/tck/step_00000008.h5" --prompt "12+34=" --tokens 20 --temperature 0 \
+    > "$WORK/tgreedy.txt" 2> "$WORK/tgreedy.err" || bad "sample of a tied model" "$WORK/tgreedy.err"
+mine=$(tail -c +7 "$WORK/tgreedy.txt" | head -c 20 | od -An -tu1 -v | tr -s ' \n' ' ' | sed 's/^ //; s/ $//')
+ref=$($PY "$TOOL" greedy "$WORK/tck/step_00000008.h5" --prompt "12+34=" --tokens 20 2> "$WORK/tnp.err")
+[ "$(echo "$ref" | wc -w)" = 20 ] && [ "$mine" = "$ref" ] && ok "sample --temperature 0 of a tied model: numpy's 20 tokens ($ref)" \
+    || bad "tied greedy: osdp '$mine' numpy '$ref'" "$WORK/tnp.err"
 expect_refusal "export-llmc of an untied model" "ties its head" $PY "$TOOL" export-llmc "$CK" --out "$WORK/untied.bin"
 expect_refusal "import-llmc into another model" "header maxT (ctx) is 32, model tiny has 64" \
     $PY "$TOOL" import-llmc "$WORK/llmc/model.bin" --model "$SRC/input/models/tiny.ini" --out "$WORK/wrong.bin.h5"

@@ -281,11 +281,8 @@ static osdp_status load_plan(osdp_plan *plan, const osdp_layout *layout, const o
         s = osdp_plan_alloc(plan, layout->n_ops);
         if (s == OSDP_OK) osdp_plan_fill(plan, strcmp(spec, "zdp") == 0);
         if (s == OSDP_OK) plan_apply_options(plan, layout, job, 1);
-        if (s == OSDP_OK && plan->zdp_slices[0] && layout->cfg.tied_head) {
-            plan->zdp_slices[0] = 0;   /* the tied head reads the embedding's resident wte */
-            if (mesh->world_rank == 0 && !job->quiet)
-                printf("--plan zdp: the embedding stays DP (the head is tied to its wte)\n");
-        }
+        if (s == OSDP_OK && osdp_plan_tie_embedding(plan, layout) && mesh->world_rank == 0 && !job->quiet)
+            printf("--plan zdp: the embedding stays DP (the head is tied to its wte)\n");
     } else {
         s = osdp_plan_load(plan, layout, spec);
         if (s == OSDP_OK) plan_apply_options(plan, layout, job, 0);

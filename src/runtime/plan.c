@@ -55,6 +55,13 @@ void osdp_plan_fill(osdp_plan *plan, int zdp)
     }
 }
 
+int osdp_plan_tie_embedding(osdp_plan *plan, const osdp_layout *layout)
+{
+    if (!layout->cfg.tied_head || plan->zdp_slices[0] == 0) return 0;
+    plan->zdp_slices[0] = 0;
+    return 1;
+}
+
 /* "dp" | "zdp" | "k/g", optionally followed by " recompute" */
 static int parse_mode(const char *value, int *k, int *g, int *recompute)
 {
@@ -184,11 +191,11 @@ osdp_status osdp_plan_parse(osdp_plan *plan, const osdp_layout *layout, const ch
          * so a split default makes it ZDP when any slice is ZDP */
         int unsplittable = st.default_g > 1 && !osdp_op_can_split(&layout->op[i]);
         plan->zdp_slices[i] = unsplittable ? st.default_k > 0 : st.default_k;
-        if (i == 0 && layout->cfg.tied_head) plan->zdp_slices[i] = 0;   /* the tied head reads its wte: DP */
         plan->slices[i] = unsplittable ? 1 : st.default_g;
         plan->recompute[i] = st.default_recompute && osdp_op_can_recompute(layout->op[i].type);   /* blocks only */
     }
     free(seen);
+    if (st.status == OSDP_OK) (void)osdp_plan_tie_embedding(plan, layout);   /* a default's ZDP: the embedding stays DP */
     if (st.status != OSDP_OK) osdp_plan_free(plan);
     return st.status;
 }
