@@ -133,6 +133,12 @@ if ! h5ls -r "$WORK/tck/step_00000004.h5" 2>&1 | grep -q lm_head && h5ls -r "$WO
     ok "tied checkpoint: /model/embed/wte and no lm_head dataset"
 else bad "tied checkpoint has an lm_head dataset"; fi
 
+# resumed at step 4 of the all-ZDP run, steps 5..10 are its own, bit for bit
+$MPIEXEC -n 2 "$BIN" train --model "$TIED" --steps 10 --plan zdp --batch 2 --lr 3e-3 --resume "$WORK/tck/step_00000004.h5" \
+    --log "$WORK/tied_resume.log" > "$WORK/tied_resume.out" 2>&1 || bad "tied head: --resume" "$WORK/tied_resume.out"
+[ "$(losses "$WORK/tied_resume.log")" = "$(losses "$WORK/tied_zdp.log" | tail -6)" ] \
+    && ok "tied head: resumed at step 4, steps 5..10 bitwise those of the uninterrupted run" \
+    || bad "tied resume" "$WORK/tied_resume.out"
 TCK="$WORK/tck/step_00000004.h5"
 tied_loss=$(grep '^step=5 ' "$WORK/tied_zdp.log" | sed 's/.* loss=\([^ ]*\).*/\1/')
 $PY "$TOOL" export-llmc "$TCK" --out "$WORK/llmc/model.bin" > "$WORK/llmc.out" 2>&1 || bad "export-llmc" "$WORK/llmc.out"
