@@ -529,24 +529,18 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     sub = ap.add_subparsers(dest="cmd", required=True)
-    p = sub.add_parser("export-hf", help="osdp checkpoint -> GPT2LMHeadModel safetensors")
-    p.add_argument("ckpt")
-    p.add_argument("--out", required=True)
-    p.set_defaults(run=export_hf)
-    p = sub.add_parser("import-hf", help="GPT2LMHeadModel safetensors -> osdp weights file")
-    p.add_argument("hf")
-    p.add_argument("--model", required=True)
-    p.add_argument("--out", required=True)
-    p.set_defaults(run=import_hf)
-    p = sub.add_parser("export-llmc", help="osdp checkpoint of a tied model -> llm.c model file (.bin)")
-    p.add_argument("ckpt")
-    p.add_argument("--out", required=True)
-    p.set_defaults(run=export_llmc)
-    p = sub.add_parser("import-llmc", help="llm.c model file -> osdp weights file")
-    p.add_argument("llmc")
-    p.add_argument("--model", required=True)
-    p.add_argument("--out", required=True)
-    p.set_defaults(run=import_llmc)
+    converters = [("export-hf", "osdp checkpoint -> GPT2LMHeadModel safetensors", "ckpt", False, export_hf),
+                  ("import-hf", "GPT2LMHeadModel safetensors -> osdp weights file", "hf", True, import_hf),
+                  ("export-llmc", "osdp checkpoint of a tied model -> llm.c model file (.bin)", "ckpt", False,
+                   export_llmc),
+                  ("import-llmc", "llm.c model file -> osdp weights file", "llmc", True, import_llmc)]
+    for name, what, source, needs_model, run in converters:
+        p = sub.add_parser(name, help=what)
+        p.add_argument(source)
+        if needs_model:
+            p.add_argument("--model", required=True)
+        p.add_argument("--out", required=True)
+        p.set_defaults(run=run)
     p = sub.add_parser("loss", help="numpy forward: the mean loss of a global batch")
     p.add_argument("weights")
     p.add_argument("--model", help="the model file (for a .safetensors or llm.c .bin source)")

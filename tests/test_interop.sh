@@ -14,6 +14,40 @@ if ! $PY -c 'import numpy, h5py, safetensors' 2> "$WORK/import.err"; then
     exit 77
 fi
 
+# same_model A B: the /model groups of two osdp files hold the same datasets, bit for bit (values,
+# checksum, op_offset), and the files the same model_hash and total_params
+same_model() {
+    $PY - "$1" "$2" <<'PYEOF'
+import sys, h5py
+a, b = h5py.File(sys.argv[1], "r"), h5py.File(sys.argv[2], "r")
+def datasets(f):
+    names = []
+    f["model"].visititems(lambda n, o: names.append(n) if isinstance(o, h5py.Dataset) else None)
+    return sorted(names)
+names = datasets(a)
+assert names == datasets(b), (names, datasets(b))
+for n in names:
+    x, y = a["model/" + n], b["model/" + n]
+    assert x[...].tobytes() == y[...].tobytes(), n
+    for k in ("checksum", "op_offset"):
+        assert x.attrs[k] == y.attrs[k], (n, k)
+for k in ("model_hash", "total_params"):
+    assert a.attrs[k] == b.attrs[k], k
+print(len(names), "tensors bit-exact")
+PYEOF
+}
+
+# check_numpy_loss WHAT OSDP_LOSS SOURCE [loss options...]: the numpy forward's loss of a global batch of 4
+# equals the one osdp logged within 1e-5 relative
+check_numpy_loss() {
+    local what=$1 want=$2 source=$3; shift 3
+    local got
+    got=$($PY "$TOOL" loss "$source" "$@" --data "$DATA" --global-batch 4 2> "$WORK/loss.err" | sed -n 's/^loss //p')
+    if [ -n "$got" ] && awk -v a="$got" -v b="$want" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 1e-5 * b) }'; then
+        ok "numpy forward of $what: loss $got = osdp's $want within 1e-5"
+    else bad "numpy loss of $what '$got' vs osdp '$want'" "$WORK/loss.err"; fi
+}
+
 # a 2-rank ZDP run of 3 steps with a save at step 2: its step-3 loss uses the step-2 weights
 $MPIEXEC -n 2 "$BIN" train --model "$M" --steps 3 --plan zdp --batch 2 --ckpt-dir "$WORK/ck" --save-every 2 \
     --log "$WORK/run.log" > "$WORK/train.out" 2>&1 || bad "training run" "$WORK/train.out"
@@ -24,28 +58,11 @@ if $PY "$TOOL" export-hf "$CK" --out "$WORK/hf/model.safetensors" > "$WORK/expor
    && grep -q '"tie_word_embeddings": false' "$WORK/hf/config.json"; then
     ok "export-hf: safetensors and config.json"
 else bad "export-hf" "$WORK/export.out"; fi
-np_loss=$($PY "$TOOL" loss "$WORK/hf/model.safetensors" --model "$M" --data "$DATA" --step 2 --global-batch 4 \
-          2> "$WORK/loss.err" | sed -n 's/^loss //p')
-if [ -n "$np_loss" ] && awk -v a="$np_loss" -v b="$osdp_loss" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 1e-5 * b) }'; then
-    ok "numpy forward of the exported weights: loss $np_loss = osdp's $osdp_loss within 1e-5"
-else bad "numpy loss '$np_loss' vs osdp '$osdp_loss'" "$WORK/loss.err"; fi
+check_numpy_loss "the exported weights" "$osdp_loss" "$WORK/hf/model.safetensors" --model "$M" --step 2
 
 $PY "$TOOL" import-hf "$WORK/hf/model.safetensors" --model "$M" --out "$WORK/back.h5" > "$WORK/import.out" 2>&1 \
     || bad "import-hf" "$WORK/import.out"
-if $PY - "$CK" "$WORK/back.h5" > "$WORK/cmp.out" 2>&1 <<'PYEOF'
-import sys, h5py
-a, b = h5py.File(sys.argv[1], "r"), h5py.File(sys.argv[2], "r")
-names = []
-a["model"].visititems(lambda n, o: names.append(n) if isinstance(o, h5py.Dataset) else None)
-for n in names:
-    x, y = a["model/" + n], b["model/" + n]
-    assert x[...].tobytes() == y[...].tobytes(), n
-    for k in ("checksum", "op_offset"):
-        assert x.attrs[k] == y.attrs[k], (n, k)
-assert a.attrs["model_hash"] == b.attrs["model_hash"]
-assert a.attrs["total_params"] == b.attrs["total_params"]
-print(len(names), "tensors bit-exact")
-PYEOF
+if same_model "$CK" "$WORK/back.h5" > "$WORK/cmp.out" 2>&1
 then ok "osdp -> HF -> osdp: $(cat "$WORK/cmp.out")"; else bad "round trip" "$WORK/cmp.out"; fi
 
 # the imported weights file trains as the checkpoint it came from: bitwise-equal losses from --init-from
@@ -173,31 +190,14 @@ assert np.array_equal(t(15, (C,)), m("head/ln_f.bias"))
 print(f"maxT {maxT} V {V} Vp {Vp} L {L} NH {NH} C {C}: {p.size} floats in llm.c's order")
 PYEOF
 then ok "export-llmc: llm.c's layout ($(cat "$WORK/llmc_read.out"))"; else bad "export-llmc layout" "$WORK/llmc_read.out"; fi
-llmc_loss=$($PY "$TOOL" loss "$WORK/llmc/model.bin" --model "$TIED" --data "$DATA" --step 4 --global-batch 4 \
-            2> "$WORK/llmc_loss.err" | sed -n 's/^loss //p')
-if [ -n "$llmc_loss" ] && awk -v a="$llmc_loss" -v b="$tied_loss" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 1e-5 * b) }'; then
-    ok "numpy forward of the llm.c file (logits x wte^T): loss $llmc_loss = osdp's $tied_loss within 1e-5"
-else bad "llm.c numpy loss '$llmc_loss' vs osdp '$tied_loss'" "$WORK/llmc_loss.err"; fi
+check_numpy_loss "the llm.c file (logits x wte^T)" "$tied_loss" "$WORK/llmc/model.bin" --model "$TIED" --step 4
 $PY "$TOOL" import-llmc "$WORK/llmc/model.bin" --model "$TIED" --out "$WORK/llmc_back.h5" > "$WORK/llmc_in.out" 2>&1 \
     || bad "import-llmc" "$WORK/llmc_in.out"
 $PY "$TOOL" export-hf "$TCK" --out "$WORK/thf/model.safetensors" > "$WORK/thf.out" 2>&1 || bad "export-hf tied" "$WORK/thf.out"
 $PY "$TOOL" import-hf "$WORK/thf/model.safetensors" --model "$TIED" --out "$WORK/thf_back.h5" > "$WORK/thf_in.out" 2>&1 \
     || bad "import-hf tied" "$WORK/thf_in.out"
 for back in llmc_back thf_back; do
-    if $PY - "$TCK" "$WORK/$back.h5" > "$WORK/cmp_$back.out" 2>&1 <<'PYEOF'
-import sys, h5py
-a, b = h5py.File(sys.argv[1], "r"), h5py.File(sys.argv[2], "r")
-names = []
-a["model"].visititems(lambda n, o: names.append(n) if isinstance(o, h5py.Dataset) else None)
-for n in names:
-    assert a["model/" + n][...].tobytes() == b["model/" + n][...].tobytes(), n
-    for k in ("checksum", "op_offset"):
-        assert a["model/" + n].attrs[k] == b["model/" + n].attrs[k], (n, k)
-assert sorted(names) == sorted(n for n in b["model"].keys() for n in [n + "/" + t for t in b["model/" + n].keys()])
-for k in ("model_hash", "total_params"):
-    assert a.attrs[k] == b.attrs[k], k
-print(len(names), "tensors bit-exact")
-PYEOF
+    if same_model "$TCK" "$WORK/$back.h5" > "$WORK/cmp_$back.out" 2>&1
     then ok "tied: osdp -> ${back%_back} -> osdp: $(cat "$WORK/cmp_$back.out")"; else bad "tied round trip $back" "$WORK/cmp_$back.out"; fi
 done
 if grep -q '"tie_word_embeddings": true' "$WORK/thf/config.json" \
