@@ -4,19 +4,34 @@ independent numpy forward.
 
     scripts/osdp_weights.py export-hf CKPT --out MODEL.safetensors
     scripts/osdp_weights.py import-hf MODEL.safetensors --model MODEL.ini --out WEIGHTS.h5
+    scripts/osdp_weights.py export-llmc CKPT --out MODEL.bin
+    scripts/osdp_weights.py import-llmc MODEL.bin --model MODEL.ini --out WEIGHTS.h5
     scripts/osdp_weights.py loss WEIGHTS --data FILE --step S --global-batch G [--seed N] [--seq-len T]
     scripts/osdp_weights.py greedy WEIGHTS (--prompt TEXT | --prompt-ids 1,2,3) --tokens N
 
 export-hf  reads the /model group of an osdp checkpoint (doc/checkpoint-format.md) and writes
            its tensors under `GPT2LMHeadModel` names (transformer.wte.weight, transformer.h.0.attn.
-           c_attn.weight, ..., lm_head.weight), with a config.json beside the output
-           (tie_word_embeddings false: osdp's head is untied).  GPT-2's Conv1D layers store
-           (in, out) as osdp does, so only lm_head (nn.Linear, (V, d)) is transposed.  Models
-           whose blocks change width (the I&C family) have no GPT-2 equivalent and are refused.
+           c_attn.weight, ..., lm_head.weight), with a config.json beside the output.  GPT-2's
+           Conv1D layers store (in, out) as osdp does, so only lm_head (nn.Linear, (V, d)) is
+           transposed.  A tied model (tied_head = true) has no lm_head.weight: the file omits it,
+           as GPT-2's own model.safetensors does, and config.json says tie_word_embeddings true
+           (transformers then ties lm_head to wte when it loads); an untied one says false.
+           Models whose blocks change width (the I&C family) have no GPT-2 equivalent.
 import-hf  writes an osdp weights file: the /model group of a checkpoint (every dataset with
            its osdp-sum64-v1 checksum and op_offset) and the root attributes that describe the
            model (doc/checkpoint-format.md, "Weights files"); `osdp_gpt train --init-from` loads it.
-           The model file says which model the tensors must make; every shape is checked.
+           The model file says which model the tensors must make; every shape is checked.  A file
+           without lm_head.weight (a tied GPT-2) goes into a tied model exactly, or into an untied
+           one with lm_head = wte^T (a copy, trained apart from then on); a file whose lm_head.weight
+           differs from wte does not go into a tied model.
+export-llmc  writes llm.c's model file (gpt2_124M.bin's format, version 3): a header of 256
+           int32 (magic 20240326, version 3, maxT, V, L, NH, C, Vp), then the 16 parameter tensors
+           of llm.c's train_gpt2.c (gpt2_build_from_checkpoint, fill_in_parameter_sizes), fp32,
+           layers stacked, linear weights in nn.Linear's (out, in) order, wte padded with zero rows
+           to Vp (V rounded up to a multiple of 128).  Only models llm.c can express export: a tied
+           head and one width for every block.
+import-llmc  reads such a file into an osdp weights file for a model file whose sizes match its
+           header (wte's padding rows dropped); into an untied model lm_head = wte^T, as import-hf.
 loss       the mean token loss of a weights source (an osdp checkpoint / weights file, or a
            .safetensors file) on the global batch of data step S, with the batch drawn as
            osdp_gpt draws it (include/osdp/data.h) from a text file read as bytes: a forward in
@@ -44,6 +59,7 @@ except ImportError as e:
 
 M64 = (1 << 64) - 1
 FNV_OFFSET, FNV_PRIME = 1469598103934665603, 1099511628211
+TIED_HASH_WORD = 0x7469656455   # what osdp_model_config_hash() mixes in for tied_head = true
 
 
 def fail(msg, code=2):
@@ -65,6 +81,10 @@ class Model:
             self.n_layer, self.n_head = int(sec["n_layer"]), int(sec["n_head"])
             self.n_embd, self.vocab, self.ctx = int(sec["n_embd"]), int(sec["vocab"]), int(sec["ctx"])
             widths = sec.get("widths", "").replace(",", " ").split()
+            tied = sec.get("tied_head", "false")
+            if tied not in ("true", "false"):
+                raise ValueError(f"tied_head = '{tied}' is not true or false")
+            self.tied = tied == "true"
         except (configparser.Error, KeyError, ValueError) as e:
             fail(f"{where}: not an osdp model description ({type(e).__name__}: {e})")
         self.widths = [int(w) for w in widths] if widths else [self.n_embd] * self.n_layer
@@ -74,10 +94,13 @@ class Model:
         return all(w == self.n_embd for w in self.widths)
 
     def hash(self):
-        """osdp_model_config_hash(): FNV-1a-style over (n_layer, n_head, n_embd, vocab, ctx, widths)."""
+        """osdp_model_config_hash(): FNV-1a-style over (n_layer, n_head, n_embd, vocab, ctx, widths), then
+        a constant when the head is tied."""
         h = FNV_OFFSET
         for v in [self.n_layer, self.n_head, self.n_embd, self.vocab, self.ctx] + self.widths:
             h = ((h ^ (v & 0xffffffff)) * FNV_PRIME) & M64
+        if self.tied:
+            h = ((h ^ TIED_HASH_WORD) * FNV_PRIME) & M64
         return h
 
     def tensors(self):
@@ -92,8 +115,8 @@ class Model:
                     (a, "qkv.bias", (3 * d,)), (a, "proj.weight", (d, d)), (a, "proj.bias", (d,)),
                     (m, "ln_2.weight", (d,)), (m, "ln_2.bias", (d,)), (m, "fc.weight", (d, 4 * d)),
                     (m, "fc.bias", (4 * d,)), (m, "proj.weight", (4 * d, d)), (m, "proj.bias", (d,))]
-        out += [("head", "ln_f.weight", (d,)), ("head", "ln_f.bias", (d,)), ("head", "lm_head.weight", (d, V))]
-        return out
+        out += [("head", "ln_f.weight", (d,)), ("head", "ln_f.bias", (d,))]
+        return out + ([] if self.tied else [("head", "lm_head.weight", (d, V))])
 
 
 def hf_name(op, tensor):
@@ -246,38 +269,162 @@ def export_hf(a):
     config = {"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "vocab_size": model.vocab,
               "n_positions": model.ctx, "n_ctx": model.ctx, "n_embd": model.n_embd, "n_layer": model.n_layer,
               "n_head": model.n_head, "n_inner": 4 * model.n_embd, "activation_function": "gelu_new",
-              "layer_norm_epsilon": 1e-5, "tie_word_embeddings": False, "torch_dtype": "float32"}
+              "layer_norm_epsilon": 1e-5, "tie_word_embeddings": model.tied, "torch_dtype": "float32"}
     with open(config_path, "w") as f:
         json.dump(config, f, indent=2)
     print(f"osdp_weights: {a.out}: {len(out)} tensors of model {model.name}; {config_path}")
 
 
-def import_hf(a):
+def load_model(path):
     try:
-        model = Model(open(a.model).read(), a.model)
+        return Model(open(path).read(), path)
     except OSError as e:
-        fail(f"--model {a.model}: {e.strerror}")
+        fail(f"--model {path}: {e.strerror}")
+
+
+def untie(model, tensors, source):
+    """Into an untied model, a tied source's head: lm_head = wte^T (a copy)."""
+    if not model.tied and ("head", "lm_head.weight") not in tensors:
+        tensors[("head", "lm_head.weight")] = np.ascontiguousarray(tensors[("embed", "wte")].T)
+        print(f"osdp_weights: {source} ties its head to wte: lm_head.weight of untied model {model.name} is a copy "
+              f"of wte", file=sys.stderr)
+    return tensors
+
+
+def hf_tensors(model, st, source):
+    """{(op, tensor): array} of model from a GPT2LMHeadModel state dict, shapes and dtypes checked."""
+    tensors = {}
+    for op, tensor, shape in model.tensors():
+        name, transposed = hf_name(op, tensor)
+        if name not in st:
+            if name == "lm_head.weight":   # a tied GPT-2 file: untie() copies wte
+                continue
+            fail(f"{source}: tensor {name} is missing")
+        w = st[name].T if transposed else st[name]
+        if w.shape != shape:
+            fail(f"{source}: tensor {name} has shape {tuple(st[name].shape)}, model {model.name} needs "
+                 f"{tuple(reversed(shape)) if transposed else shape}")
+        if w.dtype != np.float32:
+            fail(f"{source}: tensor {name} is {w.dtype}: osdp's master weights are float32 (convert first)")
+        tensors[(op, tensor)] = np.ascontiguousarray(w)
+    if model.tied and "lm_head.weight" in st and not np.array_equal(st["lm_head.weight"], st["transformer.wte.weight"]):
+        fail(f"{source}: lm_head.weight differs from transformer.wte.weight: the file's head is untied, the model's "
+             f"(tied_head = true) is tied; use a model file without tied_head")
+    return untie(model, tensors, source)
+
+
+def import_hf(a):
+    model = load_model(a.model)
     refuse_existing(a.out)
     try:
         st = load_file(a.hf)
     except Exception as e:
         fail(f"{a.hf}: not a safetensors file ({e})")
-    tensors = {}
-    for op, tensor, shape in model.tensors():
-        name, transposed = hf_name(op, tensor)
-        if name not in st:
-            if name == "lm_head.weight":
-                fail(f"{a.hf}: no lm_head.weight: the model ties its head to wte, and osdp's head is untied")
-            fail(f"{a.hf}: tensor {name} is missing")
-        w = st[name].T if transposed else st[name]
-        if w.shape != shape:
-            fail(f"{a.hf}: tensor {name} has shape {tuple(st[name].shape)}, model {model.name} needs "
-                 f"{tuple(reversed(shape)) if transposed else shape}")
-        if w.dtype != np.float32:
-            fail(f"{a.hf}: tensor {name} is {w.dtype}: osdp's master weights are float32 (convert first)")
-        tensors[(op, tensor)] = np.ascontiguousarray(w)
-    write_weights(a.out, model, tensors)
+    write_weights(a.out, model, hf_tensors(model, st, a.hf))
     print(f"osdp_weights: {a.out}: weights of model {model.name} from {a.hf}")
+
+
+# ---- llm.c's model file -------------------------------------------------------------------------
+# The format llm.c's train_gpt2.c reads (gpt2_build_from_checkpoint: a header of 256 int32, magic
+# 20240326, version 3, then maxT, V, L, NH, C, Vp; fill_in_parameter_sizes: the 16 tensors below,
+# in this order, each block's tensors stacked over the L layers), written from PyTorch's GPT-2
+# whose nn.Linear weights are (out, in): osdp's (in, out) transposed.
+
+LLMC_MAGIC, LLMC_VERSION, LLMC_VOCAB_MULTIPLE = 20240326, 3, 128
+# per block, in file order: (operator kind, osdp tensor, transposed in the file)
+LLMC_BLOCK_TENSORS = [("attn", "ln_1.weight", False), ("attn", "ln_1.bias", False), ("attn", "qkv.weight", True),
+                      ("attn", "qkv.bias", False), ("attn", "proj.weight", True), ("attn", "proj.bias", False),
+                      ("mlp", "ln_2.weight", False), ("mlp", "ln_2.bias", False), ("mlp", "fc.weight", True),
+                      ("mlp", "fc.bias", False), ("mlp", "proj.weight", True), ("mlp", "proj.bias", False)]
+
+
+def llmc_check(model, source):
+    if not model.tied:
+        fail(f"{source}: llm.c's GPT-2 ties its head to wte and model {model.name} does not (give its model file "
+             f"tied_head = true and train that)")
+    if not model.uniform():
+        fail(f"{source}: llm.c's GPT-2 has one width for every block; model {model.name} has {model.widths}")
+
+
+def llmc_layout(model):
+    """(file shape, osdp shape of one block's tensor or None) of the 16 arrays, in file order."""
+    V, d, L, T = model.vocab, model.n_embd, model.n_layer, model.ctx
+    Vp = (V + LLMC_VOCAB_MULTIPLE - 1) // LLMC_VOCAB_MULTIPLE * LLMC_VOCAB_MULTIPLE
+    shapes = {(op.split(".")[0], t): s for op, t, s in model.tensors() if op in ("attn.0", "mlp.0")}
+    out = [((Vp, d), None), ((T, d), None)]
+    for kind, tensor, transposed in LLMC_BLOCK_TENSORS:
+        s = shapes[(kind, tensor)]
+        out.append(((L,) + (tuple(reversed(s)) if transposed else s), s))
+    return Vp, out + [((d,), None), ((d,), None)]
+
+
+def export_llmc(a):
+    model, w = read_osdp(a.ckpt)
+    llmc_check(model, a.ckpt)
+    refuse_existing(a.out)
+    Vp, layout = llmc_layout(model)
+    wte = np.zeros((Vp, model.n_embd), dtype=np.float32)   # llm.c's padding rows are zeros
+    wte[:model.vocab] = w[("embed", "wte")]
+    arrays = [wte, w[("embed", "wpe")]]
+    for kind, tensor, transposed in LLMC_BLOCK_TENSORS:
+        blocks = [w[(f"{kind}.{i}", tensor)] for i in range(model.n_layer)]
+        arrays.append(np.stack([b.T if transposed else b for b in blocks]))
+    arrays += [w[("head", "ln_f.weight")], w[("head", "ln_f.bias")]]
+    header = np.zeros(256, dtype="<i4")
+    header[:8] = [LLMC_MAGIC, LLMC_VERSION, model.ctx, model.vocab, model.n_layer, model.n_head, model.n_embd, Vp]
+    os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
+    for arr, (shape, _) in zip(arrays, layout):
+        assert arr.shape == shape, (arr.shape, shape)
+    tmp = a.out + ".tmp"
+    with open(tmp, "wb") as f:
+        f.write(header.tobytes())
+        for arr in arrays:
+            f.write(np.ascontiguousarray(arr, dtype="<f4").tobytes())
+    os.replace(tmp, a.out)
+    print(f"osdp_weights: {a.out}: llm.c model file (version {LLMC_VERSION}, Vp {Vp}) of model {model.name}")
+
+
+def llmc_tensors(model, path):
+    """{(op, tensor): array} of model from llm.c's model file at path, its header checked against model."""
+    try:
+        data = open(path, "rb").read()
+    except OSError as e:
+        fail(f"{path}: {e.strerror}")
+    if len(data) < 1024:
+        fail(f"{path}: {len(data)} bytes, shorter than llm.c's 1024-byte header")
+    header = np.frombuffer(data[:1024], dtype="<i4")
+    if header[0] != LLMC_MAGIC:
+        fail(f"{path}: magic {header[0]}, not llm.c's model file ({LLMC_MAGIC})")
+    if header[1] != LLMC_VERSION:
+        fail(f"{path}: version {header[1]}: only llm.c's version {LLMC_VERSION} (with the padded vocabulary) is read")
+    Vp, layout = llmc_layout(model)
+    for k, (what, mine) in enumerate([("maxT (ctx)", model.ctx), ("V (vocab)", model.vocab),
+                                      ("L (n_layer)", model.n_layer), ("NH (n_head)", model.n_head),
+                                      ("C (n_embd)", model.n_embd), ("Vp (padded vocab)", Vp)]):
+        if header[2 + k] != mine:
+            fail(f"{path}: header {what} is {header[2 + k]}, model {model.name} has {mine}")
+    floats = np.frombuffer(data[1024:], dtype="<f4")
+    need = sum(int(np.prod(shape)) for shape, _ in layout)
+    if floats.size != need or (len(data) - 1024) % 4:
+        fail(f"{path}: {len(data) - 1024} bytes of parameters, the header's sizes need {4 * need}")
+    arrays, at = [], 0
+    for shape, _ in layout:
+        n = int(np.prod(shape))
+        arrays.append(floats[at:at + n].reshape(shape))
+        at += n
+    tensors = {("embed", "wte"): arrays[0][:model.vocab], ("embed", "wpe"): arrays[1],
+               ("head", "ln_f.weight"): arrays[-2], ("head", "ln_f.bias"): arrays[-1]}
+    for (kind, tensor, transposed), stacked in zip(LLMC_BLOCK_TENSORS, arrays[2:-2]):
+        for i in range(model.n_layer):
+            tensors[(f"{kind}.{i}", tensor)] = stacked[i].T if transposed else stacked[i]
+    return {k: np.ascontiguousarray(v, dtype=np.float32) for k, v in tensors.items()}
+
+
+def import_llmc(a):
+    model = load_model(a.model)
+    refuse_existing(a.out)
+    write_weights(a.out, model, untie(model, llmc_tensors(model, a.llmc), a.llmc))
+    print(f"osdp_weights: {a.out}: weights of model {model.name} from {a.llmc}")
 
 
 def splitmix64(x):
@@ -313,7 +460,8 @@ def forward_logits(w, model, inputs):
         h = layernorm(x, m, "ln_2") @ g(m, "fc.weight") + g(m, "fc.bias")
         h = 0.5 * h * (1 + np.tanh(np.sqrt(2 / np.pi) * (h + 0.044715 * h ** 3)))
         x = x + h @ g(m, "proj.weight") + g(m, "proj.bias")
-    return layernorm(x, "head", "ln_f") @ g("head", "lm_head.weight")
+    head = g("embed", "wte").T if model.tied else g("head", "lm_head.weight")   # tied: GPT-2's lm_head = wte
+    return layernorm(x, "head", "ln_f") @ head
 
 
 def forward_loss(w, model, inputs, targets):
@@ -325,18 +473,25 @@ def forward_loss(w, model, inputs, targets):
     return float((lse - picked).mean())
 
 
+def read_weights(path, model_path):
+    """(Model, tensors) of any weights source: an osdp checkpoint or weights file, or, with the model
+    file they hold, a .safetensors file (GPT2LMHeadModel) or llm.c's model file (.bin)."""
+    if not path.endswith((".safetensors", ".bin")):
+        return read_osdp(path)
+    if not model_path:
+        fail(f"{path}: a .safetensors or llm.c .bin source needs --model MODEL.ini (the model it holds)")
+    model = load_model(model_path)
+    if path.endswith(".bin"):
+        return model, untie(model, llmc_tensors(model, path), path)
+    try:
+        st = load_file(path)
+    except Exception as e:
+        fail(f"{path}: not a safetensors file ({e})")
+    return model, hf_tensors(model, st, path)
+
+
 def loss(a):
-    if a.weights.endswith(".safetensors"):
-        if not a.model:
-            fail("a .safetensors source needs --model MODEL.ini (the model it holds)")
-        model = Model(open(a.model).read(), a.model)
-        st = load_file(a.weights)
-        w = {}
-        for op, tensor, _ in model.tensors():
-            name, transposed = hf_name(op, tensor)
-            w[(op, tensor)] = st[name].T if transposed else st[name]
-    else:
-        model, w = read_osdp(a.weights)
+    model, w = read_weights(a.weights, a.model)
     T = a.seq_len or model.ctx
     tokens = np.frombuffer(open(a.data, "rb").read(), dtype=np.uint8).astype(np.int64)
     span = len(tokens) - T
@@ -350,7 +505,7 @@ def loss(a):
 
 
 def greedy(a):
-    model, w = read_osdp(a.weights)
+    model, w = read_weights(a.weights, a.model)
     if (a.prompt is None) == (a.prompt_ids is None):
         fail("give one of --prompt TEXT and --prompt-ids 1,2,3")
     if a.prompt is not None:
@@ -374,18 +529,21 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     sub = ap.add_subparsers(dest="cmd", required=True)
-    p = sub.add_parser("export-hf", help="osdp checkpoint -> GPT2LMHeadModel safetensors")
-    p.add_argument("ckpt")
-    p.add_argument("--out", required=True)
-    p.set_defaults(run=export_hf)
-    p = sub.add_parser("import-hf", help="GPT2LMHeadModel safetensors -> osdp weights file")
-    p.add_argument("hf")
-    p.add_argument("--model", required=True)
-    p.add_argument("--out", required=True)
-    p.set_defaults(run=import_hf)
+    converters = [("export-hf", "osdp checkpoint -> GPT2LMHeadModel safetensors", "ckpt", False, export_hf),
+                  ("import-hf", "GPT2LMHeadModel safetensors -> osdp weights file", "hf", True, import_hf),
+                  ("export-llmc", "osdp checkpoint of a tied model -> llm.c model file (.bin)", "ckpt", False,
+                   export_llmc),
+                  ("import-llmc", "llm.c model file -> osdp weights file", "llmc", True, import_llmc)]
+    for name, what, source, needs_model, run in converters:
+        p = sub.add_parser(name, help=what)
+        p.add_argument(source)
+        if needs_model:
+            p.add_argument("--model", required=True)
+        p.add_argument("--out", required=True)
+        p.set_defaults(run=run)
     p = sub.add_parser("loss", help="numpy forward: the mean loss of a global batch")
     p.add_argument("weights")
-    p.add_argument("--model", help="the model file (for a .safetensors source)")
+    p.add_argument("--model", help="the model file (for a .safetensors or llm.c .bin source)")
     p.add_argument("--data", required=True, help="a text file, read as bytes")
     p.add_argument("--step", type=int, required=True, help="the data step (osdp's log step - 1)")
     p.add_argument("--global-batch", type=int, required=True)
@@ -393,7 +551,8 @@ def main():
     p.add_argument("--seq-len", type=int, default=0)
     p.set_defaults(run=loss)
     p = sub.add_parser("greedy", help="numpy forward: greedy decoding of a prompt")
-    p.add_argument("weights", help="an osdp checkpoint or weights file")
+    p.add_argument("weights", help="an osdp checkpoint or weights file (.safetensors, .bin: with --model)")
+    p.add_argument("--model", help="the model file (for a .safetensors or llm.c .bin source)")
     p.add_argument("--prompt", help="text (its UTF-8 bytes are the tokens of a byte model)")
     p.add_argument("--prompt-ids", help="token ids, comma-separated")
     p.add_argument("--tokens", type=int, required=True)

@@ -138,10 +138,67 @@ static void check_matmul(int BT, int IC, int OC, double rtol)
     free(y1); free(y2); free(dx1); free(dx2); free(dw1); free(dw2); free(db1); free(db2);
 }
 
+/* w^T (IC, OC) of w (OC, IC) */
+static float *transposed(const float *w, int OC, int IC)
+{
+    float *t = malloc((size_t)OC * IC * sizeof *t);
+    ck_assert(t != NULL);
+    for (int o = 0; o < OC; o++)
+        for (int i = 0; i < IC; i++) t[(size_t)i * OC + o] = w[(size_t)o * IC + i];
+    return t;
+}
+
+/* The products with the weight stored (OC, IC) (the tied head's): the fp32
+ * table's equal its (IC, OC) products on w^T within rtol_f32 (another GEMM
+ * transpose flag, the same sums), and the bf16 table's equal the fp32
+ * table's on the widened weights within rtol (0: bitwise) */
+static void check_matmul_out_in(int BT, int IC, int OC, double rtol_f32, double rtol)
+{
+    const osdp_compute_backend *f32 = &osdp_compute_cpu, *b16 = &osdp_compute_cpu_bf16;
+    size_t nx = (size_t)BT * IC, ny = (size_t)BT * OC, nw = (size_t)IC * OC;
+    float *x = random_floats(nx, 2), *w32 = random_floats(nw, 0.2f), *dy = random_floats(ny, 1);
+    uint16_t *w;
+    float *ww;
+    rounded(w32, nw, &w, &ww);
+    float *wt = transposed(ww, OC, IC);
+    float *y[3], *dx[3], *dw[3];
+    for (int k = 0; k < 3; k++) {   /* 0: bf16 out_in, 1: fp32 out_in, 2: fp32 on w^T */
+        y[k] = random_floats(ny, 1);
+        dx[k] = random_floats(nx, 1);
+        dw[k] = random_floats(nw, 1);
+        if (k) {
+            memcpy(y[k], y[0], ny * sizeof(float));
+            memcpy(dx[k], dx[0], nx * sizeof(float));
+        }
+    }
+    memcpy(dw[1], dw[0], nw * sizeof(float));
+    float *dw_t = transposed(dw[0], OC, IC);   /* the same accumulator, in (IC, OC) */
+    memcpy(dw[2], dw_t, nw * sizeof(float));
+    for (int acc = 0; acc < 2; acc++) {
+        b16->matmul_forward_out_in(y[0], x, w, BT, IC, OC, acc);
+        f32->matmul_forward_out_in(y[1], x, ww, BT, IC, OC, acc);
+        f32->matmul_forward(y[2], x, wt, NULL, BT, IC, OC, acc);
+        assert_close(y[0], y[1], ny, rtol, "matmul_forward_out_in y (bf16)");
+        assert_close(y[1], y[2], ny, rtol_f32, "matmul_forward_out_in y against matmul_forward");
+    }
+    b16->matmul_backward_out_in(dx[0], dw[0], dy, x, w, BT, IC, OC, 1);
+    f32->matmul_backward_out_in(dx[1], dw[1], dy, x, ww, BT, IC, OC, 1);
+    f32->matmul_backward(dx[2], dw[2], NULL, dy, x, wt, BT, IC, OC, 1);
+    assert_close(dx[0], dx[1], nx, rtol, "matmul_backward_out_in dx (bf16)");
+    assert_close(dw[0], dw[1], nw, rtol, "matmul_backward_out_in dw (bf16)");
+    assert_close(dx[1], dx[2], nx, rtol_f32, "matmul_backward_out_in dx against matmul_backward");
+    float *dw2 = transposed(dw[2], IC, OC);
+    assert_close(dw[1], dw2, nw, rtol_f32, "matmul_backward_out_in dw against matmul_backward");
+    free(x); free(w32); free(dy); free(w); free(ww); free(wt); free(dw_t); free(dw2);
+    for (int k = 0; k < 3; k++) { free(y[k]); free(dx[k]); free(dw[k]); }
+}
+
 START_TEST(test_matmul_bitwise)
 {
     check_matmul(7, 13, 11, 0);
     check_matmul(64, 96, 80, 0);
+    check_matmul_out_in(7, 13, 11, 1e-6, 0);
+    check_matmul_out_in(64, 96, 80, 1e-6, 0);
 }
 END_TEST
 
@@ -149,6 +206,7 @@ START_TEST(test_matmul_in_pieces)
 {
     /* 2100 x 2048 weights: more than the 4 Mi elements widened at once */
     check_matmul(3, 2100, 2048, 1e-5);
+    check_matmul_out_in(3, 2048, 2100, 1e-5, 1e-5);   /* (OC, IC) = (2100, 2048): widened in pieces of rows */
 }
 END_TEST
 

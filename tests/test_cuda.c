@@ -326,6 +326,41 @@ START_TEST(test_matmul_backward)
 }
 END_TEST
 
+/* the products with the weight stored (OC, IC) (a tied head's, on wte), fp32
+ * and bf16 tables against the CPU's: forward (overwrite, accumulate), backward
+ * (dx accumulated or not, dw accumulated) */
+static void run_matmul_out_in(int bf16, int BT, int IC, int OC, int acc, uint64_t seed)
+{
+    const osdp_compute_backend *c = bf16 ? cpu16 : cpu, *g = bf16 ? gpu16 : gpu;
+    const double rtol = bf16 ? 0.0 : gemm_rtol, atol = bf16 ? BF16_TOL : gemm_atol;
+    const size_t nx = (size_t)BT * IC, nw = (size_t)OC * IC, ny = (size_t)BT * OC;
+    float *x = rand_floats(nx, -1, 1, seed), *wf = rand_floats(nw, -0.5f, 0.5f, seed + 1);
+    float *dy = rand_floats(ny, -1, 1, seed + 2), *y = rand_floats(ny, -1, 1, seed + 3);
+    float *dx = rand_floats(nx, -1, 1, seed + 4), *dw = rand_floats(nw, -1, 1, seed + 5);
+    uint16_t *wb = bf16_weights(wf, nw);
+    const void *w = bf16 ? (const void *)wb : (const void *)wf;
+    void *g_w = bf16 ? upb(wb, nw) : (void *)upf(wf, nw);
+    float *g_x = upf(x, nx), *g_dy = upf(dy, ny), *g_y = upf(y, ny), *g_dx = upf(dx, nx), *g_dw = upf(dw, nw);
+    c->matmul_forward_out_in(y, x, w, BT, IC, OC, acc);
+    g->matmul_forward_out_in(g_y, g_x, g_w, BT, IC, OC, acc);
+    expect_close_tol(bf16 ? "bf16 matmul_forward_out_in y" : "matmul_forward_out_in y", y, g_y, ny, rtol, atol);
+    c->matmul_backward_out_in(dx, dw, dy, x, w, BT, IC, OC, acc);
+    g->matmul_backward_out_in(g_dx, g_dw, g_dy, g_x, g_w, BT, IC, OC, acc);
+    expect_close_tol(bf16 ? "bf16 matmul_backward_out_in dx" : "matmul_backward_out_in dx", dx, g_dx, nx, rtol, atol);
+    expect_close_tol(bf16 ? "bf16 matmul_backward_out_in dw" : "matmul_backward_out_in dw", dw, g_dw, nw, rtol, atol);
+    gpu->free(g_w), gpu->free(g_x), gpu->free(g_dy), gpu->free(g_y), gpu->free(g_dx), gpu->free(g_dw);
+    free(x), free(wf), free(dy), free(y), free(dx), free(dw), free(wb);
+}
+
+START_TEST(test_matmul_out_in)
+{
+    for (int bf16 = 0; bf16 < 2; bf16++) {
+        run_matmul_out_in(bf16, 37, 45, 29, 0, 30);
+        run_matmul_out_in(bf16, 64, 32, 256, 1, 31);   /* the head's shape: (BT, d) x wte^T (V, d) */
+    }
+}
+END_TEST
+
 /* --------------------------------------------------------------- layernorm */
 
 /* the CPU table's layernorm against the GPU table's of the same weight type:
@@ -1007,6 +1042,7 @@ END_TEST
 static Suite *cuda_suite(void)
 {
     const TTest *cuda_vs_cpu[] = {test_memory, test_memory_pool, test_matmul_forward, test_matmul_backward,
+                                  test_matmul_out_in,
                                   test_layernorm, test_gelu, test_attention, test_embedding, test_crossentropy,
                                   test_crossentropy_large_gap, test_vocab_parallel,
                                   test_residual_accumulate, test_sums, test_adamw, test_tables, test_bf16_convert,

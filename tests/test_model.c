@@ -128,6 +128,9 @@ static const config_error_case config_errors[] = {
     {"key before any section", "n_layer = 2\n[model]\nn_head = 2\nn_embd = 8\nvocab = 10\nctx = 4\n", "section", NULL},
     {"no section at all", "", "[model]", NULL},
     {"malformed line", "[model]\n" BASE_KEYS "this line has no equals sign\n", "malformed", NULL},
+    {"tied_head not a boolean", "[model]\n" BASE_KEYS "tied_head = yes\n", "tied_head", "yes"},
+    {"tied head, embedding and last block of different widths",
+     "[model]\nn_layer = 2\nn_head = 2\nwidths = 8, 16\nvocab = 10\nctx = 4\ntied_head = true\n", "tied_head", "16"},
 };
 
 START_TEST(test_config_errors)
@@ -291,6 +294,16 @@ START_TEST(test_layout_gpt2_small)
     const size_t d = 768;
     ck_assert_uint_eq(L.op[5].numel + L.op[6].numel, 12 * d * d + 13 * d);
     ck_assert_uint_eq(L.max_op_numel, (size_t)(50257 + 1024) * 768);   /* embed */
+    osdp_layout_free(&L);
+    /* tied (tied_head = true): exactly GPT-2's count; the head holds ln_f alone */
+    layout_ok(&L, "[model]\nname = gpt2_small\nn_layer = 12\nn_head = 12\nn_embd = 768\nvocab = 50257\nctx = 1024\n"
+                  "tied_head = true\n", 1024);
+    ck_assert_uint_eq(L.total_params, 124439808);
+    const osdp_op_layout *head = &L.op[L.n_ops - 1];
+    ck_assert_int_eq(head->n_tensors, 2);
+    ck_assert_int_eq(head->param[OSDP_P_LM_HEAD_W], -1);
+    ck_assert_uint_eq(head->numel, 2 * d);
+    ck_assert_uint_eq(head->flops_per_token, 2 * d * 50257);   /* the product still runs, on wte */
     osdp_layout_free(&L);
 }
 END_TEST
@@ -559,7 +572,8 @@ static void gc_setup(gc_model *M, const char *desc, int T, int B, uint64_t seed)
     M->wsb = xmalloc(wsf * sizeof(float));
     for (size_t e = 0; e < wsf; e++) M->wsb[e] = NAN;
     osdp_workspace_carve(&M->L, B, M->wsb, &M->ws);
-    M->ctx = (osdp_op_context){.backend = &osdp_compute_cpu, .layout = &M->L, .B = B, .T = T};
+    M->ctx = (osdp_op_context){.backend = &osdp_compute_cpu, .layout = &M->L, .B = B, .T = T,
+                               .embed_weights = M->w[0], .embed_grads = M->g[0]};   /* read by a tied head */
     size_t bt = (size_t)B * (size_t)T;
     M->in = xmalloc(bt * sizeof(int));
     M->tg = xmalloc(bt * sizeof(int));
@@ -742,6 +756,16 @@ START_TEST(test_grad_narrowing)
 }
 END_TEST
 
+/* a tied head: d(wte) sums the embedding's lookups and the head's product
+ * (a wte perturbation reruns every operator: gc_numeric from op 0) */
+START_TEST(test_grad_tied)
+{
+    gc_result r;
+    gc_run("tied", "[model]\nname = gc_tied\nn_layer = 2\nn_head = 2\nwidths = 8, 8\nvocab = 11\nctx = 6\n"
+                   "tied_head = true\n", &r);
+}
+END_TEST
+
 /* gradients accumulate: two backward passes without zeroing give twice one */
 START_TEST(test_grad_accumulates)
 {
@@ -776,7 +800,8 @@ static Suite *model_suite(void)
     const TTest *config[] = {test_config_good, test_config_widths, NULL};
     const TTest *layout[] = {test_layout_ops, test_layout_gpt2_small, test_layout_ic, test_layout_shard, NULL};
     const TTest *init[] = {test_init_ranges, test_init_values, NULL};
-    const TTest *grad[] = {test_grad_uniform, test_grad_ic, test_grad_narrowing, test_grad_accumulates, NULL};
+    const TTest *grad[] = {test_grad_uniform, test_grad_ic, test_grad_narrowing, test_grad_tied, test_grad_accumulates,
+                           NULL};
     const osdp_check_case cases[] = {
         {.name = "config", .tests = config, .loop_test = test_config_errors,
          .loop_end = (int)(sizeof config_errors / sizeof config_errors[0])},

@@ -265,7 +265,8 @@ typedef struct brute {
 
 /* every plan (g = 1: 2^n; g > 1: (g+1)^n; tiny has 6 operators,
  * bench_l4_d512 10, bench_l6_d256 14): its step time and its peak, from
- * the runtime (g = 1) or the model (g > 1) */
+ * the runtime (g = 1) or the model (g > 1); under a tied head a plan with a
+ * ZDP embedding is no plan (time infinite, peak above every limit) */
 static void brute_all(brute *B, const osdp_layout *L, const osdp_device *d, int N, int pf, int b, int g)
 {
     int n = L->n_ops, k = g + 1;
@@ -284,6 +285,11 @@ static void brute_all(brute *B, const osdp_layout *L, const osdp_device *d, int 
             p.slices[i] = g;
             p.zdp_slices[i] = (int)(c % k);
             c /= k;
+        }
+        if (L->cfg.tied_head && p.zdp_slices[0] > 0) {
+            B->time[code] = INFINITY;
+            B->peak[code] = LLONG_MAX;
+            continue;
         }
         B->time[code] = osdp_cost_step_time(&cm, &p, b, 1);
         if (g == 1) {
@@ -315,11 +321,12 @@ static void check_against_brute(const char *model, int T, int N, int pf, int b, 
     memcpy(sorted, B.peak, sizeof *sorted * (size_t)B.n_plans);
     qsort(sorted, (size_t)B.n_plans, sizeof *sorted, cmp_ll);
     long long minpeak = sorted[0];
-    int mixed = 0, multi = 0;
+    int mixed = 0, multi = 0, valid = B.n_plans;
+    while (valid > 0 && sorted[valid - 1] == LLONG_MAX) valid--;   /* no plans (brute_all) */
     /* limits: below the smallest peak, exactly at plan peaks across the range, and between */
     for (int li = 0; li <= 16; li++) {
-        long long limit = li == 0 ? minpeak - 1 : sorted[(size_t)(B.n_plans - 1) * (size_t)(li - 1) / 15] - (li & 1) * 3;
-        if (li == 16) limit = sorted[B.n_plans - 1] + 1000;
+        long long limit = li == 0 ? minpeak - 1 : sorted[(size_t)(valid - 1) * (size_t)(li - 1) / 15] - (li & 1) * 3;
+        if (li == 16) limit = sorted[valid - 1] + 1000;
         double best = INFINITY;
         for (int c = 0; c < B.n_plans; c++)
             if (B.peak[c] <= limit && B.time[c] < best) best = B.time[c];
@@ -371,6 +378,8 @@ START_TEST(test_planner_brute_tiny)
     for (int N = 2; N <= 4; N += 2)
         for (int pf = 1; pf >= 0; pf--)
             for (int b = 1; b <= 2; b++) check_against_brute("tiny", 0, N, pf, b, 1, NULL);
+    /* a tied head: the embedding DP only, its gradients held from the head's backward */
+    for (int N = 2; N <= 4; N += 2) check_against_brute("tests/mpi/t_tied.ini", 0, N, 1, 1 + N / 4, 1, NULL);
     /* random devices: latency-, bandwidth- and compute-bound mixes */
     for (int r = 0; r < 12; r++) {
         osdp_device d = test_device(1);

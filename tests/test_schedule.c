@@ -49,13 +49,16 @@ static unsigned rnd(void)
     return (unsigned)(g_rng >> 33);
 }
 
-/* a random plan: g in {1, 2, 3, 4} (embed 1), k in [0, g], recompute on some blocks */
+/* a random plan: g in {1, 2, 3, 4} (embed 1, a tied head 1), k in [0, g]
+ * (embed DP under a tied head), recompute on some blocks */
 static void random_plan(const osdp_layout *L, osdp_plan *p)
 {
     for (int i = 0; i < L->n_ops; i++) {
         int g = L->op[i].type == OSDP_OP_EMBED ? 1 : 1 + (int)(rnd() % 4);
+        if (L->op[i].type == OSDP_OP_HEAD && L->cfg.tied_head) g = 1;   /* ln_f alone: nothing to cut */
         p->slices[i] = g;
-        p->zdp_slices[i] = (int)(rnd() % (unsigned)(g + 1));
+        const int k = (int)(rnd() % (unsigned)(g + 1));
+        p->zdp_slices[i] = i == 0 && L->cfg.tied_head ? 0 : k;
         p->recompute[i] = osdp_op_can_recompute(L->op[i].type) && rnd() % 2;
     }
 }
@@ -420,11 +423,60 @@ START_TEST(test_schedule_errors)
 }
 END_TEST
 
+/* A tied head (tests/mpi/t_tied.ini): the embedding's gradients held from
+ * the head's backward on.  Measured = schedule = closed form on this rank,
+ * schedule = closed form at N = 2, 3, 4, 8 and on tensor-parallel parts
+ * (wte's vocab_local rows are the head's columns); a plan with a ZDP
+ * embedding and a pipeline are refused with the reason. */
+START_TEST(test_tied_head)
+{
+    osdp_comm comm;
+    ck_assert(osdp_comm_create_mpi(&comm, &(MPI_Comm){MPI_COMM_WORLD}) == OSDP_OK);
+    osdp_layout L;
+    load_layout(&L, "tests/mpi/t_tied.ini", 8 + (int)(rnd() % 8));
+    ck_assert(L.cfg.tied_head);
+    osdp_plan p;
+    ck_assert(osdp_plan_alloc(&p, L.n_ops) == OSDP_OK);
+    for (int r = 0; r < 30; r++) {
+        random_plan(&L, &p);
+        check_plan(&L, &p, comm.size, 1 + (int)(rnd() % 2), 1 + (int)(rnd() % 2), (int)(rnd() % 2),
+                   rnd() % 2 ? OSDP_BFLOAT16 : OSDP_FLOAT32, quantum_of(r), &comm);
+    }
+    /* the term itself: the embedding's gradients during the head's backward, none in an untied model */
+    osdp_device d = sizes_device(OSDP_FLOAT32);
+    osdp_cost_model cm = {.layout = &L, .dev = &d, .N = 4};
+    ck_assert_int_eq(osdp_cost_tied_grads(&cm, L.n_ops - 1), (long long)L.op[0].numel * 4);
+    ck_assert_int_eq(osdp_cost_tied_grads(&cm, 0), 0);
+    osdp_plan_fill(&p, 1);
+    osdp_schedule sc;
+    osdp_schedule_options so = {.n_ranks = 4, .micro_batch = 1, .accum_steps = 1, .prefetch = 1,
+                                .weight_dtype = OSDP_FLOAT32};
+    ck_assert_int_eq(osdp_schedule_build(&sc, &L, &p, &so), OSDP_ERR_INPUT);
+    ck_assert_msg(strstr(osdp_error_message(), "embed") && strstr(osdp_error_message(), "tied"), "%s",
+                  osdp_error_message());
+    p.zdp_slices[0] = 0;
+    so.pp_size = 2;
+    ck_assert_int_eq(osdp_schedule_build(&sc, &L, &p, &so), OSDP_ERR_INPUT);
+    ck_assert_msg(strstr(osdp_error_message(), "--pp 2") && strstr(osdp_error_message(), "tied"), "%s",
+                  osdp_error_message());
+    osdp_plan_free(&p);
+    const int Ns[] = {2, 3, 4, 8};
+    int checked = check_random_plans(&L, Ns, 25);
+    osdp_layout_free(&L);
+    load_layout_tp(&L, "tests/mpi/t_tied.ini", 8, 2, 3, 0);
+    ck_assert_int_eq(L.vocab_local, 129);
+    checked += check_random_plans(&L, Ns, 10);
+    osdp_layout_free(&L);
+    ck_assert_int_eq(checked, 140);
+    osdp_comm_destroy(&comm);
+}
+END_TEST
+
 static Suite *schedule_suite(void)
 {
     const TTest *schedule[] = {test_measured_equals_schedule_and_closed_form, test_schedule_equals_closed_form,
                                test_tp_schedule_equals_closed_form, test_tp_staging_measured, test_schedule_errors,
-                               NULL};
+                               test_tied_head, NULL};
     const osdp_check_case cases[] = {{.name = "schedule", .tests = schedule}};
     return osdp_check_suite("schedule", cases, sizeof cases / sizeof cases[0]);
 }

@@ -48,6 +48,12 @@ typedef struct osdp_compute_backend {
     void (*matmul_backward_strided)(float *dx, int lddx, float *dw, float *db, const float *dy,
                                     const float *x, int ldx, const void *w, int BT, int IC, int OC,
                                     int dx_accumulate);
+    /* The weight stored (OC, IC), nn.Linear's order (the tied head's product with wte (V, d)), no
+     * bias: y (BT,OC) = [y +] x (BT,IC) w^T; backward dx (BT,IC) = [dx +] dy w, dw (OC,IC) += dy^T x */
+    void (*matmul_forward_out_in)(float *y, const float *x, const void *w, int BT, int IC, int OC,
+                                  int accumulate);
+    void (*matmul_backward_out_in)(float *dx, float *dw, const float *dy, const float *x, const void *w,
+                                   int BT, int IC, int OC, int dx_accumulate);
     void (*layernorm_forward)(float *y, float *mean, float *rstd, const float *x,
                               const void *w, const void *b, int BT, int C);
     void (*layernorm_backward)(float *dx, float *dw, float *db, const float *dy,

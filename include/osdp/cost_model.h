@@ -42,6 +42,9 @@
  * Peak (the runtime's schedule, osdp/runtime.h; ops 0..n-1):
  *   peak = W + sum_i (state_i + resident_i) + max_u ( K_u + Y_u )
  *   K_u  = sum_{j <= u} acts_j + rebuilt_u + G_u + [prefetch, u + 1 < n] (G_{u+1} + H_{u+1})
+ *          + [tied head, u > 0] G_0   (the head's d(wte) goes into the embedding's
+ *          gradients, allocated at the head's backward: the embedding is then DP,
+ *          unsplit, so G_0 = P_0 e_g whatever the plan)
  *   Y_u  = max(w_u, H_u) + [prefetch, u > 0] f_{u-1}
  * The maximum is reached during some operator's backward: its gradients,
  * its gathered slices (or, just after, its receive buffer), the next
@@ -160,6 +163,10 @@ void osdp_cost_op_time(const osdp_cost_model *cm, int op, int g, int k, int b, i
 /* the same with the recompute flag of `op` given (cm->recompute ignored) */
 void osdp_cost_op_mem_rc(const osdp_cost_model *cm, int op, int g, int k, int rc, int b, osdp_op_mem *out);
 void osdp_cost_op_time_rc(const osdp_cost_model *cm, int op, int g, int k, int rc, int b, int accum, osdp_op_time *out);
+/* A tied head (osdp/layout.h): G_0, the embedding's full gradients, held
+ * from the head's backward to the embedding's, so during the backward of
+ * every operator op > 0; 0 for op 0 (its own G) and for an untied head */
+long long osdp_cost_tied_grads(const osdp_cost_model *cm, int op);
 /* W: the buffers that do not depend on the plan (the backward workspace,
  * the tensor-parallel staging and a pipeline stage's stage_buffer_bytes) */
 long long osdp_cost_workspace(const osdp_cost_model *cm, int b);

@@ -66,6 +66,11 @@ typedef struct osdp_op_context {
     const osdp_layout *layout;      /* this rank's parts (layout->tp_size ranks in the group) */
     const osdp_tp_group *tp;        /* NULL when layout->tp_size is 1 */
     float *tp_staging;              /* head: layout tp_floats_per_seq x B floats when non-zero */
+    /* A tied head (layout cfg.tied_head) reads wte from the embedding operator's working weights
+     * (its whole flat buffer, weight dtype) in its forward and backward, and adds d(wte) into the
+     * embedding's full gradients (fp32 flat buffer, backward only): set by whoever holds them */
+    const void *embed_weights;
+    float *embed_grads;
     int B, T;
     void (*progress)(void *arg);   /* called between kernels: lets collectives advance */
     void *progress_arg;

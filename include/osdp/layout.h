@@ -18,6 +18,14 @@
  *   op 2L + 1     head    : ln_f.weight (d_L), ln_f.bias (d_L), lm_head.weight (d_L, V)
  * Linear weights are stored (in, out): y = x W + b.
  *
+ * A tied head (model option tied_head, GPT-2's): the head holds ln_f only;
+ * its logits are x wte^T with the embedding's working wte, and its backward
+ * adds d(wte) into the embedding's gradients (the FSDP way: the tied weight
+ * lives in one unit, the embedding, which must then be DP so that its
+ * weights stay resident from its forward to the head's backward; the
+ * planner offers it nothing else).  Under tensor parallelism wte's
+ * vocab_local rows are exactly the columns lm_head would hold.
+ *
  * Blocks of different widths ("I&C" models): when block i is wider or
  * narrower than block i-1, attn.i owns an input projection
  * in_proj (d_{i-1} -> d_i, with bias) applied to the residual stream before
@@ -91,7 +99,7 @@ typedef enum osdp_param_slot {
     OSDP_P_FC_B,            /* mlp: (4d) */
     OSDP_P_PROJ_W,          /* attn: (d, d); mlp: (4d, d) */
     OSDP_P_PROJ_B,          /* (d) */
-    OSDP_P_LM_HEAD_W,       /* head: (d_L, V) */
+    OSDP_P_LM_HEAD_W,       /* head: (d_L, V); none when the head is tied */
     OSDP_P_N_SLOTS
 } osdp_param_slot;
 
@@ -155,6 +163,14 @@ typedef struct osdp_op_layout {
     size_t flops_per_token;     /* forward matmul FLOPs per token of this rank's part (x3 for fwd+bwd) */
     size_t attn_flops_per_token;/* forward attention score/value FLOPs per token, this rank's heads */
 } osdp_op_layout;
+
+/* whether an operator has a matrix product of its own to cut into slices:
+ * not the embedding (a lookup), nor a tied head (ln_f alone, its product
+ * reads the embedding's wte) */
+static inline int osdp_op_can_split(const osdp_op_layout *op)
+{
+    return op->type != OSDP_OP_EMBED && !(op->type == OSDP_OP_HEAD && op->param[OSDP_P_LM_HEAD_W] < 0);
+}
 
 /* the block operators (attn, mlp): the only ones that can recompute their activations */
 static inline int osdp_op_can_recompute(osdp_op_type type) { return type == OSDP_OP_ATTN || type == OSDP_OP_MLP; }

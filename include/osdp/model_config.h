@@ -11,7 +11,11 @@
  *                          ; consecutive" models); see osdp/layout.h for how
  *                          ; blocks of different widths connect.
  *       4096, 1024         ; indented lines continue the list (any number of
- *                          ; blocks: a line holds at most 198 characters) */
+ *                          ; blocks: a line holds at most 198 characters)
+ *   tied_head = true       ; optional (default false): the LM head has no
+ *                          ; weight of its own, its logits are x wte^T
+ *                          ; (GPT-2's tying); needs the embedding width
+ *                          ; (block 0's) to equal the last block's */
 #ifndef OSDP_MODEL_CONFIG_H
 #define OSDP_MODEL_CONFIG_H
 
@@ -27,6 +31,7 @@ typedef struct osdp_model_config {
     int vocab;
     int ctx;
     int width[OSDP_MAX_LAYERS];   /* width of block i (all n_embd unless `widths`) */
+    int tied_head;                /* 1: the head's product reads the embedding's wte (osdp/layout.h) */
     char text[8192];              /* the description as read, stored in checkpoints */
 } osdp_model_config;
 

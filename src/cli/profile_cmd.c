@@ -305,7 +305,7 @@ static osdp_status time_model(const osdp_compute_backend *be, const osdp_layout 
         goto done;
     }
     for (size_t i = 0; i < bt; i++) tok[i] = (int)(i * 7 % (size_t)L->cfg.vocab);
-    osdp_op_context ctx = {.backend = be, .layout = L, .B = B, .T = L->T};
+    osdp_op_context ctx = {.backend = be, .layout = L, .B = B, .T = L->T, .embed_weights = w[0], .embed_grads = g[0]};
     osdp_workspace ws;
     osdp_workspace_carve(L, B, ws_base, &ws);
     for (int r = 0; r <= reps; r++) { /* r = 0: warm-up */

@@ -45,6 +45,7 @@ static osdp_status load_weights(osdp_runtime *rt, osdp_plan *plan, osdp_comm *co
     if (s == OSDP_OK) s = osdp_plan_alloc(plan, layout->n_ops);
     if (s != OSDP_OK) return s;
     osdp_plan_fill(plan, 1);
+    (void)osdp_plan_tie_embedding(plan, layout);
     plan->micro_batch = plan->accum_steps = 1;
     s = osdp_comm_create_mpi(comm, &(MPI_Comm){MPI_COMM_WORLD});
     if (s != OSDP_OK) return s;

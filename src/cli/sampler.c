@@ -80,7 +80,7 @@ osdp_status osdp_sampler_gather(osdp_sampler *sm, osdp_runtime *rt, MPI_Comm com
 static const float *forward_last(const osdp_sampler *sm, const int *tokens, int T)
 {
     const osdp_layout *L = &sm->layout;
-    osdp_op_context ctx = {.backend = sm->backend, .layout = L, .B = 1, .T = T};
+    osdp_op_context ctx = {.backend = sm->backend, .layout = L, .B = 1, .T = T, .embed_weights = sm->weights[0]};
     const float *input = NULL;
     osdp_op_acts a;
     for (int i = 0; i < L->n_ops; i++) {

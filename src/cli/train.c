@@ -266,7 +266,7 @@ static void plan_apply_options(osdp_plan *plan, const osdp_layout *layout, const
 {
     for (int i = 0; i < layout->n_ops; i++) {
         const osdp_op_layout *op = &layout->op[i];
-        if (uniform && job->split > 1 && op->type != OSDP_OP_EMBED) {   /* the embedding cannot be split */
+        if (uniform && job->split > 1 && osdp_op_can_split(op)) {   /* the embedding, a tied head cannot be split */
             plan->zdp_slices[i] = plan->zdp_slices[i] ? (int)job->split : 0;
             plan->slices[i] = (int)job->split;
         }
@@ -299,6 +299,8 @@ static osdp_status load_plan(osdp_plan *plan, const osdp_layout *layout, const o
         s = osdp_plan_alloc(plan, layout->n_ops);
         if (s == OSDP_OK) osdp_plan_fill(plan, strcmp(spec, "zdp") == 0);
         if (s == OSDP_OK) plan_apply_options(plan, layout, job, 1);
+        if (s == OSDP_OK && osdp_plan_tie_embedding(plan, layout) && mesh->world_rank == 0 && !job->quiet)
+            printf("--plan zdp: the embedding stays DP (the head is tied to its wte)\n");
     } else {
         s = osdp_plan_load(plan, layout, spec);
         if (s == OSDP_OK) plan_apply_options(plan, layout, job, 0);

@@ -445,6 +445,31 @@ void cuda_matmul_backward(float *dx, float *dw, float *db, const float *dy, cons
     cuda_matmul_backward_strided(dx, IC, dw, db, dy, x, IC, w, BT, IC, OC, dx_accumulate);
 }
 
+/* w stored (OC,IC): to cuBLAS the column-major (IC,OC) matrix w^T */
+void cuda_matmul_forward_out_in(float *y, const float *x, const void *w_, int BT, int IC, int OC,
+                                int accumulate)
+{
+    const float *w = (const float *)w_;
+    if (BT <= 0 || OC <= 0) return;
+    /* y^T (OC,BT) = w (OC,IC) x^T (IC,BT) */
+    CUBLAS_CHECK(cublasSgemm(g.cublas, CUBLAS_OP_T, CUBLAS_OP_N, OC, BT, IC, &kOne, w, IC, x, IC,
+                             accumulate ? &kOne : &kZero, y, OC));
+}
+
+void cuda_matmul_backward_out_in(float *dx, float *dw, const float *dy, const float *x,
+                                 const void *w_, int BT, int IC, int OC, int dx_accumulate)
+{
+    const float *w = (const float *)w_;
+    if (BT <= 0 || IC <= 0 || OC <= 0) return;
+    /* dx (BT,IC) = dy @ w  ->  dx^T (IC,BT) = w^T (IC,OC) dy^T (OC,BT) */
+    if (dx)
+        CUBLAS_CHECK(cublasSgemm(g.cublas, CUBLAS_OP_N, CUBLAS_OP_N, IC, BT, OC, &kOne, w, IC, dy,
+                                 OC, dx_accumulate ? &kOne : &kZero, dx, IC));
+    /* dw (OC,IC) += dy^T @ x  ->  dw^T (IC,OC) += x^T (IC,BT) dy (BT,OC) */
+    CUBLAS_CHECK(cublasSgemm(g.cublas, CUBLAS_OP_N, CUBLAS_OP_T, IC, OC, BT, &kOne, x, IC, dy, OC,
+                             &kOne, dw, IC));
+}
+
 /* -------------------------------------------------------------- layernorm */
 
 void cuda_layernorm_forward(float *y, float *mean, float *rstd, const float *x, const void *w,
@@ -661,6 +686,19 @@ void cuda_bf16_matmul_backward(float *dx, float *dw, float *db, const float *dy,
     cuda_bf16_matmul_backward_strided(dx, IC, dw, db, dy, x, IC, w, BT, IC, OC, dx_accumulate);
 }
 
+void cuda_bf16_matmul_forward_out_in(float *y, const float *x, const void *w, int BT, int IC, int OC,
+                                     int accumulate)
+{
+    osdp_cuda::matmul_bf16_forward_out_in(gemm_context(), y, x, (const bf16 *)w, BT, IC, OC, accumulate);
+}
+
+void cuda_bf16_matmul_backward_out_in(float *dx, float *dw, const float *dy, const float *x,
+                                      const void *w, int BT, int IC, int OC, int dx_accumulate)
+{
+    osdp_cuda::matmul_bf16_backward_out_in(gemm_context(), dx, dw, dy, x, (const bf16 *)w, BT, IC, OC,
+                                           dx_accumulate);
+}
+
 void cuda_bf16_layernorm_forward(float *y, float *mean, float *rstd, const float *x,
                                  const void *w, const void *b, int BT, int C)
 {
@@ -765,6 +803,8 @@ extern "C" const osdp_compute_backend osdp_compute_cuda = {
     .matmul_backward = cuda_matmul_backward,
     .matmul_forward_strided = cuda_matmul_forward_strided,
     .matmul_backward_strided = cuda_matmul_backward_strided,
+    .matmul_forward_out_in = cuda_matmul_forward_out_in,
+    .matmul_backward_out_in = cuda_matmul_backward_out_in,
     .layernorm_forward = cuda_layernorm_forward,
     .layernorm_backward = cuda_layernorm_backward,
     .gelu_forward = cuda_gelu_forward,
@@ -799,6 +839,8 @@ static osdp_compute_backend make_bf16_table()
     t.matmul_backward = cuda_bf16_matmul_backward;
     t.matmul_forward_strided = cuda_bf16_matmul_forward_strided;
     t.matmul_backward_strided = cuda_bf16_matmul_backward_strided;
+    t.matmul_forward_out_in = cuda_bf16_matmul_forward_out_in;
+    t.matmul_backward_out_in = cuda_bf16_matmul_backward_out_in;
     t.layernorm_forward = cuda_bf16_layernorm_forward;
     t.layernorm_backward = cuda_bf16_layernorm_backward;
     t.embedding_forward = cuda_bf16_embedding_forward;

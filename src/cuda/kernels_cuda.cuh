@@ -128,6 +128,13 @@ void matmul_bf16_forward(const GemmContext &ctx, float *y, const float *x, int l
 void matmul_bf16_backward(const GemmContext &ctx, float *dx, int lddx, float *dw, float *db,
                           const float *dy, const float *x, int ldx, const __nv_bfloat16 *w,
                           int BT, int IC, int OC, int dx_accumulate);
+/* matmul_out_in_forward / _backward of kernels_cpu.h (w stored (OC,IC), no
+ * bias; contiguous y, dy) with w in bf16, staged and chunked as above */
+void matmul_bf16_forward_out_in(const GemmContext &ctx, float *y, const float *x,
+                                const __nv_bfloat16 *w, int BT, int IC, int OC, int accumulate);
+void matmul_bf16_backward_out_in(const GemmContext &ctx, float *dx, float *dw, const float *dy,
+                                 const float *x, const __nv_bfloat16 *w, int BT, int IC, int OC,
+                                 int dx_accumulate);
 
 }  // namespace osdp_cuda
 

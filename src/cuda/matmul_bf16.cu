@@ -104,9 +104,21 @@ void convert_to_bf16(__nv_bfloat16 *dst, const float *src, size_t n, cudaStream_
     CUDA_CHECK_LAUNCH();
 }
 
-void matmul_bf16_forward(const GemmContext &ctx, float *y, const float *x, int ldx,
-                         const __nv_bfloat16 *w, const __nv_bfloat16 *b, int BT, int IC, int OC,
-                         int accumulate)
+namespace {
+
+/* The weight's orientation: (IC,OC), osdp's linear layers, or (OC,IC), nn.Linear's (a tied head's wte).
+ * To cuBLAS a row-major (IC,OC) weight is a column-major (OC,IC) matrix, a row-major (OC,IC) one a
+ * column-major (IC,OC) matrix; op_out_by_in gives the (OC,IC) operand of y^T = A x^T, op_in_by_out the
+ * (IC,OC) operand of dx^T = B dy^T, ld the weight's leading dimension either way. */
+struct WeightOrder {
+    bool out_in;
+    cublasOperation_t op_out_by_in() const { return out_in ? CUBLAS_OP_T : CUBLAS_OP_N; }
+    cublasOperation_t op_in_by_out() const { return out_in ? CUBLAS_OP_N : CUBLAS_OP_T; }
+    int ld(int IC, int OC) const { return out_in ? IC : OC; }
+};
+
+void forward_any(const GemmContext &ctx, WeightOrder order, float *y, const float *x, int ldx,
+                 const __nv_bfloat16 *w, const __nv_bfloat16 *b, int BT, int IC, int OC, int accumulate)
 {
     /* as the fp32 table: lay the bias into y first, then y += x @ w with beta = 1 */
     float beta = accumulate ? 1.0f : 0.0f;
@@ -126,14 +138,14 @@ void matmul_bf16_forward(const GemmContext &ctx, float *y, const float *x, int l
         const int n = BT - r0 < rows ? BT - r0 : rows;
         rows_to_bf16(xb, x + (size_t)r0 * ldx, ldx, n, IC, ctx.stream);  /* xb (n,IC) packed */
         /* y rows [r0, r0+n): y^T (OC,n) = w^T (OC,IC) xb^T (IC,n) */
-        gemm_bf16(ctx, CUBLAS_OP_N, CUBLAS_OP_N, OC, n, IC, w, OC, xb, IC, beta,
+        gemm_bf16(ctx, order.op_out_by_in(), CUBLAS_OP_N, OC, n, IC, w, order.ld(IC, OC), xb, IC, beta,
                   y + (size_t)r0 * OC, OC);
     }
 }
 
-void matmul_bf16_backward(const GemmContext &ctx, float *dx, int lddx, float *dw, float *db,
-                          const float *dy, const float *x, int ldx, const __nv_bfloat16 *w,
-                          int BT, int IC, int OC, int dx_accumulate)
+void backward_any(const GemmContext &ctx, WeightOrder order, float *dx, int lddx, float *dw, float *db,
+                  const float *dy, const float *x, int ldx, const __nv_bfloat16 *w, int BT, int IC, int OC,
+                  int dx_accumulate)
 {
     if (BT <= 0 || IC <= 0 || OC <= 0) return;
     const int rows = chunk_rows(BT, (size_t)IC + OC);
@@ -147,13 +159,44 @@ void matmul_bf16_backward(const GemmContext &ctx, float *dx, int lddx, float *dw
         rows_to_bf16(xb, x + (size_t)r0 * ldx, ldx, n, IC, ctx.stream);   /* xb (n,IC) packed */
         /* dx rows [r0, r0+n) = dyb @ w^T  ->  dx^T (IC,n) = w (IC,OC) dyb^T (OC,n) */
         if (dx)
-            gemm_bf16(ctx, CUBLAS_OP_T, CUBLAS_OP_N, IC, n, OC, w, OC, dyb, OC,
+            gemm_bf16(ctx, order.op_in_by_out(), CUBLAS_OP_N, IC, n, OC, w, order.ld(IC, OC), dyb, OC,
                       dx_accumulate ? 1.0f : 0.0f, dx + (size_t)r0 * lddx, lddx);
-        /* dw (IC,OC) += xb^T @ dyb  ->  dw^T (OC,IC) += dyb^T (OC,n) xb (n,IC) */
-        gemm_bf16(ctx, CUBLAS_OP_N, CUBLAS_OP_T, OC, IC, n, dyb, OC, xb, IC, 1.0f, dw, OC);
+        if (order.out_in)   /* dw (OC,IC) += dyb^T @ xb  ->  dw^T (IC,OC) += xb^T (IC,n) dyb (n,OC) */
+            gemm_bf16(ctx, CUBLAS_OP_N, CUBLAS_OP_T, IC, OC, n, xb, IC, dyb, OC, 1.0f, dw, IC);
+        else                /* dw (IC,OC) += xb^T @ dyb  ->  dw^T (OC,IC) += dyb^T (OC,n) xb (n,IC) */
+            gemm_bf16(ctx, CUBLAS_OP_N, CUBLAS_OP_T, OC, IC, n, dyb, OC, xb, IC, 1.0f, dw, OC);
     }
     /* db from the fp32 dy, exactly as the fp32 table */
     if (db) column_sums_add(db, dy, BT, OC, ctx.stream);
+}
+
+}  // namespace
+
+void matmul_bf16_forward(const GemmContext &ctx, float *y, const float *x, int ldx,
+                         const __nv_bfloat16 *w, const __nv_bfloat16 *b, int BT, int IC, int OC,
+                         int accumulate)
+{
+    forward_any(ctx, WeightOrder{false}, y, x, ldx, w, b, BT, IC, OC, accumulate);
+}
+
+void matmul_bf16_forward_out_in(const GemmContext &ctx, float *y, const float *x,
+                                const __nv_bfloat16 *w, int BT, int IC, int OC, int accumulate)
+{
+    forward_any(ctx, WeightOrder{true}, y, x, IC, w, nullptr, BT, IC, OC, accumulate);
+}
+
+void matmul_bf16_backward(const GemmContext &ctx, float *dx, int lddx, float *dw, float *db,
+                          const float *dy, const float *x, int ldx, const __nv_bfloat16 *w,
+                          int BT, int IC, int OC, int dx_accumulate)
+{
+    backward_any(ctx, WeightOrder{false}, dx, lddx, dw, db, dy, x, ldx, w, BT, IC, OC, dx_accumulate);
+}
+
+void matmul_bf16_backward_out_in(const GemmContext &ctx, float *dx, float *dw, const float *dy,
+                                 const float *x, const __nv_bfloat16 *w, int BT, int IC, int OC,
+                                 int dx_accumulate)
+{
+    backward_any(ctx, WeightOrder{true}, dx, IC, dw, nullptr, dy, x, IC, w, BT, IC, OC, dx_accumulate);
 }
 
 }  // namespace osdp_cuda

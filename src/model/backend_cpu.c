@@ -110,6 +110,16 @@ static void cpu_matmul_backward_strided(float *dx, int lddx, float *dw, float *d
 {
     matmul_backward_strided(dx, lddx, dw, db, dy, x, ldx, w, BT, IC, OC, dx_accumulate);
 }
+static void cpu_matmul_forward_out_in(float *y, const float *x, const void *w, int BT, int IC, int OC,
+                                      int accumulate)
+{
+    matmul_out_in_forward(y, OC, x, w, BT, IC, OC, accumulate);
+}
+static void cpu_matmul_backward_out_in(float *dx, float *dw, const float *dy, const float *x, const void *w,
+                                       int BT, int IC, int OC, int dx_accumulate)
+{
+    matmul_out_in_backward(dx, dw, dy, OC, x, w, BT, IC, OC, dx_accumulate);
+}
 static void cpu_layernorm_forward(float *y, float *mean, float *rstd, const float *x, const void *w,
                                   const void *b, int BT, int C)
 {
@@ -162,13 +172,15 @@ static void cpu_embedding_forward_range(float *x, const int *tokens, const void 
     .pad_quantum = 1, \
     .vocab_quantum = 1
 
-/* the eight entries that read weights, one function each per weight type:
+/* the ten entries that read weights, one function each per weight type:
  * PREFIX##matmul_forward and so on (cpu_ for float32, cpu_bf16_ for bfloat16) */
 #define CPU_WEIGHT_ENTRIES(prefix) \
     .matmul_forward = prefix##matmul_forward, \
     .matmul_backward = prefix##matmul_backward, \
     .matmul_forward_strided = prefix##matmul_forward_strided, \
     .matmul_backward_strided = prefix##matmul_backward_strided, \
+    .matmul_forward_out_in = prefix##matmul_forward_out_in, \
+    .matmul_backward_out_in = prefix##matmul_backward_out_in, \
     .layernorm_forward = prefix##layernorm_forward, \
     .layernorm_backward = prefix##layernorm_backward, \
     .embedding_forward = prefix##embedding_forward, \

@@ -223,6 +223,35 @@ static void layernorm_then_linear(pass *p, osdp_op_acts *a, const float *x, floa
     linear_forward(p, y, a->ln, w_slot, b_slot, BT);
 }
 
+/* where the tied head's wte lies in the embedding's flat buffers (element offset) */
+static size_t wte_offset(const osdp_op_context *ctx)
+{
+    const osdp_op_layout *embed = &ctx->layout->op[0];
+    return embed->tensor[embed->param[OSDP_P_WTE]].offset;
+}
+
+/* the embedding's working wte (vocab_local, d) for a tied head; NULL (and an
+ * error that stops the pass) when the context lacks what the pass needs */
+static const void *tied_wte(pass *p, int backward)
+{
+    if (p->status != OSDP_OK) return NULL;
+    if (!p->ctx->embed_weights || (backward && !p->ctx->embed_grads)) {
+        p->status = osdp_error_set(OSDP_ERR_INTERNAL, "head: the head is tied but the context has no embedding %s",
+                                   p->ctx->embed_weights ? "gradients" : "weights");
+        return NULL;
+    }
+    return (const char *)p->ctx->embed_weights + wte_offset(p->ctx) * p->wsize;
+}
+
+/* The tied head's start: ln_f, then logits (BT, vocab_local) = ln wte^T */
+static void head_tied_logits(pass *p, osdp_op_acts *a, const float *x, int BT, int d)
+{
+    const void *lw = tw(p, OSDP_P_LN_W), *lb = tw(p, OSDP_P_LN_B), *wte = tied_wte(p, 0);
+    if (!wte) return;
+    p->ctx->backend->layernorm_forward(a->ln, a->mean, a->rstd, x, lw, lb, BT, d);
+    p->ctx->backend->matmul_forward_out_in(a->probs, a->ln, wte, BT, d, p->ctx->layout->vocab_local, 0);
+}
+
 osdp_status osdp_op_forward_sliced(const osdp_op_context *ctx, int op_index, const osdp_op_slices *sl,
                                    const float *input, osdp_op_acts *a)
 {
@@ -285,7 +314,11 @@ osdp_status osdp_op_forward_sliced(const osdp_op_context *ctx, int op_index, con
         break;
     }
     case OSDP_OP_HEAD: {
-        layernorm_then_linear(p, a, input, a->probs, OSDP_P_LM_HEAD_W, -1, BT, d);
+        if (ctx->layout->cfg.tied_head) {
+            head_tied_logits(p, a, input, BT, d);
+        } else {
+            layernorm_then_linear(p, a, input, a->probs, OSDP_P_LM_HEAD_W, -1, BT, d);
+        }
         OK_OR_RETURN();
         poke(ctx);
         if (op->tp_floats_per_seq)
@@ -377,6 +410,7 @@ osdp_status osdp_op_backward_sliced(const osdp_op_context *ctx, int op_index, co
     }
     case OSDP_OP_HEAD: {
         float *dln = scratch_at(ctx, op, ws, OSDP_S_DLN);
+        const void *wte;
         /* probabilities become d(logits) in place: they are not needed after */
         float *dlogits = a->probs;
         if (op->tp_floats_per_seq)   /* padding columns: probability 0, gradient 0 */
@@ -384,7 +418,11 @@ osdp_status osdp_op_backward_sliced(const osdp_op_context *ctx, int op_index, co
                                             ctx->layout->vocab_local, vocab_lo(ctx));
         else
             be->crossentropy_backward(dlogits, a->probs, a->tokens, loss_scale, BT, V);
-        linear_backward(p, dln, dlogits, a->ln, OSDP_P_LM_HEAD_W, -1, BT, 0);
+        if (!ctx->layout->cfg.tied_head)
+            linear_backward(p, dln, dlogits, a->ln, OSDP_P_LM_HEAD_W, -1, BT, 0);
+        else if ((wte = tied_wte(p, 1)) != NULL)   /* d(wte) += dlogits^T ln, into the embedding's gradients */
+            be->matmul_backward_out_in(dln, ctx->embed_grads + wte_offset(ctx), dlogits, a->ln, wte, BT, d,
+                                       ctx->layout->vocab_local, 0);
         tp_all_reduce(p, dln, btd);
         OK_OR_RETURN();
         poke(ctx);

@@ -121,6 +121,21 @@ void matmul_backward(float *dx, float *dw, float *db, const float *dy,
     matmul_backward_strided(dx, IC, dw, db, dy, x, IC, w, BT, IC, OC, dx_accumulate);
 }
 
+void matmul_out_in_forward(float *y, int ldy, const float *x, const float *w, int BT, int IC, int OC,
+                           int accumulate)
+{
+    gemm_by_rows(0, 1, BT, OC, IC, 1.0f, x, IC, w, IC, accumulate ? 1.0f : 0.0f, y, ldy);
+}
+
+void matmul_out_in_backward(float *dx, float *dw, const float *dy, int lddy, const float *x, const float *w,
+                            int BT, int IC, int OC, int dx_accumulate)
+{
+    /* dx (BT,IC) = dy (BT,OC) @ w (OC,IC) */
+    if (dx) gemm_by_rows(0, 0, BT, IC, OC, 1.0f, dy, lddy, w, IC, dx_accumulate ? 1.0f : 0.0f, dx, IC);
+    /* dw (OC,IC) += dy^T (OC,BT) @ x (BT,IC) */
+    gemm_by_rows(1, 0, OC, IC, BT, 1.0f, dy, lddy, x, IC, 1.0f, dw, IC);
+}
+
 /* --------------------------------------------------------------- attention */
 
 /* The T x T products are done by blocks of ATT_BLOCK query rows: block [r0,r1)

@@ -29,6 +29,15 @@ void matmul_forward_strided(float *y, const float *x, int ldx, const float *w, c
 void matmul_backward_strided(float *dx, int lddx, float *dw, float *db, const float *dy,
                              const float *x, int ldx, const float *w, int BT, int IC, int OC,
                              int dx_accumulate);
+/* The weight stored (OC, IC) (nn.Linear's order: the tied head reads wte
+ * (V, C) so), no bias.  y (BT,OC), row stride ldy >= OC: y = [y +] x @ w^T.
+ * Backward, dy with row stride lddy >= OC: dx (BT,IC) = [dx +] dy @ w (dx may
+ * be NULL); dw (OC,IC) += dy^T @ x.  The strides let a caller run a block of
+ * w's rows (y's columns) at a time. */
+void matmul_out_in_forward(float *y, int ldy, const float *x, const float *w, int BT, int IC, int OC,
+                           int accumulate);
+void matmul_out_in_backward(float *dx, float *dw, const float *dy, int lddy, const float *x, const float *w,
+                            int BT, int IC, int OC, int dx_accumulate);
 
 /* y = (x - mean) * rstd * w + b per row; mean, rstd (BT) saved for backward. eps 1e-5. */
 void layernorm_forward(float *y, float *mean, float *rstd, const float *x,

@@ -80,26 +80,78 @@ void cpu_bf16_matmul_forward(float *y, const float *x, const void *w, const void
     cpu_bf16_matmul_forward_strided(y, x, IC, w, b, BT, IC, OC, accumulate);
 }
 
+/* Calls use(arg, rows, r0, r1) for consecutive blocks of rows [r0, r1) of the
+ * bf16 matrix w (n_rows, row_len), rows holding them widened to fp32 */
+typedef void (*widened_rows_fn)(void *arg, const float *rows, int r0, int r1);
+static void for_widened_rows(const void *w, int n_rows, int row_len, widened_rows_fn use, void *arg)
+{
+    const uint16_t *W = w;
+    const int rows = rows_per_piece(n_rows, row_len);
+    float *buf = widen_scratch((size_t)rows * row_len);
+    if (!buf) return;
+    for (int r0 = 0; r0 < n_rows; r0 += rows) {
+        int r1 = r0 + rows < n_rows ? r0 + rows : n_rows;
+        widen(buf, W + (size_t)r0 * row_len, (size_t)(r1 - r0) * row_len);
+        use(arg, buf, r0, r1);
+    }
+}
+
+/* a product's operands, for the pieces of for_widened_rows */
+typedef struct product_args {
+    float *y, *dx, *dw, *db;
+    const float *x, *dy;
+    int ldx, lddx, BT, IC, OC, accumulate;
+} product_args;
+
+/* rows [r0, r1) of an (IC, OC) weight: dx's columns, dw's rows */
+static void backward_rows(void *arg, const float *w, int r0, int r1)
+{
+    const product_args *a = arg;
+    matmul_backward_strided(a->dx ? a->dx + r0 : NULL, a->lddx, a->dw + (size_t)r0 * a->OC, r0 == 0 ? a->db : NULL,
+                            a->dy, a->x + r0, a->ldx, w, a->BT, r1 - r0, a->OC, a->accumulate);
+}
+
 /* dW (fp32) needs no weights; dx = dy W^T column block by column block */
 void cpu_bf16_matmul_backward_strided(float *dx, int lddx, float *dw, float *db, const float *dy, const float *x,
                                       int ldx, const void *w, int BT, int IC, int OC, int dx_accumulate)
 {
-    const uint16_t *W = w;
-    const int rows = rows_per_piece(IC, OC);
-    float *buf = widen_scratch((size_t)rows * OC);
-    if (!buf) return;
-    for (int r0 = 0; r0 < IC; r0 += rows) {
-        int r1 = r0 + rows < IC ? r0 + rows : IC;
-        widen(buf, W + (size_t)r0 * OC, (size_t)(r1 - r0) * OC);
-        matmul_backward_strided(dx ? dx + r0 : NULL, lddx, dw + (size_t)r0 * OC, r0 == 0 ? db : NULL, dy, x + r0, ldx,
-                                buf, BT, r1 - r0, OC, dx_accumulate);
-    }
+    product_args a = {.dx = dx, .dw = dw, .db = db, .x = x, .dy = dy, .ldx = ldx, .lddx = lddx, .BT = BT, .IC = IC,
+                      .OC = OC, .accumulate = dx_accumulate};
+    for_widened_rows(w, IC, OC, backward_rows, &a);
 }
 
 void cpu_bf16_matmul_backward(float *dx, float *dw, float *db, const float *dy, const float *x, const void *w,
                               int BT, int IC, int OC, int dx_accumulate)
 {
     cpu_bf16_matmul_backward_strided(dx, IC, dw, db, dy, x, IC, w, BT, IC, OC, dx_accumulate);
+}
+
+/* rows [r0, r1) of an (OC, IC) weight: y's columns */
+static void forward_out_in_rows(void *arg, const float *w, int r0, int r1)
+{
+    const product_args *a = arg;
+    matmul_out_in_forward(a->y + r0, a->OC, a->x, w, a->BT, a->IC, r1 - r0, a->accumulate);
+}
+
+/* rows [r0, r1) of an (OC, IC) weight: dy's columns, dw's rows; dx sums the pieces' products */
+static void backward_out_in_rows(void *arg, const float *w, int r0, int r1)
+{
+    const product_args *a = arg;
+    matmul_out_in_backward(a->dx, a->dw + (size_t)r0 * a->IC, a->dy + r0, a->OC, a->x, w, a->BT, a->IC, r1 - r0,
+                           a->accumulate || r0 > 0);
+}
+
+void cpu_bf16_matmul_forward_out_in(float *y, const float *x, const void *w, int BT, int IC, int OC, int accumulate)
+{
+    product_args a = {.y = y, .x = x, .BT = BT, .IC = IC, .OC = OC, .accumulate = accumulate};
+    for_widened_rows(w, OC, IC, forward_out_in_rows, &a);
+}
+
+void cpu_bf16_matmul_backward_out_in(float *dx, float *dw, const float *dy, const float *x, const void *w, int BT,
+                                     int IC, int OC, int dx_accumulate)
+{
+    product_args a = {.dx = dx, .dw = dw, .x = x, .dy = dy, .BT = BT, .IC = IC, .OC = OC, .accumulate = dx_accumulate};
+    for_widened_rows(w, OC, IC, backward_out_in_rows, &a);
 }
 
 void cpu_bf16_layernorm_forward(float *y, float *mean, float *rstd, const float *x, const void *w, const void *b,

@@ -196,8 +196,10 @@ osdp_status osdp_layout_build_tp(osdp_layout *layout, const osdp_model_config *c
     size_t d_last = (size_t)cfg->width[L - 1];
     start_op(head, "head", OSDP_OP_HEAD, -1, (int)d_last, (int)d_last);
     add_layernorm(head, "ln_f", (int)d_last);
-    add_tensor_cut(head, OSDP_P_LM_HEAD_W, "lm_head.weight", (int)d_last, VL, 2, OSDP_INIT_NORMAL, std,
-                   (tp_cut){.split = OSDP_TP_COLS, .groups = 1, .logical_rows = (int)d_last, .logical_cols = V});
+    /* tied: the product reads the embedding's wte, the same vocab_local rows (d_last = d_0, checked at parse) */
+    if (!cfg->tied_head)
+        add_tensor_cut(head, OSDP_P_LM_HEAD_W, "lm_head.weight", (int)d_last, VL, 2, OSDP_INIT_NORMAL, std,
+                       (tp_cut){.split = OSDP_TP_COLS, .groups = 1, .logical_rows = (int)d_last, .logical_cols = V});
     head->flops_per_token += 2 * d_last * (size_t)VL;
     if (tp > 1 || VL != V) head->tp_floats_per_seq = 3 * t * (size_t)(tp + 1);
     add_act(head, OSDP_A_LN, t * d_last);
@@ -279,6 +281,9 @@ osdp_status osdp_op_split(const osdp_op_layout *op, int g, size_t *bounds)
     if (op->type == OSDP_OP_EMBED)
         return osdp_error_set(OSDP_ERR_INPUT, "operator %s is a lookup, not a matrix product: it cannot be split (use 1 slice)",
                               op->name);
+    if (!osdp_op_can_split(op))
+        return osdp_error_set(OSDP_ERR_INPUT, "operator %s is tied to the embedding's wte (tied_head = true): it holds "
+                              "ln_f alone and cannot be split (use 1 slice)", op->name);
     for (int s = 1; s < g; s++) {
         size_t target = (size_t)((double)op->numel * s / g), best = 0;
         int found = 0;

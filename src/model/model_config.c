@@ -78,12 +78,20 @@ static int config_handler(void *user, const char *section, const char *key, cons
         snprintf(cfg->name, sizeof cfg->name, "%s", value);
         return 1;
     }
+    if (strcmp(key, "tied_head") == 0) {
+        if (strcmp(value, "true") == 0 || strcmp(value, "false") == 0) {
+            cfg->tied_head = strcmp(value, "true") == 0;
+            return 1;
+        }
+        st->status = osdp_error_set(OSDP_ERR_INPUT, "tied_head = '%s' is not true or false", value);
+        return 0;
+    }
     if (strcmp(key, "widths") == 0) {   /* the first line, an indented continuation line, or the key again */
         st->status = append_widths(st, value);
         return st->status == OSDP_OK;
     }
     st->status = osdp_error_set(OSDP_ERR_INPUT,
-        "unknown key '%s' (known: name, n_layer, n_head, n_embd, vocab, ctx, widths)",
+        "unknown key '%s' (known: name, n_layer, n_head, n_embd, vocab, ctx, widths, tied_head)",
         key);
     return 0;
 }
@@ -128,6 +136,11 @@ osdp_status osdp_model_config_parse(osdp_model_config *cfg, const char *text, co
         if (cfg->width[i] % cfg->n_head != 0)
             return osdp_error_set(OSDP_ERR_INPUT, "%s: n_head = %d does not divide the width %d of block %d",
                                   origin, cfg->n_head, cfg->width[i], i);
+    /* the head's logits are x wte^T: its input (the last block's stream) has wte's width */
+    if (cfg->tied_head && cfg->width[cfg->n_layer - 1] != cfg->width[0])
+        return osdp_error_set(OSDP_ERR_INPUT, "%s: tied_head = true needs the embedding width (block 0: %d) to equal "
+                              "the last block's (block %d: %d): the head's product reads wte",
+                              origin, cfg->width[0], cfg->n_layer - 1, cfg->width[cfg->n_layer - 1]);
     if (!cfg->name[0]) snprintf(cfg->name, sizeof cfg->name, "unnamed");
     snprintf(cfg->text, sizeof cfg->text, "%s", text);
     return OSDP_OK;
@@ -149,5 +162,7 @@ unsigned long long osdp_model_config_hash(const osdp_model_config *cfg)
     int fields[] = {cfg->n_layer, cfg->n_head, cfg->n_embd, cfg->vocab, cfg->ctx};
     for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) h = (h ^ (unsigned)fields[i]) * 1099511628211ULL;
     for (int i = 0; i < cfg->n_layer; i++) h = (h ^ (unsigned)cfg->width[i]) * 1099511628211ULL;
+    /* only when tied: an untied model hashes as it always did (checkpoints keep their model_hash) */
+    if (cfg->tied_head) h = (h ^ 0x7469656455ULL) * 1099511628211ULL;
     return h;
 }

@@ -44,7 +44,7 @@ static int cut(const osdp_cost_model *cm, int op, int g, size_t *bounds)
     bounds[0] = 0;
     bounds[1] = o->numel;
     if (g == 1) return 1;
-    if (o->type == OSDP_OP_EMBED || g < 1 || g > OSDP_MAX_SLICES) return 0;
+    if (!osdp_op_can_split(o) || g < 1 || g > OSDP_MAX_SLICES) return 0;
     struct op_cuts *c = cm->cuts && op < cm->cuts->n ? &cm->cuts->op[op] : NULL;
     if (c && c->state[g]) {
         if (c->state[g] == 1)
@@ -138,6 +138,14 @@ void osdp_cost_op_mem_rc(const osdp_cost_model *cm, int op, int g, int k, int rc
     out->prefetch = rc ? out->forward_first : (k == g ? (long long)p[g - 1] * e : 0);
 }
 
+long long osdp_cost_tied_grads(const osdp_cost_model *cm, int op)
+{
+    if (!cm->layout->cfg.tied_head || op == 0) return 0;
+    osdp_op_mem embed;
+    osdp_cost_op_mem_rc(cm, 0, 1, 0, 0, 1, &embed);   /* unsplit and DP; its gradients do not depend on b */
+    return embed.grads;
+}
+
 /* one ring all-reduce of `bytes` over the tensor-parallel group of tp ranks */
 static double tp_all_reduce_time(const osdp_device *d, int tp, double bytes)
 {
@@ -227,7 +235,8 @@ long long osdp_cost_peak(const osdp_cost_model *cm_in, const osdp_plan *plan, in
     int where = 0;
     for (int u = 0; u < n; u++) {
         acts += m[u].acts;
-        long long v = acts + m[u].rebuilt + m[u].grads + (m[u].work > m[u].recv ? m[u].work : m[u].recv);
+        long long v = acts + m[u].rebuilt + m[u].grads + (m[u].work > m[u].recv ? m[u].work : m[u].recv)
+                    + osdp_cost_tied_grads(cm, u);
         if (cm->prefetch && u + 1 < n) v += m[u + 1].grads + m[u + 1].recv;
         if (cm->prefetch && u > 0) v += m[u - 1].prefetch;
         if (v > best) {

@@ -78,8 +78,11 @@ static int make_choices(const osdp_ps_context *ctx, int i, int b, int accum, cho
     for (int rc = rc_lo; rc <= rc_hi; rc++)
         for (int gi = 0; gi < ng; gi++)
             for (int k = 0; k <= gs[gi]; k++) {
-                if (o->modes == OSDP_MODES_ALL_DP && k != 0) continue;
-                if (o->modes == OSDP_MODES_ALL_ZDP && k != gs[gi]) continue;
+                /* a tied head reads the embedding's resident wte: the embedding is DP whatever the modes */
+                const int tied_embed = i == 0 && ctx->cost.layout->cfg.tied_head;
+                if (tied_embed && k != 0) continue;
+                if (!tied_embed && o->modes == OSDP_MODES_ALL_DP && k != 0) continue;
+                if (!tied_embed && o->modes == OSDP_MODES_ALL_ZDP && k != gs[gi]) continue;
                 osdp_op_mem m;
                 osdp_op_time ot;
                 osdp_cost_op_mem_rc(&ctx->cost, i, gs[gi], k, rc, b, &m);
@@ -90,7 +93,8 @@ static int make_choices(const osdp_ps_context *ctx, int i, int b, int accum, cho
                 c->recompute = rc;
                 c->kept_bytes = m.state + m.resident + m.held;   /* held: a pipeline stage's other micro-batches */
                 c->act_bytes = m.acts;
-                c->pass_peak_bytes = m.rebuilt + m.grads + (m.work > m.recv ? m.work : m.recv);
+                c->pass_peak_bytes = m.rebuilt + m.grads + (m.work > m.recv ? m.work : m.recv)
+                                   + osdp_cost_tied_grads(&ctx->cost, i);
                 c->prefetch_bytes = o->prefetch ? m.prefetch : 0;
                 c->in_flight_bytes = o->prefetch ? m.grads + m.recv : 0;
                 c->time = ctx->minimise_memory ? 0 : ot.total; /* minimising memory: time tells nothing apart */

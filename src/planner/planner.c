@@ -110,6 +110,7 @@ static osdp_status infeasible(const osdp_layout *L, const osdp_device *dev, cons
         if (i == at) tr = m.grads + (m.work > m.recv ? m.work : m.recv);
         if (o->prefetch && i == at + 1) tr = m.grads + m.recv;
         if (o->prefetch && i == at - 1) tr = m.prefetch;
+        if (i == 0) tr += osdp_cost_tied_grads(&cm, at);   /* a tied head's d(wte), held from the head's backward */
         long long acts = (i <= at ? m.acts : 0) + m.held, v = m.state + m.resident + acts + tr;
         cat[0] += m.state;
         cat[1] += m.resident;

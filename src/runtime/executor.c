@@ -265,6 +265,11 @@ static osdp_status compute(osdp_runtime *rt, const osdp_event *ev, int at)
                        : r.op ? in->ops[r.op - 1].acts[m].out : NULL;
     float *grad_slices[OSDP_MAX_SLICES] = {0};
     for (int k = 0; k < g && !fwd; k++) grad_slices[k] = o->full_grad + so->slice[k].base;
+    if (rt->layout->cfg.tied_head && r.op == rt->layout->n_ops - 1) {
+        /* the tied head's product: the embedding's resident weights (it is DP) and full gradients */
+        in->ctx.embed_weights = in->ops[0].slice[0].weights;
+        in->ctx.embed_grads = fwd ? NULL : in->ops[0].full_grad;
+    }
     /* the first slice before the call: an unsplit operator needs no callback */
     TRY(acquire_slice(&r, fwd ? 0 : g - 1));
     osdp_op_slices view = {.n = g, .bounds = so->bounds, .weights = r.weights, .grads = grad_slices,

@@ -55,6 +55,13 @@ void osdp_plan_fill(osdp_plan *plan, int zdp)
     }
 }
 
+int osdp_plan_tie_embedding(osdp_plan *plan, const osdp_layout *layout)
+{
+    if (!layout->cfg.tied_head || plan->zdp_slices[0] == 0) return 0;
+    plan->zdp_slices[0] = 0;
+    return 1;
+}
+
 /* "dp" | "zdp" | "k/g", optionally followed by " recompute" */
 static int parse_mode(const char *value, int *k, int *g, int *recompute)
 {
@@ -138,6 +145,11 @@ static int plan_handler(void *user, const char *section, const char *key, const 
         st->status = osdp_error_set(OSDP_ERR_INPUT, "operator '%s' listed twice", key);
         return 0;
     }
+    if (k > 0 && op == 0 && st->layout->cfg.tied_head) {
+        st->status = osdp_error_set(OSDP_ERR_INPUT, "%s = '%s': the head is tied to the embedding's wte (tied_head = "
+                                    "true), so operator %s must be dp", key, value, key);
+        return 0;
+    }
     if (rc && !osdp_op_can_recompute(st->layout->op[op].type)) {
         st->status = osdp_error_set(OSDP_ERR_INPUT, "%s = '%s': only attn and mlp operators can recompute their activations",
                                     key, value);
@@ -177,12 +189,13 @@ osdp_status osdp_plan_parse(osdp_plan *plan, const osdp_layout *layout, const ch
         }
         /* the default applies where it can: the embedding cannot be split,
          * so a split default makes it ZDP when any slice is ZDP */
-        int unsplittable = st.default_g > 1 && layout->op[i].type == OSDP_OP_EMBED;
+        int unsplittable = st.default_g > 1 && !osdp_op_can_split(&layout->op[i]);
         plan->zdp_slices[i] = unsplittable ? st.default_k > 0 : st.default_k;
         plan->slices[i] = unsplittable ? 1 : st.default_g;
         plan->recompute[i] = st.default_recompute && osdp_op_can_recompute(layout->op[i].type);   /* blocks only */
     }
     free(seen);
+    if (st.status == OSDP_OK) (void)osdp_plan_tie_embedding(plan, layout);   /* a default's ZDP: the embedding stays DP */
     if (st.status != OSDP_OK) osdp_plan_free(plan);
     return st.status;
 }

@@ -275,7 +275,11 @@ static osdp_status backward_pass(builder *b)
             TRY(emit_buffer(b, OSDP_EV_ALLOC, OSDP_BUF_ACTS, op, 0));
             TRY(pass_events(b, op, OSDP_PASS_RECOMPUTE));
         }
-        TRY(emit_buffer(b, OSDP_EV_ALLOC, OSDP_BUF_FULL_GRAD, op, 0));
+        /* a tied head adds d(wte) into the embedding's gradients: they live
+         * from the head's backward to the embedding's reduce-scatter */
+        const int tied = b->sc->layout->cfg.tied_head;
+        if (tied && op == n - 1) TRY(emit_buffer(b, OSDP_EV_ALLOC, OSDP_BUF_FULL_GRAD, 0, 0));
+        if (!tied || op > 0) TRY(emit_buffer(b, OSDP_EV_ALLOC, OSDP_BUF_FULL_GRAD, op, 0));
         TRY(pass_events(b, op, OSDP_PASS_BACKWARD));
         TRY(scatter_events(b, op));
         if (op == lo && lo > 0) {
@@ -443,6 +447,17 @@ static osdp_status check_inputs(const osdp_layout *layout, const osdp_plan *plan
     if (opt->accum_steps < 1) return osdp_error_set(OSDP_ERR_INPUT, "accumulation steps must be at least 1");
     if (plan->n_ops != layout->n_ops)
         return osdp_error_set(OSDP_ERR_INPUT, "plan has %d operators, the model %d", plan->n_ops, layout->n_ops);
+    if (layout->cfg.tied_head) {
+        /* the head reads the embedding's resident weights from the embedding's forward to its own backward.
+         * Under a pipeline the two are on different stages: Megatron keeps a copy of wte on the last stage
+         * and all-reduces the two copies' gradients between the first and last stage; osdp has no such copy */
+        if (opt->pp_size > 1)
+            return osdp_error_set(OSDP_ERR_INPUT, "--pp %d: a tied head (tied_head = true) needs the embedding and "
+                                  "the head on one stage: use --pp 1, or tied_head = false", opt->pp_size);
+        if (plan->zdp_slices[0] > 0)
+            return osdp_error_set(OSDP_ERR_INPUT, "operator %s is ZDP in the plan, but the head is tied to its wte "
+                                  "(tied_head = true): the embedding must be DP", layout->op[0].name);
+    }
     for (int i = 0; i < plan->n_ops; i++)
         if (plan->recompute[i] && !osdp_op_can_recompute(layout->op[i].type))
             return osdp_error_set(OSDP_ERR_INPUT, "operator %s: only attn and mlp operators can recompute their activations",
