@@ -25,6 +25,15 @@
  *   beta  = 4.3e-12          ; (both or neither; absent: the mean of the all-gather's
  *                            ; and the reduce-scatter's, so that an all-reduce costs
  *                            ; their sum, as on the flat network the file describes)
+ *   [internode_all_gather]   ; optional (two-level network): a ring whose group spans
+ *   alpha = 5e-6             ; nodes, per ring step, bounded by the link between nodes
+ *   beta  = 8e-11            ; (with [internode_reduce_scatter]: both or neither;
+ *   [internode_reduce_scatter] ; they need ranks_per_node)
+ *   alpha = 5e-6
+ *   beta  = 8e-11
+ *   [internode_p2p]          ; optional: a message between ranks of two nodes
+ *   alpha = 5e-6             ; (absent: [internode_all_gather]'s figures: one ring
+ *   beta  = 8e-11            ; step is one message over the link)
  *   [gamma]                  ; s per FLOP, forward + backward, per operator type (> 0)
  *   embed = 6.4e-15
  *   attn  = 6.4e-15
@@ -53,6 +62,14 @@
  * with the micro-batch (kernel launches, per-call overheads, small matrix
  * products running below the machine's rate); the profiler fits both.
  *
+ * Two levels.  Without [internode_*] the network is flat: every rank sits on
+ * one bus, and the inter-node figures are the in-node ones (dev->internode
+ * is filled with them, .given 0), which is what every file written before
+ * the two levels means.  With them, [all_gather] and [reduce_scatter] are
+ * the figures of a group inside one node, and a group that spans nodes is
+ * priced with the inter-node figures (osdp/cost_model.h,
+ * osdp_cost_device_for_mesh); a tensor-parallel group sits inside a node.
+ *
  * Every key of [all_gather], [reduce_scatter] and [gamma] and mem_limit are
  * required ([gamma_fixed] and [step] are optional); unknown sections or keys are errors, so that typos are caught. */
 #ifndef OSDP_DEVICE_H
@@ -68,6 +85,15 @@ typedef struct osdp_collective_cost {
     double beta;    /* s per byte per ring step */
 } osdp_collective_cost;
 
+/* The figures of a group whose ranks sit on more than one node: its ring
+ * has a step over the link between nodes, and the slowest link bounds every
+ * step. */
+typedef struct osdp_device_internode {
+    int given;                            /* 1: the file has [internode_*] (two levels); 0: flat */
+    osdp_collective_cost all_gather, reduce_scatter;
+    osdp_collective_cost p2p;             /* a message from one node to another */
+} osdp_device_internode;
+
 typedef struct osdp_device {
     char name[64];
     long long mem_limit;                  /* bytes per rank */
@@ -77,6 +103,7 @@ typedef struct osdp_device {
     int ranks_per_node;                   /* ranks a node holds; 0: not stated (one node: no bound) */
     osdp_collective_cost all_gather, reduce_scatter;
     osdp_collective_cost tp_all_reduce;   /* the tensor-parallel group's all-reduce, inside a node */
+    osdp_device_internode internode;      /* a group that spans nodes (flat file: the in-node figures) */
     double gamma[OSDP_N_OP_TYPES];        /* s per FLOP, indexed by osdp_op_type */
     double gamma_fixed[OSDP_N_OP_TYPES];  /* s per operator per micro-step (optional, default 0) */
     double step_shard_param;              /* s per shard element per optimizer step (optional) */
@@ -95,6 +122,14 @@ osdp_status osdp_device_load(osdp_device *dev, const char *path);
 /* [tp_all_reduce] from the all-gather's and reduce-scatter's figures (their
  * mean per ring step): what a file without the section gets */
 void osdp_device_default_tp_all_reduce(osdp_device *dev);
+/* A flat network: dev->internode gets the in-node figures (given 0); what
+ * a file without [internode_*] gets */
+void osdp_device_default_internode(osdp_device *dev);
+/* The two levels of an emulated (or stated) network: ranks_per_node R and
+ * a link of latency link->alpha (s) and link->beta (s per byte); each
+ * inter-node figure is the larger of the in-node one and the link's (a
+ * step over the link takes at least the link's time), given 1 */
+void osdp_device_set_link(osdp_device *dev, int ranks_per_node, const osdp_collective_cost *link);
 /* Writes the file form (round-trips through osdp_device_parse); `comment`
  * (may be NULL) is written as '; ' lines at the top. */
 osdp_status osdp_device_write(const osdp_device *dev, const char *comment, const char *path);

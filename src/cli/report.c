@@ -231,8 +231,8 @@ static void print_progress(const osdp_report *r, const osdp_step_stats *st, doub
                osdp_format_bytes((double)t->logical[OSDP_COLL_TP_ALL_REDUCE], tar, sizeof tar),
                osdp_format_bytes((double)t->logical[OSDP_COLL_TP_ALL_GATHER], tag, sizeof tag));
     }
-    if (isnan(st->val_loss)) printf("\n");
-    else printf(" | val_loss %.4f\n", st->val_loss);
+    if (!isnan(st->val_loss)) printf(" | val_loss %.4f", st->val_loss);
+    printf("%s%s\n", r->world->emulated ? " | " : "", r->world->emulation);   /* the times depend on it */
     fflush(stdout);
 }
 
@@ -343,10 +343,11 @@ void osdp_report_summary(osdp_report *r)
     double tok_s = r->seconds > 0 ? r->tokens / r->seconds : 0;
     double mfu = model_flops_utilization(r, tok_s);
     char pk[32], pred[32], mfu_text[48];
-    printf("done: %ld steps | loss %.4f -> %.4f | %.0f tokens/s | %s | peak/rank %s (predicted %s)\n",
+    printf("done: %ld steps | loss %.4f -> %.4f | %.0f tokens/s | %s | peak/rank %s (predicted %s)%s%s\n",
            r->steps_done, r->first_loss, r->last_loss, tok_s, format_mfu(mfu, mfu_text, sizeof mfu_text),
            osdp_format_bytes((double)r->rt->mem.peak_total, pk, sizeof pk),
-           osdp_format_bytes((double)r->predicted.peak_total, pred, sizeof pred));
+           osdp_format_bytes((double)r->predicted.peak_total, pred, sizeof pred), r->world->emulated ? " | " : "",
+           r->world->emulation);
     if (r->log) {
         osdp_log_record rec;
         osdp_log_begin(&rec, r->log, (osdp_log_format)r->log_format, "summary");
