@@ -141,6 +141,35 @@ START_TEST(test_spans_nodes)
     for (size_t i = 0; i < sizeof c / sizeof c[0]; i++)
         ck_assert_msg(osdp_cost_dp_spans_nodes(c[i].per_node, c[i].tp, c[i].dp, c[i].pp) == c[i].spans,
                       "case %zu: R %d tp %d dp %d pp %d", i, c[i].per_node, c[i].tp, c[i].dp, c[i].pp);
+    /* messages between stages: rank r to r + tp dp */
+    static const struct { int per_node, tp, dp, pp, spans; } m[] = {
+        {0, 1, 1, 8, 0}, {8, 2, 2, 2, 0}, {4, 2, 2, 2, 1}, {4, 1, 2, 2, 0} /* {0,1} -> {2,3}: 0->2, 1->3 */,
+        {4, 1, 2, 3, 1} /* 2 -> 4 */, {4, 2, 2, 1, 0},
+    };
+    for (size_t i = 0; i < sizeof m / sizeof m[0]; i++)
+        ck_assert_msg(osdp_cost_pp_spans_nodes(m[i].per_node, m[i].tp, m[i].dp, m[i].pp) == m[i].spans,
+                      "pp case %zu: R %d tp %d dp %d pp %d", i, m[i].per_node, m[i].tp, m[i].dp, m[i].pp);
+}
+END_TEST
+
+/* the pipeline's messages at [internode_p2p]'s figures when stages sit on different nodes */
+START_TEST(test_p2p_level)
+{
+    osdp_device dev, level;
+    char with_p2p[1024];
+    snprintf(with_p2p, sizeof with_p2p, "%s[p2p]\nalpha = 1e-6\nbeta = 1e-11\n[internode_p2p]\nalpha = 7e-6\nbeta = 3e-10\n",
+             INTERNODE);
+    ck_assert_msg(parse_with(&dev, DEVICE_HEAD, with_p2p) == OSDP_OK, "%s", osdp_error_message());
+    osdp_cost_device_for_mesh(&dev, 1, 4, 2, &level);   /* stage 0 on node 0, stage 1 on node 1; groups inside */
+    ck_assert(level.p2p.alpha == 7e-6 && level.p2p.beta == 3e-10);
+    ck_assert(same_cost(level.all_gather, dev.all_gather));
+    osdp_cost_device_for_mesh(&dev, 1, 2, 2, &level);   /* 4 ranks, one node */
+    ck_assert(level.p2p.alpha == 1e-6 && level.p2p.beta == 1e-11);
+    /* a flat file: [p2p] is the inter-node message too */
+    ck_assert_msg(parse_with(&dev, DEVICE_HEAD, "[p2p]\nalpha = 1e-6\nbeta = 1e-11\n") == OSDP_OK, "%s", osdp_error_message());
+    ck_assert(same_cost(dev.internode.p2p, dev.p2p));
+    osdp_cost_device_for_mesh(&dev, 1, 4, 2, &level);
+    ck_assert(memcmp(&level, &dev, sizeof dev) == 0);
 }
 END_TEST
 
@@ -231,7 +260,7 @@ static Suite *twolevel_suite(void)
 {
     const TTest *device[] = {test_device_internode_sections, test_device_internode_errors, test_shipped_devices_one_level,
                              NULL};
-    const TTest *pricing[] = {test_spans_nodes, test_level_pricing, NULL};
+    const TTest *pricing[] = {test_spans_nodes, test_level_pricing, test_p2p_level, NULL};
     const TTest *link[] = {test_link_options, test_link_floor, NULL};
     const osdp_check_case cases[] = {
         {.name = "device", .tests = device},

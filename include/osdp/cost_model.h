@@ -96,7 +96,17 @@
  * (alpha_tp, beta_tp: the device's [tp_all_reduce]; the all-gather, a ring
  * of t-1 steps, is priced with them too.)  tp_size 1: tp_comm = 0 and T_i is
  * bit for bit what it was.
- * Step time = sum_i T_i. */
+ * Step time = sum_i T_i.
+ *
+ * A pipeline stage (osdp/pipeline_cost.h; the layout then holds the stage's
+ * operators alone).  The stage holds up to `in_flight` micro-batches
+ * between their forward and backward; at its peak (a backward, as above)
+ * the other in_flight - 1 hold all their activations:
+ *   held     (in_flight - 1) acts    per operator, all step (acts: the
+ *              recompute-aware bytes above)
+ *   peak    += sum_i held_i, and W += stage_buffer_bytes (the stage's
+ *              message buffers: they do not depend on the plan)
+ * in_flight 0 or 1 and stage_buffer_bytes 0: the peak is what it was. */
 #ifndef OSDP_COST_MODEL_H
 #define OSDP_COST_MODEL_H
 
@@ -121,6 +131,8 @@ typedef struct osdp_cost_model {
     osdp_cost_kind kind;
     const int *recompute;   /* per operator, NULL: none (peak and step time use the plan's) */
     osdp_cost_cuts *cuts;   /* optional cache of the cuts of this layout (NULL: none) */
+    int in_flight;          /* a pipeline stage's micro-batches held at once (0 or 1: none extra) */
+    long long stage_buffer_bytes;   /* a pipeline stage's message buffers (0: none) */
 } osdp_cost_model;
 
 /* 1 when operator op can be cut into g slices (never the embedding) */
@@ -128,6 +140,10 @@ int osdp_cost_can_split(const osdp_cost_model *cm, int op, int g);
 
 typedef struct osdp_op_mem {
     long long state, resident, acts, rebuilt, grads, recv, work, prefetch;
+    long long held;         /* a pipeline stage: the other in-flight micro-batches' activations */
+    long long forward_first;    /* its forward's first slice when ZDP, [k > 0] p_0 e: what a stage
+                                   prefetches for its next forward pass (osdp/pipeline_cost.h) */
+    long long work_from_2;      /* the largest w_s of the work term over slices s >= 2 (0: g < 3) */
 } osdp_op_mem;
 
 typedef struct osdp_op_time {
@@ -144,8 +160,8 @@ void osdp_cost_op_time(const osdp_cost_model *cm, int op, int g, int k, int b, i
 /* the same with the recompute flag of `op` given (cm->recompute ignored) */
 void osdp_cost_op_mem_rc(const osdp_cost_model *cm, int op, int g, int k, int rc, int b, osdp_op_mem *out);
 void osdp_cost_op_time_rc(const osdp_cost_model *cm, int op, int g, int k, int rc, int b, int accum, osdp_op_time *out);
-/* W: the buffers of the setup that do not depend on the plan (the backward
- * workspace and the tensor-parallel staging) */
+/* W: the buffers that do not depend on the plan (the backward workspace,
+ * the tensor-parallel staging and a pipeline stage's stage_buffer_bytes) */
 long long osdp_cost_workspace(const osdp_cost_model *cm, int b);
 /* tp_comm of operator op for ONE micro-step (formula above): seconds of the
  * tensor-parallel group's collectives at micro-batch b, rc: recomputed */
@@ -163,10 +179,14 @@ double osdp_cost_tp_comm(const osdp_cost_model *cm, int op, int rc, int b);
  * the in-node figures. */
 /* 1 when some data-parallel group of the mesh spans nodes (ranks_per_node <= 0: one node, 0) */
 int osdp_cost_dp_spans_nodes(int ranks_per_node, int tp, int dp, int pp);
-/* *out = *dev as the data-parallel groups of that mesh see it: all_gather
- * and reduce_scatter at the inter-node figures when a group spans nodes
- * and the device has two levels, else *dev (out may be dev).  The planner
- * and the cost model then price each level without knowing the mesh. */
+/* 1 when some message between adjacent pipeline stages (rank r to r + tp dp) crosses nodes */
+int osdp_cost_pp_spans_nodes(int ranks_per_node, int tp, int dp, int pp);
+/* *out = *dev as the groups of that mesh see it, on a device with two
+ * levels: all_gather and reduce_scatter at the inter-node figures when a
+ * data-parallel group spans nodes, p2p at [internode_p2p]'s when a message
+ * between stages crosses nodes (the slowest message bounds the pipeline);
+ * else *dev (out may be dev).  The planner and the cost model then price
+ * each level without knowing the mesh. */
 void osdp_cost_device_for_mesh(const osdp_device *dev, int tp, int dp, int pp, osdp_device *out);
 
 /* Peak bytes per rank of `plan` at micro-batch b (formula above); *at_op

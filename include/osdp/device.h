@@ -25,15 +25,20 @@
  *   beta  = 4.3e-12          ; (both or neither; absent: the mean of the all-gather's
  *                            ; and the reduce-scatter's, so that an all-reduce costs
  *                            ; their sum, as on the flat network the file describes)
+ *   [p2p]                    ; optional: a point-to-point message between two ranks (the
+ *   alpha = 5e-6             ; pipeline's, between stages): S bytes take alpha + S beta
+ *   beta  = 4.3e-12          ; (both or neither; absent: the all-gather's figures, since one
+ *                            ; ring step of an all-gather is such a message, S/N bytes sent
+ *                            ; to the next rank, with no arithmetic)
  *   [internode_all_gather]   ; optional (two-level network): a ring whose group spans
  *   alpha = 5e-6             ; nodes, per ring step, bounded by the link between nodes
  *   beta  = 8e-11            ; (with [internode_reduce_scatter]: both or neither;
  *   [internode_reduce_scatter] ; they need ranks_per_node)
  *   alpha = 5e-6
  *   beta  = 8e-11
- *   [internode_p2p]          ; optional: a message between ranks of two nodes
- *   alpha = 5e-6             ; (absent: [internode_all_gather]'s figures: one ring
- *   beta  = 8e-11            ; step is one message over the link)
+ *   [internode_p2p]          ; optional: a message between ranks of two nodes (the
+ *   alpha = 5e-6             ; [p2p] of the link; absent: [internode_all_gather]'s
+ *   beta  = 8e-11            ; figures: one ring step is one message over the link)
  *   [gamma]                  ; s per FLOP, forward + backward, per operator type (> 0)
  *   embed = 6.4e-15
  *   attn  = 6.4e-15
@@ -91,7 +96,7 @@ typedef struct osdp_collective_cost {
 typedef struct osdp_device_internode {
     int given;                            /* 1: the file has [internode_*] (two levels); 0: flat */
     osdp_collective_cost all_gather, reduce_scatter;
-    osdp_collective_cost p2p;             /* a message from one node to another */
+    osdp_collective_cost p2p;             /* a message from one node to another (flat: [p2p]'s) */
 } osdp_device_internode;
 
 typedef struct osdp_device {
@@ -103,6 +108,7 @@ typedef struct osdp_device {
     int ranks_per_node;                   /* ranks a node holds; 0: not stated (one node: no bound) */
     osdp_collective_cost all_gather, reduce_scatter;
     osdp_collective_cost tp_all_reduce;   /* the tensor-parallel group's all-reduce, inside a node */
+    osdp_collective_cost p2p;             /* one message between two ranks: alpha + bytes beta */
     osdp_device_internode internode;      /* a group that spans nodes (flat file: the in-node figures) */
     double gamma[OSDP_N_OP_TYPES];        /* s per FLOP, indexed by osdp_op_type */
     double gamma_fixed[OSDP_N_OP_TYPES];  /* s per operator per micro-step (optional, default 0) */
@@ -122,7 +128,10 @@ osdp_status osdp_device_load(osdp_device *dev, const char *path);
 /* [tp_all_reduce] from the all-gather's and reduce-scatter's figures (their
  * mean per ring step): what a file without the section gets */
 void osdp_device_default_tp_all_reduce(osdp_device *dev);
-/* A flat network: dev->internode gets the in-node figures (given 0); what
+/* [p2p] from the all-gather's figures (one ring step is one message):
+ * what a file without the section gets */
+void osdp_device_default_p2p(osdp_device *dev);
+/* A flat network: dev->internode gets the in-node figures (p2p: [p2p]'s; given 0); what
  * a file without [internode_*] gets */
 void osdp_device_default_internode(osdp_device *dev);
 /* The two levels of an emulated (or stated) network: ranks_per_node R and

@@ -16,6 +16,10 @@
  *                      queries on a plan's peak terms, the best plan so far
  *   planner_mesh.c     the tensor-parallel degree of the mesh (plan --tp,
  *                      --tp auto): one scheduler run per candidate
+ *   planner_pipeline.c the pipeline axis (plan --pp): the default stage
+ *                      split, OSDP inside every stage, the micro-batch
+ *   pipeline_cost.c    osdp/pipeline_cost.h: stages' passes, messages, the
+ *                      pipeline's step by simulation
  *   cost_model.c       osdp/cost_model.h: per-operator memory and time
  *   device.c           osdp/device.h: device files and measurements
  *   search_*.c         osdp/search.h: the multiple-choice knapsack solvers
@@ -103,6 +107,7 @@
 #include "osdp/layout.h"
 #include "osdp/model_config.h"
 #include "osdp/plan.h"
+#include "osdp/pipeline_cost.h"
 
 typedef enum osdp_search_kind { OSDP_SEARCH_EXACT, OSDP_SEARCH_DFS } osdp_search_kind;
 typedef enum osdp_mode_set {
@@ -131,6 +136,10 @@ typedef struct osdp_planner_options {
     int pad_quantum;          /* the runtime's shard padding (osdp_compute_pad_quantum); 0 reads as 1 */
     int vocab_quantum;        /* osdp_planner_mesh: the backend's vocabulary quantum for the layouts it
                                  builds (osdp_compute_vocab_quantum); 0 reads as 1 */
+    /* a pipeline stage (osdp_planner_pipeline sets them; 0 otherwise): the cost model's in_flight and
+       stage_buffer_bytes (osdp/cost_model.h) */
+    int stage_in_flight;
+    long long stage_buffer_bytes;
 } osdp_planner_options;
 
 typedef struct osdp_planner_result {
@@ -212,5 +221,70 @@ typedef struct osdp_mesh_choice {
 osdp_status osdp_planner_mesh(const osdp_model_config *cfg, int seq_len, const osdp_device *dev,
                               const osdp_planner_options *o, int tp, osdp_mesh_choice *mesh);
 void osdp_mesh_choice_free(osdp_mesh_choice *mesh);
+
+/* The pipeline axis N = P x D x T (DESIGN.md §9, osdp/pipeline.h).
+ *
+ * osdp_planner_stage_split: the default split of `train --pp P` without
+ * --stages.  Every operator's time T_i under `plan` (NULL: every operator
+ * DP, unsplit) from cm (the whole layout, N = the data-parallel ranks) at
+ * micro-batch b of accum micro-batches, balanced by
+ * osdp_stage_split_balanced (contiguous stages, the largest stage's sum of
+ * T_i smallest; ties: the earliest boundaries).  bounds gets P + 1 entries.
+ *
+ * osdp_planner_pipeline: `plan --pp P` (and the per-mesh step of a (P, T,
+ * D) search).  D = N / (P T).  The layout of one rank's tensor-parallel
+ * parts; the stages' bounds given, or (NULL) osdp_planner_stage_split of
+ * all-DP times at micro-batch 1.  The step's micro-batches: with
+ * o->global_batch G, every micro-batch b dividing G / D, M = G / (D b);
+ * without, M = OSDP_PIPE_DEFAULT_MICRO_PER_STAGE x P and b = 1, 2, ...
+ * (o->micro_batch: that b alone).  For each b, each stage s is planned
+ * alone (osdp_planner_plan_batch: the exact per-operator search over its
+ * operators, its D ranks and the memory limit) with the micro-batches it
+ * holds, osdp_pipe_in_flight (1F1B: min(P - s, M); GPipe: M), and its
+ * message buffers in its peak; the step is osdp_pipe_step_time of the
+ * stages' plans.  The b of the highest samples per second b D M / step
+ * wins (the smaller b on ties); b stops growing at the first that some
+ * stage cannot fit.  No b fits: OSDP_ERR_INFEASIBLE naming the stage.
+ * Each stage's peak is also evaluated on the runtime's stage schedule
+ * (osdp_schedule_predict with the pipeline options) where the planner
+ * verifies peaks (osdp_planner_options.verify, element sizes of 4 or bf16
+ * weights): schedule_peak, -1 otherwise. */
+#define OSDP_PIPE_DEFAULT_MICRO_PER_STAGE 4
+
+typedef struct osdp_stage_plan {
+    int lo, hi;               /* operators [lo, hi) */
+    int in_flight;            /* micro-batches held between forward and backward */
+    osdp_planner_result result;   /* its plan over its operators (result.plan.n_ops = hi - lo) */
+    double busy_s;            /* sum of its operators' T_i: M (forward + backward) */
+    osdp_pipe_stage_cost pass;    /* one micro-batch's forward and backward */
+    long long peak_bytes;     /* the cost model's peak of the stage per rank */
+    long long schedule_peak;  /* the runtime stage schedule's, -1 when not evaluated */
+    long long p2p_bytes;      /* sent per step by one of its ranks */
+} osdp_stage_plan;
+
+typedef struct osdp_pipe_choice {
+    int pp_size, tp_size, dp_size;
+    osdp_pipe_schedule schedule;
+    int bounds[OSDP_MAX_STAGES + 1];
+    int bounds_given;         /* 1: the caller's; 0: the balanced default */
+    int micro_batch, micro_batches;   /* b and M */
+    int n_stages_planned;     /* stages holding a plan (P once planned) */
+    osdp_stage_plan stage[OSDP_MAX_STAGES];
+    osdp_layout layout;       /* one rank's parts (tp_size); valid when layout_built */
+    int layout_built;
+    osdp_plan plan;           /* the whole model's: the stages' plans in order (plan.tp_size = T) */
+    osdp_pipe_timing timing;
+    double step_s, samples_per_s;     /* timing.step_s; b D M / step_s */
+    int memory_bottleneck;    /* the stage of the largest peak (schedule peak where evaluated) */
+    int batches_tried;
+    double total_s;           /* wall seconds of the call */
+} osdp_pipe_choice;
+
+osdp_status osdp_planner_stage_split(const osdp_cost_model *cm, const osdp_plan *plan, int micro_batch, int accum,
+                                     int P, int *bounds);
+osdp_status osdp_planner_pipeline(const osdp_model_config *cfg, int seq_len, const osdp_device *dev,
+                                  const osdp_planner_options *o, int tp, int pp, const int *bounds,
+                                  osdp_pipe_schedule schedule, osdp_pipe_choice *out);
+void osdp_pipe_choice_free(osdp_pipe_choice *choice);
 
 #endif

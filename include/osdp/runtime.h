@@ -68,6 +68,23 @@
  * all-reduce's, (tp-1)/tp of an all-gather's.  Validation passes are
  * counted in no step.
  *
+ * Pipeline parallelism (DESIGN.md §9, osdp/pipeline.h).  With pp_size > 1
+ * the rank holds the operators of its stage only, [stage_bounds[s],
+ * stage_bounds[s+1]): their shards over its data group, as above.  A step is
+ * one pass over the schedule's list of the stage's F and B passes of all
+ * accum_steps micro-batches (GPipe or 1F1B: osdp/schedule.h), activations
+ * and their gradients crossing to the adjacent stages point to point over
+ * pp_fwd_comm / pp_bwd_comm (traffic kind OSDP_COLL_P2P, counted by the
+ * sender: per step a stage before the last sends accum_steps x B T d floats
+ * forward, a stage after the first as many backward, d the boundary's
+ * width).  The loss is added on the last stage (tensor rank 0), the squared
+ * gradient norm by each stage over its own operators; the sums are
+ * all-reduced over the data group, the tensor group and the pipeline, so the
+ * loss, the norm, the clipping and AdamW are those of the whole model on
+ * every rank.  Micro-batch gradients are added in micro-batch order under
+ * both schedules: GPipe and 1F1B give bitwise-identical steps.  A receive
+ * whose peer died times out like a collective (OSDP_COMM_TIMEOUT_S).
+ *
  * Everything inside (the shards, the step's buffers, the schedule) is
  * private to src/runtime: checkpoints, initialisation and weight dumps
  * reach the shards through osdp_runtime_shards and the setters below.  The
@@ -140,7 +157,8 @@ osdp_status osdp_runtime_create(osdp_runtime *rt, const osdp_layout *layout, con
                                 const osdp_runtime_options *opt);
 /* One optimizer step of opt.accum_steps micro-steps.  tokens: this rank's
  * micro-batches, host ints (accum_steps, 2, B, T): per micro-step the inputs,
- * then the targets (osdp_data_batch fills both). */
+ * then the targets (osdp_data_batch fills both; every stage of a pipeline
+ * gets the same: the first reads the inputs, the last the targets). */
 osdp_status osdp_runtime_step(osdp_runtime *rt, const int *tokens, osdp_step_stats *stats);
 /* Collective: the mean token loss of the current weights over n_batches
  * validation batches, forward only through the same plan (the schedule's
@@ -168,7 +186,8 @@ typedef struct osdp_shard_segment {
 } osdp_shard_segment;
 
 /* Iterates over the segments of operator op (op < 0: of every operator, in
- * operator order), slices in order:
+ * operator order), slices in order; an operator outside the rank's pipeline
+ * stage has none (checkpoints rely on it: each stage writes its own):
  *     osdp_shard_iter it = osdp_runtime_shards(rt, -1);
  *     osdp_shard_segment seg;
  *     while (osdp_shard_next(&it, &seg)) ... */
@@ -176,7 +195,8 @@ typedef struct osdp_shard_iter { const osdp_runtime *rt; int op, slice, last_op;
 osdp_shard_iter osdp_runtime_shards(const osdp_runtime *rt, int op);
 int osdp_shard_next(osdp_shard_iter *it, osdp_shard_segment *seg);
 /* operator op's whole shard: its elements (the sum of its segments, which
- * are contiguous from local 0) and where each state kind starts */
+ * are contiguous from local 0) and where each state kind starts; 0 (and NULL
+ * states) for an operator outside the rank's pipeline stage */
 size_t osdp_runtime_op_shard(const osdp_runtime *rt, int op, float *state[OSDP_STATE_N_KINDS]);
 
 /* the master weights changed outside a step (checkpoint load): DP copies are
@@ -186,8 +206,10 @@ void osdp_runtime_invalidate_weights(osdp_runtime *rt);
 void osdp_runtime_set_position(osdp_runtime *rt, long step, uint64_t seed);
 /* AdamW moments to zero (a fresh optimizer on loaded weights) */
 void osdp_runtime_reset_moments(osdp_runtime *rt);
-/* collective: gathers operator op's master weights slice by slice; host
- * (op numel floats, on every rank) gets the flat buffer */
+/* collective over the data group: gathers operator op's master weights
+ * slice by slice; host (op numel floats, on every rank of the group) gets
+ * the flat buffer.  OSDP_ERR_INPUT for an operator outside the rank's
+ * pipeline stage. */
 osdp_status osdp_runtime_gather_op(osdp_runtime *rt, int op, float *host);
 
 #endif

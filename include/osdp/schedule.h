@@ -43,9 +43,40 @@
  * The tensor axis of the mesh needs no event: its collectives are blocking
  * calls inside the operators' passes (osdp/gpt.h), the all-reduces in place;
  * its one buffer is the setup's staging (OSDP_BUF_TP_STAGING, category
- * tp_comm).  The pipeline axis will add event kinds (point-to-point sends
- * and receives of a stage boundary) with one list per stage; the evaluation
- * only reads ALLOC and FREE and needs no change. */
+ * tp_comm).
+ *
+ * The pipeline axis (osdp/pipeline.h).  With pp_size > 1 a rank's schedule
+ * covers only its stage's operators [op_lo, op_hi): setup allocates only
+ * their state, optim updates only them, and micro is the WHOLE step, executed
+ * once per step: the stage's F and B passes over all M = accum_steps
+ * micro-batches in osdp_pipe_order's order, every event stamped with its
+ * micro-batch (the activation slot: ACTS, KEPT and STAGE_INPUT buffers are
+ * per (op, micro); LOAD_TOKENS and LOSS_SUM read micro's tokens).  Since one
+ * list runs the step, the DP slices' gathers are in it once (at their first
+ * use) and ZDP slices are gathered per use, prefetched along the stage's use
+ * order.  A forward pass of a stage after the first starts by receiving its
+ * input (RECV_ACTS into a STAGE_INPUT buffer, alive until the stage's first
+ * operator's backward of that micro-batch); a stage before the last ends it
+ * by starting the send of its last operator's output (SEND_ACTS, waited by
+ * SEND_ACTS_WAIT before the buffer holding that output is freed, in the
+ * backward).  A backward pass starts by receiving d(output) into the
+ * workspace (RECV_GRAD, unless the stage holds the head) and ends by sending
+ * d(input) to the previous stage (SEND_GRAD, blocking: the workspace is
+ * written again by the next backward).  An operator's reduce-scatters
+ * overlap the next operator's backward within a pass and complete at the
+ * pass's end.  The eval list at pp > 1 is, per validation micro-batch:
+ * receive, the stage's forwards, send (waited).
+ *
+ * Deadlock-freedom: activation sends are non-blocking and waited only after
+ * the matching gradient has come back; gradient sends are waited right away;
+ * receives are posted when needed; every stage runs its backwards in
+ * micro-batch order (both schedules).  A stage then only ever blocks on a
+ * lower stage reaching a backward (a gradient send waits for its receive)
+ * or on a higher stage producing data that it already has the inputs for,
+ * so the wait-for chain always ends at a stage that can run.
+ *
+ * The evaluation (osdp_schedule_peak) only reads ALLOC and FREE: a stage's
+ * peak, its in-flight micro-batches included, is exact by construction. */
 #ifndef OSDP_SCHEDULE_H
 #define OSDP_SCHEDULE_H
 
@@ -73,6 +104,8 @@ typedef enum osdp_buffer_kind {
     OSDP_BUF_GRAD_RECV,     /* (shard) fp32: the reduce-scatter's destination */
     OSDP_BUF_TP_STAGING,    /* (B, head tp_floats_per_seq) fp32: the all-gather of the vocab-parallel
                                cross-entropy's statistics (osdp/gpt.h); allocated at setup when non-zero */
+    OSDP_BUF_STAGE_INPUT,   /* (B, T, d of op - 1) fp32, per micro: the stage's input received from the
+                               previous stage (op: the stage's first operator) */
     OSDP_BUF_N_KINDS
 } osdp_buffer_kind;
 
@@ -92,6 +125,12 @@ typedef enum osdp_event_kind {
     OSDP_EV_SUMS_ALL_REDUCE,    /* the loss and norm sums over the ranks (bytes: 16); the step's
                                    learning rate and clipping scale follow from them */
     OSDP_EV_ADAMW,          /* AdamW on op's shard */
+    /* the pipeline's point-to-point messages (bytes: the message's) */
+    OSDP_EV_RECV_ACTS,      /* the stage's input of micro from the previous stage into STAGE_INPUT (op) */
+    OSDP_EV_SEND_ACTS,      /* start sending op's output of micro to the next stage */
+    OSDP_EV_SEND_ACTS_WAIT, /* that send has completed */
+    OSDP_EV_RECV_GRAD,      /* d(op's output) of micro from the next stage into the workspace */
+    OSDP_EV_SEND_GRAD,      /* d(op's input) of micro from the workspace to the previous stage */
     OSDP_EV_N_KINDS
 } osdp_event_kind;
 
@@ -102,7 +141,9 @@ typedef struct osdp_event {
     osdp_pass pass;             /* USE, COMPUTE */
     int blocking;               /* GATHER: wait inside the call (no prefetch) */
     int first_micro_only;       /* GATHER, GATHER_WAIT of DP slices: once per step */
-    size_t bytes;               /* ALLOC, FREE: bytes; GATHER, REDUCE_SCATTER: full buffer bytes moved */
+    size_t bytes;               /* ALLOC, FREE: bytes; GATHER, REDUCE_SCATTER: full buffer bytes moved;
+                                   the pipeline's sends and receives: the message's */
+    int micro;                  /* the micro-batch (pp_size > 1; 0 otherwise) */
 } osdp_event;
 
 /* One slice of an operator (the whole operator when it is not split): a
@@ -145,6 +186,8 @@ typedef struct osdp_schedule {
     const osdp_layout *layout;
     osdp_schedule_options opt;
     size_t weight_size;     /* bytes per working-weight element */
+    int pipelined;          /* pp_size > 1: micro is the whole step (above) */
+    int op_lo, op_hi;       /* the stage's operators [op_lo, op_hi); every operator without a pipeline */
     osdp_sched_op *ops;     /* [layout->n_ops] */
     osdp_event *setup;
     int n_setup;
@@ -164,6 +207,17 @@ osdp_status osdp_schedule_build(osdp_schedule *sched, const osdp_layout *layout,
 void osdp_schedule_free(osdp_schedule *sched);
 
 osdp_mem_category osdp_buffer_category(osdp_buffer_kind kind);
+/* does this rank's stage hold operator op? */
+static inline int osdp_schedule_has_op(const osdp_schedule *sched, int op)
+{
+    return op >= sched->op_lo && op < sched->op_hi;
+}
+/* micro-batches whose activations the list can hold at once: the per-micro
+ * slots of ACTS, KEPT and STAGE_INPUT (accum_steps when pipelined, else 1) */
+static inline int osdp_schedule_micro_slots(const osdp_schedule *sched)
+{
+    return sched->pipelined ? sched->opt.accum_steps : 1;
+}
 /* floats per sequence of the tensor-parallel staging (OSDP_BUF_TP_STAGING):
  * the head's tp_floats_per_seq, 0 when its cross-entropy is not vocab-parallel */
 static inline size_t osdp_tp_staging_floats_per_seq(const osdp_layout *layout)

@@ -4,6 +4,7 @@
 #include "cli/app.h"
 #include "osdp/layout.h"
 #include "osdp/optim.h"
+#include "osdp/pipeline.h"
 #include "osdp/planner.h"
 
 #include <errno.h>
@@ -133,6 +134,17 @@ static const option_row g_options[] = {
     {.name = "tp", .type = OPT_INT, .commands = PROFILE, .field = FIELD(tp), .lo = 1, .hi = OSDP_MAX_TP,
      .default_value = "1", .metavar = "T",
      .help = "tensor-parallel degree: the groups of T consecutive ranks whose collectives are measured"},
+    {.name = "pp", .type = OPT_INT, .commands = TRAIN, .field = FIELD(pp), .lo = 1, .hi = OSDP_MAX_STAGES,
+     .default_value = "1", .metavar = "P",
+     .help = "pipeline stages: the outermost mesh axis, each stage a contiguous range of operators\n"
+        "(--stages) over ranks / P, the step's micro-batches (accumulation) flowing through them"},
+    {.name = "stages", .type = OPT_TEXT, .commands = TRAIN, .field = FIELD(stages), .metavar = "A:B,B:C,...",
+     .default_text = "balanced by the cost model's operator times",
+     .help = "with --pp P: stage s's operators [A, B), P contiguous ranges from 0 to the operator count"},
+    {.name = "schedule", .type = OPT_ENUM, .commands = TRAIN, .field = FIELD(pipe_schedule), .choices = "1f1b|gpipe",
+     .default_value = "1f1b", .metavar = "1f1b|gpipe",
+     .help = "with --pp P: 1F1B (PipeDream-flush: at most P - s micro-batches in flight on stage s)\n"
+        "or GPipe (all forwards, then all backwards); the same losses bit for bit"},
     {.name = "split", .type = OPT_INT, .commands = TRAIN | PLAN, .field = FIELD(split), .lo = 1,
      .hi = OSDP_MAX_SLICES, .choices = "auto", .word_value = OSDP_SPLIT_AUTO, .default_value = "1",
      .metavar = "G|auto",

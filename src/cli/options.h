@@ -50,6 +50,9 @@ typedef struct osdp_job {
     long long ranks;                  /* plan: ranks to plan for */
     long long split;                  /* slices per operator, or OSDP_SPLIT_AUTO */
     long long tp;                     /* tensor-parallel degree (1: none), or OSDP_TP_AUTO */
+    long long pp;                     /* train: pipeline stages (1: none) */
+    const char *stages;               /* train --stages: "0:13,13:26,..."; NULL: balanced by the cost model */
+    int pipe_schedule;                /* train --schedule: osdp_pipe_schedule (1f1b|gpipe) */
     int recompute;                    /* osdp_recompute_choice */
     int cost_model;                   /* osdp_cost_kind */
     int search;                       /* osdp_search_kind */

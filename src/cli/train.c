@@ -8,6 +8,7 @@
 #include "osdp/layout.h"
 #include "osdp/link_emulation.h"
 #include "osdp/mesh.h"
+#include "osdp/pipeline.h"
 #include "osdp/plan.h"
 #include "osdp/planner.h"
 #include "osdp/cost_model.h"
@@ -46,6 +47,26 @@ static osdp_dtype job_weights(const osdp_job *job)
     return job->backend == OSDP_BACKEND_CUDA ? OSDP_BFLOAT16 : OSDP_FLOAT32;
 }
 
+/* the pipeline's options (--pp, --stages, --schedule) against the others */
+static osdp_status check_pipeline_options(const osdp_job *job, int plan_auto)
+{
+    if (job->pp <= 1) {
+        if (job->stages) return osdp_error_set(OSDP_ERR_INPUT, "--stages needs --pp P with P > 1 (the pipeline's stages)");
+        if (osdp_option_given(job, "schedule"))
+            return osdp_error_set(OSDP_ERR_INPUT, "--schedule needs --pp P with P > 1 (it orders the pipeline's passes)");
+        return OSDP_OK;
+    }
+    if (plan_auto)
+        return osdp_error_set(OSDP_ERR_INPUT, "--plan auto does not plan a pipeline's stages yet: with --pp %lld give "
+                              "--plan dp, zdp or a plan file (and --batch)", job->pp);
+    if (job->tp == OSDP_TP_AUTO)
+        return osdp_error_set(OSDP_ERR_INPUT, "--tp auto does not plan with --pp %lld: give --tp T", job->pp);
+    if (job->sample_every)
+        return osdp_error_set(OSDP_ERR_INPUT, "--sample-every is not available with --pp %lld (a sample needs every "
+                              "operator on one rank): sample from a checkpoint with osdp_gpt sample", job->pp);
+    return OSDP_OK;
+}
+
 /* cross-option rules of train (each value alone was checked by the options table) */
 static osdp_status check_train_options(const osdp_job *job)
 {
@@ -61,7 +82,7 @@ static osdp_status check_train_options(const osdp_job *job)
     if (job->tp == OSDP_TP_AUTO && !plan_auto)
         return osdp_error_set(OSDP_ERR_INPUT, "--tp auto needs --plan auto (the planner chooses the tensor-parallel "
                               "degree); give --tp T with --plan %s", job->plan);
-    return OSDP_OK;
+    return check_pipeline_options(job, plan_auto);
 }
 
 /* The settings from the options; on --resume the checkpoint's own global
@@ -316,6 +337,33 @@ static double predicted_step_time(const osdp_layout *layout, const osdp_plan *pl
     return osdp_cost_step_time(&cm, plan, plan->micro_batch, plan->accum_steps);
 }
 
+/* The pipeline's stages: --stages, else the contiguous split that balances
+ * the cost model's operator times under the plan (the device file of
+ * --device; without one, the operators' FLOPs).  Every rank computes the
+ * same from the same inputs. */
+static osdp_status stage_split(const osdp_layout *layout, const osdp_plan *plan, const osdp_job *job,
+                               const train_setup *t, int dp_ranks, int *bounds)
+{
+    const int P = (int)job->pp;
+    if (job->stages) return osdp_stage_split_parse(job->stages, layout->n_ops, P, bounds);
+    double *op_time = malloc(sizeof *op_time * (size_t)layout->n_ops);
+    if (!op_time) return osdp_error_set(OSDP_ERR_OOM, "--pp: out of host memory");
+    osdp_device dev;
+    const int have_device = device_load_for_runtime(&dev, job->device, t->weights) == OSDP_OK;
+    osdp_cost_model cm = {.layout = layout, .dev = &dev, .N = dp_ranks, .pad_quantum = t->pad_quantum,
+                          .prefetch = !job->no_prefetch, .kind = (osdp_cost_kind)job->cost_model};
+    for (int i = 0; i < layout->n_ops; i++) {
+        osdp_op_time ot;
+        if (have_device)
+            osdp_cost_op_time_rc(&cm, i, plan->slices[i], plan->zdp_slices[i], plan->recompute[i], plan->micro_batch,
+                                 plan->accum_steps, &ot);
+        op_time[i] = have_device ? ot.total : osdp_cost_op_flops(&layout->op[i]);
+    }
+    osdp_status s = osdp_stage_split_balanced(op_time, layout->n_ops, P, bounds);
+    free(op_time);
+    return s;
+}
+
 /* One optimizer step on this rank's micro-batches, read here: the runtime
  * takes them as (accum, 2, B, T), per micro-step the inputs, then the targets.
  * The order is the data-parallel group's (rt->rank of rt->N): the ranks of a
@@ -376,10 +424,12 @@ int osdp_cmd_train(const osdp_job *job)
     int tp = (int)job->tp;
     if (tp == OSDP_TP_AUTO) osdp_check_all(choose_tp(job, job_weights(job), world.size, world.rank, &tp));
     osdp_mesh mesh;
-    osdp_check_all(osdp_mesh_create(&mesh, MPI_COMM_WORLD, tp, 1));
+    osdp_check_all(osdp_mesh_create(&mesh, MPI_COMM_WORLD, tp, (int)job->pp));
     if (world.rank == 0 && !job->quiet) {
         char described[96];
-        printf("mesh: %s\n", osdp_mesh_describe(&mesh, described, sizeof described));
+        printf("mesh: %s%s%s\n", osdp_mesh_describe(&mesh, described, sizeof described),
+               mesh.pp > 1 ? ", pipeline schedule " : "",
+               mesh.pp > 1 ? osdp_pipe_schedule_name((osdp_pipe_schedule)job->pipe_schedule) : "");
         fflush(stdout);
     }
     osdp_train_ckpt ckpt;
@@ -435,20 +485,33 @@ int osdp_cmd_train(const osdp_job *job)
      * backend (host buffers in the same calls fall back to MPI), MPI
      * otherwise; one communicator per group of the mesh */
     const int nccl = strcmp(backend->name, "cuda") == 0;
-    osdp_comm comm, tp_comm;
+    osdp_comm comm, tp_comm, pp_fwd_comm, pp_bwd_comm;
     osdp_check_all(osdp_mesh_comm_create(&mesh, OSDP_MESH_DATA, nccl, world.local_rank, &comm));
     if (mesh.tp > 1) osdp_check_all(osdp_mesh_comm_create(&mesh, OSDP_MESH_TENSOR, nccl, world.local_rank, &tp_comm));
+    /* the pipeline: one communicator per direction (osdp/mesh.h) */
+    if (mesh.pp > 1) {
+        osdp_check_all(osdp_mesh_comm_create(&mesh, OSDP_MESH_PIPELINE, nccl, world.local_rank, &pp_fwd_comm));
+        osdp_check_all(osdp_mesh_comm_create(&mesh, OSDP_MESH_PIPELINE, nccl, world.local_rank, &pp_bwd_comm));
+    }
+    int stage_bounds[OSDP_MAX_STAGES + 1] = {0};
+    if (mesh.pp > 1) osdp_check_all(stage_split(&layout, &plan, job, &t, mesh.dp, stage_bounds));
 
-    osdp_memory_prediction predicted;
+    osdp_memory_prediction predicted;   /* this rank's: its stage's */
     osdp_schedule_options predict = {.n_ranks = mesh.dp, .micro_batch = plan.micro_batch,
                                      .accum_steps = plan.accum_steps, .prefetch = !job->no_prefetch,
-                                     .weight_dtype = t.weights, .pad_quantum = t.pad_quantum};
+                                     .weight_dtype = t.weights, .pad_quantum = t.pad_quantum, .pp_size = mesh.pp,
+                                     .pp_stage = mesh.pp_rank, .pipe_schedule = (osdp_pipe_schedule)job->pipe_schedule};
+    memcpy(predict.stage_bounds, stage_bounds, sizeof stage_bounds);
     osdp_check_all(osdp_schedule_predict(&layout, &plan, &predict, &predicted));
 
     osdp_runtime_options opt = {.micro_batch = plan.micro_batch, .accum_steps = plan.accum_steps,
                                 .prefetch = !job->no_prefetch, .mem_limit = (size_t)job->mem_limit,
                                 .seed = (unsigned long long)job->seed, .optim = t.optim, .weight_dtype = t.weights,
-                                .pad_quantum = t.pad_quantum, .tp_comm = mesh.tp > 1 ? &tp_comm : NULL};
+                                .pad_quantum = t.pad_quantum, .tp_comm = mesh.tp > 1 ? &tp_comm : NULL,
+                                .pp_size = mesh.pp, .pp_stage = mesh.pp_rank, .pipe_schedule = predict.pipe_schedule,
+                                .pp_fwd_comm = mesh.pp > 1 ? &pp_fwd_comm : NULL,
+                                .pp_bwd_comm = mesh.pp > 1 ? &pp_bwd_comm : NULL};
+    memcpy(opt.stage_bounds, stage_bounds, sizeof stage_bounds);
     osdp_runtime rt;
     s = osdp_runtime_create(&rt, &layout, &plan, &comm, backend, &opt);
     if (s != OSDP_OK) fatal_with_hint(s, &t);
@@ -489,6 +552,10 @@ int osdp_cmd_train(const osdp_job *job)
     osdp_report_close(&report);
     osdp_runtime_destroy(&rt);
     if (mesh.tp > 1) osdp_comm_destroy(&tp_comm);
+    if (mesh.pp > 1) {
+        osdp_comm_destroy(&pp_fwd_comm);
+        osdp_comm_destroy(&pp_bwd_comm);
+    }
     osdp_comm_destroy(&comm);
     osdp_mesh_free(&mesh);
     osdp_plan_free(&plan);

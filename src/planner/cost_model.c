@@ -120,19 +120,22 @@ void osdp_cost_op_mem_rc(const osdp_cost_model *cm, int op, int g, int k, int rc
     long long kept = (long long)b * (long long)o->kept_floats_per_seq * a;
     out->acts = rc ? kept : full_acts;
     out->rebuilt = rc ? full_acts - kept : 0;
+    out->held = cm->in_flight > 1 ? (long long)(cm->in_flight - 1) * out->acts : 0;
     out->grads = total * eg;
     out->recv = total / N * eg;
     /* backward goes down the slices; ZDP slices are 0..k-1.  At slice s the
      * operator holds slice s if ZDP and, with prefetch, slice s-1 gathered
      * ahead (the next operator's first slice, f, is held throughout) */
-    out->work = 0;
+    out->work = out->work_from_2 = 0;
     for (int s = 0; s < g; s++) {
         long long v = (s < k ? (long long)p[s] * e : 0) + (cm->prefetch && s >= 1 && s - 1 < k ? (long long)p[s - 1] * e : 0);
         if (v > out->work) out->work = v;
+        if (s >= 2 && v > out->work_from_2) out->work_from_2 = v;
     }
     /* the first slice the backward order touches: slice g-1 of the backward,
      * or with recompute slice 0 of the recomputed forward */
-    out->prefetch = rc ? (k > 0 ? (long long)p[0] * e : 0) : (k == g ? (long long)p[g - 1] * e : 0);
+    out->forward_first = k > 0 ? (long long)p[0] * e : 0;
+    out->prefetch = rc ? out->forward_first : (k == g ? (long long)p[g - 1] * e : 0);
 }
 
 /* one ring all-reduce of `bytes` over the tensor-parallel group of tp ranks */
@@ -168,7 +171,7 @@ double osdp_cost_tp_comm(const osdp_cost_model *cm, int op, int rc, int b)
 long long osdp_cost_workspace(const osdp_cost_model *cm, int b)
 {
     const long long staging = (long long)b * (long long)osdp_tp_staging_floats_per_seq(cm->layout);
-    return ((long long)osdp_workspace_floats(cm->layout, b) + staging) * cm->dev->act_bytes;
+    return ((long long)osdp_workspace_floats(cm->layout, b) + staging) * cm->dev->act_bytes + cm->stage_buffer_bytes;
 }
 
 void osdp_cost_op_time(const osdp_cost_model *cm, int op, int g, int k, int b, int accum, osdp_op_time *out)
@@ -218,7 +221,7 @@ long long osdp_cost_peak(const osdp_cost_model *cm_in, const osdp_plan *plan, in
     long long base = osdp_cost_workspace(cm, b);
     for (int i = 0; i < n; i++) {
         osdp_cost_op_mem(cm, i, plan->slices[i], plan->zdp_slices[i], b, &m[i]);
-        base += m[i].state + m[i].resident;
+        base += m[i].state + m[i].resident + m[i].held;
     }
     long long acts = 0, best = -1;
     int where = 0;
@@ -265,10 +268,23 @@ int osdp_cost_dp_spans_nodes(int ranks_per_node, int tp, int dp, int pp)
     return 0;
 }
 
+int osdp_cost_pp_spans_nodes(int ranks_per_node, int tp, int dp, int pp)
+{
+    if (ranks_per_node <= 0 || pp <= 1) return 0;
+    /* rank r of stage s sends to r + tp dp of stage s + 1 */
+    const long long stride = (long long)tp * dp;
+    for (long long r = 0; r < stride * (pp - 1); r++)
+        if (r / ranks_per_node != (r + stride) / ranks_per_node) return 1;
+    return 0;
+}
+
 void osdp_cost_device_for_mesh(const osdp_device *dev, int tp, int dp, int pp, osdp_device *out)
 {
     if (out != dev) *out = *dev;
-    if (!dev->internode.given || !osdp_cost_dp_spans_nodes(dev->ranks_per_node, tp, dp, pp)) return;
-    out->all_gather = dev->internode.all_gather;
-    out->reduce_scatter = dev->internode.reduce_scatter;
+    if (!dev->internode.given) return;
+    if (osdp_cost_dp_spans_nodes(dev->ranks_per_node, tp, dp, pp)) {
+        out->all_gather = dev->internode.all_gather;
+        out->reduce_scatter = dev->internode.reduce_scatter;
+    }
+    if (osdp_cost_pp_spans_nodes(dev->ranks_per_node, tp, dp, pp)) out->p2p = dev->internode.p2p;
 }

@@ -17,7 +17,7 @@ const char *osdp_op_type_name(osdp_op_type t)
     return (unsigned)t < OSDP_N_OP_TYPES ? type_names[t] : "?";
 }
 
-enum { K_MEM, K_PREC, K_PBYTES, K_ABYTES, K_GBYTES, K_NODE, K_AG_A, K_AG_B, K_RS_A, K_RS_B, K_TP_A, K_TP_B, K_SHARD,
+enum { K_MEM, K_PREC, K_PBYTES, K_ABYTES, K_GBYTES, K_NODE, K_AG_A, K_AG_B, K_RS_A, K_RS_B, K_TP_A, K_TP_B, K_P2P_A, K_P2P_B, K_SHARD,
        K_FULL, K_G0,
        K_F0 = K_G0 + OSDP_N_OP_TYPES, K_N = K_F0 + OSDP_N_OP_TYPES };
 
@@ -126,7 +126,7 @@ void osdp_device_default_internode(osdp_device *dev)
     dev->internode.given = 0;
     dev->internode.all_gather = dev->all_gather;
     dev->internode.reduce_scatter = dev->reduce_scatter;
-    dev->internode.p2p = dev->all_gather;
+    dev->internode.p2p = dev->p2p;
 }
 
 static osdp_collective_cost slower(osdp_collective_cost a, const osdp_collective_cost *b)
@@ -202,10 +202,11 @@ static int dev_handler(void *user, const char *section, const char *key, const c
             return 0;
         }
     } else if (strcmp(section, "all_gather") == 0 || strcmp(section, "reduce_scatter") == 0
-               || strcmp(section, "tp_all_reduce") == 0) {
-        int which = section[0] == 'a' ? 0 : section[0] == 'r' ? 1 : 2;
-        osdp_collective_cost *c = which == 0 ? &d->all_gather : which == 1 ? &d->reduce_scatter : &d->tp_all_reduce;
-        static const int alpha_id[3] = {K_AG_A, K_RS_A, K_TP_A}, beta_id[3] = {K_AG_B, K_RS_B, K_TP_B};
+               || strcmp(section, "tp_all_reduce") == 0 || strcmp(section, "p2p") == 0) {
+        int which = section[0] == 'a' ? 0 : section[0] == 'r' ? 1 : section[0] == 't' ? 2 : 3;
+        osdp_collective_cost *const cost_of[4] = {&d->all_gather, &d->reduce_scatter, &d->tp_all_reduce, &d->p2p};
+        osdp_collective_cost *c = cost_of[which];
+        static const int alpha_id[4] = {K_AG_A, K_RS_A, K_TP_A, K_P2P_A}, beta_id[4] = {K_AG_B, K_RS_B, K_TP_B, K_P2P_B};
         if (strcmp(key, "alpha") == 0) {
             if (parse_double(value, &x) != 0 || x < 0)
                 return fail(st, section, key, "alpha (latency, seconds per ring step) must be a number >= 0", value);
@@ -256,7 +257,7 @@ static int dev_handler(void *user, const char *section, const char *key, const c
         id = shard ? K_SHARD : K_FULL;
     } else {
         st->status = osdp_error_set(OSDP_ERR_INPUT,
-            "unknown section [%s] (expected [device], [all_gather], [reduce_scatter], [tp_all_reduce], [gamma], "
+            "unknown section [%s] (expected [device], [all_gather], [reduce_scatter], [tp_all_reduce], [p2p], [gamma], "
             "[gamma_fixed], [step], [internode_all_gather], [internode_reduce_scatter], [internode_p2p])",
             section);
         return 0;
@@ -301,7 +302,16 @@ osdp_status osdp_device_parse(osdp_device *dev, const char *text, const char *or
         return osdp_error_set(OSDP_ERR_INPUT, "device file %s: [tp_all_reduce] needs both alpha and beta (missing '%s')",
                               origin, st.seen[K_TP_A] ? "beta" : "alpha");
     if (!st.seen[K_TP_A]) osdp_device_default_tp_all_reduce(dev);
+    if (st.seen[K_P2P_A] != st.seen[K_P2P_B])
+        return osdp_error_set(OSDP_ERR_INPUT, "device file %s: [p2p] needs both alpha and beta (missing '%s')", origin,
+                              st.seen[K_P2P_A] ? "beta" : "alpha");
+    if (!st.seen[K_P2P_A]) osdp_device_default_p2p(dev);
     return internode_finish(dev, &st, origin);
+}
+
+void osdp_device_default_p2p(osdp_device *dev)
+{
+    dev->p2p = dev->all_gather;   /* one ring step: S/N bytes to the next rank, nothing added */
 }
 
 void osdp_device_default_tp_all_reduce(osdp_device *dev)
@@ -342,6 +352,7 @@ osdp_status osdp_device_write(const osdp_device *dev, const char *comment, const
     fprintf(f, "[all_gather]\nalpha = %.6e\nbeta = %.6e\n\n", dev->all_gather.alpha, dev->all_gather.beta);
     fprintf(f, "[reduce_scatter]\nalpha = %.6e\nbeta = %.6e\n\n", dev->reduce_scatter.alpha, dev->reduce_scatter.beta);
     fprintf(f, "[tp_all_reduce]\nalpha = %.6e\nbeta = %.6e\n\n", dev->tp_all_reduce.alpha, dev->tp_all_reduce.beta);
+    fprintf(f, "[p2p]\nalpha = %.6e\nbeta = %.6e\n\n", dev->p2p.alpha, dev->p2p.beta);
     internode_write(f, dev);
     fprintf(f, "[gamma]\n");
     for (int t = 0; t < OSDP_N_OP_TYPES; t++) fprintf(f, "%-5s = %.6e\n", type_names[t], dev->gamma[t]);

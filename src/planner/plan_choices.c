@@ -88,7 +88,7 @@ static int make_choices(const osdp_ps_context *ctx, int i, int b, int accum, cho
                 c->slices = gs[gi];
                 c->zdp_slices = k;
                 c->recompute = rc;
-                c->kept_bytes = m.state + m.resident;
+                c->kept_bytes = m.state + m.resident + m.held;   /* held: a pipeline stage's other micro-batches */
                 c->act_bytes = m.acts;
                 c->pass_peak_bytes = m.rebuilt + m.grads + (m.work > m.recv ? m.work : m.recv);
                 c->prefetch_bytes = o->prefetch ? m.prefetch : 0;
@@ -261,7 +261,8 @@ osdp_status osdp_ps_context_build(osdp_ps_context *ctx, const osdp_layout *L, co
 {
     memset(ctx, 0, sizeof *ctx);
     ctx->cost = (osdp_cost_model){.layout = L, .dev = dev, .N = o->n_ranks, .pad_quantum = o->pad_quantum,
-                                  .prefetch = o->prefetch, .kind = o->cost, .recompute = o->recompute, .cuts = cuts};
+                                  .prefetch = o->prefetch, .kind = o->cost, .recompute = o->recompute, .cuts = cuts,
+                                  .in_flight = o->stage_in_flight, .stage_buffer_bytes = o->stage_buffer_bytes};
     ctx->opts = o;
     ctx->n_ops = L->n_ops;
     ctx->minimise_memory = minimise_memory == 1;

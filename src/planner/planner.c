@@ -97,7 +97,8 @@ static osdp_status infeasible(const osdp_layout *L, const osdp_device *dev, cons
     osdp_status s = osdp_planner_min_memory(L, dev, o, b, &need, &p);
     if (s != OSDP_OK) return s;
     osdp_cost_model cm = {.layout = L, .dev = dev, .N = o->n_ranks, .pad_quantum = o->pad_quantum,
-                          .prefetch = o->prefetch, .kind = o->cost, .recompute = p.recompute};
+                          .prefetch = o->prefetch, .kind = o->cost, .recompute = p.recompute,
+                          .in_flight = o->stage_in_flight, .stage_buffer_bytes = o->stage_buffer_bytes};
     int at = 0;
     (void)osdp_cost_peak(&cm, &p, b, &at);
     int top[3] = {-1, -1, -1};
@@ -109,7 +110,7 @@ static osdp_status infeasible(const osdp_layout *L, const osdp_device *dev, cons
         if (i == at) tr = m.grads + (m.work > m.recv ? m.work : m.recv);
         if (o->prefetch && i == at + 1) tr = m.grads + m.recv;
         if (o->prefetch && i == at - 1) tr = m.prefetch;
-        long long acts = i <= at ? m.acts : 0, v = m.state + m.resident + acts + tr;
+        long long acts = (i <= at ? m.acts : 0) + m.held, v = m.state + m.resident + acts + tr;
         cat[0] += m.state;
         cat[1] += m.resident;
         cat[2] += acts;

@@ -17,11 +17,12 @@ static void **buffer_slot(osdp_runtime *rt, const osdp_event *ev)
     case OSDP_BUF_RESIDENT: return &o->resident;
     case OSDP_BUF_WORKSPACE: return (void **)&rt->in->workspace_base;
     case OSDP_BUF_GATHERED: return &o->slice[ev->slice].weights;
-    case OSDP_BUF_KEPT: return (void **)&o->kept_out;
-    case OSDP_BUF_ACTS: return (void **)&o->acts_base;
+    case OSDP_BUF_KEPT: return (void **)&o->kept_out[ev->micro];
+    case OSDP_BUF_ACTS: return (void **)&o->acts_base[ev->micro];
     case OSDP_BUF_FULL_GRAD: return (void **)&o->full_grad;
     case OSDP_BUF_GRAD_RECV: return (void **)&o->grad_recv;
     case OSDP_BUF_TP_STAGING: return (void **)&rt->in->tp_staging;
+    case OSDP_BUF_STAGE_INPUT: return (void **)&rt->in->stage_input[ev->micro];
     case OSDP_BUF_N_KINDS: break;
     }
     return NULL;
@@ -48,6 +49,7 @@ static void describe(const osdp_runtime *rt, const osdp_event *ev, char *what, s
     case OSDP_BUF_FULL_GRAD: snprintf(what, n, "operator %s (full gradients)", op); break;
     case OSDP_BUF_GRAD_RECV: snprintf(what, n, "operator %s (reduce-scatter destination)", op); break;
     case OSDP_BUF_TP_STAGING: snprintf(what, n, "operator %s (tensor-parallel loss statistics)", op); break;
+    case OSDP_BUF_STAGE_INPUT: snprintf(what, n, "operator %s (input from the previous stage)", op); break;
     case OSDP_BUF_N_KINDS: snprintf(what, n, "?"); break;
     }
 }
@@ -75,8 +77,8 @@ static void after_alloc(osdp_runtime *rt, const osdp_event *ev)
     }
     case OSDP_BUF_WORKSPACE: osdp_workspace_carve(rt->layout, rt->B, in->workspace_base, &in->ws); break;
     case OSDP_BUF_ACTS:
-        osdp_op_acts_carve(rt->layout, ev->op, rt->B, o->acts_base, &o->acts);
-        if (so->recompute) o->acts.out = o->kept_out;
+        osdp_op_acts_carve(rt->layout, ev->op, rt->B, o->acts_base[ev->micro], &o->acts[ev->micro]);
+        if (so->recompute) o->acts[ev->micro].out = o->kept_out[ev->micro];
         break;
     case OSDP_BUF_FULL_GRAD: rt->backend->fill_zero(o->full_grad, ev->bytes); break;   /* backward accumulates */
     default: break;
@@ -135,12 +137,14 @@ static osdp_status scatter_start(osdp_runtime *rt, int op)
     return osdp_comm_group_end(rt->comm);
 }
 
-static osdp_status scatter_finish(osdp_runtime *rt, int op)
+/* the first micro-batch's gradients replace the shard's, the others add to
+ * it, in micro-batch order (both pipeline schedules run backwards in it) */
+static osdp_status scatter_finish(osdp_runtime *rt, int op, int micro)
 {
     rt_op *o = &rt->in->ops[op];
     const osdp_sched_op *so = &rt->in->sched.ops[op];
     for (int k = 0; k < so->n_slices; k++) TRY(osdp_comm_wait(rt->comm, &o->slice[k].scatter));
-    if (rt->in->micro == 0) rt->backend->copy(o->grad, o->grad_recv, so->shard * sizeof(float));
+    if (rt->in->micro + micro == 0) rt->backend->copy(o->grad, o->grad_recv, so->shard * sizeof(float));
     else rt->backend->vector_accumulate(o->grad, o->grad_recv, so->shard);
     return OSDP_OK;
 }
@@ -151,6 +155,7 @@ osdp_status osdp_rt_reduce_over_mesh(osdp_runtime *rt, double *sums, int n)
 {
     TRY(osdp_comm_all_reduce(rt->comm, sums, (size_t)n, OSDP_FLOAT64, NULL));
     if (rt->tp_comm) TRY(osdp_comm_all_reduce(rt->tp_comm, sums, (size_t)n, OSDP_FLOAT64, NULL));
+    if (rt->opt.pp_size > 1) TRY(osdp_comm_all_reduce(rt->opt.pp_fwd_comm, sums, (size_t)n, OSDP_FLOAT64, NULL));
     return OSDP_OK;
 }
 
@@ -254,18 +259,46 @@ static osdp_status compute(osdp_runtime *rt, const osdp_event *ev, int at)
     rt_op *o = &in->ops[ev[at].op];
     pass_run r = {.rt = rt, .ev = ev, .end = at + 1, .op = ev[at].op, .pass = ev[at].pass};
     while (ev[r.end].kind != OSDP_EV_COMPUTE_END) r.end++;
-    const int g = so->n_slices, fwd = r.pass != OSDP_PASS_BACKWARD;
-    const float *input = r.op ? in->ops[r.op - 1].acts.out : NULL;
+    const int g = so->n_slices, fwd = r.pass != OSDP_PASS_BACKWARD, m = ev[at].micro;
+    /* the previous operator's output, or at a stage's start what the previous stage sent */
+    const float *input = r.op == in->sched.op_lo && r.op > 0 ? in->stage_input[m]
+                       : r.op ? in->ops[r.op - 1].acts[m].out : NULL;
     float *grad_slices[OSDP_MAX_SLICES] = {0};
     for (int k = 0; k < g && !fwd; k++) grad_slices[k] = o->full_grad + so->slice[k].base;
     /* the first slice before the call: an unsplit operator needs no callback */
     TRY(acquire_slice(&r, fwd ? 0 : g - 1));
     osdp_op_slices view = {.n = g, .bounds = so->bounds, .weights = r.weights, .grads = grad_slices,
                            .acquire = acquire_slice, .arg = &r};
-    if (fwd) TRY(osdp_op_forward_sliced(&in->ctx, r.op, &view, input, &o->acts));
-    else TRY(osdp_op_backward_sliced(&in->ctx, r.op, &view, input, &o->acts, &in->ws, in->loss_scale));
+    if (fwd) TRY(osdp_op_forward_sliced(&in->ctx, r.op, &view, input, &o->acts[m]));
+    else TRY(osdp_op_backward_sliced(&in->ctx, r.op, &view, input, &o->acts[m], &in->ws, in->loss_scale));
     /* the slices the operator did not touch, and the release of the last */
     return osdp_rt_execute(rt, ev, r.end + 1);
+}
+
+/* ---- the pipeline's messages (osdp/schedule.h: why they cannot deadlock) ---- */
+
+static size_t message_floats(const osdp_event *ev) { return ev->bytes / sizeof(float); }
+
+static osdp_status pipeline_message(osdp_runtime *rt, const osdp_event *ev)
+{
+    struct osdp_runtime_internal *in = rt->in;
+    const int m = ev->micro;
+    switch (ev->kind) {
+    case OSDP_EV_RECV_ACTS:
+        return osdp_comm_recv(rt->opt.pp_fwd_comm, in->stage_input[m], message_floats(ev), OSDP_FLOAT32, in->pp_prev,
+                              NULL);
+    case OSDP_EV_SEND_ACTS:
+        return osdp_comm_send(rt->opt.pp_fwd_comm, in->ops[ev->op].acts[m].out, message_floats(ev), OSDP_FLOAT32,
+                              in->pp_next, &in->act_send[m]);
+    case OSDP_EV_SEND_ACTS_WAIT: return osdp_comm_wait(rt->opt.pp_fwd_comm, &in->act_send[m]);
+    case OSDP_EV_RECV_GRAD:   /* d(output) where the operator's backward reads it */
+        return osdp_comm_recv(rt->opt.pp_bwd_comm, in->ws.dres[in->ws.cur], message_floats(ev), OSDP_FLOAT32,
+                              in->pp_next, NULL);
+    case OSDP_EV_SEND_GRAD:   /* d(input), where the first operator's backward left it */
+        return osdp_comm_send(rt->opt.pp_bwd_comm, in->ws.dres[in->ws.cur], message_floats(ev), OSDP_FLOAT32,
+                              in->pp_prev, NULL);
+    default: return osdp_error_set(OSDP_ERR_INTERNAL, "event %d is no pipeline message", (int)ev->kind);
+    }
 }
 
 /* ---- the loop ------------------------------------------------------------------ */
@@ -287,13 +320,16 @@ osdp_status osdp_rt_execute(osdp_runtime *rt, const osdp_event *ev, int end)
         case OSDP_EV_COMPUTE: TRY(compute(rt, ev, at)); break;
         case OSDP_EV_USE: case OSDP_EV_COMPUTE_END: break;
         case OSDP_EV_LOAD_TOKENS:
-            rt->backend->to_device(o->acts.tokens, in->tokens + (e->op == 0 ? 0 : bt), bt * sizeof(int));
+            rt->backend->to_device(o->acts[e->micro].tokens, in->tokens + 2 * bt * (size_t)e->micro + (e->op == 0 ? 0 : bt),
+                                   bt * sizeof(int));
             break;
         case OSDP_EV_LOSS_SUM:   /* no wait; once per tensor group: its ranks' losses are the same */
-            if (rt->tp_rank == 0) rt->backend->accumulate_sum(&in->sums[0], o->acts.losses, bt, 0);
+            if (rt->tp_rank == 0) rt->backend->accumulate_sum(&in->sums[0], o->acts[e->micro].losses, bt, 0);
             break;
         case OSDP_EV_REDUCE_SCATTER: TRY(scatter_start(rt, e->op)); break;
-        case OSDP_EV_REDUCE_SCATTER_WAIT: TRY(scatter_finish(rt, e->op)); break;
+        case OSDP_EV_REDUCE_SCATTER_WAIT: TRY(scatter_finish(rt, e->op, e->micro)); break;
+        case OSDP_EV_RECV_ACTS: case OSDP_EV_SEND_ACTS: case OSDP_EV_SEND_ACTS_WAIT:
+        case OSDP_EV_RECV_GRAD: case OSDP_EV_SEND_GRAD: TRY(pipeline_message(rt, e)); break;
         case OSDP_EV_NORM_SUM: norm_sum(rt, e->op); break;
         case OSDP_EV_SUMS_ALL_REDUCE: TRY(reduce_sums(rt)); break;
         case OSDP_EV_ADAMW: adamw_op(rt, e->op); break;
@@ -315,7 +351,7 @@ static void release_list(osdp_runtime *rt, const osdp_event *ev, int n)
 void osdp_rt_release_all(osdp_runtime *rt)
 {
     struct osdp_runtime_internal *in = rt->in;
-    for (int i = 0; i < rt->layout->n_ops; i++)
+    for (int i = in->sched.op_lo; i < in->sched.op_hi; i++)
         for (int k = 0; k < in->sched.ops[i].n_slices; k++) (void)gather_wait(rt, &in->ops[i].slice[k]);
     release_list(rt, in->sched.micro, in->sched.n_micro);
     release_list(rt, in->sched.eval, in->sched.n_eval);

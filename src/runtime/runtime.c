@@ -62,7 +62,7 @@ static osdp_status init_shards(osdp_runtime *rt)
         if (rt->in->sched.ops[i].shard > cap) cap = rt->in->sched.ops[i].shard;
     float *host = malloc((cap ? cap : 1) * sizeof(float));
     if (!host) return osdp_error_set(OSDP_ERR_OOM, "runtime: out of host memory");
-    for (int i = 0; i < rt->layout->n_ops; i++) {
+    for (int i = rt->in->sched.op_lo; i < rt->in->sched.op_hi; i++) {
         float *state[OSDP_STATE_N_KINDS];
         size_t shard = osdp_runtime_op_shard(rt, i, state);
         osdp_shard_iter it = osdp_runtime_shards(rt, i);
@@ -78,6 +78,50 @@ static osdp_status init_shards(osdp_runtime *rt)
     }
     free(host);
     return OSDP_OK;
+}
+
+/* The pipeline the options give (osdp/runtime.h): its two communicators,
+ * over the same ranks, and the adjacent stages' ranks in them. */
+static osdp_status attach_pipeline(osdp_runtime *rt, const osdp_runtime_options *opt)
+{
+    struct osdp_runtime_internal *in = rt->in;
+    in->pp_prev = in->pp_next = -1;
+    if (opt->pp_size <= 1) return OSDP_OK;
+    const osdp_comm *fwd = opt->pp_fwd_comm, *bwd = opt->pp_bwd_comm;
+    if (!fwd || !bwd || fwd->size != opt->pp_size || bwd->size != opt->pp_size || fwd->rank != opt->pp_stage
+        || bwd->rank != opt->pp_stage)
+        return osdp_error_set(OSDP_ERR_INPUT, "runtime: a pipeline of %d stages needs its two communicators over "
+                              "the %d stages, ranked by stage", opt->pp_size, opt->pp_size);
+    if (opt->pp_stage > 0) in->pp_prev = opt->pp_stage - 1;
+    if (opt->pp_stage < opt->pp_size - 1) in->pp_next = opt->pp_stage + 1;
+    return OSDP_OK;
+}
+
+/* the per micro-batch slots of the activations and the pipeline's messages */
+static osdp_status alloc_micro_slots(osdp_runtime *rt)
+{
+    struct osdp_runtime_internal *in = rt->in;
+    const size_t slots = (size_t)osdp_schedule_micro_slots(&in->sched);
+    int ok = (in->stage_input = calloc(slots, sizeof *in->stage_input)) != NULL
+          && (in->act_send = calloc(slots, sizeof *in->act_send)) != NULL;
+    for (int i = 0; i < rt->layout->n_ops && ok; i++) {
+        rt_op *o = &in->ops[i];
+        ok = (o->acts_base = calloc(slots, sizeof *o->acts_base)) != NULL
+          && (o->kept_out = calloc(slots, sizeof *o->kept_out)) != NULL
+          && (o->acts = calloc(slots, sizeof *o->acts)) != NULL;
+    }
+    return ok ? OSDP_OK : osdp_error_set(OSDP_ERR_OOM, "runtime: out of host memory");
+}
+
+static void free_micro_slots(struct osdp_runtime_internal *in, int n_ops)
+{
+    for (int i = 0; i < n_ops; i++) {
+        free(in->ops[i].acts_base);
+        free(in->ops[i].kept_out);
+        free(in->ops[i].acts);
+    }
+    free(in->stage_input);
+    free(in->act_send);
 }
 
 osdp_status osdp_runtime_create(osdp_runtime *rt, const osdp_layout *layout, const osdp_plan *plan,
@@ -100,15 +144,19 @@ osdp_status osdp_runtime_create(osdp_runtime *rt, const osdp_layout *layout, con
     struct osdp_runtime_internal *in = rt->in = calloc(1, sizeof *in);
     if (!in) return osdp_error_set(OSDP_ERR_OOM, "runtime: out of host memory");
     TRY(attach_tp_group(rt, opt));
+    TRY(attach_pipeline(rt, opt));
     osdp_schedule_options so = {.n_ranks = rt->N, .micro_batch = rt->B, .accum_steps = opt->accum_steps,
                                 .prefetch = opt->prefetch, .weight_dtype = opt->weight_dtype,
-                                .pad_quantum = opt->pad_quantum};
+                                .pad_quantum = opt->pad_quantum, .pp_size = opt->pp_size, .pp_stage = opt->pp_stage,
+                                .pipe_schedule = opt->pipe_schedule};
+    memcpy(so.stage_bounds, opt->stage_bounds, sizeof so.stage_bounds);
     TRY(osdp_schedule_build(&in->sched, layout, plan, &so));
     TRY(osdp_plan_copy(&rt->plan, plan));
     in->weight_size = in->sched.weight_size;
     osdp_memory_init(&rt->mem, backend, opt->mem_limit);
     in->ops = calloc((size_t)layout->n_ops, sizeof *in->ops);
     if (!in->ops) return osdp_error_set(OSDP_ERR_OOM, "runtime: out of host memory");
+    TRY(alloc_micro_slots(rt));
     for (int i = 0; i < layout->n_ops; i++)
         for (int k = 0; k < in->sched.ops[i].n_slices; k++)
             in->ops[i].slice[k].flat_lo = in->sched.ops[i].slice[k].lo
@@ -129,8 +177,9 @@ void osdp_runtime_destroy(osdp_runtime *rt)
 {
     struct osdp_runtime_internal *in = rt->in;
     if (!in) return;
-    if (in->ops) osdp_rt_release_all(rt);
+    if (in->ops && in->ops[rt->layout->n_ops - 1].acts) osdp_rt_release_all(rt);   /* the slots were made */
     if (in->sums) rt->backend->free(in->sums);
+    if (in->ops) free_micro_slots(in, rt->layout->n_ops);
     free(in->ops);
     osdp_schedule_free(&in->sched);
     osdp_plan_free(&rt->plan);
@@ -143,7 +192,7 @@ void osdp_runtime_invalidate_weights(osdp_runtime *rt)
     /* DP slices are gathered again by the next step's first micro-step; what
      * the gathers send is the master shard as it is now */
     if (rt->weight_dtype == OSDP_FLOAT32) return;
-    for (int i = 0; i < rt->layout->n_ops; i++)
+    for (int i = rt->in->sched.op_lo; i < rt->in->sched.op_hi; i++)
         rt->backend->convert_weights(rt->in->ops[i].master_copy, rt->in->ops[i].master, rt->in->sched.ops[i].shard);
 }
 
@@ -153,17 +202,24 @@ osdp_status osdp_runtime_step(osdp_runtime *rt, const int *tokens, osdp_step_sta
     double t0 = osdp_now_seconds();
     osdp_traffic_reset(&rt->comm->traffic);
     if (rt->tp_comm) osdp_traffic_reset(&rt->tp_comm->traffic);
+    if (in->sched.pipelined) {
+        osdp_traffic_reset(&rt->opt.pp_fwd_comm->traffic);
+        osdp_traffic_reset(&rt->opt.pp_bwd_comm->traffic);
+    }
     osdp_runtime_invalidate_weights(rt);
     const long global_seqs = (long)rt->B * rt->N * rt->opt.accum_steps;
     in->global_tokens = (double)global_seqs * rt->T;
     in->loss_scale = 1.0f / (float)in->global_tokens;
     rt->backend->fill_zero(in->sums, 2 * sizeof(double));
-    for (in->micro = 0; in->micro < rt->opt.accum_steps; in->micro++) {
+    /* with a pipeline the list is the whole step, its events name their micro-batches */
+    const int lists = in->sched.pipelined ? 1 : rt->opt.accum_steps;
+    for (in->micro = 0; in->micro < lists; in->micro++) {
         in->tokens = tokens + (size_t)in->micro * 2 * (size_t)rt->B * (size_t)rt->T;
         in->ws.cur = 0;
         in->cursor = 0;
         TRY(osdp_rt_execute(rt, in->sched.micro, in->sched.n_micro));
     }
+    in->micro = 0;
     in->cursor = 0;
     TRY(osdp_rt_execute(rt, in->sched.optim, in->sched.n_optim));
     rt->backend->synchronize();
@@ -179,6 +235,10 @@ osdp_status osdp_runtime_step(osdp_runtime *rt, const int *tokens, osdp_step_sta
         stats->seconds = osdp_now_seconds() - t0;
         stats->traffic = rt->comm->traffic;
         if (rt->tp_comm) osdp_traffic_add(&stats->traffic, &rt->tp_comm->traffic);
+        if (in->sched.pipelined) {
+            osdp_traffic_add(&stats->traffic, &rt->opt.pp_fwd_comm->traffic);
+            osdp_traffic_add(&stats->traffic, &rt->opt.pp_bwd_comm->traffic);
+        }
         stats->val_loss = NAN;
     }
     return OSDP_OK;
@@ -214,7 +274,8 @@ osdp_shard_iter osdp_runtime_shards(const osdp_runtime *rt, int op)
 int osdp_shard_next(osdp_shard_iter *it, osdp_shard_segment *seg)
 {
     const struct osdp_runtime_internal *in = it->rt->in;
-    while (it->op <= it->last_op && it->slice >= in->sched.ops[it->op].n_slices) {
+    /* an operator outside the rank's stage has no segment (osdp/runtime.h) */
+    while (it->op <= it->last_op && (it->slice >= in->sched.ops[it->op].n_slices || !osdp_schedule_has_op(&in->sched, it->op))) {
         it->op++;
         it->slice = 0;
     }
@@ -239,7 +300,7 @@ size_t osdp_runtime_op_shard(const osdp_runtime *rt, int op, float *state[OSDP_S
     state[OSDP_STATE_GRAD] = o->grad;
     state[OSDP_STATE_M] = o->m;
     state[OSDP_STATE_V] = o->v;
-    return rt->in->sched.ops[op].shard;
+    return osdp_schedule_has_op(&rt->in->sched, op) ? rt->in->sched.ops[op].shard : 0;
 }
 
 void osdp_runtime_set_position(osdp_runtime *rt, long step, uint64_t seed)
@@ -250,13 +311,16 @@ void osdp_runtime_set_position(osdp_runtime *rt, long step, uint64_t seed)
 
 void osdp_runtime_reset_moments(osdp_runtime *rt)
 {
-    for (int i = 0; i < rt->layout->n_ops; i++)   /* m and v are adjacent in the state block */
+    for (int i = rt->in->sched.op_lo; i < rt->in->sched.op_hi; i++)   /* m and v are adjacent in the state block */
         rt->backend->fill_zero(rt->in->ops[i].m, 2 * rt->in->sched.ops[i].shard * sizeof(float));
 }
 
 osdp_status osdp_runtime_gather_op(osdp_runtime *rt, int op, float *host)
 {
     const osdp_sched_op *so = &rt->in->sched.ops[op];
+    if (!osdp_schedule_has_op(&rt->in->sched, op))
+        return osdp_error_set(OSDP_ERR_INPUT, "gather: operator %s is not in this rank's pipeline stage",
+                              rt->layout->op[op].name);
     float *shard = malloc(so->shard * sizeof(float)), *full = malloc(so->padded * sizeof(float));
     osdp_status s = shard && full ? OSDP_OK : osdp_error_set(OSDP_ERR_OOM, "gather: out of host memory");
     if (s == OSDP_OK) rt->backend->to_host(shard, rt->in->ops[op].master, so->shard * sizeof(float));

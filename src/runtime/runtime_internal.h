@@ -21,9 +21,10 @@ typedef struct rt_op {
     void *resident;         /* DP slices' full weights (slices k..g-1, contiguous) */
     float *full_grad;       /* (padded) during backward, slice s at slice[s].base */
     float *grad_recv;       /* (shard) reduce-scatter destination */
-    float *acts_base;       /* activation block during the micro-step */
-    float *kept_out;        /* recompute: the output, kept from forward to backward */
-    osdp_op_acts acts;
+    /* per micro-batch slot (osdp_schedule_micro_slots: 1 without a pipeline) */
+    float **acts_base;      /* [slots] activation block from the forward to the backward */
+    float **kept_out;       /* [slots] recompute: the output, kept from forward to backward */
+    osdp_op_acts *acts;     /* [slots] */
     rt_slice slice[OSDP_MAX_SLICES];
 } rt_op;
 
@@ -33,8 +34,13 @@ struct osdp_runtime_internal {
     float *workspace_base;
     osdp_workspace ws;
     size_t weight_size;     /* bytes per working-weight element */
-    const int *tokens;      /* the micro-step's inputs, then targets: (2, B, T) host ints */
-    int micro;              /* micro-step within the step */
+    const int *tokens;      /* host ints (micro-batches, 2, B, T), an event's micro-batch counted from
+                               here: the micro-step's without a pipeline, the step's with one */
+    int micro;              /* micro-step within the step (0 with a pipeline: its one list is the step) */
+    /* the pipeline (pp_size > 1): per micro-batch slot */
+    float **stage_input;    /* [slots] STAGE_INPUT: the stage's input from the previous stage */
+    osdp_request *act_send; /* [slots] the send of the stage's output to the next stage */
+    int pp_prev, pp_next;   /* ranks of the adjacent stages in the pipeline communicators, -1: none */
     double global_tokens;   /* tokens in the global batch */
     float loss_scale;       /* d(loss)/d(per-token loss): 1 / global_tokens */
     double loss, grad_norm; /* the step's, once the sums are all-reduced */

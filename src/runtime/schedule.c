@@ -17,8 +17,15 @@ osdp_mem_category osdp_buffer_category(osdp_buffer_kind kind)
         [OSDP_BUF_GATHERED] = OSDP_MEM_WEIGHTS,    [OSDP_BUF_KEPT] = OSDP_MEM_ACTIVATIONS,
         [OSDP_BUF_ACTS] = OSDP_MEM_ACTIVATIONS,    [OSDP_BUF_FULL_GRAD] = OSDP_MEM_GRADS,
         [OSDP_BUF_GRAD_RECV] = OSDP_MEM_GRADS,     [OSDP_BUF_TP_STAGING] = OSDP_MEM_TP_COMM,
+        [OSDP_BUF_STAGE_INPUT] = OSDP_MEM_ACTIVATIONS,
     };
     return category[kind];
+}
+
+/* the output of operator op, (B, T, d): what crosses a stage boundary after it */
+static size_t boundary_bytes(const osdp_schedule *sc, int op)
+{
+    return (size_t)sc->opt.micro_batch * (size_t)sc->layout->T * (size_t)sc->layout->op[op].width * sizeof(float);
 }
 
 /* Bytes of buffer `kind` of operator op (slice: GATHERED only), from the
@@ -40,6 +47,7 @@ static size_t buffer_bytes(const osdp_schedule *sc, osdp_buffer_kind kind, int o
     case OSDP_BUF_FULL_GRAD: return so->padded * F;
     case OSDP_BUF_GRAD_RECV: return so->shard * F;
     case OSDP_BUF_TP_STAGING: return B * osdp_tp_staging_floats_per_seq(sc->layout) * F;
+    case OSDP_BUF_STAGE_INPUT: return boundary_bytes(sc, op - 1);
     case OSDP_BUF_N_KINDS: break;
     }
     return 0;
@@ -49,7 +57,7 @@ static size_t buffer_bytes(const osdp_schedule *sc, osdp_buffer_kind kind, int o
 
 /* A use of one slice's weights in a micro-step: forward passes go up the
  * slices, backward passes down (osdp/gpt.h). */
-typedef struct weight_use { int op, slice; osdp_pass pass; } weight_use;
+typedef struct weight_use { int op, slice; osdp_pass pass; int micro; } weight_use;
 
 /* what the runtime will know of a slice's weights at this point of the step */
 typedef struct slice_sim { int present, valid, pending; } slice_sim;
@@ -62,6 +70,7 @@ typedef struct builder {
     int n_uses, cur_use;
     slice_sim *sim;         /* [op * OSDP_MAX_SLICES + slice] */
     int pending_scatter;    /* op whose reduce-scatters are in flight, -1 none */
+    int micro;              /* the micro-batch the events being written belong to */
 } builder;
 
 static osdp_status emit(builder *b, osdp_event ev)
@@ -73,6 +82,7 @@ static osdp_status emit(builder *b, osdp_event ev)
         *b->list = grown;
         *b->cap = cap;
     }
+    ev.micro = b->micro;
     (*b->list)[(*b->n)++] = ev;
     return OSDP_OK;
 }
@@ -172,7 +182,8 @@ static osdp_status advance_to(builder *b, int target)
 static int find_use(const builder *b, int op, int slice, osdp_pass pass)
 {
     for (int u = b->cur_use < 0 ? 0 : b->cur_use; u < b->n_uses; u++)
-        if (b->uses[u].op == op && b->uses[u].slice == slice && b->uses[u].pass == pass) return u;
+        if (b->uses[u].op == op && b->uses[u].slice == slice && b->uses[u].pass == pass && b->uses[u].micro == b->micro)
+            return u;
     return -1;
 }
 
@@ -227,18 +238,39 @@ static osdp_status forward_events(builder *b, int op)
     return OSDP_OK;
 }
 
-/* Activation checkpointing (DESIGN.md §3): an operator marked recompute keeps
- * only its output (the next operator's input) from its forward to its
- * backward; the rest of its activation block lives during its forward and
- * again during its recomputed forward + backward. */
-static osdp_status micro_events(builder *b)
+/* the message of a stage boundary after operator op (RECV_ACTS, SEND_ACTS,
+ * RECV_GRAD, SEND_GRAD) */
+static osdp_status message(builder *b, osdp_event_kind kind, int op, int after)
 {
-    const int n = b->sc->layout->n_ops;
-    b->cur_use = -1;
-    b->pending_scatter = -1;
-    for (int op = 0; op < n; op++) TRY(forward_events(b, op));
-    for (int op = n - 1; op >= 0; op--) {
-        const int rc = b->sc->ops[op].recompute;
+    return emit(b, (osdp_event){.kind = kind, .op = op, .bytes = boundary_bytes(b->sc, after)});
+}
+
+/* The stage's forward pass over micro-batch b->micro: its input from the
+ * previous stage, its operators, its output started towards the next. */
+static osdp_status forward_pass(builder *b)
+{
+    const int lo = b->sc->op_lo, hi = b->sc->op_hi, n = b->sc->layout->n_ops;
+    if (lo > 0) {
+        TRY(emit_buffer(b, OSDP_EV_ALLOC, OSDP_BUF_STAGE_INPUT, lo, 0));
+        TRY(message(b, OSDP_EV_RECV_ACTS, lo, lo - 1));
+    }
+    for (int op = lo; op < hi; op++) TRY(forward_events(b, op));
+    if (hi < n) TRY(message(b, OSDP_EV_SEND_ACTS, hi - 1, hi - 1));
+    return OSDP_OK;
+}
+
+/* The stage's backward pass over micro-batch b->micro.  Activation
+ * checkpointing (DESIGN.md §3): an operator marked recompute keeps only its
+ * output (the next operator's input) from its forward to its backward; the
+ * rest of its activation block lives during its forward and again during its
+ * recomputed forward + backward.  The last operator's reduce-scatters
+ * complete at the pass's end. */
+static osdp_status backward_pass(builder *b)
+{
+    const int lo = b->sc->op_lo, hi = b->sc->op_hi, n = b->sc->layout->n_ops;
+    for (int op = hi - 1; op >= lo; op--) {
+        const int rc = b->sc->ops[op].recompute, sends_output = op == hi - 1 && hi < n;
+        if (sends_output) TRY(message(b, OSDP_EV_RECV_GRAD, op, op));
         if (rc) {   /* the activations again, from the kept input */
             TRY(emit_buffer(b, OSDP_EV_ALLOC, OSDP_BUF_ACTS, op, 0));
             TRY(pass_events(b, op, OSDP_PASS_RECOMPUTE));
@@ -246,38 +278,87 @@ static osdp_status micro_events(builder *b)
         TRY(emit_buffer(b, OSDP_EV_ALLOC, OSDP_BUF_FULL_GRAD, op, 0));
         TRY(pass_events(b, op, OSDP_PASS_BACKWARD));
         TRY(scatter_events(b, op));
+        if (op == lo && lo > 0) {
+            TRY(message(b, OSDP_EV_SEND_GRAD, op, op - 1));
+            TRY(emit_buffer(b, OSDP_EV_FREE, OSDP_BUF_STAGE_INPUT, op, 0));
+        }
+        /* the output's send completes before its buffer goes (ACTS, or KEPT under recompute) */
+        if (sends_output) TRY(emit(b, (osdp_event){.kind = OSDP_EV_SEND_ACTS_WAIT, .op = op}));
         TRY(emit_buffer(b, OSDP_EV_FREE, OSDP_BUF_ACTS, op, 0));
         if (rc) TRY(emit_buffer(b, OSDP_EV_FREE, OSDP_BUF_KEPT, op, 0));
     }
     if (b->pending_scatter >= 0) TRY(scatter_finish(b, b->pending_scatter));
+    b->pending_scatter = -1;
     return OSDP_OK;
 }
 
-/* Validation (osdp/schedule.h): the forward of micro_events, each operator's
- * activations (or its kept output) freed once the next operator's forward
- * has read them; the head's freed after its loss is summed. */
+/* The passes of the list: one micro-step's F and B without a pipeline; the
+ * stage's 2M passes of the step (osdp_pipe_order) with one.  *passes: the
+ * caller frees it. */
+static osdp_status stage_passes(const osdp_schedule *sc, osdp_pipe_pass **passes, int *n)
+{
+    const int M = sc->pipelined ? sc->opt.accum_steps : 1;
+    *passes = malloc(sizeof **passes * 2 * (size_t)M);
+    if (!*passes) return osdp_error_set(OSDP_ERR_OOM, "schedule: out of host memory");
+    if (sc->pipelined) osdp_pipe_order(sc->opt.pipe_schedule, sc->opt.pp_size, sc->opt.pp_stage, M, *passes);
+    else osdp_pipe_order(OSDP_PIPE_GPIPE, 1, 0, 1, *passes);
+    *n = 2 * M;
+    return OSDP_OK;
+}
+
+static osdp_status micro_events(builder *b)
+{
+    osdp_pipe_pass *passes;
+    int n_passes;
+    TRY(stage_passes(b->sc, &passes, &n_passes));
+    osdp_status s = OSDP_OK;
+    b->cur_use = -1;
+    b->pending_scatter = -1;
+    for (int p = 0; p < n_passes && s == OSDP_OK; p++) {
+        b->micro = passes[p].micro;
+        s = passes[p].backward ? backward_pass(b) : forward_pass(b);
+    }
+    b->micro = 0;
+    free(passes);
+    return s;
+}
+
+/* Validation (osdp/schedule.h): the stage's forward pass, each operator's
+ * activations (or its kept output, or the stage's input) freed once the next
+ * operator's forward has read them; the last operator's after its output is
+ * sent or its loss summed. */
 static osdp_status eval_events(builder *b)
 {
-    const int n = b->sc->layout->n_ops;
+    const int lo = b->sc->op_lo, hi = b->sc->op_hi, n = b->sc->layout->n_ops;
     b->cur_use = -1;
-    for (int op = 0; op < n; op++) {
-        TRY(forward_events(b, op));
-        if (op > 0) TRY(emit_buffer(b, OSDP_EV_FREE, b->sc->ops[op - 1].recompute ? OSDP_BUF_KEPT : OSDP_BUF_ACTS,
-                                    op - 1, 0));
+    b->micro = 0;
+    if (lo > 0) {
+        TRY(emit_buffer(b, OSDP_EV_ALLOC, OSDP_BUF_STAGE_INPUT, lo, 0));
+        TRY(message(b, OSDP_EV_RECV_ACTS, lo, lo - 1));
     }
-    return emit_buffer(b, OSDP_EV_FREE, b->sc->ops[n - 1].recompute ? OSDP_BUF_KEPT : OSDP_BUF_ACTS, n - 1, 0);
+    for (int op = lo; op < hi; op++) {
+        TRY(forward_events(b, op));
+        if (op > lo) TRY(emit_buffer(b, OSDP_EV_FREE, b->sc->ops[op - 1].recompute ? OSDP_BUF_KEPT : OSDP_BUF_ACTS,
+                                     op - 1, 0));
+        else if (lo > 0) TRY(emit_buffer(b, OSDP_EV_FREE, OSDP_BUF_STAGE_INPUT, lo, 0));
+    }
+    if (hi < n) {
+        TRY(message(b, OSDP_EV_SEND_ACTS, hi - 1, hi - 1));
+        TRY(emit(b, (osdp_event){.kind = OSDP_EV_SEND_ACTS_WAIT, .op = hi - 1}));
+    }
+    return emit_buffer(b, OSDP_EV_FREE, b->sc->ops[hi - 1].recompute ? OSDP_BUF_KEPT : OSDP_BUF_ACTS, hi - 1, 0);
 }
 
 static osdp_status setup_events(builder *b)
 {
-    for (int op = 0; op < b->sc->layout->n_ops; op++) {
+    for (int op = b->sc->op_lo; op < b->sc->op_hi; op++) {
         TRY(emit_buffer(b, OSDP_EV_ALLOC, OSDP_BUF_STATE, op, 0));
         if (b->sc->opt.weight_dtype != OSDP_FLOAT32) TRY(emit_buffer(b, OSDP_EV_ALLOC, OSDP_BUF_MASTER_COPY, op, 0));
         if (b->sc->ops[op].resident_numel) TRY(emit_buffer(b, OSDP_EV_ALLOC, OSDP_BUF_RESIDENT, op, 0));
     }
     TRY(emit_buffer(b, OSDP_EV_ALLOC, OSDP_BUF_WORKSPACE, 0, 0));
     /* the head's, for every step and validation pass: the buffer belongs to no operator's pass */
-    if (osdp_tp_staging_floats_per_seq(b->sc->layout))
+    if (osdp_tp_staging_floats_per_seq(b->sc->layout) && b->sc->op_hi == b->sc->layout->n_ops)
         TRY(emit_buffer(b, OSDP_EV_ALLOC, OSDP_BUF_TP_STAGING, b->sc->layout->n_ops - 1, 0));
     return OSDP_OK;
 }
@@ -285,30 +366,42 @@ static osdp_status setup_events(builder *b)
 /* the gradient norm, its all-reduce, then the update, operator by operator */
 static osdp_status optim_events(builder *b)
 {
-    const int n = b->sc->layout->n_ops;
-    for (int op = 0; op < n; op++) TRY(emit(b, (osdp_event){.kind = OSDP_EV_NORM_SUM, .op = op}));
+    for (int op = b->sc->op_lo; op < b->sc->op_hi; op++) TRY(emit(b, (osdp_event){.kind = OSDP_EV_NORM_SUM, .op = op}));
     TRY(emit(b, (osdp_event){.kind = OSDP_EV_SUMS_ALL_REDUCE, .bytes = 2 * sizeof(double)}));
-    for (int op = 0; op < n; op++) TRY(emit(b, (osdp_event){.kind = OSDP_EV_ADAMW, .op = op}));
+    for (int op = b->sc->op_lo; op < b->sc->op_hi; op++) TRY(emit(b, (osdp_event){.kind = OSDP_EV_ADAMW, .op = op}));
     return OSDP_OK;
 }
 
-/* the order weights are used in a micro-step (osdp/runtime.h) */
+/* the order weights are used in the list's passes (osdp/runtime.h) */
 static osdp_status build_uses(builder *b)
 {
-    const int n = b->sc->layout->n_ops;
-    int total = 0;
-    for (int i = 0; i < n; i++) total += (2 + b->sc->ops[i].recompute) * b->sc->ops[i].n_slices;
-    b->uses = malloc(sizeof *b->uses * (size_t)total);
-    b->sim = calloc((size_t)n * OSDP_MAX_SLICES, sizeof *b->sim);
-    if (!b->uses || !b->sim) return osdp_error_set(OSDP_ERR_OOM, "schedule: out of host memory");
-    int u = 0;
-    for (int i = 0; i < n; i++)
-        for (int s = 0; s < b->sc->ops[i].n_slices; s++) b->uses[u++] = (weight_use){i, s, OSDP_PASS_FORWARD};
-    for (int i = n - 1; i >= 0; i--) {
-        if (b->sc->ops[i].recompute)   /* the forward again, then the backward */
-            for (int s = 0; s < b->sc->ops[i].n_slices; s++) b->uses[u++] = (weight_use){i, s, OSDP_PASS_RECOMPUTE};
-        for (int s = b->sc->ops[i].n_slices - 1; s >= 0; s--) b->uses[u++] = (weight_use){i, s, OSDP_PASS_BACKWARD};
+    const osdp_schedule *sc = b->sc;
+    osdp_pipe_pass *passes;
+    int n_passes, total = 0;
+    TRY(stage_passes(sc, &passes, &n_passes));
+    for (int i = sc->op_lo; i < sc->op_hi; i++) total += (2 + sc->ops[i].recompute) * sc->ops[i].n_slices;
+    total *= n_passes / 2;
+    b->uses = malloc(sizeof *b->uses * (size_t)(total ? total : 1));
+    b->sim = calloc((size_t)sc->layout->n_ops * OSDP_MAX_SLICES, sizeof *b->sim);
+    if (!b->uses || !b->sim) {
+        free(passes);
+        return osdp_error_set(OSDP_ERR_OOM, "schedule: out of host memory");
     }
+    int u = 0;
+    for (int p = 0; p < n_passes; p++) {
+        const int m = passes[p].micro;
+        if (!passes[p].backward) {
+            for (int i = sc->op_lo; i < sc->op_hi; i++)
+                for (int s = 0; s < sc->ops[i].n_slices; s++) b->uses[u++] = (weight_use){i, s, OSDP_PASS_FORWARD, m};
+            continue;
+        }
+        for (int i = sc->op_hi - 1; i >= sc->op_lo; i--) {
+            if (sc->ops[i].recompute)   /* the forward again, then the backward */
+                for (int s = 0; s < sc->ops[i].n_slices; s++) b->uses[u++] = (weight_use){i, s, OSDP_PASS_RECOMPUTE, m};
+            for (int s = sc->ops[i].n_slices - 1; s >= 0; s--) b->uses[u++] = (weight_use){i, s, OSDP_PASS_BACKWARD, m};
+        }
+    }
+    free(passes);
     b->n_uses = total;
     return OSDP_OK;
 }
@@ -354,6 +447,16 @@ static osdp_status check_inputs(const osdp_layout *layout, const osdp_plan *plan
         if (plan->recompute[i] && !osdp_op_can_recompute(layout->op[i].type))
             return osdp_error_set(OSDP_ERR_INPUT, "operator %s: only attn and mlp operators can recompute their activations",
                                   layout->op[i].name);
+    if (opt->pp_size <= 1) return OSDP_OK;
+    if (opt->pp_size > OSDP_MAX_STAGES || opt->pp_stage < 0 || opt->pp_stage >= opt->pp_size)
+        return osdp_error_set(OSDP_ERR_INPUT, "runtime: stage %d of a pipeline of %d stages is not valid", opt->pp_stage,
+                              opt->pp_size);
+    const int *bounds = opt->stage_bounds;
+    if (bounds[0] != 0 || bounds[opt->pp_size] != layout->n_ops)
+        return osdp_error_set(OSDP_ERR_INPUT, "runtime: the stages must cover operators 0 to %d", layout->n_ops);
+    for (int s = 0; s < opt->pp_size; s++)
+        if (bounds[s + 1] <= bounds[s])
+            return osdp_error_set(OSDP_ERR_INPUT, "runtime: stage %d of the pipeline has no operator", s);
     return OSDP_OK;
 }
 
@@ -365,6 +468,9 @@ osdp_status osdp_schedule_build(osdp_schedule *sc, const osdp_layout *layout, co
     sc->layout = layout;
     sc->opt = *opt;
     sc->weight_size = osdp_dtype_size(opt->weight_dtype);
+    sc->pipelined = opt->pp_size > 1;
+    sc->op_lo = sc->pipelined ? opt->stage_bounds[opt->pp_stage] : 0;
+    sc->op_hi = sc->pipelined ? opt->stage_bounds[opt->pp_stage + 1] : layout->n_ops;
     sc->ops = calloc((size_t)layout->n_ops, sizeof *sc->ops);
     if (!sc->ops) return osdp_error_set(OSDP_ERR_OOM, "schedule: out of host memory");
     osdp_status s = OSDP_OK;
@@ -380,13 +486,13 @@ osdp_status osdp_schedule_build(osdp_schedule *sc, const osdp_layout *layout, co
     b.n = &sc->n_optim;
     b.cap = &sc->cap_optim;
     if (s == OSDP_OK) s = optim_events(&b);
-    /* the eval list's uses are the micro-step's forward ones: a prefix of b.uses */
+    /* the eval list's uses are the first forward pass's: a prefix of b.uses */
     b.list = &sc->eval;
     b.n = &sc->n_eval;
     b.cap = &sc->cap_eval;
     if (s == OSDP_OK) {
         for (int u = 0; u < b.n_uses; u++)
-            if (b.uses[u].pass != OSDP_PASS_FORWARD) {
+            if (b.uses[u].pass != OSDP_PASS_FORWARD || b.uses[u].micro != 0) {
                 b.n_uses = u;
                 break;
             }

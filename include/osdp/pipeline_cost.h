@@ -1,0 +1,114 @@
+/* The cost model of the pipeline axis (DESIGN.md §9): what a stage's passes
+ * take, what a message between stages takes, and the step time of the
+ * whole pipeline, found by running every stage's pass order
+ * (osdp_pipe_order, the runtime's own) against the messages between them.
+ *
+ * A stage's passes.  Stage s of P owns operators [lo, hi) under its plan,
+ * over its data-parallel group (the cost model's N) and, on a
+ * tensor-parallel layout, with its tensor group's collectives
+ * (osdp/cost_model.h: T_i for the step's M = accum micro-batches).  One
+ * micro-batch's forward pass takes sum_i T_i / M x phi_i and its backward
+ * sum_i T_i / M x (1 - phi_i), with phi_i = 1/3 (the forward's share of
+ * forward + backward FLOPs, osdp_cost_op_flops) or 1/4 when operator i
+ * recomputes (its backward runs the forward again).  The stage's busy time
+ * M (forward + backward) is then sum_i T_i exactly: the collectives of its
+ * data group, its optimizer step and its tensor group's all-reduces are
+ * spread over its passes in proportion to their compute (they run in or
+ * around them; the cost model does not place them more finely).
+ *
+ * A message.  Between stages s and s+1 the residual stream of one
+ * micro-batch crosses, forward (the activations) and backward (their
+ * gradient): b x T x d fp32, d the width of the last operator of stage s
+ * (osdp_pipe_boundary_bytes).  Every rank of a tensor group sends its whole
+ * copy to the rank of the same tensor and data index in the next stage.  A
+ * message of S bytes takes alpha + S beta ([p2p] of the device file,
+ * osdp/device.h).  Messages are non-blocking (Isend / Irecv): the sender
+ * goes on with its next pass; the receiver's pass waits for its arrival.
+ *
+ * The step (osdp_pipe_simulate).  Stage s runs its 2M passes in
+ * osdp_pipe_order's order, each as soon as the stage is free and its input
+ * is there:
+ *   forward  of m on s > 0:     after forward of m on s-1 ended + message
+ *   backward of m on s < P-1:   after backward of m on s+1 ended + message
+ * step = the time the last pass of any stage ends.  For P = 1 it is the
+ * stage's busy time.  Idle fraction (the bubble the simulation finds):
+ * 1 - sum_s busy_s / (P step); with equal stages, no message time and no
+ * per-step work it equals the closed form (P - 1) / (M + P - 1)
+ * (osdp_pipe_bubble) for GPipe and 1F1B alike, and step = (M + P - 1)
+ * (forward + backward) of one stage.  Each message on the critical path
+ * adds its time: P = 2 GPipe adds 2 (one forward and one backward crossing),
+ * 1F1B up to 2M (its forwards and backwards alternate across the
+ * boundary). */
+#ifndef OSDP_PIPELINE_COST_H
+#define OSDP_PIPELINE_COST_H
+
+#include <stddef.h>
+#include "osdp/cost_model.h"
+#include "osdp/pipeline.h"
+#include "osdp/plan.h"
+
+/* one micro-batch's passes on one stage */
+typedef struct osdp_pipe_stage_cost {
+    double forward_s, backward_s;
+} osdp_pipe_stage_cost;
+
+typedef struct osdp_pipe_timing {
+    int P, M;
+    osdp_pipe_schedule schedule;
+    double step_s;                        /* the last pass's end */
+    double busy_s[OSDP_MAX_STAGES];       /* M (forward + backward) of each stage */
+    double end_s[OSDP_MAX_STAGES];        /* when each stage's last pass ends */
+    double idle_fraction;                 /* 1 - sum busy / (P step): the simulated bubble */
+    double bubble_closed;                 /* (P - 1) / (M + P - 1) */
+    int slowest_stage;                    /* the stage of the largest busy time (the first on ties) */
+} osdp_pipe_timing;
+
+/* Runs the P stages' pass orders (schedule, M micro-batches) with
+ * stage[s]'s pass times and message_s[s] (s < P-1) the time of one message
+ * across the boundary between s and s+1 (NULL: 0).  OSDP_ERR_INPUT when P
+ * or M is out of range or a time is negative or not finite. */
+osdp_status osdp_pipe_simulate(osdp_pipe_schedule schedule, int P, int M, const osdp_pipe_stage_cost *stage,
+                               const double *message_s, osdp_pipe_timing *out);
+
+/* bytes of one message across the boundary before operator `first_op`
+ * (the first of a stage, > 0): b T d of the operator before it, fp32 */
+size_t osdp_pipe_boundary_bytes(const osdp_layout *layout, int first_op, int micro_batch);
+/* seconds of one message of `bytes` between two ranks: alpha + bytes beta of [p2p] */
+double osdp_pipe_message_time(const osdp_device *dev, double bytes);
+
+/* One micro-batch's passes of operators [lo, hi) under plan's choices for
+ * them (the plan's recompute flags; cm->recompute ignored), at micro-batch b
+ * of accum micro-batches per step (formula above). */
+void osdp_pipe_stage_passes(const osdp_cost_model *cm, const osdp_plan *plan, int lo, int hi, int micro_batch,
+                            int accum, osdp_pipe_stage_cost *out);
+
+/* The step of a whole pipeline: stage_cm[s] and plans[s] (each over the
+ * whole layout of cm's, of which stage s uses [bounds[s], bounds[s+1]))
+ * give the stages' passes; the boundaries' messages come from the layout
+ * and dev's [p2p].  P = 1: the stage's busy time, which is
+ * osdp_cost_step_time of its plan up to rounding. */
+osdp_status osdp_pipe_step_time(const osdp_cost_model *const *stage_cm, const osdp_plan *const *plans, const int *bounds,
+                                int P, osdp_pipe_schedule schedule, int micro_batch, int accum, osdp_pipe_timing *out);
+
+/* p2p bytes one rank of stage s sends per step: M messages forward (s < P-1)
+ * and M backward (s > 0), each osdp_pipe_boundary_bytes of its boundary */
+long long osdp_pipe_stage_p2p_bytes(const osdp_layout *layout, const int *bounds, int P, int s, int micro_batch,
+                                    int accum);
+
+/* A stage's peak per rank.  The stage's operators are searched and costed
+ * as a layout of their own (osdp_pipe_stage_layout: the whole layout's
+ * operators [lo, hi), the buffers the runtime sizes over the whole model,
+ * the workspace, unchanged), under the cost model's in_flight =
+ * osdp_pipe_in_flight and stage_buffer_bytes = the stage's inputs received
+ * from the previous stage, one per micro-batch it holds, kept for its first
+ * operator's backward (osdp_pipe_stage_buffer_bytes: stages after the first;
+ * the gradients it receives land in the workspace).  osdp_pipe_stage_peak
+ * is that closed form for stage s of a whole-model plan; it equals the
+ * runtime's stage schedule (osdp_schedule_peak with the pipeline options)
+ * to the byte (tests/test_planner_pp.c). */
+osdp_layout osdp_pipe_stage_layout(const osdp_layout *whole, int lo, int hi);
+long long osdp_pipe_stage_buffer_bytes(const osdp_layout *whole, const int *bounds, int s, int micro_batch, int in_flight);
+long long osdp_pipe_stage_peak(const osdp_cost_model *cm, const osdp_plan *plan, const int *bounds, int P, int s,
+                               osdp_pipe_schedule schedule, int micro_batch, int accum, int *at_op);
+
+#endif

@@ -1,0 +1,229 @@
+/* The pipeline's cost (formulas in osdp/pipeline_cost.h). */
+#include "osdp/pipeline_cost.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+size_t osdp_pipe_boundary_bytes(const osdp_layout *layout, int first_op, int micro_batch)
+{
+    const osdp_op_layout *before = &layout->op[first_op - 1];
+    return (size_t)micro_batch * (size_t)layout->T * (size_t)before->width * sizeof(float);
+}
+
+double osdp_pipe_message_time(const osdp_device *dev, double bytes)
+{
+    return dev->p2p.alpha + bytes * dev->p2p.beta;
+}
+
+void osdp_pipe_stage_passes(const osdp_cost_model *cm_in, const osdp_plan *plan, int lo, int hi, int micro_batch,
+                            int accum, osdp_pipe_stage_cost *out)
+{
+    osdp_cost_model with_plan = *cm_in, *cm = &with_plan;
+    with_plan.recompute = plan->recompute;
+    out->forward_s = out->backward_s = 0;
+    for (int i = lo; i < hi; i++) {
+        osdp_op_time t;
+        osdp_cost_op_time(cm, i, plan->slices[i], plan->zdp_slices[i], micro_batch, accum, &t);
+        /* the forward's share of forward + backward: 1 of 3, or 1 of 4 when the backward computes it again */
+        const double forward_share = plan->recompute[i] ? 0.25 : 1.0 / 3.0, per_micro = t.total / accum;
+        out->forward_s += per_micro * forward_share;
+        out->backward_s += per_micro * (1 - forward_share);
+    }
+}
+
+long long osdp_pipe_stage_p2p_bytes(const osdp_layout *layout, const int *bounds, int P, int s, int micro_batch,
+                                    int accum)
+{
+    long long bytes = 0;
+    if (s + 1 < P) bytes += (long long)osdp_pipe_boundary_bytes(layout, bounds[s + 1], micro_batch);   /* activations */
+    if (s > 0) bytes += (long long)osdp_pipe_boundary_bytes(layout, bounds[s], micro_batch);           /* gradients */
+    return bytes * accum;
+}
+
+static int valid_time(double t)
+{
+    return isfinite(t) && t >= 0;
+}
+
+osdp_status osdp_pipe_simulate(osdp_pipe_schedule schedule, int P, int M, const osdp_pipe_stage_cost *stage,
+                               const double *message_s, osdp_pipe_timing *out)
+{
+    if (P < 1 || P > OSDP_MAX_STAGES || M < 1)
+        return osdp_error_set(OSDP_ERR_INPUT, "pipeline cost: %d stages (1..%d) and %d micro-batches (>= 1)", P,
+                              OSDP_MAX_STAGES, M);
+    for (int s = 0; s < P; s++)
+        if (!valid_time(stage[s].forward_s) || !valid_time(stage[s].backward_s)
+            || (s + 1 < P && message_s && !valid_time(message_s[s])))
+            return osdp_error_set(OSDP_ERR_INPUT, "pipeline cost: stage %d has a negative or non-finite time", s);
+    const size_t passes = 2 * (size_t)M;
+    osdp_pipe_pass *order = malloc(sizeof *order * passes * (size_t)P);
+    /* done[s][2m + backward]: when that pass ended on stage s (-1: not yet) */
+    double *done = malloc(sizeof *done * passes * (size_t)P);
+    if (!order || !done) {
+        free(order), free(done);
+        return osdp_error_set(OSDP_ERR_OOM, "pipeline cost: out of host memory");
+    }
+    for (int s = 0; s < P; s++) osdp_pipe_order(schedule, P, s, M, order + (size_t)s * passes);
+    for (size_t i = 0; i < passes * (size_t)P; i++) done[i] = -1;
+    double free_at[OSDP_MAX_STAGES] = {0};
+    size_t next[OSDP_MAX_STAGES] = {0}, left = passes * (size_t)P;
+    *out = (osdp_pipe_timing){.P = P, .M = M, .schedule = schedule, .bubble_closed = osdp_pipe_bubble(P, M)};
+    /* Each round runs, on every stage, the passes whose input is there, in
+     * the stage's order; a round without one is a dependency cycle, which a
+     * valid pass order never has. */
+    while (left > 0) {
+        size_t ran = 0;
+        for (int s = 0; s < P; s++)
+            while (next[s] < passes) {
+                const osdp_pipe_pass p = order[(size_t)s * passes + next[s]];
+                int from = p.backward ? s + 1 : s - 1;   /* the stage its input comes from */
+                double ready = 0;
+                if (from >= 0 && from < P) {
+                    double sent = done[(size_t)from * passes + 2 * (size_t)p.micro + (size_t)p.backward];
+                    if (sent < 0) break;
+                    ready = sent + (message_s ? message_s[p.backward ? s : s - 1] : 0);
+                } else if (p.backward && done[(size_t)s * passes + 2 * (size_t)p.micro] < 0) {
+                    break;   /* the last stage: its own forward first (the order guarantees it) */
+                }
+                const double start = ready > free_at[s] ? ready : free_at[s],
+                             took = p.backward ? stage[s].backward_s : stage[s].forward_s;
+                free_at[s] = start + took;
+                out->busy_s[s] += took;
+                done[(size_t)s * passes + 2 * (size_t)p.micro + (size_t)p.backward] = free_at[s];
+                next[s]++;
+                ran++;
+            }
+        if (ran == 0) {
+            free(order), free(done);
+            return osdp_error_set(OSDP_ERR_INTERNAL, "pipeline cost: the %s pass orders of %d stages deadlock",
+                                  osdp_pipe_schedule_name(schedule), P);
+        }
+        left -= ran;
+    }
+    double busy = 0;
+    for (int s = 0; s < P; s++) {
+        out->end_s[s] = free_at[s];
+        if (free_at[s] > out->step_s) out->step_s = free_at[s];
+        if (out->busy_s[s] > out->busy_s[out->slowest_stage]) out->slowest_stage = s;
+        busy += out->busy_s[s];
+    }
+    out->idle_fraction = out->step_s > 0 ? 1 - busy / (P * out->step_s) : 0;
+    free(order), free(done);
+    return OSDP_OK;
+}
+
+osdp_status osdp_pipe_step_time(const osdp_cost_model *const *stage_cm, const osdp_plan *const *plans, const int *bounds,
+                                int P, osdp_pipe_schedule schedule, int micro_batch, int accum, osdp_pipe_timing *out)
+{
+    if (P < 1 || P > OSDP_MAX_STAGES)
+        return osdp_error_set(OSDP_ERR_INPUT, "pipeline cost: %d stages (1..%d)", P, OSDP_MAX_STAGES);
+    osdp_pipe_stage_cost stage[OSDP_MAX_STAGES];
+    double message[OSDP_MAX_STAGES];
+    for (int s = 0; s < P; s++) {
+        osdp_pipe_stage_passes(stage_cm[s], plans[s], bounds[s], bounds[s + 1], micro_batch, accum, &stage[s]);
+        if (s + 1 < P)
+            message[s] = osdp_pipe_message_time(stage_cm[s]->dev,
+                                                (double)osdp_pipe_boundary_bytes(stage_cm[s]->layout, bounds[s + 1], micro_batch));
+    }
+    return osdp_pipe_simulate(schedule, P, accum, stage, message, out);
+}
+
+osdp_layout osdp_pipe_stage_layout(const osdp_layout *whole, int lo, int hi)
+{
+    osdp_layout sub = *whole;
+    sub.op = whole->op + lo;
+    sub.n_ops = hi - lo;
+    sub.total_params = 0;
+    sub.max_op_numel = 0;
+    for (int i = 0; i < sub.n_ops; i++) {
+        sub.total_params += sub.op[i].numel;
+        if (sub.op[i].numel > sub.max_op_numel) sub.max_op_numel = sub.op[i].numel;
+    }
+    return sub;
+}
+
+long long osdp_pipe_stage_buffer_bytes(const osdp_layout *whole, const int *bounds, int s, int micro_batch, int in_flight)
+{
+    return s > 0 ? (long long)in_flight * (long long)osdp_pipe_boundary_bytes(whole, bounds[s], micro_batch) : 0;
+}
+
+long long osdp_pipe_stage_peak(const osdp_cost_model *cm, const osdp_plan *plan, const int *bounds, int P, int s,
+                               osdp_pipe_schedule schedule, int micro_batch, int accum, int *at_op)
+{
+    const int lo = bounds[s], hi = bounds[s + 1];
+    osdp_layout sub = osdp_pipe_stage_layout(cm->layout, lo, hi);
+    osdp_cost_model stage_cm = *cm;
+    stage_cm.layout = &sub;
+    stage_cm.cuts = NULL;   /* cached by the whole layout's operator index */
+    stage_cm.in_flight = osdp_pipe_in_flight(schedule, P, s, accum);
+    stage_cm.stage_buffer_bytes = osdp_pipe_stage_buffer_bytes(cm->layout, bounds, s, micro_batch, stage_cm.in_flight);
+    osdp_plan view = *plan;   /* the stage's entries, in place */
+    view.n_ops = hi - lo;
+    view.slices = plan->slices + lo;
+    view.zdp_slices = plan->zdp_slices + lo;
+    view.recompute = plan->recompute + lo;
+    long long peak = osdp_cost_peak(&stage_cm, &view, micro_batch, at_op);
+    if (at_op) *at_op += lo;
+    if (!cm->prefetch || peak < 0) return peak;
+    /* The moment osdp_cost_peak does not see: the backward of the stage's
+     * first operator prefetches, from its first slice on, the first slice
+     * of the stage's next pass (the forward of its first operator, or the
+     * backward of its last), with `count` micro-batches in flight.  When
+     * that slice is the first operator's own slice 0 (its forward, or its
+     * recompute in a one-operator stage), the backward then finds it
+     * gathered: it is extra only while slices s >= 2 are in use.  When it
+     * is the slice in use (a one-operator stage's next backward), it is
+     * gathered again once the backward reaches slice 0, and stays. */
+    osdp_cost_model with_plan = stage_cm;
+    with_plan.recompute = view.recompute;
+    osdp_op_mem first, second, last;
+    const int n = view.n_ops;
+    osdp_cost_op_mem(&with_plan, 0, view.slices[0], view.zdp_slices[0], micro_batch, &first);
+    osdp_cost_op_mem(&with_plan, n - 1, view.slices[n - 1], view.zdp_slices[n - 1], micro_batch, &last);
+    long long fixed = osdp_cost_workspace(&with_plan, micro_batch) - stage_cm.stage_buffer_bytes, acts = 0;
+    for (int i = 0; i < n; i++) {
+        osdp_op_mem m;
+        osdp_cost_op_mem(&with_plan, i, view.slices[i], view.zdp_slices[i], micro_batch, &m);
+        fixed += m.state + m.resident;
+        acts += m.acts;
+    }
+    const long long held_at_first = first.work > first.recv ? first.work : first.recv;
+    long long at_first = first.acts + first.rebuilt + first.grads;
+    if (n > 1) {
+        osdp_cost_op_mem(&with_plan, 1, view.slices[1], view.zdp_slices[1], micro_batch, &second);
+        at_first += second.grads + second.recv;   /* its reduce-scatter still in flight */
+    }
+    const long long input = s > 0 ? (long long)osdp_pipe_boundary_bytes(cm->layout, lo, micro_batch) : 0;
+    osdp_pipe_pass *order = malloc(sizeof *order * 2 * (size_t)accum);
+    if (!order) return -1;
+    osdp_pipe_order(schedule, P, s, accum, order);
+    int count = 0;
+    for (int q = 0; q < 2 * accum; q++) {
+        if (!order[q].backward) {
+            count++;
+            continue;
+        }
+        if (q + 1 < 2 * accum) {
+            long long transient = held_at_first;
+            if (order[q + 1].backward && n > 1) {   /* the last operator's first backward slice, held throughout */
+                transient += last.prefetch;
+            } else if (!order[q + 1].backward || view.recompute[0]) {   /* the first operator's slice 0 */
+                const long long aliased = first.work_from_2 > 0 ? first.work_from_2 + first.forward_first : 0;
+                if (aliased > transient) transient = aliased;
+            } else if (view.slices[0] > 1 && osdp_cost_can_split(&with_plan, 0, view.slices[0])) {
+                /* one operator of g > 1 slices: its slice g-1 again, gathered when its slice 0 is reached */
+                const long long at_0 = first.forward_first + first.prefetch, after = first.recv + first.prefetch;
+                if (at_0 > transient) transient = at_0;
+                if (after > transient) transient = after;
+            }
+            const long long v = fixed + count * input + (count - 1) * acts + at_first + transient;
+            if (v > peak) {
+                peak = v;
+                if (at_op) *at_op = lo;
+            }
+        }
+        count--;
+    }
+    free(order);
+    return peak;
+}

@@ -1,0 +1,256 @@
+/* The pipeline axis of the planner (osdp/planner.h): the default stage
+ * split, and OSDP inside every stage (each stage's operators planned by the
+ * exact per-operator search over its data group, with the micro-batches it
+ * holds), the pipeline's step by osdp/pipeline_cost.h. */
+#include "osdp/cost_model.h"
+#include "osdp/planner.h"
+#include "osdp/schedule.h"
+#include "util/clock.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+osdp_status osdp_planner_stage_split(const osdp_cost_model *cm_in, const osdp_plan *plan, int micro_batch, int accum,
+                                     int P, int *bounds)
+{
+    const int n = cm_in->layout->n_ops;
+    osdp_cost_model cm = *cm_in;
+    cm.recompute = plan ? plan->recompute : NULL;
+    double *op_time = malloc(sizeof *op_time * (size_t)n);
+    if (!op_time) return osdp_error_set(OSDP_ERR_OOM, "stage split: out of host memory");
+    for (int i = 0; i < n; i++) {
+        osdp_op_time t;
+        osdp_cost_op_time(&cm, i, plan ? plan->slices[i] : 1, plan ? plan->zdp_slices[i] : 0, micro_batch, accum, &t);
+        op_time[i] = t.total;
+    }
+    osdp_status s = osdp_stage_split_balanced(op_time, n, P, bounds);
+    free(op_time);
+    return s;
+}
+
+void osdp_pipe_choice_free(osdp_pipe_choice *choice)
+{
+    if (!choice) return;
+    for (int s = 0; s < choice->n_stages_planned; s++) osdp_planner_result_free(&choice->stage[s].result);
+    choice->n_stages_planned = 0;
+    osdp_plan_free(&choice->plan);
+    if (choice->layout_built) osdp_layout_free(&choice->layout);
+    choice->layout_built = 0;
+}
+
+/* every stage planned at micro-batch b and M micro-batches into *c (whose
+ * stages are freed first); OSDP_ERR_INFEASIBLE names the stage that does
+ * not fit */
+static void copy_stage_plan(const osdp_plan *stage, int lo, osdp_plan *whole)
+{
+    for (int i = 0; i < stage->n_ops; i++) {
+        whole->slices[lo + i] = stage->slices[i];
+        whole->zdp_slices[lo + i] = stage->zdp_slices[i];
+        whole->recompute[lo + i] = stage->recompute[i];
+    }
+}
+
+static osdp_status plan_stages(const osdp_device *dev, const osdp_planner_options *o, int b, int M, osdp_pipe_choice *c)
+{
+    const int P = c->pp_size;
+    const osdp_cost_model cm = {.layout = &c->layout, .dev = dev, .N = c->dp_size, .pad_quantum = o->pad_quantum,
+                                .prefetch = o->prefetch, .kind = o->cost};
+    for (int s = 0; s < c->n_stages_planned; s++) osdp_planner_result_free(&c->stage[s].result);
+    c->n_stages_planned = 0;
+    for (int s = 0; s < P; s++) {
+        osdp_stage_plan *st = &c->stage[s];
+        memset(st, 0, sizeof *st);
+        st->lo = c->bounds[s];
+        st->hi = c->bounds[s + 1];
+        st->in_flight = osdp_pipe_in_flight(c->schedule, P, s, M);
+        st->schedule_peak = -1;
+        osdp_layout sub = osdp_pipe_stage_layout(&c->layout, st->lo, st->hi);
+        osdp_planner_options so = *o;
+        so.n_ranks = c->dp_size;
+        so.global_batch = 0;
+        so.micro_batch = b;
+        so.verify = 0;   /* the stage's peak is checked against its schedule below, on the whole layout */
+        so.recompute = o->recompute ? o->recompute + st->lo : NULL;
+        so.stage_in_flight = st->in_flight;
+        so.stage_buffer_bytes = osdp_pipe_stage_buffer_bytes(&c->layout, c->bounds, s, b, st->in_flight);
+        const long long limit = o->mem_limit > 0 ? o->mem_limit : dev->mem_limit;
+        osdp_status status = OSDP_OK;
+        /* The search sees the stage's peak but for the moment its first
+         * operator's backward prefetches the next pass's first slice
+         * (osdp_pipe_stage_peak); should that moment exceed the limit, the
+         * search runs again under a limit lowered by the excess. */
+        for (int attempt = 0; attempt < 8; attempt++) {
+            if (attempt > 0) osdp_planner_result_free(&st->result);
+            status = osdp_planner_plan_batch(&sub, dev, &so, b, M, &st->result);
+            c->n_stages_planned = s + 1;
+            if (status != OSDP_OK) break;
+            copy_stage_plan(&st->result.plan, st->lo, &c->plan);
+            st->peak_bytes = osdp_pipe_stage_peak(&cm, &c->plan, c->bounds, P, s, c->schedule, b, M, NULL);
+            if (st->peak_bytes <= limit) break;
+            st->result.gap = 1;   /* the plan of a lowered limit: not proven the fastest */
+            so.mem_limit = (so.mem_limit > 0 ? so.mem_limit : limit) - (st->peak_bytes - limit);
+            status = OSDP_ERR_INFEASIBLE;
+            osdp_error_set(status, "no plan fits the memory limit with the prefetch between passes");
+        }
+        if (status != OSDP_OK) {
+            if (status != OSDP_ERR_INFEASIBLE) return status;
+            char why[2048];
+            snprintf(why, sizeof why, "%s", osdp_error_message());
+            return osdp_error_set(status, "pipeline stage %d of %d (operators %d:%d, %s .. %s, %d micro-batches in "
+                                  "flight): %s", s, P, st->lo, st->hi, c->layout.op[st->lo].name,
+                                  c->layout.op[st->hi - 1].name, st->in_flight, why);
+        }
+        st->busy_s = st->result.step_s;
+        st->p2p_bytes = osdp_pipe_stage_p2p_bytes(&c->layout, c->bounds, P, s, b, M);
+    }
+    return OSDP_OK;
+}
+
+/* the stages' plans into the whole model's plan, the step by simulation,
+ * and each stage's peak on its runtime schedule */
+static osdp_status assemble(const osdp_device *dev, const osdp_planner_options *o, int b, int M, osdp_pipe_choice *c)
+{
+    const int P = c->pp_size;
+    osdp_plan *whole = &c->plan;   /* the stages' plans, copied in by plan_stages */
+    whole->micro_batch = b;
+    whole->accum_steps = M;
+    whole->tp_size = c->tp_size;
+    osdp_cost_model cm = {.layout = &c->layout, .dev = dev, .N = c->dp_size, .pad_quantum = o->pad_quantum,
+                          .prefetch = o->prefetch, .kind = o->cost};
+    const osdp_cost_model *cms[OSDP_MAX_STAGES];
+    const osdp_plan *plans[OSDP_MAX_STAGES];
+    for (int s = 0; s < P; s++) {
+        cms[s] = &cm;
+        plans[s] = whole;
+    }
+    osdp_status status = osdp_pipe_step_time(cms, plans, c->bounds, P, c->schedule, b, M, &c->timing);
+    if (status != OSDP_OK) return status;
+    for (int s = 0; s < P; s++)
+        osdp_pipe_stage_passes(&cm, whole, c->bounds[s], c->bounds[s + 1], b, M, &c->stage[s].pass);
+    c->step_s = c->timing.step_s;
+    c->samples_per_s = (double)b * c->dp_size * M / c->step_s;
+    whole->predicted_step_s = c->step_s;
+    const int check = o->verify && (dev->param_bytes == 4 || dev->param_bytes == 2) && dev->grad_bytes == 4
+                      && dev->act_bytes == 4;
+    c->memory_bottleneck = 0;
+    long long most = -1;
+    for (int s = 0; s < P; s++) {
+        osdp_stage_plan *st = &c->stage[s];
+        if (check) {
+            osdp_schedule_options so = {.n_ranks = c->dp_size, .micro_batch = b, .accum_steps = M,
+                                        .prefetch = o->prefetch,
+                                        .weight_dtype = dev->param_bytes == 2 ? OSDP_BFLOAT16 : OSDP_FLOAT32,
+                                        .pad_quantum = o->pad_quantum, .pp_size = P, .pp_stage = s,
+                                        .pipe_schedule = c->schedule};
+            memcpy(so.stage_bounds, c->bounds, sizeof c->bounds);
+            osdp_memory_prediction pr;
+            status = osdp_schedule_predict(&c->layout, whole, &so, &pr);
+            if (status != OSDP_OK) return status;
+            st->schedule_peak = (long long)pr.peak_total;
+            if (st->schedule_peak != st->peak_bytes)
+                return osdp_error_set(OSDP_ERR_INTERNAL, "planner: stage %d's peak in the cost model (%lld bytes) and in "
+                                      "the runtime's stage schedule (%lld bytes) differ", s, st->peak_bytes,
+                                      st->schedule_peak);
+        }
+        const long long peak = st->schedule_peak >= 0 ? st->schedule_peak : st->peak_bytes;
+        if (peak > most) {
+            most = peak;
+            c->memory_bottleneck = s;
+        }
+    }
+    whole->predicted_peak_bytes = (double)most;
+    return OSDP_OK;
+}
+
+osdp_status osdp_planner_pipeline(const osdp_model_config *cfg, int seq_len, const osdp_device *dev,
+                                  const osdp_planner_options *o, int tp, int pp, const int *bounds,
+                                  osdp_pipe_schedule schedule, osdp_pipe_choice *out)
+{
+    const double t0 = osdp_now_seconds();
+    memset(out, 0, sizeof *out);
+    const int N = o->n_ranks;
+    if (tp < 1 || pp < 1 || pp > OSDP_MAX_STAGES || N % (tp * pp) != 0)
+        return osdp_error_set(OSDP_ERR_INPUT, "--pp %d x --tp %d does not divide the %d ranks (--ranks): the mesh is "
+                              "N = P x D x T, P at most %d", pp, tp, N, OSDP_MAX_STAGES);
+    out->pp_size = pp;
+    out->tp_size = tp;
+    out->dp_size = N / (tp * pp);
+    osdp_device level;   /* two-level network: each group's collectives and messages at its level */
+    osdp_cost_device_for_mesh(dev, tp, out->dp_size, pp, &level);
+    dev = &level;
+    out->schedule = schedule;
+    osdp_status s = osdp_layout_build_tp(&out->layout, cfg, seq_len, tp, o->vocab_quantum);
+    if (s != OSDP_OK) return s;
+    out->layout_built = 1;
+    const int n_ops = out->layout.n_ops, D = out->dp_size, G = o->global_batch;
+    if (pp > n_ops)
+        return osdp_error_set(OSDP_ERR_INPUT, "--pp %d: the model has %d operators, a stage needs at least one", pp, n_ops);
+    if (G > 0 && G % D != 0)
+        return osdp_error_set(OSDP_ERR_INPUT, "--global-batch %d is not a multiple of the %d data-parallel ranks of each "
+                              "stage (%d ranks = PP %d x DP %d x TP %d)", G, D, N, pp, D, tp);
+    if ((s = osdp_plan_alloc(&out->plan, n_ops)) != OSDP_OK) return s;
+    if (bounds) {
+        memcpy(out->bounds, bounds, sizeof(int) * (size_t)(pp + 1));
+        out->bounds_given = 1;
+    } else {
+        osdp_cost_model cm = {.layout = &out->layout, .dev = dev, .N = D, .pad_quantum = o->pad_quantum,
+                              .prefetch = o->prefetch, .kind = o->cost};
+        if ((s = osdp_planner_stage_split(&cm, NULL, 1, 1, pp, out->bounds)) != OSDP_OK) return s;
+    }
+    const int per_group = G > 0 ? G / D : 0;
+    const int b_first = o->micro_batch > 0 ? o->micro_batch : 1;
+    const int b_last = o->micro_batch > 0 ? o->micro_batch : per_group > 0 ? per_group
+                     : o->max_micro_batch > 0 ? o->max_micro_batch : 256;
+    osdp_status first = OSDP_OK;
+    char first_message[2048] = "";
+    osdp_pipe_choice best = {0};
+    int have_best = 0;
+    for (int b = b_first; b <= b_last; b++) {
+        if (per_group > 0 && per_group % b != 0) continue;
+        const int M = per_group > 0 ? per_group / b : OSDP_PIPE_DEFAULT_MICRO_PER_STAGE * pp;
+        out->batches_tried++;
+        s = plan_stages(dev, o, b, M, out);
+        if (s == OSDP_OK) s = assemble(dev, o, b, M, out);
+        if (s == OSDP_ERR_INFEASIBLE) {
+            if (first == OSDP_OK) {
+                first = s;
+                snprintf(first_message, sizeof first_message, "%s", osdp_error_message());
+            }
+            break;   /* a larger micro-batch needs more memory on every stage */
+        }
+        if (s != OSDP_OK) break;
+        out->micro_batch = b;
+        out->micro_batches = M;
+        if (!have_best || out->samples_per_s > best.samples_per_s) {
+            /* keep this one: move its stages' plans into best */
+            if (have_best) {
+                for (int q = 0; q < best.n_stages_planned; q++) osdp_planner_result_free(&best.stage[q].result);
+                osdp_plan_free(&best.plan);
+            }
+            best = *out;
+            have_best = 1;
+            out->n_stages_planned = 0;
+            memset(&out->plan, 0, sizeof out->plan);
+            if ((s = osdp_plan_alloc(&out->plan, n_ops)) != OSDP_OK) break;
+        }
+    }
+    const int tried = out->batches_tried;
+    if (s != OSDP_OK && s != OSDP_ERR_INFEASIBLE) {
+        char why[2048];
+        snprintf(why, sizeof why, "%s", osdp_error_message());
+        if (have_best) {
+            for (int q = 0; q < best.n_stages_planned; q++) osdp_planner_result_free(&best.stage[q].result);
+            osdp_plan_free(&best.plan);
+        }
+        return osdp_error_set(s, "%s", why);
+    }
+    if (!have_best) return osdp_error_set(first, "%s", first_message);
+    /* out's layout is best's (shared, built once): hand best over */
+    for (int q = 0; q < out->n_stages_planned; q++) osdp_planner_result_free(&out->stage[q].result);
+    osdp_plan_free(&out->plan);
+    *out = best;
+    out->batches_tried = tried;
+    out->total_s = osdp_now_seconds() - t0;
+    return OSDP_OK;
+}

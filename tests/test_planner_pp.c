@@ -1,0 +1,497 @@
+/* Tests for the pipeline's cost model and planner (issue 15): the
+ * simulated step of hand-built pipelines against the hand computation,
+ * GPipe against 1F1B, the bubble's closed form, the balanced split against
+ * brute force, [p2p] in device files, a stage's in-flight activations in
+ * the peak, and osdp_planner_pipeline (plan --pp). */
+#include "config.h"
+
+#include "check_main.h"
+
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "osdp/cost_model.h"
+#include "osdp/device.h"
+#include "osdp/pipeline.h"
+#include "osdp/pipeline_cost.h"
+#include "osdp/plan.h"
+#include "osdp/planner.h"
+#include "osdp/schedule.h"
+
+#include "test_inputs.h"
+
+static int close_rel(double a, double b, double tol) { return fabs(a - b) <= tol * fmax(fabs(a), fabs(b)); }
+
+static const char *DEVICE_HEAD =
+    "[device]\nname = t\nmem_limit = 8G\n"
+    "[all_gather]\nalpha = 1e-5\nbeta = 2e-10\n[reduce_scatter]\nalpha = 3e-5\nbeta = 4e-10\n"
+    "[gamma]\nembed = 1e-12\nattn = 2e-12\nmlp = 3e-12\nhead = 4e-12\n";
+
+static osdp_status parse_with(osdp_device *d, const char *extra)
+{
+    char text[2048];
+    snprintf(text, sizeof text, "%s%s", DEVICE_HEAD, extra);
+    return osdp_device_parse(d, text, "pp.ini");
+}
+
+static void load_config(osdp_model_config *cfg, const char *model)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/input/models/%s.ini", src_dir(), model);
+    ck_assert_msg(osdp_model_config_load(cfg, path) == OSDP_OK, "%s", osdp_error_message());
+}
+
+static osdp_pipe_timing simulate(osdp_pipe_schedule kind, int P, int M, const osdp_pipe_stage_cost *st, const double *msg)
+{
+    osdp_pipe_timing t;
+    ck_assert_msg(osdp_pipe_simulate(kind, P, M, st, msg, &t) == OSDP_OK, "%s", osdp_error_message());
+    return t;
+}
+
+/* P = 2, M = 3, equal stages (forward f, backward b), messages of c.
+ * GPipe, by hand: stage 1's forwards end at 4f + c, its backwards follow
+ * (4f + 3b + c); stage 0's backward of 0 starts at 4f + b + 2c, its three
+ * backwards run back to back: step = (M + P - 1)(f + b) + 2c.  1F1B, by
+ * hand (stage 0: F0 F1 B0 F2 B1 B2; stage 1: F0 B0 F1 B1 F2 B2): every
+ * alternation crosses the boundary, step = 4 (f + b) + 4c. */
+START_TEST(test_hand_built_two_stages)
+{
+    const double f = 1.0, b = 2.0, c = 0.25;
+    osdp_pipe_stage_cost st[2] = {{f, b}, {f, b}};
+    const double msg[1] = {c};
+    osdp_pipe_timing g = simulate(OSDP_PIPE_GPIPE, 2, 3, st, msg);
+    ck_assert_msg(g.step_s == 4 * (f + b) + 2 * c, "GPipe %.17g", g.step_s);
+    osdp_pipe_timing o = simulate(OSDP_PIPE_1F1B, 2, 3, st, msg);
+    ck_assert_msg(o.step_s == 4 * (f + b) + 4 * c, "1F1B %.17g", o.step_s);
+    ck_assert(g.busy_s[0] == 3 * (f + b) && g.busy_s[1] == 3 * (f + b));
+    /* no message time: both (M + P - 1)(f + b), and the idle fraction is the closed form */
+    osdp_pipe_timing g0 = simulate(OSDP_PIPE_GPIPE, 2, 3, st, NULL), o0 = simulate(OSDP_PIPE_1F1B, 2, 3, st, NULL);
+    ck_assert(g0.step_s == 4 * (f + b) && o0.step_s == g0.step_s);
+    ck_assert(close_rel(g0.idle_fraction, 1.0 / 4.0, 1e-15) && close_rel(o0.idle_fraction, 1.0 / 4.0, 1e-15));
+    ck_assert(g0.bubble_closed == osdp_pipe_bubble(2, 3) && g0.bubble_closed == 0.25);
+}
+END_TEST
+
+/* Unbalanced, by hand: stage 0 (f 1, b 2), stage 1 (f 2, b 4), M = 2, no
+ * message time.  GPipe: stage 1 runs F0 1-3, F1 3-5, B0 5-9, B1 9-13, stage
+ * 0 B0 9-11, B1 13-15.  1F1B: stage 1 F0 1-3, B0 3-7, F1 7-9, B1 9-13;
+ * stage 0 B0 7-9, B1 13-15.  Both 15; the slowest stage is 1. */
+START_TEST(test_unbalanced_by_hand)
+{
+    osdp_pipe_stage_cost st[2] = {{1, 2}, {2, 4}};
+    osdp_pipe_timing g = simulate(OSDP_PIPE_GPIPE, 2, 2, st, NULL), o = simulate(OSDP_PIPE_1F1B, 2, 2, st, NULL);
+    ck_assert_msg(g.step_s == 15 && o.step_s == 15, "GPipe %g 1F1B %g", g.step_s, o.step_s);
+    ck_assert_int_eq(g.slowest_stage, 1);
+    ck_assert(g.end_s[0] == 15 && g.end_s[1] == 13);
+    ck_assert(close_rel(g.idle_fraction, 1 - (6.0 + 12.0) / (2 * 15.0), 1e-15));
+}
+END_TEST
+
+/* Equal stages without message time: GPipe and 1F1B take (M + P - 1)(f + b)
+ * and their idle fraction is (P - 1) / (M + P - 1), for every P and M */
+START_TEST(test_bubble_closed_form)
+{
+    osdp_pipe_stage_cost st[8];
+    for (int s = 0; s < 8; s++) st[s] = (osdp_pipe_stage_cost){0.5, 1.25};
+    for (int P = 1; P <= 8; P++)
+        for (int M = 1; M <= 12; M++) {
+            osdp_pipe_timing g = simulate(OSDP_PIPE_GPIPE, P, M, st, NULL), o = simulate(OSDP_PIPE_1F1B, P, M, st, NULL);
+            const double want = (M + P - 1) * 1.75;
+            ck_assert_msg(close_rel(g.step_s, want, 1e-14) && close_rel(o.step_s, want, 1e-14), "P %d M %d: %g %g %g", P,
+                          M, g.step_s, o.step_s, want);
+            ck_assert(close_rel(g.idle_fraction, osdp_pipe_bubble(P, M), 1e-12) || (P == 1 && g.idle_fraction < 1e-15));
+            ck_assert(close_rel(o.idle_fraction, osdp_pipe_bubble(P, M), 1e-12) || (P == 1 && o.idle_fraction < 1e-15));
+        }
+    /* bad input */
+    ck_assert_int_eq(osdp_pipe_simulate(OSDP_PIPE_1F1B, 0, 3, st, NULL, &(osdp_pipe_timing){0}), OSDP_ERR_INPUT);
+    st[1].backward_s = -1;
+    ck_assert_int_eq(osdp_pipe_simulate(OSDP_PIPE_1F1B, 2, 3, st, NULL, &(osdp_pipe_timing){0}), OSDP_ERR_INPUT);
+}
+END_TEST
+
+/* the largest stage sum of bounds */
+static double largest_stage(const double *cost, const int *bounds, int P)
+{
+    double most = 0;
+    for (int s = 0; s < P; s++) {
+        double sum = 0;
+        for (int i = bounds[s]; i < bounds[s + 1]; i++) sum += cost[i];
+        if (sum > most) most = sum;
+    }
+    return most;
+}
+
+/* the smallest largest stage over every split of n operators in P stages (brute force) */
+static double brute_best(const double *cost, int n, int P, int *bounds, int s)
+{
+    if (s == P) return bounds[P] == n ? largest_stage(cost, bounds, P) : INFINITY;
+    double best = INFINITY;
+    const int last = s + 1 == P;
+    for (int hi = bounds[s] + 1; hi <= n - (P - s - 1); hi++) {
+        if (last && hi != n) continue;
+        bounds[s + 1] = hi;
+        double v = brute_best(cost, n, P, bounds, s + 1);
+        if (v < best) best = v;
+    }
+    return best;
+}
+
+START_TEST(test_balanced_split_is_optimal)
+{
+    srand(15);
+    for (int trial = 0; trial < 60; trial++) {
+        const int n = 2 + rand() % 9, P = 1 + rand() % (n < 5 ? n : 5);
+        double cost[16];
+        for (int i = 0; i < n; i++) cost[i] = 0.1 + (double)(rand() % 1000) / 100.0;
+        int bounds[OSDP_MAX_STAGES + 1], scratch[OSDP_MAX_STAGES + 1] = {0};
+        ck_assert_msg(osdp_stage_split_balanced(cost, n, P, bounds) == OSDP_OK, "%s", osdp_error_message());
+        ck_assert(bounds[0] == 0 && bounds[P] == n);
+        for (int s = 0; s < P; s++) ck_assert(bounds[s] < bounds[s + 1]);
+        const double want = brute_best(cost, n, P, scratch, 0);
+        ck_assert_msg(largest_stage(cost, bounds, P) == want, "trial %d n %d P %d: %g, brute force %g", trial, n, P,
+                      largest_stage(cost, bounds, P), want);
+    }
+}
+END_TEST
+
+/* osdp_planner_stage_split: the balanced split of the cost model's
+ * all-DP operator times (or a plan's) */
+START_TEST(test_planner_stage_split)
+{
+    osdp_model_config cfg;
+    load_config(&cfg, "tiny");
+    osdp_layout L;
+    ck_assert(osdp_layout_build(&L, &cfg, 64) == OSDP_OK);
+    osdp_device d;
+    ck_assert(parse_with(&d, "[gamma_fixed]\nattn = 1e-3\n") == OSDP_OK);
+    osdp_cost_model cm = {.layout = &L, .dev = &d, .N = 2, .prefetch = 1};
+    double cost[16];
+    for (int i = 0; i < L.n_ops; i++) {
+        osdp_op_time t;
+        osdp_cost_op_time(&cm, i, 1, 0, 2, 3, &t);
+        cost[i] = t.total;
+    }
+    for (int P = 1; P <= L.n_ops; P++) {
+        int bounds[OSDP_MAX_STAGES + 1], scratch[OSDP_MAX_STAGES + 1] = {0};
+        ck_assert(osdp_planner_stage_split(&cm, NULL, 2, 3, P, bounds) == OSDP_OK);
+        ck_assert(largest_stage(cost, bounds, P) == brute_best(cost, L.n_ops, P, scratch, 0));
+    }
+    /* a plan's times: all-ZDP costs more per operator, the split follows them */
+    osdp_plan p;
+    ck_assert(osdp_plan_alloc(&p, L.n_ops) == OSDP_OK);
+    osdp_plan_fill(&p, 1);
+    int bounds[OSDP_MAX_STAGES + 1], scratch[OSDP_MAX_STAGES + 1] = {0};
+    ck_assert(osdp_planner_stage_split(&cm, &p, 2, 3, 3, bounds) == OSDP_OK);
+    for (int i = 0; i < L.n_ops; i++) {
+        osdp_op_time t;
+        osdp_cost_op_time(&cm, i, 1, 1, 2, 3, &t);
+        cost[i] = t.total;
+    }
+    ck_assert(largest_stage(cost, bounds, 3) == brute_best(cost, L.n_ops, 3, scratch, 0));
+    ck_assert_int_eq(osdp_planner_stage_split(&cm, NULL, 2, 3, L.n_ops + 1, bounds), OSDP_ERR_INPUT);
+    osdp_plan_free(&p);
+    osdp_layout_free(&L);
+}
+END_TEST
+
+START_TEST(test_device_p2p)
+{
+    osdp_device d;
+    /* absent: the all-gather's ring step */
+    ck_assert_msg(parse_with(&d, "") == OSDP_OK, "%s", osdp_error_message());
+    ck_assert(d.p2p.alpha == 1e-5 && d.p2p.beta == 2e-10);
+    ck_assert(osdp_pipe_message_time(&d, 1e6) == 1e-5 + 1e6 * 2e-10);
+    ck_assert_msg(parse_with(&d, "[p2p]\nalpha = 3e-6\nbeta = 1e-11\n") == OSDP_OK, "%s", osdp_error_message());
+    ck_assert(d.p2p.alpha == 3e-6 && d.p2p.beta == 1e-11);
+    /* written and read back */
+    char tmp[] = "/tmp/osdp_test_pp_device_XXXXXX";
+    int fd = mkstemp(tmp);
+    ck_assert(fd >= 0);
+    close(fd);
+    ck_assert(osdp_device_write(&d, "p2p", tmp) == OSDP_OK);
+    osdp_device back;
+    ck_assert_msg(osdp_device_load(&back, tmp) == OSDP_OK, "%s", osdp_error_message());
+    unlink(tmp);
+    ck_assert(close_rel(back.p2p.alpha, 3e-6, 1e-6) && close_rel(back.p2p.beta, 1e-11, 1e-6));
+    /* half a section, a bad value, an unknown key: refused, naming [p2p] */
+    ck_assert_int_eq(parse_with(&d, "[p2p]\nalpha = 3e-6\n"), OSDP_ERR_INPUT);
+    ck_assert(strstr(osdp_error_message(), "[p2p]") && strstr(osdp_error_message(), "beta"));
+    ck_assert_int_eq(parse_with(&d, "[p2p]\nalpha = 3e-6\nbeta = 0\n"), OSDP_ERR_INPUT);
+    ck_assert(strstr(osdp_error_message(), "[p2p] beta"));
+    ck_assert_int_eq(parse_with(&d, "[p2p]\nlatency = 3e-6\n"), OSDP_ERR_INPUT);
+    ck_assert(strstr(osdp_error_message(), "[p2p]"));
+}
+END_TEST
+
+/* a stage's passes share its operators' T_i: M (forward + backward) = sum
+ * T_i; with one stage the pipeline's step is the flat step time */
+START_TEST(test_stage_passes_and_one_stage)
+{
+    osdp_model_config cfg;
+    load_config(&cfg, "tiny");
+    osdp_layout L;
+    ck_assert(osdp_layout_build(&L, &cfg, 64) == OSDP_OK);
+    osdp_device d;
+    ck_assert(parse_with(&d, "[gamma_fixed]\nmlp = 1e-4\n[step]\nshard_param = 1e-9\n") == OSDP_OK);
+    osdp_plan p;
+    ck_assert(osdp_plan_alloc(&p, L.n_ops) == OSDP_OK);
+    osdp_plan_fill(&p, 0);
+    p.zdp_slices[2] = 1;
+    p.recompute[3] = 1;
+    osdp_cost_model cm = {.layout = &L, .dev = &d, .N = 2, .prefetch = 1};
+    const int M = 5, bnd[2] = {0, L.n_ops};
+    osdp_pipe_stage_cost st;
+    osdp_pipe_stage_passes(&cm, &p, 0, L.n_ops, 2, M, &st);
+    const double flat = osdp_cost_step_time(&cm, &p, 2, M);
+    ck_assert(close_rel(M * (st.forward_s + st.backward_s), flat, 1e-12));
+    const osdp_cost_model *cms[1] = {&cm};
+    const osdp_plan *plans[1] = {&p};
+    osdp_pipe_timing t;
+    ck_assert(osdp_pipe_step_time(cms, plans, bnd, 1, OSDP_PIPE_1F1B, 2, M, &t) == OSDP_OK);
+    ck_assert(close_rel(t.step_s, flat, 1e-12) && t.bubble_closed == 0);
+    /* the recomputing operator's forward is a quarter of its time, the others' a third */
+    osdp_pipe_stage_cost one;
+    osdp_op_time ot;
+    osdp_pipe_stage_passes(&cm, &p, 3, 4, 2, M, &one);
+    osdp_cost_model with_plan = cm;
+    with_plan.recompute = p.recompute;
+    osdp_cost_op_time(&with_plan, 3, 1, 0, 2, M, &ot);
+    ck_assert(close_rel(one.forward_s, ot.total / M / 4, 1e-14) && close_rel(one.backward_s, ot.total / M * 0.75, 1e-14));
+    osdp_pipe_stage_passes(&cm, &p, 1, 2, 2, M, &one);
+    osdp_cost_op_time(&with_plan, 1, 1, 0, 2, M, &ot);
+    ck_assert(close_rel(one.forward_s, ot.total / M / 3, 1e-14));
+    /* messages: b T d fp32 of the boundary's operator before it, M each way */
+    const int bounds3[4] = {0, 2, 4, L.n_ops};
+    ck_assert_uint_eq(osdp_pipe_boundary_bytes(&L, 2, 3), (size_t)3 * 64 * 64 * 4);
+    ck_assert_int_eq(osdp_pipe_stage_p2p_bytes(&L, bounds3, 3, 0, 3, M), (long long)M * 3 * 64 * 64 * 4);
+    ck_assert_int_eq(osdp_pipe_stage_p2p_bytes(&L, bounds3, 3, 1, 3, M), 2LL * M * 3 * 64 * 64 * 4);
+    ck_assert_int_eq(osdp_pipe_stage_p2p_bytes(&L, bounds3, 3, 2, 3, M), (long long)M * 3 * 64 * 64 * 4);
+    osdp_plan_free(&p);
+    osdp_layout_free(&L);
+}
+END_TEST
+
+/* the other in-flight micro-batches' activations and the stage's buffers
+ * add to the peak, plan by plan; in_flight 1 changes nothing */
+START_TEST(test_in_flight_peak)
+{
+    osdp_model_config cfg;
+    load_config(&cfg, "tiny");
+    osdp_layout L;
+    ck_assert(osdp_layout_build(&L, &cfg, 64) == OSDP_OK);
+    osdp_device d;
+    ck_assert(parse_with(&d, "") == OSDP_OK);
+    osdp_plan p;
+    ck_assert(osdp_plan_alloc(&p, L.n_ops) == OSDP_OK);
+    osdp_plan_fill(&p, 1);
+    p.recompute[1] = 1;
+    osdp_cost_model cm = {.layout = &L, .dev = &d, .N = 2, .prefetch = 1};
+    const long long flat = osdp_cost_peak(&cm, &p, 2, NULL);
+    cm.in_flight = 1;
+    ck_assert_int_eq(osdp_cost_peak(&cm, &p, 2, NULL), flat);
+    cm.in_flight = 3;
+    cm.stage_buffer_bytes = 12345;
+    long long acts = 0;
+    osdp_cost_model with_plan = cm;
+    with_plan.recompute = p.recompute;
+    for (int i = 0; i < L.n_ops; i++) {
+        osdp_op_mem m;
+        osdp_cost_op_mem(&with_plan, i, 1, 1, 2, &m);
+        ck_assert_int_eq(m.held, 2 * m.acts);
+        acts += m.acts;
+    }
+    ck_assert_int_eq(osdp_cost_peak(&cm, &p, 2, NULL), flat + 2 * acts + 12345);
+    osdp_plan_free(&p);
+    osdp_layout_free(&L);
+}
+END_TEST
+
+
+static unsigned long long g_rng = 15;
+static unsigned rnd(void)
+{
+    g_rng = g_rng * 6364136223846793005ULL + 1442695040888963407ULL;
+    return (unsigned)(g_rng >> 33);
+}
+
+/* A stage's closed-form peak (osdp_pipe_stage_peak) against the runtime's
+ * stage schedule (osdp_schedule_peak with the pipeline options), to the
+ * byte: random plans (g 1..4, any k, recompute), stages, schedules, M,
+ * prefetch on and off, fp32 and bf16 weights, tensor-parallel parts. */
+START_TEST(test_stage_peak_is_the_schedule)
+{
+    const char *models[] = {"tiny", "ic_tiny_mixed", "gpt2_small"};
+    int checked = 0;
+    for (int mi = 0; mi < 3; mi++)
+        for (int tp = 1; tp <= 2; tp++) {
+            osdp_model_config cfg;
+            load_config(&cfg, models[mi]);
+            osdp_layout L;
+            if (osdp_layout_build_tp(&L, &cfg, mi == 2 ? 4 : cfg.ctx < 32 ? cfg.ctx : 32, tp, 1) != OSDP_OK) continue;
+            osdp_plan p;
+            ck_assert(osdp_plan_alloc(&p, L.n_ops) == OSDP_OK);
+            for (int trial = 0; trial < 200; trial++) {
+                for (int i = 0; i < L.n_ops; i++) {
+                    int g = L.op[i].type == OSDP_OP_EMBED ? 1 : 1 + (int)(rnd() % 4);
+                    if (g > 1 && osdp_op_split(&L.op[i], g, (size_t[OSDP_MAX_SLICES + 1]){0}) != OSDP_OK) g = 1;
+                    p.slices[i] = g;
+                    p.zdp_slices[i] = (int)(rnd() % (unsigned)(g + 1));
+                    p.recompute[i] = osdp_op_can_recompute(L.op[i].type) && rnd() % 2;
+                }
+                const int P = 2 + (int)(rnd() % (unsigned)(L.n_ops < 4 ? L.n_ops - 1 : 3));
+                int bounds[OSDP_MAX_STAGES + 1];
+                double cost[64];
+                for (int i = 0; i < L.n_ops; i++) cost[i] = 1 + rnd() % 7;
+                ck_assert(osdp_stage_split_balanced(cost, L.n_ops, P, bounds) == OSDP_OK);
+                const int N = 1 + (int)(rnd() % 3), B = 1 + (int)(rnd() % 2), M = 1 + (int)(rnd() % 5);
+                const int prefetch = (int)(rnd() % 2), bf16 = (int)(rnd() % 2);
+                const osdp_pipe_schedule kind = rnd() % 2 ? OSDP_PIPE_GPIPE : OSDP_PIPE_1F1B;
+                osdp_device d;
+                memset(&d, 0, sizeof d);
+                d.param_bytes = bf16 ? 2 : 4;
+                d.grad_bytes = d.act_bytes = 4;
+                osdp_cost_model cm = {.layout = &L, .dev = &d, .N = N, .prefetch = prefetch};
+                for (int s = 0; s < P; s++) {
+                    osdp_schedule_options so = {.n_ranks = N, .micro_batch = B, .accum_steps = M, .prefetch = prefetch,
+                                                .weight_dtype = bf16 ? OSDP_BFLOAT16 : OSDP_FLOAT32, .pp_size = P,
+                                                .pp_stage = s, .pipe_schedule = kind};
+                    memcpy(so.stage_bounds, bounds, sizeof(int) * (size_t)(P + 1));
+                    osdp_memory_prediction pr;
+                    ck_assert_msg(osdp_schedule_predict(&L, &p, &so, &pr) == OSDP_OK, "%s", osdp_error_message());
+                    const long long closed = osdp_pipe_stage_peak(&cm, &p, bounds, P, s, kind, B, M, NULL);
+                    ck_assert_msg(closed == (long long)pr.peak_total,
+                                  "%s tp %d trial %d: stage %d of %d (%d:%d) %s M %d N %d B %d prefetch %d %s: closed form "
+                                  "%lld, schedule %zu (%+lld)", models[mi], tp, trial, s, P, bounds[s], bounds[s + 1],
+                                  osdp_pipe_schedule_name(kind), M, N, B, prefetch, bf16 ? "bf16" : "fp32", closed,
+                                  pr.peak_total, closed - (long long)pr.peak_total);
+                    checked++;
+                }
+            }
+            osdp_plan_free(&p);
+            osdp_layout_free(&L);
+        }
+    ck_assert(checked > 100);
+}
+END_TEST
+
+static void planner_options(osdp_planner_options *o, int N, int G)
+{
+    osdp_planner_defaults(o);
+    o->n_ranks = N;
+    o->global_batch = G;
+}
+
+/* one stage: the flat planner's plan and step (same micro-batches) */
+START_TEST(test_pipeline_one_stage_is_flat)
+{
+    osdp_model_config cfg;
+    load_config(&cfg, "bench_l6_d256");
+    osdp_device d;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/input/devices/cpu_2core.ini", src_dir());
+    ck_assert(osdp_device_load(&d, path) == OSDP_OK);
+    osdp_planner_options o;
+    planner_options(&o, 4, 32);
+    o.mem_limit = 200ll << 20;
+    osdp_pipe_choice pc;
+    osdp_status s = osdp_planner_pipeline(&cfg, cfg.ctx, &d, &o, 1, 1, NULL, OSDP_PIPE_1F1B, &pc);
+    ck_assert_msg(s == OSDP_OK, "%s", osdp_error_message());
+    osdp_layout L;
+    ck_assert(osdp_layout_build(&L, &cfg, cfg.ctx) == OSDP_OK);
+    osdp_planner_result r;
+    ck_assert(osdp_planner_run(&L, &d, &o, &r) == OSDP_OK);
+    ck_assert_int_eq(pc.micro_batch, r.plan.micro_batch);
+    ck_assert_int_eq(pc.micro_batches, r.plan.accum_steps);
+    ck_assert_msg(close_rel(pc.step_s, r.step_s, 1e-12), "%.17g %.17g", pc.step_s, r.step_s);
+    ck_assert_int_eq(pc.stage[0].peak_bytes, r.peak_bytes);
+    for (int i = 0; i < L.n_ops; i++)
+        ck_assert(pc.plan.slices[i] == r.plan.slices[i] && pc.plan.zdp_slices[i] == r.plan.zdp_slices[i]);
+    osdp_planner_result_free(&r);
+    osdp_layout_free(&L);
+    osdp_pipe_choice_free(&pc);
+}
+END_TEST
+
+/* PP 2 and PP 4: every stage planned, its in-flight micro-batches as the
+ * schedule says, the stages' operators covering the model, its peak in the
+ * limit; the balanced default split, a given one kept; infeasible names a
+ * stage */
+START_TEST(test_pipeline_plans)
+{
+    osdp_model_config cfg;
+    load_config(&cfg, "bench_l6_d256");
+    osdp_device d;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/input/devices/cpu_2core.ini", src_dir());
+    ck_assert(osdp_device_load(&d, path) == OSDP_OK);
+    osdp_planner_options o;
+    planner_options(&o, 8, 32);
+    o.mem_limit = 120ll << 20;
+    for (int P = 2; P <= 4; P += 2)
+        for (int sched = 0; sched < 2; sched++) {
+            const osdp_pipe_schedule kind = sched ? OSDP_PIPE_GPIPE : OSDP_PIPE_1F1B;
+            osdp_pipe_choice pc;
+            osdp_status s = osdp_planner_pipeline(&cfg, cfg.ctx, &d, &o, 1, P, NULL, kind, &pc);
+            ck_assert_msg(s == OSDP_OK, "P %d: %s", P, osdp_error_message());
+            ck_assert_int_eq(pc.dp_size, 8 / P);
+            ck_assert_int_eq(pc.micro_batch * pc.micro_batches * pc.dp_size, 32);
+            ck_assert(pc.bounds[0] == 0 && pc.bounds[P] == pc.layout.n_ops);
+            long long p2p = 0;
+            for (int st = 0; st < P; st++) {
+                const osdp_stage_plan *sp = &pc.stage[st];
+                ck_assert_int_eq(sp->in_flight, osdp_pipe_in_flight(kind, P, st, pc.micro_batches));
+                ck_assert_int_eq(sp->result.plan.n_ops, sp->hi - sp->lo);
+                ck_assert(sp->peak_bytes > 0 && sp->peak_bytes <= o.mem_limit);
+                ck_assert_int_eq(sp->schedule_peak, sp->peak_bytes);   /* the runtime's stage schedule, to the byte */
+                ck_assert(close_rel(sp->busy_s, pc.timing.busy_s[st], 1e-12));
+                p2p += sp->p2p_bytes;
+            }
+            ck_assert(p2p > 0);
+            if (kind == OSDP_PIPE_1F1B && pc.micro_batches >= P) {
+                ck_assert_int_eq(pc.stage[0].in_flight, P);
+                ck_assert_int_eq(pc.stage[P - 1].in_flight, 1);
+            }
+            ck_assert(pc.step_s >= pc.timing.busy_s[pc.timing.slowest_stage]);
+            ck_assert(pc.memory_bottleneck >= 0 && pc.memory_bottleneck < P);
+            osdp_pipe_choice_free(&pc);
+        }
+    /* a given split is kept */
+    const int given[3] = {0, 3, 14};
+    osdp_pipe_choice pc;
+    ck_assert_msg(osdp_planner_pipeline(&cfg, cfg.ctx, &d, &o, 1, 2, given, OSDP_PIPE_1F1B, &pc) == OSDP_OK, "%s",
+                  osdp_error_message());
+    ck_assert(pc.bounds_given && pc.bounds[1] == 3 && pc.stage[1].lo == 3);
+    osdp_pipe_choice_free(&pc);
+    /* nothing fits: the stage is named */
+    o.mem_limit = 1 << 20;
+    ck_assert_int_eq(osdp_planner_pipeline(&cfg, cfg.ctx, &d, &o, 1, 2, NULL, OSDP_PIPE_1F1B, &pc), OSDP_ERR_INFEASIBLE);
+    ck_assert_msg(strstr(osdp_error_message(), "pipeline stage 0 of 2"), "%s", osdp_error_message());
+    osdp_pipe_choice_free(&pc);
+    /* a mesh that does not divide the ranks */
+    ck_assert_int_eq(osdp_planner_pipeline(&cfg, cfg.ctx, &d, &o, 1, 3, NULL, OSDP_PIPE_1F1B, &pc), OSDP_ERR_INPUT);
+    ck_assert(strstr(osdp_error_message(), "--pp 3"));
+    osdp_pipe_choice_free(&pc);
+}
+END_TEST
+
+static Suite *planner_pp_suite(void)
+{
+    const TTest *sim[] = {test_hand_built_two_stages, test_unbalanced_by_hand, test_bubble_closed_form, NULL};
+    const TTest *split[] = {test_balanced_split_is_optimal, test_planner_stage_split, NULL};
+    const TTest *model[] = {test_device_p2p, test_stage_passes_and_one_stage, test_in_flight_peak,
+                            test_stage_peak_is_the_schedule, NULL};
+    const TTest *planner[] = {test_pipeline_one_stage_is_flat, test_pipeline_plans, NULL};
+    const osdp_check_case cases[] = {
+        {.name = "simulate", .tests = sim},
+        {.name = "split", .tests = split},
+        {.name = "cost_model", .tests = model},
+        {.name = "planner", .tests = planner},
+    };
+    return osdp_check_suite("planner_pp", cases, sizeof cases / sizeof cases[0]);
+}
+
+const osdp_check_program osdp_check_this_program = {.suite = planner_pp_suite};
