@@ -26,8 +26,10 @@ run plain || bad "plain run" "$WORK/plain.err"
 run emulated --ranks-per-node 2 --emulate-link 200M,20us || bad "emulated run" "$WORK/emulated.err"
 steps=$(grep -c '^step ' "$WORK/emulated.out"); named=$(grep '^step \|^done:' "$WORK/emulated.out" | grep -c "$LINKTEXT")
 if [ "$steps" = 3 ] && [ "$named" = 4 ] && grep -q "^$LINKTEXT (--ranks-per-node, --emulate-link; not the real network)" "$WORK/emulated.out" &&
-   ! grep -q emulated "$WORK/plain.out" && [ "$(losses "$WORK/plain.log")" = "$(losses "$WORK/emulated.log")" ]; then
-    ok "train on 4 ranks as 2 emulated nodes: the start, the 3 step lines and the summary say '$LINKTEXT'; losses bitwise those of the plain run"
+   ! grep -q emulated "$WORK/plain.out" && [ "$(losses "$WORK/plain.log")" = "$(losses "$WORK/emulated.log")" ] &&
+   grep -q '^config .* emulated_nodes=2 emulated_ranks_per_node=2 emulated_link_bytes_per_s=2e+08 emulated_link_latency_s=2e-05' "$WORK/emulated.log" &&
+   ! grep -q 'emulated_' "$WORK/plain.log"; then
+    ok "train on 4 ranks as 2 emulated nodes: the start, the 3 step lines and the summary say '$LINKTEXT', the log's config record too; losses bitwise those of the plain run"
 else bad "train under emulation (steps $steps, lines naming it $named)" "$WORK/emulated.out"; fi
 
 # -- 3. bad values: a message naming the option, non-zero exit, nothing run
@@ -43,8 +45,18 @@ bad_case link_needs_nodes "--emulate-link 12.5G,5us needs --ranks-per-node" --em
 bad_case link_syntax "--emulate-link '12.5G': expected BANDWIDTH,LATENCY" --ranks-per-node 2 --emulate-link 12.5G
 
 # -- 4. profile through a slow emulated link: both levels written, the link read back
-if "$MPIEXEC" -n 4 "$BIN" profile --model "$M" --out "$WORK/two.ini" --reps 3 --threads 1 --ranks-per-node 2 \
-       --emulate-link 20M,100us > "$WORK/profile.out" 2> "$WORK/profile.err"; then
+profile() {   # profile REPS
+    "$MPIEXEC" -n 4 "$BIN" profile --model "$M" --out "$WORK/two.ini" --reps "$1" --threads 1 --ranks-per-node 2 \
+        --emulate-link 20M,100us > "$WORK/profile.out" 2> "$WORK/profile.err"
+}
+profile 3; rc=$?
+# the in-node level is microseconds of shared memory: on a loaded machine scheduling jitter can defeat its
+# size fit; the profiler says so and suggests more repetitions: take its advice once, saying it did
+if [ $rc != 0 ] && grep -q "do not grow with size" "$WORK/profile.err"; then
+    echo "note: profile could not fit alpha/beta on this loaded machine ($(grep -o 'the [a-z -]* times' "$WORK/profile.err" | head -1)); again with --reps 15"
+    profile 15; rc=$?
+fi
+if [ $rc = 0 ]; then
     val() { awk -v s="[$2]" -v k="$3" '$0 == s {in_s = 1; next} /^\[/ {in_s = 0} in_s && $1 == k {print $3}' "$1"; }
     ib=$(val "$WORK/two.ini" internode_all_gather beta); b=$(val "$WORK/two.ini" all_gather beta)
     if grep -q '^ranks_per_node = 2$' "$WORK/two.ini" && [ -n "$ib" ] && [ -n "$(val "$WORK/two.ini" internode_reduce_scatter beta)" ] &&

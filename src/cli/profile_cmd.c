@@ -386,6 +386,7 @@ static int profile_levels(const osdp_world *world, osdp_comm *all, size_t top, i
     if (world->n_nodes <= 1 || world->node_size <= 1) {
         osdp_check_all(profile_collectives(world, all, "", top, reps, &dev->all_gather, &dev->reduce_scatter, note,
                                            note_size));
+        osdp_device_default_p2p(dev);   /* [p2p]: one ring step's figures */
         if (world->n_nodes > 1) osdp_device_set_link(dev, world->node_size, &dev->all_gather);
         return (int)strlen(note);
     }
@@ -405,9 +406,11 @@ static int profile_levels(const osdp_world *world, osdp_comm *all, size_t top, i
     osdp_check_all(profile_collectives(world, &in_node, "", top, reps, &dev->all_gather, &dev->reduce_scatter, note + len,
                                        note_size - (size_t)len));
     len = (int)strlen(note);
-    osdp_check_all(profile_collectives(world, &across, "internode ", top, reps, &dev->internode.all_gather,
-                                       &dev->internode.reduce_scatter, note + len, note_size - (size_t)len));
+    osdp_check_all(profile_collectives(world, &across, world->emulated ? "emulated internode " : "internode ", top, reps,
+                                       &dev->internode.all_gather, &dev->internode.reduce_scatter, note + len,
+                                       note_size - (size_t)len));
     len = (int)strlen(note);
+    osdp_device_default_p2p(dev);   /* [p2p] and [internode_p2p]: one ring step's figures at each level */
     dev->internode.p2p = dev->internode.all_gather;
     dev->internode.given = 1;
     osdp_comm_destroy(&in_node);

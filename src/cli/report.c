@@ -1,6 +1,7 @@
 /* Progress output of a training run (see osdp/report.h). */
 #include "config.h"
 #include "cli/report.h"
+#include "osdp/link_emulation.h"
 #include "util/clock.h"
 #include "log_record.h"
 
@@ -140,6 +141,15 @@ void osdp_report_header(osdp_report *r, const osdp_model_config *cfg, const osdp
         osdp_log_text(&rec, "peak_source", r->peak_given ? "given" : "sgemm");
         osdp_log_count(&rec, "prefetch", (unsigned long long)r->rt->opt.prefetch);
         osdp_log_number(&rec, "pred_step_s", "%.6g", r->predicted_step_s);
+        const osdp_link_emulation *emulated = osdp_comm_emulation();
+        if (emulated) {   /* the step times depend on it */
+            osdp_log_count(&rec, "emulated_nodes", (unsigned long long)emulated->n_nodes);
+            osdp_log_count(&rec, "emulated_ranks_per_node", (unsigned long long)emulated->ranks_per_node);
+            if (emulated->has_link) {
+                osdp_log_number(&rec, "emulated_link_bytes_per_s", "%.6g", 1 / emulated->beta);
+                osdp_log_number(&rec, "emulated_link_latency_s", "%.6g", emulated->alpha);
+            }
+        }
         osdp_log_end(&rec);
     }
     if (r->world->rank != 0 || r->quiet) return;
