@@ -42,8 +42,11 @@ if [ $rc = 0 ] && [ -s "$PROF" ] && grep -q "^wrote $PROF" "$WORK/profile.out" &
    grep -q '^name = cli_test$' "$PROF" && grep -q '^mem_limit = 67108864$' "$PROF" &&
    grep -q '^ranks_per_node = 2$' "$PROF" && grep -q '^; tp_all_reduce: .*groups of T consecutive ranks' "$PROF" &&
    awk '/^\[/ {sec=$0} sec == "[tp_all_reduce]" && /^(alpha|beta) = / {n++; if ($3 + 0 > 0 || ($1 == "alpha" && $3 + 0 == 0)) ok++}
+        END {exit !(n == 2 && ok == 2)}' "$PROF" &&
+   grep -qE '^; p2p: (ping-pong of ranks|the times did not grow)' "$PROF" &&
+   awk '/^\[/ {sec=$0} sec == "[p2p]" && /^(alpha|beta) = / {n++; if ($3 + 0 > 0 || ($1 == "alpha" && $3 + 0 == 0)) ok++}
         END {exit !(n == 2 && ok == 2)}' "$PROF"; then
-    ok "profile on 2 ranks: wrote a device file, alpha, beta (AG and RS) and gamma (4 types) all > 0, ranks_per_node 2, [tp_all_reduce] (T = 2): $(echo "$vals" | grep -E 'gather.alpha|gather.beta' | tr '\n' ' ')"
+    ok "profile on 2 ranks: wrote a device file, alpha, beta (AG and RS) and gamma (4 types) all > 0, ranks_per_node 2, [tp_all_reduce] (T = 2), [p2p] (ping-pong): $(echo "$vals" | grep -E 'gather.alpha|gather.beta' | tr '\n' ' ')"
 else bad "profile (rc $rc)" "$WORK/profile.err"; echo "$vals" | sed 's/^/    /'; fi
 if plan prof_plan --model "$M" --device "$PROF" --ranks 2 &&
    grep -q '^device cli_test: 64.00 MiB per rank' "$WORK/prof_plan.out" && grep -q '^OSDP: .* micro-batch' "$WORK/prof_plan.out"; then
@@ -242,5 +245,37 @@ tp_bad tp_heads "--tp 3 does not divide the model's 8 attention heads" --ranks 1
 tp_bad tp_node "--tp 16 exceeds the node size of 8 ranks \(ranks_per_node of device a100_40gb\)" --ranks 16 --tp 16
 tp_bad tp_ranks "--tp 4 does not divide the 6 ranks" --ranks 6 --tp 4
 tp_bad tp_word "--tp.*(integer|auto)" --ranks 8 --tp two
+
+# -- 10. the pipeline: plan --pp P (issue 15): per-stage time and memory, the bubble, p2p, the bottleneck
+if plan pp2 --model "$B6" --device "$DEV/a100_40gb.ini" --ranks 4 --pp 2 --global-batch 16 &&
+   grep -q '^mesh: 4 ranks = PP 2 x DP 2 x TP 1; schedule 1f1b; stages 0:7,7:14 ' "$WORK/pp2.out" &&
+   grep -qE '^bubble: closed form \(P-1\)/\(M\+P-1\) = 0\.[0-9]+; simulated idle fraction 0\.[0-9]+' "$WORK/pp2.out" &&
+   [ "$(grep -cE '^  [01] +[0-9]+:[0-9]+ +[a-z.0-9]+\.\.[a-z.0-9]+ +[0-9]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +yes ' "$WORK/pp2.out")" = 2 ] &&
+   grep -qE '^memory bottleneck: stage [01] ' "$WORK/pp2.out" && grep -q '^stage 1: operators 7:14 over 2 data-parallel ranks' "$WORK/pp2.out" &&
+   plan pp2json --model "$B6" --device "$DEV/a100_40gb.ini" --ranks 4 --pp 2 --global-batch 16 --json &&
+   js "$WORK/pp2json.out" 'j["mesh"]["pp"] == 2 and j["mesh"]["dp"] == 2 and len(j["osdp"]["stages"]) == 2
+       and all(s["peak_bytes"] == s["schedule_peak_bytes"] > 0 for s in j["osdp"]["stages"])
+       and [s["in_flight"] for s in j["osdp"]["stages"]] == [min(2, j["osdp"]["micro_batches"]), 1]
+       and abs(j["osdp"]["bubble_closed"] - 1 / (j["osdp"]["micro_batches"] + 1)) < 1e-9
+       and j["osdp"]["bubble_simulated"] >= 0 and j["osdp"]["p2p_bytes_per_step"] > 0
+       and j["osdp"]["memory_bottleneck_stage"] == max(range(2), key=lambda s: (j["osdp"]["stages"][s]["peak_bytes"], -s))
+       and j["osdp"]["micro_batch"] * j["osdp"]["micro_batches"] * 2 == 16'; then
+    ok "plan --pp 2 on 4 ranks: per-stage busy time, in-flight micro-batches (1F1B: 2, 1) and peak memory equal to the stage schedule's, the bubble (closed form and simulated), p2p bytes, the memory bottleneck ($(grep -o 'memory bottleneck: stage [0-9]*' "$WORK/pp2.out"))"
+else bad "plan --pp 2" "$WORK/pp2.err"; head -c 800 "$WORK/pp2json.out"; echo; fi
+if plan pp4g --model "$B6" --device "$DEV/a100_40gb.ini" --ranks 16 --pp 4 --tp 2 --schedule gpipe --global-batch 16 --json &&
+   js "$WORK/pp4g.out" 'j["mesh"]["tp"] == 2 and j["mesh"]["dp"] == 2 and j["mesh"]["schedule"] == "gpipe"
+       and [s["in_flight"] for s in j["osdp"]["stages"]] == [j["osdp"]["micro_batches"]] * 4
+       and all(s["peak_bytes"] == s["schedule_peak_bytes"] for s in j["osdp"]["stages"])' &&
+   plan ppgiven --model "$B6" --device "$DEV/a100_40gb.ini" --ranks 4 --pp 2 --stages 0:3,3:14 --global-batch 16 --out "$WORK/pp.plan" &&
+   grep -q '^mesh: 4 ranks = PP 2 x DP 2 x TP 1; schedule 1f1b; stages 0:3,3:14 (--stages)' "$WORK/ppgiven.out" &&
+   grep -q -- '--pp 2 --stages 0:3,3:14 --schedule 1f1b' "$WORK/pp.plan" && grep -qE '^mlp\.5 += ' "$WORK/pp.plan"; then
+    ok "plan --pp 4 --tp 2 --schedule gpipe on 16 ranks (every stage holds all M micro-batches, peaks equal the schedule's); --stages kept and written to the plan file"
+else bad "plan --pp 4 --tp 2 gpipe / --stages" "$WORK/pp4g.err"; cat "$WORK/ppgiven.err"; fi
+tp_bad pp_ranks "--pp 3 x --tp 1 does not divide the 4 ranks" --ranks 4 --pp 3
+tp_bad pp_stages "--stages 0:3,4:14: stage 1 starts at operator 4" --ranks 4 --pp 2 --stages 0:3,4:14
+tp_bad pp_stages_count "--stages 0:14: 1 range for the 2 stages" --ranks 4 --pp 2 --stages 0:14
+tp_bad pp_no_pipe "--stages needs a pipeline: --pp P with P > 1" --ranks 4 --stages 0:14
+tp_bad pp_sched "--schedule.*(1f1b|gpipe)" --ranks 4 --pp 2 --schedule zigzag
+tp_bad pp_tp_auto "--tp auto with --pp" --ranks 8 --pp 2 --tp auto
 
 summary "planner cli tests"

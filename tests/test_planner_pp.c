@@ -45,6 +45,16 @@ static void load_config(osdp_model_config *cfg, const char *model)
     ck_assert_msg(osdp_model_config_load(cfg, path) == OSDP_OK, "%s", osdp_error_message());
 }
 
+/* the tiny model at T 64, DEVICE_HEAD + device_extra, and a plan of every
+ * operator DP (zdp 0) or ZDP (zdp 1) */
+static void tiny_case(osdp_layout *L, osdp_device *d, const char *device_extra, osdp_plan *p, int zdp)
+{
+    load_layout(L, "tiny", 64);
+    ck_assert_msg(parse_with(d, device_extra) == OSDP_OK, "%s", osdp_error_message());
+    ck_assert(osdp_plan_alloc(p, L->n_ops) == OSDP_OK);
+    osdp_plan_fill(p, zdp);
+}
+
 static osdp_pipe_timing simulate(osdp_pipe_schedule kind, int P, int M, const osdp_pipe_stage_cost *st, const double *msg)
 {
     osdp_pipe_timing t;
@@ -162,12 +172,10 @@ END_TEST
  * all-DP operator times (or a plan's) */
 START_TEST(test_planner_stage_split)
 {
-    osdp_model_config cfg;
-    load_config(&cfg, "tiny");
     osdp_layout L;
-    ck_assert(osdp_layout_build(&L, &cfg, 64) == OSDP_OK);
     osdp_device d;
-    ck_assert(parse_with(&d, "[gamma_fixed]\nattn = 1e-3\n") == OSDP_OK);
+    osdp_plan p;
+    tiny_case(&L, &d, "[gamma_fixed]\nattn = 1e-3\n", &p, 1);
     osdp_cost_model cm = {.layout = &L, .dev = &d, .N = 2, .prefetch = 1};
     double cost[16];
     for (int i = 0; i < L.n_ops; i++) {
@@ -181,9 +189,6 @@ START_TEST(test_planner_stage_split)
         ck_assert(largest_stage(cost, bounds, P) == brute_best(cost, L.n_ops, P, scratch, 0));
     }
     /* a plan's times: all-ZDP costs more per operator, the split follows them */
-    osdp_plan p;
-    ck_assert(osdp_plan_alloc(&p, L.n_ops) == OSDP_OK);
-    osdp_plan_fill(&p, 1);
     int bounds[OSDP_MAX_STAGES + 1], scratch[OSDP_MAX_STAGES + 1] = {0};
     ck_assert(osdp_planner_stage_split(&cm, &p, 2, 3, 3, bounds) == OSDP_OK);
     for (int i = 0; i < L.n_ops; i++) {
@@ -231,15 +236,10 @@ END_TEST
  * T_i; with one stage the pipeline's step is the flat step time */
 START_TEST(test_stage_passes_and_one_stage)
 {
-    osdp_model_config cfg;
-    load_config(&cfg, "tiny");
     osdp_layout L;
-    ck_assert(osdp_layout_build(&L, &cfg, 64) == OSDP_OK);
     osdp_device d;
-    ck_assert(parse_with(&d, "[gamma_fixed]\nmlp = 1e-4\n[step]\nshard_param = 1e-9\n") == OSDP_OK);
     osdp_plan p;
-    ck_assert(osdp_plan_alloc(&p, L.n_ops) == OSDP_OK);
-    osdp_plan_fill(&p, 0);
+    tiny_case(&L, &d, "[gamma_fixed]\nmlp = 1e-4\n[step]\nshard_param = 1e-9\n", &p, 0);
     p.zdp_slices[2] = 1;
     p.recompute[3] = 1;
     osdp_cost_model cm = {.layout = &L, .dev = &d, .N = 2, .prefetch = 1};
@@ -279,15 +279,10 @@ END_TEST
  * add to the peak, plan by plan; in_flight 1 changes nothing */
 START_TEST(test_in_flight_peak)
 {
-    osdp_model_config cfg;
-    load_config(&cfg, "tiny");
     osdp_layout L;
-    ck_assert(osdp_layout_build(&L, &cfg, 64) == OSDP_OK);
     osdp_device d;
-    ck_assert(parse_with(&d, "") == OSDP_OK);
     osdp_plan p;
-    ck_assert(osdp_plan_alloc(&p, L.n_ops) == OSDP_OK);
-    osdp_plan_fill(&p, 1);
+    tiny_case(&L, &d, "", &p, 1);
     p.recompute[1] = 1;
     osdp_cost_model cm = {.layout = &L, .dev = &d, .N = 2, .prefetch = 1};
     const long long flat = osdp_cost_peak(&cm, &p, 2, NULL);
@@ -391,9 +386,7 @@ START_TEST(test_pipeline_one_stage_is_flat)
     osdp_model_config cfg;
     load_config(&cfg, "bench_l6_d256");
     osdp_device d;
-    char path[4096];
-    snprintf(path, sizeof path, "%s/input/devices/cpu_2core.ini", src_dir());
-    ck_assert(osdp_device_load(&d, path) == OSDP_OK);
+    load_device(&d, "cpu_2core");
     osdp_planner_options o;
     planner_options(&o, 4, 32);
     o.mem_limit = 200ll << 20;
@@ -401,7 +394,7 @@ START_TEST(test_pipeline_one_stage_is_flat)
     osdp_status s = osdp_planner_pipeline(&cfg, cfg.ctx, &d, &o, 1, 1, NULL, OSDP_PIPE_1F1B, &pc);
     ck_assert_msg(s == OSDP_OK, "%s", osdp_error_message());
     osdp_layout L;
-    ck_assert(osdp_layout_build(&L, &cfg, cfg.ctx) == OSDP_OK);
+    load_layout(&L, "bench_l6_d256", 0);
     osdp_planner_result r;
     ck_assert(osdp_planner_run(&L, &d, &o, &r) == OSDP_OK);
     ck_assert_int_eq(pc.micro_batch, r.plan.micro_batch);
@@ -425,9 +418,7 @@ START_TEST(test_pipeline_plans)
     osdp_model_config cfg;
     load_config(&cfg, "bench_l6_d256");
     osdp_device d;
-    char path[4096];
-    snprintf(path, sizeof path, "%s/input/devices/cpu_2core.ini", src_dir());
-    ck_assert(osdp_device_load(&d, path) == OSDP_OK);
+    load_device(&d, "cpu_2core");
     osdp_planner_options o;
     planner_options(&o, 8, 32);
     o.mem_limit = 120ll << 20;

@@ -97,6 +97,10 @@ static const option_row g_options[] = {
     {.name = "ranks", .type = OPT_INT, .commands = PLAN, .required = PLAN, .field = FIELD(ranks), .lo = 1,
      .hi = 1 << 20, .metavar = "N",
      .help = "ranks to plan for (with --tp T: the mesh of T x D ranks)"},
+    {.name = "pp", .type = OPT_INT, .commands = PLAN, .field = FIELD(pp), .lo = 1, .hi = OSDP_MAX_STAGES,
+     .default_value = "1", .metavar = "P",
+     .help = "pipeline stages: the mesh N = P x D x T, each stage's operators planned over its D ranks;\n"
+        "the step's micro-batches: --global-batch / (D x micro-batch), else 4 P"},
     {.name = "steps", .short_name = 's', .type = OPT_INT, .commands = TRAIN, .field = FIELD(steps), .hi = 1e12,
      .default_value = "100", .metavar = "N",
      .help = "optimizer steps in all: a resumed run continues up to step N"},
@@ -138,10 +142,10 @@ static const option_row g_options[] = {
      .default_value = "1", .metavar = "P",
      .help = "pipeline stages: the outermost mesh axis, each stage a contiguous range of operators\n"
         "(--stages) over ranks / P, the step's micro-batches (accumulation) flowing through them"},
-    {.name = "stages", .type = OPT_TEXT, .commands = TRAIN, .field = FIELD(stages), .metavar = "A:B,B:C,...",
+    {.name = "stages", .type = OPT_TEXT, .commands = TRAIN | PLAN, .field = FIELD(stages), .metavar = "A:B,B:C,...",
      .default_text = "balanced by the cost model's operator times",
      .help = "with --pp P: stage s's operators [A, B), P contiguous ranges from 0 to the operator count"},
-    {.name = "schedule", .type = OPT_ENUM, .commands = TRAIN, .field = FIELD(pipe_schedule), .choices = "1f1b|gpipe",
+    {.name = "schedule", .type = OPT_ENUM, .commands = TRAIN | PLAN, .field = FIELD(pipe_schedule), .choices = "1f1b|gpipe",
      .default_value = "1f1b", .metavar = "1f1b|gpipe",
      .help = "with --pp P: 1F1B (PipeDream-flush: at most P - s micro-batches in flight on stage s)\n"
         "or GPipe (all forwards, then all backwards); the same losses bit for bit"},

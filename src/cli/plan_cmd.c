@@ -9,13 +9,13 @@
 #include "osdp/plan.h"
 #include "osdp/planner.h"
 #include "options.h"
+#include "plan_cmd.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* the planner's options from the job */
-static void planner_options_from_job(const osdp_job *job, osdp_planner_options *o)
+void osdp_plan_options_from_job(const osdp_job *job, osdp_planner_options *o)
 {
     osdp_planner_defaults(o);
     o->n_ranks = (int)job->ranks;
@@ -32,21 +32,20 @@ static void planner_options_from_job(const osdp_job *job, osdp_planner_options *
     o->recompute_auto = job->recompute == OSDP_RECOMPUTE_AUTO;
 }
 
-/* "dp", "zdp", "2/4", with "+rc" when the operator recomputes its activations */
-static const char *mode_name(const osdp_plan *p, int op, char *buf, size_t n)
+const char *osdp_plan_mode_label(const osdp_plan *p, int op, char *buf, size_t n)
 {
     char base[16];
     snprintf(buf, n, "%s%s", osdp_plan_mode_name(p, op, base, sizeof base), p->recompute[op] ? "+rc" : "");
     return buf;
 }
 
-static const char *mib(double bytes, char *buf, size_t n)
+const char *osdp_mib(double bytes, char *buf, size_t n)
 {
     snprintf(buf, n, "%.1f", bytes / (1024.0 * 1024.0));
     return buf;
 }
 
-static void print_table(const osdp_layout *L, const osdp_cost_model *cm_in, const osdp_planner_result *r)
+void osdp_plan_ops_table(const osdp_layout *L, const osdp_cost_model *cm_in, const osdp_planner_result *r)
 {
     const osdp_plan *p = &r->plan;
     osdp_cost_model with_plan = *cm_in, *cm = &with_plan;   /* the plan's recompute flags */
@@ -67,9 +66,9 @@ static void print_table(const osdp_layout *L, const osdp_cost_model *cm_in, cons
         char tp_ms[16] = "";
         if (tp) snprintf(tp_ms, sizeof tp_ms, " %10.3f", 1e3 * t.tp_comm);
         printf("  %-9s %-8s %12zu %10s %10s %10s %10s %10.3f %10.3f%s %10.3f\n", L->op[i].name,
-               mode_name(p, i, mode, sizeof mode), L->op[i].numel, mib((double)m.state, m1, sizeof m1),
-               mib((double)m.resident, m2, sizeof m2), mib((double)m.acts, m3, sizeof m3),
-               mib((double)m.work, m4, sizeof m4), 1e3 * t.comm, 1e3 * t.compute, tp_ms, 1e3 * t.total);
+               osdp_plan_mode_label(p, i, mode, sizeof mode), L->op[i].numel, osdp_mib((double)m.state, m1, sizeof m1),
+               osdp_mib((double)m.resident, m2, sizeof m2), osdp_mib((double)m.acts, m3, sizeof m3),
+               osdp_mib((double)m.work, m4, sizeof m4), 1e3 * t.comm, 1e3 * t.compute, tp_ms, 1e3 * t.total);
         tot.state += m.state;
         tot.resident += m.resident;
         tot.acts += m.acts;
@@ -82,13 +81,13 @@ static void print_table(const osdp_layout *L, const osdp_cost_model *cm_in, cons
     char tp_ms[16] = "";
     if (tp) snprintf(tp_ms, sizeof tp_ms, " %10.3f", 1e3 * tt.tp_comm);
     printf("  %-9s %-8s %12zu %10s %10s %10s %10s %10.3f %10.3f%s %10.3f\n", "total", "", params,
-           mib((double)tot.state, m1, sizeof m1), mib((double)tot.resident, m2, sizeof m2),
-           mib((double)tot.acts, m3, sizeof m3), "", 1e3 * tt.comm, 1e3 * tt.compute, tp_ms, 1e3 * tt.total);
+           osdp_mib((double)tot.state, m1, sizeof m1), osdp_mib((double)tot.resident, m2, sizeof m2),
+           osdp_mib((double)tot.acts, m3, sizeof m3), "", 1e3 * tt.comm, 1e3 * tt.compute, tp_ms, 1e3 * tt.total);
     if (tp)
         printf("  (params: one rank's tensor-parallel parts; TP ms: the tensor-parallel group's blocking all-reduces"
                " and gather, in T ms)\n");
     printf("  (gathered: ZDP weights held while the operator computes; peak = workspace %s MiB + state + weights"
-           " + the largest backward transient)\n", mib((double)osdp_cost_workspace(cm, b), m1, sizeof m1));
+           " + the largest backward transient)\n", osdp_mib((double)osdp_cost_workspace(cm, b), m1, sizeof m1));
 }
 
 static void print_summary(const char *label, const osdp_layout *L, const osdp_planner_result *r, osdp_status s,
@@ -120,13 +119,13 @@ void osdp_plan_print(const osdp_layout *L, const osdp_device *dev, const osdp_pl
     if (L->tp_size > 1) snprintf(mesh, sizeof mesh, " (data-parallel; mesh TP %d x DP %d)", L->tp_size, o->n_ranks);
     printf("osdp planner: device %s, %d ranks%s, limit %.3f GiB per rank; micro-batch %d, accumulation %d\n", dev->name,
            o->n_ranks, mesh, (double)r->mem_limit / (1024.0 * 1024.0 * 1024.0), r->plan.micro_batch, r->plan.accum_steps);
-    print_table(L, &cm, r);
+    osdp_plan_ops_table(L, &cm, r);
     print_summary("plan:", L, r, OSDP_OK, "");
     printf("search: %lld knapsacks over %d micro-batches in %.2f ms\n", r->searches, r->batches_tried, 1e3 * r->total_s);
     fflush(stdout);
 }
 
-static void json_str(const char *s)
+void osdp_json_string(const char *s)
 {
     putchar('"');
     for (; *s; s++) {
@@ -143,7 +142,7 @@ static void json_result(const char *key, const osdp_layout *L, const osdp_cost_m
     printf(",\"%s\":", key);
     if (s != OSDP_OK) {
         printf("{\"fits\":false,\"error\":");
-        json_str(err);
+        osdp_json_string(err);
         printf("}");
         return;
     }
@@ -171,7 +170,7 @@ static void json_result(const char *key, const osdp_layout *L, const osdp_cost_m
                               r->plan.accum_steps, &t);
             printf("%s{\"name\":\"%s\",\"mode\":\"%s\",\"params\":%zu,\"state_bytes\":%lld,\"weight_bytes\":%lld,"
                    "\"act_bytes\":%lld,\"gathered_bytes\":%lld,\"comm_s\":%.9g,\"compute_s\":%.9g,\"time_s\":%.9g}",
-                   i ? "," : "", L->op[i].name, mode_name(&r->plan, i, mode, sizeof mode), L->op[i].numel,
+                   i ? "," : "", L->op[i].name, osdp_plan_mode_label(&r->plan, i, mode, sizeof mode), L->op[i].numel,
                    m.state, m.resident, m.acts, m.work, t.comm, t.compute, t.total);
         }
         printf("]");
@@ -196,7 +195,7 @@ static void print_mesh(const osdp_mesh_choice *mesh, int is_auto, int n_ranks, i
         else if (k->status != OSDP_OK) printf("  %5d %5d  no plan fits the memory limit\n", k->tp_size, k->dp_size);
         else
             printf("  %5d %5d %12d %6d %12.3f %12.3f %12s%s\n", k->tp_size, k->dp_size, k->micro_batch, k->accum_steps,
-                   1e3 * k->step_s, k->samples_per_s, mib((double)k->peak_bytes, pk, sizeof pk),
+                   1e3 * k->step_s, k->samples_per_s, osdp_mib((double)k->peak_bytes, pk, sizeof pk),
                    c == mesh->best ? "   <- chosen: highest samples/s" : "");
     }
 }
@@ -213,7 +212,7 @@ static void json_mesh(const osdp_mesh_choice *mesh, int is_auto, int n_ranks, in
             printf("%s{\"tp\":%d,\"dp\":%d", c ? "," : "", k->tp_size, k->dp_size);
             if (k->excluded[0]) {
                 printf(",\"excluded\":");
-                json_str(k->excluded);
+                osdp_json_string(k->excluded);
             } else if (k->status != OSDP_OK) {
                 printf(",\"fits\":false");
             } else {
@@ -266,8 +265,12 @@ static void print_network(const osdp_device *dev, int n_ranks, int tp, int dp)
 
 int osdp_cmd_plan(const osdp_job *job)
 {
+    if (job->pp > 1) return osdp_cmd_plan_pipeline(job);
+    if (osdp_option_given(job, "stages") || osdp_option_given(job, "schedule"))
+        osdp_fatal(OSDP_ERR_INPUT, osdp_option_given(job, "stages") ? "--stages needs a pipeline: --pp P with P > 1"
+                                                                     : "--schedule needs a pipeline: --pp P with P > 1");
     osdp_planner_options planner;
-    planner_options_from_job(job, &planner);
+    osdp_plan_options_from_job(job, &planner);
     osdp_status s;
     osdp_model_config cfg;
     osdp_device dev;
@@ -326,9 +329,9 @@ int osdp_cmd_plan(const osdp_job *job)
     double sp_zdp = st[0] == OSDP_OK && st[2] == OSDP_OK ? r[0].samples_per_s / r[2].samples_per_s : 0;
     if (job->json) {
         printf("{\"model\":");
-        json_str(cfg.name);
+        osdp_json_string(cfg.name);
         printf(",\"device\":");
-        json_str(dev.name);
+        osdp_json_string(dev.name);
         printf(",\"ranks\":%d,\"params\":%zu,\"operators\":%d,\"T\":%d,", n_ranks, L.total_params, L.n_ops, L.T);
         json_mesh(&mesh, job->tp == OSDP_TP_AUTO, n_ranks, tp, &dev);
         if (planner.split_auto) printf("\"split\":\"auto\",");
@@ -357,7 +360,7 @@ int osdp_cmd_plan(const osdp_job *job)
         if (as_given.internode.given) print_network(&as_given, n_ranks, tp, planner.n_ranks);
         if (st[0] == OSDP_OK) {
             printf("\nOSDP plan (micro-batch %d, accumulation %d):\n", r[0].plan.micro_batch, r[0].plan.accum_steps);
-            print_table(&L, &cm, &r[0]);
+            osdp_plan_ops_table(&L, &cm, &r[0]);
             printf("\nsearch: %lld knapsacks (%lld nodes, %lld more from the cache) over %d micro-batches: %.2f ms in the "
                    "solver, %.2f ms in all%s%s\n",
                    r[0].searches, r[0].nodes, r[0].cache_hits, r[0].batches_tried, 1e3 * r[0].search_s, 1e3 * r[0].total_s,

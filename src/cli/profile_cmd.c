@@ -8,6 +8,8 @@
  *   sizes fix the latency and the large ones the bandwidth), gives alpha = c0 / (N-1) and beta = c1 N / (N-1)
  *   (model: t = (N-1)(alpha + S/N beta)).  A negative intercept is clamped
  *   to alpha = 0.
+ *   p2p: the pipeline's point-to-point message, a ping-pong of rank pairs
+ *   (profile_p2p).
  *   tp_all_reduce: the tensor-parallel group's all-reduce over groups of
  *   consecutive ranks, for each group size the ranks allow inside a node
  *   (profile_tp_all_reduce); ranks_per_node: the run's ranks on the node.
@@ -194,6 +196,70 @@ static osdp_status profile_tp_all_reduce(const osdp_world *world, int only_tp, s
     if (world->rank == 0)
         printf("  all-reduce     fit: alpha %.3e s, beta %.3e s/B (%.2f GB/s) per ring step\n", alpha, beta, 1e-9 / beta);
     snprintf(note + len, note_size - (size_t)len, ";\nfit t = 2 (T-1) alpha + 2 (T-1)/T beta S: alpha %.3e s, beta %.3e s/B (%.2f GB/s)\n", alpha, beta, 1e-9 / beta);
+    return OSDP_OK;
+}
+
+/* The pipeline's point-to-point message ([p2p]): ranks paired (2i, 2i+1),
+ * every pair at once (as every stage boundary of a pipeline sends at once;
+ * with an odd rank count the last rank waits), a ping-pong of S bytes
+ * through the comm layer (blocking fp32 send / receive), S geometric from
+ * 4 KiB to `top`; one message takes half the round trip, the median over
+ * reps of the slowest pair; a least-squares line t = alpha + beta S
+ * (relative errors) gives alpha (a negative intercept: 0, the slope through
+ * the origin) and beta.  Collective over the world. */
+static osdp_status profile_p2p(const osdp_world *world, osdp_comm *comm, size_t top, int reps, osdp_device *dev,
+                               char *note, size_t note_size)
+{
+    const int peer = world->rank ^ 1, paired = peer < world->size, first = !(world->rank & 1);
+    float *buf = malloc(top);
+    if (!buf) return osdp_error_set(OSDP_ERR_OOM, "profile: out of host memory for a %zu-byte message", top);
+    for (size_t i = 0; i < top / sizeof(float); i++) buf[i] = (float)(i % 11);
+    double x[N_SIZES], y[N_SIZES], wt[N_SIZES];
+    osdp_status s = OSDP_OK;
+    if (world->rank == 0) printf("  p2p          ");
+    for (int i = 0; i < N_SIZES && s == OSDP_OK; i++) {
+        const double at = 4096.0 * pow((double)top / 4096.0, (double)i / (N_SIZES - 1));
+        const size_t count = (size_t)at / sizeof(float), r_reps = count * sizeof(float) > (8u << 20) ? (reps + 1) / 2 : reps;
+        double t[MAX_REPS + 1];
+        for (size_t r = 0; r <= r_reps && s == OSDP_OK; r++) {   /* r = 0: warm-up */
+            osdp_comm_barrier(comm);
+            const double t0 = osdp_now_seconds();
+            if (paired && first) {
+                s = osdp_comm_send(comm, buf, count, OSDP_FLOAT32, peer, NULL);
+                if (s == OSDP_OK) s = osdp_comm_recv(comm, buf, count, OSDP_FLOAT32, peer, NULL);
+            } else if (paired) {
+                s = osdp_comm_recv(comm, buf, count, OSDP_FLOAT32, peer, NULL);
+                if (s == OSDP_OK) s = osdp_comm_send(comm, buf, count, OSDP_FLOAT32, peer, NULL);
+            }
+            const double mine = (osdp_now_seconds() - t0) / 2;
+            MPI_Allreduce(&mine, &t[r], 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+        }
+        qsort(t + 1, r_reps, sizeof *t, cmp_d);
+        x[i] = (double)(count * sizeof(float));
+        y[i] = t[1 + r_reps / 2];
+        wt[i] = 1 / (y[i] * y[i]);
+        if (world->rank == 0) printf(" %6.0fKiB:%8.3fms", x[i] / 1024, 1e3 * y[i]);
+    }
+    free(buf);
+    if (world->rank == 0) printf("\n");
+    if (s != OSDP_OK) return s;
+    fit f = line_fit(x, y, wt, N_SIZES, 0);
+    if (!(f.c0 >= 0)) f = line_fit(x, y, wt, N_SIZES, 1);
+    if (!(f.c1 > 0)) {   /* too noisy to fit: keep the default rather than fail the whole profile */
+        osdp_device_default_p2p(dev);
+        if (world->rank == 0)
+            printf("  p2p            times do not grow with size (beta %.3g): noisy machine? [p2p] keeps the all-gather's "
+                   "figures (--reps 21 may help)\n", f.c1);
+        snprintf(note, note_size, "p2p: the times did not grow with size (beta fit %.3g): the all-gather's figures\n", f.c1);
+        return OSDP_OK;
+    }
+    dev->p2p.alpha = f.c0;
+    dev->p2p.beta = f.c1;
+    if (world->rank == 0)
+        printf("  p2p            fit: alpha %.3e s, beta %.3e s/B (%.2f GB/s), R^2 %.5f\n", f.c0, f.c1, 1e-9 / f.c1, f.r2);
+    snprintf(note, note_size, "p2p: ping-pong of ranks (2i, 2i+1), every pair at once, half the round trip, median of %d "
+             "runs of the\nslowest pair, sizes 4 KiB to %.1f MiB; fit t = alpha + beta S: alpha %.3e s, beta %.3e s/B "
+             "(%.2f GB/s), R^2 %.5f\n", reps, (double)top / 1048576.0, f.c0, f.c1, 1e-9 / f.c1, f.r2);
     return OSDP_OK;
 }
 
@@ -473,6 +539,11 @@ int osdp_cmd_profile(const osdp_job *job)
         osdp_check_all(profile_tp_all_reduce(&world, only_tp, stream > ((size_t)1 << 20) ? stream : (size_t)1 << 20, reps,
                                              &dev, tp_note, sizeof tp_note));
         len += snprintf(note + len, sizeof note - (size_t)len, "%s", tp_note);
+        /* the pipeline's messages: the residual stream of micro-batch 8 crosses a stage boundary */
+        char p2p_note[1024];
+        osdp_check_all(profile_p2p(&world, &comm, stream > ((size_t)1 << 20) ? stream : (size_t)1 << 20, reps, &dev,
+                                   p2p_note, sizeof p2p_note));
+        len += snprintf(note + len, sizeof note - (size_t)len, "%s", p2p_note);
         dev.ranks_per_node = world.node_size;
         len += snprintf(note + len, sizeof note - (size_t)len, "ranks_per_node: the ranks of this run on the node (%d%s).\n",
                         world.node_size, world.emulated ? ", emulated" : "");

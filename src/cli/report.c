@@ -4,6 +4,7 @@
 #include "osdp/link_emulation.h"
 #include "util/clock.h"
 #include "log_record.h"
+#include "report_stages.h"
 
 #include <cblas.h>
 #include <math.h>
@@ -121,6 +122,14 @@ void osdp_report_header(osdp_report *r, const osdp_model_config *cfg, const osdp
                         const osdp_plan *plan, long steps, int global_batch)
 {
     r->steps_total = steps;
+    const osdp_runtime *rt = r->rt;
+    const int pipelined = r->mesh->pp > 1;
+    osdp_stage_peaks stages;
+    char bounds[256] = "";
+    if (pipelined) {   /* collective: the stages' predictions, for the bottleneck */
+        osdp_stage_peaks_gather(rt, r->mesh, &r->predicted, &stages);
+        osdp_stage_split_format(rt->opt.stage_bounds, r->mesh->pp, bounds, sizeof bounds);
+    }
     if (r->log) {
         osdp_log_record rec;
         osdp_log_begin(&rec, r->log, (osdp_log_format)r->log_format, "config");
@@ -129,6 +138,11 @@ void osdp_report_header(osdp_report *r, const osdp_model_config *cfg, const osdp
         osdp_log_count(&rec, "tp", (unsigned long long)r->mesh->tp);
         osdp_log_count(&rec, "dp", (unsigned long long)r->mesh->dp);
         osdp_log_count(&rec, "pp", (unsigned long long)r->mesh->pp);
+        if (pipelined) {
+            osdp_log_text(&rec, "schedule", osdp_pipe_schedule_name(rt->opt.pipe_schedule));
+            osdp_log_text(&rec, "stages", bounds);
+            osdp_log_count(&rec, "pred_bottleneck_stage", (unsigned long long)osdp_stage_peaks_bottleneck(&stages, 1));
+        }
         osdp_log_count(&rec, "threads", (unsigned long long)r->world->threads);
         osdp_log_count(&rec, "micro_batch", (unsigned long long)r->rt->B);
         osdp_log_count(&rec, "accum", (unsigned long long)r->rt->opt.accum_steps);
@@ -153,7 +167,6 @@ void osdp_report_header(osdp_report *r, const osdp_model_config *cfg, const osdp
         osdp_log_end(&rec);
     }
     if (r->world->rank != 0 || r->quiet) return;
-    const osdp_runtime *rt = r->rt;
     const osdp_layout *L = rt->layout;
     char b1[32];
     int zdp = 0, split = 0, recompute = 0;
@@ -170,6 +183,15 @@ void osdp_report_header(osdp_report *r, const osdp_model_config *cfg, const osdp
         printf("mesh %s: each rank holds its tensor-parallel parts, %.2fM parameters (vocabulary %d padded to %d)\n",
                osdp_mesh_describe(r->mesh, mesh, sizeof mesh), (double)L->total_params / 1e6, cfg->vocab,
                L->vocab_padded);
+    }
+    if (pipelined) {
+        char peaks[512];
+        const int M = rt->opt.accum_steps;
+        printf("pipeline: %d stages, operators %s | %s over %d micro-batches (in flight on stage 0: %d, bubble %.1f%%) | "
+               "predicted peak per stage %s: stage %d is the memory bottleneck\n",
+               r->mesh->pp, bounds, osdp_pipe_schedule_name(rt->opt.pipe_schedule), M,
+               osdp_pipe_in_flight(rt->opt.pipe_schedule, r->mesh->pp, 0, M), 100.0 * osdp_pipe_bubble(r->mesh->pp, M),
+               osdp_stage_peaks_format(&stages, 1, peaks, sizeof peaks), osdp_stage_peaks_bottleneck(&stages, 1));
     }
     printf("data %s: %zu tokens | %d ranks x %d threads, backend %s (%s weights) | batch %d per rank x %d micro-steps = %d sequences/step\n",
            data->path, data->n_tokens, r->world->size, r->world->threads, rt->backend->name,
@@ -216,7 +238,8 @@ static int progress_line_due(const osdp_report *r, long step)
     return r->steps_done == 1 || step % r->log_every == 0 || step >= r->steps_total;
 }
 
-static void print_progress(const osdp_report *r, const osdp_step_stats *st, double tok_s, double mfu)
+static void print_progress(const osdp_report *r, const osdp_step_stats *st, double tok_s, double mfu,
+                           const osdp_stage_peaks *stages)
 {
     const osdp_memory *m = &r->rt->mem;
     const osdp_traffic *t = &st->traffic;
@@ -241,12 +264,20 @@ static void print_progress(const osdp_report *r, const osdp_step_stats *st, doub
                osdp_format_bytes((double)t->logical[OSDP_COLL_TP_ALL_REDUCE], tar, sizeof tar),
                osdp_format_bytes((double)t->logical[OSDP_COLL_TP_ALL_GATHER], tag, sizeof tag));
     }
+    if (stages) {   /* the pipeline's messages, and the stage whose memory bounds the job */
+        char p2p[32], worst[32];
+        const int s = osdp_stage_peaks_bottleneck(stages, 0);
+        printf(" | moved P2P %s | bottleneck stage %d (%s)",
+               osdp_format_bytes((double)t->logical[OSDP_COLL_P2P], p2p, sizeof p2p), s,
+               osdp_format_bytes((double)stages->highest[s][OSDP_MEM_N_CATEGORIES], worst, sizeof worst));
+    }
     if (!isnan(st->val_loss)) printf(" | val_loss %.4f", st->val_loss);
     printf("%s%s\n", r->world->emulated ? " | " : "", r->world->emulation);   /* the times depend on it */
     fflush(stdout);
 }
 
-static void log_step(const osdp_report *r, const osdp_step_stats *st, double tok_s, double mfu)
+static void log_step(const osdp_report *r, const osdp_step_stats *st, double tok_s, double mfu,
+                     const osdp_stage_peaks *stages)
 {
     const osdp_memory *m = &r->rt->mem;
     const osdp_traffic *t = &st->traffic;
@@ -290,6 +321,11 @@ static void log_step(const osdp_report *r, const osdp_step_stats *st, double tok
     osdp_log_count(&rec, "peak_total", m->peak_total);
     osdp_log_count(&rec, "pred_total", r->predicted.peak_total);
     osdp_log_number(&rec, "comm_wait_ms", "%.3f", t->wait_seconds * 1e3);
+    if (stages) {
+        const int s = osdp_stage_peaks_bottleneck(stages, 0);
+        osdp_log_count(&rec, "bottleneck_stage", (unsigned long long)s);
+        osdp_log_count(&rec, "bottleneck_peak", stages->highest[s][OSDP_MEM_N_CATEGORIES]);
+    }
     osdp_log_end(&rec);
 }
 
@@ -307,12 +343,21 @@ void osdp_report_step(osdp_report *r, const osdp_step_stats *st)
     if (r->steps_done == 2) r->n_recent = 0;
     r->recent_seconds[r->n_recent % OSDP_REPORT_ETA_WINDOW] = st->seconds;
     r->n_recent++;
+    /* the stages' peaks once, after the first step (collective): every step
+     * allocates the same, so they stay; not every step, since a plain MPI
+     * collective has no time-out (src/comm) and a rank that died mid-pipeline
+     * must not leave the others waiting here */
+    if (r->mesh->pp > 1 && r->steps_done == 1) {
+        r->stages = malloc(sizeof *r->stages);
+        if (r->stages) osdp_stage_peaks_gather(r->rt, r->mesh, &r->predicted, r->stages);
+    }
     if (r->world->rank != 0) return;
     double tok_s = (double)st->tokens / st->seconds;
     double mfu = model_flops_utilization(r, tok_s);
+    const osdp_stage_peaks *per_stage = r->stages;
     if (!r->quiet && (progress_line_due(r, st->step) || !isnan(st->val_loss)))   /* an evaluation is always shown */
-        print_progress(r, st, tok_s, mfu);
-    if (r->log) log_step(r, st, tok_s, mfu);
+        print_progress(r, st, tok_s, mfu, per_stage);
+    if (r->log) log_step(r, st, tok_s, mfu, per_stage);
 }
 
 /* Every rank's measured peaks, per category and in total: their smallest and
@@ -349,6 +394,8 @@ void osdp_report_summary(osdp_report *r)
     if (r->steps_done == 0) return;
     size_t lowest[OSDP_MEM_N_CATEGORIES + 1], highest[OSDP_MEM_N_CATEGORIES + 1];
     peaks_over_ranks(r, lowest, highest);   /* every rank takes part */
+    osdp_stage_peaks stages;
+    if (r->mesh->pp > 1) osdp_stage_peaks_gather(r->rt, r->mesh, &r->predicted, &stages);
     if (r->world->rank != 0) return;
     double tok_s = r->seconds > 0 ? r->tokens / r->seconds : 0;
     double mfu = model_flops_utilization(r, tok_s);
@@ -367,6 +414,7 @@ void osdp_report_summary(osdp_report *r)
         osdp_log_number(&rec, "tokens_per_s", "%.1f", tok_s);
         log_mfu(&rec, mfu);
         log_rank_peaks(&rec, lowest, highest);
+        if (r->mesh->pp > 1) osdp_stage_peaks_log(&stages, &rec);
         osdp_log_end(&rec);
     }
     fflush(stdout);
@@ -374,6 +422,8 @@ void osdp_report_summary(osdp_report *r)
 
 void osdp_report_close(osdp_report *r)
 {
+    free(r->stages);
+    r->stages = NULL;
     if (r->log) fclose(r->log);
     r->log = NULL;
 }

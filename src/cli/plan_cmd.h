@@ -1,0 +1,25 @@
+/* What `osdp_gpt plan` (src/cli/plan_cmd.c) and its pipeline form
+ * (src/cli/plan_pipeline.c, --pp P > 1) share. */
+#ifndef OSDP_CLI_PLAN_CMD_H
+#define OSDP_CLI_PLAN_CMD_H
+
+#include <stddef.h>
+#include "options.h"
+#include "osdp/cost_model.h"
+#include "osdp/planner.h"
+
+/* the planner's options from the job */
+void osdp_plan_options_from_job(const osdp_job *job, osdp_planner_options *o);
+/* "dp", "zdp", "2/4", with "+rc" when the operator recomputes its activations */
+const char *osdp_plan_mode_label(const osdp_plan *p, int op, char *buf, size_t n);
+/* bytes as MiB with one decimal */
+const char *osdp_mib(double bytes, char *buf, size_t n);
+/* the per-operator table of r's plan over L's operators under cm (its
+ * in-flight micro-batches and stage buffers included), with totals */
+void osdp_plan_ops_table(const osdp_layout *L, const osdp_cost_model *cm, const osdp_planner_result *r);
+/* s as a JSON string on stdout */
+void osdp_json_string(const char *s);
+/* plan --pp P > 1: the pipeline's stages, step, bubble and messages */
+int osdp_cmd_plan_pipeline(const osdp_job *job);
+
+#endif

@@ -1,0 +1,231 @@
+/* osdp_gpt plan --pp P: the pipeline's planner alone (osdp_planner_pipeline):
+ * per stage its operators, in-flight micro-batches, time and memory (the
+ * cost model's and the runtime stage schedule's peak), the step, the bubble
+ * (closed form and simulated), the p2p bytes, the memory bottleneck; beside
+ * it the same pipeline with every operator DP and every operator ZDP. */
+#include "config.h"
+#include "cli/app.h"
+#include "osdp/memory.h"
+#include "osdp/pipeline_cost.h"
+#include "plan_cmd.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ZDP operators of stage s */
+static int stage_zdp_ops(const osdp_pipe_choice *c, int s)
+{
+    int zdp = 0;
+    for (int i = c->stage[s].lo; i < c->stage[s].hi; i++) zdp += c->plan.zdp_slices[i] > 0;
+    return zdp;
+}
+
+/* p2p bytes per step over the whole mesh: every rank of a stage sends its own */
+static long long mesh_p2p_bytes(const osdp_pipe_choice *c)
+{
+    long long bytes = 0;
+    for (int s = 0; s < c->pp_size; s++) bytes += c->stage[s].p2p_bytes;
+    return bytes * c->dp_size * c->tp_size;
+}
+
+/* the stage's cost model: its operators alone, its in-flight micro-batches and message buffers */
+static osdp_cost_model stage_cost_model(const osdp_pipe_choice *c, int s, const osdp_device *dev,
+                                        const osdp_planner_options *o, osdp_layout *sub)
+{
+    *sub = osdp_pipe_stage_layout(&c->layout, c->stage[s].lo, c->stage[s].hi);
+    return (osdp_cost_model){.layout = sub, .dev = dev, .N = c->dp_size, .pad_quantum = o->pad_quantum,
+                             .prefetch = o->prefetch, .kind = o->cost, .in_flight = c->stage[s].in_flight,
+                             .stage_buffer_bytes = osdp_pipe_stage_buffer_bytes(&c->layout, c->bounds, s, c->micro_batch,
+                                                                                c->stage[s].in_flight)};
+}
+
+static void print_text(const osdp_model_config *cfg, const osdp_device *dev, const osdp_planner_options *o,
+                       const osdp_job *job, const osdp_pipe_choice *c, const osdp_pipe_choice *base, const osdp_status *bst)
+{
+    char a[32], b[32], split[512];
+    const int P = c->pp_size;
+    const osdp_layout *L = &c->layout;
+    printf("osdp plan | model %s: %d layers, width %d, vocab %d, T %d | %.3fM parameters in %d operators\n", cfg->name,
+           cfg->n_layer, cfg->n_embd, cfg->vocab, L->T, (double)L->total_params / 1e6, L->n_ops);
+    printf("device %s: %s per rank, p2p alpha %.3g s beta %.3g s/B | search %s, cost model %s, prefetch %s\n", dev->name,
+           osdp_format_bytes((double)(o->mem_limit ? o->mem_limit : dev->mem_limit), a, sizeof a), dev->p2p.alpha,
+           dev->p2p.beta, o->search == OSDP_SEARCH_DFS ? "dfs" : "exact", o->cost == OSDP_COST_OVERLAP ? "overlap" : "paper",
+           o->prefetch ? "on" : "off");
+    printf("mesh: %lld ranks = PP %d x DP %d x TP %d; schedule %s; stages %s (%s)\n", job->ranks, P, c->dp_size,
+           c->tp_size, osdp_pipe_schedule_name(c->schedule), osdp_stage_split_format(c->bounds, P, split, sizeof split),
+           c->bounds_given ? "--stages" : "balanced by the cost model's all-DP operator times");
+    printf("pipeline: micro-batch %d x %d micro-batches per step: step %.3f ms, %.2f samples/s (%.0f tokens/s)\n",
+           c->micro_batch, c->micro_batches, 1e3 * c->step_s, c->samples_per_s, c->samples_per_s * L->T);
+    printf("bubble: closed form (P-1)/(M+P-1) = %.4f; simulated idle fraction %.4f (the stages' pass orders with their "
+           "times and messages)\n", c->timing.bubble_closed, c->timing.idle_fraction);
+    printf("p2p: %s per step over the mesh (each rank of a stage sends its micro-batches' activations forward and "
+           "gradients back; per rank in the table)\n", osdp_format_bytes((double)mesh_p2p_bytes(c), a, sizeof a));
+    printf("\n  %-5s %-9s %-22s %9s %9s %9s %9s %9s %11s %11s %5s %7s %9s\n", "stage", "ops", "operators", "in-flight",
+           "busy ms", "fwd ms", "bwd ms", "ends ms", "peak MiB", "sched MiB", "=", "ZDP", "p2p MiB");
+    for (int s = 0; s < P; s++) {
+        const osdp_stage_plan *st = &c->stage[s];
+        char range[24], names[80], pk[32], sp[32], pp[32];
+        snprintf(range, sizeof range, "%d:%d", st->lo, st->hi);
+        snprintf(names, sizeof names, "%s..%s", L->op[st->lo].name, L->op[st->hi - 1].name);
+        printf("  %-5d %-9s %-22s %9d %9.3f %9.3f %9.3f %9.3f %11s %11s %5s %3d/%-3d %9s%s\n", s, range, names,
+               st->in_flight, 1e3 * st->busy_s, 1e3 * st->pass.forward_s, 1e3 * st->pass.backward_s,
+               1e3 * c->timing.end_s[s], osdp_mib((double)st->peak_bytes, pk, sizeof pk),
+               st->schedule_peak >= 0 ? osdp_mib((double)st->schedule_peak, sp, sizeof sp) : "-",
+               st->schedule_peak < 0 ? "" : st->schedule_peak == st->peak_bytes ? "yes" : "NO", stage_zdp_ops(c, s),
+               st->hi - st->lo, osdp_mib((double)st->p2p_bytes, pp, sizeof pp),
+               st->result.gap > 0 ? "  (not proven optimal: a lowered limit)" : "");
+    }
+    const osdp_stage_plan *bn = &c->stage[c->memory_bottleneck];
+    printf("memory bottleneck: stage %d (%s .. %s), peak %s of %s per rank; slowest stage: %d\n", c->memory_bottleneck,
+           L->op[bn->lo].name, L->op[bn->hi - 1].name,
+           osdp_format_bytes((double)(bn->schedule_peak >= 0 ? bn->schedule_peak : bn->peak_bytes), a, sizeof a),
+           osdp_format_bytes((double)bn->result.mem_limit, b, sizeof b), c->timing.slowest_stage);
+    printf("(busy: the stage's operators' T_i, M x (fwd + bwd); ends: when its last pass ends in the simulation; peak: "
+           "the cost model's, sched: the runtime's stage schedule, = : equal to the byte)\n");
+    for (int s = 0; s < P; s++) {
+        osdp_layout sub;
+        osdp_cost_model cm = stage_cost_model(c, s, dev, o, &sub);
+        printf("\nstage %d: operators %d:%d over %d data-parallel ranks, %d micro-batch%s in flight:\n", s, c->stage[s].lo,
+               c->stage[s].hi, c->dp_size, c->stage[s].in_flight, c->stage[s].in_flight == 1 ? "" : "es");
+        osdp_plan_ops_table(&sub, &cm, &c->stage[s].result);
+    }
+    printf("\n");
+    static const char *const labels[2] = {"all-DP (ZeRO-2/DDP traffic):", "all-ZDP (FSDP/ZeRO-3):"};
+    for (int v = 0; v < 2; v++) {
+        if (bst[v] != OSDP_OK) printf("%-28s does not fit\n", labels[v]);
+        else
+            printf("%-28s micro-batch %d x %d: step %.3f ms, %.2f samples/s, bottleneck stage %d; OSDP %.3fx\n", labels[v],
+                   base[v].micro_batch, base[v].micro_batches, 1e3 * base[v].step_s, base[v].samples_per_s,
+                   base[v].memory_bottleneck, c->samples_per_s / base[v].samples_per_s);
+    }
+    printf("OSDP:                        micro-batch %d x %d: step %.3f ms, %.2f samples/s, bottleneck stage %d; planned "
+           "in %.2f ms (%d micro-batches)\n", c->micro_batch, c->micro_batches, 1e3 * c->step_s, c->samples_per_s,
+           c->memory_bottleneck, 1e3 * c->total_s, c->batches_tried);
+}
+
+static void json_choice(const char *key, const osdp_pipe_choice *c, osdp_status st)
+{
+    printf(",\"%s\":", key);
+    if (st != OSDP_OK) {
+        printf("{\"fits\":false}");
+        return;
+    }
+    printf("{\"fits\":true,\"micro_batch\":%d,\"micro_batches\":%d,\"step_s\":%.9g,\"samples_per_s\":%.9g,"
+           "\"tokens_per_s\":%.9g,\"bubble_closed\":%.9g,\"bubble_simulated\":%.9g,\"p2p_bytes_per_step\":%lld,"
+           "\"memory_bottleneck_stage\":%d,\"slowest_stage\":%d,\"planner_ms\":%.6g,\"stages\":[",
+           c->micro_batch, c->micro_batches, c->step_s, c->samples_per_s, c->samples_per_s * c->layout.T,
+           c->timing.bubble_closed, c->timing.idle_fraction, mesh_p2p_bytes(c), c->memory_bottleneck,
+           c->timing.slowest_stage, 1e3 * c->total_s);
+    for (int s = 0; s < c->pp_size; s++) {
+        const osdp_stage_plan *sp = &c->stage[s];
+        printf("%s{\"stage\":%d,\"lo\":%d,\"hi\":%d,\"first\":\"%s\",\"last\":\"%s\",\"in_flight\":%d,\"busy_s\":%.9g,"
+               "\"forward_s\":%.9g,\"backward_s\":%.9g,\"end_s\":%.9g,\"peak_bytes\":%lld,\"schedule_peak_bytes\":%lld,"
+               "\"mem_limit\":%lld,\"p2p_bytes\":%lld,\"zdp_ops\":%d,\"proven\":%s,\"modes\":[",
+               s ? "," : "", s, sp->lo, sp->hi, c->layout.op[sp->lo].name, c->layout.op[sp->hi - 1].name,
+               sp->in_flight, sp->busy_s, sp->pass.forward_s, sp->pass.backward_s, c->timing.end_s[s],
+               sp->peak_bytes, sp->schedule_peak, sp->result.mem_limit, sp->p2p_bytes, stage_zdp_ops(c, s),
+               sp->result.gap > 0 || sp->result.timed_out ? "false" : "true");
+        for (int i = sp->lo; i < sp->hi; i++) {
+            char mode[16];
+            printf("%s", i > sp->lo ? "," : "");
+            osdp_json_string(osdp_plan_mode_label(&c->plan, i, mode, sizeof mode));
+        }
+        printf("]}");
+    }
+    printf("]}");
+}
+
+int osdp_cmd_plan_pipeline(const osdp_job *job)
+{
+    osdp_planner_options o;
+    osdp_plan_options_from_job(job, &o);
+    osdp_status s;
+    osdp_model_config cfg;
+    osdp_device dev;
+    if ((s = osdp_model_config_load(&cfg, job->model)) != OSDP_OK) osdp_fatal(s, osdp_error_message());
+    if ((s = osdp_job_check_seq_len(job, cfg.ctx)) != OSDP_OK) osdp_fatal(s, osdp_error_message());
+    if ((s = osdp_device_load(&dev, job->device)) != OSDP_OK) osdp_fatal(s, osdp_error_message());
+    if (job->tp == OSDP_TP_AUTO)
+        osdp_fatal(OSDP_ERR_INPUT, "--tp auto with --pp: give the tensor-parallel degree (--tp T); the search over "
+                                   "(P, T, D) is not built yet");
+    const int seq_len = job->seq_len ? (int)job->seq_len : cfg.ctx, P = (int)job->pp, T = (int)job->tp;
+    int bounds[OSDP_MAX_STAGES + 1];
+    osdp_layout L;   /* the operators and their types: the same at every T */
+    if ((s = osdp_layout_build(&L, &cfg, seq_len)) != OSDP_OK) osdp_fatal(s, osdp_error_message());
+    if (job->stages && (s = osdp_stage_split_parse(job->stages, L.n_ops, P, bounds)) != OSDP_OK)
+        osdp_fatal(s, osdp_error_message());
+    int *recompute_all = NULL;
+    if (job->recompute == OSDP_RECOMPUTE_ALL) {   /* every attn and mlp operator */
+        if (!(recompute_all = calloc((size_t)L.n_ops, sizeof *recompute_all))) osdp_fatal(OSDP_ERR_OOM, "plan: out of host memory");
+        for (int i = 0; i < L.n_ops; i++) recompute_all[i] = osdp_op_can_recompute(L.op[i].type);
+        o.recompute = recompute_all;
+    }
+    osdp_layout_free(&L);
+    const osdp_pipe_schedule schedule = (osdp_pipe_schedule)job->pipe_schedule;
+    osdp_pipe_choice c, base[2];
+    s = osdp_planner_pipeline(&cfg, seq_len, &dev, &o, T, P, job->stages ? bounds : NULL, schedule, &c);
+    if (s != OSDP_OK) {
+        char why[4096];
+        snprintf(why, sizeof why, "%s", osdp_error_message());
+        osdp_pipe_choice_free(&c);
+        free(recompute_all);
+        if (job->json) {
+            printf("{\"model\":");
+            osdp_json_string(cfg.name);
+            printf(",\"ranks\":%lld,\"osdp\":{\"fits\":false,\"error\":", job->ranks);
+            osdp_json_string(why);
+            printf("}}\n");
+        }
+        fprintf(stderr, "osdp_gpt: error: %s\n", why);
+        return (int)s;
+    }
+    osdp_status bst[2];
+    for (int v = 0; v < 2; v++) {   /* the same pipeline, every operator DP / ZDP */
+        osdp_planner_options baseline = o;
+        baseline.modes = v ? OSDP_MODES_ALL_ZDP : OSDP_MODES_ALL_DP;
+        bst[v] = osdp_planner_pipeline(&cfg, seq_len, &dev, &baseline, T, P, c.bounds, schedule, &base[v]);
+        if (bst[v] != OSDP_OK && bst[v] != OSDP_ERR_INFEASIBLE) osdp_fatal(bst[v], osdp_error_message());
+    }
+    if (job->json) {
+        char split[512];
+        printf("{\"model\":");
+        osdp_json_string(cfg.name);
+        printf(",\"device\":");
+        osdp_json_string(dev.name);
+        printf(",\"ranks\":%lld,\"params\":%zu,\"operators\":%d,\"T\":%d,\"mesh\":{\"ranks\":%lld,\"pp\":%d,\"dp\":%d,"
+               "\"tp\":%d,\"schedule\":\"%s\",\"stages\":\"%s\",\"stages_given\":%s},\"p2p_alpha\":%.9g,\"p2p_beta\":%.9g",
+               job->ranks, c.layout.total_params, c.layout.n_ops, c.layout.T, job->ranks, P, c.dp_size, c.tp_size,
+               osdp_pipe_schedule_name(schedule), osdp_stage_split_format(c.bounds, P, split, sizeof split),
+               c.bounds_given ? "true" : "false", dev.p2p.alpha, dev.p2p.beta);
+        json_choice("osdp", &c, OSDP_OK);
+        json_choice("all_dp", &base[0], bst[0]);
+        json_choice("all_zdp", &base[1], bst[1]);
+        printf("}\n");
+    } else {
+        print_text(&cfg, &dev, &o, job, &c, base, bst);
+    }
+    int rc = 0;
+    if (job->out) {
+        FILE *f = fopen(job->out, "w");
+        char split[512];
+        if (!f) {
+            fprintf(stderr, "osdp_gpt: error: cannot write the plan file %s\n", job->out);
+            rc = OSDP_ERR_IO;
+        } else {
+            fprintf(f, "# planned by osdp_gpt plan for %lld ranks (PP %d x DP %d x TP %d) on device %s: micro-batch %d, "
+                       "%d micro-batches\n# (train with --pp %d --stages %s --schedule %s --tp %d --batch %d "
+                       "--global-batch %d); predicted step %.6g s, largest stage peak %.0f bytes\n",
+                    job->ranks, P, c.dp_size, c.tp_size, dev.name, c.micro_batch, c.micro_batches, P,
+                    osdp_stage_split_format(c.bounds, P, split, sizeof split), osdp_pipe_schedule_name(schedule),
+                    c.tp_size, c.micro_batch, c.micro_batch * c.micro_batches * c.dp_size, c.step_s,
+                    c.plan.predicted_peak_bytes);
+            osdp_plan_write(&c.plan, &c.layout, f);
+            if (fclose(f) != 0) rc = OSDP_ERR_IO;
+        }
+    }
+    for (int v = 0; v < 2; v++) osdp_pipe_choice_free(&base[v]);
+    osdp_pipe_choice_free(&c);
+    free(recompute_all);
+    return rc;
+}
