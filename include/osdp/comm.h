@@ -79,6 +79,8 @@ struct osdp_comm {
     osdp_traffic traffic;
     int tensor_axis;        /* the mesh's tensor-parallel group: its all-reduces and all-gathers
                                count as OSDP_COLL_TP_ALL_REDUCE / _TP_ALL_GATHER */
+    struct osdp_comm_link *link;   /* the emulated link of a group that spans emulated nodes
+                                      (osdp/link_emulation.h); NULL: none */
 };
 
 /* MPI backend over a duplicate of `mpi_comm` (an MPI_Comm passed as void*

@@ -174,6 +174,28 @@ long long osdp_cost_workspace(const osdp_cost_model *cm, int b);
  * tensor-parallel group's collectives at micro-batch b, rc: recomputed */
 double osdp_cost_tp_comm(const osdp_cost_model *cm, int op, int rc, int b);
 
+/* The two-level network (osdp/device.h).  The data-parallel group of a
+ * mesh of tp x dp x pp ranks (rank order of osdp/mesh.h) spans nodes of
+ * ranks_per_node ranks when two of its ranks sit on different nodes (rank
+ * r on node r / ranks_per_node); a ring over such a group has a step over
+ * the link between nodes, and the slowest link bounds every step, so its
+ * all-gathers and reduce-scatters cost (N-1)(alpha' + S/N beta') with the
+ * device's [internode_*] figures alpha', beta' (formula above, unchanged
+ * otherwise).  A group inside one node, a flat device (no [internode_*],
+ * or ranks_per_node 0) and the tensor-parallel group (inside a node) keep
+ * the in-node figures. */
+/* 1 when some data-parallel group of the mesh spans nodes (ranks_per_node <= 0: one node, 0) */
+int osdp_cost_dp_spans_nodes(int ranks_per_node, int tp, int dp, int pp);
+/* 1 when some message between adjacent pipeline stages (rank r to r + tp dp) crosses nodes */
+int osdp_cost_pp_spans_nodes(int ranks_per_node, int tp, int dp, int pp);
+/* *out = *dev as the groups of that mesh see it, on a device with two
+ * levels: all_gather and reduce_scatter at the inter-node figures when a
+ * data-parallel group spans nodes, p2p at [internode_p2p]'s when a message
+ * between stages crosses nodes (the slowest message bounds the pipeline);
+ * else *dev (out may be dev).  The planner and the cost model then price
+ * each level without knowing the mesh. */
+void osdp_cost_device_for_mesh(const osdp_device *dev, int tp, int dp, int pp, osdp_device *out);
+
 /* Peak bytes per rank of `plan` at micro-batch b (formula above); *at_op
  * (may be NULL) gets the operator whose backward reaches it. */
 long long osdp_cost_peak(const osdp_cost_model *cm, const osdp_plan *plan, int b, int *at_op);

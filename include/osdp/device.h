@@ -30,6 +30,15 @@
  *   beta  = 4.3e-12          ; (both or neither; absent: the all-gather's figures, since one
  *                            ; ring step of an all-gather is such a message, S/N bytes sent
  *                            ; to the next rank, with no arithmetic)
+ *   [internode_all_gather]   ; optional (two-level network): a ring whose group spans
+ *   alpha = 5e-6             ; nodes, per ring step, bounded by the link between nodes
+ *   beta  = 8e-11            ; (with [internode_reduce_scatter]: both or neither;
+ *   [internode_reduce_scatter] ; they need ranks_per_node)
+ *   alpha = 5e-6
+ *   beta  = 8e-11
+ *   [internode_p2p]          ; optional: a message between ranks of two nodes (the
+ *   alpha = 5e-6             ; [p2p] of the link; absent: [internode_all_gather]'s
+ *   beta  = 8e-11            ; figures: one ring step is one message over the link)
  *   [gamma]                  ; s per FLOP, forward + backward, per operator type (> 0)
  *   embed = 6.4e-15
  *   attn  = 6.4e-15
@@ -58,6 +67,14 @@
  * with the micro-batch (kernel launches, per-call overheads, small matrix
  * products running below the machine's rate); the profiler fits both.
  *
+ * Two levels.  Without [internode_*] the network is flat: every rank sits on
+ * one bus, and the inter-node figures are the in-node ones (dev->internode
+ * is filled with them, .given 0), which is what every file written before
+ * the two levels means.  With them, [all_gather] and [reduce_scatter] are
+ * the figures of a group inside one node, and a group that spans nodes is
+ * priced with the inter-node figures (osdp/cost_model.h,
+ * osdp_cost_device_for_mesh); a tensor-parallel group sits inside a node.
+ *
  * Every key of [all_gather], [reduce_scatter] and [gamma] and mem_limit are
  * required ([gamma_fixed] and [step] are optional); unknown sections or keys are errors, so that typos are caught. */
 #ifndef OSDP_DEVICE_H
@@ -73,6 +90,15 @@ typedef struct osdp_collective_cost {
     double beta;    /* s per byte per ring step */
 } osdp_collective_cost;
 
+/* The figures of a group whose ranks sit on more than one node: its ring
+ * has a step over the link between nodes, and the slowest link bounds every
+ * step. */
+typedef struct osdp_device_internode {
+    int given;                            /* 1: the file has [internode_*] (two levels); 0: flat */
+    osdp_collective_cost all_gather, reduce_scatter;
+    osdp_collective_cost p2p;             /* a message from one node to another (flat: [p2p]'s) */
+} osdp_device_internode;
+
 typedef struct osdp_device {
     char name[64];
     long long mem_limit;                  /* bytes per rank */
@@ -83,6 +109,7 @@ typedef struct osdp_device {
     osdp_collective_cost all_gather, reduce_scatter;
     osdp_collective_cost tp_all_reduce;   /* the tensor-parallel group's all-reduce, inside a node */
     osdp_collective_cost p2p;             /* one message between two ranks: alpha + bytes beta */
+    osdp_device_internode internode;      /* a group that spans nodes (flat file: the in-node figures) */
     double gamma[OSDP_N_OP_TYPES];        /* s per FLOP, indexed by osdp_op_type */
     double gamma_fixed[OSDP_N_OP_TYPES];  /* s per operator per micro-step (optional, default 0) */
     double step_shard_param;              /* s per shard element per optimizer step (optional) */
@@ -104,6 +131,14 @@ void osdp_device_default_tp_all_reduce(osdp_device *dev);
 /* [p2p] from the all-gather's figures (one ring step is one message):
  * what a file without the section gets */
 void osdp_device_default_p2p(osdp_device *dev);
+/* A flat network: dev->internode gets the in-node figures (p2p: [p2p]'s; given 0); what
+ * a file without [internode_*] gets */
+void osdp_device_default_internode(osdp_device *dev);
+/* The two levels of an emulated (or stated) network: ranks_per_node R and
+ * a link of latency link->alpha (s) and link->beta (s per byte); each
+ * inter-node figure is the larger of the in-node one and the link's (a
+ * step over the link takes at least the link's time), given 1 */
+void osdp_device_set_link(osdp_device *dev, int ranks_per_node, const osdp_collective_cost *link);
 /* Writes the file form (round-trips through osdp_device_parse); `comment`
  * (may be NULL) is written as '; ' lines at the top. */
 osdp_status osdp_device_write(const osdp_device *dev, const char *comment, const char *path);

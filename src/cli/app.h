@@ -32,12 +32,27 @@ typedef struct osdp_world {
     int rank, size;
     int local_rank, local_size;   /* within the node (MPI_COMM_TYPE_SHARED) */
     int threads;                  /* compute threads for this rank */
+    /* the nodes as the network sees them: the real ones (MPI_COMM_TYPE_SHARED; node_size = local_size)
+     * or, after osdp_world_emulate with --ranks-per-node R, the emulated ones (rank r on node r / R) */
+    int node, n_nodes, node_size, node_rank;
+    int emulated;                 /* 1: the nodes are emulated (every line that depends on it says so) */
+    char emulation[128];          /* "emulated: 2 nodes x 2 ranks, link 12.5 GB/s 5 us"; "" when not */
 } osdp_world;
 
 /* requested_threads: --threads (0: the node's cores / its ranks); more than
  * the node's cores is refused on every rank (a message naming --threads);
  * ranks x threads above the cores is allowed, with a note from rank 0. */
 void osdp_world_init(osdp_world *w, int requested_threads);
+/* --ranks-per-node R and --emulate-link (NULL: not given): emulated nodes
+ * and link (osdp/link_emulation.h), for every communicator made after it;
+ * bad values end the job on every rank with a message naming the option.
+ * Rank 0 prints w->emulation on stdout unless quiet.  R 0: the real nodes. */
+void osdp_world_emulate(osdp_world *w, long long ranks_per_node, const char *link, int quiet);
+struct osdp_link_emulation;
+/* The emulated network as the cost model's device: ranks_per_node, and with
+ * a link each inter-node figure the larger of the file's and the link's
+ * (osdp_device_set_link); e NULL: dev unchanged */
+void osdp_emulation_to_device(const struct osdp_link_emulation *e, struct osdp_device *dev);
 /* Print "osdp_gpt: rank R: error: MSG" and abort the whole job. */
 _Noreturn void osdp_fatal(osdp_status code, const char *msg);
 /* Every rank passes its status; if any failed, rank 0 prints the lowest

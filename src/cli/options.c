@@ -214,6 +214,26 @@ static const option_row g_options[] = {
     {.name = "peak-flops", .type = OPT_FLOAT, .commands = TRAIN, .field = FIELD(peak_flops), .lo = 1e3, .hi = 1e18,
      .metavar = "X", .default_text = "measured sgemm rate",
      .help = "device peak FLOP/s for MFU"},
+    {.name = "ranks-per-node", .type = OPT_INT, .commands = TRAIN | PROFILE, .field = FIELD(ranks_per_node), .lo = 1,
+     .hi = 1 << 20, .metavar = "R", .default_text = "none: the real nodes (MPI_COMM_TYPE_SHARED)",
+     .help = "emulated nodes: world rank r sits on node r / R (for tests and benchmarks on one machine;\n"
+        "every line that depends on it says \"emulated\")"},
+    {.name = "ranks-per-node", .type = OPT_INT, .commands = PLAN, .field = FIELD(ranks_per_node), .lo = 1,
+     .hi = 1 << 20, .metavar = "R", .default_text = "the device file's ranks_per_node",
+     .help = "ranks one node holds: a data-parallel group that spans nodes is priced at the\n"
+        "device's inter-node figures, a tensor-parallel group must fit in a node"},
+    {.name = "nodes", .type = OPT_INT, .commands = PLAN, .field = FIELD(nodes), .lo = 1, .hi = 1 << 20,
+     .metavar = "K", .default_text = "the device file's ranks_per_node",
+     .help = "the ranks sit on K nodes of ranks / K ranks each (as --ranks-per-node ranks / K)"},
+    {.name = "emulate-link", .type = OPT_TEXT, .commands = TRAIN | PROFILE, .field = FIELD(emulate_link),
+     .metavar = "BW,LAT", .default_text = "none",
+     .help = "with --ranks-per-node: a collective or message whose group spans emulated nodes takes at\n"
+        "least the time a link of BW bytes/s (K, M, G, T: 10^3..10^12) and latency LAT (s, ms, us, ns)\n"
+        "would need: 12.5G,5us (a ring over n ranks: (n-1)(LAT + S/n / BW))"},
+    {.name = "emulate-link", .type = OPT_TEXT, .commands = PLAN, .field = FIELD(emulate_link), .metavar = "BW,LAT",
+     .default_text = "the device file's [internode_*]",
+     .help = "price the link between nodes as this emulated one (12.5G,5us; needs a node size):\n"
+        "each inter-node figure the larger of the in-node one and the link's"},
     {.name = "reps", .type = OPT_INT, .commands = PROFILE, .field = FIELD(reps), .lo = 1,
      .hi = OSDP_PROFILE_MAX_REPS, .default_value = "7", .metavar = "R",
      .help = "repetitions per measurement (the median counts)"},

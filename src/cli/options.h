@@ -70,6 +70,9 @@ typedef struct osdp_job {
     int precision;                    /* osdp_precision_choice (when given) */
     double peak_flops;                /* 0: measured */
     long long reps;                   /* profile: repetitions */
+    long long ranks_per_node;         /* --ranks-per-node: emulated node size (0: not given) */
+    const char *emulate_link;         /* --emulate-link BANDWIDTH,LATENCY (NULL: not given) */
+    long long nodes;                  /* plan --nodes: the ranks' nodes (0: not given) */
     int quiet;
     long long log_every;              /* the progress line every N steps */
     /* checkpoints */

@@ -4,6 +4,7 @@
 #include "osdp/cost_model.h"
 #include "osdp/device.h"
 #include "osdp/layout.h"
+#include "osdp/link_emulation.h"
 #include "osdp/memory.h"
 #include "osdp/plan.h"
 #include "osdp/planner.h"
@@ -226,6 +227,42 @@ static void json_mesh(const osdp_mesh_choice *mesh, int is_auto, int n_ranks, in
     printf("},");
 }
 
+/* --nodes K, --ranks-per-node R and --emulate-link: the two levels of the
+ * network of n_ranks ranks, over the device file's */
+static osdp_status network_from_job(const osdp_job *job, int n_ranks, osdp_device *dev)
+{
+    long long per_node = job->ranks_per_node;
+    if (job->nodes) {
+        if (n_ranks % job->nodes != 0)
+            return osdp_error_set(OSDP_ERR_INPUT, "--nodes %lld does not divide the %d ranks (--ranks): the nodes hold "
+                                  "ranks / K ranks each", job->nodes, n_ranks);
+        if (per_node && per_node != n_ranks / job->nodes)
+            return osdp_error_set(OSDP_ERR_INPUT, "--nodes %lld and --ranks-per-node %lld disagree: %d ranks on %lld nodes "
+                                  "are %lld per node", job->nodes, per_node, n_ranks, job->nodes, n_ranks / job->nodes);
+        per_node = n_ranks / job->nodes;
+    }
+    if (job->emulate_link && !per_node)
+        return osdp_error_set(OSDP_ERR_INPUT, "--emulate-link %s needs --nodes K or --ranks-per-node R (which ranks "
+                              "share a node)", job->emulate_link);
+    if (!per_node) return OSDP_OK;
+    osdp_link_emulation e;
+    osdp_status s = osdp_link_emulation_parse(&e, per_node, job->emulate_link, n_ranks);
+    if (s == OSDP_OK) osdp_emulation_to_device(&e, dev);
+    return s;
+}
+
+/* "network: ..." — which level prices the data-parallel group (a device with two levels) */
+static void print_network(const osdp_device *dev, int n_ranks, int tp, int dp)
+{
+    const int spans = osdp_cost_dp_spans_nodes(dev->ranks_per_node, tp, dp, 1);
+    const osdp_collective_cost *ag = spans ? &dev->internode.all_gather : &dev->all_gather;
+    printf("network: %d ranks on nodes of %d; the data-parallel groups (TP %d x DP %d) %s: all-gather alpha %.3g s "
+           "beta %.3g s/B\n",
+           n_ranks, dev->ranks_per_node, tp, dp, spans ? "span nodes, priced at the inter-node figures"
+                                                       : "sit inside a node, priced at the in-node figures",
+           ag->alpha, ag->beta);
+}
+
 int osdp_cmd_plan(const osdp_job *job)
 {
     if (job->pp > 1) return osdp_cmd_plan_pipeline(job);
@@ -242,6 +279,8 @@ int osdp_cmd_plan(const osdp_job *job)
     if ((s = osdp_job_check_seq_len(job, cfg.ctx)) != OSDP_OK) osdp_fatal(s, osdp_error_message());
     if ((s = osdp_device_load(&dev, job->device)) != OSDP_OK) osdp_fatal(s, osdp_error_message());
     const int seq_len = job->seq_len ? (int)job->seq_len : cfg.ctx, n_ranks = planner.n_ranks;
+    if ((s = network_from_job(job, n_ranks, &dev)) != OSDP_OK) osdp_fatal(s, osdp_error_message());
+    const osdp_device as_given = dev;   /* both levels, for the network line */
     if ((s = osdp_layout_build(&L, &cfg, seq_len)) != OSDP_OK) osdp_fatal(s, osdp_error_message());
 
     int *recompute_all = NULL;
@@ -270,6 +309,7 @@ int osdp_cmd_plan(const osdp_job *job)
         }
         planner.n_ranks = n_ranks / tp;
     }
+    osdp_cost_device_for_mesh(&dev, tp, planner.n_ranks, 1, &dev);   /* the data-parallel group's level */
     osdp_planner_result r[3];
     osdp_status st[3];
     char err[3][2048];
@@ -313,10 +353,11 @@ int osdp_cmd_plan(const osdp_job *job)
         printf("device %s: %s per rank, %d-byte gathers, %d-byte reduce-scatters, all-gather alpha %.3g s beta %.3g s/B, reduce-scatter "
                "alpha %.3g s beta %.3g s/B | %d ranks, search %s, cost model %s, prefetch %s, split %s, recompute %s\n",
                dev.name, osdp_format_bytes((double)(planner.mem_limit ? planner.mem_limit : dev.mem_limit), l, sizeof l),
-               dev.param_bytes, dev.grad_bytes, dev.all_gather.alpha, dev.all_gather.beta, dev.reduce_scatter.alpha,
-               dev.reduce_scatter.beta, n_ranks, search, cost, planner.prefetch ? "on" : "off", split_s,
+               dev.param_bytes, dev.grad_bytes, as_given.all_gather.alpha, as_given.all_gather.beta,
+               as_given.reduce_scatter.alpha, as_given.reduce_scatter.beta, n_ranks, search, cost, planner.prefetch ? "on" : "off", split_s,
                osdp_option_word("recompute", job->recompute));
         if (tp_given) print_mesh(&mesh, job->tp == OSDP_TP_AUTO, n_ranks, tp, &dev);
+        if (as_given.internode.given) print_network(&as_given, n_ranks, tp, planner.n_ranks);
         if (st[0] == OSDP_OK) {
             printf("\nOSDP plan (micro-batch %d, accumulation %d):\n", r[0].plan.micro_batch, r[0].plan.accum_steps);
             osdp_plan_ops_table(&L, &cm, &r[0]);

@@ -143,7 +143,7 @@ static osdp_status profile_tp_all_reduce(const osdp_world *world, int only_tp, s
     osdp_device_default_tp_all_reduce(dev);
     len += snprintf(note + len, note_size - (size_t)len, "tp_all_reduce: blocking fp32 all-reduce over groups of T consecutive ranks,\n"
                     "all groups at once, median of %d runs of the slowest rank; T =", reps);
-    for (int T = 2; T <= N && T <= world->local_size; T++) {
+    for (int T = 2; T <= N && T <= world->node_size; T++) {
         if (N % T != 0 || n + N_SIZES > max_points || (only_tp > 1 && T != only_tp)) continue;
         MPI_Comm group;
         MPI_Comm_split(MPI_COMM_WORLD, world->rank / T, world->rank, &group);
@@ -393,6 +393,98 @@ static osdp_status time_step_work(const osdp_compute_backend *be, const osdp_lay
     return OSDP_OK;
 }
 
+/* alpha and beta of the all-gather and the reduce-scatter over `comm`
+ * (every group of the world at once, the slowest rank), at total sizes S
+ * geometric from 4 KiB to `top`, into *ag and *rs; `level` names them in
+ * the output.  Collective over the world. */
+static osdp_status profile_collectives(const osdp_world *world, osdp_comm *comm, const char *level, size_t top, int reps,
+                                       osdp_collective_cost *ag, osdp_collective_cost *rs, char *note, size_t note_size)
+{
+    const int N = comm->size, root = world->rank == 0;
+    int len = 0;
+    for (int coll = 0; coll < 2; coll++) {
+        double x[N_SIZES], y[N_SIZES];
+        for (int i = 0; i < N_SIZES; i++) {
+            /* geometric from 4 KiB to `top`: the model's operator sizes */
+            double at = 4096.0 * pow((double)top / 4096.0, (double)i / (N_SIZES - 1));
+            size_t bytes = ((size_t)at + 4 * (size_t)N - 1) / (4 * (size_t)N) * (4 * (size_t)N);
+            osdp_status s = time_collective(comm, coll ? COLL_REDUCE_SCATTER : COLL_ALL_GATHER, bytes,
+                                            bytes > (8u << 20) ? (reps + 1) / 2 : reps, &y[i]);
+            if (s != OSDP_OK) return s;
+            x[i] = (double)bytes;
+        }
+        double wt[N_SIZES];
+        for (int i = 0; i < N_SIZES; i++) wt[i] = 1 / (y[i] * y[i]); /* relative errors: small sizes count */
+        fit f = line_fit(x, y, wt, N_SIZES, 0);
+        osdp_collective_cost *cc = coll ? rs : ag;
+        cc->alpha = f.c0 > 0 ? f.c0 / (N - 1) : 0;
+        cc->beta = f.c1 * N / (N - 1);
+        char cn[64];
+        snprintf(cn, sizeof cn, "%s%s", level, coll ? "reduce-scatter" : "all-gather");
+        if (root) {
+            printf("  %-14s", cn);
+            for (int i = 0; i < N_SIZES; i++) printf(" %6.0fKiB:%8.3fms", x[i] / 1024, 1e3 * y[i]);
+            printf("\n  %-14s fit: alpha %.3e s, beta %.3e s/B (%.2f GB/s), R^2 %.5f\n", cn, cc->alpha, cc->beta,
+                   cc->beta > 0 ? 1e-9 / cc->beta : 0, f.r2);
+        }
+        len += snprintf(note + len, note_size - (size_t)len, "%s: alpha %.3e s, beta %.3e s/B (%.2f GB/s), R^2 %.5f\n",
+                        cn, cc->alpha, cc->beta, cc->beta > 0 ? 1e-9 / cc->beta : 0, f.r2);
+        if (!(cc->beta > 0))
+            return osdp_error_set(OSDP_ERR_COMM, "profile: the %s times do not grow with size (beta %.3g): noisy "
+                                  "machine? try --reps 21", cn, cc->beta);
+    }
+    return OSDP_OK;
+}
+
+/* The network's two levels.  One node (real or emulated): [all_gather]
+ * and [reduce_scatter] over all ranks, as ever.  More than one node:
+ * [all_gather] / [reduce_scatter] over the ranks of each node (every node
+ * at once), and [internode_all_gather] / [internode_reduce_scatter] over
+ * the ranks of equal index on their nodes (one per node: each ring step
+ * crosses the link; every such group at once), [internode_p2p] from the
+ * latter (one ring step is one message over the link).  Nodes of one rank
+ * each: every group spans nodes, so both levels get the world's figures.
+ * Collective over the world; returns the characters written to note. */
+static int profile_levels(const osdp_world *world, osdp_comm *all, size_t top, int reps, osdp_device *dev, char *note,
+                          size_t note_size)
+{
+    int len = 0;
+    if (world->n_nodes <= 1 || world->node_size <= 1) {
+        osdp_check_all(profile_collectives(world, all, "", top, reps, &dev->all_gather, &dev->reduce_scatter, note,
+                                           note_size));
+        osdp_device_default_p2p(dev);   /* [p2p]: one ring step's figures */
+        if (world->n_nodes > 1) osdp_device_set_link(dev, world->node_size, &dev->all_gather);
+        return (int)strlen(note);
+    }
+    len += snprintf(note + len, note_size - (size_t)len,
+                    "Two levels (%s%s%d nodes x %d ranks): in-node figures over the ranks of each node, inter-node\n"
+                    "figures over the ranks of equal index on their nodes (all groups at once).\n",
+                    world->emulated ? world->emulation : "nodes from MPI_COMM_TYPE_SHARED", world->emulated ? "; " : ": ",
+                    world->n_nodes, world->node_size);
+    MPI_Comm node_group, across_group;
+    MPI_Comm_split(MPI_COMM_WORLD, world->node, world->rank, &node_group);
+    MPI_Comm_split(MPI_COMM_WORLD, world->node_rank, world->rank, &across_group);
+    osdp_comm in_node, across;
+    osdp_check_all(osdp_comm_create_mpi(&in_node, &node_group));
+    osdp_check_all(osdp_comm_create_mpi(&across, &across_group));
+    MPI_Comm_free(&node_group);
+    MPI_Comm_free(&across_group);
+    osdp_check_all(profile_collectives(world, &in_node, "", top, reps, &dev->all_gather, &dev->reduce_scatter, note + len,
+                                       note_size - (size_t)len));
+    len = (int)strlen(note);
+    osdp_check_all(profile_collectives(world, &across, world->emulated ? "emulated internode " : "internode ", top, reps,
+                                       &dev->internode.all_gather, &dev->internode.reduce_scatter, note + len,
+                                       note_size - (size_t)len));
+    len = (int)strlen(note);
+    osdp_device_default_p2p(dev);   /* [p2p] and [internode_p2p]: one ring step's figures at each level */
+    dev->internode.p2p = dev->internode.all_gather;
+    dev->internode.given = 1;
+    osdp_comm_destroy(&in_node);
+    osdp_comm_destroy(&across);
+    (void)all;
+    return len;
+}
+
 int osdp_cmd_profile(const osdp_job *job)
 {
     const char *model = job->model, *out = job->out, *name = job->name;
@@ -400,6 +492,7 @@ int osdp_cmd_profile(const osdp_job *job)
     int threads = (int)job->threads, reps = (int)job->reps, seq_len = (int)job->seq_len;
     osdp_world world;
     osdp_world_init(&world, threads);
+    osdp_world_emulate(&world, job->ranks_per_node, job->emulate_link, 0);
     osdp_check_all(world.size >= 2 ? OSDP_OK
                    : osdp_error_set(OSDP_ERR_INPUT, "profile: alpha and beta need at least 2 ranks (mpiexec -n N, N >= 2)"));
     const osdp_compute_backend *be = &osdp_compute_cpu;
@@ -432,44 +525,17 @@ int osdp_cmd_profile(const osdp_job *job)
     len += snprintf(note + len, sizeof note - (size_t)len,
                     "Sizes: %d, geometric from 4 KiB to %.1f MiB (twice the model's largest operator, fp32).\n", N_SIZES,
                     (double)top / 1048576.0);
-    if (root) printf("osdp profile: %d ranks x %d threads on %s, model %s (T %d)\n", N, world.threads, host, cfg.name, L.T);
-    for (int coll = 0; coll < 2; coll++) {
-        double x[N_SIZES], y[N_SIZES];
-        for (int i = 0; i < N_SIZES; i++) {
-            /* geometric from 4 KiB to `top`: the model's operator sizes */
-            double at = 4096.0 * pow((double)top / 4096.0, (double)i / (N_SIZES - 1));
-            size_t bytes = ((size_t)at + 4 * (size_t)N - 1) / (4 * (size_t)N) * (4 * (size_t)N);
-            osdp_check_all(time_collective(&comm, coll ? COLL_REDUCE_SCATTER : COLL_ALL_GATHER, bytes,
-                                           bytes > (8u << 20) ? (reps + 1) / 2 : reps, &y[i]));
-            x[i] = (double)bytes;
-        }
-        double wt[N_SIZES];
-        for (int i = 0; i < N_SIZES; i++) wt[i] = 1 / (y[i] * y[i]); /* relative errors: small sizes count */
-        fit f = line_fit(x, y, wt, N_SIZES, 0);
-        osdp_collective_cost *cc = coll ? &dev.reduce_scatter : &dev.all_gather;
-        cc->alpha = f.c0 > 0 ? f.c0 / (N - 1) : 0;
-        cc->beta = f.c1 * N / (N - 1);
-        const char *cn = coll ? "reduce-scatter" : "all-gather";
-        if (root) {
-            printf("  %-14s", cn);
-            for (int i = 0; i < N_SIZES; i++) printf(" %6.0fKiB:%8.3fms", x[i] / 1024, 1e3 * y[i]);
-            printf("\n  %-14s fit: alpha %.3e s, beta %.3e s/B (%.2f GB/s), R^2 %.5f\n", cn, cc->alpha, cc->beta,
-                   cc->beta > 0 ? 1e-9 / cc->beta : 0, f.r2);
-        }
-        len += snprintf(note + len, sizeof note - (size_t)len, "%s: alpha %.3e s, beta %.3e s/B (%.2f GB/s), R^2 %.5f\n",
-                        cn, cc->alpha, cc->beta, cc->beta > 0 ? 1e-9 / cc->beta : 0, f.r2);
-        osdp_check_all(cc->beta > 0 ? OSDP_OK
-                       : osdp_error_set(OSDP_ERR_COMM, "profile: the %s times do not grow with size (beta %.3g): noisy "
-                                        "machine? try --reps 21", cn, cc->beta));
-    }
+    if (root) printf("osdp profile: %d ranks x %d threads on %s, model %s (T %d)%s%s\n", N, world.threads, host, cfg.name,
+                     L.T, world.emulated ? " | " : "", world.emulation);
+    len += profile_levels(&world, &comm, top, reps, &dev, note + len, sizeof note - (size_t)len);
 
     {   /* the residual stream of micro-batch 8, at least 1 MiB: what the TP group all-reduces */
         size_t stream = 8 * (size_t)L.T * L.max_width * sizeof(float);
         char tp_note[1024];
         const int only_tp = osdp_option_given(job, "tp") ? (int)job->tp : 0;
-        osdp_check_all(only_tp <= 1 || (N % only_tp == 0 && only_tp <= world.local_size) ? OSDP_OK
+        osdp_check_all(only_tp <= 1 || (N % only_tp == 0 && only_tp <= world.node_size) ? OSDP_OK
                        : osdp_error_set(OSDP_ERR_INPUT, "profile --tp %d: the tensor-parallel groups must divide the %d ranks "
-                                        "and fit the %d ranks on a node", only_tp, N, world.local_size));
+                                        "and fit the %d ranks on a node", only_tp, N, world.node_size));
         osdp_check_all(profile_tp_all_reduce(&world, only_tp, stream > ((size_t)1 << 20) ? stream : (size_t)1 << 20, reps,
                                              &dev, tp_note, sizeof tp_note));
         len += snprintf(note + len, sizeof note - (size_t)len, "%s", tp_note);
@@ -478,9 +544,9 @@ int osdp_cmd_profile(const osdp_job *job)
         osdp_check_all(profile_p2p(&world, &comm, stream > ((size_t)1 << 20) ? stream : (size_t)1 << 20, reps, &dev,
                                    p2p_note, sizeof p2p_note));
         len += snprintf(note + len, sizeof note - (size_t)len, "%s", p2p_note);
-        dev.ranks_per_node = world.local_size;
-        len += snprintf(note + len, sizeof note - (size_t)len, "ranks_per_node: the ranks of this run on the node (%d).\n",
-                        world.local_size);
+        dev.ranks_per_node = world.node_size;
+        len += snprintf(note + len, sizeof note - (size_t)len, "ranks_per_node: the ranks of this run on the node (%d%s).\n",
+                        world.node_size, world.emulated ? ", emulated" : "");
     }
 
     enum { N_BATCHES = 4 };

@@ -1,6 +1,7 @@
 /* Progress output of a training run (see osdp/report.h). */
 #include "config.h"
 #include "cli/report.h"
+#include "osdp/link_emulation.h"
 #include "util/clock.h"
 #include "log_record.h"
 #include "report_stages.h"
@@ -154,6 +155,15 @@ void osdp_report_header(osdp_report *r, const osdp_model_config *cfg, const osdp
         osdp_log_text(&rec, "peak_source", r->peak_given ? "given" : "sgemm");
         osdp_log_count(&rec, "prefetch", (unsigned long long)r->rt->opt.prefetch);
         osdp_log_number(&rec, "pred_step_s", "%.6g", r->predicted_step_s);
+        const osdp_link_emulation *emulated = osdp_comm_emulation();
+        if (emulated) {   /* the step times depend on it */
+            osdp_log_count(&rec, "emulated_nodes", (unsigned long long)emulated->n_nodes);
+            osdp_log_count(&rec, "emulated_ranks_per_node", (unsigned long long)emulated->ranks_per_node);
+            if (emulated->has_link) {
+                osdp_log_number(&rec, "emulated_link_bytes_per_s", "%.6g", 1 / emulated->beta);
+                osdp_log_number(&rec, "emulated_link_latency_s", "%.6g", emulated->alpha);
+            }
+        }
         osdp_log_end(&rec);
     }
     if (r->world->rank != 0 || r->quiet) return;
@@ -261,8 +271,8 @@ static void print_progress(const osdp_report *r, const osdp_step_stats *st, doub
                osdp_format_bytes((double)t->logical[OSDP_COLL_P2P], p2p, sizeof p2p), s,
                osdp_format_bytes((double)stages->highest[s][OSDP_MEM_N_CATEGORIES], worst, sizeof worst));
     }
-    if (isnan(st->val_loss)) printf("\n");
-    else printf(" | val_loss %.4f\n", st->val_loss);
+    if (!isnan(st->val_loss)) printf(" | val_loss %.4f", st->val_loss);
+    printf("%s%s\n", r->world->emulated ? " | " : "", r->world->emulation);   /* the times depend on it */
     fflush(stdout);
 }
 
@@ -390,10 +400,11 @@ void osdp_report_summary(osdp_report *r)
     double tok_s = r->seconds > 0 ? r->tokens / r->seconds : 0;
     double mfu = model_flops_utilization(r, tok_s);
     char pk[32], pred[32], mfu_text[48];
-    printf("done: %ld steps | loss %.4f -> %.4f | %.0f tokens/s | %s | peak/rank %s (predicted %s)\n",
+    printf("done: %ld steps | loss %.4f -> %.4f | %.0f tokens/s | %s | peak/rank %s (predicted %s)%s%s\n",
            r->steps_done, r->first_loss, r->last_loss, tok_s, format_mfu(mfu, mfu_text, sizeof mfu_text),
            osdp_format_bytes((double)r->rt->mem.peak_total, pk, sizeof pk),
-           osdp_format_bytes((double)r->predicted.peak_total, pred, sizeof pred));
+           osdp_format_bytes((double)r->predicted.peak_total, pred, sizeof pred), r->world->emulated ? " | " : "",
+           r->world->emulation);
     if (r->log) {
         osdp_log_record rec;
         osdp_log_begin(&rec, r->log, (osdp_log_format)r->log_format, "summary");

@@ -6,6 +6,7 @@
 #include "osdp/data.h"
 #include "osdp/device.h"
 #include "osdp/layout.h"
+#include "osdp/link_emulation.h"
 #include "osdp/mesh.h"
 #include "osdp/pipeline.h"
 #include "osdp/plan.h"
@@ -151,6 +152,7 @@ static osdp_status device_load_for_runtime(osdp_device *dev, const char *path, o
     if (s == OSDP_OK) {
         dev->param_bytes = (int)osdp_dtype_size(weights);
         dev->grad_bytes = dev->act_bytes = (int)sizeof(float);
+        osdp_emulation_to_device(osdp_comm_emulation(), dev);   /* --ranks-per-node / --emulate-link: the run's network */
     }
     return s;
 }
@@ -237,6 +239,7 @@ static osdp_status plan_auto(osdp_plan *plan, const osdp_layout *layout, const o
         o.micro_batch = t->micro_batch;
         o.pad_quantum = t->pad_quantum;
         osdp_status s = device_load_for_runtime(&dev, job->device, t->weights);
+        if (s == OSDP_OK) osdp_cost_device_for_mesh(&dev, layout->tp_size, dp_ranks, 1, &dev);   /* the DP group's level */
         if (s == OSDP_OK) s = osdp_planner_run(layout, &dev, &o, &r);
         if (s == OSDP_OK) s = osdp_plan_copy(plan, &r.plan);
         if (s == OSDP_OK && !job->quiet) osdp_plan_print(layout, &dev, &o, &r);
@@ -327,6 +330,7 @@ static double predicted_step_time(const osdp_layout *layout, const osdp_plan *pl
 {
     osdp_device dev;
     if (device_load_for_runtime(&dev, job->device, t->weights) != OSDP_OK) return 0;
+    osdp_cost_device_for_mesh(&dev, layout->tp_size, dp_ranks, 1, &dev);
     osdp_cost_model cm = {.layout = layout, .dev = &dev, .N = dp_ranks, .pad_quantum = t->pad_quantum,
                           .prefetch = !job->no_prefetch, .kind = (osdp_cost_kind)job->cost_model};
     return osdp_cost_step_time(&cm, plan, plan->micro_batch, plan->accum_steps);
@@ -412,6 +416,7 @@ int osdp_cmd_train(const osdp_job *job)
     osdp_world world;
     osdp_status s;
     osdp_world_init(&world, (int)job->threads);
+    osdp_world_emulate(&world, job->ranks_per_node, job->emulate_link, job->quiet);
     osdp_check_all(check_train_options(job));
     /* the mesh before anything counts ranks: the batch geometry and the plan
      * are the data-parallel group's */

@@ -2,12 +2,60 @@
 #include "config.h"
 #include "cli/app.h"
 #include "osdp/agree.h"
+#include "osdp/device.h"
+#include "osdp/link_emulation.h"
 
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
 #include <unistd.h>
+
+/* the node index of this rank among the real nodes: the rank of its node's
+ * first rank among the nodes' first ranks */
+static void real_nodes(osdp_world *w, MPI_Comm node)
+{
+    MPI_Comm firsts;
+    MPI_Comm_split(MPI_COMM_WORLD, w->local_rank == 0 ? 0 : MPI_UNDEFINED, w->rank, &firsts);
+    int index_count[2] = {0, 1};
+    if (firsts != MPI_COMM_NULL) {
+        MPI_Comm_rank(firsts, &index_count[0]);
+        MPI_Comm_size(firsts, &index_count[1]);
+        MPI_Comm_free(&firsts);
+    }
+    MPI_Bcast(index_count, 2, MPI_INT, 0, node);
+    w->node = index_count[0];
+    w->n_nodes = index_count[1];
+    w->node_size = w->local_size;
+    w->node_rank = w->local_rank;
+    w->emulated = 0;
+    w->emulation[0] = '\0';
+}
+
+void osdp_world_emulate(osdp_world *w, long long ranks_per_node, const char *link, int quiet)
+{
+    osdp_link_emulation e;
+    osdp_check_all(osdp_link_emulation_parse(&e, ranks_per_node, link, w->size));
+    if (e.ranks_per_node == 0) return;
+    osdp_comm_emulate(&e);
+    w->emulated = 1;
+    w->node_size = e.ranks_per_node;
+    w->n_nodes = e.n_nodes;
+    w->node = w->rank / e.ranks_per_node;
+    w->node_rank = w->rank % e.ranks_per_node;
+    osdp_link_emulation_describe(&e, w->emulation, sizeof w->emulation);
+    if (w->rank == 0 && !quiet) {
+        printf("%s (--ranks-per-node%s; not the real network)\n", w->emulation, link ? ", --emulate-link" : "");
+        fflush(stdout);
+    }
+}
+
+void osdp_emulation_to_device(const osdp_link_emulation *e, osdp_device *dev)
+{
+    if (!e || e->ranks_per_node <= 0) return;
+    if (e->has_link) osdp_device_set_link(dev, e->ranks_per_node, &(osdp_collective_cost){e->alpha, e->beta});
+    else dev->ranks_per_node = e->ranks_per_node;
+}
 
 void osdp_world_init(osdp_world *w, int requested_threads)
 {
@@ -17,6 +65,7 @@ void osdp_world_init(osdp_world *w, int requested_threads)
     MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, w->rank, MPI_INFO_NULL, &node);
     MPI_Comm_rank(node, &w->local_rank);
     MPI_Comm_size(node, &w->local_size);
+    real_nodes(w, node);
     MPI_Comm_free(&node);
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     if (cores < 1) cores = 1;

@@ -49,6 +49,15 @@ static osdp_status timed(osdp_comm *c, osdp_request *req, double t0, osdp_status
     return s;
 }
 
+/* the emulated link's floor (src/comm/link_emulation.c) once the call has
+ * returned, then the wait time of a blocking call */
+static osdp_status over_link(osdp_comm *c, osdp_collective kind, size_t bytes, int peer, osdp_request *req, double t0,
+                             osdp_status s)
+{
+    if (s == OSDP_OK && c->link) osdp_comm_link_issued(c, kind, bytes, peer, t0, req);
+    return timed(c, req, t0, s);
+}
+
 static void account(osdp_comm *c, osdp_collective type, size_t full_bytes, double wire_fraction)
 {
     if (c->tensor_axis && type == OSDP_COLL_ALL_REDUCE) type = OSDP_COLL_TP_ALL_REDUCE;
@@ -60,30 +69,34 @@ static void account(osdp_comm *c, osdp_collective type, size_t full_bytes, doubl
 
 osdp_status osdp_comm_all_gather(osdp_comm *c, const void *shard, void *full, size_t count, osdp_dtype t, osdp_request *req)
 {
-    account(c, OSDP_COLL_ALL_GATHER, count * (size_t)c->size * osdp_dtype_size(t), (double)(c->size - 1) / c->size);
+    const size_t bytes = count * (size_t)c->size * osdp_dtype_size(t);
+    account(c, OSDP_COLL_ALL_GATHER, bytes, (double)(c->size - 1) / c->size);
     double t0 = osdp_now_seconds();
-    return timed(c, req, t0, c->ops->all_gather(c, shard, full, count, t, req));
+    return over_link(c, OSDP_COLL_ALL_GATHER, bytes, -1, req, t0, c->ops->all_gather(c, shard, full, count, t, req));
 }
 
 osdp_status osdp_comm_reduce_scatter(osdp_comm *c, const void *full, void *shard, size_t count, osdp_dtype t, osdp_request *req)
 {
-    account(c, OSDP_COLL_REDUCE_SCATTER, count * (size_t)c->size * osdp_dtype_size(t), (double)(c->size - 1) / c->size);
+    const size_t bytes = count * (size_t)c->size * osdp_dtype_size(t);
+    account(c, OSDP_COLL_REDUCE_SCATTER, bytes, (double)(c->size - 1) / c->size);
     double t0 = osdp_now_seconds();
-    return timed(c, req, t0, c->ops->reduce_scatter(c, full, shard, count, t, req));
+    return over_link(c, OSDP_COLL_REDUCE_SCATTER, bytes, -1, req, t0,
+                     c->ops->reduce_scatter(c, full, shard, count, t, req));
 }
 
 osdp_status osdp_comm_all_reduce(osdp_comm *c, void *buf, size_t count, osdp_dtype t, osdp_request *req)
 {
     account(c, OSDP_COLL_ALL_REDUCE, count * osdp_dtype_size(t), 2.0 * (c->size - 1) / c->size);
     double t0 = osdp_now_seconds();
-    return timed(c, req, t0, c->ops->all_reduce(c, buf, count, t, req));
+    return over_link(c, OSDP_COLL_ALL_REDUCE, count * osdp_dtype_size(t), -1, req, t0,
+                     c->ops->all_reduce(c, buf, count, t, req));
 }
 
 osdp_status osdp_comm_broadcast(osdp_comm *c, void *buf, size_t bytes, int root, osdp_request *req)
 {
     account(c, OSDP_COLL_BROADCAST, bytes, c->rank == root ? 1.0 : 0.0);
     double t0 = osdp_now_seconds();
-    return timed(c, req, t0, c->ops->broadcast(c, buf, bytes, root, req));
+    return over_link(c, OSDP_COLL_BROADCAST, bytes, -1, req, t0, c->ops->broadcast(c, buf, bytes, root, req));
 }
 
 osdp_status osdp_comm_barrier(osdp_comm *c) { return c->ops->barrier(c); }
@@ -92,20 +105,22 @@ osdp_status osdp_comm_send(osdp_comm *c, const void *buf, size_t count, osdp_dty
 {
     account(c, OSDP_COLL_P2P, count * osdp_dtype_size(t), 1.0);
     double t0 = osdp_now_seconds();
-    return timed(c, req, t0, c->ops->send(c, buf, count, t, peer, req));
+    return over_link(c, OSDP_COLL_P2P, count * osdp_dtype_size(t), peer, req, t0, c->ops->send(c, buf, count, t, peer, req));
 }
 
 osdp_status osdp_comm_recv(osdp_comm *c, void *buf, size_t count, osdp_dtype t, int peer, osdp_request *req)
 {
     double t0 = osdp_now_seconds();
-    return timed(c, req, t0, c->ops->recv(c, buf, count, t, peer, req));
+    return over_link(c, OSDP_COLL_P2P, count * osdp_dtype_size(t), peer, req, t0, c->ops->recv(c, buf, count, t, peer, req));
 }
 
 osdp_status osdp_comm_wait(osdp_comm *c, osdp_request *req)
 {
     if (!req || !req->impl) return OSDP_OK;
     double t0 = osdp_now_seconds();
+    void *request = req->impl;   /* the backend's wait clears it */
     osdp_status s = c->ops->wait(c, req);
+    if (s == OSDP_OK) osdp_comm_link_waited(c, request);
     c->traffic.wait_seconds += osdp_now_seconds() - t0;
     return s;
 }
@@ -127,7 +142,10 @@ void osdp_comm_progress(osdp_comm *c)
 
 void osdp_comm_destroy(osdp_comm *c)
 {
-    if (c && c->ops) c->ops->destroy(c);
+    if (c && c->ops) {
+        osdp_comm_link_detach(c);
+        c->ops->destroy(c);
+    }
     memset(c, 0, sizeof *c);
 }
 

@@ -41,6 +41,21 @@ void osdp_comm_release(osdp_comm *c, MPI_Comm *duplicate);
  * job: a collective cannot be cancelled). */
 osdp_status osdp_comm_mpi_wait(MPI_Request *req, double timeout_s, const char *label);
 
+/* The emulated link (osdp/link_emulation.h).  attach: at the end of a
+ * backend's create, c->link set when the group (ranks of `group`) spans
+ * emulated nodes and a link is emulated (NULL otherwise: every call below
+ * is then a no-op); detach: before its destroy.  issued: after a call
+ * started at t0 has returned (kind: the call's own, bytes: the full buffer
+ * or the message; peer: the other rank of a send or receive, -1 for a
+ * collective): a blocking call (req NULL) sleeps out the rest of the floor
+ * now, a non-blocking one's deadline is kept for waited(c, req->impl),
+ * which sleeps it out after the wait. */
+struct osdp_comm_link;
+void osdp_comm_link_attach(osdp_comm *c, MPI_Comm group);
+void osdp_comm_link_detach(osdp_comm *c);
+void osdp_comm_link_issued(osdp_comm *c, osdp_collective kind, size_t bytes, int peer, double t0, osdp_request *req);
+void osdp_comm_link_waited(osdp_comm *c, void *request);
+
 /* The entries every backend's table has, its functions named after them:
  * PREFIX##all_gather and so on (a backend adds .name and what only it has) */
 #define OSDP_COMM_BACKEND_ENTRIES(prefix) \

@@ -261,3 +261,39 @@ double osdp_cost_step_time(const osdp_cost_model *cm_in, const osdp_plan *plan, 
     }
     return t;
 }
+
+/* ---- the two-level network: which level prices the data-parallel group ---- */
+
+int osdp_cost_dp_spans_nodes(int ranks_per_node, int tp, int dp, int pp)
+{
+    if (ranks_per_node <= 0 || dp <= 1) return 0;
+    /* the group of stage p and tensor index t: ranks p tp dp + t + d tp, d = 0..dp-1, in increasing order, so
+     * it spans nodes when its first and last rank do */
+    for (int p = 0; p < pp; p++)
+        for (int t = 0; t < tp; t++) {
+            const long long first = (long long)p * tp * dp + t, last = first + (long long)(dp - 1) * tp;
+            if (first / ranks_per_node != last / ranks_per_node) return 1;
+        }
+    return 0;
+}
+
+int osdp_cost_pp_spans_nodes(int ranks_per_node, int tp, int dp, int pp)
+{
+    if (ranks_per_node <= 0 || pp <= 1) return 0;
+    /* rank r of stage s sends to r + tp dp of stage s + 1 */
+    const long long stride = (long long)tp * dp;
+    for (long long r = 0; r < stride * (pp - 1); r++)
+        if (r / ranks_per_node != (r + stride) / ranks_per_node) return 1;
+    return 0;
+}
+
+void osdp_cost_device_for_mesh(const osdp_device *dev, int tp, int dp, int pp, osdp_device *out)
+{
+    if (out != dev) *out = *dev;
+    if (!dev->internode.given) return;
+    if (osdp_cost_dp_spans_nodes(dev->ranks_per_node, tp, dp, pp)) {
+        out->all_gather = dev->internode.all_gather;
+        out->reduce_scatter = dev->internode.reduce_scatter;
+    }
+    if (osdp_cost_pp_spans_nodes(dev->ranks_per_node, tp, dp, pp)) out->p2p = dev->internode.p2p;
+}

@@ -24,6 +24,7 @@ enum { K_MEM, K_PREC, K_PBYTES, K_ABYTES, K_GBYTES, K_NODE, K_AG_A, K_AG_B, K_RS
 typedef struct dev_parse {
     osdp_device *dev;
     int seen[K_N];
+    int internode_seen[3][2];   /* [internode_all_gather], _reduce_scatter, _p2p: alpha, beta */
     osdp_status status;
 } dev_parse;
 
@@ -44,11 +45,123 @@ static int fail(dev_parse *st, const char *section, const char *key, const char 
     return 0;
 }
 
+/* ---- the two-level network: the [internode_*] sections ---- */
+
+static const char *const internode_sections[3] = {"internode_all_gather", "internode_reduce_scatter", "internode_p2p"};
+
+static osdp_collective_cost *internode_cost(osdp_device *d, int which)
+{
+    return which == 0 ? &d->internode.all_gather : which == 1 ? &d->internode.reduce_scatter : &d->internode.p2p;
+}
+
+/* one key of an [internode_*] section (the same rules as [all_gather]'s) */
+static int internode_handler(dev_parse *st, const char *section, const char *key, const char *value)
+{
+    int which = -1;
+    for (int w = 0; w < 3; w++)
+        if (strcmp(section, internode_sections[w]) == 0) which = w;
+    if (which < 0) {
+        st->status = osdp_error_set(OSDP_ERR_INPUT,
+                                    "unknown section [%s] (the inter-node ones: [internode_all_gather], "
+                                    "[internode_reduce_scatter], [internode_p2p])", section);
+        return 0;
+    }
+    const int is_beta = strcmp(key, "beta") == 0;
+    if (!is_beta && strcmp(key, "alpha") != 0) {
+        st->status = osdp_error_set(OSDP_ERR_INPUT, "unknown key '%s' in [%s] (known: alpha, beta)", key, section);
+        return 0;
+    }
+    double x;
+    if (!is_beta && (parse_double(value, &x) != 0 || x < 0))
+        return fail(st, section, key, "alpha (latency, seconds per ring step) must be a number >= 0", value);
+    if (is_beta && (parse_double(value, &x) != 0 || x <= 0))
+        return fail(st, section, key,
+                    "beta (seconds per byte = 1 / bandwidth) must be > 0: a zero or negative bandwidth is meaningless",
+                    value);
+    if (st->internode_seen[which][is_beta]) {
+        st->status = osdp_error_set(OSDP_ERR_INPUT, "[%s] %s given twice", section, key);
+        return 0;
+    }
+    st->internode_seen[which][is_beta] = 1;
+    osdp_collective_cost *c = internode_cost(st->dev, which);
+    if (is_beta) c->beta = x;
+    else c->alpha = x;
+    return 1;
+}
+
+/* after the whole file: each section complete, the collectives' two both or
+ * neither, and a node size to tell the levels apart */
+static osdp_status internode_finish(osdp_device *dev, const dev_parse *st, const char *origin)
+{
+    int any = 0;
+    for (int w = 0; w < 3; w++) {
+        if (st->internode_seen[w][0] != st->internode_seen[w][1])
+            return osdp_error_set(OSDP_ERR_INPUT, "device file %s: [%s] needs both alpha and beta (missing '%s')", origin,
+                                  internode_sections[w], st->internode_seen[w][0] ? "beta" : "alpha");
+        any |= st->internode_seen[w][0];
+    }
+    if (!any) {
+        osdp_device_default_internode(dev);
+        return OSDP_OK;
+    }
+    if (st->internode_seen[0][0] != st->internode_seen[1][0])
+        return osdp_error_set(OSDP_ERR_INPUT,
+                              "device file %s: [internode_all_gather] and [internode_reduce_scatter] go together (missing "
+                              "[%s])", origin, internode_sections[st->internode_seen[0][0] ? 1 : 0]);
+    if (!st->internode_seen[0][0])
+        return osdp_error_set(OSDP_ERR_INPUT,
+                              "device file %s: [internode_p2p] needs [internode_all_gather] and [internode_reduce_scatter]",
+                              origin);
+    if (!st->seen[K_NODE])
+        return osdp_error_set(OSDP_ERR_INPUT,
+                              "device file %s: [internode_*] sections need ranks_per_node in [device] (the ranks one node "
+                              "holds: which groups span nodes)", origin);
+    if (!st->internode_seen[2][0]) dev->internode.p2p = dev->internode.all_gather;   /* one ring step: one message */
+    dev->internode.given = 1;
+    return OSDP_OK;
+}
+
+void osdp_device_default_internode(osdp_device *dev)
+{
+    dev->internode.given = 0;
+    dev->internode.all_gather = dev->all_gather;
+    dev->internode.reduce_scatter = dev->reduce_scatter;
+    dev->internode.p2p = dev->p2p;
+}
+
+static osdp_collective_cost slower(osdp_collective_cost a, const osdp_collective_cost *b)
+{
+    if (b->alpha > a.alpha) a.alpha = b->alpha;
+    if (b->beta > a.beta) a.beta = b->beta;
+    return a;
+}
+
+void osdp_device_set_link(osdp_device *dev, int ranks_per_node, const osdp_collective_cost *link)
+{
+    /* a file's own inter-node figures (flat: the in-node ones) are the floor the link adds to */
+    dev->ranks_per_node = ranks_per_node;
+    dev->internode.all_gather = slower(dev->internode.all_gather, link);
+    dev->internode.reduce_scatter = slower(dev->internode.reduce_scatter, link);
+    dev->internode.p2p = slower(dev->internode.p2p, link);
+    dev->internode.given = 1;
+}
+
+static void internode_write(FILE *f, const osdp_device *dev)
+{
+    if (!dev->internode.given) return;
+    const osdp_collective_cost *c[3] = {&dev->internode.all_gather, &dev->internode.reduce_scatter, &dev->internode.p2p};
+    for (int w = 0; w < 3; w++)
+        fprintf(f, "[%s]\nalpha = %.6e\nbeta = %.6e\n\n", internode_sections[w], c[w]->alpha, c[w]->beta);
+}
+
+/* ---- the rest of the file ---- */
+
 static int dev_handler(void *user, const char *section, const char *key, const char *value)
 {
     dev_parse *st = user;
     osdp_device *d = st->dev;
     if (st->status != OSDP_OK) return 0;
+    if (strncmp(section, "internode_", 10) == 0) return internode_handler(st, section, key, value);
     int id = -1;
     double x = 0;
     if (strcmp(section, "device") == 0) {
@@ -145,7 +258,7 @@ static int dev_handler(void *user, const char *section, const char *key, const c
     } else {
         st->status = osdp_error_set(OSDP_ERR_INPUT,
             "unknown section [%s] (expected [device], [all_gather], [reduce_scatter], [tp_all_reduce], [p2p], [gamma], "
-            "[gamma_fixed], [step])",
+            "[gamma_fixed], [step], [internode_all_gather], [internode_reduce_scatter], [internode_p2p])",
             section);
         return 0;
     }
@@ -193,7 +306,7 @@ osdp_status osdp_device_parse(osdp_device *dev, const char *text, const char *or
         return osdp_error_set(OSDP_ERR_INPUT, "device file %s: [p2p] needs both alpha and beta (missing '%s')", origin,
                               st.seen[K_P2P_A] ? "beta" : "alpha");
     if (!st.seen[K_P2P_A]) osdp_device_default_p2p(dev);
-    return OSDP_OK;
+    return internode_finish(dev, &st, origin);
 }
 
 void osdp_device_default_p2p(osdp_device *dev)
@@ -240,6 +353,7 @@ osdp_status osdp_device_write(const osdp_device *dev, const char *comment, const
     fprintf(f, "[reduce_scatter]\nalpha = %.6e\nbeta = %.6e\n\n", dev->reduce_scatter.alpha, dev->reduce_scatter.beta);
     fprintf(f, "[tp_all_reduce]\nalpha = %.6e\nbeta = %.6e\n\n", dev->tp_all_reduce.alpha, dev->tp_all_reduce.beta);
     fprintf(f, "[p2p]\nalpha = %.6e\nbeta = %.6e\n\n", dev->p2p.alpha, dev->p2p.beta);
+    internode_write(f, dev);
     fprintf(f, "[gamma]\n");
     for (int t = 0; t < OSDP_N_OP_TYPES; t++) fprintf(f, "%-5s = %.6e\n", type_names[t], dev->gamma[t]);
     int fixed = 0;

@@ -1,6 +1,7 @@
 /* The mesh's tensor-parallel degree (osdp/planner.h, osdp_planner_mesh):
  * one scheduler run per candidate T on the layout of one rank's parts. */
 #include "osdp/planner.h"
+#include "osdp/cost_model.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -43,7 +44,9 @@ static osdp_status plan_candidate(const osdp_model_config *cfg, int seq_len, con
     }
     osdp_planner_options per_mesh = *o;
     per_mesh.n_ranks = c->dp_size;   /* the planner's ranks: the data-parallel group of one rank's parts */
-    c->status = osdp_planner_run(layout, dev, &per_mesh, res);
+    osdp_device level;   /* two-level network: the data-parallel group's collectives at its level */
+    osdp_cost_device_for_mesh(dev, c->tp_size, c->dp_size, 1, &level);
+    c->status = osdp_planner_run(layout, &level, &per_mesh, res);
     if (c->status == OSDP_OK) {
         res->plan.tp_size = c->tp_size;
         c->step_s = res->step_s;

@@ -2,6 +2,7 @@
  * split, and OSDP inside every stage (each stage's operators planned by the
  * exact per-operator search over its data group, with the micro-batches it
  * holds), the pipeline's step by osdp/pipeline_cost.h. */
+#include "osdp/cost_model.h"
 #include "osdp/planner.h"
 #include "osdp/schedule.h"
 #include "util/clock.h"
@@ -175,6 +176,9 @@ osdp_status osdp_planner_pipeline(const osdp_model_config *cfg, int seq_len, con
     out->pp_size = pp;
     out->tp_size = tp;
     out->dp_size = N / (tp * pp);
+    osdp_device level;   /* two-level network: each group's collectives and messages at its level */
+    osdp_cost_device_for_mesh(dev, tp, out->dp_size, pp, &level);
+    dev = &level;
     out->schedule = schedule;
     osdp_status s = osdp_layout_build_tp(&out->layout, cfg, seq_len, tp, o->vocab_quantum);
     if (s != OSDP_OK) return s;

@@ -1,0 +1,220 @@
+/* Emulated nodes and link (osdp/link_emulation.h): the option parsing, the
+ * floor, and the wrapper that the collective wrappers of comm.c call. */
+#include "osdp/link_emulation.h"
+#include "comm_internal.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* A communicator's view of the emulated nodes: set when its group spans
+ * more than one node and a link is emulated */
+typedef struct link_pending { void *request; double deadline; } link_pending;
+
+struct osdp_comm_link {
+    int *node_of;              /* (size) the emulated node of each rank of the group */
+    link_pending *pending;     /* non-blocking calls not yet waited, with the time their floor ends */
+    int n_pending, cap_pending;
+};
+
+static osdp_link_emulation g_emulation;   /* ranks_per_node 0: none */
+
+void osdp_comm_emulate(const osdp_link_emulation *e)
+{
+    if (e) g_emulation = *e;
+    else memset(&g_emulation, 0, sizeof g_emulation);
+}
+
+const osdp_link_emulation *osdp_comm_emulation(void)
+{
+    return g_emulation.ranks_per_node > 0 ? &g_emulation : NULL;
+}
+
+/* ---- the options ---- */
+
+/* "12.5G": bytes per second, decimal suffixes */
+static int parse_bandwidth(const char *text, size_t len, double *out)
+{
+    char buf[64];
+    if (len == 0 || len >= sizeof buf) return -1;
+    memcpy(buf, text, len);
+    buf[len] = 0;
+    char *end;
+    errno = 0;
+    double x = strtod(buf, &end);
+    if (errno || end == buf) return -1;
+    static const char suffix[] = "KMGT";
+    const char *at = *end ? strchr(suffix, *end) : NULL;
+    if (at && *at) {
+        x *= pow(1000.0, (double)(at - suffix + 1));
+        end++;
+    }
+    if (*end || !isfinite(x) || x <= 0) return -1;
+    *out = x;
+    return 0;
+}
+
+/* "5us": seconds, a unit required */
+static int parse_latency(const char *text, double *out)
+{
+    char *end;
+    errno = 0;
+    double x = strtod(text, &end);
+    if (errno || end == text || !isfinite(x) || x < 0) return -1;
+    static const struct { const char *unit; double scale; } units[] = {{"s", 1}, {"ms", 1e-3}, {"us", 1e-6}, {"ns", 1e-9}};
+    for (size_t i = 0; i < sizeof units / sizeof units[0]; i++)
+        if (strcmp(end, units[i].unit) == 0) {
+            *out = x * units[i].scale;
+            return 0;
+        }
+    return -1;
+}
+
+osdp_status osdp_link_emulation_parse(osdp_link_emulation *e, long long ranks_per_node, const char *link,
+                                      int world_size)
+{
+    memset(e, 0, sizeof *e);
+    if (link && ranks_per_node <= 0)
+        return osdp_error_set(OSDP_ERR_INPUT, "--emulate-link %s needs --ranks-per-node R (which ranks share an "
+                              "emulated node)", link);
+    if (ranks_per_node <= 0) return OSDP_OK;
+    if (world_size % ranks_per_node != 0)
+        return osdp_error_set(OSDP_ERR_INPUT, "--ranks-per-node %lld does not divide the %d ranks: the emulated nodes "
+                              "hold R ranks each", ranks_per_node, world_size);
+    e->ranks_per_node = (int)ranks_per_node;
+    e->n_nodes = world_size / (int)ranks_per_node;
+    if (!link) return OSDP_OK;
+    const char *comma = strchr(link, ',');
+    double bandwidth = 0, latency = 0;
+    if (!comma || parse_bandwidth(link, (size_t)(comma - link), &bandwidth) != 0 || parse_latency(comma + 1, &latency) != 0)
+        return osdp_error_set(OSDP_ERR_INPUT,
+                              "--emulate-link '%s': expected BANDWIDTH,LATENCY such as 12.5G,5us (bytes per second > 0 "
+                              "with an optional K, M, G or T suffix; seconds >= 0 with a unit s, ms, us or ns)", link);
+    e->has_link = 1;
+    e->alpha = latency;
+    e->beta = 1.0 / bandwidth;
+    return OSDP_OK;
+}
+
+const char *osdp_link_emulation_describe(const osdp_link_emulation *e, char *buf, size_t n)
+{
+    if (!e || e->ranks_per_node <= 0) snprintf(buf, n, "%s", "");
+    else if (!e->has_link)
+        snprintf(buf, n, "emulated: %d node%s x %d ranks, no link", e->n_nodes, e->n_nodes == 1 ? "" : "s",
+                 e->ranks_per_node);
+    else
+        snprintf(buf, n, "emulated: %d node%s x %d ranks, link %.4g GB/s %.4g us", e->n_nodes, e->n_nodes == 1 ? "" : "s",
+                 e->ranks_per_node, 1e-9 / e->beta, 1e6 * e->alpha);
+    return buf;
+}
+
+double osdp_link_floor_seconds(const osdp_link_emulation *e, osdp_collective kind, int n, size_t bytes)
+{
+    const double S = (double)bytes, step = e->alpha + S / n * e->beta;
+    switch (kind) {
+    case OSDP_COLL_ALL_GATHER:
+    case OSDP_COLL_REDUCE_SCATTER:
+    case OSDP_COLL_TP_ALL_GATHER:
+        return (n - 1) * step;
+    case OSDP_COLL_ALL_REDUCE:
+    case OSDP_COLL_TP_ALL_REDUCE:
+        return 2.0 * (n - 1) * step;
+    case OSDP_COLL_BROADCAST:
+    case OSDP_COLL_P2P:
+        return e->alpha + S * e->beta;
+    case OSDP_COLL_N_TYPES:
+        break;
+    }
+    return 0;
+}
+
+/* ---- a communicator's link ---- */
+
+void osdp_comm_link_attach(osdp_comm *c, MPI_Comm group)
+{
+    c->link = NULL;
+    const osdp_link_emulation *e = osdp_comm_emulation();
+    if (!e || !e->has_link) return;
+    MPI_Group mine, world;
+    MPI_Comm_group(group, &mine);
+    MPI_Comm_group(MPI_COMM_WORLD, &world);
+    int *ranks = malloc(sizeof *ranks * (size_t)c->size), *in_world = malloc(sizeof *in_world * (size_t)c->size);
+    struct osdp_comm_link *link = calloc(1, sizeof *link);
+    int spans = 0;
+    if (ranks && in_world && link) {
+        for (int i = 0; i < c->size; i++) ranks[i] = i;
+        MPI_Group_translate_ranks(mine, c->size, ranks, world, in_world);
+        for (int i = 0; i < c->size; i++) {
+            in_world[i] /= e->ranks_per_node;   /* now the node */
+            spans |= in_world[i] != in_world[0];
+        }
+    }
+    MPI_Group_free(&mine);
+    MPI_Group_free(&world);
+    free(ranks);
+    if (spans) {   /* out of memory leaves the group without the floor: faster, never wrong in its numbers */
+        link->node_of = in_world;
+        c->link = link;
+    } else {
+        free(in_world);
+        free(link);
+    }
+}
+
+void osdp_comm_link_detach(osdp_comm *c)
+{
+    if (!c->link) return;
+    free(c->link->node_of);
+    free(c->link->pending);
+    free(c->link);
+    c->link = NULL;
+}
+
+static void sleep_until(double deadline)
+{
+    double left = deadline - osdp_now_seconds();
+    while (left > 0) {
+        struct timespec ts = {(time_t)left, (long)((left - floor(left)) * 1e9)};
+        nanosleep(&ts, NULL);
+        left = deadline - osdp_now_seconds();
+    }
+}
+
+void osdp_comm_link_issued(osdp_comm *c, osdp_collective kind, size_t bytes, int peer, double t0, osdp_request *req)
+{
+    struct osdp_comm_link *link = c->link;
+    if (!link) return;
+    if (peer >= 0 && link->node_of[peer] == link->node_of[c->rank]) return;   /* a message inside a node */
+    const double deadline = t0 + osdp_link_floor_seconds(osdp_comm_emulation(), kind, c->size, bytes);
+    if (!req || !req->impl) {   /* blocking: the operation is done */
+        sleep_until(deadline);
+        return;
+    }
+    if (link->n_pending == link->cap_pending) {
+        int cap = link->cap_pending ? 2 * link->cap_pending : 64;
+        link_pending *grown = realloc(link->pending, sizeof *grown * (size_t)cap);
+        if (!grown) {   /* no room to remember it: wait out its floor now (slower, never faster than the link) */
+            sleep_until(deadline);
+            return;
+        }
+        link->pending = grown;
+        link->cap_pending = cap;
+    }
+    link->pending[link->n_pending++] = (link_pending){req->impl, deadline};
+}
+
+void osdp_comm_link_waited(osdp_comm *c, void *request)
+{
+    struct osdp_comm_link *link = c->link;
+    if (!link) return;
+    for (int i = 0; i < link->n_pending; i++)
+        if (link->pending[i].request == request) {
+            double deadline = link->pending[i].deadline;
+            link->pending[i] = link->pending[--link->n_pending];
+            sleep_until(deadline);
+            return;
+        }
+}

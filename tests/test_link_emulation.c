@@ -1,0 +1,147 @@
+/* The emulated link on real MPI ranks (tests/test_twolevel.sh runs it under
+ * mpiexec -n 4, as 2 emulated nodes of 2 ranks): a collective or message
+ * whose group spans the two nodes takes at least the link's time
+ * (osdp_link_floor_seconds, measured on every rank from the call to its
+ * completion), blocking and non-blocking, and moves the same numbers; a
+ * group inside one node gets no link. */
+#include "config.h"
+
+#include "check_main.h"
+
+#include <check.h>
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "osdp/comm.h"
+#include "osdp/link_emulation.h"
+#include "util/clock.h"
+
+#define LINK "50M,200us"   /* 1 MiB all-gathered over 4 ranks: 3 ring steps of 256 KiB, 16 ms */
+
+static int world_rank(void)
+{
+    int r;
+    MPI_Comm_rank(MPI_COMM_WORLD, &r);
+    return r;
+}
+
+/* the emulation of 2 nodes x 2 ranks and a communicator over the ranks of
+ * `colour` (world ranks in order) */
+static void make_comm(osdp_comm *c, int colour)
+{
+    int size;
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    ck_assert_int_eq(size, 4);
+    osdp_link_emulation e;
+    ck_assert_msg(osdp_link_emulation_parse(&e, 2, LINK, size) == OSDP_OK, "%s", osdp_error_message());
+    osdp_comm_emulate(&e);
+    MPI_Comm group;
+    MPI_Comm_split(MPI_COMM_WORLD, colour, world_rank(), &group);
+    ck_assert(osdp_comm_create_mpi(c, &group) == OSDP_OK);
+    MPI_Comm_free(&group);
+}
+
+START_TEST(test_groups_get_the_link)
+{
+    const int r = world_rank();
+    osdp_comm all, in_node, across;
+    make_comm(&all, 0);
+    make_comm(&in_node, r / 2);      /* {0, 1}, {2, 3}: inside a node */
+    make_comm(&across, r % 2);       /* {0, 2}, {1, 3}: one rank per node */
+    ck_assert(all.link != NULL);
+    ck_assert(in_node.link == NULL);
+    ck_assert(across.link != NULL);
+    osdp_comm_destroy(&all);
+    osdp_comm_destroy(&in_node);
+    osdp_comm_destroy(&across);
+    osdp_comm_emulate(NULL);   /* no emulation: no link */
+    osdp_comm plain;
+    ck_assert(osdp_comm_create_mpi(&plain, &(MPI_Comm){MPI_COMM_WORLD}) == OSDP_OK);
+    ck_assert(plain.link == NULL);
+    osdp_comm_destroy(&plain);
+}
+END_TEST
+
+/* every collective kind over the 4 ranks, blocking and non-blocking:
+ * measured >= the floor, and the right sums */
+START_TEST(test_collectives_take_the_link_time)
+{
+    osdp_comm c;
+    make_comm(&c, 0);
+    const osdp_link_emulation *e = osdp_comm_emulation();
+    const size_t count = 65536;   /* floats per rank: 1 MiB gathered */
+    float *shard = malloc(count * sizeof(float)), *full = malloc(4 * count * sizeof(float));
+    ck_assert(shard && full);
+    const int r = world_rank();
+    for (int blocking = 1; blocking >= 0; blocking--) {
+        for (size_t i = 0; i < count; i++) shard[i] = (float)(r + 1);
+        osdp_request req = {NULL};
+        double t0 = osdp_now_seconds();
+        ck_assert(osdp_comm_all_gather(&c, shard, full, count, OSDP_FLOAT32, blocking ? NULL : &req) == OSDP_OK);
+        ck_assert(osdp_comm_wait(&c, &req) == OSDP_OK);
+        double took = osdp_now_seconds() - t0, floor_s = osdp_link_floor_seconds(e, OSDP_COLL_ALL_GATHER, 4, 4 * count * 4);
+        ck_assert_msg(took >= floor_s, "all-gather (%s) took %.6f s < the link's %.6f s", blocking ? "blocking" : "waited",
+                      took, floor_s);
+        ck_assert(floor_s > 0.015);
+        for (int k = 0; k < 4; k++) ck_assert(full[(size_t)k * count] == (float)(k + 1));
+
+        t0 = osdp_now_seconds();
+        ck_assert(osdp_comm_reduce_scatter(&c, full, shard, count, OSDP_FLOAT32, blocking ? NULL : &req) == OSDP_OK);
+        ck_assert(osdp_comm_wait(&c, &req) == OSDP_OK);
+        took = osdp_now_seconds() - t0;
+        floor_s = osdp_link_floor_seconds(e, OSDP_COLL_REDUCE_SCATTER, 4, 4 * count * 4);
+        ck_assert_msg(took >= floor_s, "reduce-scatter took %.6f s < %.6f s", took, floor_s);
+        ck_assert(shard[0] == 4.0f * (float)(r + 1));   /* every rank's block r is r + 1 */
+
+        t0 = osdp_now_seconds();
+        ck_assert(osdp_comm_all_reduce(&c, shard, count, OSDP_FLOAT32, blocking ? NULL : &req) == OSDP_OK);
+        ck_assert(osdp_comm_wait(&c, &req) == OSDP_OK);
+        took = osdp_now_seconds() - t0;
+        floor_s = osdp_link_floor_seconds(e, OSDP_COLL_ALL_REDUCE, 4, count * 4);
+        ck_assert_msg(took >= floor_s, "all-reduce took %.6f s < %.6f s", took, floor_s);
+        ck_assert(shard[0] == 4.0f * (1 + 2 + 3 + 4));
+    }
+    free(shard);
+    free(full);
+    osdp_comm_destroy(&c);
+    osdp_comm_emulate(NULL);
+}
+END_TEST
+
+/* a message from node 0 to node 1 waits out the link on both ends; one
+ * inside a node has no floor to wait (its link entry is never consulted) */
+START_TEST(test_messages_across_nodes)
+{
+    osdp_comm c;
+    make_comm(&c, 0);
+    const osdp_link_emulation *e = osdp_comm_emulation();
+    const int r = world_rank(), peer = r ^ 2;   /* 0 <-> 2, 1 <-> 3: across */
+    const size_t count = 65536;
+    float *buf = malloc(count * sizeof(float));
+    ck_assert(buf != NULL);
+    for (size_t i = 0; i < count; i++) buf[i] = (float)r;
+    double t0 = osdp_now_seconds();
+    osdp_request req = {NULL};
+    if (r < 2) ck_assert(osdp_comm_send(&c, buf, count, OSDP_FLOAT32, peer, &req) == OSDP_OK);
+    else ck_assert(osdp_comm_recv(&c, buf, count, OSDP_FLOAT32, peer, &req) == OSDP_OK);
+    ck_assert(osdp_comm_wait(&c, &req) == OSDP_OK);
+    const double took = osdp_now_seconds() - t0, floor_s = osdp_link_floor_seconds(e, OSDP_COLL_P2P, 2, count * 4);
+    ck_assert_msg(took >= floor_s, "message took %.6f s < the link's %.6f s", took, floor_s);
+    if (r >= 2) ck_assert(buf[0] == (float)peer);
+    free(buf);
+    osdp_comm_destroy(&c);
+    osdp_comm_emulate(NULL);
+}
+END_TEST
+
+static Suite *link_suite(void)
+{
+    const TTest *link[] = {test_groups_get_the_link, test_collectives_take_the_link_time, test_messages_across_nodes, NULL};
+    const osdp_check_case cases[] = {{.name = "link", .tests = link}};
+    return osdp_check_suite("link_emulation", cases, sizeof cases / sizeof cases[0]);
+}
+
+const osdp_check_program osdp_check_this_program = {.suite = link_suite, .setup = osdp_check_mpi_cpu_setup,
+                                                    .teardown = osdp_check_mpi_teardown};
