@@ -461,7 +461,8 @@ static osdp_status nccl_broadcast(osdp_comm *c, void *buf, size_t bytes, int roo
  * queue in the order the schedule issues them, as MPI's do. */
 static osdp_status nccl_send(osdp_comm *c, const void *buf, size_t count, osdp_dtype t, int peer, osdp_request *req)
 {
-    return collective(c, SEND, buf, buf, count, t, peer, req);
+    /* dst only routes (device or host) and is never written by a send */
+    return collective(c, SEND, buf, (void *)(uintptr_t)buf, count, t, peer, req);
 }
 
 static osdp_status nccl_recv(osdp_comm *c, void *buf, size_t count, osdp_dtype t, int peer, osdp_request *req)
