@@ -92,12 +92,13 @@ static size_t check_step(const osdp_schedule *sc, int P, int s, int M, int B)
     /* held[kind][op][micro or slice]: bytes of that buffer (activations are
      * per micro-batch, the other buffers per slice: a prefetch may start in
      * one micro-batch's pass for the next one's) */
-    size_t held[OSDP_BUF_N_KINDS][16][8];
+    size_t held[OSDP_BUF_N_KINDS][16][OSDP_MAX_SLICES];
     memset(held, 0, sizeof held);
+    ck_assert(L->n_ops <= 16 && M <= OSDP_MAX_SLICES);   /* the table's bounds */
     int in_flight = 0, most_in_flight = 0, loss_sums = 0, send_waits = 0;
-    int backwards[16] = {0}, scatters[16] = {0};
+    int backwards[16] = {0}, scatters[16] = {0};   /* per operator */
     size_t acts = 0, acts_peak = 0, sent_fwd = 0, sent_bwd = 0, recv_fwd = 0, recv_bwd = 0;
-    int holding[8] = {0};   /* activation buffers held per micro-batch */
+    int holding[OSDP_MAX_SLICES] = {0};   /* activation buffers held per micro-batch */
     for (int e = 0; e < sc->n_micro; e++) {
         const osdp_event *ev = &sc->micro[e];
         ck_assert_int_ge(ev->micro, 0);
