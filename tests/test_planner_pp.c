@@ -305,7 +305,6 @@ START_TEST(test_in_flight_peak)
 }
 END_TEST
 
-
 static unsigned long long g_rng = 15;
 static unsigned rnd(void)
 {
@@ -373,23 +372,24 @@ START_TEST(test_stage_peak_is_the_schedule)
 }
 END_TEST
 
-static void planner_options(osdp_planner_options *o, int N, int G)
+/* bench_l6_d256 on the shipped CPU device, the planner for N ranks, global batch G and a memory limit */
+static void bench_case(osdp_model_config *cfg, osdp_device *d, osdp_planner_options *o, int N, int G, long long limit)
 {
+    load_config(cfg, "bench_l6_d256");
+    load_device(d, "cpu_2core");
     osdp_planner_defaults(o);
     o->n_ranks = N;
     o->global_batch = G;
+    o->mem_limit = limit;
 }
 
 /* one stage: the flat planner's plan and step (same micro-batches) */
 START_TEST(test_pipeline_one_stage_is_flat)
 {
     osdp_model_config cfg;
-    load_config(&cfg, "bench_l6_d256");
     osdp_device d;
-    load_device(&d, "cpu_2core");
     osdp_planner_options o;
-    planner_options(&o, 4, 32);
-    o.mem_limit = 200ll << 20;
+    bench_case(&cfg, &d, &o, 4, 32, 200ll << 20);
     osdp_pipe_choice pc;
     osdp_status s = osdp_planner_pipeline(&cfg, cfg.ctx, &d, &o, 1, 1, NULL, OSDP_PIPE_1F1B, &pc);
     ck_assert_msg(s == OSDP_OK, "%s", osdp_error_message());
@@ -416,12 +416,9 @@ END_TEST
 START_TEST(test_pipeline_plans)
 {
     osdp_model_config cfg;
-    load_config(&cfg, "bench_l6_d256");
     osdp_device d;
-    load_device(&d, "cpu_2core");
     osdp_planner_options o;
-    planner_options(&o, 8, 32);
-    o.mem_limit = 120ll << 20;
+    bench_case(&cfg, &d, &o, 8, 32, 120ll << 20);
     for (int P = 2; P <= 4; P += 2)
         for (int sched = 0; sched < 2; sched++) {
             const osdp_pipe_schedule kind = sched ? OSDP_PIPE_GPIPE : OSDP_PIPE_1F1B;

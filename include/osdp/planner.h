@@ -242,7 +242,11 @@ void osdp_mesh_choice_free(osdp_mesh_choice *mesh);
  * operators, its D ranks and the memory limit) with the micro-batches it
  * holds, osdp_pipe_in_flight (1F1B: min(P - s, M); GPipe: M), and its
  * message buffers in its peak; the step is osdp_pipe_step_time of the
- * stages' plans.  The b of the highest samples per second b D M / step
+ * stages' plans.  The search's peak is the stage's but for one moment,
+ * the first operator's backward prefetching the next pass's first slice
+ * (osdp_pipe_stage_peak has it): when that moment exceeds the limit, the
+ * stage is searched again under the limit lowered by the excess, and its
+ * result.gap = 1 says the plan fits but is not proven the fastest.  The b of the highest samples per second b D M / step
  * wins (the smaller b on ties); b stops growing at the first that some
  * stage cannot fit.  No b fits: OSDP_ERR_INFEASIBLE naming the stage.
  * Each stage's peak is also evaluated on the runtime's stage schedule

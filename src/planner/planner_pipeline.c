@@ -39,9 +39,7 @@ void osdp_pipe_choice_free(osdp_pipe_choice *choice)
     choice->layout_built = 0;
 }
 
-/* every stage planned at micro-batch b and M micro-batches into *c (whose
- * stages are freed first); OSDP_ERR_INFEASIBLE names the stage that does
- * not fit */
+/* a stage's plan into the whole model's, from operator lo on */
 static void copy_stage_plan(const osdp_plan *stage, int lo, osdp_plan *whole)
 {
     for (int i = 0; i < stage->n_ops; i++) {
@@ -51,6 +49,9 @@ static void copy_stage_plan(const osdp_plan *stage, int lo, osdp_plan *whole)
     }
 }
 
+/* every stage planned at micro-batch b and M micro-batches into *c (whose
+ * stages are freed first); OSDP_ERR_INFEASIBLE names the stage that does
+ * not fit */
 static osdp_status plan_stages(const osdp_device *dev, const osdp_planner_options *o, int b, int M, osdp_pipe_choice *c)
 {
     const int P = c->pp_size;
@@ -76,6 +77,7 @@ static osdp_status plan_stages(const osdp_device *dev, const osdp_planner_option
         so.stage_buffer_bytes = osdp_pipe_stage_buffer_bytes(&c->layout, c->bounds, s, b, st->in_flight);
         const long long limit = o->mem_limit > 0 ? o->mem_limit : dev->mem_limit;
         osdp_status status = OSDP_OK;
+        int lowered = 0;
         /* The search sees the stage's peak but for the moment its first
          * operator's backward prefetches the next pass's first slice
          * (osdp_pipe_stage_peak); should that moment exceed the limit, the
@@ -87,8 +89,12 @@ static osdp_status plan_stages(const osdp_device *dev, const osdp_planner_option
             if (status != OSDP_OK) break;
             copy_stage_plan(&st->result.plan, st->lo, &c->plan);
             st->peak_bytes = osdp_pipe_stage_peak(&cm, &c->plan, c->bounds, P, s, c->schedule, b, M, NULL);
-            if (st->peak_bytes <= limit) break;
-            st->result.gap = 1;   /* the plan of a lowered limit: not proven the fastest */
+            if (st->peak_bytes <= limit) {
+                if (lowered) st->result.gap = 1;   /* the plan of a lowered limit: not proven the fastest */
+                st->result.mem_limit = limit;
+                break;
+            }
+            lowered = 1;
             so.mem_limit = (so.mem_limit > 0 ? so.mem_limit : limit) - (st->peak_bytes - limit);
             status = OSDP_ERR_INFEASIBLE;
             osdp_error_set(status, "no plan fits the memory limit with the prefetch between passes");
