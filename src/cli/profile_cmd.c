@@ -481,7 +481,6 @@ static int profile_levels(const osdp_world *world, osdp_comm *all, size_t top, i
     dev->internode.given = 1;
     osdp_comm_destroy(&in_node);
     osdp_comm_destroy(&across);
-    (void)all;
     return len;
 }
 
