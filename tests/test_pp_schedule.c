@@ -14,7 +14,8 @@
  *            forward, one after the first M input gradients back, and
  *            receives as many; a send is waited before its buffer's free
  *   peak     osdp_schedule_peak equals the test's own walk of the setup,
- *            the step, the optimizer and the eval list
+ *            the step, the optimizer and the eval list, and the step's
+ *            alone: the validation pass stays within it
  *   sharding the stages' sharded state adds up to the unpipelined schedule's
  *   errors   stage splits that are not contiguous covers are refused
  * Measured = predicted per stage on real ranks: tests/test_pp.sh. */
@@ -66,14 +67,14 @@ static int is_activation(osdp_buffer_kind kind)
     return kind == OSDP_BUF_ACTS || kind == OSDP_BUF_KEPT || kind == OSDP_BUF_STAGE_INPUT;
 }
 
-/* peak of setup + the lists, walked here */
-static void walk_peak(const osdp_schedule *sc, size_t *peak_total)
+/* peak of setup + the first n_lists of step, optimizer, eval, walked here */
+static void walk_peak(const osdp_schedule *sc, int n_lists, size_t *peak_total)
 {
     const osdp_event *lists[] = {sc->setup, sc->micro, sc->optim, sc->eval};
     const int lens[] = {sc->n_setup, sc->n_micro, sc->n_optim, sc->n_eval};
     size_t total = 0;
     *peak_total = 0;
-    for (int l = 0; l < 4; l++)
+    for (int l = 0; l <= n_lists; l++)
         for (int e = 0; e < lens[l]; e++) {
             const osdp_event *ev = &lists[l][e];
             if (ev->kind == OSDP_EV_ALLOC) total += ev->bytes;
@@ -91,12 +92,13 @@ static size_t check_step(const osdp_schedule *sc, int P, int s, int M, int B)
     /* held[kind][op][micro or slice]: bytes of that buffer (activations are
      * per micro-batch, the other buffers per slice: a prefetch may start in
      * one micro-batch's pass for the next one's) */
-    size_t held[OSDP_BUF_N_KINDS][16][8];
+    size_t held[OSDP_BUF_N_KINDS][16][OSDP_MAX_SLICES];
     memset(held, 0, sizeof held);
+    ck_assert(L->n_ops <= 16 && M <= OSDP_MAX_SLICES);   /* the table's bounds */
     int in_flight = 0, most_in_flight = 0, loss_sums = 0, send_waits = 0;
-    int backwards[16] = {0}, scatters[16] = {0};
+    int backwards[16] = {0}, scatters[16] = {0};   /* per operator */
     size_t acts = 0, acts_peak = 0, sent_fwd = 0, sent_bwd = 0, recv_fwd = 0, recv_bwd = 0;
-    int holding[8] = {0};   /* activation buffers held per micro-batch */
+    int holding[OSDP_MAX_SLICES] = {0};   /* activation buffers held per micro-batch */
     for (int e = 0; e < sc->n_micro; e++) {
         const osdp_event *ev = &sc->micro[e];
         ck_assert_int_ge(ev->micro, 0);
@@ -235,11 +237,16 @@ START_TEST(test_stage_schedules)
                     ck_assert_int_eq(sc.op_hi, so.stage_bounds[s + 1]);
                     acts[k] = check_step(&sc, P, s, M, B);
                     check_lists(&sc, P, s);
-                    osdp_memory_prediction pred;
-                    size_t walked;
+                    osdp_memory_prediction pred, eval;
+                    size_t walked, step;
                     osdp_schedule_peak(&sc, &pred);
-                    walk_peak(&sc, &walked);
+                    walk_peak(&sc, 3, &walked);
                     ck_assert_uint_eq(pred.peak_total, walked);
+                    /* validation within the step's peak: the step alone reaches the prediction */
+                    walk_peak(&sc, 1, &step);
+                    osdp_schedule_eval_peak(&sc, &eval);
+                    ck_assert_uint_le(eval.peak_total, step);
+                    ck_assert_uint_eq(step, pred.peak_total);
                     if (k == 0) states += state_bytes(&sc);
                     osdp_schedule_free(&sc);
                     checked++;
