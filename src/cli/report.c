@@ -333,12 +333,18 @@ void osdp_report_step(osdp_report *r, const osdp_step_stats *st)
     if (r->steps_done == 2) r->n_recent = 0;
     r->recent_seconds[r->n_recent % OSDP_REPORT_ETA_WINDOW] = st->seconds;
     r->n_recent++;
-    osdp_stage_peaks stages;   /* collective: every rank reports every step */
-    if (r->mesh->pp > 1) osdp_stage_peaks_gather(r->rt, r->mesh, &r->predicted, &stages);
+    /* the stages' peaks once, after the first step (collective): every step
+     * allocates the same, so they stay; not every step, since a plain MPI
+     * collective has no time-out (src/comm) and a rank that died mid-pipeline
+     * must not leave the others waiting here */
+    if (r->mesh->pp > 1 && r->steps_done == 1) {
+        r->stages = malloc(sizeof *r->stages);
+        if (r->stages) osdp_stage_peaks_gather(r->rt, r->mesh, &r->predicted, r->stages);
+    }
     if (r->world->rank != 0) return;
     double tok_s = (double)st->tokens / st->seconds;
     double mfu = model_flops_utilization(r, tok_s);
-    const osdp_stage_peaks *per_stage = r->mesh->pp > 1 ? &stages : NULL;
+    const osdp_stage_peaks *per_stage = r->stages;
     if (!r->quiet && (progress_line_due(r, st->step) || !isnan(st->val_loss)))   /* an evaluation is always shown */
         print_progress(r, st, tok_s, mfu, per_stage);
     if (r->log) log_step(r, st, tok_s, mfu, per_stage);
@@ -405,6 +411,8 @@ void osdp_report_summary(osdp_report *r)
 
 void osdp_report_close(osdp_report *r)
 {
+    free(r->stages);
+    r->stages = NULL;
     if (r->log) fclose(r->log);
     r->log = NULL;
 }

@@ -34,6 +34,8 @@ typedef struct osdp_report {
     long steps_done;
     double recent_seconds[OSDP_REPORT_ETA_WINDOW];   /* a ring of step times */
     int n_recent;
+    struct osdp_stage_peaks *stages;  /* a pipeline's peaks per stage after the first step
+                                         (cli/report_stages.h); NULL without one */
 } osdp_report;
 
 /* Measures the sgemm FLOP/s of one rank's threads (all ranks at once) on the

@@ -486,7 +486,12 @@ int osdp_cmd_train(const osdp_job *job)
         osdp_check_all(osdp_mesh_comm_create(&mesh, OSDP_MESH_PIPELINE, nccl, world.local_rank, &pp_bwd_comm));
     }
     int stage_bounds[OSDP_MAX_STAGES + 1] = {0};
-    if (mesh.pp > 1) osdp_check_all(stage_split(&layout, &plan, job, &t, mesh.dp, stage_bounds));
+    if (mesh.pp > 1) {
+        osdp_check_all(stage_split(&layout, &plan, job, &t, mesh.dp, stage_bounds));
+        uint64_t split_hash = 14695981039346656037ULL;   /* FNV-1a over the bounds: every rank's device file */
+        for (int b = 0; b <= mesh.pp; b++) split_hash = (split_hash ^ (uint64_t)stage_bounds[b]) * 1099511628211ULL;
+        osdp_check_same(split_hash, "pipeline stage split (--stages, or the --device file it is balanced by)");
+    }
 
     osdp_memory_prediction predicted;   /* this rank's: its stage's */
     osdp_schedule_options predict = {.n_ranks = mesh.dp, .micro_batch = plan.micro_batch,

@@ -11,11 +11,16 @@ static osdp_status check_degrees(int world_size, int tp, int pp)
 {
     if (tp < 1) return osdp_error_set(OSDP_ERR_INPUT, "--tp %d: the tensor-parallel degree must be at least 1", tp);
     if (pp < 1) return osdp_error_set(OSDP_ERR_INPUT, "--pp %d: the pipeline-parallel degree must be at least 1", pp);
-    if (world_size % (tp * pp) != 0)
+    if (world_size % (tp * pp) != 0) {   /* name only the option given when the other is 1 */
+        char degrees[64];
+        if (pp == 1) snprintf(degrees, sizeof degrees, "--tp %d", tp);
+        else if (tp == 1) snprintf(degrees, sizeof degrees, "--pp %d", pp);
+        else snprintf(degrees, sizeof degrees, "--tp %d x --pp %d", tp, pp);
         return osdp_error_set(OSDP_ERR_INPUT,
-                              "--tp %d x --pp %d does not divide the %d ranks: the mesh is ranks = tp x dp x pp, so "
-                              "the rank count must be a multiple of %d",
-                              tp, pp, world_size, tp * pp);
+                              "%s does not divide the %d ranks: the mesh is ranks = tp x dp x pp, so the rank count "
+                              "must be a multiple of %d",
+                              degrees, world_size, tp * pp);
+    }
     return OSDP_OK;
 }
 
