@@ -345,21 +345,17 @@ static osdp_status stage_split(const osdp_layout *layout, const osdp_plan *plan,
 {
     const int P = (int)job->pp;
     if (job->stages) return osdp_stage_split_parse(job->stages, layout->n_ops, P, bounds);
-    double *op_time = malloc(sizeof *op_time * (size_t)layout->n_ops);
-    if (!op_time) return osdp_error_set(OSDP_ERR_OOM, "--pp: out of host memory");
     osdp_device dev;
-    const int have_device = device_load_for_runtime(&dev, job->device, t->weights) == OSDP_OK;
-    osdp_cost_model cm = {.layout = layout, .dev = &dev, .N = dp_ranks, .pad_quantum = t->pad_quantum,
-                          .prefetch = !job->no_prefetch, .kind = (osdp_cost_kind)job->cost_model};
-    for (int i = 0; i < layout->n_ops; i++) {
-        osdp_op_time ot;
-        if (have_device)
-            osdp_cost_op_time_rc(&cm, i, plan->slices[i], plan->zdp_slices[i], plan->recompute[i], plan->micro_batch,
-                                 plan->accum_steps, &ot);
-        op_time[i] = have_device ? ot.total : osdp_cost_op_flops(&layout->op[i]);
+    if (device_load_for_runtime(&dev, job->device, t->weights) == OSDP_OK) {
+        osdp_cost_model cm = {.layout = layout, .dev = &dev, .N = dp_ranks, .pad_quantum = t->pad_quantum,
+                              .prefetch = !job->no_prefetch, .kind = (osdp_cost_kind)job->cost_model};
+        return osdp_planner_stage_split(&cm, plan, plan->micro_batch, plan->accum_steps, P, bounds);
     }
-    osdp_status s = osdp_stage_split_balanced(op_time, layout->n_ops, P, bounds);
-    free(op_time);
+    double *op_flops = malloc(sizeof *op_flops * (size_t)layout->n_ops);
+    if (!op_flops) return osdp_error_set(OSDP_ERR_OOM, "--pp: out of host memory");
+    for (int i = 0; i < layout->n_ops; i++) op_flops[i] = osdp_cost_op_flops(&layout->op[i]);
+    osdp_status s = osdp_stage_split_balanced(op_flops, layout->n_ops, P, bounds);
+    free(op_flops);
     return s;
 }
 
