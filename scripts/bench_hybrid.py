@@ -148,7 +148,11 @@ def log_summary(path):
 
 
 def run(cmd, log):
-    done = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=600)
+    try:
+        done = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=600)
+    except subprocess.TimeoutExpired:
+        sys.stderr.write("bench_hybrid: %s ran past 600 s\n" % " ".join(cmd))
+        return None
     if done.returncode:
         sys.stderr.write("bench_hybrid: %s failed (exit %d): %s\n" % (" ".join(cmd), done.returncode, done.stderr))
         return None
