@@ -229,7 +229,7 @@ static void json_mesh(const osdp_mesh_choice *mesh, int is_auto, int n_ranks, in
 
 /* --nodes K, --ranks-per-node R and --emulate-link: the two levels of the
  * network of n_ranks ranks, over the device file's */
-static osdp_status network_from_job(const osdp_job *job, int n_ranks, osdp_device *dev)
+osdp_status osdp_plan_network_from_job(const osdp_job *job, int n_ranks, osdp_device *dev)
 {
     long long per_node = job->ranks_per_node;
     if (job->nodes) {
@@ -265,6 +265,7 @@ static void print_network(const osdp_device *dev, int n_ranks, int tp, int dp)
 
 int osdp_cmd_plan(const osdp_job *job)
 {
+    if (job->pp == OSDP_PP_AUTO) return osdp_cmd_plan_3d(job);
     if (job->pp > 1) return osdp_cmd_plan_pipeline(job);
     if (osdp_option_given(job, "stages") || osdp_option_given(job, "schedule"))
         osdp_fatal(OSDP_ERR_INPUT, osdp_option_given(job, "stages") ? "--stages needs a pipeline: --pp P with P > 1"
@@ -279,7 +280,7 @@ int osdp_cmd_plan(const osdp_job *job)
     if ((s = osdp_job_check_seq_len(job, cfg.ctx)) != OSDP_OK) osdp_fatal(s, osdp_error_message());
     if ((s = osdp_device_load(&dev, job->device)) != OSDP_OK) osdp_fatal(s, osdp_error_message());
     const int seq_len = job->seq_len ? (int)job->seq_len : cfg.ctx, n_ranks = planner.n_ranks;
-    if ((s = network_from_job(job, n_ranks, &dev)) != OSDP_OK) osdp_fatal(s, osdp_error_message());
+    if ((s = osdp_plan_network_from_job(job, n_ranks, &dev)) != OSDP_OK) osdp_fatal(s, osdp_error_message());
     const osdp_device as_given = dev;   /* both levels, for the network line */
     if ((s = osdp_layout_build(&L, &cfg, seq_len)) != OSDP_OK) osdp_fatal(s, osdp_error_message());
 
