@@ -339,7 +339,8 @@ typedef struct osdp_3d_result {
     char message[1024];
     osdp_pipe_choice best;    /* the chosen mesh, split, batch and plan (valid when OSDP_OK) */
     int meshes, meshes_pruned, splits_planned;
-    double total_s;
+    double total_s;           /* wall seconds of the call */
+    double cpu_s;             /* the process's CPU seconds in the call (a shared machine's waits left out) */
 } osdp_3d_result;
 
 const char *osdp_3d_kind_name(osdp_3d_kind kind);

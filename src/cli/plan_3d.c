@@ -61,10 +61,10 @@ static void print_text(const osdp_model_config *cfg, const osdp_device *dev, con
     if (res[OSDP_3D_OSDP].status != OSDP_OK) return;
     const osdp_pipe_choice *c = &res[OSDP_3D_OSDP].best;
     printf("\n3D+OSDP: PP %d x DP %d x TP %d, schedule %s, micro-batch %d x %d micro-batches: step %.3f ms; %d meshes "
-           "(%d pruned by their state), %d stage splits planned in %.1f ms\n", c->pp_size, c->dp_size, c->tp_size,
+           "(%d pruned by their state), %d stage splits planned in %.1f ms (%.1f ms CPU)\n", c->pp_size, c->dp_size, c->tp_size,
            osdp_pipe_schedule_name(c->schedule), c->micro_batch, c->micro_batches, 1e3 * c->step_s,
            res[OSDP_3D_OSDP].meshes, res[OSDP_3D_OSDP].meshes_pruned, res[OSDP_3D_OSDP].splits_planned,
-           1e3 * res[OSDP_3D_OSDP].total_s);
+           1e3 * res[OSDP_3D_OSDP].total_s, 1e3 * res[OSDP_3D_OSDP].cpu_s);
     for (int s = 0; s < c->pp_size; s++) {
         const osdp_stage_plan *st = &c->stage[s];
         char pk[32], mode[16];
@@ -89,8 +89,9 @@ static void print_json(const osdp_model_config *cfg, const osdp_device *dev, con
     for (int k = 0; k < OSDP_3D_KINDS; k++) {
         const osdp_3d_result *r = &res[k];
         printf(",\"%s\":{\"name\":\"%s\",\"fits\":%s,\"meshes\":%d,\"meshes_pruned\":%d,\"splits_planned\":%d,"
-               "\"search_ms\":%.6g", keys[k], osdp_3d_kind_name((osdp_3d_kind)k), r->status == OSDP_OK ? "true" : "false",
-               r->meshes, r->meshes_pruned, r->splits_planned, 1e3 * r->total_s);
+               "\"search_ms\":%.6g,\"search_cpu_ms\":%.6g", keys[k], osdp_3d_kind_name((osdp_3d_kind)k),
+               r->status == OSDP_OK ? "true" : "false", r->meshes, r->meshes_pruned, r->splits_planned, 1e3 * r->total_s,
+               1e3 * r->cpu_s);
         if (r->status == OSDP_OK) {
             char split[512];
             printf(",\"mesh\":{\"pp\":%d,\"dp\":%d,\"tp\":%d,\"stages\":\"%s\"},\"peak_bytes\":%lld", r->best.pp_size,

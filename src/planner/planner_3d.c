@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define SPLIT_ENUM_LIMIT_DEFAULT 512
 
@@ -143,6 +144,7 @@ osdp_status osdp_planner_3d(const osdp_model_config *cfg, int seq_len, const osd
                             osdp_3d_result *res)
 {
     const double t0 = osdp_now_seconds();
+    const clock_t cpu0 = clock();
     memset(res, 0, sizeof *res);
     res->status = OSDP_ERR_INFEASIBLE;
     osdp_planner_options o = *o_in;
@@ -161,15 +163,18 @@ osdp_status osdp_planner_3d(const osdp_model_config *cfg, int seq_len, const osd
         if (s == OSDP_ERR_INPUT && fixed_tp == 0) continue;   /* T does not divide the heads */
         if (s != OSDP_OK) return s;
         const int n_ops = layout.n_ops;
-        const double state = (double)state_bytes_per_param(dev) * (double)layout.total_params;
+        const double n_params = (double)layout.total_params;
+        const double state = (double)state_bytes_per_param(dev) * n_params;
         osdp_layout_free(&layout);
         for (int pp = 1; pp <= N / tp && pp <= OSDP_MAX_STAGES && pp <= n_ops; pp++) {
             if ((N / tp) % pp != 0 || (fixed_pp > 0 && pp != fixed_pp)) continue;
             const int D = N / (tp * pp);
             if (o.global_batch > 0 && o.global_batch % D != 0) continue;
             res->meshes++;
-            /* the optimizer state of its P stages, sharded over D, alone exceeds the limit on some stage */
-            if (state / (pp * (double)D) > (double)mem_limit) {
+            /* the optimizer state of its P stages, sharded over D (less what a baseline replicates), alone
+             * exceeds the limit on some stage */
+            const double replicated = (double)o.replicated_bytes_per_param * (double)n_params * (1.0 - 1.0 / D);
+            if ((state / D + replicated) / pp > (double)mem_limit) {
                 res->meshes_pruned++;
                 continue;
             }
@@ -188,5 +193,6 @@ osdp_status osdp_planner_3d(const osdp_model_config *cfg, int seq_len, const osd
                  "the global batch)");
     }
     res->total_s = osdp_now_seconds() - t0;
+    res->cpu_s = (double)(clock() - cpu0) / CLOCKS_PER_SEC;
     return OSDP_OK;
 }

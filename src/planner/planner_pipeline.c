@@ -89,6 +89,12 @@ static osdp_status plan_stages(const osdp_device *dev, const osdp_planner_option
                                                             o->replicated_bytes_per_param);
         const long long limit = (o->mem_limit > 0 ? o->mem_limit : dev->mem_limit) - replicated;
         if (replicated > 0) so.mem_limit = limit;
+        if (limit <= 0) {
+            c->n_stages_planned = s;
+            return osdp_error_set(OSDP_ERR_INFEASIBLE, "pipeline stage %d of %d (operators %d:%d): the replicated "
+                                  "state alone, %lld bytes per rank, exceeds the memory limit", s, P, st->lo, st->hi,
+                                  replicated);
+        }
         osdp_status status = OSDP_OK;
         /* The search sees the stage's peak but for the moment its first
          * operator's backward prefetches the next pass's first slice
