@@ -34,11 +34,10 @@ static void print_row(osdp_3d_kind kind, const osdp_3d_result *r, const osdp_3d_
     snprintf(batch, sizeof batch, "%d x %d", c->micro_batch, c->micro_batches);
     int zdp = 0;
     for (int i = 0; i < c->plan.n_ops; i++) zdp += c->plan.zdp_slices[i] > 0;
-    printf("  %-18s %-9s %-14s %-9s %10.3f %12.2f %10s %5d/%-4d %8.3fx %9.1f %6d %6d\n", osdp_3d_kind_name(kind), mesh,
-           osdp_stage_split_format(c->bounds, c->pp_size, split, sizeof split), batch, 1e3 * c->step_s,
-           c->samples_per_s, osdp_mib((double)largest_peak(c), peak, sizeof peak), zdp, c->plan.n_ops,
-           osdp->status == OSDP_OK ? osdp->best.samples_per_s / c->samples_per_s : 0.0, 1e3 * r->total_s, r->meshes,
-           r->splits_planned);
+    printf("  %-18s %-9s %-8s %10.3f %12.2f %10s %5d/%-4d %8.3fx %6d %6d  %s\n", osdp_3d_kind_name(kind), mesh, batch,
+           1e3 * c->step_s, c->samples_per_s, osdp_mib((double)largest_peak(c), peak, sizeof peak), zdp, c->plan.n_ops,
+           osdp->status == OSDP_OK ? osdp->best.samples_per_s / c->samples_per_s : 0.0, r->meshes, r->splits_planned,
+           osdp_stage_split_format(c->bounds, c->pp_size, split, sizeof split));
 }
 
 static void print_text(const osdp_model_config *cfg, const osdp_device *dev, const osdp_job *job,
@@ -52,8 +51,8 @@ static void print_text(const osdp_model_config *cfg, const osdp_device *dev, con
            osdp_format_bytes((double)(job->mem_limit ? job->mem_limit : dev->mem_limit), a, sizeof a));
     printf("the 3D search: meshes PP x DP x TP (TP inside a node), stage splits, micro-batch x micro-batches per step;"
            " per stage the exact per-operator search\n\n");
-    printf("  %-18s %-9s %-14s %-9s %10s %12s %10s %10s %9s %9s %6s %6s\n", "plan", "PPxDPxTP", "stages", "b x M",
-           "step ms", "samples/s", "peak MiB", "ZDP ops", "3D+OSDP", "search ms", "meshes", "splits");
+    printf("  %-18s %-9s %-8s %10s %12s %10s %10s %9s %6s %6s  %s\n", "plan", "PPxDPxTP", "b x M", "step ms",
+           "samples/s", "peak MiB", "ZDP ops", "3D+OSDP", "meshes", "splits", "stages");
     for (int k = 0; k < OSDP_3D_KINDS; k++) print_row((osdp_3d_kind)k, &res[k], &res[OSDP_3D_OSDP]);
     printf("  (DeepSpeed-3D-like: every operator DP, ZeRO-1 on the data axis (gradients replicated); Megatron-like: "
            "plain DP;\n   FSDP: every operator ZDP, DDP: plain DP, both PP 1 x TP 1; 3D+OSDP: its samples/s over the "
