@@ -52,6 +52,13 @@ static void load_config(osdp_model_config *cfg, const char *model)
     ck_assert_msg(osdp_model_config_load(cfg, path) == OSDP_OK, "%s", osdp_error_message());
 }
 
+/* the tiny model, the two-node device with no memory bound (a test sets its limit) */
+static void tiny_on_two_nodes(osdp_model_config *cfg, osdp_device *dev)
+{
+    load_config(cfg, "tiny");
+    two_level_device(dev, 1LL << 40);
+}
+
 static osdp_planner_options options(void)
 {
     osdp_planner_options o;
@@ -167,9 +174,8 @@ static long long flat_dp_peak(const osdp_model_config *cfg, const osdp_device *d
 START_TEST(test_3d_matches_exhaustive)
 {
     osdp_model_config cfg;
-    load_config(&cfg, "tiny");
     osdp_device dev;
-    two_level_device(&dev, 1LL << 40);
+    tiny_on_two_nodes(&cfg, &dev);
     const long long full = flat_dp_peak(&cfg, &dev);
     const double fractions[] = {4.0, 1.0, 0.7, 0.5, 0.35};
     int fitted = 0;
@@ -205,9 +211,8 @@ END_TEST
 START_TEST(test_3d_baselines)
 {
     osdp_model_config cfg;
-    load_config(&cfg, "tiny");
     osdp_device dev;
-    two_level_device(&dev, 1LL << 40);
+    tiny_on_two_nodes(&cfg, &dev);
     two_level_device(&dev, 2 * flat_dp_peak(&cfg, &dev));
     osdp_3d_result res[OSDP_3D_KINDS];
     for (int k = 0; k < OSDP_3D_KINDS; k++) {
@@ -249,9 +254,8 @@ END_TEST
 START_TEST(test_3d_fixed_and_pruned)
 {
     osdp_model_config cfg;
-    load_config(&cfg, "tiny");
     osdp_device dev;
-    two_level_device(&dev, 1LL << 40);
+    tiny_on_two_nodes(&cfg, &dev);
     osdp_planner_options o = options();
     osdp_3d_options o3 = {.pp = 2, .tp = 1, .schedule = OSDP_PIPE_1F1B};
     osdp_3d_result res;

@@ -136,10 +136,7 @@ int osdp_cmd_plan_3d(const osdp_job *job)
     osdp_status s;
     osdp_model_config cfg;
     osdp_device dev;
-    if ((s = osdp_model_config_load(&cfg, job->model)) != OSDP_OK) osdp_fatal(s, osdp_error_message());
-    if ((s = osdp_job_check_seq_len(job, cfg.ctx)) != OSDP_OK) osdp_fatal(s, osdp_error_message());
-    if ((s = osdp_device_load(&dev, job->device)) != OSDP_OK) osdp_fatal(s, osdp_error_message());
-    if ((s = osdp_plan_network_from_job(job, (int)job->ranks, &dev)) != OSDP_OK) osdp_fatal(s, osdp_error_message());
+    osdp_plan_load_inputs(job, &cfg, &dev);
     const int seq_len = job->seq_len ? (int)job->seq_len : cfg.ctx;
     /* --tp T fixes the tensor-parallel degree; not given or auto: searched */
     const osdp_3d_options o3 = {.pp = 0, .tp = osdp_option_given(job, "tp") ? (int)job->tp : 0,

@@ -229,7 +229,7 @@ static void json_mesh(const osdp_mesh_choice *mesh, int is_auto, int n_ranks, in
 
 /* --nodes K, --ranks-per-node R and --emulate-link: the two levels of the
  * network of n_ranks ranks, over the device file's */
-osdp_status osdp_plan_network_from_job(const osdp_job *job, int n_ranks, osdp_device *dev)
+static osdp_status network_from_job(const osdp_job *job, int n_ranks, osdp_device *dev)
 {
     long long per_node = job->ranks_per_node;
     if (job->nodes) {
@@ -249,6 +249,15 @@ osdp_status osdp_plan_network_from_job(const osdp_job *job, int n_ranks, osdp_de
     osdp_status s = osdp_link_emulation_parse(&e, per_node, job->emulate_link, n_ranks);
     if (s == OSDP_OK) osdp_emulation_to_device(&e, dev);
     return s;
+}
+
+void osdp_plan_load_inputs(const osdp_job *job, osdp_model_config *cfg, osdp_device *dev)
+{
+    osdp_status s;
+    if ((s = osdp_model_config_load(cfg, job->model)) != OSDP_OK) osdp_fatal(s, osdp_error_message());
+    if ((s = osdp_job_check_seq_len(job, cfg->ctx)) != OSDP_OK) osdp_fatal(s, osdp_error_message());
+    if ((s = osdp_device_load(dev, job->device)) != OSDP_OK) osdp_fatal(s, osdp_error_message());
+    if ((s = network_from_job(job, (int)job->ranks, dev)) != OSDP_OK) osdp_fatal(s, osdp_error_message());
 }
 
 /* "network: ..." — which level prices the data-parallel group (a device with two levels) */
@@ -276,11 +285,8 @@ int osdp_cmd_plan(const osdp_job *job)
     osdp_model_config cfg;
     osdp_device dev;
     osdp_layout L;
-    if ((s = osdp_model_config_load(&cfg, job->model)) != OSDP_OK) osdp_fatal(s, osdp_error_message());
-    if ((s = osdp_job_check_seq_len(job, cfg.ctx)) != OSDP_OK) osdp_fatal(s, osdp_error_message());
-    if ((s = osdp_device_load(&dev, job->device)) != OSDP_OK) osdp_fatal(s, osdp_error_message());
+    osdp_plan_load_inputs(job, &cfg, &dev);
     const int seq_len = job->seq_len ? (int)job->seq_len : cfg.ctx, n_ranks = planner.n_ranks;
-    if ((s = osdp_plan_network_from_job(job, n_ranks, &dev)) != OSDP_OK) osdp_fatal(s, osdp_error_message());
     const osdp_device as_given = dev;   /* both levels, for the network line */
     if ((s = osdp_layout_build(&L, &cfg, seq_len)) != OSDP_OK) osdp_fatal(s, osdp_error_message());
 

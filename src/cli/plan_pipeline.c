@@ -143,10 +143,7 @@ int osdp_cmd_plan_pipeline(const osdp_job *job)
     osdp_status s;
     osdp_model_config cfg;
     osdp_device dev;
-    if ((s = osdp_model_config_load(&cfg, job->model)) != OSDP_OK) osdp_fatal(s, osdp_error_message());
-    if ((s = osdp_job_check_seq_len(job, cfg.ctx)) != OSDP_OK) osdp_fatal(s, osdp_error_message());
-    if ((s = osdp_device_load(&dev, job->device)) != OSDP_OK) osdp_fatal(s, osdp_error_message());
-    if ((s = osdp_plan_network_from_job(job, (int)job->ranks, &dev)) != OSDP_OK) osdp_fatal(s, osdp_error_message());
+    osdp_plan_load_inputs(job, &cfg, &dev);
     if (job->tp == OSDP_TP_AUTO)
         osdp_fatal(OSDP_ERR_INPUT, "--tp auto with --pp P: give the tensor-parallel degree (--tp T), or --pp auto for "
                                    "the search over (P, T, D)");

@@ -190,6 +190,46 @@ static void planner_options_of(const osdp_job *job, const osdp_layout *layout, o
     }
 }
 
+/* What rank 0 plans a mesh with (--tp auto, --pp auto): the model, the
+ * sequence length, the device file for this binary, the whole model's
+ * layout and the planner's options over the world's n_ranks ranks. */
+typedef struct mesh_search_inputs {
+    osdp_model_config cfg;
+    int seq_len;
+    osdp_device dev;
+    osdp_layout whole;
+    int have_layout;
+    osdp_planner_options o;
+    int *recompute_all;       /* --recompute all's flags (planner_options_of) */
+} mesh_search_inputs;
+
+static osdp_status mesh_search_inputs_load(const osdp_job *job, osdp_dtype weights, int n_ranks, mesh_search_inputs *in)
+{
+    memset(in, 0, sizeof *in);
+    const osdp_compute_backend *be = osdp_compute_find(osdp_option_word("backend", job->backend), weights);
+    osdp_status s = osdp_model_config_load(&in->cfg, job->model);
+    if (s != OSDP_OK) return s;
+    in->seq_len = job->seq_len > 0 && job->seq_len <= in->cfg.ctx ? (int)job->seq_len : in->cfg.ctx;
+    if ((s = device_load_for_runtime(&in->dev, job->device, weights)) != OSDP_OK) return s;
+    if ((s = osdp_layout_build(&in->whole, &in->cfg, in->seq_len)) != OSDP_OK) return s;
+    in->have_layout = 1;
+    planner_options_of(job, &in->whole, &in->o, &in->recompute_all);
+    in->o.n_ranks = n_ranks;
+    in->o.global_batch = (int)job->global_batch;
+    in->o.micro_batch = (int)job->batch;
+    if (be) s = osdp_compute_pad_quantum(be, &in->o.pad_quantum);   /* no backend: the later check says so */
+    if (be && s == OSDP_OK) s = osdp_compute_vocab_quantum(be, &in->o.vocab_quantum);
+    return s;
+}
+
+static void mesh_search_inputs_free(mesh_search_inputs *in)
+{
+    if (in->have_layout) osdp_layout_free(&in->whole);
+    in->have_layout = 0;
+    free(in->recompute_all);
+    in->recompute_all = NULL;
+}
+
 /* --tp auto (with --plan auto): rank 0 asks the planner which
  * tensor-parallel degree plans this job best on the world's ranks
  * (osdp_planner_mesh: the divisors of the rank count that divide the heads
@@ -199,33 +239,16 @@ static osdp_status choose_tp(const osdp_job *job, osdp_dtype weights, int n_rank
 {
     int head[2] = {OSDP_OK, 1};   /* status, T */
     if (rank == 0) {
-        osdp_model_config cfg;
-        osdp_device dev;
-        osdp_layout whole;
-        osdp_planner_options o;
+        mesh_search_inputs in;
         osdp_mesh_choice choice = {.best = -1};
-        int *all = NULL, have_layout = 0;
-        const osdp_compute_backend *be = osdp_compute_find(osdp_option_word("backend", job->backend), weights);
-        osdp_status s = osdp_model_config_load(&cfg, job->model);
-        const int T = job->seq_len > 0 && job->seq_len <= cfg.ctx ? (int)job->seq_len : cfg.ctx;
-        if (s == OSDP_OK) s = device_load_for_runtime(&dev, job->device, weights);
-        if (s == OSDP_OK && (s = osdp_layout_build(&whole, &cfg, T)) == OSDP_OK) have_layout = 1;
-        if (s == OSDP_OK) {
-            planner_options_of(job, &whole, &o, &all);
-            o.n_ranks = n_ranks;
-            o.global_batch = (int)job->global_batch;
-            o.micro_batch = (int)job->batch;
-            if (be) s = osdp_compute_pad_quantum(be, &o.pad_quantum);   /* no backend: the later check says so */
-            if (be && s == OSDP_OK) s = osdp_compute_vocab_quantum(be, &o.vocab_quantum);
-        }
-        if (s == OSDP_OK) s = osdp_planner_mesh(&cfg, T, &dev, &o, OSDP_TP_AUTO, &choice);
+        osdp_status s = mesh_search_inputs_load(job, weights, n_ranks, &in);
+        if (s == OSDP_OK) s = osdp_planner_mesh(&in.cfg, in.seq_len, &in.dev, &in.o, OSDP_TP_AUTO, &choice);
         if (s == OSDP_OK) head[1] = choice.cand[choice.best].tp_size;
         if (s == OSDP_OK && !job->quiet)
             printf("--tp auto: the planner chooses tensor-parallel degree %d of the %d ranks\n", head[1], n_ranks);
         head[0] = (int)s;
         osdp_mesh_choice_free(&choice);
-        if (have_layout) osdp_layout_free(&whole);
-        free(all);
+        mesh_search_inputs_free(&in);
     }
     MPI_Bcast(head, 2, MPI_INT, 0, MPI_COMM_WORLD);
     *tp = head[1];
@@ -239,37 +262,16 @@ static osdp_status choose_tp(const osdp_job *job, osdp_dtype weights, int n_rank
 static osdp_status choose_pipeline(const osdp_job *job, osdp_dtype weights, int n_ranks, int rank,
                                    osdp_train_pipe_plan *pipe)
 {
-    osdp_model_config cfg;
-    osdp_device dev;
-    osdp_layout whole;
-    osdp_planner_options o;
-    int *all = NULL, have_layout = 0, T = 0;
-    osdp_status s = OSDP_OK;
-    if (rank == 0) {   /* the inputs of the search: rank 0 alone reads them */
-        const osdp_compute_backend *be = osdp_compute_find(osdp_option_word("backend", job->backend), weights);
-        s = osdp_model_config_load(&cfg, job->model);
-        T = s == OSDP_OK && job->seq_len > 0 && job->seq_len <= cfg.ctx ? (int)job->seq_len : cfg.ctx;
-        if (s == OSDP_OK) s = device_load_for_runtime(&dev, job->device, weights);
-        if (s == OSDP_OK && (s = osdp_layout_build(&whole, &cfg, T)) == OSDP_OK) have_layout = 1;
-        if (s == OSDP_OK) {
-            planner_options_of(job, &whole, &o, &all);
-            o.n_ranks = n_ranks;
-            o.global_batch = (int)job->global_batch;
-            o.micro_batch = (int)job->batch;
-            if (be) s = osdp_compute_pad_quantum(be, &o.pad_quantum);
-            if (be && s == OSDP_OK) s = osdp_compute_vocab_quantum(be, &o.vocab_quantum);
-        }
-    }
+    mesh_search_inputs in = {0};
+    osdp_status s = rank == 0 ? mesh_search_inputs_load(job, weights, n_ranks, &in) : OSDP_OK;
     int failed = s != OSDP_OK;   /* the inputs' failure on rank 0, agreed before the search's collective */
     MPI_Bcast(&failed, 1, MPI_INT, 0, MPI_COMM_WORLD);
-    if (failed) {
-        if (have_layout) osdp_layout_free(&whole);
-        return rank == 0 ? s : osdp_error_set(OSDP_ERR_INPUT, "--plan auto: the 3D search's inputs failed on rank 0");
-    }
-    s = osdp_train_pipe_plan_choose(&cfg, T, &dev, &o, (int)job->pp, (int)job->tp,
-                                    (osdp_pipe_schedule)job->pipe_schedule, rank, (int)job->quiet, pipe);
-    if (have_layout) osdp_layout_free(&whole);
-    free(all);
+    if (!failed)
+        s = osdp_train_pipe_plan_choose(&in.cfg, in.seq_len, &in.dev, &in.o, (int)job->pp, (int)job->tp,
+                                        (osdp_pipe_schedule)job->pipe_schedule, rank, (int)job->quiet, pipe);
+    else if (rank != 0)
+        s = osdp_error_set(OSDP_ERR_INPUT, "--plan auto: the 3D search's inputs failed on rank 0");
+    mesh_search_inputs_free(&in);
     return s;
 }
 
