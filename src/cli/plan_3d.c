@@ -132,11 +132,10 @@ int osdp_cmd_plan_3d(const osdp_job *job)
     if (job->recompute == OSDP_RECOMPUTE_ALL)
         osdp_fatal(OSDP_ERR_INPUT, "--recompute all with --pp auto: use --recompute auto (the search chooses) or none");
     osdp_planner_options o;
-    osdp_plan_options_from_job(job, &o);
-    osdp_status s;
     osdp_model_config cfg;
     osdp_device dev;
-    osdp_plan_load_inputs(job, &cfg, &dev);
+    osdp_plan_load_inputs(job, &o, &cfg, &dev);
+    osdp_status s;
     const int seq_len = job->seq_len ? (int)job->seq_len : cfg.ctx;
     /* --tp T fixes the tensor-parallel degree; not given or auto: searched */
     const osdp_3d_options o3 = {.pp = 0, .tp = osdp_option_given(job, "tp") ? (int)job->tp : 0,

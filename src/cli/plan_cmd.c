@@ -251,8 +251,9 @@ static osdp_status network_from_job(const osdp_job *job, int n_ranks, osdp_devic
     return s;
 }
 
-void osdp_plan_load_inputs(const osdp_job *job, osdp_model_config *cfg, osdp_device *dev)
+void osdp_plan_load_inputs(const osdp_job *job, osdp_planner_options *o, osdp_model_config *cfg, osdp_device *dev)
 {
+    osdp_plan_options_from_job(job, o);
     osdp_status s;
     if ((s = osdp_model_config_load(cfg, job->model)) != OSDP_OK) osdp_fatal(s, osdp_error_message());
     if ((s = osdp_job_check_seq_len(job, cfg->ctx)) != OSDP_OK) osdp_fatal(s, osdp_error_message());
@@ -280,12 +281,11 @@ int osdp_cmd_plan(const osdp_job *job)
         osdp_fatal(OSDP_ERR_INPUT, osdp_option_given(job, "stages") ? "--stages needs a pipeline: --pp P with P > 1"
                                                                      : "--schedule needs a pipeline: --pp P with P > 1");
     osdp_planner_options planner;
-    osdp_plan_options_from_job(job, &planner);
     osdp_status s;
     osdp_model_config cfg;
     osdp_device dev;
     osdp_layout L;
-    osdp_plan_load_inputs(job, &cfg, &dev);
+    osdp_plan_load_inputs(job, &planner, &cfg, &dev);
     const int seq_len = job->seq_len ? (int)job->seq_len : cfg.ctx, n_ranks = planner.n_ranks;
     const osdp_device as_given = dev;   /* both levels, for the network line */
     if ((s = osdp_layout_build(&L, &cfg, seq_len)) != OSDP_OK) osdp_fatal(s, osdp_error_message());

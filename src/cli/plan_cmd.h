@@ -23,9 +23,9 @@ void osdp_json_string(const char *s);
 int osdp_cmd_plan_pipeline(const osdp_job *job);
 /* ,"key":{...} on stdout: a pipeline choice's batch, step, bubble, stages and modes ({"fits":false} unless st is OSDP_OK) */
 void osdp_plan_json_pipe_choice(const char *key, const osdp_pipe_choice *c, osdp_status st);
-/* the job's model (its --seq-len checked) and device file with --nodes / --ranks-per-node / --emulate-link;
- * a clear message and exit on a bad one */
-void osdp_plan_load_inputs(const osdp_job *job, osdp_model_config *cfg, osdp_device *dev);
+/* the planner's options, the job's model (its --seq-len checked) and device file with --nodes /
+ * --ranks-per-node / --emulate-link; a clear message and exit on a bad one */
+void osdp_plan_load_inputs(const osdp_job *job, osdp_planner_options *o, osdp_model_config *cfg, osdp_device *dev);
 /* plan --pp auto: the 3D search beside its baselines (src/cli/plan_3d.c) */
 int osdp_cmd_plan_3d(const osdp_job *job);
 

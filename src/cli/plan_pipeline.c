@@ -139,11 +139,10 @@ void osdp_plan_json_pipe_choice(const char *key, const osdp_pipe_choice *c, osdp
 int osdp_cmd_plan_pipeline(const osdp_job *job)
 {
     osdp_planner_options o;
-    osdp_plan_options_from_job(job, &o);
-    osdp_status s;
     osdp_model_config cfg;
     osdp_device dev;
-    osdp_plan_load_inputs(job, &cfg, &dev);
+    osdp_plan_load_inputs(job, &o, &cfg, &dev);
+    osdp_status s;
     if (job->tp == OSDP_TP_AUTO)
         osdp_fatal(OSDP_ERR_INPUT, "--tp auto with --pp P: give the tensor-parallel degree (--tp T), or --pp auto for "
                                    "the search over (P, T, D)");
