@@ -181,6 +181,7 @@ refused stages_count 2 "--stages 0:6: 1 range for the 2 stages" --plan dp --pp 2
 refused no_pp 2 "--stages needs --pp" --plan dp --stages 0:3,3:6
 refused schedule 2 "--schedule" --plan dp --pp 2 --schedule zigzag
 refused ranks 4 "--pp 3" --plan dp --pp 3
-refused auto 2 "--plan auto does not plan a pipeline" --plan auto --pp 2
+refused auto 2 "--plan auto with a pipeline (--pp) needs --global-batch" --plan auto --pp 2
+refused pp_auto 2 "--pp auto needs --plan auto" --plan dp --pp auto
 
 summary test_pp

@@ -140,6 +140,12 @@ typedef struct osdp_planner_options {
        stage_buffer_bytes (osdp/cost_model.h) */
     int stage_in_flight;
     long long stage_buffer_bytes;
+    /* the 3D search's baselines (osdp_planner_3d): bytes per parameter a DP
+       operator keeps replicated beyond osdp's DP (which shards the optimizer
+       state and the gradients): ZeRO-1 the full gradients (e_g), plain DP
+       also the optimizer state (12 + c); charged (1 - 1/D) of them per
+       parameter of a stage by osdp_planner_pipeline; 0 for OSDP */
+    int replicated_bytes_per_param;
 } osdp_planner_options;
 
 typedef struct osdp_planner_result {
@@ -263,6 +269,7 @@ typedef struct osdp_stage_plan {
     osdp_pipe_stage_cost pass;    /* one micro-batch's forward and backward */
     long long peak_bytes;     /* the cost model's peak of the stage per rank */
     long long schedule_peak;  /* the runtime stage schedule's, -1 when not evaluated */
+    long long replicated_bytes;   /* a baseline's replicated state per rank (in both peaks; 0 for OSDP) */
     long long p2p_bytes;      /* sent per step by one of its ranks */
 } osdp_stage_plan;
 
@@ -290,5 +297,61 @@ osdp_status osdp_planner_pipeline(const osdp_model_config *cfg, int seq_len, con
                                   const osdp_planner_options *o, int tp, int pp, const int *bounds,
                                   osdp_pipe_schedule schedule, osdp_pipe_choice *out);
 void osdp_pipe_choice_free(osdp_pipe_choice *choice);
+
+/* The 3D search (issue 16): the mesh N = P x D x T, T inside a node, the
+ * stage split, the micro-batch and the micro-batches per step, and inside
+ * each the exact per-operator search of every stage (osdp_planner_pipeline;
+ * the per-operator choices are osdp_planner_plan_batch's, so a mode added
+ * there, e.g. hierarchical sharding, is searched here too).
+ *
+ * osdp_planner_3d, for one kind of plan:
+ *   OSDP_3D_OSDP       any per-operator choice (o->modes as given)
+ *   OSDP_3D_DEEPSPEED  DeepSpeed-3D-like: every operator DP with ZeRO-1 on the
+ *                      data axis (full weights and gradients, the optimizer
+ *                      state sharded): osdp's DP plus the gradients replicated
+ *   OSDP_3D_MEGATRON   Megatron-like: TP x PP x DP, plain DP (weights,
+ *                      gradients and optimizer state all replicated)
+ *   OSDP_3D_FSDP       every operator ZDP, P = T = 1
+ *   OSDP_3D_DDP        plain DP, P = T = 1
+ * Meshes: every (P, T) with P T dividing N, T dividing ranks_per_node (when
+ * stated) and every block's heads, P at most the operators and
+ * OSDP_MAX_STAGES (a fixed pp or tp > 0: that one alone).  A mesh is out
+ * without a search when its fully sharded optimizer state alone,
+ * (12 + e_g + c) total_params / (P D), exceeds the limit.  Stage splits:
+ * every contiguous split of the operators when there are at most
+ * o3->split_enum_limit of them (default 512), else the cost model's
+ * balanced split (osdp_planner_stage_split); each is planned by
+ * osdp_planner_pipeline (the micro-batch and M for the global batch).  The
+ * best has the highest samples per second (with a global batch: the
+ * shortest step), ties to the smaller P, then the smaller T, then the
+ * earlier split.  GUARANTEE: where every split was enumerated, the result
+ * is the best over meshes x splits x micro-batches of the per-stage
+ * optima (each stage's plan the fastest that fits, osdp_planner_plan_batch);
+ * tests/test_planner_3d.c checks it against exhaustive enumeration. */
+typedef enum osdp_3d_kind {
+    OSDP_3D_OSDP, OSDP_3D_DEEPSPEED, OSDP_3D_MEGATRON, OSDP_3D_FSDP, OSDP_3D_DDP, OSDP_3D_KINDS
+} osdp_3d_kind;
+
+typedef struct osdp_3d_options {
+    int pp, tp;               /* 0: searched; > 0: fixed */
+    osdp_pipe_schedule schedule;
+    int split_enum_limit;     /* enumerate every split up to this many per mesh (0: 512) */
+} osdp_3d_options;
+
+typedef struct osdp_3d_result {
+    osdp_status status;       /* OSDP_OK, or why no mesh fits (message below) */
+    char message[1024];
+    osdp_pipe_choice best;    /* the chosen mesh, split, batch and plan (valid when OSDP_OK) */
+    int meshes, meshes_pruned, splits_planned;
+    double total_s;           /* wall seconds of the call */
+    double cpu_s;             /* the process's CPU seconds in the call (a shared machine's waits left out) */
+} osdp_3d_result;
+
+const char *osdp_3d_kind_name(osdp_3d_kind kind);
+/* status OSDP_OK or OSDP_ERR_INFEASIBLE in res->status; other errors returned */
+osdp_status osdp_planner_3d(const osdp_model_config *cfg, int seq_len, const osdp_device *dev,
+                            const osdp_planner_options *o, const osdp_3d_options *o3, osdp_3d_kind kind,
+                            osdp_3d_result *res);
+void osdp_3d_result_free(osdp_3d_result *res);
 
 #endif

@@ -98,9 +98,11 @@ static const option_row g_options[] = {
      .hi = 1 << 20, .metavar = "N",
      .help = "ranks to plan for (with --tp T: the mesh of T x D ranks)"},
     {.name = "pp", .type = OPT_INT, .commands = PLAN, .field = FIELD(pp), .lo = 1, .hi = OSDP_MAX_STAGES,
-     .default_value = "1", .metavar = "P",
+     .choices = "auto", .word_value = OSDP_PP_AUTO, .default_value = "1", .metavar = "P|auto",
      .help = "pipeline stages: the mesh N = P x D x T, each stage's operators planned over its D ranks;\n"
-        "the step's micro-batches: --global-batch / (D x micro-batch), else 4 P"},
+        "the step's micro-batches: --global-batch / (D x micro-batch), else 4 P (auto: the 3D search\n"
+        "over P, T (inside a node; fixed by --tp T), the stage split and the micro-batch, beside\n"
+        "DeepSpeed-3D-like, Megatron-like, FSDP and DDP)"},
     {.name = "steps", .short_name = 's', .type = OPT_INT, .commands = TRAIN, .field = FIELD(steps), .hi = 1e12,
      .default_value = "100", .metavar = "N",
      .help = "optimizer steps in all: a resumed run continues up to step N"},
@@ -139,9 +141,10 @@ static const option_row g_options[] = {
      .default_value = "1", .metavar = "T",
      .help = "tensor-parallel degree: the groups of T consecutive ranks whose collectives are measured"},
     {.name = "pp", .type = OPT_INT, .commands = TRAIN, .field = FIELD(pp), .lo = 1, .hi = OSDP_MAX_STAGES,
-     .default_value = "1", .metavar = "P",
+     .choices = "auto", .word_value = OSDP_PP_AUTO, .default_value = "1", .metavar = "P|auto",
      .help = "pipeline stages: the outermost mesh axis, each stage a contiguous range of operators\n"
-        "(--stages) over ranks / P, the step's micro-batches (accumulation) flowing through them"},
+        "(--stages) over ranks / P, the step's micro-batches (accumulation) flowing through them\n"
+        "(auto, with --plan auto: the 3D search chooses P, and T with --tp auto, and the stages)"},
     {.name = "stages", .type = OPT_TEXT, .commands = TRAIN | PLAN, .field = FIELD(stages), .metavar = "A:B,B:C,...",
      .default_text = "balanced by the cost model's operator times",
      .help = "with --pp P: stage s's operators [A, B), P contiguous ranges from 0 to the operator count"},

@@ -28,6 +28,7 @@ typedef enum osdp_precision_choice { OSDP_PRECISION_BF16, OSDP_PRECISION_FP32 } 
 
 #define OSDP_SPLIT_AUTO (-1)          /* --split auto */
 #define OSDP_TP_AUTO 0                /* --tp auto: the planner chooses the tensor-parallel degree */
+#define OSDP_PP_AUTO 0                /* --pp auto: the 3D search chooses the pipeline stages */
 #define OSDP_MAX_TP 4096              /* --tp: the largest (it must divide the heads anyway) */
 #define OSDP_PROFILE_MAX_REPS 64      /* profile --reps: the largest */
 #define OSDP_MAX_OPTIONS 96           /* rows of the table (checked at start) */
@@ -50,7 +51,7 @@ typedef struct osdp_job {
     long long ranks;                  /* plan: ranks to plan for */
     long long split;                  /* slices per operator, or OSDP_SPLIT_AUTO */
     long long tp;                     /* tensor-parallel degree (1: none), or OSDP_TP_AUTO */
-    long long pp;                     /* train: pipeline stages (1: none) */
+    long long pp;                     /* pipeline stages (1: none), or OSDP_PP_AUTO */
     const char *stages;               /* train --stages: "0:13,13:26,..."; NULL: balanced by the cost model */
     int pipe_schedule;                /* train --schedule: osdp_pipe_schedule (1f1b|gpipe) */
     int recompute;                    /* osdp_recompute_choice */

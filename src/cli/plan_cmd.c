@@ -251,6 +251,16 @@ static osdp_status network_from_job(const osdp_job *job, int n_ranks, osdp_devic
     return s;
 }
 
+void osdp_plan_load_inputs(const osdp_job *job, osdp_planner_options *o, osdp_model_config *cfg, osdp_device *dev)
+{
+    osdp_plan_options_from_job(job, o);
+    osdp_status s;
+    if ((s = osdp_model_config_load(cfg, job->model)) != OSDP_OK) osdp_fatal(s, osdp_error_message());
+    if ((s = osdp_job_check_seq_len(job, cfg->ctx)) != OSDP_OK) osdp_fatal(s, osdp_error_message());
+    if ((s = osdp_device_load(dev, job->device)) != OSDP_OK) osdp_fatal(s, osdp_error_message());
+    if ((s = network_from_job(job, (int)job->ranks, dev)) != OSDP_OK) osdp_fatal(s, osdp_error_message());
+}
+
 /* "network: ..." — which level prices the data-parallel group (a device with two levels) */
 static void print_network(const osdp_device *dev, int n_ranks, int tp, int dp)
 {
@@ -265,21 +275,18 @@ static void print_network(const osdp_device *dev, int n_ranks, int tp, int dp)
 
 int osdp_cmd_plan(const osdp_job *job)
 {
+    if (job->pp == OSDP_PP_AUTO) return osdp_cmd_plan_3d(job);
     if (job->pp > 1) return osdp_cmd_plan_pipeline(job);
     if (osdp_option_given(job, "stages") || osdp_option_given(job, "schedule"))
         osdp_fatal(OSDP_ERR_INPUT, osdp_option_given(job, "stages") ? "--stages needs a pipeline: --pp P with P > 1"
                                                                      : "--schedule needs a pipeline: --pp P with P > 1");
     osdp_planner_options planner;
-    osdp_plan_options_from_job(job, &planner);
     osdp_status s;
     osdp_model_config cfg;
     osdp_device dev;
     osdp_layout L;
-    if ((s = osdp_model_config_load(&cfg, job->model)) != OSDP_OK) osdp_fatal(s, osdp_error_message());
-    if ((s = osdp_job_check_seq_len(job, cfg.ctx)) != OSDP_OK) osdp_fatal(s, osdp_error_message());
-    if ((s = osdp_device_load(&dev, job->device)) != OSDP_OK) osdp_fatal(s, osdp_error_message());
+    osdp_plan_load_inputs(job, &planner, &cfg, &dev);
     const int seq_len = job->seq_len ? (int)job->seq_len : cfg.ctx, n_ranks = planner.n_ranks;
-    if ((s = network_from_job(job, n_ranks, &dev)) != OSDP_OK) osdp_fatal(s, osdp_error_message());
     const osdp_device as_given = dev;   /* both levels, for the network line */
     if ((s = osdp_layout_build(&L, &cfg, seq_len)) != OSDP_OK) osdp_fatal(s, osdp_error_message());
 

@@ -21,5 +21,12 @@ void osdp_plan_ops_table(const osdp_layout *L, const osdp_cost_model *cm, const 
 void osdp_json_string(const char *s);
 /* plan --pp P > 1: the pipeline's stages, step, bubble and messages */
 int osdp_cmd_plan_pipeline(const osdp_job *job);
+/* ,"key":{...} on stdout: a pipeline choice's batch, step, bubble, stages and modes ({"fits":false} unless st is OSDP_OK) */
+void osdp_plan_json_pipe_choice(const char *key, const osdp_pipe_choice *c, osdp_status st);
+/* the planner's options, the job's model (its --seq-len checked) and device file with --nodes /
+ * --ranks-per-node / --emulate-link; a clear message and exit on a bad one */
+void osdp_plan_load_inputs(const osdp_job *job, osdp_planner_options *o, osdp_model_config *cfg, osdp_device *dev);
+/* plan --pp auto: the 3D search beside its baselines (src/cli/plan_3d.c) */
+int osdp_cmd_plan_3d(const osdp_job *job);
 
 #endif

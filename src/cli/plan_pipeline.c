@@ -104,7 +104,7 @@ static void print_text(const osdp_model_config *cfg, const osdp_device *dev, con
            c->memory_bottleneck, 1e3 * c->total_s, c->batches_tried);
 }
 
-static void json_choice(const char *key, const osdp_pipe_choice *c, osdp_status st)
+void osdp_plan_json_pipe_choice(const char *key, const osdp_pipe_choice *c, osdp_status st)
 {
     printf(",\"%s\":", key);
     if (st != OSDP_OK) {
@@ -139,16 +139,13 @@ static void json_choice(const char *key, const osdp_pipe_choice *c, osdp_status 
 int osdp_cmd_plan_pipeline(const osdp_job *job)
 {
     osdp_planner_options o;
-    osdp_plan_options_from_job(job, &o);
-    osdp_status s;
     osdp_model_config cfg;
     osdp_device dev;
-    if ((s = osdp_model_config_load(&cfg, job->model)) != OSDP_OK) osdp_fatal(s, osdp_error_message());
-    if ((s = osdp_job_check_seq_len(job, cfg.ctx)) != OSDP_OK) osdp_fatal(s, osdp_error_message());
-    if ((s = osdp_device_load(&dev, job->device)) != OSDP_OK) osdp_fatal(s, osdp_error_message());
+    osdp_plan_load_inputs(job, &o, &cfg, &dev);
+    osdp_status s;
     if (job->tp == OSDP_TP_AUTO)
-        osdp_fatal(OSDP_ERR_INPUT, "--tp auto with --pp: give the tensor-parallel degree (--tp T); the search over "
-                                   "(P, T, D) is not built yet");
+        osdp_fatal(OSDP_ERR_INPUT, "--tp auto with --pp P: give the tensor-parallel degree (--tp T), or --pp auto for "
+                                   "the search over (P, T, D)");
     const int seq_len = job->seq_len ? (int)job->seq_len : cfg.ctx, P = (int)job->pp, T = (int)job->tp;
     int bounds[OSDP_MAX_STAGES + 1];
     osdp_layout L;   /* the operators and their types: the same at every T */
@@ -198,9 +195,9 @@ int osdp_cmd_plan_pipeline(const osdp_job *job)
                job->ranks, c.layout.total_params, c.layout.n_ops, c.layout.T, job->ranks, P, c.dp_size, c.tp_size,
                osdp_pipe_schedule_name(schedule), osdp_stage_split_format(c.bounds, P, split, sizeof split),
                c.bounds_given ? "true" : "false", dev.p2p.alpha, dev.p2p.beta);
-        json_choice("osdp", &c, OSDP_OK);
-        json_choice("all_dp", &base[0], bst[0]);
-        json_choice("all_zdp", &base[1], bst[1]);
+        osdp_plan_json_pipe_choice("osdp", &c, OSDP_OK);
+        osdp_plan_json_pipe_choice("all_dp", &base[0], bst[0]);
+        osdp_plan_json_pipe_choice("all_zdp", &base[1], bst[1]);
         printf("}\n");
     } else {
         print_text(&cfg, &dev, &o, job, &c, base, bst);

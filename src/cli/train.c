@@ -16,6 +16,7 @@
 #include "osdp/runtime.h"
 #include "cli/train_checkpoint.h"
 #include "options.h"
+#include "train_pipe_plan.h"
 #include "train_sample.h"
 #include "validation.h"
 
@@ -50,15 +51,27 @@ static osdp_dtype job_weights(const osdp_job *job)
 /* the pipeline's options (--pp, --stages, --schedule) against the others */
 static osdp_status check_pipeline_options(const osdp_job *job, int plan_auto)
 {
-    if (job->pp <= 1) {
+    if (job->pp == OSDP_PP_AUTO && !plan_auto)
+        return osdp_error_set(OSDP_ERR_INPUT, "--pp auto needs --plan auto (the 3D search chooses the stages); give "
+                              "--pp P with --plan %s", job->plan);
+    if (job->pp == 1) {
         if (job->stages) return osdp_error_set(OSDP_ERR_INPUT, "--stages needs --pp P with P > 1 (the pipeline's stages)");
         if (osdp_option_given(job, "schedule"))
             return osdp_error_set(OSDP_ERR_INPUT, "--schedule needs --pp P with P > 1 (it orders the pipeline's passes)");
         return OSDP_OK;
     }
-    if (plan_auto)
-        return osdp_error_set(OSDP_ERR_INPUT, "--plan auto does not plan a pipeline's stages yet: with --pp %lld give "
-                              "--plan dp, zdp or a plan file (and --batch)", job->pp);
+    if (plan_auto) {   /* the 3D search: the stages, micro-batch and M for the global batch */
+        if (job->stages)
+            return osdp_error_set(OSDP_ERR_INPUT, "--stages with --plan auto: the 3D search chooses the split; give a "
+                                  "plan file or --plan dp / zdp to train on these stages");
+        if (!job->global_batch)
+            return osdp_error_set(OSDP_ERR_INPUT, "--plan auto with a pipeline (--pp) needs --global-batch G: the "
+                                  "sequences per step that the search splits into micro-batches");
+        if (job->recompute == OSDP_RECOMPUTE_ALL)
+            return osdp_error_set(OSDP_ERR_INPUT, "--recompute all with --plan auto and --pp: use --recompute auto or "
+                                  "none");
+        return OSDP_OK;
+    }
     if (job->tp == OSDP_TP_AUTO)
         return osdp_error_set(OSDP_ERR_INPUT, "--tp auto does not plan with --pp %lld: give --tp T", job->pp);
     return OSDP_OK;
@@ -177,6 +190,46 @@ static void planner_options_of(const osdp_job *job, const osdp_layout *layout, o
     }
 }
 
+/* What rank 0 plans a mesh with (--tp auto, --pp auto): the model, the
+ * sequence length, the device file for this binary, the whole model's
+ * layout and the planner's options over the world's n_ranks ranks. */
+typedef struct mesh_search_inputs {
+    osdp_model_config cfg;
+    int seq_len;
+    osdp_device dev;
+    osdp_layout whole;
+    int have_layout;
+    osdp_planner_options o;
+    int *recompute_all;       /* --recompute all's flags (planner_options_of) */
+} mesh_search_inputs;
+
+static osdp_status mesh_search_inputs_load(const osdp_job *job, osdp_dtype weights, int n_ranks, mesh_search_inputs *in)
+{
+    memset(in, 0, sizeof *in);
+    const osdp_compute_backend *be = osdp_compute_find(osdp_option_word("backend", job->backend), weights);
+    osdp_status s = osdp_model_config_load(&in->cfg, job->model);
+    if (s != OSDP_OK) return s;
+    in->seq_len = job->seq_len > 0 && job->seq_len <= in->cfg.ctx ? (int)job->seq_len : in->cfg.ctx;
+    if ((s = device_load_for_runtime(&in->dev, job->device, weights)) != OSDP_OK) return s;
+    if ((s = osdp_layout_build(&in->whole, &in->cfg, in->seq_len)) != OSDP_OK) return s;
+    in->have_layout = 1;
+    planner_options_of(job, &in->whole, &in->o, &in->recompute_all);
+    in->o.n_ranks = n_ranks;
+    in->o.global_batch = (int)job->global_batch;
+    in->o.micro_batch = (int)job->batch;
+    if (be) s = osdp_compute_pad_quantum(be, &in->o.pad_quantum);   /* no backend: the later check says so */
+    if (be && s == OSDP_OK) s = osdp_compute_vocab_quantum(be, &in->o.vocab_quantum);
+    return s;
+}
+
+static void mesh_search_inputs_free(mesh_search_inputs *in)
+{
+    if (in->have_layout) osdp_layout_free(&in->whole);
+    in->have_layout = 0;
+    free(in->recompute_all);
+    in->recompute_all = NULL;
+}
+
 /* --tp auto (with --plan auto): rank 0 asks the planner which
  * tensor-parallel degree plans this job best on the world's ranks
  * (osdp_planner_mesh: the divisors of the rank count that divide the heads
@@ -186,38 +239,40 @@ static osdp_status choose_tp(const osdp_job *job, osdp_dtype weights, int n_rank
 {
     int head[2] = {OSDP_OK, 1};   /* status, T */
     if (rank == 0) {
-        osdp_model_config cfg;
-        osdp_device dev;
-        osdp_layout whole;
-        osdp_planner_options o;
+        mesh_search_inputs in;
         osdp_mesh_choice choice = {.best = -1};
-        int *all = NULL, have_layout = 0;
-        const osdp_compute_backend *be = osdp_compute_find(osdp_option_word("backend", job->backend), weights);
-        osdp_status s = osdp_model_config_load(&cfg, job->model);
-        const int T = job->seq_len > 0 && job->seq_len <= cfg.ctx ? (int)job->seq_len : cfg.ctx;
-        if (s == OSDP_OK) s = device_load_for_runtime(&dev, job->device, weights);
-        if (s == OSDP_OK && (s = osdp_layout_build(&whole, &cfg, T)) == OSDP_OK) have_layout = 1;
-        if (s == OSDP_OK) {
-            planner_options_of(job, &whole, &o, &all);
-            o.n_ranks = n_ranks;
-            o.global_batch = (int)job->global_batch;
-            o.micro_batch = (int)job->batch;
-            if (be) s = osdp_compute_pad_quantum(be, &o.pad_quantum);   /* no backend: the later check says so */
-            if (be && s == OSDP_OK) s = osdp_compute_vocab_quantum(be, &o.vocab_quantum);
-        }
-        if (s == OSDP_OK) s = osdp_planner_mesh(&cfg, T, &dev, &o, OSDP_TP_AUTO, &choice);
+        osdp_status s = mesh_search_inputs_load(job, weights, n_ranks, &in);
+        if (s == OSDP_OK) s = osdp_planner_mesh(&in.cfg, in.seq_len, &in.dev, &in.o, OSDP_TP_AUTO, &choice);
         if (s == OSDP_OK) head[1] = choice.cand[choice.best].tp_size;
         if (s == OSDP_OK && !job->quiet)
             printf("--tp auto: the planner chooses tensor-parallel degree %d of the %d ranks\n", head[1], n_ranks);
         head[0] = (int)s;
         osdp_mesh_choice_free(&choice);
-        if (have_layout) osdp_layout_free(&whole);
-        free(all);
+        mesh_search_inputs_free(&in);
     }
     MPI_Bcast(head, 2, MPI_INT, 0, MPI_COMM_WORLD);
     *tp = head[1];
     if (head[0] == OSDP_OK || rank == 0) return (osdp_status)head[0];
     return osdp_error_set((osdp_status)head[0], "--tp auto: the planner failed on rank 0");
+}
+
+/* --plan auto with --pp P or auto (--tp T or auto): the 3D search on rank 0
+ * (src/cli/train_pipe_plan.h) over the world's ranks and --global-batch;
+ * every rank returns the same status. */
+static osdp_status choose_pipeline(const osdp_job *job, osdp_dtype weights, int n_ranks, int rank,
+                                   osdp_train_pipe_plan *pipe)
+{
+    mesh_search_inputs in = {0};
+    osdp_status s = rank == 0 ? mesh_search_inputs_load(job, weights, n_ranks, &in) : OSDP_OK;
+    int failed = s != OSDP_OK;   /* the inputs' failure on rank 0, agreed before the search's collective */
+    MPI_Bcast(&failed, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    if (!failed)
+        s = osdp_train_pipe_plan_choose(&in.cfg, in.seq_len, &in.dev, &in.o, (int)job->pp, (int)job->tp,
+                                        (osdp_pipe_schedule)job->pipe_schedule, rank, (int)job->quiet, pipe);
+    else if (rank != 0)
+        s = osdp_error_set(OSDP_ERR_INPUT, "--plan auto: the 3D search's inputs failed on rank 0");
+    mesh_search_inputs_free(&in);
+    return s;
 }
 
 /* --plan auto: rank 0 plans (device file, --mem-limit, the global batch,
@@ -283,8 +338,14 @@ static void plan_apply_options(osdp_plan *plan, const osdp_layout *layout, const
  * to this rank's tensor-parallel parts, sharded over the data-parallel
  * ranks. */
 static osdp_status load_plan(osdp_plan *plan, const osdp_layout *layout, const osdp_job *job, const train_setup *t,
-                             const osdp_mesh *mesh)
+                             const osdp_mesh *mesh, const osdp_train_pipe_plan *pipe)
 {
+    if (pipe->active) {   /* the 3D search's, b and M in it */
+        if (pipe->plan.n_ops != layout->n_ops)
+            return osdp_error_set(OSDP_ERR_INTERNAL, "--plan auto: the 3D search planned %d operators, the layout has %d",
+                                  pipe->plan.n_ops, layout->n_ops);
+        return osdp_plan_copy(plan, &pipe->plan);
+    }
     const int dp_ranks = mesh->dp;
     if (t->micro_batch && t->global_batch % (t->micro_batch * dp_ranks) != 0)
         return osdp_error_set(OSDP_ERR_INPUT, "%s %d is not a multiple of --batch %d x %d %sranks = %d%s",
@@ -341,8 +402,12 @@ static double predicted_step_time(const osdp_layout *layout, const osdp_plan *pl
  * --device; without one, the operators' FLOPs).  Every rank computes the
  * same from the same inputs. */
 static osdp_status stage_split(const osdp_layout *layout, const osdp_plan *plan, const osdp_job *job,
-                               const train_setup *t, int dp_ranks, int *bounds)
+                               const train_setup *t, int dp_ranks, const osdp_train_pipe_plan *pipe, int *bounds)
 {
+    if (pipe->active) {   /* the 3D search's */
+        memcpy(bounds, pipe->bounds, sizeof(int) * (size_t)(pipe->pp + 1));
+        return OSDP_OK;
+    }
     const int P = (int)job->pp;
     if (job->stages) return osdp_stage_split_parse(job->stages, layout->n_ops, P, bounds);
     osdp_device dev;
@@ -416,10 +481,17 @@ int osdp_cmd_train(const osdp_job *job)
     osdp_check_all(check_train_options(job));
     /* the mesh before anything counts ranks: the batch geometry and the plan
      * are the data-parallel group's */
-    int tp = (int)job->tp;
-    if (tp == OSDP_TP_AUTO) osdp_check_all(choose_tp(job, job_weights(job), world.size, world.rank, &tp));
+    int tp = (int)job->tp, pp = (int)job->pp;
+    osdp_train_pipe_plan pipe = {0};   /* --plan auto with a pipeline: the 3D search's mesh, stages and plan */
+    if (strcmp(job->plan, "auto") == 0 && pp != 1) {
+        osdp_check_all(choose_pipeline(job, job_weights(job), world.size, world.rank, &pipe));
+        tp = pipe.tp;
+        pp = pipe.pp;
+    } else if (tp == OSDP_TP_AUTO) {
+        osdp_check_all(choose_tp(job, job_weights(job), world.size, world.rank, &tp));
+    }
     osdp_mesh mesh;
-    osdp_check_all(osdp_mesh_create(&mesh, MPI_COMM_WORLD, tp, (int)job->pp));
+    osdp_check_all(osdp_mesh_create(&mesh, MPI_COMM_WORLD, tp, pp));
     if (world.rank == 0 && !job->quiet) {
         char described[96];
         printf("mesh: %s%s%s\n", osdp_mesh_describe(&mesh, described, sizeof described),
@@ -467,7 +539,7 @@ int osdp_cmd_train(const osdp_job *job)
     osdp_train_sample samples;
     osdp_check_all(osdp_train_sample_open(&samples, job, &cfg, world.rank));
     osdp_plan plan;
-    osdp_check_all(load_plan(&plan, &layout, job, &t, &mesh));
+    osdp_check_all(load_plan(&plan, &layout, job, &t, &mesh, &pipe));
     int global = plan.micro_batch * plan.accum_steps * mesh.dp;
 
     /* every rank must run the same job */
@@ -490,7 +562,7 @@ int osdp_cmd_train(const osdp_job *job)
     }
     int stage_bounds[OSDP_MAX_STAGES + 1] = {0};
     if (mesh.pp > 1) {
-        osdp_check_all(stage_split(&layout, &plan, job, &t, mesh.dp, stage_bounds));
+        osdp_check_all(stage_split(&layout, &plan, job, &t, mesh.dp, &pipe, stage_bounds));
         uint64_t split_hash = 14695981039346656037ULL;   /* FNV-1a over the bounds: every rank's device file */
         for (int b = 0; b <= mesh.pp; b++) split_hash = (split_hash ^ (uint64_t)stage_bounds[b]) * 1099511628211ULL;
         osdp_check_same(split_hash, "pipeline stage split (--stages, or the --device file it is balanced by)");
@@ -559,6 +631,7 @@ int osdp_cmd_train(const osdp_job *job)
     osdp_comm_destroy(&comm);
     osdp_mesh_free(&mesh);
     osdp_plan_free(&plan);
+    osdp_train_pipe_plan_free(&pipe);
     osdp_train_sample_close(&samples);
     osdp_validation_close(&val);
     osdp_data_close(&data);

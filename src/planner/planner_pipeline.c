@@ -49,6 +49,15 @@ static void copy_stage_plan(const osdp_plan *stage, int lo, osdp_plan *whole)
     }
 }
 
+/* bytes per rank of a baseline's replicated state for operators [lo, hi) over D data-parallel ranks */
+static long long stage_replicated_bytes(const osdp_layout *layout, int lo, int hi, int D, int bytes_per_param)
+{
+    if (bytes_per_param <= 0 || D <= 1) return 0;
+    long long params = 0;
+    for (int i = lo; i < hi; i++) params += (long long)layout->op[i].numel;
+    return params * bytes_per_param - params * bytes_per_param / D;
+}
+
 /* every stage planned at micro-batch b and M micro-batches into *c (whose
  * stages are freed first); OSDP_ERR_INFEASIBLE names the stage that does
  * not fit */
@@ -75,7 +84,18 @@ static osdp_status plan_stages(const osdp_device *dev, const osdp_planner_option
         so.recompute = o->recompute ? o->recompute + st->lo : NULL;
         so.stage_in_flight = st->in_flight;
         so.stage_buffer_bytes = osdp_pipe_stage_buffer_bytes(&c->layout, c->bounds, s, b, st->in_flight);
-        const long long limit = o->mem_limit > 0 ? o->mem_limit : dev->mem_limit;
+        /* a baseline's replicated state (osdp_planner_options) is resident all
+         * step: the stage's search sees the limit less it */
+        const long long replicated = stage_replicated_bytes(&c->layout, st->lo, st->hi, c->dp_size,
+                                                            o->replicated_bytes_per_param);
+        const long long limit = (o->mem_limit > 0 ? o->mem_limit : dev->mem_limit) - replicated;
+        if (replicated > 0) so.mem_limit = limit;
+        if (limit <= 0) {
+            c->n_stages_planned = s;
+            return osdp_error_set(OSDP_ERR_INFEASIBLE, "pipeline stage %d of %d (operators %d:%d): the replicated "
+                                  "state alone, %lld bytes per rank, exceeds the memory limit", s, P, st->lo, st->hi,
+                                  replicated);
+        }
         osdp_status status = OSDP_OK;
         int lowered = 0;
         /* The search sees the stage's peak but for the moment its first
@@ -108,6 +128,7 @@ static osdp_status plan_stages(const osdp_device *dev, const osdp_planner_option
                                   c->layout.op[st->hi - 1].name, st->in_flight, why);
         }
         st->busy_s = st->result.step_s;
+        st->replicated_bytes = replicated;
         st->p2p_bytes = osdp_pipe_stage_p2p_bytes(&c->layout, c->bounds, P, s, b, M);
     }
     return OSDP_OK;
@@ -159,6 +180,9 @@ static osdp_status assemble(const osdp_device *dev, const osdp_planner_options *
                                       "the runtime's stage schedule (%lld bytes) differ", s, st->peak_bytes,
                                       st->schedule_peak);
         }
+        /* the baseline's replicated state on top (the runtime schedule has no such mode) */
+        st->peak_bytes += st->replicated_bytes;
+        if (st->schedule_peak >= 0) st->schedule_peak += st->replicated_bytes;
         const long long peak = st->schedule_peak >= 0 ? st->schedule_peak : st->peak_bytes;
         if (peak > most) {
             most = peak;

@@ -1,0 +1,159 @@
+/* osdp_gpt plan --pp auto: the 3D search (osdp_planner_3d) and, beside it,
+ * the best DeepSpeed-3D-like, Megatron-like, FSDP and DDP plans, each at
+ * its own best mesh and micro-batch; the chosen mesh's stages and
+ * per-operator modes; --out writes its plan. */
+#include "config.h"
+#include "cli/app.h"
+#include "osdp/memory.h"
+#include "osdp/pipeline_cost.h"
+#include "plan_cmd.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static long long largest_peak(const osdp_pipe_choice *c)
+{
+    long long most = 0;
+    for (int s = 0; s < c->pp_size; s++) {
+        const long long p = c->stage[s].schedule_peak >= 0 ? c->stage[s].schedule_peak : c->stage[s].peak_bytes;
+        if (p > most) most = p;
+    }
+    return most;
+}
+
+static void print_row(osdp_3d_kind kind, const osdp_3d_result *r, const osdp_3d_result *osdp)
+{
+    if (r->status != OSDP_OK) {
+        printf("  %-18s does not fit (%s)\n", osdp_3d_kind_name(kind), r->message);
+        return;
+    }
+    const osdp_pipe_choice *c = &r->best;
+    char split[512], mesh[48], batch[32], peak[32];
+    snprintf(mesh, sizeof mesh, "%dx%dx%d", c->pp_size, c->dp_size, c->tp_size);
+    snprintf(batch, sizeof batch, "%d x %d", c->micro_batch, c->micro_batches);
+    int zdp = 0;
+    for (int i = 0; i < c->plan.n_ops; i++) zdp += c->plan.zdp_slices[i] > 0;
+    printf("  %-18s %-9s %-8s %10.3f %12.2f %10s %5d/%-4d %8.3fx %6d %6d  %s\n", osdp_3d_kind_name(kind), mesh, batch,
+           1e3 * c->step_s, c->samples_per_s, osdp_mib((double)largest_peak(c), peak, sizeof peak), zdp, c->plan.n_ops,
+           osdp->status == OSDP_OK ? osdp->best.samples_per_s / c->samples_per_s : 0.0, r->meshes, r->splits_planned,
+           osdp_stage_split_format(c->bounds, c->pp_size, split, sizeof split));
+}
+
+static void print_text(const osdp_model_config *cfg, const osdp_device *dev, const osdp_job *job,
+                       const osdp_3d_result *res)
+{
+    char a[32];
+    printf("osdp plan --pp auto | model %s: %d layers, width %d, vocab %d | %lld ranks", cfg->name, cfg->n_layer,
+           cfg->n_embd, cfg->vocab, job->ranks);
+    if (dev->ranks_per_node > 0) printf(" on nodes of %d", dev->ranks_per_node);
+    printf(" | device %s, %s per rank\n", dev->name,
+           osdp_format_bytes((double)(job->mem_limit ? job->mem_limit : dev->mem_limit), a, sizeof a));
+    printf("the 3D search: meshes PP x DP x TP (TP inside a node), stage splits, micro-batch x micro-batches per step;"
+           " per stage the exact per-operator search\n\n");
+    printf("  %-18s %-9s %-8s %10s %12s %10s %10s %9s %6s %6s  %s\n", "plan", "PPxDPxTP", "b x M", "step ms",
+           "samples/s", "peak MiB", "ZDP ops", "3D+OSDP", "meshes", "splits", "stages");
+    for (int k = 0; k < OSDP_3D_KINDS; k++) print_row((osdp_3d_kind)k, &res[k], &res[OSDP_3D_OSDP]);
+    printf("  (DeepSpeed-3D-like: every operator DP, ZeRO-1 on the data axis (gradients replicated); Megatron-like: "
+           "plain DP;\n   FSDP: every operator ZDP, DDP: plain DP, both PP 1 x TP 1; 3D+OSDP: its samples/s over the "
+           "row's)\n");
+    if (res[OSDP_3D_OSDP].status != OSDP_OK) return;
+    const osdp_pipe_choice *c = &res[OSDP_3D_OSDP].best;
+    printf("\n3D+OSDP: PP %d x DP %d x TP %d, schedule %s, micro-batch %d x %d micro-batches: step %.3f ms; %d meshes "
+           "(%d pruned by their state), %d stage splits planned in %.1f ms (%.1f ms CPU)\n", c->pp_size, c->dp_size, c->tp_size,
+           osdp_pipe_schedule_name(c->schedule), c->micro_batch, c->micro_batches, 1e3 * c->step_s,
+           res[OSDP_3D_OSDP].meshes, res[OSDP_3D_OSDP].meshes_pruned, res[OSDP_3D_OSDP].splits_planned,
+           1e3 * res[OSDP_3D_OSDP].total_s, 1e3 * res[OSDP_3D_OSDP].cpu_s);
+    for (int s = 0; s < c->pp_size; s++) {
+        const osdp_stage_plan *st = &c->stage[s];
+        char pk[32], mode[16];
+        printf("  stage %d: operators %d:%d, %d in flight, busy %.3f ms, peak %s MiB%s:", s, st->lo, st->hi,
+               st->in_flight, 1e3 * st->busy_s, osdp_mib((double)st->peak_bytes, pk, sizeof pk),
+               st->result.gap > 0 ? " (not proven optimal: a lowered limit)" : "");
+        for (int i = st->lo; i < st->hi; i++)
+            printf(" %s=%s", c->layout.op[i].name, osdp_plan_mode_label(&c->plan, i, mode, sizeof mode));
+        printf("\n");
+    }
+}
+
+static void print_json(const osdp_model_config *cfg, const osdp_device *dev, const osdp_job *job,
+                       const osdp_3d_result *res)
+{
+    static const char *const keys[OSDP_3D_KINDS] = {"osdp", "deepspeed_3d", "megatron", "fsdp", "ddp"};
+    printf("{\"model\":");
+    osdp_json_string(cfg->name);
+    printf(",\"device\":");
+    osdp_json_string(dev->name);
+    printf(",\"ranks\":%lld,\"ranks_per_node\":%d,\"search\":\"3d\"", job->ranks, dev->ranks_per_node);
+    for (int k = 0; k < OSDP_3D_KINDS; k++) {
+        const osdp_3d_result *r = &res[k];
+        printf(",\"%s\":{\"name\":\"%s\",\"fits\":%s,\"meshes\":%d,\"meshes_pruned\":%d,\"splits_planned\":%d,"
+               "\"search_ms\":%.6g,\"search_cpu_ms\":%.6g", keys[k], osdp_3d_kind_name((osdp_3d_kind)k),
+               r->status == OSDP_OK ? "true" : "false", r->meshes, r->meshes_pruned, r->splits_planned, 1e3 * r->total_s,
+               1e3 * r->cpu_s);
+        if (r->status == OSDP_OK) {
+            char split[512];
+            printf(",\"mesh\":{\"pp\":%d,\"dp\":%d,\"tp\":%d,\"stages\":\"%s\"},\"peak_bytes\":%lld", r->best.pp_size,
+                   r->best.dp_size, r->best.tp_size,
+                   osdp_stage_split_format(r->best.bounds, r->best.pp_size, split, sizeof split), largest_peak(&r->best));
+            osdp_plan_json_pipe_choice("plan", &r->best, OSDP_OK);
+        } else {
+            printf(",\"error\":");
+            osdp_json_string(r->message);
+        }
+        printf("}");
+    }
+    printf("}\n");
+}
+
+static int write_plan(const osdp_job *job, const osdp_device *dev, const osdp_pipe_choice *c)
+{
+    FILE *f = fopen(job->out, "w");
+    char split[512];
+    if (!f) {
+        fprintf(stderr, "osdp_gpt: error: cannot write the plan file %s\n", job->out);
+        return OSDP_ERR_IO;
+    }
+    fprintf(f, "# planned by osdp_gpt plan --pp auto for %lld ranks (PP %d x DP %d x TP %d) on device %s: micro-batch "
+               "%d, %d micro-batches\n# (train with --pp %d --stages %s --schedule %s --tp %d --batch %d "
+               "--global-batch %d); predicted step %.6g s, largest stage peak %.0f bytes\n",
+            job->ranks, c->pp_size, c->dp_size, c->tp_size, dev->name, c->micro_batch, c->micro_batches, c->pp_size,
+            osdp_stage_split_format(c->bounds, c->pp_size, split, sizeof split), osdp_pipe_schedule_name(c->schedule),
+            c->tp_size, c->micro_batch, c->micro_batch * c->micro_batches * c->dp_size, c->step_s,
+            c->plan.predicted_peak_bytes);
+    osdp_plan_write(&c->plan, &c->layout, f);
+    return fclose(f) != 0 ? OSDP_ERR_IO : 0;
+}
+
+int osdp_cmd_plan_3d(const osdp_job *job)
+{
+    if (osdp_option_given(job, "stages"))
+        osdp_fatal(OSDP_ERR_INPUT, "--stages with --pp auto: the 3D search chooses the split; give --pp P to fix it");
+    if (job->recompute == OSDP_RECOMPUTE_ALL)
+        osdp_fatal(OSDP_ERR_INPUT, "--recompute all with --pp auto: use --recompute auto (the search chooses) or none");
+    osdp_planner_options o;
+    osdp_model_config cfg;
+    osdp_device dev;
+    osdp_plan_load_inputs(job, &o, &cfg, &dev);
+    osdp_status s;
+    const int seq_len = job->seq_len ? (int)job->seq_len : cfg.ctx;
+    /* --tp T fixes the tensor-parallel degree; not given or auto: searched */
+    const osdp_3d_options o3 = {.pp = 0, .tp = osdp_option_given(job, "tp") ? (int)job->tp : 0,
+                                .schedule = (osdp_pipe_schedule)job->pipe_schedule};
+    osdp_3d_result res[OSDP_3D_KINDS];
+    for (int k = 0; k < OSDP_3D_KINDS; k++) {
+        if ((s = osdp_planner_3d(&cfg, seq_len, &dev, &o, &o3, (osdp_3d_kind)k, &res[k])) != OSDP_OK)
+            osdp_fatal(s, osdp_error_message());
+    }
+    if (job->json) print_json(&cfg, &dev, job, res);
+    else print_text(&cfg, &dev, job, res);
+    int rc = 0;
+    if (res[OSDP_3D_OSDP].status != OSDP_OK) {
+        fprintf(stderr, "osdp_gpt: error: %s\n", res[OSDP_3D_OSDP].message);
+        rc = (int)res[OSDP_3D_OSDP].status;
+    } else if (job->out) {
+        rc = write_plan(job, &dev, &res[OSDP_3D_OSDP].best);
+    }
+    for (int k = 0; k < OSDP_3D_KINDS; k++) osdp_3d_result_free(&res[k]);
+    return rc;
+}

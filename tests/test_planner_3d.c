@@ -1,0 +1,281 @@
+/* Tests for the 3D search (osdp_planner_3d, issue 16 item 3): on a small
+ * model over two emulated nodes, the search's answer against exhaustive
+ * enumeration of meshes x stage splits x micro-batches x every operator's
+ * DP / ZDP choice, priced by the same cost model (each stage's peak by
+ * osdp_pipe_stage_peak, the step by osdp_pipe_step_time); the baselines'
+ * modes, their replicated state in the peak, and OSDP never slower than
+ * any of them. */
+#include "config.h"
+
+#include "check_main.h"
+
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "osdp/cost_model.h"
+#include "osdp/device.h"
+#include "osdp/pipeline.h"
+#include "osdp/pipeline_cost.h"
+#include "osdp/plan.h"
+#include "osdp/planner.h"
+
+#include "test_inputs.h"
+
+#define SEQ 64
+#define RANKS 4
+#define GLOBAL_BATCH 8
+
+static int close_rel(double a, double b, double tol) { return fabs(a - b) <= tol * fmax(fabs(a), fabs(b)); }
+
+/* two nodes of 2 ranks; the link between them 20x slower than inside */
+static void two_level_device(osdp_device *d, long long mem_limit)
+{
+    char text[2048];
+    snprintf(text, sizeof text,
+             "[device]\nname = t3d\nmem_limit = %lld\nranks_per_node = 2\n"
+             "[all_gather]\nalpha = 1e-5\nbeta = 2e-10\n[reduce_scatter]\nalpha = 3e-5\nbeta = 4e-10\n"
+             "[tp_all_reduce]\nalpha = 1e-5\nbeta = 3e-10\n[p2p]\nalpha = 1e-5\nbeta = 1e-10\n"
+             "[internode_all_gather]\nalpha = 5e-5\nbeta = 4e-9\n[internode_reduce_scatter]\nalpha = 5e-5\nbeta = 8e-9\n"
+             "[internode_p2p]\nalpha = 5e-5\nbeta = 2e-9\n"
+             "[gamma]\nembed = 1e-12\nattn = 2e-12\nmlp = 3e-12\nhead = 4e-12\n",
+             mem_limit);
+    ck_assert_msg(osdp_device_parse(d, text, "t3d.ini") == OSDP_OK, "%s", osdp_error_message());
+}
+
+static void load_config(osdp_model_config *cfg, const char *model)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/input/models/%s.ini", src_dir(), model);
+    ck_assert_msg(osdp_model_config_load(cfg, path) == OSDP_OK, "%s", osdp_error_message());
+}
+
+/* the tiny model, the two-node device with no memory bound (a test sets its limit) */
+static void tiny_on_two_nodes(osdp_model_config *cfg, osdp_device *dev)
+{
+    load_config(cfg, "tiny");
+    two_level_device(dev, 1LL << 40);
+}
+
+static osdp_planner_options options(void)
+{
+    osdp_planner_options o;
+    osdp_planner_defaults(&o);
+    o.n_ranks = RANKS;
+    o.global_batch = GLOBAL_BATCH;
+    o.verify = 0;
+    return o;
+}
+
+typedef struct brute_best {
+    double step_s;
+    int tp, pp, micro_batch;
+    long long evaluated;
+} brute_best;
+
+/* every plan (DP / ZDP per operator, unsplit, no recompute) of one mesh,
+ * split and micro-batch; `modes` restricts them as a baseline's */
+static void brute_split(const osdp_layout *L, const osdp_device *lvl, int tp, int pp, int D, const int *bounds, int b,
+                        int M, long long limit, osdp_mode_set modes, brute_best *best)
+{
+    const int n = L->n_ops;
+    osdp_plan plan;
+    ck_assert(osdp_plan_alloc(&plan, n) == OSDP_OK);
+    const osdp_cost_model cm = {.layout = L, .dev = lvl, .N = D, .pad_quantum = 1, .prefetch = 1,
+                                .kind = OSDP_COST_PAPER};
+    const osdp_cost_model *cms[OSDP_MAX_STAGES];
+    const osdp_plan *plans[OSDP_MAX_STAGES];
+    for (int s = 0; s < pp; s++) {
+        cms[s] = &cm;
+        plans[s] = &plan;
+    }
+    for (unsigned mask = 0; mask < 1u << n; mask++) {
+        if (modes == OSDP_MODES_ALL_DP && mask != 0) continue;
+        if (modes == OSDP_MODES_ALL_ZDP && mask != (1u << n) - 1) continue;
+        for (int i = 0; i < n; i++) {
+            plan.slices[i] = 1;
+            plan.zdp_slices[i] = (int)(mask >> i & 1u);
+            plan.recompute[i] = 0;
+        }
+        int fits = 1;
+        for (int s = 0; s < pp && fits; s++)
+            fits = osdp_pipe_stage_peak(&cm, &plan, bounds, pp, s, OSDP_PIPE_1F1B, b, M, NULL) <= limit;
+        best->evaluated++;
+        if (!fits) continue;
+        osdp_pipe_timing t;
+        ck_assert(osdp_pipe_step_time(cms, plans, bounds, pp, OSDP_PIPE_1F1B, b, M, &t) == OSDP_OK);
+        if (best->step_s < 0 || t.step_s < best->step_s * (1 - 1e-12)) {
+            best->step_s = t.step_s;
+            best->tp = tp;
+            best->pp = pp;
+            best->micro_batch = b;
+        }
+    }
+    osdp_plan_free(&plan);
+}
+
+/* the exhaustive optimum over meshes (T inside a node of 2) x splits x b x plans */
+static brute_best brute_force(const osdp_model_config *cfg, const osdp_device *dev, osdp_mode_set modes, int only_flat)
+{
+    brute_best best = {.step_s = -1};
+    for (int tp = 1; tp <= 2; tp++) {
+        osdp_layout L;
+        ck_assert(osdp_layout_build_tp(&L, cfg, SEQ, tp, 1) == OSDP_OK);
+        for (int pp = 1; pp * tp <= RANKS; pp++) {
+            if ((RANKS / tp) % pp != 0 || (only_flat && (tp > 1 || pp > 1))) continue;
+            const int D = RANKS / (tp * pp), n = L.n_ops;
+            osdp_device lvl;
+            osdp_cost_device_for_mesh(dev, tp, D, pp, &lvl);
+            int bounds[OSDP_MAX_STAGES + 1];
+            for (int q = 0; q < pp; q++) bounds[q] = q;
+            bounds[pp] = n;
+            for (;;) {
+                for (int b = 1; b <= GLOBAL_BATCH / D; b++) {
+                    if ((GLOBAL_BATCH / D) % b != 0) continue;
+                    brute_split(&L, &lvl, tp, pp, D, bounds, b, GLOBAL_BATCH / (D * b), dev->mem_limit, modes, &best);
+                }
+                int j = pp - 1;   /* the next contiguous split */
+                while (j >= 1 && bounds[j] >= n - (pp - j)) j--;
+                if (j < 1) break;
+                bounds[j]++;
+                for (int q = j + 1; q < pp; q++) bounds[q] = bounds[q - 1] + 1;
+            }
+        }
+        osdp_layout_free(&L);
+    }
+    return best;
+}
+
+static void search(const osdp_model_config *cfg, const osdp_device *dev, osdp_3d_kind kind, osdp_3d_result *res)
+{
+    osdp_planner_options o = options();
+    osdp_3d_options o3 = {.schedule = OSDP_PIPE_1F1B};
+    ck_assert_msg(osdp_planner_3d(cfg, SEQ, dev, &o, &o3, kind, res) == OSDP_OK, "%s", osdp_error_message());
+}
+
+/* the largest all-DP peak of the whole model at P = T = 1 over the micro-batches (the limits below are fractions) */
+static long long flat_dp_peak(const osdp_model_config *cfg, const osdp_device *dev)
+{
+    osdp_layout L;
+    ck_assert(osdp_layout_build(&L, cfg, SEQ) == OSDP_OK);
+    osdp_plan plan;
+    ck_assert(osdp_plan_alloc(&plan, L.n_ops) == OSDP_OK);
+    osdp_plan_fill(&plan, 0);
+    const osdp_cost_model cm = {.layout = &L, .dev = dev, .N = RANKS, .pad_quantum = 1, .prefetch = 1};
+    const long long peak = osdp_cost_peak(&cm, &plan, GLOBAL_BATCH / RANKS, NULL);
+    osdp_plan_free(&plan);
+    osdp_layout_free(&L);
+    return peak;
+}
+
+/* the search's optimum = the exhaustive one, under limits from loose to tight */
+START_TEST(test_3d_matches_exhaustive)
+{
+    osdp_model_config cfg;
+    osdp_device dev;
+    tiny_on_two_nodes(&cfg, &dev);
+    const long long full = flat_dp_peak(&cfg, &dev);
+    const double fractions[] = {4.0, 1.0, 0.7, 0.5, 0.35};
+    int fitted = 0;
+    for (size_t f = 0; f < sizeof fractions / sizeof fractions[0]; f++) {
+        two_level_device(&dev, (long long)(fractions[f] * (double)full));
+        const brute_best brute = brute_force(&cfg, &dev, OSDP_MODES_ANY, 0);
+        osdp_3d_result res;
+        search(&cfg, &dev, OSDP_3D_OSDP, &res);
+        ck_assert_msg(brute.evaluated > 1000, "the enumeration covered %lld plans", brute.evaluated);
+        if (brute.step_s < 0) {
+            ck_assert_msg(res.status == OSDP_ERR_INFEASIBLE, "limit x%.2f: nothing fits, the search found PP %d TP %d",
+                          fractions[f], res.best.pp_size, res.best.tp_size);
+            osdp_3d_result_free(&res);
+            continue;
+        }
+        fitted++;
+        ck_assert_msg(res.status == OSDP_OK, "limit x%.2f: the search found nothing: %s", fractions[f], res.message);
+        ck_assert_msg(close_rel(res.best.step_s, brute.step_s, 1e-9),
+                      "limit x%.2f: search PP %d TP %d b %d step %.9g s, exhaustive PP %d TP %d b %d step %.9g s",
+                      fractions[f], res.best.pp_size, res.best.tp_size, res.best.micro_batch, res.best.step_s, brute.pp,
+                      brute.tp, brute.micro_batch, brute.step_s);
+        for (int s = 0; s < res.best.pp_size; s++)
+            ck_assert(res.best.stage[s].peak_bytes <= dev.mem_limit);
+        osdp_3d_result_free(&res);
+    }
+    ck_assert_msg(fitted >= 3, "only %d limits had a plan", fitted);
+}
+END_TEST
+
+/* FSDP and DDP: the flat mesh, every operator ZDP / DP; FSDP's step the
+ * exhaustive all-ZDP optimum; the baselines' replicated state in their
+ * peaks; 3D+OSDP never slower than any baseline */
+START_TEST(test_3d_baselines)
+{
+    osdp_model_config cfg;
+    osdp_device dev;
+    tiny_on_two_nodes(&cfg, &dev);
+    two_level_device(&dev, 2 * flat_dp_peak(&cfg, &dev));
+    osdp_3d_result res[OSDP_3D_KINDS];
+    for (int k = 0; k < OSDP_3D_KINDS; k++) {
+        search(&cfg, &dev, (osdp_3d_kind)k, &res[k]);
+        ck_assert_msg(res[k].status == OSDP_OK, "%s: %s", osdp_3d_kind_name((osdp_3d_kind)k), res[k].message);
+    }
+    const brute_best fsdp = brute_force(&cfg, &dev, OSDP_MODES_ALL_ZDP, 1);
+    ck_assert_msg(close_rel(res[OSDP_3D_FSDP].best.step_s, fsdp.step_s, 1e-9), "FSDP %.9g, exhaustive %.9g",
+                  res[OSDP_3D_FSDP].best.step_s, fsdp.step_s);
+    for (int k = OSDP_3D_FSDP; k <= OSDP_3D_DDP; k++)
+        ck_assert(res[k].best.pp_size == 1 && res[k].best.tp_size == 1);
+    for (int k = 0; k < OSDP_3D_KINDS; k++) {
+        const osdp_pipe_choice *c = &res[k].best;
+        const int zdp_wanted = k == OSDP_3D_FSDP ? 1 : 0;
+        for (int i = 0; i < c->plan.n_ops && k != OSDP_3D_OSDP; i++)
+            ck_assert_msg(c->plan.zdp_slices[i] == zdp_wanted, "%s: operator %d", osdp_3d_kind_name((osdp_3d_kind)k), i);
+        ck_assert_msg(res[OSDP_3D_OSDP].best.step_s <= c->step_s * (1 + 1e-12), "3D+OSDP %.9g slower than %s %.9g",
+                      res[OSDP_3D_OSDP].best.step_s, osdp_3d_kind_name((osdp_3d_kind)k), c->step_s);
+        /* the replicated state: (1 - 1/D) of e_g (ZeRO-1) or of the whole state (plain DP) per parameter */
+        const int per_param = k == OSDP_3D_DEEPSPEED ? dev.grad_bytes
+                            : k == OSDP_3D_MEGATRON || k == OSDP_3D_DDP ? 12 + dev.grad_bytes
+                                                                              + (dev.param_bytes < 4 ? dev.param_bytes : 0)
+                                                                        : 0;
+        for (int s = 0; s < c->pp_size; s++) {
+            long long params = 0;
+            for (int i = c->stage[s].lo; i < c->stage[s].hi; i++) params += (long long)c->layout.op[i].numel;
+            const long long want = c->dp_size > 1 ? params * per_param - params * per_param / c->dp_size : 0;
+            ck_assert_msg(c->stage[s].replicated_bytes == want, "%s stage %d: %lld, want %lld",
+                          osdp_3d_kind_name((osdp_3d_kind)k), s, c->stage[s].replicated_bytes, want);
+        }
+    }
+    /* DDP replicates more than FSDP shards: its peak is the larger */
+    ck_assert(res[OSDP_3D_DDP].best.stage[0].peak_bytes > res[OSDP_3D_FSDP].best.stage[0].peak_bytes);
+    for (int k = 0; k < OSDP_3D_KINDS; k++) osdp_3d_result_free(&res[k]);
+}
+END_TEST
+
+/* a fixed mesh is that mesh; one whose state cannot fit is pruned unsearched */
+START_TEST(test_3d_fixed_and_pruned)
+{
+    osdp_model_config cfg;
+    osdp_device dev;
+    tiny_on_two_nodes(&cfg, &dev);
+    osdp_planner_options o = options();
+    osdp_3d_options o3 = {.pp = 2, .tp = 1, .schedule = OSDP_PIPE_1F1B};
+    osdp_3d_result res;
+    ck_assert(osdp_planner_3d(&cfg, SEQ, &dev, &o, &o3, OSDP_3D_OSDP, &res) == OSDP_OK);
+    ck_assert(res.status == OSDP_OK && res.best.pp_size == 2 && res.best.tp_size == 1 && res.meshes == 1);
+    osdp_3d_result_free(&res);
+    two_level_device(&dev, 1024);   /* nothing fits: every mesh pruned by its state */
+    o3.pp = o3.tp = 0;
+    ck_assert(osdp_planner_3d(&cfg, SEQ, &dev, &o, &o3, OSDP_3D_OSDP, &res) == OSDP_OK);
+    ck_assert(res.status == OSDP_ERR_INFEASIBLE && res.meshes_pruned == res.meshes && res.splits_planned == 0);
+    ck_assert_msg(strstr(res.message, "no mesh") != NULL, "%s", res.message);
+    osdp_3d_result_free(&res);
+}
+END_TEST
+
+static Suite *planner_3d_suite(void)
+{
+    const TTest *search[] = {test_3d_matches_exhaustive, test_3d_baselines, test_3d_fixed_and_pruned, NULL};
+    const osdp_check_case cases[] = {{.name = "search", .tests = search}};
+    return osdp_check_suite("planner_3d", cases, sizeof cases / sizeof cases[0]);
+}
+
+const osdp_check_program osdp_check_this_program = {.suite = planner_3d_suite};
