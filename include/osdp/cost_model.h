@@ -227,6 +227,10 @@ int osdp_cost_hierarchy_for_mesh(const osdp_device *dev, int tp, int dp, int pp,
 void osdp_cost_op_mem_hier(const osdp_cost_model *cm, int op, int rc, int b, osdp_op_mem *out);
 void osdp_cost_op_time_hier(const osdp_cost_model *cm, int op, int rc, int b, int accum, osdp_op_time *out);
 
+/* operator i as `plan` holds it (hierarchical or k of g; recompute: cm's
+ * flags, as osdp_cost_op_mem / _time read them) */
+void osdp_cost_plan_op_mem(const osdp_cost_model *cm, const osdp_plan *plan, int i, int b, osdp_op_mem *out);
+void osdp_cost_plan_op_time(const osdp_cost_model *cm, const osdp_plan *plan, int i, int b, int accum, osdp_op_time *out);
 /* Peak bytes per rank of `plan` at micro-batch b (formula above; a
  * hierarchical operator's terms from osdp_cost_op_mem_hier); *at_op
  * (may be NULL) gets the operator whose backward reaches it. */

@@ -140,6 +140,9 @@ typedef struct osdp_planner_options {
        stage_buffer_bytes (osdp/cost_model.h) */
     int stage_in_flight;
     long long stage_buffer_bytes;
+    /* hierarchical slices (plan mode h) offered at these levels (osdp_cost_hierarchy_for_mesh on the
+     * device as read); NULL: not offered */
+    const osdp_cost_hierarchy *hierarchy;
 } osdp_planner_options;
 
 typedef struct osdp_planner_result {

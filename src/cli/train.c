@@ -239,6 +239,8 @@ static osdp_status plan_auto(osdp_plan *plan, const osdp_layout *layout, const o
         o.micro_batch = t->micro_batch;
         o.pad_quantum = t->pad_quantum;
         osdp_status s = device_load_for_runtime(&dev, job->device, t->weights);
+        osdp_cost_hierarchy hier;   /* two levels whose data group spans nodes: hierarchical slices offered */
+        if (s == OSDP_OK && osdp_cost_hierarchy_for_mesh(&dev, layout->tp_size, dp_ranks, 1, &hier)) o.hierarchy = &hier;
         if (s == OSDP_OK) osdp_cost_device_for_mesh(&dev, layout->tp_size, dp_ranks, 1, &dev);   /* the DP group's level */
         if (s == OSDP_OK) s = osdp_planner_run(layout, &dev, &o, &r);
         if (s == OSDP_OK) s = osdp_plan_copy(plan, &r.plan);
@@ -259,6 +261,7 @@ static osdp_status plan_auto(osdp_plan *plan, const osdp_layout *layout, const o
     MPI_Bcast(plan->slices, layout->n_ops, MPI_INT, 0, MPI_COMM_WORLD);
     MPI_Bcast(plan->zdp_slices, layout->n_ops, MPI_INT, 0, MPI_COMM_WORLD);
     MPI_Bcast(plan->recompute, layout->n_ops, MPI_INT, 0, MPI_COMM_WORLD);
+    MPI_Bcast(plan->hierarchical, layout->n_ops, MPI_INT, 0, MPI_COMM_WORLD);
     plan->micro_batch = head[1];
     plan->accum_steps = head[2];
     return OSDP_OK;
@@ -330,9 +333,12 @@ static double predicted_step_time(const osdp_layout *layout, const osdp_plan *pl
 {
     osdp_device dev;
     if (device_load_for_runtime(&dev, job->device, t->weights) != OSDP_OK) return 0;
+    osdp_cost_hierarchy hier;
+    const int levels = osdp_cost_hierarchy_for_mesh(&dev, layout->tp_size, dp_ranks, 1, &hier);
     osdp_cost_device_for_mesh(&dev, layout->tp_size, dp_ranks, 1, &dev);
     osdp_cost_model cm = {.layout = layout, .dev = &dev, .N = dp_ranks, .pad_quantum = t->pad_quantum,
-                          .prefetch = !job->no_prefetch, .kind = (osdp_cost_kind)job->cost_model};
+                          .prefetch = !job->no_prefetch, .kind = (osdp_cost_kind)job->cost_model,
+                          .hier = levels ? &hier : NULL};
     return osdp_cost_step_time(&cm, plan, plan->micro_batch, plan->accum_steps);
 }
 

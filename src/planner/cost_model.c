@@ -100,13 +100,21 @@ void osdp_cost_op_mem(const osdp_cost_model *cm, int op, int g, int k, int b, os
     osdp_cost_op_mem_rc(cm, op, g, k, cm->recompute && cm->recompute[op], b, out);
 }
 
-/* the terms of a plan's operator i: hierarchical or (g, k) */
-static void plan_op_mem(const osdp_cost_model *cm, const osdp_plan *plan, int i, int b, osdp_op_mem *out)
+static int plan_op_hierarchical(const osdp_plan *plan, int i)
 {
-    if (plan->hierarchical && plan->hierarchical[i] && plan->zdp_slices[i] > 0)
-        osdp_cost_op_mem_hier(cm, i, cm->recompute && cm->recompute[i], b, out);
-    else
-        osdp_cost_op_mem(cm, i, plan->slices[i], plan->zdp_slices[i], b, out);
+    return plan->hierarchical && plan->hierarchical[i] && plan->zdp_slices[i] > 0;
+}
+
+void osdp_cost_plan_op_mem(const osdp_cost_model *cm, const osdp_plan *plan, int i, int b, osdp_op_mem *out)
+{
+    if (plan_op_hierarchical(plan, i)) osdp_cost_op_mem_hier(cm, i, cm->recompute && cm->recompute[i], b, out);
+    else osdp_cost_op_mem(cm, i, plan->slices[i], plan->zdp_slices[i], b, out);
+}
+
+void osdp_cost_plan_op_time(const osdp_cost_model *cm, const osdp_plan *plan, int i, int b, int accum, osdp_op_time *out)
+{
+    if (plan_op_hierarchical(plan, i)) osdp_cost_op_time_hier(cm, i, cm->recompute && cm->recompute[i], b, accum, out);
+    else osdp_cost_op_time(cm, i, plan->slices[i], plan->zdp_slices[i], b, accum, out);
 }
 
 static void op_mem_sharded(const osdp_cost_model *cm, int op, int g, int k, int rc, int b, long long shard_ranks,
@@ -291,7 +299,7 @@ long long osdp_cost_peak(const osdp_cost_model *cm_in, const osdp_plan *plan, in
     if (!m) return -1;
     long long base = osdp_cost_workspace(cm, b);
     for (int i = 0; i < n; i++) {
-        plan_op_mem(cm, plan, i, b, &m[i]);
+        osdp_cost_plan_op_mem(cm, plan, i, b, &m[i]);
         base += m[i].state + m[i].resident + m[i].held;
     }
     long long acts = 0, best = -1;
@@ -319,10 +327,7 @@ double osdp_cost_step_time(const osdp_cost_model *cm_in, const osdp_plan *plan, 
     double t = 0;
     for (int i = 0; i < cm->layout->n_ops; i++) {
         osdp_op_time ot;
-        if (plan->hierarchical && plan->hierarchical[i] && plan->zdp_slices[i] > 0)
-            osdp_cost_op_time_hier(cm, i, plan->recompute[i], b, accum, &ot);
-        else
-            osdp_cost_op_time(cm, i, plan->slices[i], plan->zdp_slices[i], b, accum, &ot);
+        osdp_cost_plan_op_time(cm, plan, i, b, accum, &ot);
         t += ot.total;
     }
     return t;
