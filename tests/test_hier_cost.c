@@ -7,6 +7,7 @@
 #include "config.h"
 
 #include <check.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +15,7 @@
 #include "osdp/cost_model.h"
 #include "osdp/device.h"
 #include "osdp/plan.h"
+#include "osdp/planner.h"
 #include "osdp/schedule.h"
 
 #include "check_main.h"
@@ -159,9 +161,83 @@ START_TEST(test_hierarchy_for_mesh)
 }
 END_TEST
 
+/* The exact search (and the DFS) with hierarchical slices offered returns
+ * the optimum of its own cost model: every plan of DP / ZDP / h per
+ * operator enumerated, at memory limits across the range of their peaks. */
+START_TEST(test_search_against_brute_force)
+{
+    osdp_layout L;
+    load_layout(&L, "tests/mpi/t_small.ini", 0);
+    osdp_device d;
+    memset(&d, 0, sizeof d);
+    d.param_bytes = d.grad_bytes = d.act_bytes = 4;
+    d.all_gather = (osdp_collective_cost){2e-4, 1e-8};      /* the data group's level: across the nodes */
+    d.reduce_scatter = (osdp_collective_cost){3e-4, 1.5e-8};
+    for (int t = 0; t < OSDP_N_OP_TYPES; t++) d.gamma[t] = (1 + 0.3 * t) * 2e-11;
+    const osdp_cost_hierarchy hier = {.node_ranks = 2, .node_all_gather = {2e-6, 1e-10}, .node_reduce_scatter = {3e-6, 1.5e-10},
+                                      .cross_all_gather = d.all_gather, .cross_reduce_scatter = d.reduce_scatter};
+    const int N = 4, b = 2, n = L.n_ops;
+    int plans = 1;
+    for (int i = 0; i < n; i++) plans *= 3;
+    osdp_plan p;
+    ck_assert(osdp_plan_alloc(&p, n) == OSDP_OK);
+    double *time = malloc(sizeof *time * (size_t)plans);
+    long long *peak = malloc(sizeof *peak * (size_t)plans), lo = -1, hi = -1;
+    ck_assert(time && peak);
+    for (int pf = 0; pf <= 1; pf++) {
+        const osdp_cost_model cm = {.layout = &L, .dev = &d, .N = N, .prefetch = pf, .kind = OSDP_COST_PAPER, .hier = &hier};
+        for (int c = 0; c < plans; c++) {
+            for (int i = 0, rest = c; i < n; i++, rest /= 3) {   /* digit 0 DP, 1 ZDP, 2 h */
+                p.zdp_slices[i] = rest % 3 > 0;
+                p.hierarchical[i] = rest % 3 == 2;
+            }
+            time[c] = osdp_cost_step_time(&cm, &p, b, 1);
+            peak[c] = osdp_cost_peak(&cm, &p, b, NULL);
+            lo = lo < 0 || peak[c] < lo ? peak[c] : lo;
+            hi = peak[c] > hi ? peak[c] : hi;
+        }
+        int chose_h = 0;
+        for (int li = 0; li <= 12; li++) {
+            const long long limit = lo + (hi - lo) * li / 12 - (li % 2) * 7;
+            double best = INFINITY;
+            for (int c = 0; c < plans; c++)
+                if (peak[c] <= limit && time[c] < best) best = time[c];
+            for (int se = 0; se < 2; se++) {
+                osdp_planner_options o;
+                osdp_planner_defaults(&o);
+                o.n_ranks = N;
+                o.prefetch = pf;
+                o.cost = OSDP_COST_PAPER;
+                o.mem_limit = limit;
+                o.search = se ? OSDP_SEARCH_DFS : OSDP_SEARCH_EXACT;
+                o.hierarchy = &hier;
+                osdp_planner_result r;
+                const osdp_status s = osdp_planner_plan_batch(&L, &d, &o, b, 1, &r);
+                if (isinf(best)) {
+                    ck_assert_int_eq(s, OSDP_ERR_INFEASIBLE);
+                } else {
+                    ck_assert_msg(s == OSDP_OK, "limit %lld: %s", limit, osdp_error_message());
+                    ck_assert_msg(fabs(r.step_s - best) <= 1e-12 * best, "pf %d limit %lld (%s): planner %.17g s, brute force %.17g s",
+                                  pf, limit, se ? "dfs" : "exact", r.step_s, best);
+                    ck_assert(r.peak_bytes <= limit && r.runtime_peak == r.peak_bytes);
+                    chose_h += osdp_plan_has_hierarchical(&r.plan);
+                }
+                osdp_planner_result_free(&r);
+            }
+        }
+        ck_assert_int_gt(chose_h, 0);   /* the mode is taken where it pays */
+    }
+    free(time);
+    free(peak);
+    osdp_plan_free(&p);
+    osdp_layout_free(&L);
+}
+END_TEST
+
 static Suite *hier_cost_suite(void)
 {
-    const TTest *cost[] = {test_peak_equals_schedule, test_time_per_level, test_hierarchy_for_mesh, NULL};
+    const TTest *cost[] = {test_peak_equals_schedule, test_time_per_level, test_hierarchy_for_mesh,
+                           test_search_against_brute_force, NULL};
     const osdp_check_case cases[] = {{.name = "hier_cost", .tests = cost}};
     return osdp_check_suite("hier_cost", cases, sizeof cases / sizeof cases[0]);
 }
