@@ -309,8 +309,8 @@ int osdp_cmd_plan(const osdp_job *job)
         }
         planner.n_ranks = n_ranks / tp;
     }
-    osdp_cost_hierarchy hier;   /* two levels whose data group spans nodes: hierarchical slices offered */
-    if (osdp_cost_hierarchy_for_mesh(&dev, tp, planner.n_ranks, 1, &hier)) planner.hierarchy = &hier;
+    osdp_cost_hierarchy hier;   /* --hierarchical, two levels whose data group spans nodes: mode h offered */
+    if (job->hierarchical && osdp_cost_hierarchy_for_mesh(&dev, tp, planner.n_ranks, 1, &hier)) planner.hierarchy = &hier;
     osdp_cost_device_for_mesh(&dev, tp, planner.n_ranks, 1, &dev);   /* the data-parallel group's level */
     osdp_planner_result r[3];
     osdp_status st[3];

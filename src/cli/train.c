@@ -239,8 +239,9 @@ static osdp_status plan_auto(osdp_plan *plan, const osdp_layout *layout, const o
         o.micro_batch = t->micro_batch;
         o.pad_quantum = t->pad_quantum;
         osdp_status s = device_load_for_runtime(&dev, job->device, t->weights);
-        osdp_cost_hierarchy hier;   /* two levels whose data group spans nodes: hierarchical slices offered */
-        if (s == OSDP_OK && osdp_cost_hierarchy_for_mesh(&dev, layout->tp_size, dp_ranks, 1, &hier)) o.hierarchy = &hier;
+        osdp_cost_hierarchy hier;   /* --hierarchical, two levels whose data group spans nodes: mode h offered */
+        if (s == OSDP_OK && job->hierarchical && osdp_cost_hierarchy_for_mesh(&dev, layout->tp_size, dp_ranks, 1, &hier))
+            o.hierarchy = &hier;
         if (s == OSDP_OK) osdp_cost_device_for_mesh(&dev, layout->tp_size, dp_ranks, 1, &dev);   /* the DP group's level */
         if (s == OSDP_OK) s = osdp_planner_run(layout, &dev, &o, &r);
         if (s == OSDP_OK) s = osdp_plan_copy(plan, &r.plan);
