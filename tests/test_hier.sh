@@ -93,7 +93,16 @@ if [ "$(losses "$WORK/ck_resume.log")" = "$(losses "$WORK/ck_full.log" | tail -2
     ok "checkpoint of an h plan: resumed under h steps 3-4 bitwise; loaded under zdp without nodes, weights bitwise ($(cat "$WORK/ck_cmp.out"))"
 else bad "h checkpoint" "$WORK/ck_resume.err"; fi
 
-# -- 5. bad input: a message naming the problem, non-zero exit on every rank
+# -- 5. the planner: train --plan auto --hierarchical under a slow emulated link takes h, memory exact
+"$MPIEXEC" -n 4 "$BIN" train --model "$M" --data "$DATA" --threads 1 --steps 2 --batch 2 --plan auto --hierarchical \
+    --device "$SRC/input/devices/cpu_2core.ini" --ranks-per-node 2 --emulate-link 20M,100us --log "$WORK/auto.log" \
+    > "$WORK/auto.out" 2> "$WORK/auto.err" || bad "train --plan auto --hierarchical" "$WORK/auto.err"
+taken=$(grep -cE '^  (embed|attn|mlp|head)[.0-9]* +h ' "$WORK/auto.out")
+if [ "$taken" -gt 0 ] && memory_exact "$WORK/auto.log" && [ "$(total node_ag_calls "$WORK/auto.log")" -gt 0 ]; then
+    ok "train --plan auto --hierarchical on 2 emulated nodes behind a 20 MB/s link: $taken operators h, memory exact, in-node gathers"
+else bad "plan auto with h ($taken operators h)" "$WORK/auto.out"; fi
+
+# -- 6. bad input: a message naming the problem, non-zero exit on every rank
 train bad_mode 4 2 'default = hh\n' --steps 1 --batch 2
 if grep -q "mode must be dp, zdp, h (hierarchical ZDP)" "$WORK/bad_mode.err" && ! grep -q '^step ' "$WORK/bad_mode.out"; then
     ok "plan mode 'hh': the message names the modes, h among them"
