@@ -23,6 +23,12 @@ typedef enum osdp_collective {
      * (activations forward, their gradients backward); a rank counts what it
      * sends (logical = wire = the message's bytes), not what it receives */
     OSDP_COLL_P2P,
+    /* the two levels of a hierarchical slice (osdp/plan.h): its gathers and
+     * reduce-scatters inside the node (a communicator set to
+     * OSDP_LEVEL_NODE), its all-reduce across the nodes (OSDP_LEVEL_CROSS) */
+    OSDP_COLL_NODE_ALL_GATHER,
+    OSDP_COLL_NODE_REDUCE_SCATTER,
+    OSDP_COLL_CROSS_ALL_REDUCE,
     OSDP_COLL_N_TYPES
 } osdp_collective;
 const char *osdp_collective_name(osdp_collective c);
@@ -79,6 +85,7 @@ struct osdp_comm {
     osdp_traffic traffic;
     int tensor_axis;        /* the mesh's tensor-parallel group: its all-reduces and all-gathers
                                count as OSDP_COLL_TP_ALL_REDUCE / _TP_ALL_GATHER */
+    int level;              /* osdp_comm_level: a hierarchical slice's group counts its kinds */
     struct osdp_comm_link *link;   /* the emulated link of a group that spans emulated nodes
                                       (osdp/link_emulation.h); NULL: none */
 };
@@ -115,5 +122,10 @@ void osdp_traffic_reset(osdp_traffic *t);
 void osdp_traffic_add(osdp_traffic *sum, const osdp_traffic *t);
 /* from now on c's all-reduces and all-gathers count as the tensor-parallel kinds */
 void osdp_comm_set_tensor_axis(osdp_comm *c);
+/* the level of a hierarchical slice's group: from now on a NODE group's
+ * all-gathers and reduce-scatters, a CROSS group's all-reduces count as the
+ * node / cross kinds */
+typedef enum osdp_comm_level { OSDP_LEVEL_FLAT, OSDP_LEVEL_NODE, OSDP_LEVEL_CROSS } osdp_comm_level;
+void osdp_comm_set_level(osdp_comm *c, osdp_comm_level level);
 
 #endif

@@ -125,6 +125,25 @@ typedef struct osdp_cost_cuts osdp_cost_cuts;
 osdp_cost_cuts *osdp_cost_cuts_new(int n_ops);   /* NULL: out of memory */
 void osdp_cost_cuts_free(osdp_cost_cuts *c);
 
+/* Hierarchical slices (plan mode h, osdp/plan.h) on a two-level network:
+ * a ZDP operator (unsplit) sharded over the R ranks of its data group on one
+ * node, replicated across the n = N / R nodes.  Its terms are ZDP's with the
+ * shard of P / R (still padded to a multiple of N, as the runtime pads):
+ *   state    (12 + e_g + c) P / R      recv  P e_g / R
+ *   comm     (2 or 3 with recompute) A AGn + A (RSn + ARx)
+ *   AGn      = (R-1)(alpha_agn + P e / R beta_agn)      in-node all-gather
+ *   RSn      = (R-1)(alpha_rsn + P e_g / R beta_rsn)    in-node reduce-scatter
+ *   ARx      = (n-1)(alpha_rsx + H / n beta_rsx) + (n-1)(alpha_agx + H / n beta_agx)
+ *              the all-reduce of each rank's in-node shard H = P e_g / R
+ *              across the nodes (a ring's reduce-scatter and all-gather)
+ * with the device's in-node [all_gather] / [reduce_scatter] for the first
+ * level and its [internode_*] for the second. */
+typedef struct osdp_cost_hierarchy {
+    int node_ranks;                                            /* R */
+    osdp_collective_cost node_all_gather, node_reduce_scatter;    /* in-node */
+    osdp_collective_cost cross_all_gather, cross_reduce_scatter;  /* across nodes */
+} osdp_cost_hierarchy;
+
 typedef struct osdp_cost_model {
     const osdp_layout *layout;
     const osdp_device *dev;
@@ -136,6 +155,7 @@ typedef struct osdp_cost_model {
     osdp_cost_cuts *cuts;   /* optional cache of the cuts of this layout (NULL: none) */
     int in_flight;          /* a pipeline stage's micro-batches held at once (0 or 1: none extra) */
     long long stage_buffer_bytes;   /* a pipeline stage's message buffers (0: none) */
+    const osdp_cost_hierarchy *hier;    /* the levels of hierarchical slices; NULL: priced as ZDP (one node) */
 } osdp_cost_model;
 
 /* 1 when operator op can be cut into g slices (never the embedding) */
@@ -196,7 +216,23 @@ int osdp_cost_pp_spans_nodes(int ranks_per_node, int tp, int dp, int pp);
  * each level without knowing the mesh. */
 void osdp_cost_device_for_mesh(const osdp_device *dev, int tp, int dp, int pp, osdp_device *out);
 
-/* Peak bytes per rank of `plan` at micro-batch b (formula above); *at_op
+/* The two levels that hierarchical slices of the data group of that mesh
+ * see on dev, the device file as read (before osdp_cost_device_for_mesh,
+ * which overwrites the in-node figures): 1 and *out when a data group spans
+ * nodes of a two-level device with the same number of its ranks on each
+ * (ranks_per_node a multiple of tp dividing tp dp), 0 otherwise. */
+int osdp_cost_hierarchy_for_mesh(const osdp_device *dev, int tp, int dp, int pp, osdp_cost_hierarchy *out);
+/* operator op as a hierarchical slice (g = k = 1; osdp_cost_hierarchy
+ * above; cm->hier NULL: ZDP's terms) */
+void osdp_cost_op_mem_hier(const osdp_cost_model *cm, int op, int rc, int b, osdp_op_mem *out);
+void osdp_cost_op_time_hier(const osdp_cost_model *cm, int op, int rc, int b, int accum, osdp_op_time *out);
+
+/* operator i as `plan` holds it (hierarchical or k of g; recompute: cm's
+ * flags, as osdp_cost_op_mem / _time read them) */
+void osdp_cost_plan_op_mem(const osdp_cost_model *cm, const osdp_plan *plan, int i, int b, osdp_op_mem *out);
+void osdp_cost_plan_op_time(const osdp_cost_model *cm, const osdp_plan *plan, int i, int b, int accum, osdp_op_time *out);
+/* Peak bytes per rank of `plan` at micro-batch b (formula above; a
+ * hierarchical operator's terms from osdp_cost_op_mem_hier); *at_op
  * (may be NULL) gets the operator whose backward reaches it. */
 long long osdp_cost_peak(const osdp_cost_model *cm, const osdp_plan *plan, int b, int *at_op);
 /* Step time of `plan` (sum of T_i, i = 0..n-1 in order) */

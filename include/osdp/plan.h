@@ -11,11 +11,20 @@
  *     embed   = dp
  *     attn.0  = zdp
  *     mlp.0   = 2/4         ; 2 of 4 slices ZDP (operator splitting)
+ *     attn.2  = h           ; hierarchical ZDP: sharded over the ranks of the
+ *                           ; rank's node, replicated across nodes (unsplit)
  *     attn.1  = zdp recompute   ; activation checkpointing (attn and mlp only)
  *     tp      = 2           ; optional: the tensor-parallel degree the plan is for
  *                           ; (the modes apply to each rank's parts; absent: not stated)
  * A default with `recompute` applies it to attn and mlp operators; a split
- * default gives the embedding (which cannot be split) ZDP when k > 0. */
+ * default gives the embedding (which cannot be split) ZDP when k > 0.
+ *
+ * Hierarchical sharding (`h`, DESIGN.md §9): the operator's one slice is
+ * sharded over the ranks of the rank's node within its data-parallel group
+ * and replicated across nodes: its gathers stay inside the node, its
+ * gradients are reduce-scattered inside the node, then all-reduced across
+ * the nodes (over the ranks with the same in-node index).  On one node it
+ * holds and moves what ZDP does. */
 #ifndef OSDP_PLAN_H
 #define OSDP_PLAN_H
 
@@ -27,6 +36,7 @@ typedef struct osdp_plan {
     int *slices;          /* g per operator */
     int *zdp_slices;      /* k per operator */
     int *recompute;       /* per operator: recompute activations in backward (blocks only) */
+    int *hierarchical;    /* per operator: its ZDP slice is sharded inside the node (then k = g = 1) */
     int micro_batch;      /* sequences per rank per micro-step (0: not chosen) */
     int accum_steps;      /* micro-steps per optimizer step */
     int tp_size;          /* the mesh's tensor-parallel degree the plan is for (0: not stated; the
@@ -48,13 +58,15 @@ osdp_status osdp_plan_load(osdp_plan *plan, const osdp_layout *layout, const cha
 osdp_status osdp_plan_parse(osdp_plan *plan, const osdp_layout *layout, const char *text, const char *origin);
 /* writes the plan-file form (round-trips through osdp_plan_parse) */
 void osdp_plan_write(const osdp_plan *plan, const osdp_layout *layout, FILE *out);
-/* "dp", "zdp", "2/4" for operator i into buf */
+/* "dp", "zdp", "h", "2/4" for operator i into buf */
 const char *osdp_plan_mode_name(const osdp_plan *plan, int op, char *buf, size_t n);
 /* hashes the modes, the micro-batch and a tp_size above 1 (so that plans
- * without one hash as before) */
+ * without one hash as before; hierarchical operators alike) */
 unsigned long long osdp_plan_hash(const osdp_plan *plan);
 /* OSDP_ERR_INPUT naming both degrees when the plan states a tp_size other
  * than tp_size (origin: the plan's file name, for the message) */
+/* does any operator shard hierarchically? (the runtime then needs the node groups) */
+int osdp_plan_has_hierarchical(const osdp_plan *plan);
 osdp_status osdp_plan_check_tp(const osdp_plan *plan, int tp_size, const char *origin);
 
 #endif

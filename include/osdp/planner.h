@@ -146,6 +146,9 @@ typedef struct osdp_planner_options {
        also the optimizer state (12 + c); charged (1 - 1/D) of them per
        parameter of a stage by osdp_planner_pipeline; 0 for OSDP */
     int replicated_bytes_per_param;
+    /* hierarchical slices (plan mode h) offered at these levels (osdp_cost_hierarchy_for_mesh on the
+     * device as read); NULL: not offered */
+    const osdp_cost_hierarchy *hierarchy;
 } osdp_planner_options;
 
 typedef struct osdp_planner_result {

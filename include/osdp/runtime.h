@@ -122,6 +122,12 @@ typedef struct osdp_runtime_options {
     int stage_bounds[OSDP_MAX_STAGES + 1];
     osdp_pipe_schedule pipe_schedule;
     osdp_comm *pp_fwd_comm, *pp_bwd_comm;
+    /* hierarchical slices (osdp/plan.h): node_comm holds the ranks of the
+     * data group on this rank's node, cross_comm those of the data group
+     * with this rank's index in its node, one per node (osdp_node_groups_create
+     * makes both).  Required when the plan has a hierarchical operator;
+     * NULL: one node (node_comm = comm's ranks, cross_comm of one rank). */
+    osdp_comm *node_comm, *cross_comm;
 } osdp_runtime_options;
 
 typedef struct osdp_step_stats {
@@ -147,6 +153,9 @@ typedef struct osdp_runtime {
     osdp_runtime_options opt;
     int N, rank, B, T;                /* N, rank: in the data-parallel group */
     int tp_size, tp_rank;             /* in the tensor-parallel group (1, 0 without one) */
+    osdp_comm *node_comm, *cross_comm;/* the hierarchical slices' groups; NULL without them */
+    int node_rank, node_ranks;        /* index in the node's part of the data group, its size (rank, N without) */
+    int cross_rank;                   /* the node's index among the data group's nodes (0 without) */
     osdp_dtype weight_dtype;          /* working weights and their all-gathers */
     long step;                        /* optimizer steps done */
     struct osdp_runtime_internal *in; /* the schedule, the shards, the step's buffers (src/runtime) */
@@ -169,6 +178,16 @@ osdp_status osdp_runtime_step(osdp_runtime *rt, const int *tokens, osdp_step_sta
 osdp_status osdp_runtime_evaluate(osdp_runtime *rt, const int *tokens, int n_batches, double *loss);
 void osdp_runtime_destroy(osdp_runtime *rt);
 
+/* Collective over the data group (an MPI_Comm passed as void*): the
+ * hierarchical slices' groups, node_comm over its ranks on this rank's node
+ * (node: the node's index, real or emulated: every rank of a node passes the
+ * same) and cross_comm over its ranks with this rank's index in its node,
+ * both in data-group order and counting their kinds by level (osdp/comm.h);
+ * NCCL when nccl is set.  OSDP_ERR_INPUT, the same on every rank, when the
+ * nodes hold different numbers of the group's ranks. */
+osdp_status osdp_node_groups_create(const void *data_mpi_comm, int node, int nccl, int local_device,
+                                    osdp_comm *node_comm, osdp_comm *cross_comm);
+
 /* ---- the shards, for checkpoints, initialisation and weight dumps -------- */
 
 typedef enum osdp_state_kind {
@@ -181,6 +200,8 @@ typedef enum osdp_state_kind {
  * flat_hi being padding (zero, never updated). */
 typedef struct osdp_shard_segment {
     int op, slice;
+    int replica;        /* 0: the copy counted and written; > 0: a hierarchical slice's copy on
+                           another node than the first (the same elements as that node's rank) */
     size_t flat_lo, flat_hi, numel, local;
     float *state[OSDP_STATE_N_KINDS];   /* backend memory at this segment's first element */
 } osdp_shard_segment;

@@ -154,8 +154,11 @@ typedef struct osdp_sched_slice {
     size_t lo, hi;          /* elements [lo, hi) of the operator's flat buffer */
     size_t padded;          /* hi - lo padded to a multiple of N x pad_quantum */
     size_t base;            /* offset in the operator's full buffers (sum of earlier padded) */
-    size_t local;           /* offset of a rank's part (padded / N) in the shard arrays */
+    size_t local;           /* offset of a rank's part (padded / shard_ranks) in the shard arrays */
     int zdp;
+    int hierarchical;       /* a ZDP slice sharded inside the node, replicated across nodes (osdp/plan.h) */
+    int shard_ranks;        /* the ranks it is sharded over: N, or the node's ranks of the data group
+                               when hierarchical */
 } osdp_sched_slice;
 
 typedef struct osdp_sched_op {
@@ -169,6 +172,8 @@ typedef struct osdp_sched_op {
 
 typedef struct osdp_schedule_options {
     int n_ranks;
+    int node_ranks;         /* ranks of the data group on one node: a hierarchical slice's shard_ranks
+                               (0 reads as n_ranks: one node) */
     int micro_batch;        /* B: sequences per rank per micro-step */
     int accum_steps;        /* micro-steps per optimizer step */
     int prefetch;           /* overlap gathers / reduce-scatters with compute */
@@ -224,10 +229,11 @@ static inline size_t osdp_tp_staging_floats_per_seq(const osdp_layout *layout)
 {
     return layout->op[layout->n_ops - 1].tp_floats_per_seq;
 }
-/* elements of a rank's shard of a slice: padded / N */
-static inline size_t osdp_sched_slice_shard_numel(const osdp_sched_slice *sl, int n_ranks)
+/* elements of a rank's shard of a slice: padded / N (padded / the node's
+ * ranks for a hierarchical slice) */
+static inline size_t osdp_sched_slice_shard_numel(const osdp_sched_slice *sl)
 {
-    return sl->padded / (size_t)n_ranks;
+    return sl->padded / (size_t)sl->shard_ranks;
 }
 
 /* Peak bytes per category and in total that executing the schedule reaches
@@ -243,6 +249,11 @@ void osdp_schedule_eval_peak(const osdp_schedule *sched, osdp_memory_prediction 
 /* Build and evaluate in one call (the planner's and train's check). */
 osdp_status osdp_schedule_predict(const osdp_layout *layout, const osdp_plan *plan,
                                   const osdp_schedule_options *opt, osdp_memory_prediction *out);
+/* the ranks of the data group on one node that opt describes (node_ranks, or n_ranks when 0) */
+static inline int osdp_schedule_node_ranks(const osdp_schedule_options *opt)
+{
+    return opt->node_ranks > 0 ? opt->node_ranks : opt->n_ranks;
+}
 /* the same with the CPU's padding (pad quantum 1) */
 osdp_status osdp_memory_predict(const osdp_layout *layout, const osdp_plan *plan, int n_ranks,
                                 int micro_batch, int accum_steps, int prefetch, osdp_dtype weight_dtype,

@@ -184,6 +184,9 @@ static const option_row g_options[] = {
      .help = "the device file's mem_limit: 8G, 512M, 1000000"},
     {.name = "no-prefetch", .type = OPT_FLAG, .commands = TRAIN | PLAN, .field = FIELD(no_prefetch),
      .help = "do not overlap all-gathers / reduce-scatters with compute"},
+    {.name = "hierarchical", .type = OPT_FLAG, .commands = TRAIN | PLAN, .field = FIELD(hierarchical),
+     .help = "let the planner shard operators hierarchically (plan mode h: inside the node, replicated\n"
+             "across nodes) where the data-parallel group spans nodes of a two-level device"},
     /* optimizer */
     {.name = "seed", .type = OPT_INT, .commands = TRAIN, .field = FIELD(seed), .hi = 1e18, .default_value = "1337",
      .metavar = "S",

@@ -61,6 +61,7 @@ typedef struct osdp_job {
     int json;
     long long mem_limit;              /* bytes per rank; 0: not given */
     int no_prefetch;
+    int hierarchical;                 /* --hierarchical: the planner may choose plan mode h */
     /* optimizer */
     long long seed;
     double lr, min_lr_frac, weight_decay, grad_clip;

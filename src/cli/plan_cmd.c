@@ -61,8 +61,8 @@ void osdp_plan_ops_table(const osdp_layout *L, const osdp_cost_model *cm_in, con
     for (int i = 0; i < L->n_ops; i++) {
         osdp_op_mem m;
         osdp_op_time t;
-        osdp_cost_op_mem(cm, i, p->slices[i], p->zdp_slices[i], b, &m);
-        osdp_cost_op_time(cm, i, p->slices[i], p->zdp_slices[i], b, A, &t);
+        osdp_cost_plan_op_mem(cm, p, i, b, &m);
+        osdp_cost_plan_op_time(cm, p, i, b, A, &t);
         char tp_ms[16] = "";
         if (tp) snprintf(tp_ms, sizeof tp_ms, " %10.3f", 1e3 * t.tp_comm);
         printf("  %-9s %-8s %12zu %10s %10s %10s %10s %10.3f %10.3f%s %10.3f\n", L->op[i].name,
@@ -316,6 +316,8 @@ int osdp_cmd_plan(const osdp_job *job)
         }
         planner.n_ranks = n_ranks / tp;
     }
+    osdp_cost_hierarchy hier;   /* --hierarchical, two levels whose data group spans nodes: mode h offered */
+    if (job->hierarchical && osdp_cost_hierarchy_for_mesh(&dev, tp, planner.n_ranks, 1, &hier)) planner.hierarchy = &hier;
     osdp_cost_device_for_mesh(&dev, tp, planner.n_ranks, 1, &dev);   /* the data-parallel group's level */
     osdp_planner_result r[3];
     osdp_status st[3];
@@ -329,7 +331,7 @@ int osdp_cmd_plan(const osdp_job *job)
         if (st[v] != OSDP_OK && st[v] != OSDP_ERR_INFEASIBLE) osdp_fatal(st[v], err[v]);
     }
     osdp_cost_model cm = {.layout = &L, .dev = &dev, .N = planner.n_ranks, .pad_quantum = planner.pad_quantum,
-                          .prefetch = planner.prefetch, .kind = planner.cost};
+                          .prefetch = planner.prefetch, .kind = planner.cost, .hier = planner.hierarchy};
     const char *search = planner.search == OSDP_SEARCH_DFS ? "dfs" : "exact";
     const char *cost = planner.cost == OSDP_COST_OVERLAP ? "overlap" : "paper";
     double sp_dp = st[0] == OSDP_OK && st[1] == OSDP_OK ? r[0].samples_per_s / r[1].samples_per_s : 0;

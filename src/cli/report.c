@@ -264,6 +264,13 @@ static void print_progress(const osdp_report *r, const osdp_step_stats *st, doub
                osdp_format_bytes((double)t->logical[OSDP_COLL_TP_ALL_REDUCE], tar, sizeof tar),
                osdp_format_bytes((double)t->logical[OSDP_COLL_TP_ALL_GATHER], tag, sizeof tag));
     }
+    if (r->rt->node_comm) {   /* hierarchical slices: in-node gathers and reduce-scatters, the all-reduce across */
+        char nag[32], nrs[32], car[32];
+        printf(" | in-node AG %s RS %s, cross-node AR %s",
+               osdp_format_bytes((double)t->logical[OSDP_COLL_NODE_ALL_GATHER], nag, sizeof nag),
+               osdp_format_bytes((double)t->logical[OSDP_COLL_NODE_REDUCE_SCATTER], nrs, sizeof nrs),
+               osdp_format_bytes((double)t->logical[OSDP_COLL_CROSS_ALL_REDUCE], car, sizeof car));
+    }
     if (stages) {   /* the pipeline's messages, and the stage whose memory bounds the job */
         char p2p[32], worst[32];
         const int s = osdp_stage_peaks_bottleneck(stages, 0);
@@ -295,7 +302,8 @@ static void log_step(const osdp_report *r, const osdp_step_stats *st, double tok
     osdp_log_number(&rec, "tokens_per_s", "%.1f", tok_s);
     log_mfu(&rec, mfu);
     for (int k = 0; k < OSDP_COLL_N_TYPES; k++) {
-        static const char *coll[OSDP_COLL_N_TYPES] = {"ag", "rs", "ar", "bc", "tp_ar", "tp_ag", "p2p"};
+        static const char *coll[OSDP_COLL_N_TYPES] = {"ag", "rs", "ar", "bc", "tp_ar", "tp_ag", "p2p",
+                                                               "node_ag", "node_rs", "cross_ar"};
         char key[32];
         snprintf(key, sizeof key, "%s_bytes", coll[k]);
         osdp_log_count(&rec, key, t->logical[k]);

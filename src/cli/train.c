@@ -294,6 +294,9 @@ static osdp_status plan_auto(osdp_plan *plan, const osdp_layout *layout, const o
         o.micro_batch = t->micro_batch;
         o.pad_quantum = t->pad_quantum;
         osdp_status s = device_load_for_runtime(&dev, job->device, t->weights);
+        osdp_cost_hierarchy hier;   /* --hierarchical, two levels whose data group spans nodes: mode h offered */
+        if (s == OSDP_OK && job->hierarchical && osdp_cost_hierarchy_for_mesh(&dev, layout->tp_size, dp_ranks, 1, &hier))
+            o.hierarchy = &hier;
         if (s == OSDP_OK) osdp_cost_device_for_mesh(&dev, layout->tp_size, dp_ranks, 1, &dev);   /* the DP group's level */
         if (s == OSDP_OK) s = osdp_planner_run(layout, &dev, &o, &r);
         if (s == OSDP_OK) s = osdp_plan_copy(plan, &r.plan);
@@ -314,6 +317,7 @@ static osdp_status plan_auto(osdp_plan *plan, const osdp_layout *layout, const o
     MPI_Bcast(plan->slices, layout->n_ops, MPI_INT, 0, MPI_COMM_WORLD);
     MPI_Bcast(plan->zdp_slices, layout->n_ops, MPI_INT, 0, MPI_COMM_WORLD);
     MPI_Bcast(plan->recompute, layout->n_ops, MPI_INT, 0, MPI_COMM_WORLD);
+    MPI_Bcast(plan->hierarchical, layout->n_ops, MPI_INT, 0, MPI_COMM_WORLD);
     plan->micro_batch = head[1];
     plan->accum_steps = head[2];
     return OSDP_OK;
@@ -391,9 +395,12 @@ static double predicted_step_time(const osdp_layout *layout, const osdp_plan *pl
 {
     osdp_device dev;
     if (device_load_for_runtime(&dev, job->device, t->weights) != OSDP_OK) return 0;
+    osdp_cost_hierarchy hier;
+    const int levels = osdp_cost_hierarchy_for_mesh(&dev, layout->tp_size, dp_ranks, 1, &hier);
     osdp_cost_device_for_mesh(&dev, layout->tp_size, dp_ranks, 1, &dev);
     osdp_cost_model cm = {.layout = layout, .dev = &dev, .N = dp_ranks, .pad_quantum = t->pad_quantum,
-                          .prefetch = !job->no_prefetch, .kind = (osdp_cost_kind)job->cost_model};
+                          .prefetch = !job->no_prefetch, .kind = (osdp_cost_kind)job->cost_model,
+                          .hier = levels ? &hier : NULL};
     return osdp_cost_step_time(&cm, plan, plan->micro_batch, plan->accum_steps);
 }
 
@@ -560,6 +567,11 @@ int osdp_cmd_train(const osdp_job *job)
         osdp_check_all(osdp_mesh_comm_create(&mesh, OSDP_MESH_PIPELINE, nccl, world.local_rank, &pp_fwd_comm));
         osdp_check_all(osdp_mesh_comm_create(&mesh, OSDP_MESH_PIPELINE, nccl, world.local_rank, &pp_bwd_comm));
     }
+    /* hierarchical operators: the data group split by node (real or emulated) */
+    const int hierarchical = osdp_plan_has_hierarchical(&plan);
+    osdp_comm node_comm, cross_comm;
+    if (hierarchical)
+        osdp_check_all(osdp_node_groups_create(&mesh.dp_comm, world.node, nccl, world.local_rank, &node_comm, &cross_comm));
     int stage_bounds[OSDP_MAX_STAGES + 1] = {0};
     if (mesh.pp > 1) {
         osdp_check_all(stage_split(&layout, &plan, job, &t, mesh.dp, &pipe, stage_bounds));
@@ -569,7 +581,8 @@ int osdp_cmd_train(const osdp_job *job)
     }
 
     osdp_memory_prediction predicted;   /* this rank's: its stage's */
-    osdp_schedule_options predict = {.n_ranks = mesh.dp, .micro_batch = plan.micro_batch,
+    osdp_schedule_options predict = {.n_ranks = mesh.dp, .node_ranks = hierarchical ? node_comm.size : 0,
+                                     .micro_batch = plan.micro_batch,
                                      .accum_steps = plan.accum_steps, .prefetch = !job->no_prefetch,
                                      .weight_dtype = t.weights, .pad_quantum = t.pad_quantum, .pp_size = mesh.pp,
                                      .pp_stage = mesh.pp_rank, .pipe_schedule = (osdp_pipe_schedule)job->pipe_schedule};
@@ -582,7 +595,9 @@ int osdp_cmd_train(const osdp_job *job)
                                 .pad_quantum = t.pad_quantum, .tp_comm = mesh.tp > 1 ? &tp_comm : NULL,
                                 .pp_size = mesh.pp, .pp_stage = mesh.pp_rank, .pipe_schedule = predict.pipe_schedule,
                                 .pp_fwd_comm = mesh.pp > 1 ? &pp_fwd_comm : NULL,
-                                .pp_bwd_comm = mesh.pp > 1 ? &pp_bwd_comm : NULL};
+                                .pp_bwd_comm = mesh.pp > 1 ? &pp_bwd_comm : NULL,
+                                .node_comm = hierarchical ? &node_comm : NULL,
+                                .cross_comm = hierarchical ? &cross_comm : NULL};
     memcpy(opt.stage_bounds, stage_bounds, sizeof stage_bounds);
     osdp_runtime rt;
     s = osdp_runtime_create(&rt, &layout, &plan, &comm, backend, &opt);
@@ -627,6 +642,10 @@ int osdp_cmd_train(const osdp_job *job)
     if (mesh.pp > 1) {
         osdp_comm_destroy(&pp_fwd_comm);
         osdp_comm_destroy(&pp_bwd_comm);
+    }
+    if (hierarchical) {
+        osdp_comm_destroy(&node_comm);
+        osdp_comm_destroy(&cross_comm);
     }
     osdp_comm_destroy(&comm);
     osdp_mesh_free(&mesh);

@@ -9,7 +9,8 @@
 const char *osdp_collective_name(osdp_collective c)
 {
     static const char *names[OSDP_COLL_N_TYPES] = {"all-gather", "reduce-scatter", "all-reduce", "broadcast",
-                                                   "tp all-reduce", "tp all-gather", "p2p"};
+                                                   "tp all-reduce", "tp all-gather", "p2p",
+                                                   "node all-gather", "node reduce-scatter", "cross all-reduce"};
     return c < OSDP_COLL_N_TYPES ? names[c] : "?";
 }
 
@@ -62,6 +63,9 @@ static void account(osdp_comm *c, osdp_collective type, size_t full_bytes, doubl
 {
     if (c->tensor_axis && type == OSDP_COLL_ALL_REDUCE) type = OSDP_COLL_TP_ALL_REDUCE;
     if (c->tensor_axis && type == OSDP_COLL_ALL_GATHER) type = OSDP_COLL_TP_ALL_GATHER;
+    if (c->level == OSDP_LEVEL_NODE && type == OSDP_COLL_ALL_GATHER) type = OSDP_COLL_NODE_ALL_GATHER;
+    if (c->level == OSDP_LEVEL_NODE && type == OSDP_COLL_REDUCE_SCATTER) type = OSDP_COLL_NODE_REDUCE_SCATTER;
+    if (c->level == OSDP_LEVEL_CROSS && type == OSDP_COLL_ALL_REDUCE) type = OSDP_COLL_CROSS_ALL_REDUCE;
     c->traffic.logical[type] += full_bytes;
     c->traffic.wire[type] += (unsigned long long)((double)full_bytes * wire_fraction);
     c->traffic.calls[type]++;
@@ -162,3 +166,4 @@ void osdp_traffic_add(osdp_traffic *sum, const osdp_traffic *t)
 }
 
 void osdp_comm_set_tensor_axis(osdp_comm *c) { c->tensor_axis = 1; }
+void osdp_comm_set_level(osdp_comm *c, osdp_comm_level level) { c->level = (int)level; }

@@ -244,6 +244,7 @@ osdp_status osdp_comm_create_mpi(osdp_comm *c, const void *mpi_comm)
     impl->timeout_s = osdp_comm_timeout_from_env(c->rank);
     osdp_traffic_reset(&c->traffic);
     c->tensor_axis = 0;   /* the data axis unless osdp_comm_set_tensor_axis says otherwise */
+    c->level = OSDP_LEVEL_FLAT;
     osdp_comm_link_attach(c, impl->comm);
     return OSDP_OK;
 }

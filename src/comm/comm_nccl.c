@@ -774,6 +774,7 @@ osdp_status osdp_comm_create_nccl(osdp_comm *c, const void *mpi_comm, int local_
     c->impl = impl;
     osdp_traffic_reset(&c->traffic);
     c->tensor_axis = 0;   /* the data axis unless osdp_comm_set_tensor_axis says otherwise */
+    c->level = OSDP_LEVEL_FLAT;
     osdp_comm_link_attach(c, impl->mpi);
     /* every rank warms up; a failure (out of memory, a timeout) ends the job
      * through the caller's collective check, the communicator aborted */

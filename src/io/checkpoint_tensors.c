@@ -50,10 +50,18 @@ void ck_transfer_kind(osdp_runtime *rt, int tp_rank, int i, int kind, const hid_
         osdp_shard_iter it = osdp_runtime_shards(rt, i);
         osdp_shard_segment seg;
         while (osdp_shard_next(&it, &seg)) {   /* each slice's segment of this rank */
-            if (ck_transfer(d[t], &op->tensor[t], tp_rank, seg.flat_lo, seg.numel, seg.flat_hi, dxpl, buf + seg.local, write,
-                            &sums[t]) < 0)
+            const int pieces = ck_piece_calls(&op->tensor[t], seg.numel);
+            /* a hierarchical slice's copy on another node than the first: written by that node's rank,
+             * read by all, its checksum counted once */
+            uint64_t uncounted = 0;
+            if (write && seg.replica) {
+                for (int c = 0; c < pieces; c++)
+                    if (ck_transfer_none(d[t], &op->tensor[t], dxpl, buf, write) < 0) e = -1;
+            } else if (ck_transfer(d[t], &op->tensor[t], tp_rank, seg.flat_lo, seg.numel, seg.flat_hi, dxpl,
+                                   buf + seg.local, write, seg.replica ? &uncounted : &sums[t]) < 0) {
                 e = -1;
-            made += ck_piece_calls(&op->tensor[t], seg.numel);
+            }
+            made += pieces;
         }
         for (; made < calls[t]; made++)   /* another stage's operator: take part in its transfers */
             if (ck_transfer_none(d[t], &op->tensor[t], dxpl, buf, write) < 0) e = -1;

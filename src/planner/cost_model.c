@@ -100,9 +100,41 @@ void osdp_cost_op_mem(const osdp_cost_model *cm, int op, int g, int k, int b, os
     osdp_cost_op_mem_rc(cm, op, g, k, cm->recompute && cm->recompute[op], b, out);
 }
 
+static int plan_op_hierarchical(const osdp_plan *plan, int i)
+{
+    return plan->hierarchical && plan->hierarchical[i] && plan->zdp_slices[i] > 0;
+}
+
+void osdp_cost_plan_op_mem(const osdp_cost_model *cm, const osdp_plan *plan, int i, int b, osdp_op_mem *out)
+{
+    if (plan_op_hierarchical(plan, i)) osdp_cost_op_mem_hier(cm, i, cm->recompute && cm->recompute[i], b, out);
+    else osdp_cost_op_mem(cm, i, plan->slices[i], plan->zdp_slices[i], b, out);
+}
+
+void osdp_cost_plan_op_time(const osdp_cost_model *cm, const osdp_plan *plan, int i, int b, int accum, osdp_op_time *out)
+{
+    if (plan_op_hierarchical(plan, i)) osdp_cost_op_time_hier(cm, i, cm->recompute && cm->recompute[i], b, accum, out);
+    else osdp_cost_op_time(cm, i, plan->slices[i], plan->zdp_slices[i], b, accum, out);
+}
+
+static void op_mem_sharded(const osdp_cost_model *cm, int op, int g, int k, int rc, int b, long long shard_ranks,
+                           osdp_op_mem *out);
+
 void osdp_cost_op_mem_rc(const osdp_cost_model *cm, int op, int g, int k, int rc, int b, osdp_op_mem *out)
 {
-    const long long N = cm->N, e = cm->dev->param_bytes, eg = cm->dev->grad_bytes, a = cm->dev->act_bytes;
+    op_mem_sharded(cm, op, g, k, rc, b, cm->N, out);
+}
+
+void osdp_cost_op_mem_hier(const osdp_cost_model *cm, int op, int rc, int b, osdp_op_mem *out)
+{
+    op_mem_sharded(cm, op, 1, 1, rc, b, cm->hier ? cm->hier->node_ranks : cm->N, out);
+}
+
+/* the terms with shards of padded / shard_ranks (N; R for a hierarchical slice) */
+static void op_mem_sharded(const osdp_cost_model *cm, int op, int g, int k, int rc, int b, long long shard_ranks,
+                           osdp_op_mem *out)
+{
+    const long long N = shard_ranks, e = cm->dev->param_bytes, eg = cm->dev->grad_bytes, a = cm->dev->act_bytes;
     size_t p[OSDP_MAX_SLICES];
     int partial;
     op_slices(cm, op, &g, &k, p, &partial);
@@ -219,6 +251,45 @@ void osdp_cost_op_time_rc(const osdp_cost_model *cm, int op, int g, int k, int r
     if (partial) out->total = 1e30;   /* not a choice this operator has: prohibitive, finite for the searches */
 }
 
+/* (n-1)(alpha + S/n beta): a ring's all-gather or reduce-scatter of S bytes over n ranks */
+static double ring_time(const osdp_collective_cost *c, double n, double S)
+{
+    return (n - 1) * (c->alpha + S / n * c->beta);
+}
+
+void osdp_cost_op_time_hier(const osdp_cost_model *cm, int op, int rc, int b, int accum, osdp_op_time *out)
+{
+    osdp_cost_op_time_rc(cm, op, 1, 1, rc, b, accum, out);   /* compute and tp_comm as ZDP's */
+    const osdp_cost_hierarchy *h = cm->hier;
+    if (!h) return;
+    const osdp_device *d = cm->dev;
+    const double A = accum, R = h->node_ranks, nodes = (double)cm->N / h->node_ranks;
+    const double p = (double)osdp_cost_slice_numel(cm, op, 1);
+    const double S = p * (double)d->param_bytes, G = p * (double)d->grad_bytes;
+    /* the optimizer step on a shard of P / R instead of P / N */
+    out->compute += p / R * d->step_shard_param - p / cm->N * d->step_shard_param;
+    const double ag = ring_time(&h->node_all_gather, R, S), rs = ring_time(&h->node_reduce_scatter, R, G);
+    const double ar = ring_time(&h->cross_reduce_scatter, nodes, G / R) + ring_time(&h->cross_all_gather, nodes, G / R);
+    out->comm = (rc ? 3 : 2) * A * ag + A * (rs + ar);
+    if (cm->kind == OSDP_COST_OVERLAP && cm->prefetch)
+        out->total = out->compute > out->comm ? out->compute : out->comm;
+    else
+        out->total = out->compute + out->comm;
+    out->total += out->tp_comm;
+}
+
+int osdp_cost_hierarchy_for_mesh(const osdp_device *dev, int tp, int dp, int pp, osdp_cost_hierarchy *out)
+{
+    const int R = dev->ranks_per_node;
+    if (!dev->internode.given || !osdp_cost_dp_spans_nodes(R, tp, dp, pp) || R % tp != 0 || ((long long)tp * dp) % R != 0)
+        return 0;
+    *out = (osdp_cost_hierarchy){.node_ranks = R / tp, .node_all_gather = dev->all_gather,
+                                 .node_reduce_scatter = dev->reduce_scatter,
+                                 .cross_all_gather = dev->internode.all_gather,
+                                 .cross_reduce_scatter = dev->internode.reduce_scatter};
+    return 1;
+}
+
 long long osdp_cost_peak(const osdp_cost_model *cm_in, const osdp_plan *plan, int b, int *at_op)
 {
     osdp_cost_model with_plan = *cm_in, *cm = &with_plan;
@@ -228,7 +299,7 @@ long long osdp_cost_peak(const osdp_cost_model *cm_in, const osdp_plan *plan, in
     if (!m) return -1;
     long long base = osdp_cost_workspace(cm, b);
     for (int i = 0; i < n; i++) {
-        osdp_cost_op_mem(cm, i, plan->slices[i], plan->zdp_slices[i], b, &m[i]);
+        osdp_cost_plan_op_mem(cm, plan, i, b, &m[i]);
         base += m[i].state + m[i].resident + m[i].held;
     }
     long long acts = 0, best = -1;
@@ -256,7 +327,7 @@ double osdp_cost_step_time(const osdp_cost_model *cm_in, const osdp_plan *plan, 
     double t = 0;
     for (int i = 0; i < cm->layout->n_ops; i++) {
         osdp_op_time ot;
-        osdp_cost_op_time(cm, i, plan->slices[i], plan->zdp_slices[i], b, accum, &ot);
+        osdp_cost_plan_op_time(cm, plan, i, b, accum, &ot);
         t += ot.total;
     }
     return t;

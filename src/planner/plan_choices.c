@@ -30,6 +30,7 @@ static int granularities(const osdp_cost_model *cm, const osdp_planner_options *
 /* the terms of one choice that the peak and the time see */
 typedef struct choice_terms {
     int slices, zdp_slices, recompute; /* k = zdp_slices of g = slices ZDP */
+    int hierarchical;                  /* g = k = 1, sharded inside the node (osdp/plan.h) */
     long long kept_bytes;      /* state + resident */
     long long act_bytes;       /* acts */
     long long pass_peak_bytes; /* rebuilt + G + max(work, recv) */
@@ -64,6 +65,20 @@ static int prune(choice_terms *c, int n)
     return m;
 }
 
+/* the terms the search sees of one choice's memory and time */
+static void set_terms(const osdp_ps_context *ctx, int i, const osdp_op_mem *m, const osdp_op_time *ot, choice_terms *c)
+{
+    const osdp_planner_options *o = ctx->opts;
+    memset(c, 0, sizeof *c);
+    c->kept_bytes = m->state + m->resident + m->held;   /* held: a pipeline stage's other micro-batches */
+    c->act_bytes = m->acts;
+    c->pass_peak_bytes = m->rebuilt + m->grads + (m->work > m->recv ? m->work : m->recv)
+                       + osdp_cost_tied_grads(&ctx->cost, i);
+    c->prefetch_bytes = o->prefetch ? m->prefetch : 0;
+    c->in_flight_bytes = o->prefetch ? m->grads + m->recv : 0;
+    c->time = ctx->minimise_memory ? 0 : ot->total; /* minimising memory: time tells nothing apart */
+}
+
 static int make_choices(const osdp_ps_context *ctx, int i, int b, int accum, choice_terms *out)
 {
     const osdp_planner_options *o = ctx->opts;
@@ -75,11 +90,11 @@ static int make_choices(const osdp_ps_context *ctx, int i, int b, int accum, cho
         rc_lo = 0;
         rc_hi = 1;
     }
+    /* a tied head reads the embedding's resident wte: the embedding is DP whatever the modes */
+    const int tied_embed = i == 0 && ctx->cost.layout->cfg.tied_head;
     for (int rc = rc_lo; rc <= rc_hi; rc++)
         for (int gi = 0; gi < ng; gi++)
             for (int k = 0; k <= gs[gi]; k++) {
-                /* a tied head reads the embedding's resident wte: the embedding is DP whatever the modes */
-                const int tied_embed = i == 0 && ctx->cost.layout->cfg.tied_head;
                 if (tied_embed && k != 0) continue;
                 if (!tied_embed && o->modes == OSDP_MODES_ALL_DP && k != 0) continue;
                 if (!tied_embed && o->modes == OSDP_MODES_ALL_ZDP && k != gs[gi]) continue;
@@ -88,17 +103,22 @@ static int make_choices(const osdp_ps_context *ctx, int i, int b, int accum, cho
                 osdp_cost_op_mem_rc(&ctx->cost, i, gs[gi], k, rc, b, &m);
                 osdp_cost_op_time_rc(&ctx->cost, i, gs[gi], k, rc, b, accum, &ot);
                 choice_terms *c = &out[n++];
+                set_terms(ctx, i, &m, &ot, c);
                 c->slices = gs[gi];
                 c->zdp_slices = k;
                 c->recompute = rc;
-                c->kept_bytes = m.state + m.resident + m.held;   /* held: a pipeline stage's other micro-batches */
-                c->act_bytes = m.acts;
-                c->pass_peak_bytes = m.rebuilt + m.grads + (m.work > m.recv ? m.work : m.recv)
-                                   + osdp_cost_tied_grads(&ctx->cost, i);
-                c->prefetch_bytes = o->prefetch ? m.prefetch : 0;
-                c->in_flight_bytes = o->prefetch ? m.grads + m.recv : 0;
-                c->time = ctx->minimise_memory ? 0 : ot.total; /* minimising memory: time tells nothing apart */
             }
+    /* hierarchical (a two-level network whose data group spans nodes): unsplit, for any operator ZDP may take */
+    for (int rc = rc_lo; rc <= rc_hi && ctx->cost.hier && !tied_embed && o->modes == OSDP_MODES_ANY; rc++) {
+        osdp_op_mem m;
+        osdp_op_time ot;
+        osdp_cost_op_mem_hier(&ctx->cost, i, rc, b, &m);
+        osdp_cost_op_time_hier(&ctx->cost, i, rc, b, accum, &ot);
+        choice_terms *c = &out[n++];
+        set_terms(ctx, i, &m, &ot, c);
+        c->slices = c->zdp_slices = c->hierarchical = 1;
+        c->recompute = rc;
+    }
     return ctx->bound_only ? n : prune(out, n);
 }
 
@@ -216,6 +236,7 @@ static int prune_free(osdp_ps_context *ctx)
             ctx->choice_slices[d] = ctx->choice_slices[b];
             ctx->choice_zdp_slices[d] = ctx->choice_zdp_slices[b];
             ctx->choice_recompute[d] = ctx->choice_recompute[b];
+            ctx->choice_hierarchical[d] = ctx->choice_hierarchical[b];
             ctx->held_bytes[d] = ctx->held_bytes[b];
             ctx->pass_peak_bytes[d] = ctx->pass_peak_bytes[b];
             ctx->prefetch_bytes[d] = ctx->prefetch_bytes[b];
@@ -236,7 +257,8 @@ static int prune_free(osdp_ps_context *ctx)
 static int alloc_arrays(osdp_ps_context *ctx)
 {
     const size_t n = (size_t)ctx->n_ops, nk = n * (size_t)ctx->stride;
-    signed char **flags[] = {&ctx->choice_slices, &ctx->choice_zdp_slices, &ctx->choice_recompute};
+    signed char **flags[] = {&ctx->choice_slices, &ctx->choice_zdp_slices, &ctx->choice_recompute,
+                             &ctx->choice_hierarchical};
     long long **choice_bytes[] = {&ctx->held_bytes, &ctx->pass_peak_bytes, &ctx->prefetch_bytes, &ctx->next_op_bytes,
                                   &ctx->act_bytes, &ctx->knap_mem_buf};
     long long **op_bytes[] = {&ctx->later_acts_optimistic, &ctx->later_acts_pessimistic};
@@ -266,7 +288,8 @@ osdp_status osdp_ps_context_build(osdp_ps_context *ctx, const osdp_layout *L, co
     memset(ctx, 0, sizeof *ctx);
     ctx->cost = (osdp_cost_model){.layout = L, .dev = dev, .N = o->n_ranks, .pad_quantum = o->pad_quantum,
                                   .prefetch = o->prefetch, .kind = o->cost, .recompute = o->recompute, .cuts = cuts,
-                                  .in_flight = o->stage_in_flight, .stage_buffer_bytes = o->stage_buffer_bytes};
+                                  .in_flight = o->stage_in_flight, .stage_buffer_bytes = o->stage_buffer_bytes,
+                                  .hier = o->hierarchy};
     ctx->opts = o;
     ctx->n_ops = L->n_ops;
     ctx->minimise_memory = minimise_memory == 1;
@@ -275,7 +298,8 @@ osdp_status osdp_ps_context_build(osdp_ps_context *ctx, const osdp_layout *L, co
     ctx->counters = counters;
     ctx->micro_batch = b;
     ctx->accum_steps = accum;
-    const int n = ctx->n_ops, cap = 2 * (2 + 3 + 5 + 9 + 17);   /* every k of every g in 1, 2, 4, 8, 16, both ways */
+    /* every k of every g in 1, 2, 4, 8, 16 and hierarchical, both ways */
+    const int n = ctx->n_ops, cap = 2 * (2 + 3 + 5 + 9 + 17 + 1);
     choice_terms *c = malloc(sizeof *c * (size_t)cap * (size_t)n);
     ctx->n_choices = malloc(sizeof *ctx->n_choices * (size_t)n);
     ctx->group = malloc(sizeof *ctx->group * (size_t)n);
@@ -314,6 +338,7 @@ osdp_status osdp_ps_context_build(osdp_ps_context *ctx, const osdp_layout *L, co
             ctx->choice_slices[a] = (signed char)e->slices;
             ctx->choice_zdp_slices[a] = (signed char)e->zdp_slices;
             ctx->choice_recompute[a] = (signed char)e->recompute;
+            ctx->choice_hierarchical[a] = (signed char)e->hierarchical;
             ctx->held_bytes[a] = e->kept_bytes + e->act_bytes - lo;
             ctx->pass_peak_bytes[a] = e->pass_peak_bytes;
             ctx->prefetch_bytes[a] = e->prefetch_bytes;

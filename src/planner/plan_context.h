@@ -41,6 +41,7 @@ typedef struct osdp_ps_context {
     signed char *choice_slices;       /* g of each choice */
     signed char *choice_zdp_slices;   /* k of each choice: slices ZDP */
     signed char *choice_recompute;    /* 1: the choice recomputes its activations */
+    signed char *choice_hierarchical; /* 1: the choice is hierarchical ZDP (g = k = 1; osdp/plan.h) */
     long long *held_bytes;            /* R (see above) */
     long long *pass_peak_bytes;       /* wp */
     long long *prefetch_bytes;        /* f */

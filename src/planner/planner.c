@@ -59,6 +59,7 @@ static void fill_plan(const osdp_ps_context *ctx, const int *ch, osdp_plan *plan
         plan->slices[i] = ctx->choice_slices[a];
         plan->zdp_slices[i] = ctx->choice_zdp_slices[a];
         plan->recompute[i] = ctx->choice_recompute[a];
+        plan->hierarchical[i] = ctx->choice_hierarchical[a];
     }
 }
 
@@ -98,7 +99,8 @@ static osdp_status infeasible(const osdp_layout *L, const osdp_device *dev, cons
     if (s != OSDP_OK) return s;
     osdp_cost_model cm = {.layout = L, .dev = dev, .N = o->n_ranks, .pad_quantum = o->pad_quantum,
                           .prefetch = o->prefetch, .kind = o->cost, .recompute = p.recompute,
-                          .in_flight = o->stage_in_flight, .stage_buffer_bytes = o->stage_buffer_bytes};
+                          .in_flight = o->stage_in_flight, .stage_buffer_bytes = o->stage_buffer_bytes,
+                          .hier = o->hierarchy};
     int at = 0;
     (void)osdp_cost_peak(&cm, &p, b, &at);
     int top[3] = {-1, -1, -1};
@@ -158,7 +160,8 @@ static osdp_status verify_peak(const osdp_layout *L, const osdp_device *dev, con
                                int accum, osdp_planner_result *res)
 {
     osdp_memory_prediction pr;
-    osdp_schedule_options so = {.n_ranks = o->n_ranks, .micro_batch = b, .accum_steps = accum, .prefetch = o->prefetch,
+    osdp_schedule_options so = {.n_ranks = o->n_ranks, .node_ranks = o->hierarchy ? o->hierarchy->node_ranks : 0,
+                                .micro_batch = b, .accum_steps = accum, .prefetch = o->prefetch,
                                 .weight_dtype = dev->param_bytes == 2 ? OSDP_BFLOAT16 : OSDP_FLOAT32,
                                 .pad_quantum = o->pad_quantum};
     osdp_status s = osdp_schedule_predict(L, &res->plan, &so, &pr);

@@ -110,7 +110,7 @@ static osdp_status gather(osdp_runtime *rt, const osdp_event *ev)
     /* fp32: the master shard itself; bf16: its rounded copy */
     const void *mine = rt->weight_dtype == OSDP_FLOAT32 ? (const void *)(o->master + ss->local)
                                                         : (const char *)o->master_copy + ss->local * in->weight_size;
-    TRY(osdp_comm_all_gather(rt->comm, mine, sl->weights, osdp_sched_slice_shard_numel(ss, rt->N), rt->weight_dtype,
+    TRY(osdp_comm_all_gather(sl->comm, mine, sl->weights, osdp_sched_slice_shard_numel(ss), rt->weight_dtype,
                              ev->blocking ? NULL : &sl->gather));
     sl->pending = !ev->blocking;
     return OSDP_OK;
@@ -120,7 +120,8 @@ static osdp_status gather_wait(osdp_runtime *rt, rt_slice *sl)
 {
     if (!sl->pending) return OSDP_OK;
     sl->pending = 0;
-    return osdp_comm_wait(rt->comm, &sl->gather);
+    (void)rt;
+    return osdp_comm_wait(sl->comm, &sl->gather);
 }
 
 static osdp_status scatter_start(osdp_runtime *rt, int op)
@@ -131,19 +132,28 @@ static osdp_status scatter_start(osdp_runtime *rt, int op)
     TRY(osdp_comm_group_start(rt->comm));
     for (int k = 0; k < so->n_slices; k++) {
         const osdp_sched_slice *ss = &so->slice[k];
-        TRY(osdp_comm_reduce_scatter(rt->comm, o->full_grad + ss->base, o->grad_recv + ss->local,
-                                     osdp_sched_slice_shard_numel(ss, rt->N), OSDP_FLOAT32, &o->slice[k].scatter));
+        TRY(osdp_comm_reduce_scatter(o->slice[k].comm, o->full_grad + ss->base, o->grad_recv + ss->local,
+                                     osdp_sched_slice_shard_numel(ss), OSDP_FLOAT32, &o->slice[k].scatter));
     }
     return osdp_comm_group_end(rt->comm);
 }
 
 /* the first micro-batch's gradients replace the shard's, the others add to
- * it, in micro-batch order (both pipeline schedules run backwards in it) */
+ * it, in micro-batch order (both pipeline schedules run backwards in it).
+ * A hierarchical slice's reduce-scatter summed its node's ranks: the nodes'
+ * sums are then added over cross_comm (the second level, blocking: it needs
+ * the first's result). */
 static osdp_status scatter_finish(osdp_runtime *rt, int op, int micro)
 {
     rt_op *o = &rt->in->ops[op];
     const osdp_sched_op *so = &rt->in->sched.ops[op];
-    for (int k = 0; k < so->n_slices; k++) TRY(osdp_comm_wait(rt->comm, &o->slice[k].scatter));
+    for (int k = 0; k < so->n_slices; k++) {
+        const osdp_sched_slice *ss = &so->slice[k];
+        TRY(osdp_comm_wait(o->slice[k].comm, &o->slice[k].scatter));
+        if (ss->hierarchical && rt->cross_comm)
+            TRY(osdp_comm_all_reduce(rt->cross_comm, o->grad_recv + ss->local, osdp_sched_slice_shard_numel(ss),
+                                     OSDP_FLOAT32, NULL));
+    }
     if (rt->in->micro + micro == 0) rt->backend->copy(o->grad, o->grad_recv, so->shard * sizeof(float));
     else rt->backend->vector_accumulate(o->grad, o->grad_recv, so->shard);
     return OSDP_OK;
@@ -200,7 +210,8 @@ static void adamw_op(osdp_runtime *rt, int op)
 static void norm_sum(osdp_runtime *rt, int op)
 {
     struct osdp_runtime_internal *in = rt->in;
-    if (rt->tp_rank == 0) {
+    const int replicas = rt->cross_rank > 0 && osdp_rt_op_is_hierarchical(rt, op);
+    if (rt->tp_rank == 0 && !replicas) {
         rt->backend->accumulate_sum(&in->sums[1], in->ops[op].grad, in->sched.ops[op].shard, 1);
         return;
     }
@@ -208,6 +219,11 @@ static void norm_sum(osdp_runtime *rt, int op)
     osdp_shard_iter it = osdp_runtime_shards(rt, op);
     osdp_shard_segment seg;
     while (osdp_shard_next(&it, &seg)) {
+        if (seg.replica) continue;   /* node 0's copy counts it: once for the whole data group */
+        if (rt->tp_rank == 0) {
+            rt->backend->accumulate_sum(&in->sums[1], seg.state[OSDP_STATE_GRAD], seg.numel, 1);
+            continue;
+        }
         const size_t end = seg.flat_lo + seg.numel < seg.flat_hi ? seg.flat_lo + seg.numel : seg.flat_hi;
         for (int t = 0; t < ol->n_tensors; t++) {
             const osdp_tensor_desc *td = &ol->tensor[t];

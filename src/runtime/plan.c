@@ -14,7 +14,8 @@ osdp_status osdp_plan_alloc(osdp_plan *plan, int n_ops)
     plan->slices = calloc((size_t)n_ops, sizeof(int));
     plan->zdp_slices = calloc((size_t)n_ops, sizeof(int));
     plan->recompute = calloc((size_t)n_ops, sizeof(int));
-    if (!plan->slices || !plan->zdp_slices || !plan->recompute) {
+    plan->hierarchical = calloc((size_t)n_ops, sizeof(int));
+    if (!plan->slices || !plan->zdp_slices || !plan->recompute || !plan->hierarchical) {
         osdp_plan_free(plan);
         return osdp_error_set(OSDP_ERR_OOM, "plan: out of host memory");
     }
@@ -28,6 +29,7 @@ void osdp_plan_free(osdp_plan *plan)
     free(plan->slices);
     free(plan->zdp_slices);
     free(plan->recompute);
+    free(plan->hierarchical);
     memset(plan, 0, sizeof *plan);
 }
 
@@ -39,6 +41,7 @@ osdp_status osdp_plan_copy(osdp_plan *dst, const osdp_plan *src)
     memcpy(dst->slices, src->slices, bytes);
     memcpy(dst->zdp_slices, src->zdp_slices, bytes);
     memcpy(dst->recompute, src->recompute, bytes);
+    memcpy(dst->hierarchical, src->hierarchical, bytes);
     dst->micro_batch = src->micro_batch;
     dst->accum_steps = src->accum_steps;
     dst->tp_size = src->tp_size;
@@ -52,6 +55,7 @@ void osdp_plan_fill(osdp_plan *plan, int zdp)
     for (int i = 0; i < plan->n_ops; i++) {
         plan->slices[i] = 1;
         plan->zdp_slices[i] = zdp ? 1 : 0;
+        plan->hierarchical[i] = 0;
     }
 }
 
@@ -59,15 +63,17 @@ int osdp_plan_tie_embedding(osdp_plan *plan, const osdp_layout *layout)
 {
     if (!layout->cfg.tied_head || plan->zdp_slices[0] == 0) return 0;
     plan->zdp_slices[0] = 0;
+    plan->hierarchical[0] = 0;
     return 1;
 }
 
-/* "dp" | "zdp" | "k/g", optionally followed by " recompute" */
-static int parse_mode(const char *value, int *k, int *g, int *recompute)
+/* "dp" | "zdp" | "h" | "k/g", optionally followed by " recompute" */
+static int parse_mode(const char *value, int *k, int *g, int *hier, int *recompute)
 {
     char mode[64];
     const char *space = strchr(value, ' ');
     *recompute = 0;
+    *hier = 0;
     if (space) {
         if (strcmp(space + strspn(space, " "), "recompute") != 0 || (size_t)(space - value) >= sizeof mode) return -1;
         *recompute = 1;
@@ -78,6 +84,7 @@ static int parse_mode(const char *value, int *k, int *g, int *recompute)
     mode[len] = '\0';
     if (strcmp(mode, "dp") == 0) { *k = 0; *g = 1; return 0; }
     if (strcmp(mode, "zdp") == 0) { *k = 1; *g = 1; return 0; }
+    if (strcmp(mode, "h") == 0) { *k = 1; *g = 1; *hier = 1; return 0; }
     char *end;
     errno = 0;
     long kk = strtol(mode, &end, 10);
@@ -95,7 +102,7 @@ typedef struct plan_parse_state {
     osdp_plan *plan;
     const osdp_layout *layout;
     int *seen;
-    int default_k, default_g, default_recompute, have_default;
+    int default_k, default_g, default_hier, default_recompute, have_default;
     osdp_status status;
     const char *origin;
 } plan_parse_state;
@@ -124,15 +131,16 @@ static int plan_handler(void *user, const char *section, const char *key, const 
         st->plan->tp_size = (int)tp;
         return 1;
     }
-    int k, g, rc;
-    if (parse_mode(value, &k, &g, &rc) != 0) {
+    int k, g, hier, rc;
+    if (parse_mode(value, &k, &g, &hier, &rc) != 0) {
         st->status = osdp_error_set(OSDP_ERR_INPUT,
-            "%s = '%s': mode must be dp, zdp or k/g (k of g slices ZDP, 0 <= k <= g <= %d), optionally followed by 'recompute'",
+            "%s = '%s': mode must be dp, zdp, h (hierarchical ZDP) or k/g (k of g slices ZDP, 0 <= k <= g <= %d), "
+            "optionally followed by 'recompute'",
             key, value, OSDP_MAX_SLICES);
         return 0;
     }
     if (strcmp(key, "default") == 0) {
-        st->default_k = k; st->default_g = g; st->default_recompute = rc; st->have_default = 1;
+        st->default_k = k; st->default_g = g; st->default_hier = hier; st->default_recompute = rc; st->have_default = 1;
         return 1;
     }
     int op = osdp_layout_find_op(st->layout, key);
@@ -159,6 +167,7 @@ static int plan_handler(void *user, const char *section, const char *key, const 
     st->plan->zdp_slices[op] = k;
     st->plan->slices[op] = g;
     st->plan->recompute[op] = rc;
+    st->plan->hierarchical[op] = hier;
     return 1;
 }
 
@@ -193,6 +202,7 @@ osdp_status osdp_plan_parse(osdp_plan *plan, const osdp_layout *layout, const ch
         plan->zdp_slices[i] = unsplittable ? st.default_k > 0 : st.default_k;
         plan->slices[i] = unsplittable ? 1 : st.default_g;
         plan->recompute[i] = st.default_recompute && osdp_op_can_recompute(layout->op[i].type);   /* blocks only */
+        plan->hierarchical[i] = st.default_hier;
     }
     free(seen);
     if (st.status == OSDP_OK) (void)osdp_plan_tie_embedding(plan, layout);   /* a default's ZDP: the embedding stays DP */
@@ -213,7 +223,7 @@ osdp_status osdp_plan_load(osdp_plan *plan, const osdp_layout *layout, const cha
 const char *osdp_plan_mode_name(const osdp_plan *plan, int op, char *buf, size_t n)
 {
     int k = plan->zdp_slices[op], g = plan->slices[op];
-    if (g == 1) snprintf(buf, n, "%s", k ? "zdp" : "dp");
+    if (g == 1) snprintf(buf, n, "%s", k ? (plan->hierarchical[op] ? "h" : "zdp") : "dp");
     else snprintf(buf, n, "%d/%d", k, g);
     return buf;
 }
@@ -221,7 +231,7 @@ const char *osdp_plan_mode_name(const osdp_plan *plan, int op, char *buf, size_t
 void osdp_plan_write(const osdp_plan *plan, const osdp_layout *layout, FILE *out)
 {
     char mode[16];
-    fprintf(out, "# osdp plan for %s: operator = dp | zdp | k/g (k of g slices ZDP) [recompute]\n", layout->cfg.name);
+    fprintf(out, "# osdp plan for %s: operator = dp | zdp | h | k/g (k of g slices ZDP) [recompute]\n", layout->cfg.name);
     if (plan->tp_size > 0)
         fprintf(out, "tp = %d   ; the tensor-parallel degree: the modes apply to each rank's parts\n", plan->tp_size);
     for (int i = 0; i < plan->n_ops; i++)
@@ -236,10 +246,18 @@ unsigned long long osdp_plan_hash(const osdp_plan *plan)
         h = (h ^ (unsigned)plan->slices[i]) * 1099511628211ULL;
         h = (h ^ (unsigned)plan->zdp_slices[i]) * 1099511628211ULL;
         h = (h ^ (unsigned)plan->recompute[i]) * 1099511628211ULL;
+        if (plan->hierarchical[i]) h = (h ^ 0x68u) * 1099511628211ULL;   /* without one: as before */
     }
     h = (h ^ (unsigned)plan->micro_batch) * 1099511628211ULL;
     if (plan->tp_size > 1) h = (h ^ (unsigned)plan->tp_size) * 1099511628211ULL;   /* tp 1 or unstated: as before */
     return h;
+}
+
+int osdp_plan_has_hierarchical(const osdp_plan *plan)
+{
+    for (int i = 0; i < plan->n_ops; i++)
+        if (plan->hierarchical[i] && plan->zdp_slices[i] > 0) return 1;
+    return 0;
 }
 
 osdp_status osdp_plan_check_tp(const osdp_plan *plan, int tp_size, const char *origin)

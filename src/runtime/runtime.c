@@ -52,6 +52,41 @@ static osdp_status attach_tp_group(osdp_runtime *rt, const osdp_runtime_options 
     return OSDP_OK;
 }
 
+/* The hierarchical slices' two groups (osdp/runtime.h), checked against
+ * the data group: node_ranks x nodes = N.  Without them the data group is
+ * one node. */
+static osdp_status attach_node_groups(osdp_runtime *rt, const osdp_plan *plan, const osdp_runtime_options *opt)
+{
+    rt->node_rank = rt->rank;
+    rt->node_ranks = rt->N;
+    rt->cross_rank = 0;
+    if (!opt->node_comm != !opt->cross_comm)
+        return osdp_error_set(OSDP_ERR_INPUT, "runtime: the node groups come in pairs (node_comm and cross_comm)");
+    if (!opt->node_comm) {
+        if (osdp_plan_has_hierarchical(plan) && rt->N > 1)
+            return osdp_error_set(OSDP_ERR_INPUT, "runtime: the plan shards an operator hierarchically (h), which needs "
+                                  "the node groups of the data group");
+        return OSDP_OK;
+    }
+    if (opt->node_comm->size * opt->cross_comm->size != rt->N)
+        return osdp_error_set(OSDP_ERR_INPUT, "runtime: node groups of %d ranks on %d nodes do not make the data "
+                              "group's %d ranks", opt->node_comm->size, opt->cross_comm->size, rt->N);
+    rt->node_comm = opt->node_comm;
+    rt->cross_comm = opt->cross_comm;
+    rt->node_rank = rt->node_comm->rank;
+    rt->node_ranks = rt->node_comm->size;
+    rt->cross_rank = rt->cross_comm->rank;
+    return OSDP_OK;
+}
+
+int osdp_rt_op_is_hierarchical(const osdp_runtime *rt, int op)
+{
+    const osdp_sched_op *so = &rt->in->sched.ops[op];
+    for (int k = 0; k < so->n_slices; k++)
+        if (so->slice[k].hierarchical) return 1;
+    return 0;
+}
+
 /* every segment's initial weights from the counter-based RNG (osdp/init.h),
  * by logical element: the same model on every mesh; gradients and moments
  * zero */
@@ -145,7 +180,8 @@ osdp_status osdp_runtime_create(osdp_runtime *rt, const osdp_layout *layout, con
     if (!in) return osdp_error_set(OSDP_ERR_OOM, "runtime: out of host memory");
     TRY(attach_tp_group(rt, opt));
     TRY(attach_pipeline(rt, opt));
-    osdp_schedule_options so = {.n_ranks = rt->N, .micro_batch = rt->B, .accum_steps = opt->accum_steps,
+    TRY(attach_node_groups(rt, plan, opt));
+    osdp_schedule_options so = {.n_ranks = rt->N, .node_ranks = rt->node_ranks, .micro_batch = rt->B, .accum_steps = opt->accum_steps,
                                 .prefetch = opt->prefetch, .weight_dtype = opt->weight_dtype,
                                 .pad_quantum = opt->pad_quantum, .pp_size = opt->pp_size, .pp_stage = opt->pp_stage,
                                 .pipe_schedule = opt->pipe_schedule};
@@ -158,9 +194,12 @@ osdp_status osdp_runtime_create(osdp_runtime *rt, const osdp_layout *layout, con
     if (!in->ops) return osdp_error_set(OSDP_ERR_OOM, "runtime: out of host memory");
     TRY(alloc_micro_slots(rt));
     for (int i = 0; i < layout->n_ops; i++)
-        for (int k = 0; k < in->sched.ops[i].n_slices; k++)
-            in->ops[i].slice[k].flat_lo = in->sched.ops[i].slice[k].lo
-                                        + (size_t)rt->rank * osdp_sched_slice_shard_numel(&in->sched.ops[i].slice[k], rt->N);
+        for (int k = 0; k < in->sched.ops[i].n_slices; k++) {
+            const osdp_sched_slice *ss = &in->sched.ops[i].slice[k];
+            rt_slice *sl = &in->ops[i].slice[k];
+            sl->comm = ss->hierarchical && rt->node_comm ? rt->node_comm : rt->comm;
+            sl->flat_lo = ss->lo + (size_t)sl->comm->rank * osdp_sched_slice_shard_numel(ss);
+        }
     in->cursor = 0;
     TRY(osdp_rt_execute(rt, in->sched.setup, in->sched.n_setup));
     TRY(init_shards(rt));
@@ -196,16 +235,31 @@ void osdp_runtime_invalidate_weights(osdp_runtime *rt)
         rt->backend->convert_weights(rt->in->ops[i].master_copy, rt->in->ops[i].master, rt->in->sched.ops[i].shard);
 }
 
+/* the communicators a step's traffic is counted on: the data group, and
+ * those of the tensor group, the pipeline and the node groups it has */
+static int step_groups(const osdp_runtime *rt, osdp_comm *groups[6])
+{
+    int n = 0;
+    groups[n++] = rt->comm;
+    if (rt->tp_comm) groups[n++] = rt->tp_comm;
+    if (rt->in->sched.pipelined) {
+        groups[n++] = rt->opt.pp_fwd_comm;
+        groups[n++] = rt->opt.pp_bwd_comm;
+    }
+    if (rt->node_comm) {
+        groups[n++] = rt->node_comm;
+        groups[n++] = rt->cross_comm;
+    }
+    return n;
+}
+
 osdp_status osdp_runtime_step(osdp_runtime *rt, const int *tokens, osdp_step_stats *stats)
 {
     struct osdp_runtime_internal *in = rt->in;
     double t0 = osdp_now_seconds();
-    osdp_traffic_reset(&rt->comm->traffic);
-    if (rt->tp_comm) osdp_traffic_reset(&rt->tp_comm->traffic);
-    if (in->sched.pipelined) {
-        osdp_traffic_reset(&rt->opt.pp_fwd_comm->traffic);
-        osdp_traffic_reset(&rt->opt.pp_bwd_comm->traffic);
-    }
+    osdp_comm *groups[6];
+    const int n_groups = step_groups(rt, groups);
+    for (int g = 0; g < n_groups; g++) osdp_traffic_reset(&groups[g]->traffic);
     osdp_runtime_invalidate_weights(rt);
     const long global_seqs = (long)rt->B * rt->N * rt->opt.accum_steps;
     in->global_tokens = (double)global_seqs * rt->T;
@@ -233,12 +287,8 @@ osdp_status osdp_runtime_step(osdp_runtime *rt, const int *tokens, osdp_step_sta
         stats->lr = in->lr;
         stats->tokens = global_seqs * rt->T;
         stats->seconds = osdp_now_seconds() - t0;
-        stats->traffic = rt->comm->traffic;
-        if (rt->tp_comm) osdp_traffic_add(&stats->traffic, &rt->tp_comm->traffic);
-        if (in->sched.pipelined) {
-            osdp_traffic_add(&stats->traffic, &rt->opt.pp_fwd_comm->traffic);
-            osdp_traffic_add(&stats->traffic, &rt->opt.pp_bwd_comm->traffic);
-        }
+        osdp_traffic_reset(&stats->traffic);
+        for (int g = 0; g < n_groups; g++) osdp_traffic_add(&stats->traffic, &groups[g]->traffic);
         stats->val_loss = NAN;
     }
     return OSDP_OK;
@@ -283,8 +333,8 @@ int osdp_shard_next(osdp_shard_iter *it, osdp_shard_segment *seg)
     const osdp_sched_slice *ss = &in->sched.ops[it->op].slice[it->slice];
     const rt_op *o = &in->ops[it->op];
     *seg = (osdp_shard_segment){.op = it->op, .slice = it->slice, .flat_lo = o->slice[it->slice].flat_lo,
-                                .flat_hi = ss->hi, .numel = osdp_sched_slice_shard_numel(ss, it->rt->N),
-                                .local = ss->local};
+                                .flat_hi = ss->hi, .numel = osdp_sched_slice_shard_numel(ss), .local = ss->local,
+                                .replica = ss->hierarchical ? it->rt->cross_rank : 0};
     seg->state[OSDP_STATE_MASTER] = o->master + ss->local;
     seg->state[OSDP_STATE_GRAD] = o->grad + ss->local;
     seg->state[OSDP_STATE_M] = o->m + ss->local;
@@ -326,8 +376,8 @@ osdp_status osdp_runtime_gather_op(osdp_runtime *rt, int op, float *host)
     if (s == OSDP_OK) rt->backend->to_host(shard, rt->in->ops[op].master, so->shard * sizeof(float));
     for (int k = 0; k < so->n_slices && s == OSDP_OK; k++) {
         const osdp_sched_slice *ss = &so->slice[k];
-        s = osdp_comm_all_gather(rt->comm, shard + ss->local, full + ss->base, osdp_sched_slice_shard_numel(ss, rt->N),
-                                 OSDP_FLOAT32, NULL);
+        s = osdp_comm_all_gather(rt->in->ops[op].slice[k].comm, shard + ss->local, full + ss->base,
+                                 osdp_sched_slice_shard_numel(ss), OSDP_FLOAT32, NULL);
         if (s == OSDP_OK) memcpy(host + ss->lo, full + ss->base, (ss->hi - ss->lo) * sizeof(float));
     }
     free(shard);

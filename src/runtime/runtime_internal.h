@@ -6,7 +6,10 @@
 #include "osdp/runtime.h"
 
 typedef struct rt_slice {
-    size_t flat_lo;         /* flat element of this rank's first: lo + rank * padded / N */
+    size_t flat_lo;         /* flat element of this rank's first: lo + rank * padded / N (the in-node
+                               rank and size for a hierarchical slice) */
+    osdp_comm *comm;        /* what gathers and reduce-scatters it: the data group, or the node's part
+                               of it for a hierarchical slice (whose sums then cross the nodes) */
     void *weights;          /* full working weights when present (weight dtype) */
     int pending;            /* a gather into them in flight */
     osdp_request gather;
@@ -64,5 +67,7 @@ void osdp_rt_release_all(osdp_runtime *rt);
  * over the whole mesh: the data group, then the tensor group (osdp/runtime.h
  * says who adds what). */
 osdp_status osdp_rt_reduce_over_mesh(osdp_runtime *rt, double *sums, int n);
+/* has operator op a hierarchical slice? */
+int osdp_rt_op_is_hierarchical(const osdp_runtime *rt, int op);
 
 #endif

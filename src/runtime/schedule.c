@@ -427,8 +427,10 @@ static osdp_status slice_operator(osdp_schedule *sc, const osdp_plan *plan, int 
         sl->base = so->padded;
         sl->local = so->shard;
         sl->zdp = s < so->zdp_slices;
+        sl->hierarchical = sl->zdp && plan->hierarchical[i];
+        sl->shard_ranks = sl->hierarchical ? osdp_schedule_node_ranks(&sc->opt) : N;
         so->padded += sl->padded;
-        so->shard += osdp_sched_slice_shard_numel(sl, N);
+        so->shard += osdp_sched_slice_shard_numel(sl);
         if (!sl->zdp) so->resident_numel += sl->padded;
     }
     return OSDP_OK;
@@ -440,6 +442,9 @@ static osdp_status check_inputs(const osdp_layout *layout, const osdp_plan *plan
         return osdp_error_set(OSDP_ERR_INPUT, "runtime: weights must be fp32 or bf16 (got %s)",
                               osdp_dtype_name(opt->weight_dtype));
     if (opt->n_ranks < 1) return osdp_error_set(OSDP_ERR_INPUT, "runtime: %d ranks is not valid", opt->n_ranks);
+    if (opt->node_ranks < 0 || (opt->node_ranks > 0 && opt->n_ranks % opt->node_ranks != 0))
+        return osdp_error_set(OSDP_ERR_INPUT, "runtime: %d ranks of the data group per node do not divide its %d ranks",
+                              opt->node_ranks, opt->n_ranks);
     if (opt->pad_quantum < 0)
         return osdp_error_set(OSDP_ERR_INPUT, "runtime: a pad quantum of %d elements is not valid", opt->pad_quantum);
     if (opt->micro_batch < 1)
