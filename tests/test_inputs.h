@@ -20,6 +20,14 @@ static inline const char *src_dir(void)
     return d && d[0] ? d : OSDP_SOURCE_DIR;
 }
 
+/* model: a name under input/models/ */
+static inline void load_config(osdp_model_config *cfg, const char *model)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/input/models/%s.ini", src_dir(), model);
+    ck_assert_msg(osdp_model_config_load(cfg, path) == OSDP_OK, "%s", osdp_error_message());
+}
+
 /* model: a name under input/models/, or a path below the source tree (tests/mpi/...);
  * T 0: the model's context */
 static inline void load_layout(osdp_layout *L, const char *model, int T)

@@ -45,13 +45,6 @@ static void two_level_device(osdp_device *d, long long mem_limit)
     ck_assert_msg(osdp_device_parse(d, text, "t3d.ini") == OSDP_OK, "%s", osdp_error_message());
 }
 
-static void load_config(osdp_model_config *cfg, const char *model)
-{
-    char path[4096];
-    snprintf(path, sizeof path, "%s/input/models/%s.ini", src_dir(), model);
-    ck_assert_msg(osdp_model_config_load(cfg, path) == OSDP_OK, "%s", osdp_error_message());
-}
-
 /* the tiny model, the two-node device with no memory bound (a test sets its limit) */
 static void tiny_on_two_nodes(osdp_model_config *cfg, osdp_device *dev)
 {

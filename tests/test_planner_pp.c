@@ -38,13 +38,6 @@ static osdp_status parse_with(osdp_device *d, const char *extra)
     return osdp_device_parse(d, text, "pp.ini");
 }
 
-static void load_config(osdp_model_config *cfg, const char *model)
-{
-    char path[4096];
-    snprintf(path, sizeof path, "%s/input/models/%s.ini", src_dir(), model);
-    ck_assert_msg(osdp_model_config_load(cfg, path) == OSDP_OK, "%s", osdp_error_message());
-}
-
 /* the tiny model at T 64, DEVICE_HEAD + device_extra, and a plan of every
  * operator DP (zdp 0) or ZDP (zdp 1) */
 static void tiny_case(osdp_layout *L, osdp_device *d, const char *device_extra, osdp_plan *p, int zdp)

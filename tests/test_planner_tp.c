@@ -23,13 +23,6 @@
 
 static int close_rel(double a, double b, double tol) { return fabs(a - b) <= tol * fmax(fabs(a), fabs(b)); }
 
-static void load_config(osdp_model_config *cfg, const char *model)
-{
-    char path[4096];
-    snprintf(path, sizeof path, "%s/input/models/%s.ini", src_dir(), model);
-    ck_assert_msg(osdp_model_config_load(cfg, path) == OSDP_OK, "%s", osdp_error_message());
-}
-
 static const char *DEVICE_HEAD =
     "[device]\nname = t\nmem_limit = 8G\n"
     "[all_gather]\nalpha = 1e-5\nbeta = 2e-10\n[reduce_scatter]\nalpha = 3e-5\nbeta = 4e-10\n"
