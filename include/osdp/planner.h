@@ -149,6 +149,10 @@ typedef struct osdp_planner_options {
     /* hierarchical slices (plan mode h) offered at these levels (osdp_cost_hierarchy_for_mesh on the
      * device as read); NULL: not offered */
     const osdp_cost_hierarchy *hierarchy;
+    /* the searches that pick a mesh (osdp_planner_mesh, osdp_planner_pipeline, osdp_planner_3d) offer
+     * plan mode h on each mesh where osdp_planner_hierarchy finds its levels (default 0: the library
+     * offers it only when asked; the command line asks unless --no-hierarchical) */
+    int offer_hierarchical;
 } osdp_planner_options;
 
 typedef struct osdp_planner_result {
@@ -171,6 +175,13 @@ typedef struct osdp_planner_result {
 } osdp_planner_result;
 
 void osdp_planner_defaults(osdp_planner_options *o);
+/* The levels plan mode h sees on the mesh of tp x dp x pp ranks on dev (the
+ * device as read, before osdp_cost_device_for_mesh) when o offers it
+ * (offer_hierarchical) and osdp_cost_hierarchy_for_mesh finds two levels
+ * there: *buf, else NULL (one node, a flat device, nodes holding unequal
+ * parts of a data group: h is not offered). */
+const osdp_cost_hierarchy *osdp_planner_hierarchy(const osdp_planner_options *o, const osdp_device *dev, int tp, int dp,
+                                                  int pp, osdp_cost_hierarchy *buf);
 /* The best plan for micro-batch b and accumulation `accum`: OSDP_OK,
  * OSDP_ERR_INFEASIBLE (message: smallest peak, dominant operators),
  * OSDP_ERR_INPUT, OSDP_ERR_OOM, OSDP_ERR_INTERNAL.  *res is initialised by
@@ -292,7 +303,11 @@ typedef struct osdp_pipe_choice {
     int memory_bottleneck;    /* the stage of the largest peak (schedule peak where evaluated) */
     int batches_tried;
     double total_s;           /* wall seconds of the call */
+    int hierarchical;         /* 1: plan mode h offered at the levels of `hierarchy` (osdp_planner_hierarchy) */
+    osdp_cost_hierarchy hierarchy;
 } osdp_pipe_choice;
+/* &c->hierarchy when plan mode h was offered on c's mesh, else NULL (a cost model's hier) */
+const osdp_cost_hierarchy *osdp_pipe_choice_hierarchy(const osdp_pipe_choice *c);
 
 osdp_status osdp_planner_stage_split(const osdp_cost_model *cm, const osdp_plan *plan, int micro_batch, int accum,
                                      int P, int *bounds);

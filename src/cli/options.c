@@ -185,8 +185,12 @@ static const option_row g_options[] = {
     {.name = "no-prefetch", .type = OPT_FLAG, .commands = TRAIN | PLAN, .field = FIELD(no_prefetch),
      .help = "do not overlap all-gathers / reduce-scatters with compute"},
     {.name = "hierarchical", .type = OPT_FLAG, .commands = TRAIN | PLAN, .field = FIELD(hierarchical),
-     .help = "let the planner shard operators hierarchically (plan mode h: inside the node, replicated\n"
-             "across nodes) where the data-parallel group spans nodes of a two-level device"},
+     .default_text = "on: the planner's default",
+     .help = "offer plan mode h (shard inside the node, replicate across nodes) to the planner where\n"
+             "the data-parallel group spans nodes of a two-level device with the same ranks on each;\n"
+             "already the default: kept for the command lines that name it"},
+    {.name = "no-hierarchical", .type = OPT_FLAG, .commands = TRAIN | PLAN, .field = FIELD(no_hierarchical),
+     .help = "never offer plan mode h: every ZDP operator sharded over the whole data-parallel group"},
     /* optimizer */
     {.name = "seed", .type = OPT_INT, .commands = TRAIN, .field = FIELD(seed), .hi = 1e18, .default_value = "1337",
      .metavar = "S",
@@ -537,6 +541,9 @@ osdp_status osdp_options_parse(osdp_command command, int argc, char *const *argv
     }
     if (i < argc)
         return osdp_error_set(OSDP_ERR_INPUT, "%s: unexpected argument '%s' (see osdp_gpt %s --help)", cmd, argv[i], cmd);
+    if (job->hierarchical && job->no_hierarchical)
+        return osdp_error_set(OSDP_ERR_INPUT, "%s: --hierarchical and --no-hierarchical contradict each other: give one",
+                              cmd);
     for (int r = 0; r < N_OPTIONS; r++)
         if ((g_options[r].required & command) && !job->given[r])
             return osdp_error_set(OSDP_ERR_INPUT, "%s: --%s %s is required", cmd, g_options[r].name, g_options[r].metavar);

@@ -61,7 +61,8 @@ typedef struct osdp_job {
     int json;
     long long mem_limit;              /* bytes per rank; 0: not given */
     int no_prefetch;
-    int hierarchical;                 /* --hierarchical: the planner may choose plan mode h */
+    int hierarchical;                 /* --hierarchical: given (the planner offers plan mode h anyway) */
+    int no_hierarchical;              /* --no-hierarchical: the planner never offers plan mode h */
     /* optimizer */
     long long seed;
     double lr, min_lr_frac, weight_decay, grad_clip;

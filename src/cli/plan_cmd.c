@@ -30,6 +30,7 @@ void osdp_plan_options_from_job(const osdp_job *job, osdp_planner_options *o)
     o->dfs_time_limit_s = job->dfs_limit;
     o->prefetch = !job->no_prefetch;
     o->recompute_auto = job->recompute == OSDP_RECOMPUTE_AUTO;
+    o->offer_hierarchical = !job->no_hierarchical;
 }
 
 const char *osdp_plan_mode_label(const osdp_plan *p, int op, char *buf, size_t n)
@@ -316,8 +317,8 @@ int osdp_cmd_plan(const osdp_job *job)
         }
         planner.n_ranks = n_ranks / tp;
     }
-    osdp_cost_hierarchy hier;   /* --hierarchical, two levels whose data group spans nodes: mode h offered */
-    if (job->hierarchical && osdp_cost_hierarchy_for_mesh(&dev, tp, planner.n_ranks, 1, &hier)) planner.hierarchy = &hier;
+    osdp_cost_hierarchy hier;   /* two levels whose data group spans nodes: mode h offered (not --no-hierarchical) */
+    planner.hierarchy = osdp_planner_hierarchy(&planner, &dev, tp, planner.n_ranks, 1, &hier);
     osdp_cost_device_for_mesh(&dev, tp, planner.n_ranks, 1, &dev);   /* the data-parallel group's level */
     osdp_planner_result r[3];
     osdp_status st[3];

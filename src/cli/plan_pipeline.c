@@ -36,6 +36,7 @@ static osdp_cost_model stage_cost_model(const osdp_pipe_choice *c, int s, const 
     *sub = osdp_pipe_stage_layout(&c->layout, c->stage[s].lo, c->stage[s].hi);
     return (osdp_cost_model){.layout = sub, .dev = dev, .N = c->dp_size, .pad_quantum = o->pad_quantum,
                              .prefetch = o->prefetch, .kind = o->cost, .in_flight = c->stage[s].in_flight,
+                             .hier = osdp_pipe_choice_hierarchy(c),
                              .stage_buffer_bytes = osdp_pipe_stage_buffer_bytes(&c->layout, c->bounds, s, c->micro_batch,
                                                                                 c->stage[s].in_flight)};
 }

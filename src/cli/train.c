@@ -183,6 +183,7 @@ static void planner_options_of(const osdp_job *job, const osdp_layout *layout, o
     o->split = job->split > 0 ? (int)job->split : 1;
     o->split_auto = job->split == OSDP_SPLIT_AUTO;
     o->recompute_auto = job->recompute == OSDP_RECOMPUTE_AUTO;
+    o->offer_hierarchical = !job->no_hierarchical;
     *all = NULL;
     if (job->recompute == OSDP_RECOMPUTE_ALL && (*all = calloc((size_t)layout->n_ops, sizeof **all)) != NULL) {
         for (int i = 0; i < layout->n_ops; i++) (*all)[i] = osdp_op_can_recompute(layout->op[i].type);
@@ -294,9 +295,8 @@ static osdp_status plan_auto(osdp_plan *plan, const osdp_layout *layout, const o
         o.micro_batch = t->micro_batch;
         o.pad_quantum = t->pad_quantum;
         osdp_status s = device_load_for_runtime(&dev, job->device, t->weights);
-        osdp_cost_hierarchy hier;   /* --hierarchical, two levels whose data group spans nodes: mode h offered */
-        if (s == OSDP_OK && job->hierarchical && osdp_cost_hierarchy_for_mesh(&dev, layout->tp_size, dp_ranks, 1, &hier))
-            o.hierarchy = &hier;
+        osdp_cost_hierarchy hier;   /* two levels whose data group spans nodes: mode h offered (not --no-hierarchical) */
+        if (s == OSDP_OK) o.hierarchy = osdp_planner_hierarchy(&o, &dev, layout->tp_size, dp_ranks, 1, &hier);
         if (s == OSDP_OK) osdp_cost_device_for_mesh(&dev, layout->tp_size, dp_ranks, 1, &dev);   /* the DP group's level */
         if (s == OSDP_OK) s = osdp_planner_run(layout, &dev, &o, &r);
         if (s == OSDP_OK) s = osdp_plan_copy(plan, &r.plan);

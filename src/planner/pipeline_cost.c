@@ -23,7 +23,7 @@ void osdp_pipe_stage_passes(const osdp_cost_model *cm_in, const osdp_plan *plan,
     out->forward_s = out->backward_s = 0;
     for (int i = lo; i < hi; i++) {
         osdp_op_time t;
-        osdp_cost_op_time(cm, i, plan->slices[i], plan->zdp_slices[i], micro_batch, accum, &t);
+        osdp_cost_plan_op_time(cm, plan, i, micro_batch, accum, &t);   /* h priced at its levels */
         /* the forward's share of forward + backward: 1 of 3, or 1 of 4 when the backward computes it again */
         const double forward_share = plan->recompute[i] ? 0.25 : 1.0 / 3.0, per_micro = t.total / accum;
         out->forward_s += per_micro * forward_share;
@@ -162,6 +162,7 @@ long long osdp_pipe_stage_peak(const osdp_cost_model *cm, const osdp_plan *plan,
     view.slices = plan->slices + lo;
     view.zdp_slices = plan->zdp_slices + lo;
     view.recompute = plan->recompute + lo;
+    view.hierarchical = plan->hierarchical ? plan->hierarchical + lo : NULL;
     long long peak = osdp_cost_peak(&stage_cm, &view, micro_batch, at_op);
     if (at_op) *at_op += lo;
     if (!cm->prefetch || peak < 0) return peak;
@@ -178,19 +179,19 @@ long long osdp_pipe_stage_peak(const osdp_cost_model *cm, const osdp_plan *plan,
     with_plan.recompute = view.recompute;
     osdp_op_mem first, second, last;
     const int n = view.n_ops;
-    osdp_cost_op_mem(&with_plan, 0, view.slices[0], view.zdp_slices[0], micro_batch, &first);
-    osdp_cost_op_mem(&with_plan, n - 1, view.slices[n - 1], view.zdp_slices[n - 1], micro_batch, &last);
+    osdp_cost_plan_op_mem(&with_plan, &view, 0, micro_batch, &first);
+    osdp_cost_plan_op_mem(&with_plan, &view, n - 1, micro_batch, &last);
     long long fixed = osdp_cost_workspace(&with_plan, micro_batch) - stage_cm.stage_buffer_bytes, acts = 0;
     for (int i = 0; i < n; i++) {
         osdp_op_mem m;
-        osdp_cost_op_mem(&with_plan, i, view.slices[i], view.zdp_slices[i], micro_batch, &m);
+        osdp_cost_plan_op_mem(&with_plan, &view, i, micro_batch, &m);
         fixed += m.state + m.resident;
         acts += m.acts;
     }
     const long long held_at_first = first.work > first.recv ? first.work : first.recv;
     long long at_first = first.acts + first.rebuilt + first.grads;
     if (n > 1) {
-        osdp_cost_op_mem(&with_plan, 1, view.slices[1], view.zdp_slices[1], micro_batch, &second);
+        osdp_cost_plan_op_mem(&with_plan, &view, 1, micro_batch, &second);
         at_first += second.grads + second.recv;   /* its reduce-scatter still in flight */
     }
     const long long input = s > 0 ? (long long)osdp_pipe_boundary_bytes(cm->layout, lo, micro_batch) : 0;

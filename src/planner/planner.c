@@ -31,6 +31,12 @@ void osdp_planner_defaults(osdp_planner_options *o)
     o->verify = 1;
 }
 
+const osdp_cost_hierarchy *osdp_planner_hierarchy(const osdp_planner_options *o, const osdp_device *dev, int tp, int dp,
+                                                  int pp, osdp_cost_hierarchy *buf)
+{
+    return o->offer_hierarchical && osdp_cost_hierarchy_for_mesh(dev, tp, dp, pp, buf) ? buf : NULL;
+}
+
 void osdp_planner_result_free(osdp_planner_result *res)
 {
     if (res) osdp_plan_free(&res->plan);

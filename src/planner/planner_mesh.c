@@ -44,6 +44,8 @@ static osdp_status plan_candidate(const osdp_model_config *cfg, int seq_len, con
     }
     osdp_planner_options per_mesh = *o;
     per_mesh.n_ranks = c->dp_size;   /* the planner's ranks: the data-parallel group of one rank's parts */
+    osdp_cost_hierarchy hier;   /* plan mode h at this mesh's levels, when offered and the group spans nodes */
+    if (!per_mesh.hierarchy) per_mesh.hierarchy = osdp_planner_hierarchy(o, dev, c->tp_size, c->dp_size, 1, &hier);
     osdp_device level;   /* two-level network: the data-parallel group's collectives at its level */
     osdp_cost_device_for_mesh(dev, c->tp_size, c->dp_size, 1, &level);
     c->status = osdp_planner_run(layout, &level, &per_mesh, res);

@@ -46,7 +46,13 @@ static void copy_stage_plan(const osdp_plan *stage, int lo, osdp_plan *whole)
         whole->slices[lo + i] = stage->slices[i];
         whole->zdp_slices[lo + i] = stage->zdp_slices[i];
         whole->recompute[lo + i] = stage->recompute[i];
+        whole->hierarchical[lo + i] = stage->hierarchical[i];
     }
+}
+
+const osdp_cost_hierarchy *osdp_pipe_choice_hierarchy(const osdp_pipe_choice *c)
+{
+    return c->hierarchical ? &c->hierarchy : NULL;
 }
 
 /* bytes per rank of a baseline's replicated state for operators [lo, hi) over D data-parallel ranks */
@@ -65,7 +71,7 @@ static osdp_status plan_stages(const osdp_device *dev, const osdp_planner_option
 {
     const int P = c->pp_size;
     const osdp_cost_model cm = {.layout = &c->layout, .dev = dev, .N = c->dp_size, .pad_quantum = o->pad_quantum,
-                                .prefetch = o->prefetch, .kind = o->cost};
+                                .prefetch = o->prefetch, .kind = o->cost, .hier = osdp_pipe_choice_hierarchy(c)};
     for (int s = 0; s < c->n_stages_planned; s++) osdp_planner_result_free(&c->stage[s].result);
     c->n_stages_planned = 0;
     for (int s = 0; s < P; s++) {
@@ -78,6 +84,7 @@ static osdp_status plan_stages(const osdp_device *dev, const osdp_planner_option
         osdp_layout sub = osdp_pipe_stage_layout(&c->layout, st->lo, st->hi);
         osdp_planner_options so = *o;
         so.n_ranks = c->dp_size;
+        so.hierarchy = osdp_pipe_choice_hierarchy(c);
         so.global_batch = 0;
         so.micro_batch = b;
         so.verify = 0;   /* the stage's peak is checked against its schedule below, on the whole layout */
@@ -144,7 +151,7 @@ static osdp_status assemble(const osdp_device *dev, const osdp_planner_options *
     whole->accum_steps = M;
     whole->tp_size = c->tp_size;
     osdp_cost_model cm = {.layout = &c->layout, .dev = dev, .N = c->dp_size, .pad_quantum = o->pad_quantum,
-                          .prefetch = o->prefetch, .kind = o->cost};
+                          .prefetch = o->prefetch, .kind = o->cost, .hier = osdp_pipe_choice_hierarchy(c)};
     const osdp_cost_model *cms[OSDP_MAX_STAGES];
     const osdp_plan *plans[OSDP_MAX_STAGES];
     for (int s = 0; s < P; s++) {
@@ -166,6 +173,7 @@ static osdp_status assemble(const osdp_device *dev, const osdp_planner_options *
         osdp_stage_plan *st = &c->stage[s];
         if (check) {
             osdp_schedule_options so = {.n_ranks = c->dp_size, .micro_batch = b, .accum_steps = M,
+                                        .node_ranks = c->hierarchical ? c->hierarchy.node_ranks : 0,
                                         .prefetch = o->prefetch,
                                         .weight_dtype = dev->param_bytes == 2 ? OSDP_BFLOAT16 : OSDP_FLOAT32,
                                         .pad_quantum = o->pad_quantum, .pp_size = P, .pp_stage = s,
@@ -206,6 +214,8 @@ osdp_status osdp_planner_pipeline(const osdp_model_config *cfg, int seq_len, con
     out->pp_size = pp;
     out->tp_size = tp;
     out->dp_size = N / (tp * pp);
+    /* plan mode h at this mesh's levels (from the device as read), when offered and a data group spans nodes */
+    out->hierarchical = osdp_planner_hierarchy(o, dev, tp, out->dp_size, pp, &out->hierarchy) != NULL;
     osdp_device level;   /* two-level network: each group's collectives and messages at its level */
     osdp_cost_device_for_mesh(dev, tp, out->dp_size, pp, &level);
     dev = &level;
