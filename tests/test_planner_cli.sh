@@ -84,6 +84,30 @@ if plan json --model "$ND" --device "$DEV/paper_8gb.ini" --ranks 8 --json &&
     ok "plan --json: valid JSON, model/device/ranks/operators/search/cost_model, osdp/all_dp/all_zdp, 98 ops, peak <= limit, ZDP count = the table's"
 else bad "plan --json" "$WORK/json.err"; head -c 300 "$WORK/json.out"; echo; fi
 
+# -- 3b. --json's network: 16 ranks on 2 nodes of the two-level a100_80gb_ib (its [internode_*] in the JSON): the
+#    data groups span nodes, mode h offered, each operator says whether it is h (the h count = the ops'); with
+#    --no-hierarchical not offered and none h; --pp 2 on 32 ranks (4 nodes) says it per stage; a flat device (paper_8gb: nodes of 8, one level):
+#    null figures, h not offered
+IB="$DEV/a100_80gb_ib.ini"
+plan net_h --model "$M" --device "$IB" --ranks 16 --json; plan net_off --model "$M" --device "$IB" --ranks 16 --json --no-hierarchical
+plan net_pp --model "$M" --device "$IB" --ranks 32 --pp 2 --global-batch 32 --json
+plan net_flat --model "$M" --device "$DEV/paper_8gb.ini" --ranks 16 --json
+if js "$WORK/net_h.out" 'j["network"]["two_level"] and j["network"]["ranks_per_node"] == 8 and j["network"]["nodes"] == 2
+        and j["network"]["data_groups_span_nodes"] and not j["network"]["tensor_groups_span_nodes"]
+        and not j["network"]["pipeline_spans_nodes"] and j["network"]["hierarchical_offered"]
+        and j["network"]["hierarchical_node_ranks"] == 8 and j["network"]["internode"]["all_gather"]["beta"] == 5e-11
+        and j["osdp"]["hierarchical_ops"] == sum(o["hierarchical"] for o in j["osdp"]["ops"]) == sum(o["mode"] == "h" for o in j["osdp"]["ops"]) > 0' &&
+   js "$WORK/net_off.out" 'not j["network"]["hierarchical_offered"] and j["network"]["hierarchical_node_ranks"] is None
+        and j["osdp"]["hierarchical_ops"] == 0 and not any(o["hierarchical"] for o in j["osdp"]["ops"])
+        and j["osdp"]["step_s"] >= '"$(python3 -c 'import json,sys; print(repr(json.load(sys.stdin)["osdp"]["step_s"]))' < "$WORK/net_h.out")" &&
+   js "$WORK/net_pp.out" 'j["network"]["hierarchical_offered"] and j["network"]["data_groups_span_nodes"]
+        and j["network"]["pipeline_spans_nodes"] and j["network"]["nodes"] == 4
+        and all(s["hierarchical_ops"] == s["modes"].count("h") for s in j["osdp"]["stages"])' &&
+   js "$WORK/net_flat.out" 'not j["network"]["two_level"] and j["network"]["internode"] is None
+        and not j["network"]["hierarchical_offered"] and j["osdp"]["hierarchical_ops"] == 0'; then
+    ok "plan --json network: 2 nodes of 8, [internode_*] figures, data groups span nodes, h offered ($(python3 -c 'import json,sys; print(json.load(sys.stdin)["osdp"]["hierarchical_ops"])' < "$WORK/net_h.out") ops h, step <= --no-hierarchical's); --pp 2 per stage; a flat device: null, no h"
+else bad "plan --json network" "$WORK/net_h.err"; head -c 400 "$WORK/net_h.out"; echo; fi
+
 # -- 4. --out FILE, then train --plan FILE on 2 ranks: the plan runs as planned
 #    t_small on cpu_2core (the train default device, fp32 like the CPU runtime) at micro-batch 2, with a
 #    memory limit halfway between all-ZDP's and all-DP's peaks, so the plan is a mix

@@ -70,18 +70,21 @@ if [ $rc = 0 ]; then
     else bad "plan with the profiled file" "$WORK/plan_two.out"; fi
 else bad "profile under emulation" "$WORK/profile.err"; fi
 
-# -- 5. plan --nodes: a group across nodes costs more than one inside a node; --nodes must divide
+# -- 5. plan --nodes: a group across nodes costs more than one inside a node (mode h off: the same choices
+#    as the flat plan); mode h, offered by default there, is one more choice: never slower; --nodes must divide
 step_ms() { sed -n 's/^OSDP: .* step \([0-9.]*\) ms.*/\1/p' "$1"; }
 "$BIN" plan --model "$M" --device "$DEV" --ranks 16 --batch 4 > "$WORK/flat.out" 2>&1
-"$BIN" plan --model "$M" --device "$DEV" --ranks 16 --batch 4 --nodes 2 --emulate-link 12.5G,5us > "$WORK/nodes.out" 2>&1
+"$BIN" plan --model "$M" --device "$DEV" --ranks 16 --batch 4 --nodes 2 --emulate-link 12.5G,5us --no-hierarchical > "$WORK/nodes.out" 2>&1
+"$BIN" plan --model "$M" --device "$DEV" --ranks 16 --batch 4 --nodes 2 --emulate-link 12.5G,5us > "$WORK/nodes_h.out" 2>&1
 "$BIN" plan --model "$M" --device "$DEV" --ranks 8 --batch 4 --ranks-per-node 8 --emulate-link 12.5G,5us > "$WORK/one_node.out" 2>&1
 "$BIN" plan --model "$M" --device "$DEV" --ranks 8 --batch 4 > "$WORK/one_node_flat.out" 2>&1
-f=$(step_ms "$WORK/flat.out"); n=$(step_ms "$WORK/nodes.out")
-if [ -n "$f" ] && [ -n "$n" ] && awk -v f="$f" -v n="$n" 'BEGIN {exit !(n > f)}' &&
+f=$(step_ms "$WORK/flat.out"); n=$(step_ms "$WORK/nodes.out"); h=$(step_ms "$WORK/nodes_h.out")
+if [ -n "$f" ] && [ -n "$n" ] && [ -n "$h" ] && awk -v f="$f" -v n="$n" -v h="$h" 'BEGIN {exit !(n > f && h <= n)}' &&
    grep -q "span nodes, priced at the inter-node figures: all-gather alpha 5e-06 s beta 8e-11 s/B" "$WORK/nodes.out" &&
+   ! grep -qE '^  (embed|attn|mlp|head)[.0-9]* +h ' "$WORK/nodes.out" &&
    grep -q "sit inside a node" "$WORK/one_node.out" && [ "$(step_ms "$WORK/one_node.out")" = "$(step_ms "$WORK/one_node_flat.out")" ]; then
-    ok "plan --nodes 2 --emulate-link 12.5G,5us: 16 ranks across 2 nodes step $n ms > $f ms flat; 8 ranks in one node priced as before"
-else bad "plan --nodes (flat '$f', 2 nodes '$n')" "$WORK/nodes.out"; fi
+    ok "plan --nodes 2 --emulate-link 12.5G,5us: 16 ranks across 2 nodes step $n ms (h off) > $f ms flat, $h ms with h offered (<= h off: $(grep -cE '^  (embed|attn|mlp|head)[.0-9]* +h ' "$WORK/nodes_h.out") operators h); 8 ranks in one node priced as before"
+else bad "plan --nodes (flat '$f', 2 nodes '$n' h off, '$h' h on)" "$WORK/nodes.out"; fi
 if ! "$BIN" plan --model "$M" --device "$DEV" --ranks 16 --nodes 3 > "$WORK/nodes3.out" 2>&1 &&
    grep -q -- "--nodes 3 does not divide the 16 ranks" "$WORK/nodes3.out"; then ok "plan --nodes 3 of 16 ranks refused, naming --nodes"
 else bad "plan --nodes 3" "$WORK/nodes3.out"; fi

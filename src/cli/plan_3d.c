@@ -85,6 +85,12 @@ static void print_json(const osdp_model_config *cfg, const osdp_device *dev, con
     printf(",\"device\":");
     osdp_json_string(dev->name);
     printf(",\"ranks\":%lld,\"ranks_per_node\":%d,\"search\":\"3d\"", job->ranks, dev->ranks_per_node);
+    const osdp_pipe_choice *best = res[OSDP_3D_OSDP].status == OSDP_OK ? &res[OSDP_3D_OSDP].best : NULL;
+    if (best)   /* the network as the chosen 3D+OSDP mesh sees it */
+        osdp_plan_json_network(dev, (int)job->ranks, best->tp_size, best->dp_size, best->pp_size,
+                               osdp_pipe_choice_hierarchy(best));
+    else
+        osdp_plan_json_network(dev, (int)job->ranks, 0, 0, 0, NULL);
     for (int k = 0; k < OSDP_3D_KINDS; k++) {
         const osdp_3d_result *r = &res[k];
         printf(",\"%s\":{\"name\":\"%s\",\"fits\":%s,\"meshes\":%d,\"meshes_pruned\":%d,\"splits_planned\":%d,"

@@ -147,9 +147,13 @@ static void json_result(const char *key, const osdp_layout *L, const osdp_cost_m
         printf("}");
         return;
     }
-    int zdp = 0;
-    for (int i = 0; i < L->n_ops; i++) zdp += r->plan.zdp_slices[i] > 0;
-    printf("{\"fits\":true,\"micro_batch\":%d,\"accum_steps\":%d,\"step_s\":%.9g,\"samples_per_s\":%.9g,"
+    int zdp = 0, hier = 0;
+    for (int i = 0; i < L->n_ops; i++) {
+        zdp += r->plan.zdp_slices[i] > 0;
+        hier += r->plan.hierarchical[i] && r->plan.zdp_slices[i] > 0;
+    }
+    printf("{\"fits\":true,\"hierarchical_ops\":%d,", hier);
+    printf("\"micro_batch\":%d,\"accum_steps\":%d,\"step_s\":%.9g,\"samples_per_s\":%.9g,"
            "\"tokens_per_s\":%.9g,\"peak_bytes\":%lld,\"runtime_peak_bytes\":%lld,\"peak_op\":\"%s\",\"mem_limit\":%lld,"
            "\"zdp_ops\":%d,\"batches_tried\":%d,\"searches\":%lld,\"nodes\":%lld,\"search_ms\":%.6g,\"planner_ms\":%.6g,"
            "\"timed_out\":%s,\"proven\":%s,\"tightened\":%d",
@@ -166,12 +170,13 @@ static void json_result(const char *key, const osdp_layout *L, const osdp_cost_m
         for (int i = 0; i < L->n_ops; i++) {
             osdp_op_mem m;
             osdp_op_time t;
-            osdp_cost_op_mem(cm, i, r->plan.slices[i], r->plan.zdp_slices[i], r->plan.micro_batch, &m);
-            osdp_cost_op_time(cm, i, r->plan.slices[i], r->plan.zdp_slices[i], r->plan.micro_batch,
-                              r->plan.accum_steps, &t);
-            printf("%s{\"name\":\"%s\",\"mode\":\"%s\",\"params\":%zu,\"state_bytes\":%lld,\"weight_bytes\":%lld,"
-                   "\"act_bytes\":%lld,\"gathered_bytes\":%lld,\"comm_s\":%.9g,\"compute_s\":%.9g,\"time_s\":%.9g}",
-                   i ? "," : "", L->op[i].name, osdp_plan_mode_label(&r->plan, i, mode, sizeof mode), L->op[i].numel,
+            osdp_cost_plan_op_mem(cm, &r->plan, i, r->plan.micro_batch, &m);   /* h at its levels */
+            osdp_cost_plan_op_time(cm, &r->plan, i, r->plan.micro_batch, r->plan.accum_steps, &t);
+            printf("%s{\"name\":\"%s\",\"mode\":\"%s\",\"hierarchical\":%s,\"params\":%zu,\"state_bytes\":%lld,"
+                   "\"weight_bytes\":%lld,\"act_bytes\":%lld,\"gathered_bytes\":%lld,\"comm_s\":%.9g,\"compute_s\":%.9g,"
+                   "\"time_s\":%.9g}",
+                   i ? "," : "", L->op[i].name, osdp_plan_mode_label(&r->plan, i, mode, sizeof mode),
+                   r->plan.hierarchical[i] && r->plan.zdp_slices[i] > 0 ? "true" : "false", L->op[i].numel,
                    m.state, m.resident, m.acts, m.work, t.comm, t.compute, t.total);
         }
         printf("]");
@@ -199,6 +204,46 @@ static void print_mesh(const osdp_mesh_choice *mesh, int is_auto, int n_ranks, i
                    1e3 * k->step_s, k->samples_per_s, osdp_mib((double)k->peak_bytes, pk, sizeof pk),
                    c == mesh->best ? "   <- chosen: highest samples/s" : "");
     }
+}
+
+/* {"alpha":..,"beta":..} */
+static void json_collective(const char *key, const osdp_collective_cost *c)
+{
+    printf("\"%s\":{\"alpha\":%.9g,\"beta\":%.9g}", key, c->alpha, c->beta);
+}
+
+/* 1 when a tensor-parallel group (tp consecutive ranks) straddles two nodes of ranks_per_node */
+static int tp_spans_nodes(int ranks_per_node, int tp)
+{
+    return ranks_per_node > 0 && tp > 1 && (tp > ranks_per_node || ranks_per_node % tp != 0);
+}
+
+void osdp_plan_json_network(const osdp_device *dev, int n_ranks, int tp, int dp, int pp, const osdp_cost_hierarchy *hier)
+{
+    const int R = dev->ranks_per_node;
+    printf(",\"network\":{\"two_level\":%s", dev->internode.given ? "true" : "false");
+    if (R > 0) printf(",\"ranks_per_node\":%d,\"nodes\":%d", R, (n_ranks + R - 1) / R);
+    else printf(",\"ranks_per_node\":null,\"nodes\":null");
+    if (tp > 0)
+        printf(",\"data_groups_span_nodes\":%s,\"tensor_groups_span_nodes\":%s,\"pipeline_spans_nodes\":%s",
+               osdp_cost_dp_spans_nodes(R, tp, dp, pp) ? "true" : "false", tp_spans_nodes(R, tp) ? "true" : "false",
+               osdp_cost_pp_spans_nodes(R, tp, dp, pp) ? "true" : "false");
+    printf(",\"hierarchical_offered\":%s", hier ? "true" : "false");
+    if (hier) printf(",\"hierarchical_node_ranks\":%d", hier->node_ranks);
+    else printf(",\"hierarchical_node_ranks\":null");
+    printf(",\"internode\":");
+    if (dev->internode.given) {
+        printf("{");
+        json_collective("all_gather", &dev->internode.all_gather);
+        printf(",");
+        json_collective("reduce_scatter", &dev->internode.reduce_scatter);
+        printf(",");
+        json_collective("p2p", &dev->internode.p2p);
+        printf("}");
+    } else {
+        printf("null");
+    }
+    printf("}");
 }
 
 /* "mesh":{...}, with the candidates of --tp auto */
@@ -350,6 +395,7 @@ int osdp_cmd_plan(const osdp_job *job)
                "\"grad_bytes\":%d",
                osdp_option_word("recompute", job->recompute), search, cost, planner.prefetch,
                dev.param_bytes, dev.grad_bytes);
+        osdp_plan_json_network(&as_given, n_ranks, tp, planner.n_ranks, 1, planner.hierarchy);
         json_result("osdp", &L, &cm, &r[0], st[0], err[0], 1);
         json_result("all_dp", &L, &cm, &r[1], st[1], err[1], 0);
         json_result("all_zdp", &L, &cm, &r[2], st[2], err[2], 0);

@@ -26,6 +26,10 @@ void osdp_plan_json_pipe_choice(const char *key, const osdp_pipe_choice *c, osdp
 /* the planner's options, the job's model (its --seq-len checked) and device file with --nodes /
  * --ranks-per-node / --emulate-link; a clear message and exit on a bad one */
 void osdp_plan_load_inputs(const osdp_job *job, osdp_planner_options *o, osdp_model_config *cfg, osdp_device *dev);
+/* ,"network":{...} on stdout: the two levels (ranks per node, nodes, the [internode_*] figures or
+ * null), which groups of the mesh tp x dp x pp span nodes (tp 0: not reported) and whether plan mode h
+ * was offered (hier); dev as read, before osdp_cost_device_for_mesh */
+void osdp_plan_json_network(const osdp_device *dev, int n_ranks, int tp, int dp, int pp, const osdp_cost_hierarchy *hier);
 /* plan --pp auto: the 3D search beside its baselines (src/cli/plan_3d.c) */
 int osdp_cmd_plan_3d(const osdp_job *job);
 

@@ -21,6 +21,14 @@ static int stage_zdp_ops(const osdp_pipe_choice *c, int s)
     return zdp;
 }
 
+/* hierarchical (plan mode h) operators of stage s */
+static int stage_hierarchical_ops(const osdp_pipe_choice *c, int s)
+{
+    int hier = 0;
+    for (int i = c->stage[s].lo; i < c->stage[s].hi; i++) hier += c->plan.hierarchical[i] && c->plan.zdp_slices[i] > 0;
+    return hier;
+}
+
 /* p2p bytes per step over the whole mesh: every rank of a stage sends its own */
 static long long mesh_p2p_bytes(const osdp_pipe_choice *c)
 {
@@ -122,10 +130,11 @@ void osdp_plan_json_pipe_choice(const char *key, const osdp_pipe_choice *c, osdp
         const osdp_stage_plan *sp = &c->stage[s];
         printf("%s{\"stage\":%d,\"lo\":%d,\"hi\":%d,\"first\":\"%s\",\"last\":\"%s\",\"in_flight\":%d,\"busy_s\":%.9g,"
                "\"forward_s\":%.9g,\"backward_s\":%.9g,\"end_s\":%.9g,\"peak_bytes\":%lld,\"schedule_peak_bytes\":%lld,"
-               "\"mem_limit\":%lld,\"p2p_bytes\":%lld,\"zdp_ops\":%d,\"proven\":%s,\"modes\":[",
+               "\"mem_limit\":%lld,\"p2p_bytes\":%lld,\"zdp_ops\":%d,\"hierarchical_ops\":%d,\"proven\":%s,\"modes\":[",
                s ? "," : "", s, sp->lo, sp->hi, c->layout.op[sp->lo].name, c->layout.op[sp->hi - 1].name,
                sp->in_flight, sp->busy_s, sp->pass.forward_s, sp->pass.backward_s, c->timing.end_s[s],
                sp->peak_bytes, sp->schedule_peak, sp->result.mem_limit, sp->p2p_bytes, stage_zdp_ops(c, s),
+               stage_hierarchical_ops(c, s),
                sp->result.gap > 0 || sp->result.timed_out ? "false" : "true");
         for (int i = sp->lo; i < sp->hi; i++) {
             char mode[16];
@@ -196,6 +205,7 @@ int osdp_cmd_plan_pipeline(const osdp_job *job)
                job->ranks, c.layout.total_params, c.layout.n_ops, c.layout.T, job->ranks, P, c.dp_size, c.tp_size,
                osdp_pipe_schedule_name(schedule), osdp_stage_split_format(c.bounds, P, split, sizeof split),
                c.bounds_given ? "true" : "false", dev.p2p.alpha, dev.p2p.beta);
+        osdp_plan_json_network(&dev, (int)job->ranks, c.tp_size, c.dp_size, P, osdp_pipe_choice_hierarchy(&c));
         osdp_plan_json_pipe_choice("osdp", &c, OSDP_OK);
         osdp_plan_json_pipe_choice("all_dp", &base[0], bst[0]);
         osdp_plan_json_pipe_choice("all_zdp", &base[1], bst[1]);
