@@ -67,9 +67,12 @@ int osdp_plan_tie_embedding(osdp_plan *plan, const osdp_layout *layout)
     return 1;
 }
 
-/* "dp" | "zdp" | "h" | "k/g", optionally followed by " recompute" */
+/* "dp" | "zdp" | "h" | "k/g", optionally followed by " recompute"; -1 when
+ * malformed, -2 when it joins h to slices ("1/2 h", "h/2"): h shards the
+ * whole operator, a split operator has no h (osdp/plan.h) */
 static int parse_mode(const char *value, int *k, int *g, int *hier, int *recompute)
 {
+    if (strchr(value, '/') && strchr(value, 'h')) return -2;
     char mode[64];
     const char *space = strchr(value, ' ');
     *recompute = 0;
@@ -132,7 +135,13 @@ static int plan_handler(void *user, const char *section, const char *key, const 
         return 1;
     }
     int k, g, hier, rc;
-    if (parse_mode(value, &k, &g, &hier, &rc) != 0) {
+    const int parsed = parse_mode(value, &k, &g, &hier, &rc);
+    if (parsed == -2) {
+        st->status = osdp_error_set(OSDP_ERR_INPUT, "%s = '%s': mode h (hierarchical ZDP) shards the whole operator inside "
+                                    "the node and cannot be split into slices: give h or k/g, not both", key, value);
+        return 0;
+    }
+    if (parsed != 0) {
         st->status = osdp_error_set(OSDP_ERR_INPUT,
             "%s = '%s': mode must be dp, zdp, h (hierarchical ZDP) or k/g (k of g slices ZDP, 0 <= k <= g <= %d), "
             "optionally followed by 'recompute'",
@@ -155,7 +164,8 @@ static int plan_handler(void *user, const char *section, const char *key, const 
     }
     if (k > 0 && op == 0 && st->layout->cfg.tied_head) {
         st->status = osdp_error_set(OSDP_ERR_INPUT, "%s = '%s': the head is tied to the embedding's wte (tied_head = "
-                                    "true), so operator %s must be dp", key, value, key);
+                                    "true), so operator %s must be dp (not %s)", key, value, key,
+                                    hier ? "h, which gathers it per pass like zdp" : "zdp or k/g");
         return 0;
     }
     if (rc && !osdp_op_can_recompute(st->layout->op[op].type)) {
