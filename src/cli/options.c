@@ -185,10 +185,9 @@ static const option_row g_options[] = {
     {.name = "no-prefetch", .type = OPT_FLAG, .commands = TRAIN | PLAN, .field = FIELD(no_prefetch),
      .help = "do not overlap all-gathers / reduce-scatters with compute"},
     {.name = "hierarchical", .type = OPT_FLAG, .commands = TRAIN | PLAN, .field = FIELD(hierarchical),
-     .default_text = "on: the planner's default",
-     .help = "offer plan mode h (shard inside the node, replicate across nodes) to the planner where\n"
-             "the data-parallel group spans nodes of a two-level device with the same ranks on each;\n"
-             "already the default: kept for the command lines that name it"},
+     .help = "offer plan mode h (shard inside the node, replicate across nodes) to the planner where a\n"
+             "data-parallel group spans nodes of a two-level device, equally: the default, so this changes\n"
+             "nothing (kept for the command lines that name it)"},
     {.name = "no-hierarchical", .type = OPT_FLAG, .commands = TRAIN | PLAN, .field = FIELD(no_hierarchical),
      .help = "never offer plan mode h: every ZDP operator sharded over the whole data-parallel group"},
     /* optimizer */

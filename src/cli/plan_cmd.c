@@ -99,16 +99,21 @@ static void print_summary(const char *label, const osdp_layout *L, const osdp_pl
         printf("%-28s does not fit: %s\n", label, err);
         return;
     }
-    int zdp = 0;
-    for (int i = 0; i < L->n_ops; i++) zdp += r->plan.zdp_slices[i] > 0;
+    int zdp = 0, hier = 0;
+    for (int i = 0; i < L->n_ops; i++) {
+        zdp += r->plan.zdp_slices[i] > 0;
+        hier += r->plan.hierarchical[i] && r->plan.zdp_slices[i] > 0;
+    }
+    char of_them[48] = "";   /* only where h was chosen: one-node outputs as before */
+    if (hier) snprintf(of_them, sizeof of_them, " (%d of them h)", hier);
     printf("%-28s micro-batch %d x accum %d: step %.2f ms, %.2f samples/s (%.0f tokens/s), peak %s of %s "
-           "(backward of %s)%s, %d of %d operators ZDP\n",
+           "(backward of %s)%s, %d of %d operators ZDP%s\n",
            label, r->plan.micro_batch, r->plan.accum_steps, 1e3 * r->step_s, r->samples_per_s,
            r->samples_per_s * L->T, osdp_format_bytes((double)r->peak_bytes, a, sizeof a),
            osdp_format_bytes((double)r->mem_limit, l, sizeof l), L->op[r->peak_op].name,
            r->runtime_peak >= 0 ? (r->runtime_peak == r->peak_bytes ? ", runtime check equal" : ", RUNTIME CHECK DIFFERS")
                                 : "",
-           zdp, L->n_ops);
+           zdp, L->n_ops, of_them);
 }
 
 void osdp_plan_print(const osdp_layout *L, const osdp_device *dev, const osdp_planner_options *o,
@@ -307,16 +312,22 @@ void osdp_plan_load_inputs(const osdp_job *job, osdp_planner_options *o, osdp_mo
     if ((s = network_from_job(job, (int)job->ranks, dev)) != OSDP_OK) osdp_fatal(s, osdp_error_message());
 }
 
-/* "network: ..." — which level prices the data-parallel group (a device with two levels) */
-static void print_network(const osdp_device *dev, int n_ranks, int tp, int dp)
+/* "network: ..." — which level prices the data-parallel group (a device with two levels), and
+ * whether plan mode h is offered (hier) */
+static void print_network(const osdp_device *dev, int n_ranks, int tp, int dp, const osdp_cost_hierarchy *hier,
+                          int withheld)
 {
     const int spans = osdp_cost_dp_spans_nodes(dev->ranks_per_node, tp, dp, 1);
     const osdp_collective_cost *ag = spans ? &dev->internode.all_gather : &dev->all_gather;
+    char h[128] = "";
+    if (hier) snprintf(h, sizeof h, "; plan mode h offered (sharded over a group's %d ranks on each node)", hier->node_ranks);
+    else if (spans) snprintf(h, sizeof h, "; plan mode h not offered (%s)", withheld ? "--no-hierarchical"
+                             : "the nodes hold unequal parts of a data-parallel group");
     printf("network: %d ranks on nodes of %d; the data-parallel groups (TP %d x DP %d) %s: all-gather alpha %.3g s "
-           "beta %.3g s/B\n",
+           "beta %.3g s/B%s\n",
            n_ranks, dev->ranks_per_node, tp, dp, spans ? "span nodes, priced at the inter-node figures"
                                                        : "sit inside a node, priced at the in-node figures",
-           ag->alpha, ag->beta);
+           ag->alpha, ag->beta, h);
 }
 
 int osdp_cmd_plan(const osdp_job *job)
@@ -413,7 +424,8 @@ int osdp_cmd_plan(const osdp_job *job)
                as_given.reduce_scatter.alpha, as_given.reduce_scatter.beta, n_ranks, search, cost, planner.prefetch ? "on" : "off", split_s,
                osdp_option_word("recompute", job->recompute));
         if (tp_given) print_mesh(&mesh, job->tp == OSDP_TP_AUTO, n_ranks, tp, &dev);
-        if (as_given.internode.given) print_network(&as_given, n_ranks, tp, planner.n_ranks);
+        if (as_given.internode.given)
+            print_network(&as_given, n_ranks, tp, planner.n_ranks, planner.hierarchy, job->no_hierarchical);
         if (st[0] == OSDP_OK) {
             printf("\nOSDP plan (micro-batch %d, accumulation %d):\n", r[0].plan.micro_batch, r[0].plan.accum_steps);
             osdp_plan_ops_table(&L, &cm, &r[0]);
