@@ -40,6 +40,13 @@ const char *osdp_plan_mode_label(const osdp_plan *p, int op, char *buf, size_t n
     return buf;
 }
 
+int osdp_plan_hierarchical_ops(const osdp_plan *p, int lo, int hi)
+{
+    int hier = 0;
+    for (int i = lo; i < hi; i++) hier += p->hierarchical[i] && p->zdp_slices[i] > 0;
+    return hier;
+}
+
 const char *osdp_mib(double bytes, char *buf, size_t n)
 {
     snprintf(buf, n, "%.1f", bytes / (1024.0 * 1024.0));
@@ -99,11 +106,9 @@ static void print_summary(const char *label, const osdp_layout *L, const osdp_pl
         printf("%-28s does not fit: %s\n", label, err);
         return;
     }
-    int zdp = 0, hier = 0;
-    for (int i = 0; i < L->n_ops; i++) {
-        zdp += r->plan.zdp_slices[i] > 0;
-        hier += r->plan.hierarchical[i] && r->plan.zdp_slices[i] > 0;
-    }
+    int zdp = 0;
+    for (int i = 0; i < L->n_ops; i++) zdp += r->plan.zdp_slices[i] > 0;
+    const int hier = osdp_plan_hierarchical_ops(&r->plan, 0, L->n_ops);
     char of_them[48] = "";   /* only where h was chosen: one-node outputs as before */
     if (hier) snprintf(of_them, sizeof of_them, " (%d of them h)", hier);
     printf("%-28s micro-batch %d x accum %d: step %.2f ms, %.2f samples/s (%.0f tokens/s), peak %s of %s "
@@ -152,12 +157,9 @@ static void json_result(const char *key, const osdp_layout *L, const osdp_cost_m
         printf("}");
         return;
     }
-    int zdp = 0, hier = 0;
-    for (int i = 0; i < L->n_ops; i++) {
-        zdp += r->plan.zdp_slices[i] > 0;
-        hier += r->plan.hierarchical[i] && r->plan.zdp_slices[i] > 0;
-    }
-    printf("{\"fits\":true,\"hierarchical_ops\":%d,", hier);
+    int zdp = 0;
+    for (int i = 0; i < L->n_ops; i++) zdp += r->plan.zdp_slices[i] > 0;
+    printf("{\"fits\":true,\"hierarchical_ops\":%d,", osdp_plan_hierarchical_ops(&r->plan, 0, L->n_ops));
     printf("\"micro_batch\":%d,\"accum_steps\":%d,\"step_s\":%.9g,\"samples_per_s\":%.9g,"
            "\"tokens_per_s\":%.9g,\"peak_bytes\":%lld,\"runtime_peak_bytes\":%lld,\"peak_op\":\"%s\",\"mem_limit\":%lld,"
            "\"zdp_ops\":%d,\"batches_tried\":%d,\"searches\":%lld,\"nodes\":%lld,\"search_ms\":%.6g,\"planner_ms\":%.6g,"
@@ -181,7 +183,7 @@ static void json_result(const char *key, const osdp_layout *L, const osdp_cost_m
                    "\"weight_bytes\":%lld,\"act_bytes\":%lld,\"gathered_bytes\":%lld,\"comm_s\":%.9g,\"compute_s\":%.9g,"
                    "\"time_s\":%.9g}",
                    i ? "," : "", L->op[i].name, osdp_plan_mode_label(&r->plan, i, mode, sizeof mode),
-                   r->plan.hierarchical[i] && r->plan.zdp_slices[i] > 0 ? "true" : "false", L->op[i].numel,
+                   osdp_plan_hierarchical_ops(&r->plan, i, i + 1) ? "true" : "false", L->op[i].numel,
                    m.state, m.resident, m.acts, m.work, t.comm, t.compute, t.total);
         }
         printf("]");
@@ -322,7 +324,7 @@ static void print_network(const osdp_device *dev, int n_ranks, int tp, int dp, c
     char h[128] = "";
     if (hier) snprintf(h, sizeof h, "; plan mode h offered (sharded over a group's %d ranks on each node)", hier->node_ranks);
     else if (spans) snprintf(h, sizeof h, "; plan mode h not offered (%s)", withheld ? "--no-hierarchical"
-                             : "the nodes hold unequal parts of a data-parallel group");
+                             : "the nodes do not hold equal parts of every data-parallel group");
     printf("network: %d ranks on nodes of %d; the data-parallel groups (TP %d x DP %d) %s: all-gather alpha %.3g s "
            "beta %.3g s/B%s\n",
            n_ranks, dev->ranks_per_node, tp, dp, spans ? "span nodes, priced at the inter-node figures"

@@ -12,6 +12,8 @@
 void osdp_plan_options_from_job(const osdp_job *job, osdp_planner_options *o);
 /* "dp", "zdp", "2/4", with "+rc" when the operator recomputes its activations */
 const char *osdp_plan_mode_label(const osdp_plan *p, int op, char *buf, size_t n);
+/* operators lo..hi-1 of p in plan mode h (hierarchical) */
+int osdp_plan_hierarchical_ops(const osdp_plan *p, int lo, int hi);
 /* bytes as MiB with one decimal */
 const char *osdp_mib(double bytes, char *buf, size_t n);
 /* the per-operator table of r's plan over L's operators under cm (its

@@ -21,13 +21,6 @@ static int stage_zdp_ops(const osdp_pipe_choice *c, int s)
     return zdp;
 }
 
-/* hierarchical (plan mode h) operators of stage s */
-static int stage_hierarchical_ops(const osdp_pipe_choice *c, int s)
-{
-    int hier = 0;
-    for (int i = c->stage[s].lo; i < c->stage[s].hi; i++) hier += c->plan.hierarchical[i] && c->plan.zdp_slices[i] > 0;
-    return hier;
-}
 
 /* p2p bytes per step over the whole mesh: every rank of a stage sends its own */
 static long long mesh_p2p_bytes(const osdp_pipe_choice *c)
@@ -134,7 +127,7 @@ void osdp_plan_json_pipe_choice(const char *key, const osdp_pipe_choice *c, osdp
                s ? "," : "", s, sp->lo, sp->hi, c->layout.op[sp->lo].name, c->layout.op[sp->hi - 1].name,
                sp->in_flight, sp->busy_s, sp->pass.forward_s, sp->pass.backward_s, c->timing.end_s[s],
                sp->peak_bytes, sp->schedule_peak, sp->result.mem_limit, sp->p2p_bytes, stage_zdp_ops(c, s),
-               stage_hierarchical_ops(c, s),
+               osdp_plan_hierarchical_ops(&c->plan, sp->lo, sp->hi),
                sp->result.gap > 0 || sp->result.timed_out ? "false" : "true");
         for (int i = sp->lo; i < sp->hi; i++) {
             char mode[16];
