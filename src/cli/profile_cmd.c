@@ -2,14 +2,16 @@
  * real ranks (DESIGN.md §4).
  *
  *   alpha, beta: the real all-gather and reduce-scatter of the comm layer
- *   (blocking, fp32) over all ranks at several total sizes S; each point is
- *   the median over repetitions of the slowest rank's time; a least-squares
- *   line t = c0 + c1 S, weighted by 1/t^2 (relative errors, so that the small
- *   sizes fix the latency and the large ones the bandwidth), gives alpha = c0 / (N-1) and beta = c1 N / (N-1)
- *   (model: t = (N-1)(alpha + S/N beta)).  A negative intercept is clamped
- *   to alpha = 0.
- *   p2p: the pipeline's point-to-point message, a ping-pong of rank pairs
- *   (profile_p2p).
+ *   (blocking, fp32) over all ranks (two levels: over each node's ranks,
+ *   and across nodes, profile_levels) at several total sizes S; each point
+ *   is the median over repetitions of the slowest rank's time; a
+ *   least-squares fit of t = call + (N-1)(alpha + S/N beta), weighted by
+ *   1/t^2 (relative errors, so that the small sizes fix the latency and the
+ *   large ones the bandwidth), with call >= 0 and alpha >= 0
+ *   (osdp/collective_fit.h); call is fitted only where two group sizes tell
+ *   it from alpha (across nodes), else it is 0.
+ *   p2p, internode_p2p: the pipeline's point-to-point message, a ping-pong
+ *   of rank pairs inside a node and across two (profile_p2p).
  *   tp_all_reduce: the tensor-parallel group's all-reduce over groups of
  *   consecutive ranks, for each group size the ranks allow inside a node
  *   (profile_tp_all_reduce); ranks_per_node: the run's ranks on the node.
@@ -33,6 +35,7 @@
 #include "config.h"
 #include "cli/app.h"
 #include "util/clock.h"
+#include "osdp/collective_fit.h"
 #include "osdp/comm.h"
 #include "osdp/compute.h"
 #include "osdp/cost_model.h"
@@ -170,27 +173,18 @@ static osdp_status profile_tp_all_reduce(const osdp_world *world, int only_tp, s
                  "all-gather's and reduce-scatter's figures\n");
         return OSDP_OK;
     }
-    /* weighted least squares t = alpha x1 + beta x2, weights 1 / t^2 */
-    double a11 = 0, a12 = 0, a22 = 0, b1 = 0, b2 = 0;
-    for (int i = 0; i < n; i++) {
-        double w = 1 / (y[i] * y[i]);
-        a11 += w * x1[i] * x1[i]; a12 += w * x1[i] * x2[i]; a22 += w * x2[i] * x2[i];
-        b1 += w * x1[i] * y[i]; b2 += w * x2[i] * y[i];
-    }
-    double det = a11 * a22 - a12 * a12, alpha = det != 0 ? (b1 * a22 - b2 * a12) / det : 0,
-           beta = det != 0 ? (a11 * b2 - a12 * b1) / det : 0;
-    if (!(alpha >= 0)) {   /* no sensible latency: the bandwidth alone */
-        alpha = 0;
-        beta = b2 / a22;
-    }
-    if (!(beta > 0)) {   /* too noisy to fit: keep the flat figures rather than fail the whole profile */
+    /* t = alpha x1 + beta x2 (relative errors, alpha >= 0): no per-call term, as the model prices it */
+    osdp_collective_cost fitted;
+    if (osdp_collective_fit(x1, x2, y, n, 0, &fitted, NULL) != OSDP_OK) {
+        /* too noisy to fit: keep the flat figures rather than fail the whole profile */
         if (world->rank == 0)
-            printf("  all-reduce     times do not grow with size (beta %.3g): noisy machine? [tp_all_reduce] keeps the "
-                   "mean of the all-gather's and reduce-scatter's figures (--reps 21 may help)\n", beta);
-        snprintf(note + len, note_size - (size_t)len, ";\nthe times did not grow with size (beta fit %.3g): the mean of "
-                 "the all-gather's and reduce-scatter's figures\n", beta);
+            printf("  all-reduce     times do not grow with size: noisy machine? [tp_all_reduce] keeps the "
+                   "mean of the all-gather's and reduce-scatter's figures (--reps 21 may help)\n");
+        snprintf(note + len, note_size - (size_t)len, ";\nthe times did not grow with size: the mean of "
+                 "the all-gather's and reduce-scatter's figures\n");
         return OSDP_OK;
     }
+    const double alpha = fitted.alpha, beta = fitted.beta;
     dev->tp_all_reduce.alpha = alpha;
     dev->tp_all_reduce.beta = beta;
     if (world->rank == 0)
@@ -199,30 +193,34 @@ static osdp_status profile_tp_all_reduce(const osdp_world *world, int only_tp, s
     return OSDP_OK;
 }
 
-/* The pipeline's point-to-point message ([p2p]): ranks paired (2i, 2i+1),
- * every pair at once (as every stage boundary of a pipeline sends at once;
- * with an odd rank count the last rank waits), a ping-pong of S bytes
- * through the comm layer (blocking fp32 send / receive), S geometric from
- * 4 KiB to `top`; one message takes half the round trip, the median over
- * reps of the slowest pair; a least-squares line t = alpha + beta S
- * (relative errors) gives alpha (a negative intercept: 0, the slope through
- * the origin) and beta.  Collective over the world. */
-static osdp_status profile_p2p(const osdp_world *world, osdp_comm *comm, size_t top, int reps, osdp_device *dev,
-                               char *note, size_t note_size)
+/* A point-to-point message (the pipeline's, between stages): the ranks
+ * of `comm` paired (2i, 2i+1), every pair of every such communicator at
+ * once (as every stage boundary of a pipeline sends at once; with an odd
+ * size the last rank waits), a ping-pong of S bytes through the comm layer
+ * (blocking fp32 send / receive), S geometric from 4 KiB to `top`; one
+ * message takes half the round trip, the median over reps of the slowest
+ * pair; a least-squares line t = alpha + beta S (relative errors) gives
+ * alpha (a negative intercept: 0, the slope through the origin) and beta
+ * into *out, or *fallback when the times do not grow with size.  `section`
+ * names the figures ("p2p", "internode_p2p").  Collective over the world;
+ * appends to note. */
+static osdp_status profile_p2p(const osdp_world *world, osdp_comm *comm, const char *section, size_t top, int reps,
+                               const osdp_collective_cost *fallback, osdp_collective_cost *out, char *note,
+                               size_t note_size)
 {
-    const int peer = world->rank ^ 1, paired = peer < world->size, first = !(world->rank & 1);
+    const int peer = comm->rank ^ 1, paired = peer < comm->size, first = !(comm->rank & 1);
     float *buf = malloc(top);
     if (!buf) return osdp_error_set(OSDP_ERR_OOM, "profile: out of host memory for a %zu-byte message", top);
     for (size_t i = 0; i < top / sizeof(float); i++) buf[i] = (float)(i % 11);
     double x[N_SIZES], y[N_SIZES], wt[N_SIZES];
     osdp_status s = OSDP_OK;
-    if (world->rank == 0) printf("  p2p          ");
+    if (world->rank == 0) printf("  %-13s", section);
     for (int i = 0; i < N_SIZES && s == OSDP_OK; i++) {
         const double at = 4096.0 * pow((double)top / 4096.0, (double)i / (N_SIZES - 1));
         const size_t count = (size_t)at / sizeof(float), r_reps = count * sizeof(float) > (8u << 20) ? (reps + 1) / 2 : reps;
         double t[MAX_REPS + 1];
         for (size_t r = 0; r <= r_reps && s == OSDP_OK; r++) {   /* r = 0: warm-up */
-            osdp_comm_barrier(comm);
+            MPI_Barrier(MPI_COMM_WORLD);
             const double t0 = osdp_now_seconds();
             if (paired && first) {
                 s = osdp_comm_send(comm, buf, count, OSDP_FLOAT32, peer, NULL);
@@ -243,23 +241,27 @@ static osdp_status profile_p2p(const osdp_world *world, osdp_comm *comm, size_t 
     free(buf);
     if (world->rank == 0) printf("\n");
     if (s != OSDP_OK) return s;
+    const size_t len = strlen(note);
     fit f = line_fit(x, y, wt, N_SIZES, 0);
     if (!(f.c0 >= 0)) f = line_fit(x, y, wt, N_SIZES, 1);
-    if (!(f.c1 > 0)) {   /* too noisy to fit: keep the default rather than fail the whole profile */
-        osdp_device_default_p2p(dev);
+    if (!(f.c1 > 0)) {   /* too noisy to fit: keep the fallback rather than fail the whole profile */
+        *out = *fallback;
         if (world->rank == 0)
-            printf("  p2p            times do not grow with size (beta %.3g): noisy machine? [p2p] keeps the all-gather's "
-                   "figures (--reps 21 may help)\n", f.c1);
-        snprintf(note, note_size, "p2p: the times did not grow with size (beta fit %.3g): the all-gather's figures\n", f.c1);
+            printf("  %-13s  times do not grow with size (beta %.3g): noisy machine? [%s] keeps one ring step's "
+                   "figures (--reps 21 may help)\n", section, f.c1, section);
+        snprintf(note + len, note_size - len, "%s: the times did not grow with size (beta fit %.3g): one ring step's "
+                 "figures\n", section, f.c1);
         return OSDP_OK;
     }
-    dev->p2p.alpha = f.c0;
-    dev->p2p.beta = f.c1;
+    *out = (osdp_collective_cost){.alpha = f.c0, .beta = f.c1};
     if (world->rank == 0)
-        printf("  p2p            fit: alpha %.3e s, beta %.3e s/B (%.2f GB/s), R^2 %.5f\n", f.c0, f.c1, 1e-9 / f.c1, f.r2);
-    snprintf(note, note_size, "p2p: ping-pong of ranks (2i, 2i+1), every pair at once, half the round trip, median of %d "
-             "runs of the\nslowest pair, sizes 4 KiB to %.1f MiB; fit t = alpha + beta S: alpha %.3e s, beta %.3e s/B "
-             "(%.2f GB/s), R^2 %.5f\n", reps, (double)top / 1048576.0, f.c0, f.c1, 1e-9 / f.c1, f.r2);
+        printf("  %-13s  fit: alpha %.3e s, beta %.3e s/B (%.2f GB/s), R^2 %.5f\n", section, f.c0, f.c1, 1e-9 / f.c1,
+               f.r2);
+    snprintf(note + len, note_size - len, "%s: ping-pong of ranks (2i, 2i+1) of %s, every pair at once, half the "
+             "round trip,\nmedian of %d runs of the slowest pair, sizes 4 KiB to %.1f MiB; fit t = alpha + beta S: "
+             "alpha %.3e s, beta %.3e s/B (%.2f GB/s), R^2 %.5f\n", section,
+             strcmp(section, "p2p") == 0 ? "each node" : "the ranks of equal index on the nodes", reps,
+             (double)top / 1048576.0, f.c0, f.c1, 1e-9 / f.c1, f.r2);
     return OSDP_OK;
 }
 
@@ -393,74 +395,92 @@ static osdp_status time_step_work(const osdp_compute_backend *be, const osdp_lay
     return OSDP_OK;
 }
 
-/* alpha and beta of the all-gather and the reduce-scatter over `comm`
- * (every group of the world at once, the slowest rank), at total sizes S
- * geometric from 4 KiB to `top`, into *ag and *rs; `level` names them in
- * the output.  Collective over the world. */
-static osdp_status profile_collectives(const osdp_world *world, osdp_comm *comm, const char *level, size_t top, int reps,
-                                       osdp_collective_cost *ag, osdp_collective_cost *rs, char *note, size_t note_size)
+/* call, alpha and beta of the all-gather and the reduce-scatter
+ * (osdp/collective_fit.h) measured over each of the n_groups
+ * communicators in turn (every group of the world that the split made at
+ * once, the slowest rank), at total sizes S geometric from 4 KiB to `top`,
+ * into *ag and *rs; one fit through every group's points, with a per-call
+ * term when the groups have more than one size (on one size, call and
+ * alpha are one constant: alpha takes it).  `level` names them in the
+ * output.  Collective over the world; appends to note. */
+static osdp_status profile_collectives(const osdp_world *world, osdp_comm *const *groups, int n_groups, const char *level,
+                                       size_t top, int reps, osdp_collective_cost *ag, osdp_collective_cost *rs,
+                                       char *note, size_t note_size)
 {
-    const int N = comm->size, root = world->rank == 0;
-    int len = 0;
+    enum { MAX_GROUPS = 2 };
+    const int root = world->rank == 0;
+    int sizes_differ = 0;
+    for (int g = 1; g < n_groups; g++) sizes_differ |= groups[g]->size != groups[0]->size;
     for (int coll = 0; coll < 2; coll++) {
-        double x[N_SIZES], y[N_SIZES];
-        for (int i = 0; i < N_SIZES; i++) {
-            /* geometric from 4 KiB to `top`: the model's operator sizes */
-            double at = 4096.0 * pow((double)top / 4096.0, (double)i / (N_SIZES - 1));
-            size_t bytes = ((size_t)at + 4 * (size_t)N - 1) / (4 * (size_t)N) * (4 * (size_t)N);
-            osdp_status s = time_collective(comm, coll ? COLL_REDUCE_SCATTER : COLL_ALL_GATHER, bytes,
-                                            bytes > (8u << 20) ? (reps + 1) / 2 : reps, &y[i]);
-            if (s != OSDP_OK) return s;
-            x[i] = (double)bytes;
-        }
-        double wt[N_SIZES];
-        for (int i = 0; i < N_SIZES; i++) wt[i] = 1 / (y[i] * y[i]); /* relative errors: small sizes count */
-        fit f = line_fit(x, y, wt, N_SIZES, 0);
-        osdp_collective_cost *cc = coll ? rs : ag;
-        cc->alpha = f.c0 > 0 ? f.c0 / (N - 1) : 0;
-        cc->beta = f.c1 * N / (N - 1);
+        double steps[MAX_GROUPS * N_SIZES], step_bytes[MAX_GROUPS * N_SIZES], y[MAX_GROUPS * N_SIZES];
+        int n = 0;
         char cn[64];
         snprintf(cn, sizeof cn, "%s%s", level, coll ? "reduce-scatter" : "all-gather");
-        if (root) {
-            printf("  %-14s", cn);
-            for (int i = 0; i < N_SIZES; i++) printf(" %6.0fKiB:%8.3fms", x[i] / 1024, 1e3 * y[i]);
-            printf("\n  %-14s fit: alpha %.3e s, beta %.3e s/B (%.2f GB/s), R^2 %.5f\n", cn, cc->alpha, cc->beta,
-                   cc->beta > 0 ? 1e-9 / cc->beta : 0, f.r2);
+        for (int g = 0; g < n_groups && g < MAX_GROUPS; g++) {
+            const int N = groups[g]->size;
+            if (root) printf("  %-14s n=%-2d", cn, N);
+            for (int i = 0; i < N_SIZES; i++, n++) {
+                /* geometric from 4 KiB to `top`: the model's operator sizes */
+                double at = 4096.0 * pow((double)top / 4096.0, (double)i / (N_SIZES - 1));
+                size_t bytes = ((size_t)at + 4 * (size_t)N - 1) / (4 * (size_t)N) * (4 * (size_t)N);
+                osdp_status s = time_collective(groups[g], coll ? COLL_REDUCE_SCATTER : COLL_ALL_GATHER, bytes,
+                                                bytes > (8u << 20) ? (reps + 1) / 2 : reps, &y[n]);
+                if (s != OSDP_OK) return s;
+                steps[n] = N - 1;
+                step_bytes[n] = (double)(N - 1) / N * (double)bytes;
+                if (root) printf(" %6.0fKiB:%8.3fms", (double)bytes / 1024, 1e3 * y[n]);
+            }
+            if (root) printf("\n");
         }
-        len += snprintf(note + len, note_size - (size_t)len, "%s: alpha %.3e s, beta %.3e s/B (%.2f GB/s), R^2 %.5f\n",
-                        cn, cc->alpha, cc->beta, cc->beta > 0 ? 1e-9 / cc->beta : 0, f.r2);
-        if (!(cc->beta > 0))
-            return osdp_error_set(OSDP_ERR_COMM, "profile: the %s times do not grow with size (beta %.3g): noisy "
-                                  "machine? try --reps 21", cn, cc->beta);
+        osdp_collective_cost *cc = coll ? rs : ag;
+        double r2 = 0;
+        if (osdp_collective_fit(steps, step_bytes, y, n, sizes_differ, cc, &r2) != OSDP_OK)
+            return osdp_error_set(OSDP_ERR_COMM, "profile: the %s times do not grow with size: noisy machine? try --reps 21",
+                                  cn);
+        char call[64] = "";
+        if (sizes_differ) snprintf(call, sizeof call, "call %.3e s, ", cc->call);
+        if (root)
+            printf("  %-14s fit: %salpha %.3e s, beta %.3e s/B (%.2f GB/s), R^2 %.5f\n", cn, call, cc->alpha, cc->beta,
+                   1e-9 / cc->beta, r2);
+        const size_t len = strlen(note);
+        snprintf(note + len, note_size - len, "%s: %salpha %.3e s, beta %.3e s/B (%.2f GB/s), R^2 %.5f\n", cn, call,
+                 cc->alpha, cc->beta, 1e-9 / cc->beta, r2);
     }
     return OSDP_OK;
 }
 
-/* The network's two levels.  One node (real or emulated): [all_gather]
- * and [reduce_scatter] over all ranks, as ever.  More than one node:
- * [all_gather] / [reduce_scatter] over the ranks of each node (every node
- * at once), and [internode_all_gather] / [internode_reduce_scatter] over
- * the ranks of equal index on their nodes (one per node: each ring step
- * crosses the link; every such group at once), [internode_p2p] from the
- * latter (one ring step is one message over the link).  Nodes of one rank
- * each: every group spans nodes, so both levels get the world's figures.
- * Collective over the world; returns the characters written to note. */
-static int profile_levels(const osdp_world *world, osdp_comm *all, size_t top, int reps, osdp_device *dev, char *note,
-                          size_t note_size)
+/* The network's two levels, and [p2p] at each.  One node (real or
+ * emulated): [all_gather] and [reduce_scatter] over all ranks, as ever,
+ * [p2p] over pairs of them.  More than one node: [all_gather] /
+ * [reduce_scatter] and [p2p] over the ranks of each node (every node at
+ * once); [internode_all_gather] / [internode_reduce_scatter] over two
+ * group sizes that span nodes, the ranks of equal index on their nodes
+ * (one per node: each ring step crosses the link; every such group at
+ * once) and the whole world, fitted together so that a call's once-only
+ * cost (`call`) and a ring step's (alpha) come apart: a ring of n ranks
+ * across the link is priced call + (n-1)(alpha + S/n beta) at any n, not
+ * (n-1) times what one 2-rank call costs; [internode_p2p] a ping-pong of
+ * pairs of ranks of equal index on two nodes.  Nodes of one rank each:
+ * every group spans nodes, so both levels get the world's figures.
+ * `stream`: the p2p messages' largest size.  Collective over the world;
+ * appends to note. */
+static void profile_levels(const osdp_world *world, osdp_comm *all, size_t top, size_t stream, int reps, osdp_device *dev,
+                           char *note, size_t note_size)
 {
-    int len = 0;
     if (world->n_nodes <= 1 || world->node_size <= 1) {
-        osdp_check_all(profile_collectives(world, all, "", top, reps, &dev->all_gather, &dev->reduce_scatter, note,
+        osdp_check_all(profile_collectives(world, &all, 1, "", top, reps, &dev->all_gather, &dev->reduce_scatter, note,
                                            note_size));
-        osdp_device_default_p2p(dev);   /* [p2p]: one ring step's figures */
+        osdp_check_all(profile_p2p(world, all, "p2p", stream, reps, &dev->all_gather, &dev->p2p, note, note_size));
         if (world->n_nodes > 1) osdp_device_set_link(dev, world->node_size, &dev->all_gather);
-        return (int)strlen(note);
+        return;
     }
-    len += snprintf(note + len, note_size - (size_t)len,
-                    "Two levels (%s%s%d nodes x %d ranks): in-node figures over the ranks of each node, inter-node\n"
-                    "figures over the ranks of equal index on their nodes (all groups at once).\n",
-                    world->emulated ? world->emulation : "nodes from MPI_COMM_TYPE_SHARED", world->emulated ? "; " : ": ",
-                    world->n_nodes, world->node_size);
+    size_t len = strlen(note);
+    snprintf(note + len, note_size - len,
+             "Two levels (%s%s%d nodes x %d ranks): in-node figures over the ranks of each node, inter-node\n"
+             "figures over the ranks of equal index on their nodes and over all %d ranks (call: once per call, alpha:\n"
+             "per ring step, fitted together: t = call + (n-1) alpha + (n-1)/n beta S).\n",
+             world->emulated ? world->emulation : "nodes from MPI_COMM_TYPE_SHARED", world->emulated ? "; " : ": ",
+             world->n_nodes, world->node_size, world->size);
     MPI_Comm node_group, across_group;
     MPI_Comm_split(MPI_COMM_WORLD, world->node, world->rank, &node_group);
     MPI_Comm_split(MPI_COMM_WORLD, world->node_rank, world->rank, &across_group);
@@ -469,19 +489,19 @@ static int profile_levels(const osdp_world *world, osdp_comm *all, size_t top, i
     osdp_check_all(osdp_comm_create_mpi(&across, &across_group));
     MPI_Comm_free(&node_group);
     MPI_Comm_free(&across_group);
-    osdp_check_all(profile_collectives(world, &in_node, "", top, reps, &dev->all_gather, &dev->reduce_scatter, note + len,
-                                       note_size - (size_t)len));
-    len = (int)strlen(note);
-    osdp_check_all(profile_collectives(world, &across, world->emulated ? "emulated internode " : "internode ", top, reps,
-                                       &dev->internode.all_gather, &dev->internode.reduce_scatter, note + len,
-                                       note_size - (size_t)len));
-    len = (int)strlen(note);
-    osdp_device_default_p2p(dev);   /* [p2p] and [internode_p2p]: one ring step's figures at each level */
-    dev->internode.p2p = dev->internode.all_gather;
+    osdp_comm *in_node_groups[1] = {&in_node}, *spanning[2] = {&across, all};
+    osdp_check_all(profile_collectives(world, in_node_groups, 1, "", top, reps, &dev->all_gather, &dev->reduce_scatter,
+                                       note, note_size));
+    osdp_check_all(profile_collectives(world, spanning, 2, world->emulated ? "emulated internode " : "internode ", top,
+                                       reps, &dev->internode.all_gather, &dev->internode.reduce_scatter, note, note_size));
+    osdp_check_all(profile_p2p(world, &in_node, "p2p", stream, reps, &dev->all_gather, &dev->p2p, note, note_size));
+    const osdp_collective_cost ring_step = {.alpha = dev->internode.all_gather.alpha,
+                                            .beta = dev->internode.all_gather.beta};
+    osdp_check_all(profile_p2p(world, &across, "internode_p2p", stream, reps, &ring_step, &dev->internode.p2p, note,
+                               note_size));
     dev->internode.given = 1;
     osdp_comm_destroy(&in_node);
     osdp_comm_destroy(&across);
-    return len;
 }
 
 int osdp_cmd_profile(const osdp_job *job)
@@ -514,7 +534,8 @@ int osdp_cmd_profile(const osdp_job *job)
     int len = snprintf(note, sizeof note,
         "Measured by `osdp_gpt profile` (src/cli/profile_cmd.c) on %s: %d MPI ranks, %d threads per rank, model %s, T %d.\n"
         "alpha/beta: blocking fp32 all-gather / reduce-scatter through the comm layer (MPI), median of %d runs of the\n"
-        "slowest rank, least-squares line (relative errors) t = (N-1) alpha + (N-1)/N beta S over total sizes S.\n",
+        "slowest rank, least-squares fit (relative errors) t = call + (N-1) alpha + (N-1)/N beta S over total sizes S\n"
+        "(call >= 0 only where two group sizes tell it from alpha, else 0; alpha >= 0).\n",
         host, N, world.threads, cfg.name, L.T, reps);
 
     /* message sizes up to twice the largest operator (fp32), in [1 MiB, 256 MiB] */
@@ -526,23 +547,20 @@ int osdp_cmd_profile(const osdp_job *job)
                     (double)top / 1048576.0);
     if (root) printf("osdp profile: %d ranks x %d threads on %s, model %s (T %d)%s%s\n", N, world.threads, host, cfg.name,
                      L.T, world.emulated ? " | " : "", world.emulation);
-    len += profile_levels(&world, &comm, top, reps, &dev, note + len, sizeof note - (size_t)len);
-
-    {   /* the residual stream of micro-batch 8, at least 1 MiB: what the TP group all-reduces */
-        size_t stream = 8 * (size_t)L.T * L.max_width * sizeof(float);
+    /* the residual stream of micro-batch 8, at least 1 MiB: what the TP group all-reduces and a pipeline's
+     * stage boundary carries */
+    size_t stream = 8 * (size_t)L.T * L.max_width * sizeof(float);
+    if (stream < ((size_t)1 << 20)) stream = (size_t)1 << 20;
+    profile_levels(&world, &comm, top, stream, reps, &dev, note, sizeof note);
+    len = (int)strlen(note);
+    {
         char tp_note[1024];
         const int only_tp = osdp_option_given(job, "tp") ? (int)job->tp : 0;
         osdp_check_all(only_tp <= 1 || (N % only_tp == 0 && only_tp <= world.node_size) ? OSDP_OK
                        : osdp_error_set(OSDP_ERR_INPUT, "profile --tp %d: the tensor-parallel groups must divide the %d ranks "
                                         "and fit the %d ranks on a node", only_tp, N, world.node_size));
-        osdp_check_all(profile_tp_all_reduce(&world, only_tp, stream > ((size_t)1 << 20) ? stream : (size_t)1 << 20, reps,
-                                             &dev, tp_note, sizeof tp_note));
+        osdp_check_all(profile_tp_all_reduce(&world, only_tp, stream, reps, &dev, tp_note, sizeof tp_note));
         len += snprintf(note + len, sizeof note - (size_t)len, "%s", tp_note);
-        /* the pipeline's messages: the residual stream of micro-batch 8 crosses a stage boundary */
-        char p2p_note[1024];
-        osdp_check_all(profile_p2p(&world, &comm, stream > ((size_t)1 << 20) ? stream : (size_t)1 << 20, reps, &dev,
-                                   p2p_note, sizeof p2p_note));
-        len += snprintf(note + len, sizeof note - (size_t)len, "%s", p2p_note);
         dev.ranks_per_node = world.node_size;
         len += snprintf(note + len, sizeof note - (size_t)len, "ranks_per_node: the ranks of this run on the node (%d%s).\n",
                         world.node_size, world.emulated ? ", emulated" : "");
