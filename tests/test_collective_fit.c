@@ -1,9 +1,11 @@
 /* The profiler's fit of a collective's cost (osdp/collective_fit.h) on
  * synthetic timings, the per-call term in the price (osdp_collective_time)
  * and in device files (osdp/device.h). */
+#include "config.h"
 #include "check_main.h"
 #include "osdp/collective_fit.h"
 #include "osdp/device.h"
+#include "test_inputs.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -115,9 +117,7 @@ static const char *const base_file =
 
 static osdp_status parse_with(osdp_device *d, const char *rest)
 {
-    char text[1024];
-    snprintf(text, sizeof text, "%s%s", base_file, rest);
-    return osdp_device_parse(d, text, "fit.ini");
+    return parse_device_text(d, base_file, rest, "fit.ini");
 }
 
 /* call in a device file: optional in [internode_all_gather] and

@@ -33,9 +33,7 @@ static const char *DEVICE_HEAD =
 
 static osdp_status parse_with(osdp_device *d, const char *extra)
 {
-    char text[2048];
-    snprintf(text, sizeof text, "%s%s", DEVICE_HEAD, extra);
-    return osdp_device_parse(d, text, "pp.ini");
+    return parse_device_text(d, DEVICE_HEAD, extra, "pp.ini");
 }
 
 /* the tiny model at T 64, DEVICE_HEAD + device_extra, and a plan of every

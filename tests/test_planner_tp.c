@@ -31,9 +31,7 @@ static const char *DEVICE_HEAD =
 /* DEVICE_HEAD + extra, parsed */
 static osdp_status parse_with(osdp_device *d, const char *extra)
 {
-    char text[2048];
-    snprintf(text, sizeof text, "%s%s", DEVICE_HEAD, extra);
-    return osdp_device_parse(d, text, "tp.ini");
+    return parse_device_text(d, DEVICE_HEAD, extra, "tp.ini");
 }
 
 START_TEST(test_device_node_and_tp_keys)

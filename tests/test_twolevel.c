@@ -34,9 +34,7 @@ static const char *INTERNODE =
 
 static osdp_status parse_with(osdp_device *d, const char *head, const char *extra)
 {
-    char text[4096];
-    snprintf(text, sizeof text, "%s%s", head, extra);
-    return osdp_device_parse(d, text, "two.ini");
+    return parse_device_text(d, head, extra, "two.ini");
 }
 
 static int same_cost(osdp_collective_cost a, osdp_collective_cost b) { return a.alpha == b.alpha && a.beta == b.beta; }

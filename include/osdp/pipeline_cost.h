@@ -28,8 +28,8 @@
  * was posted and not before the message was sent; the gradient's send
  * (backward, s > 0) is blocking and holds its stage for c; the
  * activation's send (forward) is non-blocking and waited only after its
- * gradient has come back, which is always more than c later, so it holds
- * nothing.  This is what the emulated link does (src/comm/link_emulation.c:
+ * gradient has come back, whose receive was posted after that send and
+ * took c, so it holds nothing.  This is what the emulated link does (src/comm/link_emulation.c:
  * each end of a message that crosses it waits out the link's time from
  * its own call) and what a rendezvous transfer of a large message does on
  * a real network (the sender is held until the data has moved; a
