@@ -179,16 +179,20 @@ def emulated(args, ranks, out):
     mpi = [args.mpiexec, "-n", str(ranks), args.bin]
     inode = os.path.join(out, "hybrid_inode_n%d.ini" % ranks)
     dev = os.path.join(out, "hybrid_dev_n%d.ini" % ranks)
-    if not os.path.exists(inode) or args.reprofile:   # one node's ranks alone: the in-node bandwidth
-        profile(args, rpn, ["--name", "inode_n%d" % rpn], inode)
-    beta_in = ini_section_value(inode, "all_gather", "beta")
-    alpha_in = ini_section_value(inode, "all_gather", "alpha")
-    bandwidth = args.ratio / beta_in
-    latency = max(alpha_in, 1e-6) * args.latency_ratio
-    link = "%.4gM,%.4gus" % (bandwidth / 1e6, latency * 1e6)
-    print("# %d ranks = 2 emulated nodes x %d: in-node all-gather measured %.3g GB/s, alpha %.3g us -> emulated link %s "
-          "(bandwidth x %.3g, latency x %.3g)" % (ranks, rpn, 1e-9 / beta_in, alpha_in * 1e6, link, args.ratio,
-                                                   args.latency_ratio), flush=True)
+    if args.link:   # given: the same link whatever the machine's load
+        link = args.link
+        print("# %d ranks = 2 emulated nodes x %d: emulated link %s (--link)" % (ranks, rpn, link), flush=True)
+    else:
+        if not os.path.exists(inode) or args.reprofile:   # one node's ranks alone: the in-node bandwidth
+            profile(args, rpn, ["--name", "inode_n%d" % rpn], inode)
+        beta_in = ini_section_value(inode, "all_gather", "beta")
+        alpha_in = ini_section_value(inode, "all_gather", "alpha")
+        bandwidth = args.ratio / beta_in
+        latency = max(alpha_in, 1e-6) * args.latency_ratio
+        link = "%.4gM,%.4gus" % (bandwidth / 1e6, latency * 1e6)
+        print("# %d ranks = 2 emulated nodes x %d: in-node all-gather measured %.3g GB/s, alpha %.3g us -> emulated link "
+              "%s (bandwidth x %.3g, latency x %.3g)" % (ranks, rpn, 1e-9 / beta_in, alpha_in * 1e6, link, args.ratio,
+                                                        args.latency_ratio), flush=True)
     if not os.path.exists(dev) or args.reprofile:
         profile(args, ranks, ["--ranks-per-node", str(rpn), "--emulate-link", link, "--name", "emulated_n%d" % ranks], dev)
     heads, layers = model_heads_layers(args.model)
@@ -328,6 +332,10 @@ def main():
                    help="link / in-node bandwidth (default: one 200 Gb/s HDR port per A100 against NVLink's "
                         "230 GB/s bus bandwidth)")
     p.add_argument("--latency-ratio", type=float, default=5.0 / 3.0, help="link / in-node latency (IB 5 us, NVLink 3 us)")
+    p.add_argument("--link", default=None,
+                   help="the emulated link as --emulate-link takes it (e.g. 17M,25ms) instead of one derived from the "
+                        "in-node figures: the same link whatever the load (the link's floors, being deterministic, "
+                        "then dominate the steps)")
     p.add_argument("--reprofile", action="store_true")
     p.add_argument("--no-paper-scale", action="store_true")
     p.add_argument("--quick", action="store_true", help="4 ranks, 3 steps, 1 round, no paper scale (for the test)")

@@ -158,8 +158,8 @@ START_TEST(test_search_against_brute_force)
     osdp_device d;
     memset(&d, 0, sizeof d);
     d.param_bytes = d.grad_bytes = d.act_bytes = 4;
-    d.all_gather = (osdp_collective_cost){2e-4, 1e-8};      /* the data group's level: across the nodes */
-    d.reduce_scatter = (osdp_collective_cost){3e-4, 1.5e-8};
+    d.all_gather = (osdp_collective_cost){.alpha = 2e-4, .beta = 1e-8};      /* the data group's level: across the nodes */
+    d.reduce_scatter = (osdp_collective_cost){.alpha = 3e-4, .beta = 1.5e-8};
     for (int t = 0; t < OSDP_N_OP_TYPES; t++) d.gamma[t] = (1 + 0.3 * t) * 2e-11;
     const osdp_cost_hierarchy hier = {.node_ranks = 2, .node_all_gather = {2e-6, 1e-10}, .node_reduce_scatter = {3e-6, 1.5e-10},
                                       .cross_all_gather = d.all_gather, .cross_reduce_scatter = d.reduce_scatter};

@@ -40,6 +40,14 @@ static inline void load_layout(osdp_layout *L, const char *model, int T)
     ck_assert_msg(osdp_layout_build(L, &cfg, T > 0 ? T : cfg.ctx) == OSDP_OK, "%s", osdp_error_message());
 }
 
+/* a device file's text, head then extra, parsed (origin: its name in the errors) */
+static inline osdp_status parse_device_text(osdp_device *d, const char *head, const char *extra, const char *origin)
+{
+    char text[4096];
+    snprintf(text, sizeof text, "%s%s", head, extra);
+    return osdp_device_parse(d, text, origin);
+}
+
 /* name: a device file under input/devices/ */
 static inline void load_device(osdp_device *d, const char *name)
 {

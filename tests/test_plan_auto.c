@@ -30,8 +30,8 @@ static osdp_device test_device(void)
     snprintf(d.name, sizeof d.name, "test");
     d.mem_limit = 1;
     d.param_bytes = d.grad_bytes = d.act_bytes = 4;
-    d.all_gather = (osdp_collective_cost){2e-5, 1e-9};
-    d.reduce_scatter = (osdp_collective_cost){3e-5, 1.5e-9};
+    d.all_gather = (osdp_collective_cost){.alpha = 2e-5, .beta = 1e-9};
+    d.reduce_scatter = (osdp_collective_cost){.alpha = 3e-5, .beta = 1.5e-9};
     for (int t = 0; t < OSDP_N_OP_TYPES; t++) d.gamma[t] = (1 + 0.3 * t) * 2e-11;
     return d;
 }

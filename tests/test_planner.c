@@ -30,8 +30,8 @@ static osdp_device test_device(long long limit)
     snprintf(d.name, sizeof d.name, "test");
     d.mem_limit = limit;
     d.param_bytes = d.grad_bytes = d.act_bytes = 4;
-    d.all_gather = (osdp_collective_cost){2e-5, 1e-9};
-    d.reduce_scatter = (osdp_collective_cost){3e-5, 1.5e-9};
+    d.all_gather = (osdp_collective_cost){.alpha = 2e-5, .beta = 1e-9};
+    d.reduce_scatter = (osdp_collective_cost){.alpha = 3e-5, .beta = 1.5e-9};
     for (int t = 0; t < OSDP_N_OP_TYPES; t++) d.gamma[t] = (1 + 0.3 * t) * 2e-11;
     return d;
 }
@@ -196,7 +196,7 @@ START_TEST(test_cost_time_by_hand)
     /* osdp's bf16: 2-byte gathers, 4-byte gradients and reduce-scatters, and
      * the bf16 copy of the master shard in the state */
     cm = (osdp_cost_model){.layout = &L, .dev = &d, .N = N, .prefetch = 1, .kind = OSDP_COST_PAPER};
-    d.reduce_scatter = (osdp_collective_cost){3e-5, 4e-10};
+    d.reduce_scatter = (osdp_collective_cost){.alpha = 3e-5, .beta = 4e-10};
     d.grad_bytes = 4;
     double rs4 = 3 * (3e-5 + 2 * S / 4 * 4e-10);
     osdp_cost_op_time(&cm, op, 1, 0, b, 1, &t);

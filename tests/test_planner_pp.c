@@ -33,9 +33,7 @@ static const char *DEVICE_HEAD =
 
 static osdp_status parse_with(osdp_device *d, const char *extra)
 {
-    char text[2048];
-    snprintf(text, sizeof text, "%s%s", DEVICE_HEAD, extra);
-    return osdp_device_parse(d, text, "pp.ini");
+    return parse_device_text(d, DEVICE_HEAD, extra, "pp.ini");
 }
 
 /* the tiny model at T 64, DEVICE_HEAD + device_extra, and a plan of every
@@ -55,19 +53,27 @@ static osdp_pipe_timing simulate(osdp_pipe_schedule kind, int P, int M, const os
     return t;
 }
 
-/* P = 2, M = 3, equal stages (forward f, backward b), messages of c.
- * GPipe, by hand: stage 1's forwards end at 4f + c, its backwards follow
- * (4f + 3b + c); stage 0's backward of 0 starts at 4f + b + 2c, its three
- * backwards run back to back: step = (M + P - 1)(f + b) + 2c.  1F1B, by
- * hand (stage 0: F0 F1 B0 F2 B1 B2; stage 1: F0 B0 F1 B1 F2 B2): every
- * alternation crosses the boundary, step = 4 (f + b) + 4c. */
+/* P = 2, M = 3, equal stages (forward f, backward b), messages of c < f;
+ * a receive ends c after it is posted and not before the send, a
+ * backward's gradient send holds its stage c (osdp/pipeline_cost.h).
+ * GPipe, by hand: stage 1's forwards run f-2f, 2f+c - 3f+c, 3f+2c - 4f+2c
+ * (each receive posted when the last forward ended); each backward then
+ * holds it c for its send: B0 ends 4f+2c+b, B1 4f+3c+2b, B2 4f+4c+3b, and
+ * it is free at 4f+5c+3b.  Stage 0's backwards start at those sends (its
+ * receives, posted at its previous pass's end, end c later, which is no
+ * later than the send): step = 4f+4c+4b = (M + P - 1)(f + b) + (M + 1) c.
+ * 1F1B, by hand (stage 0: F0 F1 B0 F2 B1 B2; stage 1: F0 B0 F1 B1 F2 B2):
+ * stage 1 F0 f-2f, B0 2f-2f+b (free +c), F1 2f+b+2c - 3f+b+2c, B1 - 3f+2b+2c
+ * (free +c), F2 3f+2b+4c - 4f+2b+4c, B2 - 4f+3b+4c; stage 0's B2 starts
+ * there: step = 4 (f + b) + 4c. */
 START_TEST(test_hand_built_two_stages)
 {
     const double f = 1.0, b = 2.0, c = 0.25;
     osdp_pipe_stage_cost st[2] = {{f, b}, {f, b}};
     const double msg[1] = {c};
     osdp_pipe_timing g = simulate(OSDP_PIPE_GPIPE, 2, 3, st, msg);
-    ck_assert_msg(g.step_s == 4 * (f + b) + 2 * c, "GPipe %.17g", g.step_s);
+    ck_assert_msg(g.step_s == 4 * (f + b) + 4 * c, "GPipe %.17g", g.step_s);
+    ck_assert_msg(g.end_s[1] == 4 * f + 3 * b + 5 * c, "GPipe stage 1 free at %.17g (its last send)", g.end_s[1]);
     osdp_pipe_timing o = simulate(OSDP_PIPE_1F1B, 2, 3, st, msg);
     ck_assert_msg(o.step_s == 4 * (f + b) + 4 * c, "1F1B %.17g", o.step_s);
     ck_assert(g.busy_s[0] == 3 * (f + b) && g.busy_s[1] == 3 * (f + b));

@@ -31,9 +31,7 @@ static const char *DEVICE_HEAD =
 /* DEVICE_HEAD + extra, parsed */
 static osdp_status parse_with(osdp_device *d, const char *extra)
 {
-    char text[2048];
-    snprintf(text, sizeof text, "%s%s", DEVICE_HEAD, extra);
-    return osdp_device_parse(d, text, "tp.ini");
+    return parse_device_text(d, DEVICE_HEAD, extra, "tp.ini");
 }
 
 START_TEST(test_device_node_and_tp_keys)
@@ -222,9 +220,9 @@ static osdp_device mesh_device(double tp_beta, int ranks_per_node)
     d.mem_limit = 1LL << 30;
     d.param_bytes = d.grad_bytes = d.act_bytes = 4;
     d.ranks_per_node = ranks_per_node;
-    d.all_gather = (osdp_collective_cost){2e-5, 1e-9};
-    d.reduce_scatter = (osdp_collective_cost){3e-5, 1.5e-9};
-    d.tp_all_reduce = (osdp_collective_cost){1e-6, tp_beta};
+    d.all_gather = (osdp_collective_cost){.alpha = 2e-5, .beta = 1e-9};
+    d.reduce_scatter = (osdp_collective_cost){.alpha = 3e-5, .beta = 1.5e-9};
+    d.tp_all_reduce = (osdp_collective_cost){.alpha = 1e-6, .beta = tp_beta};
     for (int t = 0; t < OSDP_N_OP_TYPES; t++) d.gamma[t] = (1 + 0.3 * t) * 2e-11;
     return d;
 }

@@ -34,9 +34,7 @@ static const char *INTERNODE =
 
 static osdp_status parse_with(osdp_device *d, const char *head, const char *extra)
 {
-    char text[4096];
-    snprintf(text, sizeof text, "%s%s", head, extra);
-    return osdp_device_parse(d, text, "two.ini");
+    return parse_device_text(d, head, extra, "two.ini");
 }
 
 static int same_cost(osdp_collective_cost a, osdp_collective_cost b) { return a.alpha == b.alpha && a.beta == b.beta; }
@@ -206,7 +204,7 @@ START_TEST(test_level_pricing)
                       zdp_time.comm, 2 * ag + rs);
     }
     /* the emulated link over a file: each figure the slower of the two */
-    osdp_device_set_link(&dev, 2, &(osdp_collective_cost){2e-5, 5e-9});
+    osdp_device_set_link(&dev, 2, &(osdp_collective_cost){.alpha = 2e-5, .beta = 5e-9});
     ck_assert_int_eq(dev.ranks_per_node, 2);
     ck_assert(dev.internode.all_gather.alpha == 5e-5 && dev.internode.all_gather.beta == 5e-9);
     ck_assert(dev.internode.reduce_scatter.alpha == 6e-5 && dev.internode.reduce_scatter.beta == 5e-9);

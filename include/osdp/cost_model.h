@@ -208,12 +208,15 @@ double osdp_cost_tp_comm(const osdp_cost_model *cm, int op, int rc, int b);
 int osdp_cost_dp_spans_nodes(int ranks_per_node, int tp, int dp, int pp);
 /* 1 when some message between adjacent pipeline stages (rank r to r + tp dp) crosses nodes */
 int osdp_cost_pp_spans_nodes(int ranks_per_node, int tp, int dp, int pp);
+/* 1 when a message between stages s and s + 1 crosses nodes */
+int osdp_cost_pp_boundary_spans_nodes(int ranks_per_node, int tp, int dp, int s);
 /* *out = *dev as the groups of that mesh see it, on a device with two
  * levels: all_gather and reduce_scatter at the inter-node figures when a
- * data-parallel group spans nodes, p2p at [internode_p2p]'s when a message
- * between stages crosses nodes (the slowest message bounds the pipeline);
- * else *dev (out may be dev).  The planner and the cost model then price
- * each level without knowing the mesh. */
+ * data-parallel group spans nodes, p2p at [internode_p2p]'s when every
+ * message between stages crosses nodes; else *dev (out may be dev).  The
+ * planner and the cost model then price each level without knowing the
+ * mesh; a pipeline with boundaries at both levels prices each boundary at
+ * its own (osdp_pipe_step_time, from out->internode.p2p and out->p2p). */
 void osdp_cost_device_for_mesh(const osdp_device *dev, int tp, int dp, int pp, osdp_device *out);
 
 /* The two levels that hierarchical slices of the data group of that mesh

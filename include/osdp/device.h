@@ -33,9 +33,11 @@
  *   [internode_all_gather]   ; optional (two-level network): a ring whose group spans
  *   alpha = 5e-6             ; nodes, per ring step, bounded by the link between nodes
  *   beta  = 8e-11            ; (with [internode_reduce_scatter]: both or neither;
- *   [internode_reduce_scatter] ; they need ranks_per_node)
- *   alpha = 5e-6
+ *   call  = 2e-6             ; they need ranks_per_node); call: optional (>= 0, default 0),
+ *   [internode_reduce_scatter] ; s once per call whatever the group's size (the profiler
+ *   alpha = 5e-6             ; tells it from alpha by measuring two group sizes)
  *   beta  = 8e-11
+ *   call  = 2e-6
  *   [internode_p2p]          ; optional: a message between ranks of two nodes (the
  *   alpha = 5e-6             ; [p2p] of the link; absent: [internode_all_gather]'s
  *   beta  = 8e-11            ; figures: one ring step is one message over the link)
@@ -53,8 +55,10 @@
  *                            ; (zeroing the full gradients before the backward)
  *
  * A collective over N ranks moving S bytes in total (the full, gathered
- * buffer) takes (N-1)(alpha + S/N beta): N-1 ring steps of S/N bytes each
- * (paper eq. 2).  In nccl-tests terms beta = 1 / busbw.  A ring all-reduce
+ * buffer) takes call + (N-1)(alpha + S/N beta): N-1 ring steps of S/N bytes
+ * each (paper eq. 2), plus what the call costs once (osdp_collective_time;
+ * call is 0 but for the inter-node figures that state it, so a file
+ * without it keeps its meaning).  In nccl-tests terms beta = 1 / busbw.  A ring all-reduce
  * over the T ranks of a tensor-parallel group is a reduce-scatter and an
  * all-gather: 2 (T-1)(alpha + S/T beta) with [tp_all_reduce]'s figures (it
  * moves 2 (T-1)/T of the buffer S per rank).
@@ -88,7 +92,12 @@
 typedef struct osdp_collective_cost {
     double alpha;   /* s per ring step */
     double beta;    /* s per byte per ring step */
+    double call;    /* s once per call (0 unless a file's [internode_*] states it) */
 } osdp_collective_cost;
+
+/* call + (n-1)(alpha + bytes/n beta): a ring's all-gather or reduce-scatter
+ * of `bytes` in total over n ranks (0 for n <= 1: nothing moves) */
+double osdp_collective_time(const osdp_collective_cost *c, double n, double bytes);
 
 /* The figures of a group whose ranks sit on more than one node: its ring
  * has a step over the link between nodes, and the slowest link bounds every

@@ -21,24 +21,37 @@
  * gradient): b x T x d fp32, d the width of the last operator of stage s
  * (osdp_pipe_boundary_bytes).  Every rank of a tensor group sends its whole
  * copy to the rank of the same tensor and data index in the next stage.  A
- * message of S bytes takes alpha + S beta ([p2p] of the device file,
- * osdp/device.h).  Messages are non-blocking (Isend / Irecv): the sender
- * goes on with its next pass; the receiver's pass waits for its arrival.
+ * message of S bytes takes c = alpha + S beta ([p2p] of the device file,
+ * or [internode_p2p] when the boundary joins two nodes, osdp/device.h).
+ * Both ends pay it, as the runtime does (osdp/schedule.h): a receive is
+ * blocking, posted when the stage reaches the pass, and ends c after it
+ * was posted and not before the message was sent; the gradient's send
+ * (backward, s > 0) is blocking and holds its stage for c; the
+ * activation's send (forward) is non-blocking and waited only after its
+ * gradient has come back, whose receive was posted after that send and
+ * took c, so it holds nothing.  This is what the emulated link does (src/comm/link_emulation.c:
+ * each end of a message that crosses it waits out the link's time from
+ * its own call) and what a rendezvous transfer of a large message does on
+ * a real network (the sender is held until the data has moved; a
+ * receiver that is the later end waits the whole transfer).
  *
  * The step (osdp_pipe_simulate).  Stage s runs its 2M passes in
- * osdp_pipe_order's order, each as soon as the stage is free and its input
- * is there:
- *   forward  of m on s > 0:     after forward of m on s-1 ended + message
- *   backward of m on s < P-1:   after backward of m on s+1 ended + message
- * step = the time the last pass of any stage ends.  For P = 1 it is the
+ * osdp_pipe_order's order, each as soon as the stage is free (its previous
+ * pass, and that pass's gradient send, done) and its input is there:
+ *   forward  of m on s > 0:     at max(free + c, forward of m on s-1 ended)
+ *   backward of m on s < P-1:   at max(free + c, backward of m on s+1 ended)
+ * then a backward on s > 0 holds the stage c more (its send).
+ * step = the time the last stage to finish is free.  For P = 1 it is the
  * stage's busy time.  Idle fraction (the bubble the simulation finds):
  * 1 - sum_s busy_s / (P step); with equal stages, no message time and no
  * per-step work it equals the closed form (P - 1) / (M + P - 1)
  * (osdp_pipe_bubble) for GPipe and 1F1B alike, and step = (M + P - 1)
- * (forward + backward) of one stage.  Each message on the critical path
- * adds its time: P = 2 GPipe adds 2 (one forward and one backward crossing),
- * 1F1B up to 2M (its forwards and backwards alternate across the
- * boundary). */
+ * (forward + backward) of one stage.  Messages add their time: P = 2 with
+ * equal stages (f, b), GPipe adds (M + 1) c (the first forward's crossing,
+ * then each backward's send on stage 1, which stage 0's backwards wait
+ * for, one after the other); 1F1B at M = 3 adds 4 c (its forwards and
+ * backwards alternate across the boundary); tests/test_planner_pp.c works
+ * both by hand. */
 #ifndef OSDP_PIPELINE_COST_H
 #define OSDP_PIPELINE_COST_H
 
@@ -57,7 +70,7 @@ typedef struct osdp_pipe_timing {
     osdp_pipe_schedule schedule;
     double step_s;                        /* the last pass's end */
     double busy_s[OSDP_MAX_STAGES];       /* M (forward + backward) of each stage */
-    double end_s[OSDP_MAX_STAGES];        /* when each stage's last pass ends */
+    double end_s[OSDP_MAX_STAGES];        /* when each stage is free after its last pass (and its send) */
     double idle_fraction;                 /* 1 - sum busy / (P step): the simulated bubble */
     double bubble_closed;                 /* (P - 1) / (M + P - 1) */
     int slowest_stage;                    /* the stage of the largest busy time (the first on ties) */

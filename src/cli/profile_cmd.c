@@ -1,18 +1,21 @@
 /* osdp_gpt profile: measures the device information file's numbers on the
- * real ranks (DESIGN.md §4).
+ * real ranks (DESIGN.md §4).  The network's figures are measured by
+ * src/cli/profile_network.c, the compute's here.
  *
  *   alpha, beta: the real all-gather and reduce-scatter of the comm layer
- *   (blocking, fp32) over all ranks at several total sizes S; each point is
- *   the median over repetitions of the slowest rank's time; a least-squares
- *   line t = c0 + c1 S, weighted by 1/t^2 (relative errors, so that the small
- *   sizes fix the latency and the large ones the bandwidth), gives alpha = c0 / (N-1) and beta = c1 N / (N-1)
- *   (model: t = (N-1)(alpha + S/N beta)).  A negative intercept is clamped
- *   to alpha = 0.
- *   p2p: the pipeline's point-to-point message, a ping-pong of rank pairs
- *   (profile_p2p).
+ *   (blocking, fp32) over all ranks (two levels: over each node's ranks,
+ *   and across nodes, osdp_profile_levels) at several total sizes S; each point
+ *   is the median over repetitions of the slowest rank's time; a
+ *   least-squares fit of t = call + (N-1)(alpha + S/N beta), weighted by
+ *   1/t^2 (relative errors, so that the small sizes fix the latency and the
+ *   large ones the bandwidth), with call >= 0 and alpha >= 0
+ *   (osdp/collective_fit.h); call is fitted only where two group sizes tell
+ *   it from alpha (across nodes), else it is 0.
+ *   p2p, internode_p2p: the pipeline's point-to-point message, a ping-pong
+ *   of rank pairs inside a node and across two.
  *   tp_all_reduce: the tensor-parallel group's all-reduce over groups of
  *   consecutive ranks, for each group size the ranks allow inside a node
- *   (profile_tp_all_reduce); ranks_per_node: the run's ranks on the node.
+ *   (osdp_profile_tp_all_reduce); ranks_per_node: the run's ranks on the node.
  *   gamma: per operator type, the summed forward + backward time of the
  *   model's operators of that type in whole-model passes (time_model: each
  *   operator with its own buffers, as a training step runs them; every rank
@@ -43,6 +46,7 @@
 #include "osdp/memory.h"
 #include "osdp/optim.h"
 #include "options.h"
+#include "profile_network.h"
 
 #include <math.h>
 #include <mpi.h>
@@ -78,189 +82,6 @@ static fit line_fit(const double *x, const double *y, const double *w, int n, in
     }
     f.r2 = tot > 0 ? 1 - res / tot : 1;
     return f;
-}
-
-static int cmp_d(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-#define N_SIZES 8
-#define MAX_REPS OSDP_PROFILE_MAX_REPS
-
-typedef enum collective_kind { COLL_ALL_GATHER, COLL_REDUCE_SCATTER, COLL_ALL_REDUCE } collective_kind;
-
-/* median over reps of the slowest rank of the world (every group at once) */
-static osdp_status time_collective(osdp_comm *comm, collective_kind kind, size_t total_bytes, int reps, double *out)
-{
-    int N = comm->size;
-    size_t count = total_bytes / sizeof(float) / (size_t)N;
-    float *full = malloc(count * (size_t)N * sizeof(float)), *shard = malloc(count * sizeof(float));
-    if (!full || !shard) {
-        free(full);
-        free(shard);
-        return osdp_error_set(OSDP_ERR_OOM, "profile: out of host memory");
-    }
-    for (size_t i = 0; i < count * (size_t)N; i++) full[i] = (float)(i % 13);
-    for (size_t i = 0; i < count; i++) shard[i] = (float)(i % 7);
-    double t[MAX_REPS + 1];
-    osdp_status s = OSDP_OK;
-    for (int r = 0; r <= reps && s == OSDP_OK; r++) { /* r = 0: warm-up */
-        osdp_comm_barrier(comm);
-        double t0 = osdp_now_seconds();
-        s = kind == COLL_REDUCE_SCATTER ? osdp_comm_reduce_scatter(comm, full, shard, count, OSDP_FLOAT32, NULL)
-          : kind == COLL_ALL_GATHER ? osdp_comm_all_gather(comm, shard, full, count, OSDP_FLOAT32, NULL)
-                                    : osdp_comm_all_reduce(comm, full, count * (size_t)N, OSDP_FLOAT32, NULL);
-        double mine = osdp_now_seconds() - t0;
-        MPI_Allreduce(&mine, &t[r], 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-    }
-    qsort(t + 1, (size_t)reps, sizeof *t, cmp_d);
-    *out = t[1 + reps / 2];
-    free(full);
-    free(shard);
-    return s;
-}
-
-/* The tensor-parallel group's all-reduce: for every T > 1 that divides the
- * N ranks and fits in a node (T <= ranks on the node), the world split into
- * groups of T consecutive ranks as the mesh forms them, every group
- * all-reducing at once (as the mesh's groups do between kernels), at total
- * sizes S geometric from 4 KiB to `top` (the model's residual stream at
- * micro-batch 8); a least-squares fit through the origin (relative errors)
- * of t = 2 (T-1) alpha + 2 (T-1)/T S beta over every (T, S) gives
- * [tp_all_reduce] (a negative alpha is clamped to 0 and beta refitted).
- * only_tp > 1 (profile --tp T): that T alone.
- * Without such a T (2 ranks on 2 nodes...) the section keeps the mean of
- * the all-gather's and reduce-scatter's figures.  Collective over the
- * world; *note gets what was done. */
-static osdp_status profile_tp_all_reduce(const osdp_world *world, int only_tp, size_t top, int reps, osdp_device *dev,
-                                         char *note, size_t note_size)
-{
-    const int N = world->size, max_points = 8 * N_SIZES;
-    double x1[8 * N_SIZES], x2[8 * N_SIZES], y[8 * N_SIZES];
-    int n = 0, len = 0;
-    osdp_device_default_tp_all_reduce(dev);
-    len += snprintf(note + len, note_size - (size_t)len, "tp_all_reduce: blocking fp32 all-reduce over groups of T consecutive ranks,\n"
-                    "all groups at once, median of %d runs of the slowest rank; T =", reps);
-    for (int T = 2; T <= N && T <= world->node_size; T++) {
-        if (N % T != 0 || n + N_SIZES > max_points || (only_tp > 1 && T != only_tp)) continue;
-        MPI_Comm group;
-        MPI_Comm_split(MPI_COMM_WORLD, world->rank / T, world->rank, &group);
-        osdp_comm comm;
-        osdp_status s = osdp_comm_create_mpi(&comm, &group);
-        MPI_Comm_free(&group);
-        if (s != OSDP_OK) return s;
-        if (world->rank == 0) printf("  all-reduce T=%-3d", T);
-        for (int i = 0; i < N_SIZES && s == OSDP_OK; i++, n++) {
-            double at = 4096.0 * pow((double)top / 4096.0, (double)i / (N_SIZES - 1));
-            size_t bytes = ((size_t)at + 4 * (size_t)T - 1) / (4 * (size_t)T) * (4 * (size_t)T);
-            s = time_collective(&comm, COLL_ALL_REDUCE, bytes, bytes > (8u << 20) ? (reps + 1) / 2 : reps, &y[n]);
-            x1[n] = 2.0 * (T - 1);
-            x2[n] = 2.0 * (T - 1) / T * (double)bytes;
-            if (world->rank == 0) printf(" %6.0fKiB:%8.3fms", (double)bytes / 1024, 1e3 * y[n]);
-        }
-        if (world->rank == 0) printf("\n");
-        osdp_comm_destroy(&comm);
-        if (s != OSDP_OK) return s;
-        len += snprintf(note + len, note_size - (size_t)len, " %d", T);
-    }
-    if (n == 0) {
-        snprintf(note + len, note_size - (size_t)len, " none (no T > 1 divides the ranks inside a node): the mean of the "
-                 "all-gather's and reduce-scatter's figures\n");
-        return OSDP_OK;
-    }
-    /* weighted least squares t = alpha x1 + beta x2, weights 1 / t^2 */
-    double a11 = 0, a12 = 0, a22 = 0, b1 = 0, b2 = 0;
-    for (int i = 0; i < n; i++) {
-        double w = 1 / (y[i] * y[i]);
-        a11 += w * x1[i] * x1[i]; a12 += w * x1[i] * x2[i]; a22 += w * x2[i] * x2[i];
-        b1 += w * x1[i] * y[i]; b2 += w * x2[i] * y[i];
-    }
-    double det = a11 * a22 - a12 * a12, alpha = det != 0 ? (b1 * a22 - b2 * a12) / det : 0,
-           beta = det != 0 ? (a11 * b2 - a12 * b1) / det : 0;
-    if (!(alpha >= 0)) {   /* no sensible latency: the bandwidth alone */
-        alpha = 0;
-        beta = b2 / a22;
-    }
-    if (!(beta > 0)) {   /* too noisy to fit: keep the flat figures rather than fail the whole profile */
-        if (world->rank == 0)
-            printf("  all-reduce     times do not grow with size (beta %.3g): noisy machine? [tp_all_reduce] keeps the "
-                   "mean of the all-gather's and reduce-scatter's figures (--reps 21 may help)\n", beta);
-        snprintf(note + len, note_size - (size_t)len, ";\nthe times did not grow with size (beta fit %.3g): the mean of "
-                 "the all-gather's and reduce-scatter's figures\n", beta);
-        return OSDP_OK;
-    }
-    dev->tp_all_reduce.alpha = alpha;
-    dev->tp_all_reduce.beta = beta;
-    if (world->rank == 0)
-        printf("  all-reduce     fit: alpha %.3e s, beta %.3e s/B (%.2f GB/s) per ring step\n", alpha, beta, 1e-9 / beta);
-    snprintf(note + len, note_size - (size_t)len, ";\nfit t = 2 (T-1) alpha + 2 (T-1)/T beta S: alpha %.3e s, beta %.3e s/B (%.2f GB/s)\n", alpha, beta, 1e-9 / beta);
-    return OSDP_OK;
-}
-
-/* The pipeline's point-to-point message ([p2p]): ranks paired (2i, 2i+1),
- * every pair at once (as every stage boundary of a pipeline sends at once;
- * with an odd rank count the last rank waits), a ping-pong of S bytes
- * through the comm layer (blocking fp32 send / receive), S geometric from
- * 4 KiB to `top`; one message takes half the round trip, the median over
- * reps of the slowest pair; a least-squares line t = alpha + beta S
- * (relative errors) gives alpha (a negative intercept: 0, the slope through
- * the origin) and beta.  Collective over the world. */
-static osdp_status profile_p2p(const osdp_world *world, osdp_comm *comm, size_t top, int reps, osdp_device *dev,
-                               char *note, size_t note_size)
-{
-    const int peer = world->rank ^ 1, paired = peer < world->size, first = !(world->rank & 1);
-    float *buf = malloc(top);
-    if (!buf) return osdp_error_set(OSDP_ERR_OOM, "profile: out of host memory for a %zu-byte message", top);
-    for (size_t i = 0; i < top / sizeof(float); i++) buf[i] = (float)(i % 11);
-    double x[N_SIZES], y[N_SIZES], wt[N_SIZES];
-    osdp_status s = OSDP_OK;
-    if (world->rank == 0) printf("  p2p          ");
-    for (int i = 0; i < N_SIZES && s == OSDP_OK; i++) {
-        const double at = 4096.0 * pow((double)top / 4096.0, (double)i / (N_SIZES - 1));
-        const size_t count = (size_t)at / sizeof(float), r_reps = count * sizeof(float) > (8u << 20) ? (reps + 1) / 2 : reps;
-        double t[MAX_REPS + 1];
-        for (size_t r = 0; r <= r_reps && s == OSDP_OK; r++) {   /* r = 0: warm-up */
-            osdp_comm_barrier(comm);
-            const double t0 = osdp_now_seconds();
-            if (paired && first) {
-                s = osdp_comm_send(comm, buf, count, OSDP_FLOAT32, peer, NULL);
-                if (s == OSDP_OK) s = osdp_comm_recv(comm, buf, count, OSDP_FLOAT32, peer, NULL);
-            } else if (paired) {
-                s = osdp_comm_recv(comm, buf, count, OSDP_FLOAT32, peer, NULL);
-                if (s == OSDP_OK) s = osdp_comm_send(comm, buf, count, OSDP_FLOAT32, peer, NULL);
-            }
-            const double mine = (osdp_now_seconds() - t0) / 2;
-            MPI_Allreduce(&mine, &t[r], 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-        }
-        qsort(t + 1, r_reps, sizeof *t, cmp_d);
-        x[i] = (double)(count * sizeof(float));
-        y[i] = t[1 + r_reps / 2];
-        wt[i] = 1 / (y[i] * y[i]);
-        if (world->rank == 0) printf(" %6.0fKiB:%8.3fms", x[i] / 1024, 1e3 * y[i]);
-    }
-    free(buf);
-    if (world->rank == 0) printf("\n");
-    if (s != OSDP_OK) return s;
-    fit f = line_fit(x, y, wt, N_SIZES, 0);
-    if (!(f.c0 >= 0)) f = line_fit(x, y, wt, N_SIZES, 1);
-    if (!(f.c1 > 0)) {   /* too noisy to fit: keep the default rather than fail the whole profile */
-        osdp_device_default_p2p(dev);
-        if (world->rank == 0)
-            printf("  p2p            times do not grow with size (beta %.3g): noisy machine? [p2p] keeps the all-gather's "
-                   "figures (--reps 21 may help)\n", f.c1);
-        snprintf(note, note_size, "p2p: the times did not grow with size (beta fit %.3g): the all-gather's figures\n", f.c1);
-        return OSDP_OK;
-    }
-    dev->p2p.alpha = f.c0;
-    dev->p2p.beta = f.c1;
-    if (world->rank == 0)
-        printf("  p2p            fit: alpha %.3e s, beta %.3e s/B (%.2f GB/s), R^2 %.5f\n", f.c0, f.c1, 1e-9 / f.c1, f.r2);
-    snprintf(note, note_size, "p2p: ping-pong of ranks (2i, 2i+1), every pair at once, half the round trip, median of %d "
-             "runs of the\nslowest pair, sizes 4 KiB to %.1f MiB; fit t = alpha + beta S: alpha %.3e s, beta %.3e s/B "
-             "(%.2f GB/s), R^2 %.5f\n", reps, (double)top / 1048576.0, f.c0, f.c1, 1e-9 / f.c1, f.r2);
-    return OSDP_OK;
 }
 
 /* The whole model's forward (ops 0..n-1) then backward (n-1..0) at
@@ -330,9 +151,9 @@ static osdp_status time_model(const osdp_compute_backend *be, const osdp_layout 
         }
     }
     for (int k = 0; k < OSDP_N_OP_TYPES; k++) {
-        double v[MAX_REPS];
+        double v[OSDP_PROFILE_MAX_REPS];
         for (int r = 1; r <= reps; r++) v[r - 1] = t[(size_t)r * OSDP_N_OP_TYPES + (size_t)k];
-        qsort(v, (size_t)reps, sizeof *v, cmp_d);
+        qsort(v, (size_t)reps, sizeof *v, osdp_profile_cmp_double);
         by_type[k] = v[reps / 2];
     }
 done:
@@ -365,7 +186,7 @@ static osdp_status time_step_work(const osdp_compute_backend *be, const osdp_lay
     }
     be->fill_zero(st, 5 * shard * sizeof(float));
     be->fill_zero(grads, full * sizeof(float));
-    double to[MAX_REPS], tz[MAX_REPS];
+    double to[OSDP_PROFILE_MAX_REPS], tz[OSDP_PROFILE_MAX_REPS];
     osdp_optim_config oc;   /* train's defaults: the update a step makes */
     osdp_optim_defaults(&oc);
     for (int r = 0; r <= reps; r++) {   /* r = 0: warm-up */
@@ -384,104 +205,13 @@ static osdp_status time_step_work(const osdp_compute_backend *be, const osdp_lay
         MPI_Allreduce(mine, slowest, 2, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
         if (r > 0) { to[r - 1] = slowest[0]; tz[r - 1] = slowest[1]; }
     }
-    qsort(to, (size_t)reps, sizeof *to, cmp_d);
-    qsort(tz, (size_t)reps, sizeof *tz, cmp_d);
+    qsort(to, (size_t)reps, sizeof *to, osdp_profile_cmp_double);
+    qsort(tz, (size_t)reps, sizeof *tz, osdp_profile_cmp_double);
     *per_shard = to[reps / 2] / (double)shard;
     *per_full = tz[reps / 2] / (double)full;
     be->free(st);
     be->free(grads);
     return OSDP_OK;
-}
-
-/* alpha and beta of the all-gather and the reduce-scatter over `comm`
- * (every group of the world at once, the slowest rank), at total sizes S
- * geometric from 4 KiB to `top`, into *ag and *rs; `level` names them in
- * the output.  Collective over the world. */
-static osdp_status profile_collectives(const osdp_world *world, osdp_comm *comm, const char *level, size_t top, int reps,
-                                       osdp_collective_cost *ag, osdp_collective_cost *rs, char *note, size_t note_size)
-{
-    const int N = comm->size, root = world->rank == 0;
-    int len = 0;
-    for (int coll = 0; coll < 2; coll++) {
-        double x[N_SIZES], y[N_SIZES];
-        for (int i = 0; i < N_SIZES; i++) {
-            /* geometric from 4 KiB to `top`: the model's operator sizes */
-            double at = 4096.0 * pow((double)top / 4096.0, (double)i / (N_SIZES - 1));
-            size_t bytes = ((size_t)at + 4 * (size_t)N - 1) / (4 * (size_t)N) * (4 * (size_t)N);
-            osdp_status s = time_collective(comm, coll ? COLL_REDUCE_SCATTER : COLL_ALL_GATHER, bytes,
-                                            bytes > (8u << 20) ? (reps + 1) / 2 : reps, &y[i]);
-            if (s != OSDP_OK) return s;
-            x[i] = (double)bytes;
-        }
-        double wt[N_SIZES];
-        for (int i = 0; i < N_SIZES; i++) wt[i] = 1 / (y[i] * y[i]); /* relative errors: small sizes count */
-        fit f = line_fit(x, y, wt, N_SIZES, 0);
-        osdp_collective_cost *cc = coll ? rs : ag;
-        cc->alpha = f.c0 > 0 ? f.c0 / (N - 1) : 0;
-        cc->beta = f.c1 * N / (N - 1);
-        char cn[64];
-        snprintf(cn, sizeof cn, "%s%s", level, coll ? "reduce-scatter" : "all-gather");
-        if (root) {
-            printf("  %-14s", cn);
-            for (int i = 0; i < N_SIZES; i++) printf(" %6.0fKiB:%8.3fms", x[i] / 1024, 1e3 * y[i]);
-            printf("\n  %-14s fit: alpha %.3e s, beta %.3e s/B (%.2f GB/s), R^2 %.5f\n", cn, cc->alpha, cc->beta,
-                   cc->beta > 0 ? 1e-9 / cc->beta : 0, f.r2);
-        }
-        len += snprintf(note + len, note_size - (size_t)len, "%s: alpha %.3e s, beta %.3e s/B (%.2f GB/s), R^2 %.5f\n",
-                        cn, cc->alpha, cc->beta, cc->beta > 0 ? 1e-9 / cc->beta : 0, f.r2);
-        if (!(cc->beta > 0))
-            return osdp_error_set(OSDP_ERR_COMM, "profile: the %s times do not grow with size (beta %.3g): noisy "
-                                  "machine? try --reps 21", cn, cc->beta);
-    }
-    return OSDP_OK;
-}
-
-/* The network's two levels.  One node (real or emulated): [all_gather]
- * and [reduce_scatter] over all ranks, as ever.  More than one node:
- * [all_gather] / [reduce_scatter] over the ranks of each node (every node
- * at once), and [internode_all_gather] / [internode_reduce_scatter] over
- * the ranks of equal index on their nodes (one per node: each ring step
- * crosses the link; every such group at once), [internode_p2p] from the
- * latter (one ring step is one message over the link).  Nodes of one rank
- * each: every group spans nodes, so both levels get the world's figures.
- * Collective over the world; returns the characters written to note. */
-static int profile_levels(const osdp_world *world, osdp_comm *all, size_t top, int reps, osdp_device *dev, char *note,
-                          size_t note_size)
-{
-    int len = 0;
-    if (world->n_nodes <= 1 || world->node_size <= 1) {
-        osdp_check_all(profile_collectives(world, all, "", top, reps, &dev->all_gather, &dev->reduce_scatter, note,
-                                           note_size));
-        osdp_device_default_p2p(dev);   /* [p2p]: one ring step's figures */
-        if (world->n_nodes > 1) osdp_device_set_link(dev, world->node_size, &dev->all_gather);
-        return (int)strlen(note);
-    }
-    len += snprintf(note + len, note_size - (size_t)len,
-                    "Two levels (%s%s%d nodes x %d ranks): in-node figures over the ranks of each node, inter-node\n"
-                    "figures over the ranks of equal index on their nodes (all groups at once).\n",
-                    world->emulated ? world->emulation : "nodes from MPI_COMM_TYPE_SHARED", world->emulated ? "; " : ": ",
-                    world->n_nodes, world->node_size);
-    MPI_Comm node_group, across_group;
-    MPI_Comm_split(MPI_COMM_WORLD, world->node, world->rank, &node_group);
-    MPI_Comm_split(MPI_COMM_WORLD, world->node_rank, world->rank, &across_group);
-    osdp_comm in_node, across;
-    osdp_check_all(osdp_comm_create_mpi(&in_node, &node_group));
-    osdp_check_all(osdp_comm_create_mpi(&across, &across_group));
-    MPI_Comm_free(&node_group);
-    MPI_Comm_free(&across_group);
-    osdp_check_all(profile_collectives(world, &in_node, "", top, reps, &dev->all_gather, &dev->reduce_scatter, note + len,
-                                       note_size - (size_t)len));
-    len = (int)strlen(note);
-    osdp_check_all(profile_collectives(world, &across, world->emulated ? "emulated internode " : "internode ", top, reps,
-                                       &dev->internode.all_gather, &dev->internode.reduce_scatter, note + len,
-                                       note_size - (size_t)len));
-    len = (int)strlen(note);
-    osdp_device_default_p2p(dev);   /* [p2p] and [internode_p2p]: one ring step's figures at each level */
-    dev->internode.p2p = dev->internode.all_gather;
-    dev->internode.given = 1;
-    osdp_comm_destroy(&in_node);
-    osdp_comm_destroy(&across);
-    return len;
 }
 
 int osdp_cmd_profile(const osdp_job *job)
@@ -514,7 +244,8 @@ int osdp_cmd_profile(const osdp_job *job)
     int len = snprintf(note, sizeof note,
         "Measured by `osdp_gpt profile` (src/cli/profile_cmd.c) on %s: %d MPI ranks, %d threads per rank, model %s, T %d.\n"
         "alpha/beta: blocking fp32 all-gather / reduce-scatter through the comm layer (MPI), median of %d runs of the\n"
-        "slowest rank, least-squares line (relative errors) t = (N-1) alpha + (N-1)/N beta S over total sizes S.\n",
+        "slowest rank, least-squares fit (relative errors) t = call + (N-1) alpha + (N-1)/N beta S over total sizes S\n"
+        "(call >= 0 only where two group sizes tell it from alpha, else 0; alpha >= 0).\n",
         host, N, world.threads, cfg.name, L.T, reps);
 
     /* message sizes up to twice the largest operator (fp32), in [1 MiB, 256 MiB] */
@@ -526,23 +257,20 @@ int osdp_cmd_profile(const osdp_job *job)
                     (double)top / 1048576.0);
     if (root) printf("osdp profile: %d ranks x %d threads on %s, model %s (T %d)%s%s\n", N, world.threads, host, cfg.name,
                      L.T, world.emulated ? " | " : "", world.emulation);
-    len += profile_levels(&world, &comm, top, reps, &dev, note + len, sizeof note - (size_t)len);
-
-    {   /* the residual stream of micro-batch 8, at least 1 MiB: what the TP group all-reduces */
-        size_t stream = 8 * (size_t)L.T * L.max_width * sizeof(float);
+    /* the residual stream of micro-batch 8, at least 1 MiB: what the TP group all-reduces and a pipeline's
+     * stage boundary carries */
+    size_t stream = 8 * (size_t)L.T * L.max_width * sizeof(float);
+    if (stream < ((size_t)1 << 20)) stream = (size_t)1 << 20;
+    osdp_profile_levels(&world, &comm, top, stream, reps, &dev, note, sizeof note);
+    len = (int)strlen(note);
+    {
         char tp_note[1024];
         const int only_tp = osdp_option_given(job, "tp") ? (int)job->tp : 0;
         osdp_check_all(only_tp <= 1 || (N % only_tp == 0 && only_tp <= world.node_size) ? OSDP_OK
                        : osdp_error_set(OSDP_ERR_INPUT, "profile --tp %d: the tensor-parallel groups must divide the %d ranks "
                                         "and fit the %d ranks on a node", only_tp, N, world.node_size));
-        osdp_check_all(profile_tp_all_reduce(&world, only_tp, stream > ((size_t)1 << 20) ? stream : (size_t)1 << 20, reps,
-                                             &dev, tp_note, sizeof tp_note));
+        osdp_check_all(osdp_profile_tp_all_reduce(&world, only_tp, stream, reps, &dev, tp_note, sizeof tp_note));
         len += snprintf(note + len, sizeof note - (size_t)len, "%s", tp_note);
-        /* the pipeline's messages: the residual stream of micro-batch 8 crosses a stage boundary */
-        char p2p_note[1024];
-        osdp_check_all(profile_p2p(&world, &comm, stream > ((size_t)1 << 20) ? stream : (size_t)1 << 20, reps, &dev,
-                                   p2p_note, sizeof p2p_note));
-        len += snprintf(note + len, sizeof note - (size_t)len, "%s", p2p_note);
         dev.ranks_per_node = world.node_size;
         len += snprintf(note + len, sizeof note - (size_t)len, "ranks_per_node: the ranks of this run on the node (%d%s).\n",
                         world.node_size, world.emulated ? ", emulated" : "");

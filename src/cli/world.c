@@ -53,7 +53,7 @@ void osdp_world_emulate(osdp_world *w, long long ranks_per_node, const char *lin
 void osdp_emulation_to_device(const osdp_link_emulation *e, osdp_device *dev)
 {
     if (!e || e->ranks_per_node <= 0) return;
-    if (e->has_link) osdp_device_set_link(dev, e->ranks_per_node, &(osdp_collective_cost){e->alpha, e->beta});
+    if (e->has_link) osdp_device_set_link(dev, e->ranks_per_node, &(osdp_collective_cost){.alpha = e->alpha, .beta = e->beta});
     else dev->ranks_per_node = e->ranks_per_node;
 }
 

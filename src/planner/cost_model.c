@@ -238,8 +238,7 @@ void osdp_cost_op_time_rc(const osdp_cost_model *cm, int op, int g, int k, int r
     out->comm = 0;
     for (int s = 0; s < g; s++) {
         double S = (double)p[s] * (double)d->param_bytes, G = (double)p[s] * (double)d->grad_bytes;
-        double ag = (N - 1) * (d->all_gather.alpha + S / N * d->all_gather.beta);
-        double rs = (N - 1) * (d->reduce_scatter.alpha + G / N * d->reduce_scatter.beta);
+        double ag = osdp_collective_time(&d->all_gather, N, S), rs = osdp_collective_time(&d->reduce_scatter, N, G);
         out->comm += s < k ? (rc ? 3 : 2) * A * ag + A * rs : ag + A * rs;
     }
     if (cm->kind == OSDP_COST_OVERLAP && cm->prefetch)
@@ -251,10 +250,10 @@ void osdp_cost_op_time_rc(const osdp_cost_model *cm, int op, int g, int k, int r
     if (partial) out->total = 1e30;   /* not a choice this operator has: prohibitive, finite for the searches */
 }
 
-/* (n-1)(alpha + S/n beta): a ring's all-gather or reduce-scatter of S bytes over n ranks */
+/* a ring's all-gather or reduce-scatter of S bytes over n ranks (osdp_collective_time) */
 static double ring_time(const osdp_collective_cost *c, double n, double S)
 {
-    return (n - 1) * (c->alpha + S / n * c->beta);
+    return osdp_collective_time(c, n, S);
 }
 
 void osdp_cost_op_time_hier(const osdp_cost_model *cm, int op, int rc, int b, int accum, osdp_op_time *out)
@@ -348,14 +347,29 @@ int osdp_cost_dp_spans_nodes(int ranks_per_node, int tp, int dp, int pp)
     return 0;
 }
 
-int osdp_cost_pp_spans_nodes(int ranks_per_node, int tp, int dp, int pp)
+int osdp_cost_pp_boundary_spans_nodes(int ranks_per_node, int tp, int dp, int s)
 {
-    if (ranks_per_node <= 0 || pp <= 1) return 0;
+    if (ranks_per_node <= 0) return 0;
     /* rank r of stage s sends to r + tp dp of stage s + 1 */
     const long long stride = (long long)tp * dp;
-    for (long long r = 0; r < stride * (pp - 1); r++)
+    for (long long r = stride * s; r < stride * (s + 1); r++)
         if (r / ranks_per_node != (r + stride) / ranks_per_node) return 1;
     return 0;
+}
+
+int osdp_cost_pp_spans_nodes(int ranks_per_node, int tp, int dp, int pp)
+{
+    for (int s = 0; s + 1 < pp; s++)
+        if (osdp_cost_pp_boundary_spans_nodes(ranks_per_node, tp, dp, s)) return 1;
+    return 0;
+}
+
+/* 1 when every boundary of the pipeline crosses nodes */
+static int pp_all_span_nodes(int ranks_per_node, int tp, int dp, int pp)
+{
+    for (int s = 0; s + 1 < pp; s++)
+        if (!osdp_cost_pp_boundary_spans_nodes(ranks_per_node, tp, dp, s)) return 0;
+    return pp > 1;
 }
 
 void osdp_cost_device_for_mesh(const osdp_device *dev, int tp, int dp, int pp, osdp_device *out)
@@ -366,5 +380,5 @@ void osdp_cost_device_for_mesh(const osdp_device *dev, int tp, int dp, int pp, o
         out->all_gather = dev->internode.all_gather;
         out->reduce_scatter = dev->internode.reduce_scatter;
     }
-    if (osdp_cost_pp_spans_nodes(dev->ranks_per_node, tp, dp, pp)) out->p2p = dev->internode.p2p;
+    if (pp_all_span_nodes(dev->ranks_per_node, tp, dp, pp)) out->p2p = dev->internode.p2p;
 }

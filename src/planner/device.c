@@ -25,6 +25,7 @@ typedef struct dev_parse {
     osdp_device *dev;
     int seen[K_N];
     int internode_seen[3][2];   /* [internode_all_gather], _reduce_scatter, _p2p: alpha, beta */
+    int internode_call_seen[2]; /* [internode_all_gather], _reduce_scatter: call */
     osdp_status status;
 } dev_parse;
 
@@ -67,11 +68,23 @@ static int internode_handler(dev_parse *st, const char *section, const char *key
         return 0;
     }
     const int is_beta = strcmp(key, "beta") == 0;
+    double x;
+    if (strcmp(key, "call") == 0 && which < 2) {   /* a collective's once-per-call cost */
+        if (parse_double(value, &x) != 0 || x < 0)
+            return fail(st, section, key, "call (seconds once per collective call) must be a number >= 0", value);
+        if (st->internode_call_seen[which]) {
+            st->status = osdp_error_set(OSDP_ERR_INPUT, "[%s] %s given twice", section, key);
+            return 0;
+        }
+        st->internode_call_seen[which] = 1;
+        internode_cost(st->dev, which)->call = x;
+        return 1;
+    }
     if (!is_beta && strcmp(key, "alpha") != 0) {
-        st->status = osdp_error_set(OSDP_ERR_INPUT, "unknown key '%s' in [%s] (known: alpha, beta)", key, section);
+        st->status = osdp_error_set(OSDP_ERR_INPUT, "unknown key '%s' in [%s] (known: alpha, beta%s)", key, section,
+                                    which < 2 ? ", call" : "");
         return 0;
     }
-    double x;
     if (!is_beta && (parse_double(value, &x) != 0 || x < 0))
         return fail(st, section, key, "alpha (latency, seconds per ring step) must be a number >= 0", value);
     if (is_beta && (parse_double(value, &x) != 0 || x <= 0))
@@ -98,6 +111,9 @@ static osdp_status internode_finish(osdp_device *dev, const dev_parse *st, const
         if (st->internode_seen[w][0] != st->internode_seen[w][1])
             return osdp_error_set(OSDP_ERR_INPUT, "device file %s: [%s] needs both alpha and beta (missing '%s')", origin,
                                   internode_sections[w], st->internode_seen[w][0] ? "beta" : "alpha");
+        if (w < 2 && st->internode_call_seen[w] && !st->internode_seen[w][0])
+            return osdp_error_set(OSDP_ERR_INPUT, "device file %s: [%s] call needs alpha and beta", origin,
+                                  internode_sections[w]);
         any |= st->internode_seen[w][0];
     }
     if (!any) {
@@ -121,6 +137,11 @@ static osdp_status internode_finish(osdp_device *dev, const dev_parse *st, const
     return OSDP_OK;
 }
 
+double osdp_collective_time(const osdp_collective_cost *c, double n, double bytes)
+{
+    return n > 1 ? c->call + (n - 1) * (c->alpha + bytes / n * c->beta) : 0;
+}
+
 void osdp_device_default_internode(osdp_device *dev)
 {
     dev->internode.given = 0;
@@ -133,6 +154,7 @@ static osdp_collective_cost slower(osdp_collective_cost a, const osdp_collective
 {
     if (b->alpha > a.alpha) a.alpha = b->alpha;
     if (b->beta > a.beta) a.beta = b->beta;
+    if (b->call > a.call) a.call = b->call;
     return a;
 }
 
@@ -150,8 +172,11 @@ static void internode_write(FILE *f, const osdp_device *dev)
 {
     if (!dev->internode.given) return;
     const osdp_collective_cost *c[3] = {&dev->internode.all_gather, &dev->internode.reduce_scatter, &dev->internode.p2p};
-    for (int w = 0; w < 3; w++)
-        fprintf(f, "[%s]\nalpha = %.6e\nbeta = %.6e\n\n", internode_sections[w], c[w]->alpha, c[w]->beta);
+    for (int w = 0; w < 3; w++) {
+        fprintf(f, "[%s]\nalpha = %.6e\nbeta = %.6e\n", internode_sections[w], c[w]->alpha, c[w]->beta);
+        if (w < 2 && c[w]->call > 0) fprintf(f, "call = %.6e\n", c[w]->call);
+        fprintf(f, "\n");
+    }
 }
 
 /* ---- the rest of the file ---- */

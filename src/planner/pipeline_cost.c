@@ -57,7 +57,7 @@ osdp_status osdp_pipe_simulate(osdp_pipe_schedule schedule, int P, int M, const 
             return osdp_error_set(OSDP_ERR_INPUT, "pipeline cost: stage %d has a negative or non-finite time", s);
     const size_t passes = 2 * (size_t)M;
     osdp_pipe_pass *order = malloc(sizeof *order * passes * (size_t)P);
-    /* done[s][2m + backward]: when that pass ended on stage s (-1: not yet) */
+    /* done[s][2m + backward]: when that pass's compute ended on stage s, its message's send began (-1: not yet) */
     double *done = malloc(sizeof *done * passes * (size_t)P);
     if (!order || !done) {
         free(order), free(done);
@@ -77,19 +77,23 @@ osdp_status osdp_pipe_simulate(osdp_pipe_schedule schedule, int P, int M, const 
             while (next[s] < passes) {
                 const osdp_pipe_pass p = order[(size_t)s * passes + next[s]];
                 int from = p.backward ? s + 1 : s - 1;   /* the stage its input comes from */
-                double ready = 0;
+                double start = free_at[s];
                 if (from >= 0 && from < P) {
+                    /* the receive, posted when the stage gets here, ends a message's time later, and not before
+                     * the message was sent */
                     double sent = done[(size_t)from * passes + 2 * (size_t)p.micro + (size_t)p.backward];
                     if (sent < 0) break;
-                    ready = sent + (message_s ? message_s[p.backward ? s : s - 1] : 0);
+                    start += message_s ? message_s[p.backward ? s : s - 1] : 0;
+                    if (sent > start) start = sent;
                 } else if (p.backward && done[(size_t)s * passes + 2 * (size_t)p.micro] < 0) {
                     break;   /* the last stage: its own forward first (the order guarantees it) */
                 }
-                const double start = ready > free_at[s] ? ready : free_at[s],
-                             took = p.backward ? stage[s].backward_s : stage[s].forward_s;
-                free_at[s] = start + took;
+                const double took = p.backward ? stage[s].backward_s : stage[s].forward_s;
+                done[(size_t)s * passes + 2 * (size_t)p.micro + (size_t)p.backward] = start + took;
+                /* a backward's gradient send (s > 0) holds the stage for the message's time; a forward's
+                 * activation send does not (waited only once its gradient is back) */
+                free_at[s] = start + took + (p.backward && s > 0 && message_s ? message_s[s - 1] : 0);
                 out->busy_s[s] += took;
-                done[(size_t)s * passes + 2 * (size_t)p.micro + (size_t)p.backward] = free_at[s];
                 next[s]++;
                 ran++;
             }
@@ -121,9 +125,16 @@ osdp_status osdp_pipe_step_time(const osdp_cost_model *const *stage_cm, const os
     double message[OSDP_MAX_STAGES];
     for (int s = 0; s < P; s++) {
         osdp_pipe_stage_passes(stage_cm[s], plans[s], bounds[s], bounds[s + 1], micro_batch, accum, &stage[s]);
-        if (s + 1 < P)
-            message[s] = osdp_pipe_message_time(stage_cm[s]->dev,
+        if (s + 1 < P) {
+            /* each boundary at its network level: [internode_p2p] when its messages cross nodes */
+            const osdp_device *dev = stage_cm[s]->dev;
+            osdp_device at_level = *dev;
+            if (dev->internode.given
+                && osdp_cost_pp_boundary_spans_nodes(dev->ranks_per_node, stage_cm[s]->layout->tp_size, stage_cm[s]->N, s))
+                at_level.p2p = dev->internode.p2p;
+            message[s] = osdp_pipe_message_time(&at_level,
                                                 (double)osdp_pipe_boundary_bytes(stage_cm[s]->layout, bounds[s + 1], micro_batch));
+        }
     }
     return osdp_pipe_simulate(schedule, P, accum, stage, message, out);
 }
