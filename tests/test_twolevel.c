@@ -264,6 +264,9 @@ START_TEST(test_link_floor)
     ck_assert(close_rel(osdp_link_floor_seconds(&e, OSDP_COLL_ALL_GATHER, 4, S), 3 * (1e-4 + 1e-2), 1e-12));
     ck_assert(close_rel(osdp_link_floor_seconds(&e, OSDP_COLL_REDUCE_SCATTER, 4, S), 3 * (1e-4 + 1e-2), 1e-12));
     ck_assert(close_rel(osdp_link_floor_seconds(&e, OSDP_COLL_ALL_REDUCE, 4, S), 6 * (1e-4 + 1e-2), 1e-12));
+    /* a node-first reduction's cross stage over the group of one rank per node (2 nodes): one ring step */
+    ck_assert(close_rel(osdp_link_floor_seconds(&e, OSDP_COLL_CROSS_REDUCE_SCATTER, 2, S), 1e-4 + 2e-2, 1e-12));
+    ck_assert(close_rel(osdp_link_floor_seconds(&e, OSDP_COLL_CROSS_ALL_GATHER, 2, S), 1e-4 + 2e-2, 1e-12));
     ck_assert(close_rel(osdp_link_floor_seconds(&e, OSDP_COLL_P2P, 2, S), 1e-4 + 4e-2, 1e-12));
     ck_assert(close_rel(osdp_link_floor_seconds(&e, OSDP_COLL_BROADCAST, 4, S), 1e-4 + 4e-2, 1e-12));
 }
