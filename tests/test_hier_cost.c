@@ -2,8 +2,9 @@
  * osdp_cost_hierarchy): the closed-form peak equals the schedule's
  * evaluation to the byte on varied plans with hierarchical operators, the
  * two levels are priced by their own figures (one node: exactly ZDP's
- * time), and a mesh offers the mode only when its data group spans nodes of
- * a two-level device. */
+ * time), a flat slice on a group that spans nodes is reduced node-first
+ * (in-node RS + cross RS), and a mesh offers the mode only when its data
+ * group spans nodes of a two-level device. */
 #include "config.h"
 
 #include <check.h>
@@ -93,10 +94,12 @@ START_TEST(test_time_per_level)
     const osdp_device d = two_level_device();
     const int N = 8, b = 2, A = 3;
     /* one node (R = N, the levels the flat device's): exactly ZDP's time */
+    osdp_device one_node = d;
+    one_node.ranks_per_node = N;
     const osdp_cost_hierarchy one = {.node_ranks = N, .node_all_gather = d.all_gather,
                                      .node_reduce_scatter = d.reduce_scatter, .cross_all_gather = d.internode.all_gather,
                                      .cross_reduce_scatter = d.internode.reduce_scatter};
-    osdp_cost_model cm = {.layout = &L, .dev = &d, .N = N, .prefetch = 1, .kind = OSDP_COST_PAPER, .hier = &one};
+    osdp_cost_model cm = {.layout = &L, .dev = &one_node, .N = N, .prefetch = 1, .kind = OSDP_COST_PAPER, .hier = &one};
     for (int i = 0; i < L.n_ops; i++)
         for (int rc = 0; rc <= osdp_op_can_recompute(L.op[i].type); rc++) {
             osdp_op_time h, z;
@@ -110,15 +113,16 @@ START_TEST(test_time_per_level)
                                      .node_reduce_scatter = d.reduce_scatter, .cross_all_gather = d.internode.all_gather,
                                      .cross_reduce_scatter = d.internode.reduce_scatter};
     cm.hier = &two;
+    cm.dev = &d;
     const int op = 1;
     const double p = (double)osdp_cost_slice_numel(&cm, op, 1), S = p * d.param_bytes, G = p * d.grad_bytes, H = G / 4;
     const double ag = 3 * (d.all_gather.alpha + S / 4 * d.all_gather.beta);
     const double rs = 3 * (d.reduce_scatter.alpha + G / 4 * d.reduce_scatter.beta);
-    const double ar = 1 * (d.internode.reduce_scatter.alpha + H / 2 * d.internode.reduce_scatter.beta)
-                    + 1 * (d.internode.all_gather.alpha + H / 2 * d.internode.all_gather.beta);
+    const double cross = 1 * (d.internode.reduce_scatter.alpha + H / 2 * d.internode.reduce_scatter.beta)
+                       + 1 * (d.internode.all_gather.alpha + H / 2 * d.internode.all_gather.beta);
     osdp_op_time h;
     osdp_cost_op_time_hier(&cm, op, 0, b, A, &h);
-    const double want = 2.0 * A * ag + A * (rs + ar);
+    const double want = 2.0 * A * ag + A * (rs + cross);
     ck_assert_msg(h.comm > 0.999999 * want && h.comm < 1.000001 * want, "h comm %g s, closed form %g s", h.comm, want);
     /* the slow link carries only the in-node shard's all-reduce: cheaper than a flat ZDP over the link */
     osdp_device over_link = d;
@@ -127,6 +131,54 @@ START_TEST(test_time_per_level)
     osdp_op_time z;
     osdp_cost_op_time_rc(&flat, op, 1, 1, 0, b, A, &z);
     ck_assert_msg(h.comm < z.comm, "h %g s should beat zdp over the link %g s", h.comm, z.comm);
+    osdp_layout_free(&L);
+}
+END_TEST
+
+/* A flat slice on a data group that spans nodes of equal shares is reduced
+ * node-first: its reduce-scatter costs the in-node one over R plus the
+ * cross-node one over the nodes of G / R, on the device as read and as
+ * osdp_cost_device_for_mesh gives it (which keeps the in-node reduce-scatter
+ * figures, the all-gather at the link's); on unequal nodes one flat ring
+ * over the link, as before. */
+START_TEST(test_flat_slice_node_first)
+{
+    osdp_layout L;
+    load_layout(&L, "tests/mpi/t_ic.ini", 0);
+    const osdp_device d = two_level_device();   /* 4 ranks per node */
+    const int N = 8, b = 2, A = 3, op = 1;
+    osdp_device level;
+    osdp_cost_device_for_mesh(&d, 1, N, 1, &level);
+    ck_assert(level.reduce_scatter.beta == d.reduce_scatter.beta);
+    ck_assert(level.all_gather.beta == d.internode.all_gather.beta);
+    const double p = (double)osdp_padded_numel_quantum(L.op[op].numel, N, 1);
+    const double S = p * d.param_bytes, G = p * d.grad_bytes;
+    const double ag = 7 * (d.internode.all_gather.alpha + S / 8 * d.internode.all_gather.beta);
+    const double rs = 3 * (d.reduce_scatter.alpha + G / 4 * d.reduce_scatter.beta)
+                    + 1 * (d.internode.reduce_scatter.alpha + G / 4 / 2 * d.internode.reduce_scatter.beta);
+    for (int k = 0; k <= 1; k++) {   /* DP: one gather per step; ZDP: two per micro-step */
+        osdp_op_time t, as_read;
+        const osdp_cost_model cm = {.layout = &L, .dev = &level, .N = N, .kind = OSDP_COST_PAPER};
+        osdp_cost_op_time(&cm, op, 1, k, b, A, &t);
+        const double want = (k ? 2 * A : 1) * ag + A * rs;
+        ck_assert_msg(fabs(t.comm - want) <= 1e-12 * want, "k %d: comm %.12g s, in-node RS + cross RS %.12g s", k,
+                      t.comm, want);
+        const osdp_cost_model read = {.layout = &L, .dev = &d, .N = N, .kind = OSDP_COST_PAPER};
+        osdp_cost_op_time(&read, op, 1, k, b, A, &as_read);   /* the same reduce-scatter, the in-node all-gather */
+        const double want_read = (k ? 2 * A : 1) * 7 * (d.all_gather.alpha + S / 8 * d.all_gather.beta) + A * rs;
+        ck_assert_msg(fabs(as_read.comm - want_read) <= 1e-12 * want_read, "k %d as read: %.12g s, %.12g s", k, as_read.comm,
+                      want_read);
+    }
+    /* 6 ranks on nodes of 4: 4 and 2, unequal: the flat ring over the link */
+    osdp_cost_device_for_mesh(&d, 1, 6, 1, &level);
+    ck_assert(level.reduce_scatter.beta == d.internode.reduce_scatter.beta);
+    const osdp_cost_model six = {.layout = &L, .dev = &level, .N = 6, .kind = OSDP_COST_PAPER};
+    osdp_op_time t;
+    osdp_cost_op_time(&six, op, 1, 0, b, 1, &t);
+    const double p6 = (double)osdp_padded_numel_quantum(L.op[op].numel, 6, 1) / 6;   /* a ring step's elements */
+    const osdp_collective_cost ag6 = d.internode.all_gather, rs6 = d.internode.reduce_scatter;
+    const double flat = 5 * (ag6.alpha + p6 * d.param_bytes * ag6.beta) + 5 * (rs6.alpha + p6 * d.grad_bytes * rs6.beta);
+    ck_assert_msg(fabs(t.comm - flat) <= 1e-12 * flat, "unequal nodes: %.12g s, flat %.12g s", t.comm, flat);
     osdp_layout_free(&L);
 }
 END_TEST
@@ -223,8 +275,8 @@ END_TEST
 
 static Suite *hier_cost_suite(void)
 {
-    const TTest *cost[] = {test_peak_equals_schedule, test_time_per_level, test_hierarchy_for_mesh,
-                           test_search_against_brute_force, NULL};
+    const TTest *cost[] = {test_peak_equals_schedule, test_time_per_level, test_flat_slice_node_first,
+                           test_hierarchy_for_mesh, test_search_against_brute_force, NULL};
     const osdp_check_case cases[] = {{.name = "hier_cost", .tests = cost}};
     return osdp_check_suite("hier_cost", cases, sizeof cases / sizeof cases[0]);
 }

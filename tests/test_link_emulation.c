@@ -103,6 +103,23 @@ START_TEST(test_collectives_take_the_link_time)
         ck_assert_msg(took >= floor_s, "all-reduce took %.6f s < %.6f s", took, floor_s);
         ck_assert(shard[0] == 4.0f * (1 + 2 + 3 + 4));
     }
+    /* a node-first reduction's pieces: an all-gather in a block order (rank r's part at block 3 - r), one call
+     * that the link floors like any all-gather; an in-place reduce-scatter whose block lies where the backend says */
+    const int reversed[4] = {3, 2, 1, 0};
+    ck_assert(osdp_comm_set_block_order(&c, reversed) == OSDP_OK);
+    for (size_t i = 0; i < count; i++) shard[i] = (float)(r + 1);
+    double t0 = osdp_now_seconds();
+    ck_assert(osdp_comm_all_gather(&c, shard, full, count, OSDP_FLOAT32, NULL) == OSDP_OK);
+    double took = osdp_now_seconds() - t0, floor_s = osdp_link_floor_seconds(e, OSDP_COLL_ALL_GATHER, 4, 4 * count * 4);
+    ck_assert_msg(took >= floor_s, "ordered all-gather took %.6f s < the link's %.6f s", took, floor_s);
+    for (int k = 0; k < 4; k++)
+        ck_assert(full[(size_t)k * count] == (float)(4 - k) && full[(size_t)k * count + count - 1] == (float)(4 - k));
+    ck_assert_int_eq(c.traffic.calls[OSDP_COLL_ALL_GATHER], 3);
+    ck_assert(osdp_comm_set_block_order(&c, NULL) == OSDP_OK && c.block_of == NULL);
+    const int twice[4] = {0, 1, 1, 2};
+    ck_assert_int_eq(osdp_comm_set_block_order(&c, twice), OSDP_ERR_INPUT);
+    ck_assert(osdp_comm_reduce_scatter_in_place(&c, full, count, OSDP_FLOAT32, NULL) == OSDP_OK);
+    ck_assert(full[osdp_comm_in_place_offset(&c, count)] == 4.0f * (float)(4 - r));
     free(shard);
     free(full);
     osdp_comm_destroy(&c);

@@ -182,11 +182,13 @@ START_TEST(test_level_pricing)
 {
     osdp_device dev;
     ck_assert_msg(parse_with(&dev, DEVICE_HEAD, INTERNODE) == OSDP_OK, "%s", osdp_error_message());
-    osdp_layout L;
-    load_layout(&L, "tiny", 0);
+    osdp_layout whole;
+    load_layout(&whole, "tiny", 0);
     const int op = 1;   /* attn.0 */
     static const struct { int tp, dp, spans; } mesh[] = {{1, 8, 1}, {1, 4, 0}, {2, 2, 0}, {2, 4, 1}};
     for (size_t m = 0; m < sizeof mesh / sizeof mesh[0]; m++) {
+        osdp_layout L;   /* one rank's parts, as the planner prices a mesh */
+        ck_assert(osdp_layout_build_tp(&L, &whole.cfg, whole.T, mesh[m].tp, 1) == OSDP_OK);
         osdp_device level;
         osdp_cost_device_for_mesh(&dev, mesh[m].tp, mesh[m].dp, 1, &level);
         const int N = mesh[m].dp;
@@ -194,7 +196,11 @@ START_TEST(test_level_pricing)
         const double P = (double)osdp_padded_numel_quantum(L.op[op].numel, N, 1), S = 4 * P;
         const double ag_a = mesh[m].spans ? 5e-5 : 1e-5, ag_b = mesh[m].spans ? 1e-9 : 1e-10;
         const double rs_a = mesh[m].spans ? 6e-5 : 2e-5, rs_b = mesh[m].spans ? 2e-9 : 2e-10;
-        const double ag = (N - 1) * (ag_a + S / N * ag_b), rs = (N - 1) * (rs_a + S / N * rs_b);
+        /* across nodes of equal shares the reduce-scatter runs node-first: in-node over the R = 4 / tp data ranks
+         * of a node, then across the nodes of each rank's S / R (osdp/cost_model.h) */
+        const double R = 4 / mesh[m].tp, K = N / R, ag = (N - 1) * (ag_a + S / N * ag_b);
+        const double rs = mesh[m].spans ? (R - 1) * (2e-5 + S / R * 2e-10) + (K - 1) * (rs_a + S / R / K * rs_b)
+                                        : (N - 1) * (rs_a + S / N * rs_b);
         osdp_op_time dp_time, zdp_time;
         osdp_cost_op_time(&cm, op, 1, 0, 2, 1, &dp_time);    /* DP: one gather, one reduce-scatter */
         osdp_cost_op_time(&cm, op, 1, 1, 2, 1, &zdp_time);   /* ZDP: two gathers */
@@ -202,6 +208,7 @@ START_TEST(test_level_pricing)
                       ag + rs);
         ck_assert_msg(close_rel(zdp_time.comm, 2 * ag + rs, 1e-12), "mesh %zu: ZDP comm %.9g, by hand %.9g", m,
                       zdp_time.comm, 2 * ag + rs);
+        osdp_layout_free(&L);
     }
     /* the emulated link over a file: each figure the slower of the two */
     osdp_device_set_link(&dev, 2, &(osdp_collective_cost){.alpha = 2e-5, .beta = 5e-9});
@@ -209,7 +216,7 @@ START_TEST(test_level_pricing)
     ck_assert(dev.internode.all_gather.alpha == 5e-5 && dev.internode.all_gather.beta == 5e-9);
     ck_assert(dev.internode.reduce_scatter.alpha == 6e-5 && dev.internode.reduce_scatter.beta == 5e-9);
     ck_assert(dev.all_gather.beta == 1e-10);   /* inside a node: unchanged */
-    osdp_layout_free(&L);
+    osdp_layout_free(&whole);
 }
 END_TEST
 
@@ -255,6 +262,9 @@ START_TEST(test_link_floor)
     ck_assert(close_rel(osdp_link_floor_seconds(&e, OSDP_COLL_ALL_GATHER, 4, S), 3 * (1e-4 + 1e-2), 1e-12));
     ck_assert(close_rel(osdp_link_floor_seconds(&e, OSDP_COLL_REDUCE_SCATTER, 4, S), 3 * (1e-4 + 1e-2), 1e-12));
     ck_assert(close_rel(osdp_link_floor_seconds(&e, OSDP_COLL_ALL_REDUCE, 4, S), 6 * (1e-4 + 1e-2), 1e-12));
+    /* a node-first reduction's cross stage over the group of one rank per node (2 nodes): one ring step */
+    ck_assert(close_rel(osdp_link_floor_seconds(&e, OSDP_COLL_CROSS_REDUCE_SCATTER, 2, S), 1e-4 + 2e-2, 1e-12));
+    ck_assert(close_rel(osdp_link_floor_seconds(&e, OSDP_COLL_CROSS_ALL_GATHER, 2, S), 1e-4 + 2e-2, 1e-12));
     ck_assert(close_rel(osdp_link_floor_seconds(&e, OSDP_COLL_P2P, 2, S), 1e-4 + 4e-2, 1e-12));
     ck_assert(close_rel(osdp_link_floor_seconds(&e, OSDP_COLL_BROADCAST, 4, S), 1e-4 + 4e-2, 1e-12));
 }

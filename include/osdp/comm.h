@@ -23,12 +23,15 @@ typedef enum osdp_collective {
      * (activations forward, their gradients backward); a rank counts what it
      * sends (logical = wire = the message's bytes), not what it receives */
     OSDP_COLL_P2P,
-    /* the two levels of a hierarchical slice (osdp/plan.h): its gathers and
-     * reduce-scatters inside the node (a communicator set to
-     * OSDP_LEVEL_NODE), its all-reduce across the nodes (OSDP_LEVEL_CROSS) */
+    /* the two levels of a data group that spans nodes (osdp/runtime.h: every
+     * slice's gradients reduced node-first): the reduce-scatters and a
+     * hierarchical slice's gathers inside the node (a communicator set to
+     * OSDP_LEVEL_NODE), the reduce-scatters and a hierarchical slice's
+     * all-gathers across the nodes (OSDP_LEVEL_CROSS) */
     OSDP_COLL_NODE_ALL_GATHER,
     OSDP_COLL_NODE_REDUCE_SCATTER,
-    OSDP_COLL_CROSS_ALL_REDUCE,
+    OSDP_COLL_CROSS_REDUCE_SCATTER,
+    OSDP_COLL_CROSS_ALL_GATHER,
     OSDP_COLL_N_TYPES
 } osdp_collective;
 const char *osdp_collective_name(osdp_collective c);
@@ -51,10 +54,13 @@ typedef struct osdp_comm osdp_comm;
 
 typedef struct osdp_comm_backend {
     const char *name;
-    /* shard (count elements) from every rank -> full (N*count), rank order */
+    /* shard (count elements) from every rank -> full (N*count), rank order
+     * (or the communicator's block order: osdp_comm_set_block_order); shard
+     * at this rank's own block of full: in place */
     osdp_status (*all_gather)(osdp_comm *c, const void *shard, void *full, size_t count,
                               osdp_dtype t, osdp_request *req);
-    /* sum of full (N*count) over ranks; this rank's block -> shard (count) */
+    /* sum of full (N*count) over ranks; this rank's block -> shard (count);
+     * shard == full: in place, the block left where in_place_at_rank says */
     osdp_status (*reduce_scatter)(osdp_comm *c, const void *full, void *shard, size_t count,
                                   osdp_dtype t, osdp_request *req);
     /* in-place sum over ranks */
@@ -76,6 +82,9 @@ typedef struct osdp_comm_backend {
     /* lets pending non-blocking collectives advance (MPI has no progress thread) */
     void (*progress)(osdp_comm *c);
     void (*destroy)(osdp_comm *c);
+    /* where an in-place reduce-scatter leaves this rank's block: 1 at its own
+     * block (NCCL's in-place form), 0 at the start of the buffer (MPI_IN_PLACE) */
+    int in_place_at_rank;
 } osdp_comm_backend;
 
 struct osdp_comm {
@@ -88,6 +97,9 @@ struct osdp_comm {
     int level;              /* osdp_comm_level: a hierarchical slice's group counts its kinds */
     struct osdp_comm_link *link;   /* the emulated link of a group that spans emulated nodes
                                       (osdp/link_emulation.h); NULL: none */
+    int *block_of;          /* (2 size) osdp_comm_set_block_order's: the block of an all-gather's result
+                               each rank's part lands at, then size ones (MPI_Iallgatherv's counts);
+                               NULL: rank order */
 };
 
 /* MPI backend over a duplicate of `mpi_comm` (an MPI_Comm passed as void*
@@ -109,6 +121,21 @@ osdp_status osdp_comm_reduce_scatter(osdp_comm *c, const void *full, void *shard
 osdp_status osdp_comm_all_reduce(osdp_comm *c, void *buf, size_t count, osdp_dtype t, osdp_request *req);
 osdp_status osdp_comm_broadcast(osdp_comm *c, void *buf, size_t bytes, int root, osdp_request *req);
 osdp_status osdp_comm_barrier(osdp_comm *c);
+/* In place: buf (count x size elements) summed over the ranks, this rank's
+ * block of the sum left at buf + osdp_comm_in_place_offset(c, count)
+ * elements (the backend's place: MPI_IN_PLACE leaves it at the start, NCCL
+ * at block `rank`).  The reduce-scatter that needs no destination of its
+ * own: a node-first reduction's first stage (osdp/runtime.h). */
+osdp_status osdp_comm_reduce_scatter_in_place(osdp_comm *c, void *buf, size_t count, osdp_dtype t, osdp_request *req);
+size_t osdp_comm_in_place_offset(const osdp_comm *c, size_t count);
+/* From now on c's all-gathers put the part of rank r at block block_of[r]
+ * of the result (c->size entries, a permutation of 0..size-1, the same on
+ * every rank; copied), in one call (MPI_Iallgatherv with a displacement per
+ * rank, NCCL one broadcast per root in a group); traffic and the emulated
+ * link count it as any all-gather.  NULL: rank order again.  Local: set it
+ * while none of c's all-gathers is in flight.  OSDP_ERR_INPUT when block_of
+ * is no permutation, OSDP_ERR_OOM. */
+osdp_status osdp_comm_set_block_order(osdp_comm *c, const int *block_of);
 /* point to point (OSDP_COLL_P2P: the sender counts count x size bytes) */
 osdp_status osdp_comm_send(osdp_comm *c, const void *buf, size_t count, osdp_dtype t, int peer, osdp_request *req);
 osdp_status osdp_comm_recv(osdp_comm *c, void *buf, size_t count, osdp_dtype t, int peer, osdp_request *req);
@@ -122,9 +149,9 @@ void osdp_traffic_reset(osdp_traffic *t);
 void osdp_traffic_add(osdp_traffic *sum, const osdp_traffic *t);
 /* from now on c's all-reduces and all-gathers count as the tensor-parallel kinds */
 void osdp_comm_set_tensor_axis(osdp_comm *c);
-/* the level of a hierarchical slice's group: from now on a NODE group's
- * all-gathers and reduce-scatters, a CROSS group's all-reduces count as the
- * node / cross kinds */
+/* the level of a group of a data group that spans nodes: from now on a
+ * NODE or CROSS group's all-gathers and reduce-scatters count as the node /
+ * cross kinds */
 typedef enum osdp_comm_level { OSDP_LEVEL_FLAT, OSDP_LEVEL_NODE, OSDP_LEVEL_CROSS } osdp_comm_level;
 void osdp_comm_set_level(osdp_comm *c, osdp_comm_level level);
 

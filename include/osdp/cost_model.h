@@ -125,17 +125,28 @@ typedef struct osdp_cost_cuts osdp_cost_cuts;
 osdp_cost_cuts *osdp_cost_cuts_new(int n_ops);   /* NULL: out of memory */
 void osdp_cost_cuts_free(osdp_cost_cuts *c);
 
-/* Hierarchical slices (plan mode h, osdp/plan.h) on a two-level network:
- * a ZDP operator (unsplit) sharded over the R ranks of its data group on one
- * node, replicated across the n = N / R nodes.  Its terms are ZDP's with the
- * shard of P / R (still padded to a multiple of N, as the runtime pads):
+/* A data group that spans n = N / R >= 2 nodes with R of its ranks on
+ * each (on a two-level device: osdp_cost_hierarchy_for_mesh) reduces every
+ * slice's gradients node-first (osdp/runtime.h), so a slice's reduce-scatter
+ * of G = p_s e_g bytes costs, in place of RS_s above,
+ *   RSn + RSx  = (R-1)(alpha_rsn + G / R beta_rsn) + (n-1)(alpha_rsx + H / n beta_rsx)
+ *              in-node, then across the nodes of each rank's H = G / R
+ * (in-node [reduce_scatter], then [internode_reduce_scatter]); its
+ * all-gathers stay one ring over the N ranks at the inter-node figures.
+ * Two calls instead of one; over the link each rank sends (n-1)/n of H, not
+ * the flat ring's (N-1)/N of G.
+ *
+ * Hierarchical slices (plan mode h, osdp/plan.h) on such a group: a ZDP
+ * operator (unsplit) sharded over the R ranks of its data group on one
+ * node, replicated across the n nodes.  Its terms are ZDP's with the shard
+ * of P / R (still padded to a multiple of N, as the runtime pads):
  *   state    (12 + e_g + c) P / R      recv  P e_g / R
- *   comm     (2 or 3 with recompute) A AGn + A (RSn + ARx)
+ *   comm     (2 or 3 with recompute) A AGn + A (RSn + RSx + AGx)
  *   AGn      = (R-1)(alpha_agn + P e / R beta_agn)      in-node all-gather
- *   RSn      = (R-1)(alpha_rsn + P e_g / R beta_rsn)    in-node reduce-scatter
- *   ARx      = (n-1)(alpha_rsx + H / n beta_rsx) + (n-1)(alpha_agx + H / n beta_agx)
- *              the all-reduce of each rank's in-node shard H = P e_g / R
- *              across the nodes (a ring's reduce-scatter and all-gather)
+ *   RSn, RSx   the flat slice's node-first reduction above (G = P e_g)
+ *   AGx      = (n-1)(alpha_agx + H / n beta_agx)        across the nodes: every
+ *              node gets back the whole in-node shard H = P e_g / R (RSx + AGx:
+ *              the ring all-reduce of H across the nodes, as its two halves)
  * with the device's in-node [all_gather] / [reduce_scatter] for the first
  * level and its [internode_*] for the second. */
 typedef struct osdp_cost_hierarchy {
@@ -199,9 +210,10 @@ double osdp_cost_tp_comm(const osdp_cost_model *cm, int op, int rc, int b);
  * ranks_per_node ranks when two of its ranks sit on different nodes (rank
  * r on node r / ranks_per_node); a ring over such a group has a step over
  * the link between nodes, and the slowest link bounds every step, so its
- * all-gathers and reduce-scatters cost (N-1)(alpha' + S/N beta') with the
- * device's [internode_*] figures alpha', beta' (formula above, unchanged
- * otherwise).  A group inside one node, a flat device (no [internode_*],
+ * all-gathers cost (N-1)(alpha' + S/N beta') with the device's
+ * [internode_*] figures alpha', beta' (formula above, unchanged otherwise),
+ * and so do its reduce-scatters on nodes of unequal shares; on equal ones
+ * they run node-first (RSn + RSx above).  A group inside one node, a flat device (no [internode_*],
  * or ranks_per_node 0) and the tensor-parallel group (inside a node) keep
  * the in-node figures. */
 /* 1 when some data-parallel group of the mesh spans nodes (ranks_per_node <= 0: one node, 0) */
@@ -211,19 +223,23 @@ int osdp_cost_pp_spans_nodes(int ranks_per_node, int tp, int dp, int pp);
 /* 1 when a message between stages s and s + 1 crosses nodes */
 int osdp_cost_pp_boundary_spans_nodes(int ranks_per_node, int tp, int dp, int s);
 /* *out = *dev as the groups of that mesh see it, on a device with two
- * levels: all_gather and reduce_scatter at the inter-node figures when a
- * data-parallel group spans nodes, p2p at [internode_p2p]'s when every
- * message between stages crosses nodes; else *dev (out may be dev).  The
- * planner and the cost model then price each level without knowing the
- * mesh; a pipeline with boundaries at both levels prices each boundary at
- * its own (osdp_pipe_step_time, from out->internode.p2p and out->p2p). */
+ * levels: all_gather at the inter-node figures when a data-parallel group
+ * spans nodes, and reduce_scatter too unless the group's nodes hold equal
+ * shares (then it keeps the in-node figures: its first stage's, the node-
+ * first reduction above); p2p at [internode_p2p]'s when every message
+ * between stages crosses nodes; else *dev (out may be dev).  The planner and
+ * the cost model then price each level without knowing the mesh; a pipeline
+ * with boundaries at both levels prices each boundary at its own
+ * (osdp_pipe_step_time, from out->internode.p2p and out->p2p). */
 void osdp_cost_device_for_mesh(const osdp_device *dev, int tp, int dp, int pp, osdp_device *out);
 
-/* The two levels that hierarchical slices of the data group of that mesh
- * see on dev, the device file as read (before osdp_cost_device_for_mesh,
- * which overwrites the in-node figures): 1 and *out when a data group spans
- * nodes of a two-level device with the same number of its ranks on each
- * (ranks_per_node a multiple of tp dividing tp dp), 0 otherwise. */
+/* The two levels of the data group of that mesh on dev: 1 and *out when a
+ * data group spans nodes of a two-level device with the same number of its
+ * ranks on each (ranks_per_node a multiple of tp dividing tp dp), 0
+ * otherwise.  Hierarchical slices read all four figures: pass the device
+ * file as read (osdp_cost_device_for_mesh overwrites the in-node
+ * all-gather's); the node-first reduce-scatter reads the two reduce-scatter
+ * figures, which both keep. */
 int osdp_cost_hierarchy_for_mesh(const osdp_device *dev, int tp, int dp, int pp, osdp_cost_hierarchy *out);
 /* operator op as a hierarchical slice (g = k = 1; osdp_cost_hierarchy
  * above; cm->hier NULL: ZDP's terms) */

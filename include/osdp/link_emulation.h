@@ -11,6 +11,8 @@
  * step waits for its slowest link; the link moves a step's S/n bytes in
  * latency + (S/n) / bandwidth (alpha = latency, beta = 1 / bandwidth):
  *   all-gather, reduce-scatter  (n-1)(alpha + S/n beta)     S: the full buffer
+ *                               (the node and cross kinds alike: a node-first
+ *                               reduction's cross stage over the K-rank group)
  *   all-reduce                  2 (n-1)(alpha + S/n beta)   (reduce-scatter + all-gather)
  *   broadcast                   alpha + S beta              (pipelined: the link carries S once)
  *   send / receive              alpha + S beta              (peer on another node; else none)

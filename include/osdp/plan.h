@@ -22,9 +22,11 @@
  * Hierarchical sharding (`h`, DESIGN.md §9): the operator's one slice is
  * sharded over the ranks of the rank's node within its data-parallel group
  * and replicated across nodes: its gathers stay inside the node, its
- * gradients are reduce-scattered inside the node, then all-reduced across
- * the nodes (over the ranks with the same in-node index).  On one node it
- * holds and moves what ZDP does. */
+ * gradients are reduce-scattered inside the node, then across the nodes
+ * (over the ranks with the same in-node index) and all-gathered back across
+ * them: the node-first order in which every slice of such a data group is
+ * reduced, so that h never changes the numbers (osdp/runtime.h).  On one
+ * node it holds and moves what ZDP does. */
 #ifndef OSDP_PLAN_H
 #define OSDP_PLAN_H
 

@@ -85,6 +85,30 @@
  * both schedules: GPipe and 1F1B give bitwise-identical steps.  A receive
  * whose peer died times out like a collective (OSDP_COMM_TIMEOUT_S).
  *
+ * Node-first reduction (DESIGN.md §9).  When the data group spans K >= 2
+ * nodes with R of its D = R K ranks on each (real nodes, or the emulated
+ * ones of --ranks-per-node), every slice's gradients are reduced node
+ * first, whatever the plan: a reduce-scatter over the node's R ranks
+ * (node_comm, in place in the full gradients: rank i of the node keeps node
+ * block i, padded / R elements), then one of that block over the K ranks
+ * of the same index (cross_comm: node n keeps its sub-block n).  The rank
+ * (node n, index i) then owns element block i K + n of a flat slice (its
+ * flat_lo, and its place in the data group's all-gathers:
+ * osdp_comm_set_block_order on `comm`); a hierarchical slice adds an
+ * all-gather over cross_comm, so that every node holds node block i: an
+ * all-reduce across the nodes written as its two halves.  Both modes make
+ * the same two calls with the same counts on the same communicators, so
+ * the sums, and with them the losses, are bitwise those of every other
+ * plan on the mesh; the squared gradient norm adds, for a hierarchical
+ * slice, just the sub-block the rank would own flat, in the same order.
+ * The first stage starts where the flat reduce-scatter did (overlapped
+ * with the next operator's backward), the second (and a hierarchical
+ * slice's all-gather) runs blocking when it is waited.  Traffic: a flat
+ * slice counts node RS + cross RS (+ its flat all-gathers), a hierarchical
+ * one node AG, node RS, cross RS and cross AG (the kinds of osdp/comm.h).
+ * A data group inside one node, or on nodes of unequal shares: one flat
+ * reduce-scatter, as without nodes (and no hierarchical slice).
+ *
  * Everything inside (the shards, the step's buffers, the schedule) is
  * private to src/runtime: checkpoints, initialisation and weight dumps
  * reach the shards through osdp_runtime_shards and the setters below.  The
@@ -122,11 +146,12 @@ typedef struct osdp_runtime_options {
     int stage_bounds[OSDP_MAX_STAGES + 1];
     osdp_pipe_schedule pipe_schedule;
     osdp_comm *pp_fwd_comm, *pp_bwd_comm;
-    /* hierarchical slices (osdp/plan.h): node_comm holds the ranks of the
-     * data group on this rank's node, cross_comm those of the data group
-     * with this rank's index in its node, one per node (osdp_node_groups_create
-     * makes both).  Required when the plan has a hierarchical operator;
-     * NULL: one node (node_comm = comm's ranks, cross_comm of one rank). */
+    /* the data group's nodes: node_comm holds the ranks of the data group
+     * on this rank's node, cross_comm those of the data group with this
+     * rank's index in its node, one per node (osdp_node_groups_create makes
+     * both).  With cross_comm over >= 2 ranks every slice is reduced node
+     * first (above).  Required when the plan has a hierarchical operator;
+     * NULL: one node (a flat reduce-scatter over comm). */
     osdp_comm *node_comm, *cross_comm;
 } osdp_runtime_options;
 
@@ -153,9 +178,11 @@ typedef struct osdp_runtime {
     osdp_runtime_options opt;
     int N, rank, B, T;                /* N, rank: in the data-parallel group */
     int tp_size, tp_rank;             /* in the tensor-parallel group (1, 0 without one) */
-    osdp_comm *node_comm, *cross_comm;/* the hierarchical slices' groups; NULL without them */
+    osdp_comm *node_comm, *cross_comm;/* the data group's nodes and its ranks across them; NULL without */
     int node_rank, node_ranks;        /* index in the node's part of the data group, its size (rank, N without) */
     int cross_rank;                   /* the node's index among the data group's nodes (0 without) */
+    int flat_block;                   /* the block of a flat slice this rank owns: node_rank x nodes +
+                                         cross_rank when reduced node-first, else rank */
     osdp_dtype weight_dtype;          /* working weights and their all-gathers */
     long step;                        /* optimizer steps done */
     struct osdp_runtime_internal *in; /* the schedule, the shards, the step's buffers (src/runtime) */
@@ -178,15 +205,18 @@ osdp_status osdp_runtime_step(osdp_runtime *rt, const int *tokens, osdp_step_sta
 osdp_status osdp_runtime_evaluate(osdp_runtime *rt, const int *tokens, int n_batches, double *loss);
 void osdp_runtime_destroy(osdp_runtime *rt);
 
-/* Collective over the data group (an MPI_Comm passed as void*): the
- * hierarchical slices' groups, node_comm over its ranks on this rank's node
- * (node: the node's index, real or emulated: every rank of a node passes the
- * same) and cross_comm over its ranks with this rank's index in its node,
- * both in data-group order and counting their kinds by level (osdp/comm.h);
- * NCCL when nccl is set.  OSDP_ERR_INPUT, the same on every rank, when the
- * nodes hold different numbers of the group's ranks. */
-osdp_status osdp_node_groups_create(const void *data_mpi_comm, int node, int nccl, int local_device,
-                                    osdp_comm *node_comm, osdp_comm *cross_comm);
+/* Collective over the data group (an MPI_Comm passed as void*): the groups
+ * of its nodes, node_comm over its ranks on this rank's node (node: the
+ * node's index, real or emulated: every rank of a node passes the same) and
+ * cross_comm over its ranks with this rank's index in its node, both in
+ * data-group order and counting their kinds by level (osdp/comm.h); NCCL
+ * when nccl is set.  Made (*made = 1) when the group spans >= 2 nodes with
+ * as many of its ranks on each, or, for a plan with hierarchical operators
+ * (for_h), on one node too; otherwise *made = 0 and nothing is made (a flat
+ * reduction), except that for_h on nodes of different shares is
+ * OSDP_ERR_INPUT, the same on every rank. */
+osdp_status osdp_node_groups_create(const void *data_mpi_comm, int node, int nccl, int local_device, int for_h,
+                                    osdp_comm *node_comm, osdp_comm *cross_comm, int *made);
 
 /* ---- the shards, for checkpoints, initialisation and weight dumps -------- */
 
@@ -200,8 +230,8 @@ typedef enum osdp_state_kind {
  * flat_hi being padding (zero, never updated). */
 typedef struct osdp_shard_segment {
     int op, slice;
-    int replica;        /* 0: the copy counted and written; > 0: a hierarchical slice's copy on
-                           another node than the first (the same elements as that node's rank) */
+    int replica;        /* 0: the copy written; > 0: a hierarchical slice's copy on another node
+                           than the first (the same elements as that node's rank) */
     size_t flat_lo, flat_hi, numel, local;
     float *state[OSDP_STATE_N_KINDS];   /* backend memory at this segment's first element */
 } osdp_shard_segment;

@@ -264,12 +264,13 @@ static void print_progress(const osdp_report *r, const osdp_step_stats *st, doub
                osdp_format_bytes((double)t->logical[OSDP_COLL_TP_ALL_REDUCE], tar, sizeof tar),
                osdp_format_bytes((double)t->logical[OSDP_COLL_TP_ALL_GATHER], tag, sizeof tag));
     }
-    if (r->rt->node_comm) {   /* hierarchical slices: in-node gathers and reduce-scatters, the all-reduce across */
-        char nag[32], nrs[32], car[32];
-        printf(" | in-node AG %s RS %s, cross-node AR %s",
+    if (r->rt->node_comm) {   /* the data group's nodes: in-node and cross-node collectives (osdp/runtime.h) */
+        char nag[32], nrs[32], crs[32], cag[32];
+        printf(" | in-node AG %s RS %s, cross-node RS %s AG %s",
                osdp_format_bytes((double)t->logical[OSDP_COLL_NODE_ALL_GATHER], nag, sizeof nag),
                osdp_format_bytes((double)t->logical[OSDP_COLL_NODE_REDUCE_SCATTER], nrs, sizeof nrs),
-               osdp_format_bytes((double)t->logical[OSDP_COLL_CROSS_ALL_REDUCE], car, sizeof car));
+               osdp_format_bytes((double)t->logical[OSDP_COLL_CROSS_REDUCE_SCATTER], crs, sizeof crs),
+               osdp_format_bytes((double)t->logical[OSDP_COLL_CROSS_ALL_GATHER], cag, sizeof cag));
     }
     if (stages) {   /* the pipeline's messages, and the stage whose memory bounds the job */
         char p2p[32], worst[32];
@@ -303,7 +304,7 @@ static void log_step(const osdp_report *r, const osdp_step_stats *st, double tok
     log_mfu(&rec, mfu);
     for (int k = 0; k < OSDP_COLL_N_TYPES; k++) {
         static const char *coll[OSDP_COLL_N_TYPES] = {"ag", "rs", "ar", "bc", "tp_ar", "tp_ag", "p2p",
-                                                               "node_ag", "node_rs", "cross_ar"};
+                                                               "node_ag", "node_rs", "cross_rs", "cross_ag"};
         char key[32];
         snprintf(key, sizeof key, "%s_bytes", coll[k]);
         osdp_log_count(&rec, key, t->logical[k]);

@@ -567,11 +567,12 @@ int osdp_cmd_train(const osdp_job *job)
         osdp_check_all(osdp_mesh_comm_create(&mesh, OSDP_MESH_PIPELINE, nccl, world.local_rank, &pp_fwd_comm));
         osdp_check_all(osdp_mesh_comm_create(&mesh, OSDP_MESH_PIPELINE, nccl, world.local_rank, &pp_bwd_comm));
     }
-    /* hierarchical operators: the data group split by node (real or emulated) */
-    const int hierarchical = osdp_plan_has_hierarchical(&plan);
+    /* the data group split by node (real or emulated), whatever the plan, when it spans nodes of equal
+     * shares (every slice then reduced node-first: osdp/runtime.h), and for hierarchical operators */
+    int nodes_made = 0;
     osdp_comm node_comm, cross_comm;
-    if (hierarchical)
-        osdp_check_all(osdp_node_groups_create(&mesh.dp_comm, world.node, nccl, world.local_rank, &node_comm, &cross_comm));
+    osdp_check_all(osdp_node_groups_create(&mesh.dp_comm, world.node, nccl, world.local_rank,
+                                           osdp_plan_has_hierarchical(&plan), &node_comm, &cross_comm, &nodes_made));
     int stage_bounds[OSDP_MAX_STAGES + 1] = {0};
     if (mesh.pp > 1) {
         osdp_check_all(stage_split(&layout, &plan, job, &t, mesh.dp, &pipe, stage_bounds));
@@ -581,7 +582,7 @@ int osdp_cmd_train(const osdp_job *job)
     }
 
     osdp_memory_prediction predicted;   /* this rank's: its stage's */
-    osdp_schedule_options predict = {.n_ranks = mesh.dp, .node_ranks = hierarchical ? node_comm.size : 0,
+    osdp_schedule_options predict = {.n_ranks = mesh.dp, .node_ranks = nodes_made ? node_comm.size : 0,
                                      .micro_batch = plan.micro_batch,
                                      .accum_steps = plan.accum_steps, .prefetch = !job->no_prefetch,
                                      .weight_dtype = t.weights, .pad_quantum = t.pad_quantum, .pp_size = mesh.pp,
@@ -596,8 +597,8 @@ int osdp_cmd_train(const osdp_job *job)
                                 .pp_size = mesh.pp, .pp_stage = mesh.pp_rank, .pipe_schedule = predict.pipe_schedule,
                                 .pp_fwd_comm = mesh.pp > 1 ? &pp_fwd_comm : NULL,
                                 .pp_bwd_comm = mesh.pp > 1 ? &pp_bwd_comm : NULL,
-                                .node_comm = hierarchical ? &node_comm : NULL,
-                                .cross_comm = hierarchical ? &cross_comm : NULL};
+                                .node_comm = nodes_made ? &node_comm : NULL,
+                                .cross_comm = nodes_made ? &cross_comm : NULL};
     memcpy(opt.stage_bounds, stage_bounds, sizeof stage_bounds);
     osdp_runtime rt;
     s = osdp_runtime_create(&rt, &layout, &plan, &comm, backend, &opt);
@@ -643,7 +644,7 @@ int osdp_cmd_train(const osdp_job *job)
         osdp_comm_destroy(&pp_fwd_comm);
         osdp_comm_destroy(&pp_bwd_comm);
     }
-    if (hierarchical) {
+    if (nodes_made) {
         osdp_comm_destroy(&node_comm);
         osdp_comm_destroy(&cross_comm);
     }

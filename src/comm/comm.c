@@ -10,7 +10,8 @@ const char *osdp_collective_name(osdp_collective c)
 {
     static const char *names[OSDP_COLL_N_TYPES] = {"all-gather", "reduce-scatter", "all-reduce", "broadcast",
                                                    "tp all-reduce", "tp all-gather", "p2p",
-                                                   "node all-gather", "node reduce-scatter", "cross all-reduce"};
+                                                   "node all-gather", "node reduce-scatter", "cross reduce-scatter",
+                                                   "cross all-gather"};
     return c < OSDP_COLL_N_TYPES ? names[c] : "?";
 }
 
@@ -65,7 +66,8 @@ static void account(osdp_comm *c, osdp_collective type, size_t full_bytes, doubl
     if (c->tensor_axis && type == OSDP_COLL_ALL_GATHER) type = OSDP_COLL_TP_ALL_GATHER;
     if (c->level == OSDP_LEVEL_NODE && type == OSDP_COLL_ALL_GATHER) type = OSDP_COLL_NODE_ALL_GATHER;
     if (c->level == OSDP_LEVEL_NODE && type == OSDP_COLL_REDUCE_SCATTER) type = OSDP_COLL_NODE_REDUCE_SCATTER;
-    if (c->level == OSDP_LEVEL_CROSS && type == OSDP_COLL_ALL_REDUCE) type = OSDP_COLL_CROSS_ALL_REDUCE;
+    if (c->level == OSDP_LEVEL_CROSS && type == OSDP_COLL_ALL_GATHER) type = OSDP_COLL_CROSS_ALL_GATHER;
+    if (c->level == OSDP_LEVEL_CROSS && type == OSDP_COLL_REDUCE_SCATTER) type = OSDP_COLL_CROSS_REDUCE_SCATTER;
     c->traffic.logical[type] += full_bytes;
     c->traffic.wire[type] += (unsigned long long)((double)full_bytes * wire_fraction);
     c->traffic.calls[type]++;
@@ -86,6 +88,38 @@ osdp_status osdp_comm_reduce_scatter(osdp_comm *c, const void *full, void *shard
     double t0 = osdp_now_seconds();
     return over_link(c, OSDP_COLL_REDUCE_SCATTER, bytes, -1, req, t0,
                      c->ops->reduce_scatter(c, full, shard, count, t, req));
+}
+
+osdp_status osdp_comm_reduce_scatter_in_place(osdp_comm *c, void *buf, size_t count, osdp_dtype t, osdp_request *req)
+{
+    return osdp_comm_reduce_scatter(c, buf, buf, count, t, req);   /* the backends read full == shard as in place */
+}
+
+size_t osdp_comm_in_place_offset(const osdp_comm *c, size_t count)
+{
+    return c->ops->in_place_at_rank ? (size_t)c->rank * count : 0;
+}
+
+osdp_status osdp_comm_set_block_order(osdp_comm *c, const int *block_of)
+{
+    int *order = NULL;
+    if (block_of) {
+        order = calloc(2 * (size_t)c->size, sizeof *order);
+        if (!order) return osdp_error_set(OSDP_ERR_OOM, "comm: out of host memory for a block order");
+        for (int r = 0; r < c->size; r++) {
+            const int b = block_of[r];
+            if (b < 0 || b >= c->size || order[c->size + b]) {
+                free(order);
+                return osdp_error_set(OSDP_ERR_INPUT, "comm: block %d of rank %d is not a free block of 0..%d", b, r,
+                                      c->size - 1);
+            }
+            order[r] = b;
+            order[c->size + b] = 1;   /* taken; once every block is, these are the ones of the counts */
+        }
+    }
+    free(c->block_of);
+    c->block_of = order;
+    return OSDP_OK;
 }
 
 osdp_status osdp_comm_all_reduce(osdp_comm *c, void *buf, size_t count, osdp_dtype t, osdp_request *req)
@@ -149,6 +183,7 @@ void osdp_comm_destroy(osdp_comm *c)
     if (c && c->ops) {
         osdp_comm_link_detach(c);
         c->ops->destroy(c);
+        free(c->block_of);
     }
     memset(c, 0, sizeof *c);
 }

@@ -31,6 +31,14 @@ MPI_Datatype osdp_comm_mpi_type(osdp_dtype t);
 /* OSDP_ERR_COMM "WHAT failed: MPI's message for rc" */
 osdp_status osdp_comm_mpi_error(int rc, const char *what);
 
+/* MPI_Iallgather of count elements of t per rank over comm (c's ranks),
+ * or with c's block order MPI_Iallgatherv with a displacement per rank (a
+ * contiguous block type of count elements: the displacements and counts
+ * are c->block_of's own, which outlive the call); shard at this rank's
+ * own block of full: MPI_IN_PLACE.  Returns MPI's code. */
+int osdp_comm_mpi_iallgather(const osdp_comm *c, MPI_Comm comm, const void *shard, void *full, size_t count,
+                             osdp_dtype t, MPI_Request *r);
+
 /* The last step of a backend's destroy: free its duplicate of the MPI
  * communicator and its state (c->impl, then NULL) */
 void osdp_comm_release(osdp_comm *c, MPI_Comm *duplicate);

@@ -109,14 +109,31 @@ static osdp_status finish(osdp_comm *c, MPI_Request r, osdp_request *req, const 
     return osdp_error_set(OSDP_ERR_INTERNAL, "%s: more than %d collectives in flight", what, MAX_PENDING);
 }
 
+int osdp_comm_mpi_iallgather(const osdp_comm *c, MPI_Comm comm, const void *shard, void *full, size_t count,
+                             osdp_dtype t, MPI_Request *r)
+{
+    MPI_Datatype type = osdp_comm_mpi_type(t);
+    const int mine = c->block_of ? c->block_of[c->rank] : c->rank;
+    const void *send = shard == (const char *)full + (size_t)mine * count * osdp_dtype_size(t) ? MPI_IN_PLACE : shard;
+    if (!c->block_of) return MPI_Iallgather(send, (int)count, type, full, (int)count, type, comm, r);
+    /* one block per rank, at its displacement in blocks: the arrays stay constant */
+    MPI_Datatype block;
+    int rc = MPI_Type_contiguous((int)count, type, &block);
+    if (rc != MPI_SUCCESS) return rc;
+    rc = MPI_Type_commit(&block);
+    if (rc == MPI_SUCCESS)
+        rc = MPI_Iallgatherv(send, (int)count, type, full, c->block_of + c->size, c->block_of, block, comm, r);
+    MPI_Type_free(&block);   /* freed once the call in flight no longer needs it */
+    return rc;
+}
+
 static osdp_status mpi_all_gather(osdp_comm *c, const void *shard, void *full, size_t count, osdp_dtype t, osdp_request *req)
 {
     mpi_comm_impl *impl = c->impl;
     MPI_Request r;
-    MPI_Datatype type = osdp_comm_mpi_type(t);
-    int rc = MPI_Iallgather(shard, (int)count, type, full, (int)count, type, impl->comm, &r);
+    int rc = osdp_comm_mpi_iallgather(c, impl->comm, shard, full, count, t, &r);
     return rc == MPI_SUCCESS ? finish(c, r, req, "all-gather", count * (size_t)c->size, t)
-                             : osdp_comm_mpi_error(rc, "MPI_Iallgather");
+                             : osdp_comm_mpi_error(rc, c->block_of ? "MPI_Iallgatherv" : "MPI_Iallgather");
 }
 
 /* MPI has no bf16 type: bf16 travels as 16-bit words, which MPI_SUM would add
@@ -133,8 +150,9 @@ static osdp_status mpi_reduce_scatter(osdp_comm *c, const void *full, void *shar
     MPI_Request r;
     osdp_status s = no_bf16_sum(t, "reduce-scatter");
     if (s != OSDP_OK) return s;
-    int rc = MPI_Ireduce_scatter_block(full, shard, (int)count, osdp_comm_mpi_type(t), MPI_SUM, impl->comm,
-                                       &r);
+    /* in place (full == shard): MPI_IN_PLACE leaves this rank's block at the start (in_place_at_rank 0) */
+    int rc = MPI_Ireduce_scatter_block(full == shard ? MPI_IN_PLACE : full, shard, (int)count, osdp_comm_mpi_type(t),
+                                       MPI_SUM, impl->comm, &r);
     return rc == MPI_SUCCESS ? finish(c, r, req, "reduce-scatter", count * (size_t)c->size, t)
                              : osdp_comm_mpi_error(rc, "MPI_Ireduce_scatter_block");
 }
@@ -214,6 +232,7 @@ static void mpi_destroy(osdp_comm *c)
 static const osdp_comm_backend mpi_backend = {
     .name = "mpi",
     OSDP_COMM_BACKEND_ENTRIES(mpi_),
+    .in_place_at_rank = 0,   /* MPI_IN_PLACE: the block at the start */
 };
 
 osdp_status osdp_comm_max_int(const void *mpi_comm, int *value, const char *what)
@@ -245,6 +264,7 @@ osdp_status osdp_comm_create_mpi(osdp_comm *c, const void *mpi_comm)
     osdp_traffic_reset(&c->traffic);
     c->tensor_axis = 0;   /* the data axis unless osdp_comm_set_tensor_axis says otherwise */
     c->level = OSDP_LEVEL_FLAT;
+    c->block_of = NULL;   /* rank order */
     osdp_comm_link_attach(c, impl->comm);
     return OSDP_OK;
 }

@@ -378,6 +378,22 @@ static osdp_status finish(nccl_comm_impl *impl, ncclComm_t comm, cudaStream_t st
 
 typedef enum { ALL_GATHER, REDUCE_SCATTER, ALL_REDUCE, BROADCAST, SEND, RECV } collective_kind;
 
+/* An all-gather in c's block order (osdp_comm_set_block_order): each
+ * rank's part broadcast from it into its block, the broadcasts fused into
+ * one launch (a group nests inside an open one) */
+static ncclResult_t ordered_all_gather(const osdp_comm *c, const void *shard, void *full, size_t count, osdp_dtype t,
+                                       ncclComm_t comm, cudaStream_t stream)
+{
+    const size_t bytes = count * osdp_dtype_size(t);
+    ncclResult_t r = ncclGroupStart();
+    if (r != ncclSuccess) return r;
+    for (int root = 0; root < c->size && r == ncclSuccess; root++)
+        r = ncclBroadcast(shard, (char *)full + (size_t)c->block_of[root] * bytes, count, nccl_type(t), root, comm,
+                          stream);
+    ncclResult_t end = ncclGroupEnd();
+    return r != ncclSuccess ? r : end;
+}
+
 /* The four collectives' one path: route by where the buffers are, then the
  * MPI host-buffer fallback or the NCCL call on its stream.  count: elements
  * of t per rank (all-gather, reduce-scatter), or in all (all-reduce,
@@ -399,12 +415,10 @@ static osdp_status collective(osdp_comm *c, collective_kind kind, const void *sr
         MPI_Request r;
         int rc = MPI_ERR_OTHER;
         switch (kind) {
-        case ALL_GATHER:
-            rc = MPI_Iallgather(src, (int)count, osdp_comm_mpi_type(t), dst, (int)count, osdp_comm_mpi_type(t),
-                                impl->mpi, &r);
-            break;
-        case REDUCE_SCATTER:
-            rc = MPI_Ireduce_scatter_block(src, dst, (int)count, osdp_comm_mpi_type(t), MPI_SUM, impl->mpi, &r);
+        case ALL_GATHER: rc = osdp_comm_mpi_iallgather(c, impl->mpi, src, dst, count, t, &r); break;
+        case REDUCE_SCATTER:   /* in place (src == dst): MPI leaves the block at the start, moved below */
+            rc = MPI_Ireduce_scatter_block(src == dst ? MPI_IN_PLACE : src, dst, (int)count, osdp_comm_mpi_type(t),
+                                           MPI_SUM, impl->mpi, &r);
             break;
         case ALL_REDUCE:
             rc = MPI_Iallreduce(MPI_IN_PLACE, dst, (int)count, osdp_comm_mpi_type(t), MPI_SUM, impl->mpi, &r);
@@ -413,7 +427,10 @@ static osdp_status collective(osdp_comm *c, collective_kind kind, const void *sr
         case SEND: rc = MPI_Isend(src, (int)count, osdp_comm_mpi_type(t), root, 0, impl->mpi, &r); break;
         case RECV: rc = MPI_Irecv(dst, (int)count, osdp_comm_mpi_type(t), root, 0, impl->mpi, &r); break;
         }
-        return host_wait(impl, rc, &r, host_what[kind], total, t);
+        s = host_wait(impl, rc, &r, host_what[kind], total, t);
+        if (s == OSDP_OK && kind == REDUCE_SCATTER && src == dst && c->rank > 0)   /* this backend's in-place place */
+            memmove((char *)dst + (size_t)c->rank * count * osdp_dtype_size(t), dst, count * osdp_dtype_size(t));
+        return s;
     }
     order_after_compute(impl);
     ncclComm_t comm = impl->nccl;
@@ -424,8 +441,14 @@ static osdp_status collective(osdp_comm *c, collective_kind kind, const void *sr
     }
     ncclResult_t r = ncclInvalidUsage;
     switch (kind) {
-    case ALL_GATHER: r = ncclAllGather(src, dst, count, nccl_type(t), comm, stream); break;
-    case REDUCE_SCATTER: r = ncclReduceScatter(src, dst, count, nccl_type(t), ncclSum, comm, stream); break;
+    case ALL_GATHER:
+        r = c->block_of ? ordered_all_gather(c, src, dst, count, t, comm, stream)
+                        : ncclAllGather(src, dst, count, nccl_type(t), comm, stream);
+        break;
+    case REDUCE_SCATTER:   /* in place (src == dst): NCCL's form, the block at this rank's own place */
+        if (src == dst) dst = (char *)dst + (size_t)c->rank * count * osdp_dtype_size(t);
+        r = ncclReduceScatter(src, dst, count, nccl_type(t), ncclSum, comm, stream);
+        break;
     case ALL_REDUCE: r = ncclAllReduce(dst, dst, count, nccl_type(t), ncclSum, comm, stream); break;
     case BROADCAST: r = ncclBroadcast(dst, dst, count, ncclUint8, root, comm, stream); break;
     case SEND: r = ncclSend(src, count, nccl_type(t), root, comm, stream); break;
@@ -618,6 +641,7 @@ static const osdp_comm_backend nccl_backend = {
     OSDP_COMM_BACKEND_ENTRIES(nccl_),
     .group_start = nccl_group_start,
     .group_end = nccl_group_end,
+    .in_place_at_rank = 1,   /* NCCL's in-place reduce-scatter; the host fallback moves it there too */
 };
 
 /* All ranks agree on `ok` (1: this rank succeeded) within the timeout:
@@ -775,6 +799,7 @@ osdp_status osdp_comm_create_nccl(osdp_comm *c, const void *mpi_comm, int local_
     osdp_traffic_reset(&c->traffic);
     c->tensor_axis = 0;   /* the data axis unless osdp_comm_set_tensor_axis says otherwise */
     c->level = OSDP_LEVEL_FLAT;
+    c->block_of = NULL;   /* rank order */
     osdp_comm_link_attach(c, impl->mpi);
     /* every rank warms up; a failure (out of memory, a timeout) ends the job
      * through the caller's collective check, the communicator aborted */

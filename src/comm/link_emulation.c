@@ -120,10 +120,11 @@ double osdp_link_floor_seconds(const osdp_link_emulation *e, osdp_collective kin
     case OSDP_COLL_TP_ALL_GATHER:
     case OSDP_COLL_NODE_ALL_GATHER:
     case OSDP_COLL_NODE_REDUCE_SCATTER:
+    case OSDP_COLL_CROSS_REDUCE_SCATTER:
+    case OSDP_COLL_CROSS_ALL_GATHER:
         return (n - 1) * step;
     case OSDP_COLL_ALL_REDUCE:
     case OSDP_COLL_TP_ALL_REDUCE:
-    case OSDP_COLL_CROSS_ALL_REDUCE:
         return 2.0 * (n - 1) * step;
     case OSDP_COLL_BROADCAST:
     case OSDP_COLL_P2P:

@@ -219,6 +219,33 @@ void osdp_cost_op_time(const osdp_cost_model *cm, int op, int g, int k, int b, i
     osdp_cost_op_time_rc(cm, op, g, k, cm->recompute && cm->recompute[op], b, accum, out);
 }
 
+/* a ring's all-gather or reduce-scatter of S bytes over n ranks (osdp_collective_time) */
+static double ring_time(const osdp_collective_cost *c, double n, double S)
+{
+    return osdp_collective_time(c, n, S);
+}
+
+/* The levels of the cost model's data group when it spans nodes of equal
+ * shares on a two-level device (its gradients then reduced node-first,
+ * osdp/runtime.h); 0 otherwise.  Only their reduce-scatter figures are
+ * read, which cm->dev keeps whether it is the device as read or as
+ * osdp_cost_device_for_mesh made it. */
+static int data_levels(const osdp_cost_model *cm, osdp_cost_hierarchy *out)
+{
+    const int tp = cm->layout->tp_size > 0 ? cm->layout->tp_size : 1;
+    return osdp_cost_hierarchy_for_mesh(cm->dev, tp, cm->N, 1, out);
+}
+
+/* The reduction of G bytes of a slice's gradients over the N ranks: one
+ * flat reduce-scatter, or node-first over levels h: in-node RS over R, then
+ * cross RS over the N / R nodes of each rank's G / R */
+static double reduce_scatter_time(const osdp_cost_model *cm, const osdp_cost_hierarchy *h, double G)
+{
+    if (!h) return ring_time(&cm->dev->reduce_scatter, cm->N, G);
+    const double R = h->node_ranks;
+    return ring_time(&h->node_reduce_scatter, R, G) + ring_time(&h->cross_reduce_scatter, cm->N / R, G / R);
+}
+
 void osdp_cost_op_time_rc(const osdp_cost_model *cm, int op, int g, int k, int rc, int b, int accum, osdp_op_time *out)
 {
     const osdp_op_layout *o = &cm->layout->op[op];
@@ -236,9 +263,12 @@ void osdp_cost_op_time_rc(const osdp_cost_model *cm, int op, int g, int k, int r
     for (int s = 0; s < g; s++) padded += (double)p[s];
     out->compute += padded / N * d->step_shard_param + A * padded * d->step_full_param;
     out->comm = 0;
+    osdp_cost_hierarchy levels;
+    const osdp_cost_hierarchy *node_first = data_levels(cm, &levels) ? &levels : NULL;
     for (int s = 0; s < g; s++) {
         double S = (double)p[s] * (double)d->param_bytes, G = (double)p[s] * (double)d->grad_bytes;
-        double ag = osdp_collective_time(&d->all_gather, N, S), rs = osdp_collective_time(&d->reduce_scatter, N, G);
+        double ag = ring_time(&d->all_gather, N, S);
+        double rs = reduce_scatter_time(cm, node_first, G);
         out->comm += s < k ? (rc ? 3 : 2) * A * ag + A * rs : ag + A * rs;
     }
     if (cm->kind == OSDP_COST_OVERLAP && cm->prefetch)
@@ -248,12 +278,6 @@ void osdp_cost_op_time_rc(const osdp_cost_model *cm, int op, int g, int k, int r
     out->tp_comm = A * osdp_cost_tp_comm(cm, op, rc, b);
     if (out->tp_comm > 0) out->total += out->tp_comm;   /* blocking: nothing hides them (tp 1: none) */
     if (partial) out->total = 1e30;   /* not a choice this operator has: prohibitive, finite for the searches */
-}
-
-/* a ring's all-gather or reduce-scatter of S bytes over n ranks (osdp_collective_time) */
-static double ring_time(const osdp_collective_cost *c, double n, double S)
-{
-    return osdp_collective_time(c, n, S);
 }
 
 void osdp_cost_op_time_hier(const osdp_cost_model *cm, int op, int rc, int b, int accum, osdp_op_time *out)
@@ -267,9 +291,10 @@ void osdp_cost_op_time_hier(const osdp_cost_model *cm, int op, int rc, int b, in
     const double S = p * (double)d->param_bytes, G = p * (double)d->grad_bytes;
     /* the optimizer step on a shard of P / R instead of P / N */
     out->compute += p / R * d->step_shard_param - p / cm->N * d->step_shard_param;
-    const double ag = ring_time(&h->node_all_gather, R, S), rs = ring_time(&h->node_reduce_scatter, R, G);
-    const double ar = ring_time(&h->cross_reduce_scatter, nodes, G / R) + ring_time(&h->cross_all_gather, nodes, G / R);
-    out->comm = (rc ? 3 : 2) * A * ag + A * (rs + ar);
+    /* the flat slice's node-first reduction, then the cross all-gather that completes the node's block */
+    const double ag = ring_time(&h->node_all_gather, R, S), rs = reduce_scatter_time(cm, h, G);
+    const double cross_ag = ring_time(&h->cross_all_gather, nodes, G / R);
+    out->comm = (rc ? 3 : 2) * A * ag + A * (rs + cross_ag);
     if (cm->kind == OSDP_COST_OVERLAP && cm->prefetch)
         out->total = out->compute > out->comm ? out->compute : out->comm;
     else
@@ -377,8 +402,11 @@ void osdp_cost_device_for_mesh(const osdp_device *dev, int tp, int dp, int pp, o
     if (out != dev) *out = *dev;
     if (!dev->internode.given) return;
     if (osdp_cost_dp_spans_nodes(dev->ranks_per_node, tp, dp, pp)) {
+        osdp_cost_hierarchy levels;
+        const int node_first = osdp_cost_hierarchy_for_mesh(dev, tp, dp, pp, &levels);
         out->all_gather = dev->internode.all_gather;
-        out->reduce_scatter = dev->internode.reduce_scatter;
+        /* node-first: the in-node figures stay, for the reduce-scatters' first stage */
+        if (!node_first) out->reduce_scatter = dev->internode.reduce_scatter;
     }
     if (pp_all_span_nodes(dev->ranks_per_node, tp, dp, pp)) out->p2p = dev->internode.p2p;
 }

@@ -124,35 +124,58 @@ static osdp_status gather_wait(osdp_runtime *rt, rt_slice *sl)
     return osdp_comm_wait(sl->comm, &sl->gather);
 }
 
+/* The first stage of operator op's gradient reduction, non-blocking, one
+ * fused launch for its slices on NCCL (osdp/comm.h): the flat
+ * reduce-scatter into the receive buffer, or, reduced node-first
+ * (osdp/runtime.h), the in-node reduce-scatter in place in the full
+ * gradients (rank i of the node keeps node block i, padded / R).  The
+ * operator's slices share the communicator (a hierarchical one is unsplit). */
 static osdp_status scatter_start(osdp_runtime *rt, int op)
 {
     rt_op *o = &rt->in->ops[op];
     const osdp_sched_op *so = &rt->in->sched.ops[op];
-    /* one fused launch for the operator's slices on NCCL (osdp/comm.h) */
-    TRY(osdp_comm_group_start(rt->comm));
+    const int node_first = osdp_rt_node_first(rt);
+    osdp_comm *first = node_first ? rt->node_comm : o->slice[0].comm;
+    TRY(osdp_comm_group_start(first));
     for (int k = 0; k < so->n_slices; k++) {
         const osdp_sched_slice *ss = &so->slice[k];
-        TRY(osdp_comm_reduce_scatter(o->slice[k].comm, o->full_grad + ss->base, o->grad_recv + ss->local,
-                                     osdp_sched_slice_shard_numel(ss), OSDP_FLOAT32, &o->slice[k].scatter));
+        if (node_first)
+            TRY(osdp_comm_reduce_scatter_in_place(first, o->full_grad + ss->base, ss->padded / (size_t)rt->node_ranks,
+                                                  OSDP_FLOAT32, &o->slice[k].scatter));
+        else
+            TRY(osdp_comm_reduce_scatter(first, o->full_grad + ss->base, o->grad_recv + ss->local,
+                                         osdp_sched_slice_shard_numel(ss), OSDP_FLOAT32, &o->slice[k].scatter));
     }
-    return osdp_comm_group_end(rt->comm);
+    return osdp_comm_group_end(first);
+}
+
+/* The second stage of a node-first reduction, blocking (it needs the
+ * first's result): the node block reduce-scattered over the nodes, the
+ * same call for every mode, into the rank's shard (a flat slice: block
+ * i K + n), or into its place in the node block, which an all-gather over
+ * the nodes then completes (a hierarchical slice: node block i on every
+ * node). */
+static osdp_status reduce_across_nodes(osdp_runtime *rt, rt_op *o, const osdp_sched_slice *ss)
+{
+    const size_t node_block = ss->padded / (size_t)rt->node_ranks, part = node_block / (size_t)rt->cross_comm->size;
+    const float *block = o->full_grad + ss->base + osdp_comm_in_place_offset(rt->node_comm, node_block);
+    if (!ss->hierarchical)
+        return osdp_comm_reduce_scatter(rt->cross_comm, block, o->grad_recv + ss->local, part, OSDP_FLOAT32, NULL);
+    float *node_copy = o->grad_recv + ss->local, *mine = node_copy + (size_t)rt->cross_rank * part;
+    TRY(osdp_comm_reduce_scatter(rt->cross_comm, block, mine, part, OSDP_FLOAT32, NULL));
+    return osdp_comm_all_gather(rt->cross_comm, mine, node_copy, part, OSDP_FLOAT32, NULL);   /* in place */
 }
 
 /* the first micro-batch's gradients replace the shard's, the others add to
- * it, in micro-batch order (both pipeline schedules run backwards in it).
- * A hierarchical slice's reduce-scatter summed its node's ranks: the nodes'
- * sums are then added over cross_comm (the second level, blocking: it needs
- * the first's result). */
+ * it, in micro-batch order (both pipeline schedules run backwards in it) */
 static osdp_status scatter_finish(osdp_runtime *rt, int op, int micro)
 {
     rt_op *o = &rt->in->ops[op];
     const osdp_sched_op *so = &rt->in->sched.ops[op];
+    const int node_first = osdp_rt_node_first(rt);
     for (int k = 0; k < so->n_slices; k++) {
-        const osdp_sched_slice *ss = &so->slice[k];
-        TRY(osdp_comm_wait(o->slice[k].comm, &o->slice[k].scatter));
-        if (ss->hierarchical && rt->cross_comm)
-            TRY(osdp_comm_all_reduce(rt->cross_comm, o->grad_recv + ss->local, osdp_sched_slice_shard_numel(ss),
-                                     OSDP_FLOAT32, NULL));
+        TRY(osdp_comm_wait(node_first ? rt->node_comm : o->slice[k].comm, &o->slice[k].scatter));
+        if (node_first) TRY(reduce_across_nodes(rt, o, &so->slice[k]));
     }
     if (rt->in->micro + micro == 0) rt->backend->copy(o->grad, o->grad_recv, so->shard * sizeof(float));
     else rt->backend->vector_accumulate(o->grad, o->grad_recv, so->shard);
@@ -206,32 +229,40 @@ static void adamw_op(osdp_runtime *rt, int op)
 /* The squared gradient norm of operator op's shard.  Tensor rank 0 (and a
  * rank without a tensor group) adds the whole shard; the other ranks of a
  * group only the elements of split tensors, since the replicated ones are
- * the same on every rank of the group (osdp/runtime.h). */
+ * the same on every rank of the group (osdp/runtime.h).  A hierarchical
+ * slice is on every node: each node's rank adds the sub-block it would own
+ * flat (sub-block cross_rank of its node block), so that the sum is made
+ * of the same pieces in the same order as under a flat plan. */
 static void norm_sum(osdp_runtime *rt, int op)
 {
     struct osdp_runtime_internal *in = rt->in;
-    const int replicas = rt->cross_rank > 0 && osdp_rt_op_is_hierarchical(rt, op);
-    if (rt->tp_rank == 0 && !replicas) {
+    const int hierarchical = rt->node_comm && osdp_rt_op_is_hierarchical(rt, op);
+    if (rt->tp_rank == 0 && !hierarchical) {
         rt->backend->accumulate_sum(&in->sums[1], in->ops[op].grad, in->sched.ops[op].shard, 1);
         return;
     }
     const osdp_op_layout *ol = &rt->layout->op[op];
+    const size_t nodes = rt->cross_comm ? (size_t)rt->cross_comm->size : 1;
     osdp_shard_iter it = osdp_runtime_shards(rt, op);
     osdp_shard_segment seg;
     while (osdp_shard_next(&it, &seg)) {
-        if (seg.replica) continue;   /* node 0's copy counts it: once for the whole data group */
+        size_t from = 0, numel = seg.numel;   /* the elements of the segment this rank adds */
+        if (hierarchical) {
+            numel = seg.numel / nodes;
+            from = (size_t)rt->cross_rank * numel;
+        }
+        const float *grad = seg.state[OSDP_STATE_GRAD] + from;
         if (rt->tp_rank == 0) {
-            rt->backend->accumulate_sum(&in->sums[1], seg.state[OSDP_STATE_GRAD], seg.numel, 1);
+            rt->backend->accumulate_sum(&in->sums[1], grad, numel, 1);
             continue;
         }
-        const size_t end = seg.flat_lo + seg.numel < seg.flat_hi ? seg.flat_lo + seg.numel : seg.flat_hi;
+        const size_t first = seg.flat_lo + from, end = first + numel < seg.flat_hi ? first + numel : seg.flat_hi;
         for (int t = 0; t < ol->n_tensors; t++) {
             const osdp_tensor_desc *td = &ol->tensor[t];
             if (td->tp_split == OSDP_TP_REPLICATED) continue;
-            const size_t lo = td->offset > seg.flat_lo ? td->offset : seg.flat_lo;
+            const size_t lo = td->offset > first ? td->offset : first;
             const size_t hi = td->offset + td->numel < end ? td->offset + td->numel : end;
-            if (lo < hi)
-                rt->backend->accumulate_sum(&in->sums[1], seg.state[OSDP_STATE_GRAD] + (lo - seg.flat_lo), hi - lo, 1);
+            if (lo < hi) rt->backend->accumulate_sum(&in->sums[1], grad + (lo - first), hi - lo, 1);
         }
     }
 }

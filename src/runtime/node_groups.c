@@ -1,5 +1,5 @@
-/* The hierarchical slices' two groups of a data group (osdp/runtime.h):
- * its ranks split by node, then by index inside the node. */
+/* The two groups of a data group that spans nodes (osdp/runtime.h): its
+ * ranks split by node, then by index inside the node. */
 #include "config.h"
 #include "osdp/runtime.h"
 
@@ -16,13 +16,15 @@ static osdp_status make_comm(MPI_Comm *group, int nccl, int local_device, osdp_c
     return osdp_comm_create_mpi(out, group);
 }
 
-osdp_status osdp_node_groups_create(const void *data_mpi_comm, int node, int nccl, int local_device,
-                                    osdp_comm *node_comm, osdp_comm *cross_comm)
+osdp_status osdp_node_groups_create(const void *data_mpi_comm, int node, int nccl, int local_device, int for_h,
+                                    osdp_comm *node_comm, osdp_comm *cross_comm, int *made)
 {
     const MPI_Comm data = *(const MPI_Comm *)data_mpi_comm;
-    int data_rank, node_rank, sizes[2];
+    int data_rank, data_size, node_rank, sizes[2];
     MPI_Comm by_node = MPI_COMM_NULL, by_index = MPI_COMM_NULL;
+    *made = 0;
     MPI_Comm_rank(data, &data_rank);
+    MPI_Comm_size(data, &data_size);
     /* colour: the node (the index in it); key: the data index, so both groups keep the data group's order */
     if (MPI_Comm_split(data, node, data_rank, &by_node) != MPI_SUCCESS)
         return osdp_error_set(OSDP_ERR_COMM, "node groups: MPI_Comm_split by node failed");
@@ -31,8 +33,10 @@ osdp_status osdp_node_groups_create(const void *data_mpi_comm, int node, int ncc
     sizes[1] = -sizes[0];
     /* every rank sees the same sizes: the same verdict everywhere */
     MPI_Allreduce(MPI_IN_PLACE, sizes, 2, MPI_INT, MPI_MAX, data);
-    if (sizes[0] != -sizes[1]) {
+    const int equal = sizes[0] == -sizes[1], spans = sizes[0] < data_size;
+    if (!(equal && (spans || for_h))) {   /* one node without h, or unequal nodes: the flat reduction */
         MPI_Comm_free(&by_node);
+        if (!for_h) return OSDP_OK;
         return osdp_error_set(OSDP_ERR_INPUT, "hierarchical sharding (h) needs as many ranks of each data-parallel "
                               "group on every node (here %d on one, %d on another): use equal nodes "
                               "(--ranks-per-node) or plan without h", sizes[0], -sizes[1]);
@@ -47,6 +51,7 @@ osdp_status osdp_node_groups_create(const void *data_mpi_comm, int node, int ncc
     if (s == OSDP_OK) {
         osdp_comm_set_level(node_comm, OSDP_LEVEL_NODE);
         osdp_comm_set_level(cross_comm, OSDP_LEVEL_CROSS);
+        *made = 1;
     }
     MPI_Comm_free(&by_node);   /* the backends made duplicates */
     if (by_index != MPI_COMM_NULL) MPI_Comm_free(&by_index);

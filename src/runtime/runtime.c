@@ -52,9 +52,8 @@ static osdp_status attach_tp_group(osdp_runtime *rt, const osdp_runtime_options 
     return OSDP_OK;
 }
 
-/* The hierarchical slices' two groups (osdp/runtime.h), checked against
- * the data group: node_ranks x nodes = N.  Without them the data group is
- * one node. */
+/* The data group's node groups (osdp/runtime.h), checked against the data
+ * group: node_ranks x nodes = N.  Without them the data group is one node. */
 static osdp_status attach_node_groups(osdp_runtime *rt, const osdp_plan *plan, const osdp_runtime_options *opt)
 {
     rt->node_rank = rt->rank;
@@ -77,6 +76,25 @@ static osdp_status attach_node_groups(osdp_runtime *rt, const osdp_plan *plan, c
     rt->node_ranks = rt->node_comm->size;
     rt->cross_rank = rt->cross_comm->rank;
     return OSDP_OK;
+}
+
+/* Node-first reduction (osdp/runtime.h): the rank (node n, index i) owns
+ * block i K + n of every flat slice, and the data group's all-gathers put
+ * each rank's part there.  Every rank's block, gathered once. */
+static osdp_status order_flat_blocks(osdp_runtime *rt)
+{
+    const int K = rt->cross_comm->size;
+    uint64_t mine = (uint64_t)rt->node_rank * (uint64_t)K + (uint64_t)rt->cross_rank;
+    uint64_t *all = malloc(sizeof *all * (size_t)rt->N);
+    int *block_of = malloc(sizeof *block_of * (size_t)rt->N);
+    osdp_status s = all && block_of ? OSDP_OK : osdp_error_set(OSDP_ERR_OOM, "runtime: out of host memory");
+    if (s == OSDP_OK) s = osdp_comm_all_gather(rt->comm, &mine, all, 1, OSDP_UINT64, NULL);
+    for (int r = 0; r < rt->N && s == OSDP_OK; r++) block_of[r] = (int)all[r];
+    if (s == OSDP_OK) s = osdp_comm_set_block_order(rt->comm, block_of);
+    rt->flat_block = (int)mine;
+    free(all);
+    free(block_of);
+    return s;
 }
 
 int osdp_rt_op_is_hierarchical(const osdp_runtime *rt, int op)
@@ -193,12 +211,16 @@ osdp_status osdp_runtime_create(osdp_runtime *rt, const osdp_layout *layout, con
     in->ops = calloc((size_t)layout->n_ops, sizeof *in->ops);
     if (!in->ops) return osdp_error_set(OSDP_ERR_OOM, "runtime: out of host memory");
     TRY(alloc_micro_slots(rt));
+    rt->flat_block = rt->rank;
+    if (osdp_rt_node_first(rt)) TRY(order_flat_blocks(rt));
     for (int i = 0; i < layout->n_ops; i++)
         for (int k = 0; k < in->sched.ops[i].n_slices; k++) {
             const osdp_sched_slice *ss = &in->sched.ops[i].slice[k];
             rt_slice *sl = &in->ops[i].slice[k];
-            sl->comm = ss->hierarchical && rt->node_comm ? rt->node_comm : rt->comm;
-            sl->flat_lo = ss->lo + (size_t)sl->comm->rank * osdp_sched_slice_shard_numel(ss);
+            const int hierarchical = ss->hierarchical && rt->node_comm;
+            sl->comm = hierarchical ? rt->node_comm : rt->comm;
+            const int block = hierarchical ? rt->node_rank : rt->flat_block;
+            sl->flat_lo = ss->lo + (size_t)block * osdp_sched_slice_shard_numel(ss);
         }
     in->cursor = 0;
     TRY(osdp_rt_execute(rt, in->sched.setup, in->sched.n_setup));
@@ -218,6 +240,7 @@ void osdp_runtime_destroy(osdp_runtime *rt)
     if (!in) return;
     if (in->ops && in->ops[rt->layout->n_ops - 1].acts) osdp_rt_release_all(rt);   /* the slots were made */
     if (in->sums) rt->backend->free(in->sums);
+    if (osdp_rt_node_first(rt)) (void)osdp_comm_set_block_order(rt->comm, NULL);   /* the caller's comm as it was */
     if (in->ops) free_micro_slots(in, rt->layout->n_ops);
     free(in->ops);
     osdp_schedule_free(&in->sched);

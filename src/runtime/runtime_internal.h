@@ -6,10 +6,10 @@
 #include "osdp/runtime.h"
 
 typedef struct rt_slice {
-    size_t flat_lo;         /* flat element of this rank's first: lo + rank * padded / N (the in-node
-                               rank and size for a hierarchical slice) */
-    osdp_comm *comm;        /* what gathers and reduce-scatters it: the data group, or the node's part
-                               of it for a hierarchical slice (whose sums then cross the nodes) */
+    size_t flat_lo;         /* flat element of this rank's first: lo + flat_block * padded / N (the
+                               in-node rank and size for a hierarchical slice) */
+    osdp_comm *comm;        /* what gathers it (and reduce-scatters it, when the data group is one
+                               node): the data group, or the node's part of it for a hierarchical slice */
     void *weights;          /* full working weights when present (weight dtype) */
     int pending;            /* a gather into them in flight */
     osdp_request gather;
@@ -69,5 +69,10 @@ void osdp_rt_release_all(osdp_runtime *rt);
 osdp_status osdp_rt_reduce_over_mesh(osdp_runtime *rt, double *sums, int n);
 /* has operator op a hierarchical slice? */
 int osdp_rt_op_is_hierarchical(const osdp_runtime *rt, int op);
+/* are the gradients reduced node-first (the data group spans nodes; osdp/runtime.h)? */
+static inline int osdp_rt_node_first(const osdp_runtime *rt)
+{
+    return rt->cross_comm && rt->cross_comm->size > 1;
+}
 
 #endif
