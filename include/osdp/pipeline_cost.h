@@ -42,7 +42,8 @@
  *   backward of m on s < P-1:   at max(free + c, backward of m on s+1 ended)
  * then a backward on s > 0 holds the stage c more (its send).
  * step = the time the last stage to finish is free.  For P = 1 it is the
- * stage's busy time.  Idle fraction (the bubble the simulation finds):
+ * stage's busy time.  (osdp_pipe_step_time then adds the step's scalar
+ * all-reduce, osdp_cost_step_sync_time, once: sync_s.)  Idle fraction (the bubble the simulation finds):
  * 1 - sum_s busy_s / (P step); with equal stages, no message time and no
  * per-step work it equals the closed form (P - 1) / (M + P - 1)
  * (osdp_pipe_bubble) for GPipe and 1F1B alike, and step = (M + P - 1)
