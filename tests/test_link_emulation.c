@@ -43,6 +43,13 @@ static void make_comm(osdp_comm *c, int colour)
     MPI_Comm_free(&group);
 }
 
+/* the communicator gone, and the emulation with it */
+static void end_comm(osdp_comm *c)
+{
+    osdp_comm_destroy(c);
+    osdp_comm_emulate(NULL);
+}
+
 START_TEST(test_groups_get_the_link)
 {
     const int r = world_rank();
@@ -122,8 +129,7 @@ START_TEST(test_collectives_take_the_link_time)
     ck_assert(full[osdp_comm_in_place_offset(&c, count)] == 4.0f * (float)(4 - r));
     free(shard);
     free(full);
-    osdp_comm_destroy(&c);
-    osdp_comm_emulate(NULL);
+    end_comm(&c);
 }
 END_TEST
 
@@ -161,8 +167,7 @@ START_TEST(test_calls_on_one_communicator_queue)
                   "floors %.6f s", took, 2 * floor_s);
     free(shard);
     free(full);
-    osdp_comm_destroy(&c);
-    osdp_comm_emulate(NULL);
+    end_comm(&c);
 }
 END_TEST
 
@@ -187,8 +192,7 @@ START_TEST(test_messages_across_nodes)
     ck_assert_msg(took >= floor_s, "message took %.6f s < the link's %.6f s", took, floor_s);
     if (r >= 2) ck_assert(buf[0] == (float)peer);
     free(buf);
-    osdp_comm_destroy(&c);
-    osdp_comm_emulate(NULL);
+    end_comm(&c);
 }
 END_TEST
 
