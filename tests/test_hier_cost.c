@@ -4,7 +4,8 @@
  * two levels are priced by their own figures (one node: exactly ZDP's
  * time), a flat slice on a group that spans nodes is reduced node-first
  * (in-node RS + cross RS), and a mesh offers the mode only when its data
- * group spans nodes of a two-level device. */
+ * group spans nodes of a two-level device; the step's scalar all-reduce
+ * at each mesh axis's level. */
 #include "config.h"
 
 #include <check.h>
@@ -200,6 +201,54 @@ START_TEST(test_hierarchy_for_mesh)
 }
 END_TEST
 
+/* the step's scalar all-reduce (16 bytes) over each mesh axis at its
+ * group's level: nothing on one rank; in-node figures for a group inside
+ * a node, the link's for one that crosses, [tp_all_reduce]'s for the
+ * tensor group; the same on the device as read and as
+ * osdp_cost_device_for_mesh gives it; and osdp_cost_step_time adds it to
+ * sum T_i */
+static double ring_all_reduce(const osdp_collective_cost *rs, const osdp_collective_cost *ag, int n)
+{
+    return (n - 1) * (rs->alpha + ag->alpha + 16.0 / n * (rs->beta + ag->beta)) + (rs->call + ag->call) / 2;
+}
+
+START_TEST(test_step_sync_per_level)
+{
+    osdp_device d = two_level_device();   /* 4 ranks per node */
+    d.internode.all_gather.call = 3e-6;
+    d.internode.reduce_scatter.call = 5e-6;
+    ck_assert(osdp_cost_step_sync_time(&d, 1, 1, 1) == 0);
+    const double in_node = ring_all_reduce(&d.reduce_scatter, &d.all_gather, 4);
+    const double across = ring_all_reduce(&d.internode.reduce_scatter, &d.internode.all_gather, 8);
+    ck_assert(fabs(osdp_cost_step_sync_time(&d, 1, 4, 1) - in_node) <= 1e-15);
+    ck_assert(fabs(osdp_cost_step_sync_time(&d, 1, 8, 1) - across) <= 1e-15 && across > 2 * in_node);
+    /* TP 2 x DP 2 x PP 2: the tensor and data groups inside a node, the pipeline (ranks r and r + 4) across */
+    const double mesh = ring_all_reduce(&d.tp_all_reduce, &d.tp_all_reduce, 2)
+                      + ring_all_reduce(&d.reduce_scatter, &d.all_gather, 2)
+                      + ring_all_reduce(&d.internode.reduce_scatter, &d.internode.all_gather, 2);
+    ck_assert(fabs(osdp_cost_step_sync_time(&d, 2, 2, 2) - mesh) <= 1e-15);
+    osdp_device level;
+    osdp_cost_device_for_mesh(&d, 1, 8, 1, &level);
+    ck_assert(osdp_cost_step_sync_time(&level, 1, 8, 1) == osdp_cost_step_sync_time(&d, 1, 8, 1));
+    osdp_layout L;
+    load_layout(&L, "tests/mpi/t_ic.ini", 0);
+    osdp_plan p;
+    ck_assert(osdp_plan_alloc(&p, L.n_ops) == OSDP_OK);
+    const osdp_cost_model cm = {.layout = &L, .dev = &level, .N = 8, .prefetch = 1, .kind = OSDP_COST_OVERLAP};
+    double ops = 0;
+    for (int i = 0; i < L.n_ops; i++) {
+        osdp_op_time t;
+        osdp_cost_plan_op_time(&cm, &p, i, 2, 1, &t);
+        ops += t.total;
+    }
+    const double step = osdp_cost_step_time(&cm, &p, 2, 1);
+    ck_assert_msg(fabs(step - (ops + across)) <= 1e-12 * step, "step %.12g s, ops %.12g s + sync %.12g s", step, ops,
+                  across);
+    osdp_plan_free(&p);
+    osdp_layout_free(&L);
+}
+END_TEST
+
 /* The exact search (and the DFS) with hierarchical slices offered returns
  * the optimum of its own cost model: every plan of DP / ZDP / h per
  * operator enumerated, at memory limits across the range of their peaks. */
@@ -276,7 +325,7 @@ END_TEST
 static Suite *hier_cost_suite(void)
 {
     const TTest *cost[] = {test_peak_equals_schedule, test_time_per_level, test_flat_slice_node_first,
-                           test_hierarchy_for_mesh, test_search_against_brute_force, NULL};
+                           test_hierarchy_for_mesh, test_step_sync_per_level, test_search_against_brute_force, NULL};
     const osdp_check_case cases[] = {{.name = "hier_cost", .tests = cost}};
     return osdp_check_suite("hier_cost", cases, sizeof cases / sizeof cases[0]);
 }

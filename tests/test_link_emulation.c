@@ -43,6 +43,13 @@ static void make_comm(osdp_comm *c, int colour)
     MPI_Comm_free(&group);
 }
 
+/* the communicator gone, and the emulation with it */
+static void end_comm(osdp_comm *c)
+{
+    osdp_comm_destroy(c);
+    osdp_comm_emulate(NULL);
+}
+
 START_TEST(test_groups_get_the_link)
 {
     const int r = world_rank();
@@ -122,8 +129,45 @@ START_TEST(test_collectives_take_the_link_time)
     ck_assert(full[osdp_comm_in_place_offset(&c, count)] == 4.0f * (float)(4 - r));
     free(shard);
     free(full);
-    osdp_comm_destroy(&c);
-    osdp_comm_emulate(NULL);
+    end_comm(&c);
+}
+END_TEST
+
+/* two calls in flight on one communicator share its link: the second's
+ * floor starts when the first's ends, so two back-to-back non-blocking
+ * all-gathers take at least the sum of their floors (each alone: one);
+ * a blocking call behind one in flight returns after both floors */
+START_TEST(test_calls_on_one_communicator_queue)
+{
+    osdp_comm c;
+    make_comm(&c, 0);
+    const osdp_link_emulation *e = osdp_comm_emulation();
+    const size_t count = 65536;
+    float *shard = malloc(2 * count * sizeof(float)), *full = malloc(2 * 4 * count * sizeof(float));
+    ck_assert(shard && full);
+    for (size_t i = 0; i < 2 * count; i++) shard[i] = (float)(world_rank() + 1);
+    const double floor_s = osdp_link_floor_seconds(e, OSDP_COLL_ALL_GATHER, 4, 4 * count * 4);
+    osdp_request first = {NULL}, second = {NULL};
+    MPI_Barrier(MPI_COMM_WORLD);
+    double t0 = osdp_now_seconds();
+    ck_assert(osdp_comm_all_gather(&c, shard, full, count, OSDP_FLOAT32, &first) == OSDP_OK);
+    ck_assert(osdp_comm_all_gather(&c, shard + count, full + 4 * count, count, OSDP_FLOAT32, &second) == OSDP_OK);
+    ck_assert(osdp_comm_wait(&c, &second) == OSDP_OK);   /* waited out of order: its floor is still the second */
+    double took = osdp_now_seconds() - t0;
+    ck_assert_msg(took >= 2 * floor_s, "two all-gathers in flight took %.6f s < the sum of their floors %.6f s", took,
+                  2 * floor_s);
+    ck_assert(osdp_comm_wait(&c, &first) == OSDP_OK);
+    for (int k = 0; k < 4; k++) ck_assert(full[4 * count + (size_t)k * count] == (float)(k + 1));
+    t0 = osdp_now_seconds();
+    ck_assert(osdp_comm_all_gather(&c, shard, full, count, OSDP_FLOAT32, &first) == OSDP_OK);
+    ck_assert(osdp_comm_all_gather(&c, shard, full + 4 * count, count, OSDP_FLOAT32, NULL) == OSDP_OK);
+    took = osdp_now_seconds() - t0;
+    ck_assert(osdp_comm_wait(&c, &first) == OSDP_OK);
+    ck_assert_msg(took >= 2 * floor_s, "a blocking all-gather behind one in flight returned after %.6f s < the two "
+                  "floors %.6f s", took, 2 * floor_s);
+    free(shard);
+    free(full);
+    end_comm(&c);
 }
 END_TEST
 
@@ -148,14 +192,14 @@ START_TEST(test_messages_across_nodes)
     ck_assert_msg(took >= floor_s, "message took %.6f s < the link's %.6f s", took, floor_s);
     if (r >= 2) ck_assert(buf[0] == (float)peer);
     free(buf);
-    osdp_comm_destroy(&c);
-    osdp_comm_emulate(NULL);
+    end_comm(&c);
 }
 END_TEST
 
 static Suite *link_suite(void)
 {
-    const TTest *link[] = {test_groups_get_the_link, test_collectives_take_the_link_time, test_messages_across_nodes, NULL};
+    const TTest *link[] = {test_groups_get_the_link, test_collectives_take_the_link_time, test_calls_on_one_communicator_queue,
+                            test_messages_across_nodes, NULL};
     const osdp_check_case cases[] = {{.name = "link", .tests = link}};
     return osdp_check_suite("link_emulation", cases, sizeof cases / sizeof cases[0]);
 }

@@ -99,7 +99,7 @@
  * (alpha_tp, beta_tp: the device's [tp_all_reduce]; the all-gather, a ring
  * of t-1 steps, is priced with them too.)  tp_size 1: tp_comm = 0 and T_i is
  * bit for bit what it was.
- * Step time = sum_i T_i.
+ * Step time = sum_i T_i + the step's scalar all-reduce (osdp_cost_step_sync_time).
  *
  * A pipeline stage (osdp/pipeline_cost.h; the layout then holds the stage's
  * operators alone).  The stage holds up to `in_flight` micro-batches
@@ -254,7 +254,21 @@ void osdp_cost_plan_op_time(const osdp_cost_model *cm, const osdp_plan *plan, in
  * hierarchical operator's terms from osdp_cost_op_mem_hier); *at_op
  * (may be NULL) gets the operator whose backward reaches it. */
 long long osdp_cost_peak(const osdp_cost_model *cm, const osdp_plan *plan, int b, int *at_op);
-/* Step time of `plan` (sum of T_i, i = 0..n-1 in order) */
+/* The step's scalar all-reduce: every step sums the loss and the gradient
+ * norm, 2 doubles, over each mesh axis in turn (osdp_rt_reduce_over_mesh:
+ * the data group, the tensor group, the pipeline), a blocking ring
+ * all-reduce of OSDP_COST_STEP_SYNC_BYTES each, at its group's level:
+ *   AR_n = (n-1)(alpha_rs + alpha_ag + S/n (beta_rs + beta_ag)) + (call_rs + call_ag) / 2
+ *   sync = AR_dp + AR_tp + AR_pp   (n <= 1: 0)
+ * with the in-node [reduce_scatter] / [all_gather] figures, or the
+ * [internode_*] ones when the group crosses nodes (osdp_cost_dp_spans_nodes,
+ * osdp_cost_pp_spans_nodes), and [tp_all_reduce]'s for the tensor group.  A
+ * microsecond term on a real network; over a slow link it is 2 (n-1) of the
+ * link's latencies per crossing axis.  One rank (N = T = P = 1): 0. */
+#define OSDP_COST_STEP_SYNC_BYTES (2 * sizeof(double))
+double osdp_cost_step_sync_time(const osdp_device *dev, int tp, int dp, int pp);
+/* Step time of `plan`: sum of T_i (i = 0..n-1 in order) + the step's scalar
+ * all-reduce (osdp_cost_step_sync_time over the data and tensor groups) */
 double osdp_cost_step_time(const osdp_cost_model *cm, const osdp_plan *plan, int b, int accum);
 
 #endif

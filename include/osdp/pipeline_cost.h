@@ -42,7 +42,8 @@
  *   backward of m on s < P-1:   at max(free + c, backward of m on s+1 ended)
  * then a backward on s > 0 holds the stage c more (its send).
  * step = the time the last stage to finish is free.  For P = 1 it is the
- * stage's busy time.  Idle fraction (the bubble the simulation finds):
+ * stage's busy time.  (osdp_pipe_step_time then adds the step's scalar
+ * all-reduce, osdp_cost_step_sync_time, once: sync_s.)  Idle fraction (the bubble the simulation finds):
  * 1 - sum_s busy_s / (P step); with equal stages, no message time and no
  * per-step work it equals the closed form (P - 1) / (M + P - 1)
  * (osdp_pipe_bubble) for GPipe and 1F1B alike, and step = (M + P - 1)
@@ -68,7 +69,9 @@ typedef struct osdp_pipe_stage_cost {
 typedef struct osdp_pipe_timing {
     int P, M;
     osdp_pipe_schedule schedule;
-    double step_s;                        /* the last pass's end */
+    double step_s;                        /* the last pass's end (+ sync_s: osdp_pipe_step_time) */
+    double sync_s;                        /* the step's scalar all-reduce after the passes (osdp_pipe_step_time;
+                                             osdp_pipe_simulate: 0); not in idle_fraction */
     double busy_s[OSDP_MAX_STAGES];       /* M (forward + backward) of each stage */
     double end_s[OSDP_MAX_STAGES];        /* when each stage is free after its last pass (and its send) */
     double idle_fraction;                 /* 1 - sum busy / (P step): the simulated bubble */
@@ -98,8 +101,11 @@ void osdp_pipe_stage_passes(const osdp_cost_model *cm, const osdp_plan *plan, in
 /* The step of a whole pipeline: stage_cm[s] and plans[s] (each over the
  * whole layout of cm's, of which stage s uses [bounds[s], bounds[s+1]))
  * give the stages' passes; the boundaries' messages come from the layout
- * and dev's [p2p].  P = 1: the stage's busy time, which is
- * osdp_cost_step_time of its plan up to rounding. */
+ * and dev's [p2p].  The simulated step, then the step's scalar all-reduce
+ * over the data group, the tensor group and the P stages
+ * (osdp_cost_step_sync_time of stage 0's device: every rank waits for the
+ * last stage's, so it adds to the step once).  P = 1: the stage's busy
+ * time + sync, which is osdp_cost_step_time of its plan up to rounding. */
 osdp_status osdp_pipe_step_time(const osdp_cost_model *const *stage_cm, const osdp_plan *const *plans, const int *bounds,
                                 int P, osdp_pipe_schedule schedule, int micro_batch, int accum, osdp_pipe_timing *out);
 

@@ -18,6 +18,7 @@ struct osdp_comm_link {
     int *node_of;              /* (size) the emulated node of each rank of the group */
     link_pending *pending;     /* non-blocking calls not yet waited, with the time their floor ends */
     int n_pending, cap_pending;
+    double busy_until;         /* when the floor of this rank's last call on the group ends: the next one's starts */
 };
 
 static osdp_link_emulation g_emulation;   /* ranks_per_node 0: none */
@@ -192,7 +193,11 @@ void osdp_comm_link_issued(osdp_comm *c, osdp_collective kind, size_t bytes, int
     struct osdp_comm_link *link = c->link;
     if (!link) return;
     if (peer >= 0 && link->node_of[peer] == link->node_of[c->rank]) return;   /* a message inside a node */
-    const double deadline = t0 + osdp_link_floor_seconds(osdp_comm_emulation(), kind, c->size, bytes);
+    /* the link carries one transfer at a time, and a communicator's calls run in their order (NCCL's one
+     * stream): this call's floor starts once the previous call's has ended */
+    const double start = t0 > link->busy_until ? t0 : link->busy_until;
+    const double deadline = start + osdp_link_floor_seconds(osdp_comm_emulation(), kind, c->size, bytes);
+    link->busy_until = deadline;
     if (!req || !req->impl) {   /* blocking: the operation is done */
         sleep_until(deadline);
         return;

@@ -344,6 +344,32 @@ long long osdp_cost_peak(const osdp_cost_model *cm_in, const osdp_plan *plan, in
     return base + best;
 }
 
+/* one ring all-reduce of `bytes` over n ranks: a reduce-scatter's ring steps
+ * and an all-gather's, in one call (its per-call cost once: the mean of
+ * the two kinds', as [tp_all_reduce]'s default is their mean) */
+static double all_reduce_time(const osdp_collective_cost *rs, const osdp_collective_cost *ag, int n, double bytes)
+{
+    if (n <= 1) return 0;
+    return (n - 1) * (rs->alpha + ag->alpha + bytes / n * (rs->beta + ag->beta)) + 0.5 * (rs->call + ag->call);
+}
+
+double osdp_cost_step_sync_time(const osdp_device *dev, int tp, int dp, int pp)
+{
+    const double bytes = OSDP_COST_STEP_SYNC_BYTES;
+    const int two_levels = dev->internode.given;
+    /* the data group's and the pipeline's at the inter-node figures when they cross nodes, else the node's
+     * (osdp_cost_device_for_mesh overwrites the in-node all-gather only when a data group spans nodes, which
+     * then reads the inter-node one) */
+    const int dp_across = two_levels && osdp_cost_dp_spans_nodes(dev->ranks_per_node, tp, dp, pp);
+    const int pp_across = two_levels && osdp_cost_pp_spans_nodes(dev->ranks_per_node, tp, dp, pp);
+    double t = dp_across ? all_reduce_time(&dev->internode.reduce_scatter, &dev->internode.all_gather, dp, bytes)
+                         : all_reduce_time(&dev->reduce_scatter, &dev->all_gather, dp, bytes);
+    t += all_reduce_time(&dev->tp_all_reduce, &dev->tp_all_reduce, tp, bytes);   /* inside a node */
+    t += pp_across ? all_reduce_time(&dev->internode.reduce_scatter, &dev->internode.all_gather, pp, bytes)
+                   : all_reduce_time(&dev->reduce_scatter, &dev->all_gather, pp, bytes);
+    return t;
+}
+
 double osdp_cost_step_time(const osdp_cost_model *cm_in, const osdp_plan *plan, int b, int accum)
 {
     osdp_cost_model with_plan = *cm_in, *cm = &with_plan;
@@ -354,7 +380,8 @@ double osdp_cost_step_time(const osdp_cost_model *cm_in, const osdp_plan *plan, 
         osdp_cost_plan_op_time(cm, plan, i, b, accum, &ot);
         t += ot.total;
     }
-    return t;
+    const int tp = cm->layout->tp_size > 0 ? cm->layout->tp_size : 1;
+    return t + osdp_cost_step_sync_time(cm->dev, tp, cm->N, 1);
 }
 
 /* ---- the two-level network: which level prices the data-parallel group ---- */

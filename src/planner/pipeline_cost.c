@@ -136,7 +136,13 @@ osdp_status osdp_pipe_step_time(const osdp_cost_model *const *stage_cm, const os
                                                 (double)osdp_pipe_boundary_bytes(stage_cm[s]->layout, bounds[s + 1], micro_batch));
         }
     }
-    return osdp_pipe_simulate(schedule, P, accum, stage, message, out);
+    osdp_status status = osdp_pipe_simulate(schedule, P, accum, stage, message, out);
+    if (status != OSDP_OK) return status;
+    /* after the last pass, every rank's scalar all-reduce over its data group, tensor group and the pipeline */
+    const int tp = stage_cm[0]->layout->tp_size > 0 ? stage_cm[0]->layout->tp_size : 1;
+    out->sync_s = osdp_cost_step_sync_time(stage_cm[0]->dev, tp, stage_cm[0]->N, P);
+    out->step_s += out->sync_s;
+    return OSDP_OK;
 }
 
 osdp_layout osdp_pipe_stage_layout(const osdp_layout *whole, int lo, int hi)

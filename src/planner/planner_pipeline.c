@@ -134,7 +134,9 @@ static osdp_status plan_stages(const osdp_device *dev, const osdp_planner_option
                                   "flight): %s", s, P, st->lo, st->hi, c->layout.op[st->lo].name,
                                   c->layout.op[st->hi - 1].name, st->in_flight, why);
         }
-        st->busy_s = st->result.step_s;
+        /* its operators' T_i: the stage plan's step less the scalar all-reduce that osdp_cost_step_time adds
+         * (the pipeline's step adds it once, after the passes) */
+        st->busy_s = st->result.step_s - osdp_cost_step_sync_time(dev, c->tp_size, c->dp_size, 1);
         st->replicated_bytes = replicated;
         st->p2p_bytes = osdp_pipe_stage_p2p_bytes(&c->layout, c->bounds, P, s, b, M);
     }
