@@ -684,10 +684,14 @@ START_TEST(test_nd_small) /* DFS completes: exact and DFS must agree */
 }
 END_TEST
 
+/* Beyond the DFS: it times out, and its incumbent must not beat the optimum.
+ * 1 s, not more: on both instances the incumbent after 0.1 s, 1 s and 10 s
+ * (22 M to 2.7 G nodes) was the same plan, 0.05% and 0.1% above the optimum,
+ * so a longer search only costs the suite time. */
 START_TEST(test_nd96)
 {
-    compare_large(96, 5, 8e9, 10);
-    compare_large(96, 2, 16e9, 10);
+    compare_large(96, 5, 8e9, 1);
+    compare_large(96, 2, 16e9, 1);
 }
 END_TEST
 
