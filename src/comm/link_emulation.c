@@ -194,11 +194,18 @@ void osdp_comm_link_issued(osdp_comm *c, osdp_collective kind, size_t bytes, int
     if (!link) return;
     if (peer >= 0 && link->node_of[peer] == link->node_of[c->rank]) return;   /* a message inside a node */
     /* the link carries one transfer at a time, and a communicator's calls run in their order (NCCL's one
-     * stream): this call's floor starts once the previous call's has ended */
-    const double start = t0 > link->busy_until ? t0 : link->busy_until;
+     * stream): this call's floor starts once the previous call's has ended.  A blocking call has
+     * completed here, so every rank it waits for has entered it: on a network its transfer starts only
+     * then (a rank that enters a collective early waits for the last, then for the link), so its floor
+     * starts now, not at this rank's own entry (t0): else the rank that arrives first would spend its
+     * floor waiting and leave as soon as the last rank enters.  Non-blocking calls keep t0: when they
+     * completed is known only at their wait. */
+    const int blocking = !req || !req->impl;
+    const double entered = blocking ? osdp_now_seconds() : t0;
+    const double start = entered > link->busy_until ? entered : link->busy_until;
     const double deadline = start + osdp_link_floor_seconds(osdp_comm_emulation(), kind, c->size, bytes);
     link->busy_until = deadline;
-    if (!req || !req->impl) {   /* blocking: the operation is done */
+    if (blocking) {
         sleep_until(deadline);
         return;
     }
