@@ -219,12 +219,6 @@ void osdp_cost_op_time(const osdp_cost_model *cm, int op, int g, int k, int b, i
     osdp_cost_op_time_rc(cm, op, g, k, cm->recompute && cm->recompute[op], b, accum, out);
 }
 
-/* a ring's all-gather or reduce-scatter of S bytes over n ranks (osdp_collective_time) */
-static double ring_time(const osdp_collective_cost *c, double n, double S)
-{
-    return osdp_collective_time(c, n, S);
-}
-
 /* The levels of the cost model's data group when it spans nodes of equal
  * shares on a two-level device (its gradients then reduced node-first,
  * osdp/runtime.h); 0 otherwise.  Only their reduce-scatter figures are
@@ -241,9 +235,10 @@ static int data_levels(const osdp_cost_model *cm, osdp_cost_hierarchy *out)
  * cross RS over the N / R nodes of each rank's G / R */
 static double reduce_scatter_time(const osdp_cost_model *cm, const osdp_cost_hierarchy *h, double G)
 {
-    if (!h) return ring_time(&cm->dev->reduce_scatter, cm->N, G);
+    if (!h) return osdp_collective_time(&cm->dev->reduce_scatter, cm->N, G);
     const double R = h->node_ranks;
-    return ring_time(&h->node_reduce_scatter, R, G) + ring_time(&h->cross_reduce_scatter, cm->N / R, G / R);
+    return osdp_collective_time(&h->node_reduce_scatter, R, G)
+         + osdp_collective_time(&h->cross_reduce_scatter, cm->N / R, G / R);
 }
 
 void osdp_cost_op_time_rc(const osdp_cost_model *cm, int op, int g, int k, int rc, int b, int accum, osdp_op_time *out)
@@ -267,7 +262,7 @@ void osdp_cost_op_time_rc(const osdp_cost_model *cm, int op, int g, int k, int r
     const osdp_cost_hierarchy *node_first = data_levels(cm, &levels) ? &levels : NULL;
     for (int s = 0; s < g; s++) {
         double S = (double)p[s] * (double)d->param_bytes, G = (double)p[s] * (double)d->grad_bytes;
-        double ag = ring_time(&d->all_gather, N, S);
+        double ag = osdp_collective_time(&d->all_gather, N, S);
         double rs = reduce_scatter_time(cm, node_first, G);
         out->comm += s < k ? (rc ? 3 : 2) * A * ag + A * rs : ag + A * rs;
     }
@@ -292,8 +287,8 @@ void osdp_cost_op_time_hier(const osdp_cost_model *cm, int op, int rc, int b, in
     /* the optimizer step on a shard of P / R instead of P / N */
     out->compute += p / R * d->step_shard_param - p / cm->N * d->step_shard_param;
     /* the flat slice's node-first reduction, then the cross all-gather that completes the node's block */
-    const double ag = ring_time(&h->node_all_gather, R, S), rs = reduce_scatter_time(cm, h, G);
-    const double cross_ag = ring_time(&h->cross_all_gather, nodes, G / R);
+    const double ag = osdp_collective_time(&h->node_all_gather, R, S), rs = reduce_scatter_time(cm, h, G);
+    const double cross_ag = osdp_collective_time(&h->cross_all_gather, nodes, G / R);
     out->comm = (rc ? 3 : 2) * A * ag + A * (rs + cross_ag);
     if (cm->kind == OSDP_COST_OVERLAP && cm->prefetch)
         out->total = out->compute > out->comm ? out->compute : out->comm;
