@@ -171,6 +171,37 @@ START_TEST(test_calls_on_one_communicator_queue)
 }
 END_TEST
 
+/* collectives on two communicators share the rank's link too: an
+ * all-gather in flight on one (a prefetch) and a blocking one on the other
+ * (the node-first reduction's cross stage) take at least the sum */
+START_TEST(test_collectives_on_two_communicators_queue)
+{
+    osdp_comm first_comm, second_comm;
+    make_comm(&first_comm, 0);
+    make_comm(&second_comm, 0);
+    const osdp_link_emulation *e = osdp_comm_emulation();
+    const size_t count = 65536;
+    float *shard = malloc(count * sizeof(float)), *full = malloc(2 * 4 * count * sizeof(float));
+    ck_assert(shard && full);
+    for (size_t i = 0; i < count; i++) shard[i] = (float)(world_rank() + 1);
+    const double floor_s = osdp_link_floor_seconds(e, OSDP_COLL_ALL_GATHER, 4, 4 * count * 4);
+    osdp_request in_flight = {NULL};
+    MPI_Barrier(MPI_COMM_WORLD);
+    const double t0 = osdp_now_seconds();
+    ck_assert(osdp_comm_all_gather(&first_comm, shard, full, count, OSDP_FLOAT32, &in_flight) == OSDP_OK);
+    ck_assert(osdp_comm_all_gather(&second_comm, shard, full + 4 * count, count, OSDP_FLOAT32, NULL) == OSDP_OK);
+    const double took = osdp_now_seconds() - t0;
+    ck_assert(osdp_comm_wait(&first_comm, &in_flight) == OSDP_OK);
+    ck_assert_msg(took >= 2 * floor_s, "a blocking all-gather behind one in flight on another communicator returned "
+                  "after %.6f s < the two floors %.6f s", took, 2 * floor_s);
+    for (int k = 0; k < 4; k++) ck_assert(full[4 * count + (size_t)k * count] == (float)(k + 1));
+    free(shard);
+    free(full);
+    osdp_comm_destroy(&first_comm);
+    end_comm(&second_comm);
+}
+END_TEST
+
 /* a message from node 0 to node 1 waits out the link on both ends; one
  * inside a node has no floor to wait (its link entry is never consulted) */
 START_TEST(test_messages_across_nodes)
@@ -199,7 +230,7 @@ END_TEST
 static Suite *link_suite(void)
 {
     const TTest *link[] = {test_groups_get_the_link, test_collectives_take_the_link_time, test_calls_on_one_communicator_queue,
-                            test_messages_across_nodes, NULL};
+                            test_collectives_on_two_communicators_queue, test_messages_across_nodes, NULL};
     const osdp_check_case cases[] = {{.name = "link", .tests = link}};
     return osdp_check_suite("link_emulation", cases, sizeof cases / sizeof cases[0]);
 }

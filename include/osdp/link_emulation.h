@@ -21,17 +21,21 @@
  * (src/comm/link_emulation.c) times each call from its start on this rank
  * and, once the real operation has completed (a blocking call's return, or
  * osdp_comm_wait of a non-blocking one), sleeps out what remains of the
- * floor: the measured time is max(real, floor).  The floors of one
- * communicator's calls queue, blocking and non-blocking alike: a call's
- * floor starts when the previous call's floor on the same communicator ends,
- *   deadline = max(t0, the previous deadline) + floor,
- * as one link carries one transfer at a time and NCCL runs a communicator's
- * calls on one stream, one after the other (the cost model prices them in
- * sequence).  A message inside a node has no floor and does not queue; on
- * two emulated nodes a rank's messages that cross the link on one
- * communicator all go one way (the pipeline's forward communicator: sends
- * to the next stage or receives from the previous one), so they queue as a
- * link direction's transfers do. */
+ * floor: the measured time is max(real, floor).  A rank's floors queue,
+ * blocking and non-blocking alike: a call's floor starts when the previous
+ * one's ends,
+ *   deadline = max(start, the previous deadline) + floor,
+ * as one link carries one transfer at a time (the cost model prices them in
+ * sequence).  Collectives queue across all of the rank's communicators: a
+ * ring uses both directions of the link, so a data group's prefetched
+ * all-gather and the node-first reduction's cross reduce-scatter, on two
+ * communicators, share it.  Messages queue per communicator: on two
+ * emulated nodes a rank's messages that cross the link on one communicator
+ * all go one way (the pipeline's forward communicator: sends to the next
+ * stage or receives from the previous one), and the link carries both
+ * directions at once.  A message inside a node has no floor and does not
+ * queue.  start is when a blocking call completed (every rank it waits for
+ * has entered it) and a non-blocking call's issue. */
 #ifndef OSDP_LINK_EMULATION_H
 #define OSDP_LINK_EMULATION_H
 

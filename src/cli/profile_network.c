@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 int osdp_profile_cmp_double(const void *a, const void *b)
 {
@@ -22,8 +23,9 @@ int osdp_profile_cmp_double(const void *a, const void *b)
 
 typedef enum collective_kind { COLL_ALL_GATHER, COLL_REDUCE_SCATTER, COLL_ALL_REDUCE } collective_kind;
 
-/* median over reps of the slowest rank of the world (every group at once) */
-static osdp_status time_collective(osdp_comm *comm, collective_kind kind, size_t total_bytes, int reps, double *out)
+/* median over reps of the slowest rank of `slowest_over` (every group of it at once) */
+static osdp_status time_collective_on(osdp_comm *comm, MPI_Comm slowest_over, collective_kind kind, size_t total_bytes,
+                                      int reps, double *out)
 {
     int N = comm->size;
     size_t count = total_bytes / sizeof(float) / (size_t)N;
@@ -44,13 +46,55 @@ static osdp_status time_collective(osdp_comm *comm, collective_kind kind, size_t
           : kind == COLL_ALL_GATHER ? osdp_comm_all_gather(comm, shard, full, count, OSDP_FLOAT32, NULL)
                                     : osdp_comm_all_reduce(comm, full, count * (size_t)N, OSDP_FLOAT32, NULL);
         double mine = osdp_now_seconds() - t0;
-        MPI_Allreduce(&mine, &t[r], 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+        MPI_Allreduce(&mine, &t[r], 1, MPI_DOUBLE, MPI_MAX, slowest_over);
     }
     qsort(t + 1, (size_t)reps, sizeof *t, osdp_profile_cmp_double);
     *out = t[1 + reps / 2];
     free(full);
     free(shard);
     return s;
+}
+
+/* The world waits here without spinning: a rank idle while another node
+ * measures must leave this machine's cores to it */
+static void wait_for_world_idle(void)
+{
+    MPI_Request req;
+    MPI_Ibarrier(MPI_COMM_WORLD, &req);
+    for (int done = 0; !done;) {
+        MPI_Test(&req, &done, MPI_STATUS_IGNORE);
+        if (!done) nanosleep(&(struct timespec){0, 200000}, NULL);
+    }
+}
+
+/* A collective over groups that each sit inside one node.  Real nodes, or
+ * one node: every group at once, the slowest rank of the world.  Emulated
+ * nodes share this machine's cores where real ones each have their own: the
+ * nodes take turns (the others idle, sleeping), each node's median is its
+ * slowest rank's, and the figure is the slowest node's, as on separate
+ * machines.  node_comm: the world's ranks on this rank's node. */
+static osdp_status time_collective_in_nodes(const osdp_world *world, MPI_Comm node_comm, osdp_comm *comm,
+                                            collective_kind kind, size_t total_bytes, int reps, double *out)
+{
+    if (!world->emulated || world->n_nodes <= 1)
+        return time_collective_on(comm, MPI_COMM_WORLD, kind, total_bytes, reps, out);
+    osdp_status s = OSDP_OK;
+    double mine = 0;
+    for (int turn = 0; turn < world->n_nodes; turn++) {   /* every rank takes every turn, failed or not */
+        if (turn == world->node) s = time_collective_on(comm, node_comm, kind, total_bytes, reps, &mine);
+        wait_for_world_idle();
+    }
+    MPI_Allreduce(&mine, out, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    int failed = s != OSDP_OK, any_failed = 0;   /* every rank leaves with one verdict: the next turns stay paired */
+    MPI_Allreduce(&failed, &any_failed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    if (any_failed && s == OSDP_OK) s = osdp_error_set(OSDP_ERR_COMM, "profile: a collective failed on another node");
+    return s;
+}
+
+/* median over reps of the slowest rank of the world (every group at once) */
+static osdp_status time_collective(osdp_comm *comm, collective_kind kind, size_t total_bytes, int reps, double *out)
+{
+    return time_collective_on(comm, MPI_COMM_WORLD, kind, total_bytes, reps, out);
 }
 
 /* The tensor-parallel group's all-reduce: for every T > 1 that divides the
@@ -72,27 +116,39 @@ osdp_status osdp_profile_tp_all_reduce(const osdp_world *world, int only_tp, siz
     double x1[8 * N_SIZES], x2[8 * N_SIZES], y[8 * N_SIZES];
     int n = 0, len = 0;
     osdp_device_default_tp_all_reduce(dev);
-    len += snprintf(note + len, note_size - (size_t)len, "tp_all_reduce: blocking fp32 all-reduce over groups of T consecutive ranks,\n"
-                    "all groups at once, median of %d runs of the slowest rank; T =", reps);
+    len += snprintf(note + len, note_size - (size_t)len,
+                    "tp_all_reduce: blocking fp32 all-reduce over groups of T consecutive ranks,\n%s, median of %d runs "
+                    "of the slowest rank; T =",
+                    world->emulated && world->n_nodes > 1 ? "the emulated nodes in turn (a node's groups at once, the "
+                                                            "slowest node)" : "all groups at once", reps);
     for (int T = 2; T <= N && T <= world->node_size; T++) {
         if (N % T != 0 || n + N_SIZES > max_points || (only_tp > 1 && T != only_tp)) continue;
-        MPI_Comm group;
+        MPI_Comm group, node_comm;
         MPI_Comm_split(MPI_COMM_WORLD, world->rank / T, world->rank, &group);
+        MPI_Comm_split(MPI_COMM_WORLD, world->node, world->rank, &node_comm);
         osdp_comm comm;
         osdp_status s = osdp_comm_create_mpi(&comm, &group);
         MPI_Comm_free(&group);
-        if (s != OSDP_OK) return s;
+        if (s != OSDP_OK) {
+            MPI_Comm_free(&node_comm);
+            return s;
+        }
+        /* groups inside the nodes (T divides the node): emulated nodes take turns */
+        const int in_nodes = world->node_size % T == 0;
         if (world->rank == 0) printf("  all-reduce T=%-3d", T);
         for (int i = 0; i < N_SIZES && s == OSDP_OK; i++, n++) {
             double at = 4096.0 * pow((double)top / 4096.0, (double)i / (N_SIZES - 1));
             size_t bytes = ((size_t)at + 4 * (size_t)T - 1) / (4 * (size_t)T) * (4 * (size_t)T);
-            s = time_collective(&comm, COLL_ALL_REDUCE, bytes, bytes > (8u << 20) ? (reps + 1) / 2 : reps, &y[n]);
+            const int n_reps = bytes > (8u << 20) ? (reps + 1) / 2 : reps;
+            s = in_nodes ? time_collective_in_nodes(world, node_comm, &comm, COLL_ALL_REDUCE, bytes, n_reps, &y[n])
+                         : time_collective(&comm, COLL_ALL_REDUCE, bytes, n_reps, &y[n]);
             x1[n] = 2.0 * (T - 1);
             x2[n] = 2.0 * (T - 1) / T * (double)bytes;
             if (world->rank == 0) printf(" %6.0fKiB:%8.3fms", (double)bytes / 1024, 1e3 * y[n]);
         }
         if (world->rank == 0) printf("\n");
         osdp_comm_destroy(&comm);
+        MPI_Comm_free(&node_comm);
         if (s != OSDP_OK) return s;
         len += snprintf(note + len, note_size - (size_t)len, " %d", T);
     }
@@ -121,6 +177,33 @@ osdp_status osdp_profile_tp_all_reduce(const osdp_world *world, int only_tp, siz
     return OSDP_OK;
 }
 
+/* Half the round trip of a ping-pong of `count` floats between the ranks
+ * of `comm` paired (2i, 2i+1) (with an odd size the last rank waits):
+ * the median over reps of the slowest pair of `slowest_over`. */
+static osdp_status time_ping_pong(osdp_comm *comm, MPI_Comm slowest_over, float *buf, size_t count, int reps,
+                                  double *out)
+{
+    const int peer = comm->rank ^ 1, paired = peer < comm->size, first = !(comm->rank & 1);
+    double t[OSDP_PROFILE_MAX_REPS + 1];
+    osdp_status s = OSDP_OK;
+    for (int r = 0; r <= reps && s == OSDP_OK; r++) {   /* r = 0: warm-up */
+        MPI_Barrier(slowest_over);
+        const double t0 = osdp_now_seconds();
+        if (paired && first) {
+            s = osdp_comm_send(comm, buf, count, OSDP_FLOAT32, peer, NULL);
+            if (s == OSDP_OK) s = osdp_comm_recv(comm, buf, count, OSDP_FLOAT32, peer, NULL);
+        } else if (paired) {
+            s = osdp_comm_recv(comm, buf, count, OSDP_FLOAT32, peer, NULL);
+            if (s == OSDP_OK) s = osdp_comm_send(comm, buf, count, OSDP_FLOAT32, peer, NULL);
+        }
+        const double mine = (osdp_now_seconds() - t0) / 2;
+        MPI_Allreduce(&mine, &t[r], 1, MPI_DOUBLE, MPI_MAX, slowest_over);
+    }
+    qsort(t + 1, (size_t)reps, sizeof *t, osdp_profile_cmp_double);
+    *out = t[1 + reps / 2];
+    return s;
+}
+
 /* A point-to-point message (the pipeline's, between stages): the ranks
  * of `comm` paired (2i, 2i+1), every pair of every such communicator at
  * once (as every stage boundary of a pipeline sends at once; with an odd
@@ -130,43 +213,46 @@ osdp_status osdp_profile_tp_all_reduce(const osdp_world *world, int only_tp, siz
  * pair; a least-squares line t = alpha + beta S (relative errors) gives
  * alpha (a negative intercept: 0, the slope through the origin) and beta
  * into *out, or *fallback when the times do not grow with size.  `section`
- * names the figures ("p2p", "internode_p2p").  Collective over the world;
- * appends to note. */
-static osdp_status profile_p2p(const osdp_world *world, osdp_comm *comm, const char *section, size_t top, int reps,
-                               const osdp_collective_cost *fallback, osdp_collective_cost *out, char *note,
-                               size_t note_size)
+ * names the figures ("p2p", "internode_p2p").  n_turns > 0 (emulated
+ * nodes, which share this machine's cores where real ones do not): the
+ * communicators take turns, this rank's in turn `turn`, the others idle,
+ * and each size's figure is the slowest turn's.  Collective over the
+ * world; appends to note. */
+static osdp_status profile_p2p(const osdp_world *world, osdp_comm *comm, int turn, int n_turns, const char *section,
+                               size_t top, int reps, const osdp_collective_cost *fallback, osdp_collective_cost *out,
+                               char *note, size_t note_size)
 {
-    const int peer = comm->rank ^ 1, paired = peer < comm->size, first = !(comm->rank & 1);
     float *buf = malloc(top);
     if (!buf) return osdp_error_set(OSDP_ERR_OOM, "profile: out of host memory for a %zu-byte message", top);
     for (size_t i = 0; i < top / sizeof(float); i++) buf[i] = (float)(i % 11);
+    MPI_Comm turn_comm = MPI_COMM_NULL;
+    if (n_turns > 0) MPI_Comm_split(MPI_COMM_WORLD, turn, world->rank, &turn_comm);
     double one_step[N_SIZES], x[N_SIZES], y[N_SIZES];
     osdp_status s = OSDP_OK;
     if (world->rank == 0) printf("  %-13s", section);
     for (int i = 0; i < N_SIZES && s == OSDP_OK; i++) {
         const double at = 4096.0 * pow((double)top / 4096.0, (double)i / (N_SIZES - 1));
-        const size_t count = (size_t)at / sizeof(float), r_reps = count * sizeof(float) > (8u << 20) ? (reps + 1) / 2 : reps;
-        double t[OSDP_PROFILE_MAX_REPS + 1];
-        for (size_t r = 0; r <= r_reps && s == OSDP_OK; r++) {   /* r = 0: warm-up */
-            MPI_Barrier(MPI_COMM_WORLD);
-            const double t0 = osdp_now_seconds();
-            if (paired && first) {
-                s = osdp_comm_send(comm, buf, count, OSDP_FLOAT32, peer, NULL);
-                if (s == OSDP_OK) s = osdp_comm_recv(comm, buf, count, OSDP_FLOAT32, peer, NULL);
-            } else if (paired) {
-                s = osdp_comm_recv(comm, buf, count, OSDP_FLOAT32, peer, NULL);
-                if (s == OSDP_OK) s = osdp_comm_send(comm, buf, count, OSDP_FLOAT32, peer, NULL);
+        const size_t count = (size_t)at / sizeof(float);
+        const int r_reps = count * sizeof(float) > (8u << 20) ? (reps + 1) / 2 : reps;
+        if (n_turns > 0) {
+            double mine = 0;
+            for (int t = 0; t < n_turns; t++) {   /* every rank takes every turn, failed or not */
+                if (t == turn) s = time_ping_pong(comm, turn_comm, buf, count, r_reps, &mine);
+                wait_for_world_idle();
             }
-            const double mine = (osdp_now_seconds() - t0) / 2;
-            MPI_Allreduce(&mine, &t[r], 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+            MPI_Allreduce(&mine, &y[i], 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+            int failed = s != OSDP_OK, any_failed = 0;
+            MPI_Allreduce(&failed, &any_failed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+            if (any_failed && s == OSDP_OK) s = osdp_error_set(OSDP_ERR_COMM, "profile: a message failed on other ranks");
+        } else {
+            s = time_ping_pong(comm, MPI_COMM_WORLD, buf, count, r_reps, &y[i]);
         }
-        qsort(t + 1, r_reps, sizeof *t, osdp_profile_cmp_double);
         one_step[i] = 1;   /* a message: t = alpha + S beta */
         x[i] = (double)(count * sizeof(float));
-        y[i] = t[1 + r_reps / 2];
         if (world->rank == 0) printf(" %6.0fKiB:%8.3fms", x[i] / 1024, 1e3 * y[i]);
     }
     free(buf);
+    if (turn_comm != MPI_COMM_NULL) MPI_Comm_free(&turn_comm);
     if (world->rank == 0) printf("\n");
     if (s != OSDP_OK) return s;
     const size_t len = strlen(note);
@@ -185,10 +271,11 @@ static osdp_status profile_p2p(const osdp_world *world, osdp_comm *comm, const c
     if (world->rank == 0)
         printf("  %-13s  fit: alpha %.3e s, beta %.3e s/B (%.2f GB/s), R^2 %.5f\n", section, f.alpha, f.beta,
                1e-9 / f.beta, r2);
-    snprintf(note + len, note_size - len, "%s: ping-pong of ranks (2i, 2i+1) of %s, every pair at once, half the "
+    snprintf(note + len, note_size - len, "%s: ping-pong of ranks (2i, 2i+1) of %s, %s, half the "
              "round trip,\nmedian of %d runs of the slowest pair, sizes 4 KiB to %.1f MiB; fit t = alpha + beta S: "
              "alpha %.3e s, beta %.3e s/B (%.2f GB/s), R^2 %.5f\n", section,
-             strcmp(section, "p2p") == 0 ? "each node" : "the ranks of equal index on the nodes", reps,
+             strcmp(section, "p2p") == 0 ? "each node" : "the ranks of equal index on the nodes",
+             n_turns > 0 ? "the pairs of the emulated nodes in turn" : "every pair at once", reps,
              (double)top / 1048576.0, f.alpha, f.beta, 1e-9 / f.beta, r2);
     return OSDP_OK;
 }
@@ -196,13 +283,14 @@ static osdp_status profile_p2p(const osdp_world *world, osdp_comm *comm, const c
 /* call, alpha and beta of the all-gather and the reduce-scatter
  * (osdp/collective_fit.h) measured over each of the n_groups
  * communicators in turn (every group of the world that the split made at
- * once, the slowest rank), at total sizes S geometric from 4 KiB to `top`,
+ * once, the slowest rank; groups inside the nodes, node_comm not
+ * MPI_COMM_NULL: time_collective_in_nodes), at total sizes S geometric from 4 KiB to `top`,
  * into *ag and *rs; one fit through every group's points, with a per-call
  * term when the groups have more than one size (on one size, call and
  * alpha are one constant: alpha takes it).  `level` names them in the
  * output.  Collective over the world; appends to note. */
-static osdp_status profile_collectives(const osdp_world *world, osdp_comm *const *groups, int n_groups, const char *level,
-                                       size_t top, int reps, osdp_collective_cost *ag, osdp_collective_cost *rs,
+static osdp_status profile_collectives(const osdp_world *world, osdp_comm *const *groups, int n_groups,
+                                       MPI_Comm node_comm, const char *level, size_t top, int reps, osdp_collective_cost *ag, osdp_collective_cost *rs,
                                        char *note, size_t note_size)
 {
     enum { MAX_GROUPS = 2 };
@@ -221,8 +309,11 @@ static osdp_status profile_collectives(const osdp_world *world, osdp_comm *const
                 /* geometric from 4 KiB to `top`: the model's operator sizes */
                 double at = 4096.0 * pow((double)top / 4096.0, (double)i / (N_SIZES - 1));
                 size_t bytes = ((size_t)at + 4 * (size_t)N - 1) / (4 * (size_t)N) * (4 * (size_t)N);
-                osdp_status s = time_collective(groups[g], coll ? COLL_REDUCE_SCATTER : COLL_ALL_GATHER, bytes,
-                                                bytes > (8u << 20) ? (reps + 1) / 2 : reps, &y[n]);
+                const collective_kind kind = coll ? COLL_REDUCE_SCATTER : COLL_ALL_GATHER;
+                const int n_reps = bytes > (8u << 20) ? (reps + 1) / 2 : reps;
+                osdp_status s = node_comm != MPI_COMM_NULL
+                                    ? time_collective_in_nodes(world, node_comm, groups[g], kind, bytes, n_reps, &y[n])
+                                    : time_collective(groups[g], kind, bytes, n_reps, &y[n]);
                 if (s != OSDP_OK) return s;
                 steps[n] = N - 1;
                 step_bytes[n] = (double)(N - 1) / N * (double)bytes;
@@ -250,15 +341,17 @@ static osdp_status profile_collectives(const osdp_world *world, osdp_comm *const
 /* The network's two levels, and [p2p] at each.  One node (real or
  * emulated): [all_gather] and [reduce_scatter] over all ranks, as ever,
  * [p2p] over pairs of them.  More than one node: [all_gather] /
- * [reduce_scatter] and [p2p] over the ranks of each node (every node at
- * once); [internode_all_gather] / [internode_reduce_scatter] over two
+ * [reduce_scatter] over the ranks of each node (every real node at once,
+ * emulated nodes in turn: time_collective_in_nodes) and [p2p] over pairs
+ * of them (every real node at once, emulated nodes in turn); [internode_all_gather] / [internode_reduce_scatter] over two
  * group sizes that span nodes, the ranks of equal index on their nodes
  * (one per node: each ring step crosses the link; every such group at
  * once) and the whole world, fitted together so that a call's once-only
  * cost (`call`) and a ring step's (alpha) come apart: a ring of n ranks
  * across the link is priced call + (n-1)(alpha + S/n beta) at any n, not
  * (n-1) times what one 2-rank call costs; [internode_p2p] a ping-pong of
- * pairs of ranks of equal index on two nodes.  Nodes of one rank each:
+ * pairs of ranks of equal index on two nodes (emulated: one node index at
+ * a time).  Nodes of one rank each:
  * every group spans nodes, so both levels get the world's figures.
  * `stream`: the p2p messages' largest size.  Collective over the world;
  * appends to note. */
@@ -266,37 +359,42 @@ void osdp_profile_levels(const osdp_world *world, osdp_comm *all, size_t top, si
                            char *note, size_t note_size)
 {
     if (world->n_nodes <= 1 || world->node_size <= 1) {
-        osdp_check_all(profile_collectives(world, &all, 1, "", top, reps, &dev->all_gather, &dev->reduce_scatter, note,
-                                           note_size));
-        osdp_check_all(profile_p2p(world, all, "p2p", stream, reps, &dev->all_gather, &dev->p2p, note, note_size));
+        osdp_check_all(profile_collectives(world, &all, 1, MPI_COMM_NULL, "", top, reps, &dev->all_gather,
+                                           &dev->reduce_scatter, note, note_size));
+        osdp_check_all(profile_p2p(world, all, 0, 0, "p2p", stream, reps, &dev->all_gather, &dev->p2p, note, note_size));
         if (world->n_nodes > 1) osdp_device_set_link(dev, world->node_size, &dev->all_gather);
         return;
     }
     size_t len = strlen(note);
     snprintf(note + len, note_size - len,
-             "Two levels (%s%s%d nodes x %d ranks): in-node figures over the ranks of each node, inter-node\n"
+             "Two levels (%s%s%d nodes x %d ranks): in-node figures over the ranks of each node%s, inter-node\n"
              "figures over the ranks of equal index on their nodes and over all %d ranks (call: once per call, alpha:\n"
              "per ring step, fitted together: t = call + (n-1) alpha + (n-1)/n beta S).\n",
              world->emulated ? world->emulation : "nodes from MPI_COMM_TYPE_SHARED", world->emulated ? "; " : ": ",
-             world->n_nodes, world->node_size, world->size);
+             world->n_nodes, world->node_size,
+             world->emulated ? "\n(the emulated nodes in turn, the others idle: real nodes do not share cores)" : "",
+             world->size);
     MPI_Comm node_group, across_group;
     MPI_Comm_split(MPI_COMM_WORLD, world->node, world->rank, &node_group);
     MPI_Comm_split(MPI_COMM_WORLD, world->node_rank, world->rank, &across_group);
     osdp_comm in_node, across;
     osdp_check_all(osdp_comm_create_mpi(&in_node, &node_group));
     osdp_check_all(osdp_comm_create_mpi(&across, &across_group));
-    MPI_Comm_free(&node_group);
     MPI_Comm_free(&across_group);
     osdp_comm *in_node_groups[1] = {&in_node}, *spanning[2] = {&across, all};
-    osdp_check_all(profile_collectives(world, in_node_groups, 1, "", top, reps, &dev->all_gather, &dev->reduce_scatter,
-                                       note, note_size));
-    osdp_check_all(profile_collectives(world, spanning, 2, world->emulated ? "emulated internode " : "internode ", top,
+    osdp_check_all(profile_collectives(world, in_node_groups, 1, node_group, "", top, reps, &dev->all_gather,
+                                       &dev->reduce_scatter, note, note_size));
+    MPI_Comm_free(&node_group);
+    osdp_check_all(profile_collectives(world, spanning, 2, MPI_COMM_NULL, world->emulated ? "emulated internode " : "internode ", top,
                                        reps, &dev->internode.all_gather, &dev->internode.reduce_scatter, note, note_size));
-    osdp_check_all(profile_p2p(world, &in_node, "p2p", stream, reps, &dev->all_gather, &dev->p2p, note, note_size));
+    /* emulated nodes take turns: one node's pairs at a time; across, one pair of nodes' ranks of equal index */
+    const int turns = world->emulated;
+    osdp_check_all(profile_p2p(world, &in_node, world->node, turns ? world->n_nodes : 0, "p2p", stream, reps,
+                               &dev->all_gather, &dev->p2p, note, note_size));
     const osdp_collective_cost ring_step = {.alpha = dev->internode.all_gather.alpha,
                                             .beta = dev->internode.all_gather.beta};
-    osdp_check_all(profile_p2p(world, &across, "internode_p2p", stream, reps, &ring_step, &dev->internode.p2p, note,
-                               note_size));
+    osdp_check_all(profile_p2p(world, &across, world->node_rank, turns ? world->node_size : 0, "internode_p2p", stream,
+                               reps, &ring_step, &dev->internode.p2p, note, note_size));
     dev->internode.given = 1;
     osdp_comm_destroy(&in_node);
     osdp_comm_destroy(&across);

@@ -18,15 +18,20 @@ struct osdp_comm_link {
     int *node_of;              /* (size) the emulated node of each rank of the group */
     link_pending *pending;     /* non-blocking calls not yet waited, with the time their floor ends */
     int n_pending, cap_pending;
-    double busy_until;         /* when the floor of this rank's last call on the group ends: the next one's starts */
+    double busy_until;         /* when the floor of this rank's last message on the group ends: the next one's starts */
 };
 
 static osdp_link_emulation g_emulation;   /* ranks_per_node 0: none */
+/* when the floor of this rank's last collective over the link ends, whatever its communicator: a ring uses
+ * both directions of the rank's link, so two collectives at once (a data group's prefetched all-gather and
+ * the node-first reduction's cross reduce-scatter) share it and take the sum, as the cost model prices them */
+static double g_collectives_busy_until;
 
 void osdp_comm_emulate(const osdp_link_emulation *e)
 {
     if (e) g_emulation = *e;
     else memset(&g_emulation, 0, sizeof g_emulation);
+    g_collectives_busy_until = 0;
 }
 
 const osdp_link_emulation *osdp_comm_emulation(void)
@@ -193,8 +198,10 @@ void osdp_comm_link_issued(osdp_comm *c, osdp_collective kind, size_t bytes, int
     struct osdp_comm_link *link = c->link;
     if (!link) return;
     if (peer >= 0 && link->node_of[peer] == link->node_of[c->rank]) return;   /* a message inside a node */
-    /* the link carries one transfer at a time, and a communicator's calls run in their order (NCCL's one
-     * stream): this call's floor starts once the previous call's has ended.  A blocking call has
+    /* the link carries one transfer at a time: this call's floor starts once the previous one's has ended,
+     * the previous collective's on any communicator for a collective, the previous message's on this
+     * communicator for a message (a pipeline communicator's messages all go one way, and the link carries
+     * both ways at once).  A blocking call has
      * completed here, so every rank it waits for has entered it: on a network its transfer starts only
      * then (a rank that enters a collective early waits for the last, then for the link), so its floor
      * starts now, not at this rank's own entry (t0): else the rank that arrives first would spend its
@@ -202,9 +209,10 @@ void osdp_comm_link_issued(osdp_comm *c, osdp_collective kind, size_t bytes, int
      * completed is known only at their wait. */
     const int blocking = !req || !req->impl;
     const double entered = blocking ? osdp_now_seconds() : t0;
-    const double start = entered > link->busy_until ? entered : link->busy_until;
+    double *busy_until = kind == OSDP_COLL_P2P ? &link->busy_until : &g_collectives_busy_until;
+    const double start = entered > *busy_until ? entered : *busy_until;
     const double deadline = start + osdp_link_floor_seconds(osdp_comm_emulation(), kind, c->size, bytes);
-    link->busy_until = deadline;
+    *busy_until = deadline;
     if (blocking) {
         sleep_until(deadline);
         return;
