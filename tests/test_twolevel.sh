@@ -71,6 +71,14 @@ if [ $rc = 0 ]; then
        awk -v ib="$ib" -v b="$b" 'BEGIN {exit !(ib > 2 * b && ib > 0.5 / 20e6 && ib < 2 / 20e6)}'; then
         ok "profile as 2 emulated nodes: in-node and [internode_*] figures, ranks_per_node 2; inter-node beta $ib s/B (the link's 5e-08 within 2x, above the in-node $b)"
     else bad "profile's two levels (internode beta '$ib', in-node '$b')" "$WORK/two.ini"; fi
+    # emulated nodes share the cores: the in-node figures and the ping-pongs are timed a node (a node index) at
+    # a time, so a message across is the link's 100 us plus a wake-up, not a scheduler tick (2-4 ms) behind
+    # ranks spinning on the same core
+    pa=$(val "$WORK/two.ini" internode_p2p alpha)
+    if grep -q "the emulated nodes in turn" "$WORK/two.ini" && grep -q "internode_p2p: .*the pairs of the emulated nodes in turn" "$WORK/two.ini" &&
+       [ -n "$pa" ] && awk -v a="$pa" 'BEGIN {exit !(a >= 0.9e-4 && a < 2.5e-3)}'; then
+        ok "profile times the emulated nodes in turn: [internode_p2p] alpha $pa s (the link's 1e-4, under a scheduler tick)"
+    else bad "the emulated nodes in turn ([internode_p2p] alpha '$pa')" "$WORK/two.ini"; fi
     if "$BIN" plan --model "$M" --device "$WORK/two.ini" --ranks 4 > "$WORK/plan_two.out" 2>&1 &&
        grep -q "data-parallel groups (TP 1 x DP 4) span nodes, priced at the inter-node figures" "$WORK/plan_two.out"; then
         ok "plan with the profiled two-level file: the 4-rank data-parallel group priced at the inter-node figures"

@@ -67,6 +67,19 @@ static void wait_for_world_idle(void)
     }
 }
 
+/* After every rank's turn: the slowest turn's figure into *out, and one
+ * verdict for every rank (a failure on one node fails all: the next turns
+ * stay paired).  `what` names the failed thing for the ranks that did not
+ * see it fail. */
+static osdp_status slowest_turn(osdp_status s, double mine, double *out, const char *what)
+{
+    MPI_Allreduce(&mine, out, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    int failed = s != OSDP_OK, any_failed = 0;
+    MPI_Allreduce(&failed, &any_failed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    if (any_failed && s == OSDP_OK) s = osdp_error_set(OSDP_ERR_COMM, "profile: %s failed on other ranks", what);
+    return s;
+}
+
 /* A collective over groups that each sit inside one node.  Real nodes, or
  * one node: every group at once, the slowest rank of the world.  Emulated
  * nodes share this machine's cores where real ones each have their own: the
@@ -84,11 +97,7 @@ static osdp_status time_collective_in_nodes(const osdp_world *world, MPI_Comm no
         if (turn == world->node) s = time_collective_on(comm, node_comm, kind, total_bytes, reps, &mine);
         wait_for_world_idle();
     }
-    MPI_Allreduce(&mine, out, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-    int failed = s != OSDP_OK, any_failed = 0;   /* every rank leaves with one verdict: the next turns stay paired */
-    MPI_Allreduce(&failed, &any_failed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-    if (any_failed && s == OSDP_OK) s = osdp_error_set(OSDP_ERR_COMM, "profile: a collective failed on another node");
-    return s;
+    return slowest_turn(s, mine, out, "a collective");
 }
 
 /* median over reps of the slowest rank of the world (every group at once) */
@@ -240,10 +249,7 @@ static osdp_status profile_p2p(const osdp_world *world, osdp_comm *comm, int tur
                 if (t == turn) s = time_ping_pong(comm, turn_comm, buf, count, r_reps, &mine);
                 wait_for_world_idle();
             }
-            MPI_Allreduce(&mine, &y[i], 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-            int failed = s != OSDP_OK, any_failed = 0;
-            MPI_Allreduce(&failed, &any_failed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-            if (any_failed && s == OSDP_OK) s = osdp_error_set(OSDP_ERR_COMM, "profile: a message failed on other ranks");
+            s = slowest_turn(s, mine, &y[i], "a message");
         } else {
             s = time_ping_pong(comm, MPI_COMM_WORLD, buf, count, r_reps, &y[i]);
         }
