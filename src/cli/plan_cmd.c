@@ -314,22 +314,32 @@ void osdp_plan_load_inputs(const osdp_job *job, osdp_planner_options *o, osdp_mo
     if ((s = network_from_job(job, (int)job->ranks, dev)) != OSDP_OK) osdp_fatal(s, osdp_error_message());
 }
 
-/* "network: ..." — which level prices the data-parallel group (a device with two levels), and
- * whether plan mode h is offered (hier) */
+/* "alpha A s beta B s/B", with "call C s, " before it when the figure has a per-call term */
+static const char *format_collective(const osdp_collective_cost *c, char *buf, size_t n)
+{
+    char call[48] = "";
+    if (c->call > 0) snprintf(call, sizeof call, "call %.3g s, ", c->call);
+    snprintf(buf, n, "%salpha %.3g s beta %.3g s/B", call, c->alpha, c->beta);
+    return buf;
+}
+
+/* "network: ..." — which level prices the data-parallel group's all-gather and reduce-scatter (a device
+ * with two levels), and whether plan mode h is offered (hier) */
 static void print_network(const osdp_device *dev, int n_ranks, int tp, int dp, const osdp_cost_hierarchy *hier,
                           int withheld)
 {
     const int spans = osdp_cost_dp_spans_nodes(dev->ranks_per_node, tp, dp, 1);
     const osdp_collective_cost *ag = spans ? &dev->internode.all_gather : &dev->all_gather;
-    char h[128] = "";
+    const osdp_collective_cost *rs = spans ? &dev->internode.reduce_scatter : &dev->reduce_scatter;
+    char h[128] = "", ag_text[96], rs_text[96];
     if (hier) snprintf(h, sizeof h, "; plan mode h offered (sharded over a group's %d ranks on each node)", hier->node_ranks);
     else if (spans) snprintf(h, sizeof h, "; plan mode h not offered (%s)", withheld ? "--no-hierarchical"
                              : "the nodes do not hold equal parts of every data-parallel group");
-    printf("network: %d ranks on nodes of %d; the data-parallel groups (TP %d x DP %d) %s: all-gather alpha %.3g s "
-           "beta %.3g s/B%s\n",
+    printf("network: %d ranks on nodes of %d; the data-parallel groups (TP %d x DP %d) %s: all-gather %s, "
+           "reduce-scatter %s%s\n",
            n_ranks, dev->ranks_per_node, tp, dp, spans ? "span nodes, priced at the inter-node figures"
                                                        : "sit inside a node, priced at the in-node figures",
-           ag->alpha, ag->beta, h);
+           format_collective(ag, ag_text, sizeof ag_text), format_collective(rs, rs_text, sizeof rs_text), h);
 }
 
 int osdp_cmd_plan(const osdp_job *job)
