@@ -7,7 +7,10 @@
 #      was pending, and end the job (MPI_Abort) — every rank gone, the
 #      launcher's status non-zero, within BOUND seconds of the stop;
 #   2. is killed (SIGKILL): the job must end within BOUND seconds with a
-#      non-zero status and a message (the launcher's, or the timeout's).
+#      non-zero status and a message (the launcher's, or the timeout's);
+#   3. (tests/test_agree) arrives late at the ranks' agreement on a status,
+#      the host-side all-reduce after every step: a stop landing between the
+#      step's last collective and it must time out there too, not hang.
 # Without the timeout the first case waits until the job's time limit.
 # Run by `make check` (OSDP_BUILDDIR, OSDP_SRCDIR, MPIEXEC set); runs serially.
 set -u
@@ -77,4 +80,9 @@ hang_case() {
 
 hang_case stop STOP
 hang_case kill KILL
+
+if OSDP_COMM_TIMEOUT_S=1 "$MPIEXEC" -n 4 "$BUILD/tests/test_agree" > "$WORK/agree.out" 2>&1 &&
+   [ "$(grep -c '^100%' "$WORK/agree.out")" = 4 ]; then
+    ok "agreement: every rank gets the lowest failing rank's status; a peer 3 s late makes the others give up after the 1 s timeout with a message naming the agreement"
+else bad "the ranks' agreement with a late peer" "$WORK/agree.out"; fi
 summary test_hang

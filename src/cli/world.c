@@ -121,6 +121,7 @@ void osdp_check_all(osdp_status s)
     if (s == OSDP_ERR_COMM) osdp_fatal(s, osdp_error_message());   /* a peer is gone or stuck: no agreement */
     s = osdp_status_agree(s, MPI_COMM_WORLD);
     if (s == OSDP_OK) return;
+    if (s == OSDP_ERR_COMM) osdp_fatal(s, osdp_error_message());   /* the agreement itself timed out: a peer hangs */
     int rank;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     if (rank == 0) {   /* the lowest failing rank's message, named when it is not rank 0 */
