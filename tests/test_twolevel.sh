@@ -103,4 +103,14 @@ else bad "plan --nodes (flat '$f', 2 nodes '$n' h off, '$h' h on)" "$WORK/nodes.
 if ! "$BIN" plan --model "$M" --device "$DEV" --ranks 16 --nodes 3 > "$WORK/nodes3.out" 2>&1 &&
    grep -q -- "--nodes 3 does not divide the 16 ranks" "$WORK/nodes3.out"; then ok "plan --nodes 3 of 16 ranks refused, naming --nodes"
 else bad "plan --nodes 3" "$WORK/nodes3.out"; fi
+# -- 6. a device file profiled on nodes of 2, trained on one real node of 4 ranks (no emulation): the planner
+#    prices this job's nodes, as the runtime reduces over them (one node: no cross-node level, no mode h)
+sed 's/^ranks_per_node = 8$/ranks_per_node = 2/' "$SRC/input/devices/a100_80gb_ib.ini" > "$WORK/nodes_of_2.ini"
+if "$MPIEXEC" -n 4 "$BIN" train --model "$M" --device "$WORK/nodes_of_2.ini" --plan auto --steps 1 --threads 1 \
+       > "$WORK/real_nodes.out" 2>&1 &&
+   grep -q "profiled on nodes of 2 ranks; this job's nodes hold 4: its data groups are priced at the levels of this job's nodes" "$WORK/real_nodes.out" &&
+   grep -qE '^  (embed|attn|mlp|head)[.0-9]* +(dp|zdp) ' "$WORK/real_nodes.out" &&
+   ! grep -qE '^  (embed|attn|mlp|head)[.0-9]* +h ' "$WORK/real_nodes.out"; then
+    ok "train --plan auto on one real node of 4 with a file profiled on nodes of 2: said, priced at this job's node (no operator h)"
+else bad "a device file's node size against the job's real nodes" "$WORK/real_nodes.out"; fi
 summary "two-level network"

@@ -159,6 +159,19 @@ static osdp_status resolve_setup(const osdp_job *job, const osdp_ckpt_info *resu
  * it also answers what-if questions such as the paper's fp16 setting).  The
  * runtime gathers weights of --precision, and holds and reduces gradients
  * and activations in fp32 (osdp/runtime.h). */
+/* The job's ranks per node, real (MPI_COMM_TYPE_SHARED) or emulated, when every node holds as many; 0 when
+ * they differ.  Set once by osdp_cmd_train: the planner prices the nodes the runtime reduces over, not the
+ * node size the device file was profiled on. */
+static int job_node_size, job_quiet;
+
+static void job_node_size_set(const osdp_world *world, int quiet)
+{
+    job_quiet = quiet;
+    int sizes[2] = {world->node_size, -world->node_size};
+    MPI_Allreduce(MPI_IN_PLACE, sizes, 2, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    job_node_size = sizes[0] == -sizes[1] ? sizes[0] : 0;
+}
+
 static osdp_status device_load_for_runtime(osdp_device *dev, const char *path, osdp_dtype weights)
 {
     osdp_status s = osdp_device_load(dev, path);
@@ -166,6 +179,18 @@ static osdp_status device_load_for_runtime(osdp_device *dev, const char *path, o
         dev->param_bytes = (int)osdp_dtype_size(weights);
         dev->grad_bytes = dev->act_bytes = (int)sizeof(float);
         osdp_emulation_to_device(osdp_comm_emulation(), dev);   /* --ranks-per-node / --emulate-link: the run's network */
+        int rank, size;
+        MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+        MPI_Comm_size(MPI_COMM_WORLD, &size);
+        /* two levels in the file, and more than one node in its view or the job's: the nodes decide the price */
+        if (dev->internode.given && job_node_size > 0 && dev->ranks_per_node != job_node_size &&
+            (size > job_node_size || size > dev->ranks_per_node)) {
+            static int said;   /* once per run, by rank 0 */
+            if (rank == 0 && !job_quiet && !said++)
+                printf("device %s: profiled on nodes of %d ranks; this job's nodes hold %d: its data groups are priced "
+                       "at the levels of this job's nodes\n", path, dev->ranks_per_node, job_node_size);
+            dev->ranks_per_node = job_node_size;
+        }
     }
     return s;
 }
@@ -485,6 +510,7 @@ int osdp_cmd_train(const osdp_job *job)
     osdp_status s;
     osdp_world_init(&world, (int)job->threads);
     osdp_world_emulate(&world, job->ranks_per_node, job->emulate_link, job->quiet);
+    job_node_size_set(&world, (int)job->quiet);
     osdp_check_all(check_train_options(job));
     /* the mesh before anything counts ranks: the batch geometry and the plan
      * are the data-parallel group's */
