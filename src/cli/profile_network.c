@@ -80,16 +80,18 @@ static osdp_status slowest_turn(osdp_status s, double mine, double *out, const c
     return s;
 }
 
-/* A collective over groups that each sit inside one node.  Real nodes, or
- * one node: every group at once, the slowest rank of the world.  Emulated
- * nodes share this machine's cores where real ones each have their own: the
- * nodes take turns (the others idle, sleeping), each node's median is its
- * slowest rank's, and the figure is the slowest node's, as on separate
- * machines.  node_comm: the world's ranks on this rank's node. */
-static osdp_status time_collective_in_nodes(const osdp_world *world, MPI_Comm node_comm, osdp_comm *comm,
-                                            collective_kind kind, size_t total_bytes, int reps, double *out)
+/* Median over reps of the slowest rank of a collective over `comm`.
+ * node_comm MPI_COMM_NULL (groups that span nodes), real nodes, or one
+ * node: every group of the world at once, the slowest rank of the world.
+ * Groups that each sit inside one emulated node (node_comm: the world's
+ * ranks on this rank's node): emulated nodes share this machine's cores
+ * where real ones each have their own, so the nodes take turns (the others
+ * idle, sleeping), each node's median is its slowest rank's, and the
+ * figure is the slowest node's, as on separate machines. */
+static osdp_status time_collective(const osdp_world *world, MPI_Comm node_comm, osdp_comm *comm, collective_kind kind,
+                                   size_t total_bytes, int reps, double *out)
 {
-    if (!world->emulated || world->n_nodes <= 1)
+    if (node_comm == MPI_COMM_NULL || !world->emulated || world->n_nodes <= 1)
         return time_collective_on(comm, MPI_COMM_WORLD, kind, total_bytes, reps, out);
     osdp_status s = OSDP_OK;
     double mine = 0;
@@ -98,12 +100,6 @@ static osdp_status time_collective_in_nodes(const osdp_world *world, MPI_Comm no
         wait_for_world_idle();
     }
     return slowest_turn(s, mine, out, "a collective");
-}
-
-/* median over reps of the slowest rank of the world (every group at once) */
-static osdp_status time_collective(osdp_comm *comm, collective_kind kind, size_t total_bytes, int reps, double *out)
-{
-    return time_collective_on(comm, MPI_COMM_WORLD, kind, total_bytes, reps, out);
 }
 
 /* The tensor-parallel group's all-reduce: for every T > 1 that divides the
@@ -130,11 +126,12 @@ osdp_status osdp_profile_tp_all_reduce(const osdp_world *world, int only_tp, siz
                     "of the slowest rank; T =",
                     world->emulated && world->n_nodes > 1 ? "the emulated nodes in turn (a node's groups at once, the "
                                                             "slowest node)" : "all groups at once", reps);
+    MPI_Comm node_comm;   /* the ranks of this rank's node: emulated nodes take turns */
+    MPI_Comm_split(MPI_COMM_WORLD, world->node, world->rank, &node_comm);
     for (int T = 2; T <= N && T <= world->node_size; T++) {
         if (N % T != 0 || n + N_SIZES > max_points || (only_tp > 1 && T != only_tp)) continue;
-        MPI_Comm group, node_comm;
+        MPI_Comm group;
         MPI_Comm_split(MPI_COMM_WORLD, world->rank / T, world->rank, &group);
-        MPI_Comm_split(MPI_COMM_WORLD, world->node, world->rank, &node_comm);
         osdp_comm comm;
         osdp_status s = osdp_comm_create_mpi(&comm, &group);
         MPI_Comm_free(&group);
@@ -142,25 +139,27 @@ osdp_status osdp_profile_tp_all_reduce(const osdp_world *world, int only_tp, siz
             MPI_Comm_free(&node_comm);
             return s;
         }
-        /* groups inside the nodes (T divides the node): emulated nodes take turns */
-        const int in_nodes = world->node_size % T == 0;
+        /* groups inside the nodes when T divides the node */
+        const MPI_Comm turns = world->node_size % T == 0 ? node_comm : MPI_COMM_NULL;
         if (world->rank == 0) printf("  all-reduce T=%-3d", T);
         for (int i = 0; i < N_SIZES && s == OSDP_OK; i++, n++) {
             double at = 4096.0 * pow((double)top / 4096.0, (double)i / (N_SIZES - 1));
             size_t bytes = ((size_t)at + 4 * (size_t)T - 1) / (4 * (size_t)T) * (4 * (size_t)T);
             const int n_reps = bytes > (8u << 20) ? (reps + 1) / 2 : reps;
-            s = in_nodes ? time_collective_in_nodes(world, node_comm, &comm, COLL_ALL_REDUCE, bytes, n_reps, &y[n])
-                         : time_collective(&comm, COLL_ALL_REDUCE, bytes, n_reps, &y[n]);
+            s = time_collective(world, turns, &comm, COLL_ALL_REDUCE, bytes, n_reps, &y[n]);
             x1[n] = 2.0 * (T - 1);
             x2[n] = 2.0 * (T - 1) / T * (double)bytes;
             if (world->rank == 0) printf(" %6.0fKiB:%8.3fms", (double)bytes / 1024, 1e3 * y[n]);
         }
         if (world->rank == 0) printf("\n");
         osdp_comm_destroy(&comm);
-        MPI_Comm_free(&node_comm);
-        if (s != OSDP_OK) return s;
+        if (s != OSDP_OK) {
+            MPI_Comm_free(&node_comm);
+            return s;
+        }
         len += snprintf(note + len, note_size - (size_t)len, " %d", T);
     }
+    MPI_Comm_free(&node_comm);
     if (n == 0) {
         snprintf(note + len, note_size - (size_t)len, " none (no T > 1 divides the ranks inside a node): the mean of the "
                  "all-gather's and reduce-scatter's figures\n");
@@ -290,7 +289,7 @@ static osdp_status profile_p2p(const osdp_world *world, osdp_comm *comm, int tur
  * (osdp/collective_fit.h) measured over each of the n_groups
  * communicators in turn (every group of the world that the split made at
  * once, the slowest rank; groups inside the nodes, node_comm not
- * MPI_COMM_NULL: time_collective_in_nodes), at total sizes S geometric from 4 KiB to `top`,
+ * MPI_COMM_NULL: time_collective), at total sizes S geometric from 4 KiB to `top`,
  * into *ag and *rs; one fit through every group's points, with a per-call
  * term when the groups have more than one size (on one size, call and
  * alpha are one constant: alpha takes it).  `level` names them in the
@@ -317,9 +316,7 @@ static osdp_status profile_collectives(const osdp_world *world, osdp_comm *const
                 size_t bytes = ((size_t)at + 4 * (size_t)N - 1) / (4 * (size_t)N) * (4 * (size_t)N);
                 const collective_kind kind = coll ? COLL_REDUCE_SCATTER : COLL_ALL_GATHER;
                 const int n_reps = bytes > (8u << 20) ? (reps + 1) / 2 : reps;
-                osdp_status s = node_comm != MPI_COMM_NULL
-                                    ? time_collective_in_nodes(world, node_comm, groups[g], kind, bytes, n_reps, &y[n])
-                                    : time_collective(groups[g], kind, bytes, n_reps, &y[n]);
+                osdp_status s = time_collective(world, node_comm, groups[g], kind, bytes, n_reps, &y[n]);
                 if (s != OSDP_OK) return s;
                 steps[n] = N - 1;
                 step_bytes[n] = (double)(N - 1) / N * (double)bytes;
@@ -348,7 +345,7 @@ static osdp_status profile_collectives(const osdp_world *world, osdp_comm *const
  * emulated): [all_gather] and [reduce_scatter] over all ranks, as ever,
  * [p2p] over pairs of them.  More than one node: [all_gather] /
  * [reduce_scatter] over the ranks of each node (every real node at once,
- * emulated nodes in turn: time_collective_in_nodes) and [p2p] over pairs
+ * emulated nodes in turn: time_collective) and [p2p] over pairs
  * of them (every real node at once, emulated nodes in turn); [internode_all_gather] / [internode_reduce_scatter] over two
  * group sizes that span nodes, the ranks of equal index on their nodes
  * (one per node: each ring step crosses the link; every such group at

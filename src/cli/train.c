@@ -154,11 +154,6 @@ static osdp_status resolve_setup(const osdp_job *job, const osdp_ckpt_info *resu
     return OSDP_OK;
 }
 
-/* The device file for planning a run of this binary: the plan must count the
- * runtime's element sizes whatever the file gives (`plan` keeps the file's:
- * it also answers what-if questions such as the paper's fp16 setting).  The
- * runtime gathers weights of --precision, and holds and reduces gradients
- * and activations in fp32 (osdp/runtime.h). */
 /* The job's ranks per node, real (MPI_COMM_TYPE_SHARED) or emulated, when every node holds as many; 0 when
  * they differ.  Set once by osdp_cmd_train: the planner prices the nodes the runtime reduces over, not the
  * node size the device file was profiled on. */
@@ -172,6 +167,12 @@ static void job_node_size_set(const osdp_world *world, int quiet)
     job_node_size = sizes[0] == -sizes[1] ? sizes[0] : 0;
 }
 
+/* The device file for planning a run of this binary: the plan must count the
+ * runtime's element sizes whatever the file gives (`plan` keeps the file's:
+ * it also answers what-if questions such as the paper's fp16 setting).  The
+ * runtime gathers weights of --precision, and holds and reduces gradients
+ * and activations in fp32 (osdp/runtime.h).  A two-level file is priced at
+ * the job's nodes (job_node_size). */
 static osdp_status device_load_for_runtime(osdp_device *dev, const char *path, osdp_dtype weights)
 {
     osdp_status s = osdp_device_load(dev, path);
