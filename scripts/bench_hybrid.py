@@ -159,11 +159,19 @@ def run(cmd, log):
     return log_summary(log)
 
 
+def launcher(args, ranks):
+    """mpiexec for RANKS ranks, each bound to one core (round robin: rank i on core i mod cores), the profile
+    and every run alike: more ranks than cores, left to the scheduler, move between cores mid-run, and a
+    pipeline stage whose ranks land on one core computes at half speed (steps of a run jumped between two
+    levels 60% apart)"""
+    return [args.mpiexec] + (["-bind-to", args.bind] if args.bind != "none" else []) + ["-n", str(ranks)]
+
+
 def profile(args, ranks, options, out):
     """osdp_gpt profile on RANKS ranks x 1 thread; a fit that a disturbed measurement spoilt (times that do
     not grow with size: the profiler refuses them) is measured once more with 3x the repetitions"""
     for reps in (args.reps, 3 * args.reps):
-        done = subprocess.run([args.mpiexec, "-n", str(ranks), args.bin, "profile", "--model", args.model, "--threads",
+        done = subprocess.run(launcher(args, ranks) + [args.bin, "profile", "--model", args.model, "--threads",
                                "1", "--reps", str(reps), "--out", out] + options, capture_output=True, text=True)
         if done.returncode == 0:
             return
@@ -176,7 +184,7 @@ def emulated(args, ranks, out):
     """one rank count: the link chosen from the measured in-node bandwidth, the profiled two-level
     device file, the six systems planned, run ROUNDS times interleaved, measured against predicted"""
     rpn = ranks // 2
-    mpi = [args.mpiexec, "-n", str(ranks), args.bin]
+    mpi = launcher(args, ranks) + [args.bin]
     inode = os.path.join(out, "hybrid_inode_n%d.ini" % ranks)
     dev = os.path.join(out, "hybrid_dev_n%d.ini" % ranks)
     if args.link:   # given: the same link whatever the machine's load
@@ -321,8 +329,9 @@ def main():
     p.add_argument("--src", default=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     p.add_argument("--out", default=os.environ.get("OUT", "bench-out"))
     p.add_argument("--mpiexec", default=os.environ.get("MPIEXEC", "mpiexec"))
+    p.add_argument("--bind", default="core", help="mpiexec -bind-to's argument (MPICH's hydra; none: not bound)")
     p.add_argument("--ranks", default="4 8", help="rank counts, each as 2 emulated nodes")
-    p.add_argument("--model", default=None, help="default input/models/tiny.ini")
+    p.add_argument("--model", default=None, help="default input/models/bench_l6_d256.ini (--quick: tiny.ini)")
     p.add_argument("--global-batch", type=int, default=16)
     p.add_argument("--steps", type=int, default=6)
     p.add_argument("--rounds", type=int, default=2)
@@ -342,7 +351,7 @@ def main():
     args = p.parse_args()
     if args.quick:
         args.ranks, args.steps, args.rounds, args.no_paper_scale = "4", 3, 1, True
-    args.model = args.model or os.path.join(args.src, "input/models/tiny.ini")
+    args.model = args.model or os.path.join(args.src, "input/models/%s.ini" % ("tiny" if args.quick else "bench_l6_d256"))
     os.makedirs(args.out, exist_ok=True)
     start = time.time()
     with open(os.path.join(args.out, "hybrid_table.txt" if rows_wanted(args) else "hybrid_paper_scale.txt"), "w") as out_file:

@@ -15,6 +15,7 @@
 #include <time.h>
 
 #include "osdp/agree.h"
+#include "osdp/comm.h"
 #include "osdp/error.h"
 #include "util/clock.h"
 
@@ -36,6 +37,21 @@ START_TEST(test_lowest_failing_rank_wins)
     ck_assert_int_eq(got, OSDP_ERR_INPUT);
     ck_assert_str_eq(osdp_error_message(), "rank 1: bad input on this rank");
     ck_assert_int_eq(osdp_status_agree(OSDP_OK, MPI_COMM_WORLD), OSDP_OK);
+}
+END_TEST
+
+/* the host-side maxima over the ranks (osdp/comm.h): every rank gets the largest, of an int and of a double */
+START_TEST(test_max_over_ranks)
+{
+    const int r = world_rank();
+    MPI_Comm world = MPI_COMM_WORLD;
+    int n, largest = 10 * r;
+    double seconds = r == 2 ? 1.5e-3 : 1e-6 * r;   /* a rank's time: the slowest is rank 2's */
+    MPI_Comm_size(world, &n);
+    ck_assert_int_eq(osdp_comm_max_int(&world, &largest, "test's int maximum"), OSDP_OK);
+    ck_assert_int_eq(largest, 10 * (n - 1));
+    ck_assert_int_eq(osdp_comm_max_double(&world, &seconds, "test's double maximum"), OSDP_OK);
+    ck_assert(seconds == (n > 2 ? 1.5e-3 : 1e-6 * (n - 1)));
 }
 END_TEST
 
@@ -69,7 +85,7 @@ END_TEST
 
 static Suite *agree_suite(void)
 {
-    const TTest *agree[] = {test_lowest_failing_rank_wins, test_a_missing_peer_times_out, NULL};
+    const TTest *agree[] = {test_lowest_failing_rank_wins, test_max_over_ranks, test_a_missing_peer_times_out, NULL};
     const osdp_check_case cases[] = {{.name = "agree", .tests = agree}};
     return osdp_check_suite("agree", cases, sizeof cases / sizeof cases[0]);
 }

@@ -79,6 +79,19 @@ if [ $rc = 0 ]; then
        [ -n "$pa" ] && awk -v a="$pa" 'BEGIN {exit !(a >= 0.9e-4 && a < 2.5e-3)}'; then
         ok "profile times the emulated nodes in turn: [internode_p2p] alpha $pa s (the link's 1e-4, under a scheduler tick)"
     else bad "the emulated nodes in turn ([internode_p2p] alpha '$pa')" "$WORK/two.ini"; fi
+    # the groups across nodes are timed at once, and every wait of the profile yields the core, as the runtime's
+    # do: MPI's own blocking all-reduce of the times spun, and each call took 2-4 ms at any size behind it
+    ic=$(val "$WORK/two.ini" internode_all_gather call); ia=$(val "$WORK/two.ini" internode_all_gather alpha)
+    if [ -n "$ic" ] && [ -n "$ia" ] && awk -v c="$ic" -v a="$ia" 'BEGIN {exit !(c + a >= 0.9e-4 && c + a < 2.5e-3)}'; then
+        ok "profile's inter-node all-gather: call $ic s + alpha $ia s (the link's 1e-4, under a scheduler tick)"
+    else bad "the inter-node all-gather's call '$ic' + alpha '$ia'" "$WORK/two.ini"; fi
+    # 4 ranks x 1 thread on fewer cores share them: an operator's time spans from the common start to the last
+    # rank's end, as the note says; on 4 cores or more nothing is shared and the note says nothing of it
+    cores=$(getconf _NPROCESSORS_ONLN)   # as the profiler counts them (nproc follows OMP_NUM_THREADS)
+    if { [ "$cores" -lt 4 ] && grep -q "outnumber this machine's cores: from the common start" "$WORK/two.ini"; } ||
+       { [ "$cores" -ge 4 ] && ! grep -q "outnumber this machine's cores" "$WORK/two.ini"; }; then
+        ok "profile's compute timings on $cores cores: the note says whether 4 ranks share them"
+    else bad "the compute timings' note on $cores cores" "$WORK/two.ini"; fi
     if "$BIN" plan --model "$M" --device "$WORK/two.ini" --ranks 4 > "$WORK/plan_two.out" 2>&1 &&
        grep -q "data-parallel groups (TP 1 x DP 4) span nodes, priced at the inter-node figures" "$WORK/plan_two.out"; then
         ok "plan with the profiled two-level file: the 4-rank data-parallel group priced at the inter-node figures"

@@ -114,6 +114,7 @@ osdp_status osdp_comm_create_nccl(osdp_comm *c, const void *mpi_comm, int local_
  * for the host-side agreements made once per step outside a backend (the
  * stop-signal check); `what` names it in the time-out message. */
 osdp_status osdp_comm_max_int(const void *mpi_comm, int *value, const char *what);
+osdp_status osdp_comm_max_double(const void *mpi_comm, double *value, const char *what);
 
 /* req == NULL: blocking.  Otherwise the call starts and osdp_comm_wait completes it. */
 osdp_status osdp_comm_all_gather(osdp_comm *c, const void *shard, void *full, size_t count, osdp_dtype t, osdp_request *req);

@@ -19,7 +19,9 @@
  *   gamma: per operator type, the summed forward + backward time of the
  *   model's operators of that type in whole-model passes (time_model: each
  *   operator with its own buffers, as a training step runs them; every rank
- *   at once, in lockstep, the slowest rank; median of the passes) at
+ *   at once, in lockstep, the slowest rank (where ranks share the machine's
+ *   cores, from the common start to the last one's end: core_sharing);
+ *   median of the passes) at
  *   micro-batches b = 1, 2, 4, 8 (the range the scheduler picks from on
  *   CPU); a least-squares line through that time against b T F summed over
  *   the type's operators (F: osdp_cost_op_flops), weighted by relative
@@ -84,6 +86,26 @@ static fit line_fit(const double *x, const double *y, const double *w, int n, in
     return f;
 }
 
+/* The compute timings' synchronisation.  Every timing starts at a barrier
+ * over the world.  Where this machine's ranks x threads outnumber its cores
+ * (emulated ranks, make check), ranks that share a core take turns
+ * within an operator: each measured only its own run, which hid the wait
+ * (at micro-batch 1 four ranks on two cores timed an operator as one rank
+ * alone, at 8 as 1.9x), and a training step, whose ranks compute back to
+ * back, took 30% longer than predicted.  There a timing also ends at a
+ * barrier over the machine's ranks, so that it spans from the common start
+ * to the last of them.  Both barriers wait as the comm layer's calls do,
+ * yielding the core (MPI's own barrier spins on it). */
+typedef struct core_sharing {
+    osdp_comm *world;     /* every rank */
+    osdp_comm *machine;   /* the ranks on this machine when they outnumber its cores, else NULL */
+} core_sharing;
+
+static osdp_status core_sharing_wait(const core_sharing *cores)
+{
+    return cores->machine ? osdp_comm_barrier(cores->machine) : OSDP_OK;
+}
+
 /* The whole model's forward (ops 0..n-1) then backward (n-1..0) at
  * micro-batch B, every operator with its own weights, gradients and
  * activations, as in a training step: an operator finds its weights and its
@@ -91,12 +113,13 @@ static fit line_fit(const double *x, const double *y, const double *w, int n, in
  * own previous run (timed alone and repeated, mlp of bench_l4_d512 ran 40%
  * faster than inside a step).  Every rank at once, a barrier before each
  * operator's forward and backward (the collectives between operators keep
- * the ranks in step), and an operator's time is its slowest rank's.
+ * the ranks in step; core_sharing: and one after it where ranks share
+ * cores), and an operator's time is its slowest rank's.
  * by_type[t] gets, for each type, the median over reps of the summed
  * forward + backward time of the operators of that type (collective: every
  * rank must call it, and gets the same answer). */
 static osdp_status time_model(const osdp_compute_backend *be, const osdp_layout *L, int B, int reps,
-                              double by_type[OSDP_N_OP_TYPES])
+                              const core_sharing *cores, double by_type[OSDP_N_OP_TYPES])
 {
     const int n = L->n_ops;
     const size_t bt = (size_t)B * (size_t)L->T, nws = osdp_workspace_floats(L, B);
@@ -140,13 +163,16 @@ static osdp_status time_model(const osdp_compute_backend *be, const osdp_layout 
             const float *in = i > 0 ? a[i - 1].out : NULL;
             if (u >= n) be->fill_zero(g[i], L->op[i].numel * sizeof(float)); /* backward accumulates */
             be->synchronize();
-            MPI_Barrier(MPI_COMM_WORLD);
+            if ((s = osdp_comm_barrier(cores->world)) != OSDP_OK) goto done;
             double t0 = osdp_now_seconds();
             if (u < n) osdp_op_forward(&ctx, i, w[i], in, &a[i]);
             else osdp_op_backward(&ctx, i, w[i], g[i], in, &a[i], &ws, 1.0f / (float)bt);
             be->synchronize();
-            double mine = osdp_now_seconds() - t0, slowest;
-            MPI_Allreduce(&mine, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+            if ((s = core_sharing_wait(cores)) != OSDP_OK) goto done;
+            double slowest = osdp_now_seconds() - t0;
+            if ((s = osdp_comm_max_double(&(MPI_Comm){MPI_COMM_WORLD}, &slowest, "profile: all-reduce of an operator's "
+                                          "times")) != OSDP_OK)
+                goto done;
             tr[L->op[i].type] += slowest;
         }
     }
@@ -173,7 +199,7 @@ done:
  * result copied into the gradient shard), and zeroing the full gradients
  * before each backward (collective). */
 static osdp_status time_step_work(const osdp_compute_backend *be, const osdp_layout *L, int n_ranks, int reps,
-                                  double *per_shard, double *per_full)
+                                  const core_sharing *cores, double *per_shard, double *per_full)
 {
     size_t full = 0;
     for (int i = 0; i < L->n_ops; i++) full += osdp_padded_numel_quantum(L->op[i].numel, n_ranks, be->pad_quantum);
@@ -189,21 +215,31 @@ static osdp_status time_step_work(const osdp_compute_backend *be, const osdp_lay
     double to[OSDP_PROFILE_MAX_REPS], tz[OSDP_PROFILE_MAX_REPS];
     osdp_optim_config oc;   /* train's defaults: the update a step makes */
     osdp_optim_defaults(&oc);
-    for (int r = 0; r <= reps; r++) {   /* r = 0: warm-up */
+    osdp_status s = OSDP_OK;
+    for (int r = 0; r <= reps && s == OSDP_OK; r++) {   /* r = 0: warm-up */
         be->synchronize();
-        MPI_Barrier(MPI_COMM_WORLD);
+        if ((s = osdp_comm_barrier(cores->world)) != OSDP_OK) break;
         double t0 = osdp_now_seconds();
         be->copy(st + shard, st + 4 * shard, shard * sizeof(float));
         (void)be->sum_squares(st + shard, shard);
         be->adamw(st, st + shard, st + 2 * shard, st + 3 * shard, shard, oc.lr, oc.beta1, oc.beta2, oc.eps,
                   oc.weight_decay, 1.0f, r + 1);
         be->synchronize();
+        if ((s = core_sharing_wait(cores)) != OSDP_OK) break;
         double t1 = osdp_now_seconds();
         be->fill_zero(grads, full * sizeof(float));
         be->synchronize();
-        double mine[2] = {t1 - t0, osdp_now_seconds() - t1}, slowest[2];
-        MPI_Allreduce(mine, slowest, 2, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+        if ((s = core_sharing_wait(cores)) != OSDP_OK) break;
+        double slowest[2] = {t1 - t0, osdp_now_seconds() - t1};
+        MPI_Comm world = MPI_COMM_WORLD;
+        for (int k = 0; k < 2 && s == OSDP_OK; k++)
+            s = osdp_comm_max_double(&world, &slowest[k], "profile: all-reduce of the step work's times");
         if (r > 0) { to[r - 1] = slowest[0]; tz[r - 1] = slowest[1]; }
+    }
+    if (s != OSDP_OK) {
+        be->free(st);
+        be->free(grads);
+        return s;
     }
     qsort(to, (size_t)reps, sizeof *to, osdp_profile_cmp_double);
     qsort(tz, (size_t)reps, sizeof *tz, osdp_profile_cmp_double);
@@ -284,11 +320,25 @@ int osdp_cmd_profile(const osdp_job *job)
         flops[L.op[i].type] += osdp_cost_op_flops(&L.op[i]);
         count[L.op[i].type]++;
     }
-    for (int i = 0; i < N_BATCHES; i++) osdp_check_all(time_model(be, &L, batches[i], reps, tt[i]));
+    /* the machine's ranks, where they share its cores: the timings then end at a barrier over them (core_sharing) */
+    const long n_cores = sysconf(_SC_NPROCESSORS_ONLN);
+    const int shares_cores = (long)world.local_size * world.threads > (n_cores > 0 ? n_cores : 1);
+    osdp_comm machine;
+    if (shares_cores) {
+        MPI_Comm same_machine;
+        MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, world.rank, MPI_INFO_NULL, &same_machine);
+        osdp_status made = osdp_comm_create_mpi(&machine, &same_machine);
+        MPI_Comm_free(&same_machine);
+        osdp_check_all(made);
+    }
+    const core_sharing cores = {&comm, shares_cores ? &machine : NULL};
+    for (int i = 0; i < N_BATCHES; i++) osdp_check_all(time_model(be, &L, batches[i], reps, &cores, tt[i]));
     len += snprintf(note + len, sizeof note - (size_t)len,
                     "gamma: whole-model forward + backward passes on the C/OpenBLAS CPU backend, every operator with its own\n"
-                    "buffers, all ranks in lockstep per operator (slowest rank), median of %d passes; per type, a line\n"
-                    "t = n_ops gamma_fixed + b T F gamma through the type's summed times (relative errors) at b = 1, 2, 4, 8:\n", reps);
+                    "buffers, all ranks in lockstep per operator (slowest rank%s), median of %d passes; per type, a line\n"
+                    "t = n_ops gamma_fixed + b T F gamma through the type's summed times (relative errors) at b = 1, 2, 4, 8:\n",
+                    shares_cores ? "; its ranks outnumber this machine's cores: from the common start to the\nlast of them" : "",
+                    reps);
     for (int k = 0; k < OSDP_N_OP_TYPES; k++) {
         double x[N_BATCHES], y[N_BATCHES], wt[N_BATCHES];
         for (int i = 0; i < N_BATCHES; i++) {
@@ -310,7 +360,8 @@ int osdp_cmd_profile(const osdp_job *job)
         len += snprintf(note + len, sizeof note - (size_t)len, "  %-5s:%s ms -> %.2f GFLOP/s + %.3f ms per operator, R^2 %.5f\n",
                         osdp_op_type_name((osdp_op_type)k), ms, 1e-9 / f.c1, 1e3 * dev.gamma_fixed[k], f.r2);
     }
-    osdp_check_all(time_step_work(be, &L, world.size, reps, &dev.step_shard_param, &dev.step_full_param));
+    osdp_check_all(time_step_work(be, &L, world.size, reps, &cores, &dev.step_shard_param, &dev.step_full_param));
+    if (shares_cores) osdp_comm_destroy(&machine);
     if (root)
         printf("  step work: optimizer %.3e s per shard element, zeroing gradients %.3e s per element\n",
                dev.step_shard_param, dev.step_full_param);

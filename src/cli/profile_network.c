@@ -3,7 +3,12 @@
  * messages, the tensor group's all-reduce.  Every time is the median over
  * repetitions of the slowest rank (every group of the world at once), at
  * N_SIZES sizes geometric from 4 KiB to the largest the model moves; each
- * fit is osdp/collective_fit.h's (relative errors). */
+ * fit is osdp/collective_fit.h's (relative errors).  Every wait here, the
+ * timings' own barriers and all-reduces included, yields the core as the
+ * runtime's do (osdp_comm_*): with more ranks than cores, MPI's blocking
+ * all-reduce of the times spun, and the ranks still in a collective waited
+ * a scheduler tick behind it (2-4 ms a call at any size, where training
+ * met 0.1-0.3 ms). */
 #include "profile_network.h"
 #include "util/clock.h"
 #include "osdp/collective_fit.h"
@@ -45,8 +50,10 @@ static osdp_status time_collective_on(osdp_comm *comm, MPI_Comm slowest_over, co
         s = kind == COLL_REDUCE_SCATTER ? osdp_comm_reduce_scatter(comm, full, shard, count, OSDP_FLOAT32, NULL)
           : kind == COLL_ALL_GATHER ? osdp_comm_all_gather(comm, shard, full, count, OSDP_FLOAT32, NULL)
                                     : osdp_comm_all_reduce(comm, full, count * (size_t)N, OSDP_FLOAT32, NULL);
-        double mine = osdp_now_seconds() - t0;
-        MPI_Allreduce(&mine, &t[r], 1, MPI_DOUBLE, MPI_MAX, slowest_over);
+        t[r] = osdp_now_seconds() - t0;
+        /* every rank takes it, failed or not (a failure then ends the loop on every rank that saw it) */
+        const osdp_status agreed = osdp_comm_max_double(&slowest_over, &t[r], "profile: all-reduce of a collective's times");
+        if (s == OSDP_OK) s = agreed;
     }
     qsort(t + 1, (size_t)reps, sizeof *t, osdp_profile_cmp_double);
     *out = t[1 + reps / 2];
@@ -73,9 +80,12 @@ static void wait_for_world_idle(void)
  * see it fail. */
 static osdp_status slowest_turn(osdp_status s, double mine, double *out, const char *what)
 {
-    MPI_Allreduce(&mine, out, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-    int failed = s != OSDP_OK, any_failed = 0;
-    MPI_Allreduce(&failed, &any_failed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    MPI_Comm world = MPI_COMM_WORLD;
+    *out = mine;
+    int any_failed = s != OSDP_OK;
+    osdp_status agreed = osdp_comm_max_double(&world, out, "profile: all-reduce of the turns' times");
+    if (agreed == OSDP_OK) agreed = osdp_comm_max_int(&world, &any_failed, "profile: all-reduce of the turns' status");
+    if (agreed != OSDP_OK) return agreed;
     if (any_failed && s == OSDP_OK) s = osdp_error_set(OSDP_ERR_COMM, "profile: %s failed on other ranks", what);
     return s;
 }
@@ -195,7 +205,7 @@ static osdp_status time_ping_pong(osdp_comm *comm, MPI_Comm slowest_over, float 
     double t[OSDP_PROFILE_MAX_REPS + 1];
     osdp_status s = OSDP_OK;
     for (int r = 0; r <= reps && s == OSDP_OK; r++) {   /* r = 0: warm-up */
-        MPI_Barrier(slowest_over);
+        if ((s = osdp_comm_barrier(comm)) != OSDP_OK) break;
         const double t0 = osdp_now_seconds();
         if (paired && first) {
             s = osdp_comm_send(comm, buf, count, OSDP_FLOAT32, peer, NULL);
@@ -204,8 +214,9 @@ static osdp_status time_ping_pong(osdp_comm *comm, MPI_Comm slowest_over, float 
             s = osdp_comm_recv(comm, buf, count, OSDP_FLOAT32, peer, NULL);
             if (s == OSDP_OK) s = osdp_comm_send(comm, buf, count, OSDP_FLOAT32, peer, NULL);
         }
-        const double mine = (osdp_now_seconds() - t0) / 2;
-        MPI_Allreduce(&mine, &t[r], 1, MPI_DOUBLE, MPI_MAX, slowest_over);
+        t[r] = (osdp_now_seconds() - t0) / 2;
+        const osdp_status agreed = osdp_comm_max_double(&slowest_over, &t[r], "profile: all-reduce of the messages' times");
+        if (s == OSDP_OK) s = agreed;
     }
     qsort(t + 1, (size_t)reps, sizeof *t, osdp_profile_cmp_double);
     *out = t[1 + reps / 2];

@@ -235,18 +235,28 @@ static const osdp_comm_backend mpi_backend = {
     .in_place_at_rank = 0,   /* MPI_IN_PLACE: the block at the start */
 };
 
-osdp_status osdp_comm_max_int(const void *mpi_comm, int *value, const char *what)
+/* *value = its largest over the ranks of `comm`, waited for as a backend's call is (timed, yielding) */
+static osdp_status max_over(MPI_Comm comm, void *value, MPI_Datatype type, const char *what)
 {
     static double timeout_s = -1;   /* read once: the warning for a bad value too */
-    MPI_Comm comm = *(const MPI_Comm *)mpi_comm;
     if (timeout_s < 0) {
         int rank = 0;
         MPI_Comm_rank(comm, &rank);
         timeout_s = osdp_comm_timeout_from_env(rank);
     }
     MPI_Request r;
-    int rc = MPI_Iallreduce(MPI_IN_PLACE, value, 1, MPI_INT, MPI_MAX, comm, &r);
+    int rc = MPI_Iallreduce(MPI_IN_PLACE, value, 1, type, MPI_MAX, comm, &r);
     return rc == MPI_SUCCESS ? osdp_comm_mpi_wait(&r, timeout_s, what) : osdp_comm_mpi_error(rc, what);
+}
+
+osdp_status osdp_comm_max_int(const void *mpi_comm, int *value, const char *what)
+{
+    return max_over(*(const MPI_Comm *)mpi_comm, value, MPI_INT, what);
+}
+
+osdp_status osdp_comm_max_double(const void *mpi_comm, double *value, const char *what)
+{
+    return max_over(*(const MPI_Comm *)mpi_comm, value, MPI_DOUBLE, what);
 }
 
 osdp_status osdp_comm_create_mpi(osdp_comm *c, const void *mpi_comm)
