@@ -109,6 +109,13 @@ osdp_status osdp_comm_create_mpi(osdp_comm *c, const void *mpi_comm);
 osdp_status osdp_comm_create_nccl(osdp_comm *c, const void *mpi_comm, int local_device);
 #endif
 
+/* shared 1: this machine's ranks x threads outnumber its cores (emulated
+ * ranks, make check).  The MPI backend's waits then sleep between polls
+ * after a short spin instead of yielding now and then: a waiting rank must
+ * give its core to the peer it waits for, and a yielding one keeps it until
+ * the running peer's time slice ends.  Once, before the first wait. */
+void osdp_comm_share_cores(int shared);
+
 /* *value = its largest over the ranks of mpi_comm (an MPI_Comm passed as
  * void*), waited for within the communication timeout (OSDP_COMM_TIMEOUT_S):
  * for the host-side agreements made once per step outside a backend (the

@@ -2,6 +2,7 @@
 #include "config.h"
 #include "cli/app.h"
 #include "osdp/agree.h"
+#include "osdp/comm.h"
 #include "osdp/device.h"
 #include "osdp/link_emulation.h"
 
@@ -88,6 +89,7 @@ void osdp_world_init(osdp_world *w, int requested_threads)
     osdp_check_all(s);
     /* fewer cores than ranks x threads: allowed (tests emulate many ranks on
      * few cores), but slower than it looks: say so once */
+    osdp_comm_share_cores((long)w->threads * w->local_size > cores);
     int over = (long)w->threads * w->local_size > cores && w->threads > 1;
     if (over && w->rank == 0)
         fprintf(stderr, "osdp_gpt: note: %d ranks x %d threads on a node of %ld cores oversubscribe it\n", w->local_size,
