@@ -295,6 +295,16 @@ if plan pp4g --model "$B6" --device "$DEV/a100_40gb.ini" --ranks 16 --pp 4 --tp 
    grep -q -- '--pp 2 --stages 0:3,3:14 --schedule 1f1b' "$WORK/pp.plan" && grep -qE '^mlp\.5 += ' "$WORK/pp.plan"; then
     ok "plan --pp 4 --tp 2 --schedule gpipe on 16 ranks (every stage holds all M micro-batches, peaks equal the schedule's); --stages kept and written to the plan file"
 else bad "plan --pp 4 --tp 2 gpipe / --stages" "$WORK/pp4g.err"; cat "$WORK/ppgiven.err"; fi
+# train runs a pipeline's plan file as planned, and logs the plan's own step (the pipeline's, not the flat
+# step of the whole model on one stage's ranks, which it logged before: 1.6x the plan's on bench_l6_d256)
+PPF="$WORK/gpipe.plan"
+if plan gpipe --model "$M" --device "$DEV/cpu_2core.ini" --ranks 4 --pp 2 --schedule gpipe --global-batch 16 --out "$PPF" &&
+   pstep=$(sed -n 's/.*predicted step \([^ ]*\) s.*/\1/p' "$PPF") && [ -n "$pstep" ] &&
+   train 4 gpipe_run --model "$M" --device "$DEV/cpu_2core.ini" --plan "$PPF" --steps 1 \
+       $(sed -n 's/^# (train with \(.*\)); predicted.*/\1/p' "$PPF") &&
+   awk -v a="$(logkey "$WORK/gpipe_run.log" pred_step_s)" -v b="$pstep" 'BEGIN {d = a - b; if (d < 0) d = -d; exit !(b > 0 && d <= 1e-5 * b)}'; then
+    ok "train --plan FILE --pp 2 --schedule gpipe on 4 ranks: the log's pred_step_s = the plan's pipeline step $pstep s"
+else bad "a pipeline's logged prediction (plan $pstep s, log $(logkey "$WORK/gpipe_run.log" pred_step_s))" "$WORK/gpipe_run.err"; fi
 tp_bad pp_ranks "--pp 3 x --tp 1 does not divide the 4 ranks" --ranks 4 --pp 3
 tp_bad pp_stages "--stages 0:3,4:14: stage 1 starts at operator 4" --ranks 4 --pp 2 --stages 0:3,4:14
 tp_bad pp_stages_count "--stages 0:14: 1 range for the 2 stages" --ranks 4 --pp 2 --stages 0:14

@@ -12,6 +12,7 @@
 #include "osdp/plan.h"
 #include "osdp/planner.h"
 #include "osdp/cost_model.h"
+#include "osdp/pipeline_cost.h"
 #include "cli/report.h"
 #include "osdp/runtime.h"
 #include "cli/train_checkpoint.h"
@@ -413,11 +414,13 @@ static osdp_status load_plan(osdp_plan *plan, const osdp_layout *layout, const o
 
 /* The cost model's step time (--cost-model) for the plan in use (whatever
  * chose it), with the device file of --plan auto: for the log, beside the
- * measured time.
+ * measured time.  A pipeline (pp > 1): the step of its stages' passes and
+ * messages over stage_bounds, as `plan --pp` prices it (the flat step of
+ * the whole model on one stage's ranks was logged before).
  * 0 when the device file cannot be read (not an error: only --plan auto
  * needs one). */
 static double predicted_step_time(const osdp_layout *layout, const osdp_plan *plan, const osdp_job *job,
-                                  const train_setup *t, int dp_ranks)
+                                  const train_setup *t, int dp_ranks, int pp, const int *stage_bounds)
 {
     osdp_device dev;
     if (device_load_for_runtime(&dev, job->device, t->weights) != OSDP_OK) return 0;
@@ -427,7 +430,16 @@ static double predicted_step_time(const osdp_layout *layout, const osdp_plan *pl
     osdp_cost_model cm = {.layout = layout, .dev = &dev, .N = dp_ranks, .pad_quantum = t->pad_quantum,
                           .prefetch = !job->no_prefetch, .kind = (osdp_cost_kind)job->cost_model,
                           .hier = levels ? &hier : NULL};
-    return osdp_cost_step_time(&cm, plan, plan->micro_batch, plan->accum_steps);
+    if (pp <= 1) return osdp_cost_step_time(&cm, plan, plan->micro_batch, plan->accum_steps);
+    const osdp_cost_model *cms[OSDP_MAX_STAGES];
+    const osdp_plan *plans[OSDP_MAX_STAGES];
+    for (int s = 0; s < pp; s++) {
+        cms[s] = &cm;
+        plans[s] = plan;
+    }
+    osdp_pipe_timing timing;
+    return osdp_pipe_step_time(cms, plans, stage_bounds, pp, (osdp_pipe_schedule)job->pipe_schedule, plan->micro_batch,
+                               plan->accum_steps, &timing) == OSDP_OK ? timing.step_s : 0;
 }
 
 /* The pipeline's stages: --stages, else the contiguous split that balances
@@ -640,7 +652,7 @@ int osdp_cmd_train(const osdp_job *job)
     osdp_report_open(&report, &rt, &world, &mesh, &whole_model, &predicted, job->peak_flops, job->log, job->quiet,
                      (long)job->log_every);
     osdp_check_all(report.status);
-    report.predicted_step_s = predicted_step_time(&layout, &plan, job, &t, mesh.dp);
+    report.predicted_step_s = predicted_step_time(&layout, &plan, job, &t, mesh.dp, mesh.pp, stage_bounds);
     osdp_report_header(&report, &cfg, &data, &plan, (long)job->steps, global);
 
     for (long step = rt.step; step < job->steps; step++) {
