@@ -32,6 +32,7 @@ typedef struct osdp_world {
     int rank, size;
     int local_rank, local_size;   /* within the node (MPI_COMM_TYPE_SHARED) */
     int threads;                  /* compute threads for this rank */
+    int shares_cores;             /* 1: the node's ranks x threads outnumber its cores (osdp_comm_share_cores) */
     /* the nodes as the network sees them: the real ones (MPI_COMM_TYPE_SHARED; node_size = local_size)
      * or, after osdp_world_emulate with --ranks-per-node R, the emulated ones (rank r on node r / R) */
     int node, n_nodes, node_size, node_rank;

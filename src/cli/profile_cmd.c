@@ -321,8 +321,7 @@ int osdp_cmd_profile(const osdp_job *job)
         count[L.op[i].type]++;
     }
     /* the machine's ranks, where they share its cores: the timings then end at a barrier over them (core_sharing) */
-    const long n_cores = sysconf(_SC_NPROCESSORS_ONLN);
-    const int shares_cores = (long)world.local_size * world.threads > (n_cores > 0 ? n_cores : 1);
+    const int shares_cores = world.shares_cores;
     osdp_comm machine;
     if (shares_cores) {
         MPI_Comm same_machine;
