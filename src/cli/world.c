@@ -88,11 +88,11 @@ void osdp_world_init(osdp_world *w, int requested_threads)
                            w->size, ntasks);
     osdp_check_all(s);
     /* fewer cores than ranks x threads: allowed (tests emulate many ranks on
-     * few cores), but slower than it looks: say so once */
+     * few cores); the MPI backend's waits then sleep (osdp_comm_share_cores).
+     * Slower than it looks with threads: say so once */
     w->shares_cores = (long)w->threads * w->local_size > cores;
     osdp_comm_share_cores(w->shares_cores);
-    int over = (long)w->threads * w->local_size > cores && w->threads > 1;
-    if (over && w->rank == 0)
+    if (w->shares_cores && w->threads > 1 && w->rank == 0)
         fprintf(stderr, "osdp_gpt: note: %d ranks x %d threads on a node of %ld cores oversubscribe it\n", w->local_size,
                 w->threads, cores);
 }

@@ -259,7 +259,7 @@ static const osdp_comm_backend mpi_backend = {
     .in_place_at_rank = 0,   /* MPI_IN_PLACE: the block at the start */
 };
 
-/* *value = its largest over the ranks of `comm`, waited for as a backend's call is (timed, yielding) */
+/* *value = its largest over the ranks of `comm`, waited for as a backend's call is (osdp_comm_mpi_wait) */
 static osdp_status max_over(MPI_Comm comm, void *value, MPI_Datatype type, const char *what)
 {
     static double timeout_s = -1;   /* read once: the warning for a bad value too */
