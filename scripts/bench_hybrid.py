@@ -159,19 +159,30 @@ def run(cmd, log):
     return log_summary(log)
 
 
-def launcher(args, ranks):
-    """mpiexec for RANKS ranks, each bound to one core (round robin: rank i on core i mod cores), the profile
-    and every run alike: more ranks than cores, left to the scheduler, move between cores mid-run, and a
-    pipeline stage whose ranks land on one core computes at half speed (steps of a run jumped between two
-    levels 60% apart)"""
-    return [args.mpiexec] + (["-bind-to", args.bind] if args.bind != "none" else []) + ["-n", str(ranks)]
+def launcher(args, ranks, ranks_per_node):
+    """mpiexec for RANKS ranks.  --bind node (the default): each emulated node on its own cores, as real nodes
+    are (the machine's cores split between the 2 nodes, a node's ranks round robin over its share): a pipeline
+    stage that computes while the other node's stage waits then has its node's cores and no more, and a node's
+    collectives do not meet the other node's compute (ranks of both nodes on every core made a stage's
+    reduce-scatters wait for the other stage's time slices).  --bind core: rank i on core i mod cores; none:
+    left to the scheduler (more ranks than cores then move between cores mid-run)"""
+    bind = []
+    if args.bind == "node":
+        cores = sorted(os.sched_getaffinity(0))
+        share = max(len(cores) // 2, 1)   # a node's cores: half the machine's (one node alone: still half)
+        cpus = [cores[((rank // ranks_per_node) * share + rank % ranks_per_node % share) % len(cores)]
+                for rank in range(ranks)]
+        bind = ["-bind-to", "user:" + ",".join(str(c) for c in cpus)]
+    elif args.bind != "none":
+        bind = ["-bind-to", args.bind]
+    return [args.mpiexec] + bind + ["-n", str(ranks)]
 
 
-def profile(args, ranks, options, out):
+def profile(args, ranks, ranks_per_node, options, out):
     """osdp_gpt profile on RANKS ranks x 1 thread; a fit that a disturbed measurement spoilt (times that do
     not grow with size: the profiler refuses them) is measured once more with 3x the repetitions"""
     for reps in (args.reps, 3 * args.reps):
-        done = subprocess.run(launcher(args, ranks) + [args.bin, "profile", "--model", args.model, "--threads",
+        done = subprocess.run(launcher(args, ranks, ranks_per_node) + [args.bin, "profile", "--model", args.model, "--threads",
                                "1", "--reps", str(reps), "--out", out] + options, capture_output=True, text=True)
         if done.returncode == 0:
             return
@@ -184,7 +195,7 @@ def emulated(args, ranks, out):
     """one rank count: the link chosen from the measured in-node bandwidth, the profiled two-level
     device file, the six systems planned, run ROUNDS times interleaved, measured against predicted"""
     rpn = ranks // 2
-    mpi = launcher(args, ranks) + [args.bin]
+    mpi = launcher(args, ranks, rpn) + [args.bin]
     inode = os.path.join(out, "hybrid_inode_n%d.ini" % ranks)
     dev = os.path.join(out, "hybrid_dev_n%d.ini" % ranks)
     if args.link:   # given: the same link whatever the machine's load
@@ -192,7 +203,7 @@ def emulated(args, ranks, out):
         print("# %d ranks = 2 emulated nodes x %d: emulated link %s (--link)" % (ranks, rpn, link), flush=True)
     else:
         if not os.path.exists(inode) or args.reprofile:   # one node's ranks alone: the in-node bandwidth
-            profile(args, rpn, ["--name", "inode_n%d" % rpn], inode)
+            profile(args, rpn, rpn, ["--name", "inode_n%d" % rpn], inode)
         beta_in = ini_section_value(inode, "all_gather", "beta")
         alpha_in = ini_section_value(inode, "all_gather", "alpha")
         bandwidth = args.ratio / beta_in
@@ -202,7 +213,7 @@ def emulated(args, ranks, out):
               "%s (bandwidth x %.3g, latency x %.3g)" % (ranks, rpn, 1e-9 / beta_in, alpha_in * 1e6, link, args.ratio,
                                                         args.latency_ratio), flush=True)
     if not os.path.exists(dev) or args.reprofile:
-        profile(args, ranks, ["--ranks-per-node", str(rpn), "--emulate-link", link, "--name", "emulated_n%d" % ranks], dev)
+        profile(args, ranks, rpn, ["--ranks-per-node", str(rpn), "--emulate-link", link, "--name", "emulated_n%d" % ranks], dev)
     heads, layers = model_heads_layers(args.model)
     planner = Planner(args.bin, args.model, dev, ranks, rpn, None, args.global_batch, args.mem_limit, (1, 2, 4, 8))
     chosen = planner.systems(rpn, heads, layers)
@@ -329,7 +340,8 @@ def main():
     p.add_argument("--src", default=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     p.add_argument("--out", default=os.environ.get("OUT", "bench-out"))
     p.add_argument("--mpiexec", default=os.environ.get("MPIEXEC", "mpiexec"))
-    p.add_argument("--bind", default="core", help="mpiexec -bind-to's argument (MPICH's hydra; none: not bound)")
+    p.add_argument("--bind", default="node", help="node: each emulated node on half the cores; else mpiexec -bind-to's "
+                   "argument (MPICH's hydra: core, ...; none: not bound)")
     p.add_argument("--ranks", default="4 8", help="rank counts, each as 2 emulated nodes")
     p.add_argument("--model", default=None, help="default input/models/bench_l6_d256.ini (--quick: tiny.ini)")
     p.add_argument("--global-batch", type=int, default=16)

@@ -3,7 +3,8 @@
  * whose group spans the two nodes takes at least the link's time
  * (osdp_link_floor_seconds, measured on every rank from the call to its
  * completion), blocking and non-blocking, and moves the same numbers; a
- * group inside one node gets no link. */
+ * group inside one node gets no link; a non-blocking collective's floor
+ * starts at its wait on MPI, at its issue where the backend advances alone. */
 #include "config.h"
 
 #include "check_main.h"
@@ -13,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "osdp/comm.h"
 #include "osdp/link_emulation.h"
@@ -202,6 +204,49 @@ START_TEST(test_collectives_on_two_communicators_queue)
 }
 END_TEST
 
+/* A rank that computes between a collective's issue and its wait: the MPI
+ * backend moves no data meanwhile (no progress thread), so the floor starts
+ * at the wait and the wait takes all of it; a backend whose collectives
+ * advance alone (NCCL's flag, set here on a copy of the MPI table) has its
+ * floor run from the issue, spent by the time the rank waits */
+START_TEST(test_floor_starts_at_the_wait_without_progress)
+{
+    osdp_comm c;
+    make_comm(&c, 0);
+    const osdp_link_emulation *e = osdp_comm_emulation();
+    const size_t count = 4 * 65536;   /* 4 MiB all-gathered: 3 ring steps of 1 MiB, about 63 ms */
+    float *shard = malloc(count * sizeof(float)), *full = malloc(4 * count * sizeof(float));
+    ck_assert(shard && full);
+    for (size_t i = 0; i < count; i++) shard[i] = (float)(world_rank() + 1);
+    const double floor_s = osdp_link_floor_seconds(e, OSDP_COLL_ALL_GATHER, 4, 4 * count * 4);
+    const struct timespec compute = {0, (long)(1.5e9 * floor_s)};
+    ck_assert(c.ops->advances_alone == 0);
+    osdp_comm_backend alone = *c.ops;
+    alone.advances_alone = 1;
+    for (int advances = 0; advances < 2; advances++) {
+        if (advances) c.ops = &alone;
+        osdp_request req = {NULL};
+        MPI_Barrier(MPI_COMM_WORLD);
+        ck_assert(osdp_comm_all_gather(&c, shard, full, count, OSDP_FLOAT32, &req) == OSDP_OK);
+        nanosleep(&compute, NULL);   /* the rank computes, 1.5 floors */
+        MPI_Barrier(MPI_COMM_WORLD);   /* every rank has issued it and computed */
+        const double t0 = osdp_now_seconds();
+        ck_assert(osdp_comm_wait(&c, &req) == OSDP_OK);
+        const double waited = osdp_now_seconds() - t0;
+        if (advances)
+            ck_assert_msg(waited < 0.5 * floor_s, "advancing alone: the wait took %.6f s of a floor of %.6f s spent "
+                          "while the rank computed", waited, floor_s);
+        else
+            ck_assert_msg(waited >= floor_s, "MPI: the wait took %.6f s < the link's %.6f s (its data moves only in "
+                          "the wait)", waited, floor_s);
+        for (int k = 0; k < 4; k++) ck_assert(full[(size_t)k * count] == (float)(k + 1));
+    }
+    free(shard);
+    free(full);
+    end_comm(&c);
+}
+END_TEST
+
 /* a message from node 0 to node 1 waits out the link on both ends; one
  * inside a node has no floor to wait (its link entry is never consulted) */
 START_TEST(test_messages_across_nodes)
@@ -230,7 +275,8 @@ END_TEST
 static Suite *link_suite(void)
 {
     const TTest *link[] = {test_groups_get_the_link, test_collectives_take_the_link_time, test_calls_on_one_communicator_queue,
-                            test_collectives_on_two_communicators_queue, test_messages_across_nodes, NULL};
+                            test_collectives_on_two_communicators_queue, test_floor_starts_at_the_wait_without_progress,
+                            test_messages_across_nodes, NULL};
     const osdp_check_case cases[] = {{.name = "link", .tests = link}};
     return osdp_check_suite("link_emulation", cases, sizeof cases / sizeof cases[0]);
 }

@@ -85,6 +85,11 @@ typedef struct osdp_comm_backend {
     /* where an in-place reduce-scatter leaves this rank's block: 1 at its own
      * block (NCCL's in-place form), 0 at the start of the buffer (MPI_IN_PLACE) */
     int in_place_at_rank;
+    /* 1: a non-blocking collective moves its data while the rank computes
+     * (NCCL, on the device); 0: only inside the backend's calls (MPI without
+     * a progress thread), so an emulated link's floor starts at its wait
+     * (osdp/link_emulation.h) */
+    int advances_alone;
 } osdp_comm_backend;
 
 struct osdp_comm {

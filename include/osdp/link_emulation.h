@@ -35,7 +35,17 @@
  * stage or receives from the previous one), and the link carries both
  * directions at once.  A message inside a node has no floor and does not
  * queue.  start is when a blocking call completed (every rank it waits for
- * has entered it) and a non-blocking call's issue. */
+ * has entered it); for a non-blocking collective, its issue where the
+ * backend moves data while the rank computes (NCCL: advances_alone,
+ * osdp/comm.h), and else (MPI without a progress thread: a nonblocking
+ * collective's rounds advance only inside MPI calls) the rank's next wait or
+ * blocking collective, where every collective issued before and not yet
+ * started starts, in issue order.  On the CPU path the link's time then
+ * adds to the compute between a collective's issue and its wait, as the
+ * default cost model (paper: compute + comm) prices it; from the issue, it
+ * hid behind that compute (8 ranks of DP on the derived link ran 12-20%
+ * under the prediction).  A message's start is its issue on either backend:
+ * the receiver's call moves it. */
 #ifndef OSDP_LINK_EMULATION_H
 #define OSDP_LINK_EMULATION_H
 

@@ -257,6 +257,7 @@ static const osdp_comm_backend mpi_backend = {
     .name = "mpi",
     OSDP_COMM_BACKEND_ENTRIES(mpi_),
     .in_place_at_rank = 0,   /* MPI_IN_PLACE: the block at the start */
+    .advances_alone = 0,     /* MPICH without a progress thread: only inside MPI calls */
 };
 
 /* *value = its largest over the ranks of `comm`, waited for as a backend's call is (osdp_comm_mpi_wait) */

@@ -642,6 +642,7 @@ static const osdp_comm_backend nccl_backend = {
     .group_start = nccl_group_start,
     .group_end = nccl_group_end,
     .in_place_at_rank = 1,   /* NCCL's in-place reduce-scatter; the host fallback moves it there too */
+    .advances_alone = 1,     /* on the device's streams */
 };
 
 /* All ranks agree on `ok` (1: this rank succeeded) within the timeout:

@@ -12,7 +12,12 @@
 
 /* A communicator's view of the emulated nodes: set when its group spans
  * more than one node and a link is emulated */
-typedef struct link_pending { void *request; double deadline; } link_pending;
+typedef struct link_pending {
+    void *request;
+    double deadline;    /* when its floor ends; NAN: not started (a collective of a backend that moves data only
+                           inside its calls, started at this rank's next wait or blocking collective) */
+    double floor_s;
+} link_pending;
 
 struct osdp_comm_link {
     int *node_of;              /* (size) the emulated node of each rank of the group */
@@ -26,12 +31,17 @@ static osdp_link_emulation g_emulation;   /* ranks_per_node 0: none */
  * both directions of the rank's link, so two collectives at once (a data group's prefetched all-gather and
  * the node-first reduction's cross reduce-scatter) share it and take the sum, as the cost model prices them */
 static double g_collectives_busy_until;
+/* the collectives whose floor has not started, in the order they were issued: (communicator's link, request) */
+typedef struct link_unstarted { struct osdp_comm_link *link; void *request; } link_unstarted;
+static link_unstarted *g_unstarted;
+static int g_n_unstarted, g_cap_unstarted;
 
 void osdp_comm_emulate(const osdp_link_emulation *e)
 {
     if (e) g_emulation = *e;
     else memset(&g_emulation, 0, sizeof g_emulation);
     g_collectives_busy_until = 0;
+    g_n_unstarted = 0;
 }
 
 const osdp_link_emulation *osdp_comm_emulation(void)
@@ -177,6 +187,10 @@ void osdp_comm_link_attach(osdp_comm *c, MPI_Comm group)
 void osdp_comm_link_detach(osdp_comm *c)
 {
     if (!c->link) return;
+    int kept = 0;   /* its collectives never waited (an error path) leave the queue with it */
+    for (int i = 0; i < g_n_unstarted; i++)
+        if (g_unstarted[i].link != c->link) g_unstarted[kept++] = g_unstarted[i];
+    g_n_unstarted = kept;
     free(c->link->node_of);
     free(c->link->pending);
     free(c->link);
@@ -193,6 +207,52 @@ static void sleep_until(double deadline)
     }
 }
 
+static link_pending *pending_of(struct osdp_comm_link *link, void *request)
+{
+    for (int i = 0; i < link->n_pending; i++)
+        if (link->pending[i].request == request) return &link->pending[i];
+    return NULL;
+}
+
+/* The rank is inside a wait or a blocking collective: the collectives issued before, whose data (MPI without a
+ * progress thread) has not moved while it computed, start their floors now, in the order they were issued,
+ * each once the link is free */
+static void start_unstarted(void)
+{
+    for (int i = 0; i < g_n_unstarted; i++) {
+        link_pending *p = pending_of(g_unstarted[i].link, g_unstarted[i].request);
+        if (!p) continue;
+        const double now = osdp_now_seconds();
+        p->deadline = (now > g_collectives_busy_until ? now : g_collectives_busy_until) + p->floor_s;
+        g_collectives_busy_until = p->deadline;
+    }
+    g_n_unstarted = 0;
+}
+
+/* remembers a non-blocking call's floor until its wait; 0: no room (the caller waits it out now) */
+static int remember(struct osdp_comm_link *link, link_pending entry)
+{
+    if (link->n_pending == link->cap_pending) {
+        int cap = link->cap_pending ? 2 * link->cap_pending : 64;
+        link_pending *grown = realloc(link->pending, sizeof *grown * (size_t)cap);
+        if (!grown) return 0;
+        link->pending = grown;
+        link->cap_pending = cap;
+    }
+    if (isnan(entry.deadline)) {
+        if (g_n_unstarted == g_cap_unstarted) {
+            int cap = g_cap_unstarted ? 2 * g_cap_unstarted : 64;
+            link_unstarted *grown = realloc(g_unstarted, sizeof *grown * (size_t)cap);
+            if (!grown) return 0;
+            g_unstarted = grown;
+            g_cap_unstarted = cap;
+        }
+        g_unstarted[g_n_unstarted++] = (link_unstarted){link, entry.request};
+    }
+    link->pending[link->n_pending++] = entry;
+    return 1;
+}
+
 void osdp_comm_link_issued(osdp_comm *c, osdp_collective kind, size_t bytes, int peer, double t0, osdp_request *req)
 {
     struct osdp_comm_link *link = c->link;
@@ -205,40 +265,40 @@ void osdp_comm_link_issued(osdp_comm *c, osdp_collective kind, size_t bytes, int
      * completed here, so every rank it waits for has entered it: on a network its transfer starts only
      * then (a rank that enters a collective early waits for the last, then for the link), so its floor
      * starts now, not at this rank's own entry (t0): else the rank that arrives first would spend its
-     * floor waiting and leave as soon as the last rank enters.  Non-blocking calls keep t0: when they
-     * completed is known only at their wait. */
-    const int blocking = !req || !req->impl;
-    const double entered = blocking ? osdp_now_seconds() : t0;
-    double *busy_until = kind == OSDP_COLL_P2P ? &link->busy_until : &g_collectives_busy_until;
-    const double start = entered > *busy_until ? entered : *busy_until;
-    const double deadline = start + osdp_link_floor_seconds(osdp_comm_emulation(), kind, c->size, bytes);
-    *busy_until = deadline;
-    if (blocking) {
-        sleep_until(deadline);
+     * floor waiting and leave as soon as the last rank enters.  A non-blocking call's floor starts at its
+     * issue (t0) where the backend moves its data alone (NCCL, on the device), and at this rank's next wait
+     * or blocking collective where it moves data only inside its calls (MPI): there a rank that computes
+     * between a collective's issue and its wait has moved none of its data over the link.  Messages keep
+     * t0 on either: the receiver's call moves them. */
+    const int blocking = !req || !req->impl, collective = kind != OSDP_COLL_P2P;
+    const double floor_s = osdp_link_floor_seconds(osdp_comm_emulation(), kind, c->size, bytes);
+    if (!blocking && collective && !c->ops->advances_alone) {
+        if (!remember(link, (link_pending){req->impl, NAN, floor_s})) {   /* no room: wait it out now */
+            start_unstarted();
+            const double now = osdp_now_seconds();
+            g_collectives_busy_until = (now > g_collectives_busy_until ? now : g_collectives_busy_until) + floor_s;
+            sleep_until(g_collectives_busy_until);
+        }
         return;
     }
-    if (link->n_pending == link->cap_pending) {
-        int cap = link->cap_pending ? 2 * link->cap_pending : 64;
-        link_pending *grown = realloc(link->pending, sizeof *grown * (size_t)cap);
-        if (!grown) {   /* no room to remember it: wait out its floor now (slower, never faster than the link) */
-            sleep_until(deadline);
-            return;
-        }
-        link->pending = grown;
-        link->cap_pending = cap;
-    }
-    link->pending[link->n_pending++] = (link_pending){req->impl, deadline};
+    if (blocking && collective) start_unstarted();   /* the calls before it move first */
+    const double entered = blocking ? osdp_now_seconds() : t0;
+    double *busy_until = collective ? &g_collectives_busy_until : &link->busy_until;
+    const double start = entered > *busy_until ? entered : *busy_until;
+    const double deadline = start + floor_s;
+    *busy_until = deadline;
+    if (blocking || !remember(link, (link_pending){req->impl, deadline, floor_s}))
+        sleep_until(deadline);   /* no room to remember it: wait out its floor now (slower, never faster than the link) */
 }
 
 void osdp_comm_link_waited(osdp_comm *c, void *request)
 {
     struct osdp_comm_link *link = c->link;
     if (!link) return;
-    for (int i = 0; i < link->n_pending; i++)
-        if (link->pending[i].request == request) {
-            double deadline = link->pending[i].deadline;
-            link->pending[i] = link->pending[--link->n_pending];
-            sleep_until(deadline);
-            return;
-        }
+    link_pending *p = pending_of(link, request);
+    if (!p) return;
+    if (isnan(p->deadline)) start_unstarted();   /* this one among them */
+    const double deadline = p->deadline;
+    *p = link->pending[--link->n_pending];
+    sleep_until(deadline);
 }
