@@ -43,8 +43,8 @@
  * started starts, in issue order.  On the CPU path the link's time then
  * adds to the compute between a collective's issue and its wait, as the
  * default cost model (paper: compute + comm) prices it; from the issue, it
- * hid behind that compute (8 ranks of DP on the derived link ran 12-20%
- * under the prediction).  A message's start is its issue on either backend:
+ * hid behind that compute (DDP and FSDP on 8 emulated ranks ran 17-22%
+ * under the prediction, doc/benchmarks.md).  A message's start is its issue on either backend:
  * the receiver's call moves it. */
 #ifndef OSDP_LINK_EMULATION_H
 #define OSDP_LINK_EMULATION_H
