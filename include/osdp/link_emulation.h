@@ -44,8 +44,8 @@
  * adds to the compute between a collective's issue and its wait, as the
  * default cost model (paper: compute + comm) prices it; from the issue, it
  * hid behind that compute (DDP and FSDP on 8 emulated ranks ran 17-22%
- * under the prediction, doc/benchmarks.md).  A message's start is its issue on either backend:
- * the receiver's call moves it. */
+ * under the prediction, doc/benchmarks.md).  A message's start is its
+ * issue on either backend: the receiver's call moves it. */
 #ifndef OSDP_LINK_EMULATION_H
 #define OSDP_LINK_EMULATION_H
 

@@ -207,6 +207,13 @@ static void sleep_until(double deadline)
     }
 }
 
+/* a floor of floor_s from `from`, once the link's previous transfer has ended: its deadline, now the link's */
+static double queue_floor(double *busy_until, double from, double floor_s)
+{
+    *busy_until = (from > *busy_until ? from : *busy_until) + floor_s;
+    return *busy_until;
+}
+
 static link_pending *pending_of(struct osdp_comm_link *link, void *request)
 {
     for (int i = 0; i < link->n_pending; i++)
@@ -221,10 +228,7 @@ static void start_unstarted(void)
 {
     for (int i = 0; i < g_n_unstarted; i++) {
         link_pending *p = pending_of(g_unstarted[i].link, g_unstarted[i].request);
-        if (!p) continue;
-        const double now = osdp_now_seconds();
-        p->deadline = (now > g_collectives_busy_until ? now : g_collectives_busy_until) + p->floor_s;
-        g_collectives_busy_until = p->deadline;
+        if (p) p->deadline = queue_floor(&g_collectives_busy_until, osdp_now_seconds(), p->floor_s);
     }
     g_n_unstarted = 0;
 }
@@ -272,22 +276,14 @@ void osdp_comm_link_issued(osdp_comm *c, osdp_collective kind, size_t bytes, int
      * t0 on either: the receiver's call moves them. */
     const int blocking = !req || !req->impl, collective = kind != OSDP_COLL_P2P;
     const double floor_s = osdp_link_floor_seconds(osdp_comm_emulation(), kind, c->size, bytes);
-    if (!blocking && collective && !c->ops->advances_alone) {
-        if (!remember(link, (link_pending){req->impl, NAN, floor_s})) {   /* no room: wait it out now */
-            start_unstarted();
-            const double now = osdp_now_seconds();
-            g_collectives_busy_until = (now > g_collectives_busy_until ? now : g_collectives_busy_until) + floor_s;
-            sleep_until(g_collectives_busy_until);
-        }
-        return;
-    }
-    if (blocking && collective) start_unstarted();   /* the calls before it move first */
-    const double entered = blocking ? osdp_now_seconds() : t0;
-    double *busy_until = collective ? &g_collectives_busy_until : &link->busy_until;
-    const double start = entered > *busy_until ? entered : *busy_until;
-    const double deadline = start + floor_s;
-    *busy_until = deadline;
-    if (blocking || !remember(link, (link_pending){req->impl, deadline, floor_s}))
+    const int at_wait = !blocking && collective && !c->ops->advances_alone;
+    if (at_wait && remember(link, (link_pending){req->impl, NAN, floor_s})) return;
+    /* a blocking call, or one to start at its wait that there was no room to remember: its floor now */
+    const int now = blocking || at_wait;
+    if (now && collective) start_unstarted();   /* the calls before it move first */
+    const double deadline = queue_floor(collective ? &g_collectives_busy_until : &link->busy_until,
+                                        now ? osdp_now_seconds() : t0, floor_s);
+    if (now || !remember(link, (link_pending){req->impl, deadline, floor_s}))
         sleep_until(deadline);   /* no room to remember it: wait out its floor now (slower, never faster than the link) */
 }
 
