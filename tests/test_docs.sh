@@ -45,10 +45,16 @@ timed_line() { echo "done: 2 steps | loss 5.5355 -> 5.5075 | $1 tokens/s | MFU  
 if $PY "$DOCX" --check --build "$BUILD" --work "$WORK/self/w2" "$WORK/self/timed.md" > "$WORK/self/timed.out" 2>&1; then
     ok "the checker accepts other timings in a timed example"
 else bad "the checker refused a timed example whose timings differ" "$WORK/self/timed.out"; fi
-sed -i 's/loss 5.5355/loss 5.5356/' "$WORK/self/timed.md"
+# fp32 results: another CPU's BLAS kernels move the last digits (accepted: one rounding, 0.1%), a bug more (refused)
+cp "$WORK/self/timed.md" "$WORK/self/timed_fp.md"
+sed -i 's/loss 5.5355 -> 5.5075/loss 5.5356 -> 5.5120/' "$WORK/self/timed_fp.md"
+if $PY "$DOCX" --check --build "$BUILD" --work "$WORK/self/w4" "$WORK/self/timed_fp.md" > "$WORK/self/timed_fp.out" 2>&1; then
+    ok "the checker accepts losses one rounding and 0.08% off in a timed example (another CPU's kernels)"
+else bad "the checker refused losses within its fp32 tolerance" "$WORK/self/timed_fp.out"; fi
+sed -i 's/loss 5.5355 -> 5.5075/loss 5.5355 -> 5.5140/' "$WORK/self/timed.md"
 if $PY "$DOCX" --check --build "$BUILD" --work "$WORK/self/w3" "$WORK/self/timed.md" > "$WORK/self/timed2.out" 2>&1; then
-    bad "the checker accepted another loss in a timed example" "$WORK/self/timed2.out"
-else ok "the checker catches another loss in a timed example"; fi
+    bad "the checker accepted a loss 0.12% off in a timed example" "$WORK/self/timed2.out"
+else ok "the checker catches a loss 0.12% off in a timed example"; fi
 
 # links: a copy of the docs with a broken link, a missing anchor, an absolute path and ../shared
 tree="$WORK/self/tree"; mkdir -p "$tree/scripts"
