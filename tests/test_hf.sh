@@ -19,10 +19,10 @@ PROMPT="12+34="
 
 # check_model NAME MODEL.ini: train, export, and compare with transformers
 check_model() {
-    local name=$1 model=$2 ck="$WORK/$1/step_00000012.h5"
-    "$MPIEXEC" -n 2 "$BIN" train --model "$model" --steps 12 --plan dp --batch 2 --lr 3e-3 --threads 1 --peak-flops 1e9 \
+    local name=$1 model=$2 ck="$WORK/$1/step_00000040.h5"
+    "$MPIEXEC" -n 2 "$BIN" train --model "$model" --steps 40 --plan dp --batch 4 --lr 1e-2 --threads 1 --peak-flops 1e9 \
         --ckpt-dir "$WORK/$name" > "$WORK/$name.train" 2>&1 || { bad "$name: training" "$WORK/$name.train"; return; }
-    "$MPIEXEC" -n 2 "$BIN" eval --ckpt "$ck" --val-data "$VAL" --batches 1 --global-batch 4 --plan dp --threads 1 \
+    "$MPIEXEC" -n 2 "$BIN" eval --ckpt "$ck" --val-data "$VAL" --batches 1 --global-batch 4 --batch 2 --plan dp --threads 1 \
         --log "$WORK/$name.eval" > "$WORK/$name.evalout" 2>&1 || { bad "$name: eval" "$WORK/$name.evalout"; return; }
     "$MPIEXEC" -n 1 "$BIN" sample --ckpt "$ck" --prompt "$PROMPT" --tokens 20 --temperature 0 > "$WORK/$name.sample" \
         2> "$WORK/$name.sample.err" || { bad "$name: sample" "$WORK/$name.sample.err"; return; }
