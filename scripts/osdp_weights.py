@@ -93,6 +93,18 @@ def fail(msg, code=2):
     sys.exit(code)
 
 
+def read_headed(path, name, header):
+    """The bytes of a file of llm.c's that starts with a 1024-byte header (a model, a token table, a data
+    shard); name and header say what it is in a refusal."""
+    try:
+        raw = open(path, "rb").read()
+    except OSError as e:
+        fail(f"{name}: {e.strerror}")
+    if len(raw) < 1024:
+        fail(f"{name}: file is {len(raw)} bytes, shorter than {header}")
+    return raw
+
+
 # ---- the model description -----------------------------------------------------------------
 
 class Model:
@@ -328,12 +340,7 @@ TOKENIZER_MAGIC, TOKENIZER_VERSION = 20240328, 2
 
 def read_token_table(path):
     """(tokens as bytes by id, end-of-text id) of an llm.c token table, version 2."""
-    try:
-        raw = open(path, "rb").read()
-    except OSError as e:
-        fail(f"--tokenizer {path}: {e.strerror}")
-    if len(raw) < 1024:
-        fail(f"--tokenizer {path}: {len(raw)} bytes, shorter than the 1024-byte header of a token table")
+    raw = read_headed(path, f"--tokenizer {path}", "the 1024-byte header of a token table")
     magic, version, vocab, eot = (int(x) for x in np.frombuffer(raw[:16], "<u4"))
     if magic != TOKENIZER_MAGIC or version != TOKENIZER_VERSION:
         fail(f"--tokenizer {path}: magic {magic} version {version}, not llm.c's token table "
@@ -596,12 +603,7 @@ def export_llmc(a):
 
 def llmc_tensors(model, path):
     """{(op, tensor): array} of model from llm.c's model file at path, its header checked against model."""
-    try:
-        data = open(path, "rb").read()
-    except OSError as e:
-        fail(f"{path}: {e.strerror}")
-    if len(data) < 1024:
-        fail(f"{path}: {len(data)} bytes, shorter than llm.c's 1024-byte header")
+    data = read_headed(path, path, "llm.c's 1024-byte header")
     header = np.frombuffer(data[:1024], dtype="<i4")
     if header[0] != LLMC_MAGIC:
         fail(f"{path}: magic {header[0]}, not llm.c's model file ({LLMC_MAGIC})")
@@ -705,12 +707,7 @@ VALIDATION_SEED = 0x76616c69646174   # src/cli/validation.c: the validation set'
 
 def read_shard(path):
     """The uint16 tokens of an llm.c shard, its header checked as src/io/data.c checks it."""
-    try:
-        raw = open(path, "rb").read()
-    except OSError as e:
-        fail(f"data shard {path}: {e.strerror}")
-    if len(raw) < SHARD_HEADER_BYTES:
-        fail(f"{path}: file is {len(raw)} bytes, shorter than the {SHARD_HEADER_BYTES}-byte llm.c shard header")
+    raw = read_headed(path, path, f"the {SHARD_HEADER_BYTES}-byte llm.c shard header")
     magic, version, count = (int(x) for x in np.frombuffer(raw[:12], "<i4"))
     if magic != SHARD_MAGIC:
         fail(f"{path}: bad magic {magic} in llm.c shard header (expected {SHARD_MAGIC})")

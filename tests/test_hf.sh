@@ -9,10 +9,7 @@
 . "$(dirname "$0")/test_lib.sh" hf-work
 PY=${PYTHON:-python3}
 TOOL="$SRC/scripts/osdp_weights.py"
-if ! $PY -c 'import numpy, h5py, safetensors, transformers, torch' 2> "$WORK/import.err"; then
-    echo "SKIP: needs the Python packages transformers and torch beside numpy, h5py, safetensors ($(tail -1 "$WORK/import.err"))"
-    exit 77
-fi
+require_python "transformers and torch beside numpy, h5py and safetensors" numpy h5py safetensors transformers torch
 VAL="$WORK/val.txt"
 tail -c 20000 "$DATA" > "$VAL"
 PROMPT="12+34="

@@ -9,10 +9,7 @@
 . "$(dirname "$0")/test_lib.sh" interop-work
 PY=${PYTHON:-python3}
 TOOL="$SRC/scripts/osdp_weights.py"
-if ! $PY -c 'import numpy, h5py, safetensors' 2> "$WORK/import.err"; then
-    echo "SKIP: needs the Python packages numpy, h5py and safetensors ($(tail -1 "$WORK/import.err"))"
-    exit 77
-fi
+require_python "numpy, h5py and safetensors" numpy h5py safetensors
 
 # same_model A B: the /model groups of two osdp files hold the same datasets, bit for bit (values,
 # checksum, op_offset), and the files the same model_hash and total_params
