@@ -6,7 +6,7 @@ independent numpy forward.
     scripts/osdp_weights.py import-hf DIR|MODEL.safetensors --model MODEL.ini --out WEIGHTS.h5
     scripts/osdp_weights.py export-llmc CKPT --out MODEL.bin
     scripts/osdp_weights.py import-llmc MODEL.bin --model MODEL.ini --out WEIGHTS.h5
-    scripts/osdp_weights.py loss WEIGHTS --data FILE|DIR (--step S | --eval-batches K) --global-batch G
+    scripts/osdp_weights.py loss WEIGHTS --data FILE|DIR (--step S | --eval-batches K | --sweep) --global-batch G
                             [--seed N] [--seq-len T]
     scripts/osdp_weights.py greedy WEIGHTS (--prompt TEXT | --prompt-ids 1,2,3) --tokens N
 
@@ -61,7 +61,9 @@ loss       the mean token loss of a weights source (an osdp checkpoint / weights
            in name order; any other file as bytes): a forward in numpy that shares no code with
            osdp, to check exported weights and osdp's loss.  --eval-batches K instead: the mean over
            train's validation set, batches 0 .. K-1 of its own seed, from the data as osdp_gpt eval
-           --data reads it (a directory's *_val_*.bin shards when it has them): train's val_loss.
+           --data reads it (a directory's *_val_*.bin shards when it has them): train's val_loss.  --sweep
+           instead: every sequence of that data once, in order, in whole global batches (sequence j
+           starts at token j T): what osdp_gpt eval without --batches computes.
 greedy     the N tokens that greedy decoding (the argmax of the logits, the sequence cropped to
            the model's last ctx tokens, positions from 0) appends to the prompt (bytes of the
            UTF-8 text, or ids), with the same numpy forward: the reference of
@@ -299,11 +301,12 @@ HF_FILES = ("model.safetensors", "config.json")
 def export_hf(a):
     model, tensors = read_osdp(a.ckpt)
     out_dir = a.out
-    if out_dir.endswith((".safetensors", ".json", ".bin", ".h5")) or (os.path.lexists(out_dir) and not os.path.isdir(out_dir)):
+    if out_dir.endswith((".safetensors", ".json", ".bin", ".h5")) or \
+            (os.path.lexists(out_dir) and not os.path.isdir(out_dir)):
         fail(f"--out {out_dir}: export-hf writes a directory (model.safetensors, config.json and the tokenizer) that "
              f"from_pretrained(DIR) loads: give the directory's name (nothing was written)")
     table = read_token_table(a.tokenizer) if a.tokenizer else None
-    tokenizer, special = hf_tokenizer_files(model, table, a.tokenizer)
+    tokenizer, special, kind = hf_tokenizer_files(model, table, a.tokenizer)
     paths = {name: os.path.join(out_dir, name) for name in HF_FILES + tuple(tokenizer)}
     for path in paths.values():
         refuse_existing(path)
@@ -324,9 +327,7 @@ def export_hf(a):
     for name, text in tokenizer.items():
         with open(paths[name], "w", encoding="utf-8") as f:
             f.write(text)
-    what = f"tokenizer {'bytes' if table is None or special is None else 'byte-level BPE'}" if tokenizer else \
-        "no tokenizer (give --tokenizer NAME_tokenizer.bin)"
-    print(f"osdp_weights: {out_dir}: {len(out)} tensors of model {model.name}, config.json, {what}")
+    print(f"osdp_weights: {out_dir}: {len(out)} tensors of model {model.name}, config.json, {kind}")
 
 
 # ---- tokenizers -------------------------------------------------------------------------------
@@ -393,10 +394,10 @@ def bpe_merges(tokens, special, source):
 
 
 def hf_tokenizer_files(model, table, source):
-    """({file name: text}, the special token's id or None) of the tokenizer for a model: bytes (vocabulary 256
-    without a table, or a table of the 256 bytes in order) or a byte-level BPE table (GPT-2's)."""
+    """({file name: text}, the special token's id or None, what it is) of the tokenizer for a model: bytes
+    (vocabulary 256 without a table, or a table of the 256 bytes in order) or a byte-level BPE table (GPT-2's)."""
     if table is None and model.vocab != 256:
-        return {}, None
+        return {}, None, "no tokenizer (give --tokenizer NAME_tokenizer.bin)"
     tokens, eot = table if table is not None else ([bytes([b]) for b in range(256)], None)
     if len(tokens) > model.vocab:
         fail(f"--tokenizer {source}: {len(tokens)} tokens, more than model {model.name}'s vocabulary of {model.vocab}")
@@ -416,7 +417,7 @@ def hf_tokenizer_files(model, table, source):
              "tokenizer_config.json": json.dumps(config, indent=2),
              "special_tokens_map.json": json.dumps({} if name is None else
                                                    {"bos_token": name, "eos_token": name, "unk_token": name}, indent=2)}
-    return files, special
+    return files, special, "tokenizer bytes" if is_bytes else f"tokenizer byte-level BPE ({len(merges)} merges)"
 
 
 def load_model(path):
@@ -512,7 +513,8 @@ def hf_source(path):
     if os.path.isdir(path):
         st = os.path.join(path, "model.safetensors")
         if not os.path.isfile(st):
-            other = [n for n in ("model.safetensors.index.json", "pytorch_model.bin") if os.path.exists(os.path.join(path, n))]
+            other = [n for n in ("model.safetensors.index.json", "pytorch_model.bin")
+                     if os.path.exists(os.path.join(path, n))]
             fail(f"{path}: no model.safetensors" + (f" ({other[0]} is not read: save_pretrained(DIR, "
                  f"safe_serialization=True, max_shard_size='100GB') writes one file)" if other else ""))
     elif os.path.isfile(path):
@@ -751,25 +753,31 @@ def read_tokens(path, evaluating):
 
 
 def loss(a):
-    if (a.step is None) == (a.eval_batches is None):
-        fail("give one of --step S (one batch of the training data) and --eval-batches K (train's validation set)")
+    if (a.step is not None) + (a.eval_batches is not None) + a.sweep != 1:
+        fail("give one of --step S (one batch of the training data), --eval-batches K (train's validation set) and "
+             "--sweep (every sequence once)")
     if a.global_batch < 1 or (a.eval_batches is not None and a.eval_batches < 1) or (a.step or 0) < 0:
         fail("--global-batch and --eval-batches must be at least 1, --step at least 0")
     model, w = read_weights(a.weights, a.model)
     T = a.seq_len or model.ctx
     if not 1 <= T <= model.ctx:
         fail(f"--seq-len {T}: expected 1 to the model's ctx = {model.ctx}")
-    tokens = read_tokens(a.data, a.eval_batches is not None)
+    tokens = read_tokens(a.data, a.step is None)
     if tokens.size and int(tokens.max()) >= model.vocab:
         fail(f"--data {a.data}: token id {int(tokens.max())} is >= vocab {model.vocab}")
     span = len(tokens) - T
     if span <= 0:
         fail(f"--data {a.data}: {len(tokens)} tokens, too few for sequences of {T}")
-    seed, steps = (a.seed, [a.step]) if a.eval_batches is None else (VALIDATION_SEED, range(a.eval_batches))
+    seed, steps = (a.seed, [a.step]) if a.step is not None else (VALIDATION_SEED, range(a.eval_batches or 0))
+    if a.sweep:   # osdp_gpt eval without --batches: sequence j starts at token j T, whole global batches
+        steps = range((len(tokens) - 1) // T // a.global_batch)
+        if not steps:
+            fail(f"--data {a.data}: {len(tokens)} tokens, fewer than one global batch of sequences of {T}")
     losses = []
     for step in steps:
         base = splitmix64(splitmix64(seed) ^ step)
-        starts = [splitmix64(base ^ j) % span for j in range(a.global_batch)]
+        starts = [(step * a.global_batch + j) * T if a.sweep else splitmix64(base ^ j) % span
+                  for j in range(a.global_batch)]
         inputs = np.stack([tokens[s:s + T] for s in starts])
         targets = np.stack([tokens[s + 1:s + T + 1] for s in starts])
         losses.append(forward_loss(w, model, inputs, targets))
@@ -824,6 +832,8 @@ def main():
     p.add_argument("--step", type=int, help="the data step (osdp's log step - 1)")
     p.add_argument("--eval-batches", type=int, metavar="K",
                    help="instead of --step: train's validation set, its first K batches (train's val_loss)")
+    p.add_argument("--sweep", action="store_true",
+                   help="instead of --step: every sequence of eval's data once, in order (eval without --batches)")
     p.add_argument("--global-batch", type=int, required=True)
     p.add_argument("--seed", type=int, default=1337)
     p.add_argument("--seq-len", type=int, default=0)

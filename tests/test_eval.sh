@@ -4,7 +4,7 @@
 #     mesh that trained (DP on 2 ranks, PP 2 on 2 ranks), within 1e-6 on other meshes (1 rank with
 #     --plan auto; 4 ranks as TP 2 x DP 2, PP 2 x DP 2); --init-from with train's options the same;
 #   - without --batches, every sequence of the data once: the batch count the data gives, the same
-#     loss within 1e-6 on 1 and 4 ranks (DP 4);
+#     loss within 1e-6 on 1 and 4 ranks (DP 4) and as the numpy forward of the same windows;
 #   - scripts/osdp_weights.py loss (an independent numpy forward) on the validation shard, read as
 #     train reads it (header checked), equals osdp's val_loss within 1e-6; it refuses what it
 #     cannot read in one line, never a traceback;
@@ -77,6 +77,12 @@ if [ "$(evalkey "$WORK/s1.log" batches)" = $batches ] && [ "$(evalkey "$WORK/s1.
    && within "$(evalkey "$WORK/s1.log" loss)" "$(evalkey "$WORK/s4.log" loss)" 1e-6; then
     ok "eval without --batches: the $n_val tokens' $batches batches of 8 (last $left sequences left out), 1 rank = 4 ranks (dp 4, zdp) within 1e-6"
 else bad "the sweep: $(evalkey "$WORK/s1.log" batches) batches (want $batches), losses $(evalkey "$WORK/s1.log" loss) / $(evalkey "$WORK/s4.log" loss)" "$WORK/s1.out"; fi
+if $PY -c 'import numpy, h5py' 2> /dev/null; then   # the numpy forward of the same windows, batch by batch
+    np=$($PY "$TOOL" loss "$CK" --data "$CORPUS" --sweep --global-batch 8 2> "$WORK/np.err" | sed -n 's/^loss //p')
+    within "$np" "$(evalkey "$WORK/s1.log" loss)" 1e-6 \
+        && ok "osdp_weights.py loss --sweep: $np = eval's $(evalkey "$WORK/s1.log" loss) within 1e-6 ($batches batches, read in chunks)" \
+        || bad "numpy sweep '$np' vs eval's" "$WORK/np.err"
+fi
 grep -q "perplexity" "$WORK/s1.out" && within "$(evalkey "$WORK/s1.log" perplexity)" \
     "$(awk -v l="$(evalkey "$WORK/s1.log" loss)" 'BEGIN { printf "%.9g", exp(l) }')" 1e-6 \
     && ok "perplexity = exp(loss)" || bad "perplexity" "$WORK/s1.out"

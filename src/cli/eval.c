@@ -69,7 +69,7 @@ static void write_record(FILE *log, const osdp_job *job, const osdp_validation *
     osdp_log_count(&rec, "batches", (unsigned long long)v->n_batches);
     osdp_log_count(&rec, "global_batch", (unsigned long long)global);
     osdp_log_count(&rec, "seq_len", (unsigned long long)rt->T);
-    osdp_log_count(&rec, "tokens", (unsigned long long)v->n_batches * (unsigned long long)global * (unsigned long long)rt->T);
+    osdp_log_count(&rec, "tokens", (unsigned long long)v->n_batches * (unsigned long long)(global * rt->T));
     osdp_log_count(&rec, "ranks", (unsigned long long)mesh->world_size);
     osdp_log_count(&rec, "tp", (unsigned long long)mesh->tp);
     osdp_log_count(&rec, "dp", (unsigned long long)mesh->dp);
@@ -105,9 +105,10 @@ osdp_status osdp_eval_run(osdp_validation *v, osdp_runtime *rt, const osdp_job *
         char set[160] = "every sequence once";
         if (!v->sweep) snprintf(set, sizeof set, "train's validation set (--batches %d)", v->n_batches);
         else if (v->sweep_left_out)
-            snprintf(set, sizeof set, "every sequence once but the last %ld (fewer than a global batch)", v->sweep_left_out);
-        printf("eval: loss %.6f | perplexity %.4f | %d batch%s x %ld sequences x %d tokens = %ld tokens, %s | %s\n", loss,
-               exp(loss), v->n_batches, v->n_batches == 1 ? "" : "es", global, rt->T,
+            snprintf(set, sizeof set, "every sequence once but the last %ld (fewer than a global batch)",
+                     v->sweep_left_out);
+        printf("eval: loss %.6f | perplexity %.4f | %d batch%s x %ld sequences x %d tokens = %ld tokens, %s | %s\n",
+               loss, exp(loss), v->n_batches, v->n_batches == 1 ? "" : "es", global, rt->T,
                (long)v->n_batches * global * rt->T, set, mesh_text);
         fflush(stdout);
         if (log) write_record(log, job, v, rt, loaded, mesh, loss);

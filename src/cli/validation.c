@@ -7,8 +7,10 @@
 
 /* the validation set's own sampling seed: the same sequences whatever --seed */
 #define VALIDATION_SEED 0x76616c69646174ULL
-/* the sweep reads and evaluates this many global batches at a time */
-#define SWEEP_CHUNK_BATCHES 64
+/* the sweep reads and evaluates at most this many global batches at a time, and at most this many of a
+ * rank's tokens (32 MiB of inputs and targets) unless one global batch holds more */
+#define SWEEP_CHUNK_BATCHES 16
+#define SWEEP_CHUNK_TOKENS ((size_t)1 << 22)
 
 /* the data error, said to be about `what` */
 static osdp_status prefixed(osdp_status s, const char *what)
@@ -72,13 +74,13 @@ static osdp_status sweep_count(osdp_validation *v, const osdp_runtime *rt)
 {
     const long global = (long)rt->B * rt->N * rt->opt.accum_steps;
     const long sequences = (long)((v->data.n_tokens - 1) / (size_t)rt->T);
-    if (sequences / global > (1L << 30)) return osdp_error_set(OSDP_ERR_INPUT, "%s: more than 2^30 global batches: give "
-                                                               "--batches K", v->data.path);
+    if (sequences / global > (1L << 30))
+        return osdp_error_set(OSDP_ERR_INPUT, "%s: more than 2^30 global batches: give --batches K", v->data.path);
     v->n_batches = (int)(sequences / global);
     v->sweep_left_out = sequences - (long)v->n_batches * global;
     if (v->n_batches == 0)
-        return osdp_error_set(OSDP_ERR_INPUT, "%s: %zu tokens make %ld sequences of %d tokens, fewer than one global batch "
-                              "of %ld: give a smaller --global-batch or --seq-len, or --batches K (sampled)",
+        return osdp_error_set(OSDP_ERR_INPUT, "%s: %zu tokens make %ld sequences of %d tokens, fewer than one global "
+                              "batch of %ld: give a smaller --global-batch or --seq-len, or --batches K (sampled)",
                               v->data.path, v->data.n_tokens, sequences, rt->T, global);
     return OSDP_OK;
 }
@@ -107,9 +109,12 @@ osdp_status osdp_validation_prepare(osdp_validation *v, const osdp_runtime *rt)
     if (v->sweep) {
         osdp_status s = sweep_count(v, rt);
         if (s != OSDP_OK) return s;
-        const int chunk = v->n_batches < SWEEP_CHUNK_BATCHES ? v->n_batches : SWEEP_CHUNK_BATCHES;
-        v->tokens = malloc(2 * bt * (size_t)accum * (size_t)chunk * sizeof(int));
-        return v->tokens ? OSDP_OK : osdp_error_set(OSDP_ERR_OOM, "eval: out of host memory for %d batches", chunk);
+        const size_t fit = SWEEP_CHUNK_TOKENS / (bt * (size_t)accum);
+        v->sweep_chunk = fit < 1 ? 1 : fit < SWEEP_CHUNK_BATCHES ? (int)fit : SWEEP_CHUNK_BATCHES;
+        if (v->sweep_chunk > v->n_batches) v->sweep_chunk = v->n_batches;
+        v->tokens = malloc(2 * bt * (size_t)accum * (size_t)v->sweep_chunk * sizeof(int));
+        return v->tokens ? OSDP_OK
+                         : osdp_error_set(OSDP_ERR_OOM, "eval: out of host memory for %d batches", v->sweep_chunk);
     }
     v->tokens = malloc(2 * bt * (size_t)accum * (size_t)v->n_batches * sizeof(int));
     if (!v->tokens) return osdp_error_set(OSDP_ERR_OOM, "--eval-batches %d: out of host memory for the validation set",
@@ -136,8 +141,8 @@ osdp_status osdp_validation_run(osdp_validation *v, osdp_runtime *rt, double *lo
     if (!v->sweep) return osdp_runtime_evaluate(rt, v->tokens, v->n_batches, loss);
     /* the sweep, a chunk at a time: the mean of the chunks' means, weighed by their batches */
     double sum = 0;
-    for (int first = 0; first < v->n_batches; first += SWEEP_CHUNK_BATCHES) {
-        const int n = v->n_batches - first < SWEEP_CHUNK_BATCHES ? v->n_batches - first : SWEEP_CHUNK_BATCHES;
+    for (int first = 0; first < v->n_batches; first += v->sweep_chunk) {
+        const int n = v->n_batches - first < v->sweep_chunk ? v->n_batches - first : v->sweep_chunk;
         double chunk;
         sweep_read(v, rt, first, n);
         osdp_status s = osdp_runtime_evaluate(rt, v->tokens, n, &chunk);

@@ -29,6 +29,7 @@ typedef struct osdp_validation {
     int sweep;              /* every sequence once, in order (eval without --batches) */
     int from_val_shards;    /* the data is a directory's *_val_*.bin shards */
     long sweep_left_out;    /* the sweep: sequences after the last whole global batch */
+    int sweep_chunk;        /* the sweep: global batches read and evaluated at a time */
 } osdp_validation;
 
 /* The validation data of the job: --val-data, else the *_val_*.bin shards of
