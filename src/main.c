@@ -18,6 +18,7 @@ static void usage(FILE *out)
         "  plan      plan a model for N ranks and a device (one process)\n"
         "  profile   measure the device file's alpha, beta, gamma (mpiexec -n N / srun)\n"
         "  sample    generate text from a checkpoint (any number of ranks)\n"
+        "  eval      the loss and perplexity of a checkpoint on data (any number of ranks and mesh)\n"
         "  --help    this text\n"
         "  --version the version\n", PACKAGE_VERSION);
 }
@@ -88,7 +89,8 @@ int main(int argc, char **argv)
     osdp_command command = strcmp(argv[1], "train") == 0 ? OSDP_CMD_TRAIN
                          : strcmp(argv[1], "plan") == 0 ? OSDP_CMD_PLAN
                          : strcmp(argv[1], "profile") == 0 ? OSDP_CMD_PROFILE
-                         : strcmp(argv[1], "sample") == 0 ? OSDP_CMD_SAMPLE : 0;
+                         : strcmp(argv[1], "sample") == 0 ? OSDP_CMD_SAMPLE
+                         : strcmp(argv[1], "eval") == 0 ? OSDP_CMD_EVAL : 0;
     if (!command) return refuse_once(&argc, &argv, "osdp_gpt: unknown command '%s' (try osdp_gpt --help)\n", argv[1]);
     osdp_job job;
     osdp_status s = osdp_options_parse(command, argc - 1, argv + 1, &job);
@@ -97,7 +99,8 @@ int main(int argc, char **argv)
         if (job.help) osdp_options_usage(command, stdout);
         return job.help ? 0 : osdp_cmd_plan(&job);
     }
-    if (command == OSDP_CMD_TRAIN && s == OSDP_OK && !job.help) choose_openmp_wait_policy(argv, (long)job.threads);
+    if ((command == OSDP_CMD_TRAIN || command == OSDP_CMD_EVAL) && s == OSDP_OK && !job.help)
+        choose_openmp_wait_policy(argv, (long)job.threads);
     MPI_Init(&argc, &argv);
     osdp_check_all(s);   /* the message once (rank 0), every rank exits non-zero */
     if (job.help) {
@@ -107,6 +110,6 @@ int main(int argc, char **argv)
         MPI_Finalize();
         return 0;
     }
-    return command == OSDP_CMD_TRAIN ? osdp_cmd_train(&job)
+    return command == OSDP_CMD_TRAIN || command == OSDP_CMD_EVAL ? osdp_cmd_train(&job)
          : command == OSDP_CMD_SAMPLE ? osdp_cmd_sample(&job) : osdp_cmd_profile(&job);
 }

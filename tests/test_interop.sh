@@ -9,10 +9,7 @@
 . "$(dirname "$0")/test_lib.sh" interop-work
 PY=${PYTHON:-python3}
 TOOL="$SRC/scripts/osdp_weights.py"
-if ! $PY -c 'import numpy, h5py, safetensors' 2> "$WORK/import.err"; then
-    echo "SKIP: needs the Python packages numpy, h5py and safetensors ($(tail -1 "$WORK/import.err"))"
-    exit 77
-fi
+require_python "numpy, h5py and safetensors" numpy h5py safetensors
 
 # same_model A B: the /model groups of two osdp files hold the same datasets, bit for bit (values,
 # checksum, op_offset), and the files the same model_hash and total_params
@@ -54,13 +51,13 @@ $MPIEXEC -n 2 "$BIN" train --model "$M" --steps 3 --plan zdp --batch 2 --ckpt-di
 CK="$WORK/ck/step_00000002.h5"
 osdp_loss=$(grep '^step=3 ' "$WORK/run.log" | sed 's/.* loss=\([^ ]*\).*/\1/')
 
-if $PY "$TOOL" export-hf "$CK" --out "$WORK/hf/model.safetensors" > "$WORK/export.out" 2>&1 \
-   && grep -q '"tie_word_embeddings": false' "$WORK/hf/config.json"; then
-    ok "export-hf: safetensors and config.json"
+if $PY "$TOOL" export-hf "$CK" --out "$WORK/hf" > "$WORK/export.out" 2>&1 \
+   && grep -q '"tie_word_embeddings": false' "$WORK/hf/config.json" && [ -f "$WORK/hf/model.safetensors" ]; then
+    ok "export-hf: a directory with model.safetensors and config.json"
 else bad "export-hf" "$WORK/export.out"; fi
 check_numpy_loss "the exported weights" "$osdp_loss" "$WORK/hf/model.safetensors" --model "$M" --step 2
 
-$PY "$TOOL" import-hf "$WORK/hf/model.safetensors" --model "$M" --out "$WORK/back.h5" > "$WORK/import.out" 2>&1 \
+$PY "$TOOL" import-hf "$WORK/hf" --model "$M" --out "$WORK/back.h5" > "$WORK/import.out" 2>&1 \
     || bad "import-hf" "$WORK/import.out"
 if same_model "$CK" "$WORK/back.h5" > "$WORK/cmp.out" 2>&1
 then ok "osdp -> HF -> osdp: $(cat "$WORK/cmp.out")"; else bad "round trip" "$WORK/cmp.out"; fi
@@ -83,12 +80,47 @@ expect_refusal() {  # NAME PATTERN COMMAND...
     else bad "$name: message lacks '$pat'" "$WORK/bad.out"; fi
 }
 before=$(cksum < "$WORK/hf/model.safetensors")
-expect_refusal "export-hf over an existing file" "nothing was overwritten" \
-    $PY "$TOOL" export-hf "$CK" --out "$WORK/hf/model.safetensors"
+expect_refusal "export-hf into a directory that holds an export" "nothing was overwritten" \
+    $PY "$TOOL" export-hf "$CK" --out "$WORK/hf"
+expect_refusal "export-hf --out a file name" "writes a directory" \
+    $PY "$TOOL" export-hf "$CK" --out "$WORK/other/model.safetensors"
+[ ! -e "$WORK/other" ] && ok "nothing written for --out a file name" || bad "export-hf --out FILE left files"
 [ "$(cksum < "$WORK/hf/model.safetensors")" = "$before" ] && ok "existing export untouched" || bad "export overwritten"
-expect_refusal "import-hf into the wrong model" "has shape" \
+expect_refusal "import-hf into the wrong model (config.json)" "n_head = 2: osdp's model computes with 4" \
     $PY "$TOOL" import-hf "$WORK/hf/model.safetensors" --model "$SRC/input/models/tiny.ini" --out "$WORK/wrong.h5"
+cp "$WORK/hf/model.safetensors" "$WORK/bare.safetensors"
+expect_refusal "import-hf into the wrong model (no config.json)" "has shape" \
+    $PY "$TOOL" import-hf "$WORK/bare.safetensors" --model "$SRC/input/models/tiny.ini" --out "$WORK/wrong.h5"
 [ ! -e "$WORK/wrong.h5" ] && ok "no file left by a refused import" || bad "a refused import left a file"
+# config.json: each setting osdp's model does not compute is refused by its name and nothing is written
+# (a key left out counts as GPT2Config's default); the tanh GELU's other name and reorder_and_upcast_attn map
+$PY - "$WORK/hf" "$WORK/cfg" <<'PYEOF'
+import json, os, shutil, sys
+base = json.load(open(os.path.join(sys.argv[1], "config.json")))
+cases = {"n_head": {"n_head": 8}, "activation_function": {"activation_function": "gelu"},
+         "layer_norm_epsilon": {"layer_norm_epsilon": 1e-3},
+         "scale_attn_by_inverse_layer_idx": {"scale_attn_by_inverse_layer_idx": True},
+         "n_positions": {"n_positions": None}, "mapped": {"activation_function": "gelu_pytorch_tanh",
+                                                          "reorder_and_upcast_attn": True}}
+for name, change in cases.items():
+    d = os.path.join(sys.argv[2], name)
+    os.makedirs(d)
+    shutil.copy(os.path.join(sys.argv[1], "model.safetensors"), d)
+    c = {k: v for k, v in {**base, **change}.items() if v is not None}
+    c.pop("n_ctx", None) if name == "n_positions" else None
+    json.dump(c, open(os.path.join(d, "config.json"), "w"))
+PYEOF
+for key in n_head activation_function layer_norm_epsilon scale_attn_by_inverse_layer_idx n_positions; do
+    expect_refusal "import-hf of a config.json with another $key" "config.json: $key = " \
+        $PY "$TOOL" import-hf "$WORK/cfg/$key" --model "$M" --out "$WORK/cfg_$key.h5"
+    [ -e "$WORK/cfg_$key.h5" ] && bad "a refused import ($key) left a file"
+done
+grep -q "n_positions = 1024 (GPT2Config's default" "$WORK/bad.out" && ok "a key left out is checked at GPT2Config's default" \
+    || bad "the default of a missing key" "$WORK/bad.out"
+$PY "$TOOL" import-hf "$WORK/cfg/mapped" --model "$M" --out "$WORK/mapped.h5" > "$WORK/mapped.out" 2>&1 \
+    && same_model "$CK" "$WORK/mapped.h5" > /dev/null 2>&1 \
+    && ok "gelu_pytorch_tanh and reorder_and_upcast_attn (the same function in float32) import bit-exact" \
+    || bad "a config osdp computes the same" "$WORK/mapped.out"
 # a tied GPT-2 file (no lm_head.weight) into an untied model: lm_head = wte^T, said on stderr
 $PY -c "
 from safetensors.numpy import load_file, save_file
@@ -193,8 +225,8 @@ then ok "export-llmc: llm.c's layout ($(cat "$WORK/llmc_read.out"))"; else bad "
 check_numpy_loss "the llm.c file (logits x wte^T)" "$tied_loss" "$WORK/llmc/model.bin" --model "$TIED" --step 4
 $PY "$TOOL" import-llmc "$WORK/llmc/model.bin" --model "$TIED" --out "$WORK/llmc_back.h5" > "$WORK/llmc_in.out" 2>&1 \
     || bad "import-llmc" "$WORK/llmc_in.out"
-$PY "$TOOL" export-hf "$TCK" --out "$WORK/thf/model.safetensors" > "$WORK/thf.out" 2>&1 || bad "export-hf tied" "$WORK/thf.out"
-$PY "$TOOL" import-hf "$WORK/thf/model.safetensors" --model "$TIED" --out "$WORK/thf_back.h5" > "$WORK/thf_in.out" 2>&1 \
+$PY "$TOOL" export-hf "$TCK" --out "$WORK/thf" > "$WORK/thf.out" 2>&1 || bad "export-hf tied" "$WORK/thf.out"
+$PY "$TOOL" import-hf "$WORK/thf" --model "$TIED" --out "$WORK/thf_back.h5" > "$WORK/thf_in.out" 2>&1 \
     || bad "import-hf tied" "$WORK/thf_in.out"
 for back in llmc_back thf_back; do
     if same_model "$TCK" "$WORK/$back.h5" > "$WORK/cmp_$back.out" 2>&1

@@ -19,6 +19,16 @@ bad()   { echo "FAIL: $1"; [ -n "${2:-}" ] && [ -f "$2" ] && sed 's/^/    /' "$2
 field() { grep '^step=' "$1" | sed -n "s/.* $2=\([^ ]*\).*/\1/p"; }   # field LOG KEY: one value per step
 losses() { field "$1" loss_hex; }
 
+# require_python WHAT MODULE...: SKIP the test (exit 77) unless ${PYTHON:-python3} imports the modules
+require_python() {
+    local what=$1; shift
+    local modules="$*"
+    if ! ${PYTHON:-python3} -c "import ${modules// /, }" 2> "$WORK/import.err"; then
+        echo "SKIP: needs the Python packages $what ($(tail -1 "$WORK/import.err"))"
+        exit 77
+    fi
+}
+
 # summary NAME: the closing lines (the plain one is what CI reads) and the exit status
 summary() {
     echo "$1: $passed passed, $failed failed"

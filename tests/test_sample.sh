@@ -80,8 +80,8 @@ fi
 if ! $PY -c 'import numpy, h5py, safetensors' 2> "$WORK/import.err"; then
     echo "SKIP: sampling a weights file: needs numpy, h5py and safetensors ($(tail -1 "$WORK/import.err"))"
 else
-    $PY "$TOOL" export-hf "$CK" --out "$WORK/hf/model.safetensors" > "$WORK/hf.out" 2>&1 &&
-    $PY "$TOOL" import-hf "$WORK/hf/model.safetensors" --model "$M" --out "$WORK/weights.h5" >> "$WORK/hf.out" 2>&1 \
+    $PY "$TOOL" export-hf "$CK" --out "$WORK/hf" > "$WORK/hf.out" 2>&1 &&
+    $PY "$TOOL" import-hf "$WORK/hf" --model "$M" --out "$WORK/weights.h5" >> "$WORK/hf.out" 2>&1 \
         || bad "export-hf / import-hf" "$WORK/hf.out"
     sample 1 wfile --ckpt "$WORK/weights.h5" "${SET[@]:2}" || bad "sample a weights file" "$WORK/wfile.err"
     cmp -s "$WORK/n1.txt" "$WORK/wfile.txt" && grep -q 'a weights file' "$WORK/wfile.err" \

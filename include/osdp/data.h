@@ -74,6 +74,15 @@ void osdp_data_close(osdp_dataset *ds);
 void osdp_data_batch(const osdp_dataset *ds, unsigned long long seed, long step, long first_seq, int n_seq,
                      int seq_len, int *inputs, int *targets);
 
+/* The sequence that starts at token `start` of the stream: inputs are tokens
+ * [start, start + seq_len), targets the tokens after them.  Requires
+ * start + seq_len < ds->n_tokens. */
+void osdp_data_window(const osdp_dataset *ds, size_t start, int seq_len, int *inputs, int *targets);
+
+/* How many validation shards (`*_val_*.bin`, not token tables) directory
+ * `dir` holds; 0 when it holds none or is not a directory. */
+int osdp_data_val_shards(const char *dir);
+
 /* The start token index of global sequence `j` at `step`:
  * splitmix64(splitmix64(splitmix64(seed) ^ step) ^ j) mod (n_tokens - seq_len).
  * Returns 0 when n_tokens <= seq_len. */

@@ -11,7 +11,9 @@
 /* Each command runs the job its options resolved to (src/cli/options.h):
  * main parses the command line once, before MPI_Init. */
 struct osdp_job;
-/* training on the MPI ranks (after MPI_Init) */
+/* training on the MPI ranks (after MPI_Init); also `eval` (job->command
+ * OSDP_CMD_EVAL): the same set-up of mesh, plan and runtime, the weights
+ * of --ckpt / --init-from, train's validation instead of steps (cli/eval.h) */
 int osdp_cmd_train(const struct osdp_job *job);
 /* the planner alone, one process (no MPI needed) */
 int osdp_cmd_plan(const struct osdp_job *job);

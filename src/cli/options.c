@@ -28,6 +28,7 @@ typedef enum option_type {
 #define PLAN OSDP_CMD_PLAN
 #define PROFILE OSDP_CMD_PROFILE
 #define SAMPLE OSDP_CMD_SAMPLE
+#define EVAL OSDP_CMD_EVAL
 #define FIELD(f) offsetof(osdp_job, f)
 #define OSDP_MAX_MEM_LIMIT 1152921504606846976.0   /* 2^60 bytes, as device files */
 
@@ -62,7 +63,7 @@ static const option_row g_options[] = {
     {.name = "data", .short_name = 'd', .type = OPT_TEXT, .commands = TRAIN, .field = FIELD(data),
      .default_value = "input:data/addition.txt", .metavar = "FILE|DIR",
      .help = "llm.c .bin shard, directory of shards, or a text file"},
-    {.name = "device", .type = OPT_TEXT, .commands = TRAIN, .field = FIELD(device),
+    {.name = "device", .type = OPT_TEXT, .commands = TRAIN | EVAL, .field = FIELD(device),
      .default_value = "input:devices/cpu_2core.ini", .metavar = "FILE",
      .help = "device information for --plan auto (--mem-limit overrides its limit)"},
     {.name = "device", .type = OPT_TEXT, .commands = PLAN, .required = PLAN, .field = FIELD(device),
@@ -82,7 +83,7 @@ static const option_row g_options[] = {
     {.name = "log-every", .type = OPT_INT, .commands = TRAIN, .field = FIELD(log_every), .lo = 1, .hi = 1e12,
      .default_value = "1", .metavar = "N",
      .help = "print the progress line every N steps (and the first and last); --log keeps every step"},
-    {.name = "val-data", .type = OPT_TEXT, .commands = TRAIN, .field = FIELD(val_data), .metavar = "FILE|DIR",
+    {.name = "val-data", .type = OPT_TEXT, .commands = TRAIN | EVAL, .field = FIELD(val_data), .metavar = "FILE|DIR",
      .default_text = "--data's `*_val_*.bin` shards when --data is a directory that has them",
      .help = "validation data (same formats as --data), never trained on"},
     {.name = "eval-every", .type = OPT_INT, .commands = TRAIN, .field = FIELD(eval_every), .lo = 1, .hi = 1e12,
@@ -106,7 +107,7 @@ static const option_row g_options[] = {
     {.name = "steps", .short_name = 's', .type = OPT_INT, .commands = TRAIN, .field = FIELD(steps), .hi = 1e12,
      .default_value = "100", .metavar = "N",
      .help = "optimizer steps in all: a resumed run continues up to step N"},
-    {.name = "batch", .short_name = 'b', .type = OPT_INT, .commands = TRAIN, .field = FIELD(batch), .lo = 1,
+    {.name = "batch", .short_name = 'b', .type = OPT_INT, .commands = TRAIN | EVAL, .field = FIELD(batch), .lo = 1,
      .hi = 1 << 20, .metavar = "B", .default_text = "the planner's choice with --plan auto, else 8",
      .help = "sequences per rank per micro-step"},
     {.name = "batch", .type = OPT_INT, .commands = PLAN, .field = FIELD(batch), .lo = 1, .hi = 1 << 20,
@@ -115,24 +116,24 @@ static const option_row g_options[] = {
     {.name = "max-batch", .type = OPT_INT, .commands = PLAN, .field = FIELD(max_batch), .lo = 1, .hi = 1 << 20,
      .metavar = "B",
      .help = "the scheduler's largest micro-batch"},
-    {.name = "global-batch", .type = OPT_INT, .commands = TRAIN, .field = FIELD(global_batch), .lo = 1,
+    {.name = "global-batch", .type = OPT_INT, .commands = TRAIN | EVAL, .field = FIELD(global_batch), .lo = 1,
      .hi = 1 << 30, .metavar = "G",
-     .default_text = "B x ranks (8 x ranks when the planner picks B); a resume keeps the checkpoint's",
+     .default_text = "B x ranks (8 x ranks when the planner picks B); a resume and eval --ckpt keep the checkpoint's",
      .help = "sequences per optimizer step over all ranks (a multiple of B x ranks)"},
     {.name = "global-batch", .type = OPT_INT, .commands = PLAN, .field = FIELD(global_batch), .lo = 1, .hi = 1 << 30,
      .metavar = "G", .default_text = "none: accumulation 1",
      .help = "sequences per optimizer step: micro-batch b divides G/N, accumulation G/(N b)"},
-    {.name = "seq-len", .type = OPT_INT, .commands = TRAIN, .field = FIELD(seq_len), .lo = 1, .hi = 1 << 20,
-     .metavar = "T", .default_text = "the model's ctx; a resume keeps the checkpoint's",
+    {.name = "seq-len", .type = OPT_INT, .commands = TRAIN | EVAL, .field = FIELD(seq_len), .lo = 1, .hi = 1 << 20,
+     .metavar = "T", .default_text = "the model's ctx; a resume and eval --ckpt keep the checkpoint's",
      .help = "tokens per sequence (at most the model's ctx)"},
     {.name = "seq-len", .type = OPT_INT, .commands = PLAN | PROFILE, .field = FIELD(seq_len), .lo = 1, .hi = 1 << 20,
      .metavar = "T", .default_text = "the model's ctx",
      .help = "tokens per sequence (at most the model's ctx)"},
-    {.name = "plan", .short_name = 'p', .type = OPT_TEXT, .commands = TRAIN, .field = FIELD(plan),
+    {.name = "plan", .short_name = 'p', .type = OPT_TEXT, .commands = TRAIN | EVAL, .field = FIELD(plan),
      .default_value = "auto", .metavar = "auto|dp|zdp|FILE",
      .help = "the planner's plan (modes per operator, and the micro-batch and accumulation\n"
         "unless --batch is given), DP or ZDP for every operator, or a plan file"},
-    {.name = "tp", .type = OPT_INT, .commands = TRAIN | PLAN, .field = FIELD(tp), .lo = 1, .hi = OSDP_MAX_TP,
+    {.name = "tp", .type = OPT_INT, .commands = TRAIN | PLAN | EVAL, .field = FIELD(tp), .lo = 1, .hi = OSDP_MAX_TP,
      .choices = "auto", .word_value = OSDP_TP_AUTO, .default_value = "1", .metavar = "T|auto",
      .help = "tensor-parallel degree: groups of T consecutive ranks hold each operator's Megatron parts,\n"
         "the plan shards those parts over ranks / T data-parallel ranks (auto: the planner chooses T;\n"
@@ -140,24 +141,24 @@ static const option_row g_options[] = {
     {.name = "tp", .type = OPT_INT, .commands = PROFILE, .field = FIELD(tp), .lo = 1, .hi = OSDP_MAX_TP,
      .default_value = "1", .metavar = "T",
      .help = "tensor-parallel degree: the groups of T consecutive ranks whose collectives are measured"},
-    {.name = "pp", .type = OPT_INT, .commands = TRAIN, .field = FIELD(pp), .lo = 1, .hi = OSDP_MAX_STAGES,
+    {.name = "pp", .type = OPT_INT, .commands = TRAIN | EVAL, .field = FIELD(pp), .lo = 1, .hi = OSDP_MAX_STAGES,
      .choices = "auto", .word_value = OSDP_PP_AUTO, .default_value = "1", .metavar = "P|auto",
      .help = "pipeline stages: the outermost mesh axis, each stage a contiguous range of operators\n"
         "(--stages) over ranks / P, the step's micro-batches (accumulation) flowing through them\n"
         "(auto, with --plan auto: the 3D search chooses P, and T with --tp auto, and the stages)"},
-    {.name = "stages", .type = OPT_TEXT, .commands = TRAIN | PLAN, .field = FIELD(stages), .metavar = "A:B,B:C,...",
+    {.name = "stages", .type = OPT_TEXT, .commands = TRAIN | PLAN | EVAL, .field = FIELD(stages), .metavar = "A:B,B:C,...",
      .default_text = "balanced by the cost model's operator times",
      .help = "with --pp P: stage s's operators [A, B), P contiguous ranges from 0 to the operator count"},
-    {.name = "schedule", .type = OPT_ENUM, .commands = TRAIN | PLAN, .field = FIELD(pipe_schedule), .choices = "1f1b|gpipe",
+    {.name = "schedule", .type = OPT_ENUM, .commands = TRAIN | PLAN | EVAL, .field = FIELD(pipe_schedule), .choices = "1f1b|gpipe",
      .default_value = "1f1b", .metavar = "1f1b|gpipe",
      .help = "with --pp P: 1F1B (PipeDream-flush: at most P - s micro-batches in flight on stage s)\n"
         "or GPipe (all forwards, then all backwards); the same losses bit for bit"},
-    {.name = "split", .type = OPT_INT, .commands = TRAIN | PLAN, .field = FIELD(split), .lo = 1,
+    {.name = "split", .type = OPT_INT, .commands = TRAIN | PLAN | EVAL, .field = FIELD(split), .lo = 1,
      .hi = OSDP_MAX_SLICES, .choices = "auto", .word_value = OSDP_SPLIT_AUTO, .default_value = "1",
      .metavar = "G|auto",
      .help = "operator splitting: G+1 choices per operator, k of G slices ZDP (auto: k of any\n"
         "G in 1, 2, 4, 8, the planner chooses G per operator; train --plan zdp makes every operator G/G)"},
-    {.name = "recompute", .type = OPT_ENUM, .commands = TRAIN | PLAN, .field = FIELD(recompute),
+    {.name = "recompute", .type = OPT_ENUM, .commands = TRAIN | PLAN | EVAL, .field = FIELD(recompute),
      .choices = "none|all|auto", .default_value = "none", .metavar = "none|all|auto",
      .help = "activation checkpointing of attn and mlp operators (auto: the planner\n"
         "chooses per operator, with --plan auto; train: a plan file's 'recompute' also counts)"},
@@ -167,13 +168,13 @@ static const option_row g_options[] = {
     {.name = "dfs-limit", .type = OPT_FLOAT, .commands = PLAN, .field = FIELD(dfs_limit), .hi = 86400, .lo_open = 1,
      .metavar = "S",
      .help = "wall-clock budget of --search dfs for the whole run, seconds"},
-    {.name = "cost-model", .type = OPT_ENUM, .commands = TRAIN | PLAN, .field = FIELD(cost_model),
+    {.name = "cost-model", .type = OPT_ENUM, .commands = TRAIN | PLAN | EVAL, .field = FIELD(cost_model),
      .choices = "paper|overlap", .default_value = "paper", .metavar = "paper|overlap",
      .help = "step time: compute + comm (paper eq. 2), or per operator max(compute, comm)\n"
         "with prefetch (train: for --plan auto and the logged pred_step_s)"},
     {.name = "json", .type = OPT_FLAG, .commands = PLAN, .field = FIELD(json),
      .help = "one JSON object on stdout instead of the tables"},
-    {.name = "mem-limit", .type = OPT_SIZE, .commands = TRAIN, .field = FIELD(mem_limit), .lo = 1,
+    {.name = "mem-limit", .type = OPT_SIZE, .commands = TRAIN | EVAL, .field = FIELD(mem_limit), .lo = 1,
      .hi = OSDP_MAX_MEM_LIMIT, .metavar = "BYTES", .default_text = "none (with --plan auto: the device file's)",
      .help = "emulated device memory per rank: 8G, 512M, 1000000"},
     {.name = "mem-limit", .type = OPT_SIZE, .commands = PLAN, .field = FIELD(mem_limit), .lo = 1,
@@ -182,13 +183,13 @@ static const option_row g_options[] = {
     {.name = "mem-limit", .type = OPT_SIZE, .commands = PROFILE, .field = FIELD(mem_limit), .lo = 1,
      .hi = OSDP_MAX_MEM_LIMIT, .metavar = "BYTES", .default_text = "physical memory / ranks on the node",
      .help = "the device file's mem_limit: 8G, 512M, 1000000"},
-    {.name = "no-prefetch", .type = OPT_FLAG, .commands = TRAIN | PLAN, .field = FIELD(no_prefetch),
+    {.name = "no-prefetch", .type = OPT_FLAG, .commands = TRAIN | PLAN | EVAL, .field = FIELD(no_prefetch),
      .help = "do not overlap all-gathers / reduce-scatters with compute"},
-    {.name = "hierarchical", .type = OPT_FLAG, .commands = TRAIN | PLAN, .field = FIELD(hierarchical),
+    {.name = "hierarchical", .type = OPT_FLAG, .commands = TRAIN | PLAN | EVAL, .field = FIELD(hierarchical),
      .help = "offer plan mode h (shard inside the node, replicate across nodes) to the planner where a\n"
              "data-parallel group spans nodes of a two-level device, equally: the default, so this changes\n"
              "nothing (kept for the command lines that name it)"},
-    {.name = "no-hierarchical", .type = OPT_FLAG, .commands = TRAIN | PLAN, .field = FIELD(no_hierarchical),
+    {.name = "no-hierarchical", .type = OPT_FLAG, .commands = TRAIN | PLAN | EVAL, .field = FIELD(no_hierarchical),
      .help = "never offer plan mode h: every ZDP operator sharded over the whole data-parallel group"},
     /* optimizer */
     {.name = "seed", .type = OPT_INT, .commands = TRAIN, .field = FIELD(seed), .hi = 1e18, .default_value = "1337",
@@ -210,20 +211,20 @@ static const option_row g_options[] = {
      .metavar = "N", .default_text = "--steps; a resume keeps the checkpoint's",
      .help = "cosine horizon"},
     /* the machine */
-    {.name = "threads", .type = OPT_INT, .commands = TRAIN | PROFILE | SAMPLE, .field = FIELD(threads), .lo = 1, .hi = 4096,
+    {.name = "threads", .type = OPT_INT, .commands = TRAIN | PROFILE | SAMPLE | EVAL, .field = FIELD(threads), .lo = 1, .hi = 4096,
      .metavar = "N", .default_text = "node cores / ranks on the node",
      .help = "compute threads per rank (at most the node's cores)"},
-    {.name = "backend", .type = OPT_ENUM, .commands = TRAIN, .field = FIELD(backend), .choices = "cpu|cuda",
+    {.name = "backend", .type = OPT_ENUM, .commands = TRAIN | EVAL, .field = FIELD(backend), .choices = "cpu|cuda",
      .default_value = "cpu", .metavar = "cpu|cuda",
      .help = "compute backend"},
-    {.name = "precision", .type = OPT_ENUM, .commands = TRAIN, .field = FIELD(precision), .choices = "bf16|fp32",
+    {.name = "precision", .type = OPT_ENUM, .commands = TRAIN | EVAL, .field = FIELD(precision), .choices = "bf16|fp32",
      .metavar = "bf16|fp32", .default_text = "bf16 with cuda, fp32 on cpu",
      .help = "working weights and their all-gathers (on cpu bf16 only tests the\n"
         "mixed-precision path); master weights, moments, gradients, activations: always fp32"},
     {.name = "peak-flops", .type = OPT_FLOAT, .commands = TRAIN, .field = FIELD(peak_flops), .lo = 1e3, .hi = 1e18,
      .metavar = "X", .default_text = "measured sgemm rate",
      .help = "device peak FLOP/s for MFU"},
-    {.name = "ranks-per-node", .type = OPT_INT, .commands = TRAIN | PROFILE, .field = FIELD(ranks_per_node), .lo = 1,
+    {.name = "ranks-per-node", .type = OPT_INT, .commands = TRAIN | PROFILE | EVAL, .field = FIELD(ranks_per_node), .lo = 1,
      .hi = 1 << 20, .metavar = "R", .default_text = "none: the real nodes (MPI_COMM_TYPE_SHARED)",
      .help = "emulated nodes: world rank r sits on node r / R (for tests and benchmarks on one machine;\n"
         "every line that depends on it says \"emulated\")"},
@@ -234,7 +235,7 @@ static const option_row g_options[] = {
     {.name = "nodes", .type = OPT_INT, .commands = PLAN, .field = FIELD(nodes), .lo = 1, .hi = 1 << 20,
      .metavar = "K", .default_text = "the device file's ranks_per_node",
      .help = "the ranks sit on K nodes of ranks / K ranks each (as --ranks-per-node ranks / K)"},
-    {.name = "emulate-link", .type = OPT_TEXT, .commands = TRAIN | PROFILE, .field = FIELD(emulate_link),
+    {.name = "emulate-link", .type = OPT_TEXT, .commands = TRAIN | PROFILE | EVAL, .field = FIELD(emulate_link),
      .metavar = "BW,LAT", .default_text = "none",
      .help = "with --ranks-per-node: a collective or message whose group spans emulated nodes takes at\n"
         "least the time a link of BW bytes/s (K, M, G, T: 10^3..10^12) and latency LAT (s, ms, us, ns)\n"
@@ -246,7 +247,7 @@ static const option_row g_options[] = {
     {.name = "reps", .type = OPT_INT, .commands = PROFILE, .field = FIELD(reps), .lo = 1,
      .hi = OSDP_PROFILE_MAX_REPS, .default_value = "7", .metavar = "R",
      .help = "repetitions per measurement (the median counts)"},
-    {.name = "quiet", .type = OPT_FLAG, .commands = TRAIN, .field = FIELD(quiet),
+    {.name = "quiet", .type = OPT_FLAG, .commands = TRAIN | EVAL, .field = FIELD(quiet),
      .help = "only the summary line"},
     /* checkpoints */
     {.name = "ckpt-dir", .type = OPT_TEXT, .commands = TRAIN, .field = FIELD(ckpt_dir), .metavar = "DIR",
@@ -266,8 +267,20 @@ static const option_row g_options[] = {
      .help = "if the checkpoint is refused, try the previous save in its directory"},
     {.name = "init-from", .type = OPT_TEXT, .commands = TRAIN, .field = FIELD(init_from), .metavar = "FILE",
      .help = "start from the weights of a checkpoint (fresh optimizer, step 0)"},
+    {.name = "init-from", .type = OPT_TEXT, .commands = EVAL, .field = FIELD(init_from), .metavar = "WEIGHTS",
+     .help = "evaluate the weights of a weights file or checkpoint, with train's defaults for a fresh\n"
+        "run (--ckpt instead: the batches the checkpoint's run validated on)"},
+    {.name = "data", .type = OPT_TEXT, .commands = EVAL, .field = FIELD(data), .metavar = "FILE|DIR",
+     .help = "the data to evaluate: a directory's *_val_*.bin shards when it has them (as train\n"
+        "validates), else the directory's shards, an llm.c .bin shard, or a text file"},
+    {.name = "log", .type = OPT_TEXT, .commands = EVAL, .field = FIELD(log), .metavar = "FILE",
+     .help = "the evaluation's record (rank 0): JSON Lines when FILE ends in .jsonl, key=value otherwise"},
+    {.name = "batches", .type = OPT_INT, .commands = EVAL, .field = FIELD(eval_batches), .lo = 1, .hi = 1 << 20,
+     .metavar = "K", .default_text = "every sequence of the data once, in whole global batches",
+     .help = "the first K batches of train's validation set (train --eval-batches K: the same\n"
+        "sequences, the same loss)"},
     /* sampling */
-    {.name = "ckpt", .type = OPT_TEXT, .commands = SAMPLE, .required = SAMPLE, .field = FIELD(ckpt), .metavar = "FILE",
+    {.name = "ckpt", .type = OPT_TEXT, .commands = SAMPLE | EVAL, .required = SAMPLE, .field = FIELD(ckpt), .metavar = "FILE",
      .help = "a checkpoint or weights file: the model and its weights (any rank count, any plan)"},
     {.name = "prompt", .type = OPT_TEXT, .commands = SAMPLE, .field = FIELD(prompt), .metavar = "TEXT",
      .default_text = "a newline (bytes), the end-of-text token (a token table)",
@@ -304,7 +317,7 @@ _Static_assert(sizeof g_options / sizeof g_options[0] <= OSDP_MAX_OPTIONS, "rais
 const char *osdp_command_name(osdp_command command)
 {
     return command == OSDP_CMD_TRAIN ? "train" : command == OSDP_CMD_PLAN ? "plan"
-         : command == OSDP_CMD_SAMPLE ? "sample" : "profile";
+         : command == OSDP_CMD_SAMPLE ? "sample" : command == OSDP_CMD_EVAL ? "eval" : "profile";
 }
 
 /* the row of `name` for `command`, -1 when the command has no such option */
@@ -583,6 +596,9 @@ void osdp_options_usage(osdp_command command, FILE *out)
                              "  operator type (forward + backward of the model's operators), writes a device file",
         [OSDP_CMD_SAMPLE] = "usage: osdp_gpt sample --ckpt FILE [options]     (any number of ranks: mpiexec -n N)\n"
                             "  generates text from a checkpoint's weights (rank 0 generates and prints it to stdout)",
+        [OSDP_CMD_EVAL] = "usage: osdp_gpt eval (--ckpt FILE | --init-from WEIGHTS) (--data | --val-data) FILE|DIR [options]\n"
+                          "  the loss and perplexity of the weights on the data (any rank count and mesh): with\n"
+                          "  --batches K, train's validation loss for the same batches, bit for bit on the same mesh",
     };
     osdp_job defaults;
     job_defaults(command, &defaults);
@@ -617,6 +633,7 @@ void osdp_options_usage(osdp_command command, FILE *out)
 osdp_status osdp_job_check_seq_len(const osdp_job *job, int ctx)
 {
     if (job->seq_len > ctx)
-        return osdp_error_set(OSDP_ERR_INPUT, "--seq-len %lld: above the model's ctx = %d (%s)", job->seq_len, ctx, job->model);
+        return osdp_error_set(OSDP_ERR_INPUT, "--seq-len %lld: above the model's ctx = %d (%s)", job->seq_len, ctx,
+                              job->model ? job->model : "the model of the weights file");
     return OSDP_OK;
 }

@@ -17,7 +17,8 @@
 #include <stdio.h>
 #include "osdp/error.h"
 
-typedef enum osdp_command { OSDP_CMD_TRAIN = 1, OSDP_CMD_PLAN = 2, OSDP_CMD_PROFILE = 4, OSDP_CMD_SAMPLE = 8 } osdp_command;
+typedef enum osdp_command { OSDP_CMD_TRAIN = 1, OSDP_CMD_PLAN = 2, OSDP_CMD_PROFILE = 4, OSDP_CMD_SAMPLE = 8,
+               OSDP_CMD_EVAL = 16 } osdp_command;
 
 /* the words of the enumerated options, in the order of their values */
 typedef enum osdp_recompute_choice { OSDP_RECOMPUTE_NONE, OSDP_RECOMPUTE_ALL, OSDP_RECOMPUTE_AUTO } osdp_recompute_choice;
@@ -41,7 +42,7 @@ typedef struct osdp_job {
     const char *model, *data, *device, *plan, *log, *dump_weights, *out, *name;
     const char *val_data;             /* validation data; NULL: --data's val shards, if any */
     long long eval_every;             /* 0: not given (evaluate at the end only) */
-    long long eval_batches;           /* validation batches of the global batch's size */
+    long long eval_batches;           /* validation batches of the global batch's size (eval --batches; 0: all the data) */
     /* what to run */
     long long steps;                  /* total optimizer steps (a resume continues up to it) */
     long long batch;                  /* sequences per rank per micro-step; 0: not given */
@@ -83,7 +84,7 @@ typedef struct osdp_job {
     long long save_every, keep;
     int resume, resume_fallback;
     /* sampling (osdp_gpt sample; train --sample-every) */
-    const char *ckpt;                 /* sample: the checkpoint or weights file */
+    const char *ckpt;                 /* sample, eval: the checkpoint or weights file */
     const char *prompt, *prompt_ids;  /* NULL: not given */
     const char *tokenizer;            /* a token table (llm.c tokenizer format); NULL: none */
     long long tokens;                 /* sample: tokens to generate */

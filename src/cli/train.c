@@ -16,6 +16,7 @@
 #include "cli/report.h"
 #include "osdp/runtime.h"
 #include "cli/train_checkpoint.h"
+#include "eval.h"
 #include "options.h"
 #include "train_pipe_plan.h"
 #include "train_sample.h"
@@ -81,6 +82,10 @@ static osdp_status check_pipeline_options(const osdp_job *job, int plan_auto)
 /* cross-option rules of train (each value alone was checked by the options table) */
 static osdp_status check_train_options(const osdp_job *job)
 {
+    if (job->command == OSDP_CMD_EVAL) {
+        osdp_status s = osdp_eval_check_options(job);
+        if (s != OSDP_OK) return s;
+    }
     int plan_auto = strcmp(job->plan, "auto") == 0;
     int plan_mode = plan_auto || !strcmp(job->plan, "dp") || !strcmp(job->plan, "zdp");
     if (job->split == OSDP_SPLIT_AUTO && !plan_auto)
@@ -124,11 +129,12 @@ static osdp_status resolve_setup(const osdp_job *job, const osdp_ckpt_info *resu
     t->optim.total_steps = job->lr_steps ? (long)job->lr_steps : job->steps > 0 ? (long)job->steps : 1;
     t->weights = job_weights(job);
     if (!resumed) return OSDP_OK;
-    if (job->seq_len && job->seq_len != resumed->seq_len)
+    const int evaluating = job->command == OSDP_CMD_EVAL;   /* eval --ckpt: its run's batches unless told, any length */
+    if (job->seq_len && job->seq_len != resumed->seq_len && !evaluating)
         return osdp_error_set(OSDP_ERR_INPUT, "--seq-len %lld: the checkpoint %s was trained on sequences of %d tokens; a resume "
                               "continues that run (leave --seq-len out); --init-from starts a new run from its weights",
                               job->seq_len, resumed_path, resumed->seq_len);
-    t->seq_len = resumed->seq_len;
+    t->seq_len = evaluating && job->seq_len ? (int)job->seq_len : resumed->seq_len;
     char changes[512] = "";
     size_t at = 0;
     if (!job->global_batch) {
@@ -147,7 +153,7 @@ static osdp_status resolve_setup(const osdp_job *job, const osdp_ckpt_info *resu
     else if (job->lr_steps != resumed->optim.total_steps && at < sizeof changes)
         at += (size_t)snprintf(changes + at, sizeof changes - at, "; cosine horizon %ld -> %lld steps (--lr-steps)",
                                resumed->optim.total_steps, job->lr_steps);
-    if (rank == 0 && !job->quiet) {
+    if (rank == 0 && !job->quiet && !evaluating) {
         printf("resume: global batch %d, cosine horizon %ld steps, sequences of %d tokens%s%s\n", t->global_batch,
                t->optim.total_steps, t->seq_len, at ? "" : " (as saved)", changes);
         fflush(stdout);
@@ -231,11 +237,17 @@ typedef struct mesh_search_inputs {
     int *recompute_all;       /* --recompute all's flags (planner_options_of) */
 } mesh_search_inputs;
 
+/* the model: --model's, or for eval the one its weights file holds */
+static osdp_status job_model(const osdp_job *job, osdp_model_config *cfg)
+{
+    return job->command == OSDP_CMD_EVAL ? osdp_eval_model(job, cfg) : osdp_model_config_load(cfg, job->model);
+}
+
 static osdp_status mesh_search_inputs_load(const osdp_job *job, osdp_dtype weights, int n_ranks, mesh_search_inputs *in)
 {
     memset(in, 0, sizeof *in);
     const osdp_compute_backend *be = osdp_compute_find(osdp_option_word("backend", job->backend), weights);
-    osdp_status s = osdp_model_config_load(&in->cfg, job->model);
+    osdp_status s = job_model(job, &in->cfg);
     if (s != OSDP_OK) return s;
     in->seq_len = job->seq_len > 0 && job->seq_len <= in->cfg.ctx ? (int)job->seq_len : in->cfg.ctx;
     if ((s = device_load_for_runtime(&in->dev, job->device, weights)) != OSDP_OK) return s;
@@ -553,6 +565,12 @@ int osdp_cmd_train(const osdp_job *job)
     char resumed_path[4200] = "";
     int have_resumed = ckpt.resume && osdp_train_ckpt_peek(&ckpt, MPI_COMM_WORLD, resumed_path, sizeof resumed_path,
                                                            &resumed) == OSDP_OK;
+    const int evaluating = job->command == OSDP_CMD_EVAL;
+    if (evaluating) {   /* the weights file's batch geometry (a checkpoint's, for --ckpt) before the plan */
+        ckpt.quiet = 1;   /* eval says what it loaded */
+        osdp_check_all(osdp_eval_peek(job, &resumed));
+        have_resumed = job->ckpt && !resumed.weights_only;
+    }
     train_setup t;
     osdp_check_all(resolve_setup(job, have_resumed ? &resumed : NULL, resumed_path, mesh.dp, world.rank, &t));
 
@@ -569,7 +587,7 @@ int osdp_cmd_train(const osdp_job *job)
     osdp_check_all(osdp_compute_pad_quantum(backend, &t.pad_quantum));
 
     osdp_model_config cfg;
-    osdp_check_all(osdp_model_config_load(&cfg, job->model));
+    osdp_check_all(job_model(job, &cfg));
     osdp_check_all(osdp_job_check_seq_len(job, cfg.ctx));
     int T = t.seq_len ? t.seq_len : cfg.ctx;
     int vocab_quantum = 1;
@@ -578,8 +596,8 @@ int osdp_cmd_train(const osdp_job *job)
     osdp_check_all(osdp_layout_build_tp(&layout, &cfg, T, mesh.tp, vocab_quantum));
     osdp_layout whole_model;   /* what MFU and the parameter count are of */
     osdp_check_all(osdp_layout_build(&whole_model, &cfg, T));
-    osdp_dataset data;
-    osdp_check_all(osdp_data_open(&data, job->data, cfg.vocab, T));
+    osdp_dataset data = {0};   /* eval: none (it evaluates its validation data) */
+    if (!evaluating) osdp_check_all(osdp_data_open(&data, job->data, cfg.vocab, T));
     osdp_validation val;
     osdp_check_all(osdp_validation_open(&val, job, &data, cfg.vocab, T, world.rank));
     osdp_train_sample samples;
@@ -648,12 +666,17 @@ int osdp_cmd_train(const osdp_job *job)
     osdp_check_all(osdp_train_ckpt_start(&ckpt, &rt, &cfg, &plan, MPI_COMM_WORLD));
     osdp_check_all(check_resumed_setup(&ckpt, job, &t, global, T));
     osdp_check_all(osdp_train_ckpt_check_steps(&ckpt, (long)job->steps, job->dump_weights != NULL));
-    osdp_report report;
-    osdp_report_open(&report, &rt, &world, &mesh, &whole_model, &predicted, job->peak_flops, job->log, job->quiet,
-                     (long)job->log_every);
-    osdp_check_all(report.status);
-    report.predicted_step_s = predicted_step_time(&layout, &plan, job, &t, mesh.dp, mesh.pp, stage_bounds);
-    osdp_report_header(&report, &cfg, &data, &plan, (long)job->steps, global);
+    osdp_report report = {0};
+    if (evaluating) {   /* train's validation of the loaded weights, no step (job->steps is 0) */
+        s = osdp_eval_run(&val, &rt, job, &ckpt.loaded, &mesh);
+        if (s != OSDP_OK) fatal_with_hint(s, &t);
+    } else {
+        osdp_report_open(&report, &rt, &world, &mesh, &whole_model, &predicted, job->peak_flops, job->log, job->quiet,
+                         (long)job->log_every);
+        osdp_check_all(report.status);
+        report.predicted_step_s = predicted_step_time(&layout, &plan, job, &t, mesh.dp, mesh.pp, stage_bounds);
+        osdp_report_header(&report, &cfg, &data, &plan, (long)job->steps, global);
+    }
 
     for (long step = rt.step; step < job->steps; step++) {
         osdp_step_stats stats;
@@ -671,12 +694,12 @@ int osdp_cmd_train(const osdp_job *job)
         if (stop) break;
     }
     osdp_check_all(osdp_train_ckpt_finish(&ckpt));
-    osdp_report_summary(&report);
+    if (!evaluating) osdp_report_summary(&report);
     if (job->dump_weights) {
         s = osdp_train_dump_weights(&rt, job->dump_weights, MPI_COMM_WORLD);
         if (s != OSDP_OK) osdp_fatal(s, osdp_error_message());
     }
-    osdp_report_close(&report);
+    if (!evaluating) osdp_report_close(&report);
     osdp_runtime_destroy(&rt);
     if (mesh.tp > 1) osdp_comm_destroy(&tp_comm);
     if (mesh.pp > 1) {

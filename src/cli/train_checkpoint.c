@@ -40,7 +40,7 @@ osdp_status osdp_train_ckpt_init(osdp_train_ckpt *tc, const osdp_job *job)
     tc->resume = job->resume;
     tc->resume_file = job->resume_file;
     tc->resume_fallback = job->resume_fallback;
-    tc->init_from = job->init_from;
+    tc->init_from = job->init_from ? job->init_from : job->ckpt;   /* eval --ckpt: its weights, as --init-from */
     tc->quiet = job->quiet;
     tc->last_saved = -1;
     if (tc->save_every && !tc->dir) return osdp_error_set(OSDP_ERR_INPUT, "--save-every needs --ckpt-dir DIR");

@@ -502,6 +502,34 @@ static int find_segment(const osdp_dataset *ds, size_t pos)
     return lo;
 }
 
+void osdp_data_window(const osdp_dataset *ds, size_t start, int seq_len, int *inputs, int *targets)
+{
+    const size_t T = (size_t)seq_len;
+    /* start + T <= n_tokens - 1, so tokens [start, start + T] all exist */
+    int k = ds->n_seg == 1 ? 0 : find_segment(ds, start);
+    const osdp_data_segment *s = &ds->seg[k];
+    size_t local = start - s->offset;
+    if (local + T < s->n_tokens) { /* fast path: the window lies in one segment */
+        const uint16_t *p = s->tokens + local;
+        for (size_t t = 0; t < T; t++) {
+            inputs[t] = p[t];
+            targets[t] = p[t + 1];
+        }
+        return;
+    }
+    for (size_t t = 0; t <= T; t++) { /* window straddles shards */
+        while (local >= s->n_tokens) {
+            s++;
+            local = 0;
+        }
+        int v = s->tokens[local++];
+        if (t < T)
+            inputs[t] = v;
+        if (t > 0)
+            targets[t - 1] = v;
+    }
+}
+
 void osdp_data_batch(const osdp_dataset *ds, unsigned long long seed, long step, long first_seq, int n_seq,
                      int seq_len, int *inputs, int *targets)
 {
@@ -513,34 +541,22 @@ void osdp_data_batch(const osdp_dataset *ds, unsigned long long seed, long step,
         memset(targets, 0, (size_t)n_seq * T * sizeof *targets);
         return;
     }
-    for (int i = 0; i < n_seq; i++) {
-        size_t start = osdp_data_seq_start(seed, step, first_seq + i, ds->n_tokens, seq_len);
-        int *in = inputs + (size_t)i * T;
-        int *tg = targets + (size_t)i * T;
-        /* start + T <= n_tokens - 1, so tokens [start, start + T] all exist */
-        int k = ds->n_seg == 1 ? 0 : find_segment(ds, start);
-        const osdp_data_segment *s = &ds->seg[k];
-        size_t local = start - s->offset;
-        if (local + T < s->n_tokens) { /* fast path: the window lies in one segment */
-            const uint16_t *p = s->tokens + local;
-            for (size_t t = 0; t < T; t++) {
-                in[t] = p[t];
-                tg[t] = p[t + 1];
-            }
-            continue;
-        }
-        for (size_t t = 0; t <= T; t++) { /* window straddles shards */
-            while (local >= s->n_tokens) {
-                s++;
-                local = 0;
-            }
-            int v = s->tokens[local++];
-            if (t < T)
-                in[t] = v;
-            if (t > 0)
-                tg[t - 1] = v;
-        }
-    }
+    for (int i = 0; i < n_seq; i++)
+        osdp_data_window(ds, osdp_data_seq_start(seed, step, first_seq + i, ds->n_tokens, seq_len), seq_len,
+                         inputs + (size_t)i * T, targets + (size_t)i * T);
+}
+
+int osdp_data_val_shards(const char *dir)
+{
+    DIR *d = opendir(dir);
+    int n = 0;
+    struct dirent *e;
+    while (d && (e = readdir(d)) != NULL)
+        if (ends_with(e->d_name, ".bin") && !is_token_table(e->d_name) && is_val_shard(e->d_name))
+            n++;
+    if (d)
+        closedir(d);
+    return n;
 }
 
 unsigned long long osdp_data_hash(const osdp_dataset *ds) { return ds->hash; }
