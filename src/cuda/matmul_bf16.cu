@@ -75,7 +75,7 @@ void gemm_bf16(const GemmContext &ctx, cublasOperation_t ta, cublasOperation_t t
                float *C, int ldc)
 {
     const float alpha = 1.0f;
-    CUBLAS_CHECK(cublasGemmEx(ctx.cublas, ta, tb, m, n, k, &alpha, A, CUDA_R_16BF, lda, B,
+    CUBLAS_LAUNCH(cublasGemmEx(ctx.cublas, ta, tb, m, n, k, &alpha, A, CUDA_R_16BF, lda, B,
                               CUDA_R_16BF, ldb, &beta, C, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F,
                               CUBLAS_GEMM_DEFAULT));
 }
