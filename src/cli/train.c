@@ -7,6 +7,7 @@
 #include "osdp/device.h"
 #include "osdp/layout.h"
 #include "osdp/link_emulation.h"
+#include "osdp/memory.h"
 #include "osdp/mesh.h"
 #include "osdp/pipeline.h"
 #include "osdp/plan.h"
@@ -506,6 +507,35 @@ static osdp_status check_resumed_setup(const osdp_train_ckpt *ckpt, const osdp_j
                           in->step, what);
 }
 
+/* The runtime's memory limit on a GPU (issue 30), once every communicator is
+ * made and warmed up: what the card has free less a margin
+ * (osdp_memory_device_limit), or --mem-limit where that is smaller.  A plan
+ * whose predicted peak does not fit is refused on every rank before the
+ * runtime allocates (the planner's device file may promise more than the card
+ * has left after NCCL).  On the CPU the limit is --mem-limit's (emulated). */
+static osdp_status device_mem_limit(const osdp_compute_backend *be, const osdp_job *job,
+                                    const osdp_memory_prediction *predicted, int rank, size_t *limit)
+{
+    size_t free_bytes = 0;
+    int capped = 0;
+    osdp_status s = osdp_memory_device_limit(be, (size_t)job->mem_limit, limit, &capped, &free_bytes);
+    if (s != OSDP_OK || !capped) return s;
+    char need[32], have[32], lim[32], margin[32];
+    osdp_format_bytes((double)predicted->peak_total, need, sizeof need);
+    osdp_format_bytes((double)free_bytes, have, sizeof have);
+    osdp_format_bytes((double)*limit, lim, sizeof lim);
+    osdp_format_bytes((double)OSDP_DEVICE_MEM_MARGIN, margin, sizeof margin);
+    if (predicted->peak_total > *limit)
+        return osdp_error_set(OSDP_ERR_OOM, "the plan needs %s of GPU memory on this rank, and the GPU has %s free after the "
+                              "communicators' set-up and warm-up, of which the runtime may use %s (%s kept for cuBLAS's "
+                              "workspace, scratch and fragmentation): plan with --mem-limit %s (--plan auto), a smaller "
+                              "--batch, or more ranks", need, have, lim, margin, lim);
+    if (rank == 0 && !job->quiet)
+        printf("GPU memory: %s free after the communicators' warm-up: the runtime's limit is %s (the plan needs %s)\n",
+               have, lim, need);
+    return OSDP_OK;
+}
+
 /* An emulated device OOM under a plan the planner did not choose: say what
  * would make it fit. */
 static _Noreturn void fatal_with_hint(osdp_status s, const train_setup *t)
@@ -628,9 +658,11 @@ int osdp_cmd_train(const osdp_job *job)
                                      .pp_stage = mesh.pp_rank, .pipe_schedule = (osdp_pipe_schedule)job->pipe_schedule};
     memcpy(predict.stage_bounds, stage_bounds, sizeof stage_bounds);
     osdp_check_all(osdp_schedule_predict(&layout, &plan, &predict, &predicted));
+    size_t mem_limit = (size_t)job->mem_limit;   /* on a GPU: capped at the card's free memory (device_mem_limit) */
+    osdp_check_all(device_mem_limit(backend, job, &predicted, world.rank, &mem_limit));
 
     osdp_runtime_options opt = {.micro_batch = plan.micro_batch, .accum_steps = plan.accum_steps,
-                                .prefetch = !job->no_prefetch, .mem_limit = (size_t)job->mem_limit,
+                                .prefetch = !job->no_prefetch, .mem_limit = mem_limit,
                                 .seed = (unsigned long long)job->seed, .optim = t.optim, .weight_dtype = t.weights,
                                 .pad_quantum = t.pad_quantum, .tp_comm = mesh.tp > 1 ? &tp_comm : NULL,
                                 .pp_size = mesh.pp, .pp_stage = mesh.pp_rank, .pipe_schedule = predict.pipe_schedule,
