@@ -43,13 +43,6 @@ typedef struct train_setup {
     int pad_quantum;          /* the backend's shard padding (osdp_compute_pad_quantum) */
 } train_setup;
 
-/* the working weights of --precision: by default bf16 with cuda, fp32 on the cpu */
-static osdp_dtype job_weights(const osdp_job *job)
-{
-    if (osdp_option_given(job, "precision")) return job->precision == OSDP_PRECISION_BF16 ? OSDP_BFLOAT16 : OSDP_FLOAT32;
-    return job->backend == OSDP_BACKEND_CUDA ? OSDP_BFLOAT16 : OSDP_FLOAT32;
-}
-
 /* the pipeline's options (--pp, --stages, --schedule) against the others */
 static osdp_status check_pipeline_options(const osdp_job *job, int plan_auto)
 {
@@ -123,7 +116,7 @@ static osdp_status resolve_setup(const osdp_job *job, const osdp_ckpt_info *resu
     t->optim.weight_decay = (float)job->weight_decay;
     t->optim.grad_clip = (float)job->grad_clip;
     t->optim.total_steps = job->lr_steps ? (long)job->lr_steps : job->steps > 0 ? (long)job->steps : 1;
-    t->weights = job_weights(job);
+    t->weights = osdp_job_weights(job);
     if (!resumed) return OSDP_OK;
     if (job->seq_len && job->seq_len != resumed->seq_len)
         return osdp_error_set(OSDP_ERR_INPUT, "--seq-len %lld: the checkpoint %s was trained on sequences of %d tokens; a resume "
@@ -560,11 +553,11 @@ int osdp_cmd_train(const osdp_job *job)
     int tp = (int)job->tp, pp = (int)job->pp;
     osdp_train_pipe_plan pipe = {0};   /* --plan auto with a pipeline: the 3D search's mesh, stages and plan */
     if (strcmp(job->plan, "auto") == 0 && pp != 1) {
-        osdp_check_all(choose_pipeline(job, job_weights(job), world.size, world.rank, &pipe));
+        osdp_check_all(choose_pipeline(job, osdp_job_weights(job), world.size, world.rank, &pipe));
         tp = pipe.tp;
         pp = pipe.pp;
     } else if (tp == OSDP_TP_AUTO) {
-        osdp_check_all(choose_tp(job, job_weights(job), world.size, world.rank, &tp));
+        osdp_check_all(choose_tp(job, osdp_job_weights(job), world.size, world.rank, &tp));
     }
     osdp_mesh mesh;
     osdp_check_all(osdp_mesh_create(&mesh, MPI_COMM_WORLD, tp, pp));
