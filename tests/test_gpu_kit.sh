@@ -97,6 +97,38 @@ HIDDEN
     fi
 fi
 
+# cuBLAS and NCCL where a bare GPU machine has them: this machine's CUDA folder hidden, they are missing and
+# named; then found in site-packages' nvidia/*/lib (a fake one on PYTHONPATH holding the real folder)
+CUDA_REAL=$(dirname "$(readlink -f "$(env -u LD_LIBRARY_PATH ldd "$KIT/osdp_gpt" | awk '$1 == "libnccl.so.2" { print $3 }')")")
+CUDA_TOP=$(cd "$CUDA_REAL/.." && pwd -P)
+if [ "$(id -u)" != 0 ] || ! unshare -m true 2> /dev/null || [ "$CUDA_TOP" = / ] || [ "$CUDA_TOP" = /usr ]; then
+    echo "SKIP: (part) not root, unshare -m not allowed, or NCCL not in a CUDA folder ($CUDA_REAL): the library search was not checked"
+else
+    mkdir -p "$WORK/site/nvidia/cu13/lib" "$WORK/emptydir"
+    cat > "$WORK/search.sh" <<SEARCH
+mount --bind "$CUDA_REAL" "$WORK/site/nvidia/cu13/lib" || exit 90
+mount --bind "$WORK/emptydir" "$CUDA_TOP" || exit 90
+[ -d /usr/local/cuda ] && mount --bind "$WORK/emptydir" /usr/local/cuda
+# this machine's own Python wheels of NVIDIA's libraries, where it has some, hidden too
+for d in \$(python3 -c 'import site; print("\\n".join(site.getsitepackages() + [site.getusersitepackages()]))' 2> /dev/null); do
+    [ -d "\$d/nvidia" ] && mount --bind "$WORK/emptydir" "\$d/nvidia"
+done
+"$KIT/scripts/gpu_selftest" --libraries > "$WORK/search_missing.out" 2>&1; echo \$? > "$WORK/search_missing.rc"
+PYTHONPATH="$WORK/site" "$KIT/scripts/gpu_selftest" --libraries > "$WORK/search_found.out" 2>&1
+SEARCH
+    env -u LD_LIBRARY_PATH unshare -m /bin/bash "$WORK/search.sh"
+    rc=$?
+    if [ "$(cat "$WORK/search_missing.rc" 2> /dev/null)" = 1 ] && grep -q "MISSING: .*libnccl.so.2" "$WORK/search_missing.out" \
+        && grep -q "MISSING: .*libcublas.so.13" "$WORK/search_missing.out"; then
+        ok "CUDA's folder hidden: the self-test names what is missing ($(grep -o 'MISSING: [^(]*' "$WORK/search_missing.out"))"
+    else
+        bad "CUDA's folder hidden: missing libraries not named" "$WORK/search_missing.out"
+    fi
+    [ $rc = 0 ] && grep -q "libnccl.so.2 from $WORK/site/nvidia/cu13/lib" "$WORK/search_found.out" \
+        && ok "found in site-packages' nvidia/*/lib: $(cut -c1-150 "$WORK/search_found.out")" \
+        || bad "the library search did not find the site-packages' copies (status $rc)" "$WORK/search_found.out"
+fi
+
 # the self-test without a GPU: every GPU section SKIPs with its reason, status 0
 t0=$SECONDS
 env -u LD_LIBRARY_PATH REPORT_DIR="$WORK/report" PATH="/usr/bin:/bin" CUDA_VISIBLE_DEVICES= timeout 120 "$KITDIR/selftest" \
