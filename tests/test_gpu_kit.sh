@@ -14,7 +14,7 @@
 #   - the kit's selftest with no GPU prints SKIP for each GPU section with its
 #     reason, writes its report under REPORT_DIR and exits 0 (its time is printed, not asserted).
 # SKIP (exit 77) with the reason where the build has no CUDA (the CUDA
-# toolkit is absent) or MPICH's hydra launcher is missing; the namespace
+# toolkit is absent), MPICH's hydra launcher or xz is missing; the namespace
 # part is skipped, with the reason, where unshare -m is not allowed.
 set -u
 . "$(dirname "$0")/test_lib.sh" gpu-kit-work
@@ -23,6 +23,7 @@ if ! grep -q '^#define OSDP_HAVE_CUDA 1' "$BUILD/config.h" 2> /dev/null; then
     exit 77
 fi
 command -v mpiexec.hydra > /dev/null || { echo "SKIP: MPICH's hydra launcher (mpiexec.hydra) is not installed"; exit 77; }
+command -v xz > /dev/null || { echo "SKIP: xz is not installed (apt-get install xz-utils): the kit's payload cannot be packed"; exit 77; }
 KITDIR=$WORK/kit
 t0=$SECONDS
 if GPU_KIT_BUILD="$BUILD" GPU_KIT_XZ=0 bash "$SRC/scripts/gpu_kit" "$KITDIR" > "$WORK/gpu_kit.out" 2>&1; then
@@ -72,8 +73,11 @@ rc=$?
 # the system's libraries hidden: its library folder replaced by one holding glibc alone (and /bin/sh's
 # needs), the system's hydra proxy by an empty file
 SYSLIB=$(dirname "$(readlink -f /lib64/ld-linux-x86-64.so.2)")
-if [ "$(id -u)" != 0 ] || ! unshare -m true 2> /dev/null; then
-    echo "SKIP: (part) not root, or unshare -m is not allowed here: the run with the system's libraries hidden was not made"
+mkdir -p "$WORK/probe_from" "$WORK/probe_to"
+can_hide=0   # root, a mount namespace, and bind mounts inside it (a container may refuse either)
+[ "$(id -u)" = 0 ] && unshare -m sh -c "mount --bind '$WORK/probe_from' '$WORK/probe_to'" 2> /dev/null && can_hide=1
+if [ $can_hide = 0 ]; then
+    echo "SKIP: (part) not root, or no mount namespace with bind mounts here: the run with the system's libraries hidden was not made"
 else
     mkdir -p "$WORK/glibc"
     for f in "$SYSLIB"/ld-linux-x86-64.so.2 "$SYSLIB"/lib{c,m,mvec,pthread,dl,rt,resolv,util,anl}.so.* "$SYSLIB"/libnss_*.so.2; do
@@ -101,8 +105,9 @@ fi
 # named; then found in site-packages' nvidia/*/lib (a fake one on PYTHONPATH holding the real folder)
 CUDA_REAL=$(dirname "$(readlink -f "$(env -u LD_LIBRARY_PATH ldd "$KIT/osdp_gpt" | awk '$1 == "libnccl.so.2" { print $3 }')")")
 CUDA_TOP=$(cd "$CUDA_REAL/.." && pwd -P)
-if [ "$(id -u)" != 0 ] || ! unshare -m true 2> /dev/null || [ "$CUDA_TOP" = / ] || [ "$CUDA_TOP" = /usr ]; then
-    echo "SKIP: (part) not root, unshare -m not allowed, or NCCL not in a CUDA folder ($CUDA_REAL): the library search was not checked"
+case $CUDA_TOP in /usr/local/?*|/opt/?*) in_cuda_folder=1 ;; *) in_cuda_folder=0 ;; esac
+if [ $can_hide = 0 ] || [ $in_cuda_folder = 0 ]; then
+    echo "SKIP: (part) no mount namespace with bind mounts, or NCCL not in a CUDA folder ($CUDA_REAL): the library search was not checked"
 else
     mkdir -p "$WORK/site/nvidia/cu13/lib" "$WORK/emptydir"
     cat > "$WORK/search.sh" <<SEARCH
