@@ -7,7 +7,7 @@
 # environment):
 #     sbatch slurm/osdp_gpt.sh                                  # 1 node x 8 GPUs
 #     MODEL=input/models/gpt2_medium.ini STEPS=5000 sbatch --nodes=4 slurm/osdp_gpt.sh
-#     PROFILE=1 sbatch slurm/osdp_gpt.sh         # measure a device file first, plan with it
+#     PROFILE=1 sbatch slurm/osdp_gpt.sh         # measure a device file first, plan with it (a CUDA build)
 #     sbatch --nodes=2 --time=04:00:00 --export=ALL,PLAN=zdp slurm/osdp_gpt.sh
 #     sbatch --gpus-per-node=4 --ntasks-per-node=4 slurm/osdp_gpt.sh   # 4-GPU nodes
 # The node count is sbatch's --nodes (1 unless given); the script reads what
@@ -39,7 +39,8 @@ BACKEND=${BACKEND:-cuda}
 PRECISION=${PRECISION:-bf16}           # bf16 weights and products (fp32 master, gradients); or fp32
 PLAN=${PLAN:-auto}                     # auto (the planner), dp, zdp, or a plan file
 # --plan auto's device file: empty picks the shipped file of this node's GPU
-# (scripts/gpu_device_file); PROFILE=1 measures one on the allocation first
+# (scripts/gpu_device_file; NAME_ib.ini over several nodes); PROFILE=1 measures
+# one on the allocation first
 DEVICE=${DEVICE:-}
 PROFILE=${PROFILE:-0}
 STEPS=${STEPS:-1000}
@@ -100,14 +101,24 @@ run_srun() {   # prints the command line into the job log, then runs it
 mkdir -p "$OUT_DIR" "$CKPT_DIR"
 echo "osdp_gpt: job $SLURM_JOB_ID, $SLURM_NNODES node(s), ${SLURM_NTASKS:-?} tasks (${SLURM_NTASKS_PER_NODE:-?} per node), steps log in $OUT_DIR/steps.log"
 
+# this node's GPU: its shipped device file (the two-level *_ib.ini over several nodes) and its dense
+# bf16 peak, for --plan auto and for MFU (--peak-flops; PEAK_FLOPS overrides, 0: no MFU)
+read -r GPU_DEVICE GPU_PEAK < <("$OSDP_SRC/scripts/gpu_device_file" "${SLURM_NNODES:-1}" || true) || true
+PEAK_FLOPS=${PEAK_FLOPS:-${GPU_PEAK:-0}}
 if [ "$PLAN" = auto ]; then
     if [ "$PROFILE" = 1 ]; then
-        # alpha/beta of the collectives over this allocation's ranks and
-        # nodes, gamma per operator type (see `osdp_gpt profile --help`)
+        # a CPU-only binary would time the CPU backend and plan the GPUs with a CPU's figures
+        if [ "$BACKEND" = cuda ] && ! ldd "$OSDP_BIN" 2> /dev/null | grep -q -E 'libnccl|libcublas'; then
+            echo "osdp_gpt.sh: PROFILE=1: $OSDP_BIN is a CPU-only build (no NCCL/cuBLAS in ldd): it cannot profile the" \
+                 "GPUs; rebuild with ./configure --with-cuda, or set DEVICE=FILE" >&2
+            exit 1
+        fi
+        # alpha/beta of the collectives over this allocation's ranks and nodes (NCCL), gamma per
+        # operator type (CUDA events), mem_limit from the card after NCCL's warm-up (osdp_gpt profile --help)
         DEVICE=$OUT_DIR/device.ini
-        run_srun profile --model "$MODEL" --out "$DEVICE" --threads "$CPUS_PER_TASK"
+        run_srun profile --backend "$BACKEND" --model "$MODEL" --out "$DEVICE" --threads "$CPUS_PER_TASK"
     elif [ -z "$DEVICE" ]; then
-        read -r DEVICE _ < <("$OSDP_SRC/scripts/gpu_device_file" || true) || true
+        DEVICE=${GPU_DEVICE:-}
         if [ -z "$DEVICE" ]; then
             echo "osdp_gpt.sh: no GPU visible on $(hostname) to choose a device file: set DEVICE=FILE or PROFILE=1" >&2
             exit 1
@@ -120,6 +131,7 @@ args=(train --model "$MODEL" --data "$DATA" --backend "$BACKEND" --precision "$P
       --steps "$STEPS" --threads "$CPUS_PER_TASK" --log "$OUT_DIR/steps.log"
       --ckpt-dir "$CKPT_DIR" --save-every "$SAVE_EVERY")
 [ "$PLAN" = auto ] && args+=(--device "$DEVICE")
+[ "$PEAK_FLOPS" != 0 ] && args+=(--peak-flops "$PEAK_FLOPS")
 [ -n "$BATCH" ] && args+=(--batch "$BATCH")
 [ -n "$GLOBAL_BATCH" ] && args+=(--global-batch "$GLOBAL_BATCH")
 [ -n "$MEM_LIMIT" ] && args+=(--mem-limit "$MEM_LIMIT")

@@ -358,6 +358,9 @@ START_TEST(test_matmul_out_in)
         run_matmul_out_in(bf16, 37, 45, 29, 0, 30);
         run_matmul_out_in(bf16, 64, 32, 256, 1, 31);   /* the head's shape: (BT, d) x wte^T (V, d) */
     }
+    /* the tied head at a size whose dy rows take several chunks of the bf16 staging: dw (V, d) in column
+     * slices of one product each (issue 30) */
+    run_matmul_out_in(1, 2048, 48, 20011, 1, 32);
 }
 END_TEST
 
@@ -925,8 +928,11 @@ START_TEST(test_bf16_matmul_backward)
     run_bf16_matmul_backward(50, 33, 17, 100, 67, 1, 1, 1, 155);
     run_bf16_matmul_backward(50, 33, 17, 100, 5, 0, 0, 1, 156);
     /* an LM-head-like dy, rows of 16411 (odd: unaligned chunk offsets): two
-     * chunks of the staging, x and dx strided */
+     * chunks of the staging for dx, dw in two column slices of one product
+     * each (15936 + 475 columns), x and dx strided */
     run_bf16_matmul_backward(2100, 16, 16411, 40, 8, 1, 1, 1, 157);
+    /* x too wide to stage whole beside 64 columns of dy (2100 x 16000 bf16 > 64 MiB): dw in row chunks */
+    run_bf16_matmul_backward(2100, 16000, 64, 16000, 0, 1, 0, 0, 158);
 }
 END_TEST
 

@@ -56,6 +56,33 @@ else bad "plan with the profiled device file" "$WORK/prof_plan.err"; fi
 [ $rc != 0 ] && [ ! -e "$WORK/one_rank.ini" ] && grep -q "at least 2 ranks" "$WORK/one_rank.err" \
     && ok "profile on 1 rank: exit $rc, '$(grep -o 'need.*' "$WORK/one_rank.err" | head -1)', no file" \
     || bad "profile on 1 rank (rc $rc)" "$WORK/one_rank.err"
+# 1 rank with --device: the network's figures are that file's, gamma and the step work measured (scripts/gpu_selftest
+# on one GPU); --device on 2 ranks is refused
+"$MPIEXEC" -n 1 "$BIN" profile --model "$M" --threads 1 --reps 3 --device "$SRC/input/devices/h100_80gb.ini" \
+    --out "$WORK/one_rank_dev.ini" > "$WORK/one_rank_dev.out" 2>&1; rc=$?
+net() { awk '/^\[/ {sec=$0} sec ~ /all_gather|reduce_scatter|tp_all_reduce/ && / = / {print sec, $1, $3 + 0}' "$1"; }
+if [ $rc = 0 ] && [ "$(net "$WORK/one_rank_dev.ini")" = "$(net "$SRC/input/devices/h100_80gb.ini")" ] \
+    && grep -q "h100_80gb.ini's (--device: one rank measures no network)" "$WORK/one_rank_dev.ini" \
+    && ! cmp -s <(sed -n '/^\[gamma\]/,$p' "$WORK/one_rank_dev.ini") <(sed -n '/^\[gamma\]/,$p' "$SRC/input/devices/h100_80gb.ini"); then
+    ok "profile on 1 rank --device h100_80gb.ini: its network figures kept, gamma measured"
+else
+    bad "profile on 1 rank with --device (rc $rc)" "$WORK/one_rank_dev.out"
+fi
+"$MPIEXEC" -n 2 "$BIN" profile --model "$M" --device "$SRC/input/devices/h100_80gb.ini" --out "$WORK/two_dev.ini" \
+    > "$WORK/two_dev.out" 2>&1; rc=$?
+[ $rc != 0 ] && grep -q "profile --device: only on 1 rank" "$WORK/two_dev.out" && [ ! -e "$WORK/two_dev.ini" ] \
+    && ok "profile --device on 2 ranks: refused, no file" || bad "profile --device on 2 ranks (rc $rc)" "$WORK/two_dev.out"
+# --backend cuda where no GPU is (or in a CPU-only build): a clear refusal, no file (with a GPU: SKIP of this check)
+if command -v nvidia-smi > /dev/null 2>&1 && nvidia-smi -L > /dev/null 2>&1; then
+    echo "SKIP: (part) a GPU is visible: the refusal of profile --backend cuda without one is not checked here"
+else
+    "$MPIEXEC" -n 1 "$BIN" profile --backend cuda --model "$M" --device "$SRC/input/devices/h100_80gb.ini" \
+        --out "$WORK/cuda.ini" > "$WORK/cuda.out" 2>&1; rc=$?
+    [ $rc != 0 ] && [ ! -e "$WORK/cuda.ini" ] \
+        && grep -q -E "profile --backend cuda: (no usable GPU on this node|this osdp_gpt was built without CUDA)" "$WORK/cuda.out" \
+        && ok "profile --backend cuda without a GPU: refused ($(grep -o 'profile --backend cuda: [^(]*' "$WORK/cuda.out"))" \
+        || bad "profile --backend cuda without a GPU (rc $rc)" "$WORK/cuda.out"
+fi
 
 # -- 2. plan on a shipped model and device for N = 8: the table
 ND="$MOD/nd_l48_d1024.ini"   # 48 layers: 98 operators

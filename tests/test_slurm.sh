@@ -12,6 +12,13 @@
 #   - --plan auto by default with the GPU's device file (from nvidia-smi's
 #     name), no --batch unless BATCH is set; PROFILE=1 runs `profile` over the
 #     allocation first and plans with the file it writes;
+#   - --peak-flops from scripts/gpu_device_file (989e12 for the H100, MFU in
+#     the log), the one-level device file on 1 node and the two-level
+#     h100_80gb_ib.ini on 4 (SLURM_NNODES), the H200's own 141 GB file;
+#   - PROFILE=1 profiles --backend cuda with a CUDA build (fake ldd) and is
+#     refused, before any srun, with a CPU-only binary;
+#   - scripts/gpu_selftest without a GPU: every section SKIPs with its
+#     reason, the report lands in REPORT_DIR, status 0;
 #   - slurm/gpu_numa_bind.sh execs numactl on the NUMA node of the task's GPU
 #     (a fake sysfs), or runs unbound with a reason;
 # and shellcheck passes on the Slurm and GPU scripts (SKIPped, with the reason,
@@ -34,8 +41,9 @@ fi
 FAKE_SRUN
 cat > "$FAKE/nvidia-smi" <<'FAKE_SMI'
 #!/bin/bash
+gpu=${FAKE_GPU:-NVIDIA H100 80GB HBM3}
 case "$*" in
-    *name*) echo "NVIDIA H100 80GB HBM3"; echo "NVIDIA H100 80GB HBM3" ;;
+    *name*) echo "$gpu"; echo "$gpu" ;;
     *pci.bus_id*) echo "00000000:1B:00.0"; echo "00000000:9A:00.0" ;;
     *) echo "GPU 0: NVIDIA H100 80GB HBM3" ;;
 esac
@@ -52,7 +60,7 @@ run_job() {
     local name=$1; shift
     rm -f "$RECORD"
     env PATH="$FAKE:$PATH" RECORD="$RECORD" FAKE_MPI_LIST="${FAKE_MPI_LIST:-none pmi2 pmix pmix_v4}" \
-        SLURM_SUBMIT_DIR="$WORK/submit" SLURM_JOB_ID=4242 SLURM_NNODES=2 SLURM_NTASKS=16 \
+        SLURM_SUBMIT_DIR="$WORK/submit" SLURM_JOB_ID=4242 SLURM_NNODES=1 SLURM_NTASKS=8 \
         SLURM_NTASKS_PER_NODE=8 SLURM_CPUS_PER_TASK=6 OSDP_SRC="$SRC" OSDP_BIN="$BIN" "$@" \
         bash "$SRC/slurm/osdp_gpt.sh" > "$WORK/$name.out" 2>&1
     local rc=$?
@@ -93,6 +101,20 @@ else
     bad "the job script failed under the fake srun" "$WORK/default.out"
 fi
 
+# --peak-flops and the device file by node count and GPU
+[ "$(value default 1 --peak-flops)" = 989e12 ] && ok "1 node: --peak-flops 989e12 (the H100's dense bf16 peak, for MFU)" \
+    || bad "no --peak-flops 989e12" "$WORK/default.calls"
+run_job four SLURM_NNODES=4 SLURM_NTASKS=32
+[ "$(value four 1 --device)" = "$SRC/input/devices/h100_80gb_ib.ini" ] && [ "$(value four 1 --peak-flops)" = 989e12 ] \
+    && ok "4 nodes: --device h100_80gb_ib.ini (two levels), --peak-flops 989e12" \
+    || bad "4 nodes: not the two-level file with the peak" "$WORK/four.calls"
+run_job h200 FAKE_GPU="NVIDIA H200"
+[ "$(value h200 1 --device)" = "$SRC/input/devices/h200_141gb.ini" ] && [ "$(value h200 1 --peak-flops)" = 989e12 ] \
+    && grep -q '^mem_limit = 136G' "$SRC/input/devices/h200_141gb.ini" \
+    && ok "H200: its own device file (136G of 141 GB), --peak-flops 989e12" || bad "H200: wrong file or peak" "$WORK/h200.calls"
+run_job nopeak PEAK_FLOPS=0
+has nopeak 1 --peak-flops && bad "PEAK_FLOPS=0 still passes --peak-flops" || ok "PEAK_FLOPS=0: no --peak-flops"
+
 FAKE_MPI_LIST="none pmix pmix_v4" run_job pmix_only
 has pmix_only 1 --mpi=pmix && ok "MPICH where srun offers no pmi2: --mpi=pmix" \
     || bad "no pmi2 offered: not --mpi=pmix" "$WORK/pmix_only.calls"
@@ -115,14 +137,37 @@ run_job batch BATCH=4 RESUME=1 PLAN=zdp NUMA_BIND=0
     && ok "BATCH=4 RESUME=1 PLAN=zdp NUMA_BIND=0: --batch 4 --resume --plan zdp, no --device, --cpu-bind=cores" \
     || bad "BATCH/RESUME/PLAN/NUMA_BIND not honoured" "$WORK/batch.calls"
 
+# PROFILE=1: a CUDA build (fake ldd: NCCL, cuBLAS) profiles the GPUs; a CPU-only one is refused
+cat > "$FAKE/ldd" <<'FAKE_LDD'
+#!/bin/bash
+echo "	libmpich.so.12 => /usr/lib/libmpich.so.12 (0x0000)"
+[ "${FAKE_CPU_ONLY:-0}" = 1 ] || echo "	libnccl.so.2 => /usr/local/cuda/lib64/libnccl.so.2 (0x0000)"
+FAKE_LDD
+chmod +x "$FAKE/ldd"
 run_job profile PROFILE=1
 prof="$WORK/submit/runs/4242/device.ini"
 if [ "$(ncalls profile)" = 2 ] && has profile 1 profile && [ "$(value profile 1 --out)" = "$prof" ] \
-    && has profile 2 train && [ "$(value profile 2 --device)" = "$prof" ]; then
-    ok "PROFILE=1: srun profile --out runs/4242/device.ini, then train --device with it"
+    && [ "$(value profile 1 --backend)" = cuda ] && has profile 2 train && [ "$(value profile 2 --device)" = "$prof" ]; then
+    ok "PROFILE=1: srun profile --backend cuda --out runs/4242/device.ini, then train --device with it"
 else
-    bad "PROFILE=1 did not profile then plan with the file" "$WORK/profile.calls"
+    bad "PROFILE=1 did not profile the GPUs then plan with the file" "$WORK/profile.calls"
 fi
+if run_job profile_cpu PROFILE=1 FAKE_CPU_ONLY=1; then
+    bad "PROFILE=1 with a CPU-only binary was not refused" "$WORK/profile_cpu.out"
+else
+    grep -q "CPU-only build" "$WORK/profile_cpu.out" && [ "$(ncalls profile_cpu)" = 0 ] \
+        && ok "PROFILE=1 with a CPU-only binary: refused before any srun, naming the rebuild" \
+        || bad "PROFILE=1, CPU-only: unclear refusal" "$WORK/profile_cpu.out"
+fi
+rm "$FAKE/ldd"
+
+# the GPU self-test where no GPU is: each section SKIPs with its reason, the report in REPORT_DIR, status 0
+CUDA_VISIBLE_DEVICES= REPORT_DIR="$WORK/selftest" bash "$SRC/scripts/gpu_selftest" > "$WORK/selftest.out" 2>&1
+rc=$?
+skips=$(grep -c '^SKIP: no GPU' "$WORK/selftest/report.txt" 2> /dev/null)
+[ $rc = 0 ] && [ "${skips:-0}" -ge 7 ] && grep -q "failed sections: 0" "$WORK/selftest/report.txt" \
+    && ok "scripts/gpu_selftest without a GPU: $skips sections SKIP with the reason, report in REPORT_DIR, status 0" \
+    || bad "gpu_selftest without a GPU: status $rc, $skips SKIPs" "$WORK/selftest.out"
 
 # no GPU visible on the batch host and no DEVICE: a clear error, no srun
 mv "$FAKE/nvidia-smi" "$FAKE/nvidia-smi.off"
@@ -154,8 +199,8 @@ run" ] && ok "no NUMA node: runs unbound and says why" || bad "unbound run: '$go
 
 if command -v shellcheck > /dev/null 2>&1; then
     if shellcheck "$SRC/slurm/osdp_gpt.sh" "$SRC/slurm/gpu_numa_bind.sh" "$SRC/scripts/gpu_device_file" \
-           "$SRC/scripts/bench_gpu" "$SRC/scripts/gpu_selftest" > "$WORK/shellcheck.txt" 2>&1; then
-        ok "shellcheck: slurm/*.sh, scripts/gpu_device_file, bench_gpu, gpu_selftest"
+           "$SRC/scripts/bench_gpu" "$SRC/scripts/gpu_selftest" "$SRC/scripts/gpu_kit" > "$WORK/shellcheck.txt" 2>&1; then
+        ok "shellcheck: slurm/*.sh, scripts/gpu_device_file, bench_gpu, gpu_selftest, gpu_kit"
     else
         bad "shellcheck found problems" "$WORK/shellcheck.txt"
     fi

@@ -113,6 +113,8 @@ osdp_status osdp_comm_create_mpi(osdp_comm *c, const void *mpi_comm);
 #ifdef OSDP_HAVE_CUDA
 osdp_status osdp_comm_create_nccl(osdp_comm *c, const void *mpi_comm, int local_device);
 #endif
+/* nccl 1: osdp_comm_create_nccl (OSDP_ERR_INPUT in a build without CUDA), else osdp_comm_create_mpi */
+osdp_status osdp_comm_create(osdp_comm *c, const void *mpi_comm, int nccl, int local_device);
 
 /* shared 1: this machine's ranks x threads outnumber its cores (emulated
  * ranks, make check).  The MPI backend's waits then sleep between polls

@@ -115,6 +115,17 @@ typedef struct osdp_compute_backend {
     void (*adamw)(float *w, const float *g, float *m, float *v, size_t n, float lr,
                   float beta1, float beta2, float eps, float weight_decay,
                   float grad_scale, long t);
+    /* Device memory now: *free_bytes left to allocate, *total_bytes of the card
+     * (cudaMemGetInfo).  NULL where the backend's memory is the host's (the CPU
+     * tables: the limit is --mem-limit's, emulated). */
+    osdp_status (*mem_info)(size_t *free_bytes, size_t *total_bytes);
+    /* The device's own clock around the work queued between timer_start and
+     * timer_stop (CUDA events on the compute stream): timer_stop waits for
+     * that work (within the communication timeout) and returns its seconds.
+     * NULL where the host's clock after synchronize is the time (the CPU
+     * tables, whose work is done when a call returns). */
+    void (*timer_start)(void);
+    double (*timer_stop)(void);
 } osdp_compute_backend;
 
 extern const osdp_compute_backend osdp_compute_cpu;

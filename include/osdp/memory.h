@@ -31,6 +31,24 @@ typedef struct osdp_memory {
 
 const char *osdp_mem_category_name(osdp_mem_category c);
 void osdp_memory_init(osdp_memory *mem, const struct osdp_compute_backend *backend, size_t limit);
+
+/* What a GPU's card leaves the runtime (issue 30).  Outside the runtime's
+ * accounting the card holds the CUDA context, cuBLAS, NCCL's buffers (made at
+ * the communicators' warm-up), and, later, cuBLAS's workspace, the backend's
+ * scratch and the pool's fragmentation: the limit is what the card reports
+ * free once every communicator is made and warmed up, less this margin for
+ * the later ones. */
+#define OSDP_DEVICE_MEM_MARGIN ((size_t)1 << 30)
+/* *limit = the smaller of `requested` (0: none asked) and free_bytes - margin;
+ * *capped = 1 when the free memory set it.  OSDP_ERR_OOM, with a message
+ * naming the figures, when free_bytes does not exceed the margin. */
+osdp_status osdp_memory_cap_to_free(size_t requested, size_t free_bytes, size_t margin, size_t *limit, int *capped);
+/* The runtime's limit on `backend` after the communicators' warm-up: its
+ * mem_info's free memory through osdp_memory_cap_to_free with
+ * OSDP_DEVICE_MEM_MARGIN; `requested` unchanged where the backend has no
+ * mem_info (the CPU: the limit is --mem-limit's, emulated). */
+osdp_status osdp_memory_device_limit(const struct osdp_compute_backend *backend, size_t requested, size_t *limit,
+                                     int *capped, size_t *free_bytes);
 /* Uninitialised bytes (callers fill them); `what` names the operator or purpose for the OOM message. */
 osdp_status osdp_mem_alloc(osdp_memory *mem, osdp_mem_category cat, size_t bytes, const char *what, void **out);
 void osdp_mem_free(osdp_memory *mem, osdp_mem_category cat, void *ptr, size_t bytes);

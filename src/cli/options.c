@@ -69,6 +69,9 @@ static const option_row g_options[] = {
     {.name = "device", .type = OPT_TEXT, .commands = PLAN, .required = PLAN, .field = FIELD(device),
      .metavar = "FILE",
      .help = "device information (input/devices/*.ini)"},
+    {.name = "device", .type = OPT_TEXT, .commands = PROFILE, .field = FIELD(device), .metavar = "FILE",
+     .help = "on 1 rank (one GPU): the device file whose network figures are kept\n"
+        "(gamma, the step work and mem_limit are measured)"},
     {.name = "out", .type = OPT_TEXT, .commands = PLAN, .field = FIELD(out), .metavar = "FILE",
      .help = "write the plan file (for osdp_gpt train --plan FILE)"},
     {.name = "out", .type = OPT_TEXT, .commands = PROFILE, .required = PROFILE, .field = FIELD(out),
@@ -214,10 +217,10 @@ static const option_row g_options[] = {
     {.name = "threads", .type = OPT_INT, .commands = TRAIN | PROFILE | SAMPLE | EVAL, .field = FIELD(threads), .lo = 1, .hi = 4096,
      .metavar = "N", .default_text = "node cores / ranks on the node",
      .help = "compute threads per rank (at most the node's cores)"},
-    {.name = "backend", .type = OPT_ENUM, .commands = TRAIN | EVAL, .field = FIELD(backend), .choices = "cpu|cuda",
+    {.name = "backend", .type = OPT_ENUM, .commands = TRAIN | PROFILE | EVAL, .field = FIELD(backend), .choices = "cpu|cuda",
      .default_value = "cpu", .metavar = "cpu|cuda",
      .help = "compute backend"},
-    {.name = "precision", .type = OPT_ENUM, .commands = TRAIN | EVAL, .field = FIELD(precision), .choices = "bf16|fp32",
+    {.name = "precision", .type = OPT_ENUM, .commands = TRAIN | PROFILE | EVAL, .field = FIELD(precision), .choices = "bf16|fp32",
      .metavar = "bf16|fp32", .default_text = "bf16 with cuda, fp32 on cpu",
      .help = "working weights and their all-gathers (on cpu bf16 only tests the\n"
         "mixed-precision path); master weights, moments, gradients, activations: always fp32"},
@@ -362,6 +365,12 @@ static void choices_text(const char *choices, char *buf, size_t n)
     for (int index = 0; next_word(&choices, &w, &len) && at < n; index++)
         at += (size_t)snprintf(buf + at, n - at, "%s%.*s", index == 0 ? "" : index == count - 1 ? " or " : ", ",
                                (int)len, w);
+}
+
+osdp_dtype osdp_job_weights(const osdp_job *job)
+{
+    if (osdp_option_given(job, "precision")) return job->precision == OSDP_PRECISION_BF16 ? OSDP_BFLOAT16 : OSDP_FLOAT32;
+    return job->backend == OSDP_BACKEND_CUDA ? OSDP_BFLOAT16 : OSDP_FLOAT32;
 }
 
 const char *osdp_option_word(const char *name, int value)
@@ -591,9 +600,12 @@ void osdp_options_usage(osdp_command command, FILE *out)
     static const char *const synopsis[] = {
         [OSDP_CMD_TRAIN] = "usage: osdp_gpt train [options]        (under mpiexec / srun for N ranks)",
         [OSDP_CMD_PLAN] = "usage: osdp_gpt plan --model FILE --device FILE --ranks N [options]     (one process)",
-        [OSDP_CMD_PROFILE] = "usage: mpiexec -n N osdp_gpt profile --model FILE --out FILE [options]     (N >= 2)\n"
-                             "  measures alpha/beta (all-gather, reduce-scatter over the N ranks) and gamma per\n"
-                             "  operator type (forward + backward of the model's operators), writes a device file",
+        [OSDP_CMD_PROFILE] = "usage: mpiexec -n N osdp_gpt profile --model FILE --out FILE [options]     (N >= 2,\n"
+                             "       or N = 1 with --device FILE)\n"
+                             "  measures alpha/beta (all-gather, reduce-scatter over the N ranks; NCCL with --backend\n"
+                             "  cuda) and gamma per operator type (forward + backward of the model's operators; CUDA\n"
+                             "  events with --backend cuda), and mem_limit (the GPU's free memory after NCCL's\n"
+                             "  warm-up, less a margin, with --backend cuda), writes a device file",
         [OSDP_CMD_SAMPLE] = "usage: osdp_gpt sample --ckpt FILE [options]     (any number of ranks: mpiexec -n N)\n"
                             "  generates text from a checkpoint's weights (rank 0 generates and prints it to stdout)",
         [OSDP_CMD_EVAL] = "usage: osdp_gpt eval (--ckpt FILE | --init-from WEIGHTS) (--data | --val-data) FILE|DIR [options]\n"

@@ -15,6 +15,7 @@
 #define OSDP_CLI_OPTIONS_H
 
 #include <stdio.h>
+#include "osdp/dtype.h"
 #include "osdp/error.h"
 
 typedef enum osdp_command { OSDP_CMD_TRAIN = 1, OSDP_CMD_PLAN = 2, OSDP_CMD_PROFILE = 4, OSDP_CMD_SAMPLE = 8,
@@ -114,6 +115,8 @@ osdp_status osdp_job_check_seq_len(const osdp_job *job, int ctx);
 
 /* the name of the command, "train" */
 const char *osdp_command_name(osdp_command command);
+/* the working weights of --precision: by default bf16 with cuda, fp32 on the cpu */
+osdp_dtype osdp_job_weights(const osdp_job *job);
 /* the word of an enumerated option's value: osdp_option_word("recompute", 2) = "auto" */
 const char *osdp_option_word(const char *name, int value);
 

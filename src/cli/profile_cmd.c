@@ -34,7 +34,17 @@
  *   an idle machine; and the average hides the rank the others wait for.
  *   Predicted steps came out tens of % (oversubscribed: several times) too
  *   fast.
- *   mem_limit: --mem-limit, or the node's physical memory / ranks per node. */
+ *   mem_limit: --mem-limit, or the node's physical memory / ranks per node;
+ *   with --backend cuda, the GPU's free memory (the smallest over the ranks)
+ *   right after the NCCL communicator's warm-up, less OSDP_DEVICE_MEM_MARGIN
+ *   (--mem-limit where smaller): osdp_memory_cap_to_free.
+ *
+ * --backend cuda (issue 30): the operators run on the CUDA backend (bf16 by
+ * default, --precision) and each one's time is the device's (CUDA events
+ * around its kernels: the table's timer entries); the collectives and
+ * messages move device buffers over NCCL.  On 1 rank (one GPU) with
+ * --device FILE, the network figures are that file's and only gamma, the
+ * step work and mem_limit are measured. */
 #include "config.h"
 #include "cli/app.h"
 #include "util/clock.h"
@@ -140,7 +150,16 @@ static osdp_status time_model(const osdp_compute_backend *be, const osdp_layout 
             break;
         }
         osdp_init_op_range(o, i, 1, 0, o->numel, host);
-        be->to_device(w[i], host, o->numel * sizeof(float));
+        float *master = be->convert_weights ? be->alloc(o->numel * sizeof(float)) : w[i];
+        if (!master) {
+            s = OSDP_ERR_OOM;
+            break;
+        }
+        be->to_device(master, host, o->numel * sizeof(float));
+        if (master != w[i]) {   /* bf16 working weights, made as training makes them */
+            be->convert_weights(w[i], master, o->numel);
+            be->free(master);
+        }
         osdp_op_acts_carve(L, i, B, act[i], &a[i]);
     }
     if (s != OSDP_OK) {
@@ -165,11 +184,17 @@ static osdp_status time_model(const osdp_compute_backend *be, const osdp_layout 
             be->synchronize();
             if ((s = osdp_comm_barrier(cores->world)) != OSDP_OK) goto done;
             double t0 = osdp_now_seconds();
+            if (be->timer_start) be->timer_start();   /* the device's clock around the operator's kernels */
             if (u < n) osdp_op_forward(&ctx, i, w[i], in, &a[i]);
             else osdp_op_backward(&ctx, i, w[i], g[i], in, &a[i], &ws, 1.0f / (float)bt);
-            be->synchronize();
-            if ((s = core_sharing_wait(cores)) != OSDP_OK) goto done;
-            double slowest = osdp_now_seconds() - t0;
+            double slowest;
+            if (be->timer_stop) {
+                slowest = be->timer_stop();
+            } else {
+                be->synchronize();
+                if ((s = core_sharing_wait(cores)) != OSDP_OK) goto done;
+                slowest = osdp_now_seconds() - t0;
+            }
             if ((s = osdp_comm_max_double(&(MPI_Comm){MPI_COMM_WORLD}, &slowest, "profile: all-reduce of an operator's "
                                           "times")) != OSDP_OK)
                 goto done;
@@ -258,48 +283,83 @@ int osdp_cmd_profile(const osdp_job *job)
     osdp_world world;
     osdp_world_init(&world, threads);
     osdp_world_emulate(&world, job->ranks_per_node, job->emulate_link, 0);
-    osdp_check_all(world.size >= 2 ? OSDP_OK
-                   : osdp_error_set(OSDP_ERR_INPUT, "profile: alpha and beta need at least 2 ranks (mpiexec -n N, N >= 2)"));
-    const osdp_compute_backend *be = &osdp_compute_cpu;
-    osdp_check_all(be->init(world.local_rank, world.threads));
+    const int network_from_file = world.size == 1 && job->device;
+    osdp_check_all(world.size >= 2 || network_from_file ? OSDP_OK
+                   : osdp_error_set(OSDP_ERR_INPUT, "profile: alpha and beta need at least 2 ranks (mpiexec -n N, N >= 2), "
+                                    "or, on 1 rank, --device FILE to keep that file's network figures"));
+    osdp_check_all(world.size == 1 || !job->device ? OSDP_OK
+                   : osdp_error_set(OSDP_ERR_INPUT, "profile --device: only on 1 rank (%d ranks measure the network)",
+                                    world.size));
+    const char *backend_name = osdp_option_word("backend", job->backend);
+    const osdp_compute_backend *be = osdp_compute_find(backend_name, osdp_job_weights(job));
+    osdp_check_all(be ? OSDP_OK : osdp_error_set(OSDP_ERR_INPUT, "profile --backend %s: this osdp_gpt was built without "
+                                                 "CUDA (configure --with-cuda)", backend_name));
+    const int on_gpu = be->mem_info != NULL;
+    osdp_status ready = be->init(world.local_rank, world.threads);
+    if (ready != OSDP_OK) {   /* "--backend cuda: no usable GPU on this node (...)" becomes profile's */
+        char why[1024];
+        snprintf(why, sizeof why, "%s", osdp_error_message());
+        ready = osdp_error_set(ready, "profile %s", why);
+    }
+    osdp_check_all(ready);
     osdp_model_config cfg;
     osdp_check_all(osdp_model_config_load(&cfg, model));
     osdp_check_all(osdp_job_check_seq_len(job, cfg.ctx));
     osdp_layout L;
     osdp_check_all(osdp_layout_build(&L, &cfg, seq_len > 0 ? seq_len : cfg.ctx));
+    /* on a GPU: device buffers over NCCL (its set-up warms up: what is free after it is the card's limit) */
+    osdp_profile_network_on(on_gpu ? be : NULL, on_gpu, world.local_rank);
     osdp_comm comm;
-    osdp_check_all(osdp_comm_create_mpi(&comm, &(MPI_Comm){MPI_COMM_WORLD}));
+    osdp_check_all(osdp_comm_create(&comm, &(MPI_Comm){MPI_COMM_WORLD}, on_gpu, world.local_rank));
+    size_t card_free = 0;
+    if (on_gpu) {
+        size_t total = 0;
+        osdp_check_all(be->mem_info(&card_free, &total));
+        double fewest = -(double)card_free;   /* the smallest over the ranks */
+        osdp_check_all(osdp_comm_max_double(&(MPI_Comm){MPI_COMM_WORLD}, &fewest, "profile: all-reduce of free memory"));
+        card_free = (size_t)-fewest;
+    }
     const int N = world.size, root = world.rank == 0;
     osdp_device dev;
     memset(&dev, 0, sizeof dev);
-    dev.param_bytes = dev.grad_bytes = dev.act_bytes = 4;
+    if (network_from_file) osdp_check_all(osdp_device_load(&dev, job->device));   /* its network; the rest measured */
+    else dev.param_bytes = dev.grad_bytes = dev.act_bytes = 4;
     char host[64] = "host";
     gethostname(host, sizeof host - 1);
     snprintf(dev.name, sizeof dev.name, "%s", name);
     char note[8192];
     int len = snprintf(note, sizeof note,
-        "Measured by `osdp_gpt profile` (src/cli/profile_cmd.c) on %s: %d MPI ranks, %d threads per rank, model %s, T %d.\n"
-        "alpha/beta: blocking fp32 all-gather / reduce-scatter through the comm layer (MPI), median of %d runs of the\n"
-        "slowest rank, least-squares fit (relative errors) t = call + (N-1) alpha + (N-1)/N beta S over total sizes S\n"
-        "(call >= 0 only where two group sizes tell it from alpha, else 0; alpha >= 0).\n",
-        host, N, world.threads, cfg.name, L.T, reps);
+        "Measured by `osdp_gpt profile` (src/cli/profile_cmd.c) on %s: %d MPI ranks, %d threads per rank, model %s, T %d,\n"
+        "--backend %s (%s weights).\n",
+        host, N, world.threads, cfg.name, L.T, be->name, be->weight_dtype == OSDP_BFLOAT16 ? "bf16" : "fp32");
+    if (network_from_file)
+        len += snprintf(note + len, sizeof note - (size_t)len,
+                        "alpha, beta, p2p, tp_all_reduce, ranks_per_node, internode: %s's (--device: one rank measures no "
+                        "network).\n", job->device);
+    else
+        len += snprintf(note + len, sizeof note - (size_t)len,
+            "alpha/beta: blocking fp32 all-gather / reduce-scatter through the comm layer (%s), median of %d runs of the\n"
+            "slowest rank, least-squares fit (relative errors) t = call + (N-1) alpha + (N-1)/N beta S over total sizes S\n"
+            "(call >= 0 only where two group sizes tell it from alpha, else 0; alpha >= 0).\n",
+            comm.ops->name, reps);
 
     /* message sizes up to twice the largest operator (fp32), in [1 MiB, 256 MiB] */
     size_t top = 2 * L.max_op_numel * sizeof(float);
     if (top < ((size_t)1 << 20)) top = (size_t)1 << 20;
     if (top > ((size_t)256 << 20)) top = (size_t)256 << 20;
-    len += snprintf(note + len, sizeof note - (size_t)len,
-                    "Sizes: %d, geometric from 4 KiB to %.1f MiB (twice the model's largest operator, fp32).\n", N_SIZES,
-                    (double)top / 1048576.0);
+    if (!network_from_file)
+        len += snprintf(note + len, sizeof note - (size_t)len,
+                        "Sizes: %d, geometric from 4 KiB to %.1f MiB (twice the model's largest operator, fp32).\n", N_SIZES,
+                        (double)top / 1048576.0);
     if (root) printf("osdp profile: %d ranks x %d threads on %s, model %s (T %d)%s%s\n", N, world.threads, host, cfg.name,
                      L.T, world.emulated ? " | " : "", world.emulation);
     /* the residual stream of micro-batch 8, at least 1 MiB: what the TP group all-reduces and a pipeline's
      * stage boundary carries */
     size_t stream = 8 * (size_t)L.T * L.max_width * sizeof(float);
     if (stream < ((size_t)1 << 20)) stream = (size_t)1 << 20;
-    osdp_profile_levels(&world, &comm, top, stream, reps, &dev, note, sizeof note);
-    len = (int)strlen(note);
-    {
+    if (!network_from_file) {
+        osdp_profile_levels(&world, &comm, top, stream, reps, &dev, note, sizeof note);
+        len = (int)strlen(note);
         char tp_note[1024];
         const int only_tp = osdp_option_given(job, "tp") ? (int)job->tp : 0;
         osdp_check_all(only_tp <= 1 || (N % only_tp == 0 && only_tp <= world.node_size) ? OSDP_OK
@@ -333,9 +393,10 @@ int osdp_cmd_profile(const osdp_job *job)
     const core_sharing cores = {&comm, shares_cores ? &machine : NULL};
     for (int i = 0; i < N_BATCHES; i++) osdp_check_all(time_model(be, &L, batches[i], reps, &cores, tt[i]));
     len += snprintf(note + len, sizeof note - (size_t)len,
-                    "gamma: whole-model forward + backward passes on the C/OpenBLAS CPU backend, every operator with its own\n"
+                    "gamma: whole-model forward + backward passes on the %s backend (%s), every operator with its own\n"
                     "buffers, all ranks in lockstep per operator (slowest rank%s), median of %d passes; per type, a line\n"
                     "t = n_ops gamma_fixed + b T F gamma through the type's summed times (relative errors) at b = 1, 2, 4, 8:\n",
+                    be->name, be->timer_stop ? "each operator timed by CUDA events around its kernels" : "host clock",
                     shares_cores ? "; its ranks outnumber this machine's cores: from the common start to the\nlast of them" : "",
                     reps);
     for (int k = 0; k < OSDP_N_OP_TYPES; k++) {
@@ -368,7 +429,17 @@ int osdp_cmd_profile(const osdp_job *job)
                     "step: optimizer (AdamW, norm, gradient copy) on the shards %.3e s per element, zeroing the full\n"
                     "gradients %.3e s per element (median of %d, slowest rank)\n",
                     dev.step_shard_param, dev.step_full_param, reps);
-    if (mem_limit == 0) {
+    if (on_gpu) {
+        int capped = 0;
+        osdp_check_all(osdp_memory_cap_to_free(mem_limit, card_free, OSDP_DEVICE_MEM_MARGIN, &mem_limit, &capped));
+        char fb[32];
+        snprintf(note + len, sizeof note - (size_t)len,
+                 "mem_limit: %s: the GPU's free memory after the NCCL communicator's set-up and warm-up (%s, the smallest\n"
+                 "over the ranks) less %.0f MiB for cuBLAS's workspace, scratch and fragmentation. A job with more\n"
+                 "communicators (tensor, pipeline, node groups) has less: train caps its limit again after its own.",
+                 capped ? "measured" : "--mem-limit (below what the GPU has free)",
+                 osdp_format_bytes((double)card_free, fb, sizeof fb), (double)OSDP_DEVICE_MEM_MARGIN / 1048576.0);
+    } else if (mem_limit == 0) {
         long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
         mem_limit = (size_t)pages * (size_t)psize / (size_t)world.local_size;
         snprintf(note + len, sizeof note - (size_t)len,

@@ -20,6 +20,43 @@
 #include <string.h>
 #include <time.h>
 
+/* Where the figures are measured (osdp_profile_network_on): host buffers over
+ * MPI (NULL backend), or the compute backend's device buffers over NCCL */
+static const osdp_compute_backend *net_be;
+static int net_nccl, net_device;
+
+void osdp_profile_network_on(const osdp_compute_backend *be, int nccl, int local_device)
+{
+    net_be = be;
+    net_nccl = nccl;
+    net_device = local_device;
+}
+
+/* count floats, value i % mod at i, in the measured memory; NULL when out of memory */
+static float *net_buffer(size_t count, int mod)
+{
+    float *host = malloc(count * sizeof(float) + 1);
+    if (!host) return NULL;
+    for (size_t i = 0; i < count; i++) host[i] = (float)(i % (size_t)mod);
+    if (!net_be) return host;
+    float *dev = net_be->alloc(count * sizeof(float) + 1);
+    if (dev) net_be->to_device(dev, host, count * sizeof(float));
+    free(host);
+    return dev;
+}
+
+static void net_buffer_free(float *p)
+{
+    if (!p) return;
+    if (net_be) net_be->free(p);
+    else free(p);
+}
+
+static osdp_status net_comm(osdp_comm *c, MPI_Comm *group)
+{
+    return osdp_comm_create(c, group, net_nccl, net_device);
+}
+
 int osdp_profile_cmp_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
@@ -34,14 +71,13 @@ static osdp_status time_collective_on(osdp_comm *comm, MPI_Comm slowest_over, co
 {
     int N = comm->size;
     size_t count = total_bytes / sizeof(float) / (size_t)N;
-    float *full = malloc(count * (size_t)N * sizeof(float)), *shard = malloc(count * sizeof(float));
+    float *full = net_buffer(count * (size_t)N, 13), *shard = net_buffer(count, 7);
     if (!full || !shard) {
-        free(full);
-        free(shard);
-        return osdp_error_set(OSDP_ERR_OOM, "profile: out of host memory");
+        net_buffer_free(full);
+        net_buffer_free(shard);
+        return osdp_error_set(OSDP_ERR_OOM, "profile: out of %s memory for %zu bytes", net_be ? "device" : "host",
+                              count * (size_t)(N + 1) * sizeof(float));
     }
-    for (size_t i = 0; i < count * (size_t)N; i++) full[i] = (float)(i % 13);
-    for (size_t i = 0; i < count; i++) shard[i] = (float)(i % 7);
     double t[OSDP_PROFILE_MAX_REPS + 1];
     osdp_status s = OSDP_OK;
     for (int r = 0; r <= reps && s == OSDP_OK; r++) { /* r = 0: warm-up */
@@ -57,8 +93,8 @@ static osdp_status time_collective_on(osdp_comm *comm, MPI_Comm slowest_over, co
     }
     qsort(t + 1, (size_t)reps, sizeof *t, osdp_profile_cmp_double);
     *out = t[1 + reps / 2];
-    free(full);
-    free(shard);
+    net_buffer_free(full);
+    net_buffer_free(shard);
     return s;
 }
 
@@ -143,7 +179,7 @@ osdp_status osdp_profile_tp_all_reduce(const osdp_world *world, int only_tp, siz
         MPI_Comm group;
         MPI_Comm_split(MPI_COMM_WORLD, world->rank / T, world->rank, &group);
         osdp_comm comm;
-        osdp_status s = osdp_comm_create_mpi(&comm, &group);
+        osdp_status s = net_comm(&comm, &group);
         MPI_Comm_free(&group);
         if (s != OSDP_OK) {
             MPI_Comm_free(&node_comm);
@@ -241,9 +277,8 @@ static osdp_status profile_p2p(const osdp_world *world, osdp_comm *comm, int tur
                                size_t top, int reps, const osdp_collective_cost *fallback, osdp_collective_cost *out,
                                char *note, size_t note_size)
 {
-    float *buf = malloc(top);
-    if (!buf) return osdp_error_set(OSDP_ERR_OOM, "profile: out of host memory for a %zu-byte message", top);
-    for (size_t i = 0; i < top / sizeof(float); i++) buf[i] = (float)(i % 11);
+    float *buf = net_buffer(top / sizeof(float), 11);
+    if (!buf) return osdp_error_set(OSDP_ERR_OOM, "profile: out of memory for a %zu-byte message", top);
     MPI_Comm turn_comm = MPI_COMM_NULL;
     if (n_turns > 0) MPI_Comm_split(MPI_COMM_WORLD, turn, world->rank, &turn_comm);
     double one_step[N_SIZES], x[N_SIZES], y[N_SIZES];
@@ -267,7 +302,7 @@ static osdp_status profile_p2p(const osdp_world *world, osdp_comm *comm, int tur
         x[i] = (double)(count * sizeof(float));
         if (world->rank == 0) printf(" %6.0fKiB:%8.3fms", x[i] / 1024, 1e3 * y[i]);
     }
-    free(buf);
+    net_buffer_free(buf);
     if (turn_comm != MPI_COMM_NULL) MPI_Comm_free(&turn_comm);
     if (world->rank == 0) printf("\n");
     if (s != OSDP_OK) return s;
@@ -392,8 +427,8 @@ void osdp_profile_levels(const osdp_world *world, osdp_comm *all, size_t top, si
     MPI_Comm_split(MPI_COMM_WORLD, world->node, world->rank, &node_group);
     MPI_Comm_split(MPI_COMM_WORLD, world->node_rank, world->rank, &across_group);
     osdp_comm in_node, across;
-    osdp_check_all(osdp_comm_create_mpi(&in_node, &node_group));
-    osdp_check_all(osdp_comm_create_mpi(&across, &across_group));
+    osdp_check_all(net_comm(&in_node, &node_group));
+    osdp_check_all(net_comm(&across, &across_group));
     MPI_Comm_free(&across_group);
     osdp_comm *in_node_groups[1] = {&in_node}, *spanning[2] = {&across, all};
     osdp_check_all(profile_collectives(world, in_node_groups, 1, node_group, "", top, reps, &dev->all_gather,

@@ -8,10 +8,17 @@
 #include <stddef.h>
 #include "cli/app.h"
 #include "osdp/comm.h"
+#include "osdp/compute.h"
 #include "osdp/device.h"
 #include "options.h"
 
 #define N_SIZES 8   /* message sizes per measured line: geometric from 4 KiB to the top */
+
+/* The buffers and communicators the figures are measured with, for every
+ * function below: be NULL, host memory over MPI (the CPU backend); else be's
+ * device memory over NCCL when nccl (the CUDA backend; local_device: the
+ * rank's GPU), as training moves it.  Default: host memory over MPI. */
+void osdp_profile_network_on(const osdp_compute_backend *be, int nccl, int local_device);
 
 /* qsort's comparison of doubles, ascending */
 int osdp_profile_cmp_double(const void *a, const void *b);

@@ -7,6 +7,7 @@
 #include "osdp/device.h"
 #include "osdp/layout.h"
 #include "osdp/link_emulation.h"
+#include "osdp/memory.h"
 #include "osdp/mesh.h"
 #include "osdp/pipeline.h"
 #include "osdp/plan.h"
@@ -42,13 +43,6 @@ typedef struct train_setup {
     int plan_auto;            /* --plan auto */
     int pad_quantum;          /* the backend's shard padding (osdp_compute_pad_quantum) */
 } train_setup;
-
-/* the working weights of --precision: by default bf16 with cuda, fp32 on the cpu */
-static osdp_dtype job_weights(const osdp_job *job)
-{
-    if (osdp_option_given(job, "precision")) return job->precision == OSDP_PRECISION_BF16 ? OSDP_BFLOAT16 : OSDP_FLOAT32;
-    return job->backend == OSDP_BACKEND_CUDA ? OSDP_BFLOAT16 : OSDP_FLOAT32;
-}
 
 /* the pipeline's options (--pp, --stages, --schedule) against the others */
 static osdp_status check_pipeline_options(const osdp_job *job, int plan_auto)
@@ -127,7 +121,7 @@ static osdp_status resolve_setup(const osdp_job *job, const osdp_ckpt_info *resu
     t->optim.weight_decay = (float)job->weight_decay;
     t->optim.grad_clip = (float)job->grad_clip;
     t->optim.total_steps = job->lr_steps ? (long)job->lr_steps : job->steps > 0 ? (long)job->steps : 1;
-    t->weights = job_weights(job);
+    t->weights = osdp_job_weights(job);
     if (!resumed) return OSDP_OK;
     const int evaluating = job->command == OSDP_CMD_EVAL;   /* eval --ckpt: its run's batches unless told, any length */
     if (job->seq_len && job->seq_len != resumed->seq_len && !evaluating)
@@ -518,6 +512,35 @@ static osdp_status check_resumed_setup(const osdp_train_ckpt *ckpt, const osdp_j
                           in->step, what);
 }
 
+/* The runtime's memory limit on a GPU (issue 30), once every communicator is
+ * made and warmed up: what the card has free less a margin
+ * (osdp_memory_device_limit), or --mem-limit where that is smaller.  A plan
+ * whose predicted peak does not fit is refused on every rank before the
+ * runtime allocates (the planner's device file may promise more than the card
+ * has left after NCCL).  On the CPU the limit is --mem-limit's (emulated). */
+static osdp_status device_mem_limit(const osdp_compute_backend *be, const osdp_job *job,
+                                    const osdp_memory_prediction *predicted, int rank, size_t *limit)
+{
+    size_t free_bytes = 0;
+    int capped = 0;
+    osdp_status s = osdp_memory_device_limit(be, (size_t)job->mem_limit, limit, &capped, &free_bytes);
+    if (s != OSDP_OK || !capped) return s;
+    char need[32], have[32], lim[32], margin[32];
+    osdp_format_bytes((double)predicted->peak_total, need, sizeof need);
+    osdp_format_bytes((double)free_bytes, have, sizeof have);
+    osdp_format_bytes((double)*limit, lim, sizeof lim);
+    osdp_format_bytes((double)OSDP_DEVICE_MEM_MARGIN, margin, sizeof margin);
+    if (predicted->peak_total > *limit)
+        return osdp_error_set(OSDP_ERR_OOM, "the plan needs %s of GPU memory on this rank, and the GPU has %s free after the "
+                              "communicators' set-up and warm-up, of which the runtime may use %s (%s kept for cuBLAS's "
+                              "workspace, scratch and fragmentation): plan with --mem-limit %s (--plan auto), a smaller "
+                              "--batch, or more ranks", need, have, lim, margin, lim);
+    if (rank == 0 && !job->quiet)
+        printf("GPU memory: %s free after the communicators' warm-up: the runtime's limit is %s (the plan needs %s)\n",
+               have, lim, need);
+    return OSDP_OK;
+}
+
 /* An emulated device OOM under a plan the planner did not choose: say what
  * would make it fit. */
 static _Noreturn void fatal_with_hint(osdp_status s, const train_setup *t)
@@ -542,11 +565,11 @@ int osdp_cmd_train(const osdp_job *job)
     int tp = (int)job->tp, pp = (int)job->pp;
     osdp_train_pipe_plan pipe = {0};   /* --plan auto with a pipeline: the 3D search's mesh, stages and plan */
     if (strcmp(job->plan, "auto") == 0 && pp != 1) {
-        osdp_check_all(choose_pipeline(job, job_weights(job), world.size, world.rank, &pipe));
+        osdp_check_all(choose_pipeline(job, osdp_job_weights(job), world.size, world.rank, &pipe));
         tp = pipe.tp;
         pp = pipe.pp;
     } else if (tp == OSDP_TP_AUTO) {
-        osdp_check_all(choose_tp(job, job_weights(job), world.size, world.rank, &tp));
+        osdp_check_all(choose_tp(job, osdp_job_weights(job), world.size, world.rank, &tp));
     }
     osdp_mesh mesh;
     osdp_check_all(osdp_mesh_create(&mesh, MPI_COMM_WORLD, tp, pp));
@@ -646,9 +669,11 @@ int osdp_cmd_train(const osdp_job *job)
                                      .pp_stage = mesh.pp_rank, .pipe_schedule = (osdp_pipe_schedule)job->pipe_schedule};
     memcpy(predict.stage_bounds, stage_bounds, sizeof stage_bounds);
     osdp_check_all(osdp_schedule_predict(&layout, &plan, &predict, &predicted));
+    size_t mem_limit = (size_t)job->mem_limit;   /* on a GPU: capped at the card's free memory (device_mem_limit) */
+    osdp_check_all(device_mem_limit(backend, job, &predicted, world.rank, &mem_limit));
 
     osdp_runtime_options opt = {.micro_batch = plan.micro_batch, .accum_steps = plan.accum_steps,
-                                .prefetch = !job->no_prefetch, .mem_limit = (size_t)job->mem_limit,
+                                .prefetch = !job->no_prefetch, .mem_limit = mem_limit,
                                 .seed = (unsigned long long)job->seed, .optim = t.optim, .weight_dtype = t.weights,
                                 .pad_quantum = t.pad_quantum, .tp_comm = mesh.tp > 1 ? &tp_comm : NULL,
                                 .pp_size = mesh.pp, .pp_stage = mesh.pp_rank, .pipe_schedule = predict.pipe_schedule,

@@ -15,6 +15,7 @@
  * that dies is the launcher's to report: mpiexec and srun
  * --kill-on-bad-exit end the others.  Between polls a wait yields now and
  * then, or sleeps where ranks outnumber the cores (osdp_comm_share_cores). */
+#include "config.h"
 #include "osdp/comm.h"
 #include "comm_internal.h"
 
@@ -302,4 +303,15 @@ osdp_status osdp_comm_create_mpi(osdp_comm *c, const void *mpi_comm)
     c->block_of = NULL;   /* rank order */
     osdp_comm_link_attach(c, impl->comm);
     return OSDP_OK;
+}
+
+osdp_status osdp_comm_create(osdp_comm *c, const void *mpi_comm, int nccl, int local_device)
+{
+#ifdef OSDP_HAVE_CUDA
+    if (nccl) return osdp_comm_create_nccl(c, mpi_comm, local_device);
+#else
+    (void)local_device;
+    if (nccl) return osdp_error_set(OSDP_ERR_INPUT, "NCCL communicators need a build with CUDA");
+#endif
+    return osdp_comm_create_mpi(c, mpi_comm);
 }

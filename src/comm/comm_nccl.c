@@ -73,10 +73,13 @@
  * handler in osdp_gpt aborts the job.
  *
  * Memory.  NCCL allocates its buffers when a connection is first used (an
- * algorithm, a protocol, NVLS on NVSwitch nodes), i.e. after the compute
- * backend's pool may hold most of the card.  create runs each collective
- * once, small and large, right after init (the warm-up), so that these
- * buffers exist before the runtime allocates.
+ * algorithm, a protocol, NVLS on NVSwitch nodes, a point-to-point peer),
+ * i.e. after the compute backend's pool may hold most of the card.  create
+ * runs each collective once, small and large, and a send and a receive with
+ * both neighbours (a pipeline's stage boundaries), right after init (the
+ * warm-up), so that these buffers exist before the runtime allocates; train
+ * then caps the runtime's limit at what the card has left
+ * (osdp_memory_device_limit).
  *
  * Barrier: the work queued on the compute stream and on the collective stream
  * is finished on this rank (the latter within the timeout), then
@@ -681,6 +684,22 @@ static osdp_status warm_up(osdp_comm *c)
         if (s == OSDP_OK) s = nccl_reduce_scatter(c, full, shard, n, OSDP_FLOAT32, NULL);
         if (s == OSDP_OK) s = nccl_all_reduce(c, full, n, OSDP_FLOAT32, NULL);
         if (s == OSDP_OK) s = nccl_broadcast(c, full, n * sizeof(float), 0, NULL);
+    }
+    /* point to point, as a pipeline's stage boundaries use it: every rank sends to and receives from both
+     * neighbours in one group, so that NCCL's p2p connections and buffers are made now too */
+    if (s == OSDP_OK && c->size > 1) {
+        const int next = (c->rank + 1) % c->size, prev = (c->rank + c->size - 1) % c->size;
+        const size_t n = per_rank[1];
+        osdp_request r[4] = {{NULL}, {NULL}, {NULL}, {NULL}};
+        s = nccl_group_start(c);
+        if (s == OSDP_OK) s = nccl_send(c, shard, n, OSDP_FLOAT32, next, &r[0]);
+        if (s == OSDP_OK) s = nccl_recv(c, full, n, OSDP_FLOAT32, prev, &r[1]);
+        if (s == OSDP_OK) s = nccl_send(c, shard, n, OSDP_FLOAT32, prev, &r[2]);
+        if (s == OSDP_OK) s = nccl_recv(c, (float *)full + n, n, OSDP_FLOAT32, next, &r[3]);
+        const osdp_status ended = nccl_group_end(c);   /* closed whatever happened inside */
+        if (s == OSDP_OK) s = ended;
+        for (int i = 0; i < 4 && s == OSDP_OK; i++) s = nccl_wait(c, &r[i]);
+        if (s == OSDP_OK) s = drain_collectives(c->impl, "the warm-up's point-to-point messages");
     }
     cudaFree(full);
     cudaFree(shard);

@@ -69,15 +69,7 @@ osdp_status osdp_mesh_comm_create(const osdp_mesh *mesh, osdp_mesh_axis axis, in
 {
     const MPI_Comm *group = axis == OSDP_MESH_TENSOR ? &mesh->tp_comm
                           : axis == OSDP_MESH_PIPELINE ? &mesh->pp_comm : &mesh->dp_comm;
-    osdp_status s;
-#ifdef OSDP_HAVE_CUDA
-    if (nccl) s = osdp_comm_create_nccl(out, group, local_device);
-    else
-#else
-    (void)local_device;
-    if (nccl) return osdp_error_set(OSDP_ERR_INPUT, "NCCL communicators need a build with CUDA");
-#endif
-        s = osdp_comm_create_mpi(out, group);
+    osdp_status s = osdp_comm_create(out, group, nccl, local_device);
     if (s == OSDP_OK && axis == OSDP_MESH_TENSOR) osdp_comm_set_tensor_axis(out);
     return s;
 }

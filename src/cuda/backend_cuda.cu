@@ -89,6 +89,7 @@ extern "C" {
 #include "config.h"
 #include "osdp/compute.h"
 #include "../comm/comm_internal.h"
+#include "util/launch_gate.h"
 }
 
 #include <limits.h>
@@ -129,6 +130,9 @@ struct CudaState {
     cudaEvent_t drained; /* recorded on the compute stream by wait_compute */
     double timeout_s;    /* the communication timeout (osdp_comm_timeout_from_env) for the host's waits */
     int poison;          /* OSDP_CUDA_POISON=1: new blocks are all bits set (NaN), to catch reads of unset memory */
+    osdp_launch_gate gate;   /* the launch bound (OSDP_CUDA_LAUNCH_BOUND) */
+    cudaEvent_t gate_mark;   /* its mark on the compute stream */
+    cudaEvent_t timer[2];    /* timer_start / timer_stop */
 };
 CudaState g;
 
@@ -163,6 +167,7 @@ void wait_compute(const char *what)
     if (!g.initialised) return;
     CUDA_CHECK(cudaEventRecord(g.drained, S()));
     wait_event_timed(g.drained, what);
+    osdp_launch_gate_drained(&g.gate);
 }
 
 const float kOne = 1.0f, kZero = 0.0f;
@@ -217,6 +222,13 @@ osdp_status cuda_init(int local_rank, int threads)
     CUDA_CHECK(cudaMalloc((void **)&g.partials, (osdp_cuda::REDUCE_PARTIALS + 1) * sizeof(double)));
     CUDA_CHECK(cudaEventCreateWithFlags(&g.drained, cudaEventDisableTiming));
     g.timeout_s = osdp_comm_timeout_from_env(local_rank);   /* node-local rank 0 warns of a bad value */
+    unsigned bound = OSDP_LAUNCH_BOUND_DEFAULT;
+    osdp_status bad_bound = osdp_launch_bound_parse(getenv("OSDP_CUDA_LAUNCH_BOUND"), &bound);
+    if (bad_bound != OSDP_OK) return bad_bound;
+    osdp_launch_gate_init(&g.gate, bound);
+    CUDA_CHECK(cudaEventCreateWithFlags(&g.gate_mark, cudaEventDisableTiming));
+    CUDA_CHECK(cudaEventCreate(&g.timer[0]));
+    CUDA_CHECK(cudaEventCreate(&g.timer[1]));
 
     /* the stream-ordered pool of the memory entries (see the top of the file) */
     int pools = 0;
@@ -413,7 +425,7 @@ void cuda_matmul_forward_strided(float *y, const float *x, int ldx, const void *
     }
     if (BT <= 0 || OC <= 0) return;
     /* y^T (OC,BT) = w^T (OC,IC) x^T (IC,BT) */
-    CUBLAS_CHECK(cublasSgemm(g.cublas, CUBLAS_OP_N, CUBLAS_OP_N, OC, BT, IC, &kOne, w, OC, x, ldx,
+    CUBLAS_LAUNCH(cublasSgemm(g.cublas, CUBLAS_OP_N, CUBLAS_OP_N, OC, BT, IC, &kOne, w, OC, x, ldx,
                              beta, y, OC));
 }
 
@@ -431,10 +443,10 @@ void cuda_matmul_backward_strided(float *dx, int lddx, float *dw, float *db, con
     if (BT <= 0 || IC <= 0 || OC <= 0) return;
     /* dx (BT,IC) = dy @ w^T  ->  dx^T (IC,BT) = w (IC,OC) dy^T (OC,BT) */
     if (dx)
-        CUBLAS_CHECK(cublasSgemm(g.cublas, CUBLAS_OP_T, CUBLAS_OP_N, IC, BT, OC, &kOne, w, OC, dy,
+        CUBLAS_LAUNCH(cublasSgemm(g.cublas, CUBLAS_OP_T, CUBLAS_OP_N, IC, BT, OC, &kOne, w, OC, dy,
                                  OC, dx_accumulate ? &kOne : &kZero, dx, lddx));
     /* dw (IC,OC) += x^T @ dy  ->  dw^T (OC,IC) += dy^T (OC,BT) x (BT,IC) */
-    CUBLAS_CHECK(cublasSgemm(g.cublas, CUBLAS_OP_N, CUBLAS_OP_T, OC, IC, BT, &kOne, dy, OC, x, ldx,
+    CUBLAS_LAUNCH(cublasSgemm(g.cublas, CUBLAS_OP_N, CUBLAS_OP_T, OC, IC, BT, &kOne, dy, OC, x, ldx,
                              &kOne, dw, OC));
     if (db) osdp_cuda::column_sums_add(db, dy, BT, OC, S());
 }
@@ -452,7 +464,7 @@ void cuda_matmul_forward_out_in(float *y, const float *x, const void *w_, int BT
     const float *w = (const float *)w_;
     if (BT <= 0 || OC <= 0) return;
     /* y^T (OC,BT) = w (OC,IC) x^T (IC,BT) */
-    CUBLAS_CHECK(cublasSgemm(g.cublas, CUBLAS_OP_T, CUBLAS_OP_N, OC, BT, IC, &kOne, w, IC, x, IC,
+    CUBLAS_LAUNCH(cublasSgemm(g.cublas, CUBLAS_OP_T, CUBLAS_OP_N, OC, BT, IC, &kOne, w, IC, x, IC,
                              accumulate ? &kOne : &kZero, y, OC));
 }
 
@@ -463,10 +475,10 @@ void cuda_matmul_backward_out_in(float *dx, float *dw, const float *dy, const fl
     if (BT <= 0 || IC <= 0 || OC <= 0) return;
     /* dx (BT,IC) = dy @ w  ->  dx^T (IC,BT) = w^T (IC,OC) dy^T (OC,BT) */
     if (dx)
-        CUBLAS_CHECK(cublasSgemm(g.cublas, CUBLAS_OP_N, CUBLAS_OP_N, IC, BT, OC, &kOne, w, IC, dy,
+        CUBLAS_LAUNCH(cublasSgemm(g.cublas, CUBLAS_OP_N, CUBLAS_OP_N, IC, BT, OC, &kOne, w, IC, dy,
                                  OC, dx_accumulate ? &kOne : &kZero, dx, IC));
     /* dw (OC,IC) += dy^T @ x  ->  dw^T (IC,OC) += x^T (IC,BT) dy (BT,OC) */
-    CUBLAS_CHECK(cublasSgemm(g.cublas, CUBLAS_OP_N, CUBLAS_OP_T, IC, OC, BT, &kOne, x, IC, dy, OC,
+    CUBLAS_LAUNCH(cublasSgemm(g.cublas, CUBLAS_OP_N, CUBLAS_OP_T, IC, OC, BT, &kOne, x, IC, dy, OC,
                              &kOne, dw, IC));
 }
 
@@ -510,7 +522,7 @@ void cuda_attention_forward(float *out, float *att, const float *qkv, int B, int
         const float *q = qkv + (size_t)b * T * ld, *k = q + C;
         float *a = att + (size_t)b * NH * TT;
         /* pre (T,T) = scale * q k^T  ->  pre^T = k (col-major T x HS, op T) q^T */
-        CUBLAS_CHECK(cublasSgemmStridedBatched(g.cublas, CUBLAS_OP_T, CUBLAS_OP_N, T, T, HS, &scale,
+        CUBLAS_LAUNCH(cublasSgemmStridedBatched(g.cublas, CUBLAS_OP_T, CUBLAS_OP_N, T, T, HS, &scale,
                                                k, ld, HS, q, ld, HS, &kZero, a, T, TT, NH));
     }
     osdp_cuda::causal_softmax_forward(att, (long)B * NH * T, T, S());
@@ -519,7 +531,7 @@ void cuda_attention_forward(float *out, float *att, const float *qkv, int B, int
         const float *a = att + (size_t)b * NH * TT;
         float *o = out + (size_t)b * T * C;
         /* out (T,HS) = att v  ->  out^T (HS,T) = v^T att^T */
-        CUBLAS_CHECK(cublasSgemmStridedBatched(g.cublas, CUBLAS_OP_N, CUBLAS_OP_N, HS, T, T, &kOne,
+        CUBLAS_LAUNCH(cublasSgemmStridedBatched(g.cublas, CUBLAS_OP_N, CUBLAS_OP_N, HS, T, T, &kOne,
                                                v, ld, HS, a, T, TT, &kZero, o, C, HS, NH));
     }
 }
@@ -538,10 +550,10 @@ void cuda_attention_backward(float *dqkv, float *scratch, const float *dout, con
         float *ds = scratch + (size_t)b * NH * TT;
         float *dv = dqkv + (size_t)b * T * ld + 2 * C;
         /* datt (T,T) = dout v^T  ->  datt^T = v (op T) dout^T */
-        CUBLAS_CHECK(cublasSgemmStridedBatched(g.cublas, CUBLAS_OP_T, CUBLAS_OP_N, T, T, HS, &kOne,
+        CUBLAS_LAUNCH(cublasSgemmStridedBatched(g.cublas, CUBLAS_OP_T, CUBLAS_OP_N, T, T, HS, &kOne,
                                                v, ld, HS, d, C, HS, &kZero, ds, T, TT, NH));
         /* dv (T,HS) = att^T dout  ->  dv^T = dout^T att (op T) */
-        CUBLAS_CHECK(cublasSgemmStridedBatched(g.cublas, CUBLAS_OP_N, CUBLAS_OP_T, HS, T, T, &kOne,
+        CUBLAS_LAUNCH(cublasSgemmStridedBatched(g.cublas, CUBLAS_OP_N, CUBLAS_OP_T, HS, T, T, &kOne,
                                                d, C, HS, a, T, TT, &kZero, dv, ld, HS, NH));
     }
     /* dpre = scale * att * (datt - rowsum(att * datt)), zeros above the diagonal */
@@ -551,10 +563,10 @@ void cuda_attention_backward(float *dqkv, float *scratch, const float *dout, con
         const float *ds = scratch + (size_t)b * NH * TT;
         float *dq = dqkv + (size_t)b * T * ld, *dk = dq + C;
         /* dq (T,HS) = dpre k  ->  dq^T = k^T dpre^T */
-        CUBLAS_CHECK(cublasSgemmStridedBatched(g.cublas, CUBLAS_OP_N, CUBLAS_OP_N, HS, T, T, &kOne,
+        CUBLAS_LAUNCH(cublasSgemmStridedBatched(g.cublas, CUBLAS_OP_N, CUBLAS_OP_N, HS, T, T, &kOne,
                                                k, ld, HS, ds, T, TT, &kZero, dq, ld, HS, NH));
         /* dk (T,HS) = dpre^T q  ->  dk^T = q^T dpre (op T) */
-        CUBLAS_CHECK(cublasSgemmStridedBatched(g.cublas, CUBLAS_OP_N, CUBLAS_OP_T, HS, T, T, &kOne,
+        CUBLAS_LAUNCH(cublasSgemmStridedBatched(g.cublas, CUBLAS_OP_N, CUBLAS_OP_T, HS, T, T, &kOne,
                                                q, ld, HS, ds, T, TT, &kZero, dk, ld, HS, NH));
     }
 }
@@ -758,7 +770,42 @@ void cuda_adamw(float *w, const float *g_, float *m, float *v, size_t n, float l
 
 }  // namespace
 
+/* ------------------------------------------- memory, the device's clock */
+
+osdp_status cuda_mem_info(size_t *free_bytes, size_t *total_bytes)
+{
+    cudaError_t e = cudaMemGetInfo(free_bytes, total_bytes);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return osdp_error_set(OSDP_ERR_INTERNAL, "cudaMemGetInfo: %s", cudaGetErrorString(e));
+    }
+    return OSDP_OK;
+}
+
+void cuda_timer_start(void) { CUDA_CHECK(cudaEventRecord(g.timer[0], S())); }
+
+double cuda_timer_stop(void)
+{
+    CUDA_CHECK(cudaEventRecord(g.timer[1], S()));
+    wait_event_timed(g.timer[1], "timer_stop's wait for the compute stream");
+    float ms = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, g.timer[0], g.timer[1]));
+    return ms / 1e3;
+}
+
 /* ------------------------------------------------------ shared with NCCL */
+
+extern "C" void osdp_cuda_launched(unsigned n)
+{
+    if (!g.initialised) return;
+    switch (osdp_launch_gate_note(&g.gate, n)) {
+    case OSDP_GATE_GO: return;
+    case OSDP_GATE_WAIT_AND_MARK:
+        wait_event_timed(g.gate_mark, "the launch bound's wait for the compute stream (OSDP_CUDA_LAUNCH_BOUND)");
+        /* fall through */
+    case OSDP_GATE_MARK: CUDA_CHECK(cudaEventRecord(g.gate_mark, S())); return;
+    }
+}
 
 extern "C" cudaStream_t osdp_cuda_compute_stream(void) { return g.initialised ? g.stream : NULL; }
 
@@ -826,6 +873,9 @@ extern "C" const osdp_compute_backend osdp_compute_cuda = {
     .sum_squares = cuda_sum_squares,
     .accumulate_sum = cuda_accumulate_sum,
     .adamw = cuda_adamw,
+    .mem_info = cuda_mem_info,
+    .timer_start = cuda_timer_start,
+    .timer_stop = cuda_timer_stop,
 };
 
 /* the fp32 table with the entries that read weights, and attention, replaced (a copy made

@@ -27,6 +27,12 @@ extern "C" {
  * The NCCL backend orders its collectives after the work queued on it. */
 cudaStream_t osdp_cuda_compute_stream(void);
 
+/* n launches (kernels, cuBLAS products) were queued on the compute stream:
+ * the launch bound (src/util/launch_gate.h) may make the host wait here,
+ * within the communication timeout, so that it never blocks inside a launch
+ * on a full queue (a dead peer's collective holding the stream). */
+void osdp_cuda_launched(unsigned n);
+
 /* cuBLAS has no cublasGetErrorString before 11.4; ours works everywhere. */
 const char *osdp_cublas_status_string(cublasStatus_t s);
 
@@ -48,7 +54,17 @@ const char *osdp_cublas_status_string(cublasStatus_t s);
 #define CUDA_CHECK(call) OSDP_CUDA_STATUS_CHECK_(cudaError_t, cudaSuccess, cudaGetErrorString, call)
 #define CUBLAS_CHECK(call) OSDP_CUDA_STATUS_CHECK_(cublasStatus_t, CUBLAS_STATUS_SUCCESS, osdp_cublas_status_string, call)
 
-/* after a kernel launch: catches bad launch configurations at once */
-#define CUDA_CHECK_LAUNCH() CUDA_CHECK(cudaGetLastError())
+/* after a kernel launch: catches bad launch configurations at once, and counts it for the launch bound */
+#define CUDA_CHECK_LAUNCH()                \
+    do {                                   \
+        CUDA_CHECK(cudaGetLastError());    \
+        osdp_cuda_launched(1);             \
+    } while (0)
+/* a cuBLAS product: checked, and counted for the launch bound */
+#define CUBLAS_LAUNCH(call)                \
+    do {                                   \
+        CUBLAS_CHECK(call);                \
+        osdp_cuda_launched(1);             \
+    } while (0)
 
 #endif

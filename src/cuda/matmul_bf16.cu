@@ -10,10 +10,13 @@
  * The staging is bounded: the BT rows are processed in chunks of at most
  * BF16_STAGING_MAX_BYTES of bf16 (x rows, plus dy rows in the backward), so
  * the LM head's dy (BT x V, e.g. 16384 x 50257) never has a whole bf16 copy.
- * Rows of y and dx are independent between chunks; dw = x^T dy sums over the
- * rows, so every chunk adds its part with beta = 1 (dw accumulates by
- * contract, the first chunk too).  The chunking depends only on the sizes,
- * so results are reproducible run after run.
+ * Rows of y and dx are independent between chunks.  dw = x^T dy sums over
+ * the rows: where dy's rows take more than one chunk (the LM head), dw is
+ * made by output-feature slices instead, each ONE product over all the rows
+ * (dw_by_columns: dw read and written once, not once per chunk); else the
+ * one chunk adds its part with beta = 1 (dw accumulates by contract).  The
+ * slicing depends only on the sizes, so results are reproducible run after
+ * run.
  *
  * Row-major to column-major, as in backend_cuda.cu: a row-major (m,n) matrix
  * with leading dimension ld is, to cuBLAS, the column-major (n,m) matrix of
@@ -75,7 +78,7 @@ void gemm_bf16(const GemmContext &ctx, cublasOperation_t ta, cublasOperation_t t
                float *C, int ldc)
 {
     const float alpha = 1.0f;
-    CUBLAS_CHECK(cublasGemmEx(ctx.cublas, ta, tb, m, n, k, &alpha, A, CUDA_R_16BF, lda, B,
+    CUBLAS_LAUNCH(cublasGemmEx(ctx.cublas, ta, tb, m, n, k, &alpha, A, CUDA_R_16BF, lda, B,
                               CUDA_R_16BF, ldb, &beta, C, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F,
                               CUBLAS_GEMM_DEFAULT));
 }
@@ -143,11 +146,56 @@ void forward_any(const GemmContext &ctx, WeightOrder order, float *y, const floa
     }
 }
 
+/* dW when dy's rows do not fit the staging at once (the LM head: BT x V):
+ * x's rows staged whole in bf16, dy's columns (the output features) taken in
+ * slices, and each slice's part of dW (its rows or columns, disjoint) made
+ * by ONE product over all BT rows: dW is read and written once per
+ * micro-batch, where row chunks re-read all of it (154 MB of fp32 for GPT-2's
+ * head) once per chunk (26 chunks at B 16, T 1024), and each sum runs over
+ * all the rows in one fp32 accumulation.  false (nothing done) when x's rows
+ * and 64 columns of dy do not fit the staging: the caller takes row chunks. */
+bool dw_by_columns(const GemmContext &ctx, WeightOrder order, float *dw, const float *dy, const float *x,
+                   int ldx, int BT, int IC, int OC)
+{
+    const size_t cap = BF16_STAGING_MAX_BYTES / sizeof(__nv_bfloat16);
+    const size_t x_elems = round64((size_t)BT * IC);
+    if (x_elems + (size_t)BT * 64 > cap) return false;
+    size_t cols = (cap - x_elems) / (size_t)BT / 64 * 64;
+    if (cols > (size_t)OC) cols = (size_t)OC;
+    __nv_bfloat16 *xb = (__nv_bfloat16 *)ctx.scratch((x_elems + (size_t)BT * cols) * sizeof(__nv_bfloat16));
+    __nv_bfloat16 *dyb = xb + x_elems;
+    rows_to_bf16(xb, x, ldx, BT, IC, ctx.stream);   /* xb (BT,IC) packed */
+    for (int c0 = 0; c0 < OC; c0 += (int)cols) {
+        const int n = OC - c0 < (int)cols ? OC - c0 : (int)cols;
+        rows_to_bf16(dyb, dy + c0, OC, BT, n, ctx.stream);   /* dyb (BT,n) packed: dy's columns [c0, c0+n) */
+        if (order.out_in)   /* dw rows [c0, c0+n) (OC,IC): dw^T (IC,n) at dw + c0 IC += xb^T (IC,BT) dyb (BT,n) */
+            gemm_bf16(ctx, CUBLAS_OP_N, CUBLAS_OP_T, IC, n, BT, xb, IC, dyb, n, 1.0f, dw + (size_t)c0 * IC, IC);
+        else                /* dw columns [c0, c0+n) (IC,OC): rows [c0, c0+n) of dw^T (OC,IC) += dyb^T (n,BT) xb (BT,IC) */
+            gemm_bf16(ctx, CUBLAS_OP_N, CUBLAS_OP_T, n, IC, BT, dyb, n, xb, IC, 1.0f, dw + c0, OC);
+    }
+    return true;
+}
+
 void backward_any(const GemmContext &ctx, WeightOrder order, float *dx, int lddx, float *dw, float *db,
                   const float *dy, const float *x, int ldx, const __nv_bfloat16 *w, int BT, int IC, int OC,
                   int dx_accumulate)
 {
     if (BT <= 0 || IC <= 0 || OC <= 0) return;
+    /* db from the fp32 dy, exactly as the fp32 table (first: nothing below changes dy) */
+    if (db) column_sums_add(db, dy, BT, OC, ctx.stream);
+    if (chunk_rows(BT, (size_t)IC + OC) < BT && dw_by_columns(ctx, order, dw, dy, x, ldx, BT, IC, OC)) {
+        /* dW done in one pass; dx = dy w^T, whose rows are independent, in row chunks of dy alone */
+        if (!dx) return;
+        const int rows = chunk_rows(BT, (size_t)OC);
+        __nv_bfloat16 *dyb = (__nv_bfloat16 *)ctx.scratch((size_t)rows * OC * sizeof(__nv_bfloat16));
+        for (int r0 = 0; r0 < BT; r0 += rows) {
+            const int n = BT - r0 < rows ? BT - r0 : rows;
+            rows_to_bf16(dyb, dy + (size_t)r0 * OC, OC, n, OC, ctx.stream);
+            gemm_bf16(ctx, order.op_in_by_out(), CUBLAS_OP_N, IC, n, OC, w, order.ld(IC, OC), dyb, OC,
+                      dx_accumulate ? 1.0f : 0.0f, dx + (size_t)r0 * lddx, lddx);
+        }
+        return;
+    }
     const int rows = chunk_rows(BT, (size_t)IC + OC);
     const size_t dy_elems = round64((size_t)rows * OC);
     __nv_bfloat16 *dyb = (__nv_bfloat16 *)ctx.scratch((dy_elems + (size_t)rows * IC) *
@@ -166,8 +214,6 @@ void backward_any(const GemmContext &ctx, WeightOrder order, float *dx, int lddx
         else                /* dw (IC,OC) += xb^T @ dyb  ->  dw^T (OC,IC) += dyb^T (OC,n) xb (n,IC) */
             gemm_bf16(ctx, CUBLAS_OP_N, CUBLAS_OP_T, OC, IC, n, dyb, OC, xb, IC, 1.0f, dw, OC);
     }
-    /* db from the fp32 dy, exactly as the fp32 table */
-    if (db) column_sums_add(db, dy, BT, OC, ctx.stream);
 }
 
 }  // namespace

@@ -20,6 +20,37 @@ void osdp_memory_init(osdp_memory *mem, const osdp_compute_backend *backend, siz
     mem->limit = limit;
 }
 
+osdp_status osdp_memory_cap_to_free(size_t requested, size_t free_bytes, size_t margin, size_t *limit, int *capped)
+{
+    char f[32], m[32];
+    *limit = requested;
+    *capped = 0;
+    if (free_bytes <= margin)
+        return osdp_error_set(OSDP_ERR_OOM, "the device has %s free after the communicators' set-up, no more than the "
+                              "%s it must keep for cuBLAS's workspace, scratch and fragmentation",
+                              osdp_format_bytes((double)free_bytes, f, sizeof f),
+                              osdp_format_bytes((double)margin, m, sizeof m));
+    const size_t room = free_bytes - margin;
+    if (requested == 0 || requested > room) {
+        *limit = room;
+        *capped = 1;
+    }
+    return OSDP_OK;
+}
+
+osdp_status osdp_memory_device_limit(const osdp_compute_backend *backend, size_t requested, size_t *limit,
+                                     int *capped, size_t *free_bytes)
+{
+    *limit = requested;
+    *capped = 0;
+    *free_bytes = 0;
+    if (!backend->mem_info) return OSDP_OK;
+    size_t total = 0;
+    osdp_status s = backend->mem_info(free_bytes, &total);
+    if (s != OSDP_OK) return s;
+    return osdp_memory_cap_to_free(requested, *free_bytes, OSDP_DEVICE_MEM_MARGIN, limit, capped);
+}
+
 osdp_status osdp_mem_alloc(osdp_memory *mem, osdp_mem_category cat, size_t bytes, const char *what, void **out)
 {
     char a[32], b[32], c[32];

@@ -5,17 +5,6 @@
 
 #include <mpi.h>
 
-static osdp_status make_comm(MPI_Comm *group, int nccl, int local_device, osdp_comm *out)
-{
-#ifdef OSDP_HAVE_CUDA
-    if (nccl) return osdp_comm_create_nccl(out, group, local_device);
-#else
-    (void)local_device;
-    if (nccl) return osdp_error_set(OSDP_ERR_INPUT, "NCCL communicators need a build with CUDA");
-#endif
-    return osdp_comm_create_mpi(out, group);
-}
-
 osdp_status osdp_node_groups_create(const void *data_mpi_comm, int node, int nccl, int local_device, int for_h,
                                     osdp_comm *node_comm, osdp_comm *cross_comm, int *made)
 {
@@ -43,9 +32,9 @@ osdp_status osdp_node_groups_create(const void *data_mpi_comm, int node, int ncc
     }
     osdp_status s = MPI_Comm_split(data, node_rank, data_rank, &by_index) == MPI_SUCCESS
                   ? OSDP_OK : osdp_error_set(OSDP_ERR_COMM, "node groups: MPI_Comm_split by index failed");
-    if (s == OSDP_OK) s = make_comm(&by_node, nccl, local_device, node_comm);
+    if (s == OSDP_OK) s = osdp_comm_create(node_comm, &by_node, nccl, local_device);
     if (s == OSDP_OK) {
-        s = make_comm(&by_index, nccl, local_device, cross_comm);
+        s = osdp_comm_create(cross_comm, &by_index, nccl, local_device);
         if (s != OSDP_OK) osdp_comm_destroy(node_comm);
     }
     if (s == OSDP_OK) {
