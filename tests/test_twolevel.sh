@@ -74,16 +74,28 @@ if [ $rc = 0 ]; then
     # emulated nodes share the cores: the in-node figures and the ping-pongs are timed a node (a node index) at
     # a time, so a message across is the link's 100 us plus a wake-up, not a scheduler tick (2-4 ms) behind
     # ranks spinning on the same core
-    pa=$(val "$WORK/two.ini" internode_p2p alpha)
+    # the two latencies below are bounded above (a spinning profiler measures 2-4 ms, a working one about 0.1):
+    # a loaded machine can push a healthy figure past the bound once, a spinning profiler every time, so a
+    # figure over it is measured again before it counts
+    latencies() {
+        pa=$(val "$WORK/two.ini" internode_p2p alpha)
+        ic=$(val "$WORK/two.ini" internode_all_gather call); ia=$(val "$WORK/two.ini" internode_all_gather alpha)
+        [ -n "$ia" ] && ic=${ic:-0}   # the file leaves out a call term of 0
+    }
+    under_tick() { [ -n "$1" ] && awk -v a="$1" 'BEGIN {exit !(a >= 0.9e-4 && a < 2.5e-3)}'; }
+    latencies
+    if ! under_tick "$pa" || ! under_tick "$(awk -v c="${ic:-0}" -v a="${ia:-0}" 'BEGIN {print c + a}')"; then
+        echo "note: a latency over a scheduler tick (p2p alpha '$pa', all-gather call '$ic' + alpha '$ia'): profiled again"
+        cp "$WORK/two.ini" "$WORK/two_first.ini"
+        profile 3 && latencies || cp "$WORK/two_first.ini" "$WORK/two.ini"
+    fi
     if grep -q "the emulated nodes in turn" "$WORK/two.ini" && grep -q "internode_p2p: .*the pairs of the emulated nodes in turn" "$WORK/two.ini" &&
-       [ -n "$pa" ] && awk -v a="$pa" 'BEGIN {exit !(a >= 0.9e-4 && a < 2.5e-3)}'; then
+       under_tick "$pa"; then
         ok "profile times the emulated nodes in turn: [internode_p2p] alpha $pa s (the link's 1e-4, under a scheduler tick)"
     else bad "the emulated nodes in turn ([internode_p2p] alpha '$pa')" "$WORK/two.ini"; fi
     # the groups across nodes are timed at once, and every wait of the profile yields the core, as the runtime's
     # do: MPI's own blocking all-reduce of the times spun, and each call took 2-4 ms at any size behind it
-    ic=$(val "$WORK/two.ini" internode_all_gather call); ia=$(val "$WORK/two.ini" internode_all_gather alpha)
-    [ -n "$ia" ] && ic=${ic:-0}   # the file leaves out a call term of 0
-    if [ -n "$ic" ] && [ -n "$ia" ] && awk -v c="$ic" -v a="$ia" 'BEGIN {exit !(c + a >= 0.9e-4 && c + a < 2.5e-3)}'; then
+    if [ -n "$ic" ] && [ -n "$ia" ] && under_tick "$(awk -v c="$ic" -v a="$ia" 'BEGIN {print c + a}')"; then
         ok "profile's inter-node all-gather: call $ic s + alpha $ia s (the link's 1e-4, under a scheduler tick)"
     else bad "the inter-node all-gather's call '$ic' + alpha '$ia'" "$WORK/two.ini"; fi
     # 4 ranks x 1 thread on fewer cores share them: an operator's time spans from the common start to the last
