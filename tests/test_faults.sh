@@ -13,7 +13,10 @@
 #   4. a rank stopped (SIGSTOP) in the middle of a save, OSDP_COMM_TIMEOUT_S
 #      short: the others end the job within the timeout (plus the launcher's
 #      teardown) with a message naming the save and what was pending; the
-#      previous save intact.
+#      previous save intact;
+#   5. scripts/osdp_weights.py: a full disk, a missing directory, an llm.c
+#      file a byte short, a model osdp_gpt refuses, an HF file with more
+#      layers than the model: one line, a status, no traceback, no .tmp.
 # Needs to mount a tmpfs (root): otherwise SKIP (77) and why.  Run by
 # `make check` (OSDP_BUILDDIR, OSDP_SRCDIR, MPIEXEC set).
 set -u
@@ -111,5 +114,62 @@ what=$(grep -o -m1 "checkpoint save [^ ]*step_00000002.h5.tmp: .* did not comple
     bad "no message naming the save" "$WORK/stopped.err"
 intact "$WORK/stopped" 1 && ok "a rank stopped during a save: latest = step 1, no temporary file" ||
     bad "a rank stopped during a save: the directory holds $(ls "$WORK/stopped" | tr '\n' ' ')"
+
+# -- 5. the Python converters (scripts/osdp_weights.py): one line and a status, never a traceback or a crash,
+#       and no temporary left, for a full disk, a missing directory, a short llm.c file, a model or a file
+#       osdp_gpt would refuse
+PY=${PYTHON:-python3}
+TOOL="$SRC/scripts/osdp_weights.py"
+CK="$WORK/resumed_2/step_00000004.h5"
+# tool NAME ARGS...: $rc; the message one line of 'error:', no traceback
+tool() { local name=$1; shift; $PY "$TOOL" "$@" > "$WORK/$name.out" 2> "$WORK/$name.err"; rc=$?; }
+clean_refusal() {   # clean_refusal NAME PATTERN DIR: refused with PATTERN, one line, nothing left in DIR
+    local left; left=$(ls "$3" 2> /dev/null | grep -c '\.tmp$')
+    [ $rc != 0 ] && [ $rc -lt 128 ] && [ "$(wc -l < "$WORK/$1.err")" = 1 ] && grep -q -- "error: .*$2" "$WORK/$1.err" &&
+        [ "$left" = 0 ] && ok "osdp_weights $1: status $rc, $(cut -c1-110 "$WORK/$1.err")" ||
+        bad "osdp_weights $1: status $rc, $left temporaries" "$WORK/$1.err"
+}
+if ! $PY -c "import numpy, h5py, safetensors" 2> /dev/null; then
+    echo "SKIP: osdp_weights.py cases: needs numpy, h5py, safetensors"
+elif [ ! -f "$CK" ]; then
+    bad "no checkpoint for the osdp_weights.py cases ($CK)"
+else
+    tool hf export-hf "$CK" --out "$WORK/hf/model.safetensors" && [ $rc = 0 ] || bad "export-hf" "$WORK/hf.err"
+    fresh_disk
+    head -c 1200k /dev/zero > "$MNT/filler" 2> /dev/null
+    tool hf_full export-hf "$CK" --out "$MNT/hf/model.safetensors"
+    clean_refusal hf_full "No space left on device" "$MNT/hf"
+    tool import_full import-hf "$WORK/hf/model.safetensors" --model "$M" --out "$MNT/w.h5"
+    clean_refusal import_full "No space left on device" "$MNT"
+    rm -f "$MNT/filler"
+    tool no_dir import-hf "$WORK/hf/model.safetensors" --model "$M" --out "$WORK/no/such/dir/w.h5"
+    clean_refusal no_dir "does not exist" "$WORK"
+    printf '[model]\nname=bad\nn_layer=2\nn_head=3\nn_embd=64\nvocab=256\nctx=32\n' > "$WORK/heads.ini"
+    tool heads import-hf "$WORK/hf/model.safetensors" --model "$WORK/heads.ini" --out "$WORK/heads.h5"
+    clean_refusal heads "n_head = 3 does not divide the width 64" "$WORK"
+    $PY - "$WORK/hf/model.safetensors" "$WORK/three.safetensors" <<'PYEOF'
+import sys
+from safetensors.numpy import load_file, save_file
+st = load_file(sys.argv[1])
+st.update({k.replace("h.1.", "h.2."): v for k, v in st.items() if k.startswith("transformer.h.1.")})
+save_file(st, sys.argv[2])
+PYEOF
+    tool layers import-hf "$WORK/three.safetensors" --model "$M" --out "$WORK/layers.h5"
+    clean_refusal layers "the file has 3 layers" "$WORK"
+    printf '[model]\nname=tied\nn_layer=2\nn_head=2\nn_embd=32\nvocab=256\nctx=32\ntied_head=true\n' > "$WORK/tied.ini"
+    $PY - "$TOOL" "$WORK/tied.ini" "$WORK/short.bin" <<'PYEOF'
+import sys, importlib.util
+import numpy as np
+spec = importlib.util.spec_from_file_location("w", sys.argv[1]); w = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(w)
+m = w.Model(open(sys.argv[2]).read(), sys.argv[2])
+vp, layout = w.llmc_layout(m)
+h = np.zeros(256, dtype="<i4"); h[:8] = [w.LLMC_MAGIC, w.LLMC_VERSION, m.ctx, m.vocab, m.n_layer, m.n_head, m.n_embd, vp]
+n = sum(int(np.prod(s)) for s, _ in layout)
+open(sys.argv[3], "wb").write((h.tobytes() + np.zeros(n, dtype="<f4").tobytes())[:-1])
+PYEOF
+    tool short import-llmc "$WORK/short.bin" --model "$WORK/tied.ini" --out "$WORK/short.h5"
+    clean_refusal short "bytes of parameters, the header's sizes need" "$WORK"
+fi
 
 summary test_faults
