@@ -75,8 +75,11 @@ static void on_early_stop_signal(int sig)
     _exit(128 + sig);
 }
 
-static void catch_early_stop_signals(void)
+static void catch_early_stop_signals(int argc, char **argv, char **envp)
 {
+    (void)argc;
+    (void)argv;
+    (void)envp;
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_early_stop_signal;
@@ -89,6 +92,12 @@ static void catch_early_stop_signals(void)
     sigaddset(&stops, SIGUSR1);
     sigprocmask(SIG_UNBLOCK, &stops, NULL);
 }
+
+/* Installed before the shared libraries' initializers (ELF .preinit_array):
+ * CUDA's, MPI's and OpenBLAS's take about 0.2 s before main here, and a
+ * SIGTERM then would end the process silently by the default action. */
+__attribute__((section(".preinit_array"), used))
+static void (*const early_stop_signals)(int, char **, char **) = catch_early_stop_signals;
 
 /* A command-line error before any command runs: under mpiexec every process
  * gets the same argv, so rank 0 alone says it and all exit 2. */
@@ -112,7 +121,6 @@ static void end_job_on_unrecoverable(osdp_status code, const char *message) { os
 
 int main(int argc, char **argv)
 {
-    catch_early_stop_signals();
     osdp_error_set_unrecoverable_handler(end_job_on_unrecoverable);
     if (argc < 2) return refuse_once(&argc, &argv, "osdp_gpt: error: no command given%s (train, plan, profile or sample)\n", "");
     if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
