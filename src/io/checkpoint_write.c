@@ -385,10 +385,10 @@ out:
     free(ptext);
     free(mtext);
     free(mname);
+    if (s == OSDP_OK) ck_crash_point("before_rename", rt->step, rank, size);   /* closed here, not agreed yet */
     s = osdp_status_agree(s, comm);   /* after it every rank has closed: the file is complete, or failed */
     if (s == OSDP_OK) {
         osdp_watchdog_phase("checkpoint save %s: flushing it to disk and renaming it to %s", tmp, path);
-        ck_crash_point("before_rename", rt->step, rank, size);
         if (rank == 0) {
             char dir[CK_PATH_MAX];
             osdp_parent_dir(path, dir, sizeof dir);
