@@ -246,7 +246,7 @@ static void on_mpi_io_error(MPI_File *fh, int *code, ...)
     for (char *c = mpi; *c; c++)
         if (*c == '\n') *c = ' ';
     snprintf(msg, sizeof msg, "an MPI-IO call failed here: %s", mpi);
-    osdp_watchdog_failed(msg);
+    osdp_watchdog_suspect(msg);   /* HDF5 may recover; if it returns the error, the caller confirms it */
 }
 
 /* The save's MPI-IO file reports to on_mpi_io_error, which returns MPI's

@@ -20,6 +20,7 @@ static pthread_once_t started = PTHREAD_ONCE_INIT;
 static int armed;
 static double timeout_s, deadline;   /* deadline 0: none */
 static char label[1024], failure[1024], remove_path[4200];
+static int failure_soft;             /* the failure came from osdp_watchdog_suspect: the next phase clears it */
 static atomic_int signals;           /* SIGTERMs received (osdp_watchdog_signal) */
 static int signals_before;           /* of them, those received before the phase */
 static int phase_signals;            /* those received during the phase, as counted so far */
@@ -105,6 +106,7 @@ void osdp_watchdog_arm(double timeout, const char *fmt, ...)
 void osdp_watchdog_phase(const char *fmt, ...)
 {
     pthread_mutex_lock(&lock);
+    if (armed && failure[0] && failure_soft) failure[0] = 0;   /* the call it came from returned after all */
     if (armed && !failure[0] && !phase_signals) {   /* a failed or signalled phase keeps its grace */
         va_list args;
         va_start(args, fmt);
@@ -115,16 +117,21 @@ void osdp_watchdog_phase(const char *fmt, ...)
     pthread_mutex_unlock(&lock);
 }
 
-void osdp_watchdog_failed(const char *message)
+static void note_failure(const char *message, int soft)
 {
     pthread_mutex_lock(&lock);
-    if (armed && !failure[0]) {
-        snprintf(failure, sizeof failure, "%s", message);
+    if (armed && (!failure[0] || (failure_soft && !soft))) {
+        if (!failure[0]) snprintf(failure, sizeof failure, "%s", message);   /* a suspicion confirmed keeps its words */
+        failure_soft = soft;
         const double until = osdp_now_seconds() + grace();
         if (!deadline || until < deadline) deadline = until;
     }
     pthread_mutex_unlock(&lock);
 }
+
+void osdp_watchdog_failed(const char *message) { note_failure(message, 0); }
+
+void osdp_watchdog_suspect(const char *message) { note_failure(message, 1); }
 
 void osdp_watchdog_remove_on_expiry(const char *path)
 {

@@ -42,6 +42,11 @@ void osdp_watchdog_phase(const char *fmt, ...) __attribute__((format(printf, 1, 
 /* This rank failed alone in the phase (message: the cause): the deadline
  * becomes at most the grace from now.  Nothing when no phase is armed. */
 void osdp_watchdog_failed(const char *message);
+/* As osdp_watchdog_failed, for a failure seen inside a library call that
+ * may yet recover from it (an MPI-IO error handler): the next
+ * osdp_watchdog_phase forgets it, since the call returned; a call that
+ * never returns keeps the grace. */
+void osdp_watchdog_suspect(const char *message);
 /* The file removed when a phase ends the job (NULL: none); kept across phases. */
 void osdp_watchdog_remove_on_expiry(const char *path);
 void osdp_watchdog_disarm(void);
