@@ -77,7 +77,8 @@ typedef struct osdp_ckpt_info {
  * same error on every rank, naming the file, the dataset and the cause.
  * Every wait is bounded by the communication timeout (OSDP_COMM_TIMEOUT_S):
  * the agreements by their timed all-reduce, the calls into HDF5's
- * collective MPI-IO by a watchdog (util/watchdog.h) that, when a rank is
+ * collective MPI-IO and the save's few plain MPI collectives (the strings,
+ * the checksums) by a watchdog (util/watchdog.h) that, when a rank is
  * stopped or falls out of step, removes the temporary file and ends the
  * job through the unrecoverable-error handler (osdp/error.h) with a message
  * naming the save and the dataset.  cfg, plan: NULL for the runtime's own

@@ -515,7 +515,8 @@ static osdp_status check_resumed_setup(const osdp_train_ckpt *ckpt, const osdp_j
  * otherwise cross the slow link (each rank checks its own node) */
 static osdp_status check_tp_inside_node(const osdp_world *world, int tp)
 {
-    if (tp <= 1 || (world->node_size >= tp && world->node_size % tp == 0)) return OSDP_OK;
+    /* a tp that does not divide the ranks: the mesh says so, naming them */
+    if (tp <= 1 || world->size % tp != 0 || (world->node_size >= tp && world->node_size % tp == 0)) return OSDP_OK;
     return osdp_error_set(OSDP_ERR_INPUT, "--tp %d: a tensor-parallel group must sit inside one node, and this job's "
                           "nodes hold %d rank%s%s: give a --tp that divides the ranks per node", tp, world->node_size,
                           world->node_size == 1 ? "" : "s", world->emulated ? " (--ranks-per-node)" : "");
