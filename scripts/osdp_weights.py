@@ -129,6 +129,24 @@ class Model:
             fail(f"{where}: not an osdp model description ({type(e).__name__}: {e})")
         self.widths = [int(w) for w in widths] if widths else [self.n_embd] * self.n_layer
         self.text = text
+        self.check(where)
+
+    def check(self, where):
+        """The rules osdp_gpt's model reader applies (src/model/model_config.c): a file it would refuse is
+        refused here too, before anything is written from it."""
+        for key, value, lo, hi in [("n_layer", self.n_layer, 1, 1024), ("n_head", self.n_head, 1, 4096),
+                                   ("n_embd", self.n_embd, 1, 1 << 20), ("vocab", self.vocab, 2, 65536),
+                                   ("ctx", self.ctx, 1, 1 << 20)]:
+            if not lo <= value <= hi:
+                fail(f"{where}: {key} = {value} is not an integer in [{lo}, {hi}]")
+        if len(self.widths) != self.n_layer:
+            fail(f"{where}: widths lists {len(self.widths)} values, n_layer is {self.n_layer}")
+        for i, w in enumerate(self.widths):
+            if w < 1 or w % self.n_head:
+                fail(f"{where}: n_head = {self.n_head} does not divide the width {w} of block {i}")
+        if self.tied and self.widths[-1] != self.widths[0]:
+            fail(f"{where}: tied_head = true needs the embedding width (block 0: {self.widths[0]}) to equal the "
+                 f"last block's (block {self.n_layer - 1}: {self.widths[-1]})")
 
     def uniform(self):
         return all(w == self.n_embd for w in self.widths)
@@ -262,10 +280,49 @@ def metadata_manifest(f):
     return body + b"manifest %016x\n" % fmix64_int(fnv1a(FNV64_OFFSET, body))
 
 
-def write_weights(path, model, tensors):
-    """An osdp weights file: /model with checksums and op_offsets, and the model's root attributes."""
+def write_atomically(path, nbytes, write):
+    """write(tmp) makes path's content under path + ".tmp", renamed to path once whole; on any failure the
+    temporary is removed and the reason printed in one line (a full disk, a missing directory)."""
+    out_dir = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(out_dir):
+        fail(f"{path}: the directory {out_dir} does not exist (nothing was written)")
+    try:   # a full disk refused before the first byte: h5py's library may crash on one met halfway
+        fs = os.statvfs(out_dir)
+        if fs.f_bavail * fs.f_frsize < nbytes:
+            fail(f"{path}: No space left on device: it needs at least {nbytes / 1e6:.1f} MB, {out_dir} has "
+                 f"{fs.f_bavail * fs.f_frsize / 1e6:.1f} MB free (nothing was written)", 3)
+    except OSError:
+        pass   # unknown: the writes will tell
     tmp = path + ".tmp"
-    with h5py.File(tmp, "w") as f:
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    except Exception as e:   # OSError, h5py's RuntimeError, safetensors' own error type
+        try:
+            os.remove(tmp)
+        except OSError:
+            pass
+        fail(f"{path}: cannot write it: {getattr(e, 'strerror', None) or e} (nothing was written)", 3)
+
+
+def array_bytes(arrays):
+    return sum(int(np.asarray(w).nbytes) for w in arrays)
+
+
+def write_weights(path, model, tensors):
+    """An osdp weights file: /model with checksums and op_offsets, and the model's root attributes.  Made in
+    memory (HDF5's core driver) and written to disk as one image: HDF5 never meets the disk, whose failures
+    (a full disk) crash h5py at close and leave the file behind."""
+    image = weights_image(model, tensors)
+
+    def write_image(tmp):
+        with open(tmp, "wb") as f:
+            f.write(image)
+    write_atomically(path, len(image), write_image)
+
+
+def weights_image(model, tensors):
+    with h5py.File("osdp-weights-in-memory.h5", "w", driver="core", backing_store=False) as f:
         str_attr = lambda k, v: f.attrs.create(k, np.bytes_(v.encode()))
         str_attr("format", "osdp-checkpoint")
         f.attrs.create("format_version", np.int64(1))
@@ -285,7 +342,8 @@ def write_weights(path, model, tensors):
             ds.attrs.create("op_offset", np.uint64(offset))
             offset += int(np.prod(shape))
         f.attrs.create("metadata_manifest", np.bytes_(metadata_manifest(f)))
-    os.replace(tmp, path)
+        f.flush()
+        return f.id.get_file_image()
 
 
 # ---- commands -----------------------------------------------------------------------------------
@@ -310,24 +368,45 @@ def export_hf(a):
     paths = {name: os.path.join(out_dir, name) for name in HF_FILES + tuple(tokenizer)}
     for path in paths.values():
         refuse_existing(path)
-    os.makedirs(out_dir, exist_ok=True)
+    made_dir = not os.path.isdir(out_dir)
+    try:
+        os.makedirs(out_dir, exist_ok=True)
+    except OSError as e:
+        fail(f"--out {out_dir}: cannot make the directory: {e.strerror} (nothing was written)", 3)
     out = {}
     for (op, tensor), w in tensors.items():
         name, transposed = hf_name(op, tensor)
         out[name] = np.ascontiguousarray(w.T if transposed else w)
-    save_file(out, paths["model.safetensors"], metadata={"format": "pt"})
     config = {"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "vocab_size": model.vocab,
               "n_positions": model.ctx, "n_ctx": model.ctx, "n_embd": model.n_embd, "n_layer": model.n_layer,
               "n_head": model.n_head, "n_inner": 4 * model.n_embd, "activation_function": "gelu_new",
               "layer_norm_epsilon": 1e-5, "scale_attn_weights": True, "scale_attn_by_inverse_layer_idx": False,
               "reorder_and_upcast_attn": False, "tie_word_embeddings": model.tied,
               "bos_token_id": special, "eos_token_id": special, "torch_dtype": "float32"}
-    with open(paths["config.json"], "w") as f:
-        json.dump(config, f, indent=2)
-    for name, text in tokenizer.items():
-        with open(paths[name], "w", encoding="utf-8") as f:
-            f.write(text)
+
+    def write_text(text):
+        def write(tmp):
+            with open(tmp, "w", encoding="utf-8") as f:
+                f.write(text)
+        return write
+    # each file whole or not at all (write_atomically); a failure part-way removes the files written before it
+    # and the directory if this call made it: an export is all there or not there
+    written = []
+    try:
+        write_atomically(paths["model.safetensors"], array_bytes(out.values()),
+                         lambda tmp: save_file(out, tmp, metadata={"format": "pt"}))
+        written.append(paths["model.safetensors"])
+        for name, text in [("config.json", json.dumps(config, indent=2))] + list(tokenizer.items()):
+            write_atomically(paths[name], len(text.encode()), write_text(text))
+            written.append(paths[name])
+    except SystemExit:
+        for path in written:
+            os.remove(path)
+        if made_dir:
+            os.rmdir(out_dir)
+        raise
     print(f"osdp_weights: {out_dir}: {len(out)} tensors of model {model.name}, config.json, {kind}")
+
 
 
 # ---- tokenizers -------------------------------------------------------------------------------
@@ -456,6 +535,10 @@ def hf_tensors(model, st, source, tie=None):
         if w.dtype != np.float32:
             fail(f"{source}: tensor {name} is {w.dtype}: osdp's master weights are float32 (convert first)")
         tensors[(op, tensor)] = np.ascontiguousarray(w)
+    layers = {int(k.split(".")[2]) for k in st if k.startswith("transformer.h.") and k.split(".")[2].isdigit()}
+    if layers and max(layers) >= model.n_layer:   # the extra blocks would be dropped without a word
+        fail(f"{source}: the file has {max(layers) + 1} layers (transformer.h.{max(layers)}.*), model {model.name} "
+             f"has n_layer = {model.n_layer}: give the model file of the checkpoint's architecture")
     if model.tied and not tie and "lm_head.weight" in st and \
             not np.array_equal(st["lm_head.weight"], st["transformer.wte.weight"]):
         fail(f"{source}: lm_head.weight differs from transformer.wte.weight: the file's head is untied, the model's "
@@ -594,12 +677,13 @@ def export_llmc(a):
     os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
     for arr, (shape, _) in zip(arrays, layout):
         assert arr.shape == shape, (arr.shape, shape)
-    tmp = a.out + ".tmp"
-    with open(tmp, "wb") as f:
-        f.write(header.tobytes())
-        for arr in arrays:
-            f.write(np.ascontiguousarray(arr, dtype="<f4").tobytes())
-    os.replace(tmp, a.out)
+
+    def write_llmc(tmp):
+        with open(tmp, "wb") as f:
+            f.write(header.tobytes())
+            for arr in arrays:
+                f.write(np.ascontiguousarray(arr, dtype="<f4").tobytes())
+    write_atomically(a.out, header.nbytes + array_bytes(arrays), write_llmc)
     print(f"osdp_weights: {a.out}: llm.c model file (version {LLMC_VERSION}, Vp {Vp}) of model {model.name}")
 
 
@@ -617,10 +701,11 @@ def llmc_tensors(model, path):
                                       ("C (n_embd)", model.n_embd), ("Vp (padded vocab)", Vp)]):
         if header[2 + k] != mine:
             fail(f"{path}: header {what} is {header[2 + k]}, model {model.name} has {mine}")
-    floats = np.frombuffer(data[1024:], dtype="<f4")
     need = sum(int(np.prod(shape)) for shape, _ in layout)
-    if floats.size != need or (len(data) - 1024) % 4:
-        fail(f"{path}: {len(data) - 1024} bytes of parameters, the header's sizes need {4 * need}")
+    if len(data) - 1024 != 4 * need:   # before the bytes are read as floats: a byte short is no whole float
+        fail(f"{path}: {len(data) - 1024} bytes of parameters, the header's sizes need {4 * need} (a truncated or "
+             f"padded file)")
+    floats = np.frombuffer(data[1024:], dtype="<f4")
     arrays, at = [], 0
     for shape, _ in layout:
         n = int(np.prod(shape))

@@ -4,6 +4,7 @@
 #include "cli/options.h"
 
 #include <mpi.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,8 +53,52 @@ static void choose_openmp_wait_policy(char **argv, long threads)
     long cores = sysconf(_SC_NPROCESSORS_ONLN), ranks = local_ranks_from_launcher();
     if (threads <= 0) threads = cores / ranks > 0 ? cores / ranks : 1;   /* the default of osdp_world_init */
     setenv("OMP_WAIT_POLICY", threads > 1 && ranks * threads <= cores ? "active" : "passive", 1);
+    /* a stop signal during the new image's start waits (blocked: the mask survives exec) for its handler */
+    sigset_t stops, old;
+    sigemptyset(&stops);
+    sigaddset(&stops, SIGTERM);
+    sigaddset(&stops, SIGUSR1);
+    sigprocmask(SIG_BLOCK, &stops, &old);
     execv("/proc/self/exe", argv);   /* returns only on failure: then go on as we are */
+    sigprocmask(SIG_SETMASK, &old, NULL);
 }
+
+/* SIGTERM or SIGUSR1 before a command has anything to save (train installs
+ * its own handler, which finishes the step and saves, once it can): say so
+ * and exit, instead of dying silently by the default action.  Only
+ * async-signal-safe calls. */
+static void on_early_stop_signal(int sig)
+{
+    static const char term[] = "osdp_gpt: received SIGTERM before the first training step: exiting, nothing to save\n";
+    static const char usr1[] = "osdp_gpt: received SIGUSR1 before the first training step: exiting, nothing to save\n";
+    if (sig == SIGTERM) { if (write(STDERR_FILENO, term, sizeof term - 1) < 0) { /* nowhere to say it */ } }
+    else if (write(STDERR_FILENO, usr1, sizeof usr1 - 1) < 0) { /* nowhere to say it */ }
+    _exit(128 + sig);
+}
+
+static void catch_early_stop_signals(int argc, char **argv, char **envp)
+{
+    (void)argc;
+    (void)argv;
+    (void)envp;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_early_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGUSR1, &sa, NULL);
+    sigset_t stops;   /* blocked across choose_openmp_wait_policy's exec: delivered now */
+    sigemptyset(&stops);
+    sigaddset(&stops, SIGTERM);
+    sigaddset(&stops, SIGUSR1);
+    sigprocmask(SIG_UNBLOCK, &stops, NULL);
+}
+
+/* Installed before the shared libraries' initializers (ELF .preinit_array):
+ * CUDA's, MPI's and OpenBLAS's take about 0.2 s before main here, and a
+ * SIGTERM then would end the process silently by the default action. */
+__attribute__((section(".preinit_array"), used))
+static void (*const early_stop_signals)(int, char **, char **) = catch_early_stop_signals;
 
 /* A command-line error before any command runs: under mpiexec every process
  * gets the same argv, so rank 0 alone says it and all exit 2. */
@@ -63,8 +108,9 @@ static int refuse_once(int *argc, char ***argv, const char *fmt, const char *arg
     MPI_Init(argc, argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     if (rank == 0) {
-        if (fmt) fprintf(stderr, fmt, arg);
-        else usage(stderr);
+        fprintf(stderr, fmt, arg);
+        fprintf(stderr, "\n");
+        usage(stderr);
     }
     MPI_Finalize();
     return 2;
@@ -77,7 +123,8 @@ static void end_job_on_unrecoverable(osdp_status code, const char *message) { os
 int main(int argc, char **argv)
 {
     osdp_error_set_unrecoverable_handler(end_job_on_unrecoverable);
-    if (argc < 2) return refuse_once(&argc, &argv, NULL, NULL);
+    if (argc < 2)
+        return refuse_once(&argc, &argv, "osdp_gpt: error: no command given%s (train, plan, profile, sample or eval)\n", "");
     if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
         usage(stdout);
         return 0;
@@ -91,7 +138,9 @@ int main(int argc, char **argv)
                          : strcmp(argv[1], "profile") == 0 ? OSDP_CMD_PROFILE
                          : strcmp(argv[1], "sample") == 0 ? OSDP_CMD_SAMPLE
                          : strcmp(argv[1], "eval") == 0 ? OSDP_CMD_EVAL : 0;
-    if (!command) return refuse_once(&argc, &argv, "osdp_gpt: unknown command '%s' (try osdp_gpt --help)\n", argv[1]);
+    if (!command)
+        return refuse_once(&argc, &argv, "osdp_gpt: error: unknown command '%s' (train, plan, profile, sample or eval)\n",
+                           argv[1]);
     osdp_job job;
     osdp_status s = osdp_options_parse(command, argc - 1, argv + 1, &job);
     if (command == OSDP_CMD_PLAN) {   /* one process, no MPI */

@@ -153,4 +153,43 @@ else bad "widths on continuation lines (rc $rc)" "$WORK/wide48.err"; fi
 [ $rc != 0 ] && grep -q "widths lists more than n_layer = 2 values" "$WORK/too_many.err" \
     && ok "3 widths over 2 lines for 2 blocks: refused (exit $rc)" || bad "too many widths (rc $rc)" "$WORK/too_many.err"
 
+# -- 8. inputs accepted (or found late) before issue 33: refused at start, naming the option or file
+bad_train stages_trailing "--stages 0:3,3:6,: a trailing ','" --pp 2 --plan zdp --batch 2 --stages 0:3,3:6,
+bad_train tp_across_nodes "--tp 2: a tensor-parallel group must sit inside one node, and this job's nodes hold 1 rank" \
+    --tp 2 --ranks-per-node 1 --plan zdp --batch 2
+"$BIN" plan --model "$M" --device "$DEV" --ranks 2 --out "$WORK/tp1.plan" > /dev/null 2>&1 || bad "plan --out tp1.plan"
+bad_train plan_tp1 "tp1.plan is a plan for tensor-parallel degree tp = 1, but this run has --tp 2" --tp 2 \
+    --plan "$WORK/tp1.plan" --batch 2
+bad_train tokenizer_alone "--tokenizer $WORK/no_such.bin needs --sample-every N" --tokenizer "$WORK/no_such.bin"
+bad_train seed_above "--seed '1000000000000000001': expected an integer in \[0, 1000000000000000000\]" \
+    --seed 1000000000000000001
+train 2 seed_resume --steps 5 --plan dp --seed 7 --resume "$C3"; rc=$?
+refused seed_resume $rc "--seed 7: the checkpoint .* was trained with seed 1337" "$WORK/seed_resume.log"
+mkdir -p "$WORK/future/step_00000008.h5"   # found at start, not after the 8 steps before that save
+train 2 future_dir --steps 10 --save-every 8 --plan dp --ckpt-dir "$WORK/future"; rc=$?
+refused future_dir $rc "step_00000008.h5 is a directory named like a save" "$WORK/future_dir.log"
+# a model file that differs on one rank, under the default --plan auto: the clear message, not MPICH's
+printf '[model]\nname = other\nn_layer = 3\nn_head = 2\nn_embd = 32\nvocab = 256\nctx = 32\n' > "$WORK/other.ini"
+timeout 120 "$MPIEXEC" -n 1 "$BIN" train --model "$M" --data "$DATA" --threads 1 --peak-flops 1e9 --steps 2 \
+    : -n 1 "$BIN" train --model "$WORK/other.ini" --data "$DATA" --threads 1 --peak-flops 1e9 --steps 2 \
+    > "$WORK/model_differs.out" 2> "$WORK/model_differs.err"; rc=$?
+refused model_differs $rc "rank 1: this rank's model description differs from rank 0's"
+"$MPIEXEC" -n 2 "$BIN" > "$WORK/no_command.out" 2> "$WORK/no_command.err"; rc=$?
+refused no_command $rc "error: no command given"
+refused bogus $(grep -q . "$WORK/bogus.err" && echo 2 || echo 0) "error: unknown command 'bogus'"
+# SIGTERM while the process starts (its libraries' initializers take about 0.2 s here): a message, not a
+# silent 143.  Sent as soon as the process catches SIGTERM (/proc's SigCgt): its handler comes before those
+# initializers; only the dynamic loader's few ms before it are out of any program's reach
+"$BIN" train --model "$M" --data "$DATA" --threads 1 --steps 3 > "$WORK/early_term.out" 2> "$WORK/early_term.err" &
+pid=$!; t0=$(date +%s%N)
+for _ in $(seq 2000); do
+    mask=$(sed -n 's/^SigCgt:[[:space:]]*//p' "/proc/$pid/status" 2> /dev/null)
+    [ -n "$mask" ] && [ $(( 0x$mask & (1 << 14) )) != 0 ] && break
+    sleep 0.001
+done
+kill -TERM $pid; ms=$(( ($(date +%s%N) - t0) / 1000000 )); wait $pid; rc=$?
+[ $rc != 0 ] && grep -q "osdp_gpt: received SIGTERM before the first training step: exiting, nothing to save" \
+    "$WORK/early_term.err" && ok "SIGTERM $ms ms after the start: exit $rc with a message" ||
+    bad "SIGTERM $ms ms after the start: exit $rc, no message" "$WORK/early_term.err"
+
 summary "input tests"

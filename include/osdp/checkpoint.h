@@ -69,15 +69,26 @@ typedef struct osdp_ckpt_info {
 #define OSDP_CKPT_WEIGHTS_ONLY 1   /* /model only: m, v zeroed, step 0 (for --init-from) */
 
 /* Write the runtime's state as `path`, atomically: the data go to
- * "<path>.tmp", which is closed collectively; after a barrier rank 0 flushes
- * it to disk and renames it to `path`.  A crash on any rank before that
- * rename leaves `path` (and anything else) untouched.  cfg, plan: NULL for
- * the runtime's own (rt->layout->cfg, rt->plan).  info (may be NULL)
- * receives the metadata written and the I/O figures.
+ * "<path>.tmp", which is closed collectively; once every rank has closed
+ * it rank 0 flushes it to disk and renames it to `path`.  A crash on any
+ * rank before that rename leaves `path` (and anything else) untouched.
+ * Every write, flush and close is checked and the outcome agreed after each
+ * phase; a failed save (a full disk) removes "<path>.tmp" and returns the
+ * same error on every rank, naming the file, the dataset and the cause.
+ * Every wait is bounded by the communication timeout (OSDP_COMM_TIMEOUT_S):
+ * the agreements by their timed all-reduce, the calls into HDF5's
+ * collective MPI-IO and the save's few plain MPI collectives (the strings,
+ * the checksums) by a watchdog (util/watchdog.h) that, when a rank is
+ * stopped or falls out of step, removes the temporary file and ends the
+ * job through the unrecoverable-error handler (osdp/error.h) with a message
+ * naming the save and the dataset.  cfg, plan: NULL for the runtime's own
+ * (rt->layout->cfg, rt->plan).  info (may be NULL) receives the metadata
+ * written and the I/O figures.
  *
  * Test hook: the environment variable OSDP_CKPT_CRASH_AT=mid_write |
  * before_rename makes rank OSDP_CKPT_CRASH_RANK (default 1, or 0 on one
- * rank) raise(SIGKILL) at that point, for the save of step
+ * rank) raise(SIGKILL) at that point (SIGSTOP with
+ * OSDP_CKPT_CRASH_SIGNAL=STOP), for the save of step
  * OSDP_CKPT_CRASH_STEP only when that is set. */
 osdp_status osdp_ckpt_save(osdp_runtime *rt, const osdp_model_config *cfg, const osdp_plan *plan,
                            const char *path, MPI_Comm comm, osdp_ckpt_info *info);

@@ -73,8 +73,9 @@ void osdp_log_missing(osdp_log_record *rec, const char *key)
     fputs(rec->format == OSDP_LOG_JSON_LINES ? "null" : "n/a", rec->out);
 }
 
-void osdp_log_end(osdp_log_record *rec)
+int osdp_log_end(osdp_log_record *rec)
 {
     fputs(rec->format == OSDP_LOG_JSON_LINES ? "}\n" : "\n", rec->out);
-    fflush(rec->out);
+    const int flushed = fflush(rec->out) == 0;   /* errno set when not */
+    return flushed && !ferror(rec->out) ? 0 : -1;
 }

@@ -32,7 +32,9 @@ void osdp_log_count(osdp_log_record *rec, const char *key, unsigned long long va
 void osdp_log_text(osdp_log_record *rec, const char *key, const char *value);
 /* A value that is not known: key=n/a, or null in JSON. */
 void osdp_log_missing(osdp_log_record *rec, const char *key);
-/* Ends the line and flushes, so that a run killed midway leaves whole records. */
-void osdp_log_end(osdp_log_record *rec);
+/* Ends the line and flushes, so that a run killed midway leaves whole records.
+ * -1 when the record or any before it could not be written (errno: why, when
+ * the flush failed; a full disk), 0 otherwise. */
+int osdp_log_end(osdp_log_record *rec);
 
 #endif

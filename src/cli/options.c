@@ -282,6 +282,11 @@ static const option_row g_options[] = {
      .metavar = "K", .default_text = "every sequence of the data once, in whole global batches",
      .help = "the first K batches of train's validation set (train --eval-batches K: the same\n"
         "sequences, the same loss)"},
+    {.name = "on-write-error", .type = OPT_ENUM, .commands = TRAIN, .field = FIELD(on_write_error),
+     .choices = "stop|continue", .default_value = "stop", .metavar = "stop|continue",
+     .help = "a save or a --log write that fails (a full disk): stop every rank with the error, or go on\n"
+        "without that save (a warning each time) or without the log; either way the partial file is\n"
+        "removed and DIR/latest names the last good save"},
     /* sampling */
     {.name = "ckpt", .type = OPT_TEXT, .commands = SAMPLE | EVAL, .required = SAMPLE, .field = FIELD(ckpt), .metavar = "FILE",
      .help = "a checkpoint or weights file: the model and its weights (any rank count, any plan)"},
@@ -418,7 +423,8 @@ static osdp_status parse_int(const option_row *o, const char *value, long long *
     long long v = strtoll(value, &end, 10);
     /* strtoll skips leading blanks and takes "+"; a value is its digits alone */
     int digits_only = value[0] == '-' ? value[1] >= '0' && value[1] <= '9' : value[0] >= '0' && value[0] <= '9';
-    if (end == value || *end || errno == ERANGE || !digits_only || (double)v < o->lo || (double)v > o->hi)
+    /* the range compared as integers: as doubles, 10^18 + 64 would round to 10^18 and pass */
+    if (end == value || *end || errno == ERANGE || !digits_only || v < (long long)o->lo || v > (long long)o->hi)
         return refuse(o, value, expected);
     *out = v;
     return OSDP_OK;

@@ -25,6 +25,7 @@ typedef enum osdp_command { OSDP_CMD_TRAIN = 1, OSDP_CMD_PLAN = 2, OSDP_CMD_PROF
 typedef enum osdp_recompute_choice { OSDP_RECOMPUTE_NONE, OSDP_RECOMPUTE_ALL, OSDP_RECOMPUTE_AUTO } osdp_recompute_choice;
 typedef enum osdp_backend_choice { OSDP_BACKEND_CPU, OSDP_BACKEND_CUDA } osdp_backend_choice;
 typedef enum osdp_precision_choice { OSDP_PRECISION_BF16, OSDP_PRECISION_FP32 } osdp_precision_choice;
+typedef enum osdp_on_write_error { OSDP_ON_WRITE_ERROR_STOP, OSDP_ON_WRITE_ERROR_CONTINUE } osdp_on_write_error;
 /* --cost-model and --search take the values of osdp_cost_kind and
  * osdp_search_kind (paper|overlap, exact|dfs) */
 
@@ -84,6 +85,7 @@ typedef struct osdp_job {
     const char *ckpt_dir, *resume_file, *init_from;
     long long save_every, keep;
     int resume, resume_fallback;
+    int on_write_error;               /* osdp_on_write_error: a failed save or --log write */
     /* sampling (osdp_gpt sample; train --sample-every) */
     const char *ckpt;                 /* sample, eval: the checkpoint or weights file */
     const char *prompt, *prompt_ids;  /* NULL: not given */

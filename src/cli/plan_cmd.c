@@ -472,7 +472,7 @@ int osdp_cmd_plan(const osdp_job *job)
                     n_ranks, tp, planner.n_ranks, dev.name, r[0].plan.micro_batch, r[0].plan.accum_steps,
                     r[0].plan.micro_batch, r[0].plan.micro_batch * r[0].plan.accum_steps * planner.n_ranks, tp_arg,
                     r[0].step_s, r[0].peak_bytes);
-            if (tp_given) r[0].plan.tp_size = tp;   /* the plan states its mesh */
+            r[0].plan.tp_size = tp;   /* the plan states its mesh, tp = 1 too: train --tp 2 refuses it then */
             osdp_plan_write(&r[0].plan, &L, f);
             if (fclose(f) != 0) rc = OSDP_ERR_IO;
         }

@@ -7,6 +7,7 @@
 #include "report_stages.h"
 
 #include <cblas.h>
+#include <errno.h>
 #include <math.h>
 #include <mpi.h>
 #include <stdlib.h>
@@ -69,6 +70,31 @@ static double measured_peak_flops(osdp_report *r)
     return sum / r->world->size;
 }
 
+/* rank 0: ends a --log record; a record that could not be written (a full
+ * disk) stops the log, and the run unless --on-write-error continue (the
+ * step's agreement then stops every rank with this message) */
+static void log_end(osdp_report *r, osdp_log_record *rec)
+{
+    if (osdp_log_end(rec) == 0) return;
+    char why[sizeof r->log_message];
+    snprintf(why, sizeof why, "--log %s: cannot write it: %s; the records from step %ld on are lost", r->log_path,
+             errno ? strerror(errno) : "write error", r->steps_done);
+    fclose(r->log);
+    r->log = NULL;
+    if (r->continue_on_write_error) {
+        fprintf(stderr, "osdp_gpt: warning: %s; training goes on without the log (--on-write-error continue)\n", why);
+        fflush(stderr);
+        return;
+    }
+    r->log_status = OSDP_ERR_IO;
+    snprintf(r->log_message, sizeof r->log_message, "%s", why);
+}
+
+osdp_status osdp_report_log_status(const osdp_report *r)
+{
+    return r->log_status == OSDP_OK ? OSDP_OK : osdp_error_set(r->log_status, "%s", r->log_message);
+}
+
 void osdp_report_open(osdp_report *r, const osdp_runtime *rt, const osdp_world *world, const osdp_mesh *mesh,
                       const osdp_layout *whole_model, const osdp_memory_prediction *predicted, double peak_flops,
                       const char *log_path, int quiet, long log_every)
@@ -92,7 +118,9 @@ void osdp_report_open(osdp_report *r, const osdp_runtime *rt, const osdp_world *
     if (log_path && world->rank == 0) {
         r->log_format = osdp_log_format_of(log_path);
         r->log = fopen(log_path, "w");
-        if (!r->log) r->status = osdp_error_set(OSDP_ERR_IO, "cannot write the log file %s", log_path);
+        r->log_path = log_path;
+        if (!r->log) r->status = osdp_error_set(OSDP_ERR_IO, "--log: cannot write the log file %s: %s", log_path,
+                                                strerror(errno));
     }
 }
 
@@ -164,7 +192,7 @@ void osdp_report_header(osdp_report *r, const osdp_model_config *cfg, const osdp
                 osdp_log_number(&rec, "emulated_link_latency_s", "%.6g", emulated->alpha);
             }
         }
-        osdp_log_end(&rec);
+        log_end(r, &rec);
     }
     if (r->world->rank != 0 || r->quiet) return;
     const osdp_layout *L = rt->layout;
@@ -284,7 +312,7 @@ static void print_progress(const osdp_report *r, const osdp_step_stats *st, doub
     fflush(stdout);
 }
 
-static void log_step(const osdp_report *r, const osdp_step_stats *st, double tok_s, double mfu,
+static void log_step(osdp_report *r, const osdp_step_stats *st, double tok_s, double mfu,
                      const osdp_stage_peaks *stages)
 {
     const osdp_memory *m = &r->rt->mem;
@@ -335,7 +363,7 @@ static void log_step(const osdp_report *r, const osdp_step_stats *st, double tok
         osdp_log_count(&rec, "bottleneck_stage", (unsigned long long)s);
         osdp_log_count(&rec, "bottleneck_peak", stages->highest[s][OSDP_MEM_N_CATEGORIES]);
     }
-    osdp_log_end(&rec);
+    log_end(r, &rec);
 }
 
 void osdp_report_step(osdp_report *r, const osdp_step_stats *st)
@@ -424,15 +452,20 @@ void osdp_report_summary(osdp_report *r)
         log_mfu(&rec, mfu);
         log_rank_peaks(&rec, lowest, highest);
         if (r->mesh->pp > 1) osdp_stage_peaks_log(&stages, &rec);
-        osdp_log_end(&rec);
+        log_end(r, &rec);
     }
     fflush(stdout);
 }
 
-void osdp_report_close(osdp_report *r)
+osdp_status osdp_report_close(osdp_report *r)
 {
     free(r->stages);
     r->stages = NULL;
-    if (r->log) fclose(r->log);
+    if (r->log && fclose(r->log) != 0 && r->log_status == OSDP_OK && !r->continue_on_write_error) {
+        r->log_status = OSDP_ERR_IO;
+        snprintf(r->log_message, sizeof r->log_message, "--log %s: cannot write it: %s (its last records are lost)",
+                 r->log_path, strerror(errno));
+    }
     r->log = NULL;
+    return osdp_report_log_status(r);
 }

@@ -26,7 +26,11 @@ typedef struct osdp_report {
     double flops_per_token;       /* the whole model's (every tensor-parallel part), for MFU */
     size_t model_params;          /* the whole model's */
     FILE *log;
+    const char *log_path;         /* --log (rank 0) */
     int log_format;               /* osdp_log_format */
+    osdp_status log_status;       /* rank 0: a --log write failed (osdp_report_log_status) */
+    char log_message[1280];       /* and why */
+    int continue_on_write_error;  /* --on-write-error continue: a failed log write stops the log, not the run */
     int quiet;
     long log_every;               /* the progress line every N steps */
     long steps_total;
@@ -50,7 +54,14 @@ void osdp_report_header(osdp_report *r, const osdp_model_config *cfg, const osdp
 void osdp_report_step(osdp_report *r, const osdp_step_stats *st);
 /* collective: every rank calls it (the summary record has every rank's peaks) */
 void osdp_report_summary(osdp_report *r);
-void osdp_report_close(osdp_report *r);
+/* The --log file's state on this rank (rank 0 writes it): OSDP_ERR_IO, with
+ * a message naming the file and the cause, once a record could not be
+ * written (a full disk) unless r->continue_on_write_error, which warns once
+ * and stops logging instead; OSDP_OK otherwise.  For the step's agreement
+ * (osdp_train_ckpt_after_step). */
+osdp_status osdp_report_log_status(const osdp_report *r);
+/* closes the log: its status, the close checked too (not collective) */
+osdp_status osdp_report_close(osdp_report *r);
 /* sgemm FLOP/s of C[m x n] = A[m x k] B[k x n]: after a warm-up call, the
  * best of `reps` timed runs, each repeating the product for at least
  * min_seconds so that short products are not lost in the timer's grain. */

@@ -128,6 +128,10 @@ static osdp_status resolve_setup(const osdp_job *job, const osdp_ckpt_info *resu
         return osdp_error_set(OSDP_ERR_INPUT, "--seq-len %lld: the checkpoint %s was trained on sequences of %d tokens; a resume "
                               "continues that run (leave --seq-len out); --init-from starts a new run from its weights",
                               job->seq_len, resumed_path, resumed->seq_len);
+    if (osdp_option_given(job, "seed") && (unsigned long long)job->seed != resumed->seed)
+        return osdp_error_set(OSDP_ERR_INPUT, "--seed %lld: the checkpoint %s was trained with seed %llu, which a resume "
+                              "keeps (its data order and RNG state): leave --seed out; --init-from starts a new run "
+                              "from its weights with a new seed", job->seed, resumed_path, resumed->seed);
     t->seq_len = evaluating && job->seq_len ? (int)job->seq_len : resumed->seq_len;
     char changes[512] = "";
     size_t at = 0;
@@ -541,6 +545,18 @@ static osdp_status device_mem_limit(const osdp_compute_backend *be, const osdp_j
     return OSDP_OK;
 }
 
+/* A tensor-parallel group (tp consecutive ranks) sits inside one node, as
+ * `plan` requires: its all-reduces after every row-parallel product would
+ * otherwise cross the slow link (each rank checks its own node) */
+static osdp_status check_tp_inside_node(const osdp_world *world, int tp)
+{
+    /* a tp that does not divide the ranks: the mesh says so, naming them */
+    if (tp <= 1 || world->size % tp != 0 || (world->node_size >= tp && world->node_size % tp == 0)) return OSDP_OK;
+    return osdp_error_set(OSDP_ERR_INPUT, "--tp %d: a tensor-parallel group must sit inside one node, and this job's "
+                          "nodes hold %d rank%s%s: give a --tp that divides the ranks per node", tp, world->node_size,
+                          world->node_size == 1 ? "" : "s", world->emulated ? " (--ranks-per-node)" : "");
+}
+
 /* An emulated device OOM under a plan the planner did not choose: say what
  * would make it fit. */
 static _Noreturn void fatal_with_hint(osdp_status s, const train_setup *t)
@@ -571,6 +587,7 @@ int osdp_cmd_train(const osdp_job *job)
     } else if (tp == OSDP_TP_AUTO) {
         osdp_check_all(choose_tp(job, osdp_job_weights(job), world.size, world.rank, &tp));
     }
+    osdp_check_all(check_tp_inside_node(&world, tp));
     osdp_mesh mesh;
     osdp_check_all(osdp_mesh_create(&mesh, MPI_COMM_WORLD, tp, pp));
     if (world.rank == 0 && !job->quiet) {
@@ -611,6 +628,8 @@ int osdp_cmd_train(const osdp_job *job)
 
     osdp_model_config cfg;
     osdp_check_all(job_model(job, &cfg));
+    /* before anything is sized by it and broadcast (the plan of --plan auto) */
+    osdp_check_same(osdp_model_config_hash(&cfg), "model description");
     osdp_check_all(osdp_job_check_seq_len(job, cfg.ctx));
     int T = t.seq_len ? t.seq_len : cfg.ctx;
     int vocab_quantum = 1;
@@ -629,8 +648,7 @@ int osdp_cmd_train(const osdp_job *job)
     osdp_check_all(load_plan(&plan, &layout, job, &t, &mesh, &pipe));
     int global = plan.micro_batch * plan.accum_steps * mesh.dp;
 
-    /* every rank must run the same job */
-    osdp_check_same(osdp_model_config_hash(&cfg), "model description");
+    /* every rank must run the same job (the model: checked where it was read) */
     osdp_check_same(data.hash ^ (unsigned long long)data.n_tokens, "training data");
     osdp_check_same(val.data.hash ^ (unsigned long long)val.data.n_tokens, "validation data");
     osdp_check_same(osdp_plan_hash(&plan), "plan");
@@ -699,6 +717,7 @@ int osdp_cmd_train(const osdp_job *job)
         osdp_report_open(&report, &rt, &world, &mesh, &whole_model, &predicted, job->peak_flops, job->log, job->quiet,
                          (long)job->log_every);
         osdp_check_all(report.status);
+        report.continue_on_write_error = job->on_write_error == OSDP_ON_WRITE_ERROR_CONTINUE;
         report.predicted_step_s = predicted_step_time(&layout, &plan, job, &t, mesh.dp, mesh.pp, stage_bounds);
         osdp_report_header(&report, &cfg, &data, &plan, (long)job->steps, global);
     }
@@ -715,7 +734,7 @@ int osdp_cmd_train(const osdp_job *job)
         osdp_report_step(&report, &stats);
         if (osdp_train_sample_due(&samples, stats.step, (long)job->steps)) osdp_check_all(osdp_train_sample_run(&samples, &rt));
         int stop = 0;
-        osdp_check_all(osdp_train_ckpt_after_step(&ckpt, &stop));
+        osdp_check_all(osdp_train_ckpt_after_step(&ckpt, osdp_report_log_status(&report), &stop));
         if (stop) break;
     }
     osdp_check_all(osdp_train_ckpt_finish(&ckpt));
@@ -724,7 +743,7 @@ int osdp_cmd_train(const osdp_job *job)
         s = osdp_train_dump_weights(&rt, job->dump_weights, MPI_COMM_WORLD);
         if (s != OSDP_OK) osdp_fatal(s, osdp_error_message());
     }
-    if (!evaluating) osdp_report_close(&report);
+    if (!evaluating) osdp_check_all(osdp_report_close(&report));   /* the log's last records and its close, checked */
     osdp_runtime_destroy(&rt);
     if (mesh.tp > 1) osdp_comm_destroy(&tp_comm);
     if (mesh.pp > 1) {

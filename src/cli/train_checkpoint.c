@@ -6,6 +6,7 @@
 #include "osdp/logical.h"
 #include "osdp/comm.h"
 #include "util/path.h"
+#include "util/watchdog.h"
 #include "options.h"
 
 #include <dirent.h>
@@ -22,7 +23,11 @@
 
 static volatile sig_atomic_t g_signal = 0;
 
-static void on_signal(int sig) { g_signal = sig; }
+static void on_signal(int sig)
+{
+    g_signal = sig;
+    osdp_watchdog_signal(sig);   /* during a save: it gets a grace to finish, then the job ends */
+}
 
 static const char *signal_name(int sig)
 {
@@ -42,7 +47,8 @@ osdp_status osdp_train_ckpt_init(osdp_train_ckpt *tc, const osdp_job *job)
     tc->resume_fallback = job->resume_fallback;
     tc->init_from = job->init_from ? job->init_from : job->ckpt;   /* eval --ckpt: its weights, as --init-from */
     tc->quiet = job->quiet;
-    tc->last_saved = -1;
+    tc->continue_on_write_error = job->on_write_error == OSDP_ON_WRITE_ERROR_CONTINUE;
+    tc->last_saved = tc->last_tried = -1;
     if (tc->save_every && !tc->dir) return osdp_error_set(OSDP_ERR_INPUT, "--save-every needs --ckpt-dir DIR");
     if (tc->resume && !tc->resume_file && !tc->dir)
         return osdp_error_set(OSDP_ERR_INPUT, "--resume needs a FILE or --ckpt-dir DIR (whose 'latest' names the checkpoint)");
@@ -223,22 +229,45 @@ static void rotate(const char *dir, long step, int keep)
     free(steps);
 }
 
+/* --on-write-error continue: a save that failed for want of I/O (a full
+ * disk) is skipped with a warning on rank 0, each time; `latest` still
+ * names the last good save.  Any other failure (a rank that hangs: no
+ * agreement is possible) stops the run whatever the option says. */
+static osdp_status skip_failed_save(const osdp_train_ckpt *tc, osdp_status s)
+{
+    if (s != OSDP_ERR_IO || !tc->continue_on_write_error) return s;
+    if (tc->rank == 0) {
+        char last[64] = "none";
+        if (tc->last_saved >= 0) osdp_ckpt_step_name(tc->last_saved, last, sizeof last);
+        fprintf(stderr, "osdp_gpt: warning: the checkpoint of step %ld was not saved: %s; training goes on without it "
+                "(--on-write-error continue); the last good save: %s\n", tc->rt->step, osdp_error_message(), last);
+        fflush(stderr);
+    }
+    return OSDP_OK;
+}
+
 osdp_status osdp_train_ckpt_save_now(osdp_train_ckpt *tc)
 {
     if (!tc->dir) return osdp_error_set(OSDP_ERR_INPUT, "no --ckpt-dir to save into");
     char name[64], path[TC_PATH_MAX];
     osdp_ckpt_step_name(tc->rt->step, name, sizeof name);
     join(path, sizeof path, tc->dir, name);
+    tc->last_tried = tc->rt->step;
     double rss0 = proc_status_bytes("VmRSS:");
     reset_peak_rss();
     osdp_ckpt_info info;
     osdp_status s = osdp_ckpt_save(tc->rt, tc->cfg, tc->plan, path, tc->comm, &info);
+    if (s != OSDP_OK) return skip_failed_save(tc, s);
     double mem[2] = {rss0, proc_status_bytes("VmHWM:")};
-    MPI_Allreduce(MPI_IN_PLACE, mem, 2, MPI_DOUBLE, MPI_MAX, tc->comm);
-    if (s != OSDP_OK) return s;
+    if (osdp_comm_max_double(&tc->comm, &mem[0], "all-reduce of the RSS before the save") != OSDP_OK ||
+        osdp_comm_max_double(&tc->comm, &mem[1], "all-reduce of the RSS during the save") != OSDP_OK)
+        return OSDP_ERR_COMM;
     if (tc->rank == 0) s = write_latest(tc->dir, name);
     s = osdp_status_agree(s, tc->comm);
-    if (s != OSDP_OK) return s;
+    if (s != OSDP_OK) {   /* the save is whole but `latest` does not name it: remove it, as a failed save */
+        if (tc->rank == 0) unlink(path);
+        return skip_failed_save(tc, s);
+    }
     tc->last_saved = tc->rt->step;
     if (tc->rank == 0) {
         rotate(tc->dir, tc->rt->step, tc->keep);
@@ -249,7 +278,6 @@ osdp_status osdp_train_ckpt_save_now(osdp_train_ckpt *tc)
             fflush(stdout);
         }
     }
-    MPI_Barrier(tc->comm);
     return OSDP_OK;
 }
 
@@ -355,6 +383,32 @@ static void describe_mesh(int tp, int dp, int pp, char *buf, size_t n)
     else snprintf(buf, n, "tp %d x dp %d", tp, dp);
 }
 
+/* rank 0, at start: a save replaces step_XXXXXXXX.h5 and latest by rename,
+ * which a directory of that name refuses; found now, not after the hours
+ * of training before that save */
+static osdp_status check_save_names(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d) return osdp_error_set(OSDP_ERR_IO, "--ckpt-dir %s: cannot list it: %s", dir, strerror(errno));
+    osdp_status s = OSDP_OK;
+    struct dirent *e;
+    char path[TC_PATH_MAX];
+    while (s == OSDP_OK && (e = readdir(d)) != NULL) {
+        size_t len = strlen(e->d_name);
+        char base[300];
+        snprintf(base, sizeof base, "%.*s", (int)(len > 4 && strcmp(e->d_name + len - 4, ".tmp") == 0 ? len - 4 : len),
+                 e->d_name);
+        if (osdp_ckpt_parse_step_name(base) < 0 && strcmp(base, "latest") != 0) continue;
+        struct stat sb;
+        join(path, sizeof path, dir, e->d_name);
+        if (lstat(path, &sb) == 0 && S_ISDIR(sb.st_mode))
+            s = osdp_error_set(OSDP_ERR_INPUT, "--ckpt-dir %s: %s is a directory named like a save, which a save could not "
+                               "replace: move it out of the checkpoint directory", dir, path);
+    }
+    closedir(d);
+    return s;
+}
+
 static osdp_status resume(osdp_train_ckpt *tc)
 {
     char path[TC_PATH_MAX], dir[TC_PATH_MAX];
@@ -449,6 +503,7 @@ osdp_status osdp_train_ckpt_start(osdp_train_ckpt *tc, osdp_runtime *rt, const o
 
     osdp_status s = OSDP_OK;
     if (tc->dir && tc->rank == 0) s = mkdir_p(tc->dir);
+    if (tc->dir && tc->rank == 0 && s == OSDP_OK) s = check_save_names(tc->dir);
     s = osdp_status_agree(s, comm);
     if (s != OSDP_OK) return s;
     if (tc->init_from) {
@@ -467,14 +522,23 @@ osdp_status osdp_train_ckpt_start(osdp_train_ckpt *tc, osdp_runtime *rt, const o
     return OSDP_OK;
 }
 
-osdp_status osdp_train_ckpt_after_step(osdp_train_ckpt *tc, int *stop)
+/* a save of this step into --ckpt-dir is still to be made (none made or tried and skipped) */
+static int save_due(const osdp_train_ckpt *tc)
+{
+    return tc->dir && tc->last_saved != tc->rt->step && tc->last_tried != tc->rt->step;
+}
+
+#define STEP_FAILED (1 << 16)   /* above any signal number: a rank's local failure in the step's one agreement */
+
+osdp_status osdp_train_ckpt_after_step(osdp_train_ckpt *tc, osdp_status local, int *stop)
 {
     *stop = 0;
-    int sig = g_signal;
+    int sig = g_signal | (local != OSDP_OK ? STEP_FAILED : 0);
     if (osdp_comm_max_int(&tc->comm, &sig, "all-reduce of the stop-signal check") != OSDP_OK) return OSDP_ERR_COMM;
+    if (sig & STEP_FAILED) return osdp_status_agree(local, tc->comm);   /* the failing rank's message, on every rank */
     if (sig) {
         osdp_status s = OSDP_OK;
-        if (tc->dir && tc->last_saved != tc->rt->step) s = osdp_train_ckpt_save_now(tc);
+        if (save_due(tc)) s = osdp_train_ckpt_save_now(tc);
         if (s != OSDP_OK) return s;
         tc->stop_signal = sig;
         *stop = 1;
@@ -483,18 +547,19 @@ osdp_status osdp_train_ckpt_after_step(osdp_train_ckpt *tc, int *stop)
             osdp_ckpt_step_name(tc->rt->step, name, sizeof name);
             if (tc->dir) join(path, sizeof path, tc->dir, name);
             fprintf(stderr, "osdp_gpt: received %s: stopping after step %ld; %s%s\n", signal_name(sig), tc->rt->step,
-                    tc->dir ? "checkpoint saved as " : "no --ckpt-dir, nothing saved", path);
+                    !tc->dir ? "no --ckpt-dir, nothing saved"
+                    : tc->last_saved != tc->rt->step ? "its checkpoint could not be saved (see the warning)"
+                    : "checkpoint saved as ", tc->dir && tc->last_saved == tc->rt->step ? path : "");
             fflush(stderr);
         }
         return OSDP_OK;
     }
-    if (tc->dir && tc->save_every > 0 && tc->rt->step % tc->save_every == 0 && tc->last_saved != tc->rt->step)
-        return osdp_train_ckpt_save_now(tc);
+    if (tc->save_every > 0 && tc->rt->step % tc->save_every == 0 && save_due(tc)) return osdp_train_ckpt_save_now(tc);
     return OSDP_OK;
 }
 
 osdp_status osdp_train_ckpt_finish(osdp_train_ckpt *tc)
 {
-    if (tc->dir && tc->last_saved != tc->rt->step) return osdp_train_ckpt_save_now(tc);
+    if (save_due(tc)) return osdp_train_ckpt_save_now(tc);
     return OSDP_OK;
 }

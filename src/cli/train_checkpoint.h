@@ -18,7 +18,7 @@
  *     for (long step = rt.step; step < steps; step++) {
  *         ... osdp_runtime_step, report ...
  *         int stop = 0;
- *         s = osdp_train_ckpt_after_step(&ck, &stop);
+ *         s = osdp_train_ckpt_after_step(&ck, OSDP_OK, &stop);
  *         if (stop) break;
  *     }
  *     s = osdp_train_ckpt_finish(&ck);
@@ -41,6 +41,7 @@ typedef struct osdp_train_ckpt {
     int resume_fallback;        /* --resume-fallback */
     const char *init_from;      /* --init-from FILE */
     int quiet;                  /* --quiet */
+    int continue_on_write_error; /* --on-write-error continue: a failed save is skipped with a warning */
     /* state, set by start */
     osdp_runtime *rt;
     const osdp_model_config *cfg;
@@ -48,6 +49,7 @@ typedef struct osdp_train_ckpt {
     MPI_Comm comm;
     int rank, started;
     long last_saved;            /* step of the newest save in dir, -1: none this run */
+    long last_tried;            /* step of the last save tried (skipped when it failed under continue), -1: none */
     int stop_signal;            /* the signal that stopped the run, 0: none */
     osdp_ckpt_info loaded;      /* what start loaded (when resume or init_from) */
 } osdp_train_ckpt;
@@ -79,9 +81,13 @@ osdp_status osdp_train_ckpt_start(osdp_train_ckpt *tc, osdp_runtime *rt, const o
 
 /* After each optimizer step: saves when rt->step is a multiple of
  * --save-every, and when any rank received SIGTERM / SIGUSR1 (all ranks
- * agree through one MPI_Allreduce per step); then *stop = 1 and a message
- * has been printed: the caller leaves the loop and exits 0. */
-osdp_status osdp_train_ckpt_after_step(osdp_train_ckpt *tc, int *stop);
+ * agree through one timed all-reduce per step); then *stop = 1 and a message
+ * has been printed: the caller leaves the loop and exits 0.  `local`: a
+ * failure of this rank alone in the step (rank 0's --log write), folded into
+ * the same all-reduce: every rank then returns it, with its message.  A
+ * save that fails for want of I/O is skipped with a warning under
+ * --on-write-error continue (returns OSDP_OK); otherwise its error. */
+osdp_status osdp_train_ckpt_after_step(osdp_train_ckpt *tc, osdp_status local, int *stop);
 
 /* After the loop: saves the final state when --ckpt-dir is set and the
  * current step has not been saved yet. */

@@ -17,6 +17,9 @@ osdp_status osdp_train_sample_open(osdp_train_sample *ts, const osdp_job *job, c
     if (!job->sample_every) {
         if (osdp_option_given(job, "sample-tokens"))
             return osdp_error_set(OSDP_ERR_INPUT, "--sample-tokens needs --sample-every N (when to sample)");
+        if (job->tokenizer)   /* it decodes the samples alone: without them it would go unread, a wrong file unseen */
+            return osdp_error_set(OSDP_ERR_INPUT, "--tokenizer %s needs --sample-every N (train decodes only its samples)",
+                                  job->tokenizer);
         return OSDP_OK;
     }
     ts->on = 1;

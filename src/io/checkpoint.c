@@ -90,6 +90,8 @@ const char *ck_h5_error(char *buf, size_t n)
 {
     snprintf(buf, n, "%s", g_h5_last[0] ? g_h5_last : "HDF5 reported no detail");
     g_h5_last[0] = 0;
+    for (char *c = buf; *c; c++)   /* one line: MPI-IO's error stack comes in several */
+        if (*c == '\n') *c = ' ';
     return buf;
 }
 
@@ -270,6 +272,13 @@ MPI_Info ck_mpi_info(void)
     if (MPI_Info_create(&info) != MPI_SUCCESS) return MPI_INFO_NULL;
     MPI_Info_set(info, "romio_cb_write", cb);
     MPI_Info_set(info, "romio_cb_read", cb);
+    /* no data sieving on writes: the metadata flush (one collective write of
+     * scattered entries) would otherwise read and rewrite the whole extent
+     * between them, the raw data included, which needs the whole file's
+     * space again: the close of a save that failed on a full disk (emptied
+     * to make room, empty_failed_file) then fails too, and leaves the file
+     * open in HDF5 until MPI_Finalize crashes in it */
+    MPI_Info_set(info, "romio_ds_write", "disable");
     return info;
 }
 
@@ -282,7 +291,12 @@ const char *ck_mpio_mode(void)
 {
     const char *e = getenv("OSDP_CKPT_MPIO"), *f = getenv("OSDP_CKPT_FLETCHER32");
     if (f && strcmp(f, "1") == 0) return "collective";   /* parallel filtered writes need collective I/O */
-    return e && strcmp(e, "independent") == 0 ? "independent" : "collective";
+    /* independent by default: a transfer that fails on one rank (a full disk)
+     * then leaves the ranks in step, the next agreement tells them all, and
+     * the save fails cleanly; a collective H5Dwrite that fails on one rank
+     * skips MPI_File_set_view while the others wait in it (measured: both
+     * ranks spin for ever).  Also the faster here (doc/checkpoint-format.md) */
+    return e && strcmp(e, "collective") == 0 ? "collective" : "independent";
 }
 
 hid_t ck_dxpl(void)
@@ -638,8 +652,10 @@ void ck_crash_point(const char *point, long step, int rank, int n_ranks)
     const char *rk = getenv("OSDP_CKPT_CRASH_RANK");
     int victim = rk && *rk ? (int)strtol(rk, NULL, 10) : (n_ranks > 1 ? 1 : 0);
     if (rank != victim) return;
-    fprintf(stderr, "osdp_gpt: rank %d: OSDP_CKPT_CRASH_AT=%s: killing myself during the save of step %ld\n",
-            rank, point, step);
+    const char *how = getenv("OSDP_CKPT_CRASH_SIGNAL");   /* STOP: hang without dying (a rank stuck in a driver) */
+    const int stop = how && strcmp(how, "STOP") == 0;
+    fprintf(stderr, "osdp_gpt: rank %d: OSDP_CKPT_CRASH_AT=%s: %s myself during the save of step %ld\n",
+            rank, point, stop ? "stopping" : "killing", step);
     fflush(stderr);
-    raise(SIGKILL);
+    raise(stop ? SIGSTOP : SIGKILL);
 }

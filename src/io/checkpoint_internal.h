@@ -72,8 +72,8 @@ osdp_status ck_check_mesh(const osdp_runtime *rt, MPI_Comm comm, const char *pat
 MPI_Info ck_mpi_info(void);
 void ck_mpi_info_free(MPI_Info *info);
 
-/* Transfer property list: collective MPI-IO, or independent when
- * OSDP_CKPT_MPIO=independent (see doc/checkpoint-format.md) */
+/* Transfer property list: independent MPI-IO, or collective when
+ * OSDP_CKPT_MPIO=collective or OSDP_CKPT_FLETCHER32=1 (see doc/checkpoint-format.md) */
 hid_t ck_dxpl(void);
 const char *ck_mpio_mode(void);
 /* Move this rank's piece of tensor td (tensor-parallel rank tp_rank's part)
@@ -104,7 +104,9 @@ float *ck_shard_buffer(osdp_runtime *rt);
  * (ck_op_calls); adds tensor t's checksum to sums[t] and
  * its logical size to *bytes.  Every rank makes the same calls whatever fails here;
  * the first failure is kept in *s (left as it is unless OSDP_OK), with a
- * message naming the dataset (and, reading, the file `path`). */
+ * message naming the dataset (and, reading, the file `path`), and told to
+ * the watchdog (util/watchdog.h: the ranks must agree on it within its
+ * grace), whose label names `path` and each dataset as it is moved. */
 void ck_transfer_kind(osdp_runtime *rt, int tp_rank, int i, int kind, const hid_t *d, const int *calls, hid_t dxpl,
                       float *buf, int write, const char *path, uint64_t *sums, double *bytes, osdp_status *s);
 /* H5Dclose the open datasets (>= 0) of d[0..kinds)[0..n_tensors) */

@@ -3,6 +3,7 @@
 #include "config.h"
 #include "checkpoint_internal.h"
 #include "osdp/logical.h"
+#include "util/watchdog.h"
 
 #include <stdlib.h>
 
@@ -47,6 +48,9 @@ void ck_transfer_kind(osdp_runtime *rt, int tp_rank, int i, int kind, const hid_
     for (int t = 0; t < op->n_tensors; t++) {
         herr_t e = 0;
         int made = 0;
+        ck_dataset_name(kind, op, t, name, sizeof name);
+        osdp_watchdog_phase("checkpoint %s %s: %s dataset %s", write ? "save" : "load", path, write ? "writing" : "reading",
+                            name);
         osdp_shard_iter it = osdp_runtime_shards(rt, i);
         osdp_shard_segment seg;
         while (osdp_shard_next(&it, &seg)) {   /* each slice's segment of this rank */
@@ -66,13 +70,14 @@ void ck_transfer_kind(osdp_runtime *rt, int tp_rank, int i, int kind, const hid_
         for (; made < calls[t]; made++)   /* another stage's operator: take part in its transfers */
             if (ck_transfer_none(d[t], &op->tensor[t], dxpl, buf, write) < 0) e = -1;
         if (e < 0 && *s == OSDP_OK) {   /* the message now: a later HDF5 call clears the error stack */
-            ck_dataset_name(kind, op, t, name, sizeof name);
             if (write)
-                *s = osdp_error_set(OSDP_ERR_IO, "cannot write dataset %s: %s", name, ck_h5_error(h5msg, sizeof h5msg));
+                *s = osdp_error_set(OSDP_ERR_IO, "checkpoint %s: cannot write dataset %s: %s", path, name,
+                                    ck_h5_error(h5msg, sizeof h5msg));
             else
                 *s = osdp_error_set(OSDP_ERR_INPUT,
                                     "checkpoint %s: cannot read dataset %s (truncated or corrupt file?): %s", path,
                                     name, ck_h5_error(h5msg, sizeof h5msg));
+            osdp_watchdog_failed(osdp_error_message());   /* the ranks must agree on it soon, or the job ends */
         }
         *bytes += (double)osdp_tensor_logical_numel(&op->tensor[t]) * sizeof(float);
     }

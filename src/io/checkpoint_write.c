@@ -4,12 +4,15 @@
 #include "osdp/logical.h"
 #include "osdp/pipeline.h"
 #include "util/path.h"
+#include "util/watchdog.h"
+#include "../comm/comm_internal.h"   /* osdp_comm_timeout_from_env: the save's waits are bounded as collectives are */
 
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #define CK_PATH_MAX 4200
@@ -171,7 +174,8 @@ static hid_t make_dcpl(const osdp_tensor_desc *td)
 
 /* One operator: create its datasets (all kinds), write this rank's pieces,
  * attach the checksums.  Two agreements and one all-reduce per operator. */
-static osdp_status write_op(osdp_runtime *rt, int i, hid_t file, hid_t dxpl, float *buf, MPI_Comm comm, double *bytes)
+static osdp_status write_op(osdp_runtime *rt, int i, hid_t file, hid_t dxpl, float *buf, MPI_Comm comm, double *bytes,
+                            const char *tmp)
 {
     const int tp_rank = rt->tp_rank;
     const osdp_op_layout *op = &rt->layout->op[i];
@@ -181,6 +185,7 @@ static osdp_status write_op(osdp_runtime *rt, int i, hid_t file, hid_t dxpl, flo
     char h5msg[512], name[200];
     hid_t d[CK_N_KINDS][OSDP_MAX_TENSORS_PER_OP];
     osdp_status s = OSDP_OK;
+    osdp_watchdog_phase("checkpoint save %s: creating the datasets of operator %s", tmp, op->name);
     for (int k = 0; k < CK_N_KINDS; k++)
         for (int t = 0; t < nt; t++) {
             d[k][t] = -1;
@@ -191,8 +196,11 @@ static osdp_status write_op(osdp_runtime *rt, int i, hid_t file, hid_t dxpl, flo
             if (space >= 0 && dcpl >= 0) d[k][t] = H5Dcreate2(file, name, H5T_IEEE_F32LE, space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
             if (dcpl >= 0) H5Pclose(dcpl);
             if (space >= 0) H5Sclose(space);
-            if (d[k][t] < 0)
-                s = osdp_error_set(OSDP_ERR_IO, "cannot create dataset %s: %s", name, ck_h5_error(h5msg, sizeof h5msg));
+            if (d[k][t] < 0) {
+                s = osdp_error_set(OSDP_ERR_IO, "checkpoint %s: cannot create dataset %s: %s", tmp, name,
+                                   ck_h5_error(h5msg, sizeof h5msg));
+                osdp_watchdog_failed(osdp_error_message());
+            }
         }
     s = osdp_status_agree(s, comm);
     if (s != OSDP_OK) goto close;
@@ -203,8 +211,9 @@ static osdp_status write_op(osdp_runtime *rt, int i, hid_t file, hid_t dxpl, flo
     ck_op_calls(rt, i, comm, calls);
     for (int k = 0; k < CK_N_KINDS; k++) {
         if (shard) rt->backend->to_host(buf, state[ck_state_kind[k]], shard * sizeof(float));   /* 0: another stage's */
-        ck_transfer_kind(rt, tp_rank, i, k, d[k], calls, dxpl, buf, 1, NULL, &sums[k * nt], bytes, &s);
+        ck_transfer_kind(rt, tp_rank, i, k, d[k], calls, dxpl, buf, 1, tmp, &sums[k * nt], bytes, &s);
     }
+    osdp_watchdog_phase("checkpoint save %s: the checksums of operator %s", tmp, op->name);
     MPI_Allreduce(MPI_IN_PLACE, sums, CK_N_KINDS * nt, MPI_UINT64_T, MPI_SUM, comm);
     for (int k = 0; k < CK_N_KINDS; k++)
         for (int t = 0; t < nt; t++) {
@@ -212,13 +221,75 @@ static osdp_status write_op(osdp_runtime *rt, int i, hid_t file, hid_t dxpl, flo
             if (e >= 0) e = ck_attr_write_u64(d[k][t], "op_offset", osdp_op_logical_offset(op, t));
             if (e < 0 && s == OSDP_OK) {
                 ck_dataset_name(k, op, t, name, sizeof name);
-                s = osdp_error_set(OSDP_ERR_IO, "cannot write the attributes of dataset %s: %s", name,
+                s = osdp_error_set(OSDP_ERR_IO, "checkpoint %s: cannot write the attributes of dataset %s: %s", tmp, name,
                                    ck_h5_error(h5msg, sizeof h5msg));
+                osdp_watchdog_failed(osdp_error_message());
             }
         }
 close:
     ck_close_datasets(d, CK_N_KINDS, nt);
     return osdp_status_agree(s, comm);
+}
+
+/* MPI-IO's errors as they happen, inside HDF5's calls.  A write that fails
+ * inside one of HDF5's collective calls (the metadata flush of H5Fclose, a
+ * cache eviction) leaves this rank out of step within that call, before
+ * HDF5 returns: the watchdog hears of it here, so the job ends within its
+ * grace with the cause (No space left on device), not after the timeout
+ * with none.  The error still returns to HDF5 as MPI's code. */
+static void on_mpi_io_error(MPI_File *fh, int *code, ...)
+{
+    (void)fh;
+    char mpi[MPI_MAX_ERROR_STRING], msg[MPI_MAX_ERROR_STRING + 64];
+    int len = 0;
+    if (MPI_Error_string(*code, mpi, &len) != MPI_SUCCESS) snprintf(mpi, sizeof mpi, "MPI error %d", *code);
+    for (char *c = mpi; *c; c++)
+        if (*c == '\n') *c = ' ';
+    snprintf(msg, sizeof msg, "an MPI-IO call failed here: %s", mpi);
+    osdp_watchdog_suspect(msg);   /* HDF5 may recover; if it returns the error, the caller confirms it */
+}
+
+/* The save's MPI-IO file reports to on_mpi_io_error, which returns MPI's
+ * code to HDF5 as the default MPI_ERRORS_RETURN does (it only tells an
+ * armed watchdog).  Set on the file itself: MPICH does not count the
+ * reference of a default set on MPI_FILE_NULL that files inherit. */
+static void report_mpi_io_errors(hid_t file, hid_t fapl)
+{
+    static MPI_Errhandler handler = MPI_ERRHANDLER_NULL;
+    if (handler == MPI_ERRHANDLER_NULL && MPI_File_create_errhandler(on_mpi_io_error, &handler) != MPI_SUCCESS) return;
+    void *fh = NULL;
+    if (H5Fget_vfd_handle(file, fapl, &fh) >= 0 && fh) MPI_File_set_errhandler(*(MPI_File *)fh, handler);
+}
+
+/* The space a save needs at least: its datasets' bytes (the file adds its
+ * metadata).  Rank 0 checks the file system before the first byte: a full
+ * disk is then refused by every rank together, cleanly, before HDF5's
+ * collective calls can meet it (OSDP_CKPT_SPACE_CHECK=0: no check, for the
+ * tests of a disk that fills during the save). */
+static osdp_status check_space(const osdp_layout *L, const char *path)
+{
+    const char *check = getenv("OSDP_CKPT_SPACE_CHECK");
+    if (check && strcmp(check, "0") == 0) return OSDP_OK;
+    char dir[CK_PATH_MAX];
+    osdp_parent_dir(path, dir, sizeof dir);
+    struct statvfs fs;
+    if (statvfs(dir, &fs) != 0) return OSDP_OK;   /* unknown: the writes will tell */
+    const double need = (double)logical_params(L) * sizeof(float) * CK_N_KINDS;
+    const double have = (double)fs.f_bavail * (double)fs.f_frsize;
+    if (have >= need) return OSDP_OK;
+    return osdp_error_set(OSDP_ERR_IO, "checkpoint %s: No space left on device: it needs at least %.1f MB, the file "
+                          "system of %s has %.1f MB free", path, need / 1e6, dir, have / 1e6);
+}
+
+/* After an agreed failure: make room for the close.  A save that failed on
+ * a full disk cannot flush its metadata, and an HDF5 file whose close
+ * failed stays open in the library until MPI_Finalize, which then crashes
+ * in it; the file is going anyway, so rank 0 empties it first (its blocks
+ * are freed, the close writes a few KB of metadata into a sparse file). */
+static void empty_failed_file(const char *tmp, int rank, MPI_Comm comm)
+{
+    if (rank == 0 && truncate(tmp, 0) != 0) { /* gone or unreachable: the close says what it can */ }
+    osdp_status_agree(OSDP_OK, comm);   /* before any rank's close writes */
 }
 
 osdp_status osdp_ckpt_save(osdp_runtime *rt, const osdp_model_config *cfg, const osdp_plan *plan,
@@ -233,6 +304,13 @@ osdp_status osdp_ckpt_save(osdp_runtime *rt, const osdp_model_config *cfg, const
     MPI_Comm_size(comm, &size);
     char tmp[CK_PATH_MAX], h5msg[512];
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    /* Every wait of the save is bounded as a collective's is: HDF5's
+     * collective MPI-IO calls and the plain MPI collectives here by the
+     * watchdog (util/watchdog.h), which names the phase and the dataset;
+     * the agreements by their own timed all-reduce. */
+    const double timeout = osdp_comm_timeout_from_env(rank);
+    osdp_watchdog_remove_on_expiry(NULL);
+    osdp_watchdog_arm(timeout, "checkpoint save %s: the ranks' agreement before it", tmp);
 
     ck_h5_quiet quiet;
     ck_h5_quiet_begin(&quiet);
@@ -248,9 +326,12 @@ osdp_status osdp_ckpt_save(osdp_runtime *rt, const osdp_model_config *cfg, const
     osdp_status s = ptext && mtext && mname && buf ? OSDP_OK
                     : osdp_error_set(OSDP_ERR_OOM, "checkpoint %s: out of host memory", path);
     if (s == OSDP_OK) s = ck_check_mesh(rt, comm, path);
+    if (s == OSDP_OK && rank == 0) s = check_space(L, path);
     s = osdp_status_agree(s, comm);
     if (s != OSDP_OK) goto out;
 
+    osdp_watchdog_phase("checkpoint save %s: creating the file", tmp);
+    osdp_watchdog_remove_on_expiry(tmp);
     fapl = H5Pcreate(H5P_FILE_ACCESS);
     if (fapl >= 0) {
         MPI_Info hints = ck_mpi_info();
@@ -259,37 +340,55 @@ osdp_status osdp_ckpt_save(osdp_runtime *rt, const osdp_model_config *cfg, const
         H5Pset_coll_metadata_write(fapl, 1);   /* metadata flushed by one collective write */
     }
     file = fapl >= 0 ? H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, fapl) : -1;
-    if (file < 0) s = osdp_error_set(OSDP_ERR_IO, "cannot create checkpoint %s: %s", tmp, ck_h5_error(h5msg, sizeof h5msg));
+    if (file >= 0) report_mpi_io_errors(file, fapl);
+    if (file < 0) {
+        s = osdp_error_set(OSDP_ERR_IO, "cannot create checkpoint %s: %s", tmp, ck_h5_error(h5msg, sizeof h5msg));
+        osdp_watchdog_failed(osdp_error_message());
+    }
     s = osdp_status_agree(s, comm);
     if (s != OSDP_OK) goto out;
 
+    osdp_watchdog_phase("checkpoint save %s: writing the metadata", tmp);
     dxpl = ck_dxpl();
     herr_t e = dxpl < 0 ? -1 : 0;
     if (e >= 0) e = write_root_attrs(file, rt, plan, size, mtext, ptext, osdp_model_config_hash(cfg), mname);
     if (e >= 0) e = create_groups(file, L, &rt->opt.optim, rt->step);
     if (e >= 0) e = ck_manifest_write(file);   /* after every metadata attribute */
-    if (e < 0) s = osdp_error_set(OSDP_ERR_IO, "checkpoint %s: cannot write the metadata: %s", tmp, ck_h5_error(h5msg, sizeof h5msg));
+    if (e < 0) {
+        s = osdp_error_set(OSDP_ERR_IO, "checkpoint %s: cannot write the metadata: %s", tmp, ck_h5_error(h5msg, sizeof h5msg));
+        osdp_watchdog_failed(osdp_error_message());
+    }
     s = osdp_status_agree(s, comm);
 
     for (int i = 0; i < L->n_ops && s == OSDP_OK; i++) {
-        s = write_op(rt, i, file, dxpl, buf, comm, &bytes);
+        s = write_op(rt, i, file, dxpl, buf, comm, &bytes, tmp);
         if (i == L->n_ops / 2) ck_crash_point("mid_write", rt->step, rank, size);
     }
 
 out:
+    /* here every rank has the same s (agreed): a failed save is closed with
+     * a short bound (the grace), a good one with the timeout */
+    if (s != OSDP_OK)   /* the label keeps the cause: a hang in the close must still say it */
+        osdp_watchdog_arm(timeout > 0 && timeout < OSDP_WATCHDOG_GRACE_S ? timeout : OSDP_WATCHDOG_GRACE_S,
+                          "checkpoint save %s: closing the failed save (%.600s)", tmp, osdp_error_message());
+    else osdp_watchdog_phase("checkpoint save %s: closing the file (the metadata flush)", tmp);
     if (dxpl >= 0) H5Pclose(dxpl);
-    if (file >= 0 && H5Fclose(file) < 0 && s == OSDP_OK)
+    if (file >= 0 && s != OSDP_OK) empty_failed_file(tmp, rank, comm);
+    const herr_t closed = file >= 0 ? H5Fclose(file) : 0;
+    if (closed < 0 && s == OSDP_OK) {
         s = osdp_error_set(OSDP_ERR_IO, "cannot close checkpoint %s: %s", tmp, ck_h5_error(h5msg, sizeof h5msg));
+        osdp_watchdog_failed(osdp_error_message());
+    }
     if (fapl >= 0) H5Pclose(fapl);
     ck_h5_quiet_end(&quiet);
     free(buf);
     free(ptext);
     free(mtext);
     free(mname);
-    s = osdp_status_agree(s, comm);
+    if (s == OSDP_OK) ck_crash_point("before_rename", rt->step, rank, size);   /* closed here, not agreed yet */
+    s = osdp_status_agree(s, comm);   /* after it every rank has closed: the file is complete, or failed */
     if (s == OSDP_OK) {
-        ck_crash_point("before_rename", rt->step, rank, size);
-        MPI_Barrier(comm);   /* every rank has closed: the file is complete */
+        osdp_watchdog_phase("checkpoint save %s: flushing it to disk and renaming it to %s", tmp, path);
         if (rank == 0) {
             char dir[CK_PATH_MAX];
             osdp_parent_dir(path, dir, sizeof dir);
@@ -303,6 +402,8 @@ out:
         s = osdp_status_agree(s, comm);
     }
     if (s != OSDP_OK && rank == 0 && file >= 0) unlink(tmp);   /* a failed save leaves nothing behind */
+    osdp_watchdog_disarm();
+    osdp_watchdog_remove_on_expiry(NULL);
     if (info && s == OSDP_OK) {
         memset(info, 0, sizeof *info);
         info->format_version = OSDP_CKPT_FORMAT_VERSION;
@@ -321,8 +422,7 @@ out:
         info->seq_len = rt->T;
         info->optim = rt->opt.optim;
         info->bytes = bytes;
+        info->seconds = osdp_now_seconds() - t0;   /* to the last agreement: every rank's part */
     }
-    MPI_Barrier(comm);
-    if (info && s == OSDP_OK) info->seconds = osdp_now_seconds() - t0;
     return s;
 }

@@ -92,6 +92,7 @@ osdp_status osdp_stage_split_parse(const char *text, int n_ops, int P, int *boun
             return split_error(text, why);
         }
         bounds[++s] = prev_hi = hi;
+        if (*p == ',' && !p[1]) return split_error(text, "a trailing ',' (a comma goes between ranges only)");
         if (*p == ',') p++;
         else if (*p) return split_error(text, "expected ',' between ranges");
     }
