@@ -134,5 +134,8 @@ refused "missing data" "--data: cannot open data" --ckpt "$CK" --data "$WORK/not
 refused "data shorter than a global batch" "fewer than one global batch of 8" --ckpt "$CK" --data "$WORK/short.txt" --plan dp
 refused "--steps (a train option)" "unknown option '--steps'" --ckpt "$CK" --data "$CORPUS" --steps 3
 refused "a --log it cannot write" "--log: cannot write" --ckpt "$CK" --data "$CORPUS" --plan dp --log "$WORK/nodir/x.jsonl"
+# a log on a full disk (/dev/full opens, and its writes fail with ENOSPC): the record is checked, not lost in silence
+[ -w /dev/full ] && refused "a --log on a full disk" "--log: cannot write.*No space left on device" \
+    --ckpt "$CK" --data "$CORPUS" --plan dp --batches 1 --log /dev/full
 
 summary test_eval

@@ -134,11 +134,13 @@ if ! $PY -c "import numpy, h5py, safetensors" 2> /dev/null; then
 elif [ ! -f "$CK" ]; then
     bad "no checkpoint for the osdp_weights.py cases ($CK)"
 else
-    tool hf export-hf "$CK" --out "$WORK/hf/model.safetensors" && [ $rc = 0 ] || bad "export-hf" "$WORK/hf.err"
+    tool hf export-hf "$CK" --out "$WORK/hf" && [ $rc = 0 ] || bad "export-hf" "$WORK/hf.err"
     fresh_disk
     head -c 1200k /dev/zero > "$MNT/filler" 2> /dev/null
-    tool hf_full export-hf "$CK" --out "$MNT/hf/model.safetensors"
+    tool hf_full export-hf "$CK" --out "$MNT/hf"
     clean_refusal hf_full "No space left on device" "$MNT/hf"
+    [ ! -e "$MNT/hf" ] && ok "export-hf on a full disk leaves no directory behind (it made it)" ||
+        bad "export-hf on a full disk left $(ls -A "$MNT/hf" | tr '\n' ' ') in the directory it made"
     tool import_full import-hf "$WORK/hf/model.safetensors" --model "$M" --out "$MNT/w.h5"
     clean_refusal import_full "No space left on device" "$MNT"
     rm -f "$MNT/filler"

@@ -53,7 +53,8 @@ static void describe_data(const osdp_validation *v, char *buf, size_t n)
     else snprintf(buf, n, "%s", v->data.path);
 }
 
-static void write_record(FILE *log, const osdp_job *job, const osdp_validation *v, const osdp_runtime *rt,
+/* 0, or -1 when the record could not be written (errno: why) */
+static int write_record(FILE *log, const osdp_job *job, const osdp_validation *v, const osdp_runtime *rt,
                          const osdp_ckpt_info *loaded, const osdp_mesh *mesh, double loss)
 {
     osdp_log_record rec;
@@ -77,7 +78,7 @@ static void write_record(FILE *log, const osdp_job *job, const osdp_validation *
     osdp_log_number(&rec, "loss", "%.9g", loss);
     osdp_log_text(&rec, "loss_hex", hex);
     osdp_log_number(&rec, "perplexity", "%.9g", exp(loss));
-    osdp_log_end(&rec);
+    return osdp_log_end(&rec);
 }
 
 osdp_status osdp_eval_run(osdp_validation *v, osdp_runtime *rt, const osdp_job *job, const osdp_ckpt_info *loaded,
@@ -111,8 +112,11 @@ osdp_status osdp_eval_run(osdp_validation *v, osdp_runtime *rt, const osdp_job *
                loss, exp(loss), v->n_batches, v->n_batches == 1 ? "" : "es", global, rt->T,
                (long)v->n_batches * global * rt->T, set, mesh_text);
         fflush(stdout);
-        if (log) write_record(log, job, v, rt, loaded, mesh, loss);
+        if (log && write_record(log, job, v, rt, loaded, mesh, loss) != 0)
+            s = osdp_error_set(OSDP_ERR_IO, "--log: cannot write the record to %s: %s", job->log, strerror(errno));
     }
-    if (log) fclose(log);
-    return s;
+    /* the record is only known written once the file is closed (a full disk) */
+    if (log && fclose(log) != 0 && s == OSDP_OK)
+        s = osdp_error_set(OSDP_ERR_IO, "--log: cannot write %s: %s", job->log, strerror(errno));
+    return osdp_status_agree(s, MPI_COMM_WORLD);
 }
