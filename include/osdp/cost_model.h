@@ -1,8 +1,9 @@
 /* The cost model: time and memory of every operator in every mode, and the
  * peak memory of a whole plan, for N ranks and a micro-batch of b sequences.
  *
- * Sizes come from the per-operator size table (osdp/layout.h), exactly as
- * the runtime allocates them.  Operator i is cut into g slices by
+ * Every buffer's bytes come from the size table (osdp_buffer_bytes,
+ * osdp/schedule.h) that the runtime's schedule allocates by, read with the
+ * device's element widths: the terms below name its entries.  Operator i is cut into g slices by
  * osdp_op_split (the runtime's own cut), of which the first k are ZDP
  * (g = 1: k = 0 DP, k = 1 ZDP); slice s has p_s elements once padded to a
  * multiple of N, P = sum_s p_s.  An operator that cannot be split (the
