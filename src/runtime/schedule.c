@@ -468,10 +468,11 @@ static osdp_status check_inputs(const osdp_layout *layout, const osdp_plan *plan
         if (opt->pp_size > 1)
             return osdp_error_set(OSDP_ERR_INPUT, "--pp %d: a tied head (tied_head = true) needs the embedding and "
                                   "the head on one stage: use --pp 1, or tied_head = false", opt->pp_size);
-        if (plan->zdp_slices[0] > 0)
-            return osdp_error_set(OSDP_ERR_INPUT, "operator %s is ZDP in the plan, but the head is tied to its wte "
-                                  "(tied_head = true): the embedding must be DP", layout->op[0].name);
     }
+    for (int i = 0; i < plan->n_ops; i++)
+        if (plan->zdp_slices[i] > 0 && !osdp_op_allows_zdp(layout, i))
+            return osdp_error_set(OSDP_ERR_INPUT, "operator %s is ZDP in the plan, but the head is tied to its wte "
+                                  "(tied_head = true): the embedding must be DP", layout->op[i].name);
     for (int i = 0; i < plan->n_ops; i++)
         if (plan->recompute[i] && !osdp_op_can_recompute(layout->op[i].type))
             return osdp_error_set(OSDP_ERR_INPUT, "operator %s: only attn and mlp operators can recompute their activations",
