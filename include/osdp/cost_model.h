@@ -181,6 +181,26 @@ typedef struct osdp_op_mem {
     long long work_from_2;      /* the largest w_s of the work term over slices s >= 2 (0: g < 3) */
 } osdp_op_mem;
 
+/* What one operator's choice adds to a plan's peak, by when its buffers
+ * live (the formula above; the search's R, wp, f, nx, plan_context.h):
+ * osdp_cost_peak and the search read these terms alone, so a buffer whose
+ * lifetime a choice changes changes both at once. */
+typedef struct osdp_op_peak_terms {
+    long long held;         /* all step: state + resident + held */
+    long long acts;         /* from its forward to its backward */
+    long long pass_peak;    /* at its backward: rebuilt + G + max(work, recv), + G_0 of a tied head */
+    long long prefetch;     /* during the backward of the operator after it: [prefetch] f */
+    long long in_flight;    /* during the backward of the operator before it: [prefetch] (G + H) */
+} osdp_op_peak_terms;
+void osdp_cost_peak_terms(const osdp_cost_model *cm, int op, const osdp_op_mem *m, osdp_op_peak_terms *out);
+/* the moment of operator u's backward from the terms of ops: every earlier
+ * operator's acts (acts_before: sum_{j < u}), its own pass, its neighbours' */
+static inline long long osdp_cost_backward_moment(const osdp_op_peak_terms *t, int n, int u, long long acts_before)
+{
+    return acts_before + t[u].acts + t[u].pass_peak + (u + 1 < n ? t[u + 1].in_flight : 0)
+         + (u > 0 ? t[u - 1].prefetch : 0);
+}
+
 typedef struct osdp_op_time {
     double compute, comm, total;
     double tp_comm;         /* the tensor-parallel group's collectives (in total; 0 at tp_size 1) */

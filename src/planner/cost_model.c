@@ -178,6 +178,15 @@ static void op_mem_sharded(const osdp_cost_model *cm, int op, int g, int k, int 
 #undef BYTES
 }
 
+void osdp_cost_peak_terms(const osdp_cost_model *cm, int op, const osdp_op_mem *m, osdp_op_peak_terms *out)
+{
+    out->held = m->state + m->resident + m->held;   /* held: a pipeline stage's other micro-batches */
+    out->acts = m->acts;
+    out->pass_peak = m->rebuilt + m->grads + (m->work > m->recv ? m->work : m->recv) + osdp_cost_tied_grads(cm, op);
+    out->prefetch = cm->prefetch ? m->prefetch : 0;
+    out->in_flight = cm->prefetch ? m->grads + m->recv : 0;
+}
+
 long long osdp_cost_tied_grads(const osdp_cost_model *cm, int op)
 {
     if (!cm->layout->cfg.tied_head || op == 0) return 0;
@@ -323,27 +332,26 @@ long long osdp_cost_peak(const osdp_cost_model *cm_in, const osdp_plan *plan, in
     osdp_cost_model with_plan = *cm_in, *cm = &with_plan;
     with_plan.recompute = plan->recompute;
     const int n = cm->layout->n_ops;
-    osdp_op_mem *m = malloc(sizeof *m * (size_t)n);
-    if (!m) return -1;
+    osdp_op_peak_terms *t = malloc(sizeof *t * (size_t)n);
+    if (!t) return -1;
     long long base = osdp_cost_workspace(cm, b);
     for (int i = 0; i < n; i++) {
-        osdp_cost_plan_op_mem(cm, plan, i, b, &m[i]);
-        base += m[i].state + m[i].resident + m[i].held;
+        osdp_op_mem m;
+        osdp_cost_plan_op_mem(cm, plan, i, b, &m);
+        osdp_cost_peak_terms(cm, i, &m, &t[i]);
+        base += t[i].held;
     }
     long long acts = 0, best = -1;
     int where = 0;
     for (int u = 0; u < n; u++) {
-        acts += m[u].acts;
-        long long v = acts + m[u].rebuilt + m[u].grads + (m[u].work > m[u].recv ? m[u].work : m[u].recv)
-                    + osdp_cost_tied_grads(cm, u);
-        if (cm->prefetch && u + 1 < n) v += m[u + 1].grads + m[u + 1].recv;
-        if (cm->prefetch && u > 0) v += m[u - 1].prefetch;
+        const long long v = osdp_cost_backward_moment(t, n, u, acts);
+        acts += t[u].acts;
         if (v > best) {
             best = v;
             where = u;
         }
     }
-    free(m);
+    free(t);
     if (at_op) *at_op = where;
     return base + best;
 }
