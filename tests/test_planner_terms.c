@@ -42,16 +42,6 @@ static unsigned rnd(void)
     return (unsigned)(g_rng >> 33);
 }
 
-/* the runtime's element sizes (the schedule's widths) */
-static osdp_device sizes_device(osdp_dtype weights)
-{
-    osdp_device d;
-    memset(&d, 0, sizeof d);
-    d.param_bytes = (int)osdp_dtype_size(weights);
-    d.grad_bytes = d.act_bytes = 4;
-    return d;
-}
-
 /* one mesh and step: what the context and the schedule are built for */
 typedef struct step_case {
     int N, node_ranks;          /* node_ranks 0: one node, no plan mode h */
