@@ -5,8 +5,10 @@
  * these events (osdp/runtime.h) and its accounting allocator measures them;
  * osdp_schedule_peak evaluates the same list by adding up the bytes of its
  * allocations and frees.  The planner's closed form (osdp/cost_model.h) is a
- * fast rewrite of this evaluation for the search, and tests/test_schedule.c
- * proves the three equal to the byte on random plans.
+ * fast rewrite of this evaluation for the search, over the same size table
+ * (osdp_buffer_bytes, below); tests/test_schedule.c proves the three equal
+ * to the byte on random plans, tests/test_planner_terms.c the search's
+ * terms on every mesh.
  *
  * A step is
  *   setup   once, when the runtime is created: the buffers that live all

@@ -118,7 +118,7 @@ static int make_choices(const osdp_ps_context *ctx, int i, int b, int accum, cho
  * one width): their choices are the same */
 static int same_op(const osdp_op_layout *a, const osdp_op_layout *b)
 {
-    if (a->type != b->type || a->width != b->width || a->width_in != b->width_in || a->n_tensors != b->n_tensors
+    if (a->type != b->type || a->allowed_modes != b->allowed_modes || a->width != b->width || a->width_in != b->width_in || a->n_tensors != b->n_tensors
         || a->numel != b->numel || a->act_floats_per_seq != b->act_floats_per_seq
         || a->flops_per_token != b->flops_per_token || a->attn_flops_per_token != b->attn_flops_per_token)
         return 0;
