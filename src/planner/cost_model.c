@@ -156,25 +156,27 @@ static void op_mem_sharded(const osdp_cost_model *cm, int op, int g, int k, int 
     out->state = BYTES(OSDP_BUF_STATE, 0) + BYTES(OSDP_BUF_MASTER_COPY, 0);
     out->resident = BYTES(OSDP_BUF_RESIDENT, 0);
     /* recompute: its output stays from the forward to the backward (KEPT), the rest (ACTS) is rebuilt */
-    out->acts = rc ? BYTES(OSDP_BUF_KEPT, 0) : BYTES(OSDP_BUF_ACTS, 0);
-    out->rebuilt = rc ? BYTES(OSDP_BUF_ACTS, 0) : 0;
+    const long long acts = BYTES(OSDP_BUF_ACTS, 0);
+    out->acts = rc ? BYTES(OSDP_BUF_KEPT, 0) : acts;
+    out->rebuilt = rc ? acts : 0;
     out->held = cm->in_flight > 1 ? (long long)(cm->in_flight - 1) * out->acts : 0;
     out->grads = BYTES(OSDP_BUF_FULL_GRAD, 0);
     out->recv = BYTES(OSDP_BUF_GRAD_RECV, 0);
     /* backward goes down the slices; ZDP slices are 0..k-1.  At slice s the
      * operator holds slice s if ZDP and, with prefetch, slice s-1 gathered
      * ahead (the next operator's first slice, f, is held throughout) */
+    long long gathered[OSDP_MAX_SLICES] = {0};
+    for (int s = 0; s < g; s++) gathered[s] = BYTES(OSDP_BUF_GATHERED, p[s]);
     out->work = out->work_from_2 = 0;
     for (int s = 0; s < g; s++) {
-        long long v = (s < k ? BYTES(OSDP_BUF_GATHERED, p[s]) : 0)
-                    + (cm->prefetch && s >= 1 && s - 1 < k ? BYTES(OSDP_BUF_GATHERED, p[s - 1]) : 0);
+        long long v = (s < k ? gathered[s] : 0) + (cm->prefetch && s >= 1 && s - 1 < k ? gathered[s - 1] : 0);
         if (v > out->work) out->work = v;
         if (s >= 2 && v > out->work_from_2) out->work_from_2 = v;
     }
     /* the first slice the backward order touches: slice g-1 of the backward,
      * or with recompute slice 0 of the recomputed forward */
-    out->forward_first = k > 0 ? BYTES(OSDP_BUF_GATHERED, p[0]) : 0;
-    out->prefetch = rc ? out->forward_first : (k == g ? BYTES(OSDP_BUF_GATHERED, p[g - 1]) : 0);
+    out->forward_first = k > 0 ? gathered[0] : 0;
+    out->prefetch = rc ? out->forward_first : (k == g ? gathered[g - 1] : 0);
 #undef BYTES
 }
 
