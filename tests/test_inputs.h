@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "osdp/device.h"
+#include "osdp/dtype.h"
 #include "osdp/layout.h"
 #include "osdp/model_config.h"
 
@@ -46,6 +47,18 @@ static inline osdp_status parse_device_text(osdp_device *d, const char *head, co
     char text[4096];
     snprintf(text, sizeof text, "%s%s", head, extra);
     return osdp_device_parse(d, text, origin);
+}
+
+/* a device of the runtime's element sizes (weights of that dtype, fp32
+ * gradients and activations), the one the closed form and the planner's
+ * terms equal the schedule on */
+static inline osdp_device sizes_device(osdp_dtype weights)
+{
+    osdp_device d;
+    memset(&d, 0, sizeof d);
+    d.param_bytes = (int)osdp_dtype_size(weights);
+    d.grad_bytes = d.act_bytes = 4;
+    return d;
 }
 
 /* name: a device file under input/devices/ */

@@ -63,16 +63,6 @@ static void random_plan(const osdp_layout *L, osdp_plan *p)
     }
 }
 
-/* the device the closed form needs: the runtime's element sizes */
-static osdp_device sizes_device(osdp_dtype weights)
-{
-    osdp_device d;
-    memset(&d, 0, sizeof d);
-    d.param_bytes = (int)osdp_dtype_size(weights);
-    d.grad_bytes = d.act_bytes = 4;
-    return d;
-}
-
 static void check_shape(const osdp_schedule *sc)
 {
     size_t current[OSDP_BUF_N_KINDS] = {0};

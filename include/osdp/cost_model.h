@@ -1,8 +1,9 @@
 /* The cost model: time and memory of every operator in every mode, and the
  * peak memory of a whole plan, for N ranks and a micro-batch of b sequences.
  *
- * Sizes come from the per-operator size table (osdp/layout.h), exactly as
- * the runtime allocates them.  Operator i is cut into g slices by
+ * Every buffer's bytes come from the size table (osdp_buffer_bytes,
+ * osdp/schedule.h) that the runtime's schedule allocates by, read with the
+ * device's element widths: the terms below name its entries.  Operator i is cut into g slices by
  * osdp_op_split (the runtime's own cut), of which the first k are ZDP
  * (g = 1: k = 0 DP, k = 1 ZDP); slice s has p_s elements once padded to a
  * multiple of N, P = sum_s p_s.  An operator that cannot be split (the
@@ -179,6 +180,26 @@ typedef struct osdp_op_mem {
                                    prefetches for its next forward pass (osdp/pipeline_cost.h) */
     long long work_from_2;      /* the largest w_s of the work term over slices s >= 2 (0: g < 3) */
 } osdp_op_mem;
+
+/* What one operator's choice adds to a plan's peak, by when its buffers
+ * live (the formula above; the search's R, wp, f, nx, plan_context.h):
+ * osdp_cost_peak and the search read these terms alone, so a buffer whose
+ * lifetime a choice changes changes both at once. */
+typedef struct osdp_op_peak_terms {
+    long long held;         /* all step: state + resident + held */
+    long long acts;         /* from its forward to its backward */
+    long long pass_peak;    /* at its backward: rebuilt + G + max(work, recv), + G_0 of a tied head */
+    long long prefetch;     /* during the backward of the operator after it: [prefetch] f */
+    long long in_flight;    /* during the backward of the operator before it: [prefetch] (G + H) */
+} osdp_op_peak_terms;
+void osdp_cost_peak_terms(const osdp_cost_model *cm, int op, const osdp_op_mem *m, osdp_op_peak_terms *out);
+/* the moment of operator u's backward from the terms of ops: every earlier
+ * operator's acts (acts_before: sum_{j < u}), its own pass, its neighbours' */
+static inline long long osdp_cost_backward_moment(const osdp_op_peak_terms *t, int n, int u, long long acts_before)
+{
+    return acts_before + t[u].acts + t[u].pass_peak + (u + 1 < n ? t[u + 1].in_flight : 0)
+         + (u > 0 ? t[u - 1].prefetch : 0);
+}
 
 typedef struct osdp_op_time {
     double compute, comm, total;

@@ -141,9 +141,18 @@ typedef struct osdp_piece {
     size_t offset, floats;
 } osdp_piece;
 
+/* The plan modes an operator may take (osdp/plan.h), osdp_op_layout's
+ * allowed_modes: DP always; ZDP (k > 0 slices of any g, and h) unless the
+ * weights must stay resident all step: the embedding's when the head is
+ * tied to its wte (the head reads it from the embedding's forward to its
+ * own backward).  Every check of a mode, the planner's choices included,
+ * reads this entry. */
+enum { OSDP_MODE_DP = 1, OSDP_MODE_ZDP = 2 };
+
 typedef struct osdp_op_layout {
     char name[32];          /* "embed", "attn.3", "mlp.3", "head" */
     osdp_op_type type;
+    unsigned allowed_modes; /* OSDP_MODE_* bits */
     int block;              /* block index for attn/mlp, -1 otherwise */
     int width;              /* d of the operator (input width for embed: d_0) */
     int width_in;           /* attn: width of the incoming residual (d_{i-1}) */
@@ -188,6 +197,12 @@ typedef struct osdp_layout {
     size_t max_op_numel;
     size_t max_scratch_floats_per_seq;  /* the largest operator's backward scratch */
 } osdp_layout;
+
+/* whether operator op may be ZDP (k > 0, or h): its allowed_modes entry */
+static inline int osdp_op_allows_zdp(const osdp_layout *layout, int op)
+{
+    return (layout->op[op].allowed_modes & OSDP_MODE_ZDP) != 0;
+}
 
 /* T: sequence length used for activation sizes (<= cfg->ctx).  The whole
  * model: tp_size 1, vocabulary unpadded. */

@@ -52,9 +52,10 @@ void osdp_plan_free(osdp_plan *plan);
 osdp_status osdp_plan_copy(osdp_plan *dst, const osdp_plan *src);
 /* every operator DP (zdp = 0) or ZDP (zdp = 1), unsplit */
 void osdp_plan_fill(osdp_plan *plan, int zdp);
-/* A tied head (osdp/layout.h) reads the embedding's resident wte: makes the
- * embedding DP (its k 0) whatever the plan said; returns 1 when that changed
- * the plan (for a caller's note), 0 otherwise */
+/* Makes every operator the layout does not allow to be ZDP (its
+ * allowed_modes, osdp/layout.h: a tied head's embedding) DP (its k 0)
+ * whatever the plan said; returns 1 when that changed the plan (for a
+ * caller's note), 0 otherwise */
 int osdp_plan_tie_embedding(osdp_plan *plan, const osdp_layout *layout);
 osdp_status osdp_plan_load(osdp_plan *plan, const osdp_layout *layout, const char *path);
 osdp_status osdp_plan_parse(osdp_plan *plan, const osdp_layout *layout, const char *text, const char *origin);

@@ -5,8 +5,10 @@
  * these events (osdp/runtime.h) and its accounting allocator measures them;
  * osdp_schedule_peak evaluates the same list by adding up the bytes of its
  * allocations and frees.  The planner's closed form (osdp/cost_model.h) is a
- * fast rewrite of this evaluation for the search, and tests/test_schedule.c
- * proves the three equal to the byte on random plans.
+ * fast rewrite of this evaluation for the search, over the same size table
+ * (osdp_buffer_bytes, below); tests/test_schedule.c proves the three equal
+ * to the byte on random plans, tests/test_planner_terms.c the search's
+ * terms on every mesh.
  *
  * A step is
  *   setup   once, when the runtime is created: the buffers that live all
@@ -212,6 +214,35 @@ osdp_status osdp_schedule_build(osdp_schedule *sched, const osdp_layout *layout,
 void osdp_schedule_free(osdp_schedule *sched);
 
 osdp_mem_category osdp_buffer_category(osdp_buffer_kind kind);
+
+/* The size table: the bytes of every buffer of the step, of one operator
+ * under one choice.  The schedule's ALLOC events read it (with its weight
+ * dtype and fp32 gradients and activations), and so do the planner's
+ * memory terms (osdp/cost_model.h, with the device file's param_bytes,
+ * grad_bytes and act_bytes): a size is written here and nowhere else. */
+typedef struct osdp_buffer_widths {
+    size_t weight;          /* working weights and their all-gathers (e) */
+    size_t grad;            /* full gradients, their reduce-scatters and the gradient shard (e_g) */
+    size_t act;             /* activations and the workspace (a) */
+} osdp_buffer_widths;
+
+/* what the buffers of operator op are sized by */
+typedef struct osdp_buffer_dims {
+    const osdp_layout *layout;
+    int op;
+    int micro_batch;        /* B */
+    int recompute;          /* the choice recomputes op's activations */
+    size_t padded;          /* the full buffer: the sum of the slices' padded elements */
+    size_t shard;           /* a rank's shard: padded / the ranks each slice is sharded over */
+    size_t resident;        /* the DP slices' padded elements */
+    osdp_buffer_widths width;
+} osdp_buffer_dims;
+
+/* Bytes of buffer `kind` of d's operator (osdp_buffer_kind has each one's
+ * shape); slice_padded: the slice's padded elements, read by GATHERED
+ * alone.  STAGE_INPUT (d->op: the stage's first operator) is the residual
+ * stream of op - 1, fp32 on the wire whatever the widths. */
+size_t osdp_buffer_bytes(osdp_buffer_kind kind, const osdp_buffer_dims *d, size_t slice_padded);
 /* does this rank's stage hold operator op? */
 static inline int osdp_schedule_has_op(const osdp_schedule *sched, int op)
 {

@@ -101,6 +101,7 @@ static void start_op(osdp_op_layout *op, const char *name, osdp_op_type type, in
     op->block = block;
     op->width = width;
     op->width_in = width_in;
+    op->allowed_modes = OSDP_MODE_DP | OSDP_MODE_ZDP;
     for (int k = 0; k < OSDP_P_N_SLOTS; k++) op->param[k] = -1;
 }
 
@@ -192,6 +193,8 @@ osdp_status osdp_layout_build_tp(osdp_layout *layout, const osdp_model_config *c
         add_scratch(mlp, OSDP_S_DLN, t * d);
     }
 
+    /* the tied-head rule: the head reads the embedding's resident wte, so the embedding is DP */
+    if (cfg->tied_head) layout->op[0].allowed_modes = OSDP_MODE_DP;
     osdp_op_layout *head = &layout->op[layout->n_ops - 1];
     size_t d_last = (size_t)cfg->width[L - 1];
     start_op(head, "head", OSDP_OP_HEAD, -1, (int)d_last, (int)d_last);

@@ -130,44 +130,63 @@ void osdp_cost_op_mem_hier(const osdp_cost_model *cm, int op, int rc, int b, osd
     op_mem_sharded(cm, op, 1, 1, rc, b, cm->hier ? cm->hier->node_ranks : cm->N, out);
 }
 
+/* the operator's buffers as the cost model's device sizes them (the size table, osdp/schedule.h) */
+static osdp_buffer_dims buffer_dims(const osdp_cost_model *cm, int op, int rc, int b)
+{
+    const osdp_device *d = cm->dev;
+    return (osdp_buffer_dims){.layout = cm->layout, .op = op, .micro_batch = b, .recompute = rc,
+                              .width = {.weight = (size_t)d->param_bytes, .grad = (size_t)d->grad_bytes,
+                                        .act = (size_t)d->act_bytes}};
+}
+
 /* the terms with shards of padded / shard_ranks (N; R for a hierarchical slice) */
 static void op_mem_sharded(const osdp_cost_model *cm, int op, int g, int k, int rc, int b, long long shard_ranks,
                            osdp_op_mem *out)
 {
-    const long long N = shard_ranks, e = cm->dev->param_bytes, eg = cm->dev->grad_bytes, a = cm->dev->act_bytes;
     size_t p[OSDP_MAX_SLICES];
     int partial;
     op_slices(cm, op, &g, &k, p, &partial);
-    long long total = 0, dp = 0;
+    osdp_buffer_dims d = buffer_dims(cm, op, rc, b);
     for (int s = 0; s < g; s++) {
-        total += (long long)p[s];
-        if (s >= k) dp += (long long)p[s];
+        d.padded += p[s];
+        if (s >= k) d.resident += p[s];
     }
-    /* fp32 master, m, v; the gradient shard; narrower working weights: the
-     * rounded copy of the master shard that is all-gathered */
-    out->state = (12 + eg + (e < 4 ? e : 0)) * (total / N);
-    out->resident = dp * e;
-    const osdp_op_layout *o = &cm->layout->op[op];
-    long long full_acts = (long long)b * (long long)o->act_floats_per_seq * a;
-    long long kept = (long long)b * (long long)o->kept_floats_per_seq * a;
-    out->acts = rc ? kept : full_acts;
-    out->rebuilt = rc ? full_acts - kept : 0;
+    d.shard = d.padded / (size_t)shard_ranks;
+#define BYTES(kind, slice_padded) ((long long)osdp_buffer_bytes(kind, &d, slice_padded))
+    out->state = BYTES(OSDP_BUF_STATE, 0) + BYTES(OSDP_BUF_MASTER_COPY, 0);
+    out->resident = BYTES(OSDP_BUF_RESIDENT, 0);
+    /* recompute: its output stays from the forward to the backward (KEPT), the rest (ACTS) is rebuilt */
+    const long long acts = BYTES(OSDP_BUF_ACTS, 0);
+    out->acts = rc ? BYTES(OSDP_BUF_KEPT, 0) : acts;
+    out->rebuilt = rc ? acts : 0;
     out->held = cm->in_flight > 1 ? (long long)(cm->in_flight - 1) * out->acts : 0;
-    out->grads = total * eg;
-    out->recv = total / N * eg;
+    out->grads = BYTES(OSDP_BUF_FULL_GRAD, 0);
+    out->recv = BYTES(OSDP_BUF_GRAD_RECV, 0);
     /* backward goes down the slices; ZDP slices are 0..k-1.  At slice s the
      * operator holds slice s if ZDP and, with prefetch, slice s-1 gathered
      * ahead (the next operator's first slice, f, is held throughout) */
+    long long gathered[OSDP_MAX_SLICES] = {0};
+    for (int s = 0; s < g; s++) gathered[s] = BYTES(OSDP_BUF_GATHERED, p[s]);
     out->work = out->work_from_2 = 0;
     for (int s = 0; s < g; s++) {
-        long long v = (s < k ? (long long)p[s] * e : 0) + (cm->prefetch && s >= 1 && s - 1 < k ? (long long)p[s - 1] * e : 0);
+        long long v = (s < k ? gathered[s] : 0) + (cm->prefetch && s >= 1 && s - 1 < k ? gathered[s - 1] : 0);
         if (v > out->work) out->work = v;
         if (s >= 2 && v > out->work_from_2) out->work_from_2 = v;
     }
     /* the first slice the backward order touches: slice g-1 of the backward,
      * or with recompute slice 0 of the recomputed forward */
-    out->forward_first = k > 0 ? (long long)p[0] * e : 0;
-    out->prefetch = rc ? out->forward_first : (k == g ? (long long)p[g - 1] * e : 0);
+    out->forward_first = k > 0 ? gathered[0] : 0;
+    out->prefetch = rc ? out->forward_first : (k == g ? gathered[g - 1] : 0);
+#undef BYTES
+}
+
+void osdp_cost_peak_terms(const osdp_cost_model *cm, int op, const osdp_op_mem *m, osdp_op_peak_terms *out)
+{
+    out->held = m->state + m->resident + m->held;   /* held: a pipeline stage's other micro-batches */
+    out->acts = m->acts;
+    out->pass_peak = m->rebuilt + m->grads + (m->work > m->recv ? m->work : m->recv) + osdp_cost_tied_grads(cm, op);
+    out->prefetch = cm->prefetch ? m->prefetch : 0;
+    out->in_flight = cm->prefetch ? m->grads + m->recv : 0;
 }
 
 long long osdp_cost_tied_grads(const osdp_cost_model *cm, int op)
@@ -210,8 +229,9 @@ double osdp_cost_tp_comm(const osdp_cost_model *cm, int op, int rc, int b)
 
 long long osdp_cost_workspace(const osdp_cost_model *cm, int b)
 {
-    const long long staging = (long long)b * (long long)osdp_tp_staging_floats_per_seq(cm->layout);
-    return ((long long)osdp_workspace_floats(cm->layout, b) + staging) * cm->dev->act_bytes + cm->stage_buffer_bytes;
+    const osdp_buffer_dims d = buffer_dims(cm, 0, 0, b);
+    return (long long)(osdp_buffer_bytes(OSDP_BUF_WORKSPACE, &d, 0) + osdp_buffer_bytes(OSDP_BUF_TP_STAGING, &d, 0))
+         + cm->stage_buffer_bytes;
 }
 
 void osdp_cost_op_time(const osdp_cost_model *cm, int op, int g, int k, int b, int accum, osdp_op_time *out)
@@ -314,27 +334,26 @@ long long osdp_cost_peak(const osdp_cost_model *cm_in, const osdp_plan *plan, in
     osdp_cost_model with_plan = *cm_in, *cm = &with_plan;
     with_plan.recompute = plan->recompute;
     const int n = cm->layout->n_ops;
-    osdp_op_mem *m = malloc(sizeof *m * (size_t)n);
-    if (!m) return -1;
+    osdp_op_peak_terms *t = malloc(sizeof *t * (size_t)n);
+    if (!t) return -1;
     long long base = osdp_cost_workspace(cm, b);
     for (int i = 0; i < n; i++) {
-        osdp_cost_plan_op_mem(cm, plan, i, b, &m[i]);
-        base += m[i].state + m[i].resident + m[i].held;
+        osdp_op_mem m;
+        osdp_cost_plan_op_mem(cm, plan, i, b, &m);
+        osdp_cost_peak_terms(cm, i, &m, &t[i]);
+        base += t[i].held;
     }
     long long acts = 0, best = -1;
     int where = 0;
     for (int u = 0; u < n; u++) {
-        acts += m[u].acts;
-        long long v = acts + m[u].rebuilt + m[u].grads + (m[u].work > m[u].recv ? m[u].work : m[u].recv)
-                    + osdp_cost_tied_grads(cm, u);
-        if (cm->prefetch && u + 1 < n) v += m[u + 1].grads + m[u + 1].recv;
-        if (cm->prefetch && u > 0) v += m[u - 1].prefetch;
+        const long long v = osdp_cost_backward_moment(t, n, u, acts);
+        acts += t[u].acts;
         if (v > best) {
             best = v;
             where = u;
         }
     }
-    free(m);
+    free(t);
     if (at_op) *at_op = where;
     return base + best;
 }

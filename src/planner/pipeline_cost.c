@@ -1,13 +1,14 @@
 /* The pipeline's cost (formulas in osdp/pipeline_cost.h). */
 #include "osdp/pipeline_cost.h"
+#include "osdp/schedule.h"
 
 #include <math.h>
 #include <stdlib.h>
 
 size_t osdp_pipe_boundary_bytes(const osdp_layout *layout, int first_op, int micro_batch)
 {
-    const osdp_op_layout *before = &layout->op[first_op - 1];
-    return (size_t)micro_batch * (size_t)layout->T * (size_t)before->width * sizeof(float);
+    const osdp_buffer_dims d = {.layout = layout, .op = first_op, .micro_batch = micro_batch};
+    return osdp_buffer_bytes(OSDP_BUF_STAGE_INPUT, &d, 0);
 }
 
 double osdp_pipe_message_time(const osdp_device *dev, double bytes)

@@ -31,19 +31,16 @@ static int granularities(const osdp_cost_model *cm, const osdp_planner_options *
 typedef struct choice_terms {
     int slices, zdp_slices, recompute; /* k = zdp_slices of g = slices ZDP */
     int hierarchical;                  /* g = k = 1, sharded inside the node (osdp/plan.h) */
-    long long kept_bytes;      /* state + resident */
-    long long act_bytes;       /* acts */
-    long long pass_peak_bytes; /* rebuilt + G + max(work, recv) */
-    long long prefetch_bytes;  /* prefetch (0 without prefetch) */
-    long long in_flight_bytes; /* G + H while the operator before it runs (0 without prefetch) */
+    osdp_op_peak_terms mem;    /* what it adds to the peak (osdp/cost_model.h) */
     double time;               /* its step time (0 when minimising memory) */
 } choice_terms;
 
 /* a is no worse than b in every term */
 static int no_worse(const choice_terms *a, const choice_terms *b)
 {
-    return a->kept_bytes <= b->kept_bytes && a->act_bytes <= b->act_bytes && a->pass_peak_bytes <= b->pass_peak_bytes
-        && a->prefetch_bytes <= b->prefetch_bytes && a->in_flight_bytes <= b->in_flight_bytes && a->time <= b->time;
+    const osdp_op_peak_terms *p = &a->mem, *q = &b->mem;
+    return p->held <= q->held && p->acts <= q->acts && p->pass_peak <= q->pass_peak && p->prefetch <= q->prefetch
+        && p->in_flight <= q->in_flight && a->time <= b->time;
 }
 
 /* Drops the dominated choices of one operator: b goes when some a is no
@@ -68,14 +65,8 @@ static int prune(choice_terms *c, int n)
 /* the terms the search sees of one choice's memory and time */
 static void set_terms(const osdp_ps_context *ctx, int i, const osdp_op_mem *m, const osdp_op_time *ot, choice_terms *c)
 {
-    const osdp_planner_options *o = ctx->opts;
     memset(c, 0, sizeof *c);
-    c->kept_bytes = m->state + m->resident + m->held;   /* held: a pipeline stage's other micro-batches */
-    c->act_bytes = m->acts;
-    c->pass_peak_bytes = m->rebuilt + m->grads + (m->work > m->recv ? m->work : m->recv)
-                       + osdp_cost_tied_grads(&ctx->cost, i);
-    c->prefetch_bytes = o->prefetch ? m->prefetch : 0;
-    c->in_flight_bytes = o->prefetch ? m->grads + m->recv : 0;
+    osdp_cost_peak_terms(&ctx->cost, i, m, &c->mem);
     c->time = ctx->minimise_memory ? 0 : ot->total; /* minimising memory: time tells nothing apart */
 }
 
@@ -90,14 +81,15 @@ static int make_choices(const osdp_ps_context *ctx, int i, int b, int accum, cho
         rc_lo = 0;
         rc_hi = 1;
     }
-    /* a tied head reads the embedding's resident wte: the embedding is DP whatever the modes */
-    const int tied_embed = i == 0 && ctx->cost.layout->cfg.tied_head;
+    /* an operator that may not be ZDP (the layout's allowed modes: a tied head's embedding) is DP whatever
+     * the modes */
+    const int dp_only = !osdp_op_allows_zdp(ctx->cost.layout, i);
     for (int rc = rc_lo; rc <= rc_hi; rc++)
         for (int gi = 0; gi < ng; gi++)
             for (int k = 0; k <= gs[gi]; k++) {
-                if (tied_embed && k != 0) continue;
-                if (!tied_embed && o->modes == OSDP_MODES_ALL_DP && k != 0) continue;
-                if (!tied_embed && o->modes == OSDP_MODES_ALL_ZDP && k != gs[gi]) continue;
+                if (dp_only && k != 0) continue;
+                if (!dp_only && o->modes == OSDP_MODES_ALL_DP && k != 0) continue;
+                if (!dp_only && o->modes == OSDP_MODES_ALL_ZDP && k != gs[gi]) continue;
                 osdp_op_mem m;
                 osdp_op_time ot;
                 osdp_cost_op_mem_rc(&ctx->cost, i, gs[gi], k, rc, b, &m);
@@ -109,7 +101,7 @@ static int make_choices(const osdp_ps_context *ctx, int i, int b, int accum, cho
                 c->recompute = rc;
             }
     /* hierarchical (a two-level network whose data group spans nodes): unsplit, for any operator ZDP may take */
-    for (int rc = rc_lo; rc <= rc_hi && ctx->cost.hier && !tied_embed && o->modes == OSDP_MODES_ANY; rc++) {
+    for (int rc = rc_lo; rc <= rc_hi && ctx->cost.hier && !dp_only && o->modes == OSDP_MODES_ANY; rc++) {
         osdp_op_mem m;
         osdp_op_time ot;
         osdp_cost_op_mem_hier(&ctx->cost, i, rc, b, &m);
@@ -126,7 +118,7 @@ static int make_choices(const osdp_ps_context *ctx, int i, int b, int accum, cho
  * one width): their choices are the same */
 static int same_op(const osdp_op_layout *a, const osdp_op_layout *b)
 {
-    if (a->type != b->type || a->width != b->width || a->width_in != b->width_in || a->n_tensors != b->n_tensors
+    if (a->type != b->type || a->allowed_modes != b->allowed_modes || a->width != b->width || a->width_in != b->width_in || a->n_tensors != b->n_tensors
         || a->numel != b->numel || a->act_floats_per_seq != b->act_floats_per_seq
         || a->flops_per_token != b->flops_per_token || a->attn_flops_per_token != b->attn_flops_per_token)
         return 0;
@@ -330,7 +322,7 @@ osdp_status osdp_ps_context_build(osdp_ps_context *ctx, const osdp_layout *L, co
         const choice_terms *ci = c + (size_t)(ctx->group[i] / 2) * (size_t)cap; /* its representative's choices */
         long long lo = LLONG_MAX;
         for (int j = 0; j < ctx->n_choices[i]; j++)
-            if (ci[j].kept_bytes + ci[j].act_bytes < lo) lo = ci[j].kept_bytes + ci[j].act_bytes;
+            if (ci[j].mem.held + ci[j].mem.acts < lo) lo = ci[j].mem.held + ci[j].mem.acts;
         ctx->fixed_bytes += lo;
         for (int j = 0; j < ctx->stride; j++) {
             const choice_terms *e = &ci[j < ctx->n_choices[i] ? j : 0]; /* past n_choices[i]: never read, kept defined */
@@ -339,11 +331,11 @@ osdp_status osdp_ps_context_build(osdp_ps_context *ctx, const osdp_layout *L, co
             ctx->choice_zdp_slices[a] = (signed char)e->zdp_slices;
             ctx->choice_recompute[a] = (signed char)e->recompute;
             ctx->choice_hierarchical[a] = (signed char)e->hierarchical;
-            ctx->held_bytes[a] = e->kept_bytes + e->act_bytes - lo;
-            ctx->pass_peak_bytes[a] = e->pass_peak_bytes;
-            ctx->prefetch_bytes[a] = e->prefetch_bytes;
-            ctx->next_op_bytes[a] = e->in_flight_bytes - e->act_bytes;
-            ctx->act_bytes[a] = e->act_bytes;
+            ctx->held_bytes[a] = e->mem.held + e->mem.acts - lo;
+            ctx->pass_peak_bytes[a] = e->mem.pass_peak;
+            ctx->prefetch_bytes[a] = e->mem.prefetch;
+            ctx->next_op_bytes[a] = e->mem.in_flight - e->mem.acts;
+            ctx->act_bytes[a] = e->mem.acts;
             ctx->objective[a] = ctx->minimise_memory ? (double)ctx->held_bytes[a] : e->time;
         }
     }

@@ -16,7 +16,9 @@
  * slices ZDP, with recompute choice_recompute.  The model peak of a plan is
  *     cst + sum_i R[i][c_i] + max_u Z_u,
  *     Z_u = K[u] + f[u-1][c_{u-1}] + wp[u][c_u] + nx[u+1][c_{u+1}]
- * (missing neighbours count 0), where, in osdp/cost_model.h's terms,
+ * (missing neighbours count 0), where, in osdp/cost_model.h's terms (each
+ * choice's osdp_op_peak_terms, from osdp_cost_peak_terms: the terms
+ * osdp_cost_peak adds up, themselves from the size table),
  *     R  = state + resident + acts (less the operator's smallest R, in cst)
  *     wp = rebuilt + G + max(work, recv)     f = prefetch footprint
  *     nx = [prefetch] (G + H) - acts         (its own activations are not

@@ -61,10 +61,14 @@ void osdp_plan_fill(osdp_plan *plan, int zdp)
 
 int osdp_plan_tie_embedding(osdp_plan *plan, const osdp_layout *layout)
 {
-    if (!layout->cfg.tied_head || plan->zdp_slices[0] == 0) return 0;
-    plan->zdp_slices[0] = 0;
-    plan->hierarchical[0] = 0;
-    return 1;
+    int changed = 0;
+    for (int i = 0; i < plan->n_ops; i++)
+        if (plan->zdp_slices[i] > 0 && !osdp_op_allows_zdp(layout, i)) {
+            plan->zdp_slices[i] = 0;
+            plan->hierarchical[i] = 0;
+            changed = 1;
+        }
+    return changed;
 }
 
 /* "dp" | "zdp" | "h" | "k/g", optionally followed by " recompute"; -1 when
@@ -162,7 +166,7 @@ static int plan_handler(void *user, const char *section, const char *key, const 
         st->status = osdp_error_set(OSDP_ERR_INPUT, "operator '%s' listed twice", key);
         return 0;
     }
-    if (k > 0 && op == 0 && st->layout->cfg.tied_head) {
+    if (k > 0 && !osdp_op_allows_zdp(st->layout, op)) {
         st->status = osdp_error_set(OSDP_ERR_INPUT, "%s = '%s': the head is tied to the embedding's wte (tied_head = "
                                     "true), so operator %s must be dp (not %s)", key, value, key,
                                     hier ? "h, which gathers it per pass like zdp" : "zdp or k/g");

@@ -22,35 +22,44 @@ osdp_mem_category osdp_buffer_category(osdp_buffer_kind kind)
     return category[kind];
 }
 
-/* the output of operator op, (B, T, d): what crosses a stage boundary after it */
-static size_t boundary_bytes(const osdp_schedule *sc, int op)
+size_t osdp_buffer_bytes(osdp_buffer_kind kind, const osdp_buffer_dims *d, size_t slice_padded)
 {
-    return (size_t)sc->opt.micro_batch * (size_t)sc->layout->T * (size_t)sc->layout->op[op].width * sizeof(float);
-}
-
-/* Bytes of buffer `kind` of operator op (slice: GATHERED only), from the
- * size table and the slicing. */
-static size_t buffer_bytes(const osdp_schedule *sc, osdp_buffer_kind kind, int op, int slice)
-{
-    const osdp_sched_op *so = &sc->ops[op];
-    const osdp_op_layout *ol = &sc->layout->op[op];
-    const size_t B = (size_t)sc->opt.micro_batch, F = sizeof(float);
+    const osdp_op_layout *ol = &d->layout->op[d->op];
+    const size_t B = (size_t)d->micro_batch, F = sizeof(float);
+    const osdp_buffer_widths *w = &d->width;
     switch (kind) {
-    case OSDP_BUF_STATE: return 4 * so->shard * F;
-    case OSDP_BUF_MASTER_COPY: return so->shard * sc->weight_size;
-    case OSDP_BUF_RESIDENT: return so->resident_numel * sc->weight_size;
-    case OSDP_BUF_WORKSPACE: return osdp_workspace_floats(sc->layout, (int)B) * F;
-    case OSDP_BUF_GATHERED: return so->slice[slice].padded * sc->weight_size;
-    case OSDP_BUF_KEPT: return B * ol->kept_floats_per_seq * F;
-    case OSDP_BUF_ACTS:
-        return B * (ol->act_floats_per_seq - (so->recompute ? ol->kept_floats_per_seq : 0)) * F;
-    case OSDP_BUF_FULL_GRAD: return so->padded * F;
-    case OSDP_BUF_GRAD_RECV: return so->shard * F;
-    case OSDP_BUF_TP_STAGING: return B * osdp_tp_staging_floats_per_seq(sc->layout) * F;
-    case OSDP_BUF_STAGE_INPUT: return boundary_bytes(sc, op - 1);
+    case OSDP_BUF_STATE: return (3 * F + w->grad) * d->shard;   /* fp32 master, AdamW m and v; the gradient */
+    case OSDP_BUF_MASTER_COPY: return w->weight < F ? d->shard * w->weight : 0;
+    case OSDP_BUF_RESIDENT: return d->resident * w->weight;
+    case OSDP_BUF_WORKSPACE: return osdp_workspace_floats(d->layout, (int)B) * w->act;
+    case OSDP_BUF_GATHERED: return slice_padded * w->weight;
+    case OSDP_BUF_KEPT: return B * ol->kept_floats_per_seq * w->act;
+    case OSDP_BUF_ACTS: return B * (ol->act_floats_per_seq - (d->recompute ? ol->kept_floats_per_seq : 0)) * w->act;
+    case OSDP_BUF_FULL_GRAD: return d->padded * w->grad;
+    case OSDP_BUF_GRAD_RECV: return d->shard * w->grad;
+    case OSDP_BUF_TP_STAGING: return B * osdp_tp_staging_floats_per_seq(d->layout) * w->act;
+    case OSDP_BUF_STAGE_INPUT: return B * (size_t)d->layout->T * (size_t)d->layout->op[d->op - 1].width * F;
     case OSDP_BUF_N_KINDS: break;
     }
     return 0;
+}
+
+/* Bytes of buffer `kind` of operator op (slice: GATHERED only) as the plan
+ * slices it, from the size table. */
+static size_t buffer_bytes(const osdp_schedule *sc, osdp_buffer_kind kind, int op, int slice)
+{
+    const osdp_sched_op *so = &sc->ops[op];
+    const osdp_buffer_dims d = {.layout = sc->layout, .op = op, .micro_batch = sc->opt.micro_batch,
+                                .recompute = so->recompute, .padded = so->padded, .shard = so->shard,
+                                .resident = so->resident_numel,
+                                .width = {.weight = sc->weight_size, .grad = sizeof(float), .act = sizeof(float)}};
+    return osdp_buffer_bytes(kind, &d, so->slice[slice].padded);
+}
+
+/* the output of operator op, (B, T, d): what crosses a stage boundary after it */
+static size_t boundary_bytes(const osdp_schedule *sc, int op)
+{
+    return buffer_bytes(sc, OSDP_BUF_STAGE_INPUT, op + 1, 0);
 }
 
 /* ---- the builder ------------------------------------------------------------- */
@@ -459,10 +468,11 @@ static osdp_status check_inputs(const osdp_layout *layout, const osdp_plan *plan
         if (opt->pp_size > 1)
             return osdp_error_set(OSDP_ERR_INPUT, "--pp %d: a tied head (tied_head = true) needs the embedding and "
                                   "the head on one stage: use --pp 1, or tied_head = false", opt->pp_size);
-        if (plan->zdp_slices[0] > 0)
-            return osdp_error_set(OSDP_ERR_INPUT, "operator %s is ZDP in the plan, but the head is tied to its wte "
-                                  "(tied_head = true): the embedding must be DP", layout->op[0].name);
     }
+    for (int i = 0; i < plan->n_ops; i++)
+        if (plan->zdp_slices[i] > 0 && !osdp_op_allows_zdp(layout, i))
+            return osdp_error_set(OSDP_ERR_INPUT, "operator %s is ZDP in the plan, but the head is tied to its wte "
+                                  "(tied_head = true): the embedding must be DP", layout->op[i].name);
     for (int i = 0; i < plan->n_ops; i++)
         if (plan->recompute[i] && !osdp_op_can_recompute(layout->op[i].type))
             return osdp_error_set(OSDP_ERR_INPUT, "operator %s: only attn and mlp operators can recompute their activations",
