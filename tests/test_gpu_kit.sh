@@ -63,7 +63,10 @@ missing=$(for f in "$KIT/osdp_gpt" "$KIT/tests/test_nccl" "$KIT/tests/compare_we
 train_args=(train --model "$SRC/input/models/tiny.ini" --data "$DATA" --backend cpu --steps 4 --batch 2 --plan zdp --quiet)
 "$MPIEXEC" -n 2 "$BIN" "${train_args[@]}" --log "$WORK/tree.log" > "$WORK/tree.out" 2>&1 \
     || bad "the tree's binary did not train" "$WORK/tree.out"
-env -u LD_LIBRARY_PATH "$KIT/bin/mpiexec" -n 2 "$KIT/osdp_gpt" "${train_args[@]}" --log "$WORK/kit.log" \
+# a bound on each of the kit's runs (a hang must fail the test, not hold make check): hydra ends its ranks
+# on SIGTERM; any left after it are ended too
+bounded() { timeout -s TERM -k 10 180 "$@"; local st=$?; pkill -KILL -f "^$KIT/osdp_gpt " 2> /dev/null; return $st; }
+bounded env -u LD_LIBRARY_PATH "$KIT/bin/mpiexec" -n 2 "$KIT/osdp_gpt" "${train_args[@]}" --log "$WORK/kit.log" \
     > "$WORK/kit.out" 2>&1
 rc=$?
 [ $rc = 0 ] && [ -n "$(losses "$WORK/kit.log")" ] && [ "$(losses "$WORK/kit.log")" = "$(losses "$WORK/tree.log")" ] \
@@ -90,7 +93,7 @@ for p in /usr/bin/hydra_pmi_proxy /usr/bin/mpiexec.hydra; do [ -e \$p ] && mount
 for f in "$SYSLIB"/*; do echo "\${f##*/}"; done > "$WORK/hidden_libs.txt"
 exec "$KIT/bin/mpiexec" -n 2 "$KIT/osdp_gpt" $(printf '%q ' "${train_args[@]}") --log "$WORK/hidden.log"
 HIDDEN
-    env -u LD_LIBRARY_PATH unshare -m /bin/sh "$WORK/hidden.sh" > "$WORK/hidden.out" 2>&1
+    bounded env -u LD_LIBRARY_PATH unshare -m /bin/sh "$WORK/hidden.sh" > "$WORK/hidden.out" 2>&1
     rc=$?
     if grep -q -E 'libmpich|libhdf5|libopenblas' "$WORK/hidden_libs.txt" 2> /dev/null || [ $rc = 90 ]; then
         bad "the system's libraries were not hidden (status $rc)" "$WORK/hidden.out"
