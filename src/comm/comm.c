@@ -16,23 +16,6 @@ const char *osdp_collective_name(osdp_collective c)
 }
 
 
-double osdp_comm_timeout_from_env(int rank)
-{
-    const char *name = "OSDP_COMM_TIMEOUT_S";
-    const char *v = getenv(name);
-    if (!v || !*v) {
-        name = "OSDP_NCCL_TIMEOUT_S";
-        v = getenv(name);
-    }
-    if (!v || !*v) return OSDP_COMM_DEFAULT_TIMEOUT_S;
-    char *end;
-    double t = strtod(v, &end);
-    if (end != v && *end == '\0' && t >= 0 && t < 1e12) return t;
-    if (rank == 0)
-        fprintf(stderr, "osdp_gpt: warning: %s=%s is not a number of seconds >= 0; using %.0f\n", name, v,
-                OSDP_COMM_DEFAULT_TIMEOUT_S);
-    return OSDP_COMM_DEFAULT_TIMEOUT_S;
-}
 
 void osdp_comm_describe(char *buf, size_t n, const char *what, size_t count, osdp_dtype dtype,
                         unsigned long long seq)

@@ -8,17 +8,7 @@
 #include <stddef.h>
 #include "osdp/comm.h"
 
-#define OSDP_COMM_DEFAULT_TIMEOUT_S 600.0
-
-/* Seconds a rank waits for one collective (or NCCL's set-up or teardown)
- * before it gives up with a message naming what was pending: a peer died,
- * hangs, or called a different collective.  From OSDP_COMM_TIMEOUT_S, or
- * OSDP_NCCL_TIMEOUT_S (its older name); 0 waits for ever; default 600.
- * A value that is not a number of seconds >= 0 keeps the default, and rank
- * 0 warns. */
-double osdp_comm_timeout_from_env(int rank);
-
-#include "util/clock.h"   /* osdp_now_seconds: the waits' clock */
+#include "util/clock.h"   /* osdp_now_seconds, osdp_comm_timeout_from_env: the waits' clock and bound */
 
 /* "all-reduce of 2 float64 elements (collective #7 of this rank)" into buf;
  * count 0 leaves out the size */

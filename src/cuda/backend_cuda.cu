@@ -88,7 +88,7 @@
 extern "C" {
 #include "config.h"
 #include "osdp/compute.h"
-#include "../comm/comm_internal.h"
+#include "util/clock.h"
 #include "util/launch_gate.h"
 }
 

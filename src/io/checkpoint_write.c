@@ -5,7 +5,7 @@
 #include "osdp/pipeline.h"
 #include "util/path.h"
 #include "util/watchdog.h"
-#include "../comm/comm_internal.h"   /* osdp_comm_timeout_from_env: the save's waits are bounded as collectives are */
+#include "util/clock.h"   /* osdp_comm_timeout_from_env: the save's waits are bounded as collectives are */
 
 #include <errno.h>
 #include <fcntl.h>
