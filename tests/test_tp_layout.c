@@ -9,7 +9,7 @@
  *     bitwise those of tp 1 without padding (the flat buffer of today), any
  *     sub-range gives the same values, padding is 0;
  *   - checkpoint selections: each rank's pieces written through
- *     ck_select_part into a logical HDF5 dataset (in memory) give the
+ *     ckpt_select_part into a logical HDF5 dataset (in memory) give the
  *     logical tensor, read back give the parts (padding 0), and the
  *     pieces' checksums add up to the logical tensor's. */
 #include "check_main.h"
@@ -249,7 +249,7 @@ static size_t random_cuts(size_t n, size_t *cuts, size_t max_cuts)
 }
 
 /* Move rank r's part of tensor t (part: its numel elements) to or from
- * dataset d in random pieces, as ck_transfer does; returns the pieces'
+ * dataset d in random pieces, as ckpt_transfer does; returns the pieces'
  * checksum. */
 static uint64_t transfer_pieces(hid_t d, hid_t space, const osdp_tensor_desc *t, int r, float *part, int write)
 {
@@ -260,12 +260,12 @@ static uint64_t transfer_pieces(hid_t d, hid_t space, const osdp_tensor_desc *t,
         const size_t a = cuts[c], b = cuts[c + 1];
         hsize_t count = b - a;
         hid_t mspace = H5Screate_simple(1, &count, NULL);
-        ck_assert_int_ge(ck_select_part(space, mspace, t, r, a, b), 0);
+        ck_assert_int_ge(ckpt_select_part(space, mspace, t, r, a, b), 0);
         ck_assert_int_eq(H5Sget_select_npoints(space), H5Sget_select_npoints(mspace));
         herr_t e = write ? H5Dwrite(d, H5T_NATIVE_FLOAT, mspace, space, H5P_DEFAULT, part + a)
                          : H5Dread(d, H5T_NATIVE_FLOAT, mspace, space, H5P_DEFAULT, part + a);
         ck_assert_int_ge(e, 0);
-        sum += ck_checksum_part(t, r, part + a, a, b);
+        sum += ckpt_checksum_part(t, r, part + a, a, b);
         H5Sclose(mspace);
     }
     return sum;
@@ -286,7 +286,7 @@ static void check_selections(const osdp_model_config *cfg, const osdp_layout *L,
             const osdp_tensor_desc *t = &op->tensor[k];
             char name[32];
             snprintf(name, sizeof name, "/d%d", sr->datasets++);
-            hid_t space = ck_tensor_space(t);
+            hid_t space = ckpt_tensor_space(t);
             hid_t d = H5Dcreate2(sr->file, name, H5T_IEEE_F32LE, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
             ck_assert_int_ge(d, 0);
             /* write each owner's pieces: the dataset is the logical tensor, the checksums add up to its own */
@@ -303,7 +303,7 @@ static void check_selections(const osdp_model_config *cfg, const osdp_layout *L,
             ck_assert_msg(memcmp(stored, want, n * sizeof(float)) == 0,
                           "tp %d vocabulary %d %s/%s: the written dataset is not the logical tensor", L->tp_size,
                           L->vocab_padded, op->name, t->name);
-            ck_assert_msg(sum == ck_checksum_partial(want, n, 0), "%s/%s: the pieces' checksums do not add up to the "
+            ck_assert_msg(sum == ckpt_checksum_partial(want, n, 0), "%s/%s: the pieces' checksums do not add up to the "
                           "tensor's", op->name, t->name);
             free(stored);
             /* read: every rank gets its part back, padding left as it was (0) */

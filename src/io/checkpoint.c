@@ -10,11 +10,11 @@
 #include <string.h>
 #include <time.h>
 
-const char *const ck_kind_group[CK_N_KINDS] = {"/model", "/optim/m", "/optim/v"};
+const char *const ckpt_kind_group[CKPT_N_KINDS] = {"/model", "/optim/m", "/optim/v"};
 
-void ck_dataset_name(int kind, const osdp_op_layout *op, int t, char *buf, size_t n)
+void ckpt_dataset_name(int kind, const osdp_op_layout *op, int t, char *buf, size_t n)
 {
-    snprintf(buf, n, "%s/%s/%s", ck_kind_group[kind], op->name, op->tensor[t].name);
+    snprintf(buf, n, "%s/%s/%s", ckpt_kind_group[kind], op->name, op->tensor[t].name);
 }
 
 void osdp_ckpt_step_name(long step, char *buf, size_t n)
@@ -73,20 +73,20 @@ static herr_t capture_cb(hid_t estack, void *data)
     return 0;
 }
 
-void ck_h5_quiet_begin(ck_h5_quiet *q)
+void ckpt_h5_quiet_begin(ckpt_h5_quiet *q)
 {
     H5Eget_auto2(H5E_DEFAULT, &q->func, &q->data);
     H5Eset_auto2(H5E_DEFAULT, capture_cb, NULL);
     g_h5_last[0] = 0;
 }
 
-void ck_h5_quiet_end(const ck_h5_quiet *q)
+void ckpt_h5_quiet_end(const ckpt_h5_quiet *q)
 {
     H5Eclear2(H5E_DEFAULT);
     H5Eset_auto2(H5E_DEFAULT, q->func, q->data);
 }
 
-const char *ck_h5_error(char *buf, size_t n)
+const char *ckpt_h5_error(char *buf, size_t n)
 {
     snprintf(buf, n, "%s", g_h5_last[0] ? g_h5_last : "HDF5 reported no detail");
     g_h5_last[0] = 0;
@@ -107,7 +107,7 @@ static inline uint64_t fmix64(uint64_t x)
     return x;
 }
 
-uint64_t ck_checksum_partial(const float *x, size_t n, uint64_t first_index)
+uint64_t ckpt_checksum_partial(const float *x, size_t n, uint64_t first_index)
 {
     uint64_t sum = 0;
     for (size_t k = 0; k < n; k++) {
@@ -120,7 +120,7 @@ uint64_t ck_checksum_partial(const float *x, size_t n, uint64_t first_index)
 
 /* ---- pieces and selections --------------------------------------------------------------- */
 
-size_t ck_max_elems(void)
+size_t ckpt_max_elems(void)
 {
     static size_t cached = 0;
     if (!cached) {
@@ -131,20 +131,20 @@ size_t ck_max_elems(void)
     return cached;
 }
 
-int ck_piece_calls(const osdp_tensor_desc *td, size_t shard)
+int ckpt_piece_calls(const osdp_tensor_desc *td, size_t shard)
 {
-    size_t most = td->numel < shard ? td->numel : shard, m = ck_max_elems();
+    size_t most = td->numel < shard ? td->numel : shard, m = ckpt_max_elems();
     size_t calls = (most + m - 1) / m;
     return calls < 1 ? 1 : (int)calls;
 }
 
-int ck_piece(const osdp_tensor_desc *td, size_t lo, size_t shard, size_t limit, int call, size_t *a, size_t *b,
+int ckpt_piece_range(const osdp_tensor_desc *td, size_t lo, size_t shard, size_t limit, int call, size_t *a, size_t *b,
              size_t *buf_off)
 {
     size_t t_lo = td->offset, t_hi = td->offset + td->numel, s_hi = lo + shard < limit ? lo + shard : limit;
     size_t pa = lo > t_lo ? lo : t_lo, pb = s_hi < t_hi ? s_hi : t_hi;
     if (pa >= pb) return 0;
-    size_t m = ck_max_elems();
+    size_t m = ckpt_max_elems();
     size_t s = pa + (size_t)call * m;
     if (s >= pb) return 0;
     size_t e = pb - s > m ? s + m : pb;
@@ -154,7 +154,7 @@ int ck_piece(const osdp_tensor_desc *td, size_t lo, size_t shard, size_t limit, 
     return 1;
 }
 
-hid_t ck_tensor_space(const osdp_tensor_desc *td)
+hid_t ckpt_tensor_space(const osdp_tensor_desc *td)
 {
     hsize_t dims[2] = {(hsize_t)td->logical_rows, (hsize_t)td->logical_cols};
     if (td->ndim == 1) return H5Screate_simple(1, &dims[1], NULL);
@@ -216,7 +216,7 @@ static herr_t select_column_rows(selection *file, selection *mem, const osdp_ten
     return e;
 }
 
-herr_t ck_select_part(hid_t fspace, hid_t mspace, const osdp_tensor_desc *td, int tp_rank, size_t a, size_t b)
+herr_t ckpt_select_part(hid_t fspace, hid_t mspace, const osdp_tensor_desc *td, int tp_rank, size_t a, size_t b)
 {
     herr_t e = H5Sselect_none(fspace);
     if (e >= 0) e = H5Sselect_none(mspace);
@@ -248,19 +248,19 @@ herr_t ck_select_part(hid_t fspace, hid_t mspace, const osdp_tensor_desc *td, in
     return e;
 }
 
-uint64_t ck_checksum_part(const osdp_tensor_desc *td, int tp_rank, const float *piece, size_t a, size_t b)
+uint64_t ckpt_checksum_part(const osdp_tensor_desc *td, int tp_rank, const float *piece, size_t a, size_t b)
 {
     uint64_t sum = 0;
     size_t logical, run;
     for (size_t x = a; x < b; x += run)
         if (osdp_tensor_next_run(td, tp_rank, x, b, &logical, &run))
-            sum += ck_checksum_partial(piece + (x - a), run, logical);
+            sum += ckpt_checksum_partial(piece + (x - a), run, logical);
     return sum;
 }
 
 /* ---- transfers ------------------------------------------------------------------------------- */
 
-MPI_Info ck_mpi_info(void)
+MPI_Info ckpt_mpi_info(void)
 {
     /* Each rank's piece of a contiguous dataset is one contiguous byte
      * range: ROMIO's two-phase collective buffering only adds copies and
@@ -282,12 +282,12 @@ MPI_Info ck_mpi_info(void)
     return info;
 }
 
-void ck_mpi_info_free(MPI_Info *info)
+void ckpt_mpi_info_free(MPI_Info *info)
 {
     if (*info != MPI_INFO_NULL) MPI_Info_free(info);
 }
 
-const char *ck_mpio_mode(void)
+const char *ckpt_mpio_mode(void)
 {
     const char *e = getenv("OSDP_CKPT_MPIO"), *f = getenv("OSDP_CKPT_FLETCHER32");
     if (f && strcmp(f, "1") == 0) return "collective";   /* parallel filtered writes need collective I/O */
@@ -299,11 +299,11 @@ const char *ck_mpio_mode(void)
     return e && strcmp(e, "collective") == 0 ? "collective" : "independent";
 }
 
-hid_t ck_dxpl(void)
+hid_t ckpt_dxpl(void)
 {
     hid_t dxpl = H5Pcreate(H5P_DATASET_XFER);
     if (dxpl < 0) return dxpl;
-    if (H5Pset_dxpl_mpio(dxpl, strcmp(ck_mpio_mode(), "independent") == 0 ? H5FD_MPIO_INDEPENDENT
+    if (H5Pset_dxpl_mpio(dxpl, strcmp(ckpt_mpio_mode(), "independent") == 0 ? H5FD_MPIO_INDEPENDENT
                                                                           : H5FD_MPIO_COLLECTIVE) < 0) {
         H5Pclose(dxpl);
         return -1;
@@ -311,11 +311,11 @@ hid_t ck_dxpl(void)
     return dxpl;
 }
 
-herr_t ck_transfer_none(hid_t d, const osdp_tensor_desc *td, hid_t dxpl, float *buf, int write)
+herr_t ckpt_transfer_none(hid_t d, const osdp_tensor_desc *td, hid_t dxpl, float *buf, int write)
 {
-    if (strcmp(ck_mpio_mode(), "collective") != 0) return 0;
+    if (strcmp(ckpt_mpio_mode(), "collective") != 0) return 0;
     hsize_t one = 1;
-    hid_t none_m = H5Screate_simple(1, &one, NULL), none_f = ck_tensor_space(td);
+    hid_t none_m = H5Screate_simple(1, &one, NULL), none_f = ckpt_tensor_space(td);
     herr_t e = none_m >= 0 && none_f >= 0 && H5Sselect_none(none_m) >= 0 && H5Sselect_none(none_f) >= 0 ? 0 : -1;
     if (e >= 0)
         e = write ? H5Dwrite(d, H5T_NATIVE_FLOAT, none_m, none_f, dxpl, buf)
@@ -323,36 +323,6 @@ herr_t ck_transfer_none(hid_t d, const osdp_tensor_desc *td, hid_t dxpl, float *
     if (none_m >= 0) H5Sclose(none_m);
     if (none_f >= 0) H5Sclose(none_f);
     return e;
-}
-
-herr_t ck_transfer(hid_t d, const osdp_tensor_desc *td, int tp_rank, size_t lo, size_t shard, size_t limit, hid_t dxpl,
-                   float *buf, int write, uint64_t *sum)
-{
-    herr_t status = 0;
-    hid_t space = ck_tensor_space(td);
-    const int owner = osdp_tensor_tp_owner(td, tp_rank);
-    int calls = ck_piece_calls(td, shard);
-    for (int c = 0; c < calls; c++) {
-        size_t a = 0, b = 0, off = 0;
-        /* a replicated tensor is written by tensor-parallel rank 0 alone, read by all */
-        int have = ck_piece(td, lo, shard, limit, c, &a, &b, &off) && (owner || !write);
-        hsize_t count = have ? (hsize_t)(b - a) : 1;
-        hid_t mspace = H5Screate_simple(1, &count, NULL);
-        herr_t e = mspace < 0 || space < 0 ? -1 : 0;
-        if (e >= 0) e = ck_select_part(space, mspace, td, tp_rank, a, have ? b : a);
-        float *p = buf + (have ? off : 0);
-        if (e >= 0) {
-            e = write ? H5Dwrite(d, H5T_NATIVE_FLOAT, mspace, space, dxpl, p)
-                      : H5Dread(d, H5T_NATIVE_FLOAT, mspace, space, dxpl, p);
-        } else {
-            ck_transfer_none(d, td, dxpl, p, write);   /* still take part */
-        }
-        if (mspace >= 0) H5Sclose(mspace);
-        if (e < 0) status = -1;
-        else if (have && owner) *sum += ck_checksum_part(td, tp_rank, p, a, b);
-    }
-    if (space >= 0) H5Sclose(space);
-    return status;
 }
 
 /* ---- attributes ------------------------------------------------------------------------------ */
@@ -367,28 +337,28 @@ static herr_t attr_write(hid_t loc, const char *name, hid_t file_type, hid_t mem
     return e;
 }
 
-herr_t ck_attr_write_i64(hid_t loc, const char *name, int64_t v)
+herr_t ckpt_attr_write_i64(hid_t loc, const char *name, int64_t v)
 {
     return attr_write(loc, name, H5T_STD_I64LE, H5T_NATIVE_INT64, H5Screate(H5S_SCALAR), &v);
 }
 
-herr_t ck_attr_write_u64(hid_t loc, const char *name, uint64_t v)
+herr_t ckpt_attr_write_u64(hid_t loc, const char *name, uint64_t v)
 {
     return attr_write(loc, name, H5T_STD_U64LE, H5T_NATIVE_UINT64, H5Screate(H5S_SCALAR), &v);
 }
 
-herr_t ck_attr_write_u64v(hid_t loc, const char *name, const uint64_t *v, size_t n)
+herr_t ckpt_attr_write_u64v(hid_t loc, const char *name, const uint64_t *v, size_t n)
 {
     hsize_t dim = n;
     return attr_write(loc, name, H5T_STD_U64LE, H5T_NATIVE_UINT64, H5Screate_simple(1, &dim, NULL), v);
 }
 
-herr_t ck_attr_write_f32(hid_t loc, const char *name, float v)
+herr_t ckpt_attr_write_f32(hid_t loc, const char *name, float v)
 {
     return attr_write(loc, name, H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, H5Screate(H5S_SCALAR), &v);
 }
 
-herr_t ck_attr_write_str(hid_t loc, const char *name, const char *s)
+herr_t ckpt_attr_write_str(hid_t loc, const char *name, const char *s)
 {
     hid_t t = H5Tcopy(H5T_C_S1);
     if (t < 0) return -1;
@@ -429,22 +399,22 @@ static osdp_status attr_read_num(hid_t loc, const char *where, const char *name,
     return e < 0 ? osdp_error_set(OSDP_ERR_INPUT, "%s: cannot read attribute '%s' (corrupt file?)", where, name) : OSDP_OK;
 }
 
-osdp_status ck_attr_read_i64(hid_t loc, const char *where, const char *name, int64_t *v)
+osdp_status ckpt_attr_read_i64(hid_t loc, const char *where, const char *name, int64_t *v)
 {
     return attr_read_num(loc, where, name, H5T_INTEGER, H5T_NATIVE_INT64, v);
 }
 
-osdp_status ck_attr_read_u64(hid_t loc, const char *where, const char *name, uint64_t *v)
+osdp_status ckpt_attr_read_u64(hid_t loc, const char *where, const char *name, uint64_t *v)
 {
     return attr_read_num(loc, where, name, H5T_INTEGER, H5T_NATIVE_UINT64, v);
 }
 
-osdp_status ck_attr_read_f32(hid_t loc, const char *where, const char *name, float *v)
+osdp_status ckpt_attr_read_f32(hid_t loc, const char *where, const char *name, float *v)
 {
     return attr_read_num(loc, where, name, H5T_FLOAT, H5T_NATIVE_FLOAT, v);
 }
 
-osdp_status ck_attr_read_str(hid_t loc, const char *where, const char *name, char **out)
+osdp_status ckpt_attr_read_str(hid_t loc, const char *where, const char *name, char **out)
 {
     hid_t a;
     *out = NULL;
@@ -516,7 +486,7 @@ static herr_t manifest_attr(hid_t loc, const char *name, const H5A_info_t *info,
 {
     (void)info;
     manifest_text *m = data;
-    if (strcmp(name, CK_MANIFEST_ATTR) == 0) return 0;
+    if (strcmp(name, CKPT_MANIFEST_ATTR) == 0) return 0;
     hid_t a = H5Aopen(loc, name, H5P_DEFAULT), t = a >= 0 ? H5Aget_type(a) : -1, sp = a >= 0 ? H5Aget_space(a) : -1;
     hssize_t npoints = sp >= 0 ? H5Sget_simple_extent_npoints(sp) : -1;
     H5T_class_t cls = t >= 0 ? H5Tget_class(t) : H5T_NO_CLASS;
@@ -566,14 +536,14 @@ static void manifest_seal_line(const char *body, char *line, size_t n)
     snprintf(line, n, "manifest %016llx\n", (unsigned long long)fmix64(digest_bytes(14695981039346656037ULL, body, strlen(body))));
 }
 
-herr_t ck_manifest_write(hid_t file)
+herr_t ckpt_manifest_write(hid_t file)
 {
     char *body = manifest_build(file), seal[64];
     if (!body) return -1;
     manifest_seal_line(body, seal, sizeof seal);
     manifest_text m = {body, strlen(body), strlen(body) + 1, 0, ""};
     manifest_append(&m, seal);
-    herr_t e = m.failed ? -1 : ck_attr_write_str(file, CK_MANIFEST_ATTR, m.text);
+    herr_t e = m.failed ? -1 : ckpt_attr_write_str(file, CKPT_MANIFEST_ATTR, m.text);
     free(m.text);
     return e;
 }
@@ -587,10 +557,10 @@ static const char *manifest_find(const char *text, const char *name)
     return NULL;
 }
 
-osdp_status ck_manifest_verify(hid_t file, const char *where)
+osdp_status ckpt_manifest_verify(hid_t file, const char *where)
 {
     char *stored = NULL;
-    osdp_status s = ck_attr_read_str(file, where, CK_MANIFEST_ATTR, &stored);
+    osdp_status s = ckpt_attr_read_str(file, where, CKPT_MANIFEST_ATTR, &stored);
     if (s != OSDP_OK) return s;
     char *now = manifest_build(file), seal[64];
     if (!now) {
@@ -615,7 +585,7 @@ osdp_status ck_manifest_verify(hid_t file, const char *where)
         sealed = strcmp(last, seal) == 0;
     }
     if (!sealed) s = osdp_error_set(OSDP_ERR_INPUT, "%s: attribute %s does not match its own checksum (edited?)", where,
-                                    CK_MANIFEST_ATTR);
+                                    CKPT_MANIFEST_ATTR);
     /* every attribute as it is now against its line, and every line against the file */
     for (const char *p = now; s == OSDP_OK && *p; p = strchr(p, '\n') + 1) {
         char name[256];
@@ -643,7 +613,7 @@ osdp_status ck_manifest_verify(hid_t file, const char *where)
 
 /* ---- test hook ------------------------------------------------------------------------------- */
 
-void ck_crash_point(const char *point, long step, int rank, int n_ranks)
+void ckpt_crash_point(const char *point, long step, int rank, int n_ranks)
 {
     const char *at = getenv("OSDP_CKPT_CRASH_AT");
     if (!at || strcmp(at, point) != 0) return;

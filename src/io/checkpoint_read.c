@@ -28,14 +28,14 @@ static osdp_status open_file(const char *path, MPI_Comm comm, hid_t *fapl_out, h
     if (s != OSDP_OK) return s;
     hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
     if (fapl >= 0) {
-        MPI_Info hints = ck_mpi_info();
+        MPI_Info hints = ckpt_mpi_info();
         H5Pset_fapl_mpio(fapl, comm, hints);   /* copies the hints */
-        ck_mpi_info_free(&hints);
+        ckpt_mpi_info_free(&hints);
     }
     hid_t file = fapl >= 0 ? H5Fopen(path, H5F_ACC_RDONLY, fapl) : -1;
     if (file < 0)
         s = osdp_error_set(OSDP_ERR_INPUT, "checkpoint %s: not a readable HDF5 file (truncated or corrupt): %s", path,
-                           ck_h5_error(h5msg, sizeof h5msg));
+                           ckpt_h5_error(h5msg, sizeof h5msg));
     s = osdp_status_agree(s, comm);
     if (s != OSDP_OK) {
         if (file >= 0) H5Fclose(file);
@@ -54,9 +54,9 @@ static osdp_status read_mesh(hid_t file, const char *where, osdp_ckpt_info *info
     int64_t tp = 1, dp = info->n_ranks, pp = 1;
     osdp_status s = OSDP_OK;
     if (H5Aexists(file, "mesh_tp") > 0) {
-        s = ck_attr_read_i64(file, where, "mesh_tp", &tp);
-        if (s == OSDP_OK) s = ck_attr_read_i64(file, where, "mesh_dp", &dp);
-        if (s == OSDP_OK) s = ck_attr_read_i64(file, where, "mesh_pp", &pp);
+        s = ckpt_attr_read_i64(file, where, "mesh_tp", &tp);
+        if (s == OSDP_OK) s = ckpt_attr_read_i64(file, where, "mesh_dp", &dp);
+        if (s == OSDP_OK) s = ckpt_attr_read_i64(file, where, "mesh_pp", &pp);
         if (s == OSDP_OK && (tp < 1 || dp < 1 || pp < 1 || tp * dp * pp != info->n_ranks))
             s = osdp_error_set(OSDP_ERR_INPUT, "%s: attributes mesh_tp x mesh_dp x mesh_pp = %lld x %lld x %lld do not "
                                "make n_ranks = %d", where, (long long)tp, (long long)dp, (long long)pp, info->n_ranks);
@@ -77,20 +77,20 @@ static osdp_status read_root(hid_t file, const char *path, osdp_ckpt_info *info,
     memset(info, 0, sizeof *info);
     snprintf(where, sizeof where, "checkpoint %s", path);
 #define TRYS(expr) do { osdp_status s_ = (expr); if (s_ != OSDP_OK) return s_; } while (0)
-    TRYS(ck_attr_read_i64(file, where, "format_version", &v));
+    TRYS(ckpt_attr_read_i64(file, where, "format_version", &v));
     if (v > OSDP_CKPT_FORMAT_VERSION)
         return osdp_error_set(OSDP_ERR_INPUT, "%s: attribute format_version = %lld is newer than this osdp_gpt supports (%d): "
                               "use a newer osdp_gpt", where, (long long)v, OSDP_CKPT_FORMAT_VERSION);
     if (v < 1) return osdp_error_set(OSDP_ERR_INPUT, "%s: attribute format_version = %lld is invalid", where, (long long)v);
     info->format_version = (int)v;
-    TRYS(ck_manifest_verify(file, where));   /* before any other attribute is believed */
+    TRYS(ckpt_manifest_verify(file, where));   /* before any other attribute is believed */
     char *str = NULL;
-    TRYS(ck_attr_read_str(file, where, "checksum_algorithm", &str));
+    TRYS(ckpt_attr_read_str(file, where, "checksum_algorithm", &str));
     int known = strcmp(str, OSDP_CKPT_CHECKSUM_ALGORITHM) == 0;
     free(str);
     if (!known) return osdp_error_set(OSDP_ERR_INPUT, "%s: attribute checksum_algorithm: unknown algorithm", where);
     if (H5Aexists(file, "content") > 0) {   /* absent in training checkpoints */
-        TRYS(ck_attr_read_str(file, where, "content", &str));
+        TRYS(ckpt_attr_read_str(file, where, "content", &str));
         info->weights_only = strcmp(str, "weights") == 0;
         int training = strcmp(str, "training-state") == 0;
         free(str);
@@ -98,38 +98,38 @@ static osdp_status read_root(hid_t file, const char *path, osdp_ckpt_info *info,
             return osdp_error_set(OSDP_ERR_INPUT, "%s: attribute content: expected \"weights\"", where);
     }
     if (info->weights_only) {   /* the model, nothing of a run */
-        TRYS(ck_attr_read_u64(file, where, "model_hash", &u));
+        TRYS(ckpt_attr_read_u64(file, where, "model_hash", &u));
         info->model_hash = u;
-        TRYS(ck_attr_read_str(file, where, "model_name", &str));
+        TRYS(ckpt_attr_read_str(file, where, "model_name", &str));
         snprintf(info->model_name, sizeof info->model_name, "%s", str);
         free(str);
-        if (model_text) TRYS(ck_attr_read_str(file, where, "model_description", model_text));
+        if (model_text) TRYS(ckpt_attr_read_str(file, where, "model_description", model_text));
         return OSDP_OK;
     }
-    TRYS(ck_attr_read_i64(file, where, "step", &v));
+    TRYS(ckpt_attr_read_i64(file, where, "step", &v));
     if (v < 0) return osdp_error_set(OSDP_ERR_INPUT, "%s: attribute step = %lld is invalid", where, (long long)v);
     info->step = (long)v;
-    TRYS(ck_attr_read_u64(file, where, "seed", &u));
+    TRYS(ckpt_attr_read_u64(file, where, "seed", &u));
     info->seed = u;
-    TRYS(ck_attr_read_i64(file, where, "n_ranks", &v));
+    TRYS(ckpt_attr_read_i64(file, where, "n_ranks", &v));
     info->n_ranks = (int)v;
     TRYS(read_mesh(file, where, info));
-    TRYS(ck_attr_read_u64(file, where, "model_hash", &u));
+    TRYS(ckpt_attr_read_u64(file, where, "model_hash", &u));
     info->model_hash = u;
-    TRYS(ck_attr_read_str(file, where, "model_name", &str));
+    TRYS(ckpt_attr_read_str(file, where, "model_name", &str));
     snprintf(info->model_name, sizeof info->model_name, "%s", str);
     free(str);
-    TRYS(ck_attr_read_u64(file, where, "plan_hash", &u));
+    TRYS(ckpt_attr_read_u64(file, where, "plan_hash", &u));
     info->plan_hash = u;
-    TRYS(ck_attr_read_i64(file, where, "micro_batch", &v));
+    TRYS(ckpt_attr_read_i64(file, where, "micro_batch", &v));
     info->micro_batch = (int)v;
-    TRYS(ck_attr_read_i64(file, where, "accum_steps", &v));
+    TRYS(ckpt_attr_read_i64(file, where, "accum_steps", &v));
     info->accum_steps = (int)v;
-    TRYS(ck_attr_read_i64(file, where, "global_batch", &v));
+    TRYS(ckpt_attr_read_i64(file, where, "global_batch", &v));
     info->global_batch = (long)v;
-    TRYS(ck_attr_read_i64(file, where, "seq_len", &v));
+    TRYS(ckpt_attr_read_i64(file, where, "seq_len", &v));
     info->seq_len = (int)v;
-    if (model_text) TRYS(ck_attr_read_str(file, where, "model_description", model_text));
+    if (model_text) TRYS(ckpt_attr_read_str(file, where, "model_description", model_text));
 
     htri_t has = H5Lexists(file, "/optim", H5P_DEFAULT);
     if (has <= 0) return osdp_error_set(OSDP_ERR_INPUT, "%s: missing group /optim", where);
@@ -137,15 +137,15 @@ static osdp_status read_root(hid_t file, const char *path, osdp_ckpt_info *info,
     if (g < 0) return osdp_error_set(OSDP_ERR_INPUT, "%s: cannot open group /optim (corrupt file?)", where);
     snprintf(where, sizeof where, "checkpoint %s: /optim", path);
     osdp_optim_config *o = &info->optim;
-    osdp_status s = ck_attr_read_f32(g, where, "lr", &o->lr);
-    if (s == OSDP_OK) s = ck_attr_read_f32(g, where, "min_lr_frac", &o->min_lr_frac);
-    if (s == OSDP_OK && (s = ck_attr_read_i64(g, where, "warmup_steps", &v)) == OSDP_OK) o->warmup_steps = (int)v;
-    if (s == OSDP_OK && (s = ck_attr_read_i64(g, where, "total_steps", &v)) == OSDP_OK) o->total_steps = (long)v;
-    if (s == OSDP_OK) s = ck_attr_read_f32(g, where, "beta1", &o->beta1);
-    if (s == OSDP_OK) s = ck_attr_read_f32(g, where, "beta2", &o->beta2);
-    if (s == OSDP_OK) s = ck_attr_read_f32(g, where, "eps", &o->eps);
-    if (s == OSDP_OK) s = ck_attr_read_f32(g, where, "weight_decay", &o->weight_decay);
-    if (s == OSDP_OK) s = ck_attr_read_f32(g, where, "grad_clip", &o->grad_clip);
+    osdp_status s = ckpt_attr_read_f32(g, where, "lr", &o->lr);
+    if (s == OSDP_OK) s = ckpt_attr_read_f32(g, where, "min_lr_frac", &o->min_lr_frac);
+    if (s == OSDP_OK && (s = ckpt_attr_read_i64(g, where, "warmup_steps", &v)) == OSDP_OK) o->warmup_steps = (int)v;
+    if (s == OSDP_OK && (s = ckpt_attr_read_i64(g, where, "total_steps", &v)) == OSDP_OK) o->total_steps = (long)v;
+    if (s == OSDP_OK) s = ckpt_attr_read_f32(g, where, "beta1", &o->beta1);
+    if (s == OSDP_OK) s = ckpt_attr_read_f32(g, where, "beta2", &o->beta2);
+    if (s == OSDP_OK) s = ckpt_attr_read_f32(g, where, "eps", &o->eps);
+    if (s == OSDP_OK) s = ckpt_attr_read_f32(g, where, "weight_decay", &o->weight_decay);
+    if (s == OSDP_OK) s = ckpt_attr_read_f32(g, where, "grad_clip", &o->grad_clip);
     H5Gclose(g);
 #undef TRYS
     return s;
@@ -167,22 +167,22 @@ static osdp_status weights_file_refused(const char *path)
 osdp_status osdp_ckpt_read_info(const char *path, MPI_Comm comm, osdp_ckpt_info *info)
 {
     double t0 = osdp_now_seconds();
-    ck_h5_quiet quiet;
-    ck_h5_quiet_begin(&quiet);
+    ckpt_h5_quiet quiet;
+    ckpt_h5_quiet_begin(&quiet);
     hid_t fapl, file;
     osdp_status s = open_file(path, comm, &fapl, &file);
     if (s == OSDP_OK) s = osdp_status_agree(read_root(file, path, info, NULL), comm);
     if (s == OSDP_OK && info->weights_only) s = weights_file_refused(path);
     close_file(fapl, file);
-    ck_h5_quiet_end(&quiet);
+    ckpt_h5_quiet_end(&quiet);
     if (s == OSDP_OK) info->seconds = osdp_now_seconds() - t0;
     return s;
 }
 
 osdp_status osdp_ckpt_read_model(const char *path, MPI_Comm comm, osdp_model_config *cfg)
 {
-    ck_h5_quiet quiet;
-    ck_h5_quiet_begin(&quiet);
+    ckpt_h5_quiet quiet;
+    ckpt_h5_quiet_begin(&quiet);
     hid_t fapl, file;
     osdp_ckpt_info info;
     char *text = NULL;
@@ -190,7 +190,7 @@ osdp_status osdp_ckpt_read_model(const char *path, MPI_Comm comm, osdp_model_con
     if (s == OSDP_OK) s = osdp_status_agree(read_root(file, path, &info, &text), comm);
     if (s == OSDP_OK) s = osdp_status_agree(osdp_model_config_parse(cfg, text, path), comm);
     close_file(fapl, file);
-    ck_h5_quiet_end(&quiet);
+    ckpt_h5_quiet_end(&quiet);
     free(text);
     return s;
 }
@@ -229,7 +229,7 @@ static osdp_status open_tensor(hid_t file, const char *path, const char *name, c
     hid_t d = H5Dopen2(file, name, H5P_DEFAULT);
     if (d < 0)
         return osdp_error_set(OSDP_ERR_INPUT, "checkpoint %s: cannot open dataset %s (corrupt file?): %s", path, name,
-                              ck_h5_error(h5msg, sizeof h5msg));
+                              ckpt_h5_error(h5msg, sizeof h5msg));
     hid_t t = H5Dget_type(d), sp = H5Dget_space(d);
     int ok_type = t >= 0 && H5Tget_class(t) == H5T_FLOAT && H5Tget_size(t) == 4;
     hsize_t dims[2] = {0, 0};
@@ -254,7 +254,7 @@ static osdp_status open_tensor(hid_t file, const char *path, const char *name, c
     } else {
         char where[4400];
         snprintf(where, sizeof where, "checkpoint %s: dataset %s", path, name);
-        s = ck_attr_read_u64(d, where, "checksum", checksum);
+        s = ckpt_attr_read_u64(d, where, "checksum", checksum);
     }
     if (s != OSDP_OK) {
         H5Dclose(d);
@@ -266,48 +266,45 @@ static osdp_status open_tensor(hid_t file, const char *path, const char *name, c
 
 /* One operator: open and check its datasets, read this rank's pieces of
  * every kind into the shards, verify the checksums. */
-static osdp_status read_op(osdp_runtime *rt, int i, int kinds, hid_t file, const char *path, hid_t dxpl, float *buf,
-                           MPI_Comm comm, double *bytes)
+static osdp_status read_op(osdp_runtime *rt, const ckpt_piece_list *pieces, int i, int kinds, hid_t file,
+                           const char *path, hid_t dxpl, float *buf, MPI_Comm comm, double *bytes)
 {
-    const int tp_rank = rt->tp_rank;
     const osdp_op_layout *op = &rt->layout->op[i];
     float *state[OSDP_STATE_N_KINDS];
     const size_t shard = osdp_runtime_op_shard(rt, i, state);
     const int nt = op->n_tensors;
     char name[200];
-    hid_t d[CK_N_KINDS][OSDP_MAX_TENSORS_PER_OP];
-    uint64_t stored[CK_N_KINDS * OSDP_MAX_TENSORS_PER_OP] = {0}, sums[CK_N_KINDS * OSDP_MAX_TENSORS_PER_OP] = {0};
+    hid_t d[CKPT_N_KINDS][OSDP_MAX_TENSORS_PER_OP];
+    uint64_t stored[CKPT_N_KINDS * OSDP_MAX_TENSORS_PER_OP] = {0}, sums[CKPT_N_KINDS * OSDP_MAX_TENSORS_PER_OP] = {0};
     osdp_status s = OSDP_OK;
     for (int k = 0; k < kinds; k++)
         for (int t = 0; t < nt; t++) {
             d[k][t] = -1;
             if (s != OSDP_OK) continue;
-            ck_dataset_name(k, op, t, name, sizeof name);
+            ckpt_dataset_name(k, op, t, name, sizeof name);
             s = open_tensor(file, path, name, &op->tensor[t], &d[k][t], &stored[k * nt + t]);
         }
     s = osdp_status_agree(s, comm);
     if (s != OSDP_OK) goto close;
     /* every rank makes the same read calls whatever fails locally; the
      * ranks of other stages (shard 0) select nothing */
-    int calls[OSDP_MAX_TENSORS_PER_OP];
-    ck_op_calls(rt, i, comm, calls);
     for (int k = 0; k < kinds; k++) {
         memset(buf, 0, shard * sizeof(float));   /* padding (shard and vocabulary) stays 0 */
-        ck_transfer_kind(rt, tp_rank, i, k, d[k], calls, dxpl, buf, 0, path, &sums[k * nt], bytes, &s);
-        if (shard) rt->backend->to_device(state[ck_state_kind[k]], buf, shard * sizeof(float));
+        ckpt_move_kind(pieces, rt, i, k, d[k], dxpl, buf, 0, path, &sums[k * nt], bytes, &s);
+        if (shard) rt->backend->to_device(state[ckpt_state_kind[k]], buf, shard * sizeof(float));
     }
     MPI_Allreduce(MPI_IN_PLACE, sums, kinds * nt, MPI_UINT64_T, MPI_SUM, comm);
     s = osdp_status_agree(s, comm);
     for (int k = 0; k < kinds && s == OSDP_OK; k++)   /* identical on every rank */
         for (int t = 0; t < nt && s == OSDP_OK; t++)
             if (sums[k * nt + t] != stored[k * nt + t]) {
-                ck_dataset_name(k, op, t, name, sizeof name);
+                ckpt_dataset_name(k, op, t, name, sizeof name);
                 s = osdp_error_set(OSDP_ERR_INPUT, "checkpoint %s: checksum mismatch in dataset %s (stored 0x%016llx, "
                                    "computed 0x%016llx): the file is corrupt", path, name,
                                    (unsigned long long)stored[k * nt + t], (unsigned long long)sums[k * nt + t]);
             }
 close:
-    ck_close_datasets(d, kinds, nt);
+    ckpt_close_datasets(d, kinds, nt);
     return s;
 }
 
@@ -319,8 +316,8 @@ osdp_status osdp_ckpt_load(osdp_runtime *rt, const osdp_model_config *cfg, const
     if (!cfg) cfg = &L->cfg;
     const int weights_only = (flags & OSDP_CKPT_WEIGHTS_ONLY) != 0;
     osdp_ckpt_info info;
-    ck_h5_quiet quiet;
-    ck_h5_quiet_begin(&quiet);
+    ckpt_h5_quiet quiet;
+    ckpt_h5_quiet_begin(&quiet);
     hid_t fapl, file, dxpl = -1;
     float *buf = NULL;
     char *model_text = NULL;
@@ -343,15 +340,18 @@ osdp_status osdp_ckpt_load(osdp_runtime *rt, const osdp_model_config *cfg, const
     s = osdp_status_agree(s, comm);
     if (s != OSDP_OK) goto out;
 
-    buf = ck_shard_buffer(rt);
-    dxpl = ck_dxpl();
-    s = buf && dxpl >= 0 ? ck_check_mesh(rt, comm, path)
+    buf = ckpt_shard_buffer(rt);
+    dxpl = ckpt_dxpl();
+    s = buf && dxpl >= 0 ? ckpt_check_mesh(rt, comm, path)
                          : osdp_error_set(OSDP_ERR_OOM, "checkpoint %s: out of host memory", path);
     s = osdp_status_agree(s, comm);
+    ckpt_piece_list pieces = {0};
+    if (s == OSDP_OK) s = ckpt_pieces_build(rt, comm, &pieces);   /* agreed */
 
-    const int kinds = weights_only ? 1 : CK_N_KINDS;
+    const int kinds = weights_only ? 1 : CKPT_N_KINDS;
     for (int i = 0; i < L->n_ops && s == OSDP_OK; i++)
-        s = read_op(rt, i, kinds, file, path, dxpl, buf, comm, &bytes);
+        s = read_op(rt, &pieces, i, kinds, file, path, dxpl, buf, comm, &bytes);
+    ckpt_pieces_free(&pieces);
     if (s == OSDP_OK) {
         rt->backend->synchronize();
         if (weights_only) {
@@ -366,7 +366,7 @@ osdp_status osdp_ckpt_load(osdp_runtime *rt, const osdp_model_config *cfg, const
 out:
     if (dxpl >= 0) H5Pclose(dxpl);
     close_file(fapl, file);
-    ck_h5_quiet_end(&quiet);
+    ckpt_h5_quiet_end(&quiet);
     free(buf);
     free(model_text);
     s = osdp_status_agree(s, comm);

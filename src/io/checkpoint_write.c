@@ -15,7 +15,7 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
-#define CK_PATH_MAX 4200
+#define CKPT_PATH_MAX 4200
 
 /* fsync a file or directory by name (best effort for directories) */
 static int sync_path(const char *path, int is_dir)
@@ -70,52 +70,52 @@ static herr_t write_root_attrs(hid_t file, const osdp_runtime *rt, const osdp_pl
 {
     herr_t e = 0;
     uint64_t rng[2] = {rt->opt.seed, (uint64_t)rt->step};
-    e |= ck_attr_write_str(file, "format", "osdp-checkpoint");
+    e |= ckpt_attr_write_str(file, "format", "osdp-checkpoint");
     const char *fv = getenv("OSDP_CKPT_TEST_FORMAT_VERSION");   /* test hook: a "newer" file */
-    e |= ck_attr_write_i64(file, "format_version", fv && *fv ? strtol(fv, NULL, 10) : OSDP_CKPT_FORMAT_VERSION);
-    e |= ck_attr_write_str(file, "writer", "osdp_gpt " PACKAGE_VERSION);
-    e |= ck_attr_write_i64(file, "step", rt->step);
-    e |= ck_attr_write_i64(file, "data_position", rt->step);
-    e |= ck_attr_write_u64(file, "seed", rt->opt.seed);
-    e |= ck_attr_write_u64v(file, "rng_state", rng, 2);
-    e |= ck_attr_write_i64(file, "n_ranks", n_ranks);
-    e |= ck_attr_write_i64(file, "mesh_tp", rt->layout->tp_size);   /* the mesh it was saved on: tp x dp x pp */
-    e |= ck_attr_write_i64(file, "mesh_dp", rt->N);
-    e |= ck_attr_write_i64(file, "mesh_pp", ck_pp_size(rt));
-    if (ck_pp_size(rt) > 1) {   /* informational: a load needs neither the same split nor the same schedule */
+    e |= ckpt_attr_write_i64(file, "format_version", fv && *fv ? strtol(fv, NULL, 10) : OSDP_CKPT_FORMAT_VERSION);
+    e |= ckpt_attr_write_str(file, "writer", "osdp_gpt " PACKAGE_VERSION);
+    e |= ckpt_attr_write_i64(file, "step", rt->step);
+    e |= ckpt_attr_write_i64(file, "data_position", rt->step);
+    e |= ckpt_attr_write_u64(file, "seed", rt->opt.seed);
+    e |= ckpt_attr_write_u64v(file, "rng_state", rng, 2);
+    e |= ckpt_attr_write_i64(file, "n_ranks", n_ranks);
+    e |= ckpt_attr_write_i64(file, "mesh_tp", rt->layout->tp_size);   /* the mesh it was saved on: tp x dp x pp */
+    e |= ckpt_attr_write_i64(file, "mesh_dp", rt->N);
+    e |= ckpt_attr_write_i64(file, "mesh_pp", ckpt_pp_size(rt));
+    if (ckpt_pp_size(rt) > 1) {   /* informational: a load needs neither the same split nor the same schedule */
         char split[OSDP_MAX_STAGES * 24];
-        e |= ck_attr_write_str(file, "pipeline_stages", osdp_stage_split_format(rt->opt.stage_bounds, rt->opt.pp_size,
+        e |= ckpt_attr_write_str(file, "pipeline_stages", osdp_stage_split_format(rt->opt.stage_bounds, rt->opt.pp_size,
                                                                                  split, sizeof split));
-        e |= ck_attr_write_str(file, "pipeline_schedule", osdp_pipe_schedule_name(rt->opt.pipe_schedule));
+        e |= ckpt_attr_write_str(file, "pipeline_schedule", osdp_pipe_schedule_name(rt->opt.pipe_schedule));
     }
-    e |= ck_attr_write_str(file, "model_name", model_name);
-    e |= ck_attr_write_str(file, "model_description", model_text);
-    e |= ck_attr_write_u64(file, "model_hash", model_hash);
-    e |= ck_attr_write_str(file, "plan", plan_txt);
-    e |= ck_attr_write_u64(file, "plan_hash", osdp_plan_hash(plan));
-    e |= ck_attr_write_i64(file, "micro_batch", rt->B);
-    e |= ck_attr_write_i64(file, "accum_steps", rt->opt.accum_steps);
-    e |= ck_attr_write_i64(file, "global_batch", (int64_t)rt->B * rt->N * rt->opt.accum_steps);
-    e |= ck_attr_write_i64(file, "seq_len", rt->T);
-    e |= ck_attr_write_i64(file, "total_params", logical_params(rt->layout));
-    e |= ck_attr_write_str(file, "checksum_algorithm", OSDP_CKPT_CHECKSUM_ALGORITHM);
+    e |= ckpt_attr_write_str(file, "model_name", model_name);
+    e |= ckpt_attr_write_str(file, "model_description", model_text);
+    e |= ckpt_attr_write_u64(file, "model_hash", model_hash);
+    e |= ckpt_attr_write_str(file, "plan", plan_txt);
+    e |= ckpt_attr_write_u64(file, "plan_hash", osdp_plan_hash(plan));
+    e |= ckpt_attr_write_i64(file, "micro_batch", rt->B);
+    e |= ckpt_attr_write_i64(file, "accum_steps", rt->opt.accum_steps);
+    e |= ckpt_attr_write_i64(file, "global_batch", (int64_t)rt->B * rt->N * rt->opt.accum_steps);
+    e |= ckpt_attr_write_i64(file, "seq_len", rt->T);
+    e |= ckpt_attr_write_i64(file, "total_params", logical_params(rt->layout));
+    e |= ckpt_attr_write_str(file, "checksum_algorithm", OSDP_CKPT_CHECKSUM_ALGORITHM);
     return e < 0 ? -1 : 0;
 }
 
 static herr_t write_optim_attrs(hid_t g, const osdp_optim_config *o, long step)
 {
     herr_t e = 0;
-    e |= ck_attr_write_f32(g, "lr", o->lr);
-    e |= ck_attr_write_f32(g, "min_lr_frac", o->min_lr_frac);
-    e |= ck_attr_write_i64(g, "warmup_steps", o->warmup_steps);
-    e |= ck_attr_write_i64(g, "total_steps", o->total_steps);
-    e |= ck_attr_write_f32(g, "beta1", o->beta1);
-    e |= ck_attr_write_f32(g, "beta2", o->beta2);
-    e |= ck_attr_write_f32(g, "eps", o->eps);
-    e |= ck_attr_write_f32(g, "weight_decay", o->weight_decay);
-    e |= ck_attr_write_f32(g, "grad_clip", o->grad_clip);
-    e |= ck_attr_write_i64(g, "adam_t", step);
-    e |= ck_attr_write_str(g, "algorithm", "AdamW (decoupled weight decay on 2-D tensors), global-norm clipping");
+    e |= ckpt_attr_write_f32(g, "lr", o->lr);
+    e |= ckpt_attr_write_f32(g, "min_lr_frac", o->min_lr_frac);
+    e |= ckpt_attr_write_i64(g, "warmup_steps", o->warmup_steps);
+    e |= ckpt_attr_write_i64(g, "total_steps", o->total_steps);
+    e |= ckpt_attr_write_f32(g, "beta1", o->beta1);
+    e |= ckpt_attr_write_f32(g, "beta2", o->beta2);
+    e |= ckpt_attr_write_f32(g, "eps", o->eps);
+    e |= ckpt_attr_write_f32(g, "weight_decay", o->weight_decay);
+    e |= ckpt_attr_write_f32(g, "grad_clip", o->grad_clip);
+    e |= ckpt_attr_write_i64(g, "adam_t", step);
+    e |= ckpt_attr_write_str(g, "algorithm", "AdamW (decoupled weight decay on 2-D tensors), global-norm clipping");
     return e < 0 ? -1 : 0;
 }
 
@@ -130,15 +130,15 @@ static herr_t create_groups(hid_t file, const osdp_layout *L, const osdp_optim_c
     herr_t e = write_optim_attrs(g, o, step);
     H5Gclose(g);
     if (e < 0) return -1;
-    for (int k = 0; k < CK_N_KINDS; k++) {
-        if (k != CK_MASTER) {
-            g = H5Gcreate2(file, ck_kind_group[k], H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    for (int k = 0; k < CKPT_N_KINDS; k++) {
+        if (k != CKPT_MASTER) {
+            g = H5Gcreate2(file, ckpt_kind_group[k], H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
             if (g < 0) return -1;
             H5Gclose(g);
         }
         for (int i = 0; i < L->n_ops; i++) {
             char name[160];
-            snprintf(name, sizeof name, "%s/%s", ck_kind_group[k], L->op[i].name);
+            snprintf(name, sizeof name, "%s/%s", ckpt_kind_group[k], L->op[i].name);
             g = H5Gcreate2(file, name, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
             if (g < 0) return -1;
             H5Gclose(g);
@@ -174,31 +174,30 @@ static hid_t make_dcpl(const osdp_tensor_desc *td)
 
 /* One operator: create its datasets (all kinds), write this rank's pieces,
  * attach the checksums.  Two agreements and one all-reduce per operator. */
-static osdp_status write_op(osdp_runtime *rt, int i, hid_t file, hid_t dxpl, float *buf, MPI_Comm comm, double *bytes,
-                            const char *tmp)
+static osdp_status write_op(osdp_runtime *rt, const ckpt_piece_list *pieces, int i, hid_t file, hid_t dxpl, float *buf,
+                            MPI_Comm comm, double *bytes, const char *tmp)
 {
-    const int tp_rank = rt->tp_rank;
     const osdp_op_layout *op = &rt->layout->op[i];
     float *state[OSDP_STATE_N_KINDS];
     const size_t shard = osdp_runtime_op_shard(rt, i, state);
     const int nt = op->n_tensors;
     char h5msg[512], name[200];
-    hid_t d[CK_N_KINDS][OSDP_MAX_TENSORS_PER_OP];
+    hid_t d[CKPT_N_KINDS][OSDP_MAX_TENSORS_PER_OP];
     osdp_status s = OSDP_OK;
     osdp_watchdog_phase("checkpoint save %s: creating the datasets of operator %s", tmp, op->name);
-    for (int k = 0; k < CK_N_KINDS; k++)
+    for (int k = 0; k < CKPT_N_KINDS; k++)
         for (int t = 0; t < nt; t++) {
             d[k][t] = -1;
             if (s != OSDP_OK) continue;
             const osdp_tensor_desc *td = &op->tensor[t];
-            ck_dataset_name(k, op, t, name, sizeof name);
-            hid_t space = ck_tensor_space(td), dcpl = make_dcpl(td);
+            ckpt_dataset_name(k, op, t, name, sizeof name);
+            hid_t space = ckpt_tensor_space(td), dcpl = make_dcpl(td);
             if (space >= 0 && dcpl >= 0) d[k][t] = H5Dcreate2(file, name, H5T_IEEE_F32LE, space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
             if (dcpl >= 0) H5Pclose(dcpl);
             if (space >= 0) H5Sclose(space);
             if (d[k][t] < 0) {
                 s = osdp_error_set(OSDP_ERR_IO, "checkpoint %s: cannot create dataset %s: %s", tmp, name,
-                                   ck_h5_error(h5msg, sizeof h5msg));
+                                   ckpt_h5_error(h5msg, sizeof h5msg));
                 osdp_watchdog_failed(osdp_error_message());
             }
         }
@@ -206,28 +205,26 @@ static osdp_status write_op(osdp_runtime *rt, int i, hid_t file, hid_t dxpl, flo
     if (s != OSDP_OK) goto close;
     /* from here on every rank makes the same HDF5 calls whatever fails
      * locally (collective writes, identical metadata); one agreement at the end */
-    uint64_t sums[CK_N_KINDS * OSDP_MAX_TENSORS_PER_OP] = {0};
-    int calls[OSDP_MAX_TENSORS_PER_OP];
-    ck_op_calls(rt, i, comm, calls);
-    for (int k = 0; k < CK_N_KINDS; k++) {
-        if (shard) rt->backend->to_host(buf, state[ck_state_kind[k]], shard * sizeof(float));   /* 0: another stage's */
-        ck_transfer_kind(rt, tp_rank, i, k, d[k], calls, dxpl, buf, 1, tmp, &sums[k * nt], bytes, &s);
+    uint64_t sums[CKPT_N_KINDS * OSDP_MAX_TENSORS_PER_OP] = {0};
+    for (int k = 0; k < CKPT_N_KINDS; k++) {
+        if (shard) rt->backend->to_host(buf, state[ckpt_state_kind[k]], shard * sizeof(float));   /* 0: another stage's */
+        ckpt_move_kind(pieces, rt, i, k, d[k], dxpl, buf, 1, tmp, &sums[k * nt], bytes, &s);
     }
     osdp_watchdog_phase("checkpoint save %s: the checksums of operator %s", tmp, op->name);
-    MPI_Allreduce(MPI_IN_PLACE, sums, CK_N_KINDS * nt, MPI_UINT64_T, MPI_SUM, comm);
-    for (int k = 0; k < CK_N_KINDS; k++)
+    MPI_Allreduce(MPI_IN_PLACE, sums, CKPT_N_KINDS * nt, MPI_UINT64_T, MPI_SUM, comm);
+    for (int k = 0; k < CKPT_N_KINDS; k++)
         for (int t = 0; t < nt; t++) {
-            herr_t e = ck_attr_write_u64(d[k][t], "checksum", sums[k * nt + t]);
-            if (e >= 0) e = ck_attr_write_u64(d[k][t], "op_offset", osdp_op_logical_offset(op, t));
+            herr_t e = ckpt_attr_write_u64(d[k][t], "checksum", sums[k * nt + t]);
+            if (e >= 0) e = ckpt_attr_write_u64(d[k][t], "op_offset", osdp_op_logical_offset(op, t));
             if (e < 0 && s == OSDP_OK) {
-                ck_dataset_name(k, op, t, name, sizeof name);
+                ckpt_dataset_name(k, op, t, name, sizeof name);
                 s = osdp_error_set(OSDP_ERR_IO, "checkpoint %s: cannot write the attributes of dataset %s: %s", tmp, name,
-                                   ck_h5_error(h5msg, sizeof h5msg));
+                                   ckpt_h5_error(h5msg, sizeof h5msg));
                 osdp_watchdog_failed(osdp_error_message());
             }
         }
 close:
-    ck_close_datasets(d, CK_N_KINDS, nt);
+    ckpt_close_datasets(d, CKPT_N_KINDS, nt);
     return osdp_status_agree(s, comm);
 }
 
@@ -270,11 +267,11 @@ static osdp_status check_space(const osdp_layout *L, const char *path)
 {
     const char *check = getenv("OSDP_CKPT_SPACE_CHECK");
     if (check && strcmp(check, "0") == 0) return OSDP_OK;
-    char dir[CK_PATH_MAX];
+    char dir[CKPT_PATH_MAX];
     osdp_parent_dir(path, dir, sizeof dir);
     struct statvfs fs;
     if (statvfs(dir, &fs) != 0) return OSDP_OK;   /* unknown: the writes will tell */
-    const double need = (double)logical_params(L) * sizeof(float) * CK_N_KINDS;
+    const double need = (double)logical_params(L) * sizeof(float) * CKPT_N_KINDS;
     const double have = (double)fs.f_bavail * (double)fs.f_frsize;
     if (have >= need) return OSDP_OK;
     return osdp_error_set(OSDP_ERR_IO, "checkpoint %s: No space left on device: it needs at least %.1f MB, the file "
@@ -302,7 +299,7 @@ osdp_status osdp_ckpt_save(osdp_runtime *rt, const osdp_model_config *cfg, const
     int rank, size;
     MPI_Comm_rank(comm, &rank);
     MPI_Comm_size(comm, &size);
-    char tmp[CK_PATH_MAX], h5msg[512];
+    char tmp[CKPT_PATH_MAX], h5msg[512];
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
     /* Every wait of the save is bounded as a collective's is: HDF5's
      * collective MPI-IO calls and the plain MPI collectives here by the
@@ -312,57 +309,59 @@ osdp_status osdp_ckpt_save(osdp_runtime *rt, const osdp_model_config *cfg, const
     osdp_watchdog_remove_on_expiry(NULL);
     osdp_watchdog_arm(timeout, "checkpoint save %s: the ranks' agreement before it", tmp);
 
-    ck_h5_quiet quiet;
-    ck_h5_quiet_begin(&quiet);
+    ckpt_h5_quiet quiet;
+    ckpt_h5_quiet_begin(&quiet);
     hid_t fapl = -1, file = -1, dxpl = -1;
     float *buf = NULL;
     double bytes = 0;
+    ckpt_piece_list pieces = {0};
     char *ptext_local = rank == 0 ? plan_text(plan, L) : NULL;
     char *ptext = bcast_string(rank == 0 ? (ptext_local ? ptext_local : "") : "", comm);
     char *mtext = bcast_string(cfg->text, comm);
     char *mname = bcast_string(cfg->name, comm);
     free(ptext_local);
-    buf = ck_shard_buffer(rt);
+    buf = ckpt_shard_buffer(rt);
     osdp_status s = ptext && mtext && mname && buf ? OSDP_OK
                     : osdp_error_set(OSDP_ERR_OOM, "checkpoint %s: out of host memory", path);
-    if (s == OSDP_OK) s = ck_check_mesh(rt, comm, path);
+    if (s == OSDP_OK) s = ckpt_check_mesh(rt, comm, path);
     if (s == OSDP_OK && rank == 0) s = check_space(L, path);
     s = osdp_status_agree(s, comm);
+    if (s == OSDP_OK) s = ckpt_pieces_build(rt, comm, &pieces);   /* agreed */
     if (s != OSDP_OK) goto out;
 
     osdp_watchdog_phase("checkpoint save %s: creating the file", tmp);
     osdp_watchdog_remove_on_expiry(tmp);
     fapl = H5Pcreate(H5P_FILE_ACCESS);
     if (fapl >= 0) {
-        MPI_Info hints = ck_mpi_info();
+        MPI_Info hints = ckpt_mpi_info();
         H5Pset_fapl_mpio(fapl, comm, hints);   /* copies the hints */
-        ck_mpi_info_free(&hints);
+        ckpt_mpi_info_free(&hints);
         H5Pset_coll_metadata_write(fapl, 1);   /* metadata flushed by one collective write */
     }
     file = fapl >= 0 ? H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, fapl) : -1;
     if (file >= 0) report_mpi_io_errors(file, fapl);
     if (file < 0) {
-        s = osdp_error_set(OSDP_ERR_IO, "cannot create checkpoint %s: %s", tmp, ck_h5_error(h5msg, sizeof h5msg));
+        s = osdp_error_set(OSDP_ERR_IO, "cannot create checkpoint %s: %s", tmp, ckpt_h5_error(h5msg, sizeof h5msg));
         osdp_watchdog_failed(osdp_error_message());
     }
     s = osdp_status_agree(s, comm);
     if (s != OSDP_OK) goto out;
 
     osdp_watchdog_phase("checkpoint save %s: writing the metadata", tmp);
-    dxpl = ck_dxpl();
+    dxpl = ckpt_dxpl();
     herr_t e = dxpl < 0 ? -1 : 0;
     if (e >= 0) e = write_root_attrs(file, rt, plan, size, mtext, ptext, osdp_model_config_hash(cfg), mname);
     if (e >= 0) e = create_groups(file, L, &rt->opt.optim, rt->step);
-    if (e >= 0) e = ck_manifest_write(file);   /* after every metadata attribute */
+    if (e >= 0) e = ckpt_manifest_write(file);   /* after every metadata attribute */
     if (e < 0) {
-        s = osdp_error_set(OSDP_ERR_IO, "checkpoint %s: cannot write the metadata: %s", tmp, ck_h5_error(h5msg, sizeof h5msg));
+        s = osdp_error_set(OSDP_ERR_IO, "checkpoint %s: cannot write the metadata: %s", tmp, ckpt_h5_error(h5msg, sizeof h5msg));
         osdp_watchdog_failed(osdp_error_message());
     }
     s = osdp_status_agree(s, comm);
 
     for (int i = 0; i < L->n_ops && s == OSDP_OK; i++) {
-        s = write_op(rt, i, file, dxpl, buf, comm, &bytes, tmp);
-        if (i == L->n_ops / 2) ck_crash_point("mid_write", rt->step, rank, size);
+        s = write_op(rt, &pieces, i, file, dxpl, buf, comm, &bytes, tmp);
+        if (i == L->n_ops / 2) ckpt_crash_point("mid_write", rt->step, rank, size);
     }
 
 out:
@@ -376,21 +375,22 @@ out:
     if (file >= 0 && s != OSDP_OK) empty_failed_file(tmp, rank, comm);
     const herr_t closed = file >= 0 ? H5Fclose(file) : 0;
     if (closed < 0 && s == OSDP_OK) {
-        s = osdp_error_set(OSDP_ERR_IO, "cannot close checkpoint %s: %s", tmp, ck_h5_error(h5msg, sizeof h5msg));
+        s = osdp_error_set(OSDP_ERR_IO, "cannot close checkpoint %s: %s", tmp, ckpt_h5_error(h5msg, sizeof h5msg));
         osdp_watchdog_failed(osdp_error_message());
     }
     if (fapl >= 0) H5Pclose(fapl);
-    ck_h5_quiet_end(&quiet);
+    ckpt_h5_quiet_end(&quiet);
     free(buf);
+    ckpt_pieces_free(&pieces);
     free(ptext);
     free(mtext);
     free(mname);
-    if (s == OSDP_OK) ck_crash_point("before_rename", rt->step, rank, size);   /* closed here, not agreed yet */
+    if (s == OSDP_OK) ckpt_crash_point("before_rename", rt->step, rank, size);   /* closed here, not agreed yet */
     s = osdp_status_agree(s, comm);   /* after it every rank has closed: the file is complete, or failed */
     if (s == OSDP_OK) {
         osdp_watchdog_phase("checkpoint save %s: flushing it to disk and renaming it to %s", tmp, path);
         if (rank == 0) {
-            char dir[CK_PATH_MAX];
+            char dir[CKPT_PATH_MAX];
             osdp_parent_dir(path, dir, sizeof dir);
             if (sync_path(tmp, 0) != 0)
                 s = osdp_error_set(OSDP_ERR_IO, "cannot flush checkpoint %s to disk: %s", tmp, strerror(errno));
@@ -412,7 +412,7 @@ out:
         info->n_ranks = size;
         info->mesh_tp = rt->layout->tp_size;
         info->mesh_dp = rt->N;
-        info->mesh_pp = ck_pp_size(rt);
+        info->mesh_pp = ckpt_pp_size(rt);
         info->model_hash = osdp_model_config_hash(cfg);
         snprintf(info->model_name, sizeof info->model_name, "%s", cfg->name);
         info->plan_hash = osdp_plan_hash(plan);
