@@ -80,6 +80,9 @@ double osdp_pipe_bubble_chunks(int P, int V, int M);
  * ranges must be contiguous, non-empty and cover [0, n_ops).  OSDP_ERR_INPUT
  * naming --stages and the fault otherwise. */
 osdp_status osdp_stage_split_parse(const char *text, int n_ops, int P, int *bounds);
+/* The same for V chunks per stage (interleaved): P V ranges, chunk c on
+ * stage c mod P; the count's error names --pp and --virtual-stages. */
+osdp_status osdp_chunk_split_parse(const char *text, int n_ops, int P, int V, int *bounds);
 /* "0:13,13:26" into buf */
 const char *osdp_stage_split_format(const int *bounds, int P, char *buf, size_t n);
 /* Contiguous stages minimising the largest stage's sum of op_cost

@@ -481,7 +481,7 @@ static osdp_status stage_split(const osdp_layout *layout, const osdp_plan *plan,
     }
     /* interleaved: P V chunks, split as P V stages would be */
     const int P = (int)job->pp * train_virtual_stages(job);
-    if (job->stages) return osdp_stage_split_parse(job->stages, layout->n_ops, P, bounds);
+    if (job->stages) return osdp_chunk_split_parse(job->stages, layout->n_ops, (int)job->pp, train_virtual_stages(job), bounds);
     osdp_device dev;
     if (device_load_for_runtime(&dev, job->device, t->weights) == OSDP_OK) {
         osdp_cost_model cm = {.layout = layout, .dev = &dev, .N = dp_ranks, .pad_quantum = t->pad_quantum,

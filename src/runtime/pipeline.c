@@ -194,6 +194,20 @@ osdp_status osdp_stage_split_parse(const char *text, int n_ops, int P, int *boun
     return OSDP_OK;
 }
 
+osdp_status osdp_chunk_split_parse(const char *text, int n_ops, int P, int V, int *bounds)
+{
+    if (V <= 1) return osdp_stage_split_parse(text, n_ops, P, bounds);
+    int ranges = 1;
+    for (const char *p = text; *p; p++) ranges += *p == ',';
+    if (ranges != P * V) {
+        char why[128];
+        snprintf(why, sizeof why, "%d range%s for the %d chunks of --pp %d x --virtual-stages %d", ranges,
+                 ranges == 1 ? "" : "s", P * V, P, V);
+        return split_error(text, why);
+    }
+    return osdp_stage_split_parse(text, n_ops, P * V, bounds);
+}
+
 const char *osdp_stage_split_format(const int *bounds, int P, char *buf, size_t n)
 {
     size_t used = 0;
