@@ -14,7 +14,10 @@
 #   4. a checkpoint saved by an interleaved run holds every operator's
 #      logical tensors and the chunks' split; it resumes bitwise on the
 #      interleaved mesh and on 1F1B (the same logical layout)
-#   5. bad input (V without interleaving, M not a multiple of P, more chunks
+#   5. plan --pp P --schedule interleaved searches V on the 1F1B pipeline:
+#      V = 1 prices exactly as the pipeline, V 2's bubble is 3/35, the chosen
+#      V and its chunks are the plan file's train options
+#   6. bad input (V without interleaving, M not a multiple of P, more chunks
 #      than operators, --stages with P ranges, --plan auto): a message naming
 #      the options, a non-zero exit on every rank, no log written
 # Run by `make check` (OSDP_BUILDDIR, OSDP_SRCDIR, MPIEXEC).
@@ -117,7 +120,25 @@ else
     bad "interleaved checkpoint: split '$split', resumed $(losses "$WORK/resume_il.log" | tr '\n' ' ')/ $(losses "$WORK/resume_1f1b.log" | tr '\n' ' ')vs $(echo $tail_full)" "$WORK/resume_il.err"
 fi
 
-# -- 5. bad input: refused with a message naming the options, a non-zero exit on every rank
+# -- 5. plan --pp P --schedule interleaved: V searched on the 1F1B pipeline (V = 1 is that pipeline, priced the same),
+#       the closed-form bubble per V, the chosen V in the plan file's train line
+"$BIN" plan --model "$SRC/input/models/gpt2_medium.ini" --device "$SRC/input/devices/a100_80gb_ib.ini" --ranks 64 --pp 4 \
+    --tp 8 --global-batch 512 --seq-len 1024 --schedule interleaved --out "$WORK/il.plan" >"$WORK/plan.out" 2>"$WORK/plan.err" ||
+    bad "plan --schedule interleaved ran" "$WORK/plan.err"
+osdp_step=$(sed -n 's/^OSDP: .* step \([0-9.]*\) ms.*/\1/p' "$WORK/plan.out")
+v1=$(awk '$1 == 1 && $2 == 4 { print $6 }' "$WORK/plan.out")
+v2=$(awk '$1 == 2 && $2 == 8 { print $3 }' "$WORK/plan.out")
+chosen=$(sed -n 's/^interleaving: V = \([0-9]*\), chunks \([^ ]*\).*/\1 \2/p' "$WORK/plan.out")
+if [ -n "$osdp_step" ] && [ "$v1" = "$osdp_step" ] && [ "$v2" = 0.0857 ] && [ -n "$chosen" ] &&
+   grep -q -- "--schedule interleaved --virtual-stages ${chosen%% *} " "$WORK/il.plan" &&
+   grep -q -- "--stages ${chosen#* } " "$WORK/il.plan"; then
+    ok "plan --pp 4 --schedule interleaved (gpt2_medium, 64 A100s): V 1 = the 1F1B step ($v1 ms), V 2's bubble 3/35 = $v2; chosen V ${chosen%% *}, written to the plan file's train line"
+else
+    bad "plan --schedule interleaved: OSDP $osdp_step ms, V 1 $v1 ms, V 2 bubble $v2, chosen '$chosen'" "$WORK/plan.err"
+    sed -n '/^interleaved 1F1B/,$p' "$WORK/plan.out" | head -8
+fi
+
+# -- 6. bad input: refused with a message naming the options, a non-zero exit on every rank
 refused() {   # refused NAME NRANKS PATTERN [options]
     local name=$1 n=$2 pattern=$3; shift 3
     timeout 60 "$MPIEXEC" -n "$n" "$BIN" train --data "$DATA" --model "$U" --threads 1 --peak-flops 1e9 --steps 1 \
@@ -137,5 +158,17 @@ refused stages 2 "--stages 0:5,5:10: 2 ranges for the 4 chunks of --pp 2 x --vir
 refused no_pp 2 "--virtual-stages needs --pp P" --plan dp --batch 2 --virtual-stages 2
 refused auto 2 "--schedule interleaved with --plan auto" --plan auto --pp 2 --global-batch 8 --schedule interleaved \
     --virtual-stages 2
+plan_refused() {   # plan_refused NAME PATTERN [options]
+    local name=$1 pattern=$2; shift 2
+    "$BIN" plan --model "$U" --device "$SRC/input/devices/cpu_2core.ini" --ranks 4 --global-batch 8 "$@" \
+        >"$WORK/badplan_$name.out" 2>"$WORK/badplan_$name.err"
+    local rc=$?
+    [ $rc != 0 ] && grep -q -- "$pattern" "$WORK/badplan_$name.err" &&
+        ok "plan refused ($name, exit $rc): $(grep -o -m1 -- "$pattern.*" "$WORK/badplan_$name.err" | cut -c1-100)" ||
+        bad "plan $name: rc $rc" "$WORK/badplan_$name.err"
+}
+plan_refused v_without "--virtual-stages needs --schedule interleaved" --pp 2 --virtual-stages 2
+plan_refused pp_auto "--schedule interleaved / --virtual-stages with --pp auto" --pp auto --schedule interleaved
+plan_refused no_pp "--virtual-stages needs a pipeline" --virtual-stages 2
 
 summary test_pp_interleaved

@@ -64,6 +64,8 @@ osdp_status osdp_pipe_simulate_chunks(osdp_pipe_schedule schedule, int P, int V,
     if (P < 1 || V < 1 || (long long)P * V > OSDP_MAX_STAGES || M < 1)
         return osdp_error_set(OSDP_ERR_INPUT, "pipeline cost: %d stages x %d chunks (1..%d) and %d micro-batches (>= 1)",
                               P, V, OSDP_MAX_STAGES, M);
+    if (V > 1 && (schedule != OSDP_PIPE_INTERLEAVED || M % P != 0))
+        return osdp_pipe_check(schedule, P, V, M, 0);
     const int G = P * V;   /* global chunks; chunk g on stage g mod P */
     for (int g = 0; g < G; g++)
         if (!valid_time(chunk[g].forward_s) || !valid_time(chunk[g].backward_s)
