@@ -69,6 +69,21 @@
  * pass's end.  The eval list at pp > 1 is, per validation micro-batch:
  * receive, the stage's forwards, send (waited).
  *
+ * Interleaving (osdp/pipeline.h; opt.virtual_stages V > 1): the rank holds
+ * V chunks, local chunk c = global chunk c P + s, each with its own range
+ * [chunk_lo[c], chunk_hi[c]); op_lo and op_hi span them.  A pass names its
+ * chunk and runs the chunk's operators, its messages go to the ranks on
+ * either side in a ring (the last stage's chunks send on to the first
+ * stage's next chunk); STAGE_INPUT and the activation sends have one slot
+ * per (chunk, micro-batch) (osdp_schedule_message_slot), the operators'
+ * activations one per micro-batch as before.  A gradient send is
+ * non-blocking, waited (SEND_GRAD_WAIT) after the next backward's gradient
+ * receive, which the executor lands in the workspace's other residual
+ * buffer: with blocking sends two stages of the ring can each sit in a send
+ * whose receive the other posts later (tests/test_pp_interleaved.c models
+ * the messages of every P, V and M it checks).  The eval list runs the
+ * chunks one after the other.
+ *
  * Deadlock-freedom: activation sends are non-blocking and waited only after
  * the matching gradient has come back; gradient sends are waited right away;
  * receives are posted when needed; every stage runs its backwards in
