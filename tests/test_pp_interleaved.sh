@@ -4,7 +4,8 @@
 # (oversubscribed cores are fine), a 10-operator model, a few steps each:
 #   1. the same losses BIT FOR BIT as 1F1B: PP 2 x DP 2 (V 2, M 4, a mixed
 #      plan with split and recompute operators), PP 4 x DP 2 (8 ranks, V 2,
-#      M 8) and PP 2 x TP 2 x DP 2 (8 ranks, V 2, M 2: every forward first)
+#      M 8) and PP 2 x TP 2 x DP 2 (8 ranks, V 2, M 2: every forward first);
+#      PP 2 x DP 2's validation loss too (the eval list through the chunks)
 #   2. every run: measured = predicted peak per stage, per category and in
 #      total, to the byte
 #   3. the bubble logged (pred_bubble) is (P - 1) / (V M + P - 1), and the
@@ -23,6 +24,7 @@
 # Run by `make check` (OSDP_BUILDDIR, OSDP_SRCDIR, MPIEXEC).
 set -u
 . "$(dirname "$0")/test_lib.sh" pp-interleaved-work
+. "$(dirname "$0")/pp_lib.sh"   # summary_field, config_field, stages_ok
 
 U="$WORK/t_il.ini"   # 4 layers, 4 heads (TP 2 divides them): 10 operators
 printf '[model]\nname = t_il\nn_layer = 4\nn_head = 4\nn_embd = 32\nvocab = 256\nctx = 32\n' > "$U"
@@ -34,29 +36,14 @@ run() {   # run NRANKS NAME [train options...]: writes $WORK/NAME.{out,err,log}
         --lr 1e-3 --steps $STEPS --log "$WORK/$name.log" "$@" >"$WORK/$name.out" 2>"$WORK/$name.err" ||
         bad "$name ran" "$WORK/$name.err"
 }
-summary_field() { grep '^summary' "$1" | sed -n "s/.* $2=\([^ ]*\).*/\1/p"; }
-config_field() { grep '^config' "$1" | sed -n "s/.* $2=\([^ ]*\).*/\1/p"; }
 
-# stages_ok LOG: every stage's ranks peaked where predicted, per category and in total
-stages_ok() {
-    local pp s cat p
-    pp=$(config_field "$1" pp)
-    [ -n "$pp" ] && [ "$pp" -gt 1 ] || { echo "    $1: no pipeline"; return 1; }
-    for s in $(seq 0 $((pp - 1))); do
-        for cat in state weights grads activations workspace tp_comm total; do
-            p=$(summary_field "$1" "stage_${s}_pred_$cat")
-            [ -n "$p" ] && [ "$(summary_field "$1" "stage_${s}_peak_min_$cat")" = "$p" ] &&
-                [ "$(summary_field "$1" "stage_${s}_peak_max_$cat")" = "$p" ] ||
-                { echo "    $1 stage $s $cat: measured $(summary_field "$1" "stage_${s}_peak_min_$cat")..$(summary_field "$1" "stage_${s}_peak_max_$cat"), predicted $p"; return 1; }
-        done
-    done
-}
 
 # -- 1. interleaved = 1F1B, bitwise
 printf 'embed = zdp\nattn.0 = dp\nmlp.0 = zdp recompute\nattn.1 = 1/2\nmlp.1 = dp recompute\nattn.2 = zdp\nmlp.2 = 2/2\nattn.3 = zdp recompute\nmlp.3 = dp\nhead = zdp\n' > "$WORK/mixed.plan"
-run 4 pp2dp2 --pp 2 --batch 2 --global-batch 16 --plan "$WORK/mixed.plan"
+VAL="--val-data $DATA --eval-every 3 --eval-batches 1"
+run 4 pp2dp2 --pp 2 --batch 2 --global-batch 16 --plan "$WORK/mixed.plan" $VAL
 run 4 pp2dp2_il --pp 2 --batch 2 --global-batch 16 --plan "$WORK/mixed.plan" --schedule interleaved --virtual-stages 2 \
-    --stages 0:3,3:5,5:8,8:10
+    --stages 0:3,3:5,5:8,8:10 $VAL
 run 8 pp4dp2 --pp 4 --batch 1 --global-batch 16 --plan zdp
 run 8 pp4dp2_il --pp 4 --batch 1 --global-batch 16 --plan zdp --schedule interleaved --virtual-stages 2
 run 8 pp2tp2dp2 --pp 2 --tp 2 --batch 2 --global-batch 8 --plan dp
@@ -68,6 +55,10 @@ for mesh in pp2dp2 pp4dp2 pp2tp2dp2; do
         ok "$mesh: interleaved (V 2, $(config_field "$WORK/${mesh}_il.log" accum) micro-batches, chunks $(config_field "$WORK/${mesh}_il.log" stages)) and 1F1B give $STEPS bitwise-equal losses ($(echo $b))" ||
         { bad "$mesh: interleaved and 1F1B losses differ" "$WORK/${mesh}_il.err"; paste <(echo "$a") <(echo "$b") | head -3; }
 done
+
+a=$(field "$WORK/pp2dp2.log" val_loss_hex); b=$(field "$WORK/pp2dp2_il.log" val_loss_hex)
+[ -n "$a" ] && [ "$a" = "$b" ] && ok "pp2dp2: validation through the chunks, bitwise 1F1B's ($b)" ||
+    bad "pp2dp2: validation losses '$a' (1F1B) and '$b' (interleaved)" "$WORK/pp2dp2_il.err"
 
 # -- 2. memory per stage, to the byte
 mem_ok=1; runs=0
