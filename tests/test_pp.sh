@@ -20,6 +20,7 @@
 # Run by `make check` (OSDP_BUILDDIR, OSDP_SRCDIR, MPIEXEC).
 set -u
 . "$(dirname "$0")/test_lib.sh" pp-work
+. "$(dirname "$0")/pp_lib.sh"   # summary_field, config_field, stages_ok
 
 U="$WORK/t_pp.ini"   # 4 heads (TP 2 divides them), 6 operators
 printf '[model]\nname = t_pp\nn_layer = 2\nn_head = 4\nn_embd = 32\nvocab = 256\nctx = 32\n' > "$U"
@@ -31,8 +32,6 @@ run() {   # run NRANKS NAME [train options...]: writes $WORK/NAME.{out,err,log}
         --global-batch $GLOBAL --lr 1e-3 --log "$WORK/$name.log" "$@" >"$WORK/$name.out" 2>"$WORK/$name.err" ||
         bad "$name ran" "$WORK/$name.err"
 }
-summary_field() { grep '^summary' "$1" | sed -n "s/.* $2=\([^ ]*\).*/\1/p"; }
-config_field() { grep '^config' "$1" | sed -n "s/.* $2=\([^ ]*\).*/\1/p"; }
 
 # agree KEY A B: the two logs have the same number (> 0) of KEY values, equal within 1e-5 relative
 agree() {
@@ -45,20 +44,6 @@ agree() {
         exit 0 }'
 }
 
-# stages_ok LOG: every stage's ranks peaked where predicted, per category and in total
-stages_ok() {
-    local pp s cat p
-    pp=$(config_field "$1" pp)
-    [ -n "$pp" ] && [ "$pp" -gt 1 ] || { echo "    $1: no pipeline"; return 1; }
-    for s in $(seq 0 $((pp - 1))); do
-        for cat in state weights grads activations workspace tp_comm total; do
-            p=$(summary_field "$1" "stage_${s}_pred_$cat")
-            [ -n "$p" ] && [ "$(summary_field "$1" "stage_${s}_peak_min_$cat")" = "$p" ] &&
-                [ "$(summary_field "$1" "stage_${s}_peak_max_$cat")" = "$p" ] ||
-                { echo "    $1 stage $s $cat: measured $(summary_field "$1" "stage_${s}_peak_min_$cat")..$(summary_field "$1" "stage_${s}_peak_max_$cat"), predicted $p"; return 1; }
-        done
-    done
-}
 
 # -- 1. every mesh against one rank (--plan dp; any plan gives the same losses, part 3)
 run 1 ref --batch 8 --plan dp --steps $STEPS --val-data "$DATA" --eval-every 5 --eval-batches 1

@@ -68,6 +68,7 @@ typedef struct osdp_pipe_stage_cost {
 
 typedef struct osdp_pipe_timing {
     int P, M;
+    int V;                                /* chunks per stage (interleaved; 1 otherwise) */
     osdp_pipe_schedule schedule;
     double step_s;                        /* the last pass's end (+ sync_s: osdp_pipe_step_time) */
     double sync_s;                        /* the step's scalar all-reduce after the passes (osdp_pipe_step_time;
@@ -75,7 +76,7 @@ typedef struct osdp_pipe_timing {
     double busy_s[OSDP_MAX_STAGES];       /* M (forward + backward) of each stage */
     double end_s[OSDP_MAX_STAGES];        /* when each stage is free after its last pass (and its send) */
     double idle_fraction;                 /* 1 - sum busy / (P step): the simulated bubble */
-    double bubble_closed;                 /* (P - 1) / (M + P - 1) */
+    double bubble_closed;                 /* (P - 1) / (V M + P - 1) (osdp_pipe_bubble_chunks) */
     int slowest_stage;                    /* the stage of the largest busy time (the first on ties) */
 } osdp_pipe_timing;
 
@@ -85,6 +86,16 @@ typedef struct osdp_pipe_timing {
  * or M is out of range or a time is negative or not finite. */
 osdp_status osdp_pipe_simulate(osdp_pipe_schedule schedule, int P, int M, const osdp_pipe_stage_cost *stage,
                                const double *message_s, osdp_pipe_timing *out);
+
+/* The same over V chunks per stage (interleaved, osdp/pipeline.h): chunk[g]
+ * the passes of global chunk g of P V, message_s[g] (g < P V - 1) a message
+ * from chunk g to chunk g + 1 (stage g mod P to stage (g + 1) mod P, the
+ * last stage's to the first).  Under interleaving a gradient send does not
+ * hold its stage (osdp_schedule_defers_grad_send: it is waited after the
+ * next backward's receive).  busy_s[s] sums stage s's chunks.  V = 1 is
+ * osdp_pipe_simulate. */
+osdp_status osdp_pipe_simulate_chunks(osdp_pipe_schedule schedule, int P, int V, int M, const osdp_pipe_stage_cost *chunk,
+                                      const double *message_s, osdp_pipe_timing *out);
 
 /* bytes of one message across the boundary before operator `first_op`
  * (the first of a stage, > 0): b T d of the operator before it, fp32 */
@@ -108,6 +119,19 @@ void osdp_pipe_stage_passes(const osdp_cost_model *cm, const osdp_plan *plan, in
  * time + sync, which is osdp_cost_step_time of its plan up to rounding. */
 osdp_status osdp_pipe_step_time(const osdp_cost_model *const *stage_cm, const osdp_plan *const *plans, const int *bounds,
                                 int P, osdp_pipe_schedule schedule, int micro_batch, int accum, osdp_pipe_timing *out);
+
+/* osdp_pipe_step_time over V chunks per stage: bounds[P V + 1] the chunks',
+ * chunk g on stage g mod P with stage_cm[g mod P] and plans[g mod P]; the
+ * wrap from the last stage to the first at the network level of the
+ * pipeline's widest boundary.  V = 1 is osdp_pipe_step_time. */
+osdp_status osdp_pipe_step_time_chunks(const osdp_cost_model *const *stage_cm, const osdp_plan *const *plans,
+                                       const int *bounds, int P, int V, osdp_pipe_schedule schedule, int micro_batch,
+                                       int accum, osdp_pipe_timing *out);
+/* p2p bytes one rank of stage s sends per step over its V chunks: every
+ * chunk boundary it owns, M messages each way (V times 1F1B's for V
+ * chunks of P V equal boundaries) */
+long long osdp_pipe_stage_p2p_bytes_chunks(const osdp_layout *layout, const int *bounds, int P, int V, int s,
+                                           int micro_batch, int accum);
 
 /* p2p bytes one rank of stage s sends per step: M messages forward (s < P-1)
  * and M backward (s > 0), each osdp_pipe_boundary_bytes of its boundary */

@@ -145,6 +145,9 @@ typedef struct osdp_runtime_options {
     int pp_size, pp_stage;
     int stage_bounds[OSDP_MAX_STAGES + 1];
     osdp_pipe_schedule pipe_schedule;
+    /* interleaved: V chunks per stage, stage_bounds the P V chunks' bounds
+     * (osdp_schedule_options); the last stage's chunks send on to the first */
+    int virtual_stages;
     osdp_comm *pp_fwd_comm, *pp_bwd_comm;
     /* the data group's nodes: node_comm holds the ranks of the data group
      * on this rank's node, cross_comm those of the data group with this

@@ -69,6 +69,21 @@
  * pass's end.  The eval list at pp > 1 is, per validation micro-batch:
  * receive, the stage's forwards, send (waited).
  *
+ * Interleaving (osdp/pipeline.h; opt.virtual_stages V > 1): the rank holds
+ * V chunks, local chunk c = global chunk c P + s, each with its own range
+ * [chunk_lo[c], chunk_hi[c]); op_lo and op_hi span them.  A pass names its
+ * chunk and runs the chunk's operators, its messages go to the ranks on
+ * either side in a ring (the last stage's chunks send on to the first
+ * stage's next chunk); STAGE_INPUT and the activation sends have one slot
+ * per (chunk, micro-batch) (osdp_schedule_message_slot), the operators'
+ * activations one per micro-batch as before.  A gradient send is
+ * non-blocking, waited (SEND_GRAD_WAIT) after the next backward's gradient
+ * receive, which the executor lands in the workspace's other residual
+ * buffer: with blocking sends two stages of the ring can each sit in a send
+ * whose receive the other posts later (tests/test_pp_interleaved.c models
+ * the messages of every P, V and M it checks).  The eval list runs the
+ * chunks one after the other.
+ *
  * Deadlock-freedom: activation sends are non-blocking and waited only after
  * the matching gradient has come back; gradient sends are waited right away;
  * receives are posted when needed; every stage runs its backwards in
@@ -132,7 +147,9 @@ typedef enum osdp_event_kind {
     OSDP_EV_SEND_ACTS,      /* start sending op's output of micro to the next stage */
     OSDP_EV_SEND_ACTS_WAIT, /* that send has completed */
     OSDP_EV_RECV_GRAD,      /* d(op's output) of micro from the next stage into the workspace */
-    OSDP_EV_SEND_GRAD,      /* d(op's input) of micro from the workspace to the previous stage */
+    OSDP_EV_SEND_GRAD,      /* d(op's input) of micro from the workspace to the previous stage;
+                               blocking, except under interleaving (osdp_schedule_defers_grad_send) */
+    OSDP_EV_SEND_GRAD_WAIT, /* interleaving: the last non-blocking SEND_GRAD has completed */
     OSDP_EV_N_KINDS
 } osdp_event_kind;
 
@@ -187,6 +204,10 @@ typedef struct osdp_schedule_options {
     int pp_size, pp_stage;
     int stage_bounds[OSDP_MAX_STAGES + 1];
     osdp_pipe_schedule pipe_schedule;
+    /* interleaved: V model chunks per stage (0 reads as 1).  stage_bounds
+     * then holds the P V chunks' bounds, chunk c = [stage_bounds[c],
+     * stage_bounds[c+1]) on stage c mod P (osdp/pipeline.h) */
+    int virtual_stages;
 } osdp_schedule_options;
 
 typedef struct osdp_schedule {
@@ -194,7 +215,11 @@ typedef struct osdp_schedule {
     osdp_schedule_options opt;
     size_t weight_size;     /* bytes per working-weight element */
     int pipelined;          /* pp_size > 1: micro is the whole step (above) */
-    int op_lo, op_hi;       /* the stage's operators [op_lo, op_hi); every operator without a pipeline */
+    int op_lo, op_hi;       /* the stage's operators [op_lo, op_hi); every operator without a pipeline.
+                               Interleaved: the span of its chunks, which hold only some of them
+                               (osdp_schedule_has_op) */
+    int n_chunks;           /* the stage's chunks V (1 without interleaving) */
+    int chunk_lo[OSDP_MAX_STAGES], chunk_hi[OSDP_MAX_STAGES];   /* local chunk c: [chunk_lo[c], chunk_hi[c]) */
     osdp_sched_op *ops;     /* [layout->n_ops] */
     osdp_event *setup;
     int n_setup;
@@ -246,13 +271,45 @@ size_t osdp_buffer_bytes(osdp_buffer_kind kind, const osdp_buffer_dims *d, size_
 /* does this rank's stage hold operator op? */
 static inline int osdp_schedule_has_op(const osdp_schedule *sched, int op)
 {
-    return op >= sched->op_lo && op < sched->op_hi;
+    for (int c = 0; c < sched->n_chunks; c++)
+        if (op >= sched->chunk_lo[c] && op < sched->chunk_hi[c]) return 1;
+    return op >= sched->op_lo && op < sched->op_hi && sched->n_chunks < 1;
+}
+/* the local chunk holding operator op (one of the stage's) */
+static inline int osdp_schedule_chunk_of(const osdp_schedule *sched, int op)
+{
+    int c = 0;
+    while (c + 1 < sched->n_chunks && op >= sched->chunk_hi[c]) c++;
+    return c;
+}
+/* is op the first operator of one of the stage's chunks (its input then comes from another stage)? */
+static inline int osdp_schedule_chunk_first(const osdp_schedule *sched, int op)
+{
+    return op > 0 && sched->chunk_lo[osdp_schedule_chunk_of(sched, op)] == op;
 }
 /* micro-batches whose activations the list can hold at once: the per-micro
- * slots of ACTS, KEPT and STAGE_INPUT (accum_steps when pipelined, else 1) */
+ * slots of an operator's ACTS and KEPT (accum_steps when pipelined, else 1) */
 static inline int osdp_schedule_micro_slots(const osdp_schedule *sched)
 {
     return sched->pipelined ? sched->opt.accum_steps : 1;
+}
+/* the slots of the stage's messages (STAGE_INPUT, the activation sends):
+ * one per chunk and micro-batch, slot chunk x M + micro of op's chunk */
+static inline int osdp_schedule_message_slots(const osdp_schedule *sched)
+{
+    return sched->n_chunks * osdp_schedule_micro_slots(sched);
+}
+static inline int osdp_schedule_message_slot(const osdp_schedule *sched, int op, int micro)
+{
+    return osdp_schedule_chunk_of(sched, op) * osdp_schedule_micro_slots(sched) + micro;
+}
+/* Interleaving sends gradients non-blocking and waits the send after the
+ * next backward's gradient receive (SEND_GRAD_WAIT), which lands in the
+ * workspace's other residual buffer: a blocking send there deadlocks the
+ * ring (two stages each in a send whose receive the other posts later). */
+static inline int osdp_schedule_defers_grad_send(const osdp_schedule *sched)
+{
+    return sched->pipelined && sched->opt.pipe_schedule == OSDP_PIPE_INTERLEAVED;
 }
 /* floats per sequence of the tensor-parallel staging (OSDP_BUF_TP_STAGING):
  * the head's tp_floats_per_seq, 0 when its cross-entropy is not vocab-parallel */

@@ -7,10 +7,10 @@
 
 int osdp_op_stage(const osdp_runtime *rt, int op)
 {
-    int stage = 0;
-    if (rt->opt.pp_size > 1)
-        while (stage + 1 < rt->opt.pp_size && op >= rt->opt.stage_bounds[stage + 1]) stage++;
-    return stage;
+    if (rt->opt.pp_size <= 1) return 0;
+    /* interleaved: chunk c of P V is on stage c mod P */
+    const int chunks = rt->opt.pp_size * osdp_pipe_chunks_per_stage(rt->opt.virtual_stages);
+    return osdp_pipe_chunk_stage(rt->opt.pp_size, osdp_pipe_chunk_of(rt->opt.stage_bounds, chunks, op));
 }
 
 osdp_status osdp_gather_op_to_root(osdp_runtime *rt, int op, float *part, MPI_Comm comm, osdp_part_sink sink, void *ctx)

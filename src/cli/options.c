@@ -152,10 +152,16 @@ static const option_row g_options[] = {
     {.name = "stages", .type = OPT_TEXT, .commands = TRAIN | PLAN | EVAL, .field = FIELD(stages), .metavar = "A:B,B:C,...",
      .default_text = "balanced by the cost model's operator times",
      .help = "with --pp P: stage s's operators [A, B), P contiguous ranges from 0 to the operator count"},
-    {.name = "schedule", .type = OPT_ENUM, .commands = TRAIN | PLAN | EVAL, .field = FIELD(pipe_schedule), .choices = "1f1b|gpipe",
-     .default_value = "1f1b", .metavar = "1f1b|gpipe",
-     .help = "with --pp P: 1F1B (PipeDream-flush: at most P - s micro-batches in flight on stage s)\n"
-        "or GPipe (all forwards, then all backwards); the same losses bit for bit"},
+    {.name = "schedule", .type = OPT_ENUM, .commands = TRAIN | PLAN | EVAL, .field = FIELD(pipe_schedule),
+     .choices = "1f1b|gpipe|interleaved", .default_value = "1f1b", .metavar = "1f1b|gpipe|interleaved",
+     .help = "with --pp P: 1F1B (PipeDream-flush: at most P - s micro-batches in flight on stage s),\n"
+        "GPipe (all forwards, then all backwards) or interleaved 1F1B (Megatron-LM's virtual stages,\n"
+        "--virtual-stages V: a bubble of (P - 1) / (V M)); the same losses bit for bit"},
+    {.name = "virtual-stages", .type = OPT_INT, .commands = TRAIN | PLAN | EVAL, .field = FIELD(virtual_stages), .lo = 1,
+     .hi = OSDP_MAX_STAGES, .default_value = "1", .metavar = "V",
+     .help = "with --schedule interleaved: V model chunks per stage, the operators cut into P V contiguous\n"
+        "chunks (--stages then lists P V ranges), stage s holding chunks s, s + P, ..; the micro-batches\n"
+        "per step must be a multiple of P"},
     {.name = "split", .type = OPT_INT, .commands = TRAIN | PLAN | EVAL, .field = FIELD(split), .lo = 1,
      .hi = OSDP_MAX_SLICES, .choices = "auto", .word_value = OSDP_SPLIT_AUTO, .default_value = "1",
      .metavar = "G|auto",

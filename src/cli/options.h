@@ -56,7 +56,8 @@ typedef struct osdp_job {
     long long tp;                     /* tensor-parallel degree (1: none), or OSDP_TP_AUTO */
     long long pp;                     /* pipeline stages (1: none), or OSDP_PP_AUTO */
     const char *stages;               /* train --stages: "0:13,13:26,..."; NULL: balanced by the cost model */
-    int pipe_schedule;                /* train --schedule: osdp_pipe_schedule (1f1b|gpipe) */
+    int pipe_schedule;                /* train --schedule: osdp_pipe_schedule (1f1b|gpipe|interleaved) */
+    long long virtual_stages;         /* --virtual-stages V: model chunks per stage (interleaved) */
     int recompute;                    /* osdp_recompute_choice */
     int cost_model;                   /* osdp_cost_kind */
     int search;                       /* osdp_search_kind */

@@ -137,6 +137,9 @@ int osdp_cmd_plan_3d(const osdp_job *job)
         osdp_fatal(OSDP_ERR_INPUT, "--stages with --pp auto: the 3D search chooses the split; give --pp P to fix it");
     if (job->recompute == OSDP_RECOMPUTE_ALL)
         osdp_fatal(OSDP_ERR_INPUT, "--recompute all with --pp auto: use --recompute auto (the search chooses) or none");
+    if (job->pipe_schedule == OSDP_PIPE_INTERLEAVED || osdp_option_given(job, "virtual-stages"))
+        osdp_fatal(OSDP_ERR_INPUT, "--schedule interleaved / --virtual-stages with --pp auto: the 3D search does not "
+                                   "interleave yet; give --pp P (plan then searches V on its pipeline)");
     osdp_planner_options o;
     osdp_model_config cfg;
     osdp_device dev;

@@ -346,9 +346,10 @@ int osdp_cmd_plan(const osdp_job *job)
 {
     if (job->pp == OSDP_PP_AUTO) return osdp_cmd_plan_3d(job);
     if (job->pp > 1) return osdp_cmd_plan_pipeline(job);
-    if (osdp_option_given(job, "stages") || osdp_option_given(job, "schedule"))
+    if (osdp_option_given(job, "stages") || osdp_option_given(job, "schedule") || osdp_option_given(job, "virtual-stages"))
         osdp_fatal(OSDP_ERR_INPUT, osdp_option_given(job, "stages") ? "--stages needs a pipeline: --pp P with P > 1"
-                                                                     : "--schedule needs a pipeline: --pp P with P > 1");
+                                   : osdp_option_given(job, "schedule") ? "--schedule needs a pipeline: --pp P with P > 1"
+                                   : "--virtual-stages needs a pipeline: --pp P with P > 1 and --schedule interleaved");
     osdp_planner_options planner;
     osdp_status s;
     osdp_model_config cfg;

@@ -7,6 +7,7 @@
 #include "cli/app.h"
 #include "osdp/memory.h"
 #include "osdp/pipeline_cost.h"
+#include "osdp/pipeline_interleave.h"
 #include "plan_cmd.h"
 
 #include <stdio.h>
@@ -106,6 +107,42 @@ static void print_text(const osdp_model_config *cfg, const osdp_device *dev, con
            c->memory_bottleneck, 1e3 * c->total_s, c->batches_tried);
 }
 
+/* --schedule interleaved: V per stage on the 1F1B pipeline above (osdp_pipe_interleave_search) */
+static void print_interleave(const osdp_pipe_choice *c, const osdp_interleave_result *il)
+{
+    char a[32], split[512];
+    const int P = c->pp_size;
+    printf("\ninterleaved 1F1B (Megatron-LM's virtual stages) on this pipeline's operator plan, %d micro-batches:\n",
+           c->micro_batches);
+    printf("  %-3s %-6s %-12s %-12s %-11s %10s %13s %15s  %s\n", "V", "chunks", "bubble", "of ideal", "simulated",
+           "step ms", "p2p MiB/step", "largest peak", "fits");
+    for (int k = 0; k < il->n; k++) {
+        const osdp_interleave_option *x = &il->option[k];
+        char pk[32] = "-", pp[32] = "-", step[32] = "-", bub[32] = "-", ideal[32] = "-", sim[32] = "-";
+        const int priced = x->timing.step_s > 0;
+        if (priced) {
+            long long bytes = 0;
+            for (int s = 0; s < P; s++) bytes += x->p2p_bytes[s];
+            osdp_mib((double)(bytes * c->dp_size * c->tp_size), pp, sizeof pp);
+            snprintf(step, sizeof step, "%.3f", 1e3 * x->timing.step_s);
+            snprintf(bub, sizeof bub, "%.4f", x->timing.bubble_closed);
+            snprintf(ideal, sizeof ideal, "%.4f", x->bubble_of_ideal);
+            snprintf(sim, sizeof sim, "%.4f", x->timing.idle_fraction);
+        }
+        if (x->fits || x->stage_peak[x->largest_stage] > 0)
+            snprintf(pk, sizeof pk, "%s (s%d)", osdp_mib((double)x->stage_peak[x->largest_stage], a, sizeof a),
+                     x->largest_stage);
+        printf("  %-3d %-6d %-12s %-12s %-11s %10s %13s %15s  %s%s\n", x->V, P * x->V, bub, ideal, sim, step, pp, pk,
+               x->fits ? "yes" : "no: ", x->fits ? (k == il->best ? "  <- chosen" : "") : x->why);
+    }
+    const osdp_interleave_option *b = &il->option[il->best];
+    printf("(bubble: (P-1)/(VM+P-1) of the step; of ideal: (P-1)/(VM), Megatron's; simulated: the chunks' pass orders "
+           "with their times and messages; peak: the runtime's stage schedule, MiB per rank)\n");
+    printf("interleaving: V = %d, chunks %s%s\n", b->V,
+           osdp_stage_split_format(b->bounds, P * b->V, split, sizeof split),
+           b->V > 1 ? "" : " (no V > 1 fits or is faster: plain 1F1B)");
+}
+
 void osdp_plan_json_pipe_choice(const char *key, const osdp_pipe_choice *c, osdp_status st)
 {
     printf(",\"%s\":", key);
@@ -153,6 +190,13 @@ int osdp_cmd_plan_pipeline(const osdp_job *job)
     int bounds[OSDP_MAX_STAGES + 1];
     osdp_layout L;   /* the operators and their types: the same at every T */
     if ((s = osdp_layout_build(&L, &cfg, seq_len)) != OSDP_OK) osdp_fatal(s, osdp_error_message());
+    const osdp_pipe_schedule schedule = (osdp_pipe_schedule)job->pipe_schedule;
+    const int interleave = schedule == OSDP_PIPE_INTERLEAVED;
+    if (!interleave && job->virtual_stages > 1)
+        osdp_fatal(OSDP_ERR_INPUT, "--virtual-stages needs --schedule interleaved (it sets the chunks per stage)");
+    if (interleave && job->stages)
+        osdp_fatal(OSDP_ERR_INPUT, "--stages with --schedule interleaved: plan chooses the P V chunks (train takes "
+                                   "them with --stages); give --pp P alone");
     if (job->stages && (s = osdp_stage_split_parse(job->stages, L.n_ops, P, bounds)) != OSDP_OK)
         osdp_fatal(s, osdp_error_message());
     int *recompute_all = NULL;
@@ -162,9 +206,13 @@ int osdp_cmd_plan_pipeline(const osdp_job *job)
         o.recompute = recompute_all;
     }
     osdp_layout_free(&L);
-    const osdp_pipe_schedule schedule = (osdp_pipe_schedule)job->pipe_schedule;
+    /* interleaved: the stages planned under 1F1B, then V searched on them */
+    const osdp_pipe_schedule planned = interleave ? OSDP_PIPE_1F1B : schedule;
     osdp_pipe_choice c, base[2];
-    s = osdp_planner_pipeline(&cfg, seq_len, &dev, &o, T, P, job->stages ? bounds : NULL, schedule, &c);
+    osdp_interleave_result il = {0};
+    s = osdp_planner_pipeline(&cfg, seq_len, &dev, &o, T, P, job->stages ? bounds : NULL, planned, &c);
+    if (s == OSDP_OK && interleave)
+        s = osdp_pipe_interleave_search(&c, &dev, &o, cfg.n_layer, (int)job->virtual_stages, &il);
     if (s != OSDP_OK) {
         char why[4096];
         snprintf(why, sizeof why, "%s", osdp_error_message());
@@ -184,7 +232,7 @@ int osdp_cmd_plan_pipeline(const osdp_job *job)
     for (int v = 0; v < 2; v++) {   /* the same pipeline, every operator DP / ZDP */
         osdp_planner_options baseline = o;
         baseline.modes = v ? OSDP_MODES_ALL_ZDP : OSDP_MODES_ALL_DP;
-        bst[v] = osdp_planner_pipeline(&cfg, seq_len, &dev, &baseline, T, P, c.bounds, schedule, &base[v]);
+        bst[v] = osdp_planner_pipeline(&cfg, seq_len, &dev, &baseline, T, P, c.bounds, planned, &base[v]);
         if (bst[v] != OSDP_OK && bst[v] != OSDP_ERR_INFEASIBLE) osdp_fatal(bst[v], osdp_error_message());
     }
     if (job->json) {
@@ -202,25 +250,45 @@ int osdp_cmd_plan_pipeline(const osdp_job *job)
         osdp_plan_json_pipe_choice("osdp", &c, OSDP_OK);
         osdp_plan_json_pipe_choice("all_dp", &base[0], bst[0]);
         osdp_plan_json_pipe_choice("all_zdp", &base[1], bst[1]);
+        if (interleave) {
+            printf(",\"interleave\":{\"best\":%d,\"options\":[", il.option[il.best].V);
+            for (int k = 0; k < il.n; k++) {
+                const osdp_interleave_option *x = &il.option[k];
+                printf("%s{\"V\":%d,\"fits\":%s,\"why\":", k ? "," : "", x->V, x->fits ? "true" : "false");
+                osdp_json_string(x->why);
+                printf(",\"chunks\":\"%s\",\"step_s\":%.9g,\"bubble_closed\":%.9g,\"bubble_of_ideal\":%.9g,"
+                       "\"bubble_simulated\":%.9g,\"largest_stage_peak_bytes\":%lld}",
+                       osdp_stage_split_format(x->bounds, P * x->V, split, sizeof split), x->timing.step_s,
+                       x->timing.bubble_closed, x->bubble_of_ideal, x->timing.idle_fraction,
+                       x->stage_peak[x->largest_stage]);
+            }
+            printf("]}");
+        }
         printf("}\n");
     } else {
         print_text(&cfg, &dev, &o, job, &c, base, bst);
+        if (interleave) print_interleave(&c, &il);
     }
     int rc = 0;
     if (job->out) {
         FILE *f = fopen(job->out, "w");
         char split[512];
+        const osdp_interleave_option *chosen = interleave ? &il.option[il.best] : NULL;
+        const int V = chosen ? chosen->V : 1;
         if (!f) {
             fprintf(stderr, "osdp_gpt: error: cannot write the plan file %s\n", job->out);
             rc = OSDP_ERR_IO;
         } else {
+            char vs[48] = "";
+            if (V > 1) snprintf(vs, sizeof vs, " --virtual-stages %d", V);
             fprintf(f, "# planned by osdp_gpt plan for %lld ranks (PP %d x DP %d x TP %d) on device %s: micro-batch %d, "
-                       "%d micro-batches\n# (train with --pp %d --stages %s --schedule %s --tp %d --batch %d "
+                       "%d micro-batches\n# (train with --pp %d --stages %s --schedule %s%s --tp %d --batch %d "
                        "--global-batch %d); predicted step %.6g s, largest stage peak %.0f bytes\n",
                     job->ranks, P, c.dp_size, c.tp_size, dev.name, c.micro_batch, c.micro_batches, P,
-                    osdp_stage_split_format(c.bounds, P, split, sizeof split), osdp_pipe_schedule_name(schedule),
-                    c.tp_size, c.micro_batch, c.micro_batch * c.micro_batches * c.dp_size, c.step_s,
-                    c.plan.predicted_peak_bytes);
+                    osdp_stage_split_format(chosen ? chosen->bounds : c.bounds, P * V, split, sizeof split),
+                    osdp_pipe_schedule_name(V > 1 ? schedule : planned), vs, c.tp_size, c.micro_batch,
+                    c.micro_batch * c.micro_batches * c.dp_size, chosen ? chosen->timing.step_s : c.step_s,
+                    chosen ? (double)chosen->stage_peak[chosen->largest_stage] : c.plan.predicted_peak_bytes);
             osdp_plan_write(&c.plan, &c.layout, f);
             if (fclose(f) != 0) rc = OSDP_ERR_IO;
         }

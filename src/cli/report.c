@@ -156,7 +156,8 @@ void osdp_report_header(osdp_report *r, const osdp_model_config *cfg, const osdp
     char bounds[256] = "";
     if (pipelined) {   /* collective: the stages' predictions, for the bottleneck */
         osdp_stage_peaks_gather(rt, r->mesh, &r->predicted, &stages);
-        osdp_stage_split_format(rt->opt.stage_bounds, r->mesh->pp, bounds, sizeof bounds);
+        osdp_stage_split_format(rt->opt.stage_bounds, r->mesh->pp * osdp_pipe_chunks_per_stage(rt->opt.virtual_stages),
+                                bounds, sizeof bounds);
     }
     if (r->log) {
         osdp_log_record rec;
@@ -169,6 +170,10 @@ void osdp_report_header(osdp_report *r, const osdp_model_config *cfg, const osdp
         if (pipelined) {
             osdp_log_text(&rec, "schedule", osdp_pipe_schedule_name(rt->opt.pipe_schedule));
             osdp_log_text(&rec, "stages", bounds);
+            osdp_log_count(&rec, "virtual_stages", (unsigned long long)osdp_pipe_chunks_per_stage(rt->opt.virtual_stages));
+            osdp_log_number(&rec, "pred_bubble", "%.6g",
+                            osdp_pipe_bubble_chunks(r->mesh->pp, osdp_pipe_chunks_per_stage(rt->opt.virtual_stages),
+                                                    rt->opt.accum_steps));
             osdp_log_count(&rec, "pred_bottleneck_stage", (unsigned long long)osdp_stage_peaks_bottleneck(&stages, 1));
         }
         osdp_log_count(&rec, "threads", (unsigned long long)r->world->threads);
@@ -214,11 +219,14 @@ void osdp_report_header(osdp_report *r, const osdp_model_config *cfg, const osdp
     }
     if (pipelined) {
         char peaks[512];
-        const int M = rt->opt.accum_steps;
-        printf("pipeline: %d stages, operators %s | %s over %d micro-batches (in flight on stage 0: %d, bubble %.1f%%) | "
+        const int M = rt->opt.accum_steps, V = osdp_pipe_chunks_per_stage(rt->opt.virtual_stages);
+        char chunks[48] = "";
+        if (V > 1) snprintf(chunks, sizeof chunks, " x %d chunks (chunk c on stage c mod %d)", V, r->mesh->pp);
+        printf("pipeline: %d stages%s, operators %s | %s over %d micro-batches (in flight on stage 0: %d, bubble %.1f%%) | "
                "predicted peak per stage %s: stage %d is the memory bottleneck\n",
-               r->mesh->pp, bounds, osdp_pipe_schedule_name(rt->opt.pipe_schedule), M,
-               osdp_pipe_in_flight(rt->opt.pipe_schedule, r->mesh->pp, 0, M), 100.0 * osdp_pipe_bubble(r->mesh->pp, M),
+               r->mesh->pp, chunks, bounds, osdp_pipe_schedule_name(rt->opt.pipe_schedule), M,
+               osdp_pipe_in_flight_chunks(rt->opt.pipe_schedule, r->mesh->pp, V, 0, M),
+               100.0 * osdp_pipe_bubble_chunks(r->mesh->pp, V, M),
                osdp_stage_peaks_format(&stages, 1, peaks, sizeof peaks), osdp_stage_peaks_bottleneck(&stages, 1));
     }
     printf("data %s: %zu tokens | %d ranks x %d threads, backend %s (%s weights) | batch %d per rank x %d micro-steps = %d sequences/step\n",

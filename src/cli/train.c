@@ -44,6 +44,12 @@ typedef struct train_setup {
     int pad_quantum;          /* the backend's shard padding (osdp_compute_pad_quantum) */
 } train_setup;
 
+/* --virtual-stages as the schedule reads it: 1 unless interleaved */
+static int train_virtual_stages(const osdp_job *job)
+{
+    return job->pipe_schedule == OSDP_PIPE_INTERLEAVED && job->virtual_stages > 1 ? (int)job->virtual_stages : 1;
+}
+
 /* the pipeline's options (--pp, --stages, --schedule) against the others */
 static osdp_status check_pipeline_options(const osdp_job *job, int plan_auto)
 {
@@ -54,8 +60,17 @@ static osdp_status check_pipeline_options(const osdp_job *job, int plan_auto)
         if (job->stages) return osdp_error_set(OSDP_ERR_INPUT, "--stages needs --pp P with P > 1 (the pipeline's stages)");
         if (osdp_option_given(job, "schedule"))
             return osdp_error_set(OSDP_ERR_INPUT, "--schedule needs --pp P with P > 1 (it orders the pipeline's passes)");
+        if (osdp_option_given(job, "virtual-stages"))
+            return osdp_error_set(OSDP_ERR_INPUT, "--virtual-stages needs --pp P with P > 1 and --schedule interleaved");
         return OSDP_OK;
     }
+    if (job->virtual_stages > 1 && job->pipe_schedule != OSDP_PIPE_INTERLEAVED)
+        return osdp_error_set(OSDP_ERR_INPUT, "--virtual-stages %lld needs --schedule interleaved (%s runs one chunk per "
+                              "stage)", job->virtual_stages, osdp_pipe_schedule_name((osdp_pipe_schedule)job->pipe_schedule));
+    if (plan_auto && job->pipe_schedule == OSDP_PIPE_INTERLEAVED)
+        return osdp_error_set(OSDP_ERR_INPUT, "--schedule interleaved with --plan auto: the 3D search of train does not "
+                              "choose V yet; plan with `plan --pp P --schedule interleaved`, then train its plan file "
+                              "with --pp P --schedule interleaved --virtual-stages V");
     if (plan_auto) {   /* the 3D search: the stages, micro-batch and M for the global batch */
         if (job->stages)
             return osdp_error_set(OSDP_ERR_INPUT, "--stages with --plan auto: the 3D search chooses the split; give a "
@@ -448,8 +463,9 @@ static double predicted_step_time(const osdp_layout *layout, const osdp_plan *pl
         plans[s] = plan;
     }
     osdp_pipe_timing timing;
-    return osdp_pipe_step_time(cms, plans, stage_bounds, pp, (osdp_pipe_schedule)job->pipe_schedule, plan->micro_batch,
-                               plan->accum_steps, &timing) == OSDP_OK ? timing.step_s : 0;
+    return osdp_pipe_step_time_chunks(cms, plans, stage_bounds, pp, train_virtual_stages(job),
+                                      (osdp_pipe_schedule)job->pipe_schedule, plan->micro_batch, plan->accum_steps,
+                                      &timing) == OSDP_OK ? timing.step_s : 0;
 }
 
 /* The pipeline's stages: --stages, else the contiguous split that balances
@@ -463,8 +479,9 @@ static osdp_status stage_split(const osdp_layout *layout, const osdp_plan *plan,
         memcpy(bounds, pipe->bounds, sizeof(int) * (size_t)(pipe->pp + 1));
         return OSDP_OK;
     }
-    const int P = (int)job->pp;
-    if (job->stages) return osdp_stage_split_parse(job->stages, layout->n_ops, P, bounds);
+    /* interleaved: P V chunks, split as P V stages would be */
+    const int P = (int)job->pp * train_virtual_stages(job);
+    if (job->stages) return osdp_chunk_split_parse(job->stages, layout->n_ops, (int)job->pp, train_virtual_stages(job), bounds);
     osdp_device dev;
     if (device_load_for_runtime(&dev, job->device, t->weights) == OSDP_OK) {
         osdp_cost_model cm = {.layout = layout, .dev = &dev, .N = dp_ranks, .pad_quantum = t->pad_quantum,
@@ -673,9 +690,11 @@ int osdp_cmd_train(const osdp_job *job)
                                            osdp_plan_has_hierarchical(&plan), &node_comm, &cross_comm, &nodes_made));
     int stage_bounds[OSDP_MAX_STAGES + 1] = {0};
     if (mesh.pp > 1) {
+        osdp_check_all(osdp_pipe_check((osdp_pipe_schedule)job->pipe_schedule, mesh.pp, train_virtual_stages(job),
+                                       plan.accum_steps, layout.n_ops));
         osdp_check_all(stage_split(&layout, &plan, job, &t, mesh.dp, &pipe, stage_bounds));
         uint64_t split_hash = 14695981039346656037ULL;   /* FNV-1a over the bounds: every rank's device file */
-        for (int b = 0; b <= mesh.pp; b++) split_hash = (split_hash ^ (uint64_t)stage_bounds[b]) * 1099511628211ULL;
+        for (int b = 0; b <= mesh.pp * train_virtual_stages(job); b++) split_hash = (split_hash ^ (uint64_t)stage_bounds[b]) * 1099511628211ULL;
         osdp_check_same(split_hash, "pipeline stage split (--stages, or the --device file it is balanced by)");
     }
 
@@ -684,7 +703,8 @@ int osdp_cmd_train(const osdp_job *job)
                                      .micro_batch = plan.micro_batch,
                                      .accum_steps = plan.accum_steps, .prefetch = !job->no_prefetch,
                                      .weight_dtype = t.weights, .pad_quantum = t.pad_quantum, .pp_size = mesh.pp,
-                                     .pp_stage = mesh.pp_rank, .pipe_schedule = (osdp_pipe_schedule)job->pipe_schedule};
+                                     .pp_stage = mesh.pp_rank, .pipe_schedule = (osdp_pipe_schedule)job->pipe_schedule,
+                                     .virtual_stages = train_virtual_stages(job)};
     memcpy(predict.stage_bounds, stage_bounds, sizeof stage_bounds);
     osdp_check_all(osdp_schedule_predict(&layout, &plan, &predict, &predicted));
     size_t mem_limit = (size_t)job->mem_limit;   /* on a GPU: capped at the card's free memory (device_mem_limit) */
@@ -695,6 +715,7 @@ int osdp_cmd_train(const osdp_job *job)
                                 .seed = (unsigned long long)job->seed, .optim = t.optim, .weight_dtype = t.weights,
                                 .pad_quantum = t.pad_quantum, .tp_comm = mesh.tp > 1 ? &tp_comm : NULL,
                                 .pp_size = mesh.pp, .pp_stage = mesh.pp_rank, .pipe_schedule = predict.pipe_schedule,
+                                .virtual_stages = predict.virtual_stages,
                                 .pp_fwd_comm = mesh.pp > 1 ? &pp_fwd_comm : NULL,
                                 .pp_bwd_comm = mesh.pp > 1 ? &pp_bwd_comm : NULL,
                                 .node_comm = nodes_made ? &node_comm : NULL,

@@ -84,7 +84,8 @@ static herr_t write_root_attrs(hid_t file, const osdp_runtime *rt, const osdp_pl
     e |= ckpt_attr_write_i64(file, "mesh_pp", ckpt_pp_size(rt));
     if (ckpt_pp_size(rt) > 1) {   /* informational: a load needs neither the same split nor the same schedule */
         char split[OSDP_MAX_STAGES * 24];
-        e |= ckpt_attr_write_str(file, "pipeline_stages", osdp_stage_split_format(rt->opt.stage_bounds, rt->opt.pp_size,
+        const int chunks = rt->opt.pp_size * osdp_pipe_chunks_per_stage(rt->opt.virtual_stages);
+        e |= ckpt_attr_write_str(file, "pipeline_stages", osdp_stage_split_format(rt->opt.stage_bounds, chunks,
                                                                                  split, sizeof split));
         e |= ckpt_attr_write_str(file, "pipeline_schedule", osdp_pipe_schedule_name(rt->opt.pipe_schedule));
     }

@@ -41,34 +41,53 @@ long long osdp_pipe_stage_p2p_bytes(const osdp_layout *layout, const int *bounds
     return bytes * accum;
 }
 
+long long osdp_pipe_stage_p2p_bytes_chunks(const osdp_layout *layout, const int *bounds, int P, int V, int s,
+                                           int micro_batch, int accum)
+{
+    long long bytes = 0;
+    for (int c = 0; c < V; c++) {
+        const int g = c * P + s;
+        if (g + 1 < P * V) bytes += (long long)osdp_pipe_boundary_bytes(layout, bounds[g + 1], micro_batch);   /* activations */
+        if (g > 0) bytes += (long long)osdp_pipe_boundary_bytes(layout, bounds[g], micro_batch);               /* gradients */
+    }
+    return bytes * accum;
+}
+
 static int valid_time(double t)
 {
     return isfinite(t) && t >= 0;
 }
 
-osdp_status osdp_pipe_simulate(osdp_pipe_schedule schedule, int P, int M, const osdp_pipe_stage_cost *stage,
-                               const double *message_s, osdp_pipe_timing *out)
+osdp_status osdp_pipe_simulate_chunks(osdp_pipe_schedule schedule, int P, int V, int M, const osdp_pipe_stage_cost *chunk,
+                                      const double *message_s, osdp_pipe_timing *out)
 {
-    if (P < 1 || P > OSDP_MAX_STAGES || M < 1)
-        return osdp_error_set(OSDP_ERR_INPUT, "pipeline cost: %d stages (1..%d) and %d micro-batches (>= 1)", P,
-                              OSDP_MAX_STAGES, M);
-    for (int s = 0; s < P; s++)
-        if (!valid_time(stage[s].forward_s) || !valid_time(stage[s].backward_s)
-            || (s + 1 < P && message_s && !valid_time(message_s[s])))
-            return osdp_error_set(OSDP_ERR_INPUT, "pipeline cost: stage %d has a negative or non-finite time", s);
-    const size_t passes = 2 * (size_t)M;
+    if (P < 1 || V < 1 || (long long)P * V > OSDP_MAX_STAGES || M < 1)
+        return osdp_error_set(OSDP_ERR_INPUT, "pipeline cost: %d stages x %d chunks (1..%d) and %d micro-batches (>= 1)",
+                              P, V, OSDP_MAX_STAGES, M);
+    if (V > 1 && (schedule != OSDP_PIPE_INTERLEAVED || M % P != 0))
+        return osdp_pipe_check(schedule, P, V, M, 0);
+    const int G = P * V;   /* global chunks; chunk g on stage g mod P */
+    for (int g = 0; g < G; g++)
+        if (!valid_time(chunk[g].forward_s) || !valid_time(chunk[g].backward_s)
+            || (g + 1 < G && message_s && !valid_time(message_s[g])))
+            return osdp_error_set(OSDP_ERR_INPUT, "pipeline cost: %s %d has a negative or non-finite time",
+                                  V > 1 ? "chunk" : "stage", g);
+    const size_t passes = 2 * (size_t)M * (size_t)V, per_chunk = 2 * (size_t)M;
     osdp_pipe_pass *order = malloc(sizeof *order * passes * (size_t)P);
-    /* done[s][2m + backward]: when that pass's compute ended on stage s, its message's send began (-1: not yet) */
-    double *done = malloc(sizeof *done * passes * (size_t)P);
+    /* done[g][2m + backward]: when that pass's compute ended on chunk g, its message's send began (-1: not yet) */
+    double *done = malloc(sizeof *done * per_chunk * (size_t)G);
     if (!order || !done) {
         free(order), free(done);
         return osdp_error_set(OSDP_ERR_OOM, "pipeline cost: out of host memory");
     }
-    for (int s = 0; s < P; s++) osdp_pipe_order(schedule, P, s, M, order + (size_t)s * passes);
-    for (size_t i = 0; i < passes * (size_t)P; i++) done[i] = -1;
+    for (int s = 0; s < P; s++) osdp_pipe_order_chunks(schedule, P, V, s, M, order + (size_t)s * passes);
+    for (size_t i = 0; i < per_chunk * (size_t)G; i++) done[i] = -1;
+    /* a gradient send holds its stage for the message's time, unless the schedule defers its wait */
+    const int held = !(schedule == OSDP_PIPE_INTERLEAVED && P > 1);
     double free_at[OSDP_MAX_STAGES] = {0};
     size_t next[OSDP_MAX_STAGES] = {0}, left = passes * (size_t)P;
-    *out = (osdp_pipe_timing){.P = P, .M = M, .schedule = schedule, .bubble_closed = osdp_pipe_bubble(P, M)};
+    *out = (osdp_pipe_timing){.P = P, .M = M, .V = V, .schedule = schedule,
+                              .bubble_closed = osdp_pipe_bubble_chunks(P, V, M)};
     /* Each round runs, on every stage, the passes whose input is there, in
      * the stage's order; a round without one is a dependency cycle, which a
      * valid pass order never has. */
@@ -77,23 +96,23 @@ osdp_status osdp_pipe_simulate(osdp_pipe_schedule schedule, int P, int M, const 
         for (int s = 0; s < P; s++)
             while (next[s] < passes) {
                 const osdp_pipe_pass p = order[(size_t)s * passes + next[s]];
-                int from = p.backward ? s + 1 : s - 1;   /* the stage its input comes from */
+                const int g = p.chunk * P + s, from = p.backward ? g + 1 : g - 1;   /* the chunk its input comes from */
                 double start = free_at[s];
-                if (from >= 0 && from < P) {
+                if (from >= 0 && from < G) {
                     /* the receive, posted when the stage gets here, ends a message's time later, and not before
                      * the message was sent */
-                    double sent = done[(size_t)from * passes + 2 * (size_t)p.micro + (size_t)p.backward];
+                    double sent = done[(size_t)from * per_chunk + 2 * (size_t)p.micro + (size_t)p.backward];
                     if (sent < 0) break;
-                    start += message_s ? message_s[p.backward ? s : s - 1] : 0;
+                    start += message_s ? message_s[p.backward ? g : g - 1] : 0;
                     if (sent > start) start = sent;
-                } else if (p.backward && done[(size_t)s * passes + 2 * (size_t)p.micro] < 0) {
-                    break;   /* the last stage: its own forward first (the order guarantees it) */
+                } else if (p.backward && done[(size_t)g * per_chunk + 2 * (size_t)p.micro] < 0) {
+                    break;   /* the last chunk: its own forward first (the order guarantees it) */
                 }
-                const double took = p.backward ? stage[s].backward_s : stage[s].forward_s;
-                done[(size_t)s * passes + 2 * (size_t)p.micro + (size_t)p.backward] = start + took;
-                /* a backward's gradient send (s > 0) holds the stage for the message's time; a forward's
+                const double took = p.backward ? chunk[g].backward_s : chunk[g].forward_s;
+                done[(size_t)g * per_chunk + 2 * (size_t)p.micro + (size_t)p.backward] = start + took;
+                /* a backward's gradient send (g > 0) holds the stage for the message's time; a forward's
                  * activation send does not (waited only once its gradient is back) */
-                free_at[s] = start + took + (p.backward && s > 0 && message_s ? message_s[s - 1] : 0);
+                free_at[s] = start + took + (held && p.backward && g > 0 && message_s ? message_s[g - 1] : 0);
                 out->busy_s[s] += took;
                 next[s]++;
                 ran++;
@@ -117,33 +136,55 @@ osdp_status osdp_pipe_simulate(osdp_pipe_schedule schedule, int P, int M, const 
     return OSDP_OK;
 }
 
-osdp_status osdp_pipe_step_time(const osdp_cost_model *const *stage_cm, const osdp_plan *const *plans, const int *bounds,
-                                int P, osdp_pipe_schedule schedule, int micro_batch, int accum, osdp_pipe_timing *out)
+osdp_status osdp_pipe_simulate(osdp_pipe_schedule schedule, int P, int M, const osdp_pipe_stage_cost *stage,
+                               const double *message_s, osdp_pipe_timing *out)
 {
-    if (P < 1 || P > OSDP_MAX_STAGES)
-        return osdp_error_set(OSDP_ERR_INPUT, "pipeline cost: %d stages (1..%d)", P, OSDP_MAX_STAGES);
-    osdp_pipe_stage_cost stage[OSDP_MAX_STAGES];
+    return osdp_pipe_simulate_chunks(schedule, P, 1, M, stage, message_s, out);
+}
+
+osdp_status osdp_pipe_step_time_chunks(const osdp_cost_model *const *stage_cm, const osdp_plan *const *plans,
+                                       const int *bounds, int P, int V, osdp_pipe_schedule schedule, int micro_batch,
+                                       int accum, osdp_pipe_timing *out)
+{
+    if (P < 1 || V < 1 || (long long)P * V > OSDP_MAX_STAGES)
+        return osdp_error_set(OSDP_ERR_INPUT, "pipeline cost: %d stages x %d chunks (1..%d)", P, V, OSDP_MAX_STAGES);
+    const int G = P * V;
+    osdp_pipe_stage_cost chunk[OSDP_MAX_STAGES];
     double message[OSDP_MAX_STAGES];
-    for (int s = 0; s < P; s++) {
-        osdp_pipe_stage_passes(stage_cm[s], plans[s], bounds[s], bounds[s + 1], micro_batch, accum, &stage[s]);
-        if (s + 1 < P) {
+    /* the wrap from the last stage to the first crosses nodes when any boundary of the pipeline does */
+    int wrap_spans = 0;
+    for (int s = 0; s + 1 < P; s++)
+        wrap_spans |= osdp_cost_pp_boundary_spans_nodes(stage_cm[s]->dev->ranks_per_node, stage_cm[s]->layout->tp_size,
+                                                        stage_cm[s]->N, s);
+    for (int g = 0; g < G; g++) {
+        const int s = g % P;
+        osdp_pipe_stage_passes(stage_cm[s], plans[s], bounds[g], bounds[g + 1], micro_batch, accum, &chunk[g]);
+        if (g + 1 < G) {
             /* each boundary at its network level: [internode_p2p] when its messages cross nodes */
             const osdp_device *dev = stage_cm[s]->dev;
             osdp_device at_level = *dev;
-            if (dev->internode.given
-                && osdp_cost_pp_boundary_spans_nodes(dev->ranks_per_node, stage_cm[s]->layout->tp_size, stage_cm[s]->N, s))
-                at_level.p2p = dev->internode.p2p;
-            message[s] = osdp_pipe_message_time(&at_level,
-                                                (double)osdp_pipe_boundary_bytes(stage_cm[s]->layout, bounds[s + 1], micro_batch));
+            const int spans = s + 1 < P ? osdp_cost_pp_boundary_spans_nodes(dev->ranks_per_node,
+                                                                            stage_cm[s]->layout->tp_size,
+                                                                            stage_cm[s]->N, s)
+                                        : wrap_spans;
+            if (dev->internode.given && spans) at_level.p2p = dev->internode.p2p;
+            message[g] = osdp_pipe_message_time(&at_level,
+                                                (double)osdp_pipe_boundary_bytes(stage_cm[s]->layout, bounds[g + 1], micro_batch));
         }
     }
-    osdp_status status = osdp_pipe_simulate(schedule, P, accum, stage, message, out);
+    osdp_status status = osdp_pipe_simulate_chunks(schedule, P, V, accum, chunk, message, out);
     if (status != OSDP_OK) return status;
     /* after the last pass, every rank's scalar all-reduce over its data group, tensor group and the pipeline */
     const int tp = stage_cm[0]->layout->tp_size > 0 ? stage_cm[0]->layout->tp_size : 1;
     out->sync_s = osdp_cost_step_sync_time(stage_cm[0]->dev, tp, stage_cm[0]->N, P);
     out->step_s += out->sync_s;
     return OSDP_OK;
+}
+
+osdp_status osdp_pipe_step_time(const osdp_cost_model *const *stage_cm, const osdp_plan *const *plans, const int *bounds,
+                                int P, osdp_pipe_schedule schedule, int micro_batch, int accum, osdp_pipe_timing *out)
+{
+    return osdp_pipe_step_time_chunks(stage_cm, plans, bounds, P, 1, schedule, micro_batch, accum, out);
 }
 
 osdp_layout osdp_pipe_stage_layout(const osdp_layout *whole, int lo, int hi)

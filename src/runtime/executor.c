@@ -22,7 +22,7 @@ static void **buffer_slot(osdp_runtime *rt, const osdp_event *ev)
     case OSDP_BUF_FULL_GRAD: return (void **)&o->full_grad;
     case OSDP_BUF_GRAD_RECV: return (void **)&o->grad_recv;
     case OSDP_BUF_TP_STAGING: return (void **)&rt->in->tp_staging;
-    case OSDP_BUF_STAGE_INPUT: return (void **)&rt->in->stage_input[ev->micro];
+    case OSDP_BUF_STAGE_INPUT: return (void **)&rt->in->stage_input[osdp_schedule_message_slot(&rt->in->sched, ev->op, ev->micro)];
     case OSDP_BUF_N_KINDS: break;
     }
     return NULL;
@@ -308,7 +308,8 @@ static osdp_status compute(osdp_runtime *rt, const osdp_event *ev, int at)
     while (ev[r.end].kind != OSDP_EV_COMPUTE_END) r.end++;
     const int g = so->n_slices, fwd = r.pass != OSDP_PASS_BACKWARD, m = ev[at].micro;
     /* the previous operator's output, or at a stage's start what the previous stage sent */
-    const float *input = r.op == in->sched.op_lo && r.op > 0 ? in->stage_input[m]
+    const float *input = osdp_schedule_chunk_first(&in->sched, r.op)
+                       ? in->stage_input[osdp_schedule_message_slot(&in->sched, r.op, m)]
                        : r.op ? in->ops[r.op - 1].acts[m].out : NULL;
     float *grad_slices[OSDP_MAX_SLICES] = {0};
     for (int k = 0; k < g && !fwd; k++) grad_slices[k] = o->full_grad + so->slice[k].base;
@@ -334,21 +335,25 @@ static size_t message_floats(const osdp_event *ev) { return ev->bytes / sizeof(f
 static osdp_status pipeline_message(osdp_runtime *rt, const osdp_event *ev)
 {
     struct osdp_runtime_internal *in = rt->in;
-    const int m = ev->micro;
+    const int m = ev->micro, slot = osdp_schedule_message_slot(&in->sched, ev->op, m);
     switch (ev->kind) {
     case OSDP_EV_RECV_ACTS:
-        return osdp_comm_recv(rt->opt.pp_fwd_comm, in->stage_input[m], message_floats(ev), OSDP_FLOAT32, in->pp_prev,
+        return osdp_comm_recv(rt->opt.pp_fwd_comm, in->stage_input[slot], message_floats(ev), OSDP_FLOAT32, in->pp_prev,
                               NULL);
     case OSDP_EV_SEND_ACTS:
         return osdp_comm_send(rt->opt.pp_fwd_comm, in->ops[ev->op].acts[m].out, message_floats(ev), OSDP_FLOAT32,
-                              in->pp_next, &in->act_send[m]);
-    case OSDP_EV_SEND_ACTS_WAIT: return osdp_comm_wait(rt->opt.pp_fwd_comm, &in->act_send[m]);
+                              in->pp_next, &in->act_send[slot]);
+    case OSDP_EV_SEND_ACTS_WAIT: return osdp_comm_wait(rt->opt.pp_fwd_comm, &in->act_send[slot]);
     case OSDP_EV_RECV_GRAD:   /* d(output) where the operator's backward reads it */
+        /* under interleaving the previous gradient send may still read the
+         * current buffer: receive into the other one, which becomes current */
+        if (osdp_schedule_defers_grad_send(&in->sched)) in->ws.cur = 1 - in->ws.cur;
         return osdp_comm_recv(rt->opt.pp_bwd_comm, in->ws.dres[in->ws.cur], message_floats(ev), OSDP_FLOAT32,
                               in->pp_next, NULL);
     case OSDP_EV_SEND_GRAD:   /* d(input), where the first operator's backward left it */
         return osdp_comm_send(rt->opt.pp_bwd_comm, in->ws.dres[in->ws.cur], message_floats(ev), OSDP_FLOAT32,
-                              in->pp_prev, NULL);
+                              in->pp_prev, ev->blocking ? NULL : &in->grad_send);
+    case OSDP_EV_SEND_GRAD_WAIT: return osdp_comm_wait(rt->opt.pp_bwd_comm, &in->grad_send);
     default: return osdp_error_set(OSDP_ERR_INTERNAL, "event %d is no pipeline message", (int)ev->kind);
     }
 }
@@ -381,7 +386,7 @@ osdp_status osdp_rt_execute(osdp_runtime *rt, const osdp_event *ev, int end)
         case OSDP_EV_REDUCE_SCATTER: TRY(scatter_start(rt, e->op)); break;
         case OSDP_EV_REDUCE_SCATTER_WAIT: TRY(scatter_finish(rt, e->op, e->micro)); break;
         case OSDP_EV_RECV_ACTS: case OSDP_EV_SEND_ACTS: case OSDP_EV_SEND_ACTS_WAIT:
-        case OSDP_EV_RECV_GRAD: case OSDP_EV_SEND_GRAD: TRY(pipeline_message(rt, e)); break;
+        case OSDP_EV_RECV_GRAD: case OSDP_EV_SEND_GRAD: case OSDP_EV_SEND_GRAD_WAIT: TRY(pipeline_message(rt, e)); break;
         case OSDP_EV_NORM_SUM: norm_sum(rt, e->op); break;
         case OSDP_EV_SUMS_ALL_REDUCE: TRY(reduce_sums(rt)); break;
         case OSDP_EV_ADAMW: adamw_op(rt, e->op); break;
@@ -404,7 +409,8 @@ void osdp_rt_release_all(osdp_runtime *rt)
 {
     struct osdp_runtime_internal *in = rt->in;
     for (int i = in->sched.op_lo; i < in->sched.op_hi; i++)
-        for (int k = 0; k < in->sched.ops[i].n_slices; k++) (void)gather_wait(rt, &in->ops[i].slice[k]);
+        for (int k = 0; k < in->sched.ops[i].n_slices && osdp_schedule_has_op(&in->sched, i); k++)
+            (void)gather_wait(rt, &in->ops[i].slice[k]);
     release_list(rt, in->sched.micro, in->sched.n_micro);
     release_list(rt, in->sched.eval, in->sched.n_eval);
     release_list(rt, in->sched.setup, in->sched.n_setup);

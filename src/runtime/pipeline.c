@@ -9,14 +9,15 @@
 
 const char *osdp_pipe_schedule_name(osdp_pipe_schedule kind)
 {
-    return kind == OSDP_PIPE_GPIPE ? "gpipe" : "1f1b";
+    return kind == OSDP_PIPE_GPIPE ? "gpipe" : kind == OSDP_PIPE_INTERLEAVED ? "interleaved" : "1f1b";
 }
 
 osdp_status osdp_pipe_schedule_parse(const char *text, osdp_pipe_schedule *kind)
 {
     if (text && strcmp(text, "1f1b") == 0) *kind = OSDP_PIPE_1F1B;
     else if (text && strcmp(text, "gpipe") == 0) *kind = OSDP_PIPE_GPIPE;
-    else return osdp_error_set(OSDP_ERR_INPUT, "--schedule %s: expected gpipe or 1f1b", text ? text : "(none)");
+    else if (text && strcmp(text, "interleaved") == 0) *kind = OSDP_PIPE_INTERLEAVED;
+    else return osdp_error_set(OSDP_ERR_INPUT, "--schedule %s: expected gpipe, 1f1b or interleaved", text ? text : "(none)");
     return OSDP_OK;
 }
 
@@ -26,15 +27,78 @@ static int warmup(osdp_pipe_schedule kind, int P, int s, int M)
     return P - 1 - s < M ? P - 1 - s : M;
 }
 
+/* interleaved: the warm-up forwards of stage s (Megatron-LM's) */
+static int warmup_chunks(int P, int V, int s, int M)
+{
+    if (M == P) return V * M;   /* every forward first: the steady phase would wait on itself */
+    const int w = 2 * (P - 1 - s) + (V - 1) * P;
+    return w < V * M ? w : V * M;
+}
+
+/* virtual pass k of stage s (interleaved): groups of P micro-batches, chunk by chunk */
+static osdp_pipe_pass virtual_pass(int P, int V, int k, int backward)
+{
+    const int in_group = k % (P * V), chunk = in_group / P;
+    return (osdp_pipe_pass){.micro = k / (P * V) * P + k % P, .backward = backward,
+                            .chunk = backward ? V - 1 - chunk : chunk};
+}
+
+void osdp_pipe_order_chunks(osdp_pipe_schedule kind, int P, int V, int s, int M, osdp_pipe_pass *out)
+{
+    if (kind != OSDP_PIPE_INTERLEAVED || V <= 1) {
+        /* one chunk: interleaved 1F1B is 1F1B (w = P - 1 - s) */
+        const int w = warmup(kind == OSDP_PIPE_INTERLEAVED ? OSDP_PIPE_1F1B : kind, P, s, M);
+        int n = 0;
+        for (int m = 0; m < w; m++) out[n++] = (osdp_pipe_pass){m, 0, 0};
+        for (int j = 0; j < M; j++) {
+            if (w + j < M) out[n++] = (osdp_pipe_pass){w + j, 0, 0};
+            out[n++] = (osdp_pipe_pass){j, 1, 0};
+        }
+        return;
+    }
+    const int total = V * M, w = warmup_chunks(P, V, s, M);
+    int n = 0;
+    for (int k = 0; k < w; k++) out[n++] = virtual_pass(P, V, k, 0);
+    for (int j = 0; j < total; j++) {
+        if (w + j < total) out[n++] = virtual_pass(P, V, w + j, 0);
+        out[n++] = virtual_pass(P, V, j, 1);
+    }
+}
+
 void osdp_pipe_order(osdp_pipe_schedule kind, int P, int s, int M, osdp_pipe_pass *out)
 {
-    const int w = warmup(kind, P, s, M);
-    int n = 0;
-    for (int m = 0; m < w; m++) out[n++] = (osdp_pipe_pass){m, 0};
-    for (int j = 0; j < M; j++) {
-        if (w + j < M) out[n++] = (osdp_pipe_pass){w + j, 0};
-        out[n++] = (osdp_pipe_pass){j, 1};
+    osdp_pipe_order_chunks(kind, P, 1, s, M, out);
+}
+
+osdp_status osdp_pipe_check(osdp_pipe_schedule kind, int P, int V, int M, int n_ops)
+{
+    if (V < 1) return osdp_error_set(OSDP_ERR_INPUT, "--virtual-stages %d: give at least 1 model chunk per stage", V);
+    if (kind != OSDP_PIPE_INTERLEAVED) {
+        if (V > 1)
+            return osdp_error_set(OSDP_ERR_INPUT, "--virtual-stages %d needs --schedule interleaved (%s runs one chunk "
+                                  "per stage)", V, osdp_pipe_schedule_name(kind));
+        return OSDP_OK;
     }
+    if (P < 2)
+        return osdp_error_set(OSDP_ERR_INPUT, "--schedule interleaved needs a pipeline: --pp P with P > 1");
+    if ((long long)P * V > OSDP_MAX_STAGES)
+        return osdp_error_set(OSDP_ERR_INPUT, "--pp %d x --virtual-stages %d: %d model chunks, at most %d", P, V, P * V,
+                              OSDP_MAX_STAGES);
+    if (n_ops > 0 && P * V > n_ops)
+        return osdp_error_set(OSDP_ERR_INPUT, "--pp %d x --virtual-stages %d: %d model chunks for a model of %d "
+                              "operators (every chunk holds at least one)", P, V, P * V, n_ops);
+    if (M % P != 0)
+        return osdp_error_set(OSDP_ERR_INPUT, "--schedule interleaved: %d micro-batches per step is not a multiple of "
+                              "--pp %d (Megatron-LM's interleaved 1F1B runs micro-batches in groups of P): choose "
+                              "--global-batch / --batch so that the accumulation steps are a multiple of %d", M, P, P);
+    return OSDP_OK;
+}
+
+int osdp_pipe_chunk_of(const int *bounds, int n_chunks, int op)
+{
+    int c = 0;
+    while (c + 1 < n_chunks && op >= bounds[c + 1]) c++;
+    return c;
 }
 
 int osdp_pipe_in_flight(osdp_pipe_schedule kind, int P, int s, int M)
@@ -43,9 +107,30 @@ int osdp_pipe_in_flight(osdp_pipe_schedule kind, int P, int s, int M)
     return w < M ? w + 1 : M;
 }
 
+int osdp_pipe_in_flight_chunks(osdp_pipe_schedule kind, int P, int V, int s, int M)
+{
+    if (V <= 1) return osdp_pipe_in_flight(kind, P, s, M);
+    osdp_pipe_pass *order = malloc(sizeof *order * 2 * (size_t)V * (size_t)M);
+    if (!order) return V * M;   /* the bound: every pass in flight */
+    osdp_pipe_order_chunks(kind, P, V, s, M, order);
+    int held = 0, most = 0;
+    for (int q = 0; q < 2 * V * M; q++) {
+        held += order[q].backward ? -1 : 1;
+        if (held > most) most = held;
+    }
+    free(order);
+    return most;
+}
+
+double osdp_pipe_bubble_chunks(int P, int V, int M)
+{
+    const double ideal = (double)V * M;
+    return ideal + P - 1 > 0 ? (double)(P - 1) / (ideal + P - 1) : 0.0;
+}
+
 double osdp_pipe_bubble(int P, int M)
 {
-    return M + P - 1 > 0 ? (double)(P - 1) / (double)(M + P - 1) : 0.0;
+    return osdp_pipe_bubble_chunks(P, 1, M);
 }
 
 static osdp_status split_error(const char *text, const char *why)
@@ -107,6 +192,20 @@ osdp_status osdp_stage_split_parse(const char *text, int n_ops, int P, int *boun
         return split_error(text, why);
     }
     return OSDP_OK;
+}
+
+osdp_status osdp_chunk_split_parse(const char *text, int n_ops, int P, int V, int *bounds)
+{
+    if (V <= 1) return osdp_stage_split_parse(text, n_ops, P, bounds);
+    int ranges = 1;
+    for (const char *p = text; *p; p++) ranges += *p == ',';
+    if (ranges != P * V) {
+        char why[128];
+        snprintf(why, sizeof why, "%d range%s for the %d chunks of --pp %d x --virtual-stages %d", ranges,
+                 ranges == 1 ? "" : "s", P * V, P, V);
+        return split_error(text, why);
+    }
+    return osdp_stage_split_parse(text, n_ops, P * V, bounds);
 }
 
 const char *osdp_stage_split_format(const int *bounds, int P, char *buf, size_t n)

@@ -116,6 +116,7 @@ static osdp_status init_shards(osdp_runtime *rt)
     float *host = malloc((cap ? cap : 1) * sizeof(float));
     if (!host) return osdp_error_set(OSDP_ERR_OOM, "runtime: out of host memory");
     for (int i = rt->in->sched.op_lo; i < rt->in->sched.op_hi; i++) {
+        if (!osdp_schedule_has_op(&rt->in->sched, i)) continue;
         float *state[OSDP_STATE_N_KINDS];
         size_t shard = osdp_runtime_op_shard(rt, i, state);
         osdp_shard_iter it = osdp_runtime_shards(rt, i);
@@ -145,8 +146,9 @@ static osdp_status attach_pipeline(osdp_runtime *rt, const osdp_runtime_options 
         || bwd->rank != opt->pp_stage)
         return osdp_error_set(OSDP_ERR_INPUT, "runtime: a pipeline of %d stages needs its two communicators over "
                               "the %d stages, ranked by stage", opt->pp_size, opt->pp_size);
-    if (opt->pp_stage > 0) in->pp_prev = opt->pp_stage - 1;
-    if (opt->pp_stage < opt->pp_size - 1) in->pp_next = opt->pp_stage + 1;
+    const int ring = opt->virtual_stages > 1;   /* chunk c P + P-1 sends on to chunk (c+1) P */
+    if (opt->pp_stage > 0 || ring) in->pp_prev = (opt->pp_stage + opt->pp_size - 1) % opt->pp_size;
+    if (opt->pp_stage < opt->pp_size - 1 || ring) in->pp_next = (opt->pp_stage + 1) % opt->pp_size;
     return OSDP_OK;
 }
 
@@ -155,8 +157,9 @@ static osdp_status alloc_micro_slots(osdp_runtime *rt)
 {
     struct osdp_runtime_internal *in = rt->in;
     const size_t slots = (size_t)osdp_schedule_micro_slots(&in->sched);
-    int ok = (in->stage_input = calloc(slots, sizeof *in->stage_input)) != NULL
-          && (in->act_send = calloc(slots, sizeof *in->act_send)) != NULL;
+    const size_t messages = (size_t)osdp_schedule_message_slots(&in->sched);
+    int ok = (in->stage_input = calloc(messages, sizeof *in->stage_input)) != NULL
+          && (in->act_send = calloc(messages, sizeof *in->act_send)) != NULL;
     for (int i = 0; i < rt->layout->n_ops && ok; i++) {
         rt_op *o = &in->ops[i];
         ok = (o->acts_base = calloc(slots, sizeof *o->acts_base)) != NULL
@@ -202,7 +205,7 @@ osdp_status osdp_runtime_create(osdp_runtime *rt, const osdp_layout *layout, con
     osdp_schedule_options so = {.n_ranks = rt->N, .node_ranks = rt->node_ranks, .micro_batch = rt->B, .accum_steps = opt->accum_steps,
                                 .prefetch = opt->prefetch, .weight_dtype = opt->weight_dtype,
                                 .pad_quantum = opt->pad_quantum, .pp_size = opt->pp_size, .pp_stage = opt->pp_stage,
-                                .pipe_schedule = opt->pipe_schedule};
+                                .pipe_schedule = opt->pipe_schedule, .virtual_stages = opt->virtual_stages};
     memcpy(so.stage_bounds, opt->stage_bounds, sizeof so.stage_bounds);
     TRY(osdp_schedule_build(&in->sched, layout, plan, &so));
     TRY(osdp_plan_copy(&rt->plan, plan));
@@ -255,7 +258,8 @@ void osdp_runtime_invalidate_weights(osdp_runtime *rt)
      * the gathers send is the master shard as it is now */
     if (rt->weight_dtype == OSDP_FLOAT32) return;
     for (int i = rt->in->sched.op_lo; i < rt->in->sched.op_hi; i++)
-        rt->backend->convert_weights(rt->in->ops[i].master_copy, rt->in->ops[i].master, rt->in->sched.ops[i].shard);
+        if (osdp_schedule_has_op(&rt->in->sched, i))
+            rt->backend->convert_weights(rt->in->ops[i].master_copy, rt->in->ops[i].master, rt->in->sched.ops[i].shard);
 }
 
 /* the communicators a step's traffic is counted on: the data group, and
@@ -385,7 +389,8 @@ void osdp_runtime_set_position(osdp_runtime *rt, long step, uint64_t seed)
 void osdp_runtime_reset_moments(osdp_runtime *rt)
 {
     for (int i = rt->in->sched.op_lo; i < rt->in->sched.op_hi; i++)   /* m and v are adjacent in the state block */
-        rt->backend->fill_zero(rt->in->ops[i].m, 2 * rt->in->sched.ops[i].shard * sizeof(float));
+        if (osdp_schedule_has_op(&rt->in->sched, i))
+            rt->backend->fill_zero(rt->in->ops[i].m, 2 * rt->in->sched.ops[i].shard * sizeof(float));
 }
 
 osdp_status osdp_runtime_gather_op(osdp_runtime *rt, int op, float *host)

@@ -41,9 +41,11 @@ struct osdp_runtime_internal {
                                here: the micro-step's without a pipeline, the step's with one */
     int micro;              /* micro-step within the step (0 with a pipeline: its one list is the step) */
     /* the pipeline (pp_size > 1): per micro-batch slot */
-    float **stage_input;    /* [slots] STAGE_INPUT: the stage's input from the previous stage */
-    osdp_request *act_send; /* [slots] the send of the stage's output to the next stage */
-    int pp_prev, pp_next;   /* ranks of the adjacent stages in the pipeline communicators, -1: none */
+    float **stage_input;    /* [message slots] STAGE_INPUT: a chunk's input from the previous stage */
+    osdp_request *act_send; /* [message slots] the send of a chunk's output to the next stage */
+    osdp_request grad_send; /* interleaving: the gradient send in flight (SEND_GRAD_WAIT) */
+    int pp_prev, pp_next;   /* ranks of the adjacent stages in the pipeline communicators, -1: none
+                               (interleaved: a ring, the last stage's next is the first) */
     double global_tokens;   /* tokens in the global batch */
     float loss_scale;       /* d(loss)/d(per-token loss): 1 / global_tokens */
     double loss, grad_norm; /* the step's, once the sums are all-reduced */

@@ -80,6 +80,8 @@ typedef struct builder {
     slice_sim *sim;         /* [op * OSDP_MAX_SLICES + slice] */
     int pending_scatter;    /* op whose reduce-scatters are in flight, -1 none */
     int micro;              /* the micro-batch the events being written belong to */
+    int chunk;              /* the stage's local chunk of the pass being written */
+    int grad_send_pending;  /* interleaving: a SEND_GRAD not yet waited */
 } builder;
 
 static osdp_status emit(builder *b, osdp_event ev)
@@ -254,11 +256,29 @@ static osdp_status message(builder *b, osdp_event_kind kind, int op, int after)
     return emit(b, (osdp_event){.kind = kind, .op = op, .bytes = boundary_bytes(b->sc, after)});
 }
 
+/* d(input) to the previous stage: blocking, or under interleaving started
+ * here and waited by grad_send_wait (osdp_schedule_defers_grad_send) */
+static osdp_status grad_send(builder *b, int op)
+{
+    const int deferred = osdp_schedule_defers_grad_send(b->sc);
+    TRY(emit(b, (osdp_event){.kind = OSDP_EV_SEND_GRAD, .op = op, .blocking = !deferred,
+                             .bytes = boundary_bytes(b->sc, op - 1)}));
+    b->grad_send_pending = deferred;
+    return OSDP_OK;
+}
+
+static osdp_status grad_send_wait(builder *b)
+{
+    if (!b->grad_send_pending) return OSDP_OK;
+    b->grad_send_pending = 0;
+    return emit(b, (osdp_event){.kind = OSDP_EV_SEND_GRAD_WAIT});
+}
+
 /* The stage's forward pass over micro-batch b->micro: its input from the
  * previous stage, its operators, its output started towards the next. */
 static osdp_status forward_pass(builder *b)
 {
-    const int lo = b->sc->op_lo, hi = b->sc->op_hi, n = b->sc->layout->n_ops;
+    const int lo = b->sc->chunk_lo[b->chunk], hi = b->sc->chunk_hi[b->chunk], n = b->sc->layout->n_ops;
     if (lo > 0) {
         TRY(emit_buffer(b, OSDP_EV_ALLOC, OSDP_BUF_STAGE_INPUT, lo, 0));
         TRY(message(b, OSDP_EV_RECV_ACTS, lo, lo - 1));
@@ -276,10 +296,11 @@ static osdp_status forward_pass(builder *b)
  * complete at the pass's end. */
 static osdp_status backward_pass(builder *b)
 {
-    const int lo = b->sc->op_lo, hi = b->sc->op_hi, n = b->sc->layout->n_ops;
+    const int lo = b->sc->chunk_lo[b->chunk], hi = b->sc->chunk_hi[b->chunk], n = b->sc->layout->n_ops;
     for (int op = hi - 1; op >= lo; op--) {
         const int rc = b->sc->ops[op].recompute, sends_output = op == hi - 1 && hi < n;
         if (sends_output) TRY(message(b, OSDP_EV_RECV_GRAD, op, op));
+        if (op == hi - 1) TRY(grad_send_wait(b));   /* the previous pass's, before the compute writes the workspace */
         if (rc) {   /* the activations again, from the kept input */
             TRY(emit_buffer(b, OSDP_EV_ALLOC, OSDP_BUF_ACTS, op, 0));
             TRY(pass_events(b, op, OSDP_PASS_RECOMPUTE));
@@ -292,7 +313,7 @@ static osdp_status backward_pass(builder *b)
         TRY(pass_events(b, op, OSDP_PASS_BACKWARD));
         TRY(scatter_events(b, op));
         if (op == lo && lo > 0) {
-            TRY(message(b, OSDP_EV_SEND_GRAD, op, op - 1));
+            TRY(grad_send(b, op));
             TRY(emit_buffer(b, OSDP_EV_FREE, OSDP_BUF_STAGE_INPUT, op, 0));
         }
         /* the output's send completes before its buffer goes (ACTS, or KEPT under recompute) */
@@ -310,12 +331,13 @@ static osdp_status backward_pass(builder *b)
  * caller frees it. */
 static osdp_status stage_passes(const osdp_schedule *sc, osdp_pipe_pass **passes, int *n)
 {
-    const int M = sc->pipelined ? sc->opt.accum_steps : 1;
-    *passes = malloc(sizeof **passes * 2 * (size_t)M);
+    const int M = sc->pipelined ? sc->opt.accum_steps : 1, V = sc->n_chunks;
+    *passes = malloc(sizeof **passes * 2 * (size_t)M * (size_t)V);
     if (!*passes) return osdp_error_set(OSDP_ERR_OOM, "schedule: out of host memory");
-    if (sc->pipelined) osdp_pipe_order(sc->opt.pipe_schedule, sc->opt.pp_size, sc->opt.pp_stage, M, *passes);
+    if (sc->pipelined)
+        osdp_pipe_order_chunks(sc->opt.pipe_schedule, sc->opt.pp_size, V, sc->opt.pp_stage, M, *passes);
     else osdp_pipe_order(OSDP_PIPE_GPIPE, 1, 0, 1, *passes);
-    *n = 2 * M;
+    *n = 2 * M * V;
     return OSDP_OK;
 }
 
@@ -329,9 +351,11 @@ static osdp_status micro_events(builder *b)
     b->pending_scatter = -1;
     for (int p = 0; p < n_passes && s == OSDP_OK; p++) {
         b->micro = passes[p].micro;
+        b->chunk = passes[p].chunk;
         s = passes[p].backward ? backward_pass(b) : forward_pass(b);
     }
-    b->micro = 0;
+    if (s == OSDP_OK) s = grad_send_wait(b);   /* the step's last gradient send */
+    b->micro = b->chunk = 0;
     free(passes);
     return s;
 }
@@ -340,11 +364,9 @@ static osdp_status micro_events(builder *b)
  * activations (or its kept output, or the stage's input) freed once the next
  * operator's forward has read them; the last operator's after its output is
  * sent or its loss summed. */
-static osdp_status eval_events(builder *b)
+static osdp_status eval_chunk(builder *b, int chunk)
 {
-    const int lo = b->sc->op_lo, hi = b->sc->op_hi, n = b->sc->layout->n_ops;
-    b->cur_use = -1;
-    b->micro = 0;
+    const int lo = b->sc->chunk_lo[chunk], hi = b->sc->chunk_hi[chunk], n = b->sc->layout->n_ops;
     if (lo > 0) {
         TRY(emit_buffer(b, OSDP_EV_ALLOC, OSDP_BUF_STAGE_INPUT, lo, 0));
         TRY(message(b, OSDP_EV_RECV_ACTS, lo, lo - 1));
@@ -362,9 +384,19 @@ static osdp_status eval_events(builder *b)
     return emit_buffer(b, OSDP_EV_FREE, b->sc->ops[hi - 1].recompute ? OSDP_BUF_KEPT : OSDP_BUF_ACTS, hi - 1, 0);
 }
 
+/* the stage's chunks one after the other (each its input, forwards, output) */
+static osdp_status eval_events(builder *b)
+{
+    b->cur_use = -1;
+    b->micro = 0;
+    for (int c = 0; c < b->sc->n_chunks; c++) TRY(eval_chunk(b, c));
+    return OSDP_OK;
+}
+
 static osdp_status setup_events(builder *b)
 {
     for (int op = b->sc->op_lo; op < b->sc->op_hi; op++) {
+        if (!osdp_schedule_has_op(b->sc, op)) continue;
         TRY(emit_buffer(b, OSDP_EV_ALLOC, OSDP_BUF_STATE, op, 0));
         if (b->sc->opt.weight_dtype != OSDP_FLOAT32) TRY(emit_buffer(b, OSDP_EV_ALLOC, OSDP_BUF_MASTER_COPY, op, 0));
         if (b->sc->ops[op].resident_numel) TRY(emit_buffer(b, OSDP_EV_ALLOC, OSDP_BUF_RESIDENT, op, 0));
@@ -379,9 +411,11 @@ static osdp_status setup_events(builder *b)
 /* the gradient norm, its all-reduce, then the update, operator by operator */
 static osdp_status optim_events(builder *b)
 {
-    for (int op = b->sc->op_lo; op < b->sc->op_hi; op++) TRY(emit(b, (osdp_event){.kind = OSDP_EV_NORM_SUM, .op = op}));
+    for (int op = b->sc->op_lo; op < b->sc->op_hi; op++)
+        if (osdp_schedule_has_op(b->sc, op)) TRY(emit(b, (osdp_event){.kind = OSDP_EV_NORM_SUM, .op = op}));
     TRY(emit(b, (osdp_event){.kind = OSDP_EV_SUMS_ALL_REDUCE, .bytes = 2 * sizeof(double)}));
-    for (int op = b->sc->op_lo; op < b->sc->op_hi; op++) TRY(emit(b, (osdp_event){.kind = OSDP_EV_ADAMW, .op = op}));
+    for (int op = b->sc->op_lo; op < b->sc->op_hi; op++)
+        if (osdp_schedule_has_op(b->sc, op)) TRY(emit(b, (osdp_event){.kind = OSDP_EV_ADAMW, .op = op}));
     return OSDP_OK;
 }
 
@@ -392,8 +426,9 @@ static osdp_status build_uses(builder *b)
     osdp_pipe_pass *passes;
     int n_passes, total = 0;
     TRY(stage_passes(sc, &passes, &n_passes));
-    for (int i = sc->op_lo; i < sc->op_hi; i++) total += (2 + sc->ops[i].recompute) * sc->ops[i].n_slices;
-    total *= n_passes / 2;
+    for (int i = sc->op_lo; i < sc->op_hi; i++)
+        if (osdp_schedule_has_op(sc, i)) total += (2 + sc->ops[i].recompute) * sc->ops[i].n_slices;
+    total *= n_passes / 2 / sc->n_chunks;   /* every chunk's passes, M of each way */
     b->uses = malloc(sizeof *b->uses * (size_t)(total ? total : 1));
     b->sim = calloc((size_t)sc->layout->n_ops * OSDP_MAX_SLICES, sizeof *b->sim);
     if (!b->uses || !b->sim) {
@@ -402,13 +437,13 @@ static osdp_status build_uses(builder *b)
     }
     int u = 0;
     for (int p = 0; p < n_passes; p++) {
-        const int m = passes[p].micro;
+        const int m = passes[p].micro, lo = sc->chunk_lo[passes[p].chunk], hi = sc->chunk_hi[passes[p].chunk];
         if (!passes[p].backward) {
-            for (int i = sc->op_lo; i < sc->op_hi; i++)
+            for (int i = lo; i < hi; i++)
                 for (int s = 0; s < sc->ops[i].n_slices; s++) b->uses[u++] = (weight_use){i, s, OSDP_PASS_FORWARD, m};
             continue;
         }
-        for (int i = sc->op_hi - 1; i >= sc->op_lo; i--) {
+        for (int i = hi - 1; i >= lo; i--) {
             if (sc->ops[i].recompute)   /* the forward again, then the backward */
                 for (int s = 0; s < sc->ops[i].n_slices; s++) b->uses[u++] = (weight_use){i, s, OSDP_PASS_RECOMPUTE, m};
             for (int s = sc->ops[i].n_slices - 1; s >= 0; s--) b->uses[u++] = (weight_use){i, s, OSDP_PASS_BACKWARD, m};
@@ -481,12 +516,14 @@ static osdp_status check_inputs(const osdp_layout *layout, const osdp_plan *plan
     if (opt->pp_size > OSDP_MAX_STAGES || opt->pp_stage < 0 || opt->pp_stage >= opt->pp_size)
         return osdp_error_set(OSDP_ERR_INPUT, "runtime: stage %d of a pipeline of %d stages is not valid", opt->pp_stage,
                               opt->pp_size);
+    const int V = opt->virtual_stages > 1 ? opt->virtual_stages : 1, chunks = opt->pp_size * V;
+    TRY(osdp_pipe_check(opt->pipe_schedule, opt->pp_size, V, opt->accum_steps, layout->n_ops));
     const int *bounds = opt->stage_bounds;
-    if (bounds[0] != 0 || bounds[opt->pp_size] != layout->n_ops)
+    if (bounds[0] != 0 || bounds[chunks] != layout->n_ops)
         return osdp_error_set(OSDP_ERR_INPUT, "runtime: the stages must cover operators 0 to %d", layout->n_ops);
-    for (int s = 0; s < opt->pp_size; s++)
+    for (int s = 0; s < chunks; s++)
         if (bounds[s + 1] <= bounds[s])
-            return osdp_error_set(OSDP_ERR_INPUT, "runtime: stage %d of the pipeline has no operator", s);
+            return osdp_error_set(OSDP_ERR_INPUT, "runtime: %s %d of the pipeline has no operator", V > 1 ? "chunk" : "stage", s);
     return OSDP_OK;
 }
 
@@ -499,8 +536,15 @@ osdp_status osdp_schedule_build(osdp_schedule *sc, const osdp_layout *layout, co
     sc->opt = *opt;
     sc->weight_size = osdp_dtype_size(opt->weight_dtype);
     sc->pipelined = opt->pp_size > 1;
-    sc->op_lo = sc->pipelined ? opt->stage_bounds[opt->pp_stage] : 0;
-    sc->op_hi = sc->pipelined ? opt->stage_bounds[opt->pp_stage + 1] : layout->n_ops;
+    /* the stage's chunks: global chunk c P + s is local chunk c (osdp/pipeline.h) */
+    sc->n_chunks = sc->pipelined && opt->virtual_stages > 1 ? opt->virtual_stages : 1;
+    for (int c = 0; c < sc->n_chunks; c++) {
+        const int g = c * opt->pp_size + opt->pp_stage;
+        sc->chunk_lo[c] = sc->pipelined ? opt->stage_bounds[g] : 0;
+        sc->chunk_hi[c] = sc->pipelined ? opt->stage_bounds[g + 1] : layout->n_ops;
+    }
+    sc->op_lo = sc->chunk_lo[0];
+    sc->op_hi = sc->chunk_hi[sc->n_chunks - 1];
     sc->ops = calloc((size_t)layout->n_ops, sizeof *sc->ops);
     if (!sc->ops) return osdp_error_set(OSDP_ERR_OOM, "schedule: out of host memory");
     osdp_status s = OSDP_OK;
@@ -516,16 +560,17 @@ osdp_status osdp_schedule_build(osdp_schedule *sc, const osdp_layout *layout, co
     b.n = &sc->n_optim;
     b.cap = &sc->cap_optim;
     if (s == OSDP_OK) s = optim_events(&b);
-    /* the eval list's uses are the first forward pass's: a prefix of b.uses */
+    /* the eval list's uses: micro-batch 0's forward passes, chunk after chunk
+     * (without interleaving, a prefix of b.uses: the first pass is F0) */
     b.list = &sc->eval;
     b.n = &sc->n_eval;
     b.cap = &sc->cap_eval;
     if (s == OSDP_OK) {
-        for (int u = 0; u < b.n_uses; u++)
-            if (b.uses[u].pass != OSDP_PASS_FORWARD || b.uses[u].micro != 0) {
-                b.n_uses = u;
-                break;
-            }
+        int u = 0;
+        for (int c = 0; c < sc->n_chunks; c++)
+            for (int i = sc->chunk_lo[c]; i < sc->chunk_hi[c]; i++)
+                for (int k = 0; k < sc->ops[i].n_slices; k++) b.uses[u++] = (weight_use){i, k, OSDP_PASS_FORWARD, 0};
+        b.n_uses = u;
         memset(b.sim, 0, sizeof *b.sim * (size_t)layout->n_ops * OSDP_MAX_SLICES);
         s = eval_events(&b);
     }
