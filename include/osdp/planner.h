@@ -116,6 +116,13 @@ typedef enum osdp_mode_set {
     OSDP_MODES_ALL_ZDP    /* baseline: every operator ZDP (FSDP / ZeRO-3) */
 } osdp_mode_set;
 
+/* When operators reduce their gradients (osdp/plan.h's reduce-once) */
+typedef enum osdp_grad_reduce {
+    OSDP_GRAD_REDUCE_EVERY,   /* every micro-batch, every operator (the library's default) */
+    OSDP_GRAD_REDUCE_AUTO,    /* per operator, the search chooses (with accumulation, A > 1) */
+    OSDP_GRAD_REDUCE_ONCE     /* once per optimizer step, every operator */
+} osdp_grad_reduce;
+
 typedef struct osdp_planner_options {
     int n_ranks;
     long long mem_limit;      /* bytes per rank; 0: the device's mem_limit */
@@ -133,6 +140,8 @@ typedef struct osdp_planner_options {
     int split_auto;           /* per operator, any k of any g in 1, 2, 4, .., split_max (the search chooses) */
     int split_max;            /* split_auto's largest g (0: 8) */
     int recompute_auto;       /* per attn / mlp operator, recompute or not (the search chooses) */
+    osdp_grad_reduce grad_reduce; /* reduce-once per operator: never, the search's choice (only when A > 1:
+                                 with one micro-batch it saves no traffic), or every operator */
     int pad_quantum;          /* the runtime's shard padding (osdp_compute_pad_quantum); 0 reads as 1 */
     int vocab_quantum;        /* osdp_planner_mesh: the backend's vocabulary quantum for the layouts it
                                  builds (osdp_compute_vocab_quantum); 0 reads as 1 */

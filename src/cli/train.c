@@ -355,6 +355,7 @@ static osdp_status plan_auto(osdp_plan *plan, const osdp_layout *layout, const o
     MPI_Bcast(plan->zdp_slices, layout->n_ops, MPI_INT, 0, MPI_COMM_WORLD);
     MPI_Bcast(plan->recompute, layout->n_ops, MPI_INT, 0, MPI_COMM_WORLD);
     MPI_Bcast(plan->hierarchical, layout->n_ops, MPI_INT, 0, MPI_COMM_WORLD);
+    MPI_Bcast(plan->reduce_once, layout->n_ops, MPI_INT, 0, MPI_COMM_WORLD);
     plan->micro_batch = head[1];
     plan->accum_steps = head[2];
     return OSDP_OK;

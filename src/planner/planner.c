@@ -66,6 +66,7 @@ static void fill_plan(const osdp_ps_context *ctx, const int *ch, osdp_plan *plan
         plan->zdp_slices[i] = ctx->choice_zdp_slices[a];
         plan->recompute[i] = ctx->choice_recompute[a];
         plan->hierarchical[i] = ctx->choice_hierarchical[a];
+        plan->reduce_once[i] = ctx->choice_reduce_once[a];
     }
 }
 

@@ -47,6 +47,7 @@ static void copy_stage_plan(const osdp_plan *stage, int lo, osdp_plan *whole)
         whole->zdp_slices[lo + i] = stage->zdp_slices[i];
         whole->recompute[lo + i] = stage->recompute[i];
         whole->hierarchical[lo + i] = stage->hierarchical[i];
+        whole->reduce_once[lo + i] = stage->reduce_once[i];
     }
 }
 
