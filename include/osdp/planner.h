@@ -335,7 +335,9 @@ void osdp_pipe_choice_free(osdp_pipe_choice *choice);
  *   OSDP_3D_OSDP       any per-operator choice (o->modes as given)
  *   OSDP_3D_DEEPSPEED  DeepSpeed-3D-like: every operator DP with ZeRO-1 on the
  *                      data axis (full weights and gradients, the optimizer
- *                      state sharded): osdp's DP plus the gradients replicated
+ *                      state sharded): osdp's DP with every operator
+ *                      reduce-once (its accumulated gradients are ZeRO-1's
+ *                      whole ones, reduced once per step)
  *   OSDP_3D_MEGATRON   Megatron-like: TP x PP x DP, plain DP (weights,
  *                      gradients and optimizer state all replicated)
  *   OSDP_3D_FSDP       every operator ZDP, P = T = 1

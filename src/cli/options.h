@@ -58,6 +58,7 @@ typedef struct osdp_job {
     const char *stages;               /* train --stages: "0:13,13:26,..."; NULL: balanced by the cost model */
     int pipe_schedule;                /* train --schedule: osdp_pipe_schedule (1f1b|gpipe) */
     int recompute;                    /* osdp_recompute_choice */
+    int grad_reduce;                  /* --grad-reduce: osdp_grad_reduce (every|auto|once) */
     int cost_model;                   /* osdp_cost_kind */
     int search;                       /* osdp_search_kind */
     double dfs_limit;                 /* seconds */

@@ -41,8 +41,10 @@ static void kind_options(osdp_3d_kind kind, const osdp_device *dev, osdp_planner
     switch (kind) {
     case OSDP_3D_OSDP: break;
     case OSDP_3D_DEEPSPEED:
+        /* ZeRO-1 as it behaves: the gradients whole on every rank, accumulated over the step's micro-batches
+         * and reduced once (osdp's DP with reduce-once, whose accumulated gradients are those whole ones) */
         o->modes = OSDP_MODES_ALL_DP;
-        o->replicated_bytes_per_param = dev->grad_bytes;   /* ZeRO-1: the gradients whole on every rank */
+        o->grad_reduce = OSDP_GRAD_REDUCE_ONCE;
         break;
     case OSDP_3D_MEGATRON:
     case OSDP_3D_DDP:
