@@ -150,10 +150,10 @@ typedef struct osdp_planner_options {
     int stage_in_flight;
     long long stage_buffer_bytes;
     /* the 3D search's baselines (osdp_planner_3d): bytes per parameter a DP
-       operator keeps replicated beyond osdp's DP (which shards the optimizer
-       state and the gradients): ZeRO-1 the full gradients (e_g), plain DP
-       also the optimizer state (12 + c); charged (1 - 1/D) of them per
-       parameter of a stage by osdp_planner_pipeline; 0 for OSDP */
+       operator keeps replicated beyond osdp's DP with reduce-once (which
+       shards the optimizer state and holds the full gradients): plain DP
+       the optimizer state (12 + c); charged (1 - 1/D) of them per parameter
+       of a stage by osdp_planner_pipeline; 0 for OSDP and ZeRO-1 */
     int replicated_bytes_per_param;
     /* hierarchical slices (plan mode h) offered at these levels (osdp_cost_hierarchy_for_mesh on the
      * device as read); NULL: not offered */
@@ -339,9 +339,11 @@ void osdp_pipe_choice_free(osdp_pipe_choice *choice);
  *                      reduce-once (its accumulated gradients are ZeRO-1's
  *                      whole ones, reduced once per step)
  *   OSDP_3D_MEGATRON   Megatron-like: TP x PP x DP, plain DP (weights,
- *                      gradients and optimizer state all replicated)
- *   OSDP_3D_FSDP       every operator ZDP, P = T = 1
- *   OSDP_3D_DDP        plain DP, P = T = 1
+ *                      gradients and optimizer state all replicated; the
+ *                      gradients reduce-once, as Megatron's main_grad)
+ *   OSDP_3D_FSDP       every operator ZDP, P = T = 1, gradients reduced
+ *                      every micro-batch (ZeRO-3)
+ *   OSDP_3D_DDP        plain DP, P = T = 1, reduce-once (DDP's no_sync)
  * Meshes: every (P, T) with P T dividing N, T dividing ranks_per_node (when
  * stated) and every block's heads, P at most the operators and
  * OSDP_MAX_STAGES (a fixed pp or tp > 0: that one alone).  A mesh is out

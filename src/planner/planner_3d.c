@@ -48,10 +48,16 @@ static void kind_options(osdp_3d_kind kind, const osdp_device *dev, osdp_planner
         break;
     case OSDP_3D_MEGATRON:
     case OSDP_3D_DDP:
+        /* nothing sharded; the gradients accumulated whole and reduced once per step (Megatron's main_grad,
+         * DDP's no_sync): reduce-once holds them, the rest of the state is replicated on top */
         o->modes = OSDP_MODES_ALL_DP;
-        o->replicated_bytes_per_param = state_bytes_per_param(dev);   /* nothing sharded */
+        o->grad_reduce = OSDP_GRAD_REDUCE_ONCE;
+        o->replicated_bytes_per_param = state_bytes_per_param(dev) - dev->grad_bytes;
         break;
-    case OSDP_3D_FSDP: o->modes = OSDP_MODES_ALL_ZDP; break;
+    case OSDP_3D_FSDP:   /* ZeRO-3: reduce-scattered every micro-batch */
+        o->modes = OSDP_MODES_ALL_ZDP;
+        o->grad_reduce = OSDP_GRAD_REDUCE_EVERY;
+        break;
     default: break;
     }
     if (kind != OSDP_3D_OSDP) {
