@@ -5,6 +5,7 @@ on CPU ranks as 2 emulated nodes joined by an emulated link, against the cost mo
 
 Meshes, each with --plan dp and the same micro-batches per step:
   PP 2 x DP 2   the stages on the two nodes (the pipeline's messages cross the link, each data group in a node)
+  PP 2 x DP 2   4 nodes of 1 rank: the data groups' reductions and the pipeline's messages all cross links
   DP 4          one data group over both nodes (its gradients reduced node-first, across the link)
 Per mesh and mode: rank 0's median step (after the first) and its bytes per step (every collective's logical
 bytes, from the log), against `osdp_gpt plan --json`'s step for that mesh, plan and micro-batch (with the
@@ -24,19 +25,15 @@ import subprocess
 import sys
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_hybrid import common_arguments, launcher   # noqa: E402  (the nodes' cores: mpiexec -bind-to, as there)
+
 KEYS_BYTES = ["ag_bytes", "rs_bytes", "ar_bytes", "node_ag_bytes", "node_rs_bytes", "cross_rs_bytes", "cross_ag_bytes",
               "p2p_bytes"]
 
 
-def launcher(args, ranks, rpn):
-    cores = sorted(os.sched_getaffinity(0))
-    share = max(len(cores) // 2, 1)
-    cpus = [cores[((r // rpn) * share + r % rpn % share) % len(cores)] for r in range(ranks)]
-    return [args.mpiexec, "-bind-to", "user:" + ",".join(str(c) for c in cpus), "-n", str(ranks)]
-
-
-def plan_json(args, dev, pp, batch, mode):
-    cmd = [args.bin, "plan", "--model", args.model, "--device", dev, "--ranks", "4", "--ranks-per-node", "2",
+def plan_json(args, dev, pp, batch, mode, rpn=2):
+    cmd = [args.bin, "plan", "--model", args.model, "--device", dev, "--ranks", "4", "--ranks-per-node", str(rpn),
            "--seq-len", str(args.seq_len),
            "--global-batch", str(args.global_batch), "--batch", str(batch), "--tp", "1", "--grad-reduce", mode, "--json"]
     if pp > 1:
@@ -55,7 +52,7 @@ def log_steps(path):
     return steps
 
 
-def predicted_bytes(j, ops, pp, batch, mode, args):
+def predicted_bytes(j, ops, pp, batch, mode, args, rpn):
     """rank 0's bytes per step in closed form: its stage's operators (ops: a flat plan --json's, for their
     parameters) padded to the data group (CPU: quantum 1)"""
     dp = 4 // pp
@@ -65,18 +62,18 @@ def predicted_bytes(j, ops, pp, batch, mode, args):
     A = args.global_batch // (dp * batch)
     reductions = 1 if mode == "once" else A
     ag = 4 * P                                    # DP slices gathered once per step (fp32 on CPU)
-    spans = pp == 1                               # DP 4 over both nodes: node-first, R = 2 ranks per node
-    rs = reductions * 4 * P * (1 + (0.5 if spans else 0))
+    # a data group over nodes of R of its ranks: node-first (in-node P e_g, counted whole even at R = 1, then
+    # P e_g / R across); inside one node: flat, P e_g
+    node_first = pp == 1 or rpn == 1
+    rs = reductions * 4 * P * (1 + (1.0 / rpn if node_first else 0))
     p2p = j["all_dp"].get("stages", [{}])[0].get("p2p_bytes", 0) if pp > 1 else 0
     return ag + rs + 16 * (2 if pp > 1 else 1) + p2p
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--bin", default=os.environ.get("OSDP_BIN", "./osdp_gpt"))
-    p.add_argument("--src", default=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    p.add_argument("--out", default=os.environ.get("OUT", "bench-out"))
-    p.add_argument("--mpiexec", default=os.environ.get("MPIEXEC", "mpiexec"))
+    common_arguments(p)
+    p.set_defaults(bind="node")
     p.add_argument("--model", default=None, help="default input/models/bench_l6_d256.ini")
     p.add_argument("--link", default="10M,100us", help="the emulated link (--emulate-link)")
     p.add_argument("--seq-len", type=int, default=32, help="T (short: the gradients' traffic weighs, not compute)")
@@ -98,26 +95,27 @@ def main():
                                      "--out", dev], capture_output=True, text=True)
         if done.returncode:
             raise SystemExit("bench_accum: profile failed: %s" % done.stderr)
-    meshes = [("PP2 x DP2", 2, 2), ("DP4 (2 nodes)", 1, 1)]   # name, pp, micro-batch: 8 micro-batches each at 32
+    # name, pp, micro-batch, ranks per node: 8 micro-batches each at 32
+    meshes = [("PP2 x DP2", 2, 2, 2), ("PP2xDP2 4x1", 2, 2, 1), ("DP4 (2 nodes)", 1, 1, 2)]
     ops = plan_json(args, dev, 1, 1, "every")["osdp"]["ops"]
     runs = {}
-    for name, pp, batch in meshes:
+    for name, pp, batch, rpn in meshes:
         for mode in ("every", "once"):
-            j = plan_json(args, dev, pp, batch, mode)
+            j = plan_json(args, dev, pp, batch, mode, rpn)
             cmd = [args.bin, "train", "--model", args.model, "--device", dev, "--steps", str(args.steps), "--threads", "1",
-                   "--quiet", "--ranks-per-node", "2", "--emulate-link", args.link, "--seq-len", str(args.seq_len),
+                   "--quiet", "--ranks-per-node", str(rpn), "--emulate-link", args.link, "--seq-len", str(args.seq_len),
                    "--global-batch",
                    str(args.global_batch), "--batch", str(batch), "--plan", "dp", "--grad-reduce", mode]
             if pp > 1:
                 cmd += ["--pp", str(pp), "--stages", j["mesh"]["stages"], "--schedule", "1f1b"]
-            runs[(name, mode)] = dict(cmd=cmd, json=j, pp=pp, batch=batch, ms=[], bytes=None, mem=True)
+            runs[(name, mode)] = dict(cmd=cmd, json=j, pp=pp, batch=batch, rpn=rpn, ms=[], bytes=None, mem=True)
     for rnd in range(args.rounds):   # interleaved: a disturbance of the machine spreads over every row
         for key, r in runs.items():
-            log = os.path.join(args.out, "accum_%s_%s_r%d.log" % (key[0].split()[0].replace(" ", ""), key[1], rnd))
+            log = os.path.join(args.out, "accum_%s_%d_%s_r%d.log" % (key[0].split()[0], r["rpn"], key[1], rnd))
             if not (args.reuse and os.path.exists(log)):
                 if os.path.exists(log):
                     os.remove(log)
-                done = subprocess.run(mpi + r["cmd"] + ["--log", log], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                done = subprocess.run(launcher(args, 4, r["rpn"]) + r["cmd"] + ["--log", log], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                       text=True, timeout=900)
                 if done.returncode:
                     raise SystemExit("bench_accum: %s failed: %s" % (" ".join(r["cmd"]), done.stderr))
@@ -132,7 +130,7 @@ def main():
         o = r["json"]["all_dp"]
         pred_ms = 1e3 * o["step_s"]
         ms = min(r["ms"])
-        pb = predicted_bytes(r["json"], ops, r["pp"], r["batch"], mode, args)
+        pb = predicted_bytes(r["json"], ops, r["pp"], r["batch"], mode, args, r["rpn"])
         M = args.global_batch // ((4 // r["pp"]) * r["batch"])
         peak = o["stages"][0]["peak_bytes"] if r["pp"] > 1 else o["runtime_peak_bytes"]
         ok = abs(pred_ms / ms - 1) <= 0.15 and abs(pb / r["bytes"] - 1) <= 0.15
@@ -141,7 +139,7 @@ def main():
         lines.append("%-14s %-6s %3d %3d %9.1f %9.1f %7.3f %12.3f %12.3f %7.3f %10.2f %5s" % (
             name, mode, r["batch"], M, ms, pred_ms, pred_ms / ms, r["bytes"] / 1e6, pb / 1e6, pb / r["bytes"],
             peak / 1048576, "yes" if r["mem"] else "NO"))
-    for name, _, _ in meshes:
+    for name, _, _, _ in meshes:
         e, o = runs[(name, "every")], runs[(name, "once")]
         pe, po = e["json"]["all_dp"]["step_s"], o["json"]["all_dp"]["step_s"]
         lines.append("%s: reduce-once %s than reduce-every by %.1f%% measured, %.1f%% predicted" % (
@@ -149,7 +147,7 @@ def main():
             100 * (1 - po / pe)))
     lines.append("(%s at T %d, global batch %d, %d steps per run, rank 0's median step after the first, the fastest of %d "
                  "interleaved rounds; bytes: rank 0's per step, every collective's logical bytes; link %s EMULATED "
-                 "between 2 emulated nodes x 2 ranks; within 15%%: %d of %d rows; %d s)" % (
+                 "between the emulated nodes (2 x 2 ranks, or 4 x 1); within 15%%: %d of %d rows; %d s)" % (
                      os.path.basename(args.model), args.seq_len, args.global_batch, args.steps, args.rounds, args.link, held, total,
                      time.time() - start))
     text = "\n".join(lines)

@@ -35,16 +35,7 @@ run() {   # run NRANKS NAME MODEL [train options...]: writes $WORK/NAME.{out,err
 }
 summary_field() { grep '^summary' "$1" | sed -n "s/.* $2=\([^ ]*\).*/\1/p"; }
 one() { field "$1" "$2" | sort -u; }   # one LOG KEY: the key's value, the same every step
-# close LOG_A LOG_B: the same number (S) of losses, within 1e-6 relative
-close() {
-    local a b
-    a=$(field "$1" loss | tr '\n' ' '); b=$(field "$2" loss | tr '\n' ' ')
-    awk -v a="$a" -v b="$b" -v s=$S 'BEGIN {
-        na = split(a, x, " "); nb = split(b, y, " ");
-        if (na != s || nb != s) exit 1;
-        for (i = 1; i <= na; i++) { d = x[i] - y[i]; if (d < 0) d = -d; if (!(d <= 1e-6 * y[i])) exit 1 }
-        exit 0 }'
-}
+close() { losses_within "$1" "$2" $S 1e-6; }   # close LOG_A LOG_B: S losses each, within 1e-6 relative
 memory_exact() {   # every category's measured peak = its prediction, every step
     local c
     for c in state weights grads activations workspace tp_comm total; do
