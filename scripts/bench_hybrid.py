@@ -334,12 +334,17 @@ def rows_wanted(args):
     return bool(args.ranks.split())
 
 
-def main():
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def common_arguments(p):
+    """the options every emulated-node benchmark takes (scripts/bench_accum.py too)"""
     p.add_argument("--bin", default=os.environ.get("OSDP_BIN", "./osdp_gpt"))
     p.add_argument("--src", default=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     p.add_argument("--out", default=os.environ.get("OUT", "bench-out"))
     p.add_argument("--mpiexec", default=os.environ.get("MPIEXEC", "mpiexec"))
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    common_arguments(p)
     p.add_argument("--bind", default="node", help="node: each emulated node on half the cores; else mpiexec -bind-to's "
                    "argument (MPICH's hydra: core, ...; none: not bound)")
     p.add_argument("--ranks", default="4 8", help="rank counts, each as 2 emulated nodes")

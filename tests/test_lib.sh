@@ -18,6 +18,16 @@ ok()    { echo "PASS: $1"; passed=$((passed + 1)); }
 bad()   { echo "FAIL: $1"; [ -n "${2:-}" ] && [ -f "$2" ] && sed 's/^/    /' "$2" | tail -5; failed=$((failed + 1)); }
 field() { grep '^step=' "$1" | sed -n "s/.* $2=\([^ ]*\).*/\1/p"; }   # field LOG KEY: one value per step
 losses() { field "$1" loss_hex; }
+# losses_within A B N REL: the two logs have N losses each, equal within REL relative
+losses_within() {
+    local a b
+    a=$(field "$1" loss | tr '\n' ' '); b=$(field "$2" loss | tr '\n' ' ')
+    awk -v a="$a" -v b="$b" -v n="$3" -v rel="$4" 'BEGIN {
+        na = split(a, x, " "); nb = split(b, y, " ");
+        if (na != n || nb != n) exit 1;
+        for (i = 1; i <= n; i++) { d = x[i] - y[i]; if (d < 0) d = -d; if (!(d <= rel * y[i])) exit 1 }
+        exit 0 }'
+}
 
 # require_python WHAT MODULE...: SKIP the test (exit 77) unless ${PYTHON:-python3} imports the modules
 require_python() {

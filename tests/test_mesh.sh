@@ -37,15 +37,7 @@ summary_field() { grep '^summary' "$1" | sed -n "s/.* $2=\([^ ]*\).*/\1/p"; }
 config_field() { grep '^config' "$1" | sed -n "s/.* $2=\([^ ]*\).*/\1/p"; }
 
 # agree A B: the two logs have STEPS losses each, equal within 1e-5 relative
-agree() {
-    local a b
-    a=$(field "$1" loss | tr '\n' ' '); b=$(field "$2" loss | tr '\n' ' ')
-    awk -v a="$a" -v b="$b" -v n=$STEPS 'BEGIN {
-        na = split(a, x, " "); nb = split(b, y, " ");
-        if (na != n || nb != n) exit 1;
-        for (i = 1; i <= n; i++) { d = x[i] - y[i]; if (d < 0) d = -d; if (!(d <= 1e-5 * y[i])) exit 1 }
-        exit 0 }'
-}
+agree() { losses_within "$1" "$2" $STEPS 1e-5; }
 
 # memory_ok LOG: every step's measured peak = predicted, per category and in total, and the
 # summary's smallest and largest over the ranks = predicted

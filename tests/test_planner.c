@@ -267,9 +267,14 @@ typedef struct brute {
  * bench_l4_d512 10, bench_l6_d256 14): its step time and its peak, from
  * the runtime (g = 1) or the model (g > 1); under a tied head a plan with a
  * ZDP embedding is no plan (time infinite, peak above every limit) */
+/* micro-steps per optimizer step of the brute-force checks; above 1 every
+ * operator also reduces once or every micro-batch (grad-reduce auto) */
+static int brute_accum = 1;
+
 static void brute_all(brute *B, const osdp_layout *L, const osdp_device *d, int N, int pf, int b, int g)
 {
-    int n = L->n_ops, k = g + 1;
+    const int A = brute_accum, ways = A > 1 ? 2 : 1;
+    int n = L->n_ops, k = (g + 1) * ways;
     long long total = 1;
     for (int i = 0; i < n; i++) total *= k;
     B->n_plans = (int)total;
@@ -283,7 +288,8 @@ static void brute_all(brute *B, const osdp_layout *L, const osdp_device *d, int 
         long long c = code;
         for (int i = 0; i < n; i++) {
             p.slices[i] = g;
-            p.zdp_slices[i] = (int)(c % k);
+            p.zdp_slices[i] = (int)(c % k) % (g + 1);
+            p.reduce_once[i] = (int)(c % k) / (g + 1);
             c /= k;
         }
         if (L->cfg.tied_head && p.zdp_slices[0] > 0) {
@@ -291,10 +297,10 @@ static void brute_all(brute *B, const osdp_layout *L, const osdp_device *d, int 
             B->peak[code] = LLONG_MAX;
             continue;
         }
-        B->time[code] = osdp_cost_step_time(&cm, &p, b, 1);
+        B->time[code] = osdp_cost_step_time(&cm, &p, b, A);
         if (g == 1) {
             osdp_memory_prediction pr;
-            ck_assert(osdp_memory_predict(L, &p, N, b, 1, pf, OSDP_FLOAT32, &pr) == OSDP_OK);
+            ck_assert(osdp_memory_predict(L, &p, N, b, A, pf, OSDP_FLOAT32, &pr) == OSDP_OK);
             B->peak[code] = (long long)pr.peak_total;
         } else {
             B->peak[code] = osdp_cost_peak(&cm, &p, b, NULL);
@@ -321,7 +327,7 @@ static void check_against_brute(const char *model, int T, int N, int pf, int b, 
     memcpy(sorted, B.peak, sizeof *sorted * (size_t)B.n_plans);
     qsort(sorted, (size_t)B.n_plans, sizeof *sorted, cmp_ll);
     long long minpeak = sorted[0];
-    int mixed = 0, multi = 0, valid = B.n_plans;
+    int mixed = 0, multi = 0, mixed_once = 0, valid = B.n_plans;
     while (valid > 0 && sorted[valid - 1] == LLONG_MAX) valid--;   /* no plans (brute_all) */
     /* limits: below the smallest peak, exactly at plan peaks across the range, and between */
     for (int li = 0; li <= 16; li++) {
@@ -338,8 +344,9 @@ static void check_against_brute(const char *model, int T, int N, int pf, int b, 
             o.split = g;
             o.mem_limit = limit;
             o.search = se ? OSDP_SEARCH_DFS : OSDP_SEARCH_EXACT;
+            o.grad_reduce = brute_accum > 1 ? OSDP_GRAD_REDUCE_AUTO : OSDP_GRAD_REDUCE_EVERY;
             osdp_planner_result r;
-            osdp_status s = osdp_planner_plan_batch(&L, &d, &o, b, 1, &r);
+            osdp_status s = osdp_planner_plan_batch(&L, &d, &o, b, brute_accum, &r);
             if (isinf(best)) {
                 ck_assert_msg(s == OSDP_ERR_INFEASIBLE, "%s N=%d pf=%d g=%d limit %lld: status %d (%s)", model, N, pf, g,
                               limit, s, osdp_error_message());
@@ -355,9 +362,10 @@ static void check_against_brute(const char *model, int T, int N, int pf, int b, 
                     ck_assert(r.runtime_peak <= limit);
                 }
                 ck_assert_int_eq(r.tightened, 0);
-                int z = 0;
+                int z = 0, once = osdp_plan_count_reduce_once(&r.plan);
                 for (int i = 0; i < L.n_ops; i++) z += r.plan.zdp_slices[i] > 0;
                 mixed += z > 0 && z < L.n_ops;
+                mixed_once += once > 0 && once < L.n_ops;
                 multi += r.searches > 1;
             }
             osdp_planner_result_free(&r);
@@ -367,6 +375,7 @@ static void check_against_brute(const char *model, int T, int N, int pf, int b, 
         fprintf(stderr, "%s N=%d pf=%d b=%d g=%d: %d mixed optima, %d needing several knapsacks\n", model, N, pf, b, g,
                 mixed, multi);
     ck_assert_int_ge(mixed, 8); /* the limits exercise real trade-offs */
+    if (brute_accum > 1) ck_assert_int_ge(mixed_once, 1);   /* reduce-once traded for memory on some operators only */
     free(sorted);
     free(B.time);
     free(B.peak);
@@ -387,6 +396,17 @@ START_TEST(test_planner_brute_tiny)
         check_against_brute(r < 4 ? "tiny" : "bench_l6_d256", 16 + 16 * (r % 3), 2 + (int)(rnd() % 7), (int)(r & 1),
                             1 + (int)(rnd() % 3), 1, &d);
     }
+}
+END_TEST
+
+/* with accumulation (A = 3): reduce once or every micro-batch per operator, against every such plan */
+START_TEST(test_planner_brute_reduce_once)
+{
+    brute_accum = 3;
+    for (int N = 2; N <= 4; N += 2)
+        for (int pf = 1; pf >= 0; pf--) check_against_brute("tiny", 0, N, pf, 1, 1, NULL);
+    check_against_brute("tests/mpi/t_tied.ini", 0, 4, 1, 1, 1, NULL);
+    brute_accum = 1;
 }
 END_TEST
 
@@ -552,7 +572,8 @@ static Suite *planner_suite(void)
 {
     const TTest *device[] = {test_device_parse, test_device_errors, NULL};
     const TTest *cost_model[] = {test_cost_time_by_hand, test_peak_equals_runtime, NULL};
-    const TTest *planner[] = {test_planner_brute_tiny, test_planner_brute_bench, test_planner_brute_split,
+    const TTest *planner[] = {test_planner_brute_tiny, test_planner_brute_reduce_once, test_planner_brute_bench,
+                              test_planner_brute_split,
                               test_families_dfs_equals_exact, test_infeasible_message, test_scheduler, NULL};
     const osdp_check_case cases[] = {
         {.name = "device", .tests = device}, {.name = "cost_model", .tests = cost_model},

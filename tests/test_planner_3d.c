@@ -141,6 +141,15 @@ static brute_best brute_force(const osdp_model_config *cfg, const osdp_device *d
     return best;
 }
 
+static void search_reducing(const osdp_model_config *cfg, const osdp_device *dev, osdp_3d_kind kind,
+                            osdp_grad_reduce grad_reduce, osdp_3d_result *res)
+{
+    osdp_planner_options o = options();
+    o.grad_reduce = grad_reduce;   /* the baselines' own override it (osdp_planner_3d) */
+    osdp_3d_options o3 = {.schedule = OSDP_PIPE_1F1B};
+    ck_assert_msg(osdp_planner_3d(cfg, SEQ, dev, &o, &o3, kind, res) == OSDP_OK, "%s", osdp_error_message());
+}
+
 static void search(const osdp_model_config *cfg, const osdp_device *dev, osdp_3d_kind kind, osdp_3d_result *res)
 {
     osdp_planner_options o = options();
@@ -208,8 +217,8 @@ START_TEST(test_3d_baselines)
     tiny_on_two_nodes(&cfg, &dev);
     two_level_device(&dev, 2 * flat_dp_peak(&cfg, &dev));
     osdp_3d_result res[OSDP_3D_KINDS];
-    for (int k = 0; k < OSDP_3D_KINDS; k++) {
-        search(&cfg, &dev, (osdp_3d_kind)k, &res[k]);
+    for (int k = 0; k < OSDP_3D_KINDS; k++) {   /* 3D+OSDP chooses reduce-once per operator, as train and plan do */
+        search_reducing(&cfg, &dev, (osdp_3d_kind)k, OSDP_GRAD_REDUCE_AUTO, &res[k]);
         ck_assert_msg(res[k].status == OSDP_OK, "%s: %s", osdp_3d_kind_name((osdp_3d_kind)k), res[k].message);
     }
     const brute_best fsdp = brute_force(&cfg, &dev, OSDP_MODES_ALL_ZDP, 1);
@@ -224,11 +233,14 @@ START_TEST(test_3d_baselines)
             ck_assert_msg(c->plan.zdp_slices[i] == zdp_wanted, "%s: operator %d", osdp_3d_kind_name((osdp_3d_kind)k), i);
         ck_assert_msg(res[OSDP_3D_OSDP].best.step_s <= c->step_s * (1 + 1e-12), "3D+OSDP %.9g slower than %s %.9g",
                       res[OSDP_3D_OSDP].best.step_s, osdp_3d_kind_name((osdp_3d_kind)k), c->step_s);
-        /* the replicated state: (1 - 1/D) of e_g (ZeRO-1) or of the whole state (plain DP) per parameter */
-        const int per_param = k == OSDP_3D_DEEPSPEED ? dev.grad_bytes
-                            : k == OSDP_3D_MEGATRON || k == OSDP_3D_DDP ? 12 + dev.grad_bytes
-                                                                              + (dev.param_bytes < 4 ? dev.param_bytes : 0)
+        /* the replicated state: (1 - 1/D) of the state but the gradients (plain DP: its gradients are held whole
+         * by reduce-once, as ZeRO-1's, whose replicated state is nothing more) per parameter */
+        const int per_param = k == OSDP_3D_MEGATRON || k == OSDP_3D_DDP ? 12 + (dev.param_bytes < 4 ? dev.param_bytes : 0)
                                                                         : 0;
+        const int once_wanted = k == OSDP_3D_DEEPSPEED || k == OSDP_3D_MEGATRON || k == OSDP_3D_DDP;
+        for (int i = 0; i < c->plan.n_ops && k != OSDP_3D_OSDP; i++)
+            ck_assert_msg(c->plan.reduce_once[i] == once_wanted, "%s: operator %d reduce-once %d",
+                          osdp_3d_kind_name((osdp_3d_kind)k), i, c->plan.reduce_once[i]);
         for (int s = 0; s < c->pp_size; s++) {
             long long params = 0;
             for (int i = c->stage[s].lo; i < c->stage[s].hi; i++) params += (long long)c->layout.op[i].numel;

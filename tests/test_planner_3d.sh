@@ -40,7 +40,7 @@ if [ $rc_text = 0 ] && [ "$(grep -cE '^  (3D\+OSDP|DeepSpeed-3D-like|Megatron-li
            and j["osdp"]["plan"]["step_s"] <= j[k]["plan"]["step_s"] * (1 + 1e-12)
            for k in ("osdp", "deepspeed_3d", "megatron", "fsdp", "ddp") if j[k]["fits"])
        and j["osdp"]["fits"] and j["fsdp"]["mesh"]["pp"] == 1 and j["ddp"]["mesh"]["tp"] == 1
-       and all(m == "dp" for s in j["deepspeed_3d"]["plan"]["stages"] for m in s["modes"])' &&
+       and all(m == "dp+once" for s in j["deepspeed_3d"]["plan"]["stages"] for m in s["modes"])' &&
    grep -q -- "--pp $(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["osdp"]["mesh"]["pp"])' "$WORK/plan.json") " "$WORK/3d.plan"; then
     ok "plan --pp auto --nodes 2 on 16 ranks: 5 rows; every mesh P x D x T = 16 with T inside a node, peaks within the limit, 3D+OSDP the fastest ($(grep -oE '^3D\+OSDP: PP [0-9]+ x DP [0-9]+ x TP [0-9]+' "$WORK/plan.out")); --out names the mesh"
 else bad "plan --pp auto (rc $rc_text)" "$WORK/plan.err"; head -c 600 "$WORK/plan.json"; echo; fi

@@ -87,7 +87,7 @@ fi
 # -- 2. plan on a shipped model and device for N = 8: the table
 ND="$MOD/nd_l48_d1024.ini"   # 48 layers: 98 operators
 if plan table --model "$ND" --device "$DEV/paper_8gb.ini" --ranks 8 &&
-   [ "$(grep -cE '^  (embed|attn\.[0-9]+|mlp\.[0-9]+|head) +(dp|zdp) ' "$WORK/table.out")" = 98 ] &&
+   [ "$(grep -cE '^  (embed|attn\.[0-9]+|mlp\.[0-9]+|head) +(dp|zdp)[+ ]' "$WORK/table.out")" = 98 ] &&
    grep -q '^  operator  mode' "$WORK/table.out" && grep -q '^  total ' "$WORK/table.out" &&
    grep -q '^OSDP: .*micro-batch [0-9]* x accum' "$WORK/table.out" &&
    grep -q '^all-DP (ZeRO-2/DDP traffic): ' "$WORK/table.out" && grep -q '^all-ZDP (FSDP/ZeRO-3): ' "$WORK/table.out" &&
@@ -262,7 +262,7 @@ train 2 dev_train --model "$M" --steps 1 --device "$WORK/dev_zero_beta.ini"; rc=
 B6="$MOD/bench_l6_d256.ini"   # 8 heads
 if plan tp2 --model "$B6" --device "$DEV/a100_40gb.ini" --ranks 8 --tp 2 --global-batch 64 --out "$WORK/tp2.plan" &&
    grep -q '^mesh: 8 ranks = TP 2 x DP 4 ' "$WORK/tp2.out" && grep -q '^  operator  mode .* TP ms ' "$WORK/tp2.out" &&
-   [ "$(grep -cE '^  (embed|attn\.[0-9]+|mlp\.[0-9]+|head) +(dp|zdp) ' "$WORK/tp2.out")" = 14 ] &&
+   [ "$(grep -cE '^  (embed|attn\.[0-9]+|mlp\.[0-9]+|head) +(dp|zdp)[+ ]' "$WORK/tp2.out")" = 14 ] &&
    grep -q '^tp = 2 ' "$WORK/tp2.plan" && grep -q -- '--global-batch 64 --tp 2' "$WORK/tp2.plan" &&
    plan tp2json --model "$B6" --device "$DEV/a100_40gb.ini" --ranks 8 --tp 2 --global-batch 64 --json &&
    plan tp1json --model "$B6" --device "$DEV/a100_40gb.ini" --ranks 8 --global-batch 64 --json &&

@@ -12,8 +12,10 @@
  *            of the data group's ranks, plan mode h among the choices);
  *            tensor-parallel layouts (tp 2, 4); a tied head
  *   choices  k of g slices ZDP for g in 1, 2, 4 (split auto), recompute
- *            both ways (recompute auto), fp32 and bf16 weights, prefetch on
- *            and off, the CPU's and CUDA's shard padding
+ *            both ways (recompute auto), gradients reduced once per step or
+ *            every micro-batch (grad-reduce auto with accumulation; once:
+ *            a tied head's embedding too), fp32 and bf16 weights, prefetch
+ *            on and off, the CPU's and CUDA's shard padding
  *   pipeline stage s of P (1F1B and GPipe): the search's terms for the
  *            stage see every moment but the one at the stage's first
  *            operator's backward that prefetches the next pass's first
@@ -50,6 +52,7 @@ typedef struct step_case {
     int P, stage;               /* P 1: no pipeline */
     int bounds[OSDP_MAX_STAGES + 1];
     osdp_pipe_schedule schedule;
+    osdp_grad_reduce grad_reduce;   /* 0 reads as auto */
 } step_case;
 
 /* the search's context for operators [lo, hi) of L (the stage's, or every one), every choice kept */
@@ -66,6 +69,7 @@ static void build_context(osdp_ps_context *ctx, const osdp_layout *sub, const os
     o->recompute_auto = 1;
     o->modes = OSDP_MODES_ANY;
     o->hierarchy = hier;
+    o->grad_reduce = c->grad_reduce ? c->grad_reduce : OSDP_GRAD_REDUCE_AUTO;
     if (c->P > 1) {
         o->stage_in_flight = osdp_pipe_in_flight(c->schedule, c->P, c->stage, c->accum);
         o->stage_buffer_bytes = osdp_pipe_stage_buffer_bytes(whole, c->bounds, c->stage, c->B, o->stage_in_flight);
@@ -87,6 +91,7 @@ static long long random_choices(const osdp_ps_context *ctx, const osdp_layout *L
         p->zdp_slices[i] = osdp_op_allows_zdp(L, i) ? (int)(rnd() % 2) : 0;
         p->recompute[i] = 0;
         p->hierarchical[i] = 0;
+        p->reduce_once[i] = 0;
     }
     for (int i = 0; i < ctx->n_ops; i++) {
         ch[i] = (int)(rnd() % (unsigned)ctx->n_choices[i]);
@@ -95,6 +100,7 @@ static long long random_choices(const osdp_ps_context *ctx, const osdp_layout *L
         p->zdp_slices[lo + i] = ctx->choice_zdp_slices[a];
         p->recompute[lo + i] = ctx->choice_recompute[a];
         p->hierarchical[lo + i] = ctx->choice_hierarchical[a];
+        p->reduce_once[lo + i] = ctx->choice_reduce_once[a];
     }
     return ctx->fixed_bytes + osdp_ps_held_sum(ctx, ch) + osdp_ps_true_transient(ctx, ch);
 }
@@ -159,7 +165,8 @@ START_TEST(test_search_terms_equal_schedule_dp_and_hierarchical)
             for (int v = 0; v < 8; v++) {
                 const step_case c = {.N = meshes[k][0], .node_ranks = meshes[k][1], .B = 1 + v % 3, .accum = 1 + v % 2,
                                      .prefetch = v % 4 != 3, .quantum = v % 2 ? 64 : 1,
-                                     .weights = v % 3 ? OSDP_BFLOAT16 : OSDP_FLOAT32, .P = 1};
+                                     .weights = v % 3 ? OSDP_BFLOAT16 : OSDP_FLOAT32, .P = 1,
+                                     .grad_reduce = v == 7 ? OSDP_GRAD_REDUCE_ONCE : OSDP_GRAD_REDUCE_AUTO};
                 check_case(&L, &c, 25);
             }
         osdp_layout_free(&L);
@@ -178,7 +185,7 @@ START_TEST(test_search_terms_equal_schedule_tp)
             osdp_layout L;
             if (osdp_layout_build_tp(&L, &cfg, cfg.ctx, tp, 1 + tp % 3) != OSDP_OK) continue;   /* heads tp does not divide */
             for (int v = 0; v < 6; v++) {
-                const step_case c = {.N = v % 2 ? 4 : 2, .node_ranks = v == 5 ? 2 : 0, .B = 1 + v % 2, .accum = 1,
+                const step_case c = {.N = v % 2 ? 4 : 2, .node_ranks = v == 5 ? 2 : 0, .B = 1 + v % 2, .accum = 1 + v % 2,
                                      .prefetch = v != 4, .quantum = v % 3 ? 1 : 64,
                                      .weights = v % 2 ? OSDP_BFLOAT16 : OSDP_FLOAT32, .P = 1};
                 check_case(&L, &c, 25);

@@ -431,8 +431,25 @@ START_TEST(test_plan_parse_good)
     ck_assert_int_eq(p.slices[4], 1);
     osdp_plan_free(&p);
 
+    /* reduce-once (osdp/plan.h): after the mode, either order with recompute; a default gives it to every
+     * operator it covers, recompute only to attn and mlp */
+    s = osdp_plan_parse(&p, &L, "default = dp recompute reduce-once\nattn.1 = zdp reduce-once\nmlp.1 = 2/4\n"
+                        "head = zdp reduce-once\nmlp.0 = 1/2 reduce-once recompute\n", "p.plan");
+    ck_assert_msg(s == OSDP_OK, "%s", osdp_error_message());
+    const int once[6] = {1, 1, 1, 1, 0, 1}, rc[6] = {0, 1, 1, 0, 0, 0};
+    for (int i = 0; i < 6; i++) {
+        ck_assert_int_eq(p.reduce_once[i], once[i]);
+        ck_assert_int_eq(p.recompute[i], rc[i]);
+    }
+    ck_assert_int_eq(p.zdp_slices[3], 1);
+    ck_assert_int_eq(p.zdp_slices[2], 1);
+    ck_assert_int_eq(p.slices[2], 2);
+    ck_assert_int_eq(osdp_plan_count_reduce_once(&p), 5);
+    osdp_plan_free(&p);
+
     /* fill / alloc defaults */
     ck_assert_int_eq(osdp_plan_alloc(&p, 6), OSDP_OK);
+    for (int i = 0; i < 6; i++) ck_assert_int_eq(p.reduce_once[i], 0);
     for (int i = 0; i < 6; i++) ck_assert(p.slices[i] == 1 && p.zdp_slices[i] == 0 && p.recompute[i] == 0);
     osdp_plan_fill(&p, 1);
     for (int i = 0; i < 6; i++) ck_assert(p.slices[i] == 1 && p.zdp_slices[i] == 1);
@@ -457,6 +474,9 @@ static const plan_error_case plan_errors[] = {
     {"empty plan", "", "embed", NULL},
     {"section", "[plan]\ndefault = dp\n", "section", NULL},
     {"malformed line", "default = dp\nembed zdp\n", "malformed", NULL},
+    {"bad word after the mode", "default = dp\nembed = dp reduce-twice\n", "reduce-twice", "reduce-once"},
+    {"reduce-once twice", "default = dp\nembed = dp reduce-once reduce-once\n", "embed", "reduce-once"},
+    {"reduce-once before the mode", "default = reduce-once dp\n", "reduce-once dp", NULL},
 };
 
 START_TEST(test_plan_parse_errors)
@@ -491,6 +511,11 @@ START_TEST(test_plan_roundtrip)
     p.slices[1] = 1; p.zdp_slices[1] = 1;
     p.slices[2] = 4; p.zdp_slices[2] = 0;
     p.slices[3] = 4; p.zdp_slices[3] = 4;
+    const unsigned long long without = osdp_plan_hash(&p);
+    for (int i = 0; i < n; i++) {
+        p.reduce_once[i] = i % 3 == 1;
+        p.recompute[i] = i % 2 && osdp_op_can_recompute(L.op[i].type);
+    }
     char *text = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&text, &len);
@@ -504,8 +529,16 @@ START_TEST(test_plan_roundtrip)
         ck_assert_msg(q.slices[i] == p.slices[i] && q.zdp_slices[i] == p.zdp_slices[i],
                       "%s: wrote %d/%d, read %d/%d", L.op[i].name, p.zdp_slices[i], p.slices[i], q.zdp_slices[i],
                       q.slices[i]);
+        ck_assert_int_eq(q.reduce_once[i], p.reduce_once[i]);
+        ck_assert_int_eq(q.recompute[i], p.recompute[i]);
     }
     ck_assert(osdp_plan_hash(&q) == osdp_plan_hash(&p));
+    /* reduce-once enters the hash only where set: without it, the hash is what it was */
+    ck_assert(osdp_plan_hash(&p) != without);
+    for (int i = 0; i < n; i++) q.reduce_once[i] = 0;
+    ck_assert(osdp_plan_hash(&q) != osdp_plan_hash(&p));
+    for (int i = 0; i < n; i++) q.recompute[i] = 0;
+    ck_assert(osdp_plan_hash(&q) == without);
     /* copy and hash */
     osdp_plan c;
     ck_assert_int_eq(osdp_plan_copy(&c, &p), OSDP_OK);

@@ -122,9 +122,9 @@ step_ms() { sed -n 's/^OSDP: .* step \([0-9.]*\) ms.*/\1/p' "$1"; }
 f=$(step_ms "$WORK/flat.out"); n=$(step_ms "$WORK/nodes.out"); h=$(step_ms "$WORK/nodes_h.out")
 if [ -n "$f" ] && [ -n "$n" ] && [ -n "$h" ] && awk -v f="$f" -v n="$n" -v h="$h" 'BEGIN {exit !(n > f && h <= n)}' &&
    grep -q "span nodes, priced at the inter-node figures: all-gather alpha 5e-06 s beta 8e-11 s/B" "$WORK/nodes.out" &&
-   ! grep -qE '^  (embed|attn|mlp|head)[.0-9]* +h ' "$WORK/nodes.out" &&
+   ! grep -qE '^  (embed|attn|mlp|head)[.0-9]* +h[+ ]' "$WORK/nodes.out" &&
    grep -q "sit inside a node" "$WORK/one_node.out" && [ "$(step_ms "$WORK/one_node.out")" = "$(step_ms "$WORK/one_node_flat.out")" ]; then
-    ok "plan --nodes 2 --emulate-link 12.5G,5us: 16 ranks across 2 nodes step $n ms (h off) > $f ms flat, $h ms with h offered (<= h off: $(grep -cE '^  (embed|attn|mlp|head)[.0-9]* +h ' "$WORK/nodes_h.out") operators h); 8 ranks in one node priced as before"
+    ok "plan --nodes 2 --emulate-link 12.5G,5us: 16 ranks across 2 nodes step $n ms (h off) > $f ms flat, $h ms with h offered (<= h off: $(grep -cE '^  (embed|attn|mlp|head)[.0-9]* +h[+ ]' "$WORK/nodes_h.out") operators h); 8 ranks in one node priced as before"
 else bad "plan --nodes (flat '$f', 2 nodes '$n' h off, '$h' h on)" "$WORK/nodes.out"; fi
 if ! "$BIN" plan --model "$M" --device "$DEV" --ranks 16 --nodes 3 > "$WORK/nodes3.out" 2>&1 &&
    grep -q -- "--nodes 3 does not divide the 16 ranks" "$WORK/nodes3.out"; then ok "plan --nodes 3 of 16 ranks refused, naming --nodes"
@@ -135,8 +135,8 @@ sed 's/^ranks_per_node = 8$/ranks_per_node = 2/' "$SRC/input/devices/a100_80gb_i
 if "$MPIEXEC" -n 4 "$BIN" train --model "$M" --device "$WORK/nodes_of_2.ini" --plan auto --steps 1 --threads 1 \
        > "$WORK/real_nodes.out" 2>&1 &&
    grep -q "profiled on nodes of 2 ranks; this job's nodes hold 4: its data groups are priced at the levels of this job's nodes" "$WORK/real_nodes.out" &&
-   grep -qE '^  (embed|attn|mlp|head)[.0-9]* +(dp|zdp) ' "$WORK/real_nodes.out" &&
-   ! grep -qE '^  (embed|attn|mlp|head)[.0-9]* +h ' "$WORK/real_nodes.out"; then
+   grep -qE '^  (embed|attn|mlp|head)[.0-9]* +(dp|zdp)[+ ]' "$WORK/real_nodes.out" &&
+   ! grep -qE '^  (embed|attn|mlp|head)[.0-9]* +h[+ ]' "$WORK/real_nodes.out"; then
     ok "train --plan auto on one real node of 4 with a file profiled on nodes of 2: said, priced at this job's node (no operator h)"
 else bad "a device file's node size against the job's real nodes" "$WORK/real_nodes.out"; fi
 summary "two-level network"

@@ -22,7 +22,10 @@
  *   rebuilt  recompute: the rest, b act_floats_per_seq a - acts, alive again
  *              during its recomputed forward and its backward
  *   grads    G = P e_g        full gradients during its backward
+ *   accum    [reduce-once] G  a reduce-once operator's (osdp/plan.h) gradients
+ *              summed over the step's micro-batches, kept all run
  *   recv     H = P e_g / N    reduce-scatter destination during its backward
+ *              (0 for a reduce-once operator: it reduces into its shard)
  *   work     w = max_s ([s < k] p_s e + [prefetch, s >= 1, s - 1 < k] p_{s-1} e):
  *              its backward goes down the slices, holding slice s when ZDP
  *              and, with prefetch, slice s-1 gathered ahead
@@ -47,6 +50,11 @@
  *          gradients, allocated at the head's backward: the embedding is then DP,
  *          unsplit, so G_0 = P_0 e_g whatever the plan)
  *   Y_u  = max(w_u, H_u) + [prefetch, u > 0] f_{u-1}
+ * A reduce-once operator (osdp/plan.h) adds accum_i to the all-step sum
+ * (state_i + resident_i + accum_i) and has no H: its backward adds its G
+ * into accum and frees it at once, and its one reduction per step goes
+ * from accum straight into its gradient shard; so its in-flight term
+ * [prefetch] (G + H) is 0 too (its pass keeps rebuilt + G + work).
  * The maximum is reached during some operator's backward: its gradients,
  * its gathered slices (or, just after, its receive buffer), the next
  * backward operator's prefetched weights and, with prefetch, the previous
@@ -72,6 +80,9 @@
  *              micro-step; gradients reduce-scattered every micro-step.
  *              A = 1, g = 1 and equal AG/RS costs give the paper's eq. 2:
  *              c (N-1)(alpha + S/N beta) with c = 2 DP, 3 ZDP)
+ *   reduce-once (osdp/plan.h): A RS_s becomes RS_s (one reduction per step
+ *              of the accumulated gradients), and compute gains
+ *              A P step_full_param (adding each micro-step's into them)
  *   recompute: compute x 4/3 (the forward again) and ZDP slices gathered a
  *              third time per micro-step (2 A AG_s becomes 3 A AG_s)
  *   paper    T_i = compute + comm
@@ -168,6 +179,7 @@ typedef struct osdp_cost_model {
     int in_flight;          /* a pipeline stage's micro-batches held at once (0 or 1: none extra) */
     long long stage_buffer_bytes;   /* a pipeline stage's message buffers (0: none) */
     const osdp_cost_hierarchy *hier;    /* the levels of hierarchical slices; NULL: priced as ZDP (one node) */
+    const int *reduce_once; /* per operator, NULL: none reduce once (peak and step time use the plan's) */
 } osdp_cost_model;
 
 /* 1 when operator op can be cut into g slices (never the embedding) */
@@ -179,6 +191,8 @@ typedef struct osdp_op_mem {
     long long forward_first;    /* its forward's first slice when ZDP, [k > 0] p_0 e: what a stage
                                    prefetches for its next forward pass (osdp/pipeline_cost.h) */
     long long work_from_2;      /* the largest w_s of the work term over slices s >= 2 (0: g < 3) */
+    int reduce_once;            /* it reduces once per step (cm->reduce_once) */
+    long long accum;            /* then its accumulated gradients, all run (0 otherwise) */
 } osdp_op_mem;
 
 /* What one operator's choice adds to a plan's peak, by when its buffers

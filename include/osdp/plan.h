@@ -19,6 +19,24 @@
  * A default with `recompute` applies it to attn and mlp operators; a split
  * default gives the embedding (which cannot be split) ZDP when k > 0.
  *
+ * Gradient accumulation (`reduce-once`, a token after the mode, in either
+ * order with `recompute`):
+ *     attn.3  = zdp reduce-once
+ *     default = dp recompute reduce-once
+ * The operator keeps its full fp32 gradients (all its slices: the backward
+ * writes them as one buffer) resident across the step's accum_steps
+ * micro-batches, adds every micro-batch's into them, and reduce-scatters
+ * them once, in the last micro-batch's backward (overlapped with the rest
+ * of that backward like every reduce-scatter): gradient traffic once per
+ * optimizer step instead of once per micro-batch, for P e_g bytes held
+ * all run instead of during its backward alone (DDP's no_sync, Megatron's
+ * main_grad, ZeRO-1).  Without the token the operator reduces every
+ * micro-batch (ZeRO-2/3's behaviour, the default).  A DP slice's weights are
+ * resident but its full gradient is not (its optimizer state is sharded like
+ * ZDP's), so the choice costs DP and ZDP slices the same bytes; the planner
+ * weighs them per operator (osdp/cost_model.h).  With accum_steps 1 the
+ * traffic is the same either way and only the memory differs.
+ *
  * Hierarchical sharding (`h`, DESIGN.md §9): the operator's one slice is
  * sharded over the ranks of the rank's node within its data-parallel group
  * and replicated across nodes: its gathers stay inside the node, its
@@ -39,6 +57,8 @@ typedef struct osdp_plan {
     int *zdp_slices;      /* k per operator */
     int *recompute;       /* per operator: recompute activations in backward (blocks only) */
     int *hierarchical;    /* per operator: its ZDP slice is sharded inside the node (then k = g = 1) */
+    int *reduce_once;     /* per operator: 1 its gradients are accumulated in full and reduced once per
+                             optimizer step (plan token reduce-once), 0 reduced every micro-batch */
     int micro_batch;      /* sequences per rank per micro-step (0: not chosen) */
     int accum_steps;      /* micro-steps per optimizer step */
     int tp_size;          /* the mesh's tensor-parallel degree the plan is for (0: not stated; the
@@ -64,12 +84,14 @@ void osdp_plan_write(const osdp_plan *plan, const osdp_layout *layout, FILE *out
 /* "dp", "zdp", "h", "2/4" for operator i into buf */
 const char *osdp_plan_mode_name(const osdp_plan *plan, int op, char *buf, size_t n);
 /* hashes the modes, the micro-batch and a tp_size above 1 (so that plans
- * without one hash as before; hierarchical operators alike) */
+ * without one hash as before; hierarchical and reduce-once operators alike) */
 unsigned long long osdp_plan_hash(const osdp_plan *plan);
 /* OSDP_ERR_INPUT naming both degrees when the plan states a tp_size other
  * than tp_size (origin: the plan's file name, for the message) */
 /* does any operator shard hierarchically? (the runtime then needs the node groups) */
 int osdp_plan_has_hierarchical(const osdp_plan *plan);
+/* operators that reduce their gradients once per step */
+int osdp_plan_count_reduce_once(const osdp_plan *plan);
 osdp_status osdp_plan_check_tp(const osdp_plan *plan, int tp_size, const char *origin);
 
 #endif

@@ -116,6 +116,13 @@ typedef enum osdp_mode_set {
     OSDP_MODES_ALL_ZDP    /* baseline: every operator ZDP (FSDP / ZeRO-3) */
 } osdp_mode_set;
 
+/* When operators reduce their gradients (osdp/plan.h's reduce-once) */
+typedef enum osdp_grad_reduce {
+    OSDP_GRAD_REDUCE_EVERY,   /* every micro-batch, every operator (the library's default) */
+    OSDP_GRAD_REDUCE_AUTO,    /* per operator, the search chooses (with accumulation, A > 1) */
+    OSDP_GRAD_REDUCE_ONCE     /* once per optimizer step, every operator */
+} osdp_grad_reduce;
+
 typedef struct osdp_planner_options {
     int n_ranks;
     long long mem_limit;      /* bytes per rank; 0: the device's mem_limit */
@@ -133,6 +140,8 @@ typedef struct osdp_planner_options {
     int split_auto;           /* per operator, any k of any g in 1, 2, 4, .., split_max (the search chooses) */
     int split_max;            /* split_auto's largest g (0: 8) */
     int recompute_auto;       /* per attn / mlp operator, recompute or not (the search chooses) */
+    osdp_grad_reduce grad_reduce; /* reduce-once per operator: never, the search's choice (only when A > 1:
+                                 with one micro-batch it saves no traffic), or every operator */
     int pad_quantum;          /* the runtime's shard padding (osdp_compute_pad_quantum); 0 reads as 1 */
     int vocab_quantum;        /* osdp_planner_mesh: the backend's vocabulary quantum for the layouts it
                                  builds (osdp_compute_vocab_quantum); 0 reads as 1 */
@@ -141,10 +150,10 @@ typedef struct osdp_planner_options {
     int stage_in_flight;
     long long stage_buffer_bytes;
     /* the 3D search's baselines (osdp_planner_3d): bytes per parameter a DP
-       operator keeps replicated beyond osdp's DP (which shards the optimizer
-       state and the gradients): ZeRO-1 the full gradients (e_g), plain DP
-       also the optimizer state (12 + c); charged (1 - 1/D) of them per
-       parameter of a stage by osdp_planner_pipeline; 0 for OSDP */
+       operator keeps replicated beyond osdp's DP with reduce-once (which
+       shards the optimizer state and holds the full gradients): plain DP
+       the optimizer state (12 + c); charged (1 - 1/D) of them per parameter
+       of a stage by osdp_planner_pipeline; 0 for OSDP and ZeRO-1 */
     int replicated_bytes_per_param;
     /* hierarchical slices (plan mode h) offered at these levels (osdp_cost_hierarchy_for_mesh on the
      * device as read); NULL: not offered */
@@ -326,11 +335,15 @@ void osdp_pipe_choice_free(osdp_pipe_choice *choice);
  *   OSDP_3D_OSDP       any per-operator choice (o->modes as given)
  *   OSDP_3D_DEEPSPEED  DeepSpeed-3D-like: every operator DP with ZeRO-1 on the
  *                      data axis (full weights and gradients, the optimizer
- *                      state sharded): osdp's DP plus the gradients replicated
+ *                      state sharded): osdp's DP with every operator
+ *                      reduce-once (its accumulated gradients are ZeRO-1's
+ *                      whole ones, reduced once per step)
  *   OSDP_3D_MEGATRON   Megatron-like: TP x PP x DP, plain DP (weights,
- *                      gradients and optimizer state all replicated)
- *   OSDP_3D_FSDP       every operator ZDP, P = T = 1
- *   OSDP_3D_DDP        plain DP, P = T = 1
+ *                      gradients and optimizer state all replicated; the
+ *                      gradients reduce-once, as Megatron's main_grad)
+ *   OSDP_3D_FSDP       every operator ZDP, P = T = 1, gradients reduced
+ *                      every micro-batch (ZeRO-3)
+ *   OSDP_3D_DDP        plain DP, P = T = 1, reduce-once (DDP's no_sync)
  * Meshes: every (P, T) with P T dividing N, T dividing ranks_per_node (when
  * stated) and every block's heads, P at most the operators and
  * OSDP_MAX_STAGES (a fixed pp or tp > 0: that one alone).  A mesh is out

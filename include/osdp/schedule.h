@@ -13,12 +13,15 @@
  * A step is
  *   setup   once, when the runtime is created: the buffers that live all
  *           run (sharded state, the bf16 copy of the master shard, the DP
- *           slices' resident weights, the backward workspace, and on a
+ *           slices' resident weights, the accumulated gradients of
+ *           reduce-once operators (osdp/plan.h), the backward workspace, and on a
  *           tensor-parallel layout the staging of the head's all-gather);
  *   micro   one micro-step, executed accum_steps times: events flagged
  *           first_micro_only (the DP slices' gathers, made once per step)
- *           are skipped after the first; the others allocate and free the
- *           same bytes every time, so one pass gives the peak;
+ *           are skipped after the first, those flagged last_micro_only
+ *           (the reduce-once operators' reductions, which allocate nothing)
+ *           before the last; all allocate and free the same bytes every
+ *           time, so one pass gives the peak;
  *   optim   the optimizer step, once per step after the micro-steps: the
  *           squared gradient norm summed shard by shard, one all-reduce of
  *           the loss and norm sums, AdamW on every shard; it allocates
@@ -123,6 +126,8 @@ typedef enum osdp_buffer_kind {
                                cross-entropy's statistics (osdp/gpt.h); allocated at setup when non-zero */
     OSDP_BUF_STAGE_INPUT,   /* (B, T, d of op - 1) fp32, per micro: the stage's input received from the
                                previous stage (op: the stage's first operator) */
+    OSDP_BUF_GRAD_ACCUM,    /* (padded) fp32: a reduce-once operator's (osdp/plan.h) full gradients
+                               summed over the step's micro-batches; allocated at setup */
     OSDP_BUF_N_KINDS
 } osdp_buffer_kind;
 
@@ -136,8 +141,11 @@ typedef enum osdp_event_kind {
     OSDP_EV_COMPUTE_END,
     OSDP_EV_LOAD_TOKENS,    /* the micro-batch's token ids into op's activations (embed: inputs, head: targets) */
     OSDP_EV_LOSS_SUM,       /* add the head's per-token losses to the step's loss sum */
-    OSDP_EV_REDUCE_SCATTER, /* start the reduce-scatters of op's full gradients (all its slices) */
-    OSDP_EV_REDUCE_SCATTER_WAIT,   /* they completed: add into the gradient shard */
+    OSDP_EV_REDUCE_SCATTER, /* start the reduce-scatters of op's full gradients (all its slices; a
+                               reduce-once operator's GRAD_ACCUM, into its gradient shard) */
+    OSDP_EV_REDUCE_SCATTER_WAIT,   /* they completed: add into the gradient shard (reduce-once: they went
+                                      into it; its GRAD_ACCUM is zeroed for the next step) */
+    OSDP_EV_GRAD_ACCUMULATE,    /* a reduce-once operator's FULL_GRAD added into its GRAD_ACCUM */
     OSDP_EV_NORM_SUM,       /* add op's gradient shard's squared norm to the step's sum */
     OSDP_EV_SUMS_ALL_REDUCE,    /* the loss and norm sums over the ranks (bytes: 16); the step's
                                    learning rate and clipping scale follow from them */
@@ -160,6 +168,8 @@ typedef struct osdp_event {
     osdp_pass pass;             /* USE, COMPUTE */
     int blocking;               /* GATHER: wait inside the call (no prefetch) */
     int first_micro_only;       /* GATHER, GATHER_WAIT of DP slices: once per step */
+    int last_micro_only;        /* a reduce-once operator's reduction (REDUCE_SCATTER and its WAIT, into
+                                   its gradient shard: no GRAD_RECV): in the step's last micro-step only */
     size_t bytes;               /* ALLOC, FREE: bytes; GATHER, REDUCE_SCATTER: full buffer bytes moved;
                                    the pipeline's sends and receives: the message's */
     int micro;                  /* the micro-batch (pp_size > 1; 0 otherwise) */
@@ -183,6 +193,7 @@ typedef struct osdp_sched_slice {
 typedef struct osdp_sched_op {
     int n_slices, zdp_slices;   /* g and k of the plan */
     int recompute;
+    int reduce_once;            /* gradients accumulated in full, reduced in the step's last micro-step */
     size_t bounds[OSDP_MAX_SLICES + 1];
     osdp_sched_slice slice[OSDP_MAX_SLICES];
     size_t padded, shard;       /* sums over slices: full-buffer and shard elements */

@@ -171,6 +171,12 @@ static const option_row g_options[] = {
      .choices = "none|all|auto", .default_value = "none", .metavar = "none|all|auto",
      .help = "activation checkpointing of attn and mlp operators (auto: the planner\n"
         "chooses per operator, with --plan auto; train: a plan file's 'recompute' also counts)"},
+    {.name = "grad-reduce", .type = OPT_ENUM, .commands = TRAIN | PLAN | EVAL, .field = FIELD(grad_reduce),
+     .choices = "every|auto|once", .default_value = "auto", .metavar = "auto|once|every",
+     .help = "gradient accumulation: reduce an operator's gradients once per optimizer step (its\n"
+        "full gradients summed over the micro-batches, all run) or every micro-batch (auto: the\n"
+        "planner chooses per operator with --plan auto, a plan file's 'reduce-once' decides with a\n"
+        "plan file, every with --plan dp / zdp; once / every: every operator, whatever the plan)"},
     {.name = "search", .type = OPT_ENUM, .commands = PLAN, .field = FIELD(search), .choices = "exact|dfs",
      .default_value = "exact", .metavar = "exact|dfs",
      .help = "plan search (dfs: the paper's, with a time budget)"},

@@ -59,6 +59,7 @@ typedef struct osdp_job {
     int pipe_schedule;                /* train --schedule: osdp_pipe_schedule (1f1b|gpipe|interleaved) */
     long long virtual_stages;         /* --virtual-stages V: model chunks per stage (interleaved) */
     int recompute;                    /* osdp_recompute_choice */
+    int grad_reduce;                  /* --grad-reduce: osdp_grad_reduce (every|auto|once) */
     int cost_model;                   /* osdp_cost_kind */
     int search;                       /* osdp_search_kind */
     double dfs_limit;                 /* seconds */

@@ -54,7 +54,7 @@ static void print_text(const osdp_model_config *cfg, const osdp_device *dev, con
     printf("  %-18s %-9s %-8s %10s %12s %10s %10s %9s %6s %6s  %s\n", "plan", "PPxDPxTP", "b x M", "step ms",
            "samples/s", "peak MiB", "ZDP ops", "3D+OSDP", "meshes", "splits", "stages");
     for (int k = 0; k < OSDP_3D_KINDS; k++) print_row((osdp_3d_kind)k, &res[k], &res[OSDP_3D_OSDP]);
-    printf("  (DeepSpeed-3D-like: every operator DP, ZeRO-1 on the data axis (gradients replicated); Megatron-like: "
+    printf("  (DeepSpeed-3D-like: every operator DP, ZeRO-1 on the data axis (gradients whole, reduced once per step); Megatron-like: "
            "plain DP;\n   FSDP: every operator ZDP, DDP: plain DP, both PP 1 x TP 1; 3D+OSDP: its samples/s over the "
            "row's)\n");
     if (res[OSDP_3D_OSDP].status != OSDP_OK) return;
@@ -66,7 +66,7 @@ static void print_text(const osdp_model_config *cfg, const osdp_device *dev, con
            1e3 * res[OSDP_3D_OSDP].total_s, 1e3 * res[OSDP_3D_OSDP].cpu_s);
     for (int s = 0; s < c->pp_size; s++) {
         const osdp_stage_plan *st = &c->stage[s];
-        char pk[32], mode[16];
+        char pk[32], mode[24];
         printf("  stage %d: operators %d:%d, %d in flight, busy %.3f ms, peak %s MiB%s:", s, st->lo, st->hi,
                st->in_flight, 1e3 * st->busy_s, osdp_mib((double)st->peak_bytes, pk, sizeof pk),
                st->result.gap > 0 ? " (not proven optimal: a lowered limit)" : "");

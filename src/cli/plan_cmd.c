@@ -30,13 +30,15 @@ void osdp_plan_options_from_job(const osdp_job *job, osdp_planner_options *o)
     o->dfs_time_limit_s = job->dfs_limit;
     o->prefetch = !job->no_prefetch;
     o->recompute_auto = job->recompute == OSDP_RECOMPUTE_AUTO;
+    o->grad_reduce = (osdp_grad_reduce)job->grad_reduce;
     o->offer_hierarchical = !job->no_hierarchical;
 }
 
 const char *osdp_plan_mode_label(const osdp_plan *p, int op, char *buf, size_t n)
 {
     char base[16];
-    snprintf(buf, n, "%s%s", osdp_plan_mode_name(p, op, base, sizeof base), p->recompute[op] ? "+rc" : "");
+    snprintf(buf, n, "%s%s%s", osdp_plan_mode_name(p, op, base, sizeof base), p->recompute[op] ? "+rc" : "",
+             p->reduce_once && p->reduce_once[op] ? "+once" : "");
     return buf;
 }
 
@@ -58,8 +60,9 @@ void osdp_plan_ops_table(const osdp_layout *L, const osdp_cost_model *cm_in, con
     const osdp_plan *p = &r->plan;
     osdp_cost_model with_plan = *cm_in, *cm = &with_plan;   /* the plan's recompute flags */
     with_plan.recompute = p->recompute;
+    with_plan.reduce_once = p->reduce_once;
     int b = p->micro_batch, A = p->accum_steps;
-    char m1[32], m2[32], m3[32], m4[32], mode[16];
+    char m1[32], m2[32], m3[32], m4[32], mode[24];
     const int tp = L->tp_size > 1;   /* the tensor-parallel collectives' column (tp 1: none) */
     printf("  %-9s %-8s %12s %10s %10s %10s %10s %10s %10s%s %10s\n", "operator", "mode", "params", "state MiB",
            "weights", "acts MiB", "gathered", "comm ms", "compute ms", tp ? "      TP ms" : "", "T ms");
@@ -170,9 +173,10 @@ static void json_result(const char *key, const osdp_layout *L, const osdp_cost_m
            r->timed_out || r->gap > 0 ? "false" : "true", r->tightened);
     if (ops) {
         printf(",\"ops\":[");
-        char mode[16];
+        char mode[24];
         osdp_cost_model with_plan = *cm;   /* the plan's recompute flags */
         with_plan.recompute = r->plan.recompute;
+        with_plan.reduce_once = r->plan.reduce_once;
         cm = &with_plan;
         for (int i = 0; i < L->n_ops; i++) {
             osdp_op_mem m;

@@ -167,7 +167,7 @@ void osdp_plan_json_pipe_choice(const char *key, const osdp_pipe_choice *c, osdp
                osdp_plan_hierarchical_ops(&c->plan, sp->lo, sp->hi),
                sp->result.gap > 0 || sp->result.timed_out ? "false" : "true");
         for (int i = sp->lo; i < sp->hi; i++) {
-            char mode[16];
+            char mode[24];
             printf("%s", i > sp->lo ? "," : "");
             osdp_json_string(osdp_plan_mode_label(&c->plan, i, mode, sizeof mode));
         }

@@ -229,6 +229,7 @@ static void planner_options_of(const osdp_job *job, const osdp_layout *layout, o
     o->split = job->split > 0 ? (int)job->split : 1;
     o->split_auto = job->split == OSDP_SPLIT_AUTO;
     o->recompute_auto = job->recompute == OSDP_RECOMPUTE_AUTO;
+    o->grad_reduce = (osdp_grad_reduce)job->grad_reduce;
     o->offer_hierarchical = !job->no_hierarchical;
     *all = NULL;
     if (job->recompute == OSDP_RECOMPUTE_ALL && (*all = calloc((size_t)layout->n_ops, sizeof **all)) != NULL) {
@@ -370,15 +371,17 @@ static osdp_status plan_auto(osdp_plan *plan, const osdp_layout *layout, const o
     MPI_Bcast(plan->zdp_slices, layout->n_ops, MPI_INT, 0, MPI_COMM_WORLD);
     MPI_Bcast(plan->recompute, layout->n_ops, MPI_INT, 0, MPI_COMM_WORLD);
     MPI_Bcast(plan->hierarchical, layout->n_ops, MPI_INT, 0, MPI_COMM_WORLD);
+    MPI_Bcast(plan->reduce_once, layout->n_ops, MPI_INT, 0, MPI_COMM_WORLD);
     plan->micro_batch = head[1];
     plan->accum_steps = head[2];
     return OSDP_OK;
 }
 
-/* --split G on an all-DP / all-ZDP plan, --recompute all on any plan */
+/* --split G on an all-DP / all-ZDP plan, --recompute all and --grad-reduce once / every on any plan */
 static void plan_apply_options(osdp_plan *plan, const osdp_layout *layout, const osdp_job *job, int uniform)
 {
     for (int i = 0; i < layout->n_ops; i++) {
+        if (job->grad_reduce != OSDP_GRAD_REDUCE_AUTO) plan->reduce_once[i] = job->grad_reduce == OSDP_GRAD_REDUCE_ONCE;
         const osdp_op_layout *op = &layout->op[i];
         if (uniform && job->split > 1 && osdp_op_can_split(op)) {   /* the embedding, a tied head cannot be split */
             plan->zdp_slices[i] = plan->zdp_slices[i] ? (int)job->split : 0;

@@ -69,6 +69,7 @@ osdp_status osdp_train_pipe_plan_choose(const osdp_model_config *cfg, int seq_le
     MPI_Bcast(out->plan.zdp_slices, head[5], MPI_INT, 0, MPI_COMM_WORLD);
     MPI_Bcast(out->plan.recompute, head[5], MPI_INT, 0, MPI_COMM_WORLD);
     MPI_Bcast(out->plan.hierarchical, head[5], MPI_INT, 0, MPI_COMM_WORLD);
+    MPI_Bcast(out->plan.reduce_once, head[5], MPI_INT, 0, MPI_COMM_WORLD);
     out->active = 1;
     return OSDP_OK;
 }

@@ -161,7 +161,9 @@ static void op_mem_sharded(const osdp_cost_model *cm, int op, int g, int k, int 
     out->rebuilt = rc ? acts : 0;
     out->held = cm->in_flight > 1 ? (long long)(cm->in_flight - 1) * out->acts : 0;
     out->grads = BYTES(OSDP_BUF_FULL_GRAD, 0);
-    out->recv = BYTES(OSDP_BUF_GRAD_RECV, 0);
+    out->reduce_once = cm->reduce_once && cm->reduce_once[op];
+    out->accum = out->reduce_once ? BYTES(OSDP_BUF_GRAD_ACCUM, 0) : 0;
+    out->recv = out->reduce_once ? 0 : BYTES(OSDP_BUF_GRAD_RECV, 0);   /* reduce-once: into its gradient shard */
     /* backward goes down the slices; ZDP slices are 0..k-1.  At slice s the
      * operator holds slice s if ZDP and, with prefetch, slice s-1 gathered
      * ahead (the next operator's first slice, f, is held throughout) */
@@ -182,11 +184,13 @@ static void op_mem_sharded(const osdp_cost_model *cm, int op, int g, int k, int 
 
 void osdp_cost_peak_terms(const osdp_cost_model *cm, int op, const osdp_op_mem *m, osdp_op_peak_terms *out)
 {
-    out->held = m->state + m->resident + m->held;   /* held: a pipeline stage's other micro-batches */
+    /* held: a pipeline stage's other micro-batches; accum: a reduce-once operator's summed gradients */
+    out->held = m->state + m->resident + m->held + m->accum;
     out->acts = m->acts;
     out->pass_peak = m->rebuilt + m->grads + (m->work > m->recv ? m->work : m->recv) + osdp_cost_tied_grads(cm, op);
     out->prefetch = cm->prefetch ? m->prefetch : 0;
-    out->in_flight = cm->prefetch ? m->grads + m->recv : 0;
+    /* reduce-once: G is freed once added into accum, its reduction needs no buffer */
+    out->in_flight = cm->prefetch && !m->reduce_once ? m->grads + m->recv : 0;
 }
 
 long long osdp_cost_tied_grads(const osdp_cost_model *cm, int op)
@@ -276,7 +280,10 @@ void osdp_cost_op_time_rc(const osdp_cost_model *cm, int op, int g, int k, int r
      * its full gradients every micro-step */
     double padded = 0;
     for (int s = 0; s < g; s++) padded += (double)p[s];
-    out->compute += padded / N * d->step_shard_param + A * padded * d->step_full_param;
+    /* reduce-once: the accumulated gradients reduced once per step, each micro-step's added into them */
+    const int once = cm->reduce_once && cm->reduce_once[op];
+    const double R = once ? 1 : A;
+    out->compute += padded / N * d->step_shard_param + (once ? 2 : 1) * A * padded * d->step_full_param;
     out->comm = 0;
     osdp_cost_hierarchy levels;
     const osdp_cost_hierarchy *node_first = data_levels(cm, &levels) ? &levels : NULL;
@@ -284,7 +291,7 @@ void osdp_cost_op_time_rc(const osdp_cost_model *cm, int op, int g, int k, int r
         double S = (double)p[s] * (double)d->param_bytes, G = (double)p[s] * (double)d->grad_bytes;
         double ag = osdp_collective_time(&d->all_gather, N, S);
         double rs = reduce_scatter_time(cm, node_first, G);
-        out->comm += s < k ? (rc ? 3 : 2) * A * ag + A * rs : ag + A * rs;
+        out->comm += s < k ? (rc ? 3 : 2) * A * ag + R * rs : ag + R * rs;
     }
     if (cm->kind == OSDP_COST_OVERLAP && cm->prefetch)
         out->total = out->compute > out->comm ? out->compute : out->comm;
@@ -302,6 +309,7 @@ void osdp_cost_op_time_hier(const osdp_cost_model *cm, int op, int rc, int b, in
     if (!h) return;
     const osdp_device *d = cm->dev;
     const double A = accum, R = h->node_ranks, nodes = (double)cm->N / h->node_ranks;
+    const double reductions = cm->reduce_once && cm->reduce_once[op] ? 1 : A;   /* reduce-once: one per step */
     const double p = (double)osdp_cost_slice_numel(cm, op, 1);
     const double S = p * (double)d->param_bytes, G = p * (double)d->grad_bytes;
     /* the optimizer step on a shard of P / R instead of P / N */
@@ -309,7 +317,7 @@ void osdp_cost_op_time_hier(const osdp_cost_model *cm, int op, int rc, int b, in
     /* the flat slice's node-first reduction, then the cross all-gather that completes the node's block */
     const double ag = osdp_collective_time(&h->node_all_gather, R, S), rs = reduce_scatter_time(cm, h, G);
     const double cross_ag = osdp_collective_time(&h->cross_all_gather, nodes, G / R);
-    out->comm = (rc ? 3 : 2) * A * ag + A * (rs + cross_ag);
+    out->comm = (rc ? 3 : 2) * A * ag + reductions * (rs + cross_ag);
     if (cm->kind == OSDP_COST_OVERLAP && cm->prefetch)
         out->total = out->compute > out->comm ? out->compute : out->comm;
     else
@@ -333,6 +341,7 @@ long long osdp_cost_peak(const osdp_cost_model *cm_in, const osdp_plan *plan, in
 {
     osdp_cost_model with_plan = *cm_in, *cm = &with_plan;
     with_plan.recompute = plan->recompute;
+    with_plan.reduce_once = plan->reduce_once;
     const int n = cm->layout->n_ops;
     osdp_op_peak_terms *t = malloc(sizeof *t * (size_t)n);
     if (!t) return -1;
@@ -388,6 +397,7 @@ double osdp_cost_step_time(const osdp_cost_model *cm_in, const osdp_plan *plan, 
 {
     osdp_cost_model with_plan = *cm_in, *cm = &with_plan;
     with_plan.recompute = plan->recompute;
+    with_plan.reduce_once = plan->reduce_once;
     double t = 0;
     for (int i = 0; i < cm->layout->n_ops; i++) {
         osdp_op_time ot;

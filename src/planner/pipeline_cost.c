@@ -21,6 +21,7 @@ void osdp_pipe_stage_passes(const osdp_cost_model *cm_in, const osdp_plan *plan,
 {
     osdp_cost_model with_plan = *cm_in, *cm = &with_plan;
     with_plan.recompute = plan->recompute;
+    with_plan.reduce_once = plan->reduce_once;
     out->forward_s = out->backward_s = 0;
     for (int i = lo; i < hi; i++) {
         osdp_op_time t;
@@ -222,6 +223,7 @@ long long osdp_pipe_stage_peak(const osdp_cost_model *cm, const osdp_plan *plan,
     view.zdp_slices = plan->zdp_slices + lo;
     view.recompute = plan->recompute + lo;
     view.hierarchical = plan->hierarchical ? plan->hierarchical + lo : NULL;
+    view.reduce_once = plan->reduce_once ? plan->reduce_once + lo : NULL;
     long long peak = osdp_cost_peak(&stage_cm, &view, micro_batch, at_op);
     if (at_op) *at_op += lo;
     if (!cm->prefetch || peak < 0) return peak;
@@ -236,6 +238,7 @@ long long osdp_pipe_stage_peak(const osdp_cost_model *cm, const osdp_plan *plan,
      * gathered again once the backward reaches slice 0, and stays. */
     osdp_cost_model with_plan = stage_cm;
     with_plan.recompute = view.recompute;
+    with_plan.reduce_once = view.reduce_once;
     osdp_op_mem first, second, last;
     const int n = view.n_ops;
     osdp_cost_plan_op_mem(&with_plan, &view, 0, micro_batch, &first);
@@ -244,14 +247,16 @@ long long osdp_pipe_stage_peak(const osdp_cost_model *cm, const osdp_plan *plan,
     for (int i = 0; i < n; i++) {
         osdp_op_mem m;
         osdp_cost_plan_op_mem(&with_plan, &view, i, micro_batch, &m);
-        fixed += m.state + m.resident;
+        fixed += m.state + m.resident + m.accum;
         acts += m.acts;
     }
     const long long held_at_first = first.work > first.recv ? first.work : first.recv;
     long long at_first = first.acts + first.rebuilt + first.grads;
     if (n > 1) {
         osdp_cost_plan_op_mem(&with_plan, &view, 1, micro_batch, &second);
-        at_first += second.grads + second.recv;   /* its reduce-scatter still in flight */
+        osdp_op_peak_terms second_terms;
+        osdp_cost_peak_terms(&with_plan, 1, &second, &second_terms);
+        at_first += second_terms.in_flight;   /* its reduce-scatter still in flight (prefetch is on) */
     }
     const long long input = s > 0 ? (long long)osdp_pipe_boundary_bytes(cm->layout, lo, micro_batch) : 0;
     osdp_pipe_pass *order = malloc(sizeof *order * 2 * (size_t)accum);

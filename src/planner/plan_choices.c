@@ -31,6 +31,7 @@ static int granularities(const osdp_cost_model *cm, const osdp_planner_options *
 typedef struct choice_terms {
     int slices, zdp_slices, recompute; /* k = zdp_slices of g = slices ZDP */
     int hierarchical;                  /* g = k = 1, sharded inside the node (osdp/plan.h) */
+    int reduce_once;                   /* gradients reduced once per step (osdp/plan.h) */
     osdp_op_peak_terms mem;    /* what it adds to the peak (osdp/cost_model.h) */
     double time;               /* its step time (0 when minimising memory) */
 } choice_terms;
@@ -70,8 +71,32 @@ static void set_terms(const osdp_ps_context *ctx, int i, const osdp_op_mem *m, c
     c->time = ctx->minimise_memory ? 0 : ot->total; /* minimising memory: time tells nothing apart */
 }
 
+/* the reduce-once values an operator may take (lo..hi): the options', both
+ * under auto when the step accumulates (A > 1: with one micro-batch the
+ * traffic is the same) */
+static void reduce_once_range(const osdp_ps_context *ctx, int accum, int *lo, int *hi)
+{
+    const osdp_grad_reduce r = ctx->opts->grad_reduce;
+    *lo = *hi = r == OSDP_GRAD_REDUCE_ONCE;
+    if (r == OSDP_GRAD_REDUCE_AUTO && accum > 1) *hi = 1;
+}
+
+static int make_choices_ro(const osdp_ps_context *ctx, int i, int b, int accum, int ro, choice_terms *out);
+
 static int make_choices(const osdp_ps_context *ctx, int i, int b, int accum, choice_terms *out)
 {
+    int lo, hi, n = 0;
+    reduce_once_range(ctx, accum, &lo, &hi);
+    for (int ro = lo; ro <= hi; ro++) n += make_choices_ro(ctx, i, b, accum, ro, out + n);
+    return ctx->bound_only ? n : prune(out, n);
+}
+
+/* operator i's choices that reduce once (ro) or every micro-batch */
+static int make_choices_ro(const osdp_ps_context *ctx_in, int i, int b, int accum, int ro, choice_terms *out)
+{
+    osdp_ps_context view = *ctx_in;
+    view.cost.reduce_once = ro ? ctx_in->all_once : NULL;
+    const osdp_ps_context *ctx = &view;
     const osdp_planner_options *o = ctx->opts;
     const osdp_op_layout *op = &ctx->cost.layout->op[i];
     int gs[8], ng = granularities(&ctx->cost, o, i, gs), n = 0;
@@ -111,7 +136,8 @@ static int make_choices(const osdp_ps_context *ctx, int i, int b, int accum, cho
         c->slices = c->zdp_slices = c->hierarchical = 1;
         c->recompute = rc;
     }
-    return ctx->bound_only ? n : prune(out, n);
+    for (int j = 0; j < n; j++) out[j].reduce_once = ro;
+    return n;
 }
 
 /* operators a and b have the same sizes, cuts and costs (different blocks of
@@ -229,6 +255,7 @@ static int prune_free(osdp_ps_context *ctx)
             ctx->choice_zdp_slices[d] = ctx->choice_zdp_slices[b];
             ctx->choice_recompute[d] = ctx->choice_recompute[b];
             ctx->choice_hierarchical[d] = ctx->choice_hierarchical[b];
+            ctx->choice_reduce_once[d] = ctx->choice_reduce_once[b];
             ctx->held_bytes[d] = ctx->held_bytes[b];
             ctx->pass_peak_bytes[d] = ctx->pass_peak_bytes[b];
             ctx->prefetch_bytes[d] = ctx->prefetch_bytes[b];
@@ -250,7 +277,7 @@ static int alloc_arrays(osdp_ps_context *ctx)
 {
     const size_t n = (size_t)ctx->n_ops, nk = n * (size_t)ctx->stride;
     signed char **flags[] = {&ctx->choice_slices, &ctx->choice_zdp_slices, &ctx->choice_recompute,
-                             &ctx->choice_hierarchical};
+                             &ctx->choice_hierarchical, &ctx->choice_reduce_once};
     long long **choice_bytes[] = {&ctx->held_bytes, &ctx->pass_peak_bytes, &ctx->prefetch_bytes, &ctx->next_op_bytes,
                                   &ctx->act_bytes, &ctx->knap_mem_buf};
     long long **op_bytes[] = {&ctx->later_acts_optimistic, &ctx->later_acts_pessimistic};
@@ -290,16 +317,21 @@ osdp_status osdp_ps_context_build(osdp_ps_context *ctx, const osdp_layout *L, co
     ctx->counters = counters;
     ctx->micro_batch = b;
     ctx->accum_steps = accum;
-    /* every k of every g in 1, 2, 4, 8, 16 and hierarchical, both ways */
-    const int n = ctx->n_ops, cap = 2 * (2 + 3 + 5 + 9 + 17 + 1);
+    /* every k of every g in 1, 2, 4, 8, 16 and hierarchical, recompute both ways, reduce-once both ways */
+    const int n = ctx->n_ops, ro_ways = o->grad_reduce == OSDP_GRAD_REDUCE_AUTO && accum > 1 ? 2 : 1;
+    const int cap = ro_ways * 2 * (2 + 3 + 5 + 9 + 17 + 1);
     choice_terms *c = malloc(sizeof *c * (size_t)cap * (size_t)n);
     ctx->n_choices = malloc(sizeof *ctx->n_choices * (size_t)n);
     ctx->group = malloc(sizeof *ctx->group * (size_t)n);
+    /* the cost model's reduce_once for the choices that reduce once, and for every operator under once */
+    ctx->all_once = malloc(sizeof *ctx->all_once * (size_t)(n > 0 ? n : 1));
     int *reps = malloc(sizeof *reps * (size_t)n), nreps = 0;
-    if (!c || !ctx->n_choices || !ctx->group || !reps) {
+    if (!c || !ctx->n_choices || !ctx->group || !ctx->all_once || !reps) {
         free(reps);
         goto oom;
     }
+    for (int i = 0; i < n; i++) ctx->all_once[i] = 1;
+    if (o->grad_reduce == OSDP_GRAD_REDUCE_ONCE) ctx->cost.reduce_once = ctx->all_once;
     for (int i = 0; i < n; i++) {
         choice_terms *ci = c + (size_t)i * (size_t)cap;
         int r = -1, rci = o->recompute ? o->recompute[i] != 0 : 0;
@@ -331,6 +363,7 @@ osdp_status osdp_ps_context_build(osdp_ps_context *ctx, const osdp_layout *L, co
             ctx->choice_zdp_slices[a] = (signed char)e->zdp_slices;
             ctx->choice_recompute[a] = (signed char)e->recompute;
             ctx->choice_hierarchical[a] = (signed char)e->hierarchical;
+            ctx->choice_reduce_once[a] = (signed char)e->reduce_once;
             ctx->held_bytes[a] = e->mem.held + e->mem.acts - lo;
             ctx->pass_peak_bytes[a] = e->mem.pass_peak;
             ctx->prefetch_bytes[a] = e->mem.prefetch;

@@ -10,6 +10,7 @@ void osdp_ps_context_free(osdp_ps_context *ctx)
 {
     free(ctx->n_choices); free(ctx->group);
     free(ctx->choice_slices); free(ctx->choice_zdp_slices); free(ctx->choice_recompute); free(ctx->choice_hierarchical);
+    free(ctx->choice_reduce_once); free(ctx->all_once);
     free(ctx->held_bytes); free(ctx->pass_peak_bytes); free(ctx->prefetch_bytes); free(ctx->next_op_bytes);
     free(ctx->act_bytes); free(ctx->objective);
     free(ctx->later_acts_optimistic); free(ctx->later_acts_pessimistic);

@@ -66,6 +66,7 @@ static void fill_plan(const osdp_ps_context *ctx, const int *ch, osdp_plan *plan
         plan->zdp_slices[i] = ctx->choice_zdp_slices[a];
         plan->recompute[i] = ctx->choice_recompute[a];
         plan->hierarchical[i] = ctx->choice_hierarchical[a];
+        plan->reduce_once[i] = ctx->choice_reduce_once[a];
     }
 }
 
@@ -104,7 +105,7 @@ static osdp_status infeasible(const osdp_layout *L, const osdp_device *dev, cons
     osdp_status s = osdp_planner_min_memory(L, dev, o, b, &need, &p);
     if (s != OSDP_OK) return s;
     osdp_cost_model cm = {.layout = L, .dev = dev, .N = o->n_ranks, .pad_quantum = o->pad_quantum,
-                          .prefetch = o->prefetch, .kind = o->cost, .recompute = p.recompute,
+                          .prefetch = o->prefetch, .kind = o->cost, .recompute = p.recompute, .reduce_once = p.reduce_once,
                           .in_flight = o->stage_in_flight, .stage_buffer_bytes = o->stage_buffer_bytes,
                           .hier = o->hierarchy};
     int at = 0;

@@ -41,15 +41,23 @@ static void kind_options(osdp_3d_kind kind, const osdp_device *dev, osdp_planner
     switch (kind) {
     case OSDP_3D_OSDP: break;
     case OSDP_3D_DEEPSPEED:
+        /* ZeRO-1 as it behaves: the gradients whole on every rank, accumulated over the step's micro-batches
+         * and reduced once (osdp's DP with reduce-once, whose accumulated gradients are those whole ones) */
         o->modes = OSDP_MODES_ALL_DP;
-        o->replicated_bytes_per_param = dev->grad_bytes;   /* ZeRO-1: the gradients whole on every rank */
+        o->grad_reduce = OSDP_GRAD_REDUCE_ONCE;
         break;
     case OSDP_3D_MEGATRON:
     case OSDP_3D_DDP:
+        /* nothing sharded; the gradients accumulated whole and reduced once per step (Megatron's main_grad,
+         * DDP's no_sync): reduce-once holds them, the rest of the state is replicated on top */
         o->modes = OSDP_MODES_ALL_DP;
-        o->replicated_bytes_per_param = state_bytes_per_param(dev);   /* nothing sharded */
+        o->grad_reduce = OSDP_GRAD_REDUCE_ONCE;
+        o->replicated_bytes_per_param = state_bytes_per_param(dev) - dev->grad_bytes;
         break;
-    case OSDP_3D_FSDP: o->modes = OSDP_MODES_ALL_ZDP; break;
+    case OSDP_3D_FSDP:   /* ZeRO-3: reduce-scattered every micro-batch */
+        o->modes = OSDP_MODES_ALL_ZDP;
+        o->grad_reduce = OSDP_GRAD_REDUCE_EVERY;
+        break;
     default: break;
     }
     if (kind != OSDP_3D_OSDP) {

@@ -17,6 +17,7 @@ osdp_status osdp_planner_stage_split(const osdp_cost_model *cm_in, const osdp_pl
     const int n = cm_in->layout->n_ops;
     osdp_cost_model cm = *cm_in;
     cm.recompute = plan ? plan->recompute : NULL;
+    cm.reduce_once = plan ? plan->reduce_once : NULL;
     double *op_time = malloc(sizeof *op_time * (size_t)n);
     if (!op_time) return osdp_error_set(OSDP_ERR_OOM, "stage split: out of host memory");
     for (int i = 0; i < n; i++) {
@@ -47,6 +48,7 @@ static void copy_stage_plan(const osdp_plan *stage, int lo, osdp_plan *whole)
         whole->zdp_slices[lo + i] = stage->zdp_slices[i];
         whole->recompute[lo + i] = stage->recompute[i];
         whole->hierarchical[lo + i] = stage->hierarchical[i];
+        whole->reduce_once[lo + i] = stage->reduce_once[i];
     }
 }
 

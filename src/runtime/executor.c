@@ -21,6 +21,7 @@ static void **buffer_slot(osdp_runtime *rt, const osdp_event *ev)
     case OSDP_BUF_ACTS: return (void **)&o->acts_base[ev->micro];
     case OSDP_BUF_FULL_GRAD: return (void **)&o->full_grad;
     case OSDP_BUF_GRAD_RECV: return (void **)&o->grad_recv;
+    case OSDP_BUF_GRAD_ACCUM: return (void **)&o->grad_accum;
     case OSDP_BUF_TP_STAGING: return (void **)&rt->in->tp_staging;
     case OSDP_BUF_STAGE_INPUT: return (void **)&rt->in->stage_input[osdp_schedule_message_slot(&rt->in->sched, ev->op, ev->micro)];
     case OSDP_BUF_N_KINDS: break;
@@ -48,6 +49,7 @@ static void describe(const osdp_runtime *rt, const osdp_event *ev, char *what, s
     case OSDP_BUF_ACTS: snprintf(what, n, "operator %s (activations)", op); break;
     case OSDP_BUF_FULL_GRAD: snprintf(what, n, "operator %s (full gradients)", op); break;
     case OSDP_BUF_GRAD_RECV: snprintf(what, n, "operator %s (reduce-scatter destination)", op); break;
+    case OSDP_BUF_GRAD_ACCUM: snprintf(what, n, "operator %s (gradients accumulated over the step)", op); break;
     case OSDP_BUF_TP_STAGING: snprintf(what, n, "operator %s (tensor-parallel loss statistics)", op); break;
     case OSDP_BUF_STAGE_INPUT: snprintf(what, n, "operator %s (input from the previous stage)", op); break;
     case OSDP_BUF_N_KINDS: snprintf(what, n, "?"); break;
@@ -81,6 +83,7 @@ static void after_alloc(osdp_runtime *rt, const osdp_event *ev)
         if (so->recompute) o->acts[ev->micro].out = o->kept_out[ev->micro];
         break;
     case OSDP_BUF_FULL_GRAD: rt->backend->fill_zero(o->full_grad, ev->bytes); break;   /* backward accumulates */
+    case OSDP_BUF_GRAD_ACCUM: rt->backend->fill_zero(o->grad_accum, ev->bytes); break;
     default: break;
     }
 }
@@ -124,6 +127,19 @@ static osdp_status gather_wait(osdp_runtime *rt, rt_slice *sl)
     return osdp_comm_wait(sl->comm, &sl->gather);
 }
 
+/* where an operator's gradients are reduce-scattered from and to: a
+ * reduce-once operator's one reduction per step, of its accumulated
+ * gradients, straight into its gradient shard */
+static float *scatter_source(rt_op *o, const osdp_sched_op *so)
+{
+    return so->reduce_once ? o->grad_accum : o->full_grad;
+}
+
+static float *scatter_destination(rt_op *o, const osdp_sched_op *so)
+{
+    return so->reduce_once ? o->grad : o->grad_recv;
+}
+
 /* The first stage of operator op's gradient reduction, non-blocking, one
  * fused launch for its slices on NCCL (osdp/comm.h): the flat
  * reduce-scatter into the receive buffer, or, reduced node-first
@@ -140,10 +156,10 @@ static osdp_status scatter_start(osdp_runtime *rt, int op)
     for (int k = 0; k < so->n_slices; k++) {
         const osdp_sched_slice *ss = &so->slice[k];
         if (node_first)
-            TRY(osdp_comm_reduce_scatter_in_place(first, o->full_grad + ss->base, ss->padded / (size_t)rt->node_ranks,
+            TRY(osdp_comm_reduce_scatter_in_place(first, scatter_source(o, so) + ss->base, ss->padded / (size_t)rt->node_ranks,
                                                   OSDP_FLOAT32, &o->slice[k].scatter));
         else
-            TRY(osdp_comm_reduce_scatter(first, o->full_grad + ss->base, o->grad_recv + ss->local,
+            TRY(osdp_comm_reduce_scatter(first, scatter_source(o, so) + ss->base, scatter_destination(o, so) + ss->local,
                                          osdp_sched_slice_shard_numel(ss), OSDP_FLOAT32, &o->slice[k].scatter));
     }
     return osdp_comm_group_end(first);
@@ -155,19 +171,22 @@ static osdp_status scatter_start(osdp_runtime *rt, int op)
  * i K + n), or into its place in the node block, which an all-gather over
  * the nodes then completes (a hierarchical slice: node block i on every
  * node). */
-static osdp_status reduce_across_nodes(osdp_runtime *rt, rt_op *o, const osdp_sched_slice *ss)
+static osdp_status reduce_across_nodes(osdp_runtime *rt, rt_op *o, const osdp_sched_op *so, const osdp_sched_slice *ss)
 {
+    float *dest = scatter_destination(o, so);
     const size_t node_block = ss->padded / (size_t)rt->node_ranks, part = node_block / (size_t)rt->cross_comm->size;
-    const float *block = o->full_grad + ss->base + osdp_comm_in_place_offset(rt->node_comm, node_block);
+    const float *block = scatter_source(o, so) + ss->base + osdp_comm_in_place_offset(rt->node_comm, node_block);
     if (!ss->hierarchical)
-        return osdp_comm_reduce_scatter(rt->cross_comm, block, o->grad_recv + ss->local, part, OSDP_FLOAT32, NULL);
-    float *node_copy = o->grad_recv + ss->local, *mine = node_copy + (size_t)rt->cross_rank * part;
+        return osdp_comm_reduce_scatter(rt->cross_comm, block, dest + ss->local, part, OSDP_FLOAT32, NULL);
+    float *node_copy = dest + ss->local, *mine = node_copy + (size_t)rt->cross_rank * part;
     TRY(osdp_comm_reduce_scatter(rt->cross_comm, block, mine, part, OSDP_FLOAT32, NULL));
     return osdp_comm_all_gather(rt->cross_comm, mine, node_copy, part, OSDP_FLOAT32, NULL);   /* in place */
 }
 
 /* the first micro-batch's gradients replace the shard's, the others add to
- * it, in micro-batch order (both pipeline schedules run backwards in it) */
+ * it, in micro-batch order (both pipeline schedules run backwards in it).
+ * A reduce-once operator's one reduction, of the step's sum, went straight
+ * into the shard; its accumulated gradients start the next step at zero. */
 static osdp_status scatter_finish(osdp_runtime *rt, int op, int micro)
 {
     rt_op *o = &rt->in->ops[op];
@@ -175,9 +194,10 @@ static osdp_status scatter_finish(osdp_runtime *rt, int op, int micro)
     const int node_first = osdp_rt_node_first(rt);
     for (int k = 0; k < so->n_slices; k++) {
         TRY(osdp_comm_wait(node_first ? rt->node_comm : o->slice[k].comm, &o->slice[k].scatter));
-        if (node_first) TRY(reduce_across_nodes(rt, o, &so->slice[k]));
+        if (node_first) TRY(reduce_across_nodes(rt, o, so, &so->slice[k]));
     }
-    if (rt->in->micro + micro == 0) rt->backend->copy(o->grad, o->grad_recv, so->shard * sizeof(float));
+    if (so->reduce_once) rt->backend->fill_zero(o->grad_accum, so->padded * sizeof(float));
+    else if (rt->in->micro + micro == 0) rt->backend->copy(o->grad, o->grad_recv, so->shard * sizeof(float));
     else rt->backend->vector_accumulate(o->grad, o->grad_recv, so->shard);
     return OSDP_OK;
 }
@@ -368,6 +388,7 @@ osdp_status osdp_rt_execute(osdp_runtime *rt, const osdp_event *ev, int end)
         const int at = in->cursor++;
         const osdp_event *e = &ev[at];
         if (e->first_micro_only && in->micro > 0) continue;
+        if (e->last_micro_only && in->micro < in->last_micro) continue;
         rt_op *o = &in->ops[e->op];
         switch (e->kind) {
         case OSDP_EV_ALLOC: TRY(alloc_buffer(rt, e)); break;
@@ -385,6 +406,9 @@ osdp_status osdp_rt_execute(osdp_runtime *rt, const osdp_event *ev, int end)
             break;
         case OSDP_EV_REDUCE_SCATTER: TRY(scatter_start(rt, e->op)); break;
         case OSDP_EV_REDUCE_SCATTER_WAIT: TRY(scatter_finish(rt, e->op, e->micro)); break;
+        case OSDP_EV_GRAD_ACCUMULATE:
+            rt->backend->vector_accumulate(o->grad_accum, o->full_grad, in->sched.ops[e->op].padded);
+            break;
         case OSDP_EV_RECV_ACTS: case OSDP_EV_SEND_ACTS: case OSDP_EV_SEND_ACTS_WAIT:
         case OSDP_EV_RECV_GRAD: case OSDP_EV_SEND_GRAD: case OSDP_EV_SEND_GRAD_WAIT: TRY(pipeline_message(rt, e)); break;
         case OSDP_EV_NORM_SUM: norm_sum(rt, e->op); break;

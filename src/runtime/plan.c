@@ -15,7 +15,8 @@ osdp_status osdp_plan_alloc(osdp_plan *plan, int n_ops)
     plan->zdp_slices = calloc((size_t)n_ops, sizeof(int));
     plan->recompute = calloc((size_t)n_ops, sizeof(int));
     plan->hierarchical = calloc((size_t)n_ops, sizeof(int));
-    if (!plan->slices || !plan->zdp_slices || !plan->recompute || !plan->hierarchical) {
+    plan->reduce_once = calloc((size_t)n_ops, sizeof(int));
+    if (!plan->slices || !plan->zdp_slices || !plan->recompute || !plan->hierarchical || !plan->reduce_once) {
         osdp_plan_free(plan);
         return osdp_error_set(OSDP_ERR_OOM, "plan: out of host memory");
     }
@@ -30,6 +31,7 @@ void osdp_plan_free(osdp_plan *plan)
     free(plan->zdp_slices);
     free(plan->recompute);
     free(plan->hierarchical);
+    free(plan->reduce_once);
     memset(plan, 0, sizeof *plan);
 }
 
@@ -42,6 +44,7 @@ osdp_status osdp_plan_copy(osdp_plan *dst, const osdp_plan *src)
     memcpy(dst->zdp_slices, src->zdp_slices, bytes);
     memcpy(dst->recompute, src->recompute, bytes);
     memcpy(dst->hierarchical, src->hierarchical, bytes);
+    if (src->reduce_once) memcpy(dst->reduce_once, src->reduce_once, bytes);
     dst->micro_batch = src->micro_batch;
     dst->accum_steps = src->accum_steps;
     dst->tp_size = src->tp_size;
@@ -71,19 +74,38 @@ int osdp_plan_tie_embedding(osdp_plan *plan, const osdp_layout *layout)
     return changed;
 }
 
-/* "dp" | "zdp" | "h" | "k/g", optionally followed by " recompute"; -1 when
- * malformed, -2 when it joins h to slices ("1/2 h", "h/2"): h shards the
- * whole operator, a split operator has no h (osdp/plan.h) */
-static int parse_mode(const char *value, int *k, int *g, int *hier, int *recompute)
+/* the words after the mode: "recompute" and "reduce-once", each at most
+ * once, in either order; -1 for anything else */
+static int parse_flags(const char *rest, int *recompute, int *reduce_once)
 {
-    if (strchr(value, '/') && strchr(value, 'h')) return -2;
-    char mode[64];
-    const char *space = strchr(value, ' ');
+    while (*rest) {
+        rest += strspn(rest, " \t");
+        size_t len = strcspn(rest, " \t");
+        if (!len) break;
+        if (len == strlen("recompute") && strncmp(rest, "recompute", len) == 0 && !*recompute) *recompute = 1;
+        else if (len == strlen("reduce-once") && strncmp(rest, "reduce-once", len) == 0 && !*reduce_once) *reduce_once = 1;
+        else return -1;
+        rest += len;
+    }
+    return 0;
+}
+
+/* "dp" | "zdp" | "h" | "k/g", optionally followed by " recompute" and / or
+ * " reduce-once"; -1 when malformed, -2 when it joins h to slices ("1/2 h",
+ * "h/2"): h shards the whole operator, a split operator has no h
+ * (osdp/plan.h) */
+static int parse_mode(const char *value, int *k, int *g, int *hier, int *recompute, int *reduce_once)
+{
+    const char *space = value + strcspn(value, " \t");
     *recompute = 0;
+    *reduce_once = 0;
     *hier = 0;
-    if (space) {
-        if (strcmp(space + strspn(space, " "), "recompute") != 0 || (size_t)(space - value) >= sizeof mode) return -1;
-        *recompute = 1;
+    if (strchr(value, '/') && strchr(value, 'h')) return -2;   /* neither word after the mode has an h */
+    char mode[64];
+    if (*space) {
+        if ((size_t)(space - value) >= sizeof mode || parse_flags(space, recompute, reduce_once) != 0) return -1;
+    } else {
+        space = NULL;
     }
     size_t len = space ? (size_t)(space - value) : strlen(value);
     if (len >= sizeof mode) return -1;
@@ -109,7 +131,7 @@ typedef struct plan_parse_state {
     osdp_plan *plan;
     const osdp_layout *layout;
     int *seen;
-    int default_k, default_g, default_hier, default_recompute, have_default;
+    int default_k, default_g, default_hier, default_recompute, default_reduce_once, have_default;
     osdp_status status;
     const char *origin;
 } plan_parse_state;
@@ -138,8 +160,8 @@ static int plan_handler(void *user, const char *section, const char *key, const 
         st->plan->tp_size = (int)tp;
         return 1;
     }
-    int k, g, hier, rc;
-    const int parsed = parse_mode(value, &k, &g, &hier, &rc);
+    int k, g, hier, rc, once;
+    const int parsed = parse_mode(value, &k, &g, &hier, &rc, &once);
     if (parsed == -2) {
         st->status = osdp_error_set(OSDP_ERR_INPUT, "%s = '%s': mode h (hierarchical ZDP) shards the whole operator inside "
                                     "the node and cannot be split into slices: give h or k/g, not both", key, value);
@@ -148,12 +170,13 @@ static int plan_handler(void *user, const char *section, const char *key, const 
     if (parsed != 0) {
         st->status = osdp_error_set(OSDP_ERR_INPUT,
             "%s = '%s': mode must be dp, zdp, h (hierarchical ZDP) or k/g (k of g slices ZDP, 0 <= k <= g <= %d), "
-            "optionally followed by 'recompute'",
+            "optionally followed by 'recompute' and / or 'reduce-once'",
             key, value, OSDP_MAX_SLICES);
         return 0;
     }
     if (strcmp(key, "default") == 0) {
-        st->default_k = k; st->default_g = g; st->default_hier = hier; st->default_recompute = rc; st->have_default = 1;
+        st->default_k = k; st->default_g = g; st->default_hier = hier; st->default_recompute = rc;
+        st->default_reduce_once = once; st->have_default = 1;
         return 1;
     }
     int op = osdp_layout_find_op(st->layout, key);
@@ -182,6 +205,7 @@ static int plan_handler(void *user, const char *section, const char *key, const 
     st->plan->slices[op] = g;
     st->plan->recompute[op] = rc;
     st->plan->hierarchical[op] = hier;
+    st->plan->reduce_once[op] = once;
     return 1;
 }
 
@@ -217,6 +241,7 @@ osdp_status osdp_plan_parse(osdp_plan *plan, const osdp_layout *layout, const ch
         plan->slices[i] = unsplittable ? 1 : st.default_g;
         plan->recompute[i] = st.default_recompute && osdp_op_can_recompute(layout->op[i].type);   /* blocks only */
         plan->hierarchical[i] = st.default_hier;
+        plan->reduce_once[i] = st.default_reduce_once;
     }
     free(seen);
     if (st.status == OSDP_OK) (void)osdp_plan_tie_embedding(plan, layout);   /* a default's ZDP: the embedding stays DP */
@@ -245,12 +270,13 @@ const char *osdp_plan_mode_name(const osdp_plan *plan, int op, char *buf, size_t
 void osdp_plan_write(const osdp_plan *plan, const osdp_layout *layout, FILE *out)
 {
     char mode[16];
-    fprintf(out, "# osdp plan for %s: operator = dp | zdp | h | k/g (k of g slices ZDP) [recompute]\n", layout->cfg.name);
+    fprintf(out, "# osdp plan for %s: operator = dp | zdp | h | k/g (k of g slices ZDP) [recompute] [reduce-once]\n",
+            layout->cfg.name);
     if (plan->tp_size > 0)
         fprintf(out, "tp = %d   ; the tensor-parallel degree: the modes apply to each rank's parts\n", plan->tp_size);
     for (int i = 0; i < plan->n_ops; i++)
-        fprintf(out, "%s = %s%s\n", layout->op[i].name, osdp_plan_mode_name(plan, i, mode, sizeof mode),
-                plan->recompute[i] ? " recompute" : "");
+        fprintf(out, "%s = %s%s%s\n", layout->op[i].name, osdp_plan_mode_name(plan, i, mode, sizeof mode),
+                plan->recompute[i] ? " recompute" : "", plan->reduce_once && plan->reduce_once[i] ? " reduce-once" : "");
 }
 
 unsigned long long osdp_plan_hash(const osdp_plan *plan)
@@ -261,6 +287,7 @@ unsigned long long osdp_plan_hash(const osdp_plan *plan)
         h = (h ^ (unsigned)plan->zdp_slices[i]) * 1099511628211ULL;
         h = (h ^ (unsigned)plan->recompute[i]) * 1099511628211ULL;
         if (plan->hierarchical[i]) h = (h ^ 0x68u) * 1099511628211ULL;   /* without one: as before */
+        if (plan->reduce_once && plan->reduce_once[i]) h = (h ^ 0x72u) * 1099511628211ULL;   /* likewise */
     }
     h = (h ^ (unsigned)plan->micro_batch) * 1099511628211ULL;
     if (plan->tp_size > 1) h = (h ^ (unsigned)plan->tp_size) * 1099511628211ULL;   /* tp 1 or unstated: as before */
@@ -272,6 +299,13 @@ int osdp_plan_has_hierarchical(const osdp_plan *plan)
     for (int i = 0; i < plan->n_ops; i++)
         if (plan->hierarchical[i] && plan->zdp_slices[i] > 0) return 1;
     return 0;
+}
+
+int osdp_plan_count_reduce_once(const osdp_plan *plan)
+{
+    int n = 0;
+    for (int i = 0; plan->reduce_once && i < plan->n_ops; i++) n += plan->reduce_once[i] != 0;
+    return n;
 }
 
 osdp_status osdp_plan_check_tp(const osdp_plan *plan, int tp_size, const char *origin)

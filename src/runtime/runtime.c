@@ -294,6 +294,7 @@ osdp_status osdp_runtime_step(osdp_runtime *rt, const int *tokens, osdp_step_sta
     rt->backend->fill_zero(in->sums, 2 * sizeof(double));
     /* with a pipeline the list is the whole step, its events name their micro-batches */
     const int lists = in->sched.pipelined ? 1 : rt->opt.accum_steps;
+    in->last_micro = lists - 1;
     for (in->micro = 0; in->micro < lists; in->micro++) {
         in->tokens = tokens + (size_t)in->micro * 2 * (size_t)rt->B * (size_t)rt->T;
         in->ws.cur = 0;

@@ -24,6 +24,7 @@ typedef struct rt_op {
     void *resident;         /* DP slices' full weights (slices k..g-1, contiguous) */
     float *full_grad;       /* (padded) during backward, slice s at slice[s].base */
     float *grad_recv;       /* (shard) reduce-scatter destination */
+    float *grad_accum;      /* (padded) reduce-once: the full gradients summed over the step (all run) */
     /* per micro-batch slot (osdp_schedule_micro_slots: 1 without a pipeline) */
     float **acts_base;      /* [slots] activation block from the forward to the backward */
     float **kept_out;       /* [slots] recompute: the output, kept from forward to backward */
@@ -40,6 +41,7 @@ struct osdp_runtime_internal {
     const int *tokens;      /* host ints (micro-batches, 2, B, T), an event's micro-batch counted from
                                here: the micro-step's without a pipeline, the step's with one */
     int micro;              /* micro-step within the step (0 with a pipeline: its one list is the step) */
+    int last_micro;         /* the step's last micro-step: events flagged last_micro_only run in it alone */
     /* the pipeline (pp_size > 1): per micro-batch slot */
     float **stage_input;    /* [message slots] STAGE_INPUT: a chunk's input from the previous stage */
     osdp_request *act_send; /* [message slots] the send of a chunk's output to the next stage */

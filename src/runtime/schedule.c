@@ -17,7 +17,7 @@ osdp_mem_category osdp_buffer_category(osdp_buffer_kind kind)
         [OSDP_BUF_GATHERED] = OSDP_MEM_WEIGHTS,    [OSDP_BUF_KEPT] = OSDP_MEM_ACTIVATIONS,
         [OSDP_BUF_ACTS] = OSDP_MEM_ACTIVATIONS,    [OSDP_BUF_FULL_GRAD] = OSDP_MEM_GRADS,
         [OSDP_BUF_GRAD_RECV] = OSDP_MEM_GRADS,     [OSDP_BUF_TP_STAGING] = OSDP_MEM_TP_COMM,
-        [OSDP_BUF_STAGE_INPUT] = OSDP_MEM_ACTIVATIONS,
+        [OSDP_BUF_STAGE_INPUT] = OSDP_MEM_ACTIVATIONS, [OSDP_BUF_GRAD_ACCUM] = OSDP_MEM_GRADS,
     };
     return category[kind];
 }
@@ -36,6 +36,7 @@ size_t osdp_buffer_bytes(osdp_buffer_kind kind, const osdp_buffer_dims *d, size_
     case OSDP_BUF_KEPT: return B * ol->kept_floats_per_seq * w->act;
     case OSDP_BUF_ACTS: return B * (ol->act_floats_per_seq - (d->recompute ? ol->kept_floats_per_seq : 0)) * w->act;
     case OSDP_BUF_FULL_GRAD: return d->padded * w->grad;
+    case OSDP_BUF_GRAD_ACCUM: return d->padded * w->grad;
     case OSDP_BUF_GRAD_RECV: return d->shard * w->grad;
     case OSDP_BUF_TP_STAGING: return B * osdp_tp_staging_floats_per_seq(d->layout) * w->act;
     case OSDP_BUF_STAGE_INPUT: return B * (size_t)d->layout->T * (size_t)d->layout->op[d->op - 1].width * F;
@@ -214,19 +215,39 @@ static osdp_status pass_events(builder *b, int op, osdp_pass pass)
     return emit(b, (osdp_event){.kind = OSDP_EV_COMPUTE_END, .op = op, .pass = pass});
 }
 
+/* A reduce-once operator reduces its accumulated gradients (GRAD_ACCUM,
+ * setup's) straight into its gradient shard, no receive buffer, in the
+ * step's last micro-step only (flagged without a pipeline, whose list runs
+ * every micro-step); the wait zeroes them for the next step. */
 static osdp_status scatter_finish(builder *b, int op)
 {
-    TRY(emit(b, (osdp_event){.kind = OSDP_EV_REDUCE_SCATTER_WAIT, .op = op}));
+    const int once = b->sc->ops[op].reduce_once;
+    TRY(emit(b, (osdp_event){.kind = OSDP_EV_REDUCE_SCATTER_WAIT, .op = op, .last_micro_only = once && !b->sc->pipelined}));
+    if (once) return OSDP_OK;
     TRY(emit_buffer(b, OSDP_EV_FREE, OSDP_BUF_FULL_GRAD, op, 0));
     return emit_buffer(b, OSDP_EV_FREE, OSDP_BUF_GRAD_RECV, op, 0);
 }
 
 /* with prefetch an operator's reduce-scatters run during the next
- * operator's backward, and complete when that one's start */
+ * operator's backward, and complete when that one's start.  A reduce-once
+ * operator adds its full gradients into its accumulated ones and frees them
+ * at once, every micro-batch; it reduces in its last micro-batch's backward
+ * only: flagged last_micro_only without a pipeline, absent from its earlier
+ * backwards with one (the stage runs its backwards in micro-batch order). */
 static osdp_status scatter_events(builder *b, int op)
 {
-    TRY(emit_buffer(b, OSDP_EV_ALLOC, OSDP_BUF_GRAD_RECV, op, 0));
-    TRY(emit(b, (osdp_event){.kind = OSDP_EV_REDUCE_SCATTER, .op = op,
+    const int once = b->sc->ops[op].reduce_once;
+    if (once) {
+        TRY(emit(b, (osdp_event){.kind = OSDP_EV_GRAD_ACCUMULATE, .op = op}));
+        TRY(emit_buffer(b, OSDP_EV_FREE, OSDP_BUF_FULL_GRAD, op, 0));
+        if (b->sc->pipelined && b->micro != b->sc->opt.accum_steps - 1) {   /* the one before completes all the same */
+            if (b->pending_scatter >= 0) TRY(scatter_finish(b, b->pending_scatter));
+            b->pending_scatter = -1;
+            return OSDP_OK;
+        }
+    }
+    if (!once) TRY(emit_buffer(b, OSDP_EV_ALLOC, OSDP_BUF_GRAD_RECV, op, 0));
+    TRY(emit(b, (osdp_event){.kind = OSDP_EV_REDUCE_SCATTER, .op = op, .last_micro_only = once && !b->sc->pipelined,
                              .bytes = b->sc->ops[op].padded * sizeof(float)}));
     if (!b->sc->opt.prefetch) return scatter_finish(b, op);
     if (b->pending_scatter >= 0) TRY(scatter_finish(b, b->pending_scatter));
@@ -400,6 +421,7 @@ static osdp_status setup_events(builder *b)
         TRY(emit_buffer(b, OSDP_EV_ALLOC, OSDP_BUF_STATE, op, 0));
         if (b->sc->opt.weight_dtype != OSDP_FLOAT32) TRY(emit_buffer(b, OSDP_EV_ALLOC, OSDP_BUF_MASTER_COPY, op, 0));
         if (b->sc->ops[op].resident_numel) TRY(emit_buffer(b, OSDP_EV_ALLOC, OSDP_BUF_RESIDENT, op, 0));
+        if (b->sc->ops[op].reduce_once) TRY(emit_buffer(b, OSDP_EV_ALLOC, OSDP_BUF_GRAD_ACCUM, op, 0));
     }
     TRY(emit_buffer(b, OSDP_EV_ALLOC, OSDP_BUF_WORKSPACE, 0, 0));
     /* the head's, for every step and validation pass: the buffer belongs to no operator's pass */
@@ -462,6 +484,7 @@ static osdp_status slice_operator(osdp_schedule *sc, const osdp_plan *plan, int 
     so->n_slices = plan->slices[i];
     so->zdp_slices = plan->zdp_slices[i];
     so->recompute = plan->recompute[i] != 0;
+    so->reduce_once = plan->reduce_once && plan->reduce_once[i] != 0;
     TRY(osdp_op_split(&sc->layout->op[i], so->n_slices, so->bounds));
     for (int s = 0; s < so->n_slices; s++) {
         osdp_sched_slice *sl = &so->slice[s];
