@@ -47,12 +47,16 @@ if "$BIN" train --steps 1 --attention flash > "$WORK/bad.out" 2>&1; then
 else
     grep -q -- "--attention" "$WORK/bad.out" && ok "--attention flash refused, naming the option" || bad "--attention flash: no message naming it" "$WORK/bad.out"
 fi
-if "$BIN" train --model "$M" --steps 1 --plan zdp --split 2 > "$WORK/split.out" 2>&1; then
-    bad "a fused head split in 2 was accepted"
+# a plan file that splits the fused head is refused, naming --head naive; --split 2 leaves it whole
+printf 'default = dp\nhead = 2/2\n' > "$WORK/head.plan"
+if "$BIN" train --model "$M" --steps 1 --plan "$WORK/head.plan" > "$WORK/split.out" 2>&1; then
+    bad "a plan splitting the fused head was accepted"
 else
-    grep -q -- "--head naive" "$WORK/split.out" && ok "--split 2 with the fused head refused, saying --head naive" \
-        || bad "--split 2 with the fused head: no message naming --head" "$WORK/split.out"
+    grep -q -- "--head naive" "$WORK/split.out" && ok "a plan splitting the fused head refused, saying --head naive" \
+        || bad "a plan splitting the fused head: no message naming --head" "$WORK/split.out"
 fi
-"$BIN" train --model "$M" --steps 1 --plan zdp --split 2 --head naive --quiet > "$WORK/split_naive.out" 2>&1 \
-    && ok "--split 2 --head naive splits the naive head" || bad "--split 2 --head naive" "$WORK/split_naive.out"
+"$BIN" train --model "$M" --steps 1 --plan "$WORK/head.plan" --head naive --quiet > "$WORK/split_naive.out" 2>&1 \
+    && ok "the same plan with --head naive splits the naive head" || bad "head = 2/2 with --head naive" "$WORK/split_naive.out"
+"$BIN" train --model "$M" --steps 1 --plan zdp --split 2 --quiet > "$WORK/split_zdp.out" 2>&1 \
+    && ok "--plan zdp --split 2 leaves the fused head whole" || bad "--plan zdp --split 2" "$WORK/split_zdp.out"
 summary "lean kernels"

@@ -10,9 +10,12 @@
 set -u
 . "$(dirname "$0")/test_lib.sh" split-work
 
+# the plans here split the head: the naive one (--head naive; the fused head is never cut,
+# tests/test_lean_kernels.sh); the attention is the default tiled one
 run() {   # run NRANKS NAME [train options...]: writes $WORK/NAME.{out,err,log}
     local n=$1 name=$2; shift 2
-    "$MPIEXEC" -n "$n" "$BIN" train --model "$M" --data "$DATA" --threads 1 --peak-flops 1e9 --log "$WORK/$name.log" "$@" \
+    "$MPIEXEC" -n "$n" "$BIN" train --model "$M" --data "$DATA" --threads 1 --peak-flops 1e9 --head naive \
+        --log "$WORK/$name.log" "$@" \
         >"$WORK/$name.out" 2>"$WORK/$name.err"
 }
 last()  { field "$1" "$2" | tail -1; }
