@@ -11,7 +11,7 @@ set -u
 # run NAME RANKS ARGS...: a 20-step training run, its log in $WORK/NAME.log
 run() {
     local name=$1 n=$2; shift 2
-    "$MPIEXEC" -n "$n" "$BIN" train --steps 20 --quiet --log "$WORK/$name.log" "$@" > "$WORK/$name.out" 2>&1
+    "$MPIEXEC" -n "$n" "$BIN" train --steps 20 --threads 1 --quiet --log "$WORK/$name.log" "$@" > "$WORK/$name.out" 2>&1
 }
 
 # within LOG_A LOG_B: every step's loss within 1e-5, the largest difference in $worst
