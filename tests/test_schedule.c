@@ -236,19 +236,6 @@ static void check_plan(const osdp_layout *L, const osdp_plan *p, int N, int B, i
 
 static const char *const MODELS[] = {"tests/mpi/t_small.ini", "tests/mpi/t_ic.ini"};
 
-/* the model's layout with the naive attention and head (--attention naive --head naive) or the default
- * tiled attention and fused head */
-static void load_layout_kernels(osdp_layout *L, const char *model, int T, int naive)
-{
-    char path[4096];
-    osdp_model_config cfg;
-    snprintf(path, sizeof path, "%s/%s", src_dir(), model);
-    ck_assert_msg(osdp_model_config_load(&cfg, path) == OSDP_OK, "%s", osdp_error_message());
-    cfg.attention_naive = cfg.head_naive = naive;
-    ck_assert_msg(osdp_layout_build(L, &cfg, T) == OSDP_OK, "%s", osdp_error_message());
-    ck_assert_int_eq(L->op[1].attn_tiled, !naive);
-    ck_assert_int_eq(L->op[L->n_ops - 1].head_chunk_rows > 0, !naive);
-}
 
 /* measured on this rank: 2 models x (the default kernels, then the naive ones) x 30 random plans */
 START_TEST(test_measured_equals_schedule_and_closed_form)
@@ -258,7 +245,10 @@ START_TEST(test_measured_equals_schedule_and_closed_form)
     int checked = 0;
     for (int mi = 0; mi < 4; mi++) {
         osdp_layout L;
-        load_layout_kernels(&L, MODELS[mi / 2], 8 + (int)(rnd() % 8), mi % 2);
+        const int naive = mi % 2;   /* the default tiled attention and fused head, then the naive ones */
+        load_layout_kernels(&L, MODELS[mi / 2], 8 + (int)(rnd() % 8), naive, naive);
+        ck_assert_int_eq(L.op[1].attn_tiled, !naive);
+        ck_assert_int_eq(L.op[L.n_ops - 1].head_chunk_rows > 0, !naive);
         osdp_plan p;
         ck_assert(osdp_plan_alloc(&p, L.n_ops) == OSDP_OK);
         for (int r = 0; r < 30; r++) {

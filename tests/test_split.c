@@ -67,18 +67,6 @@ static int allowed_cut(const osdp_op_layout *op, size_t e)
     return 0;
 }
 
-/* the model with the naive head (--head naive): the fused head is never cut (test_fused_head_whole) */
-static void load_layout_naive_head(osdp_layout *L, const char *model, int T)
-{
-    char path[4096];
-    osdp_model_config cfg;
-    if (strchr(model, '/')) snprintf(path, sizeof path, "%s/%s", src_dir(), model);
-    else snprintf(path, sizeof path, "%s/input/models/%s.ini", src_dir(), model);
-    ck_assert_msg(osdp_model_config_load(&cfg, path) == OSDP_OK, "%s", osdp_error_message());
-    cfg.head_naive = 1;
-    ck_assert_msg(osdp_layout_build(L, &cfg, T > 0 ? T : cfg.ctx) == OSDP_OK, "%s", osdp_error_message());
-}
-
 /* the fused head (the default) takes one slice: each chunk of logits needs the whole weight */
 START_TEST(test_fused_head_whole)
 {
@@ -101,7 +89,7 @@ START_TEST(test_cuts)
     int checked = 0;
     for (int mi = 0; mi < 4; mi++) {
         osdp_layout L;
-        load_layout_naive_head(&L, models[mi], 0);
+        load_layout_kernels(&L, models[mi], 0, 0, 1);   /* the naive head: the fused one is never cut */
         for (int i = 0; i < L.n_ops; i++) {
             const osdp_op_layout *op = &L.op[i];
             size_t maxrow = 0;
@@ -134,7 +122,7 @@ START_TEST(test_cuts)
     ck_assert_int_gt(checked, 100);
     /* more slices than places to cut */
     osdp_layout L;
-    load_layout_naive_head(&L, "tiny", 0);
+    load_layout_kernels(&L, "tiny", 0, 0, 1);
     size_t b[OSDP_MAX_SLICES + 1];
     ck_assert_int_eq(osdp_op_split(&L.op[L.n_ops - 1], OSDP_MAX_SLICES + 1, b), OSDP_ERR_INPUT);
     osdp_layout_free(&L);
@@ -173,7 +161,7 @@ START_TEST(test_sliced_equals_unsplit)
     int checked = 0;
     for (int mi = 0; mi < 2; mi++) {
         osdp_layout L;
-        load_layout_naive_head(&L, models[mi], 16);
+        load_layout_kernels(&L, models[mi], 16, 0, 1);
         const osdp_compute_backend *be = &osdp_compute_cpu;
         osdp_op_context ctx = {.backend = be, .layout = &L, .B = B, .T = L.T};
         size_t ws_floats = osdp_workspace_floats(&L, B);
