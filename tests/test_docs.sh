@@ -39,7 +39,7 @@ if $PY "$DOCX" --check --build "$BUILD" --work "$WORK/self/w1" "$WORK/self/drift
 elif grep -q "differs from what" "$WORK/self/drift.out"; then ok "the checker catches a changed output"
 else bad "the checker's message for a changed output" "$WORK/self/drift.out"; fi
 
-timed_line() { echo "done: 2 steps | loss 5.5355 -> 5.5075 | $1 tokens/s | MFU  $2% | peak/rank 8.81 MiB (predicted 8.81 MiB)"; }
+timed_line() { echo "done: 2 steps | loss 5.5355 -> 5.5075 | $1 tokens/s | MFU  $2% | peak/rank 7.40 MiB (predicted 7.40 MiB)"; }
 { echo "<!-- example timed grep=^done: mpiexec -n 2 ./osdp_gpt train --steps 2 --quiet -->"; echo '```'
   echo '$ mpiexec -n 2 ./osdp_gpt train --steps 2 --quiet'; timed_line 1 1.0; echo '```'; } > "$WORK/self/timed.md"
 if $PY "$DOCX" --check --build "$BUILD" --work "$WORK/self/w2" "$WORK/self/timed.md" > "$WORK/self/timed.out" 2>&1; then

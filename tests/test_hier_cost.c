@@ -31,7 +31,7 @@ static void varied_plan(const osdp_layout *L, int r, osdp_plan *p)
     for (int i = 0; i < L->n_ops; i++) {
         const unsigned v = (unsigned)(r * 7 + i * 3 + r / 4 * i);
         const unsigned mode = v % 4;
-        const int g = mode == 3 && L->op[i].type != OSDP_OP_EMBED ? 2 << (v / 4 % 2) : 1;
+        const int g = mode == 3 && osdp_op_can_split(&L->op[i]) ? 2 << (v / 4 % 2) : 1;   /* not embed, a fused head */
         p->slices[i] = g;
         p->zdp_slices[i] = mode == 0 ? 0 : g == 1 ? 1 : (int)(v / 8 % (unsigned)(g + 1));
         p->hierarchical[i] = mode == 2;

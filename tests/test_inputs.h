@@ -30,16 +30,21 @@ static inline void load_config(osdp_model_config *cfg, const char *model)
 }
 
 /* model: a name under input/models/, or a path below the source tree (tests/mpi/...);
- * T 0: the model's context */
-static inline void load_layout(osdp_layout *L, const char *model, int T)
+ * T 0: the model's context; the naive attention and head (--attention naive, --head naive)
+ * where asked, else the tiled and fused ones */
+static inline void load_layout_kernels(osdp_layout *L, const char *model, int T, int attention_naive, int head_naive)
 {
     char path[4096];
     osdp_model_config cfg;
     if (strchr(model, '/')) snprintf(path, sizeof path, "%s/%s", src_dir(), model);
     else snprintf(path, sizeof path, "%s/input/models/%s.ini", src_dir(), model);
     ck_assert_msg(osdp_model_config_load(&cfg, path) == OSDP_OK, "%s", osdp_error_message());
+    cfg.attention_naive = attention_naive;
+    cfg.head_naive = head_naive;
     ck_assert_msg(osdp_layout_build(L, &cfg, T > 0 ? T : cfg.ctx) == OSDP_OK, "%s", osdp_error_message());
 }
+
+static inline void load_layout(osdp_layout *L, const char *model, int T) { load_layout_kernels(L, model, T, 0, 0); }
 
 /* a device file's text, head then extra, parsed (origin: its name in the errors) */
 static inline osdp_status parse_device_text(osdp_device *d, const char *head, const char *extra, const char *origin)

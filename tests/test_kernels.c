@@ -659,6 +659,147 @@ START_TEST(test_attention_deterministic)
 }
 END_TEST
 
+/* ---------------------------------------------------------- tiled attention */
+
+/* The tiled attention (FlashAttention-2's online softmax, 64-key tiles; query
+ * tiles of 64 rows, 32 for 128-wide heads) against the same double
+ * references: out, each row's log-sum-exp, and d(qkv), at sizes inside one
+ * tile, across tiles with a ragged end, and with narrower query tiles. */
+static void check_attention_tiled(int B, int T, int C, int NH, float amp)
+{
+    const int HS = C / NH;
+    size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, nlse = (size_t)B * NH * T;
+    float *qkv = falloc(nqkv), *out = falloc(nout), *lse = falloc(nlse), *r = falloc(nout);
+    float *dqkv = falloc(nqkv), *rowdot = falloc(nlse);
+    fill_uniform(qkv, nqkv, -amp, amp, 71);
+    fill_uniform(r, nout, -1, 1, 72);
+    fill_value(out, nout, NAN);
+    fill_value(lse, nlse, NAN);
+    attention_forward_tiled(out, lse, qkv, B, T, C, NH);
+    double *dq = to_double(qkv, nqkv), *rout = dalloc(nout), *ref = dalloc(nqkv);
+    ref_attention(rout, NULL, dq, B, T, C, NH);
+    const int strict = amp <= 2.0f;
+    for (size_t i = 0; i < nout; i++)
+        ck_assert_msg(strict ? fabs(out[i] - rout[i]) <= 1e-5 * (1.0 + fabs(rout[i])) : isfinite(out[i]),
+                      "attention_forward_tiled(B=%d,T=%d,C=%d,NH=%d) out[%zu] = %.9g, want %.9g", B, T, C, NH, i,
+                      (double)out[i], rout[i]);
+    /* lse = log sum_j exp(scale q.k_j) over the row's keys */
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            for (int i = 0; i < T; i++) {
+                const double *q = dq + ((size_t)b * T + i) * 3 * C + h * HS;
+                double mx = -INFINITY, sum = 0.0, sc[1024];
+                ck_assert_int_le(T, 1024);
+                for (int j = 0; j <= i; j++) {
+                    const double *k = dq + ((size_t)b * T + j) * 3 * C + C + h * HS;
+                    double d = 0.0;
+                    for (int c = 0; c < HS; c++) d += q[c] * k[c];
+                    sc[j] = d / sqrt((double)HS);
+                    mx = fmax(mx, sc[j]);
+                }
+                for (int j = 0; j <= i; j++) sum += exp(sc[j] - mx);
+                const double want = mx + log(sum), got = lse[((size_t)b * NH + h) * T + i];
+                ck_assert_msg(strict ? fabs(got - want) <= 1e-5 * (1.0 + fabs(want)) : isfinite(got),
+                              "lse[%d,%d,%d] = %.9g, want %.9g", b, h, i, got, want);
+            }
+    if (strict) {
+        fill_value(dqkv, nqkv, NAN);   /* overwrite semantics */
+        fill_value(rowdot, nlse, NAN);
+        attention_backward_tiled(dqkv, rowdot, r, out, qkv, lse, B, T, C, NH);
+        ref_attention_backward(ref, dq, r, B, T, C, NH);
+        double maxabs = 0.0;
+        for (size_t i = 0; i < nqkv; i++) maxabs = fmax(maxabs, fabs(ref[i]));
+        ck_assert_msg(maxabs > 0.0, "reference gradient is zero");
+        for (size_t i = 0; i < nqkv; i++)
+            ck_assert_msg(fabs(dqkv[i] - ref[i]) <= 1e-4 * maxabs,
+                          "attention_backward_tiled(B=%d,T=%d,C=%d,NH=%d) dqkv[%zu] = %.9g, want %.9g", B, T, C, NH,
+                          i, (double)dqkv[i], ref[i]);
+        /* bitwise the same on one thread, whatever the buffers held */
+        float *out2 = falloc(nout), *lse2 = falloc(nlse), *d2 = falloc(nqkv);
+        fill_value(out2, nout, 5.0f);
+        fill_value(d2, nqkv, -3.0f);
+        fill_value(rowdot, nlse, 9.0f);
+        int old_threads = set_threads(1);
+        attention_forward_tiled(out2, lse2, qkv, B, T, C, NH);
+        attention_backward_tiled(d2, rowdot, r, out2, qkv, lse2, B, T, C, NH);
+        set_threads(old_threads);
+        ck_assert_msg(memcmp(out, out2, nout * sizeof *out) == 0, "tiled attention out differs on 1 thread");
+        ck_assert_msg(memcmp(lse, lse2, nlse * sizeof *lse) == 0, "tiled attention lse differs on 1 thread");
+        ck_assert_msg(memcmp(dqkv, d2, nqkv * sizeof *d2) == 0, "tiled attention dqkv differs on 1 thread");
+        free(out2); free(lse2); free(d2);
+    }
+    free(qkv); free(out); free(lse); free(r); free(dqkv); free(rowdot); free(dq); free(rout); free(ref);
+}
+
+/* central differences through the double reference forward (the loss sum(out * r)) */
+static void check_attention_tiled_fd(int B, int T, int C, int NH)
+{
+    size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, nlse = (size_t)B * NH * T;
+    float *qkv = falloc(nqkv), *out = falloc(nout), *lse = falloc(nlse), *r = falloc(nout);
+    float *dqkv = falloc(nqkv), *rowdot = falloc(nlse);
+    fill_uniform(qkv, nqkv, -2, 2, 73);
+    fill_uniform(r, nout, -1, 1, 74);
+    attention_forward_tiled(out, lse, qkv, B, T, C, NH);
+    attention_backward_tiled(dqkv, rowdot, r, out, qkv, lse, B, T, C, NH);
+    struct att_ctx c = {to_double(qkv, nqkv), dalloc(nout), r, B, T, C, NH};
+    int bad = grad_check("tiled attention dqkv", c.qkv, nqkv, dqkv, att_loss, &c);
+    ck_assert_msg(bad == 0, "attention_backward_tiled(B=%d,T=%d,C=%d,NH=%d): %d mismatches", B, T, C, NH, bad);
+    free(c.qkv); free(c.out);
+    free(qkv); free(out); free(lse); free(r); free(dqkv); free(rowdot);
+}
+
+START_TEST(test_attention_tiled)
+{
+    check_attention_tiled(2, 5, 8, 2, 2.0f);       /* inside one tile */
+    check_attention_tiled(2, 70, 16, 4, 2.0f);     /* two key tiles, ragged end */
+    check_attention_tiled(2, 128, 64, 4, 2.0f);    /* exact multiple of the tile, tasks shared among threads */
+    check_attention_tiled(1, 150, 256, 2, 2.0f);   /* 128-wide heads: 32-row query tiles */
+    check_attention_tiled(1, 90, 32, 2, 30.0f);    /* scores ~1e3: the online max keeps it finite */
+    check_attention_tiled_fd(2, 5, 8, 2);
+    check_attention_tiled_fd(1, 70, 8, 2);         /* the gradient across key tiles */
+}
+END_TEST
+
+/* ------------------------------------------------------ fused cross-entropy */
+
+/* crossentropy_lse and crossentropy_backward_lse (the fused head's halves)
+ * against crossentropy_forward / crossentropy_backward on the same logits:
+ * losses, and d(logits) from the log-sum-exp equal to the probabilities'
+ * within fp32 rounding; the padding columns get 0 and the target's -scale */
+START_TEST(test_crossentropy_lse)
+{
+    const int BT = 7, V = 37, valid = 33;   /* 4 padding columns */
+    float *logits = falloc((size_t)BT * V), *probs = falloc((size_t)BT * V), *stats = falloc(3 * (size_t)BT);
+    float *losses = falloc(BT), *ref_losses = falloc(BT), *lse = falloc(BT), *d = falloc((size_t)BT * V);
+    int targets[7] = {0, 5, 32, 17, 1, 32, 9};
+    fill_uniform(logits, (size_t)BT * V, -6, 6, 81);
+    logits[3 * V + 17] = 90.0f;   /* a row with a dominant target: its loss near 0, still finite */
+    for (int i = 0; i < BT; i++)
+        for (int j = 0; j < valid; j++) probs[(size_t)i * valid + j] = logits[(size_t)i * V + j];
+    crossentropy_forward(ref_losses, probs, targets, BT, valid);   /* the unpadded reference */
+    crossentropy_stats(stats, logits, targets, BT, V, valid, 0);
+    crossentropy_lse(losses, lse, stats, BT, 1);
+    for (int i = 0; i < BT; i++)
+        ck_assert_msg(fabsf(losses[i] - ref_losses[i]) <= 1e-5f * (1.0f + fabsf(ref_losses[i])),
+                      "row %d: loss %.9g, want %.9g", i, (double)losses[i], (double)ref_losses[i]);
+    memcpy(d, logits, (size_t)BT * V * sizeof *d);
+    const float scale = 0.25f;
+    crossentropy_backward_lse(d, lse, targets, scale, BT, V, valid, 0);
+    crossentropy_backward(probs, probs, targets, scale, BT, valid);
+    for (int i = 0; i < BT; i++)
+        for (int j = 0; j < V; j++) {
+            const float want = j < valid ? probs[(size_t)i * valid + j] : 0.0f;
+            ck_assert_msg(fabsf(d[(size_t)i * V + j] - want) <= 1e-6f, "row %d column %d: %.9g, want %.9g", i, j,
+                          (double)d[(size_t)i * V + j], (double)want);
+        }
+    /* a rank whose first vocabulary entry is 30 holds targets 32 only; one holding padding alone adds nothing */
+    memcpy(d, logits, (size_t)BT * V * sizeof *d);
+    crossentropy_backward_lse(d, lse, targets, scale, BT, V, 3, 30);
+    ck_assert(d[2 * V + 2] < 0 && d[5 * V + 2] < 0 && d[0] > 0 && d[3] == 0.0f);
+    free(logits); free(probs); free(stats); free(losses); free(ref_losses); free(lse); free(d);
+}
+END_TEST
+
 /* ---------------------------------------------------------------- embedding */
 
 struct emb_ctx {
@@ -1050,6 +1191,7 @@ static Suite *kernels_suite(void)
 {
     const TTest *core[] = {test_matmul_forward, test_matmul_backward, test_matmul_backward_accumulate, test_layernorm,
                            test_gelu, test_attention_forward, test_attention_backward, test_attention_deterministic,
+                           test_attention_tiled, test_crossentropy_lse,
                            test_embedding, test_crossentropy, test_crossentropy_large_logits,
                            test_crossentropy_large_gap, test_residual, test_threads_bitwise, test_embedding_range,
                            test_crossentropy_ranges, test_vocab_quantum, NULL};

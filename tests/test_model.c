@@ -258,9 +258,24 @@ START_TEST(test_layout_ops)
     ck_assert_uint_eq(L.total_params, total);
     ck_assert_uint_eq(L.max_op_numel, maxn);
     ck_assert_uint_eq(L.max_width, dd);
-    /* the attention activations include the (NH, T, T) probabilities */
-    ck_assert_uint_eq(L.op[1].act_floats_per_seq,
-                      (size_t)T * dd * 6 + 2 * (size_t)T + (size_t)NH * T * T);
+    /* the tiled attention keeps a log-sum-exp per (head, row); the fused head one per row, its chunk of
+     * logits in the staging */
+    ck_assert_uint_eq(L.op[1].act_floats_per_seq, (size_t)T * dd * 6 + 2 * (size_t)T + (size_t)NH * T);
+    ck_assert_uint_eq(L.op[1].scratch[OSDP_S_ROWDOT].floats, (size_t)NH * T);
+    const osdp_op_layout *head = &L.op[L.n_ops - 1];
+    ck_assert_uint_eq(head->act_floats_per_seq, (size_t)T * dd + 5 * (size_t)T);
+    ck_assert_int_eq(head->head_chunk_rows, T);
+    ck_assert_uint_eq(head->tp_floats_per_seq, 6 * (size_t)T + (size_t)T * V);
+    osdp_layout_free(&L);
+    /* the naive ones (--attention naive --head naive) keep the (NH, T, T) and (T, V) probabilities */
+    osdp_model_config naive;
+    parse_ok(&naive, "[model]\nname = t\nn_layer = 3\nn_head = 2\nn_embd = 16\nvocab = 50\nctx = 32\n");
+    naive.attention_naive = naive.head_naive = 1;
+    ck_assert_int_eq(osdp_layout_build(&L, &naive, T), OSDP_OK);
+    ck_assert_uint_eq(L.op[1].act_floats_per_seq, (size_t)T * dd * 6 + 2 * (size_t)T + (size_t)NH * T * T);
+    ck_assert_uint_eq(L.op[1].scratch[OSDP_S_DATT].floats, (size_t)NH * T * T);
+    ck_assert_uint_eq(L.op[L.n_ops - 1].act_floats_per_seq, (size_t)T * dd + 4 * (size_t)T + (size_t)T * V);
+    ck_assert_uint_eq(L.op[L.n_ops - 1].tp_floats_per_seq, 0);
 
     int o = -1, k = -1;
     ck_assert_int_eq(osdp_layout_find_tensor(&L, "attn.1/qkv.weight", &o, &k), 0);
@@ -308,6 +323,26 @@ START_TEST(test_layout_gpt2_small)
 }
 END_TEST
 
+/* issue 31: at T = 1024 the tiled attention and the fused head keep at most 45% of the naive activations
+ * (1,354 MiB per sequence: the (NH, T, T) and (T, V) probabilities were 57% of them) */
+START_TEST(test_layout_lean_activations)
+{
+    size_t per_seq[2] = {0, 0};
+    for (int naive = 0; naive < 2; naive++) {
+        osdp_model_config cfg;
+        parse_ok(&cfg, "[model]\nname = gpt2_small\nn_layer = 12\nn_head = 12\nn_embd = 768\nvocab = 50257\n"
+                       "ctx = 1024\n");
+        cfg.attention_naive = cfg.head_naive = naive;
+        osdp_layout L;
+        ck_assert_int_eq(osdp_layout_build(&L, &cfg, 1024), OSDP_OK);
+        for (int i = 0; i < L.n_ops; i++) per_seq[naive] += L.op[i].act_floats_per_seq * sizeof(float);
+        osdp_layout_free(&L);
+    }
+    ck_assert_uint_eq(per_seq[1], 1420320768);   /* 1,354.5 MiB */
+    ck_assert_msg(per_seq[0] <= per_seq[1] * 45 / 100, "%zu bytes per sequence, naive %zu", per_seq[0], per_seq[1]);
+}
+END_TEST
+
 START_TEST(test_layout_ic)
 {
     osdp_layout L;
@@ -338,7 +373,7 @@ START_TEST(test_layout_ic)
     check_tensor(h, 2, "lm_head.weight", 16, 11, OSDP_INIT_NORMAL);
     ck_assert_uint_eq(L.max_width, 16);
     /* attn.1 also saves the projected residual (T * 16 more floats than a plain block) */
-    ck_assert_uint_eq(a1->act_floats_per_seq, 5 * 16 * 7 + 2 * 5 + 2 * 5 * 5);
+    ck_assert_uint_eq(a1->act_floats_per_seq, 5 * 16 * 7 + 2 * 5 + 2 * 5);   /* + the tiled attention's lse (NH, T) */
     osdp_op_acts acts;
     osdp_op_acts_carve(&L, 3, 2, NULL, &acts);
     ck_assert_ptr_null(acts.xin);   /* NULL base: pointers stay NULL */
@@ -522,11 +557,17 @@ typedef struct gc_model {
     int B, T, n;
     float **w, **g, **act;
     osdp_op_acts *acts;
-    float *wsb;
+    float *wsb, *staging;
     osdp_workspace ws;
     osdp_op_context ctx;
     int *in, *tg;
 } gc_model;
+
+/* which kernels a gradient check runs, and the vocabulary quantum (above 1: padding rows and columns) */
+typedef struct gc_kernels {
+    int naive;          /* --attention naive --head naive; 0: tiled and fused */
+    int vocab_quantum;
+} gc_kernels;
 
 /* Normal-initialised weights are scaled by this: at std 0.02 the attention is
  * uniform and the gradients through q and k are ~1e-6, too small for a
@@ -534,10 +575,13 @@ typedef struct gc_model {
  * and logits are O(1) and every path carries a measurable gradient. */
 #define GC_WEIGHT_SCALE 15.0f
 
-static void gc_setup(gc_model *M, const char *desc, int T, int B, uint64_t seed)
+static void gc_setup_kernels(gc_model *M, const char *desc, int T, int B, uint64_t seed, gc_kernels k)
 {
     memset(M, 0, sizeof *M);
-    layout_ok(&M->L, desc, T);
+    osdp_model_config cfg;
+    parse_ok(&cfg, desc);
+    cfg.attention_naive = cfg.head_naive = k.naive;
+    ck_assert_int_eq(osdp_layout_build_tp(&M->L, &cfg, T, 1, k.vocab_quantum), OSDP_OK);
     M->B = B;
     M->T = T;
     M->n = M->L.n_ops;
@@ -572,7 +616,9 @@ static void gc_setup(gc_model *M, const char *desc, int T, int B, uint64_t seed)
     M->wsb = xmalloc(wsf * sizeof(float));
     for (size_t e = 0; e < wsf; e++) M->wsb[e] = NAN;
     osdp_workspace_carve(&M->L, B, M->wsb, &M->ws);
-    M->ctx = (osdp_op_context){.backend = &osdp_compute_cpu, .layout = &M->L, .B = B, .T = T,
+    const size_t staging = (size_t)B * M->L.op[M->n - 1].tp_floats_per_seq;   /* a fused or padded head's */
+    M->staging = staging ? xmalloc(staging * sizeof(float)) : NULL;
+    M->ctx = (osdp_op_context){.backend = &osdp_compute_cpu, .layout = &M->L, .B = B, .T = T, .tp_staging = M->staging,
                                .embed_weights = M->w[0], .embed_grads = M->g[0]};   /* read by a tied head */
     size_t bt = (size_t)B * (size_t)T;
     M->in = xmalloc(bt * sizeof(int));
@@ -583,6 +629,11 @@ static void gc_setup(gc_model *M, const char *desc, int T, int B, uint64_t seed)
     }
 }
 
+static void gc_setup(gc_model *M, const char *desc, int T, int B, uint64_t seed)
+{
+    gc_setup_kernels(M, desc, T, B, seed, (gc_kernels){.naive = 0, .vocab_quantum = 1});
+}
+
 static void gc_free(gc_model *M)
 {
     for (int i = 0; i < M->n; i++) {
@@ -590,7 +641,7 @@ static void gc_free(gc_model *M)
         free(M->g[i]);
         free(M->act[i]);
     }
-    free(M->w); free(M->g); free(M->act); free(M->acts); free(M->wsb); free(M->in); free(M->tg);
+    free(M->w); free(M->g); free(M->act); free(M->acts); free(M->wsb); free(M->staging); free(M->in); free(M->tg);
     osdp_layout_free(&M->L);
 }
 
@@ -669,10 +720,10 @@ static double gc_numeric(gc_model *M, int i, size_t e, float eps)
     return (lp - lm) / ((double)wp - (double)wm);
 }
 
-static void gc_run(const char *label, const char *desc, gc_result *r)
+static void gc_run_kernels(const char *label, const char *desc, int T, int B, gc_kernels k, gc_result *r)
 {
     gc_model M;
-    gc_setup(&M, desc, 5, 2, 31337);
+    gc_setup_kernels(&M, desc, T, B, 31337, k);
     memset(r, 0, sizeof *r);
     double loss = gc_forward_from(&M, 0);
     ck_assert_msg(isfinite(loss) && loss > 0, "%s: loss %g", label, loss);
@@ -683,6 +734,18 @@ static void gc_run(const char *label, const char *desc, gc_result *r)
     for (int i = 0; i < M.n; i++)
         for (size_t e = 0; e < M.L.op[i].numel; e++)
             ck_assert_msg(isfinite(M.g[i][e]), "%s: %s gradient %zu is %g", label, M.L.op[i].name, e, (double)M.g[i][e]);
+    /* the vocabulary padding (rows of wte, columns of lm_head past the words) reaches no loss: gradient 0 */
+    size_t padding = 0;
+    for (int i = 0; i < M.n; i++)
+        for (int k2 = 0; k2 < M.L.op[i].n_tensors; k2++) {
+            const osdp_tensor_desc *t = &M.L.op[i].tensor[k2];
+            for (size_t e = 0, logical, run; e < t->numel; e += run)
+                if (!osdp_tensor_logical_run(t, 0, e, &logical, &run))
+                    for (size_t j = 0; j < run; j++, padding++)
+                        ck_assert_msg(M.g[i][t->offset + e + j] == 0.0f, "%s: %s/%s padding element %zu has gradient %g",
+                                      label, M.L.op[i].name, t->name, e + j, (double)M.g[i][t->offset + e + j]);
+        }
+    ck_assert_int_eq(padding > 0, M.L.vocab_padded > M.L.cfg.vocab);
 
     for (int i = 0; i < M.n; i++) {
         const osdp_op_layout *op = &M.L.op[i];
@@ -735,6 +798,11 @@ static void gc_run(const char *label, const char *desc, gc_result *r)
     gc_free(&M);
 }
 
+static void gc_run(const char *label, const char *desc, gc_result *r)
+{
+    gc_run_kernels(label, desc, 5, 2, (gc_kernels){.naive = 0, .vocab_quantum = 1}, r);
+}
+
 START_TEST(test_grad_uniform)
 {
     gc_result r;
@@ -763,6 +831,69 @@ START_TEST(test_grad_tied)
     gc_result r;
     gc_run("tied", "[model]\nname = gc_tied\nn_layer = 2\nn_head = 2\nwidths = 8, 8\nvocab = 11\nctx = 6\n"
                    "tied_head = true\n", &r);
+}
+END_TEST
+
+/* issue 31: the tiled attention and the fused head over several tiles and chunks of logits (T = 70: key
+ * tiles of 64 and 6 rows; B = 2: chunks of 128 and 12 rows), the vocabulary padded (quantum 4: 11 -> 12),
+ * untied and tied; and the naive kernels, the reference, on the same model */
+START_TEST(test_grad_long_lean)
+{
+    gc_result r;
+    gc_run_kernels("long", "[model]\nname = gc_long\nn_layer = 1\nn_head = 2\nn_embd = 8\nvocab = 11\nctx = 70\n", 70, 2,
+                   (gc_kernels){.naive = 0, .vocab_quantum = 4}, &r);
+}
+END_TEST
+
+START_TEST(test_grad_long_lean_tied)
+{
+    gc_result r;
+    gc_run_kernels("long tied", "[model]\nname = gc_long\nn_layer = 1\nn_head = 2\nn_embd = 8\nvocab = 11\nctx = 70\n"
+                   "tied_head = true\n", 70, 2, (gc_kernels){.naive = 0, .vocab_quantum = 4}, &r);
+}
+END_TEST
+
+START_TEST(test_grad_naive)
+{
+    gc_result r;
+    gc_run_kernels("naive", "[model]\nname = gc\nn_layer = 2\nn_head = 2\nn_embd = 8\nvocab = 11\nctx = 6\n"
+                   "tied_head = true\n", 5, 2, (gc_kernels){.naive = 1, .vocab_quantum = 3}, &r);
+}
+END_TEST
+
+/* the lean kernels against the naive on the same weights and tokens: losses and every gradient within
+ * fp32 rounding (the two differ in summation order and exponential only) */
+START_TEST(test_lean_equals_naive)
+{
+    static const char *const descs[] = {
+        "[model]\nname = eq\nn_layer = 2\nn_head = 4\nn_embd = 32\nvocab = 97\nctx = 150\n",
+        "[model]\nname = eq_tied\nn_layer = 2\nn_head = 2\nn_embd = 32\nvocab = 97\nctx = 150\ntied_head = true\n",
+    };
+    for (int m = 0; m < 2; m++) {
+        gc_model lean, naive;
+        gc_setup_kernels(&lean, descs[m], 150, 2, 77, (gc_kernels){.naive = 0, .vocab_quantum = 1 + 4 * m});
+        gc_setup_kernels(&naive, descs[m], 150, 2, 77, (gc_kernels){.naive = 1, .vocab_quantum = 1 + 4 * m});
+        /* the setup draws gains, biases and tokens from one stream: the same model and tokens in both */
+        for (int i = 0; i < lean.n; i++) memcpy(naive.w[i], lean.w[i], lean.L.op[i].numel * sizeof(float));
+        memcpy(naive.in, lean.in, 2 * 150 * sizeof(int));
+        memcpy(naive.tg, lean.tg, 2 * 150 * sizeof(int));
+        const double l_lean = gc_forward_from(&lean, 0), l_naive = gc_forward_from(&naive, 0);
+        ck_assert_msg(fabs(l_lean - l_naive) <= 1e-5 * fabs(l_naive), "%s: loss %.9g, naive %.9g", descs[m], l_lean,
+                      l_naive);
+        gc_zero_grads(&lean);
+        gc_zero_grads(&naive);
+        gc_backward(&lean);
+        gc_backward(&naive);
+        for (int i = 0; i < lean.n; i++) {
+            double scale = 0, worst = 0;
+            for (size_t e = 0; e < lean.L.op[i].numel; e++) scale = fmax(scale, fabs(naive.g[i][e]));
+            for (size_t e = 0; e < lean.L.op[i].numel; e++) worst = fmax(worst, fabs(lean.g[i][e] - naive.g[i][e]));
+            ck_assert_msg(scale > 0 && worst <= 1e-4 * scale, "%s: %s gradients differ by %g (largest %g)", descs[m],
+                          lean.L.op[i].name, worst, scale);
+        }
+        gc_free(&lean);
+        gc_free(&naive);
+    }
 }
 END_TEST
 
@@ -798,10 +929,11 @@ END_TEST
 static Suite *model_suite(void)
 {
     const TTest *config[] = {test_config_good, test_config_widths, NULL};
-    const TTest *layout[] = {test_layout_ops, test_layout_gpt2_small, test_layout_ic, test_layout_shard, NULL};
+    const TTest *layout[] = {test_layout_ops, test_layout_gpt2_small, test_layout_lean_activations, test_layout_ic,
+                             test_layout_shard, NULL};
     const TTest *init[] = {test_init_ranges, test_init_values, NULL};
-    const TTest *grad[] = {test_grad_uniform, test_grad_ic, test_grad_narrowing, test_grad_tied, test_grad_accumulates,
-                           NULL};
+    const TTest *grad[] = {test_grad_uniform, test_grad_ic, test_grad_narrowing, test_grad_tied, test_grad_long_lean,
+                           test_grad_long_lean_tied, test_grad_naive, test_lean_equals_naive, test_grad_accumulates, NULL};
     const osdp_check_case cases[] = {
         {.name = "config", .tests = config, .loop_test = test_config_errors,
          .loop_end = (int)(sizeof config_errors / sizeof config_errors[0])},

@@ -45,6 +45,7 @@ static void random_case(const osdp_layout *L, osdp_plan *p, int P, int *bounds)
 {
     for (int i = 0; i < L->n_ops; i++) {
         int g = L->op[i].type == OSDP_OP_EMBED ? 1 : 1 + (int)(rnd() % 3);
+        if (!osdp_op_can_split(&L->op[i])) g = 1;   /* a fused head is never cut */
         p->slices[i] = g;
         p->zdp_slices[i] = (int)(rnd() % (unsigned)(g + 1));
         p->recompute[i] = osdp_op_can_recompute(L->op[i].type) && rnd() % 2;

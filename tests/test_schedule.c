@@ -49,13 +49,13 @@ static unsigned rnd(void)
     return (unsigned)(g_rng >> 33);
 }
 
-/* a random plan: g in {1, 2, 3, 4} (embed 1, a tied head 1), k in [0, g]
+/* a random plan: g in {1, 2, 3, 4} (embed 1, a tied or fused head 1), k in [0, g]
  * (embed DP under a tied head), recompute on some blocks */
 static void random_plan(const osdp_layout *L, osdp_plan *p)
 {
     for (int i = 0; i < L->n_ops; i++) {
         int g = L->op[i].type == OSDP_OP_EMBED ? 1 : 1 + (int)(rnd() % 4);
-        if (L->op[i].type == OSDP_OP_HEAD && L->cfg.tied_head) g = 1;   /* ln_f alone: nothing to cut */
+        if (!osdp_op_can_split(&L->op[i])) g = 1;   /* a tied head (ln_f alone), a fused head (chunks need it whole) */
         p->slices[i] = g;
         const int k = (int)(rnd() % (unsigned)(g + 1));
         p->zdp_slices[i] = i == 0 && L->cfg.tied_head ? 0 : k;
@@ -236,18 +236,22 @@ static void check_plan(const osdp_layout *L, const osdp_plan *p, int N, int B, i
 
 static const char *const MODELS[] = {"tests/mpi/t_small.ini", "tests/mpi/t_ic.ini"};
 
-/* measured on this rank: 2 models x 60 random plans */
+
+/* measured on this rank: 2 models x (the default kernels, then the naive ones) x 30 random plans */
 START_TEST(test_measured_equals_schedule_and_closed_form)
 {
     osdp_comm comm;
     ck_assert(osdp_comm_create_mpi(&comm, &(MPI_Comm){MPI_COMM_WORLD}) == OSDP_OK);
     int checked = 0;
-    for (int mi = 0; mi < 2; mi++) {
+    for (int mi = 0; mi < 4; mi++) {
         osdp_layout L;
-        load_layout(&L, MODELS[mi], 8 + (int)(rnd() % 8));
+        const int naive = mi % 2;   /* the default tiled attention and fused head, then the naive ones */
+        load_layout_kernels(&L, MODELS[mi / 2], 8 + (int)(rnd() % 8), naive, naive);
+        ck_assert_int_eq(L.op[1].attn_tiled, !naive);
+        ck_assert_int_eq(L.op[L.n_ops - 1].head_chunk_rows > 0, !naive);
         osdp_plan p;
         ck_assert(osdp_plan_alloc(&p, L.n_ops) == OSDP_OK);
-        for (int r = 0; r < 60; r++) {
+        for (int r = 0; r < 30; r++) {
             random_plan(&L, &p);
             check_plan(&L, &p, comm.size, 1 + (int)(rnd() % 2), 1 + (int)(rnd() % 2), (int)(rnd() % 2),
                        rnd() % 2 ? OSDP_BFLOAT16 : OSDP_FLOAT32, quantum_of(r), &comm);

@@ -67,13 +67,29 @@ static int allowed_cut(const osdp_op_layout *op, size_t e)
     return 0;
 }
 
+/* the fused head (the default) takes one slice: each chunk of logits needs the whole weight */
+START_TEST(test_fused_head_whole)
+{
+    osdp_layout L;
+    load_layout(&L, "tiny", 0);
+    const osdp_op_layout *head = &L.op[L.n_ops - 1];
+    ck_assert_int_gt(head->head_chunk_rows, 0);
+    ck_assert(!osdp_op_can_split(head));
+    size_t b[OSDP_MAX_SLICES + 1];
+    ck_assert_int_eq(osdp_op_split(head, 1, b), OSDP_OK);
+    ck_assert_int_eq(osdp_op_split(head, 2, b), OSDP_ERR_INPUT);
+    ck_assert_msg(strstr(osdp_error_message(), "--head naive"), "%s", osdp_error_message());
+    osdp_layout_free(&L);
+}
+END_TEST
+
 START_TEST(test_cuts)
 {
     const char *models[] = {"tiny", "bench_l6_d256", "ic_l8_mixed", "gpt2_small"};
     int checked = 0;
     for (int mi = 0; mi < 4; mi++) {
         osdp_layout L;
-        load_layout(&L, models[mi], 0);
+        load_layout_kernels(&L, models[mi], 0, 0, 1);   /* the naive head: the fused one is never cut */
         for (int i = 0; i < L.n_ops; i++) {
             const osdp_op_layout *op = &L.op[i];
             size_t maxrow = 0;
@@ -106,7 +122,7 @@ START_TEST(test_cuts)
     ck_assert_int_gt(checked, 100);
     /* more slices than places to cut */
     osdp_layout L;
-    load_layout(&L, "tiny", 0);
+    load_layout_kernels(&L, "tiny", 0, 0, 1);
     size_t b[OSDP_MAX_SLICES + 1];
     ck_assert_int_eq(osdp_op_split(&L.op[L.n_ops - 1], OSDP_MAX_SLICES + 1, b), OSDP_ERR_INPUT);
     osdp_layout_free(&L);
@@ -145,7 +161,7 @@ START_TEST(test_sliced_equals_unsplit)
     int checked = 0;
     for (int mi = 0; mi < 2; mi++) {
         osdp_layout L;
-        load_layout(&L, models[mi], 16);
+        load_layout_kernels(&L, models[mi], 16, 0, 1);
         const osdp_compute_backend *be = &osdp_compute_cpu;
         osdp_op_context ctx = {.backend = be, .layout = &L, .B = B, .T = L.T};
         size_t ws_floats = osdp_workspace_floats(&L, B);
@@ -261,6 +277,8 @@ START_TEST(test_peak_equals_runtime_split)
                 for (int r = 0; r < 10; r++) {
                     for (int i = 0; i < L.n_ops; i++) {
                         int g = L.op[i].type == OSDP_OP_EMBED ? 1 : 1 + (int)(rnd() % 4);
+                if (!osdp_op_can_split(&L.op[i])) g = 1;   /* the fused head too */
+                        if (!osdp_op_can_split(&L.op[i])) g = 1;   /* the fused head too */
                         p.slices[i] = g;
                         p.zdp_slices[i] = r == 0 ? g : r == 1 ? 0 : (int)(rnd() % (unsigned)(g + 1));
                         int block = osdp_op_can_recompute(L.op[i].type);
@@ -297,7 +315,7 @@ START_TEST(test_split_lowers_peak)
     long long prev = -1;
     for (int g = 1; g <= 4; g *= 2) {
         for (int i = 0; i < L.n_ops; i++) {
-            p.slices[i] = L.op[i].type == OSDP_OP_EMBED ? 1 : g;
+            p.slices[i] = osdp_op_can_split(&L.op[i]) ? g : 1;   /* not the embedding, nor the fused head */
             p.zdp_slices[i] = p.slices[i];
         }
         osdp_memory_prediction pr;
@@ -402,6 +420,7 @@ START_TEST(test_recompute_costs)
             long long model[2], runtime[2];
             for (int i = 0; i < L.n_ops; i++) {
                 int g = L.op[i].type == OSDP_OP_EMBED ? 1 : 1 + (int)(rnd() % 4);
+                if (!osdp_op_can_split(&L.op[i])) g = 1;   /* the fused head too */
                 p.slices[i] = g;
                 p.zdp_slices[i] = (int)(rnd() % (unsigned)(g + 1));
             }
@@ -547,7 +566,7 @@ END_TEST
 
 static Suite *split_suite(void)
 {
-    const TTest *core[] = {test_cuts, test_sliced_equals_unsplit, test_peak_equals_runtime_split,
+    const TTest *core[] = {test_cuts, test_fused_head_whole, test_sliced_equals_unsplit, test_peak_equals_runtime_split,
                            test_split_lowers_peak, test_traffic_independent_of_split, test_recompute_costs,
                            test_planner_auto_modes, test_gamma_fixed, NULL};
     const osdp_check_case cases[] = {

@@ -10,9 +10,12 @@
 set -u
 . "$(dirname "$0")/test_lib.sh" split-work
 
+# the plans here split the head: the naive one (--head naive; the fused head is never cut,
+# tests/test_lean_kernels.sh); the attention is the default tiled one
 run() {   # run NRANKS NAME [train options...]: writes $WORK/NAME.{out,err,log}
     local n=$1 name=$2; shift 2
-    "$MPIEXEC" -n "$n" "$BIN" train --model "$M" --data "$DATA" --threads 1 --peak-flops 1e9 --log "$WORK/$name.log" "$@" \
+    "$MPIEXEC" -n "$n" "$BIN" train --model "$M" --data "$DATA" --threads 1 --peak-flops 1e9 --head naive \
+        --log "$WORK/$name.log" "$@" \
         >"$WORK/$name.out" 2>"$WORK/$name.err"
 }
 last()  { field "$1" "$2" | tail -1; }
@@ -102,7 +105,7 @@ else bad "checkpoint of a split plan" "$WORK/ck_resume.err"; fi
 # plan file and planned inside train alike, it runs with the measured peak equal to the predicted one
 LIM=800000
 "$BIN" plan --model "$M" --device "$SRC/tests/mpi/t_device.ini" --ranks 2 --batch 2 --split auto --recompute auto \
-    --mem-limit $LIM --out "$WORK/auto.plan" > "$WORK/auto_plan.out" 2>&1 || bad "plan --split auto --recompute auto" "$WORK/auto_plan.out"
+    --head naive --mem-limit $LIM --out "$WORK/auto.plan" > "$WORK/auto_plan.out" 2>&1 || bad "plan --split auto --recompute auto" "$WORK/auto_plan.out"
 run 2 auto_file --steps 3 --batch 2 --plan "$WORK/auto.plan" --mem-limit $LIM || bad "auto plan file ran" "$WORK/auto_file.err"
 run 2 auto_train --steps 3 --batch 2 --plan auto --device "$SRC/tests/mpi/t_device.ini" --split auto --recompute auto --mem-limit $LIM || bad "train --split auto --recompute auto ran" "$WORK/auto_train.err"
 gs=$(grep -v '^#' "$WORK/auto.plan" | sed -n 's/^[^=]*= *\([0-9]*\/\)\{0,1\}\([0-9a-z]*\).*/\2/p' | sed 's/^z\{0,1\}dp$/1/' | sort -u | wc -l)

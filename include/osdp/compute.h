@@ -64,6 +64,12 @@ typedef struct osdp_compute_backend {
     void (*attention_forward)(float *out, float *att, const float *qkv, int B, int T, int C, int NH);
     void (*attention_backward)(float *dqkv, float *scratch, const float *dout, const float *qkv,
                                const float *att, int B, int T, int C, int NH);
+    /* The tiled attention (--attention tiled, osdp/kernels_cpu.h): lse (B,NH,T) instead of the
+     * (B,NH,T,T) probabilities, the backward's scratch rowdot (B,NH,T); NULL where the backend
+     * has none (the CLI then runs the naive attention) */
+    void (*attention_forward_tiled)(float *out, float *lse, const float *qkv, int B, int T, int C, int NH);
+    void (*attention_backward_tiled)(float *dqkv, float *rowdot, const float *dout, const float *out,
+                                     const float *qkv, const float *lse, int B, int T, int C, int NH);
     void (*embedding_forward)(float *x, const int *tokens, const void *wte, const void *wpe,
                               int B, int T, int C);
     void (*embedding_backward)(float *dwte, float *dwpe, const float *dx, const int *tokens,
@@ -100,6 +106,14 @@ typedef struct osdp_compute_backend {
      * the target is outside [vocab_lo, vocab_lo + V) (overwrite; dlogits may alias probs) */
     void (*crossentropy_backward_range)(float *dlogits, const float *probs, const int *targets,
                                         float scale, int BT, int V, int vocab_lo);
+    /* The fused head (--head fused): no (BT, V) probabilities.  From the group's statistics (as
+     * crossentropy_finish) losses (BT) and each row's log-sum-exp lse (BT) = M + log S; and in
+     * the backward, over a chunk of recomputed logits (BT, V) in place: dlogits = scale *
+     * (exp(logit - lse) - onehot(target - vocab_lo)) over the first `valid` columns, 0 over the
+     * padding.  NULL where the backend has none (the CLI then runs the naive head). */
+    void (*crossentropy_lse)(float *losses, float *lse, const float *group_stats, int BT, int group_size);
+    void (*crossentropy_backward_lse)(float *dlogits, const float *lse, const int *targets, float scale, int BT,
+                                      int V, int valid, int vocab_lo);
     void (*residual_forward)(float *out, const float *a, const float *b, size_t n);
     void (*vector_accumulate)(float *y, const float *x, size_t n);
     /* sum of losses (BT) in double, result to the host */

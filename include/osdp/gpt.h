@@ -17,12 +17,13 @@ typedef struct osdp_op_acts {
     float *ln;          /* (B,T,d) layernorm output */
     float *mean, *rstd; /* (B,T) */
     float *qkv;         /* attn: (B,T,3d) */
-    float *att;         /* attn: (B,NH,T,T) probabilities */
+    float *att;         /* attn, naive: (B,NH,T,T) probabilities */
     float *heads;       /* attn: (B,T,d) concatenated head outputs */
     float *fc;          /* mlp: (B,T,4d) before GELU */
     float *gelu;        /* mlp: (B,T,4d) after GELU */
     float *probs;       /* head: (B,T,V) */
     float *losses;      /* head: (B,T) */
+    float *lse;         /* attn, tiled: (B,NH,T); head, fused: (B,T) log-sum-exp per row */
 } osdp_op_acts;
 
 /* Carves `base` (may be NULL: pointers stay NULL) for B sequences of T;
@@ -60,7 +61,9 @@ typedef struct osdp_tp_group {
  * more than one rank, or a padded vocabulary): per token this rank's 3
  * statistics (max logit, sum of exponentials, target logit) in its first
  * 3 B T floats, the group's (tp_size x 3 B T, rank order) after them; at
- * tp_size 1 the rank's own are the group's (gpt_ops.c). */
+ * tp_size 1 the rank's own are the group's (gpt_ops.c).  A fused head has
+ * it at any tp_size, with one chunk of logits (B head_chunk_rows x
+ * vocab_local floats) after the statistics. */
 typedef struct osdp_op_context {
     const osdp_compute_backend *backend;
     const osdp_layout *layout;      /* this rank's parts (layout->tp_size ranks in the group) */

@@ -61,6 +61,9 @@
 #include "osdp/model_config.h"
 
 #define OSDP_MAX_TENSORS_PER_OP 10
+/* the fused head's chunk: token rows per sequence whose logits exist at once
+ * (fewer when T is shorter); B sequences make one chunk of B x this many rows */
+#define OSDP_HEAD_CHUNK_ROWS 64
 
 typedef enum osdp_op_type { OSDP_OP_EMBED, OSDP_OP_ATTN, OSDP_OP_MLP, OSDP_OP_HEAD } osdp_op_type;
 typedef enum osdp_init_kind { OSDP_INIT_NORMAL, OSDP_INIT_ONES, OSDP_INIT_ZEROS } osdp_init_kind;
@@ -115,11 +118,12 @@ typedef enum osdp_act_slot {
     OSDP_A_MEAN,            /* layernorm mean (T) */
     OSDP_A_RSTD,            /* layernorm 1/std (T) */
     OSDP_A_QKV,             /* attn: (T, 3d) */
-    OSDP_A_ATT,             /* attn: probabilities (NH, T, T) */
+    OSDP_A_ATT,             /* attn, naive: probabilities (NH, T, T) */
     OSDP_A_HEADS,           /* attn: head outputs concatenated (T, d) */
     OSDP_A_FC,              /* mlp: before GELU (T, 4d) */
     OSDP_A_GELU,            /* mlp: after GELU (T, 4d) */
-    OSDP_A_PROBS,           /* head: probabilities (T, V) */
+    OSDP_A_PROBS,           /* head, naive: probabilities (T, V) */
+    OSDP_A_LSE,             /* attn, tiled: log-sum-exp per (head, row) (NH, T); head, fused: per row (T) */
     OSDP_A_LOSSES,          /* head: per-token losses (T) */
     OSDP_A_OUT,             /* embed, attn, mlp: the residual stream after the operator (T, d) */
     OSDP_A_N_SLOTS
@@ -132,7 +136,8 @@ typedef enum osdp_scratch_slot {
     OSDP_S_DQKV,            /* attn: d(qkv) (T, 3d) */
     OSDP_S_DGELU,           /* mlp: d(gelu), then d(fc) in place (T, 4d) */
     OSDP_S_DLN,             /* attn, mlp, head: d(layernorm output) (T, d) */
-    OSDP_S_DATT,            /* attn: d(probabilities) (NH, T, T) */
+    OSDP_S_DATT,            /* attn, naive: d(probabilities) (NH, T, T) */
+    OSDP_S_ROWDOT,          /* attn, tiled: rowsum(d(heads) * heads) per (head, row) (NH, T) */
     OSDP_S_N_SLOTS
 } osdp_scratch_slot;
 
@@ -168,7 +173,12 @@ typedef struct osdp_op_layout {
     size_t tp_floats_per_seq;   /* head, when its cross-entropy is vocab-parallel (tp_size > 1 or a
                                    padded vocabulary): per token this rank's 3 statistics (max logit,
                                    sum of exponentials, target logit) and the group's 3 x tp_size,
-                                   the staging of their all-gather (0 otherwise) */
+                                   the staging of their all-gather (0 otherwise); a fused head
+                                   (head_chunk_rows > 0) always has it, and after the statistics
+                                   one chunk of logits, head_chunk_rows x vocab_local */
+    int attn_tiled;             /* attn: tiled attention (cfg.attention_naive 0): lse, not probabilities */
+    int head_chunk_rows;        /* head, fused (cfg.head_naive 0): rows per sequence of one chunk of
+                                   logits (0: the naive head keeps all its probabilities) */
     size_t flops_per_token;     /* forward matmul FLOPs per token of this rank's part (x3 for fwd+bwd) */
     size_t attn_flops_per_token;/* forward attention score/value FLOPs per token, this rank's heads */
 } osdp_op_layout;
@@ -178,7 +188,9 @@ typedef struct osdp_op_layout {
  * reads the embedding's wte) */
 static inline int osdp_op_can_split(const osdp_op_layout *op)
 {
-    return op->type != OSDP_OP_EMBED && !(op->type == OSDP_OP_HEAD && op->param[OSDP_P_LM_HEAD_W] < 0);
+    /* nor a fused head: each chunk of logits needs the whole weight, and slices are taken once, in order */
+    return op->type != OSDP_OP_EMBED &&
+           !(op->type == OSDP_OP_HEAD && (op->param[OSDP_P_LM_HEAD_W] < 0 || op->head_chunk_rows > 0));
 }
 
 /* the block operators (attn, mlp): the only ones that can recompute their activations */

@@ -33,6 +33,11 @@ typedef struct osdp_model_config {
     int width[OSDP_MAX_LAYERS];   /* width of block i (all n_embd unless `widths`) */
     int tied_head;                /* 1: the head's product reads the embedding's wte (osdp/layout.h) */
     char text[8192];              /* the description as read, stored in checkpoints */
+    /* How the operators compute, not what the model is: neither read from the INI nor hashed nor
+     * checkpointed.  0 (the default) is the memory-lean path; --attention naive / --head naive
+     * set 1, the reference the tests compare against (osdp/layout.h says what each keeps). */
+    int attention_naive;          /* 1: attention keeps its (NH, T, T) probabilities; 0: tiled, an lse per row */
+    int head_naive;               /* 1: the head keeps its (T, V) probabilities; 0: fused, logits in chunks */
 } osdp_model_config;
 
 osdp_status osdp_model_config_load(osdp_model_config *cfg, const char *path);

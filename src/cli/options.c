@@ -2,6 +2,7 @@
 #include "config.h"
 #include "options.h"
 #include "cli/app.h"
+#include "osdp/compute.h"
 #include "osdp/layout.h"
 #include "osdp/optim.h"
 #include "osdp/pipeline.h"
@@ -177,6 +178,16 @@ static const option_row g_options[] = {
         "full gradients summed over the micro-batches, all run) or every micro-batch (auto: the\n"
         "planner chooses per operator with --plan auto, a plan file's 'reduce-once' decides with a\n"
         "plan file, every with --plan dp / zdp; once / every: every operator, whatever the plan)"},
+    {.name = "attention", .type = OPT_ENUM, .commands = TRAIN | PLAN | PROFILE | EVAL, .field = FIELD(attention),
+     .choices = "tiled|naive", .default_value = "tiled", .metavar = "tiled|naive",
+     .default_text = "tiled where the backend has it (cpu), else naive",
+     .help = "causal attention: tiled with an online softmax (a log-sum-exp per row kept), or\n"
+        "naive (the (T, T) probabilities kept: the reference)"},
+    {.name = "head", .type = OPT_ENUM, .commands = TRAIN | PLAN | PROFILE | EVAL, .field = FIELD(head),
+     .choices = "fused|naive", .default_value = "fused", .metavar = "fused|naive",
+     .default_text = "fused where the backend has it (cpu), else naive",
+     .help = "LM head: fused linear + cross-entropy (logits in chunks of tokens, never all kept;\n"
+        "the head cannot be split), or naive (the (T, V) probabilities kept: the reference)"},
     {.name = "search", .type = OPT_ENUM, .commands = PLAN, .field = FIELD(search), .choices = "exact|dfs",
      .default_value = "exact", .metavar = "exact|dfs",
      .help = "plan search (dfs: the paper's, with a time budget)"},
@@ -666,4 +677,26 @@ osdp_status osdp_job_check_seq_len(const osdp_job *job, int ctx)
         return osdp_error_set(OSDP_ERR_INPUT, "--seq-len %lld: above the model's ctx = %d (%s)", job->seq_len, ctx,
                               job->model ? job->model : "the model of the weights file");
     return OSDP_OK;
+}
+
+/* one of --attention / --head: whether the naive path runs */
+static osdp_status kernel_choice(const osdp_job *job, const char *option, int choice, int backend_has, int *naive)
+{
+    if (choice == OSDP_KERNEL_NAIVE || backend_has) {
+        *naive = choice == OSDP_KERNEL_NAIVE;
+        return OSDP_OK;
+    }
+    if (osdp_option_given(job, option))
+        return osdp_error_set(OSDP_ERR_INPUT, "--%s %s: the %s backend has no such kernels yet (use --%s naive)", option,
+                              osdp_option_word(option, choice), osdp_option_word("backend", job->backend), option);
+    *naive = 1;
+    return OSDP_OK;
+}
+
+osdp_status osdp_job_apply_kernels(const osdp_job *job, const struct osdp_compute_backend *be, osdp_model_config *cfg)
+{
+    osdp_status s = kernel_choice(job, "attention", job->attention, !be || be->attention_forward_tiled,
+                                  &cfg->attention_naive);
+    if (s == OSDP_OK) s = kernel_choice(job, "head", job->head, !be || be->crossentropy_lse, &cfg->head_naive);
+    return s;
 }

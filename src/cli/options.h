@@ -17,12 +17,15 @@
 #include <stdio.h>
 #include "osdp/dtype.h"
 #include "osdp/error.h"
+#include "osdp/model_config.h"
 
 typedef enum osdp_command { OSDP_CMD_TRAIN = 1, OSDP_CMD_PLAN = 2, OSDP_CMD_PROFILE = 4, OSDP_CMD_SAMPLE = 8,
                OSDP_CMD_EVAL = 16 } osdp_command;
 
 /* the words of the enumerated options, in the order of their values */
 typedef enum osdp_recompute_choice { OSDP_RECOMPUTE_NONE, OSDP_RECOMPUTE_ALL, OSDP_RECOMPUTE_AUTO } osdp_recompute_choice;
+/* --attention tiled|naive, --head fused|naive: the lean path, or the reference */
+typedef enum osdp_kernel_choice { OSDP_KERNEL_LEAN, OSDP_KERNEL_NAIVE } osdp_kernel_choice;
 typedef enum osdp_backend_choice { OSDP_BACKEND_CPU, OSDP_BACKEND_CUDA } osdp_backend_choice;
 typedef enum osdp_precision_choice { OSDP_PRECISION_BF16, OSDP_PRECISION_FP32 } osdp_precision_choice;
 typedef enum osdp_on_write_error { OSDP_ON_WRITE_ERROR_STOP, OSDP_ON_WRITE_ERROR_CONTINUE } osdp_on_write_error;
@@ -60,6 +63,8 @@ typedef struct osdp_job {
     long long virtual_stages;         /* --virtual-stages V: model chunks per stage (interleaved) */
     int recompute;                    /* osdp_recompute_choice */
     int grad_reduce;                  /* --grad-reduce: osdp_grad_reduce (every|auto|once) */
+    int attention;                    /* osdp_kernel_choice: tiled|naive */
+    int head;                         /* osdp_kernel_choice: fused|naive */
     int cost_model;                   /* osdp_cost_kind */
     int search;                       /* osdp_search_kind */
     double dfs_limit;                 /* seconds */
@@ -113,6 +118,14 @@ int osdp_option_given(const osdp_job *job, const char *name);
 /* `osdp_gpt COMMAND --help`: every option of the command with its range and
  * default. */
 void osdp_options_usage(osdp_command command, FILE *out);
+
+/* --attention and --head into the model description's attention_naive and
+ * head_naive (osdp/model_config.h).  Not given, the lean path runs where the
+ * backend has its kernels (be NULL: plan, which plans for the CPU's) and the
+ * naive one elsewhere; asked of a backend without them, OSDP_ERR_INPUT names
+ * the option. */
+struct osdp_compute_backend;
+osdp_status osdp_job_apply_kernels(const osdp_job *job, const struct osdp_compute_backend *be, osdp_model_config *cfg);
 
 /* --seq-len against the model's ctx (the table knows no model) */
 osdp_status osdp_job_check_seq_len(const osdp_job *job, int ctx);

@@ -313,6 +313,7 @@ void osdp_plan_load_inputs(const osdp_job *job, osdp_planner_options *o, osdp_mo
     osdp_plan_options_from_job(job, o);
     osdp_status s;
     if ((s = osdp_model_config_load(cfg, job->model)) != OSDP_OK) osdp_fatal(s, osdp_error_message());
+    if ((s = osdp_job_apply_kernels(job, NULL, cfg)) != OSDP_OK) osdp_fatal(s, osdp_error_message());
     if ((s = osdp_job_check_seq_len(job, cfg->ctx)) != OSDP_OK) osdp_fatal(s, osdp_error_message());
     if ((s = osdp_device_load(dev, job->device)) != OSDP_OK) osdp_fatal(s, osdp_error_message());
     if ((s = network_from_job(job, (int)job->ranks, dev)) != OSDP_OK) osdp_fatal(s, osdp_error_message());

@@ -138,8 +138,11 @@ static osdp_status time_model(const osdp_compute_backend *be, const osdp_layout 
     double *t = calloc((size_t)(reps + 1) * OSDP_N_OP_TYPES, sizeof *t);
     float *ws_base = be->alloc(nws * sizeof(float)), *host = malloc(L->max_op_numel * sizeof(float));
     int *tok = malloc(bt * sizeof(int));
+    /* the head's staging (a fused or vocab-parallel cross-entropy), as the runtime's */
+    const size_t staging_floats = (size_t)B * L->op[n - 1].tp_floats_per_seq;
+    float *staging = staging_floats ? be->alloc(staging_floats * sizeof(float)) : NULL;
     osdp_status s = OSDP_OK;
-    if (!w || !g || !act || !a || !t || !ws_base || !host || !tok) s = OSDP_ERR_OOM;
+    if (!w || !g || !act || !a || !t || !ws_base || !host || !tok || (staging_floats && !staging)) s = OSDP_ERR_OOM;
     for (int i = 0; i < n && s == OSDP_OK; i++) {
         const osdp_op_layout *o = &L->op[i];
         w[i] = be->alloc(o->numel * sizeof(float));
@@ -168,7 +171,8 @@ static osdp_status time_model(const osdp_compute_backend *be, const osdp_layout 
         goto done;
     }
     for (size_t i = 0; i < bt; i++) tok[i] = (int)(i * 7 % (size_t)L->cfg.vocab);
-    osdp_op_context ctx = {.backend = be, .layout = L, .B = B, .T = L->T, .embed_weights = w[0], .embed_grads = g[0]};
+    osdp_op_context ctx = {.backend = be, .layout = L, .B = B, .T = L->T, .embed_weights = w[0], .embed_grads = g[0],
+                           .tp_staging = staging};
     osdp_workspace ws;
     osdp_workspace_carve(L, B, ws_base, &ws);
     for (int r = 0; r <= reps; r++) { /* r = 0: warm-up */
@@ -214,6 +218,7 @@ done:
         if (act && act[i]) be->free(act[i]);
     }
     if (ws_base) be->free(ws_base);
+    if (staging) be->free(staging);
     free(w); free(g); free(act); free(a); free(t); free(host); free(tok);
     return s;
 }
@@ -304,6 +309,7 @@ int osdp_cmd_profile(const osdp_job *job)
     osdp_check_all(ready);
     osdp_model_config cfg;
     osdp_check_all(osdp_model_config_load(&cfg, model));
+    osdp_check_all(osdp_job_apply_kernels(job, be, &cfg));
     osdp_check_all(osdp_job_check_seq_len(job, cfg.ctx));
     osdp_layout L;
     osdp_check_all(osdp_layout_build(&L, &cfg, seq_len > 0 ? seq_len : cfg.ctx));

@@ -20,7 +20,10 @@ osdp_status osdp_sampler_init(osdp_sampler *sm, const osdp_model_config *cfg, in
     memset(sm, 0, sizeof *sm);
     sm->owner = owner;
     sm->backend = &osdp_compute_cpu;
-    osdp_status s = osdp_layout_build(&sm->layout, cfg, cfg->ctx);
+    /* sampling reads the head's probabilities: the naive head keeps them */
+    osdp_model_config naive_head = *cfg;
+    naive_head.head_naive = 1;
+    osdp_status s = osdp_layout_build(&sm->layout, &naive_head, cfg->ctx);
     if (s != OSDP_OK || !owner) return s;
     const osdp_layout *L = &sm->layout;
     size_t act_floats = 0;

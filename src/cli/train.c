@@ -254,7 +254,10 @@ typedef struct mesh_search_inputs {
 /* the model: --model's, or for eval the one its weights file holds */
 static osdp_status job_model(const osdp_job *job, osdp_model_config *cfg)
 {
-    return job->command == OSDP_CMD_EVAL ? osdp_eval_model(job, cfg) : osdp_model_config_load(cfg, job->model);
+    osdp_status s = job->command == OSDP_CMD_EVAL ? osdp_eval_model(job, cfg) : osdp_model_config_load(cfg, job->model);
+    if (s != OSDP_OK) return s;
+    /* the kernels run: any weight type's table of the backend has the same */
+    return osdp_job_apply_kernels(job, osdp_compute_find(osdp_option_word("backend", job->backend), OSDP_FLOAT32), cfg);
 }
 
 static osdp_status mesh_search_inputs_load(const osdp_job *job, osdp_dtype weights, int n_ranks, mesh_search_inputs *in)

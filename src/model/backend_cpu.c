@@ -156,6 +156,10 @@ static void cpu_embedding_forward_range(float *x, const int *tokens, const void 
     .gelu_backward = gelu_backward, \
     .attention_forward = attention_forward, \
     .attention_backward = attention_backward, \
+    .attention_forward_tiled = attention_forward_tiled, \
+    .attention_backward_tiled = attention_backward_tiled, \
+    .crossentropy_lse = crossentropy_lse, \
+    .crossentropy_backward_lse = crossentropy_backward_lse, \
     .embedding_backward = embedding_backward, \
     .embedding_backward_range = embedding_backward_range, \
     .crossentropy_stats = crossentropy_stats, \

@@ -18,7 +18,8 @@ size_t osdp_op_acts_carve(const osdp_layout *layout, int op_index, int B, float 
                         .out = at[OSDP_A_OUT], .xin = at[OSDP_A_XIN], .ln = at[OSDP_A_LN],
                         .mean = at[OSDP_A_MEAN], .rstd = at[OSDP_A_RSTD], .qkv = at[OSDP_A_QKV],
                         .att = at[OSDP_A_ATT], .heads = at[OSDP_A_HEADS], .fc = at[OSDP_A_FC],
-                        .gelu = at[OSDP_A_GELU], .probs = at[OSDP_A_PROBS], .losses = at[OSDP_A_LOSSES]};
+                        .gelu = at[OSDP_A_GELU], .probs = at[OSDP_A_PROBS], .losses = at[OSDP_A_LOSSES],
+                        .lse = at[OSDP_A_LSE]};
     return (size_t)B * op->act_floats_per_seq;
 }
 
@@ -252,6 +253,84 @@ static void head_tied_logits(pass *p, osdp_op_acts *a, const float *x, int BT, i
     p->ctx->backend->matmul_forward_out_in(a->probs, a->ln, wte, BT, d, p->ctx->layout->vocab_local, 0);
 }
 
+/* ---- the fused linear + cross-entropy head --------------------------------
+ * Its logits exist one chunk of rows at a time (B head_chunk_rows rows, in
+ * the staging after the statistics): the forward keeps each row's log-sum-exp
+ * and loss, the backward recomputes each chunk's logits, turns them into
+ * d(logits) in place and feeds them to the head's two gradient products.  No
+ * (B T, V) buffer; under tensor parallelism the statistics are gathered once,
+ * as the naive vocab-parallel head does. */
+
+/* the staging's pieces: this rank's statistics, the group's, the chunk of logits */
+static float *fused_stats(const osdp_op_context *ctx) { return ctx->tp_staging; }
+static float *fused_group_stats(const osdp_op_context *ctx, int BT)
+{
+    return tp_size(ctx) > 1 ? ctx->tp_staging + 3 * (size_t)BT : ctx->tp_staging;
+}
+static float *fused_logits(const osdp_op_context *ctx, int BT)
+{
+    return ctx->tp_staging + 3 * (size_t)BT * (size_t)(tp_size(ctx) + 1);
+}
+
+/* logits (rows, vocab_local) = ln rows times the head's weight (wte: the tied head's) */
+static void head_chunk_logits(pass *p, float *logits, const float *ln, int rows, int d, const void *wte)
+{
+    if (wte) p->ctx->backend->matmul_forward_out_in(logits, ln, wte, rows, d, p->ctx->layout->vocab_local, 0);
+    else linear_forward(p, logits, ln, OSDP_P_LM_HEAD_W, -1, rows);
+}
+
+static void head_fused_forward(pass *p, osdp_op_acts *a, const float *x, int BT, int d)
+{
+    const osdp_op_context *ctx = p->ctx;
+    const osdp_compute_backend *be = ctx->backend;
+    const int V = ctx->layout->vocab_local, valid = vocab_valid(ctx), chunk = ctx->B * p->op->head_chunk_rows;
+    const int tied = ctx->layout->cfg.tied_head;
+    const void *lw = tw(p, OSDP_P_LN_W), *lb = tw(p, OSDP_P_LN_B), *wte = tied ? tied_wte(p, 0) : NULL;
+    if (p->status != OSDP_OK) return;
+    if (!ctx->tp_staging) {
+        p->status = osdp_error_set(OSDP_ERR_INTERNAL, "head: the fused cross-entropy needs the context's tp_staging "
+                                   "(%zu floats per sequence)", p->op->tp_floats_per_seq);
+        return;
+    }
+    be->layernorm_forward(a->ln, a->mean, a->rstd, x, lw, lb, BT, d);
+    float *logits = fused_logits(ctx, BT);
+    for (int r0 = 0; r0 < BT && p->status == OSDP_OK; r0 += chunk) {
+        const int n = r0 + chunk < BT ? chunk : BT - r0;
+        head_chunk_logits(p, logits, a->ln + (size_t)r0 * d, n, d, wte);
+        be->crossentropy_stats(fused_stats(ctx) + 3 * (size_t)r0, logits, a->tokens + r0, n, V, valid,
+                               vocab_lo(ctx));
+        poke(ctx);
+    }
+    if (p->status == OSDP_OK && tp_size(ctx) > 1)
+        p->status = ctx->tp->all_gather(ctx->tp->arg, fused_stats(ctx), fused_group_stats(ctx, BT), 3 * (size_t)BT);
+    if (p->status != OSDP_OK) return;
+    be->crossentropy_lse(a->losses, a->lse, fused_group_stats(ctx, BT), BT, tp_size(ctx));
+}
+
+/* d(ln) (BT, d) of this rank's vocabulary (the caller sums it over the
+ * group); d(lm_head), or the tied head's d(wte), accumulated */
+static void head_fused_backward(pass *p, float *dln, const osdp_op_acts *a, int BT, int d, float loss_scale)
+{
+    const osdp_op_context *ctx = p->ctx;
+    const osdp_compute_backend *be = ctx->backend;
+    const int V = ctx->layout->vocab_local, valid = vocab_valid(ctx), chunk = ctx->B * p->op->head_chunk_rows;
+    const void *wte = ctx->layout->cfg.tied_head ? tied_wte(p, 1) : NULL;
+    if (p->status != OSDP_OK) return;
+    float *logits = fused_logits(ctx, BT);
+    for (int r0 = 0; r0 < BT && p->status == OSDP_OK; r0 += chunk) {
+        const int n = r0 + chunk < BT ? chunk : BT - r0;
+        const float *ln = a->ln + (size_t)r0 * d;
+        head_chunk_logits(p, logits, ln, n, d, wte);
+        be->crossentropy_backward_lse(logits, a->lse + r0, a->tokens + r0, loss_scale, n, V, valid, vocab_lo(ctx));
+        if (wte)   /* d(wte) += dlogits^T ln, into the embedding's gradients */
+            be->matmul_backward_out_in(dln + (size_t)r0 * d, ctx->embed_grads + wte_offset(ctx), logits, ln, wte, n,
+                                       d, V, 0);
+        else
+            linear_backward(p, dln + (size_t)r0 * d, logits, ln, OSDP_P_LM_HEAD_W, -1, n, 0);
+        poke(ctx);
+    }
+}
+
 osdp_status osdp_op_forward_sliced(const osdp_op_context *ctx, int op_index, const osdp_op_slices *sl,
                                    const float *input, osdp_op_acts *a)
 {
@@ -292,7 +371,8 @@ osdp_status osdp_op_forward_sliced(const osdp_op_context *ctx, int op_index, con
         layernorm_then_linear(p, a, x, a->qkv, OSDP_P_QKV_W, OSDP_P_QKV_B, BT, d);
         OK_OR_RETURN();
         poke(ctx);
-        be->attention_forward(a->heads, a->att, a->qkv, B, T, d / tp_size(ctx), NH);
+        if (op->attn_tiled) be->attention_forward_tiled(a->heads, a->lse, a->qkv, B, T, d / tp_size(ctx), NH);
+        else be->attention_forward(a->heads, a->att, a->qkv, B, T, d / tp_size(ctx), NH);
         poke(ctx);
         /* row-parallel: the partial products summed over the group, the
          * (replicated) bias added once, by rank 0 */
@@ -314,6 +394,10 @@ osdp_status osdp_op_forward_sliced(const osdp_op_context *ctx, int op_index, con
         break;
     }
     case OSDP_OP_HEAD: {
+        if (op->head_chunk_rows) {
+            head_fused_forward(p, a, input, BT, d);
+            break;
+        }
         if (ctx->layout->cfg.tied_head) {
             head_tied_logits(p, a, input, BT, d);
         } else {
@@ -376,7 +460,11 @@ osdp_status osdp_op_backward_sliced(const osdp_op_context *ctx, int op_index, co
         linear_backward(p, dheads, dout, a->heads, OSDP_P_PROJ_W, OSDP_P_PROJ_B, BT, 0);
         OK_OR_RETURN();
         poke(ctx);
-        be->attention_backward(dqkv, datt, dheads, a->qkv, a->att, B, T, d / tp_size(ctx), NH);
+        if (op->attn_tiled)
+            be->attention_backward_tiled(dqkv, scratch_at(ctx, op, ws, OSDP_S_ROWDOT), dheads, a->heads, a->qkv,
+                                         a->lse, B, T, d / tp_size(ctx), NH);
+        else
+            be->attention_backward(dqkv, datt, dheads, a->qkv, a->att, B, T, d / tp_size(ctx), NH);
         poke(ctx);
         /* column-parallel: this rank's heads' share of d(ln), summed over the group */
         linear_backward(p, dln, dqkv, a->ln, OSDP_P_QKV_W, OSDP_P_QKV_B, BT, 0);
@@ -413,16 +501,20 @@ osdp_status osdp_op_backward_sliced(const osdp_op_context *ctx, int op_index, co
         const void *wte;
         /* probabilities become d(logits) in place: they are not needed after */
         float *dlogits = a->probs;
-        if (op->tp_floats_per_seq)   /* padding columns: probability 0, gradient 0 */
-            be->crossentropy_backward_range(dlogits, a->probs, a->tokens, loss_scale, BT,
-                                            ctx->layout->vocab_local, vocab_lo(ctx));
-        else
-            be->crossentropy_backward(dlogits, a->probs, a->tokens, loss_scale, BT, V);
-        if (!ctx->layout->cfg.tied_head)
-            linear_backward(p, dln, dlogits, a->ln, OSDP_P_LM_HEAD_W, -1, BT, 0);
-        else if ((wte = tied_wte(p, 1)) != NULL)   /* d(wte) += dlogits^T ln, into the embedding's gradients */
-            be->matmul_backward_out_in(dln, ctx->embed_grads + wte_offset(ctx), dlogits, a->ln, wte, BT, d,
-                                       ctx->layout->vocab_local, 0);
+        if (op->head_chunk_rows)
+            head_fused_backward(p, dln, a, BT, d, loss_scale);
+        else {
+            if (op->tp_floats_per_seq)   /* padding columns: probability 0, gradient 0 */
+                be->crossentropy_backward_range(dlogits, a->probs, a->tokens, loss_scale, BT,
+                                                ctx->layout->vocab_local, vocab_lo(ctx));
+            else
+                be->crossentropy_backward(dlogits, a->probs, a->tokens, loss_scale, BT, V);
+            if (!ctx->layout->cfg.tied_head)
+                linear_backward(p, dln, dlogits, a->ln, OSDP_P_LM_HEAD_W, -1, BT, 0);
+            else if ((wte = tied_wte(p, 1)) != NULL)   /* d(wte) += dlogits^T ln, into the embedding's gradients */
+                be->matmul_backward_out_in(dln, ctx->embed_grads + wte_offset(ctx), dlogits, a->ln, wte, BT, d,
+                                           ctx->layout->vocab_local, 0);
+        }
         tp_all_reduce(p, dln, btd);
         OK_OR_RETURN();
         poke(ctx);

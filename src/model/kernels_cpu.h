@@ -64,6 +64,16 @@ void attention_backward(float *dqkv, float *scratch, const float *dout,
                         const float *qkv, const float *att,
                         int B, int T, int C, int NH);
 
+/* The same attention, tiled with an online softmax (FlashAttention-2's
+ * algorithm, kernels_cpu_attention_tiled.c): no (T,T) buffer.  The forward
+ * writes out (B,T,C) and lse (B,NH,T), each row's log-sum-exp of its scaled
+ * scores; the backward recomputes the probabilities tile by tile from qkv and
+ * lse, with out (the forward's) and rowdot (B,NH,T), its scratch for
+ * rowsum(dout * out).  dqkv (B,T,3C) = (overwrite). */
+void attention_forward_tiled(float *out, float *lse, const float *qkv, int B, int T, int C, int NH);
+void attention_backward_tiled(float *dqkv, float *rowdot, const float *dout, const float *out, const float *qkv,
+                              const float *lse, int B, int T, int C, int NH);
+
 /* x (B,T,C) = wte[tokens] + wpe[t] */
 void embedding_forward(float *x, const int *tokens, const float *wte,
                        const float *wpe, int B, int T, int C);
@@ -96,6 +106,15 @@ void crossentropy_finish(float *losses, float *probs, const float *group_stats,
                          int BT, int V, int valid, int group_size);
 void crossentropy_backward_range(float *dlogits, const float *probs, const int *targets,
                                  float scale, int BT, int V, int vocab_lo);
+
+/* The fused linear + cross-entropy head (osdp/compute.h): loss and
+ * log-sum-exp per row from the group's statistics (crossentropy_finish's
+ * order, no probabilities); and d(logits) in place over a chunk of logits
+ * recomputed in the backward: scale * (exp(logit - lse) - onehot(target -
+ * vocab_lo)) over the first `valid` columns, 0 over the padding. */
+void crossentropy_lse(float *losses, float *lse, const float *group_stats, int BT, int group_size);
+void crossentropy_backward_lse(float *dlogits, const float *lse, const int *targets, float scale, int BT, int V,
+                               int valid, int vocab_lo);
 
 /* out = a + b (out may alias a or b) */
 void residual_forward(float *out, const float *a, const float *b, size_t n);

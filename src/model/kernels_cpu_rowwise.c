@@ -258,25 +258,36 @@ OSDP_VECTOR_CLONES void crossentropy_stats(float *stats, const float *logits, co
     }
 }
 
+/* Row i's max, sum of exponentials and target logit over the group's
+ * statistics (group_size x BT x 3): ranks in order, so that every rank of the
+ * group gets the same bits; a rank with no valid column (sum 0) adds nothing */
+static inline void group_row_stats(const float *group_stats, int BT, int group_size, int i, float *max_out,
+                                   float *sum_out, float *target_out)
+{
+    const size_t rank_stride = 3 * (size_t)BT;
+    float maxv = -INFINITY, target_logit = 0.0f;
+    for (int r = 0; r < group_size; r++) {
+        const float *st = group_stats + r * rank_stride + 3 * (size_t)i;
+        if (st[1] > 0.0f && st[0] > maxv) maxv = st[0];
+        target_logit += st[2];
+    }
+    float sum = 0.0f;
+    for (int r = 0; r < group_size; r++) {
+        const float *st = group_stats + r * rank_stride + 3 * (size_t)i;
+        if (st[1] > 0.0f) sum += st[1] * exp_nonpositive(st[0] - maxv);
+    }
+    *max_out = maxv;
+    *sum_out = sum;
+    *target_out = target_logit;
+}
+
 OSDP_VECTOR_CLONES void crossentropy_finish(float *losses, float *probs, const float *group_stats, int BT, int V,
                                             int valid, int group_size)
 {
-    const size_t rank_stride = 3 * (size_t)BT;
     OMP(parallel for if((long)BT * V >= PAR_MIN_WORK) schedule(static))
     for (int i = 0; i < BT; i++) {
-        /* ranks in order, so that every rank of the group gets the same bits;
-         * a rank with no valid column (sum 0) adds nothing */
-        float maxv = -INFINITY, target_logit = 0.0f;
-        for (int r = 0; r < group_size; r++) {
-            const float *st = group_stats + r * rank_stride + 3 * (size_t)i;
-            if (st[1] > 0.0f && st[0] > maxv) maxv = st[0];
-            target_logit += st[2];
-        }
-        float sum = 0.0f;
-        for (int r = 0; r < group_size; r++) {
-            const float *st = group_stats + r * rank_stride + 3 * (size_t)i;
-            if (st[1] > 0.0f) sum += st[1] * exp_nonpositive(st[0] - maxv);
-        }
+        float maxv, sum, target_logit;
+        group_row_stats(group_stats, BT, group_size, i, &maxv, &sum, &target_logit);
         float *p = probs + (size_t)i * V;
         const float inv = 1.0f / sum;
         OMP(simd)
@@ -305,6 +316,36 @@ OSDP_VECTOR_CLONES void crossentropy_backward_range(float *dlogits, const float 
 void crossentropy_backward(float *dlogits, const float *probs, const int *targets, float scale, int BT, int V)
 {
     crossentropy_backward_range(dlogits, probs, targets, scale, BT, V, 0);
+}
+
+/* The fused head's two halves: from the group's statistics, the loss and the
+ * log-sum-exp of each row (no probabilities kept); and, from that
+ * log-sum-exp, d(logits) of a chunk of recomputed logits, in place. */
+void crossentropy_lse(float *losses, float *lse, const float *group_stats, int BT, int group_size)
+{
+    for (int i = 0; i < BT; i++) {
+        float maxv, sum, target_logit;
+        group_row_stats(group_stats, BT, group_size, i, &maxv, &sum, &target_logit);
+        const float log_sum = logf(sum);
+        losses[i] = log_sum - (target_logit - maxv);
+        lse[i] = maxv + log_sum;
+    }
+}
+
+OSDP_VECTOR_CLONES void crossentropy_backward_lse(float *dlogits, const float *lse, const int *targets, float scale,
+                                                  int BT, int V, int valid, int vocab_lo)
+{
+    OMP(parallel for if((long)BT * V >= PAR_MIN_WORK) schedule(static))
+    for (int i = 0; i < BT; i++) {
+        float *d = dlogits + (size_t)i * V;
+        const float base = lse[i];
+        const int n = valid < 0 ? 0 : valid;
+        OMP(simd)
+        for (int j = 0; j < n; j++) d[j] = scale * exp_nonpositive(d[j] - base);
+        for (int j = n; j < V; j++) d[j] = 0.0f;
+        const int target = targets[i] - vocab_lo;
+        if (target >= 0 && target < n) d[target] -= scale;
+    }
 }
 
 /* ---------------------------------------------------------------- residual */

@@ -167,14 +167,17 @@ osdp_status osdp_layout_build_tp(osdp_layout *layout, const osdp_model_config *c
         add_act(attn, OSDP_A_MEAN, t);
         add_act(attn, OSDP_A_RSTD, t);
         add_act(attn, OSDP_A_QKV, 3 * t * dp);
-        add_act(attn, OSDP_A_ATT, att);
+        attn->attn_tiled = !cfg->attention_naive;
+        if (attn->attn_tiled) add_act(attn, OSDP_A_LSE, (size_t)NH * t);
+        else add_act(attn, OSDP_A_ATT, att);
         add_act(attn, OSDP_A_HEADS, t * dp);
         add_act(attn, OSDP_A_OUT, t * d);
         attn->kept_floats_per_seq = attn->act[OSDP_A_OUT].floats;
         add_scratch(attn, OSDP_S_DHEADS, t * dp);
         add_scratch(attn, OSDP_S_DQKV, 3 * t * dp);
         add_scratch(attn, OSDP_S_DLN, t * d);
-        add_scratch(attn, OSDP_S_DATT, att);
+        if (attn->attn_tiled) add_scratch(attn, OSDP_S_ROWDOT, (size_t)NH * t);
+        else add_scratch(attn, OSDP_S_DATT, att);
 
         osdp_op_layout *mlp = &layout->op[2 + 2 * i];
         snprintf(name, sizeof name, "mlp.%d", i);
@@ -204,11 +207,17 @@ osdp_status osdp_layout_build_tp(osdp_layout *layout, const osdp_model_config *c
         add_tensor_cut(head, OSDP_P_LM_HEAD_W, "lm_head.weight", (int)d_last, VL, 2, OSDP_INIT_NORMAL, std,
                        (tp_cut){.split = OSDP_TP_COLS, .groups = 1, .logical_rows = (int)d_last, .logical_cols = V});
     head->flops_per_token += 2 * d_last * (size_t)VL;
-    if (tp > 1 || VL != V) head->tp_floats_per_seq = 3 * t * (size_t)(tp + 1);
+    if (tp > 1 || VL != V || !cfg->head_naive) head->tp_floats_per_seq = 3 * t * (size_t)(tp + 1);
+    if (!cfg->head_naive) {
+        /* the fused head's chunk of logits lives in the staging, after the statistics */
+        head->head_chunk_rows = T < OSDP_HEAD_CHUNK_ROWS ? T : OSDP_HEAD_CHUNK_ROWS;
+        head->tp_floats_per_seq += (size_t)head->head_chunk_rows * (size_t)VL;
+    }
     add_act(head, OSDP_A_LN, t * d_last);
     add_act(head, OSDP_A_MEAN, t);
     add_act(head, OSDP_A_RSTD, t);
-    add_act(head, OSDP_A_PROBS, t * (size_t)VL);
+    if (head->head_chunk_rows) add_act(head, OSDP_A_LSE, t);
+    else add_act(head, OSDP_A_PROBS, t * (size_t)VL);
     add_act(head, OSDP_A_LOSSES, t);
     add_act(head, OSDP_A_TOKENS, t);
     add_scratch(head, OSDP_S_DLN, t * d_last);
@@ -284,6 +293,10 @@ osdp_status osdp_op_split(const osdp_op_layout *op, int g, size_t *bounds)
     if (op->type == OSDP_OP_EMBED)
         return osdp_error_set(OSDP_ERR_INPUT, "operator %s is a lookup, not a matrix product: it cannot be split (use 1 slice)",
                               op->name);
+    if (!osdp_op_can_split(op) && op->head_chunk_rows > 0 && op->param[OSDP_P_LM_HEAD_W] >= 0)
+        return osdp_error_set(OSDP_ERR_INPUT, "operator %s is the fused linear + cross-entropy head (--head fused): each "
+                              "chunk of logits needs its whole weight, so it cannot be split (use 1 slice, or "
+                              "--head naive)", op->name);
     if (!osdp_op_can_split(op))
         return osdp_error_set(OSDP_ERR_INPUT, "operator %s is tied to the embedding's wte (tied_head = true): it holds "
                               "ln_f alone and cannot be split (use 1 slice)", op->name);
