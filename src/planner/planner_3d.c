@@ -126,8 +126,9 @@ static int bounded_out(double bound, const search_state *st)
 
 /* one mesh, split and micro-batch (b 0: the pipeline's planner chooses it); a better answer is kept */
 static osdp_status plan_split(const osdp_model_config *cfg, int seq_len, const osdp_device *dev,
-                              const osdp_planner_options *o_in, const osdp_3d_options *o3, int tp, int pp,
-                              const int *bounds, int split_index, int b, search_state *st)
+                              const osdp_planner_options *o_in, const osdp_3d_options *o3, const osdp_layout *layout,
+                              const int *classes, int tp, int pp, const int *bounds, int split_index, int b,
+                              search_state *st)
 {
     osdp_planner_options o = *o_in;
     if (b > 0) o.micro_batch = b;
@@ -135,8 +136,8 @@ static osdp_status plan_split(const osdp_model_config *cfg, int seq_len, const o
     int bounded = 0;
     /* with a bound, only a step that can beat the best (or tie it) is wanted */
     const double cutoff = b > 0 ? best_step(st) * (1 + 1e-9) : -1;
-    osdp_status s = osdp_planner_pipeline_cached(cfg, seq_len, dev, &o, tp, pp, bounds, o3->schedule, st->cache, cutoff,
-                                                 &bounded, &c);
+    osdp_status s = osdp_planner_pipeline_cached(cfg, seq_len, dev, &o, tp, pp, bounds, o3->schedule, layout, classes,
+                                                 st->cache, cutoff, &bounded, &c);
     st->res->splits_planned++;
     if (bounded) {
         if (!st->have_best && !st->unfit && st->res->message[0] == '\0') {
@@ -175,6 +176,10 @@ typedef struct candidate {
     double sync_s;            /* the step's closing all-reduce on this mesh */
     double *op_s;             /* [n_ops] each operator's fastest pass time per micro-batch (bound > 0) */
     int aware;                /* the bound is its one split's stages' memory-aware bound (infinite: cannot fit) */
+    const osdp_layout *layout;    /* one rank's parts at T, and their content classes (osdp_stage_classes) */
+    const int *classes;
+    int balanced;             /* one split, the balanced one, in bounds (P past the enumeration limit) */
+    int bounds[OSDP_MAX_STAGES + 1];
 } candidate;
 
 static int cmp_candidate(const void *x, const void *y)
@@ -194,7 +199,8 @@ static osdp_status plan_candidate(const osdp_model_config *cfg, int seq_len, con
     const long long limit = o3->split_enum_limit > 0 ? o3->split_enum_limit : SPLIT_ENUM_LIMIT_DEFAULT;
     const int pp = c->pp;
     if (pp == 1 || count_splits(n_ops, pp, limit) > limit)
-        return plan_split(cfg, seq_len, dev, o, o3, c->tp, pp, NULL, 0, c->b, st);
+        return plan_split(cfg, seq_len, dev, o, o3, c->layout, c->classes, c->tp, pp, c->balanced ? c->bounds : NULL, 0,
+                          c->b, st);
     int bounds[OSDP_MAX_STAGES + 1];
     for (int q = 0; q < pp; q++) bounds[q] = q;
     bounds[pp] = n_ops;
@@ -203,7 +209,8 @@ static osdp_status plan_candidate(const osdp_model_config *cfg, int seq_len, con
         if (c->op_s && bounded_out(osdp_3d_split_bound(c->op_s, bounds, pp, c->M) + c->sync_s, st)) {
             st->res->splits_bounded++;
         } else {
-            osdp_status s = plan_split(cfg, seq_len, dev, o, o3, c->tp, pp, bounds, index, c->b, st);
+            osdp_status s = plan_split(cfg, seq_len, dev, o, o3, c->layout, c->classes, c->tp, pp, bounds, index, c->b,
+                                       st);
             if (s != OSDP_OK) return s;
         }
         index++;
@@ -213,11 +220,20 @@ static osdp_status plan_candidate(const osdp_model_config *cfg, int seq_len, con
 
 /* the candidates of one mesh (P, T) over D: each micro-batch b of the global batch with its bound, or
  * (no global batch, or a schedule without the bound) one of b 0 and no bound */
-static osdp_status add_candidates(const osdp_layout *layout, const osdp_device *dev, const osdp_planner_options *o,
-                                  const osdp_3d_options *o3, int tp, int pp, int D, candidate **list, int *n, int *cap)
+static osdp_status add_candidates(const osdp_layout *layout, const int *classes, const osdp_device *dev,
+                                  const osdp_planner_options *o, const osdp_3d_options *o3, int tp, int pp, int D,
+                                  candidate **list, int *n, int *cap)
 {
     const int G = o->global_batch, per_group = G > 0 ? G / D : 0;
     const int bounded = per_group > 0 && osdp_3d_schedule_bounded(o3->schedule);
+    const long long enum_limit = o3->split_enum_limit > 0 ? o3->split_enum_limit : SPLIT_ENUM_LIMIT_DEFAULT;
+    int bounds[OSDP_MAX_STAGES + 1];   /* past the limit, the balanced split: the same at every b */
+    const int balanced = pp > 1 && count_splits(layout->n_ops, pp, enum_limit) > enum_limit;
+    if (balanced) {
+        osdp_planner_options od = *o;
+        osdp_status s = osdp_pipe_balanced_split(layout, dev, &od, tp, pp, bounds);
+        if (s != OSDP_OK) return s;
+    }
     for (int b = bounded ? 1 : 0; b <= (bounded ? per_group : 0); b++) {
         if (b > 0 && (per_group % b != 0 || (o->micro_batch > 0 && b != o->micro_batch))) continue;
         if (*n == *cap) {
@@ -228,7 +244,9 @@ static osdp_status add_candidates(const osdp_layout *layout, const osdp_device *
             *cap = grown;
         }
         candidate *c = &(*list)[*n];
-        *c = (candidate){.tp = tp, .pp = pp, .b = b, .M = b > 0 ? per_group / b : 0};
+        *c = (candidate){.tp = tp, .pp = pp, .b = b, .M = b > 0 ? per_group / b : 0, .layout = layout,
+                         .classes = classes, .balanced = balanced};
+        if (balanced) memcpy(c->bounds, bounds, sizeof(int) * (size_t)(pp + 1));
         if (b > 0) {
             if (!(c->op_s = malloc(sizeof *c->op_s * (size_t)layout->n_ops)))
                 return osdp_error_set(OSDP_ERR_OOM, "3D search: out of host memory");
@@ -238,11 +256,10 @@ static osdp_status add_candidates(const osdp_layout *layout, const osdp_device *
                 return s;
             }
             c->bound = osdp_3d_step_bound(c->op_s, layout->n_ops, pp, c->M) + c->sync_s;
-            const long long enum_limit = o3->split_enum_limit > 0 ? o3->split_enum_limit : SPLIT_ENUM_LIMIT_DEFAULT;
-            if (pp > 1 && count_splits(layout->n_ops, pp, enum_limit) > enum_limit) {
+            if (balanced) {
                 /* one split, the balanced one: its stages' memory-aware bound, tighter */
                 double split_bound;
-                s = osdp_pipe_balanced_bound(layout, dev, o, tp, pp, o3->schedule, b, c->M, &split_bound);
+                s = osdp_pipe_split_bound(layout, dev, o, tp, pp, o3->schedule, bounds, b, c->M, &split_bound);
                 if (s != OSDP_OK) {
                     free(c->op_s);
                     return s;
@@ -285,19 +302,28 @@ osdp_status osdp_planner_3d(const osdp_model_config *cfg, int seq_len, const osd
     const long long mem_limit = o.mem_limit > 0 ? o.mem_limit : dev->mem_limit;
     search_state st = {.res = res, .by_step = o.global_batch > 0, .cache = osdp_stage_cache_new()};
     candidate *list = NULL;
-    int n_cand = 0, cap = 0, n_ops = 0;
+    int n_cand = 0, cap = 0, n_ops = 0, n_layouts = 0;
+    osdp_layout layouts[OSDP_MAX_TP_CANDIDATES];   /* one per T searched */
+    int *classes[OSDP_MAX_TP_CANDIDATES];
     osdp_status s = OSDP_OK;
     for (int tp = 1; tp <= N && s == OSDP_OK; tp++) {
         if (N % tp != 0 || (fixed_tp > 0 && tp != fixed_tp)) continue;
         /* a tensor-parallel group sits inside a node */
         if (fixed_tp == 0 && dev->ranks_per_node > 0 && dev->ranks_per_node % tp != 0) continue;
-        osdp_layout layout;
-        s = osdp_layout_build_tp(&layout, cfg, seq_len, tp, o.vocab_quantum);
+        if (n_layouts == OSDP_MAX_TP_CANDIDATES) break;   /* T divides a node of at most 32: never */
+        osdp_layout *lp = &layouts[n_layouts];
+        s = osdp_layout_build_tp(lp, cfg, seq_len, tp, o.vocab_quantum);
         if (s == OSDP_ERR_INPUT && fixed_tp == 0) {   /* T does not divide the heads */
             s = OSDP_OK;
             continue;
         }
         if (s != OSDP_OK) break;
+        osdp_layout layout = *lp;   /* kept, with its classes, for the candidates' searches */
+        if (!(classes[n_layouts++] = malloc(sizeof(int) * (size_t)layout.n_ops))) {
+            s = osdp_error_set(OSDP_ERR_OOM, "3D search: out of host memory");
+            break;
+        }
+        osdp_stage_classes(lp, classes[n_layouts - 1]);
         n_ops = layout.n_ops;   /* the same operators at every T */
         const double n_params = (double)layout.total_params;
         const double state = (double)state_bytes_per_param(dev) * n_params;
@@ -313,9 +339,8 @@ osdp_status osdp_planner_3d(const osdp_model_config *cfg, int seq_len, const osd
                 res->meshes_pruned++;
                 continue;
             }
-            s = add_candidates(&layout, dev, &o, o3, tp, pp, D, &list, &n_cand, &cap);
+            s = add_candidates(lp, classes[n_layouts - 1], dev, &o, o3, tp, pp, D, &list, &n_cand, &cap);
         }
-        osdp_layout_free(&layout);
     }
     if (s == OSDP_OK) qsort(list, (size_t)n_cand, sizeof *list, cmp_candidate);
     /* first the candidate of the smallest memory-aware bound: likely to fit and near the optimum, its step
@@ -341,14 +366,18 @@ osdp_status osdp_planner_3d(const osdp_model_config *cfg, int seq_len, const osd
         ob.micro_batch = st.unfit_b;
         int bounded;
         osdp_status why = osdp_planner_pipeline_cached(cfg, seq_len, dev, &ob, st.unfit_tp, st.unfit_pp,
-                                                       st.unfit_split ? st.unfit_bounds : NULL, o3->schedule, NULL, -1,
-                                                       &bounded, &c);
+                                                       st.unfit_split ? st.unfit_bounds : NULL, o3->schedule, NULL,
+                                                       NULL, NULL, -1, &bounded, &c);
         if (why == OSDP_ERR_INFEASIBLE)
             snprintf(res->message, sizeof res->message, "PP %d x TP %d: %s", st.unfit_pp, st.unfit_tp,
                      osdp_error_message());
         else if (why != OSDP_OK)
             s = why;
         osdp_pipe_choice_free(&c);
+    }
+    for (int t = 0; t < n_layouts; t++) {
+        osdp_layout_free(&layouts[t]);
+        free(classes[t]);
     }
     res->candidates = n_cand;
     res->stage_reuses = osdp_stage_cache_hits(st.cache);

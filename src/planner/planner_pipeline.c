@@ -308,12 +308,14 @@ osdp_status osdp_planner_pipeline(const osdp_model_config *cfg, int seq_len, con
                                   osdp_pipe_schedule schedule, osdp_pipe_choice *out)
 {
     int bounded;
-    return osdp_planner_pipeline_cached(cfg, seq_len, dev, o, tp, pp, bounds, schedule, NULL, -1, &bounded, out);
+    return osdp_planner_pipeline_cached(cfg, seq_len, dev, o, tp, pp, bounds, schedule, NULL, NULL, NULL, -1, &bounded,
+                                        out);
 }
 
 osdp_status osdp_planner_pipeline_cached(const osdp_model_config *cfg, int seq_len, const osdp_device *dev,
                                          const osdp_planner_options *o, int tp, int pp, const int *bounds,
-                                         osdp_pipe_schedule schedule, osdp_stage_cache *cache, double cutoff,
+                                         osdp_pipe_schedule schedule, const osdp_layout *layout,
+                                         const int *classes_in, osdp_stage_cache *cache, double cutoff,
                                          int *bounded, osdp_pipe_choice *out)
 {
     *bounded = 0;
@@ -332,8 +334,15 @@ osdp_status osdp_planner_pipeline_cached(const osdp_model_config *cfg, int seq_l
     osdp_cost_device_for_mesh(dev, tp, out->dp_size, pp, &level);
     dev = &level;
     out->schedule = schedule;
-    osdp_status s = osdp_layout_build_tp(&out->layout, cfg, seq_len, tp, o->vocab_quantum);
-    if (s != OSDP_OK) return s;
+    osdp_status s = OSDP_OK;
+    if (layout) {   /* the caller's, built for T: a copy (the choice owns its layout) */
+        out->layout = *layout;
+        if (!(out->layout.op = malloc(sizeof *out->layout.op * (size_t)layout->n_ops)))
+            return osdp_error_set(OSDP_ERR_OOM, "pipeline planner: out of host memory");
+        memcpy(out->layout.op, layout->op, sizeof *out->layout.op * (size_t)layout->n_ops);
+    } else if ((s = osdp_layout_build_tp(&out->layout, cfg, seq_len, tp, o->vocab_quantum)) != OSDP_OK) {
+        return s;
+    }
     out->layout_built = 1;
     const int n_ops = out->layout.n_ops, D = out->dp_size, G = o->global_batch;
     if (pp > n_ops)
@@ -351,8 +360,9 @@ osdp_status osdp_planner_pipeline_cached(const osdp_model_config *cfg, int seq_l
         if ((s = osdp_planner_stage_split(&cm, NULL, 1, 1, pp, out->bounds)) != OSDP_OK) return s;
     }
     /* the operators' content classes, for the cache's keys (none: every stage searched) */
-    int *classes = cache ? malloc(sizeof *classes * (size_t)n_ops) : NULL;
-    if (classes) osdp_stage_classes(&out->layout, classes);
+    int *own_classes = cache && !classes_in ? malloc(sizeof *own_classes * (size_t)n_ops) : NULL;
+    if (own_classes) osdp_stage_classes(&out->layout, own_classes);
+    const int *classes = classes_in ? classes_in : own_classes;
     const int per_group = G > 0 ? G / D : 0;
     const int b_first = o->micro_batch > 0 ? o->micro_batch : 1;
     const int b_last = o->micro_batch > 0 ? o->micro_batch : per_group > 0 ? per_group
@@ -396,7 +406,7 @@ osdp_status osdp_planner_pipeline_cached(const osdp_model_config *cfg, int seq_l
             if ((s = osdp_plan_alloc(&out->plan, n_ops)) != OSDP_OK) break;
         }
     }
-    free(classes);
+    free(own_classes);
     const int tried = out->batches_tried;
     if (s != OSDP_OK && s != OSDP_ERR_INFEASIBLE) {
         char why[2048];
@@ -421,8 +431,9 @@ osdp_status osdp_planner_pipeline_cached(const osdp_model_config *cfg, int seq_l
     return OSDP_OK;
 }
 
-osdp_status osdp_pipe_balanced_bound(const osdp_layout *layout, const osdp_device *dev_in, const osdp_planner_options *o,
-                                     int tp, int pp, osdp_pipe_schedule schedule, int b, int M, double *bound)
+osdp_status osdp_pipe_split_bound(const osdp_layout *layout, const osdp_device *dev_in, const osdp_planner_options *o,
+                                  int tp, int pp, osdp_pipe_schedule schedule, const int *bounds, int b, int M,
+                                  double *bound)
 {
     osdp_pipe_choice *c = calloc(1, sizeof *c);   /* the mesh's view of the layout; nothing planned, nothing owned */
     if (!c) return osdp_error_set(OSDP_ERR_OOM, "3D search: out of host memory");
@@ -431,13 +442,22 @@ osdp_status osdp_pipe_balanced_bound(const osdp_layout *layout, const osdp_devic
     c->dp_size = o->n_ranks / (tp * pp);
     c->schedule = schedule;
     c->layout = *layout;
+    memcpy(c->bounds, bounds, sizeof(int) * (size_t)(pp + 1));
     c->hierarchical = osdp_planner_hierarchy(o, dev_in, tp, c->dp_size, pp, &c->hierarchy) != NULL;
     osdp_device level;
     osdp_cost_device_for_mesh(dev_in, tp, c->dp_size, pp, &level);
-    osdp_cost_model cm = {.layout = layout, .dev = &level, .N = c->dp_size, .pad_quantum = o->pad_quantum,
-                          .prefetch = o->prefetch, .kind = o->cost};
-    osdp_status s = osdp_planner_stage_split(&cm, NULL, 1, 1, pp, c->bounds);   /* as osdp_planner_pipeline's */
-    if (s == OSDP_OK) s = stages_bound(&level, o, b, M, c, NULL, bound);
+    osdp_status s = stages_bound(&level, o, b, M, c, NULL, bound);
     free(c);
     return s;
+}
+
+osdp_status osdp_pipe_balanced_split(const osdp_layout *layout, const osdp_device *dev_in, const osdp_planner_options *o,
+                                     int tp, int pp, int *bounds)
+{
+    const int dp = o->n_ranks / (tp * pp);
+    osdp_device level;
+    osdp_cost_device_for_mesh(dev_in, tp, dp, pp, &level);
+    osdp_cost_model cm = {.layout = layout, .dev = &level, .N = dp, .pad_quantum = o->pad_quantum,
+                          .prefetch = o->prefetch, .kind = o->cost};
+    return osdp_planner_stage_split(&cm, NULL, 1, 1, pp, bounds);   /* as osdp_planner_pipeline's default */
 }
