@@ -93,8 +93,8 @@ typedef struct search_state {
     int by_step;              /* a global batch: the shortest step wins */
     int key[4];               /* the best's place in the enumeration order: T, P, split, b */
     osdp_stage_cache *cache;  /* stage results reused across meshes, splits and micro-batches */
-    /* the first candidate found unable to fit by a bound, no plan found yet: searched for its message
-     * should nothing fit */
+    /* the candidate of the smallest micro-batch a bound found unable to fit, no plan found yet: searched for
+     * its message should nothing fit */
     int unfit, unfit_tp, unfit_pp, unfit_b, unfit_split, unfit_bounds[OSDP_MAX_STAGES + 1];
 } search_state;
 
@@ -140,7 +140,7 @@ static osdp_status plan_split(const osdp_model_config *cfg, int seq_len, const o
                                                  st->cache, cutoff, &bounded, &c);
     st->res->splits_planned++;
     if (bounded) {
-        if (!st->have_best && !st->unfit && st->res->message[0] == '\0') {
+        if (!st->have_best && (!st->unfit || b < st->unfit_b) && st->res->message[0] == '\0') {
             st->unfit = 1;
             st->unfit_tp = tp;
             st->unfit_pp = pp;
