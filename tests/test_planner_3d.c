@@ -219,9 +219,8 @@ END_TEST
 /* recompute in the 3D search (issue 28 item 3): with every attn / mlp
  * operator recomputing (--recompute all), and with the choice per operator
  * (--recompute auto), the search's optimum = the exhaustive one over meshes
- * x splits x b x DP / ZDP x recompute per operator; under the tight limit
- * recompute auto fits where no recompute does not, and chooses recompute
- * on some operator there, not all */
+ * x splits x b x DP / ZDP x recompute per operator; under a limit where
+ * nothing fits without recompute, recompute auto's plan recomputes */
 START_TEST(test_3d_recompute_matches_exhaustive)
 {
     osdp_model_config cfg;
