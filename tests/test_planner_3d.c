@@ -68,11 +68,18 @@ typedef struct brute_best {
     long long evaluated;
 } brute_best;
 
-/* every plan (DP / ZDP per operator, unsplit, no recompute) of one mesh,
- * split and micro-batch; `modes` restricts them as a baseline's */
+/* recompute in the enumeration: none, every attn / mlp operator, or each either way */
+typedef enum rc_mode { RC_NONE, RC_ALL, RC_EACH } rc_mode;
+static rc_mode brute_rc = RC_NONE;
+
+/* every plan (DP / ZDP per operator, unsplit, recompute as brute_rc says)
+ * of one mesh, split and micro-batch; `modes` restricts them as a
+ * baseline's */
 static void brute_split(const osdp_layout *L, const osdp_device *lvl, int tp, int pp, int D, const int *bounds, int b,
                         int M, long long limit, osdp_mode_set modes, brute_best *best)
 {
+    unsigned can = 0;   /* the operators that may recompute */
+    for (int i = 0; i < L->n_ops; i++) can |= (unsigned)osdp_op_can_recompute(L->op[i].type) << i;
     const int n = L->n_ops;
     osdp_plan plan;
     ck_assert(osdp_plan_alloc(&plan, n) == OSDP_OK);
@@ -84,13 +91,15 @@ static void brute_split(const osdp_layout *L, const osdp_device *lvl, int tp, in
         cms[s] = &cm;
         plans[s] = &plan;
     }
-    for (unsigned mask = 0; mask < 1u << n; mask++) {
+    for (unsigned both = 0; both < 1u << (2 * n); both++) {
+        const unsigned mask = both & ((1u << n) - 1), rc = both >> n;
         if (modes == OSDP_MODES_ALL_DP && mask != 0) continue;
         if (modes == OSDP_MODES_ALL_ZDP && mask != (1u << n) - 1) continue;
+        if ((rc & ~can) || (brute_rc == RC_NONE && rc) || (brute_rc == RC_ALL && rc != can)) continue;
         for (int i = 0; i < n; i++) {
             plan.slices[i] = 1;
             plan.zdp_slices[i] = (int)(mask >> i & 1u);
-            plan.recompute[i] = 0;
+            plan.recompute[i] = (int)(rc >> i & 1u);
         }
         int fits = 1;
         for (int s = 0; s < pp && fits; s++)
@@ -153,6 +162,13 @@ static void search_reducing(const osdp_model_config *cfg, const osdp_device *dev
 static void search(const osdp_model_config *cfg, const osdp_device *dev, osdp_3d_kind kind, osdp_3d_result *res)
 {
     osdp_planner_options o = options();
+    int all[16] = {0};   /* --recompute all: every attn and mlp operator (the tiny model's 6) */
+    osdp_layout L;
+    ck_assert(osdp_layout_build(&L, cfg, SEQ) == OSDP_OK && L.n_ops <= 16);
+    for (int i = 0; i < L.n_ops; i++) all[i] = osdp_op_can_recompute(L.op[i].type);
+    osdp_layout_free(&L);
+    if (brute_rc == RC_ALL) o.recompute = all;
+    o.recompute_auto = brute_rc == RC_EACH;
     osdp_3d_options o3 = {.schedule = OSDP_PIPE_1F1B};
     ck_assert_msg(osdp_planner_3d(cfg, SEQ, dev, &o, &o3, kind, res) == OSDP_OK, "%s", osdp_error_message());
 }
@@ -180,12 +196,13 @@ START_TEST(test_3d_matches_exhaustive)
     tiny_on_two_nodes(&cfg, &dev);
     const long long full = flat_dp_peak(&cfg, &dev);
     const double fractions[] = {4.0, 1.0, 0.7, 0.5, 0.35};
-    int fitted = 0;
+    int fitted = 0, skipped = 0;
     for (size_t f = 0; f < sizeof fractions / sizeof fractions[0]; f++) {
         two_level_device(&dev, (long long)(fractions[f] * (double)full));
         const brute_best brute = brute_force(&cfg, &dev, OSDP_MODES_ANY, 0);
         osdp_3d_result res;
         search(&cfg, &dev, OSDP_3D_OSDP, &res);
+        skipped += res.candidates_bounded + res.splits_bounded;
         ck_assert_msg(brute.evaluated > 1000, "the enumeration covered %lld plans", brute.evaluated);
         if (brute.step_s < 0) {
             ck_assert_msg(res.status == OSDP_ERR_INFEASIBLE, "limit x%.2f: nothing fits, the search found PP %d TP %d",
@@ -204,6 +221,64 @@ START_TEST(test_3d_matches_exhaustive)
         osdp_3d_result_free(&res);
     }
     ck_assert_msg(fitted >= 3, "only %d limits had a plan", fitted);
+    ck_assert_msg(skipped > 0, "the bounds left no candidate nor split unplanned");   /* yet the optimum above */
+}
+END_TEST
+
+/* recompute in the 3D search (issue 28 item 3): with every attn / mlp
+ * operator recomputing (--recompute all), and with the choice per operator
+ * (--recompute auto), the search's optimum = the exhaustive one over meshes
+ * x splits x b x DP / ZDP x recompute per operator; under a limit where
+ * nothing fits without recompute, recompute auto's plan recomputes */
+START_TEST(test_3d_recompute_matches_exhaustive)
+{
+    osdp_model_config cfg;
+    osdp_device dev;
+    tiny_on_two_nodes(&cfg, &dev);
+    const long long full = flat_dp_peak(&cfg, &dev);
+    const double fractions[] = {1.0, 0.5, 0.4, 0.35, 0.3};
+    const rc_mode modes[] = {RC_ALL, RC_EACH};
+    int fitted = 0, only_with_recompute = 0;
+    for (size_t m = 0; m < 2; m++)
+        for (size_t f = 0; f < sizeof fractions / sizeof fractions[0]; f++) {
+            two_level_device(&dev, (long long)(fractions[f] * (double)full));
+            brute_rc = RC_NONE;
+            const brute_best none = brute_force(&cfg, &dev, OSDP_MODES_ANY, 0);
+            brute_rc = modes[m];
+            const brute_best brute = brute_force(&cfg, &dev, OSDP_MODES_ANY, 0);
+            osdp_3d_result res;
+            search(&cfg, &dev, OSDP_3D_OSDP, &res);
+            brute_rc = RC_NONE;
+            if (brute.step_s < 0) {
+                ck_assert_msg(res.status == OSDP_ERR_INFEASIBLE, "recompute %d, limit x%.2f: nothing fits, the search "
+                              "found PP %d TP %d", (int)modes[m], fractions[f], res.best.pp_size, res.best.tp_size);
+                osdp_3d_result_free(&res);
+                continue;
+            }
+            fitted++;
+            ck_assert_msg(res.status == OSDP_OK, "recompute %d, limit x%.2f: the search found nothing: %s",
+                          (int)modes[m], fractions[f], res.message);
+            ck_assert_msg(close_rel(res.best.step_s, brute.step_s, 1e-9), "recompute %d, limit x%.2f: search PP %d TP %d b "
+                          "%d step %.9g s, exhaustive PP %d TP %d b %d step %.9g s", (int)modes[m], fractions[f],
+                          res.best.pp_size, res.best.tp_size, res.best.micro_batch, res.best.step_s, brute.pp, brute.tp,
+                          brute.micro_batch, brute.step_s);
+            int rc = 0, can = 0;
+            for (int i = 0; i < res.best.plan.n_ops; i++) {
+                const int may = osdp_op_can_recompute(res.best.layout.op[i].type);
+                can += may;
+                rc += res.best.plan.recompute[i];
+                ck_assert_msg(may || !res.best.plan.recompute[i], "operator %d recomputes", i);
+            }
+            if (modes[m] == RC_ALL) ck_assert_msg(rc == can, "--recompute all: %d of %d operators recompute", rc, can);
+            if (modes[m] == RC_EACH && none.step_s < 0) {
+                only_with_recompute++;
+                ck_assert_msg(rc > 0, "limit x%.2f: nothing fits without recompute, yet the plan has none", fractions[f]);
+            }
+            for (int s = 0; s < res.best.pp_size; s++) ck_assert(res.best.stage[s].peak_bytes <= dev.mem_limit);
+            osdp_3d_result_free(&res);
+        }
+    ck_assert_msg(fitted >= 6, "only %d searches had a plan", fitted);
+    ck_assert_msg(only_with_recompute >= 1, "no limit needed recompute: the test does not reach it");
 }
 END_TEST
 
@@ -278,7 +353,8 @@ END_TEST
 
 static Suite *planner_3d_suite(void)
 {
-    const TTest *search[] = {test_3d_matches_exhaustive, test_3d_baselines, test_3d_fixed_and_pruned, NULL};
+    const TTest *search[] = {test_3d_matches_exhaustive, test_3d_recompute_matches_exhaustive, test_3d_baselines,
+                             test_3d_fixed_and_pruned, NULL};
     const osdp_check_case cases[] = {{.name = "search", .tests = search}};
     return osdp_check_suite("planner_3d", cases, sizeof cases / sizeof cases[0]);
 }

@@ -45,6 +45,24 @@ if [ $rc_text = 0 ] && [ "$(grep -cE '^  (3D\+OSDP|DeepSpeed-3D-like|Megatron-li
     ok "plan --pp auto --nodes 2 on 16 ranks: 5 rows; every mesh P x D x T = 16 with T inside a node, peaks within the limit, 3D+OSDP the fastest ($(grep -oE '^3D\+OSDP: PP [0-9]+ x DP [0-9]+ x TP [0-9]+' "$WORK/plan.out")); --out names the mesh"
 else bad "plan --pp auto (rc $rc_text)" "$WORK/plan.err"; head -c 600 "$WORK/plan.json"; echo; fi
 
+# -- 1b. recompute in the 3D search: --recompute all puts every attn / mlp operator of every stage of every
+#        row in +rc; --recompute auto chooses per operator, never slower than none or all
+for rc in all auto none; do
+    "$BIN" plan --model "$SRC/input/models/bench_l6_d256.ini" --device "$SRC/input/devices/a100_40gb.ini" --ranks 16 \
+        --nodes 2 --pp auto --global-batch 64 --mem-limit 200M --recompute $rc --json >"$WORK/rc_$rc.json" 2>"$WORK/rc_$rc.err"
+    eval "rc_$rc=\$?"
+done
+if [ "$rc_all" = 0 ] && [ "$rc_auto" = 0 ] && [ "$rc_none" = 0 ] &&
+   js "$WORK/rc_all.json" 'all(m.endswith("+rc") == (0 < s["lo"] + i < 13)
+           for k in ("osdp", "deepspeed_3d", "megatron", "fsdp", "ddp") if j[k]["fits"]
+           for s in j[k]["plan"]["stages"] for i, m in enumerate(s["modes"]))
+       and sum(m.endswith("+rc") for s in j["osdp"]["plan"]["stages"] for m in s["modes"]) == 12' &&
+   python3 -c 'import json, sys
+a, n, r = (json.load(open(f))["osdp"]["plan"]["step_s"] for f in sys.argv[1:4])
+sys.exit(0 if a <= n * (1 + 1e-12) and a <= r * (1 + 1e-12) else 1)' "$WORK/rc_auto.json" "$WORK/rc_none.json" "$WORK/rc_all.json"; then
+    ok "plan --pp auto --recompute all: the 12 attn / mlp operators recompute in every row; --recompute auto no slower than none or all"
+else bad "plan --pp auto --recompute (rc $rc_all $rc_auto $rc_none)" "$WORK/rc_all.err"; fi
+
 # -- 2. train --plan auto --pp 2: the search's stages; memory exact; losses bitwise as --plan dp on that mesh
 run 4 auto_pp2 --plan auto --pp 2
 line=$(grep -m1 '^--plan auto (3D search' "$WORK/auto_pp2.out")

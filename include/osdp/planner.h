@@ -358,7 +358,18 @@ void osdp_pipe_choice_free(osdp_pipe_choice *choice);
  * earlier split.  GUARANTEE: where every split was enumerated, the result
  * is the best over meshes x splits x micro-batches of the per-stage
  * optima (each stage's plan the fastest that fits, osdp_planner_plan_batch);
- * tests/test_planner_3d.c checks it against exhaustive enumeration. */
+ * tests/test_planner_3d.c checks it against exhaustive enumeration.
+ * Speed (with a global batch, 1F1B or GPipe): each (mesh, b) gets a lower
+ * bound on its step before any stage is searched
+ * (src/planner/planner_3d_bound.h: every operator's fastest choice; a
+ * balanced split's stages also their LP bound under the memory limit); the
+ * candidates are planned from the smallest bound up and the search stops
+ * at the first bound above the best step; a split, and the stages of a
+ * split once some are planned, are skipped by the same bounds; the
+ * answer's stage peaks are checked against the runtime's schedule once;
+ * a stage of the same contents, mesh, b, M and pass order as one searched
+ * before reuses its result (src/planner/stage_cache.h).  Ties still go to
+ * the earlier (P, T, split, b) of the enumeration order. */
 typedef enum osdp_3d_kind {
     OSDP_3D_OSDP, OSDP_3D_DEEPSPEED, OSDP_3D_MEGATRON, OSDP_3D_FSDP, OSDP_3D_DDP, OSDP_3D_KINDS
 } osdp_3d_kind;
@@ -374,6 +385,10 @@ typedef struct osdp_3d_result {
     char message[1024];
     osdp_pipe_choice best;    /* the chosen mesh, split, batch and plan (valid when OSDP_OK) */
     int meshes, meshes_pruned, splits_planned;
+    int candidates;           /* meshes x micro-batches (x splits) the search ordered by their bounds */
+    int candidates_bounded;   /* of them, left unplanned: their bound above the best step found */
+    int splits_bounded;       /* enumerated splits left unplanned by their own bound */
+    long long stage_reuses;   /* stage searches answered by an earlier stage of the same contents */
     double total_s;           /* wall seconds of the call */
     double cpu_s;             /* the process's CPU seconds in the call (a shared machine's waits left out) */
 } osdp_3d_result;

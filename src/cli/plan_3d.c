@@ -59,11 +59,13 @@ static void print_text(const osdp_model_config *cfg, const osdp_device *dev, con
            "row's)\n");
     if (res[OSDP_3D_OSDP].status != OSDP_OK) return;
     const osdp_pipe_choice *c = &res[OSDP_3D_OSDP].best;
+    const osdp_3d_result *r = &res[OSDP_3D_OSDP];
     printf("\n3D+OSDP: PP %d x DP %d x TP %d, schedule %s, micro-batch %d x %d micro-batches: step %.3f ms; %d meshes "
            "(%d pruned by their state), %d stage splits planned in %.1f ms (%.1f ms CPU)\n", c->pp_size, c->dp_size, c->tp_size,
            osdp_pipe_schedule_name(c->schedule), c->micro_batch, c->micro_batches, 1e3 * c->step_s,
-           res[OSDP_3D_OSDP].meshes, res[OSDP_3D_OSDP].meshes_pruned, res[OSDP_3D_OSDP].splits_planned,
-           1e3 * res[OSDP_3D_OSDP].total_s, 1e3 * res[OSDP_3D_OSDP].cpu_s);
+           r->meshes, r->meshes_pruned, r->splits_planned, 1e3 * r->total_s, 1e3 * r->cpu_s);
+    printf("  (bounds: %d of %d mesh x micro-batch candidates and %d splits left unplanned, their bound above the best "
+           "step; %lld stage searches reused)\n", r->candidates_bounded, r->candidates, r->splits_bounded, r->stage_reuses);
     for (int s = 0; s < c->pp_size; s++) {
         const osdp_stage_plan *st = &c->stage[s];
         char pk[32], mode[24];
@@ -94,9 +96,10 @@ static void print_json(const osdp_model_config *cfg, const osdp_device *dev, con
     for (int k = 0; k < OSDP_3D_KINDS; k++) {
         const osdp_3d_result *r = &res[k];
         printf(",\"%s\":{\"name\":\"%s\",\"fits\":%s,\"meshes\":%d,\"meshes_pruned\":%d,\"splits_planned\":%d,"
-               "\"search_ms\":%.6g,\"search_cpu_ms\":%.6g", keys[k], osdp_3d_kind_name((osdp_3d_kind)k),
+               "\"search_ms\":%.6g,\"search_cpu_ms\":%.6g,\"candidates\":%d,\"candidates_bounded\":%d,\"splits_bounded\":%d,"
+               "\"stage_reuses\":%lld", keys[k], osdp_3d_kind_name((osdp_3d_kind)k),
                r->status == OSDP_OK ? "true" : "false", r->meshes, r->meshes_pruned, r->splits_planned, 1e3 * r->total_s,
-               1e3 * r->cpu_s);
+               1e3 * r->cpu_s, r->candidates, r->candidates_bounded, r->splits_bounded, r->stage_reuses);
         if (r->status == OSDP_OK) {
             char split[512];
             printf(",\"mesh\":{\"pp\":%d,\"dp\":%d,\"tp\":%d,\"stages\":\"%s\"},\"peak_bytes\":%lld", r->best.pp_size,
@@ -135,8 +138,6 @@ int osdp_cmd_plan_3d(const osdp_job *job)
 {
     if (osdp_option_given(job, "stages"))
         osdp_fatal(OSDP_ERR_INPUT, "--stages with --pp auto: the 3D search chooses the split; give --pp P to fix it");
-    if (job->recompute == OSDP_RECOMPUTE_ALL)
-        osdp_fatal(OSDP_ERR_INPUT, "--recompute all with --pp auto: use --recompute auto (the search chooses) or none");
     if (job->pipe_schedule == OSDP_PIPE_INTERLEAVED || osdp_option_given(job, "virtual-stages"))
         osdp_fatal(OSDP_ERR_INPUT, "--schedule interleaved / --virtual-stages with --pp auto: the 3D search does not "
                                    "interleave yet; give --pp P (plan then searches V on its pipeline)");
@@ -146,6 +147,16 @@ int osdp_cmd_plan_3d(const osdp_job *job)
     osdp_plan_load_inputs(job, &o, &cfg, &dev);
     osdp_status s;
     const int seq_len = job->seq_len ? (int)job->seq_len : cfg.ctx;
+    int *recompute_all = NULL;   /* --recompute all: every attn and mlp operator, on every stage of every mesh */
+    if (job->recompute == OSDP_RECOMPUTE_ALL) {
+        osdp_layout L;   /* the operators and their types: the same at every T */
+        if ((s = osdp_layout_build(&L, &cfg, seq_len)) != OSDP_OK) osdp_fatal(s, osdp_error_message());
+        if (!(recompute_all = calloc((size_t)L.n_ops, sizeof *recompute_all)))
+            osdp_fatal(OSDP_ERR_OOM, "plan: out of host memory");
+        for (int i = 0; i < L.n_ops; i++) recompute_all[i] = osdp_op_can_recompute(L.op[i].type);
+        osdp_layout_free(&L);
+        o.recompute = recompute_all;
+    }
     /* --tp T fixes the tensor-parallel degree; not given or auto: searched */
     const osdp_3d_options o3 = {.pp = 0, .tp = osdp_option_given(job, "tp") ? (int)job->tp : 0,
                                 .schedule = (osdp_pipe_schedule)job->pipe_schedule};
@@ -164,5 +175,6 @@ int osdp_cmd_plan_3d(const osdp_job *job)
         rc = write_plan(job, &dev, &res[OSDP_3D_OSDP].best);
     }
     for (int k = 0; k < OSDP_3D_KINDS; k++) osdp_3d_result_free(&res[k]);
+    free(recompute_all);
     return rc;
 }

@@ -78,9 +78,6 @@ static osdp_status check_pipeline_options(const osdp_job *job, int plan_auto)
         if (!job->global_batch)
             return osdp_error_set(OSDP_ERR_INPUT, "--plan auto with a pipeline (--pp) needs --global-batch G: the "
                                   "sequences per step that the search splits into micro-batches");
-        if (job->recompute == OSDP_RECOMPUTE_ALL)
-            return osdp_error_set(OSDP_ERR_INPUT, "--recompute all with --plan auto and --pp: use --recompute auto or "
-                                  "none");
         return OSDP_OK;
     }
     if (job->tp == OSDP_TP_AUTO)

@@ -4,8 +4,11 @@
  * stage); the baselines are the same search restricted to their modes, with
  * their replicated state priced. */
 #include "osdp/planner.h"
+#include "planner_3d_bound.h"
+#include "planner_pipeline.h"
 #include "util/clock.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -96,28 +99,73 @@ typedef struct search_state {
     osdp_3d_result *res;
     int have_best;
     int by_step;              /* a global batch: the shortest step wins */
+    int key[4];               /* the best's place in the enumeration order: T, P, split, b */
+    osdp_stage_cache *cache;  /* stage results reused across meshes, splits and micro-batches */
+    /* the candidate of the smallest micro-batch a bound found unable to fit, no plan found yet: searched for
+     * its message should nothing fit */
+    int unfit, unfit_tp, unfit_pp, unfit_b, unfit_split, unfit_bounds[OSDP_MAX_STAGES + 1];
 } search_state;
 
-/* c better than the best so far (ties keep the earlier: smaller P, T, split) */
-static int better(const search_state *st, const osdp_pipe_choice *c)
+/* c better than the best so far; ties keep the earlier in the order of
+ * enumeration (smaller T, then P, then split, then b), whatever the order
+ * the candidates were planned in */
+static int better(const search_state *st, const osdp_pipe_choice *c, const int *key)
 {
     if (!st->have_best) return 1;
     const osdp_pipe_choice *b = &st->res->best;
-    return st->by_step ? c->step_s < b->step_s : c->samples_per_s > b->samples_per_s;
+    const double mine = st->by_step ? c->step_s : -c->samples_per_s, theirs = st->by_step ? b->step_s : -b->samples_per_s;
+    if (mine != theirs) return mine < theirs;
+    for (int k = 0; k < 4; k++)
+        if (key[k] != st->key[k]) return key[k] < st->key[k];
+    return 0;
 }
 
-/* one mesh and split: the pipeline's planner; a better answer is kept */
-static osdp_status plan_split(const osdp_model_config *cfg, int seq_len, const osdp_device *dev,
-                              const osdp_planner_options *o, const osdp_3d_options *o3, int tp, int pp,
-                              const int *bounds, search_state *st)
+/* the best step so far, for the bounds (none: infinite) */
+static double best_step(const search_state *st)
 {
+    return st->have_best && st->by_step ? st->res->best.step_s : INFINITY;
+}
+
+/* a bound above the best (rounding aside): nothing it bounds can win, nor tie */
+static int bounded_out(double bound, const search_state *st)
+{
+    return bound > best_step(st) * (1 + 1e-9);
+}
+
+/* one mesh, split and micro-batch (b 0: the pipeline's planner chooses it); a better answer is kept */
+static osdp_status plan_split(const osdp_model_config *cfg, int seq_len, const osdp_device *dev,
+                              const osdp_planner_options *o_in, const osdp_3d_options *o3, const osdp_layout *layout,
+                              const int *classes, int tp, int pp, const int *bounds, int split_index, int b,
+                              search_state *st)
+{
+    osdp_planner_options o = *o_in;
+    if (b > 0) o.micro_batch = b;
     osdp_pipe_choice c;
-    osdp_status s = osdp_planner_pipeline(cfg, seq_len, dev, o, tp, pp, bounds, o3->schedule, &c);
+    int bounded = 0;
+    /* with a bound, only a step that can beat the best (or tie it) is wanted */
+    const double cutoff = b > 0 ? best_step(st) * (1 + 1e-9) : -1;
+    osdp_status s = osdp_planner_pipeline_cached(cfg, seq_len, dev, &o, tp, pp, bounds, o3->schedule, layout, classes,
+                                                 st->cache, cutoff, &bounded, &c);
     st->res->splits_planned++;
-    if (s == OSDP_OK && better(st, &c)) {
+    if (bounded) {
+        if (!st->have_best && (!st->unfit || b < st->unfit_b) && st->res->message[0] == '\0') {
+            st->unfit = 1;
+            st->unfit_tp = tp;
+            st->unfit_pp = pp;
+            st->unfit_b = b;
+            st->unfit_split = bounds != NULL;
+            if (bounds) memcpy(st->unfit_bounds, bounds, sizeof(int) * (size_t)(pp + 1));
+        }
+        st->res->splits_bounded++;
+        osdp_pipe_choice_free(&c);
+        return OSDP_OK;
+    }
+    const int key[4] = {tp, pp, split_index, b};
+    if (s == OSDP_OK && better(st, &c, key)) {
         if (st->have_best) osdp_pipe_choice_free(&st->res->best);
         st->res->best = c;
         st->have_best = 1;
+        memcpy(st->key, key, sizeof key);
         return OSDP_OK;
     }
     osdp_pipe_choice_free(&c);
@@ -129,24 +177,122 @@ static osdp_status plan_split(const osdp_model_config *cfg, int seq_len, const o
     return s;
 }
 
-/* one mesh (P, T): its splits */
-static osdp_status plan_mesh(const osdp_model_config *cfg, int seq_len, const osdp_device *dev,
-                             const osdp_planner_options *o, const osdp_3d_options *o3, int tp, int pp, int n_ops,
-                             search_state *st)
+/* one candidate: a mesh (P, T) and a micro-batch b (0: every b, the pipeline's planner's loop) */
+typedef struct candidate {
+    int tp, pp, b, M;
+    double bound;             /* osdp_3d_step_bound over every split (0: none) */
+    double sync_s;            /* the step's closing all-reduce on this mesh */
+    double *op_s;             /* [n_ops] each operator's fastest pass time per micro-batch (bound > 0) */
+    int aware;                /* the bound is its one split's stages' memory-aware bound (infinite: cannot fit) */
+    const osdp_layout *layout;    /* one rank's parts at T, and their content classes (osdp_stage_classes) */
+    const int *classes;
+    int balanced;             /* one split, the balanced one, in bounds (P past the enumeration limit) */
+    int bounds[OSDP_MAX_STAGES + 1];
+} candidate;
+
+static int cmp_candidate(const void *x, const void *y)
+{
+    const candidate *a = x, *b = y;
+    if (a->bound != b->bound) return a->bound < b->bound ? -1 : 1;
+    if (a->tp != b->tp) return a->tp < b->tp ? -1 : 1;
+    if (a->pp != b->pp) return a->pp < b->pp ? -1 : 1;
+    return (a->b > b->b) - (a->b < b->b);
+}
+
+/* one candidate: its splits, each unless its own bound rules it out */
+static osdp_status plan_candidate(const osdp_model_config *cfg, int seq_len, const osdp_device *dev,
+                                  const osdp_planner_options *o, const osdp_3d_options *o3, const candidate *c,
+                                  int n_ops, search_state *st)
 {
     const long long limit = o3->split_enum_limit > 0 ? o3->split_enum_limit : SPLIT_ENUM_LIMIT_DEFAULT;
+    const int pp = c->pp;
     if (pp == 1 || count_splits(n_ops, pp, limit) > limit)
-        return plan_split(cfg, seq_len, dev, o, o3, tp, pp, NULL, st);
+        return plan_split(cfg, seq_len, dev, o, o3, c->layout, c->classes, c->tp, pp, c->balanced ? c->bounds : NULL, 0,
+                          c->b, st);
     int bounds[OSDP_MAX_STAGES + 1];
     for (int q = 0; q < pp; q++) bounds[q] = q;
     bounds[pp] = n_ops;
+    int index = 0;
     do {
-        osdp_status s = plan_split(cfg, seq_len, dev, o, o3, tp, pp, bounds, st);
-        if (s != OSDP_OK) return s;
+        if (c->op_s && bounded_out(osdp_3d_split_bound(c->op_s, bounds, pp, c->M) + c->sync_s, st)) {
+            st->res->splits_bounded++;
+        } else {
+            osdp_status s = plan_split(cfg, seq_len, dev, o, o3, c->layout, c->classes, c->tp, pp, bounds, index, c->b,
+                                       st);
+            if (s != OSDP_OK) return s;
+        }
+        index++;
     } while (next_split(bounds, pp, n_ops));
     return OSDP_OK;
 }
 
+/* the candidates of one mesh (P, T) over D: each micro-batch b of the global batch with its bound, or
+ * (no global batch, or a schedule without the bound) one of b 0 and no bound */
+static osdp_status add_candidates(const osdp_layout *layout, const int *classes, const osdp_device *dev,
+                                  const osdp_planner_options *o, const osdp_3d_options *o3, int tp, int pp, int D,
+                                  candidate **list, int *n, int *cap)
+{
+    const int G = o->global_batch, per_group = G > 0 ? G / D : 0;
+    const int bounded = per_group > 0 && osdp_3d_schedule_bounded(o3->schedule);
+    const long long enum_limit = o3->split_enum_limit > 0 ? o3->split_enum_limit : SPLIT_ENUM_LIMIT_DEFAULT;
+    int bounds[OSDP_MAX_STAGES + 1];   /* past the limit, the balanced split: the same at every b */
+    const int balanced = pp > 1 && count_splits(layout->n_ops, pp, enum_limit) > enum_limit;
+    if (balanced) {
+        osdp_planner_options od = *o;
+        osdp_status s = osdp_pipe_balanced_split(layout, dev, &od, tp, pp, bounds);
+        if (s != OSDP_OK) return s;
+    }
+    for (int b = bounded ? 1 : 0; b <= (bounded ? per_group : 0); b++) {
+        if (b > 0 && (per_group % b != 0 || (o->micro_batch > 0 && b != o->micro_batch))) continue;
+        if (*n == *cap) {
+            const int grown = *cap ? 2 * *cap : 64;
+            candidate *more = realloc(*list, sizeof *more * (size_t)grown);
+            if (!more) return osdp_error_set(OSDP_ERR_OOM, "3D search: out of host memory");
+            *list = more;
+            *cap = grown;
+        }
+        candidate *c = &(*list)[*n];
+        *c = (candidate){.tp = tp, .pp = pp, .b = b, .M = b > 0 ? per_group / b : 0, .layout = layout,
+                         .classes = classes, .balanced = balanced};
+        if (balanced) memcpy(c->bounds, bounds, sizeof(int) * (size_t)(pp + 1));
+        if (b > 0) {
+            if (!(c->op_s = malloc(sizeof *c->op_s * (size_t)layout->n_ops)))
+                return osdp_error_set(OSDP_ERR_OOM, "3D search: out of host memory");
+            osdp_status s = osdp_3d_op_times(layout, dev, o, tp, D, pp, b, c->M, c->op_s, &c->sync_s);
+            if (s != OSDP_OK) {
+                free(c->op_s);
+                return s;
+            }
+            c->bound = osdp_3d_step_bound(c->op_s, layout->n_ops, pp, c->M) + c->sync_s;
+            if (balanced) {
+                /* one split, the balanced one: its stages' memory-aware bound, tighter */
+                double split_bound;
+                s = osdp_pipe_split_bound(layout, dev, o, tp, pp, o3->schedule, bounds, b, c->M, &split_bound);
+                if (s != OSDP_OK) {
+                    free(c->op_s);
+                    return s;
+                }
+                c->bound = fmax(c->bound, split_bound);
+                c->aware = 1;
+            }
+        }
+        (*n)++;
+    }
+    return OSDP_OK;
+}
+
+static void free_candidates(candidate *list, int n)
+{
+    for (int i = 0; i < n; i++) free(list[i].op_s);
+    free(list);
+}
+
+/* The search: every mesh's candidates with their bounds (the meshes whose
+ * state alone cannot fit left out), planned from the smallest bound up;
+ * it stops at the first bound above the best step found, which no later
+ * candidate can then beat (nor tie, the bounds being sorted).  Without a
+ * global batch (the most samples per second wins, every b up to the first
+ * that does not fit) the candidates are the meshes, in their order. */
 osdp_status osdp_planner_3d(const osdp_model_config *cfg, int seq_len, const osdp_device *dev,
                             const osdp_planner_options *o_in, const osdp_3d_options *o3, osdp_3d_kind kind,
                             osdp_3d_result *res)
@@ -157,24 +303,39 @@ osdp_status osdp_planner_3d(const osdp_model_config *cfg, int seq_len, const osd
     res->status = OSDP_ERR_INFEASIBLE;
     osdp_planner_options o = *o_in;
     kind_options(kind, dev, &o);
+    o.verify = 0;   /* the answer's stage peaks are checked once, at the end */
     const int N = o.n_ranks;
     const int fixed_pp = kind == OSDP_3D_FSDP || kind == OSDP_3D_DDP ? 1 : o3->pp;
     const int fixed_tp = kind == OSDP_3D_FSDP || kind == OSDP_3D_DDP ? 1 : o3->tp;
     const long long mem_limit = o.mem_limit > 0 ? o.mem_limit : dev->mem_limit;
-    search_state st = {.res = res, .by_step = o.global_batch > 0};
-    for (int tp = 1; tp <= N; tp++) {
+    search_state st = {.res = res, .by_step = o.global_batch > 0, .cache = osdp_stage_cache_new()};
+    candidate *list = NULL;
+    int n_cand = 0, cap = 0, n_ops = 0, n_layouts = 0;
+    osdp_layout layouts[OSDP_MAX_TP_CANDIDATES];   /* one per T searched */
+    int *classes[OSDP_MAX_TP_CANDIDATES];
+    osdp_status s = OSDP_OK;
+    for (int tp = 1; tp <= N && s == OSDP_OK; tp++) {
         if (N % tp != 0 || (fixed_tp > 0 && tp != fixed_tp)) continue;
         /* a tensor-parallel group sits inside a node */
         if (fixed_tp == 0 && dev->ranks_per_node > 0 && dev->ranks_per_node % tp != 0) continue;
-        osdp_layout layout;
-        osdp_status s = osdp_layout_build_tp(&layout, cfg, seq_len, tp, o.vocab_quantum);
-        if (s == OSDP_ERR_INPUT && fixed_tp == 0) continue;   /* T does not divide the heads */
-        if (s != OSDP_OK) return s;
-        const int n_ops = layout.n_ops;
+        if (n_layouts == OSDP_MAX_TP_CANDIDATES) break;   /* T divides a node of at most 32: never */
+        osdp_layout *lp = &layouts[n_layouts];
+        s = osdp_layout_build_tp(lp, cfg, seq_len, tp, o.vocab_quantum);
+        if (s == OSDP_ERR_INPUT && fixed_tp == 0) {   /* T does not divide the heads */
+            s = OSDP_OK;
+            continue;
+        }
+        if (s != OSDP_OK) break;
+        osdp_layout layout = *lp;   /* kept, with its classes, for the candidates' searches */
+        if (!(classes[n_layouts++] = malloc(sizeof(int) * (size_t)layout.n_ops))) {
+            s = osdp_error_set(OSDP_ERR_OOM, "3D search: out of host memory");
+            break;
+        }
+        osdp_stage_classes(lp, classes[n_layouts - 1]);
+        n_ops = layout.n_ops;   /* the same operators at every T */
         const double n_params = (double)layout.total_params;
         const double state = (double)state_bytes_per_param(dev) * n_params;
-        osdp_layout_free(&layout);
-        for (int pp = 1; pp <= N / tp && pp <= OSDP_MAX_STAGES && pp <= n_ops; pp++) {
+        for (int pp = 1; pp <= N / tp && pp <= OSDP_MAX_STAGES && pp <= n_ops && s == OSDP_OK; pp++) {
             if ((N / tp) % pp != 0 || (fixed_pp > 0 && pp != fixed_pp)) continue;
             const int D = N / (tp * pp);
             if (o.global_batch > 0 && o.global_batch % D != 0) continue;
@@ -186,11 +347,54 @@ osdp_status osdp_planner_3d(const osdp_model_config *cfg, int seq_len, const osd
                 res->meshes_pruned++;
                 continue;
             }
-            if ((s = plan_mesh(cfg, seq_len, dev, &o, o3, tp, pp, n_ops, &st)) != OSDP_OK) {
-                osdp_3d_result_free(res);
-                return s;
-            }
+            s = add_candidates(lp, classes[n_layouts - 1], dev, &o, o3, tp, pp, D, &list, &n_cand, &cap);
         }
+    }
+    if (s == OSDP_OK) qsort(list, (size_t)n_cand, sizeof *list, cmp_candidate);
+    /* first the candidate of the smallest memory-aware bound: likely to fit and near the optimum, its step
+     * bounds the others out early (the order of the rest, and the answer, stay the same) */
+    int first = -1;
+    for (int i = 0; i < n_cand && first < 0; i++)
+        if (list[i].aware && isfinite(list[i].bound)) first = i;
+    for (int j = first >= 0 ? -1 : 0; j < n_cand && s == OSDP_OK; j++) {
+        const int i = j < 0 ? first : j;
+        if (j >= 0 && j == first) continue;
+        if (list[i].op_s && bounded_out(list[i].bound, &st)) {   /* sorted: every later one too */
+            if (j >= 0) res->candidates_bounded = n_cand - j - (first > j);
+            if (j >= 0) break;
+            continue;
+        }
+        s = plan_candidate(cfg, seq_len, dev, &o, o3, &list[i], n_ops, &st);
+    }
+    free_candidates(list, n_cand);
+    if (s == OSDP_OK && !st.have_best && st.unfit && res->message[0] == '\0') {
+        /* nothing fits: the message of the first candidate a bound found unable to fit, by its search */
+        osdp_pipe_choice c;
+        osdp_planner_options ob = o;
+        ob.micro_batch = st.unfit_b;
+        int bounded;
+        osdp_status why = osdp_planner_pipeline_cached(cfg, seq_len, dev, &ob, st.unfit_tp, st.unfit_pp,
+                                                       st.unfit_split ? st.unfit_bounds : NULL, o3->schedule, NULL,
+                                                       NULL, NULL, -1, &bounded, &c);
+        if (why == OSDP_ERR_INFEASIBLE)
+            snprintf(res->message, sizeof res->message, "PP %d x TP %d: %s", st.unfit_pp, st.unfit_tp,
+                     osdp_error_message());
+        else if (why != OSDP_OK)
+            s = why;
+        osdp_pipe_choice_free(&c);
+    }
+    for (int t = 0; t < n_layouts; t++) {
+        osdp_layout_free(&layouts[t]);
+        free(classes[t]);
+    }
+    res->candidates = n_cand;
+    res->stage_reuses = osdp_stage_cache_hits(st.cache);
+    osdp_stage_cache_free(st.cache);
+    if (s == OSDP_OK && st.have_best) s = osdp_pipe_choice_verify(dev, o_in, &res->best);
+    if (s != OSDP_OK) {
+        if (st.have_best) osdp_pipe_choice_free(&res->best);
+        memset(&res->best, 0, sizeof res->best);
+        return s;
     }
     if (st.have_best) {
         res->status = OSDP_OK;

@@ -5,8 +5,12 @@
 #include "osdp/cost_model.h"
 #include "osdp/planner.h"
 #include "osdp/schedule.h"
+#include "plan_context.h"
+#include "plan_knap.h"
+#include "planner_pipeline.h"
 #include "util/clock.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -69,36 +73,99 @@ static long long stage_replicated_bytes(const osdp_layout *layout, int lo, int h
 /* every stage planned at micro-batch b and M micro-batches into *c (whose
  * stages are freed first); OSDP_ERR_INFEASIBLE names the stage that does
  * not fit */
-static osdp_status plan_stages(const osdp_device *dev, const osdp_planner_options *o, int b, int M, osdp_pipe_choice *c)
+/* stage s's search options at micro-batch b of M (its in-flight micro-batches and message buffers, its
+ * operators' recompute flags) and its limit less a baseline's replicated state */
+static void stage_options(const osdp_device *dev, const osdp_planner_options *o, int b, int M, const osdp_pipe_choice *c,
+                          int s, osdp_stage_plan *st, osdp_planner_options *so, long long *replicated, long long *limit)
+{
+    const int P = c->pp_size;
+    memset(st, 0, sizeof *st);
+    st->lo = c->bounds[s];
+    st->hi = c->bounds[s + 1];
+    st->in_flight = osdp_pipe_in_flight(c->schedule, P, s, M);
+    st->schedule_peak = -1;
+    *so = *o;
+    so->n_ranks = c->dp_size;
+    so->hierarchy = osdp_pipe_choice_hierarchy(c);
+    so->global_batch = 0;
+    so->micro_batch = b;
+    so->verify = 0;   /* the stage's peak is checked against its schedule below, on the whole layout */
+    so->recompute = o->recompute ? o->recompute + st->lo : NULL;
+    so->stage_in_flight = st->in_flight;
+    so->stage_buffer_bytes = osdp_pipe_stage_buffer_bytes(&c->layout, c->bounds, s, b, st->in_flight);
+    /* a baseline's replicated state (osdp_planner_options) is resident all
+     * step: the stage's search sees the limit less it */
+    *replicated = stage_replicated_bytes(&c->layout, st->lo, st->hi, c->dp_size, o->replicated_bytes_per_param);
+    *limit = (o->mem_limit > 0 ? o->mem_limit : dev->mem_limit) - *replicated;
+    if (*replicated > 0) so->mem_limit = *limit;
+}
+
+/* a lower bound on the step of the stages' plans: each stage's operators' time at least the LP bound of
+ * its search (osdp_ps_lp_bound: the fastest choices the memory limit allows, fractionally), the planned
+ * stages' their own (busy[s] >= 0), in osdp_3d_split_bound's chain; INFINITY when a stage cannot fit */
+static osdp_status stages_bound(const osdp_device *dev, const osdp_planner_options *o, int b, int M,
+                                const osdp_pipe_choice *c, const double *busy, double *bound)
+{
+    const int P = c->pp_size;
+    double before = 0, most = 0;
+    for (int s = 0; s < P; s++) {
+        double t = busy ? busy[s] : -1;
+        if (t < 0) {
+            osdp_stage_plan st;
+            osdp_planner_options so;
+            long long replicated, limit;
+            stage_options(dev, o, b, M, c, s, &st, &so, &replicated, &limit);
+            osdp_layout sub = osdp_pipe_stage_layout(&c->layout, st.lo, st.hi);
+            osdp_planner_result counters;
+            memset(&counters, 0, sizeof counters);
+            osdp_ps_context ctx;
+            osdp_status status = osdp_ps_context_build(&ctx, &sub, dev, &so, b, M, 2, NULL, &counters);
+            if (status != OSDP_OK) return status;
+            t = limit <= 0 ? INFINITY : osdp_ps_lp_bound(&ctx, NULL, limit - ctx.fixed_bytes - osdp_ps_min_transient(&ctx));
+            osdp_ps_context_free(&ctx);
+        }
+        if (isinf(t)) {
+            *bound = INFINITY;
+            return OSDP_OK;
+        }
+        most = fmax(most, before + t);
+        before += t / M;
+    }
+    *bound = most + osdp_cost_step_sync_time(dev, c->tp_size, c->dp_size, P);
+    return OSDP_OK;
+}
+
+/* every stage planned at micro-batch b and M micro-batches into *c (whose
+ * stages are freed first); OSDP_ERR_INFEASIBLE names the stage that does
+ * not fit.  cutoff >= 0: only a step of at most this (INFINITY: any) is
+ * wanted; *bounded = 1 (with OSDP_ERR_INFEASIBLE, no message) when a bound
+ * shows the stages cannot give one, or some stage cannot fit; < 0: no bounds */
+static osdp_status plan_stages(const osdp_device *dev, const osdp_planner_options *o, int b, int M, osdp_pipe_choice *c,
+                               osdp_stage_cache *cache, const int *classes, double cutoff, int *bounded)
 {
     const int P = c->pp_size;
     const osdp_cost_model cm = {.layout = &c->layout, .dev = dev, .N = c->dp_size, .pad_quantum = o->pad_quantum,
                                 .prefetch = o->prefetch, .kind = o->cost, .hier = osdp_pipe_choice_hierarchy(c)};
     for (int s = 0; s < c->n_stages_planned; s++) osdp_planner_result_free(&c->stage[s].result);
     c->n_stages_planned = 0;
+    *bounded = 0;
+    double busy[OSDP_MAX_STAGES];
+    for (int s = 0; s < P; s++) busy[s] = -1;
+    if (cutoff >= 0) {
+        double bound;
+        osdp_status status = stages_bound(dev, o, b, M, c, NULL, &bound);
+        if (status != OSDP_OK) return status;
+        if (isinf(bound) || bound > cutoff) {   /* INFINITY: some stage cannot fit whatever its plan */
+            *bounded = 1;
+            return OSDP_ERR_INFEASIBLE;
+        }
+    }
     for (int s = 0; s < P; s++) {
         osdp_stage_plan *st = &c->stage[s];
-        memset(st, 0, sizeof *st);
-        st->lo = c->bounds[s];
-        st->hi = c->bounds[s + 1];
-        st->in_flight = osdp_pipe_in_flight(c->schedule, P, s, M);
-        st->schedule_peak = -1;
+        osdp_planner_options so;
+        long long replicated, limit;
+        stage_options(dev, o, b, M, c, s, st, &so, &replicated, &limit);
         osdp_layout sub = osdp_pipe_stage_layout(&c->layout, st->lo, st->hi);
-        osdp_planner_options so = *o;
-        so.n_ranks = c->dp_size;
-        so.hierarchy = osdp_pipe_choice_hierarchy(c);
-        so.global_batch = 0;
-        so.micro_batch = b;
-        so.verify = 0;   /* the stage's peak is checked against its schedule below, on the whole layout */
-        so.recompute = o->recompute ? o->recompute + st->lo : NULL;
-        so.stage_in_flight = st->in_flight;
-        so.stage_buffer_bytes = osdp_pipe_stage_buffer_bytes(&c->layout, c->bounds, s, b, st->in_flight);
-        /* a baseline's replicated state (osdp_planner_options) is resident all
-         * step: the stage's search sees the limit less it */
-        const long long replicated = stage_replicated_bytes(&c->layout, st->lo, st->hi, c->dp_size,
-                                                            o->replicated_bytes_per_param);
-        const long long limit = (o->mem_limit > 0 ? o->mem_limit : dev->mem_limit) - replicated;
-        if (replicated > 0) so.mem_limit = limit;
         if (limit <= 0) {
             c->n_stages_planned = s;
             return osdp_error_set(OSDP_ERR_INFEASIBLE, "pipeline stage %d of %d (operators %d:%d): the replicated "
@@ -107,11 +174,24 @@ static osdp_status plan_stages(const osdp_device *dev, const osdp_planner_option
         }
         osdp_status status = OSDP_OK;
         int lowered = 0;
+        /* a stage of the same contents, mesh, batch and pass order planned before: its result */
+        const osdp_stage_key key = {.tp = c->tp_size, .dp = c->dp_size, .pp = P, .receives = s > 0,
+                                    .in_flight = st->in_flight, .micro_batch = b, .micro_batches = M,
+                                    .schedule = (int)c->schedule, .n_ops = st->hi - st->lo,
+                                    .classes = classes ? classes + st->lo : NULL, .recompute = so.recompute};
+        const char *cached_why = NULL;
+        int cached = cache && classes
+                     && osdp_stage_cache_find(cache, &key, &status, &st->result, &st->peak_bytes, &cached_why);
+        if (cached) {
+            c->n_stages_planned = s + 1;
+            if (status == OSDP_OK) copy_stage_plan(&st->result.plan, st->lo, &c->plan);
+            else osdp_error_set(status, "%s", cached_why);
+        }
         /* The search sees the stage's peak but for the moment its first
          * operator's backward prefetches the next pass's first slice
          * (osdp_pipe_stage_peak); should that moment exceed the limit, the
          * search runs again under a limit lowered by the excess. */
-        for (int attempt = 0; attempt < 8; attempt++) {
+        for (int attempt = 0; attempt < 8 && !cached; attempt++) {
             if (attempt > 0) osdp_planner_result_free(&st->result);
             status = osdp_planner_plan_batch(&sub, dev, &so, b, M, &st->result);
             c->n_stages_planned = s + 1;
@@ -128,6 +208,8 @@ static osdp_status plan_stages(const osdp_device *dev, const osdp_planner_option
             status = OSDP_ERR_INFEASIBLE;
             osdp_error_set(status, "no plan fits the memory limit with the prefetch between passes");
         }
+        if (!cached && cache && classes)
+            osdp_stage_cache_put(cache, &key, status, &st->result, st->peak_bytes, osdp_error_message());
         if (status != OSDP_OK) {
             if (status != OSDP_ERR_INFEASIBLE) return status;
             char why[2048];
@@ -141,6 +223,16 @@ static osdp_status plan_stages(const osdp_device *dev, const osdp_planner_option
         st->busy_s = st->result.step_s - osdp_cost_step_sync_time(dev, c->tp_size, c->dp_size, 1);
         st->replicated_bytes = replicated;
         st->p2p_bytes = osdp_pipe_stage_p2p_bytes(&c->layout, c->bounds, P, s, b, M);
+        if (cutoff >= 0 && isfinite(cutoff) && s + 1 < P) {   /* its own time for its bound: the rest may be left unplanned */
+            busy[s] = st->busy_s;
+            double bound;
+            osdp_status status = stages_bound(dev, o, b, M, c, busy, &bound);
+            if (status != OSDP_OK) return status;
+            if (bound > cutoff) {
+                *bounded = 1;
+                return OSDP_ERR_INFEASIBLE;
+            }
+        }
     }
     return OSDP_OK;
 }
@@ -151,8 +243,8 @@ static osdp_status assemble(const osdp_device *dev, const osdp_planner_options *
 {
     const int P = c->pp_size;
     osdp_plan *whole = &c->plan;   /* the stages' plans, copied in by plan_stages */
-    whole->micro_batch = b;
-    whole->accum_steps = M;
+    whole->micro_batch = c->micro_batch = b;
+    whole->accum_steps = c->micro_batches = M;
     whole->tp_size = c->tp_size;
     osdp_cost_model cm = {.layout = &c->layout, .dev = dev, .N = c->dp_size, .pad_quantum = o->pad_quantum,
                           .prefetch = o->prefetch, .kind = o->cost, .hier = osdp_pipe_choice_hierarchy(c)};
@@ -169,39 +261,47 @@ static osdp_status assemble(const osdp_device *dev, const osdp_planner_options *
     c->step_s = c->timing.step_s;
     c->samples_per_s = (double)b * c->dp_size * M / c->step_s;
     whole->predicted_step_s = c->step_s;
-    const int check = o->verify && (dev->param_bytes == 4 || dev->param_bytes == 2) && dev->grad_bytes == 4
-                      && dev->act_bytes == 4;
     c->memory_bottleneck = 0;
     long long most = -1;
     for (int s = 0; s < P; s++) {
         osdp_stage_plan *st = &c->stage[s];
-        if (check) {
-            osdp_schedule_options so = {.n_ranks = c->dp_size, .micro_batch = b, .accum_steps = M,
-                                        .node_ranks = c->hierarchical ? c->hierarchy.node_ranks : 0,
-                                        .prefetch = o->prefetch,
-                                        .weight_dtype = dev->param_bytes == 2 ? OSDP_BFLOAT16 : OSDP_FLOAT32,
-                                        .pad_quantum = o->pad_quantum, .pp_size = P, .pp_stage = s,
-                                        .pipe_schedule = c->schedule};
-            memcpy(so.stage_bounds, c->bounds, sizeof c->bounds);
-            osdp_memory_prediction pr;
-            status = osdp_schedule_predict(&c->layout, whole, &so, &pr);
-            if (status != OSDP_OK) return status;
-            st->schedule_peak = (long long)pr.peak_total;
-            if (st->schedule_peak != st->peak_bytes)
-                return osdp_error_set(OSDP_ERR_INTERNAL, "planner: stage %d's peak in the cost model (%lld bytes) and in "
-                                      "the runtime's stage schedule (%lld bytes) differ", s, st->peak_bytes,
-                                      st->schedule_peak);
-        }
+        st->schedule_peak = -1;
         /* the baseline's replicated state on top (the runtime schedule has no such mode) */
         st->peak_bytes += st->replicated_bytes;
-        if (st->schedule_peak >= 0) st->schedule_peak += st->replicated_bytes;
-        const long long peak = st->schedule_peak >= 0 ? st->schedule_peak : st->peak_bytes;
-        if (peak > most) {
-            most = peak;
+        if (st->peak_bytes > most) {
+            most = st->peak_bytes;
             c->memory_bottleneck = s;
         }
     }
     whole->predicted_peak_bytes = (double)most;
+    return osdp_pipe_choice_verify(dev, o, c);
+}
+
+osdp_status osdp_pipe_choice_verify(const osdp_device *dev, const osdp_planner_options *o, osdp_pipe_choice *c)
+{
+    const int check = o->verify && (dev->param_bytes == 4 || dev->param_bytes == 2) && dev->grad_bytes == 4
+                      && dev->act_bytes == 4;
+    if (!check) return OSDP_OK;
+    const int P = c->pp_size;
+    for (int s = 0; s < P; s++) {
+        osdp_stage_plan *st = &c->stage[s];
+        osdp_schedule_options so = {.n_ranks = c->dp_size, .micro_batch = c->micro_batch,
+                                    .accum_steps = c->micro_batches,
+                                    .node_ranks = c->hierarchical ? c->hierarchy.node_ranks : 0,
+                                    .prefetch = o->prefetch,
+                                    .weight_dtype = dev->param_bytes == 2 ? OSDP_BFLOAT16 : OSDP_FLOAT32,
+                                    .pad_quantum = o->pad_quantum, .pp_size = P, .pp_stage = s,
+                                    .pipe_schedule = c->schedule};
+        memcpy(so.stage_bounds, c->bounds, sizeof c->bounds);
+        osdp_memory_prediction pr;
+        osdp_status status = osdp_schedule_predict(&c->layout, &c->plan, &so, &pr);
+        if (status != OSDP_OK) return status;
+        const long long model = st->peak_bytes - st->replicated_bytes;
+        if ((long long)pr.peak_total != model)
+            return osdp_error_set(OSDP_ERR_INTERNAL, "planner: stage %d's peak in the cost model (%lld bytes) and in "
+                                  "the runtime's stage schedule (%lld bytes) differ", s, model, (long long)pr.peak_total);
+        st->schedule_peak = (long long)pr.peak_total + st->replicated_bytes;
+    }
     return OSDP_OK;
 }
 
@@ -209,6 +309,18 @@ osdp_status osdp_planner_pipeline(const osdp_model_config *cfg, int seq_len, con
                                   const osdp_planner_options *o, int tp, int pp, const int *bounds,
                                   osdp_pipe_schedule schedule, osdp_pipe_choice *out)
 {
+    int bounded;
+    return osdp_planner_pipeline_cached(cfg, seq_len, dev, o, tp, pp, bounds, schedule, NULL, NULL, NULL, -1, &bounded,
+                                        out);
+}
+
+osdp_status osdp_planner_pipeline_cached(const osdp_model_config *cfg, int seq_len, const osdp_device *dev,
+                                         const osdp_planner_options *o, int tp, int pp, const int *bounds,
+                                         osdp_pipe_schedule schedule, const osdp_layout *layout,
+                                         const int *classes_in, osdp_stage_cache *cache, double cutoff,
+                                         int *bounded, osdp_pipe_choice *out)
+{
+    *bounded = 0;
     const double t0 = osdp_now_seconds();
     memset(out, 0, sizeof *out);
     const int N = o->n_ranks;
@@ -224,8 +336,15 @@ osdp_status osdp_planner_pipeline(const osdp_model_config *cfg, int seq_len, con
     osdp_cost_device_for_mesh(dev, tp, out->dp_size, pp, &level);
     dev = &level;
     out->schedule = schedule;
-    osdp_status s = osdp_layout_build_tp(&out->layout, cfg, seq_len, tp, o->vocab_quantum);
-    if (s != OSDP_OK) return s;
+    osdp_status s = OSDP_OK;
+    if (layout) {   /* the caller's, built for T: a copy (the choice owns its layout) */
+        out->layout = *layout;
+        if (!(out->layout.op = malloc(sizeof *out->layout.op * (size_t)layout->n_ops)))
+            return osdp_error_set(OSDP_ERR_OOM, "pipeline planner: out of host memory");
+        memcpy(out->layout.op, layout->op, sizeof *out->layout.op * (size_t)layout->n_ops);
+    } else if ((s = osdp_layout_build_tp(&out->layout, cfg, seq_len, tp, o->vocab_quantum)) != OSDP_OK) {
+        return s;
+    }
     out->layout_built = 1;
     const int n_ops = out->layout.n_ops, D = out->dp_size, G = o->global_batch;
     if (pp > n_ops)
@@ -242,6 +361,10 @@ osdp_status osdp_planner_pipeline(const osdp_model_config *cfg, int seq_len, con
                               .prefetch = o->prefetch, .kind = o->cost};
         if ((s = osdp_planner_stage_split(&cm, NULL, 1, 1, pp, out->bounds)) != OSDP_OK) return s;
     }
+    /* the operators' content classes, for the cache's keys (none: every stage searched) */
+    int *own_classes = cache && !classes_in ? malloc(sizeof *own_classes * (size_t)n_ops) : NULL;
+    if (own_classes) osdp_stage_classes(&out->layout, own_classes);
+    const int *classes = classes_in ? classes_in : own_classes;
     const int per_group = G > 0 ? G / D : 0;
     const int b_first = o->micro_batch > 0 ? o->micro_batch : 1;
     const int b_last = o->micro_batch > 0 ? o->micro_batch : per_group > 0 ? per_group
@@ -249,13 +372,19 @@ osdp_status osdp_planner_pipeline(const osdp_model_config *cfg, int seq_len, con
     osdp_status first = OSDP_OK;
     char first_message[2048] = "";
     osdp_pipe_choice best = {0};
-    int have_best = 0;
+    int have_best = 0, bounded_b = 0;
     for (int b = b_first; b <= b_last; b++) {
         if (per_group > 0 && per_group % b != 0) continue;
         const int M = per_group > 0 ? per_group / b : OSDP_PIPE_DEFAULT_MICRO_PER_STAGE * pp;
         out->batches_tried++;
-        s = plan_stages(dev, o, b, M, out);
+        int out_of_bound = 0;
+        s = plan_stages(dev, o, b, M, out, cache, classes, cutoff, &out_of_bound);
         if (s == OSDP_OK) s = assemble(dev, o, b, M, out);
+        if (out_of_bound) {   /* slower than the cutoff whatever its stages' plans: the next b */
+            s = OSDP_OK;
+            bounded_b++;
+            continue;
+        }
         if (s == OSDP_ERR_INFEASIBLE) {
             if (first == OSDP_OK) {
                 first = s;
@@ -279,6 +408,7 @@ osdp_status osdp_planner_pipeline(const osdp_model_config *cfg, int seq_len, con
             if ((s = osdp_plan_alloc(&out->plan, n_ops)) != OSDP_OK) break;
         }
     }
+    free(own_classes);
     const int tried = out->batches_tried;
     if (s != OSDP_OK && s != OSDP_ERR_INFEASIBLE) {
         char why[2048];
@@ -289,6 +419,10 @@ osdp_status osdp_planner_pipeline(const osdp_model_config *cfg, int seq_len, con
         }
         return osdp_error_set(s, "%s", why);
     }
+    if (!have_best && first == OSDP_OK && bounded_b > 0) {
+        *bounded = 1;
+        return OSDP_ERR_INFEASIBLE;
+    }
     if (!have_best) return osdp_error_set(first, "%s", first_message);
     /* out's layout is best's (shared, built once): hand best over */
     for (int q = 0; q < out->n_stages_planned; q++) osdp_planner_result_free(&out->stage[q].result);
@@ -297,4 +431,35 @@ osdp_status osdp_planner_pipeline(const osdp_model_config *cfg, int seq_len, con
     out->batches_tried = tried;
     out->total_s = osdp_now_seconds() - t0;
     return OSDP_OK;
+}
+
+osdp_status osdp_pipe_split_bound(const osdp_layout *layout, const osdp_device *dev_in, const osdp_planner_options *o,
+                                  int tp, int pp, osdp_pipe_schedule schedule, const int *bounds, int b, int M,
+                                  double *bound)
+{
+    osdp_pipe_choice *c = calloc(1, sizeof *c);   /* the mesh's view of the layout; nothing planned, nothing owned */
+    if (!c) return osdp_error_set(OSDP_ERR_OOM, "3D search: out of host memory");
+    c->pp_size = pp;
+    c->tp_size = tp;
+    c->dp_size = o->n_ranks / (tp * pp);
+    c->schedule = schedule;
+    c->layout = *layout;
+    memcpy(c->bounds, bounds, sizeof(int) * (size_t)(pp + 1));
+    c->hierarchical = osdp_planner_hierarchy(o, dev_in, tp, c->dp_size, pp, &c->hierarchy) != NULL;
+    osdp_device level;
+    osdp_cost_device_for_mesh(dev_in, tp, c->dp_size, pp, &level);
+    osdp_status s = stages_bound(&level, o, b, M, c, NULL, bound);
+    free(c);
+    return s;
+}
+
+osdp_status osdp_pipe_balanced_split(const osdp_layout *layout, const osdp_device *dev_in, const osdp_planner_options *o,
+                                     int tp, int pp, int *bounds)
+{
+    const int dp = o->n_ranks / (tp * pp);
+    osdp_device level;
+    osdp_cost_device_for_mesh(dev_in, tp, dp, pp, &level);
+    osdp_cost_model cm = {.layout = layout, .dev = &level, .N = dp, .pad_quantum = o->pad_quantum,
+                          .prefetch = o->prefetch, .kind = o->cost};
+    return osdp_planner_stage_split(&cm, NULL, 1, 1, pp, bounds);   /* as osdp_planner_pipeline's default */
 }

@@ -1,0 +1,41 @@
+/* The pipeline's planner as the 3D search calls it (src/planner/planner_3d.c):
+ * osdp_planner_pipeline with a cache of stage results (stage_cache.h; NULL:
+ * none), and the check of a chosen pipeline's stage peaks against the
+ * runtime's stage schedule, which the search runs once on its answer
+ * rather than on every candidate (o->verify is then 0 for the candidates).
+ * layout: the layout of one rank's parts at T, built once by the caller
+ * (NULL: built here); classes: its operators' osdp_stage_classes (NULL:
+ * computed here when there is a cache).
+ * cutoff >= 0: only a step of at most this is wanted (INFINITY: any); when
+ * bounds on the stages' plans (each stage's LP bound, then the planned
+ * stages' own times, in osdp_3d_split_bound's chain) show that no
+ * micro-batch can give one, or that some stage cannot fit whatever its
+ * plan, OSDP_ERR_INFEASIBLE without a message and *bounded = 1; cutoff < 0:
+ * no bounds, every micro-batch searched (osdp_planner_pipeline). */
+#ifndef OSDP_PLANNER_PIPELINE_H
+#define OSDP_PLANNER_PIPELINE_H
+
+#include "osdp/planner.h"
+#include "stage_cache.h"
+
+osdp_status osdp_planner_pipeline_cached(const osdp_model_config *cfg, int seq_len, const osdp_device *dev,
+                                         const osdp_planner_options *o, int tp, int pp, const int *bounds,
+                                         osdp_pipe_schedule schedule, const osdp_layout *layout,
+                                         const int *classes, osdp_stage_cache *cache, double cutoff,
+                                         int *bounded, osdp_pipe_choice *out);
+/* every stage's peak on the runtime's stage schedule (osdp_schedule_predict) into schedule_peak, where the
+ * planner verifies peaks (o->verify and the runtime's element sizes on dev); a difference from the cost
+ * model's is OSDP_ERR_INTERNAL */
+osdp_status osdp_pipe_choice_verify(const osdp_device *dev, const osdp_planner_options *o, osdp_pipe_choice *c);
+
+/* a lower bound on the step of the split `bounds` of the mesh P x T (D = o->n_ranks / (T P)) at micro-batch
+ * b of M: each stage's LP bound under its memory limit in the chain of planner_3d_bound.h, INFINITY when some
+ * stage cannot fit; layout: one rank's parts at T; dev: the device as read */
+osdp_status osdp_pipe_split_bound(const osdp_layout *layout, const osdp_device *dev, const osdp_planner_options *o,
+                                  int tp, int pp, osdp_pipe_schedule schedule, const int *bounds, int b, int M,
+                                  double *bound);
+/* the split osdp_planner_pipeline takes when none is given (osdp_planner_stage_split of all-DP times) */
+osdp_status osdp_pipe_balanced_split(const osdp_layout *layout, const osdp_device *dev, const osdp_planner_options *o,
+                                     int tp, int pp, int *bounds);
+
+#endif
