@@ -249,7 +249,7 @@ static void predict_ok(const osdp_layout *L, const osdp_plan *p, int N, int B, i
     osdp_status s = osdp_memory_predict(L, p, N, B, accum, prefetch, OSDP_FLOAT32, out);
     ck_assert_msg(s == OSDP_OK, "memory_predict failed (%d): %s", (int)s, osdp_error_message());
     size_t sum = 0, mx = 0;
-    for (int c = 0; c < OSDP_MEM_N_CATEGORIES; c++) {
+    for (int c = 0; c < OSDP_MEMORY_N_CATEGORIES; c++) {
         sum += out->peak[c];
         if (out->peak[c] > mx) mx = out->peak[c];
     }
@@ -291,39 +291,39 @@ static void check_memory_model(const char *desc, int T)
     predict_ok(&L, &dp, N, B, 1, 0, &pd0);
 
     /* sharded state: master, grad, m, v of 1/N of every (padded) operator */
-    ck_assert_uint_eq(pd.peak[OSDP_MEM_STATE], 4 * F * sum_shard);
-    ck_assert_uint_eq(pz.peak[OSDP_MEM_STATE], 4 * F * sum_shard);
+    ck_assert_uint_eq(pd.peak[OSDP_MEMORY_STATE], 4 * F * sum_shard);
+    ck_assert_uint_eq(pz.peak[OSDP_MEMORY_STATE], 4 * F * sum_shard);
     /* all DP: every operator's full weights resident */
-    ck_assert_uint_eq(pd.peak[OSDP_MEM_WEIGHTS], F * sum_padded);
-    ck_assert_uint_eq(pd0.peak[OSDP_MEM_WEIGHTS], F * sum_padded);
+    ck_assert_uint_eq(pd.peak[OSDP_MEMORY_WEIGHTS], F * sum_padded);
+    ck_assert_uint_eq(pd0.peak[OSDP_MEMORY_WEIGHTS], F * sum_padded);
     /* all ZDP with prefetch: the operator in use and the next one */
-    ck_assert_msg(pz.peak[OSDP_MEM_WEIGHTS] < pd.peak[OSDP_MEM_WEIGHTS], "ZDP weights %zu, DP %zu",
-                  pz.peak[OSDP_MEM_WEIGHTS], pd.peak[OSDP_MEM_WEIGHTS]);
-    ck_assert_msg(pz.peak[OSDP_MEM_WEIGHTS] <= F * max_pair, "ZDP weights peak %zu > two consecutive ops %zu",
-                  pz.peak[OSDP_MEM_WEIGHTS], F * max_pair);
-    ck_assert_msg(pz.peak[OSDP_MEM_WEIGHTS] == F * max_pair, "ZDP weights peak %zu, consecutive pair %zu",
-                  pz.peak[OSDP_MEM_WEIGHTS], F * max_pair);
+    ck_assert_msg(pz.peak[OSDP_MEMORY_WEIGHTS] < pd.peak[OSDP_MEMORY_WEIGHTS], "ZDP weights %zu, DP %zu",
+                  pz.peak[OSDP_MEMORY_WEIGHTS], pd.peak[OSDP_MEMORY_WEIGHTS]);
+    ck_assert_msg(pz.peak[OSDP_MEMORY_WEIGHTS] <= F * max_pair, "ZDP weights peak %zu > two consecutive ops %zu",
+                  pz.peak[OSDP_MEMORY_WEIGHTS], F * max_pair);
+    ck_assert_msg(pz.peak[OSDP_MEMORY_WEIGHTS] == F * max_pair, "ZDP weights peak %zu, consecutive pair %zu",
+                  pz.peak[OSDP_MEMORY_WEIGHTS], F * max_pair);
     /* all ZDP without prefetch: one operator at a time */
-    ck_assert_uint_eq(pz0.peak[OSDP_MEM_WEIGHTS], F * max_padded);
+    ck_assert_uint_eq(pz0.peak[OSDP_MEMORY_WEIGHTS], F * max_padded);
     /* activations: every operator's, at the end of the forward */
-    ck_assert_uint_eq(pd.peak[OSDP_MEM_ACTIVATIONS], F * (size_t)B * sum_act);
-    ck_assert_uint_eq(pz.peak[OSDP_MEM_ACTIVATIONS], F * (size_t)B * sum_act);
-    ck_assert_uint_eq(pd.peak[OSDP_MEM_WORKSPACE], F * osdp_workspace_floats(&L, B));
+    ck_assert_uint_eq(pd.peak[OSDP_MEMORY_ACTIVATIONS], F * (size_t)B * sum_act);
+    ck_assert_uint_eq(pz.peak[OSDP_MEMORY_ACTIVATIONS], F * (size_t)B * sum_act);
+    ck_assert_uint_eq(pd.peak[OSDP_MEMORY_WORKSPACE], F * osdp_workspace_floats(&L, B));
     /* full gradients + reduce-scatter destination: one operator without
      * prefetch, two consecutive ones when the scatter overlaps the next backward */
-    ck_assert_uint_eq(pd0.peak[OSDP_MEM_GRADS], F * max_grad);
-    ck_assert_uint_eq(pd.peak[OSDP_MEM_GRADS], F * max_grad_pair);
+    ck_assert_uint_eq(pd0.peak[OSDP_MEMORY_GRADS], F * max_grad);
+    ck_assert_uint_eq(pd.peak[OSDP_MEMORY_GRADS], F * max_grad_pair);
     /* everything is freed between micro-steps: accumulation changes no peak */
     predict_ok(&L, &zdp, N, B, 3, 1, &pacc);
-    for (int c = 0; c < OSDP_MEM_N_CATEGORIES; c++)
+    for (int c = 0; c < OSDP_MEMORY_N_CATEGORIES; c++)
         ck_assert_msg(pacc.peak[c] == pz.peak[c], "category %s: %zu with 3 micro-steps, %zu with 1",
-                      osdp_mem_category_name((osdp_mem_category)c), pacc.peak[c], pz.peak[c]);
+                      osdp_memory_category_name((osdp_memory_category)c), pacc.peak[c], pz.peak[c]);
     ck_assert_uint_eq(pacc.peak_total, pz.peak_total);
     /* the activations scale with the micro-batch, the state does not */
     osdp_memory_prediction pb;
     predict_ok(&L, &zdp, N, 2 * B, 1, 1, &pb);
-    ck_assert_uint_eq(pb.peak[OSDP_MEM_ACTIVATIONS], 2 * pz.peak[OSDP_MEM_ACTIVATIONS]);
-    ck_assert_uint_eq(pb.peak[OSDP_MEM_STATE], pz.peak[OSDP_MEM_STATE]);
+    ck_assert_uint_eq(pb.peak[OSDP_MEMORY_ACTIVATIONS], 2 * pz.peak[OSDP_MEMORY_ACTIVATIONS]);
+    ck_assert_uint_eq(pb.peak[OSDP_MEMORY_STATE], pz.peak[OSDP_MEMORY_STATE]);
 
     /* mixed: embed DP (resident), everything else ZDP */
     osdp_plan mix;
@@ -335,12 +335,12 @@ static void check_memory_model(const char *desc, int T)
     size_t zpair = pad[1];
     for (int i = 2; i < n; i++)
         if (pad[i - 1] + pad[i] > zpair) zpair = pad[i - 1] + pad[i];
-    ck_assert_msg(pm.peak[OSDP_MEM_WEIGHTS] == F * (pad[0] + zpair), "mixed plan: weights peak %zu, expected %zu",
-                  pm.peak[OSDP_MEM_WEIGHTS], F * (pad[0] + zpair));
+    ck_assert_msg(pm.peak[OSDP_MEMORY_WEIGHTS] == F * (pad[0] + zpair), "mixed plan: weights peak %zu, expected %zu",
+                  pm.peak[OSDP_MEMORY_WEIGHTS], F * (pad[0] + zpair));
     /* N = 1: state is the whole model four times */
     osdp_memory_prediction p1;
     ck_assert_int_eq(osdp_memory_predict(&L, &dp, 1, B, 1, 1, OSDP_FLOAT32, &p1), OSDP_OK);
-    ck_assert_uint_eq(p1.peak[OSDP_MEM_STATE], 4 * F * L.total_params);
+    ck_assert_uint_eq(p1.peak[OSDP_MEMORY_STATE], 4 * F * L.total_params);
 
     osdp_plan_free(&mix);
     osdp_plan_free(&dp);

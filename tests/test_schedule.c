@@ -130,13 +130,13 @@ static int quantum_of(int r) { return r % 2 ? 64 : 1; }
 /* the peaks of the setup and one list (the test's own walk of ALLOC / FREE) */
 static void list_peak(const osdp_schedule *sc, const osdp_event *ev, int n, osdp_memory_prediction *out)
 {
-    size_t current[OSDP_MEM_N_CATEGORIES] = {0}, total = 0;
+    size_t current[OSDP_MEMORY_N_CATEGORIES] = {0}, total = 0;
     memset(out, 0, sizeof *out);
     for (int pass = 0; pass < 2; pass++) {
         const osdp_event *list = pass ? ev : sc->setup;
         for (int e = 0; e < (pass ? n : sc->n_setup); e++) {
             if (list[e].kind != OSDP_EV_ALLOC && list[e].kind != OSDP_EV_FREE) continue;
-            osdp_mem_category c = osdp_buffer_category(list[e].buffer);
+            osdp_memory_category c = osdp_buffer_category(list[e].buffer);
             int sign = list[e].kind == OSDP_EV_ALLOC ? 1 : -1;
             current[c] += (size_t)sign * list[e].bytes;
             total += (size_t)sign * list[e].bytes;
@@ -171,9 +171,9 @@ static void check_eval(const osdp_schedule *sc, const osdp_memory_prediction *st
     list_peak(sc, sc->eval, sc->n_eval, &eval);
     osdp_schedule_eval_peak(sc, &from_api);
     ck_assert_uint_eq(from_api.peak_total, eval.peak_total);
-    for (int c = 0; c < OSDP_MEM_N_CATEGORIES; c++) {
+    for (int c = 0; c < OSDP_MEMORY_N_CATEGORIES; c++) {
         ck_assert_msg(eval.peak[c] <= train.peak[c], "%s: eval peak %zu above the step's %zu",
-                      osdp_mem_category_name((osdp_mem_category)c), eval.peak[c], train.peak[c]);
+                      osdp_memory_category_name((osdp_memory_category)c), eval.peak[c], train.peak[c]);
         ck_assert_uint_eq(step_peak->peak[c], train.peak[c]);
     }
     ck_assert_uint_le(eval.peak_total, train.peak_total);
@@ -223,11 +223,11 @@ static void check_plan(const osdp_layout *L, const osdp_plan *p, int N, int B, i
                   stats.loss);
     ck_assert_msg(osdp_runtime_evaluate(&rt, tokens, 1, &val_loss) == OSDP_OK, "%s", osdp_error_message());
     ck_assert(val_loss > 0 && val_loss != stats.loss);   /* the weights moved */
-    for (int c = 0; c < OSDP_MEM_N_CATEGORIES; c++)
+    for (int c = 0; c < OSDP_MEMORY_N_CATEGORIES; c++)
         ck_assert_msg(rt.mem.peak[c] == pr.peak[c],
                       "%s N=%d B=%d accum=%d prefetch=%d %s quantum %d: %s measured %zu, schedule %zu",
                       L->cfg.name, N, B, accum, prefetch, osdp_dtype_name(weights), quantum,
-                      osdp_mem_category_name((osdp_mem_category)c), rt.mem.peak[c], pr.peak[c]);
+                      osdp_memory_category_name((osdp_memory_category)c), rt.mem.peak[c], pr.peak[c]);
     ck_assert_uint_eq(rt.mem.peak_total, pr.peak_total);
     free(tokens);
     osdp_runtime_destroy(&rt);
@@ -326,7 +326,7 @@ static void check_tp_staging(const osdp_layout *L, const osdp_plan *p, int N, in
     for (int e = 0; e < sc.n_micro; e++) ck_assert_int_ne(sc.micro[e].buffer, OSDP_BUF_TP_STAGING);
     osdp_memory_prediction pr;
     osdp_schedule_peak(&sc, &pr);
-    ck_assert_uint_eq(pr.peak[OSDP_MEM_TP_COMM], staged);
+    ck_assert_uint_eq(pr.peak[OSDP_MEMORY_TP_COMM], staged);
     osdp_schedule_free(&sc);
 }
 

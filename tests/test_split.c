@@ -320,7 +320,7 @@ START_TEST(test_split_lowers_peak)
         }
         osdp_memory_prediction pr;
         ck_assert(osdp_memory_predict(&L, &p, 4, 1, 1, 0, OSDP_FLOAT32, &pr) == OSDP_OK);
-        long long w = (long long)pr.peak[OSDP_MEM_WEIGHTS];
+        long long w = (long long)pr.peak[OSDP_MEMORY_WEIGHTS];
         if (prev >= 0) ck_assert_msg(w < prev, "g=%d: gathered-weight peak %lld not below %lld", g, w, prev);
         prev = w;
     }
@@ -441,7 +441,7 @@ START_TEST(test_recompute_costs)
                 model[w] = peak;
                 osdp_memory_prediction pr;
                 ck_assert(osdp_memory_predict(&L, &p, nr, bb, 1, pf, OSDP_FLOAT32, &pr) == OSDP_OK);
-                runtime[w] = (long long)pr.peak[OSDP_MEM_ACTIVATIONS];
+                runtime[w] = (long long)pr.peak[OSDP_MEMORY_ACTIVATIONS];
                 ck_assert_msg(model[w] == runtime[w], "%s r=%d recompute=%d: model %lld, runtime %lld", models[mi], r, w,
                               model[w], runtime[w]);
             }

@@ -290,7 +290,7 @@ void osdp_cost_plan_op_time(const osdp_cost_model *cm, const osdp_plan *plan, in
  * (may be NULL) gets the operator whose backward reaches it. */
 long long osdp_cost_peak(const osdp_cost_model *cm, const osdp_plan *plan, int b, int *at_op);
 /* The step's scalar all-reduce: every step sums the loss and the gradient
- * norm, 2 doubles, over each mesh axis in turn (osdp_rt_reduce_over_mesh:
+ * norm, 2 doubles, over each mesh axis in turn (osdp_runtime_reduce_over_mesh:
  * the data group, the tensor group, the pipeline), a blocking ring
  * all-reduce of OSDP_COST_STEP_SYNC_BYTES each, at its group's level:
  *   AR_n = (n-1)(alpha_rs + alpha_ag + S/n (beta_rs + beta_ag)) + (call_rs + call_ag) / 2

@@ -9,27 +9,27 @@
 #include <stddef.h>
 #include "osdp/error.h"
 
-typedef enum osdp_mem_category {
-    OSDP_MEM_STATE,        /* sharded master weights, gradients, AdamW moments */
-    OSDP_MEM_WEIGHTS,      /* gathered full working weights */
-    OSDP_MEM_GRADS,        /* full (unsharded) gradients before reduce-scatter */
-    OSDP_MEM_ACTIVATIONS,  /* saved for backward, and token ids */
-    OSDP_MEM_WORKSPACE,    /* backward scratch */
-    OSDP_MEM_TP_COMM,      /* the tensor-parallel collectives' staging (the vocab-parallel loss statistics) */
-    OSDP_MEM_N_CATEGORIES
-} osdp_mem_category;
+typedef enum osdp_memory_category {
+    OSDP_MEMORY_STATE,        /* sharded master weights, gradients, AdamW moments */
+    OSDP_MEMORY_WEIGHTS,      /* gathered full working weights */
+    OSDP_MEMORY_GRADS,        /* full (unsharded) gradients before reduce-scatter */
+    OSDP_MEMORY_ACTIVATIONS,  /* saved for backward, and token ids */
+    OSDP_MEMORY_WORKSPACE,    /* backward scratch */
+    OSDP_MEMORY_TP_COMM,      /* the tensor-parallel collectives' staging (the vocab-parallel loss statistics) */
+    OSDP_MEMORY_N_CATEGORIES
+} osdp_memory_category;
 
 struct osdp_compute_backend;
 
 typedef struct osdp_memory {
     const struct osdp_compute_backend *backend; /* where bytes live */
     size_t limit;                               /* 0: no limit */
-    size_t current[OSDP_MEM_N_CATEGORIES];
-    size_t peak[OSDP_MEM_N_CATEGORIES];
+    size_t current[OSDP_MEMORY_N_CATEGORIES];
+    size_t peak[OSDP_MEMORY_N_CATEGORIES];
     size_t current_total, peak_total;
 } osdp_memory;
 
-const char *osdp_mem_category_name(osdp_mem_category c);
+const char *osdp_memory_category_name(osdp_memory_category c);
 void osdp_memory_init(osdp_memory *mem, const struct osdp_compute_backend *backend, size_t limit);
 
 /* What a GPU's card leaves the runtime (issue 30).  Outside the runtime's
@@ -50,8 +50,8 @@ osdp_status osdp_memory_cap_to_free(size_t requested, size_t free_bytes, size_t 
 osdp_status osdp_memory_device_limit(const struct osdp_compute_backend *backend, size_t requested, size_t *limit,
                                      int *capped, size_t *free_bytes);
 /* Uninitialised bytes (callers fill them); `what` names the operator or purpose for the OOM message. */
-osdp_status osdp_mem_alloc(osdp_memory *mem, osdp_mem_category cat, size_t bytes, const char *what, void **out);
-void osdp_mem_free(osdp_memory *mem, osdp_mem_category cat, void *ptr, size_t bytes);
+osdp_status osdp_memory_alloc(osdp_memory *mem, osdp_memory_category cat, size_t bytes, const char *what, void **out);
+void osdp_memory_free(osdp_memory *mem, osdp_memory_category cat, void *ptr, size_t bytes);
 /* "8G", "512M", "1.5G", "1000000" -> bytes; 0 on success */
 int osdp_parse_bytes(const char *text, size_t *out);
 /* human-readable, e.g. "1.23 GiB", into buf */

@@ -249,7 +249,7 @@ osdp_status osdp_schedule_build(osdp_schedule *sched, const osdp_layout *layout,
                                 const osdp_schedule_options *opt);
 void osdp_schedule_free(osdp_schedule *sched);
 
-osdp_mem_category osdp_buffer_category(osdp_buffer_kind kind);
+osdp_memory_category osdp_buffer_category(osdp_buffer_kind kind);
 
 /* The size table: the bytes of every buffer of the step, of one operator
  * under one choice.  The schedule's ALLOC events read it (with its weight
@@ -338,7 +338,7 @@ static inline size_t osdp_sched_slice_shard_numel(const osdp_sched_slice *sl)
 /* Peak bytes per category and in total that executing the schedule reaches
  * (training steps and validation passes alike). */
 typedef struct osdp_memory_prediction {
-    size_t peak[OSDP_MEM_N_CATEGORIES];
+    size_t peak[OSDP_MEMORY_N_CATEGORIES];
     size_t peak_total;
 } osdp_memory_prediction;
 void osdp_schedule_peak(const osdp_schedule *sched, osdp_memory_prediction *out);

@@ -279,7 +279,7 @@ static void print_progress(const osdp_report *r, const osdp_step_stats *st, doub
 {
     const osdp_memory *m = &r->rt->mem;
     const osdp_traffic *t = &st->traffic;
-    char pk[32], c[OSDP_MEM_N_CATEGORIES][32], ag[32], rs[32], ar[32], mfu_text[48], eta[32];
+    char pk[32], c[OSDP_MEMORY_N_CATEGORIES][32], ag[32], rs[32], ar[32], mfu_text[48], eta[32];
     long remaining = r->steps_total > st->step ? r->steps_total - st->step : 0;
     printf("step %5ld/%ld | loss %.4f | lr %.2e | norm %.3f | %7.1f ms | %8.0f tokens/s | %s | %s | "
            "peak/rank %s [state %s, weights %s, grads %s, act %s, ws %s] | moved AG %s RS %s AR %s",
@@ -296,7 +296,7 @@ static void print_progress(const osdp_report *r, const osdp_step_stats *st, doub
     if (r->rt->tp_size > 1) {   /* the tensor-parallel group's: staging and collectives */
         char tar[32], tag[32];
         printf(" | tp_comm %s, moved TP-AR %s TP-AG %s",
-               osdp_format_bytes((double)m->peak[OSDP_MEM_TP_COMM], c[OSDP_MEM_TP_COMM], 32),
+               osdp_format_bytes((double)m->peak[OSDP_MEMORY_TP_COMM], c[OSDP_MEMORY_TP_COMM], 32),
                osdp_format_bytes((double)t->logical[OSDP_COLL_TP_ALL_REDUCE], tar, sizeof tar),
                osdp_format_bytes((double)t->logical[OSDP_COLL_TP_ALL_GATHER], tag, sizeof tag));
     }
@@ -313,7 +313,7 @@ static void print_progress(const osdp_report *r, const osdp_step_stats *st, doub
         const int s = osdp_stage_peaks_bottleneck(stages, 0);
         printf(" | moved P2P %s | bottleneck stage %d (%s)",
                osdp_format_bytes((double)t->logical[OSDP_COLL_P2P], p2p, sizeof p2p), s,
-               osdp_format_bytes((double)stages->highest[s][OSDP_MEM_N_CATEGORIES], worst, sizeof worst));
+               osdp_format_bytes((double)stages->highest[s][OSDP_MEMORY_N_CATEGORIES], worst, sizeof worst));
     }
     if (!isnan(st->val_loss)) printf(" | val_loss %.4f", st->val_loss);
     printf("%s%s\n", r->world->emulated ? " | " : "", r->world->emulation);   /* the times depend on it */
@@ -349,8 +349,8 @@ static void log_step(osdp_report *r, const osdp_step_stats *st, double tok_s, do
         snprintf(key, sizeof key, "%s_calls", coll[k]);
         osdp_log_count(&rec, key, t->calls[k]);
     }
-    for (int k = 0; k < OSDP_MEM_N_CATEGORIES; k++) {
-        const char *category = osdp_mem_category_name((osdp_mem_category)k);
+    for (int k = 0; k < OSDP_MEMORY_N_CATEGORIES; k++) {
+        const char *category = osdp_memory_category_name((osdp_memory_category)k);
         char key[48];
         snprintf(key, sizeof key, "peak_%s", category);
         osdp_log_count(&rec, key, m->peak[k]);
@@ -369,7 +369,7 @@ static void log_step(osdp_report *r, const osdp_step_stats *st, double tok_s, do
     if (stages) {
         const int s = osdp_stage_peaks_bottleneck(stages, 0);
         osdp_log_count(&rec, "bottleneck_stage", (unsigned long long)s);
-        osdp_log_count(&rec, "bottleneck_peak", stages->highest[s][OSDP_MEM_N_CATEGORIES]);
+        osdp_log_count(&rec, "bottleneck_peak", stages->highest[s][OSDP_MEMORY_N_CATEGORIES]);
     }
     log_end(r, &rec);
 }
@@ -411,12 +411,12 @@ void osdp_report_step(osdp_report *r, const osdp_step_stats *st)
  * rank peaked where it was predicted to. */
 static void peaks_over_ranks(const osdp_report *r, size_t *lowest, size_t *highest)
 {
-    unsigned long long mine[OSDP_MEM_N_CATEGORIES + 1], lo[OSDP_MEM_N_CATEGORIES + 1], hi[OSDP_MEM_N_CATEGORIES + 1];
-    for (int k = 0; k < OSDP_MEM_N_CATEGORIES; k++) mine[k] = r->rt->mem.peak[k];
-    mine[OSDP_MEM_N_CATEGORIES] = r->rt->mem.peak_total;
-    MPI_Allreduce(mine, lo, OSDP_MEM_N_CATEGORIES + 1, MPI_UNSIGNED_LONG_LONG, MPI_MIN, MPI_COMM_WORLD);
-    MPI_Allreduce(mine, hi, OSDP_MEM_N_CATEGORIES + 1, MPI_UNSIGNED_LONG_LONG, MPI_MAX, MPI_COMM_WORLD);
-    for (int k = 0; k <= OSDP_MEM_N_CATEGORIES; k++) {
+    unsigned long long mine[OSDP_MEMORY_N_CATEGORIES + 1], lo[OSDP_MEMORY_N_CATEGORIES + 1], hi[OSDP_MEMORY_N_CATEGORIES + 1];
+    for (int k = 0; k < OSDP_MEMORY_N_CATEGORIES; k++) mine[k] = r->rt->mem.peak[k];
+    mine[OSDP_MEMORY_N_CATEGORIES] = r->rt->mem.peak_total;
+    MPI_Allreduce(mine, lo, OSDP_MEMORY_N_CATEGORIES + 1, MPI_UNSIGNED_LONG_LONG, MPI_MIN, MPI_COMM_WORLD);
+    MPI_Allreduce(mine, hi, OSDP_MEMORY_N_CATEGORIES + 1, MPI_UNSIGNED_LONG_LONG, MPI_MAX, MPI_COMM_WORLD);
+    for (int k = 0; k <= OSDP_MEMORY_N_CATEGORIES; k++) {
         lowest[k] = (size_t)lo[k];
         highest[k] = (size_t)hi[k];
     }
@@ -424,8 +424,8 @@ static void peaks_over_ranks(const osdp_report *r, size_t *lowest, size_t *highe
 
 static void log_rank_peaks(osdp_log_record *rec, const size_t *lowest, const size_t *highest)
 {
-    for (int k = 0; k <= OSDP_MEM_N_CATEGORIES; k++) {
-        const char *category = k < OSDP_MEM_N_CATEGORIES ? osdp_mem_category_name((osdp_mem_category)k) : "total";
+    for (int k = 0; k <= OSDP_MEMORY_N_CATEGORIES; k++) {
+        const char *category = k < OSDP_MEMORY_N_CATEGORIES ? osdp_memory_category_name((osdp_memory_category)k) : "total";
         char key[48];
         snprintf(key, sizeof key, "rank_peak_min_%s", category);
         osdp_log_count(rec, key, lowest[k]);
@@ -437,7 +437,7 @@ static void log_rank_peaks(osdp_log_record *rec, const size_t *lowest, const siz
 void osdp_report_summary(osdp_report *r)
 {
     if (r->steps_done == 0) return;
-    size_t lowest[OSDP_MEM_N_CATEGORIES + 1], highest[OSDP_MEM_N_CATEGORIES + 1];
+    size_t lowest[OSDP_MEMORY_N_CATEGORIES + 1], highest[OSDP_MEMORY_N_CATEGORIES + 1];
     peaks_over_ranks(r, lowest, highest);   /* every rank takes part */
     osdp_stage_peaks stages;
     if (r->mesh->pp > 1) osdp_stage_peaks_gather(r->rt, r->mesh, &r->predicted, &stages);

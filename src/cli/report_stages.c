@@ -7,7 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#define CATEGORIES (OSDP_MEM_N_CATEGORIES + 1)   /* and the total */
+#define CATEGORIES (OSDP_MEMORY_N_CATEGORIES + 1)   /* and the total */
 
 void osdp_stage_peaks_gather(const osdp_runtime *rt, const osdp_mesh *mesh, const osdp_memory_prediction *predicted,
                              osdp_stage_peaks *out)
@@ -23,8 +23,8 @@ void osdp_stage_peaks_gather(const osdp_runtime *rt, const osdp_mesh *mesh, cons
             highest[t][k] = pred[t][k] = 0;
         }
     for (int k = 0; k < CATEGORIES; k++) {
-        lowest[s][k] = highest[s][k] = (long long)(k < OSDP_MEM_N_CATEGORIES ? rt->mem.peak[k] : rt->mem.peak_total);
-        pred[s][k] = (long long)(k < OSDP_MEM_N_CATEGORIES ? predicted->peak[k] : predicted->peak_total);
+        lowest[s][k] = highest[s][k] = (long long)(k < OSDP_MEMORY_N_CATEGORIES ? rt->mem.peak[k] : rt->mem.peak_total);
+        pred[s][k] = (long long)(k < OSDP_MEMORY_N_CATEGORIES ? predicted->peak[k] : predicted->peak_total);
     }
     MPI_Allreduce(MPI_IN_PLACE, &lowest[0][0], n, MPI_LONG_LONG, MPI_MIN, MPI_COMM_WORLD);
     MPI_Allreduce(MPI_IN_PLACE, &highest[0][0], n, MPI_LONG_LONG, MPI_MAX, MPI_COMM_WORLD);
@@ -40,7 +40,7 @@ void osdp_stage_peaks_gather(const osdp_runtime *rt, const osdp_mesh *mesh, cons
 
 static unsigned long long stage_total(const osdp_stage_peaks *sp, int stage, int predicted)
 {
-    return predicted ? sp->predicted[stage][OSDP_MEM_N_CATEGORIES] : sp->highest[stage][OSDP_MEM_N_CATEGORIES];
+    return predicted ? sp->predicted[stage][OSDP_MEMORY_N_CATEGORIES] : sp->highest[stage][OSDP_MEMORY_N_CATEGORIES];
 }
 
 int osdp_stage_peaks_bottleneck(const osdp_stage_peaks *sp, int predicted)
@@ -67,7 +67,7 @@ void osdp_stage_peaks_log(const osdp_stage_peaks *sp, osdp_log_record *rec)
 {
     for (int s = 0; s < sp->n_stages; s++)
         for (int k = 0; k < CATEGORIES; k++) {
-            const char *category = k < OSDP_MEM_N_CATEGORIES ? osdp_mem_category_name((osdp_mem_category)k) : "total";
+            const char *category = k < OSDP_MEMORY_N_CATEGORIES ? osdp_memory_category_name((osdp_memory_category)k) : "total";
             char key[64];
             snprintf(key, sizeof key, "stage_%d_peak_min_%s", s, category);
             osdp_log_count(rec, key, sp->lowest[s][k]);

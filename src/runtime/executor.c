@@ -92,7 +92,7 @@ static osdp_status alloc_buffer(osdp_runtime *rt, const osdp_event *ev)
 {
     char what[128];
     describe(rt, ev, what, sizeof what);
-    TRY(osdp_mem_alloc(&rt->mem, osdp_buffer_category(ev->buffer), ev->bytes, what, buffer_slot(rt, ev)));
+    TRY(osdp_memory_alloc(&rt->mem, osdp_buffer_category(ev->buffer), ev->bytes, what, buffer_slot(rt, ev)));
     after_alloc(rt, ev);
     return OSDP_OK;
 }
@@ -100,7 +100,7 @@ static osdp_status alloc_buffer(osdp_runtime *rt, const osdp_event *ev)
 static void free_buffer(osdp_runtime *rt, const osdp_event *ev)
 {
     void **slot = buffer_slot(rt, ev);
-    osdp_mem_free(&rt->mem, osdp_buffer_category(ev->buffer), *slot, ev->bytes);
+    osdp_memory_free(&rt->mem, osdp_buffer_category(ev->buffer), *slot, ev->bytes);
     *slot = NULL;
 }
 
@@ -150,7 +150,7 @@ static osdp_status scatter_start(osdp_runtime *rt, int op)
 {
     rt_op *o = &rt->in->ops[op];
     const osdp_sched_op *so = &rt->in->sched.ops[op];
-    const int node_first = osdp_rt_node_first(rt);
+    const int node_first = osdp_runtime_node_first(rt);
     osdp_comm *first = node_first ? rt->node_comm : o->slice[0].comm;
     TRY(osdp_comm_group_start(first));
     for (int k = 0; k < so->n_slices; k++) {
@@ -191,7 +191,7 @@ static osdp_status scatter_finish(osdp_runtime *rt, int op, int micro)
 {
     rt_op *o = &rt->in->ops[op];
     const osdp_sched_op *so = &rt->in->sched.ops[op];
-    const int node_first = osdp_rt_node_first(rt);
+    const int node_first = osdp_runtime_node_first(rt);
     for (int k = 0; k < so->n_slices; k++) {
         TRY(osdp_comm_wait(node_first ? rt->node_comm : o->slice[k].comm, &o->slice[k].scatter));
         if (node_first) TRY(reduce_across_nodes(rt, o, so, &so->slice[k]));
@@ -204,7 +204,7 @@ static osdp_status scatter_finish(osdp_runtime *rt, int op, int micro)
 
 /* ---- the optimizer ------------------------------------------------------------ */
 
-osdp_status osdp_rt_reduce_over_mesh(osdp_runtime *rt, double *sums, int n)
+osdp_status osdp_runtime_reduce_over_mesh(osdp_runtime *rt, double *sums, int n)
 {
     TRY(osdp_comm_all_reduce(rt->comm, sums, (size_t)n, OSDP_FLOAT64, NULL));
     if (rt->tp_comm) TRY(osdp_comm_all_reduce(rt->tp_comm, sums, (size_t)n, OSDP_FLOAT64, NULL));
@@ -220,7 +220,7 @@ static osdp_status reduce_sums(osdp_runtime *rt)
     struct osdp_runtime_internal *in = rt->in;
     double sums[2];
     rt->backend->to_host(sums, in->sums, sizeof sums);
-    TRY(osdp_rt_reduce_over_mesh(rt, sums, 2));
+    TRY(osdp_runtime_reduce_over_mesh(rt, sums, 2));
     in->loss = sums[0] / in->global_tokens;
     in->grad_norm = sqrt(sums[1]);
     if (!isfinite(in->loss) || !isfinite(in->grad_norm))
@@ -256,7 +256,7 @@ static void adamw_op(osdp_runtime *rt, int op)
 static void norm_sum(osdp_runtime *rt, int op)
 {
     struct osdp_runtime_internal *in = rt->in;
-    const int hierarchical = rt->node_comm && osdp_rt_op_is_hierarchical(rt, op);
+    const int hierarchical = rt->node_comm && osdp_runtime_op_is_hierarchical(rt, op);
     if (rt->tp_rank == 0 && !hierarchical) {
         rt->backend->accumulate_sum(&in->sums[1], in->ops[op].grad, in->sched.ops[op].shard, 1);
         return;
@@ -313,7 +313,7 @@ static osdp_status acquire_slice(void *arg, int s)
         if (u == r->end)
             return osdp_error_set(OSDP_ERR_INTERNAL, "operator %s touched slice %d out of order",
                                   r->rt->layout->op[r->op].name, s);
-        TRY(osdp_rt_execute(r->rt, r->ev, u + 1));
+        TRY(osdp_runtime_execute(r->rt, r->ev, u + 1));
     }
     r->weights[s] = in->ops[r->op].slice[s].weights;
     return OSDP_OK;
@@ -345,7 +345,7 @@ static osdp_status compute(osdp_runtime *rt, const osdp_event *ev, int at)
     if (fwd) TRY(osdp_op_forward_sliced(&in->ctx, r.op, &view, input, &o->acts[m]));
     else TRY(osdp_op_backward_sliced(&in->ctx, r.op, &view, input, &o->acts[m], &in->ws, in->loss_scale));
     /* the slices the operator did not touch, and the release of the last */
-    return osdp_rt_execute(rt, ev, r.end + 1);
+    return osdp_runtime_execute(rt, ev, r.end + 1);
 }
 
 /* ---- the pipeline's messages (osdp/schedule.h: why they cannot deadlock) ---- */
@@ -380,7 +380,7 @@ static osdp_status pipeline_message(osdp_runtime *rt, const osdp_event *ev)
 
 /* ---- the loop ------------------------------------------------------------------ */
 
-osdp_status osdp_rt_execute(osdp_runtime *rt, const osdp_event *ev, int end)
+osdp_status osdp_runtime_execute(osdp_runtime *rt, const osdp_event *ev, int end)
 {
     struct osdp_runtime_internal *in = rt->in;
     const size_t bt = (size_t)rt->B * (size_t)rt->T;
@@ -429,7 +429,7 @@ static void release_list(osdp_runtime *rt, const osdp_event *ev, int n)
     }
 }
 
-void osdp_rt_release_all(osdp_runtime *rt)
+void osdp_runtime_release_all(osdp_runtime *rt)
 {
     struct osdp_runtime_internal *in = rt->in;
     for (int i = in->sched.op_lo; i < in->sched.op_hi; i++)

@@ -6,11 +6,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-const char *osdp_mem_category_name(osdp_mem_category c)
+const char *osdp_memory_category_name(osdp_memory_category c)
 {
-    static const char *names[OSDP_MEM_N_CATEGORIES] = {
+    static const char *names[OSDP_MEMORY_N_CATEGORIES] = {
         "state", "weights", "grads", "activations", "workspace", "tp_comm"};
-    return c < OSDP_MEM_N_CATEGORIES ? names[c] : "?";
+    return c < OSDP_MEMORY_N_CATEGORIES ? names[c] : "?";
 }
 
 void osdp_memory_init(osdp_memory *mem, const osdp_compute_backend *backend, size_t limit)
@@ -51,14 +51,14 @@ osdp_status osdp_memory_device_limit(const osdp_compute_backend *backend, size_t
     return osdp_memory_cap_to_free(requested, *free_bytes, OSDP_DEVICE_MEM_MARGIN, limit, capped);
 }
 
-osdp_status osdp_mem_alloc(osdp_memory *mem, osdp_mem_category cat, size_t bytes, const char *what, void **out)
+osdp_status osdp_memory_alloc(osdp_memory *mem, osdp_memory_category cat, size_t bytes, const char *what, void **out)
 {
     char a[32], b[32], c[32];
     *out = NULL;
     if (mem->limit && mem->current_total + bytes > mem->limit)
         return osdp_error_set(OSDP_ERR_OOM,
             "out of memory: %s needs %s of %s with %s in use; the memory limit is %s",
-            what, osdp_format_bytes((double)bytes, a, sizeof a), osdp_mem_category_name(cat),
+            what, osdp_format_bytes((double)bytes, a, sizeof a), osdp_memory_category_name(cat),
             osdp_format_bytes((double)mem->current_total, b, sizeof b),
             osdp_format_bytes((double)mem->limit, c, sizeof c));
     if (bytes) {
@@ -66,7 +66,7 @@ osdp_status osdp_mem_alloc(osdp_memory *mem, osdp_mem_category cat, size_t bytes
         if (!*out)
             return osdp_error_set(OSDP_ERR_OOM, "out of memory: the %s allocator refused %s of %s for %s",
                                   mem->backend->name, osdp_format_bytes((double)bytes, a, sizeof a),
-                                  osdp_mem_category_name(cat), what);
+                                  osdp_memory_category_name(cat), what);
     }
     mem->current[cat] += bytes;
     mem->current_total += bytes;
@@ -75,7 +75,7 @@ osdp_status osdp_mem_alloc(osdp_memory *mem, osdp_mem_category cat, size_t bytes
     return OSDP_OK;
 }
 
-void osdp_mem_free(osdp_memory *mem, osdp_mem_category cat, void *ptr, size_t bytes)
+void osdp_memory_free(osdp_memory *mem, osdp_memory_category cat, void *ptr, size_t bytes)
 {
     if (ptr) mem->backend->free(ptr);
     mem->current[cat] -= bytes;

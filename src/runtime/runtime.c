@@ -97,7 +97,7 @@ static osdp_status order_flat_blocks(osdp_runtime *rt)
     return s;
 }
 
-int osdp_rt_op_is_hierarchical(const osdp_runtime *rt, int op)
+int osdp_runtime_op_is_hierarchical(const osdp_runtime *rt, int op)
 {
     const osdp_sched_op *so = &rt->in->sched.ops[op];
     for (int k = 0; k < so->n_slices; k++)
@@ -215,7 +215,7 @@ osdp_status osdp_runtime_create(osdp_runtime *rt, const osdp_layout *layout, con
     if (!in->ops) return osdp_error_set(OSDP_ERR_OOM, "runtime: out of host memory");
     TRY(alloc_micro_slots(rt));
     rt->flat_block = rt->rank;
-    if (osdp_rt_node_first(rt)) TRY(order_flat_blocks(rt));
+    if (osdp_runtime_node_first(rt)) TRY(order_flat_blocks(rt));
     for (int i = 0; i < layout->n_ops; i++)
         for (int k = 0; k < in->sched.ops[i].n_slices; k++) {
             const osdp_sched_slice *ss = &in->sched.ops[i].slice[k];
@@ -226,7 +226,7 @@ osdp_status osdp_runtime_create(osdp_runtime *rt, const osdp_layout *layout, con
             sl->flat_lo = ss->lo + (size_t)block * osdp_sched_slice_shard_numel(ss);
         }
     in->cursor = 0;
-    TRY(osdp_rt_execute(rt, in->sched.setup, in->sched.n_setup));
+    TRY(osdp_runtime_execute(rt, in->sched.setup, in->sched.n_setup));
     TRY(init_shards(rt));
     /* 16 bytes outside the accounting, like the backends' own small scratch */
     in->sums = backend->alloc(2 * sizeof(double));
@@ -241,9 +241,9 @@ void osdp_runtime_destroy(osdp_runtime *rt)
 {
     struct osdp_runtime_internal *in = rt->in;
     if (!in) return;
-    if (in->ops && in->ops[rt->layout->n_ops - 1].acts) osdp_rt_release_all(rt);   /* the slots were made */
+    if (in->ops && in->ops[rt->layout->n_ops - 1].acts) osdp_runtime_release_all(rt);   /* the slots were made */
     if (in->sums) rt->backend->free(in->sums);
-    if (osdp_rt_node_first(rt)) (void)osdp_comm_set_block_order(rt->comm, NULL);   /* the caller's comm as it was */
+    if (osdp_runtime_node_first(rt)) (void)osdp_comm_set_block_order(rt->comm, NULL);   /* the caller's comm as it was */
     if (in->ops) free_micro_slots(in, rt->layout->n_ops);
     free(in->ops);
     osdp_schedule_free(&in->sched);
@@ -299,11 +299,11 @@ osdp_status osdp_runtime_step(osdp_runtime *rt, const int *tokens, osdp_step_sta
         in->tokens = tokens + (size_t)in->micro * 2 * (size_t)rt->B * (size_t)rt->T;
         in->ws.cur = 0;
         in->cursor = 0;
-        TRY(osdp_rt_execute(rt, in->sched.micro, in->sched.n_micro));
+        TRY(osdp_runtime_execute(rt, in->sched.micro, in->sched.n_micro));
     }
     in->micro = 0;
     in->cursor = 0;
-    TRY(osdp_rt_execute(rt, in->sched.optim, in->sched.n_optim));
+    TRY(osdp_runtime_execute(rt, in->sched.optim, in->sched.n_optim));
     rt->backend->synchronize();
     if (osdp_error_pending())   /* met where no caller could be told (osdp/error.h) */
         return osdp_error_set(osdp_error_pending(), "%s", osdp_error_pending_message());
@@ -332,11 +332,11 @@ osdp_status osdp_runtime_evaluate(osdp_runtime *rt, const int *tokens, int n_bat
     for (in->micro = 0; in->micro < micro_batches; in->micro++) {
         in->tokens = tokens + (size_t)in->micro * 2 * (size_t)rt->B * (size_t)rt->T;
         in->cursor = 0;
-        TRY(osdp_rt_execute(rt, in->sched.eval, in->sched.n_eval));
+        TRY(osdp_runtime_execute(rt, in->sched.eval, in->sched.n_eval));
     }
     double sum;
     rt->backend->to_host(&sum, in->sums, sizeof sum);
-    TRY(osdp_rt_reduce_over_mesh(rt, &sum, 1));
+    TRY(osdp_runtime_reduce_over_mesh(rt, &sum, 1));
     *loss = sum / ((double)micro_batches * rt->B * rt->N * rt->T);
     return OSDP_OK;
 }

@@ -63,18 +63,18 @@ struct osdp_runtime_internal {
 /* Executes events [rt->in->cursor, end) of list `ev` (the setup, a
  * micro-step or the optimizer), operator passes included
  * (src/runtime/executor.c). */
-osdp_status osdp_rt_execute(osdp_runtime *rt, const osdp_event *ev, int end);
+osdp_status osdp_runtime_execute(osdp_runtime *rt, const osdp_event *ev, int end);
 /* Frees every buffer the schedule allocated that is still held (after an
  * error mid-step too), waiting for gathers in flight. */
-void osdp_rt_release_all(osdp_runtime *rt);
+void osdp_runtime_release_all(osdp_runtime *rt);
 /* The step's (or a validation pass's) sums, n doubles on the host, added up
  * over the whole mesh: the data group, then the tensor group (osdp/runtime.h
  * says who adds what). */
-osdp_status osdp_rt_reduce_over_mesh(osdp_runtime *rt, double *sums, int n);
+osdp_status osdp_runtime_reduce_over_mesh(osdp_runtime *rt, double *sums, int n);
 /* has operator op a hierarchical slice? */
-int osdp_rt_op_is_hierarchical(const osdp_runtime *rt, int op);
+int osdp_runtime_op_is_hierarchical(const osdp_runtime *rt, int op);
 /* are the gradients reduced node-first (the data group spans nodes; osdp/runtime.h)? */
-static inline int osdp_rt_node_first(const osdp_runtime *rt)
+static inline int osdp_runtime_node_first(const osdp_runtime *rt)
 {
     return rt->cross_comm && rt->cross_comm->size > 1;
 }

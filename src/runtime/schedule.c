@@ -9,15 +9,15 @@
 
 #define TRY(expr) do { osdp_status s_ = (expr); if (s_ != OSDP_OK) return s_; } while (0)
 
-osdp_mem_category osdp_buffer_category(osdp_buffer_kind kind)
+osdp_memory_category osdp_buffer_category(osdp_buffer_kind kind)
 {
-    static const osdp_mem_category category[OSDP_BUF_N_KINDS] = {
-        [OSDP_BUF_STATE] = OSDP_MEM_STATE,         [OSDP_BUF_MASTER_COPY] = OSDP_MEM_STATE,
-        [OSDP_BUF_RESIDENT] = OSDP_MEM_WEIGHTS,    [OSDP_BUF_WORKSPACE] = OSDP_MEM_WORKSPACE,
-        [OSDP_BUF_GATHERED] = OSDP_MEM_WEIGHTS,    [OSDP_BUF_KEPT] = OSDP_MEM_ACTIVATIONS,
-        [OSDP_BUF_ACTS] = OSDP_MEM_ACTIVATIONS,    [OSDP_BUF_FULL_GRAD] = OSDP_MEM_GRADS,
-        [OSDP_BUF_GRAD_RECV] = OSDP_MEM_GRADS,     [OSDP_BUF_TP_STAGING] = OSDP_MEM_TP_COMM,
-        [OSDP_BUF_STAGE_INPUT] = OSDP_MEM_ACTIVATIONS, [OSDP_BUF_GRAD_ACCUM] = OSDP_MEM_GRADS,
+    static const osdp_memory_category category[OSDP_BUF_N_KINDS] = {
+        [OSDP_BUF_STATE] = OSDP_MEMORY_STATE,         [OSDP_BUF_MASTER_COPY] = OSDP_MEMORY_STATE,
+        [OSDP_BUF_RESIDENT] = OSDP_MEMORY_WEIGHTS,    [OSDP_BUF_WORKSPACE] = OSDP_MEMORY_WORKSPACE,
+        [OSDP_BUF_GATHERED] = OSDP_MEMORY_WEIGHTS,    [OSDP_BUF_KEPT] = OSDP_MEMORY_ACTIVATIONS,
+        [OSDP_BUF_ACTS] = OSDP_MEMORY_ACTIVATIONS,    [OSDP_BUF_FULL_GRAD] = OSDP_MEMORY_GRADS,
+        [OSDP_BUF_GRAD_RECV] = OSDP_MEMORY_GRADS,     [OSDP_BUF_TP_STAGING] = OSDP_MEMORY_TP_COMM,
+        [OSDP_BUF_STAGE_INPUT] = OSDP_MEMORY_ACTIVATIONS, [OSDP_BUF_GRAD_ACCUM] = OSDP_MEMORY_GRADS,
     };
     return category[kind];
 }
@@ -619,7 +619,7 @@ static void add_up(const osdp_event *ev, int n, size_t *current, size_t *total, 
 {
     for (int e = 0; e < n; e++) {
         if (ev[e].kind != OSDP_EV_ALLOC && ev[e].kind != OSDP_EV_FREE) continue;
-        osdp_mem_category c = osdp_buffer_category(ev[e].buffer);
+        osdp_memory_category c = osdp_buffer_category(ev[e].buffer);
         if (ev[e].kind == OSDP_EV_FREE) {
             current[c] -= ev[e].bytes;
             *total -= ev[e].bytes;
@@ -636,7 +636,7 @@ static void add_up(const osdp_event *ev, int n, size_t *current, size_t *total, 
  * the setup, one micro-step and the optimizer reach the step's peak */
 void osdp_schedule_peak(const osdp_schedule *sc, osdp_memory_prediction *out)
 {
-    size_t current[OSDP_MEM_N_CATEGORIES] = {0}, total = 0;
+    size_t current[OSDP_MEMORY_N_CATEGORIES] = {0}, total = 0;
     memset(out, 0, sizeof *out);
     add_up(sc->setup, sc->n_setup, current, &total, out);
     add_up(sc->micro, sc->n_micro, current, &total, out);
@@ -647,7 +647,7 @@ void osdp_schedule_peak(const osdp_schedule *sc, osdp_memory_prediction *out)
 
 void osdp_schedule_eval_peak(const osdp_schedule *sc, osdp_memory_prediction *out)
 {
-    size_t current[OSDP_MEM_N_CATEGORIES] = {0}, total = 0;
+    size_t current[OSDP_MEMORY_N_CATEGORIES] = {0}, total = 0;
     memset(out, 0, sizeof *out);
     add_up(sc->setup, sc->n_setup, current, &total, out);
     add_up(sc->eval, sc->n_eval, current, &total, out);
