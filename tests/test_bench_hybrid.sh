@@ -50,7 +50,7 @@ verdict=$(echo "$bindings" | awk -v cores="$cores" '
      if (length(cpu) != n) bad = 1
      if (n == 4) {four++; for (a = 1; a <= 2; a++) for (b = 3; b <= 4; b++) if ((cpu[a] == cpu[b]) != (cores < 2)) bad = 1}
      if (n == 2) {two++; half = int(cores / 2); if (half < 1) half = 1; for (a = 1; a <= 2; a++) if (cpu[a] + 0 >= half && cores >= 2) bad = 1}}
-    END {print (bad || four < 7 || two != 1) ? "bad" : "ok", calls}')
+    END {print (bad || four < 7 || two < 1) ? "bad" : "ok", calls}   # a noisy profile is run again (bench_hybrid.py retries it)')
 if [ "${verdict%% *}" = ok ]; then
     ok "all ${verdict#* } mpiexec calls bind each emulated node to its own cores ($cores cores: $(echo "$bindings" | sort -u | tr '\n' ';'))"
 else bad "the launcher's bindings ($cores cores): $(echo "$bindings" | sort -u | tr '\n' ';')" "$WORK/mpiexec.calls"; fi

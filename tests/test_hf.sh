@@ -16,8 +16,8 @@ PROMPT="761+7"
 
 # check_model NAME MODEL.ini: train, export, and compare with transformers
 check_model() {
-    local name=$1 model=$2 ck="$WORK/$1/step_00000150.h5"
-    "$MPIEXEC" -n 2 "$BIN" train --model "$model" --steps 150 --plan dp --batch 8 --lr 1e-2 --threads 1 --peak-flops 1e9 \
+    local name=$1 model=$2 ck="$WORK/$1/step_00000080.h5"
+    "$MPIEXEC" -n 2 "$BIN" train --model "$model" --steps 80 --plan dp --batch 8 --lr 1e-2 --threads 1 --peak-flops 1e9 \
         --ckpt-dir "$WORK/$name" > "$WORK/$name.train" 2>&1 || { bad "$name: training" "$WORK/$name.train"; return; }
     "$MPIEXEC" -n 2 "$BIN" eval --ckpt "$ck" --val-data "$VAL" --batches 1 --global-batch 4 --batch 2 --plan dp --threads 1 \
         --log "$WORK/$name.eval" > "$WORK/$name.evalout" 2>&1 || { bad "$name: eval" "$WORK/$name.evalout"; return; }

@@ -53,10 +53,10 @@ for rc in all auto none; do
     eval "rc_$rc=\$?"
 done
 if [ "$rc_all" = 0 ] && [ "$rc_auto" = 0 ] && [ "$rc_none" = 0 ] &&
-   js "$WORK/rc_all.json" 'all(m.endswith("+rc") == (0 < s["lo"] + i < 13)
+   js "$WORK/rc_all.json" 'all(("+rc" in m) == (0 < s["lo"] + i < 13)
            for k in ("osdp", "deepspeed_3d", "megatron", "fsdp", "ddp") if j[k]["fits"]
            for s in j[k]["plan"]["stages"] for i, m in enumerate(s["modes"]))
-       and sum(m.endswith("+rc") for s in j["osdp"]["plan"]["stages"] for m in s["modes"]) == 12' &&
+       and sum("+rc" in m for s in j["osdp"]["plan"]["stages"] for m in s["modes"]) == 12' &&
    python3 -c 'import json, sys
 a, n, r = (json.load(open(f))["osdp"]["plan"]["step_s"] for f in sys.argv[1:4])
 sys.exit(0 if a <= n * (1 + 1e-12) and a <= r * (1 + 1e-12) else 1)' "$WORK/rc_auto.json" "$WORK/rc_none.json" "$WORK/rc_all.json"; then

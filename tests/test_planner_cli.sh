@@ -142,7 +142,7 @@ plan peaks --model "$M" --device "$DEV/cpu_2core.ini" --ranks 2 --batch 2 --json
 LIM=$(python3 -c 'import json,sys; j = json.load(sys.stdin); print((j["all_dp"]["peak_bytes"] + j["all_zdp"]["peak_bytes"]) // 2)' < "$WORK/peaks.out")
 PF="$WORK/mixed.plan"
 plan out --model "$M" --device "$DEV/cpu_2core.ini" --ranks 2 --batch 2 --global-batch 8 --mem-limit "$LIM" --out "$PF"; rc=$?
-nz=$(grep -cE '^[a-z.0-9]+ = zdp$' "$PF" 2>/dev/null); nd=$(grep -cE '^[a-z.0-9]+ = dp$' "$PF" 2>/dev/null)
+nz=$(grep -cE '^[a-z.0-9]+ = zdp( |$)' "$PF" 2>/dev/null); nd=$(grep -cE '^[a-z.0-9]+ = dp( |$)' "$PF" 2>/dev/null)
 ppeak=$(sed -n 's/.*peak \([0-9]*\) bytes.*/\1/p' "$PF" 2>/dev/null); pstep=$(sed -n 's/.*predicted step \([^ ]*\) s.*/\1/p' "$PF" 2>/dev/null)
 if [ $rc = 0 ] && [ "$nz" -gt 0 ] && [ "$nd" -gt 0 ] && [ $((nz + nd)) = 6 ] && grep -q -- '--batch 2 --global-batch 8' "$PF"; then
     ok "plan --out: a plan file of $nd DP + $nz ZDP operators under a limit of $LIM B, peak $ppeak B"

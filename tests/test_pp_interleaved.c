@@ -251,7 +251,8 @@ START_TEST(test_schedule)
         const int P = shapes[k][0], V = shapes[k][1], M = shapes[k][2], G = P * V;
         for (int i = 0; i < L.n_ops; i++) {
             rng = rng * 1103515245u + 12345u;
-            const int g = L.op[i].type == OSDP_OP_EMBED ? 1 : 1 + (int)((rng >> 16) % 3);
+            /* the embedding, and a fused head (the default), are never split */
+            const int g = L.op[i].type == OSDP_OP_EMBED || L.op[i].type == OSDP_OP_HEAD ? 1 : 1 + (int)((rng >> 16) % 3);
             p.slices[i] = g;
             p.zdp_slices[i] = (int)((rng >> 8) % (unsigned)(g + 1));
             p.recompute[i] = osdp_op_can_recompute(L.op[i].type) && (rng >> 20) % 2;

@@ -401,6 +401,8 @@ int osdp_cmd_plan(const osdp_job *job)
     for (int v = 0; v < 3; v++) {
         osdp_planner_options o = planner;
         o.modes = sets[v];
+        /* the baselines are what `train --plan dp|zdp` runs: with --grad-reduce auto, every micro-batch */
+        if (v > 0 && o.grad_reduce == OSDP_GRAD_REDUCE_AUTO) o.grad_reduce = OSDP_GRAD_REDUCE_EVERY;
         st[v] = osdp_planner_run(&L, &dev, &o, &r[v]);
         snprintf(err[v], sizeof err[v], "%s", st[v] == OSDP_OK ? "" : osdp_error_message());
         if (st[v] != OSDP_OK && st[v] != OSDP_ERR_INFEASIBLE) osdp_fatal(st[v], err[v]);

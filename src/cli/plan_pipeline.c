@@ -232,6 +232,8 @@ int osdp_cmd_plan_pipeline(const osdp_job *job)
     for (int v = 0; v < 2; v++) {   /* the same pipeline, every operator DP / ZDP */
         osdp_planner_options baseline = o;
         baseline.modes = v ? OSDP_MODES_ALL_ZDP : OSDP_MODES_ALL_DP;
+        /* what `train --plan dp|zdp` runs: with --grad-reduce auto, every micro-batch */
+        if (baseline.grad_reduce == OSDP_GRAD_REDUCE_AUTO) baseline.grad_reduce = OSDP_GRAD_REDUCE_EVERY;
         bst[v] = osdp_planner_pipeline(&cfg, seq_len, &dev, &baseline, T, P, c.bounds, planned, &base[v]);
         if (bst[v] != OSDP_OK && bst[v] != OSDP_ERR_INFEASIBLE) osdp_fatal(bst[v], osdp_error_message());
     }
