@@ -45,7 +45,7 @@ int main(int argc, char **argv)
     }
     osdp_planner_options o;
     osdp_planner_defaults(&o);
-    o.n_ranks = atoi(argv[3]);
+    o.geo.n_ranks = atoi(argv[3]);
     if (strcmp(argv[5], "auto") == 0) o.split_auto = 1;
     else o.split = atoi(argv[5]);
     o.recompute_auto = strcmp(argv[6], "auto") == 0;

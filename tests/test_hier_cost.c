@@ -56,14 +56,14 @@ START_TEST(test_peak_equals_schedule)
             ck_assert(osdp_plan_alloc(&plan, L.n_ops) == OSDP_OK);
             varied_plan(&L, r, &plan);
             with_h += osdp_plan_has_hierarchical(&plan);
-            osdp_schedule_options so = {.n_ranks = N, .node_ranks = R, .micro_batch = b, .accum_steps = 2,
-                                        .prefetch = prefetch, .weight_dtype = weights, .pad_quantum = quantum};
+            osdp_schedule_options so = {.geo.n_ranks = N, .geo.node_ranks = R, .geo.micro_batch = b, .geo.accum_steps = 2,
+                                        .geo.prefetch = prefetch, .geo.weight_dtype = weights, .geo.pad_quantum = quantum};
             osdp_memory_prediction pred;
             ck_assert_msg(osdp_schedule_predict(&L, &plan, &so, &pred) == OSDP_OK, "%s", osdp_error_message());
             const osdp_device dev = {.param_bytes = (int)osdp_dtype_size(weights), .grad_bytes = 4, .act_bytes = 4};
             const osdp_cost_hierarchy hier = {.node_ranks = R};
-            const osdp_cost_model cm = {.layout = &L, .dev = &dev, .N = N, .pad_quantum = quantum, .prefetch = prefetch,
-                                        .hier = &hier};
+            osdp_cost_model cm;
+            osdp_cost_model_init(&cm, &L, &dev, &(osdp_step_geometry){.n_ranks = N, .pad_quantum = quantum, .prefetch = prefetch}, OSDP_COST_PAPER, &hier);
             ck_assert_msg(osdp_cost_peak(&cm, &plan, b, NULL) == (long long)pred.peak_total,
                           "%s N=%d R=%d b=%d prefetch %d: closed form %lld, schedule %zu", models[mi], N, R, b, prefetch,
                           osdp_cost_peak(&cm, &plan, b, NULL), pred.peak_total);
@@ -100,7 +100,8 @@ START_TEST(test_time_per_level)
     const osdp_cost_hierarchy one = {.node_ranks = N, .node_all_gather = d.all_gather,
                                      .node_reduce_scatter = d.reduce_scatter, .cross_all_gather = d.internode.all_gather,
                                      .cross_reduce_scatter = d.internode.reduce_scatter};
-    osdp_cost_model cm = {.layout = &L, .dev = &one_node, .N = N, .prefetch = 1, .kind = OSDP_COST_PAPER, .hier = &one};
+    osdp_cost_model cm;
+    osdp_cost_model_init(&cm, &L, &one_node, &(osdp_step_geometry){.n_ranks = N, .prefetch = 1}, OSDP_COST_PAPER, &one);
     for (int i = 0; i < L.n_ops; i++)
         for (int rc = 0; rc <= osdp_op_can_recompute(L.op[i].type); rc++) {
             osdp_op_time h, z;
@@ -128,7 +129,8 @@ START_TEST(test_time_per_level)
     /* the slow link carries only the in-node shard's all-reduce: cheaper than a flat ZDP over the link */
     osdp_device over_link = d;
     osdp_cost_device_for_mesh(&d, 1, N, 1, &over_link);
-    const osdp_cost_model flat = {.layout = &L, .dev = &over_link, .N = N, .prefetch = 1, .kind = OSDP_COST_PAPER};
+    osdp_cost_model flat;
+    osdp_cost_model_init(&flat, &L, &over_link, &(osdp_step_geometry){.n_ranks = N, .prefetch = 1}, OSDP_COST_PAPER, NULL);
     osdp_op_time z;
     osdp_cost_op_time_rc(&flat, op, 1, 1, 0, b, A, &z);
     ck_assert_msg(h.comm < z.comm, "h %g s should beat zdp over the link %g s", h.comm, z.comm);
@@ -159,12 +161,14 @@ START_TEST(test_flat_slice_node_first)
                     + 1 * (d.internode.reduce_scatter.alpha + G / 4 / 2 * d.internode.reduce_scatter.beta);
     for (int k = 0; k <= 1; k++) {   /* DP: one gather per step; ZDP: two per micro-step */
         osdp_op_time t, as_read;
-        const osdp_cost_model cm = {.layout = &L, .dev = &level, .N = N, .kind = OSDP_COST_PAPER};
+        osdp_cost_model cm;
+        osdp_cost_model_init(&cm, &L, &level, &(osdp_step_geometry){.n_ranks = N}, OSDP_COST_PAPER, NULL);
         osdp_cost_op_time(&cm, op, 1, k, b, A, &t);
         const double want = (k ? 2 * A : 1) * ag + A * rs;
         ck_assert_msg(fabs(t.comm - want) <= 1e-12 * want, "k %d: comm %.12g s, in-node RS + cross RS %.12g s", k,
                       t.comm, want);
-        const osdp_cost_model read = {.layout = &L, .dev = &d, .N = N, .kind = OSDP_COST_PAPER};
+        osdp_cost_model read;
+        osdp_cost_model_init(&read, &L, &d, &(osdp_step_geometry){.n_ranks = N}, OSDP_COST_PAPER, NULL);
         osdp_cost_op_time(&read, op, 1, k, b, A, &as_read);   /* the same reduce-scatter, the in-node all-gather */
         const double want_read = (k ? 2 * A : 1) * 7 * (d.all_gather.alpha + S / 8 * d.all_gather.beta) + A * rs;
         ck_assert_msg(fabs(as_read.comm - want_read) <= 1e-12 * want_read, "k %d as read: %.12g s, %.12g s", k, as_read.comm,
@@ -173,7 +177,8 @@ START_TEST(test_flat_slice_node_first)
     /* 6 ranks on nodes of 4: 4 and 2, unequal: the flat ring over the link */
     osdp_cost_device_for_mesh(&d, 1, 6, 1, &level);
     ck_assert(level.reduce_scatter.beta == d.internode.reduce_scatter.beta);
-    const osdp_cost_model six = {.layout = &L, .dev = &level, .N = 6, .kind = OSDP_COST_PAPER};
+    osdp_cost_model six;
+    osdp_cost_model_init(&six, &L, &level, &(osdp_step_geometry){.n_ranks = 6}, OSDP_COST_PAPER, NULL);
     osdp_op_time t;
     osdp_cost_op_time(&six, op, 1, 0, b, 1, &t);
     const double p6 = (double)osdp_padded_numel_quantum(L.op[op].numel, 6, 1) / 6;   /* a ring step's elements */
@@ -234,7 +239,8 @@ START_TEST(test_step_sync_per_level)
     load_layout(&L, "tests/mpi/t_ic.ini", 0);
     osdp_plan p;
     ck_assert(osdp_plan_alloc(&p, L.n_ops) == OSDP_OK);
-    const osdp_cost_model cm = {.layout = &L, .dev = &level, .N = 8, .prefetch = 1, .kind = OSDP_COST_OVERLAP};
+    osdp_cost_model cm;
+    osdp_cost_model_init(&cm, &L, &level, &(osdp_step_geometry){.n_ranks = 8, .prefetch = 1}, OSDP_COST_OVERLAP, NULL);
     double ops = 0;
     for (int i = 0; i < L.n_ops; i++) {
         osdp_op_time t;
@@ -273,7 +279,8 @@ START_TEST(test_search_against_brute_force)
     long long *peak = malloc(sizeof *peak * (size_t)plans), lo = -1, hi = -1;
     ck_assert(time && peak);
     for (int pf = 0; pf <= 1; pf++) {
-        const osdp_cost_model cm = {.layout = &L, .dev = &d, .N = N, .prefetch = pf, .kind = OSDP_COST_PAPER, .hier = &hier};
+        osdp_cost_model cm;
+        osdp_cost_model_init(&cm, &L, &d, &(osdp_step_geometry){.n_ranks = N, .prefetch = pf}, OSDP_COST_PAPER, &hier);
         for (int c = 0; c < plans; c++) {
             for (int i = 0, rest = c; i < n; i++, rest /= 3) {   /* digit 0 DP, 1 ZDP, 2 h */
                 p.zdp_slices[i] = rest % 3 > 0;
@@ -293,8 +300,8 @@ START_TEST(test_search_against_brute_force)
             for (int se = 0; se < 2; se++) {
                 osdp_planner_options o;
                 osdp_planner_defaults(&o);
-                o.n_ranks = N;
-                o.prefetch = pf;
+                o.geo.n_ranks = N;
+                o.geo.prefetch = pf;
                 o.cost = OSDP_COST_PAPER;
                 o.mem_limit = limit;
                 o.search = se ? OSDP_SEARCH_DFS : OSDP_SEARCH_EXACT;

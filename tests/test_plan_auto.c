@@ -74,7 +74,8 @@ static void brute_all(brute *B, const osdp_layout *L, const osdp_device *d, int 
     ck_assert(B->time && B->peak);
     osdp_plan p;
     ck_assert(osdp_plan_alloc(&p, n) == OSDP_OK);
-    osdp_cost_model cm = {.layout = L, .dev = d, .N = N, .prefetch = pf, .kind = OSDP_COST_PAPER};
+    osdp_cost_model cm;
+    osdp_cost_model_init(&cm, L, d, &(osdp_step_geometry){.n_ranks = N, .prefetch = pf}, OSDP_COST_PAPER, NULL);
     for (long long code = 0; code < B->n; code++) {
         long long c = code;
         for (int i = 0; i < n; i++) {
@@ -133,8 +134,8 @@ static int check(const char *model, int T, int N, int pf, int b, int gmax, int r
         for (int se = 0; se < 2; se++) {
             osdp_planner_options o;
             osdp_planner_defaults(&o);
-            o.n_ranks = N;
-            o.prefetch = pf;
+            o.geo.n_ranks = N;
+            o.geo.prefetch = pf;
             o.split_auto = gmax > 1;
             o.split_max = gmax;
             o.recompute_auto = rc;
@@ -153,7 +154,8 @@ static int check(const char *model, int T, int N, int pf, int b, int gmax, int r
             } else {
                 ck_assert_msg(s == OSDP_OK, "%s limit %lld: %s", model, limit, osdp_error_message());
                 ck_assert(!r.timed_out);
-                osdp_cost_model cm = {.layout = &L, .dev = &d, .N = N, .prefetch = pf, .kind = OSDP_COST_PAPER};
+                osdp_cost_model cm;
+                osdp_cost_model_init(&cm, &L, &d, &(osdp_step_geometry){.n_ranks = N, .prefetch = pf}, OSDP_COST_PAPER, NULL);
                 ck_assert(osdp_cost_peak(&cm, &r.plan, b, NULL) == r.peak_bytes && r.peak_bytes <= limit);
                 osdp_memory_prediction pr;
                 ck_assert(osdp_memory_predict(&L, &r.plan, N, b, 1, pf, OSDP_FLOAT32, &pr) == OSDP_OK);

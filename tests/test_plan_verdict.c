@@ -44,7 +44,8 @@ typedef struct every_plan {
 static void enumerate(every_plan *E, const osdp_layout *L, const osdp_device *d, int N, int b, int split)
 {
     const int n = L->n_ops;
-    osdp_cost_model cm = {.layout = L, .dev = d, .N = N, .prefetch = 1, .kind = OSDP_COST_PAPER};
+    osdp_cost_model cm;
+    osdp_cost_model_init(&cm, L, d, &(osdp_step_geometry){.n_ranks = N, .prefetch = 1}, OSDP_COST_PAPER, NULL);
     int g[64], rc[64], digits[64];
     long long total = 1;
     ck_assert(n <= 64);
@@ -105,7 +106,7 @@ START_TEST(test_verdict_against_every_plan)
                     if (E.peak[c] <= limit && E.time[c] < best) best = E.time[c];
                 osdp_planner_options o;
                 osdp_planner_defaults(&o);
-                o.n_ranks = N;
+                o.geo.n_ranks = N;
                 o.split = cases[m].split;
                 o.recompute_auto = 1;
                 o.mem_limit = limit;

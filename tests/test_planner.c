@@ -161,7 +161,8 @@ START_TEST(test_cost_time_by_hand)
     double S = 2.0 * (double)padded;                         /* bf16 bytes */
     double ag = 3 * (1e-5 + S / 4 * 2e-10), rs = 3 * (3e-5 + S / 4 * 4e-10);
     double compute = b * T * 3 * (16 * dd * dd) * 3e-12;     /* fwd+bwd = 3 x 2 x (d*4d + 4d*d) per token */
-    osdp_cost_model cm = {.layout = &L, .dev = &d, .N = N, .prefetch = 1, .kind = OSDP_COST_PAPER};
+    osdp_cost_model cm;
+    osdp_cost_model_init(&cm, &L, &d, &(osdp_step_geometry){.n_ranks = N, .prefetch = 1}, OSDP_COST_PAPER, NULL);
     osdp_op_time t;
     osdp_cost_op_time(&cm, op, 1, 0, b, 1, &t);
     ck_assert_msg(close_rel(t.compute, compute, 1e-12), "compute %g vs %g", t.compute, compute);
@@ -186,16 +187,16 @@ START_TEST(test_cost_time_by_hand)
     cm.kind = OSDP_COST_OVERLAP;
     osdp_cost_op_time(&cm, op, 1, 1, b, 1, &t);
     ck_assert(close_rel(t.total, fmax(compute, 3 * one), 1e-12));
-    cm.prefetch = 0;
+    cm.geo.prefetch = 0;
     osdp_cost_op_time(&cm, op, 1, 1, b, 1, &t);
     ck_assert(close_rel(t.total, compute + 3 * one, 1e-12));
     /* one rank: no communication */
-    cm.N = 1;
+    cm.geo.n_ranks = 1;
     osdp_cost_op_time(&cm, op, 1, 1, b, 1, &t);
     ck_assert(t.comm == 0);
     /* osdp's bf16: 2-byte gathers, 4-byte gradients and reduce-scatters, and
      * the bf16 copy of the master shard in the state */
-    cm = (osdp_cost_model){.layout = &L, .dev = &d, .N = N, .prefetch = 1, .kind = OSDP_COST_PAPER};
+    osdp_cost_model_init(&cm, &L, &d, &(osdp_step_geometry){.n_ranks = N, .prefetch = 1}, OSDP_COST_PAPER, NULL);
     d.reduce_scatter = (osdp_collective_cost){.alpha = 3e-5, .beta = 4e-10};
     d.grad_bytes = 4;
     double rs4 = 3 * (3e-5 + 2 * S / 4 * 4e-10);
@@ -238,7 +239,8 @@ START_TEST(test_peak_equals_runtime)
                         /* fp32 weights, and bf16 weights with fp32 gradients (the runtime's two) */
                         d.param_bytes = r & 2 ? 2 : 4;
                         osdp_dtype wt = r & 2 ? OSDP_BFLOAT16 : OSDP_FLOAT32;
-                        osdp_cost_model cm = {.layout = &L, .dev = &d, .N = Ns[ni], .prefetch = pf};
+                        osdp_cost_model cm;
+                        osdp_cost_model_init(&cm, &L, &d, &(osdp_step_geometry){.n_ranks = Ns[ni], .prefetch = pf}, OSDP_COST_PAPER, NULL);
                         osdp_memory_prediction pr;
                         ck_assert(osdp_memory_predict(&L, &p, Ns[ni], b, 1 + (r & 1), pf, wt, &pr) == OSDP_OK);
                         long long model = osdp_cost_peak(&cm, &p, b, NULL);
@@ -283,7 +285,8 @@ static void brute_all(brute *B, const osdp_layout *L, const osdp_device *d, int 
     ck_assert(B->time && B->peak);
     osdp_plan p;
     ck_assert(osdp_plan_alloc(&p, n) == OSDP_OK);
-    osdp_cost_model cm = {.layout = L, .dev = d, .N = N, .prefetch = pf, .kind = OSDP_COST_PAPER};
+    osdp_cost_model cm;
+    osdp_cost_model_init(&cm, L, d, &(osdp_step_geometry){.n_ranks = N, .prefetch = pf}, OSDP_COST_PAPER, NULL);
     for (long long code = 0; code < total; code++) {
         long long c = code;
         for (int i = 0; i < n; i++) {
@@ -339,8 +342,8 @@ static void check_against_brute(const char *model, int T, int N, int pf, int b, 
         for (int se = 0; se < 2; se++) {
             osdp_planner_options o;
             osdp_planner_defaults(&o);
-            o.n_ranks = N;
-            o.prefetch = pf;
+            o.geo.n_ranks = N;
+            o.geo.prefetch = pf;
             o.split = g;
             o.mem_limit = limit;
             o.search = se ? OSDP_SEARCH_DFS : OSDP_SEARCH_EXACT;
@@ -457,8 +460,8 @@ START_TEST(test_families_dfs_equals_exact)
         for (int se = 0; se < 2; se++) {
             osdp_planner_options o;
             osdp_planner_defaults(&o);
-            o.n_ranks = 8;
-            o.micro_batch = fam[f].micro_batch;
+            o.geo.n_ranks = 8;
+            o.geo.micro_batch = fam[f].micro_batch;
             o.max_micro_batch = fam[f].max_b;
             o.dfs_time_limit_s = 10;
             o.search = se ? OSDP_SEARCH_DFS : OSDP_SEARCH_EXACT;
@@ -501,7 +504,7 @@ START_TEST(test_infeasible_message)
         if (B.peak[c] < minpeak) minpeak = B.peak[c];
     osdp_planner_options o;
     osdp_planner_defaults(&o);
-    o.n_ranks = 2;
+    o.geo.n_ranks = 2;
     long long need = 0;
     ck_assert(osdp_planner_min_memory(&L, &d, &o, 1, &need, NULL) == OSDP_OK);
     ck_assert_msg(need == minpeak, "min memory %lld, brute force %lld", need, minpeak);
@@ -534,7 +537,7 @@ START_TEST(test_scheduler)
     osdp_device d = test_device(96LL << 20);
     osdp_planner_options o;
     osdp_planner_defaults(&o);
-    o.n_ranks = 4;
+    o.geo.n_ranks = 4;
     osdp_planner_result r;
     ck_assert_msg(osdp_planner_run(&L, &d, &o, &r) == OSDP_OK, "%s", osdp_error_message());
     /* the best samples/s over every micro-batch b = 1, 2, ... until one does not fit */

@@ -56,7 +56,7 @@ static osdp_planner_options options(void)
 {
     osdp_planner_options o;
     osdp_planner_defaults(&o);
-    o.n_ranks = RANKS;
+    o.geo.n_ranks = RANKS;
     o.global_batch = GLOBAL_BATCH;
     o.verify = 0;
     return o;
@@ -83,8 +83,8 @@ static void brute_split(const osdp_layout *L, const osdp_device *lvl, int tp, in
     const int n = L->n_ops;
     osdp_plan plan;
     ck_assert(osdp_plan_alloc(&plan, n) == OSDP_OK);
-    const osdp_cost_model cm = {.layout = L, .dev = lvl, .N = D, .pad_quantum = 1, .prefetch = 1,
-                                .kind = OSDP_COST_PAPER};
+    osdp_cost_model cm;
+    osdp_cost_model_init(&cm, L, lvl, &(osdp_step_geometry){.n_ranks = D, .pad_quantum = 1, .prefetch = 1}, OSDP_COST_PAPER, NULL);
     const osdp_cost_model *cms[OSDP_MAX_STAGES];
     const osdp_plan *plans[OSDP_MAX_STAGES];
     for (int s = 0; s < pp; s++) {
@@ -181,7 +181,8 @@ static long long flat_dp_peak(const osdp_model_config *cfg, const osdp_device *d
     osdp_plan plan;
     ck_assert(osdp_plan_alloc(&plan, L.n_ops) == OSDP_OK);
     osdp_plan_fill(&plan, 0);
-    const osdp_cost_model cm = {.layout = &L, .dev = dev, .N = RANKS, .pad_quantum = 1, .prefetch = 1};
+    osdp_cost_model cm;
+    osdp_cost_model_init(&cm, &L, dev, &(osdp_step_geometry){.n_ranks = RANKS, .pad_quantum = 1, .prefetch = 1}, OSDP_COST_PAPER, NULL);
     const long long peak = osdp_cost_peak(&cm, &plan, GLOBAL_BATCH / RANKS, NULL);
     osdp_plan_free(&plan);
     osdp_layout_free(&L);

@@ -175,7 +175,8 @@ START_TEST(test_planner_stage_split)
     osdp_device d;
     osdp_plan p;
     tiny_case(&L, &d, "[gamma_fixed]\nattn = 1e-3\n", &p, 1);
-    osdp_cost_model cm = {.layout = &L, .dev = &d, .N = 2, .prefetch = 1};
+    osdp_cost_model cm;
+    osdp_cost_model_init(&cm, &L, &d, &(osdp_step_geometry){.n_ranks = 2, .prefetch = 1}, OSDP_COST_PAPER, NULL);
     double cost[16];
     for (int i = 0; i < L.n_ops; i++) {
         osdp_op_time t;
@@ -241,7 +242,8 @@ START_TEST(test_stage_passes_and_one_stage)
     tiny_case(&L, &d, "[gamma_fixed]\nmlp = 1e-4\n[step]\nshard_param = 1e-9\n", &p, 0);
     p.zdp_slices[2] = 1;
     p.recompute[3] = 1;
-    osdp_cost_model cm = {.layout = &L, .dev = &d, .N = 2, .prefetch = 1};
+    osdp_cost_model cm;
+    osdp_cost_model_init(&cm, &L, &d, &(osdp_step_geometry){.n_ranks = 2, .prefetch = 1}, OSDP_COST_PAPER, NULL);
     const int M = 5, bnd[2] = {0, L.n_ops};
     osdp_pipe_stage_cost st;
     osdp_pipe_stage_passes(&cm, &p, 0, L.n_ops, 2, M, &st);
@@ -284,7 +286,8 @@ START_TEST(test_in_flight_peak)
     osdp_plan p;
     tiny_case(&L, &d, "", &p, 1);
     p.recompute[1] = 1;
-    osdp_cost_model cm = {.layout = &L, .dev = &d, .N = 2, .prefetch = 1};
+    osdp_cost_model cm;
+    osdp_cost_model_init(&cm, &L, &d, &(osdp_step_geometry){.n_ranks = 2, .prefetch = 1}, OSDP_COST_PAPER, NULL);
     const long long flat = osdp_cost_peak(&cm, &p, 2, NULL);
     cm.in_flight = 1;
     ck_assert_int_eq(osdp_cost_peak(&cm, &p, 2, NULL), flat);
@@ -348,12 +351,13 @@ START_TEST(test_stage_peak_is_the_schedule)
                 memset(&d, 0, sizeof d);
                 d.param_bytes = bf16 ? 2 : 4;
                 d.grad_bytes = d.act_bytes = 4;
-                osdp_cost_model cm = {.layout = &L, .dev = &d, .N = N, .prefetch = prefetch};
+                osdp_cost_model cm;
+                osdp_cost_model_init(&cm, &L, &d, &(osdp_step_geometry){.n_ranks = N, .prefetch = prefetch}, OSDP_COST_PAPER, NULL);
                 for (int s = 0; s < P; s++) {
-                    osdp_schedule_options so = {.n_ranks = N, .micro_batch = B, .accum_steps = M, .prefetch = prefetch,
-                                                .weight_dtype = bf16 ? OSDP_BFLOAT16 : OSDP_FLOAT32, .pp_size = P,
-                                                .pp_stage = s, .pipe_schedule = kind};
-                    memcpy(so.stage_bounds, bounds, sizeof(int) * (size_t)(P + 1));
+                    osdp_schedule_options so = {.geo.n_ranks = N, .geo.micro_batch = B, .geo.accum_steps = M, .geo.prefetch = prefetch,
+                                                .geo.weight_dtype = bf16 ? OSDP_BFLOAT16 : OSDP_FLOAT32, .geo.pp_size = P,
+                                                .pp_stage = s, .geo.pipe_schedule = kind};
+                    memcpy(so.geo.stage_bounds, bounds, sizeof(int) * (size_t)(P + 1));
                     osdp_memory_prediction pr;
                     ck_assert_msg(osdp_schedule_predict(&L, &p, &so, &pr) == OSDP_OK, "%s", osdp_error_message());
                     const long long closed = osdp_pipe_stage_peak(&cm, &p, bounds, P, s, kind, B, M, NULL);
@@ -378,7 +382,7 @@ static void bench_case(osdp_model_config *cfg, osdp_device *d, osdp_planner_opti
     load_config(cfg, "bench_l6_d256");
     load_device(d, "cpu_2core");
     osdp_planner_defaults(o);
-    o->n_ranks = N;
+    o->geo.n_ranks = N;
     o->global_batch = G;
     o->mem_limit = limit;
 }

@@ -61,9 +61,9 @@ static void build_context(osdp_ps_context *ctx, const osdp_layout *sub, const os
                           osdp_planner_result *counters)
 {
     memset(o, 0, sizeof *o);
-    o->n_ranks = c->N;
-    o->prefetch = c->prefetch;
-    o->pad_quantum = c->quantum;
+    o->geo.n_ranks = c->N;
+    o->geo.prefetch = c->prefetch;
+    o->geo.pad_quantum = c->quantum;
     o->split_auto = 1;
     o->split_max = 4;
     o->recompute_auto = 1;
@@ -121,11 +121,11 @@ static int check_case(const osdp_layout *L, const step_case *c, int trials)
     build_context(&ctx, &sub, L, &d, c->node_ranks ? &hier : NULL, c, &o, &counters);
     osdp_plan p;
     ck_assert(osdp_plan_alloc(&p, L->n_ops) == OSDP_OK);
-    osdp_schedule_options so = {.n_ranks = c->N, .node_ranks = c->node_ranks, .micro_batch = c->B,
-                                .accum_steps = c->accum, .prefetch = c->prefetch, .weight_dtype = c->weights,
-                                .pad_quantum = c->quantum, .pp_size = c->P, .pp_stage = c->stage,
-                                .pipe_schedule = c->schedule};
-    memcpy(so.stage_bounds, c->bounds, sizeof so.stage_bounds);
+    osdp_schedule_options so = {.geo.n_ranks = c->N, .geo.node_ranks = c->node_ranks, .geo.micro_batch = c->B,
+                                .geo.accum_steps = c->accum, .geo.prefetch = c->prefetch, .geo.weight_dtype = c->weights,
+                                .geo.pad_quantum = c->quantum, .geo.pp_size = c->P, .pp_stage = c->stage,
+                                .geo.pipe_schedule = c->schedule};
+    memcpy(so.geo.stage_bounds, c->bounds, sizeof so.geo.stage_bounds);
     int moments = 0;
     for (int t = 0; t < trials; t++) {
         const long long search = random_choices(&ctx, L, lo, &p);
@@ -138,8 +138,8 @@ static int check_case(const osdp_layout *L, const step_case *c, int trials)
                           search, schedule);
             continue;
         }
-        const osdp_cost_model cm = {.layout = L, .dev = &d, .N = c->N, .pad_quantum = c->quantum,
-                                    .prefetch = c->prefetch, .hier = c->node_ranks ? &hier : NULL};
+        osdp_cost_model cm;
+        osdp_cost_model_init(&cm, L, &d, &(osdp_step_geometry){.n_ranks = c->N, .pad_quantum = c->quantum, .prefetch = c->prefetch}, OSDP_COST_PAPER, c->node_ranks ? &hier : NULL);
         const long long stage = osdp_pipe_stage_peak(&cm, &p, c->bounds, c->P, c->stage, c->schedule, c->B, c->accum,
                                                      NULL);
         ck_assert_msg(search <= schedule && stage == schedule,

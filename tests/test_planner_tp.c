@@ -98,9 +98,10 @@ START_TEST(test_cost_tp_terms_by_hand)
     ck_assert(osdp_layout_build_tp(&L2, &cfg, 64, 2, 1) == OSDP_OK);
     const int b = 3, N = 2;
     const double AR = 2.98304e-5, GATHER = 1.04608e-5;
-    osdp_cost_model cm1 = {.layout = &L1, .dev = &d, .N = N, .prefetch = 1, .kind = OSDP_COST_PAPER};
-    osdp_cost_model cm2 = cm1;
-    cm2.layout = &L2;
+    osdp_cost_model cm1;
+    osdp_cost_model_init(&cm1, &L1, &d, &(osdp_step_geometry){.n_ranks = N, .prefetch = 1}, OSDP_COST_PAPER, NULL);
+    osdp_cost_model cm2;
+    osdp_cost_model_init(&cm2, &L2, &d, &cm1.geo, OSDP_COST_PAPER, NULL);
     /* embed, attn.0, mlp.0, attn.1, mlp.1, head: all-reduces per micro-step */
     const double per_op[6] = {AR, 2 * AR, 2 * AR, 2 * AR, 2 * AR, AR + GATHER};
     ck_assert_int_eq(L2.n_ops, 6);
@@ -146,8 +147,9 @@ START_TEST(test_cost_tp1_bitwise)
     osdp_layout L0, L1;
     ck_assert(osdp_layout_build(&L0, &cfg, cfg.ctx) == OSDP_OK);
     ck_assert(osdp_layout_build_tp(&L1, &cfg, cfg.ctx, 1, 1) == OSDP_OK);
-    osdp_cost_model a = {.layout = &L0, .dev = &d, .N = 4, .prefetch = 1, .kind = OSDP_COST_OVERLAP}, c = a;
-    c.layout = &L1;
+    osdp_cost_model a, c;
+    osdp_cost_model_init(&a, &L0, &d, &(osdp_step_geometry){.n_ranks = 4, .prefetch = 1}, OSDP_COST_OVERLAP, NULL);
+    osdp_cost_model_init(&c, &L1, &d, &a.geo, OSDP_COST_OVERLAP, NULL);
     for (int i = 0; i < L0.n_ops; i++)
         for (int rc = 0; rc <= 1; rc++) {
             osdp_op_time x, y;
@@ -234,7 +236,7 @@ static int check_auto(const osdp_model_config *cfg, const osdp_device *d, int N,
 {
     osdp_planner_options o;
     osdp_planner_defaults(&o);
-    o.n_ranks = N;
+    o.geo.n_ranks = N;
     o.global_batch = G;
     osdp_mesh_choice m;
     ck_assert_msg(osdp_planner_mesh(cfg, cfg->ctx, d, &o, OSDP_TP_AUTO, &m) == OSDP_OK, "%s", osdp_error_message());
@@ -252,7 +254,7 @@ static int check_auto(const osdp_model_config *cfg, const osdp_device *d, int N,
         osdp_layout L;
         ck_assert(osdp_layout_build_tp(&L, cfg, cfg->ctx, k->tp_size, 1) == OSDP_OK);
         osdp_planner_options per = o;
-        per.n_ranks = k->dp_size;
+        per.geo.n_ranks = k->dp_size;
         osdp_planner_result r;
         ck_assert(osdp_planner_run(&L, d, &per, &r) == OSDP_OK);
         ck_assert(r.step_s == k->step_s && r.peak_bytes == k->peak_bytes);
@@ -280,7 +282,7 @@ START_TEST(test_mesh_auto_picks_best)
     osdp_device node2 = mesh_device(1e-15, 2);
     osdp_planner_options o;
     osdp_planner_defaults(&o);
-    o.n_ranks = 4;
+    o.geo.n_ranks = 4;
     o.global_batch = 32;
     osdp_mesh_choice m;
     ck_assert(osdp_planner_mesh(&cfg, cfg.ctx, &node2, &o, OSDP_TP_AUTO, &m) == OSDP_OK);
@@ -306,13 +308,13 @@ START_TEST(test_mesh_errors)
         {4, -1, "--tp -1: the tensor-parallel degree must be at least 1"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        o.n_ranks = bad[i].ranks;
+        o.geo.n_ranks = bad[i].ranks;
         ck_assert_int_eq(osdp_planner_mesh(&cfg, cfg.ctx, &d, &o, bad[i].tp, &m), OSDP_ERR_INPUT);
         ck_assert_msg(strstr(osdp_error_message(), bad[i].expect), "got '%s'", osdp_error_message());
         osdp_mesh_choice_free(&m);
     }
     /* an explicit T plans that mesh */
-    o.n_ranks = 8;
+    o.geo.n_ranks = 8;
     ck_assert_msg(osdp_planner_mesh(&cfg, cfg.ctx, &d, &o, 4, &m) == OSDP_OK, "%s", osdp_error_message());
     ck_assert(m.n_candidates == 1 && m.best == 0 && m.cand[0].dp_size == 2 && m.result.plan.tp_size == 4);
     osdp_mesh_choice_free(&m);

@@ -257,15 +257,15 @@ START_TEST(test_schedule)
             p.zdp_slices[i] = (int)((rng >> 8) % (unsigned)(g + 1));
             p.recompute[i] = osdp_op_can_recompute(L.op[i].type) && (rng >> 20) % 2;
         }
-        osdp_schedule_options so = {.n_ranks = 2, .micro_batch = 1, .accum_steps = M, .prefetch = (int)(k % 2),
-                                    .weight_dtype = OSDP_FLOAT32, .pad_quantum = 1, .pp_size = P,
-                                    .pipe_schedule = OSDP_PIPE_INTERLEAVED, .virtual_stages = V};
-        for (int g = 0; g <= G; g++) so.stage_bounds[g] = g * L.n_ops / G;
+        osdp_schedule_options so = {.geo.n_ranks = 2, .geo.micro_batch = 1, .geo.accum_steps = M, .geo.prefetch = (int)(k % 2),
+                                    .geo.weight_dtype = OSDP_FLOAT32, .geo.pad_quantum = 1, .geo.pp_size = P,
+                                    .geo.pipe_schedule = OSDP_PIPE_INTERLEAVED, .geo.virtual_stages = V};
+        for (int g = 0; g <= G; g++) so.geo.stage_bounds[g] = g * L.n_ops / G;
         for (int s = 0; s < P; s++) {
             so.pp_stage = s;
             osdp_schedule sc;
             ck_assert_msg(osdp_schedule_build(&sc, &L, &p, &so) == OSDP_OK, "%s", osdp_error_message());
-            check_chunk_schedule(&sc, so.stage_bounds, P, V, s, M);
+            check_chunk_schedule(&sc, so.geo.stage_bounds, P, V, s, M);
             /* the peak is the walk of its lists' allocations */
             osdp_memory_prediction pred, eval;
             osdp_schedule_peak(&sc, &pred);
@@ -310,15 +310,15 @@ START_TEST(test_errors)
     osdp_plan p;
     ck_assert(osdp_plan_alloc(&p, L.n_ops) == OSDP_OK);
     osdp_schedule sc;
-    osdp_schedule_options so = {.n_ranks = 1, .micro_batch = 1, .accum_steps = 3, .weight_dtype = OSDP_FLOAT32,
-                                .pp_size = 2, .pipe_schedule = OSDP_PIPE_INTERLEAVED, .virtual_stages = 2,
-                                .stage_bounds = {0, 2, 3, 5, 6}};
+    osdp_schedule_options so = {.geo.n_ranks = 1, .geo.micro_batch = 1, .geo.accum_steps = 3, .geo.weight_dtype = OSDP_FLOAT32,
+                                .geo.pp_size = 2, .geo.pipe_schedule = OSDP_PIPE_INTERLEAVED, .geo.virtual_stages = 2,
+                                .geo.stage_bounds = {0, 2, 3, 5, 6}};
     ck_assert_int_eq(osdp_schedule_build(&sc, &L, &p, &so), OSDP_ERR_INPUT);
     ck_assert_msg(strstr(osdp_error_message(), "not a multiple of --pp 2"), "%s", osdp_error_message());
-    so.accum_steps = 4;
+    so.geo.accum_steps = 4;
     ck_assert_int_eq(osdp_schedule_build(&sc, &L, &p, &so), OSDP_OK);
     osdp_schedule_free(&sc);
-    so.stage_bounds[2] = 2;   /* chunk 1 empty */
+    so.geo.stage_bounds[2] = 2;   /* chunk 1 empty */
     ck_assert_int_eq(osdp_schedule_build(&sc, &L, &p, &so), OSDP_ERR_INPUT);
     ck_assert_msg(strstr(osdp_error_message(), "chunk 1 of the pipeline has no operator"), "%s", osdp_error_message());
     osdp_plan_free(&p);

@@ -162,7 +162,7 @@ static size_t check_step(const osdp_schedule *sc, int P, int s, int M, int B)
         ck_assert_int_eq(scatters[op], M);
     }
     ck_assert_int_eq(loss_sums, hi == n ? M : 0);
-    ck_assert_int_eq(most_in_flight, osdp_pipe_in_flight(sc->opt.pipe_schedule, P, s, M));
+    ck_assert_int_eq(most_in_flight, osdp_pipe_in_flight(sc->opt.geo.pipe_schedule, P, s, M));
     const size_t out = s < P - 1 ? (size_t)M * boundary_bytes(L, B, hi - 1) : 0;
     const size_t in = s > 0 ? (size_t)M * boundary_bytes(L, B, lo - 1) : 0;
     ck_assert_uint_eq(sent_fwd, out);
@@ -218,24 +218,24 @@ START_TEST(test_stage_schedules)
         ck_assert(osdp_plan_alloc(&p, L.n_ops) == OSDP_OK);
         for (int r = 0; r < 40; r++) {
             const int P = 2 + (int)(rnd() % 3), M = 1 + (int)(rnd() % 6), B = 1 + (int)(rnd() % 2);
-            osdp_schedule_options so = {.n_ranks = 1 + (int)(rnd() % 4), .micro_batch = B, .accum_steps = M,
-                                        .prefetch = (int)(rnd() % 2), .weight_dtype = OSDP_FLOAT32,
-                                        .pad_quantum = 1, .pp_size = P};
-            random_case(&L, &p, P, so.stage_bounds);
+            osdp_schedule_options so = {.geo.n_ranks = 1 + (int)(rnd() % 4), .geo.micro_batch = B, .geo.accum_steps = M,
+                                        .geo.prefetch = (int)(rnd() % 2), .geo.weight_dtype = OSDP_FLOAT32,
+                                        .geo.pad_quantum = 1, .geo.pp_size = P};
+            random_case(&L, &p, P, so.geo.stage_bounds);
             osdp_schedule whole;
             osdp_schedule_options none = so;
-            none.pp_size = 1;
+            none.geo.pp_size = 1;
             ck_assert(osdp_schedule_build(&whole, &L, &p, &none) == OSDP_OK);
             size_t states = 0;
             for (int s = 0; s < P; s++) {
                 size_t acts[2];
                 for (int k = 0; k < 2; k++) {
                     so.pp_stage = s;
-                    so.pipe_schedule = k ? OSDP_PIPE_GPIPE : OSDP_PIPE_1F1B;
+                    so.geo.pipe_schedule = k ? OSDP_PIPE_GPIPE : OSDP_PIPE_1F1B;
                     osdp_schedule sc;
                     ck_assert_msg(osdp_schedule_build(&sc, &L, &p, &so) == OSDP_OK, "%s", osdp_error_message());
-                    ck_assert_int_eq(sc.op_lo, so.stage_bounds[s]);
-                    ck_assert_int_eq(sc.op_hi, so.stage_bounds[s + 1]);
+                    ck_assert_int_eq(sc.op_lo, so.geo.stage_bounds[s]);
+                    ck_assert_int_eq(sc.op_hi, so.geo.stage_bounds[s + 1]);
                     acts[k] = check_step(&sc, P, s, M, B);
                     check_lists(&sc, P, s);
                     osdp_memory_prediction pred, eval;
@@ -272,19 +272,19 @@ START_TEST(test_stage_errors)
     osdp_plan p;
     ck_assert(osdp_plan_alloc(&p, L.n_ops) == OSDP_OK);
     osdp_schedule sc;
-    osdp_schedule_options so = {.n_ranks = 2, .micro_batch = 1, .accum_steps = 2, .weight_dtype = OSDP_FLOAT32,
-                                .pp_size = 2, .pp_stage = 1, .stage_bounds = {0, 3, 6}};
+    osdp_schedule_options so = {.geo.n_ranks = 2, .geo.micro_batch = 1, .geo.accum_steps = 2, .geo.weight_dtype = OSDP_FLOAT32,
+                                .geo.pp_size = 2, .pp_stage = 1, .geo.stage_bounds = {0, 3, 6}};
     ck_assert_int_eq(osdp_schedule_build(&sc, &L, &p, &so), OSDP_OK);
     osdp_schedule_free(&sc);
-    so.stage_bounds[2] = 5;
+    so.geo.stage_bounds[2] = 5;
     ck_assert_int_eq(osdp_schedule_build(&sc, &L, &p, &so), OSDP_ERR_INPUT);
     ck_assert_msg(strstr(osdp_error_message(), "cover operators 0 to 6") != NULL, "%s", osdp_error_message());
-    so.stage_bounds[2] = 6;
-    so.stage_bounds[1] = 0;
+    so.geo.stage_bounds[2] = 6;
+    so.geo.stage_bounds[1] = 0;
     ck_assert_int_eq(osdp_schedule_build(&sc, &L, &p, &so), OSDP_ERR_INPUT);
     ck_assert_msg(strstr(osdp_error_message(), "stage 0 of the pipeline has no operator") != NULL, "%s",
                   osdp_error_message());
-    so.stage_bounds[1] = 3;
+    so.geo.stage_bounds[1] = 3;
     so.pp_stage = 2;
     ck_assert_int_eq(osdp_schedule_build(&sc, &L, &p, &so), OSDP_ERR_INPUT);
     ck_assert_msg(strstr(osdp_error_message(), "stage 2 of a pipeline of 2 stages") != NULL, "%s", osdp_error_message());

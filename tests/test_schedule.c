@@ -185,8 +185,8 @@ static void check_plan(const osdp_layout *L, const osdp_plan *p, int N, int B, i
                        osdp_dtype weights, int quantum, osdp_comm *comm)
 {
     osdp_schedule sc;
-    osdp_schedule_options so = {.n_ranks = N, .micro_batch = B, .accum_steps = accum, .prefetch = prefetch,
-                                .weight_dtype = weights, .pad_quantum = quantum};
+    osdp_schedule_options so = {.geo.n_ranks = N, .geo.micro_batch = B, .geo.accum_steps = accum, .geo.prefetch = prefetch,
+                                .geo.weight_dtype = weights, .geo.pad_quantum = quantum};
     ck_assert_msg(osdp_schedule_build(&sc, L, p, &so) == OSDP_OK, "%s", osdp_error_message());
     check_shape(&sc);
     check_padding(&sc, N, quantum);
@@ -196,7 +196,8 @@ static void check_plan(const osdp_layout *L, const osdp_plan *p, int N, int B, i
     osdp_schedule_free(&sc);
 
     osdp_device d = sizes_device(weights);
-    osdp_cost_model cm = {.layout = L, .dev = &d, .N = N, .pad_quantum = quantum, .prefetch = prefetch};
+    osdp_cost_model cm;
+    osdp_cost_model_init(&cm, L, &d, &(osdp_step_geometry){.n_ranks = N, .pad_quantum = quantum, .prefetch = prefetch}, OSDP_COST_PAPER, NULL);
     long long closed = osdp_cost_peak(&cm, p, B, NULL);
     ck_assert_msg(closed == (long long)pr.peak_total,
                   "%s N=%d B=%d prefetch=%d %s quantum %d: closed form %lld, schedule %zu",
@@ -205,8 +206,8 @@ static void check_plan(const osdp_layout *L, const osdp_plan *p, int N, int B, i
 
     const osdp_compute_backend *be = osdp_compute_find("cpu", weights);
     ck_assert(be != NULL);
-    osdp_runtime_options opt = {.micro_batch = B, .accum_steps = accum, .prefetch = prefetch, .seed = 7,
-                                .weight_dtype = weights, .pad_quantum = quantum};
+    osdp_runtime_options opt = {.geo.micro_batch = B, .geo.accum_steps = accum, .geo.prefetch = prefetch, .seed = 7,
+                                .geo.weight_dtype = weights, .geo.pad_quantum = quantum};
     osdp_optim_defaults(&opt.optim);
     osdp_runtime rt;
     ck_assert_msg(osdp_runtime_create(&rt, L, p, comm, be, &opt) == OSDP_OK, "%s", osdp_error_message());
@@ -316,8 +317,8 @@ static void load_layout_tp(osdp_layout *L, const char *model, int T, int tp, int
 static void check_tp_staging(const osdp_layout *L, const osdp_plan *p, int N, int B)
 {
     osdp_schedule sc;
-    osdp_schedule_options so = {.n_ranks = N, .micro_batch = B, .accum_steps = 1, .prefetch = 1,
-                                .weight_dtype = OSDP_FLOAT32, .pad_quantum = 1};
+    osdp_schedule_options so = {.geo.n_ranks = N, .geo.micro_batch = B, .geo.accum_steps = 1, .geo.prefetch = 1,
+                                .geo.weight_dtype = OSDP_FLOAT32, .geo.pad_quantum = 1};
     ck_assert_msg(osdp_schedule_build(&sc, L, p, &so) == OSDP_OK, "%s", osdp_error_message());
     size_t staged = 0;
     for (int e = 0; e < sc.n_setup; e++)
@@ -391,21 +392,21 @@ START_TEST(test_schedule_errors)
     osdp_plan p;
     ck_assert(osdp_plan_alloc(&p, L.n_ops) == OSDP_OK);
     osdp_schedule sc;
-    osdp_schedule_options so = {.n_ranks = 4, .micro_batch = 1, .accum_steps = 1, .prefetch = 1,
-                                .weight_dtype = OSDP_FLOAT32};
+    osdp_schedule_options so = {.geo.n_ranks = 4, .geo.micro_batch = 1, .geo.accum_steps = 1, .geo.prefetch = 1,
+                                .geo.weight_dtype = OSDP_FLOAT32};
     ck_assert_int_eq(osdp_schedule_build(&sc, &L, &p, &so), OSDP_OK);
     osdp_schedule_free(&sc);
-    so.weight_dtype = OSDP_FLOAT64;
+    so.geo.weight_dtype = OSDP_FLOAT64;
     ck_assert_int_eq(osdp_schedule_build(&sc, &L, &p, &so), OSDP_ERR_INPUT);
     ck_assert_msg(strstr(osdp_error_message(), "fp32 or bf16") != NULL, "%s", osdp_error_message());
-    so.weight_dtype = OSDP_FLOAT32;
-    so.n_ranks = 0;
+    so.geo.weight_dtype = OSDP_FLOAT32;
+    so.geo.n_ranks = 0;
     ck_assert_int_eq(osdp_schedule_build(&sc, &L, &p, &so), OSDP_ERR_INPUT);
-    so.n_ranks = 4;
-    so.pad_quantum = -1;
+    so.geo.n_ranks = 4;
+    so.geo.pad_quantum = -1;
     ck_assert_int_eq(osdp_schedule_build(&sc, &L, &p, &so), OSDP_ERR_INPUT);
     ck_assert_msg(strstr(osdp_error_message(), "pad quantum") != NULL, "%s", osdp_error_message());
-    so.pad_quantum = 64;
+    so.geo.pad_quantum = 64;
     ck_assert_int_eq(osdp_schedule_build(&sc, &L, &p, &so), OSDP_OK);
     ck_assert_uint_eq(sc.ops[0].padded % 256, 0);
     osdp_schedule_free(&sc);
@@ -438,18 +439,19 @@ START_TEST(test_tied_head)
     }
     /* the term itself: the embedding's gradients during the head's backward, none in an untied model */
     osdp_device d = sizes_device(OSDP_FLOAT32);
-    osdp_cost_model cm = {.layout = &L, .dev = &d, .N = 4};
+    osdp_cost_model cm;
+    osdp_cost_model_init(&cm, &L, &d, &(osdp_step_geometry){.n_ranks = 4}, OSDP_COST_PAPER, NULL);
     ck_assert_int_eq(osdp_cost_tied_grads(&cm, L.n_ops - 1), (long long)L.op[0].numel * 4);
     ck_assert_int_eq(osdp_cost_tied_grads(&cm, 0), 0);
     osdp_plan_fill(&p, 1);
     osdp_schedule sc;
-    osdp_schedule_options so = {.n_ranks = 4, .micro_batch = 1, .accum_steps = 1, .prefetch = 1,
-                                .weight_dtype = OSDP_FLOAT32};
+    osdp_schedule_options so = {.geo.n_ranks = 4, .geo.micro_batch = 1, .geo.accum_steps = 1, .geo.prefetch = 1,
+                                .geo.weight_dtype = OSDP_FLOAT32};
     ck_assert_int_eq(osdp_schedule_build(&sc, &L, &p, &so), OSDP_ERR_INPUT);
     ck_assert_msg(strstr(osdp_error_message(), "embed") && strstr(osdp_error_message(), "tied"), "%s",
                   osdp_error_message());
     p.zdp_slices[0] = 0;
-    so.pp_size = 2;
+    so.geo.pp_size = 2;
     ck_assert_int_eq(osdp_schedule_build(&sc, &L, &p, &so), OSDP_ERR_INPUT);
     ck_assert_msg(strstr(osdp_error_message(), "--pp 2") && strstr(osdp_error_message(), "tied"), "%s",
                   osdp_error_message());

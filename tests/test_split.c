@@ -287,7 +287,8 @@ START_TEST(test_peak_equals_runtime_split)
                     /* fp32 weights, and bf16 weights with fp32 gradients */
                     d.param_bytes = r & 2 ? 2 : 4;
                     osdp_dtype wt = r & 2 ? OSDP_BFLOAT16 : OSDP_FLOAT32;
-                    osdp_cost_model cm = {.layout = &L, .dev = &d, .N = Ns[ni], .prefetch = pf};
+                    osdp_cost_model cm;
+                    osdp_cost_model_init(&cm, &L, &d, &(osdp_step_geometry){.n_ranks = Ns[ni], .prefetch = pf}, OSDP_COST_PAPER, NULL);
                     osdp_memory_prediction pr;
                     int b = 1 + (r & 1);
                     ck_assert_msg(osdp_memory_predict(&L, &p, Ns[ni], b, 1 + (r & 1), pf, wt, &pr) == OSDP_OK, "%s",
@@ -335,7 +336,8 @@ START_TEST(test_traffic_independent_of_split)
     load_layout(&L, "bench_l6_d256", 128);
     osdp_device d = test_device();
     d.all_gather.alpha = d.reduce_scatter.alpha = 0;   /* bandwidth terms only: bytes */
-    osdp_cost_model cm = {.layout = &L, .dev = &d, .N = 4, .prefetch = 1};
+    osdp_cost_model cm;
+    osdp_cost_model_init(&cm, &L, &d, &(osdp_step_geometry){.n_ranks = 4, .prefetch = 1}, OSDP_COST_PAPER, NULL);
     for (int i = 1; i < L.n_ops; i++) {
         osdp_op_time t1, t4;
         osdp_cost_op_time(&cm, i, 1, 1, 1, 1, &t1);
@@ -363,7 +365,8 @@ START_TEST(test_recompute_costs)
     for (int t = 0; t < OSDP_N_OP_TYPES; t++) d.gamma_fixed[t] = 1e-4 * (t + 1);
     const int N = 4, b = 3, op = 2; /* mlp.0 */
     ck_assert_str_eq(L.op[op].name, "mlp.0");
-    osdp_cost_model cm = {.layout = &L, .dev = &d, .N = N, .prefetch = 1, .kind = OSDP_COST_PAPER};
+    osdp_cost_model cm;
+    osdp_cost_model_init(&cm, &L, &d, &(osdp_step_geometry){.n_ranks = N, .prefetch = 1}, OSDP_COST_PAPER, NULL);
     const double S = 4.0 * (double)osdp_padded_numel(L.op[op].numel, N);
     const double one = (N - 1) * (d.all_gather.alpha + S / N * d.all_gather.beta); /* one pass of the weights */
     const double kern = d.gamma_fixed[OSDP_OP_MLP] + b * (double)L.T * osdp_cost_op_flops(&L.op[op]) * d.gamma[OSDP_OP_MLP];
@@ -430,7 +433,9 @@ START_TEST(test_recompute_costs)
             chosen[1] = 1; /* attn.0: at least one */
             for (int w = 0; w < 2; w++) {
                 for (int i = 0; i < L.n_ops; i++) p.recompute[i] = w ? chosen[i] : 0;
-                osdp_cost_model c2 = {.layout = &L, .dev = &d, .N = nr, .prefetch = pf, .recompute = p.recompute};
+                osdp_cost_model c2;
+                osdp_cost_model_init(&c2, &L, &d, &(osdp_step_geometry){.n_ranks = nr, .prefetch = pf}, OSDP_COST_PAPER, NULL);
+                c2.recompute = p.recompute;
                 long long acts = 0, peak = 0;
                 for (int u = 0; u < L.n_ops; u++) {
                     osdp_op_mem m;
@@ -467,8 +472,8 @@ START_TEST(test_planner_auto_modes)
     osdp_device d = test_device();
     osdp_planner_options o;
     osdp_planner_defaults(&o);
-    o.n_ranks = 4;
-    o.micro_batch = 8;
+    o.geo.n_ranks = 4;
+    o.geo.micro_batch = 8;
     /* the smallest peak without recompute, less a little */
     long long need = 0;
     ck_assert(osdp_planner_min_memory(&L, &d, &o, 8, &need, NULL) == OSDP_OK);
@@ -534,7 +539,8 @@ START_TEST(test_gamma_fixed)
 
     osdp_layout L;
     load_layout(&L, "tiny", 32);
-    osdp_cost_model cm = {.layout = &L, .dev = &d, .N = 1, .prefetch = 1};
+    osdp_cost_model cm;
+    osdp_cost_model_init(&cm, &L, &d, &(osdp_step_geometry){.n_ranks = 1, .prefetch = 1}, OSDP_COST_PAPER, NULL);
     osdp_op_time t;
     const int b = 3, A = 2;
     osdp_cost_op_time(&cm, 1, 1, 0, b, A, &t);   /* attn.0 */
@@ -546,7 +552,7 @@ START_TEST(test_gamma_fixed)
     e.step_shard_param = 3e-9;
     e.step_full_param = 1e-10;
     cm.dev = &e;
-    cm.N = 2;
+    cm.geo.n_ranks = 2;
     osdp_op_time t2, t3;
     cm.dev = &d;
     osdp_cost_op_time(&cm, 1, 1, 0, b, A, &t2);

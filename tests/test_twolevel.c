@@ -192,7 +192,8 @@ START_TEST(test_level_pricing)
         osdp_device level;
         osdp_cost_device_for_mesh(&dev, mesh[m].tp, mesh[m].dp, 1, &level);
         const int N = mesh[m].dp;
-        osdp_cost_model cm = {.layout = &L, .dev = &level, .N = N, .kind = OSDP_COST_PAPER};
+        osdp_cost_model cm;
+        osdp_cost_model_init(&cm, &L, &level, &(osdp_step_geometry){.n_ranks = N}, OSDP_COST_PAPER, NULL);
         const double P = (double)osdp_padded_numel_quantum(L.op[op].numel, N, 1), S = 4 * P;
         const double ag_a = mesh[m].spans ? 5e-5 : 1e-5, ag_b = mesh[m].spans ? 1e-9 : 1e-10;
         const double rs_a = mesh[m].spans ? 6e-5 : 2e-5, rs_b = mesh[m].spans ? 2e-9 : 2e-10;

@@ -37,8 +37,8 @@ START_TEST(test_unrecoverable_reaches_the_step)
     osdp_plan p;
     ck_assert(osdp_plan_alloc(&p, L.n_ops) == OSDP_OK);
     for (int i = 0; i < L.n_ops; i++) p.slices[i] = 1;
-    osdp_runtime_options opt = {.micro_batch = 1, .accum_steps = 1, .prefetch = 1, .seed = 7,
-                                .weight_dtype = OSDP_FLOAT32};
+    osdp_runtime_options opt = {.geo.micro_batch = 1, .geo.accum_steps = 1, .geo.prefetch = 1, .seed = 7,
+                                .geo.weight_dtype = OSDP_FLOAT32};
     osdp_optim_defaults(&opt.optim);
     osdp_runtime rt;
     ck_assert_msg(osdp_runtime_create(&rt, &L, &p, &comm, osdp_compute_find("cpu", OSDP_FLOAT32), &opt) == OSDP_OK,

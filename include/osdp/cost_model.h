@@ -126,6 +126,7 @@
 #define OSDP_COST_MODEL_H
 
 #include "osdp/device.h"
+#include "osdp/geometry.h"
 #include "osdp/layout.h"
 #include "osdp/plan.h"
 
@@ -170,9 +171,10 @@ typedef struct osdp_cost_hierarchy {
 typedef struct osdp_cost_model {
     const osdp_layout *layout;
     const osdp_device *dev;
-    int N;                  /* ranks */
-    int pad_quantum;        /* shard padding (osdp_padded_numel_quantum); 0 reads as 1, the CPU's */
-    int prefetch;           /* the runtime's prefetch (train's default: on) */
+    /* the step (osdp/geometry.h): N = geo.n_ranks, the data group's ranks; geo.pad_quantum, the shard
+     * padding (osdp_padded_numel_quantum; 0 reads as 1, the CPU's); geo.prefetch, the runtime's
+     * prefetch (train's default: on).  The micro-batch b and the accumulation are each call's. */
+    osdp_step_geometry geo;
     osdp_cost_kind kind;
     const int *recompute;   /* per operator, NULL: none (peak and step time use the plan's) */
     osdp_cost_cuts *cuts;   /* optional cache of the cuts of this layout (NULL: none) */
@@ -181,6 +183,13 @@ typedef struct osdp_cost_model {
     const osdp_cost_hierarchy *hier;    /* the levels of hierarchical slices; NULL: priced as ZDP (one node) */
     const int *reduce_once; /* per operator, NULL: none reduce once (peak and step time use the plan's) */
 } osdp_cost_model;
+
+/* The one way to make a cost model: of layout on dev for the step geo (its n_ranks, pad_quantum and
+ * prefetch; copied), priced by kind, with hierarchical slices at the levels hier (NULL: none, priced
+ * as ZDP).  The rest starts empty (no recompute, no reduce-once, no cuts cache, not a pipeline
+ * stage): the caller sets recompute, reduce_once, cuts, in_flight and stage_buffer_bytes after. */
+void osdp_cost_model_init(osdp_cost_model *cm, const osdp_layout *layout, const osdp_device *dev,
+                          const osdp_step_geometry *geo, osdp_cost_kind kind, const osdp_cost_hierarchy *hier);
 
 /* 1 when operator op can be cut into g slices (never the embedding) */
 int osdp_cost_can_split(const osdp_cost_model *cm, int op, int g);

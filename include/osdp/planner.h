@@ -124,12 +124,15 @@ typedef enum osdp_grad_reduce {
 } osdp_grad_reduce;
 
 typedef struct osdp_planner_options {
-    int n_ranks;
+    /* the step (osdp/geometry.h) as far as the caller fixes it: geo.n_ranks, the ranks planned over
+     * (osdp_planner_run, _plan_batch: the data group's; osdp_planner_mesh, _pipeline, _3d: the whole
+     * job's, which they divide by T and P); geo.micro_batch > 0: plan for this micro-batch only;
+     * geo.prefetch, the runtime's prefetch (default 1); geo.pad_quantum, the runtime's shard padding
+     * (osdp_compute_pad_quantum; 0 reads as 1).  The rest is the planner's to choose. */
+    osdp_step_geometry geo;
     long long mem_limit;      /* bytes per rank; 0: the device's mem_limit */
     int global_batch;         /* sequences per optimizer step; 0: none (A = 1) */
-    int micro_batch;          /* > 0: plan for this micro-batch only */
     int max_micro_batch;      /* scheduler's last b (default 256) */
-    int prefetch;             /* the runtime's prefetch (default 1) */
     int split;                /* g slices per operator (default 1: DP or ZDP) */
     osdp_search_kind search;  /* default exact */
     osdp_cost_kind cost;      /* default paper */
@@ -142,7 +145,6 @@ typedef struct osdp_planner_options {
     int recompute_auto;       /* per attn / mlp operator, recompute or not (the search chooses) */
     osdp_grad_reduce grad_reduce; /* reduce-once per operator: never, the search's choice (only when A > 1:
                                  with one micro-batch it saves no traffic), or every operator */
-    int pad_quantum;          /* the runtime's shard padding (osdp_compute_pad_quantum); 0 reads as 1 */
     int vocab_quantum;        /* osdp_planner_mesh: the backend's vocabulary quantum for the layouts it
                                  builds (osdp_compute_vocab_quantum); 0 reads as 1 */
     /* a pipeline stage (osdp_planner_pipeline sets them; 0 otherwise): the cost model's in_flight and
@@ -317,6 +319,11 @@ typedef struct osdp_pipe_choice {
 } osdp_pipe_choice;
 /* &c->hierarchy when plan mode h was offered on c's mesh, else NULL (a cost model's hier) */
 const osdp_cost_hierarchy *osdp_pipe_choice_hierarchy(const osdp_pipe_choice *c);
+/* *cm: the cost model of c's mesh for layout (c's whole layout, or one stage's): its data group's ranks,
+ * o's geometry and cost kind, plan mode h at c's levels; dev as the mesh sees it
+ * (osdp_cost_device_for_mesh) */
+void osdp_pipe_choice_cost_model(osdp_cost_model *cm, const osdp_pipe_choice *c, const osdp_device *dev,
+                                 const osdp_planner_options *o, const osdp_layout *layout);
 
 osdp_status osdp_planner_stage_split(const osdp_cost_model *cm, const osdp_plan *plan, int micro_batch, int accum,
                                      int P, int *bounds);

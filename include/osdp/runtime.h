@@ -130,27 +130,21 @@
 #include "osdp/schedule.h"
 
 typedef struct osdp_runtime_options {
-    int micro_batch;        /* sequences per rank per micro-step */
-    int accum_steps;        /* micro-steps per optimizer step */
-    int prefetch;           /* overlap gathers / reduce-scatters with compute */
+    /* the step (osdp/geometry.h): micro-batch, accumulation, prefetch, the working weights' dtype
+     * (the backend's), the padding (osdp_compute_pad_quantum's), and the pipeline (pp_size 0 or 1:
+     * none; stage s owns operators [stage_bounds[s], stage_bounds[s+1]); interleaved: V chunks per
+     * stage, the last stage's chunks send on to the first).  n_ranks and node_ranks are the
+     * communicators' (comm, node_comm), tp_size the layout's: the runtime sets them itself. */
+    osdp_step_geometry geo;
     size_t mem_limit;       /* emulated device memory per rank, 0: none */
     uint64_t seed;          /* weights and data order */
     osdp_optim_config optim;
-    osdp_dtype weight_dtype;    /* working weights: the backend's */
-    int pad_quantum;        /* shard padding: osdp_compute_pad_quantum's (0 reads as 1, the CPU's) */
     osdp_comm *tp_comm;     /* the tensor-parallel group (its size: the layout's tp_size); NULL: none,
                                for a layout of tp_size 1 */
-    /* the pipeline (osdp/pipeline.h, osdp/schedule.h): pp_size 0 or 1: none.
-     * Stage pp_stage owns operators [stage_bounds[s], stage_bounds[s+1]);
-     * activations go to the next stage over pp_fwd_comm, their gradients to
-     * the previous one over pp_bwd_comm (both: the rank's pipeline, ranked
-     * by stage; osdp_mesh_comm_create(.., OSDP_MESH_PIPELINE, ..) twice). */
-    int pp_size, pp_stage;
-    int stage_bounds[OSDP_MAX_STAGES + 1];
-    osdp_pipe_schedule pipe_schedule;
-    /* interleaved: V chunks per stage, stage_bounds the P V chunks' bounds
-     * (osdp_schedule_options); the last stage's chunks send on to the first */
-    int virtual_stages;
+    /* this rank's pipeline stage (pp_stage of geo.pp_size): activations go to the next stage over
+     * pp_fwd_comm, their gradients to the previous one over pp_bwd_comm (both: the rank's pipeline,
+     * ranked by stage; osdp_mesh_comm_create(.., OSDP_MESH_PIPELINE, ..) twice). */
+    int pp_stage;
     osdp_comm *pp_fwd_comm, *pp_bwd_comm;
     /* the data group's nodes: node_comm holds the ranks of the data group
      * on this rank's node, cross_comm those of the data group with this
@@ -197,7 +191,7 @@ typedef struct osdp_runtime {
 osdp_status osdp_runtime_create(osdp_runtime *rt, const osdp_layout *layout, const osdp_plan *plan,
                                 osdp_comm *comm, const osdp_compute_backend *backend,
                                 const osdp_runtime_options *opt);
-/* One optimizer step of opt.accum_steps micro-steps.  tokens: this rank's
+/* One optimizer step of opt.geo.accum_steps micro-steps.  tokens: this rank's
  * micro-batches, host ints (accum_steps, 2, B, T): per micro-step the inputs,
  * then the targets (osdp_data_batch fills both; every stage of a pipeline
  * gets the same: the first reads the inputs, the last the targets). */

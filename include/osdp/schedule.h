@@ -72,7 +72,7 @@
  * pass's end.  The eval list at pp > 1 is, per validation micro-batch:
  * receive, the stage's forwards, send (waited).
  *
- * Interleaving (osdp/pipeline.h; opt.virtual_stages V > 1): the rank holds
+ * Interleaving (osdp/pipeline.h; opt.geo.virtual_stages V > 1): the rank holds
  * V chunks, local chunk c = global chunk c P + s, each with its own range
  * [chunk_lo[c], chunk_hi[c]); op_lo and op_hi span them.  A pass names its
  * chunk and runs the chunk's operators, its messages go to the ranks on
@@ -102,6 +102,7 @@
 
 #include <stddef.h>
 #include "osdp/dtype.h"
+#include "osdp/geometry.h"
 #include "osdp/layout.h"
 #include "osdp/memory.h"
 #include "osdp/pipeline.h"
@@ -201,24 +202,11 @@ typedef struct osdp_sched_op {
 } osdp_sched_op;
 
 typedef struct osdp_schedule_options {
-    int n_ranks;
-    int node_ranks;         /* ranks of the data group on one node: a hierarchical slice's shard_ranks
-                               (0 reads as n_ranks: one node) */
-    int micro_batch;        /* B: sequences per rank per micro-step */
-    int accum_steps;        /* micro-steps per optimizer step */
-    int prefetch;           /* overlap gathers / reduce-scatters with compute */
-    osdp_dtype weight_dtype;    /* working weights and their all-gathers: fp32 or bf16 */
-    int pad_quantum;        /* shard padding (osdp_compute_pad_quantum); 0 reads as 1, the CPU's */
-    /* the pipeline (osdp/pipeline.h): P stages, this rank's stage s, whose
-     * operators are [stage_bounds[s], stage_bounds[s+1]), and the order of
-     * its passes.  pp_size 0 or 1: no pipeline, every operator. */
-    int pp_size, pp_stage;
-    int stage_bounds[OSDP_MAX_STAGES + 1];
-    osdp_pipe_schedule pipe_schedule;
-    /* interleaved: V model chunks per stage (0 reads as 1).  stage_bounds
-     * then holds the P V chunks' bounds, chunk c = [stage_bounds[c],
-     * stage_bounds[c+1]) on stage c mod P (osdp/pipeline.h) */
-    int virtual_stages;
+    /* the step (osdp/geometry.h): N = geo.n_ranks, B, the accumulation, prefetch, the weights' dtype,
+     * the padding, the node's ranks; the pipeline of geo.pp_size stages (0 or 1: none, every
+     * operator), its stage_bounds, its schedule and virtual stages */
+    osdp_step_geometry geo;
+    int pp_stage;           /* this rank's stage s: operators [stage_bounds[s], stage_bounds[s+1]) */
 } osdp_schedule_options;
 
 typedef struct osdp_schedule {
@@ -266,7 +254,7 @@ typedef struct osdp_buffer_widths {
 typedef struct osdp_buffer_dims {
     const osdp_layout *layout;
     int op;
-    int micro_batch;        /* B */
+    const osdp_step_geometry *geo;  /* B: geo->micro_batch */
     int recompute;          /* the choice recomputes op's activations */
     size_t padded;          /* the full buffer: the sum of the slices' padded elements */
     size_t shard;           /* a rank's shard: padded / the ranks each slice is sharded over */
@@ -302,7 +290,7 @@ static inline int osdp_schedule_chunk_first(const osdp_schedule *sched, int op)
  * slots of an operator's ACTS and KEPT (accum_steps when pipelined, else 1) */
 static inline int osdp_schedule_micro_slots(const osdp_schedule *sched)
 {
-    return sched->pipelined ? sched->opt.accum_steps : 1;
+    return sched->pipelined ? sched->opt.geo.accum_steps : 1;
 }
 /* the slots of the stage's messages (STAGE_INPUT, the activation sends):
  * one per chunk and micro-batch, slot chunk x M + micro of op's chunk */
@@ -320,7 +308,7 @@ static inline int osdp_schedule_message_slot(const osdp_schedule *sched, int op,
  * ring (two stages each in a send whose receive the other posts later). */
 static inline int osdp_schedule_defers_grad_send(const osdp_schedule *sched)
 {
-    return sched->pipelined && sched->opt.pipe_schedule == OSDP_PIPE_INTERLEAVED;
+    return sched->pipelined && sched->opt.geo.pipe_schedule == OSDP_PIPE_INTERLEAVED;
 }
 /* floats per sequence of the tensor-parallel staging (OSDP_BUF_TP_STAGING):
  * the head's tp_floats_per_seq, 0 when its cross-entropy is not vocab-parallel */
@@ -348,11 +336,6 @@ void osdp_schedule_eval_peak(const osdp_schedule *sched, osdp_memory_prediction 
 /* Build and evaluate in one call (the planner's and train's check). */
 osdp_status osdp_schedule_predict(const osdp_layout *layout, const osdp_plan *plan,
                                   const osdp_schedule_options *opt, osdp_memory_prediction *out);
-/* the ranks of the data group on one node that opt describes (node_ranks, or n_ranks when 0) */
-static inline int osdp_schedule_node_ranks(const osdp_schedule_options *opt)
-{
-    return opt->node_ranks > 0 ? opt->node_ranks : opt->n_ranks;
-}
 /* the same with the CPU's padding (pad quantum 1) */
 osdp_status osdp_memory_predict(const osdp_layout *layout, const osdp_plan *plan, int n_ranks,
                                 int micro_batch, int accum_steps, int prefetch, osdp_dtype weight_dtype,

@@ -60,7 +60,7 @@ static int write_record(FILE *log, const osdp_job *job, const osdp_validation *v
     osdp_log_record rec;
     char hex[64];
     snprintf(hex, sizeof hex, "%a", loss);
-    const long global = (long)rt->B * rt->N * rt->opt.accum_steps;
+    const long global = (long)rt->B * rt->N * rt->opt.geo.accum_steps;
     osdp_log_begin(&rec, log, osdp_log_format_of(job->log), "eval");
     osdp_log_text(&rec, "weights", osdp_eval_weights(job));
     if (loaded->weights_only) osdp_log_missing(&rec, "step");
@@ -85,7 +85,7 @@ osdp_status osdp_eval_run(osdp_validation *v, osdp_runtime *rt, const osdp_job *
                           const osdp_mesh *mesh)
 {
     const int rank = mesh->world_rank;
-    const long global = (long)rt->B * rt->N * rt->opt.accum_steps;
+    const long global = (long)rt->B * rt->N * rt->opt.geo.accum_steps;
     char data[OSDP_DATA_PATH_MAX + 64], mesh_text[96];
     describe_data(v, data, sizeof data);
     osdp_mesh_describe(mesh, mesh_text, sizeof mesh_text);

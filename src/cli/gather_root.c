@@ -7,10 +7,10 @@
 
 int osdp_op_stage(const osdp_runtime *rt, int op)
 {
-    if (rt->opt.pp_size <= 1) return 0;
+    if (rt->opt.geo.pp_size <= 1) return 0;
     /* interleaved: chunk c of P V is on stage c mod P */
-    const int chunks = rt->opt.pp_size * osdp_pipe_chunks_per_stage(rt->opt.virtual_stages);
-    return osdp_pipe_chunk_stage(rt->opt.pp_size, osdp_pipe_chunk_of(rt->opt.stage_bounds, chunks, op));
+    const int chunks = rt->opt.geo.pp_size * osdp_pipe_chunks_per_stage(rt->opt.geo.virtual_stages);
+    return osdp_pipe_chunk_stage(rt->opt.geo.pp_size, osdp_pipe_chunk_of(rt->opt.geo.stage_bounds, chunks, op));
 }
 
 osdp_status osdp_gather_op_to_root(osdp_runtime *rt, int op, float *part, MPI_Comm comm, osdp_part_sink sink, void *ctx)
@@ -21,7 +21,7 @@ osdp_status osdp_gather_op_to_root(osdp_runtime *rt, int op, float *part, MPI_Co
                               layout->name, layout->numel);
     int rank;
     MPI_Comm_rank(comm, &rank);
-    const int stage = osdp_op_stage(rt, op), mine = rt->opt.pp_size > 1 ? rt->opt.pp_stage : 0;
+    const int stage = osdp_op_stage(rt, op), mine = rt->opt.geo.pp_size > 1 ? rt->opt.pp_stage : 0;
     const int count = (int)layout->numel, stage_first = stage * rt->tp_size * rt->N;
     osdp_status s = OSDP_OK;
     if (stage == mine) s = osdp_runtime_gather_op(rt, op, part);

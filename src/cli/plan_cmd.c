@@ -18,17 +18,17 @@
 void osdp_plan_options_from_job(const osdp_job *job, osdp_planner_options *o)
 {
     osdp_planner_defaults(o);
-    o->n_ranks = (int)job->ranks;
+    o->geo.n_ranks = (int)job->ranks;
     o->mem_limit = job->mem_limit;
     o->global_batch = (int)job->global_batch;
-    o->micro_batch = (int)job->batch;
+    o->geo.micro_batch = (int)job->batch;
     o->max_micro_batch = (int)job->max_batch;
     o->split = job->split > 0 ? (int)job->split : 1;
     o->split_auto = job->split == OSDP_SPLIT_AUTO;
     o->search = (osdp_search_kind)job->search;
     o->cost = (osdp_cost_kind)job->cost_model;
     o->dfs_time_limit_s = job->dfs_limit;
-    o->prefetch = !job->no_prefetch;
+    o->geo.prefetch = !job->no_prefetch;
     o->recompute_auto = job->recompute == OSDP_RECOMPUTE_AUTO;
     o->grad_reduce = (osdp_grad_reduce)job->grad_reduce;
     o->offer_hierarchical = !job->no_hierarchical;
@@ -127,12 +127,12 @@ static void print_summary(const char *label, const osdp_layout *L, const osdp_pl
 void osdp_plan_print(const osdp_layout *L, const osdp_device *dev, const osdp_planner_options *o,
                      const osdp_planner_result *r)
 {
-    osdp_cost_model cm = {.layout = L, .dev = dev, .N = o->n_ranks, .pad_quantum = o->pad_quantum,
-                          .prefetch = o->prefetch, .kind = o->cost};
+    osdp_cost_model cm;
+    osdp_cost_model_init(&cm, L, dev, &o->geo, o->cost, NULL);
     char mesh[64] = "";
-    if (L->tp_size > 1) snprintf(mesh, sizeof mesh, " (data-parallel; mesh TP %d x DP %d)", L->tp_size, o->n_ranks);
+    if (L->tp_size > 1) snprintf(mesh, sizeof mesh, " (data-parallel; mesh TP %d x DP %d)", L->tp_size, o->geo.n_ranks);
     printf("osdp planner: device %s, %d ranks%s, limit %.3f GiB per rank; micro-batch %d, accumulation %d\n", dev->name,
-           o->n_ranks, mesh, (double)r->mem_limit / (1024.0 * 1024.0 * 1024.0), r->plan.micro_batch, r->plan.accum_steps);
+           o->geo.n_ranks, mesh, (double)r->mem_limit / (1024.0 * 1024.0 * 1024.0), r->plan.micro_batch, r->plan.accum_steps);
     osdp_plan_ops_table(L, &cm, r);
     print_summary("plan:", L, r, OSDP_OK, "");
     printf("search: %lld knapsacks over %d micro-batches in %.2f ms\n", r->searches, r->batches_tried, 1e3 * r->total_s);
@@ -361,7 +361,7 @@ int osdp_cmd_plan(const osdp_job *job)
     osdp_device dev;
     osdp_layout L;
     osdp_plan_load_inputs(job, &planner, &cfg, &dev);
-    const int seq_len = job->seq_len ? (int)job->seq_len : cfg.ctx, n_ranks = planner.n_ranks;
+    const int seq_len = job->seq_len ? (int)job->seq_len : cfg.ctx, n_ranks = planner.geo.n_ranks;
     const osdp_device as_given = dev;   /* both levels, for the network line */
     if ((s = osdp_layout_build(&L, &cfg, seq_len)) != OSDP_OK) osdp_fatal(s, osdp_error_message());
 
@@ -389,11 +389,11 @@ int osdp_cmd_plan(const osdp_job *job)
             if ((s = osdp_layout_build_tp(&L, &cfg, seq_len, tp, planner.vocab_quantum)) != OSDP_OK)
                 osdp_fatal(s, osdp_error_message());
         }
-        planner.n_ranks = n_ranks / tp;
+        planner.geo.n_ranks = n_ranks / tp;
     }
     osdp_cost_hierarchy hier;   /* two levels whose data group spans nodes: mode h offered (not --no-hierarchical) */
-    planner.hierarchy = osdp_planner_hierarchy(&planner, &dev, tp, planner.n_ranks, 1, &hier);
-    osdp_cost_device_for_mesh(&dev, tp, planner.n_ranks, 1, &dev);   /* the data-parallel group's level */
+    planner.hierarchy = osdp_planner_hierarchy(&planner, &dev, tp, planner.geo.n_ranks, 1, &hier);
+    osdp_cost_device_for_mesh(&dev, tp, planner.geo.n_ranks, 1, &dev);   /* the data-parallel group's level */
     osdp_planner_result r[3];
     osdp_status st[3];
     char err[3][2048];
@@ -407,8 +407,8 @@ int osdp_cmd_plan(const osdp_job *job)
         snprintf(err[v], sizeof err[v], "%s", st[v] == OSDP_OK ? "" : osdp_error_message());
         if (st[v] != OSDP_OK && st[v] != OSDP_ERR_INFEASIBLE) osdp_fatal(st[v], err[v]);
     }
-    osdp_cost_model cm = {.layout = &L, .dev = &dev, .N = planner.n_ranks, .pad_quantum = planner.pad_quantum,
-                          .prefetch = planner.prefetch, .kind = planner.cost, .hier = planner.hierarchy};
+    osdp_cost_model cm;
+    osdp_cost_model_init(&cm, &L, &dev, &planner.geo, planner.cost, planner.hierarchy);
     const char *search = planner.search == OSDP_SEARCH_DFS ? "dfs" : "exact";
     const char *cost = planner.cost == OSDP_COST_OVERLAP ? "overlap" : "paper";
     double sp_dp = st[0] == OSDP_OK && st[1] == OSDP_OK ? r[0].samples_per_s / r[1].samples_per_s : 0;
@@ -424,9 +424,9 @@ int osdp_cmd_plan(const osdp_job *job)
         else printf("\"split\":%d,\"choices_per_op\":%d,", planner.split, planner.split + 1);
         printf("\"recompute\":\"%s\",\"search\":\"%s\",\"cost_model\":\"%s\",\"prefetch\":%d,\"param_bytes\":%d,"
                "\"grad_bytes\":%d",
-               osdp_option_word("recompute", job->recompute), search, cost, planner.prefetch,
+               osdp_option_word("recompute", job->recompute), search, cost, planner.geo.prefetch,
                dev.param_bytes, dev.grad_bytes);
-        osdp_plan_json_network(&as_given, n_ranks, tp, planner.n_ranks, 1, planner.hierarchy);
+        osdp_plan_json_network(&as_given, n_ranks, tp, planner.geo.n_ranks, 1, planner.hierarchy);
         json_result("osdp", &L, &cm, &r[0], st[0], err[0], 1);
         json_result("all_dp", &L, &cm, &r[1], st[1], err[1], 0);
         json_result("all_zdp", &L, &cm, &r[2], st[2], err[2], 0);
@@ -441,11 +441,11 @@ int osdp_cmd_plan(const osdp_job *job)
                "alpha %.3g s beta %.3g s/B | %d ranks, search %s, cost model %s, prefetch %s, split %s, recompute %s\n",
                dev.name, osdp_format_bytes((double)(planner.mem_limit ? planner.mem_limit : dev.mem_limit), l, sizeof l),
                dev.param_bytes, dev.grad_bytes, as_given.all_gather.alpha, as_given.all_gather.beta,
-               as_given.reduce_scatter.alpha, as_given.reduce_scatter.beta, n_ranks, search, cost, planner.prefetch ? "on" : "off", split_s,
+               as_given.reduce_scatter.alpha, as_given.reduce_scatter.beta, n_ranks, search, cost, planner.geo.prefetch ? "on" : "off", split_s,
                osdp_option_word("recompute", job->recompute));
         if (tp_given) print_mesh(&mesh, job->tp == OSDP_TP_AUTO, n_ranks, tp, &dev);
         if (as_given.internode.given)
-            print_network(&as_given, n_ranks, tp, planner.n_ranks, planner.hierarchy, job->no_hierarchical);
+            print_network(&as_given, n_ranks, tp, planner.geo.n_ranks, planner.hierarchy, job->no_hierarchical);
         if (st[0] == OSDP_OK) {
             printf("\nOSDP plan (micro-batch %d, accumulation %d):\n", r[0].plan.micro_batch, r[0].plan.accum_steps);
             osdp_plan_ops_table(&L, &cm, &r[0]);
@@ -477,8 +477,8 @@ int osdp_cmd_plan(const osdp_job *job)
             fprintf(f, "# planned by osdp_gpt plan for %d ranks (TP %d x DP %d) on device %s: micro-batch %d, "
                        "accumulation %d\n# (train with --batch %d --global-batch %d%s); predicted step %.6g s, peak %lld "
                        "bytes\n",
-                    n_ranks, tp, planner.n_ranks, dev.name, r[0].plan.micro_batch, r[0].plan.accum_steps,
-                    r[0].plan.micro_batch, r[0].plan.micro_batch * r[0].plan.accum_steps * planner.n_ranks, tp_arg,
+                    n_ranks, tp, planner.geo.n_ranks, dev.name, r[0].plan.micro_batch, r[0].plan.accum_steps,
+                    r[0].plan.micro_batch, r[0].plan.micro_batch * r[0].plan.accum_steps * planner.geo.n_ranks, tp_arg,
                     r[0].step_s, r[0].peak_bytes);
             r[0].plan.tp_size = tp;   /* the plan states its mesh, tp = 1 too: train --tp 2 refuses it then */
             osdp_plan_write(&r[0].plan, &L, f);

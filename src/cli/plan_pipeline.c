@@ -36,11 +36,11 @@ static osdp_cost_model stage_cost_model(const osdp_pipe_choice *c, int s, const 
                                         const osdp_planner_options *o, osdp_layout *sub)
 {
     *sub = osdp_pipe_stage_layout(&c->layout, c->stage[s].lo, c->stage[s].hi);
-    return (osdp_cost_model){.layout = sub, .dev = dev, .N = c->dp_size, .pad_quantum = o->pad_quantum,
-                             .prefetch = o->prefetch, .kind = o->cost, .in_flight = c->stage[s].in_flight,
-                             .hier = osdp_pipe_choice_hierarchy(c),
-                             .stage_buffer_bytes = osdp_pipe_stage_buffer_bytes(&c->layout, c->bounds, s, c->micro_batch,
-                                                                                c->stage[s].in_flight)};
+    osdp_cost_model cm;
+    osdp_pipe_choice_cost_model(&cm, c, dev, o, sub);
+    cm.in_flight = c->stage[s].in_flight;
+    cm.stage_buffer_bytes = osdp_pipe_stage_buffer_bytes(&c->layout, c->bounds, s, c->micro_batch, c->stage[s].in_flight);
+    return cm;
 }
 
 static void print_text(const osdp_model_config *cfg, const osdp_device *dev, const osdp_planner_options *o,
@@ -54,7 +54,7 @@ static void print_text(const osdp_model_config *cfg, const osdp_device *dev, con
     printf("device %s: %s per rank, p2p alpha %.3g s beta %.3g s/B | search %s, cost model %s, prefetch %s\n", dev->name,
            osdp_format_bytes((double)(o->mem_limit ? o->mem_limit : dev->mem_limit), a, sizeof a), dev->p2p.alpha,
            dev->p2p.beta, o->search == OSDP_SEARCH_DFS ? "dfs" : "exact", o->cost == OSDP_COST_OVERLAP ? "overlap" : "paper",
-           o->prefetch ? "on" : "off");
+           o->geo.prefetch ? "on" : "off");
     printf("mesh: %lld ranks = PP %d x DP %d x TP %d; schedule %s; stages %s (%s)\n", job->ranks, P, c->dp_size,
            c->tp_size, osdp_pipe_schedule_name(c->schedule), osdp_stage_split_format(c->bounds, P, split, sizeof split),
            c->bounds_given ? "--stages" : "balanced by the cost model's all-DP operator times");

@@ -156,7 +156,7 @@ void osdp_report_header(osdp_report *r, const osdp_model_config *cfg, const osdp
     char bounds[256] = "";
     if (pipelined) {   /* collective: the stages' predictions, for the bottleneck */
         osdp_stage_peaks_gather(rt, r->mesh, &r->predicted, &stages);
-        osdp_stage_split_format(rt->opt.stage_bounds, r->mesh->pp * osdp_pipe_chunks_per_stage(rt->opt.virtual_stages),
+        osdp_stage_split_format(rt->opt.geo.stage_bounds, r->mesh->pp * osdp_pipe_chunks_per_stage(rt->opt.geo.virtual_stages),
                                 bounds, sizeof bounds);
     }
     if (r->log) {
@@ -168,17 +168,17 @@ void osdp_report_header(osdp_report *r, const osdp_model_config *cfg, const osdp
         osdp_log_count(&rec, "dp", (unsigned long long)r->mesh->dp);
         osdp_log_count(&rec, "pp", (unsigned long long)r->mesh->pp);
         if (pipelined) {
-            osdp_log_text(&rec, "schedule", osdp_pipe_schedule_name(rt->opt.pipe_schedule));
+            osdp_log_text(&rec, "schedule", osdp_pipe_schedule_name(rt->opt.geo.pipe_schedule));
             osdp_log_text(&rec, "stages", bounds);
-            osdp_log_count(&rec, "virtual_stages", (unsigned long long)osdp_pipe_chunks_per_stage(rt->opt.virtual_stages));
+            osdp_log_count(&rec, "virtual_stages", (unsigned long long)osdp_pipe_chunks_per_stage(rt->opt.geo.virtual_stages));
             osdp_log_number(&rec, "pred_bubble", "%.6g",
-                            osdp_pipe_bubble_chunks(r->mesh->pp, osdp_pipe_chunks_per_stage(rt->opt.virtual_stages),
-                                                    rt->opt.accum_steps));
+                            osdp_pipe_bubble_chunks(r->mesh->pp, osdp_pipe_chunks_per_stage(rt->opt.geo.virtual_stages),
+                                                    rt->opt.geo.accum_steps));
             osdp_log_count(&rec, "pred_bottleneck_stage", (unsigned long long)osdp_stage_peaks_bottleneck(&stages, 1));
         }
         osdp_log_count(&rec, "threads", (unsigned long long)r->world->threads);
         osdp_log_count(&rec, "micro_batch", (unsigned long long)r->rt->B);
-        osdp_log_count(&rec, "accum", (unsigned long long)r->rt->opt.accum_steps);
+        osdp_log_count(&rec, "accum", (unsigned long long)r->rt->opt.geo.accum_steps);
         osdp_log_count(&rec, "global_batch", (unsigned long long)global_batch);
         osdp_log_count(&rec, "T", (unsigned long long)r->rt->layout->T);
         osdp_log_count(&rec, "params", r->model_params);
@@ -186,7 +186,7 @@ void osdp_report_header(osdp_report *r, const osdp_model_config *cfg, const osdp
         osdp_log_number(&rec, "flops_per_token", "%.0f", r->flops_per_token);
         osdp_log_number(&rec, "peak_flops_per_rank", "%.6g", r->peak_flops_per_rank);
         osdp_log_text(&rec, "peak_source", r->peak_given ? "given" : "sgemm");
-        osdp_log_count(&rec, "prefetch", (unsigned long long)r->rt->opt.prefetch);
+        osdp_log_count(&rec, "prefetch", (unsigned long long)r->rt->opt.geo.prefetch);
         osdp_log_number(&rec, "pred_step_s", "%.6g", r->predicted_step_s);
         const osdp_link_emulation *emulated = osdp_comm_emulation();
         if (emulated) {   /* the step times depend on it */
@@ -219,21 +219,21 @@ void osdp_report_header(osdp_report *r, const osdp_model_config *cfg, const osdp
     }
     if (pipelined) {
         char peaks[512];
-        const int M = rt->opt.accum_steps, V = osdp_pipe_chunks_per_stage(rt->opt.virtual_stages);
+        const int M = rt->opt.geo.accum_steps, V = osdp_pipe_chunks_per_stage(rt->opt.geo.virtual_stages);
         char chunks[48] = "";
         if (V > 1) snprintf(chunks, sizeof chunks, " x %d chunks (chunk c on stage c mod %d)", V, r->mesh->pp);
         printf("pipeline: %d stages%s, operators %s | %s over %d micro-batches (in flight on stage 0: %d, bubble %.1f%%) | "
                "predicted peak per stage %s: stage %d is the memory bottleneck\n",
-               r->mesh->pp, chunks, bounds, osdp_pipe_schedule_name(rt->opt.pipe_schedule), M,
-               osdp_pipe_in_flight_chunks(rt->opt.pipe_schedule, r->mesh->pp, V, 0, M),
+               r->mesh->pp, chunks, bounds, osdp_pipe_schedule_name(rt->opt.geo.pipe_schedule), M,
+               osdp_pipe_in_flight_chunks(rt->opt.geo.pipe_schedule, r->mesh->pp, V, 0, M),
                100.0 * osdp_pipe_bubble_chunks(r->mesh->pp, V, M),
                osdp_stage_peaks_format(&stages, 1, peaks, sizeof peaks), osdp_stage_peaks_bottleneck(&stages, 1));
     }
     printf("data %s: %zu tokens | %d ranks x %d threads, backend %s (%s weights) | batch %d per rank x %d micro-steps = %d sequences/step\n",
            data->path, data->n_tokens, r->world->size, r->world->threads, rt->backend->name,
-           osdp_dtype_name(rt->weight_dtype), rt->B, rt->opt.accum_steps, global_batch);
+           osdp_dtype_name(rt->weight_dtype), rt->B, rt->opt.geo.accum_steps, global_batch);
     printf("plan: %d DP + %d ZDP + %d partly ZDP (k of g slices) operators, %d recompute, prefetch %s | predicted peak per rank %s",
-           plan->n_ops - zdp - split, zdp, split, recompute, rt->opt.prefetch ? "on" : "off",
+           plan->n_ops - zdp - split, zdp, split, recompute, rt->opt.geo.prefetch ? "on" : "off",
            osdp_format_bytes((double)r->predicted.peak_total, b1, sizeof b1));
     if (rt->opt.mem_limit) printf(" (limit %s)", osdp_format_bytes((double)rt->opt.mem_limit, b1, sizeof b1));
     printf(" | MFU against %s: %.1f GFLOP/s per rank\n", r->peak_source, r->peak_flops_per_rank / 1e9);

@@ -213,7 +213,7 @@ static osdp_status device_load_for_runtime(osdp_device *dev, const char *path, o
     return s;
 }
 
-/* The planner's options for --plan auto (o->n_ranks, the batch and the
+/* The planner's options for --plan auto (o->geo.n_ranks, the batch and the
  * paddings are the caller's): the job's --mem-limit, prefetch, cost model,
  * splitting and recompute; *all gets --recompute all's flags per operator
  * of `layout` (the caller frees it), NULL otherwise. */
@@ -221,7 +221,7 @@ static void planner_options_of(const osdp_job *job, const osdp_layout *layout, o
 {
     osdp_planner_defaults(o);
     o->mem_limit = job->mem_limit;
-    o->prefetch = !job->no_prefetch;
+    o->geo.prefetch = !job->no_prefetch;
     o->cost = (osdp_cost_kind)job->cost_model;
     o->split = job->split > 0 ? (int)job->split : 1;
     o->split_auto = job->split == OSDP_SPLIT_AUTO;
@@ -268,10 +268,10 @@ static osdp_status mesh_search_inputs_load(const osdp_job *job, osdp_dtype weigh
     if ((s = osdp_layout_build(&in->whole, &in->cfg, in->seq_len)) != OSDP_OK) return s;
     in->have_layout = 1;
     planner_options_of(job, &in->whole, &in->o, &in->recompute_all);
-    in->o.n_ranks = n_ranks;
+    in->o.geo.n_ranks = n_ranks;
     in->o.global_batch = (int)job->global_batch;
-    in->o.micro_batch = (int)job->batch;
-    if (be) s = osdp_compute_pad_quantum(be, &in->o.pad_quantum);   /* no backend: the later check says so */
+    in->o.geo.micro_batch = (int)job->batch;
+    if (be) s = osdp_compute_pad_quantum(be, &in->o.geo.pad_quantum);   /* no backend: the later check says so */
     if (be && s == OSDP_OK) s = osdp_compute_vocab_quantum(be, &in->o.vocab_quantum);
     return s;
 }
@@ -343,10 +343,10 @@ static osdp_status plan_auto(osdp_plan *plan, const osdp_layout *layout, const o
         memset(&r, 0, sizeof r);
         int *all = NULL;
         planner_options_of(job, layout, &o, &all);
-        o.n_ranks = dp_ranks;
+        o.geo.n_ranks = dp_ranks;
         o.global_batch = t->global_batch;
-        o.micro_batch = t->micro_batch;
-        o.pad_quantum = t->pad_quantum;
+        o.geo.micro_batch = t->micro_batch;
+        o.geo.pad_quantum = t->pad_quantum;
         osdp_status s = device_load_for_runtime(&dev, job->device, t->weights);
         osdp_cost_hierarchy hier;   /* two levels whose data group spans nodes: mode h offered (not --no-hierarchical) */
         if (s == OSDP_OK) o.hierarchy = osdp_planner_hierarchy(&o, &dev, layout->tp_size, dp_ranks, 1, &hier);
@@ -455,9 +455,10 @@ static double predicted_step_time(const osdp_layout *layout, const osdp_plan *pl
     osdp_cost_hierarchy hier;
     const int levels = osdp_cost_hierarchy_for_mesh(&dev, layout->tp_size, dp_ranks, 1, &hier);
     osdp_cost_device_for_mesh(&dev, layout->tp_size, dp_ranks, 1, &dev);
-    osdp_cost_model cm = {.layout = layout, .dev = &dev, .N = dp_ranks, .pad_quantum = t->pad_quantum,
-                          .prefetch = !job->no_prefetch, .kind = (osdp_cost_kind)job->cost_model,
-                          .hier = levels ? &hier : NULL};
+    osdp_cost_model cm;
+    osdp_cost_model_init(&cm, layout, &dev, &(osdp_step_geometry){.n_ranks = dp_ranks, .pad_quantum = t->pad_quantum,
+                                                                 .prefetch = !job->no_prefetch},
+                         (osdp_cost_kind)job->cost_model, levels ? &hier : NULL);
     if (pp <= 1) return osdp_cost_step_time(&cm, plan, plan->micro_batch, plan->accum_steps);
     const osdp_cost_model *cms[OSDP_MAX_STAGES];
     const osdp_plan *plans[OSDP_MAX_STAGES];
@@ -487,8 +488,10 @@ static osdp_status stage_split(const osdp_layout *layout, const osdp_plan *plan,
     if (job->stages) return osdp_chunk_split_parse(job->stages, layout->n_ops, (int)job->pp, train_virtual_stages(job), bounds);
     osdp_device dev;
     if (device_load_for_runtime(&dev, job->device, t->weights) == OSDP_OK) {
-        osdp_cost_model cm = {.layout = layout, .dev = &dev, .N = dp_ranks, .pad_quantum = t->pad_quantum,
-                              .prefetch = !job->no_prefetch, .kind = (osdp_cost_kind)job->cost_model};
+        osdp_cost_model cm;
+        osdp_cost_model_init(&cm, layout, &dev, &(osdp_step_geometry){.n_ranks = dp_ranks, .pad_quantum = t->pad_quantum,
+                                                                     .prefetch = !job->no_prefetch},
+                             (osdp_cost_kind)job->cost_model, NULL);
         return osdp_planner_stage_split(&cm, plan, plan->micro_batch, plan->accum_steps, P, bounds);
     }
     double *op_flops = malloc(sizeof *op_flops * (size_t)layout->n_ops);
@@ -506,9 +509,9 @@ static osdp_status stage_split(const osdp_layout *layout, const osdp_plan *plan,
 static osdp_status train_step(osdp_runtime *rt, const osdp_dataset *data, osdp_step_stats *stats)
 {
     const size_t bt = (size_t)rt->B * (size_t)rt->T;
-    int *tokens = malloc(2 * bt * (size_t)rt->opt.accum_steps * sizeof(int));
+    int *tokens = malloc(2 * bt * (size_t)rt->opt.geo.accum_steps * sizeof(int));
     if (!tokens) return osdp_error_set(OSDP_ERR_OOM, "train: out of host memory for the batches");
-    for (int micro = 0; micro < rt->opt.accum_steps; micro++) {
+    for (int micro = 0; micro < rt->opt.geo.accum_steps; micro++) {
         int *inputs = tokens + 2 * bt * (size_t)micro;
         long first = ((long)micro * rt->N + rt->rank) * rt->B;
         osdp_data_batch(data, rt->opt.seed, rt->step, first, rt->B, rt->T, inputs, inputs + bt);
@@ -702,28 +705,24 @@ int osdp_cmd_train(const osdp_job *job)
     }
 
     osdp_memory_prediction predicted;   /* this rank's: its stage's */
-    osdp_schedule_options predict = {.n_ranks = mesh.dp, .node_ranks = nodes_made ? node_comm.size : 0,
-                                     .micro_batch = plan.micro_batch,
-                                     .accum_steps = plan.accum_steps, .prefetch = !job->no_prefetch,
-                                     .weight_dtype = t.weights, .pad_quantum = t.pad_quantum, .pp_size = mesh.pp,
-                                     .pp_stage = mesh.pp_rank, .pipe_schedule = (osdp_pipe_schedule)job->pipe_schedule,
-                                     .virtual_stages = train_virtual_stages(job)};
-    memcpy(predict.stage_bounds, stage_bounds, sizeof stage_bounds);
+    osdp_schedule_options predict = {.geo.n_ranks = mesh.dp, .geo.node_ranks = nodes_made ? node_comm.size : 0,
+                                     .geo.micro_batch = plan.micro_batch,
+                                     .geo.accum_steps = plan.accum_steps, .geo.prefetch = !job->no_prefetch,
+                                     .geo.weight_dtype = t.weights, .geo.pad_quantum = t.pad_quantum, .geo.pp_size = mesh.pp,
+                                     .pp_stage = mesh.pp_rank, .geo.pipe_schedule = (osdp_pipe_schedule)job->pipe_schedule,
+                                     .geo.virtual_stages = train_virtual_stages(job)};
+    memcpy(predict.geo.stage_bounds, stage_bounds, sizeof stage_bounds);
     osdp_check_all(osdp_schedule_predict(&layout, &plan, &predict, &predicted));
     size_t mem_limit = (size_t)job->mem_limit;   /* on a GPU: capped at the card's free memory (device_mem_limit) */
     osdp_check_all(device_mem_limit(backend, job, &predicted, world.rank, &mem_limit));
 
-    osdp_runtime_options opt = {.micro_batch = plan.micro_batch, .accum_steps = plan.accum_steps,
-                                .prefetch = !job->no_prefetch, .mem_limit = mem_limit,
-                                .seed = (unsigned long long)job->seed, .optim = t.optim, .weight_dtype = t.weights,
-                                .pad_quantum = t.pad_quantum, .tp_comm = mesh.tp > 1 ? &tp_comm : NULL,
-                                .pp_size = mesh.pp, .pp_stage = mesh.pp_rank, .pipe_schedule = predict.pipe_schedule,
-                                .virtual_stages = predict.virtual_stages,
+    osdp_runtime_options opt = {.geo = predict.geo, .mem_limit = mem_limit,
+                                .seed = (unsigned long long)job->seed, .optim = t.optim,
+                                .tp_comm = mesh.tp > 1 ? &tp_comm : NULL, .pp_stage = mesh.pp_rank,
                                 .pp_fwd_comm = mesh.pp > 1 ? &pp_fwd_comm : NULL,
                                 .pp_bwd_comm = mesh.pp > 1 ? &pp_bwd_comm : NULL,
                                 .node_comm = nodes_made ? &node_comm : NULL,
                                 .cross_comm = nodes_made ? &cross_comm : NULL};
-    memcpy(opt.stage_bounds, stage_bounds, sizeof stage_bounds);
     osdp_runtime rt;
     s = osdp_runtime_create(&rt, &layout, &plan, &comm, backend, &opt);
     if (s != OSDP_OK) fatal_with_hint(s, &t);

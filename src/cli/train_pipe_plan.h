@@ -16,7 +16,7 @@ typedef struct osdp_train_pipe_plan {
     osdp_plan plan;                   /* the whole model's (one rank's tensor-parallel parts), b and M in it */
 } osdp_train_pipe_plan;
 
-/* Collective over MPI_COMM_WORLD.  cfg, dev and o (o->n_ranks: the world's
+/* Collective over MPI_COMM_WORLD.  cfg, dev and o (o->geo.n_ranks: the world's
  * ranks, o->global_batch given) are read on rank 0 only; pp and tp: the
  * fixed values or 0 (auto).  Rank 0 prints the choice unless quiet.  Every
  * rank returns the same status (rank 0's message; the others name it). */

@@ -72,7 +72,7 @@ osdp_status osdp_validation_open(osdp_validation *v, const osdp_job *job, const 
 /* the sweep: sequence j of the data starts at token j T */
 static osdp_status sweep_count(osdp_validation *v, const osdp_runtime *rt)
 {
-    const long global = (long)rt->B * rt->N * rt->opt.accum_steps;
+    const long global = (long)rt->B * rt->N * rt->opt.geo.accum_steps;
     const long sequences = (long)((v->data.n_tokens - 1) / (size_t)rt->T);
     if (sequences / global > (1L << 30))
         return osdp_error_set(OSDP_ERR_INPUT, "%s: more than 2^30 global batches: give --batches K", v->data.path);
@@ -88,7 +88,7 @@ static osdp_status sweep_count(osdp_validation *v, const osdp_runtime *rt)
 /* this rank's micro-batches of the sweep's batches [first, first + n) into v->tokens */
 static void sweep_read(osdp_validation *v, const osdp_runtime *rt, int first, int n)
 {
-    const int accum = rt->opt.accum_steps;
+    const int accum = rt->opt.geo.accum_steps;
     const size_t bt = (size_t)rt->B * (size_t)rt->T;
     const long global = (long)rt->B * rt->N * accum;
     for (int k = 0; k < n; k++)
@@ -104,7 +104,7 @@ static void sweep_read(osdp_validation *v, const osdp_runtime *rt, int first, in
 osdp_status osdp_validation_prepare(osdp_validation *v, const osdp_runtime *rt)
 {
     if (!v->on) return OSDP_OK;
-    const int accum = rt->opt.accum_steps;
+    const int accum = rt->opt.geo.accum_steps;
     const size_t bt = (size_t)rt->B * (size_t)rt->T;
     if (v->sweep) {
         osdp_status s = sweep_count(v, rt);

@@ -61,7 +61,7 @@ herr_t ckpt_select_part(hid_t fspace, hid_t mspace, const osdp_tensor_desc *td, 
  * piece[0] = local a) with their logical indices */
 uint64_t ckpt_checksum_part(const osdp_tensor_desc *td, int tp_rank, const float *piece, size_t a, size_t b);
 /* the pipeline degree of the runtime's mesh (1 without a pipeline) */
-static inline int ckpt_pp_size(const osdp_runtime *rt) { return rt->opt.pp_size > 1 ? rt->opt.pp_size : 1; }
+static inline int ckpt_pp_size(const osdp_runtime *rt) { return rt->opt.geo.pp_size > 1 ? rt->opt.geo.pp_size : 1; }
 /* OSDP_ERR_INPUT (naming `path`) unless comm holds the whole mesh:
  * pp x tp_size x rt->N ranks (not collective: every rank finds the same) */
 osdp_status ckpt_check_mesh(const osdp_runtime *rt, MPI_Comm comm, const char *path);

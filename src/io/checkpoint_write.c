@@ -84,10 +84,10 @@ static herr_t write_root_attrs(hid_t file, const osdp_runtime *rt, const osdp_pl
     e |= ckpt_attr_write_i64(file, "mesh_pp", ckpt_pp_size(rt));
     if (ckpt_pp_size(rt) > 1) {   /* informational: a load needs neither the same split nor the same schedule */
         char split[OSDP_MAX_STAGES * 24];
-        const int chunks = rt->opt.pp_size * osdp_pipe_chunks_per_stage(rt->opt.virtual_stages);
-        e |= ckpt_attr_write_str(file, "pipeline_stages", osdp_stage_split_format(rt->opt.stage_bounds, chunks,
+        const int chunks = rt->opt.geo.pp_size * osdp_pipe_chunks_per_stage(rt->opt.geo.virtual_stages);
+        e |= ckpt_attr_write_str(file, "pipeline_stages", osdp_stage_split_format(rt->opt.geo.stage_bounds, chunks,
                                                                                  split, sizeof split));
-        e |= ckpt_attr_write_str(file, "pipeline_schedule", osdp_pipe_schedule_name(rt->opt.pipe_schedule));
+        e |= ckpt_attr_write_str(file, "pipeline_schedule", osdp_pipe_schedule_name(rt->opt.geo.pipe_schedule));
     }
     e |= ckpt_attr_write_str(file, "model_name", model_name);
     e |= ckpt_attr_write_str(file, "model_description", model_text);
@@ -95,8 +95,8 @@ static herr_t write_root_attrs(hid_t file, const osdp_runtime *rt, const osdp_pl
     e |= ckpt_attr_write_str(file, "plan", plan_txt);
     e |= ckpt_attr_write_u64(file, "plan_hash", osdp_plan_hash(plan));
     e |= ckpt_attr_write_i64(file, "micro_batch", rt->B);
-    e |= ckpt_attr_write_i64(file, "accum_steps", rt->opt.accum_steps);
-    e |= ckpt_attr_write_i64(file, "global_batch", (int64_t)rt->B * rt->N * rt->opt.accum_steps);
+    e |= ckpt_attr_write_i64(file, "accum_steps", rt->opt.geo.accum_steps);
+    e |= ckpt_attr_write_i64(file, "global_batch", (int64_t)rt->B * rt->N * rt->opt.geo.accum_steps);
     e |= ckpt_attr_write_i64(file, "seq_len", rt->T);
     e |= ckpt_attr_write_i64(file, "total_params", logical_params(rt->layout));
     e |= ckpt_attr_write_str(file, "checksum_algorithm", OSDP_CKPT_CHECKSUM_ALGORITHM);
@@ -418,8 +418,8 @@ out:
         snprintf(info->model_name, sizeof info->model_name, "%s", cfg->name);
         info->plan_hash = osdp_plan_hash(plan);
         info->micro_batch = rt->B;
-        info->accum_steps = rt->opt.accum_steps;
-        info->global_batch = (long)rt->B * rt->N * rt->opt.accum_steps;
+        info->accum_steps = rt->opt.geo.accum_steps;
+        info->global_batch = (long)rt->B * rt->N * rt->opt.geo.accum_steps;
         info->seq_len = rt->T;
         info->optim = rt->opt.optim;
         info->bytes = bytes;

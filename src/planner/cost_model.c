@@ -6,6 +6,12 @@
 #include <math.h>
 #include <stdlib.h>
 
+void osdp_cost_model_init(osdp_cost_model *cm, const osdp_layout *layout, const osdp_device *dev,
+                          const osdp_step_geometry *geo, osdp_cost_kind kind, const osdp_cost_hierarchy *hier)
+{
+    *cm = (osdp_cost_model){.layout = layout, .dev = dev, .geo = *geo, .kind = kind, .hier = hier};
+}
+
 double osdp_cost_op_flops(const osdp_op_layout *op)
 {
     if (op->type == OSDP_OP_EMBED) return 3.0 * (double)op->width; /* nominal: no matmul */
@@ -81,7 +87,7 @@ static int op_slices(const osdp_cost_model *cm, int op, int *g, int *k, size_t *
         bounds[0] = 0;
         bounds[1] = cm->layout->op[op].numel;
     }
-    for (int s = 0; s < *g; s++) padded[s] = osdp_padded_numel_quantum(bounds[s + 1] - bounds[s], cm->N, cm->pad_quantum);
+    for (int s = 0; s < *g; s++) padded[s] = osdp_padded_numel_quantum(bounds[s + 1] - bounds[s], cm->geo.n_ranks, cm->geo.pad_quantum);
     return *g;
 }
 
@@ -122,19 +128,28 @@ static void op_mem_sharded(const osdp_cost_model *cm, int op, int g, int k, int 
 
 void osdp_cost_op_mem_rc(const osdp_cost_model *cm, int op, int g, int k, int rc, int b, osdp_op_mem *out)
 {
-    op_mem_sharded(cm, op, g, k, rc, b, cm->N, out);
+    op_mem_sharded(cm, op, g, k, rc, b, cm->geo.n_ranks, out);
 }
 
 void osdp_cost_op_mem_hier(const osdp_cost_model *cm, int op, int rc, int b, osdp_op_mem *out)
 {
-    op_mem_sharded(cm, op, 1, 1, rc, b, cm->hier ? cm->hier->node_ranks : cm->N, out);
+    op_mem_sharded(cm, op, 1, 1, rc, b, cm->hier ? cm->hier->node_ranks : cm->geo.n_ranks, out);
 }
 
-/* the operator's buffers as the cost model's device sizes them (the size table, osdp/schedule.h) */
-static osdp_buffer_dims buffer_dims(const osdp_cost_model *cm, int op, int rc, int b)
+/* the model's step at micro-batch b (what the size table reads) */
+static osdp_step_geometry geometry_at(const osdp_cost_model *cm, int b)
+{
+    osdp_step_geometry geo = cm->geo;
+    geo.micro_batch = b;
+    return geo;
+}
+
+/* the operator's buffers as the cost model's device sizes them (the size table, osdp/schedule.h), for
+ * the step geo */
+static osdp_buffer_dims buffer_dims(const osdp_cost_model *cm, const osdp_step_geometry *geo, int op, int rc)
 {
     const osdp_device *d = cm->dev;
-    return (osdp_buffer_dims){.layout = cm->layout, .op = op, .micro_batch = b, .recompute = rc,
+    return (osdp_buffer_dims){.layout = cm->layout, .op = op, .geo = geo, .recompute = rc,
                               .width = {.weight = (size_t)d->param_bytes, .grad = (size_t)d->grad_bytes,
                                         .act = (size_t)d->act_bytes}};
 }
@@ -146,7 +161,8 @@ static void op_mem_sharded(const osdp_cost_model *cm, int op, int g, int k, int 
     size_t p[OSDP_MAX_SLICES];
     int partial;
     op_slices(cm, op, &g, &k, p, &partial);
-    osdp_buffer_dims d = buffer_dims(cm, op, rc, b);
+    const osdp_step_geometry geo = geometry_at(cm, b);
+    osdp_buffer_dims d = buffer_dims(cm, &geo, op, rc);
     for (int s = 0; s < g; s++) {
         d.padded += p[s];
         if (s >= k) d.resident += p[s];
@@ -171,7 +187,7 @@ static void op_mem_sharded(const osdp_cost_model *cm, int op, int g, int k, int 
     for (int s = 0; s < g; s++) gathered[s] = BYTES(OSDP_BUF_GATHERED, p[s]);
     out->work = out->work_from_2 = 0;
     for (int s = 0; s < g; s++) {
-        long long v = (s < k ? gathered[s] : 0) + (cm->prefetch && s >= 1 && s - 1 < k ? gathered[s - 1] : 0);
+        long long v = (s < k ? gathered[s] : 0) + (cm->geo.prefetch && s >= 1 && s - 1 < k ? gathered[s - 1] : 0);
         if (v > out->work) out->work = v;
         if (s >= 2 && v > out->work_from_2) out->work_from_2 = v;
     }
@@ -188,9 +204,9 @@ void osdp_cost_peak_terms(const osdp_cost_model *cm, int op, const osdp_op_mem *
     out->held = m->state + m->resident + m->held + m->accum;
     out->acts = m->acts;
     out->pass_peak = m->rebuilt + m->grads + (m->work > m->recv ? m->work : m->recv) + osdp_cost_tied_grads(cm, op);
-    out->prefetch = cm->prefetch ? m->prefetch : 0;
+    out->prefetch = cm->geo.prefetch ? m->prefetch : 0;
     /* reduce-once: G is freed once added into accum, its reduction needs no buffer */
-    out->in_flight = cm->prefetch && !m->reduce_once ? m->grads + m->recv : 0;
+    out->in_flight = cm->geo.prefetch && !m->reduce_once ? m->grads + m->recv : 0;
 }
 
 long long osdp_cost_tied_grads(const osdp_cost_model *cm, int op)
@@ -233,7 +249,8 @@ double osdp_cost_tp_comm(const osdp_cost_model *cm, int op, int rc, int b)
 
 long long osdp_cost_workspace(const osdp_cost_model *cm, int b)
 {
-    const osdp_buffer_dims d = buffer_dims(cm, 0, 0, b);
+    const osdp_step_geometry geo = geometry_at(cm, b);
+    const osdp_buffer_dims d = buffer_dims(cm, &geo, 0, 0);
     return (long long)(osdp_buffer_bytes(OSDP_BUF_WORKSPACE, &d, 0) + osdp_buffer_bytes(OSDP_BUF_TP_STAGING, &d, 0))
          + cm->stage_buffer_bytes;
 }
@@ -251,7 +268,7 @@ void osdp_cost_op_time(const osdp_cost_model *cm, int op, int g, int k, int b, i
 static int data_levels(const osdp_cost_model *cm, osdp_cost_hierarchy *out)
 {
     const int tp = cm->layout->tp_size > 0 ? cm->layout->tp_size : 1;
-    return osdp_cost_hierarchy_for_mesh(cm->dev, tp, cm->N, 1, out);
+    return osdp_cost_hierarchy_for_mesh(cm->dev, tp, cm->geo.n_ranks, 1, out);
 }
 
 /* The reduction of G bytes of a slice's gradients over the N ranks: one
@@ -259,17 +276,17 @@ static int data_levels(const osdp_cost_model *cm, osdp_cost_hierarchy *out)
  * cross RS over the N / R nodes of each rank's G / R */
 static double reduce_scatter_time(const osdp_cost_model *cm, const osdp_cost_hierarchy *h, double G)
 {
-    if (!h) return osdp_collective_time(&cm->dev->reduce_scatter, cm->N, G);
+    if (!h) return osdp_collective_time(&cm->dev->reduce_scatter, cm->geo.n_ranks, G);
     const double R = h->node_ranks;
     return osdp_collective_time(&h->node_reduce_scatter, R, G)
-         + osdp_collective_time(&h->cross_reduce_scatter, cm->N / R, G / R);
+         + osdp_collective_time(&h->cross_reduce_scatter, cm->geo.n_ranks / R, G / R);
 }
 
 void osdp_cost_op_time_rc(const osdp_cost_model *cm, int op, int g, int k, int rc, int b, int accum, osdp_op_time *out)
 {
     const osdp_op_layout *o = &cm->layout->op[op];
     const osdp_device *d = cm->dev;
-    const double N = cm->N, A = accum;
+    const double N = cm->geo.n_ranks, A = accum;
     /* the recomputed forward: a third of forward + backward (2 x forward) */
     out->compute = A * (d->gamma_fixed[o->type] + (double)b * (double)cm->layout->T * osdp_cost_op_flops(o) * d->gamma[o->type])
                  * (rc ? 4.0 / 3.0 : 1.0);
@@ -293,7 +310,7 @@ void osdp_cost_op_time_rc(const osdp_cost_model *cm, int op, int g, int k, int r
         double rs = reduce_scatter_time(cm, node_first, G);
         out->comm += s < k ? (rc ? 3 : 2) * A * ag + R * rs : ag + R * rs;
     }
-    if (cm->kind == OSDP_COST_OVERLAP && cm->prefetch)
+    if (cm->kind == OSDP_COST_OVERLAP && cm->geo.prefetch)
         out->total = out->compute > out->comm ? out->compute : out->comm;
     else
         out->total = out->compute + out->comm;
@@ -308,17 +325,17 @@ void osdp_cost_op_time_hier(const osdp_cost_model *cm, int op, int rc, int b, in
     const osdp_cost_hierarchy *h = cm->hier;
     if (!h) return;
     const osdp_device *d = cm->dev;
-    const double A = accum, R = h->node_ranks, nodes = (double)cm->N / h->node_ranks;
+    const double A = accum, R = h->node_ranks, nodes = (double)cm->geo.n_ranks / h->node_ranks;
     const double reductions = cm->reduce_once && cm->reduce_once[op] ? 1 : A;   /* reduce-once: one per step */
     const double p = (double)osdp_cost_slice_numel(cm, op, 1);
     const double S = p * (double)d->param_bytes, G = p * (double)d->grad_bytes;
     /* the optimizer step on a shard of P / R instead of P / N */
-    out->compute += p / R * d->step_shard_param - p / cm->N * d->step_shard_param;
+    out->compute += p / R * d->step_shard_param - p / cm->geo.n_ranks * d->step_shard_param;
     /* the flat slice's node-first reduction, then the cross all-gather that completes the node's block */
     const double ag = osdp_collective_time(&h->node_all_gather, R, S), rs = reduce_scatter_time(cm, h, G);
     const double cross_ag = osdp_collective_time(&h->cross_all_gather, nodes, G / R);
     out->comm = (rc ? 3 : 2) * A * ag + reductions * (rs + cross_ag);
-    if (cm->kind == OSDP_COST_OVERLAP && cm->prefetch)
+    if (cm->kind == OSDP_COST_OVERLAP && cm->geo.prefetch)
         out->total = out->compute > out->comm ? out->compute : out->comm;
     else
         out->total = out->compute + out->comm;
@@ -405,7 +422,7 @@ double osdp_cost_step_time(const osdp_cost_model *cm_in, const osdp_plan *plan, 
         t += ot.total;
     }
     const int tp = cm->layout->tp_size > 0 ? cm->layout->tp_size : 1;
-    return t + osdp_cost_step_sync_time(cm->dev, tp, cm->N, 1);
+    return t + osdp_cost_step_sync_time(cm->dev, tp, cm->geo.n_ranks, 1);
 }
 
 /* ---- the two-level network: which level prices the data-parallel group ---- */

@@ -7,7 +7,8 @@
 
 size_t osdp_pipe_boundary_bytes(const osdp_layout *layout, int first_op, int micro_batch)
 {
-    const osdp_buffer_dims d = {.layout = layout, .op = first_op, .micro_batch = micro_batch};
+    const osdp_step_geometry geo = {.micro_batch = micro_batch};
+    const osdp_buffer_dims d = {.layout = layout, .op = first_op, .geo = &geo};
     return osdp_buffer_bytes(OSDP_BUF_STAGE_INPUT, &d, 0);
 }
 
@@ -156,7 +157,7 @@ osdp_status osdp_pipe_step_time_chunks(const osdp_cost_model *const *stage_cm, c
     int wrap_spans = 0;
     for (int s = 0; s + 1 < P; s++)
         wrap_spans |= osdp_cost_pp_boundary_spans_nodes(stage_cm[s]->dev->ranks_per_node, stage_cm[s]->layout->tp_size,
-                                                        stage_cm[s]->N, s);
+                                                        stage_cm[s]->geo.n_ranks, s);
     for (int g = 0; g < G; g++) {
         const int s = g % P;
         osdp_pipe_stage_passes(stage_cm[s], plans[s], bounds[g], bounds[g + 1], micro_batch, accum, &chunk[g]);
@@ -166,7 +167,7 @@ osdp_status osdp_pipe_step_time_chunks(const osdp_cost_model *const *stage_cm, c
             osdp_device at_level = *dev;
             const int spans = s + 1 < P ? osdp_cost_pp_boundary_spans_nodes(dev->ranks_per_node,
                                                                             stage_cm[s]->layout->tp_size,
-                                                                            stage_cm[s]->N, s)
+                                                                            stage_cm[s]->geo.n_ranks, s)
                                         : wrap_spans;
             if (dev->internode.given && spans) at_level.p2p = dev->internode.p2p;
             message[g] = osdp_pipe_message_time(&at_level,
@@ -177,7 +178,7 @@ osdp_status osdp_pipe_step_time_chunks(const osdp_cost_model *const *stage_cm, c
     if (status != OSDP_OK) return status;
     /* after the last pass, every rank's scalar all-reduce over its data group, tensor group and the pipeline */
     const int tp = stage_cm[0]->layout->tp_size > 0 ? stage_cm[0]->layout->tp_size : 1;
-    out->sync_s = osdp_cost_step_sync_time(stage_cm[0]->dev, tp, stage_cm[0]->N, P);
+    out->sync_s = osdp_cost_step_sync_time(stage_cm[0]->dev, tp, stage_cm[0]->geo.n_ranks, P);
     out->step_s += out->sync_s;
     return OSDP_OK;
 }
@@ -226,7 +227,7 @@ long long osdp_pipe_stage_peak(const osdp_cost_model *cm, const osdp_plan *plan,
     view.reduce_once = plan->reduce_once ? plan->reduce_once + lo : NULL;
     long long peak = osdp_cost_peak(&stage_cm, &view, micro_batch, at_op);
     if (at_op) *at_op += lo;
-    if (!cm->prefetch || peak < 0) return peak;
+    if (!cm->geo.prefetch || peak < 0) return peak;
     /* The moment osdp_cost_peak does not see: the backward of the stage's
      * first operator prefetches, from its first slice on, the first slice
      * of the stage's next pass (the forward of its first operator, or the

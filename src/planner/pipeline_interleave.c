@@ -34,13 +34,13 @@ static osdp_status fit(const osdp_pipe_choice *c, const osdp_device *dev, const 
     const int P = c->pp_size;
     x->fits = 1;
     for (int s = 0; s < P; s++) {
-        osdp_schedule_options so = {.n_ranks = c->dp_size, .micro_batch = c->micro_batch,
-                                    .accum_steps = c->micro_batches,
-                                    .node_ranks = c->hierarchical ? c->hierarchy.node_ranks : 0, .prefetch = o->prefetch,
-                                    .weight_dtype = dev->param_bytes == 2 ? OSDP_BFLOAT16 : OSDP_FLOAT32,
-                                    .pad_quantum = o->pad_quantum, .pp_size = P, .pp_stage = s,
-                                    .pipe_schedule = OSDP_PIPE_INTERLEAVED, .virtual_stages = x->V};
-        memcpy(so.stage_bounds, x->bounds, sizeof x->bounds);
+        osdp_schedule_options so = {.geo.n_ranks = c->dp_size, .geo.micro_batch = c->micro_batch,
+                                    .geo.accum_steps = c->micro_batches,
+                                    .geo.node_ranks = c->hierarchical ? c->hierarchy.node_ranks : 0, .geo.prefetch = o->geo.prefetch,
+                                    .geo.weight_dtype = dev->param_bytes == 2 ? OSDP_BFLOAT16 : OSDP_FLOAT32,
+                                    .geo.pad_quantum = o->geo.pad_quantum, .geo.pp_size = P, .pp_stage = s,
+                                    .geo.pipe_schedule = OSDP_PIPE_INTERLEAVED, .geo.virtual_stages = x->V};
+        memcpy(so.geo.stage_bounds, x->bounds, sizeof x->bounds);
         osdp_memory_prediction pr;
         osdp_status st = osdp_schedule_predict(&c->layout, &c->plan, &so, &pr);
         if (st != OSDP_OK) return st;
@@ -80,8 +80,8 @@ osdp_status osdp_pipe_interleave_search(const osdp_pipe_choice *c, const osdp_de
     osdp_device level;   /* each group's collectives and messages at its level, as the pipeline was planned */
     osdp_cost_device_for_mesh(dev, c->tp_size, c->dp_size, P, &level);
     dev = &level;
-    osdp_cost_model cm = {.layout = &c->layout, .dev = dev, .N = c->dp_size, .pad_quantum = o->pad_quantum,
-                          .prefetch = o->prefetch, .kind = o->cost, .hier = osdp_pipe_choice_hierarchy(c)};
+    osdp_cost_model cm;
+    osdp_pipe_choice_cost_model(&cm, c, dev, o, &c->layout);
     osdp_status st = as_planned(c, &cm, &out->option[0]);
     if (st != OSDP_OK) return st;
     out->n = 1;

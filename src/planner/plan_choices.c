@@ -305,10 +305,11 @@ osdp_status osdp_ps_context_build(osdp_ps_context *ctx, const osdp_layout *L, co
                                   osdp_cost_cuts *cuts, osdp_planner_result *counters)
 {
     memset(ctx, 0, sizeof *ctx);
-    ctx->cost = (osdp_cost_model){.layout = L, .dev = dev, .N = o->n_ranks, .pad_quantum = o->pad_quantum,
-                                  .prefetch = o->prefetch, .kind = o->cost, .recompute = o->recompute, .cuts = cuts,
-                                  .in_flight = o->stage_in_flight, .stage_buffer_bytes = o->stage_buffer_bytes,
-                                  .hier = o->hierarchy};
+    osdp_cost_model_init(&ctx->cost, L, dev, &o->geo, o->cost, o->hierarchy);
+    ctx->cost.recompute = o->recompute;
+    ctx->cost.cuts = cuts;
+    ctx->cost.in_flight = o->stage_in_flight;
+    ctx->cost.stage_buffer_bytes = o->stage_buffer_bytes;
     ctx->opts = o;
     ctx->n_ops = L->n_ops;
     ctx->minimise_memory = minimise_memory == 1;

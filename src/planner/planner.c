@@ -20,9 +20,9 @@
 void osdp_planner_defaults(osdp_planner_options *o)
 {
     memset(o, 0, sizeof *o);
-    o->n_ranks = 1;
+    o->geo.n_ranks = 1;
     o->max_micro_batch = 256;
-    o->prefetch = 1;
+    o->geo.prefetch = 1;
     o->split = 1;
     o->search = OSDP_SEARCH_EXACT;
     o->cost = OSDP_COST_PAPER;
@@ -48,7 +48,7 @@ void osdp_planner_result_free(osdp_planner_result *res)
 static osdp_status check_options(const osdp_layout *L, const osdp_device *dev, const osdp_planner_options *o)
 {
     (void)L;
-    if (o->n_ranks < 1) return osdp_error_set(OSDP_ERR_INPUT, "planner: ranks must be at least 1 (got %d)", o->n_ranks);
+    if (o->geo.n_ranks < 1) return osdp_error_set(OSDP_ERR_INPUT, "planner: ranks must be at least 1 (got %d)", o->geo.n_ranks);
     if (o->split < 1 || o->split > OSDP_MAX_SLICES)
         return osdp_error_set(OSDP_ERR_INPUT, "planner: --split %d out of range [1, %d]", o->split, OSDP_MAX_SLICES);
     if (o->split_max < 0 || o->split_max > OSDP_MAX_SLICES)
@@ -104,10 +104,12 @@ static osdp_status infeasible(const osdp_layout *L, const osdp_device *dev, cons
     osdp_plan p;
     osdp_status s = osdp_planner_min_memory(L, dev, o, b, &need, &p);
     if (s != OSDP_OK) return s;
-    osdp_cost_model cm = {.layout = L, .dev = dev, .N = o->n_ranks, .pad_quantum = o->pad_quantum,
-                          .prefetch = o->prefetch, .kind = o->cost, .recompute = p.recompute, .reduce_once = p.reduce_once,
-                          .in_flight = o->stage_in_flight, .stage_buffer_bytes = o->stage_buffer_bytes,
-                          .hier = o->hierarchy};
+    osdp_cost_model cm;
+    osdp_cost_model_init(&cm, L, dev, &o->geo, o->cost, o->hierarchy);
+    cm.recompute = p.recompute;
+    cm.reduce_once = p.reduce_once;
+    cm.in_flight = o->stage_in_flight;
+    cm.stage_buffer_bytes = o->stage_buffer_bytes;
     int at = 0;
     (void)osdp_cost_peak(&cm, &p, b, &at);
     int top[3] = {-1, -1, -1};
@@ -117,8 +119,8 @@ static osdp_status infeasible(const osdp_layout *L, const osdp_device *dev, cons
         osdp_cost_op_mem(&cm, i, p.slices[i], p.zdp_slices[i], b, &m);
         long long tr = 0;
         if (i == at) tr = m.grads + (m.work > m.recv ? m.work : m.recv);
-        if (o->prefetch && i == at + 1) tr = m.grads + m.recv;
-        if (o->prefetch && i == at - 1) tr = m.prefetch;
+        if (o->geo.prefetch && i == at + 1) tr = m.grads + m.recv;
+        if (o->geo.prefetch && i == at - 1) tr = m.prefetch;
         if (i == 0) tr += osdp_cost_tied_grads(&cm, at);   /* a tied head's d(wte), held from the head's backward */
         long long acts = (i <= at ? m.acts : 0) + m.held, v = m.state + m.resident + acts + tr;
         cat[0] += m.state;
@@ -146,7 +148,7 @@ static osdp_status infeasible(const osdp_layout *L, const osdp_device *dev, cons
         "needs is %s (%lld bytes, in the backward of %s: sharded state %s + resident DP weights %s + activations %s "
         "+ gradients and gathered weights in flight %s + workspace %s); the operators that dominate it: %s. "
         "Raise the memory limit, use more ranks, a shorter sequence or a smaller model",
-        osdp_format_bytes((double)limit, f[0], sizeof f[0]), b, o->n_ranks,
+        osdp_format_bytes((double)limit, f[0], sizeof f[0]), b, o->geo.n_ranks,
         osdp_format_bytes((double)need, f[1], sizeof f[1]), need, L->op[at].name,
         osdp_format_bytes((double)cat[0], f[2], sizeof f[2]), osdp_format_bytes((double)cat[1], f[3], sizeof f[3]),
         osdp_format_bytes((double)cat[2], f[4], sizeof f[4]), osdp_format_bytes((double)cat[3], f[5], sizeof f[5]),
@@ -167,10 +169,10 @@ static osdp_status verify_peak(const osdp_layout *L, const osdp_device *dev, con
                                int accum, osdp_planner_result *res)
 {
     osdp_memory_prediction pr;
-    osdp_schedule_options so = {.n_ranks = o->n_ranks, .node_ranks = o->hierarchy ? o->hierarchy->node_ranks : 0,
-                                .micro_batch = b, .accum_steps = accum, .prefetch = o->prefetch,
-                                .weight_dtype = dev->param_bytes == 2 ? OSDP_BFLOAT16 : OSDP_FLOAT32,
-                                .pad_quantum = o->pad_quantum};
+    osdp_schedule_options so = {.geo.n_ranks = o->geo.n_ranks, .geo.node_ranks = o->hierarchy ? o->hierarchy->node_ranks : 0,
+                                .geo.micro_batch = b, .geo.accum_steps = accum, .geo.prefetch = o->geo.prefetch,
+                                .geo.weight_dtype = dev->param_bytes == 2 ? OSDP_BFLOAT16 : OSDP_FLOAT32,
+                                .geo.pad_quantum = o->geo.pad_quantum};
     osdp_status s = osdp_schedule_predict(L, &res->plan, &so, &pr);
     if (s != OSDP_OK) return s;
     res->runtime_peak = (long long)pr.peak_total;
@@ -214,7 +216,7 @@ static osdp_status plan_batch(const osdp_layout *L, const osdp_device *dev, cons
     }
     if (s == OSDP_OK) {
         res->step_s = osdp_cost_step_time(&ctx.cost, &res->plan, b, accum);
-        res->samples_per_s = (double)b * o->n_ranks * accum / res->step_s;
+        res->samples_per_s = (double)b * o->geo.n_ranks * accum / res->step_s;
         res->plan.micro_batch = b;
         res->plan.accum_steps = accum;
         res->plan.predicted_step_s = res->step_s;
@@ -250,14 +252,14 @@ static osdp_status run_sched(const osdp_layout *layout, const osdp_device *dev, 
     res->runtime_peak = -1;
     osdp_status s = check_options(layout, dev, o);
     if (s != OSDP_OK) return s;
-    const int N = o->n_ranks, G = o->global_batch;
+    const int N = o->geo.n_ranks, G = o->global_batch;
     if (G < 0 || (G > 0 && G % N != 0))
         return osdp_error_set(OSDP_ERR_INPUT, "--global-batch %d is not a multiple of the %d ranks", G, N);
-    if (o->micro_batch > 0 && G > 0 && (G / N) % o->micro_batch != 0)
+    if (o->geo.micro_batch > 0 && G > 0 && (G / N) % o->geo.micro_batch != 0)
         return osdp_error_set(OSDP_ERR_INPUT, "--global-batch %d is not a multiple of micro-batch %d x %d ranks", G,
-                              o->micro_batch, N);
-    const int b0 = o->micro_batch > 0 ? o->micro_batch : 1;
-    const int bmax = o->micro_batch > 0 ? o->micro_batch : G > 0 ? G / N
+                              o->geo.micro_batch, N);
+    const int b0 = o->geo.micro_batch > 0 ? o->geo.micro_batch : 1;
+    const int bmax = o->geo.micro_batch > 0 ? o->geo.micro_batch : G > 0 ? G / N
                    : (o->max_micro_batch > 0 ? o->max_micro_batch : 256);
     const long long limit = o->mem_limit > 0 ? o->mem_limit : dev->mem_limit;
     double dl = o->search == OSDP_SEARCH_DFS ? osdp_now_seconds() + (o->dfs_time_limit_s > 0 ? o->dfs_time_limit_s : 60) : 0;

@@ -139,7 +139,7 @@ static osdp_status plan_split(const osdp_model_config *cfg, int seq_len, const o
                               search_state *st)
 {
     osdp_planner_options o = *o_in;
-    if (b > 0) o.micro_batch = b;
+    if (b > 0) o.geo.micro_batch = b;
     osdp_pipe_choice c;
     int bounded = 0;
     /* with a bound, only a step that can beat the best (or tie it) is wanted */
@@ -243,7 +243,7 @@ static osdp_status add_candidates(const osdp_layout *layout, const int *classes,
         if (s != OSDP_OK) return s;
     }
     for (int b = bounded ? 1 : 0; b <= (bounded ? per_group : 0); b++) {
-        if (b > 0 && (per_group % b != 0 || (o->micro_batch > 0 && b != o->micro_batch))) continue;
+        if (b > 0 && (per_group % b != 0 || (o->geo.micro_batch > 0 && b != o->geo.micro_batch))) continue;
         if (*n == *cap) {
             const int grown = *cap ? 2 * *cap : 64;
             candidate *more = realloc(*list, sizeof *more * (size_t)grown);
@@ -304,7 +304,7 @@ osdp_status osdp_planner_3d(const osdp_model_config *cfg, int seq_len, const osd
     osdp_planner_options o = *o_in;
     kind_options(kind, dev, &o);
     o.verify = 0;   /* the answer's stage peaks are checked once, at the end */
-    const int N = o.n_ranks;
+    const int N = o.geo.n_ranks;
     const int fixed_pp = kind == OSDP_3D_FSDP || kind == OSDP_3D_DDP ? 1 : o3->pp;
     const int fixed_tp = kind == OSDP_3D_FSDP || kind == OSDP_3D_DDP ? 1 : o3->tp;
     const long long mem_limit = o.mem_limit > 0 ? o.mem_limit : dev->mem_limit;
@@ -371,7 +371,7 @@ osdp_status osdp_planner_3d(const osdp_model_config *cfg, int seq_len, const osd
         /* nothing fits: the message of the first candidate a bound found unable to fit, by its search */
         osdp_pipe_choice c;
         osdp_planner_options ob = o;
-        ob.micro_batch = st.unfit_b;
+        ob.geo.micro_batch = st.unfit_b;
         int bounded;
         osdp_status why = osdp_planner_pipeline_cached(cfg, seq_len, dev, &ob, st.unfit_tp, st.unfit_pp,
                                                        st.unfit_split ? st.unfit_bounds : NULL, o3->schedule, NULL,

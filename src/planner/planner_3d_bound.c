@@ -21,11 +21,11 @@ osdp_status osdp_3d_op_times(const osdp_layout *layout, const osdp_device *dev, 
     osdp_device level;   /* as osdp_planner_pipeline prices the mesh */
     osdp_cost_device_for_mesh(dev, tp, dp, pp, &level);
     osdp_planner_options om = *o;
-    om.n_ranks = dp;
+    om.geo.n_ranks = dp;
     osdp_cost_hierarchy hier;
     om.hierarchy = osdp_planner_hierarchy(o, dev, tp, dp, pp, &hier);
     om.global_batch = 0;
-    om.micro_batch = b;
+    om.geo.micro_batch = b;
     om.stage_in_flight = 0;
     om.stage_buffer_bytes = 0;
     osdp_planner_result counters;

@@ -43,7 +43,7 @@ static osdp_status plan_candidate(const osdp_model_config *cfg, int seq_len, con
         return s;
     }
     osdp_planner_options per_mesh = *o;
-    per_mesh.n_ranks = c->dp_size;   /* the planner's ranks: the data-parallel group of one rank's parts */
+    per_mesh.geo.n_ranks = c->dp_size;   /* the planner's ranks: the data-parallel group of one rank's parts */
     osdp_cost_hierarchy hier;   /* plan mode h at this mesh's levels, when offered and the group spans nodes */
     if (!per_mesh.hierarchy) per_mesh.hierarchy = osdp_planner_hierarchy(o, dev, c->tp_size, c->dp_size, 1, &hier);
     osdp_device level;   /* two-level network: the data-parallel group's collectives at its level */
@@ -68,7 +68,7 @@ osdp_status osdp_planner_mesh(const osdp_model_config *cfg, int seq_len, const o
 {
     memset(mesh, 0, sizeof *mesh);
     mesh->best = -1;
-    const int N = o->n_ranks;
+    const int N = o->geo.n_ranks;
     if (N < 1) return osdp_error_set(OSDP_ERR_INPUT, "planner: ranks must be at least 1 (got %d)", N);
     if (tp != OSDP_TP_AUTO) {
         osdp_tp_candidate *c = &mesh->cand[0];

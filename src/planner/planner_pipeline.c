@@ -61,6 +61,14 @@ const osdp_cost_hierarchy *osdp_pipe_choice_hierarchy(const osdp_pipe_choice *c)
     return c->hierarchical ? &c->hierarchy : NULL;
 }
 
+void osdp_pipe_choice_cost_model(osdp_cost_model *cm, const osdp_pipe_choice *c, const osdp_device *dev,
+                                 const osdp_planner_options *o, const osdp_layout *layout)
+{
+    osdp_step_geometry geo = o->geo;
+    geo.n_ranks = c->dp_size;
+    osdp_cost_model_init(cm, layout, dev, &geo, o->cost, osdp_pipe_choice_hierarchy(c));
+}
+
 /* bytes per rank of a baseline's replicated state for operators [lo, hi) over D data-parallel ranks */
 static long long stage_replicated_bytes(const osdp_layout *layout, int lo, int hi, int D, int bytes_per_param)
 {
@@ -85,10 +93,10 @@ static void stage_options(const osdp_device *dev, const osdp_planner_options *o,
     st->in_flight = osdp_pipe_in_flight(c->schedule, P, s, M);
     st->schedule_peak = -1;
     *so = *o;
-    so->n_ranks = c->dp_size;
+    so->geo.n_ranks = c->dp_size;
     so->hierarchy = osdp_pipe_choice_hierarchy(c);
     so->global_batch = 0;
-    so->micro_batch = b;
+    so->geo.micro_batch = b;
     so->verify = 0;   /* the stage's peak is checked against its schedule below, on the whole layout */
     so->recompute = o->recompute ? o->recompute + st->lo : NULL;
     so->stage_in_flight = st->in_flight;
@@ -144,8 +152,8 @@ static osdp_status plan_stages(const osdp_device *dev, const osdp_planner_option
                                osdp_stage_cache *cache, const int *classes, double cutoff, int *bounded)
 {
     const int P = c->pp_size;
-    const osdp_cost_model cm = {.layout = &c->layout, .dev = dev, .N = c->dp_size, .pad_quantum = o->pad_quantum,
-                                .prefetch = o->prefetch, .kind = o->cost, .hier = osdp_pipe_choice_hierarchy(c)};
+    osdp_cost_model cm;
+    osdp_pipe_choice_cost_model(&cm, c, dev, o, &c->layout);
     for (int s = 0; s < c->n_stages_planned; s++) osdp_planner_result_free(&c->stage[s].result);
     c->n_stages_planned = 0;
     *bounded = 0;
@@ -246,8 +254,8 @@ static osdp_status assemble(const osdp_device *dev, const osdp_planner_options *
     whole->micro_batch = c->micro_batch = b;
     whole->accum_steps = c->micro_batches = M;
     whole->tp_size = c->tp_size;
-    osdp_cost_model cm = {.layout = &c->layout, .dev = dev, .N = c->dp_size, .pad_quantum = o->pad_quantum,
-                          .prefetch = o->prefetch, .kind = o->cost, .hier = osdp_pipe_choice_hierarchy(c)};
+    osdp_cost_model cm;
+    osdp_pipe_choice_cost_model(&cm, c, dev, o, &c->layout);
     const osdp_cost_model *cms[OSDP_MAX_STAGES];
     const osdp_plan *plans[OSDP_MAX_STAGES];
     for (int s = 0; s < P; s++) {
@@ -285,14 +293,14 @@ osdp_status osdp_pipe_choice_verify(const osdp_device *dev, const osdp_planner_o
     const int P = c->pp_size;
     for (int s = 0; s < P; s++) {
         osdp_stage_plan *st = &c->stage[s];
-        osdp_schedule_options so = {.n_ranks = c->dp_size, .micro_batch = c->micro_batch,
-                                    .accum_steps = c->micro_batches,
-                                    .node_ranks = c->hierarchical ? c->hierarchy.node_ranks : 0,
-                                    .prefetch = o->prefetch,
-                                    .weight_dtype = dev->param_bytes == 2 ? OSDP_BFLOAT16 : OSDP_FLOAT32,
-                                    .pad_quantum = o->pad_quantum, .pp_size = P, .pp_stage = s,
-                                    .pipe_schedule = c->schedule};
-        memcpy(so.stage_bounds, c->bounds, sizeof c->bounds);
+        osdp_schedule_options so = {.geo.n_ranks = c->dp_size, .geo.micro_batch = c->micro_batch,
+                                    .geo.accum_steps = c->micro_batches,
+                                    .geo.node_ranks = c->hierarchical ? c->hierarchy.node_ranks : 0,
+                                    .geo.prefetch = o->geo.prefetch,
+                                    .geo.weight_dtype = dev->param_bytes == 2 ? OSDP_BFLOAT16 : OSDP_FLOAT32,
+                                    .geo.pad_quantum = o->geo.pad_quantum, .geo.pp_size = P, .pp_stage = s,
+                                    .geo.pipe_schedule = c->schedule};
+        memcpy(so.geo.stage_bounds, c->bounds, sizeof c->bounds);
         osdp_memory_prediction pr;
         osdp_status status = osdp_schedule_predict(&c->layout, &c->plan, &so, &pr);
         if (status != OSDP_OK) return status;
@@ -323,7 +331,7 @@ osdp_status osdp_planner_pipeline_cached(const osdp_model_config *cfg, int seq_l
     *bounded = 0;
     const double t0 = osdp_now_seconds();
     memset(out, 0, sizeof *out);
-    const int N = o->n_ranks;
+    const int N = o->geo.n_ranks;
     if (tp < 1 || pp < 1 || pp > OSDP_MAX_STAGES || N % (tp * pp) != 0)
         return osdp_error_set(OSDP_ERR_INPUT, "--pp %d x --tp %d does not divide the %d ranks (--ranks): the mesh is "
                               "N = P x D x T, P at most %d", pp, tp, N, OSDP_MAX_STAGES);
@@ -357,8 +365,10 @@ osdp_status osdp_planner_pipeline_cached(const osdp_model_config *cfg, int seq_l
         memcpy(out->bounds, bounds, sizeof(int) * (size_t)(pp + 1));
         out->bounds_given = 1;
     } else {
-        osdp_cost_model cm = {.layout = &out->layout, .dev = dev, .N = D, .pad_quantum = o->pad_quantum,
-                              .prefetch = o->prefetch, .kind = o->cost};
+        osdp_step_geometry geo = o->geo;
+        geo.n_ranks = D;
+        osdp_cost_model cm;
+        osdp_cost_model_init(&cm, &out->layout, dev, &geo, o->cost, NULL);
         if ((s = osdp_planner_stage_split(&cm, NULL, 1, 1, pp, out->bounds)) != OSDP_OK) return s;
     }
     /* the operators' content classes, for the cache's keys (none: every stage searched) */
@@ -366,8 +376,8 @@ osdp_status osdp_planner_pipeline_cached(const osdp_model_config *cfg, int seq_l
     if (own_classes) osdp_stage_classes(&out->layout, own_classes);
     const int *classes = classes_in ? classes_in : own_classes;
     const int per_group = G > 0 ? G / D : 0;
-    const int b_first = o->micro_batch > 0 ? o->micro_batch : 1;
-    const int b_last = o->micro_batch > 0 ? o->micro_batch : per_group > 0 ? per_group
+    const int b_first = o->geo.micro_batch > 0 ? o->geo.micro_batch : 1;
+    const int b_last = o->geo.micro_batch > 0 ? o->geo.micro_batch : per_group > 0 ? per_group
                      : o->max_micro_batch > 0 ? o->max_micro_batch : 256;
     osdp_status first = OSDP_OK;
     char first_message[2048] = "";
@@ -441,7 +451,7 @@ osdp_status osdp_pipe_split_bound(const osdp_layout *layout, const osdp_device *
     if (!c) return osdp_error_set(OSDP_ERR_OOM, "3D search: out of host memory");
     c->pp_size = pp;
     c->tp_size = tp;
-    c->dp_size = o->n_ranks / (tp * pp);
+    c->dp_size = o->geo.n_ranks / (tp * pp);
     c->schedule = schedule;
     c->layout = *layout;
     memcpy(c->bounds, bounds, sizeof(int) * (size_t)(pp + 1));
@@ -456,10 +466,12 @@ osdp_status osdp_pipe_split_bound(const osdp_layout *layout, const osdp_device *
 osdp_status osdp_pipe_balanced_split(const osdp_layout *layout, const osdp_device *dev_in, const osdp_planner_options *o,
                                      int tp, int pp, int *bounds)
 {
-    const int dp = o->n_ranks / (tp * pp);
+    const int dp = o->geo.n_ranks / (tp * pp);
     osdp_device level;
     osdp_cost_device_for_mesh(dev_in, tp, dp, pp, &level);
-    osdp_cost_model cm = {.layout = layout, .dev = &level, .N = dp, .pad_quantum = o->pad_quantum,
-                          .prefetch = o->prefetch, .kind = o->cost};
+    osdp_step_geometry geo = o->geo;
+    geo.n_ranks = dp;
+    osdp_cost_model cm;
+    osdp_cost_model_init(&cm, layout, &level, &geo, o->cost, NULL);
     return osdp_planner_stage_split(&cm, NULL, 1, 1, pp, bounds);   /* as osdp_planner_pipeline's default */
 }

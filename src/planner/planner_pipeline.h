@@ -28,7 +28,7 @@ osdp_status osdp_planner_pipeline_cached(const osdp_model_config *cfg, int seq_l
  * model's is OSDP_ERR_INTERNAL */
 osdp_status osdp_pipe_choice_verify(const osdp_device *dev, const osdp_planner_options *o, osdp_pipe_choice *c);
 
-/* a lower bound on the step of the split `bounds` of the mesh P x T (D = o->n_ranks / (T P)) at micro-batch
+/* a lower bound on the step of the split `bounds` of the mesh P x T (D = o->geo.n_ranks / (T P)) at micro-batch
  * b of M: each stage's LP bound under its memory limit in the chain of planner_3d_bound.h, INFINITY when some
  * stage cannot fit; layout: one rank's parts at T; dev: the device as read */
 osdp_status osdp_pipe_split_bound(const osdp_layout *layout, const osdp_device *dev, const osdp_planner_options *o,

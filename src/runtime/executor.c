@@ -208,7 +208,7 @@ osdp_status osdp_runtime_reduce_over_mesh(osdp_runtime *rt, double *sums, int n)
 {
     TRY(osdp_comm_all_reduce(rt->comm, sums, (size_t)n, OSDP_FLOAT64, NULL));
     if (rt->tp_comm) TRY(osdp_comm_all_reduce(rt->tp_comm, sums, (size_t)n, OSDP_FLOAT64, NULL));
-    if (rt->opt.pp_size > 1) TRY(osdp_comm_all_reduce(rt->opt.pp_fwd_comm, sums, (size_t)n, OSDP_FLOAT64, NULL));
+    if (rt->opt.geo.pp_size > 1) TRY(osdp_comm_all_reduce(rt->opt.pp_fwd_comm, sums, (size_t)n, OSDP_FLOAT64, NULL));
     return OSDP_OK;
 }
 

@@ -140,15 +140,15 @@ static osdp_status attach_pipeline(osdp_runtime *rt, const osdp_runtime_options 
 {
     struct osdp_runtime_internal *in = rt->in;
     in->pp_prev = in->pp_next = -1;
-    if (opt->pp_size <= 1) return OSDP_OK;
+    if (opt->geo.pp_size <= 1) return OSDP_OK;
     const osdp_comm *fwd = opt->pp_fwd_comm, *bwd = opt->pp_bwd_comm;
-    if (!fwd || !bwd || fwd->size != opt->pp_size || bwd->size != opt->pp_size || fwd->rank != opt->pp_stage
+    if (!fwd || !bwd || fwd->size != opt->geo.pp_size || bwd->size != opt->geo.pp_size || fwd->rank != opt->pp_stage
         || bwd->rank != opt->pp_stage)
         return osdp_error_set(OSDP_ERR_INPUT, "runtime: a pipeline of %d stages needs its two communicators over "
-                              "the %d stages, ranked by stage", opt->pp_size, opt->pp_size);
-    const int ring = opt->virtual_stages > 1;   /* chunk c P + P-1 sends on to chunk (c+1) P */
-    if (opt->pp_stage > 0 || ring) in->pp_prev = (opt->pp_stage + opt->pp_size - 1) % opt->pp_size;
-    if (opt->pp_stage < opt->pp_size - 1 || ring) in->pp_next = (opt->pp_stage + 1) % opt->pp_size;
+                              "the %d stages, ranked by stage", opt->geo.pp_size, opt->geo.pp_size);
+    const int ring = opt->geo.virtual_stages > 1;   /* chunk c P + P-1 sends on to chunk (c+1) P */
+    if (opt->pp_stage > 0 || ring) in->pp_prev = (opt->pp_stage + opt->geo.pp_size - 1) % opt->geo.pp_size;
+    if (opt->pp_stage < opt->geo.pp_size - 1 || ring) in->pp_next = (opt->pp_stage + 1) % opt->geo.pp_size;
     return OSDP_OK;
 }
 
@@ -191,22 +191,21 @@ osdp_status osdp_runtime_create(osdp_runtime *rt, const osdp_layout *layout, con
     rt->opt = *opt;
     rt->N = comm->size;
     rt->rank = comm->rank;
-    rt->B = opt->micro_batch;
+    rt->B = opt->geo.micro_batch;
     rt->T = layout->T;
-    rt->weight_dtype = opt->weight_dtype;
-    if (opt->weight_dtype != backend->weight_dtype)
+    rt->weight_dtype = opt->geo.weight_dtype;
+    if (opt->geo.weight_dtype != backend->weight_dtype)
         return osdp_error_set(OSDP_ERR_INPUT, "runtime: %s weights asked for, but the %s backend's are %s",
-                              osdp_dtype_name(opt->weight_dtype), backend->name, osdp_dtype_name(backend->weight_dtype));
+                              osdp_dtype_name(opt->geo.weight_dtype), backend->name, osdp_dtype_name(backend->weight_dtype));
     struct osdp_runtime_internal *in = rt->in = calloc(1, sizeof *in);
     if (!in) return osdp_error_set(OSDP_ERR_OOM, "runtime: out of host memory");
     TRY(attach_tp_group(rt, opt));
     TRY(attach_pipeline(rt, opt));
     TRY(attach_node_groups(rt, plan, opt));
-    osdp_schedule_options so = {.n_ranks = rt->N, .node_ranks = rt->node_ranks, .micro_batch = rt->B, .accum_steps = opt->accum_steps,
-                                .prefetch = opt->prefetch, .weight_dtype = opt->weight_dtype,
-                                .pad_quantum = opt->pad_quantum, .pp_size = opt->pp_size, .pp_stage = opt->pp_stage,
-                                .pipe_schedule = opt->pipe_schedule, .virtual_stages = opt->virtual_stages};
-    memcpy(so.stage_bounds, opt->stage_bounds, sizeof so.stage_bounds);
+    osdp_schedule_options so = {.geo = opt->geo, .pp_stage = opt->pp_stage};
+    so.geo.n_ranks = rt->N;   /* the communicators' and the layout's (osdp_runtime_options) */
+    so.geo.node_ranks = rt->node_ranks;
+    so.geo.tp_size = rt->tp_size;
     TRY(osdp_schedule_build(&in->sched, layout, plan, &so));
     TRY(osdp_plan_copy(&rt->plan, plan));
     in->weight_size = in->sched.weight_size;
@@ -233,7 +232,7 @@ osdp_status osdp_runtime_create(osdp_runtime *rt, const osdp_layout *layout, con
     if (!in->sums) return osdp_error_set(OSDP_ERR_OOM, "runtime: out of device memory for 16 bytes");
     in->ctx = (osdp_op_context){.backend = backend, .layout = layout, .B = rt->B, .T = rt->T,
                                 .tp = layout->tp_size > 1 ? &in->tp : NULL, .tp_staging = in->tp_staging,
-                                .progress = opt->prefetch ? progress_hook : NULL, .progress_arg = rt->comm};
+                                .progress = opt->geo.prefetch ? progress_hook : NULL, .progress_arg = rt->comm};
     return OSDP_OK;
 }
 
@@ -288,12 +287,12 @@ osdp_status osdp_runtime_step(osdp_runtime *rt, const int *tokens, osdp_step_sta
     const int n_groups = step_groups(rt, groups);
     for (int g = 0; g < n_groups; g++) osdp_traffic_reset(&groups[g]->traffic);
     osdp_runtime_invalidate_weights(rt);
-    const long global_seqs = (long)rt->B * rt->N * rt->opt.accum_steps;
+    const long global_seqs = (long)rt->B * rt->N * rt->opt.geo.accum_steps;
     in->global_tokens = (double)global_seqs * rt->T;
     in->loss_scale = 1.0f / (float)in->global_tokens;
     rt->backend->fill_zero(in->sums, 2 * sizeof(double));
     /* with a pipeline the list is the whole step, its events name their micro-batches */
-    const int lists = in->sched.pipelined ? 1 : rt->opt.accum_steps;
+    const int lists = in->sched.pipelined ? 1 : rt->opt.geo.accum_steps;
     in->last_micro = lists - 1;
     for (in->micro = 0; in->micro < lists; in->micro++) {
         in->tokens = tokens + (size_t)in->micro * 2 * (size_t)rt->B * (size_t)rt->T;
@@ -325,7 +324,7 @@ osdp_status osdp_runtime_step(osdp_runtime *rt, const int *tokens, osdp_step_sta
 osdp_status osdp_runtime_evaluate(osdp_runtime *rt, const int *tokens, int n_batches, double *loss)
 {
     struct osdp_runtime_internal *in = rt->in;
-    const int micro_batches = n_batches * rt->opt.accum_steps;
+    const int micro_batches = n_batches * rt->opt.geo.accum_steps;
     osdp_runtime_invalidate_weights(rt);   /* the bf16 copies the gathers send: the weights as they are now */
     rt->backend->fill_zero(in->sums, 2 * sizeof(double));
     /* in->micro > 0 skips the DP slices' gathers: the first pass makes them */

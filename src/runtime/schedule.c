@@ -25,7 +25,7 @@ osdp_memory_category osdp_buffer_category(osdp_buffer_kind kind)
 size_t osdp_buffer_bytes(osdp_buffer_kind kind, const osdp_buffer_dims *d, size_t slice_padded)
 {
     const osdp_op_layout *ol = &d->layout->op[d->op];
-    const size_t B = (size_t)d->micro_batch, F = sizeof(float);
+    const size_t B = (size_t)d->geo->micro_batch, F = sizeof(float);
     const osdp_buffer_widths *w = &d->width;
     switch (kind) {
     case OSDP_BUF_STATE: return (3 * F + w->grad) * d->shard;   /* fp32 master, AdamW m and v; the gradient */
@@ -50,7 +50,7 @@ size_t osdp_buffer_bytes(osdp_buffer_kind kind, const osdp_buffer_dims *d, size_
 static size_t buffer_bytes(const osdp_schedule *sc, osdp_buffer_kind kind, int op, int slice)
 {
     const osdp_sched_op *so = &sc->ops[op];
-    const osdp_buffer_dims d = {.layout = sc->layout, .op = op, .micro_batch = sc->opt.micro_batch,
+    const osdp_buffer_dims d = {.layout = sc->layout, .op = op, .geo = &sc->opt.geo,
                                 .recompute = so->recompute, .padded = so->padded, .shard = so->shard,
                                 .resident = so->resident_numel,
                                 .width = {.weight = sc->weight_size, .grad = sizeof(float), .act = sizeof(float)}};
@@ -149,7 +149,7 @@ static osdp_status wait_gather(builder *b, int u)
 
 static osdp_status make_present(builder *b, int u)
 {
-    if (use_needs_gather(b, u)) TRY(gather_start(b, u, !b->sc->opt.prefetch));
+    if (use_needs_gather(b, u)) TRY(gather_start(b, u, !b->sc->opt.geo.prefetch));
     if (sim_of(b, u)->pending) TRY(wait_gather(b, u));
     return OSDP_OK;
 }
@@ -175,7 +175,7 @@ static osdp_status advance_to(builder *b, int target)
         b->cur_use++;
         if (b->cur_use < target) continue;
         TRY(make_present(b, b->cur_use));
-        if (!b->sc->opt.prefetch) continue;
+        if (!b->sc->opt.geo.prefetch) continue;
         /* ahead: the next slice, and when an operator's pass begins, the first
          * slice of the next pass too, so that its gather has the whole
          * operator's compute to hide behind (and the memory it takes is the
@@ -240,7 +240,7 @@ static osdp_status scatter_events(builder *b, int op)
     if (once) {
         TRY(emit(b, (osdp_event){.kind = OSDP_EV_GRAD_ACCUMULATE, .op = op}));
         TRY(emit_buffer(b, OSDP_EV_FREE, OSDP_BUF_FULL_GRAD, op, 0));
-        if (b->sc->pipelined && b->micro != b->sc->opt.accum_steps - 1) {   /* the one before completes all the same */
+        if (b->sc->pipelined && b->micro != b->sc->opt.geo.accum_steps - 1) {   /* the one before completes all the same */
             if (b->pending_scatter >= 0) TRY(scatter_finish(b, b->pending_scatter));
             b->pending_scatter = -1;
             return OSDP_OK;
@@ -249,7 +249,7 @@ static osdp_status scatter_events(builder *b, int op)
     if (!once) TRY(emit_buffer(b, OSDP_EV_ALLOC, OSDP_BUF_GRAD_RECV, op, 0));
     TRY(emit(b, (osdp_event){.kind = OSDP_EV_REDUCE_SCATTER, .op = op, .last_micro_only = once && !b->sc->pipelined,
                              .bytes = b->sc->ops[op].padded * sizeof(float)}));
-    if (!b->sc->opt.prefetch) return scatter_finish(b, op);
+    if (!b->sc->opt.geo.prefetch) return scatter_finish(b, op);
     if (b->pending_scatter >= 0) TRY(scatter_finish(b, b->pending_scatter));
     b->pending_scatter = op;
     return OSDP_OK;
@@ -352,11 +352,11 @@ static osdp_status backward_pass(builder *b)
  * caller frees it. */
 static osdp_status stage_passes(const osdp_schedule *sc, osdp_pipe_pass **passes, int *n)
 {
-    const int M = sc->pipelined ? sc->opt.accum_steps : 1, V = sc->n_chunks;
+    const int M = sc->pipelined ? sc->opt.geo.accum_steps : 1, V = sc->n_chunks;
     *passes = malloc(sizeof **passes * 2 * (size_t)M * (size_t)V);
     if (!*passes) return osdp_error_set(OSDP_ERR_OOM, "schedule: out of host memory");
     if (sc->pipelined)
-        osdp_pipe_order_chunks(sc->opt.pipe_schedule, sc->opt.pp_size, V, sc->opt.pp_stage, M, *passes);
+        osdp_pipe_order_chunks(sc->opt.geo.pipe_schedule, sc->opt.geo.pp_size, V, sc->opt.pp_stage, M, *passes);
     else osdp_pipe_order(OSDP_PIPE_GPIPE, 1, 0, 1, *passes);
     *n = 2 * M * V;
     return OSDP_OK;
@@ -419,7 +419,7 @@ static osdp_status setup_events(builder *b)
     for (int op = b->sc->op_lo; op < b->sc->op_hi; op++) {
         if (!osdp_schedule_has_op(b->sc, op)) continue;
         TRY(emit_buffer(b, OSDP_EV_ALLOC, OSDP_BUF_STATE, op, 0));
-        if (b->sc->opt.weight_dtype != OSDP_FLOAT32) TRY(emit_buffer(b, OSDP_EV_ALLOC, OSDP_BUF_MASTER_COPY, op, 0));
+        if (b->sc->opt.geo.weight_dtype != OSDP_FLOAT32) TRY(emit_buffer(b, OSDP_EV_ALLOC, OSDP_BUF_MASTER_COPY, op, 0));
         if (b->sc->ops[op].resident_numel) TRY(emit_buffer(b, OSDP_EV_ALLOC, OSDP_BUF_RESIDENT, op, 0));
         if (b->sc->ops[op].reduce_once) TRY(emit_buffer(b, OSDP_EV_ALLOC, OSDP_BUF_GRAD_ACCUM, op, 0));
     }
@@ -480,7 +480,7 @@ static osdp_status build_uses(builder *b)
 static osdp_status slice_operator(osdp_schedule *sc, const osdp_plan *plan, int i)
 {
     osdp_sched_op *so = &sc->ops[i];
-    const int N = sc->opt.n_ranks;
+    const int N = sc->opt.geo.n_ranks;
     so->n_slices = plan->slices[i];
     so->zdp_slices = plan->zdp_slices[i];
     so->recompute = plan->recompute[i] != 0;
@@ -490,12 +490,12 @@ static osdp_status slice_operator(osdp_schedule *sc, const osdp_plan *plan, int 
         osdp_sched_slice *sl = &so->slice[s];
         sl->lo = so->bounds[s];
         sl->hi = so->bounds[s + 1];
-        sl->padded = osdp_padded_numel_quantum(sl->hi - sl->lo, N, sc->opt.pad_quantum);
+        sl->padded = osdp_padded_numel_quantum(sl->hi - sl->lo, N, sc->opt.geo.pad_quantum);
         sl->base = so->padded;
         sl->local = so->shard;
         sl->zdp = s < so->zdp_slices;
         sl->hierarchical = sl->zdp && plan->hierarchical[i];
-        sl->shard_ranks = sl->hierarchical ? osdp_schedule_node_ranks(&sc->opt) : N;
+        sl->shard_ranks = sl->hierarchical ? osdp_geometry_node_ranks(&sc->opt.geo) : N;
         so->padded += sl->padded;
         so->shard += osdp_sched_slice_shard_numel(sl);
         if (!sl->zdp) so->resident_numel += sl->padded;
@@ -505,27 +505,27 @@ static osdp_status slice_operator(osdp_schedule *sc, const osdp_plan *plan, int 
 
 static osdp_status check_inputs(const osdp_layout *layout, const osdp_plan *plan, const osdp_schedule_options *opt)
 {
-    if (opt->weight_dtype != OSDP_FLOAT32 && opt->weight_dtype != OSDP_BFLOAT16)
+    if (opt->geo.weight_dtype != OSDP_FLOAT32 && opt->geo.weight_dtype != OSDP_BFLOAT16)
         return osdp_error_set(OSDP_ERR_INPUT, "runtime: weights must be fp32 or bf16 (got %s)",
-                              osdp_dtype_name(opt->weight_dtype));
-    if (opt->n_ranks < 1) return osdp_error_set(OSDP_ERR_INPUT, "runtime: %d ranks is not valid", opt->n_ranks);
-    if (opt->node_ranks < 0 || (opt->node_ranks > 0 && opt->n_ranks % opt->node_ranks != 0))
+                              osdp_dtype_name(opt->geo.weight_dtype));
+    if (opt->geo.n_ranks < 1) return osdp_error_set(OSDP_ERR_INPUT, "runtime: %d ranks is not valid", opt->geo.n_ranks);
+    if (opt->geo.node_ranks < 0 || (opt->geo.node_ranks > 0 && opt->geo.n_ranks % opt->geo.node_ranks != 0))
         return osdp_error_set(OSDP_ERR_INPUT, "runtime: %d ranks of the data group per node do not divide its %d ranks",
-                              opt->node_ranks, opt->n_ranks);
-    if (opt->pad_quantum < 0)
-        return osdp_error_set(OSDP_ERR_INPUT, "runtime: a pad quantum of %d elements is not valid", opt->pad_quantum);
-    if (opt->micro_batch < 1)
-        return osdp_error_set(OSDP_ERR_INPUT, "micro-batch must be at least 1 (got %d)", opt->micro_batch);
-    if (opt->accum_steps < 1) return osdp_error_set(OSDP_ERR_INPUT, "accumulation steps must be at least 1");
+                              opt->geo.node_ranks, opt->geo.n_ranks);
+    if (opt->geo.pad_quantum < 0)
+        return osdp_error_set(OSDP_ERR_INPUT, "runtime: a pad quantum of %d elements is not valid", opt->geo.pad_quantum);
+    if (opt->geo.micro_batch < 1)
+        return osdp_error_set(OSDP_ERR_INPUT, "micro-batch must be at least 1 (got %d)", opt->geo.micro_batch);
+    if (opt->geo.accum_steps < 1) return osdp_error_set(OSDP_ERR_INPUT, "accumulation steps must be at least 1");
     if (plan->n_ops != layout->n_ops)
         return osdp_error_set(OSDP_ERR_INPUT, "plan has %d operators, the model %d", plan->n_ops, layout->n_ops);
     if (layout->cfg.tied_head) {
         /* the head reads the embedding's resident weights from the embedding's forward to its own backward.
          * Under a pipeline the two are on different stages: Megatron keeps a copy of wte on the last stage
          * and all-reduces the two copies' gradients between the first and last stage; osdp has no such copy */
-        if (opt->pp_size > 1)
+        if (opt->geo.pp_size > 1)
             return osdp_error_set(OSDP_ERR_INPUT, "--pp %d: a tied head (tied_head = true) needs the embedding and "
-                                  "the head on one stage: use --pp 1, or tied_head = false", opt->pp_size);
+                                  "the head on one stage: use --pp 1, or tied_head = false", opt->geo.pp_size);
     }
     for (int i = 0; i < plan->n_ops; i++)
         if (plan->zdp_slices[i] > 0 && !osdp_op_allows_zdp(layout, i))
@@ -535,13 +535,13 @@ static osdp_status check_inputs(const osdp_layout *layout, const osdp_plan *plan
         if (plan->recompute[i] && !osdp_op_can_recompute(layout->op[i].type))
             return osdp_error_set(OSDP_ERR_INPUT, "operator %s: only attn and mlp operators can recompute their activations",
                                   layout->op[i].name);
-    if (opt->pp_size <= 1) return OSDP_OK;
-    if (opt->pp_size > OSDP_MAX_STAGES || opt->pp_stage < 0 || opt->pp_stage >= opt->pp_size)
+    if (opt->geo.pp_size <= 1) return OSDP_OK;
+    if (opt->geo.pp_size > OSDP_MAX_STAGES || opt->pp_stage < 0 || opt->pp_stage >= opt->geo.pp_size)
         return osdp_error_set(OSDP_ERR_INPUT, "runtime: stage %d of a pipeline of %d stages is not valid", opt->pp_stage,
-                              opt->pp_size);
-    const int V = opt->virtual_stages > 1 ? opt->virtual_stages : 1, chunks = opt->pp_size * V;
-    TRY(osdp_pipe_check(opt->pipe_schedule, opt->pp_size, V, opt->accum_steps, layout->n_ops));
-    const int *bounds = opt->stage_bounds;
+                              opt->geo.pp_size);
+    const int V = opt->geo.virtual_stages > 1 ? opt->geo.virtual_stages : 1, chunks = opt->geo.pp_size * V;
+    TRY(osdp_pipe_check(opt->geo.pipe_schedule, opt->geo.pp_size, V, opt->geo.accum_steps, layout->n_ops));
+    const int *bounds = opt->geo.stage_bounds;
     if (bounds[0] != 0 || bounds[chunks] != layout->n_ops)
         return osdp_error_set(OSDP_ERR_INPUT, "runtime: the stages must cover operators 0 to %d", layout->n_ops);
     for (int s = 0; s < chunks; s++)
@@ -557,14 +557,14 @@ osdp_status osdp_schedule_build(osdp_schedule *sc, const osdp_layout *layout, co
     TRY(check_inputs(layout, plan, opt));
     sc->layout = layout;
     sc->opt = *opt;
-    sc->weight_size = osdp_dtype_size(opt->weight_dtype);
-    sc->pipelined = opt->pp_size > 1;
+    sc->weight_size = osdp_dtype_size(opt->geo.weight_dtype);
+    sc->pipelined = opt->geo.pp_size > 1;
     /* the stage's chunks: global chunk c P + s is local chunk c (osdp/pipeline.h) */
-    sc->n_chunks = sc->pipelined && opt->virtual_stages > 1 ? opt->virtual_stages : 1;
+    sc->n_chunks = sc->pipelined && opt->geo.virtual_stages > 1 ? opt->geo.virtual_stages : 1;
     for (int c = 0; c < sc->n_chunks; c++) {
-        const int g = c * opt->pp_size + opt->pp_stage;
-        sc->chunk_lo[c] = sc->pipelined ? opt->stage_bounds[g] : 0;
-        sc->chunk_hi[c] = sc->pipelined ? opt->stage_bounds[g + 1] : layout->n_ops;
+        const int g = c * opt->geo.pp_size + opt->pp_stage;
+        sc->chunk_lo[c] = sc->pipelined ? opt->geo.stage_bounds[g] : 0;
+        sc->chunk_hi[c] = sc->pipelined ? opt->geo.stage_bounds[g + 1] : layout->n_ops;
     }
     sc->op_lo = sc->chunk_lo[0];
     sc->op_hi = sc->chunk_hi[sc->n_chunks - 1];
@@ -667,7 +667,7 @@ osdp_status osdp_memory_predict(const osdp_layout *layout, const osdp_plan *plan
                                 int micro_batch, int accum_steps, int prefetch, osdp_dtype weight_dtype,
                                 osdp_memory_prediction *out)
 {
-    osdp_schedule_options opt = {.n_ranks = n_ranks, .micro_batch = micro_batch, .accum_steps = accum_steps,
-                                 .prefetch = prefetch, .weight_dtype = weight_dtype, .pad_quantum = 1};
+    osdp_schedule_options opt = {.geo.n_ranks = n_ranks, .geo.micro_batch = micro_batch, .geo.accum_steps = accum_steps,
+                                 .geo.prefetch = prefetch, .geo.weight_dtype = weight_dtype, .geo.pad_quantum = 1};
     return osdp_schedule_predict(layout, plan, &opt, out);
 }
