@@ -469,7 +469,7 @@ START_TEST(test_families_dfs_equals_exact)
             ck_assert_msg(s[se] == OSDP_OK, "%s %s: %s", fam[f].model, fam[f].device, osdp_error_message());
         }
         ck_assert_msg(!r[1].timed_out, "%s %s: dfs timed out", fam[f].model, fam[f].device);
-        ck_assert_int_eq(r[0].plan.micro_batch, r[1].plan.micro_batch);
+        ck_assert_int_eq(r[0].plan.geo.micro_batch, r[1].plan.geo.micro_batch);
         ck_assert(r[0].step_s == r[1].step_s);
         ck_assert(r[0].peak_bytes == r[1].peak_bytes && r[0].peak_bytes <= d.mem_limit);
         int zdp = 0;
@@ -481,7 +481,7 @@ START_TEST(test_families_dfs_equals_exact)
                       fam[f].device, zdp);
         if (getenv("OSDP_TEST_VERBOSE"))
             fprintf(stderr, "%s %s T=%d: b=%d, %d ZDP, exact %.2f ms, dfs %.2f ms\n", fam[f].model, fam[f].device,
-                    fam[f].T, r[0].plan.micro_batch, zdp, 1e3 * r[0].total_s, 1e3 * r[1].total_s);
+                    fam[f].T, r[0].plan.geo.micro_batch, zdp, 1e3 * r[0].total_s, 1e3 * r[1].total_s);
         osdp_planner_result_free(&r[0]);
         osdp_planner_result_free(&r[1]);
         osdp_layout_free(&L);
@@ -555,15 +555,15 @@ START_TEST(test_scheduler)
     }
     ck_assert_int_ge(b, 3);
     ck_assert_int_le(r.batches_tried, b - 1); /* the bounds spared some of them */
-    ck_assert_int_eq(r.plan.micro_batch, best_b);
+    ck_assert_int_eq(r.plan.geo.micro_batch, best_b);
     ck_assert(r.samples_per_s == best);
     ck_assert(close_rel(r.samples_per_s, (double)best_b * 4 / r.step_s, 1e-12));
     osdp_planner_result_free(&r);
     /* global batch: the micro-batch divides G/N, accumulation follows */
     o.global_batch = 48;
     ck_assert_msg(osdp_planner_run(&L, &d, &o, &r) == OSDP_OK, "%s", osdp_error_message());
-    ck_assert_int_eq(12 % r.plan.micro_batch, 0);
-    ck_assert_int_eq(r.plan.accum_steps * r.plan.micro_batch * 4, 48);
+    ck_assert_int_eq(12 % r.plan.geo.micro_batch, 0);
+    ck_assert_int_eq(r.plan.geo.accum_steps * r.plan.geo.micro_batch * 4, 48);
     ck_assert(close_rel(r.samples_per_s, 48 / r.step_s, 1e-12));
     osdp_planner_result_free(&r);
     o.global_batch = 50; /* not a multiple of N */

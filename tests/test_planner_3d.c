@@ -207,7 +207,7 @@ START_TEST(test_3d_matches_exhaustive)
         ck_assert_msg(brute.evaluated > 1000, "the enumeration covered %lld plans", brute.evaluated);
         if (brute.step_s < 0) {
             ck_assert_msg(res.status == OSDP_ERR_INFEASIBLE, "limit x%.2f: nothing fits, the search found PP %d TP %d",
-                          fractions[f], res.best.pp_size, res.best.tp_size);
+                          fractions[f], res.best.geo.pp_size, res.best.geo.tp_size);
             osdp_3d_result_free(&res);
             continue;
         }
@@ -215,9 +215,9 @@ START_TEST(test_3d_matches_exhaustive)
         ck_assert_msg(res.status == OSDP_OK, "limit x%.2f: the search found nothing: %s", fractions[f], res.message);
         ck_assert_msg(close_rel(res.best.step_s, brute.step_s, 1e-9),
                       "limit x%.2f: search PP %d TP %d b %d step %.9g s, exhaustive PP %d TP %d b %d step %.9g s",
-                      fractions[f], res.best.pp_size, res.best.tp_size, res.best.micro_batch, res.best.step_s, brute.pp,
+                      fractions[f], res.best.geo.pp_size, res.best.geo.tp_size, res.best.geo.micro_batch, res.best.step_s, brute.pp,
                       brute.tp, brute.micro_batch, brute.step_s);
-        for (int s = 0; s < res.best.pp_size; s++)
+        for (int s = 0; s < res.best.geo.pp_size; s++)
             ck_assert(res.best.stage[s].peak_bytes <= dev.mem_limit);
         osdp_3d_result_free(&res);
     }
@@ -252,7 +252,7 @@ START_TEST(test_3d_recompute_matches_exhaustive)
             brute_rc = RC_NONE;
             if (brute.step_s < 0) {
                 ck_assert_msg(res.status == OSDP_ERR_INFEASIBLE, "recompute %d, limit x%.2f: nothing fits, the search "
-                              "found PP %d TP %d", (int)modes[m], fractions[f], res.best.pp_size, res.best.tp_size);
+                              "found PP %d TP %d", (int)modes[m], fractions[f], res.best.geo.pp_size, res.best.geo.tp_size);
                 osdp_3d_result_free(&res);
                 continue;
             }
@@ -261,7 +261,7 @@ START_TEST(test_3d_recompute_matches_exhaustive)
                           (int)modes[m], fractions[f], res.message);
             ck_assert_msg(close_rel(res.best.step_s, brute.step_s, 1e-9), "recompute %d, limit x%.2f: search PP %d TP %d b "
                           "%d step %.9g s, exhaustive PP %d TP %d b %d step %.9g s", (int)modes[m], fractions[f],
-                          res.best.pp_size, res.best.tp_size, res.best.micro_batch, res.best.step_s, brute.pp, brute.tp,
+                          res.best.geo.pp_size, res.best.geo.tp_size, res.best.geo.micro_batch, res.best.step_s, brute.pp, brute.tp,
                           brute.micro_batch, brute.step_s);
             int rc = 0, can = 0;
             for (int i = 0; i < res.best.plan.n_ops; i++) {
@@ -275,7 +275,7 @@ START_TEST(test_3d_recompute_matches_exhaustive)
                 only_with_recompute++;
                 ck_assert_msg(rc > 0, "limit x%.2f: nothing fits without recompute, yet the plan has none", fractions[f]);
             }
-            for (int s = 0; s < res.best.pp_size; s++) ck_assert(res.best.stage[s].peak_bytes <= dev.mem_limit);
+            for (int s = 0; s < res.best.geo.pp_size; s++) ck_assert(res.best.stage[s].peak_bytes <= dev.mem_limit);
             osdp_3d_result_free(&res);
         }
     ck_assert_msg(fitted >= 6, "only %d searches had a plan", fitted);
@@ -301,7 +301,7 @@ START_TEST(test_3d_baselines)
     ck_assert_msg(close_rel(res[OSDP_3D_FSDP].best.step_s, fsdp.step_s, 1e-9), "FSDP %.9g, exhaustive %.9g",
                   res[OSDP_3D_FSDP].best.step_s, fsdp.step_s);
     for (int k = OSDP_3D_FSDP; k <= OSDP_3D_DDP; k++)
-        ck_assert(res[k].best.pp_size == 1 && res[k].best.tp_size == 1);
+        ck_assert(res[k].best.geo.pp_size == 1 && res[k].best.geo.tp_size == 1);
     for (int k = 0; k < OSDP_3D_KINDS; k++) {
         const osdp_pipe_choice *c = &res[k].best;
         const int zdp_wanted = k == OSDP_3D_FSDP ? 1 : 0;
@@ -317,10 +317,10 @@ START_TEST(test_3d_baselines)
         for (int i = 0; i < c->plan.n_ops && k != OSDP_3D_OSDP; i++)
             ck_assert_msg(c->plan.reduce_once[i] == once_wanted, "%s: operator %d reduce-once %d",
                           osdp_3d_kind_name((osdp_3d_kind)k), i, c->plan.reduce_once[i]);
-        for (int s = 0; s < c->pp_size; s++) {
+        for (int s = 0; s < c->geo.pp_size; s++) {
             long long params = 0;
             for (int i = c->stage[s].lo; i < c->stage[s].hi; i++) params += (long long)c->layout.op[i].numel;
-            const long long want = c->dp_size > 1 ? params * per_param - params * per_param / c->dp_size : 0;
+            const long long want = c->geo.n_ranks > 1 ? params * per_param - params * per_param / c->geo.n_ranks : 0;
             ck_assert_msg(c->stage[s].replicated_bytes == want, "%s stage %d: %lld, want %lld",
                           osdp_3d_kind_name((osdp_3d_kind)k), s, c->stage[s].replicated_bytes, want);
         }
@@ -341,7 +341,7 @@ START_TEST(test_3d_fixed_and_pruned)
     osdp_3d_options o3 = {.pp = 2, .tp = 1, .schedule = OSDP_PIPE_1F1B};
     osdp_3d_result res;
     ck_assert(osdp_planner_3d(&cfg, SEQ, &dev, &o, &o3, OSDP_3D_OSDP, &res) == OSDP_OK);
-    ck_assert(res.status == OSDP_OK && res.best.pp_size == 2 && res.best.tp_size == 1 && res.meshes == 1);
+    ck_assert(res.status == OSDP_OK && res.best.geo.pp_size == 2 && res.best.geo.tp_size == 1 && res.meshes == 1);
     osdp_3d_result_free(&res);
     two_level_device(&dev, 1024);   /* nothing fits: every mesh pruned by its state */
     o3.pp = o3.tp = 0;

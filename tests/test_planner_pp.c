@@ -401,8 +401,8 @@ START_TEST(test_pipeline_one_stage_is_flat)
     load_layout(&L, "bench_l6_d256", 0);
     osdp_planner_result r;
     ck_assert(osdp_planner_run(&L, &d, &o, &r) == OSDP_OK);
-    ck_assert_int_eq(pc.micro_batch, r.plan.micro_batch);
-    ck_assert_int_eq(pc.micro_batches, r.plan.accum_steps);
+    ck_assert_int_eq(pc.geo.micro_batch, r.plan.geo.micro_batch);
+    ck_assert_int_eq(pc.geo.accum_steps, r.plan.geo.accum_steps);
     ck_assert_msg(close_rel(pc.step_s, r.step_s, 1e-12), "%.17g %.17g", pc.step_s, r.step_s);
     ck_assert_int_eq(pc.stage[0].peak_bytes, r.peak_bytes);
     for (int i = 0; i < L.n_ops; i++)
@@ -429,13 +429,13 @@ START_TEST(test_pipeline_plans)
             osdp_pipe_choice pc;
             osdp_status s = osdp_planner_pipeline(&cfg, cfg.ctx, &d, &o, 1, P, NULL, kind, &pc);
             ck_assert_msg(s == OSDP_OK, "P %d: %s", P, osdp_error_message());
-            ck_assert_int_eq(pc.dp_size, 8 / P);
-            ck_assert_int_eq(pc.micro_batch * pc.micro_batches * pc.dp_size, 32);
-            ck_assert(pc.bounds[0] == 0 && pc.bounds[P] == pc.layout.n_ops);
+            ck_assert_int_eq(pc.geo.n_ranks, 8 / P);
+            ck_assert_int_eq(pc.geo.micro_batch * pc.geo.accum_steps * pc.geo.n_ranks, 32);
+            ck_assert(pc.geo.stage_bounds[0] == 0 && pc.geo.stage_bounds[P] == pc.layout.n_ops);
             long long p2p = 0;
             for (int st = 0; st < P; st++) {
                 const osdp_stage_plan *sp = &pc.stage[st];
-                ck_assert_int_eq(sp->in_flight, osdp_pipe_in_flight(kind, P, st, pc.micro_batches));
+                ck_assert_int_eq(sp->in_flight, osdp_pipe_in_flight(kind, P, st, pc.geo.accum_steps));
                 ck_assert_int_eq(sp->result.plan.n_ops, sp->hi - sp->lo);
                 ck_assert(sp->peak_bytes > 0 && sp->peak_bytes <= o.mem_limit);
                 ck_assert_int_eq(sp->schedule_peak, sp->peak_bytes);   /* the runtime's stage schedule, to the byte */
@@ -443,7 +443,7 @@ START_TEST(test_pipeline_plans)
                 p2p += sp->p2p_bytes;
             }
             ck_assert(p2p > 0);
-            if (kind == OSDP_PIPE_1F1B && pc.micro_batches >= P) {
+            if (kind == OSDP_PIPE_1F1B && pc.geo.accum_steps >= P) {
                 ck_assert_int_eq(pc.stage[0].in_flight, P);
                 ck_assert_int_eq(pc.stage[P - 1].in_flight, 1);
             }
@@ -456,7 +456,7 @@ START_TEST(test_pipeline_plans)
     osdp_pipe_choice pc;
     ck_assert_msg(osdp_planner_pipeline(&cfg, cfg.ctx, &d, &o, 1, 2, given, OSDP_PIPE_1F1B, &pc) == OSDP_OK, "%s",
                   osdp_error_message());
-    ck_assert(pc.bounds_given && pc.bounds[1] == 3 && pc.stage[1].lo == 3);
+    ck_assert(pc.bounds_given && pc.geo.stage_bounds[1] == 3 && pc.stage[1].lo == 3);
     osdp_pipe_choice_free(&pc);
     /* nothing fits: the stage is named */
     o.mem_limit = 1 << 20;

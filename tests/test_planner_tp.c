@@ -169,7 +169,7 @@ START_TEST(test_plan_file_tp)
     osdp_plan p, q, c;
     ck_assert_msg(osdp_plan_parse(&p, &L, "tp = 2\ndefault = zdp\nmlp.0 = 1/2\n", "a.plan") == OSDP_OK, "%s",
                   osdp_error_message());
-    ck_assert_int_eq(p.tp_size, 2);
+    ck_assert_int_eq(p.geo.tp_size, 2);
     /* round trip through the file form */
     char *text = NULL;
     size_t len = 0;
@@ -179,17 +179,17 @@ START_TEST(test_plan_file_tp)
     ck_assert_msg(strstr(text, "\ntp = 2"), "%s", text);
     ck_assert_msg(osdp_plan_parse(&q, &L, text, "written") == OSDP_OK, "%s", osdp_error_message());
     free(text);
-    ck_assert_int_eq(q.tp_size, 2);
+    ck_assert_int_eq(q.geo.tp_size, 2);
     ck_assert(osdp_plan_hash(&q) == osdp_plan_hash(&p));
     ck_assert_int_eq(q.slices[2], 2);
     ck_assert_int_eq(q.zdp_slices[2], 1);
     ck_assert(osdp_plan_copy(&c, &p) == OSDP_OK);
-    ck_assert_int_eq(c.tp_size, 2);
+    ck_assert_int_eq(c.geo.tp_size, 2);
     /* the hash tells the mesh apart; no tp or tp 1 hashes as before */
     unsigned long long h2 = osdp_plan_hash(&c);
-    c.tp_size = 0;
+    c.geo.tp_size = 0;
     unsigned long long h0 = osdp_plan_hash(&c);
-    c.tp_size = 1;
+    c.geo.tp_size = 1;
     ck_assert(h2 != h0 && osdp_plan_hash(&c) == h0);
     /* a plan for another tp: both named */
     ck_assert_int_eq(osdp_plan_check_tp(&p, 4, "a.plan"), OSDP_ERR_INPUT);
@@ -197,7 +197,7 @@ START_TEST(test_plan_file_tp)
                   && strstr(osdp_error_message(), "--tp 4"), "%s", osdp_error_message());
     ck_assert_int_eq(osdp_plan_check_tp(&p, 2, "a.plan"), OSDP_OK);
     ck_assert_int_eq(osdp_plan_check_tp(&c, 1, "a.plan"), OSDP_OK);
-    c.tp_size = 0;   /* not stated: any mesh */
+    c.geo.tp_size = 0;   /* not stated: any mesh */
     ck_assert_int_eq(osdp_plan_check_tp(&c, 4, "a.plan"), OSDP_OK);
     osdp_plan_free(&p);
     osdp_plan_free(&q);
@@ -247,24 +247,24 @@ static int check_auto(const osdp_model_config *cfg, const osdp_device *d, int N,
     const osdp_tp_candidate *best = &m.cand[m.best];
     for (int c = 0; c < m.n_candidates; c++) {
         const osdp_tp_candidate *k = &m.cand[c];
-        ck_assert_int_eq(k->tp_size * k->dp_size, N);
+        ck_assert_int_eq(k->geo.tp_size * k->geo.n_ranks, N);
         if (k->excluded[0] || k->status != OSDP_OK) continue;
         ck_assert(best->samples_per_s >= k->samples_per_s);
-        ck_assert(k->micro_batch * k->accum_steps * k->dp_size == G);
+        ck_assert(k->geo.micro_batch * k->geo.accum_steps * k->geo.n_ranks == G);
         osdp_layout L;
-        ck_assert(osdp_layout_build_tp(&L, cfg, cfg->ctx, k->tp_size, 1) == OSDP_OK);
+        ck_assert(osdp_layout_build_tp(&L, cfg, cfg->ctx, k->geo.tp_size, 1) == OSDP_OK);
         osdp_planner_options per = o;
-        per.geo.n_ranks = k->dp_size;
+        per.geo.n_ranks = k->geo.n_ranks;
         osdp_planner_result r;
         ck_assert(osdp_planner_run(&L, d, &per, &r) == OSDP_OK);
         ck_assert(r.step_s == k->step_s && r.peak_bytes == k->peak_bytes);
         osdp_planner_result_free(&r);
         osdp_layout_free(&L);
     }
-    ck_assert_int_eq(m.result.plan.tp_size, best->tp_size);
-    ck_assert_int_eq(m.layout.tp_size, best->tp_size);
+    ck_assert_int_eq(m.result.plan.geo.tp_size, best->geo.tp_size);
+    ck_assert_int_eq(m.layout.tp_size, best->geo.tp_size);
     ck_assert(m.result.step_s == best->step_s);
-    int chosen = best->tp_size;
+    int chosen = best->geo.tp_size;
     osdp_mesh_choice_free(&m);
     return chosen;
 }
@@ -288,7 +288,7 @@ START_TEST(test_mesh_auto_picks_best)
     ck_assert(osdp_planner_mesh(&cfg, cfg.ctx, &node2, &o, OSDP_TP_AUTO, &m) == OSDP_OK);
     ck_assert_int_eq(m.n_candidates, 3);
     ck_assert_msg(strstr(m.cand[2].excluded, "--tp 4 exceeds the node size of 2 ranks"), "%s", m.cand[2].excluded);
-    ck_assert_int_eq(m.cand[m.best].tp_size, 2);
+    ck_assert_int_eq(m.cand[m.best].geo.tp_size, 2);
     osdp_mesh_choice_free(&m);
 }
 END_TEST
@@ -316,7 +316,7 @@ START_TEST(test_mesh_errors)
     /* an explicit T plans that mesh */
     o.geo.n_ranks = 8;
     ck_assert_msg(osdp_planner_mesh(&cfg, cfg.ctx, &d, &o, 4, &m) == OSDP_OK, "%s", osdp_error_message());
-    ck_assert(m.n_candidates == 1 && m.best == 0 && m.cand[0].dp_size == 2 && m.result.plan.tp_size == 4);
+    ck_assert(m.n_candidates == 1 && m.best == 0 && m.cand[0].geo.n_ranks == 2 && m.result.plan.geo.tp_size == 4);
     osdp_mesh_choice_free(&m);
     /* nothing fits: the scheduler's message */
     d.mem_limit = 1 << 20;

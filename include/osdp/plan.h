@@ -49,6 +49,7 @@
 #define OSDP_PLAN_H
 
 #include <stdio.h>
+#include "osdp/geometry.h"
 #include "osdp/layout.h"
 
 typedef struct osdp_plan {
@@ -59,10 +60,11 @@ typedef struct osdp_plan {
     int *hierarchical;    /* per operator: its ZDP slice is sharded inside the node (then k = g = 1) */
     int *reduce_once;     /* per operator: 1 its gradients are accumulated in full and reduced once per
                              optimizer step (plan token reduce-once), 0 reduced every micro-batch */
-    int micro_batch;      /* sequences per rank per micro-step (0: not chosen) */
-    int accum_steps;      /* micro-steps per optimizer step */
-    int tp_size;          /* the mesh's tensor-parallel degree the plan is for (0: not stated; the
-                             operators' choices apply to each rank's tensor-parallel parts) */
+    /* the step the plan is for (osdp/geometry.h): what the planner decides, geo.micro_batch (0: not
+     * chosen), geo.accum_steps and geo.tp_size, the mesh's tensor-parallel degree (0: not stated; the
+     * operators' choices apply to each rank's tensor-parallel parts); the pipeline's planner also its
+     * geo.n_ranks (the data group's), geo.pp_size, stage_bounds and pipe_schedule (osdp_pipe_choice) */
+    osdp_step_geometry geo;
     double predicted_step_s;
     double predicted_peak_bytes;
 } osdp_plan;

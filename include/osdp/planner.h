@@ -232,13 +232,13 @@ void osdp_planner_result_free(osdp_planner_result *res);
 #define OSDP_MAX_TP_CANDIDATES 32
 
 typedef struct osdp_tp_candidate {
-    int tp_size, dp_size;     /* T, D = N / T */
+    osdp_step_geometry geo;   /* T = geo.tp_size, D = geo.n_ranks = N / T; its best plan's micro_batch and
+                                 accum_steps (OSDP_OK) */
     char excluded[256];       /* why T is not a candidate ("" when it is one) */
     osdp_status status;       /* OSDP_OK: planned; OSDP_ERR_INFEASIBLE: no plan fits */
     double step_s;            /* its best plan's predicted step (OSDP_OK) */
     double samples_per_s;     /* b D A / step_s */
     long long peak_bytes;     /* per rank */
-    int micro_batch, accum_steps;
 } osdp_tp_candidate;
 
 typedef struct osdp_mesh_choice {
@@ -299,11 +299,11 @@ typedef struct osdp_stage_plan {
 } osdp_stage_plan;
 
 typedef struct osdp_pipe_choice {
-    int pp_size, tp_size, dp_size;
-    osdp_pipe_schedule schedule;
-    int bounds[OSDP_MAX_STAGES + 1];
+    /* the step (osdp/geometry.h): the mesh geo.pp_size x geo.n_ranks (D) x geo.tp_size, the schedule
+     * geo.pipe_schedule, the stages' geo.stage_bounds, b = geo.micro_batch and M = geo.accum_steps;
+     * the options' prefetch, padding and weights */
+    osdp_step_geometry geo;
     int bounds_given;         /* 1: the caller's; 0: the balanced default */
-    int micro_batch, micro_batches;   /* b and M */
     int n_stages_planned;     /* stages holding a plan (P once planned) */
     osdp_stage_plan stage[OSDP_MAX_STAGES];
     osdp_layout layout;       /* one rank's parts (tp_size); valid when layout_built */

@@ -15,7 +15,7 @@
 static long long largest_peak(const osdp_pipe_choice *c)
 {
     long long most = 0;
-    for (int s = 0; s < c->pp_size; s++) {
+    for (int s = 0; s < c->geo.pp_size; s++) {
         const long long p = c->stage[s].schedule_peak >= 0 ? c->stage[s].schedule_peak : c->stage[s].peak_bytes;
         if (p > most) most = p;
     }
@@ -30,14 +30,14 @@ static void print_row(osdp_3d_kind kind, const osdp_3d_result *r, const osdp_3d_
     }
     const osdp_pipe_choice *c = &r->best;
     char split[512], mesh[48], batch[32], peak[32];
-    snprintf(mesh, sizeof mesh, "%dx%dx%d", c->pp_size, c->dp_size, c->tp_size);
-    snprintf(batch, sizeof batch, "%d x %d", c->micro_batch, c->micro_batches);
+    snprintf(mesh, sizeof mesh, "%dx%dx%d", c->geo.pp_size, c->geo.n_ranks, c->geo.tp_size);
+    snprintf(batch, sizeof batch, "%d x %d", c->geo.micro_batch, c->geo.accum_steps);
     int zdp = 0;
     for (int i = 0; i < c->plan.n_ops; i++) zdp += c->plan.zdp_slices[i] > 0;
     printf("  %-18s %-9s %-8s %10.3f %12.2f %10s %5d/%-4d %8.3fx %6d %6d  %s\n", osdp_3d_kind_name(kind), mesh, batch,
            1e3 * c->step_s, c->samples_per_s, osdp_mib((double)largest_peak(c), peak, sizeof peak), zdp, c->plan.n_ops,
            osdp->status == OSDP_OK ? osdp->best.samples_per_s / c->samples_per_s : 0.0, r->meshes, r->splits_planned,
-           osdp_stage_split_format(c->bounds, c->pp_size, split, sizeof split));
+           osdp_stage_split_format(c->geo.stage_bounds, c->geo.pp_size, split, sizeof split));
 }
 
 static void print_text(const osdp_model_config *cfg, const osdp_device *dev, const osdp_job *job,
@@ -61,12 +61,12 @@ static void print_text(const osdp_model_config *cfg, const osdp_device *dev, con
     const osdp_pipe_choice *c = &res[OSDP_3D_OSDP].best;
     const osdp_3d_result *r = &res[OSDP_3D_OSDP];
     printf("\n3D+OSDP: PP %d x DP %d x TP %d, schedule %s, micro-batch %d x %d micro-batches: step %.3f ms; %d meshes "
-           "(%d pruned by their state), %d stage splits planned in %.1f ms (%.1f ms CPU)\n", c->pp_size, c->dp_size, c->tp_size,
-           osdp_pipe_schedule_name(c->schedule), c->micro_batch, c->micro_batches, 1e3 * c->step_s,
+           "(%d pruned by their state), %d stage splits planned in %.1f ms (%.1f ms CPU)\n", c->geo.pp_size, c->geo.n_ranks, c->geo.tp_size,
+           osdp_pipe_schedule_name(c->geo.pipe_schedule), c->geo.micro_batch, c->geo.accum_steps, 1e3 * c->step_s,
            r->meshes, r->meshes_pruned, r->splits_planned, 1e3 * r->total_s, 1e3 * r->cpu_s);
     printf("  (bounds: %d of %d mesh x micro-batch candidates and %d splits left unplanned, their bound above the best "
            "step; %lld stage searches reused)\n", r->candidates_bounded, r->candidates, r->splits_bounded, r->stage_reuses);
-    for (int s = 0; s < c->pp_size; s++) {
+    for (int s = 0; s < c->geo.pp_size; s++) {
         const osdp_stage_plan *st = &c->stage[s];
         char pk[32], mode[24];
         printf("  stage %d: operators %d:%d, %d in flight, busy %.3f ms, peak %s MiB%s:", s, st->lo, st->hi,
@@ -89,7 +89,7 @@ static void print_json(const osdp_model_config *cfg, const osdp_device *dev, con
     printf(",\"ranks\":%lld,\"ranks_per_node\":%d,\"search\":\"3d\"", job->ranks, dev->ranks_per_node);
     const osdp_pipe_choice *best = res[OSDP_3D_OSDP].status == OSDP_OK ? &res[OSDP_3D_OSDP].best : NULL;
     if (best)   /* the network as the chosen 3D+OSDP mesh sees it */
-        osdp_plan_json_network(dev, (int)job->ranks, best->tp_size, best->dp_size, best->pp_size,
+        osdp_plan_json_network(dev, (int)job->ranks, best->geo.tp_size, best->geo.n_ranks, best->geo.pp_size,
                                osdp_pipe_choice_hierarchy(best));
     else
         osdp_plan_json_network(dev, (int)job->ranks, 0, 0, 0, NULL);
@@ -102,9 +102,9 @@ static void print_json(const osdp_model_config *cfg, const osdp_device *dev, con
                1e3 * r->cpu_s, r->candidates, r->candidates_bounded, r->splits_bounded, r->stage_reuses);
         if (r->status == OSDP_OK) {
             char split[512];
-            printf(",\"mesh\":{\"pp\":%d,\"dp\":%d,\"tp\":%d,\"stages\":\"%s\"},\"peak_bytes\":%lld", r->best.pp_size,
-                   r->best.dp_size, r->best.tp_size,
-                   osdp_stage_split_format(r->best.bounds, r->best.pp_size, split, sizeof split), largest_peak(&r->best));
+            printf(",\"mesh\":{\"pp\":%d,\"dp\":%d,\"tp\":%d,\"stages\":\"%s\"},\"peak_bytes\":%lld", r->best.geo.pp_size,
+                   r->best.geo.n_ranks, r->best.geo.tp_size,
+                   osdp_stage_split_format(r->best.geo.stage_bounds, r->best.geo.pp_size, split, sizeof split), largest_peak(&r->best));
             osdp_plan_json_pipe_choice("plan", &r->best, OSDP_OK);
         } else {
             printf(",\"error\":");
@@ -126,9 +126,9 @@ static int write_plan(const osdp_job *job, const osdp_device *dev, const osdp_pi
     fprintf(f, "# planned by osdp_gpt plan --pp auto for %lld ranks (PP %d x DP %d x TP %d) on device %s: micro-batch "
                "%d, %d micro-batches\n# (train with --pp %d --stages %s --schedule %s --tp %d --batch %d "
                "--global-batch %d); predicted step %.6g s, largest stage peak %.0f bytes\n",
-            job->ranks, c->pp_size, c->dp_size, c->tp_size, dev->name, c->micro_batch, c->micro_batches, c->pp_size,
-            osdp_stage_split_format(c->bounds, c->pp_size, split, sizeof split), osdp_pipe_schedule_name(c->schedule),
-            c->tp_size, c->micro_batch, c->micro_batch * c->micro_batches * c->dp_size, c->step_s,
+            job->ranks, c->geo.pp_size, c->geo.n_ranks, c->geo.tp_size, dev->name, c->geo.micro_batch, c->geo.accum_steps, c->geo.pp_size,
+            osdp_stage_split_format(c->geo.stage_bounds, c->geo.pp_size, split, sizeof split), osdp_pipe_schedule_name(c->geo.pipe_schedule),
+            c->geo.tp_size, c->geo.micro_batch, c->geo.micro_batch * c->geo.accum_steps * c->geo.n_ranks, c->step_s,
             c->plan.predicted_peak_bytes);
     osdp_plan_write(&c->plan, &c->layout, f);
     return fclose(f) != 0 ? OSDP_ERR_IO : 0;

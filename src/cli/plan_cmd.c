@@ -61,7 +61,7 @@ void osdp_plan_ops_table(const osdp_layout *L, const osdp_cost_model *cm_in, con
     osdp_cost_model with_plan = *cm_in, *cm = &with_plan;   /* the plan's recompute flags */
     with_plan.recompute = p->recompute;
     with_plan.reduce_once = p->reduce_once;
-    int b = p->micro_batch, A = p->accum_steps;
+    int b = p->geo.micro_batch, A = p->geo.accum_steps;
     char m1[32], m2[32], m3[32], m4[32], mode[24];
     const int tp = L->tp_size > 1;   /* the tensor-parallel collectives' column (tp 1: none) */
     printf("  %-9s %-8s %12s %10s %10s %10s %10s %10s %10s%s %10s\n", "operator", "mode", "params", "state MiB",
@@ -116,7 +116,7 @@ static void print_summary(const char *label, const osdp_layout *L, const osdp_pl
     if (hier) snprintf(of_them, sizeof of_them, " (%d of them h)", hier);
     printf("%-28s micro-batch %d x accum %d: step %.2f ms, %.2f samples/s (%.0f tokens/s), peak %s of %s "
            "(backward of %s)%s, %d of %d operators ZDP%s\n",
-           label, r->plan.micro_batch, r->plan.accum_steps, 1e3 * r->step_s, r->samples_per_s,
+           label, r->plan.geo.micro_batch, r->plan.geo.accum_steps, 1e3 * r->step_s, r->samples_per_s,
            r->samples_per_s * L->T, osdp_format_bytes((double)r->peak_bytes, a, sizeof a),
            osdp_format_bytes((double)r->mem_limit, l, sizeof l), L->op[r->peak_op].name,
            r->runtime_peak >= 0 ? (r->runtime_peak == r->peak_bytes ? ", runtime check equal" : ", RUNTIME CHECK DIFFERS")
@@ -132,7 +132,7 @@ void osdp_plan_print(const osdp_layout *L, const osdp_device *dev, const osdp_pl
     char mesh[64] = "";
     if (L->tp_size > 1) snprintf(mesh, sizeof mesh, " (data-parallel; mesh TP %d x DP %d)", L->tp_size, o->geo.n_ranks);
     printf("osdp planner: device %s, %d ranks%s, limit %.3f GiB per rank; micro-batch %d, accumulation %d\n", dev->name,
-           o->geo.n_ranks, mesh, (double)r->mem_limit / (1024.0 * 1024.0 * 1024.0), r->plan.micro_batch, r->plan.accum_steps);
+           o->geo.n_ranks, mesh, (double)r->mem_limit / (1024.0 * 1024.0 * 1024.0), r->plan.geo.micro_batch, r->plan.geo.accum_steps);
     osdp_plan_ops_table(L, &cm, r);
     print_summary("plan:", L, r, OSDP_OK, "");
     printf("search: %lld knapsacks over %d micro-batches in %.2f ms\n", r->searches, r->batches_tried, 1e3 * r->total_s);
@@ -167,7 +167,7 @@ static void json_result(const char *key, const osdp_layout *L, const osdp_cost_m
            "\"tokens_per_s\":%.9g,\"peak_bytes\":%lld,\"runtime_peak_bytes\":%lld,\"peak_op\":\"%s\",\"mem_limit\":%lld,"
            "\"zdp_ops\":%d,\"batches_tried\":%d,\"searches\":%lld,\"nodes\":%lld,\"search_ms\":%.6g,\"planner_ms\":%.6g,"
            "\"timed_out\":%s,\"proven\":%s,\"tightened\":%d",
-           r->plan.micro_batch, r->plan.accum_steps, r->step_s, r->samples_per_s, r->samples_per_s * L->T,
+           r->plan.geo.micro_batch, r->plan.geo.accum_steps, r->step_s, r->samples_per_s, r->samples_per_s * L->T,
            r->peak_bytes, r->runtime_peak, L->op[r->peak_op].name, r->mem_limit, zdp, r->batches_tried, r->searches,
            r->nodes, 1e3 * r->search_s, 1e3 * r->total_s, r->timed_out ? "true" : "false",
            r->timed_out || r->gap > 0 ? "false" : "true", r->tightened);
@@ -181,8 +181,8 @@ static void json_result(const char *key, const osdp_layout *L, const osdp_cost_m
         for (int i = 0; i < L->n_ops; i++) {
             osdp_op_mem m;
             osdp_op_time t;
-            osdp_cost_plan_op_mem(cm, &r->plan, i, r->plan.micro_batch, &m);   /* h at its levels */
-            osdp_cost_plan_op_time(cm, &r->plan, i, r->plan.micro_batch, r->plan.accum_steps, &t);
+            osdp_cost_plan_op_mem(cm, &r->plan, i, r->plan.geo.micro_batch, &m);   /* h at its levels */
+            osdp_cost_plan_op_time(cm, &r->plan, i, r->plan.geo.micro_batch, r->plan.geo.accum_steps, &t);
             printf("%s{\"name\":\"%s\",\"mode\":\"%s\",\"hierarchical\":%s,\"params\":%zu,\"state_bytes\":%lld,"
                    "\"weight_bytes\":%lld,\"act_bytes\":%lld,\"gathered_bytes\":%lld,\"comm_s\":%.9g,\"compute_s\":%.9g,"
                    "\"time_s\":%.9g}",
@@ -208,10 +208,10 @@ static void print_mesh(const osdp_mesh_choice *mesh, int is_auto, int n_ranks, i
     printf("  %5s %5s %12s %6s %12s %12s %12s\n", "TP", "DP", "micro-batch", "accum", "step ms", "samples/s", "peak MiB");
     for (int c = 0; c < mesh->n_candidates; c++) {
         const osdp_tp_candidate *k = &mesh->cand[c];
-        if (k->excluded[0]) printf("  %5d %5d  excluded: %s\n", k->tp_size, k->dp_size, k->excluded);
-        else if (k->status != OSDP_OK) printf("  %5d %5d  no plan fits the memory limit\n", k->tp_size, k->dp_size);
+        if (k->excluded[0]) printf("  %5d %5d  excluded: %s\n", k->geo.tp_size, k->geo.n_ranks, k->excluded);
+        else if (k->status != OSDP_OK) printf("  %5d %5d  no plan fits the memory limit\n", k->geo.tp_size, k->geo.n_ranks);
         else
-            printf("  %5d %5d %12d %6d %12.3f %12.3f %12s%s\n", k->tp_size, k->dp_size, k->micro_batch, k->accum_steps,
+            printf("  %5d %5d %12d %6d %12.3f %12.3f %12s%s\n", k->geo.tp_size, k->geo.n_ranks, k->geo.micro_batch, k->geo.accum_steps,
                    1e3 * k->step_s, k->samples_per_s, osdp_mib((double)k->peak_bytes, pk, sizeof pk),
                    c == mesh->best ? "   <- chosen: highest samples/s" : "");
     }
@@ -266,7 +266,7 @@ static void json_mesh(const osdp_mesh_choice *mesh, int is_auto, int n_ranks, in
         printf(",\"candidates\":[");
         for (int c = 0; c < mesh->n_candidates; c++) {
             const osdp_tp_candidate *k = &mesh->cand[c];
-            printf("%s{\"tp\":%d,\"dp\":%d", c ? "," : "", k->tp_size, k->dp_size);
+            printf("%s{\"tp\":%d,\"dp\":%d", c ? "," : "", k->geo.tp_size, k->geo.n_ranks);
             if (k->excluded[0]) {
                 printf(",\"excluded\":");
                 osdp_json_string(k->excluded);
@@ -274,7 +274,7 @@ static void json_mesh(const osdp_mesh_choice *mesh, int is_auto, int n_ranks, in
                 printf(",\"fits\":false");
             } else {
                 printf(",\"fits\":true,\"micro_batch\":%d,\"accum_steps\":%d,\"step_s\":%.9g,\"samples_per_s\":%.9g,"
-                       "\"peak_bytes\":%lld,\"chosen\":%s", k->micro_batch, k->accum_steps, k->step_s, k->samples_per_s,
+                       "\"peak_bytes\":%lld,\"chosen\":%s", k->geo.micro_batch, k->geo.accum_steps, k->step_s, k->samples_per_s,
                        k->peak_bytes, c == mesh->best ? "true" : "false");
             }
             printf("}");
@@ -380,7 +380,7 @@ int osdp_cmd_plan(const osdp_job *job)
     if (tp_given) {
         s = osdp_planner_mesh(&cfg, seq_len, &dev, &planner, (int)job->tp, &mesh);
         if (s != OSDP_OK && s != OSDP_ERR_INFEASIBLE) osdp_fatal(s, osdp_error_message());
-        tp = mesh.best >= 0 ? mesh.cand[mesh.best].tp_size : job->tp == OSDP_TP_AUTO ? 1 : (int)job->tp;
+        tp = mesh.best >= 0 ? mesh.cand[mesh.best].geo.tp_size : job->tp == OSDP_TP_AUTO ? 1 : (int)job->tp;
         const int chosen = mesh.best;
         osdp_mesh_choice_free(&mesh);   /* its candidates stay, for the table */
         mesh.best = chosen;
@@ -447,7 +447,7 @@ int osdp_cmd_plan(const osdp_job *job)
         if (as_given.internode.given)
             print_network(&as_given, n_ranks, tp, planner.geo.n_ranks, planner.hierarchy, job->no_hierarchical);
         if (st[0] == OSDP_OK) {
-            printf("\nOSDP plan (micro-batch %d, accumulation %d):\n", r[0].plan.micro_batch, r[0].plan.accum_steps);
+            printf("\nOSDP plan (micro-batch %d, accumulation %d):\n", r[0].plan.geo.micro_batch, r[0].plan.geo.accum_steps);
             osdp_plan_ops_table(&L, &cm, &r[0]);
             printf("\nsearch: %lld knapsacks (%lld nodes, %lld more from the cache) over %d micro-batches: %.2f ms in the "
                    "solver, %.2f ms in all%s%s\n",
@@ -477,10 +477,10 @@ int osdp_cmd_plan(const osdp_job *job)
             fprintf(f, "# planned by osdp_gpt plan for %d ranks (TP %d x DP %d) on device %s: micro-batch %d, "
                        "accumulation %d\n# (train with --batch %d --global-batch %d%s); predicted step %.6g s, peak %lld "
                        "bytes\n",
-                    n_ranks, tp, planner.geo.n_ranks, dev.name, r[0].plan.micro_batch, r[0].plan.accum_steps,
-                    r[0].plan.micro_batch, r[0].plan.micro_batch * r[0].plan.accum_steps * planner.geo.n_ranks, tp_arg,
+                    n_ranks, tp, planner.geo.n_ranks, dev.name, r[0].plan.geo.micro_batch, r[0].plan.geo.accum_steps,
+                    r[0].plan.geo.micro_batch, r[0].plan.geo.micro_batch * r[0].plan.geo.accum_steps * planner.geo.n_ranks, tp_arg,
                     r[0].step_s, r[0].peak_bytes);
-            r[0].plan.tp_size = tp;   /* the plan states its mesh, tp = 1 too: train --tp 2 refuses it then */
+            r[0].plan.geo.tp_size = tp;   /* the plan states its mesh, tp = 1 too: train --tp 2 refuses it then */
             osdp_plan_write(&r[0].plan, &L, f);
             if (fclose(f) != 0) rc = OSDP_ERR_IO;
         }

@@ -27,8 +27,8 @@ static int stage_zdp_ops(const osdp_pipe_choice *c, int s)
 static long long mesh_p2p_bytes(const osdp_pipe_choice *c)
 {
     long long bytes = 0;
-    for (int s = 0; s < c->pp_size; s++) bytes += c->stage[s].p2p_bytes;
-    return bytes * c->dp_size * c->tp_size;
+    for (int s = 0; s < c->geo.pp_size; s++) bytes += c->stage[s].p2p_bytes;
+    return bytes * c->geo.n_ranks * c->geo.tp_size;
 }
 
 /* the stage's cost model: its operators alone, its in-flight micro-batches and message buffers */
@@ -39,7 +39,7 @@ static osdp_cost_model stage_cost_model(const osdp_pipe_choice *c, int s, const 
     osdp_cost_model cm;
     osdp_pipe_choice_cost_model(&cm, c, dev, o, sub);
     cm.in_flight = c->stage[s].in_flight;
-    cm.stage_buffer_bytes = osdp_pipe_stage_buffer_bytes(&c->layout, c->bounds, s, c->micro_batch, c->stage[s].in_flight);
+    cm.stage_buffer_bytes = osdp_pipe_stage_buffer_bytes(&c->layout, c->geo.stage_bounds, s, c->geo.micro_batch, c->stage[s].in_flight);
     return cm;
 }
 
@@ -47,7 +47,7 @@ static void print_text(const osdp_model_config *cfg, const osdp_device *dev, con
                        const osdp_job *job, const osdp_pipe_choice *c, const osdp_pipe_choice *base, const osdp_status *bst)
 {
     char a[32], b[32], split[512];
-    const int P = c->pp_size;
+    const int P = c->geo.pp_size;
     const osdp_layout *L = &c->layout;
     printf("osdp plan | model %s: %d layers, width %d, vocab %d, T %d | %.3fM parameters in %d operators\n", cfg->name,
            cfg->n_layer, cfg->n_embd, cfg->vocab, L->T, (double)L->total_params / 1e6, L->n_ops);
@@ -55,11 +55,11 @@ static void print_text(const osdp_model_config *cfg, const osdp_device *dev, con
            osdp_format_bytes((double)(o->mem_limit ? o->mem_limit : dev->mem_limit), a, sizeof a), dev->p2p.alpha,
            dev->p2p.beta, o->search == OSDP_SEARCH_DFS ? "dfs" : "exact", o->cost == OSDP_COST_OVERLAP ? "overlap" : "paper",
            o->geo.prefetch ? "on" : "off");
-    printf("mesh: %lld ranks = PP %d x DP %d x TP %d; schedule %s; stages %s (%s)\n", job->ranks, P, c->dp_size,
-           c->tp_size, osdp_pipe_schedule_name(c->schedule), osdp_stage_split_format(c->bounds, P, split, sizeof split),
+    printf("mesh: %lld ranks = PP %d x DP %d x TP %d; schedule %s; stages %s (%s)\n", job->ranks, P, c->geo.n_ranks,
+           c->geo.tp_size, osdp_pipe_schedule_name(c->geo.pipe_schedule), osdp_stage_split_format(c->geo.stage_bounds, P, split, sizeof split),
            c->bounds_given ? "--stages" : "balanced by the cost model's all-DP operator times");
     printf("pipeline: micro-batch %d x %d micro-batches per step: step %.3f ms, %.2f samples/s (%.0f tokens/s)\n",
-           c->micro_batch, c->micro_batches, 1e3 * c->step_s, c->samples_per_s, c->samples_per_s * L->T);
+           c->geo.micro_batch, c->geo.accum_steps, 1e3 * c->step_s, c->samples_per_s, c->samples_per_s * L->T);
     printf("bubble: closed form (P-1)/(M+P-1) = %.4f; simulated idle fraction %.4f (the stages' pass orders with their "
            "times and messages)\n", c->timing.bubble_closed, c->timing.idle_fraction);
     printf("p2p: %s per step over the mesh (each rank of a stage sends its micro-batches' activations forward and "
@@ -90,7 +90,7 @@ static void print_text(const osdp_model_config *cfg, const osdp_device *dev, con
         osdp_layout sub;
         osdp_cost_model cm = stage_cost_model(c, s, dev, o, &sub);
         printf("\nstage %d: operators %d:%d over %d data-parallel ranks, %d micro-batch%s in flight:\n", s, c->stage[s].lo,
-               c->stage[s].hi, c->dp_size, c->stage[s].in_flight, c->stage[s].in_flight == 1 ? "" : "es");
+               c->stage[s].hi, c->geo.n_ranks, c->stage[s].in_flight, c->stage[s].in_flight == 1 ? "" : "es");
         osdp_plan_ops_table(&sub, &cm, &c->stage[s].result);
     }
     printf("\n");
@@ -99,11 +99,11 @@ static void print_text(const osdp_model_config *cfg, const osdp_device *dev, con
         if (bst[v] != OSDP_OK) printf("%-28s does not fit\n", labels[v]);
         else
             printf("%-28s micro-batch %d x %d: step %.3f ms, %.2f samples/s, bottleneck stage %d; OSDP %.3fx\n", labels[v],
-                   base[v].micro_batch, base[v].micro_batches, 1e3 * base[v].step_s, base[v].samples_per_s,
+                   base[v].geo.micro_batch, base[v].geo.accum_steps, 1e3 * base[v].step_s, base[v].samples_per_s,
                    base[v].memory_bottleneck, c->samples_per_s / base[v].samples_per_s);
     }
     printf("OSDP:                        micro-batch %d x %d: step %.3f ms, %.2f samples/s, bottleneck stage %d; planned "
-           "in %.2f ms (%d micro-batches)\n", c->micro_batch, c->micro_batches, 1e3 * c->step_s, c->samples_per_s,
+           "in %.2f ms (%d micro-batches)\n", c->geo.micro_batch, c->geo.accum_steps, 1e3 * c->step_s, c->samples_per_s,
            c->memory_bottleneck, 1e3 * c->total_s, c->batches_tried);
 }
 
@@ -111,9 +111,9 @@ static void print_text(const osdp_model_config *cfg, const osdp_device *dev, con
 static void print_interleave(const osdp_pipe_choice *c, const osdp_interleave_result *il)
 {
     char a[32], split[512];
-    const int P = c->pp_size;
+    const int P = c->geo.pp_size;
     printf("\ninterleaved 1F1B (Megatron-LM's virtual stages) on this pipeline's operator plan, %d micro-batches:\n",
-           c->micro_batches);
+           c->geo.accum_steps);
     printf("  %-3s %-6s %-12s %-12s %-11s %10s %13s %15s  %s\n", "V", "chunks", "bubble", "of ideal", "simulated",
            "step ms", "p2p MiB/step", "largest peak", "fits");
     for (int k = 0; k < il->n; k++) {
@@ -123,7 +123,7 @@ static void print_interleave(const osdp_pipe_choice *c, const osdp_interleave_re
         if (priced) {
             long long bytes = 0;
             for (int s = 0; s < P; s++) bytes += x->p2p_bytes[s];
-            osdp_mib((double)(bytes * c->dp_size * c->tp_size), pp, sizeof pp);
+            osdp_mib((double)(bytes * c->geo.n_ranks * c->geo.tp_size), pp, sizeof pp);
             snprintf(step, sizeof step, "%.3f", 1e3 * x->timing.step_s);
             snprintf(bub, sizeof bub, "%.4f", x->timing.bubble_closed);
             snprintf(ideal, sizeof ideal, "%.4f", x->bubble_of_ideal);
@@ -153,10 +153,10 @@ void osdp_plan_json_pipe_choice(const char *key, const osdp_pipe_choice *c, osdp
     printf("{\"fits\":true,\"micro_batch\":%d,\"micro_batches\":%d,\"step_s\":%.9g,\"samples_per_s\":%.9g,"
            "\"tokens_per_s\":%.9g,\"bubble_closed\":%.9g,\"bubble_simulated\":%.9g,\"p2p_bytes_per_step\":%lld,"
            "\"memory_bottleneck_stage\":%d,\"slowest_stage\":%d,\"planner_ms\":%.6g,\"stages\":[",
-           c->micro_batch, c->micro_batches, c->step_s, c->samples_per_s, c->samples_per_s * c->layout.T,
+           c->geo.micro_batch, c->geo.accum_steps, c->step_s, c->samples_per_s, c->samples_per_s * c->layout.T,
            c->timing.bubble_closed, c->timing.idle_fraction, mesh_p2p_bytes(c), c->memory_bottleneck,
            c->timing.slowest_stage, 1e3 * c->total_s);
-    for (int s = 0; s < c->pp_size; s++) {
+    for (int s = 0; s < c->geo.pp_size; s++) {
         const osdp_stage_plan *sp = &c->stage[s];
         printf("%s{\"stage\":%d,\"lo\":%d,\"hi\":%d,\"first\":\"%s\",\"last\":\"%s\",\"in_flight\":%d,\"busy_s\":%.9g,"
                "\"forward_s\":%.9g,\"backward_s\":%.9g,\"end_s\":%.9g,\"peak_bytes\":%lld,\"schedule_peak_bytes\":%lld,"
@@ -234,7 +234,7 @@ int osdp_cmd_plan_pipeline(const osdp_job *job)
         baseline.modes = v ? OSDP_MODES_ALL_ZDP : OSDP_MODES_ALL_DP;
         /* what `train --plan dp|zdp` runs: with --grad-reduce auto, every micro-batch */
         if (baseline.grad_reduce == OSDP_GRAD_REDUCE_AUTO) baseline.grad_reduce = OSDP_GRAD_REDUCE_EVERY;
-        bst[v] = osdp_planner_pipeline(&cfg, seq_len, &dev, &baseline, T, P, c.bounds, planned, &base[v]);
+        bst[v] = osdp_planner_pipeline(&cfg, seq_len, &dev, &baseline, T, P, c.geo.stage_bounds, planned, &base[v]);
         if (bst[v] != OSDP_OK && bst[v] != OSDP_ERR_INFEASIBLE) osdp_fatal(bst[v], osdp_error_message());
     }
     if (job->json) {
@@ -245,10 +245,10 @@ int osdp_cmd_plan_pipeline(const osdp_job *job)
         osdp_json_string(dev.name);
         printf(",\"ranks\":%lld,\"params\":%zu,\"operators\":%d,\"T\":%d,\"mesh\":{\"ranks\":%lld,\"pp\":%d,\"dp\":%d,"
                "\"tp\":%d,\"schedule\":\"%s\",\"stages\":\"%s\",\"stages_given\":%s},\"p2p_alpha\":%.9g,\"p2p_beta\":%.9g",
-               job->ranks, c.layout.total_params, c.layout.n_ops, c.layout.T, job->ranks, P, c.dp_size, c.tp_size,
-               osdp_pipe_schedule_name(schedule), osdp_stage_split_format(c.bounds, P, split, sizeof split),
+               job->ranks, c.layout.total_params, c.layout.n_ops, c.layout.T, job->ranks, P, c.geo.n_ranks, c.geo.tp_size,
+               osdp_pipe_schedule_name(schedule), osdp_stage_split_format(c.geo.stage_bounds, P, split, sizeof split),
                c.bounds_given ? "true" : "false", dev.p2p.alpha, dev.p2p.beta);
-        osdp_plan_json_network(&dev, (int)job->ranks, c.tp_size, c.dp_size, P, osdp_pipe_choice_hierarchy(&c));
+        osdp_plan_json_network(&dev, (int)job->ranks, c.geo.tp_size, c.geo.n_ranks, P, osdp_pipe_choice_hierarchy(&c));
         osdp_plan_json_pipe_choice("osdp", &c, OSDP_OK);
         osdp_plan_json_pipe_choice("all_dp", &base[0], bst[0]);
         osdp_plan_json_pipe_choice("all_zdp", &base[1], bst[1]);
@@ -286,10 +286,10 @@ int osdp_cmd_plan_pipeline(const osdp_job *job)
             fprintf(f, "# planned by osdp_gpt plan for %lld ranks (PP %d x DP %d x TP %d) on device %s: micro-batch %d, "
                        "%d micro-batches\n# (train with --pp %d --stages %s --schedule %s%s --tp %d --batch %d "
                        "--global-batch %d); predicted step %.6g s, largest stage peak %.0f bytes\n",
-                    job->ranks, P, c.dp_size, c.tp_size, dev.name, c.micro_batch, c.micro_batches, P,
-                    osdp_stage_split_format(chosen ? chosen->bounds : c.bounds, P * V, split, sizeof split),
-                    osdp_pipe_schedule_name(V > 1 ? schedule : planned), vs, c.tp_size, c.micro_batch,
-                    c.micro_batch * c.micro_batches * c.dp_size, chosen ? chosen->timing.step_s : c.step_s,
+                    job->ranks, P, c.geo.n_ranks, c.geo.tp_size, dev.name, c.geo.micro_batch, c.geo.accum_steps, P,
+                    osdp_stage_split_format(chosen ? chosen->bounds : c.geo.stage_bounds, P * V, split, sizeof split),
+                    osdp_pipe_schedule_name(V > 1 ? schedule : planned), vs, c.geo.tp_size, c.geo.micro_batch,
+                    c.geo.micro_batch * c.geo.accum_steps * c.geo.n_ranks, chosen ? chosen->timing.step_s : c.step_s,
                     chosen ? (double)chosen->stage_peak[chosen->largest_stage] : c.plan.predicted_peak_bytes);
             osdp_plan_write(&c.plan, &c.layout, f);
             if (fclose(f) != 0) rc = OSDP_ERR_IO;

@@ -46,7 +46,7 @@ static osdp_status load_weights(osdp_runtime *rt, osdp_plan *plan, osdp_comm *co
     if (s != OSDP_OK) return s;
     osdp_plan_fill(plan, 1);
     (void)osdp_plan_tie_embedding(plan, layout);
-    plan->micro_batch = plan->accum_steps = 1;
+    plan->geo.micro_batch = plan->geo.accum_steps = 1;
     s = osdp_comm_create_mpi(comm, &(MPI_Comm){MPI_COMM_WORLD});
     if (s != OSDP_OK) return s;
     osdp_runtime_options opt = {.geo.micro_batch = 1, .geo.accum_steps = 1, .geo.weight_dtype = OSDP_FLOAT32, .geo.pad_quantum = pad_quantum};

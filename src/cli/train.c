@@ -297,7 +297,7 @@ static osdp_status choose_tp(const osdp_job *job, osdp_dtype weights, int n_rank
         osdp_mesh_choice choice = {.best = -1};
         osdp_status s = mesh_search_inputs_load(job, weights, n_ranks, &in);
         if (s == OSDP_OK) s = osdp_planner_mesh(&in.cfg, in.seq_len, &in.dev, &in.o, OSDP_TP_AUTO, &choice);
-        if (s == OSDP_OK) head[1] = choice.cand[choice.best].tp_size;
+        if (s == OSDP_OK) head[1] = choice.cand[choice.best].geo.tp_size;
         if (s == OSDP_OK && !job->quiet)
             printf("--tp auto: the planner chooses tensor-parallel degree %d of the %d ranks\n", head[1], n_ranks);
         head[0] = (int)s;
@@ -357,8 +357,8 @@ static osdp_status plan_auto(osdp_plan *plan, const osdp_layout *layout, const o
         osdp_planner_result_free(&r);
         free(all);
         head[0] = (int)s;
-        head[1] = plan->micro_batch;
-        head[2] = plan->accum_steps;
+        head[1] = plan->geo.micro_batch;
+        head[2] = plan->geo.accum_steps;
     }
     if (rank != 0 && osdp_plan_alloc(plan, layout->n_ops) != OSDP_OK) osdp_fatal(OSDP_ERR_OOM, osdp_error_message());
     MPI_Bcast(head, 3, MPI_INT, 0, MPI_COMM_WORLD);
@@ -372,8 +372,8 @@ static osdp_status plan_auto(osdp_plan *plan, const osdp_layout *layout, const o
     MPI_Bcast(plan->recompute, layout->n_ops, MPI_INT, 0, MPI_COMM_WORLD);
     MPI_Bcast(plan->hierarchical, layout->n_ops, MPI_INT, 0, MPI_COMM_WORLD);
     MPI_Bcast(plan->reduce_once, layout->n_ops, MPI_INT, 0, MPI_COMM_WORLD);
-    plan->micro_batch = head[1];
-    plan->accum_steps = head[2];
+    plan->geo.micro_batch = head[1];
+    plan->geo.accum_steps = head[2];
     return OSDP_OK;
 }
 
@@ -415,7 +415,7 @@ static osdp_status load_plan(osdp_plan *plan, const osdp_layout *layout, const o
     osdp_status s;
     if (t->plan_auto) {
         s = plan_auto(plan, layout, job, t, dp_ranks, mesh->world_rank);
-        if (s == OSDP_OK) plan->tp_size = mesh->tp;
+        if (s == OSDP_OK) plan->geo.tp_size = mesh->tp;
         return s;
     }
     if (strcmp(spec, "dp") == 0 || strcmp(spec, "zdp") == 0) {
@@ -433,9 +433,9 @@ static osdp_status load_plan(osdp_plan *plan, const osdp_layout *layout, const o
         return s;
     }
     if (s == OSDP_OK) {
-        plan->tp_size = mesh->tp;
-        plan->micro_batch = t->micro_batch;
-        plan->accum_steps = t->global_batch / (t->micro_batch * dp_ranks);
+        plan->geo.tp_size = mesh->tp;
+        plan->geo.micro_batch = t->micro_batch;
+        plan->geo.accum_steps = t->global_batch / (t->micro_batch * dp_ranks);
     }
     return s;
 }
@@ -459,7 +459,7 @@ static double predicted_step_time(const osdp_layout *layout, const osdp_plan *pl
     osdp_cost_model_init(&cm, layout, &dev, &(osdp_step_geometry){.n_ranks = dp_ranks, .pad_quantum = t->pad_quantum,
                                                                  .prefetch = !job->no_prefetch},
                          (osdp_cost_kind)job->cost_model, levels ? &hier : NULL);
-    if (pp <= 1) return osdp_cost_step_time(&cm, plan, plan->micro_batch, plan->accum_steps);
+    if (pp <= 1) return osdp_cost_step_time(&cm, plan, plan->geo.micro_batch, plan->geo.accum_steps);
     const osdp_cost_model *cms[OSDP_MAX_STAGES];
     const osdp_plan *plans[OSDP_MAX_STAGES];
     for (int s = 0; s < pp; s++) {
@@ -468,7 +468,7 @@ static double predicted_step_time(const osdp_layout *layout, const osdp_plan *pl
     }
     osdp_pipe_timing timing;
     return osdp_pipe_step_time_chunks(cms, plans, stage_bounds, pp, train_virtual_stages(job),
-                                      (osdp_pipe_schedule)job->pipe_schedule, plan->micro_batch, plan->accum_steps,
+                                      (osdp_pipe_schedule)job->pipe_schedule, plan->geo.micro_batch, plan->geo.accum_steps,
                                       &timing) == OSDP_OK ? timing.step_s : 0;
 }
 
@@ -492,7 +492,7 @@ static osdp_status stage_split(const osdp_layout *layout, const osdp_plan *plan,
         osdp_cost_model_init(&cm, layout, &dev, &(osdp_step_geometry){.n_ranks = dp_ranks, .pad_quantum = t->pad_quantum,
                                                                      .prefetch = !job->no_prefetch},
                              (osdp_cost_kind)job->cost_model, NULL);
-        return osdp_planner_stage_split(&cm, plan, plan->micro_batch, plan->accum_steps, P, bounds);
+        return osdp_planner_stage_split(&cm, plan, plan->geo.micro_batch, plan->geo.accum_steps, P, bounds);
     }
     double *op_flops = malloc(sizeof *op_flops * (size_t)layout->n_ops);
     if (!op_flops) return osdp_error_set(OSDP_ERR_OOM, "--pp: out of host memory");
@@ -669,7 +669,7 @@ int osdp_cmd_train(const osdp_job *job)
     osdp_check_all(osdp_train_sample_open(&samples, job, &cfg, world.rank));
     osdp_plan plan;
     osdp_check_all(load_plan(&plan, &layout, job, &t, &mesh, &pipe));
-    int global = plan.micro_batch * plan.accum_steps * mesh.dp;
+    int global = plan.geo.micro_batch * plan.geo.accum_steps * mesh.dp;
 
     /* every rank must run the same job (the model: checked where it was read) */
     osdp_check_same(data.hash ^ (unsigned long long)data.n_tokens, "training data");
@@ -697,7 +697,7 @@ int osdp_cmd_train(const osdp_job *job)
     int stage_bounds[OSDP_MAX_STAGES + 1] = {0};
     if (mesh.pp > 1) {
         osdp_check_all(osdp_pipe_check((osdp_pipe_schedule)job->pipe_schedule, mesh.pp, train_virtual_stages(job),
-                                       plan.accum_steps, layout.n_ops));
+                                       plan.geo.accum_steps, layout.n_ops));
         osdp_check_all(stage_split(&layout, &plan, job, &t, mesh.dp, &pipe, stage_bounds));
         uint64_t split_hash = 14695981039346656037ULL;   /* FNV-1a over the bounds: every rank's device file */
         for (int b = 0; b <= mesh.pp * train_virtual_stages(job); b++) split_hash = (split_hash ^ (uint64_t)stage_bounds[b]) * 1099511628211ULL;
@@ -706,8 +706,8 @@ int osdp_cmd_train(const osdp_job *job)
 
     osdp_memory_prediction predicted;   /* this rank's: its stage's */
     osdp_schedule_options predict = {.geo.n_ranks = mesh.dp, .geo.node_ranks = nodes_made ? node_comm.size : 0,
-                                     .geo.micro_batch = plan.micro_batch,
-                                     .geo.accum_steps = plan.accum_steps, .geo.prefetch = !job->no_prefetch,
+                                     .geo.micro_batch = plan.geo.micro_batch,
+                                     .geo.accum_steps = plan.geo.accum_steps, .geo.prefetch = !job->no_prefetch,
                                      .geo.weight_dtype = t.weights, .geo.pad_quantum = t.pad_quantum, .geo.pp_size = mesh.pp,
                                      .pp_stage = mesh.pp_rank, .geo.pipe_schedule = (osdp_pipe_schedule)job->pipe_schedule,
                                      .geo.virtual_stages = train_virtual_stages(job)};

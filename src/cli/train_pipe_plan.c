@@ -24,21 +24,21 @@ static void search_on_root(const osdp_model_config *cfg, int seq_len, const osdp
     if (s == OSDP_OK) {
         const osdp_pipe_choice *c = &res.best;
         s = osdp_plan_copy(&out->plan, &c->plan);
-        out->pp = c->pp_size;
-        out->tp = c->tp_size;
-        memcpy(out->bounds, c->bounds, sizeof(int) * (size_t)(c->pp_size + 1));
-        head[1] = c->pp_size;
-        head[2] = c->tp_size;
-        head[3] = c->micro_batch;
-        head[4] = c->micro_batches;
+        out->pp = c->geo.pp_size;
+        out->tp = c->geo.tp_size;
+        memcpy(out->bounds, c->geo.stage_bounds, sizeof(int) * (size_t)(c->geo.pp_size + 1));
+        head[1] = c->geo.pp_size;
+        head[2] = c->geo.tp_size;
+        head[3] = c->geo.micro_batch;
+        head[4] = c->geo.accum_steps;
         head[5] = c->plan.n_ops;
         if (s == OSDP_OK && !quiet) {
             char split[512];
             printf("--plan auto (3D search, %d meshes, %d stage splits in %.1f ms): PP %d x DP %d x TP %d, stages %s, "
                    "micro-batch %d x %d micro-batches, predicted step %.6g s\n", res.meshes, res.splits_planned,
-                   1e3 * res.total_s, c->pp_size, c->dp_size, c->tp_size,
-                   osdp_stage_split_format(c->bounds, c->pp_size, split, sizeof split), c->micro_batch,
-                   c->micro_batches, c->step_s);
+                   1e3 * res.total_s, c->geo.pp_size, c->geo.n_ranks, c->geo.tp_size,
+                   osdp_stage_split_format(c->geo.stage_bounds, c->geo.pp_size, split, sizeof split), c->geo.micro_batch,
+                   c->geo.accum_steps, c->step_s);
             fflush(stdout);
         }
     }
@@ -61,9 +61,9 @@ osdp_status osdp_train_pipe_plan_choose(const osdp_model_config *cfg, int seq_le
     if (rank != 0 && osdp_plan_alloc(&out->plan, head[5]) != OSDP_OK) osdp_plan_alloc(&out->plan, head[5]);
     out->pp = head[1];
     out->tp = head[2];
-    out->plan.micro_batch = head[3];
-    out->plan.accum_steps = head[4];
-    out->plan.tp_size = head[2];
+    out->plan.geo.micro_batch = head[3];
+    out->plan.geo.accum_steps = head[4];
+    out->plan.geo.tp_size = head[2];
     MPI_Bcast(out->bounds, out->pp + 1, MPI_INT, 0, MPI_COMM_WORLD);
     MPI_Bcast(out->plan.slices, head[5], MPI_INT, 0, MPI_COMM_WORLD);
     MPI_Bcast(out->plan.zdp_slices, head[5], MPI_INT, 0, MPI_COMM_WORLD);

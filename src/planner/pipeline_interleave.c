@@ -9,21 +9,21 @@
 /* the step and each stage's messages of option x over the chunks x->bounds */
 static osdp_status price(const osdp_pipe_choice *c, const osdp_cost_model *cm, osdp_interleave_option *x)
 {
-    const int P = c->pp_size;
+    const int P = c->geo.pp_size;
     const osdp_cost_model *cms[OSDP_MAX_STAGES];
     const osdp_plan *plans[OSDP_MAX_STAGES];
     for (int s = 0; s < P; s++) {
         cms[s] = cm;
         plans[s] = &c->plan;
     }
-    const osdp_pipe_schedule kind = x->V > 1 ? OSDP_PIPE_INTERLEAVED : c->schedule;
-    osdp_status st = osdp_pipe_step_time_chunks(cms, plans, x->bounds, P, x->V, kind, c->micro_batch, c->micro_batches,
+    const osdp_pipe_schedule kind = x->V > 1 ? OSDP_PIPE_INTERLEAVED : c->geo.pipe_schedule;
+    osdp_status st = osdp_pipe_step_time_chunks(cms, plans, x->bounds, P, x->V, kind, c->geo.micro_batch, c->geo.accum_steps,
                                                 &x->timing);
     if (st != OSDP_OK) return st;
-    x->bubble_of_ideal = (double)(P - 1) / ((double)x->V * c->micro_batches);
+    x->bubble_of_ideal = (double)(P - 1) / ((double)x->V * c->geo.accum_steps);
     for (int s = 0; s < P; s++)
-        x->p2p_bytes[s] = osdp_pipe_stage_p2p_bytes_chunks(&c->layout, x->bounds, P, x->V, s, c->micro_batch,
-                                                           c->micro_batches);
+        x->p2p_bytes[s] = osdp_pipe_stage_p2p_bytes_chunks(&c->layout, x->bounds, P, x->V, s, c->geo.micro_batch,
+                                                           c->geo.accum_steps);
     return OSDP_OK;
 }
 
@@ -31,11 +31,11 @@ static osdp_status price(const osdp_pipe_choice *c, const osdp_cost_model *cm, o
 static osdp_status fit(const osdp_pipe_choice *c, const osdp_device *dev, const osdp_planner_options *o,
                        osdp_interleave_option *x)
 {
-    const int P = c->pp_size;
+    const int P = c->geo.pp_size;
     x->fits = 1;
     for (int s = 0; s < P; s++) {
-        osdp_schedule_options so = {.geo.n_ranks = c->dp_size, .geo.micro_batch = c->micro_batch,
-                                    .geo.accum_steps = c->micro_batches,
+        osdp_schedule_options so = {.geo.n_ranks = c->geo.n_ranks, .geo.micro_batch = c->geo.micro_batch,
+                                    .geo.accum_steps = c->geo.accum_steps,
                                     .geo.node_ranks = c->hierarchical ? c->hierarchy.node_ranks : 0, .geo.prefetch = o->geo.prefetch,
                                     .geo.weight_dtype = dev->param_bytes == 2 ? OSDP_BFLOAT16 : OSDP_FLOAT32,
                                     .geo.pad_quantum = o->geo.pad_quantum, .geo.pp_size = P, .pp_stage = s,
@@ -62,8 +62,8 @@ static osdp_status as_planned(const osdp_pipe_choice *c, const osdp_cost_model *
     memset(x, 0, sizeof *x);
     x->V = 1;
     x->fits = 1;
-    memcpy(x->bounds, c->bounds, sizeof c->bounds);
-    for (int s = 0; s < c->pp_size; s++) {
+    memcpy(x->bounds, c->geo.stage_bounds, sizeof c->geo.stage_bounds);
+    for (int s = 0; s < c->geo.pp_size; s++) {
         const osdp_stage_plan *st = &c->stage[s];
         x->stage_peak[s] = st->schedule_peak >= 0 ? st->schedule_peak : st->peak_bytes;
         if (x->stage_peak[s] > x->stage_peak[x->largest_stage]) x->largest_stage = s;
@@ -76,9 +76,9 @@ osdp_status osdp_pipe_interleave_search(const osdp_pipe_choice *c, const osdp_de
                                         osdp_interleave_result *out)
 {
     memset(out, 0, sizeof *out);
-    const int P = c->pp_size, M = c->micro_batches, n_ops = c->layout.n_ops;
+    const int P = c->geo.pp_size, M = c->geo.accum_steps, n_ops = c->layout.n_ops;
     osdp_device level;   /* each group's collectives and messages at its level, as the pipeline was planned */
-    osdp_cost_device_for_mesh(dev, c->tp_size, c->dp_size, P, &level);
+    osdp_cost_device_for_mesh(dev, c->geo.tp_size, c->geo.n_ranks, P, &level);
     dev = &level;
     osdp_cost_model cm;
     osdp_pipe_choice_cost_model(&cm, c, dev, o, &c->layout);
@@ -92,7 +92,7 @@ osdp_status osdp_pipe_interleave_search(const osdp_pipe_choice *c, const osdp_de
         osdp_interleave_option *x = &out->option[out->n++];
         memset(x, 0, sizeof *x);
         x->V = V;
-        st = osdp_planner_stage_split(&cm, &c->plan, c->micro_batch, M, P * V, x->bounds);
+        st = osdp_planner_stage_split(&cm, &c->plan, c->geo.micro_batch, M, P * V, x->bounds);
         if (st != OSDP_OK) return st;
         if (M % P != 0) {   /* the order has no pass for the last group's missing micro-batches */
             snprintf(x->why, sizeof x->why, "%d micro-batches per step is not a multiple of --pp %d", M, P);

@@ -316,8 +316,8 @@ osdp_status osdp_ps_context_build(osdp_ps_context *ctx, const osdp_layout *L, co
     ctx->bound_only = minimise_memory == 2;
     ctx->cutoff = INFINITY;
     ctx->counters = counters;
-    ctx->micro_batch = b;
-    ctx->accum_steps = accum;
+    ctx->cost.geo.micro_batch = b;   /* what it was built for */
+    ctx->cost.geo.accum_steps = accum;
     /* every k of every g in 1, 2, 4, 8, 16 and hierarchical, recompute both ways, reduce-once both ways */
     const int n = ctx->n_ops, ro_ways = o->grad_reduce == OSDP_GRAD_REDUCE_AUTO && accum > 1 ? 2 : 1;
     const int cap = ro_ways * 2 * (2 + 3 + 5 + 9 + 17 + 1);

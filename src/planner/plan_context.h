@@ -35,7 +35,7 @@
  * true Z_u; Kpes (each at its smallest) bounds Z_u from above.  Per-choice
  * arrays are [n_ops * stride], choice c of operator i at PS_CHOICE(ctx, i, c). */
 typedef struct osdp_ps_context {
-    osdp_cost_model cost;
+    osdp_cost_model cost;             /* its geo: the micro-batch and accumulation it was built for */
     const osdp_planner_options *opts;
     int n_ops;
     int stride;                       /* the most choices of one operator (array stride) */
@@ -57,7 +57,6 @@ typedef struct osdp_ps_context {
     long long *later_acts_optimistic; /* [n_ops] Kopt: each later acts_j at its largest */
     long long *later_acts_pessimistic; /* [n_ops] Kpes: each later acts_j at its smallest */
     long long fixed_bytes;            /* cst: workspace + every operator's smallest R */
-    int micro_batch, accum_steps;     /* what it was built for */
     int minimise_memory;              /* minimise the peak instead of the time */
     int incomplete;                   /* a search on it could not try every transient bound (plan_search.c) */
     int bound_only;                   /* built for osdp_ps_lp_bound / min_transient only: every choice kept */

@@ -138,8 +138,8 @@ oom:
 static osdp_status least_peak(const osdp_ps_context *ctx, long long *peak)
 {
     osdp_ps_context mem;
-    osdp_status s = osdp_ps_context_build(&mem, ctx->cost.layout, ctx->cost.dev, ctx->opts, ctx->micro_batch,
-                                          ctx->accum_steps, 1, ctx->cost.cuts, ctx->counters);
+    osdp_status s = osdp_ps_context_build(&mem, ctx->cost.layout, ctx->cost.dev, ctx->opts, ctx->cost.geo.micro_batch,
+                                          ctx->cost.geo.accum_steps, 1, ctx->cost.cuts, ctx->counters);
     if (s != OSDP_OK) return s;
     osdp_ps_best best = {.choice = malloc(sizeof(int) * (size_t)mem.n_ops)};
     if (!best.choice) s = osdp_error_set(OSDP_ERR_OOM, "planner: out of host memory");

@@ -217,8 +217,8 @@ static osdp_status plan_batch(const osdp_layout *L, const osdp_device *dev, cons
     if (s == OSDP_OK) {
         res->step_s = osdp_cost_step_time(&ctx.cost, &res->plan, b, accum);
         res->samples_per_s = (double)b * o->geo.n_ranks * accum / res->step_s;
-        res->plan.micro_batch = b;
-        res->plan.accum_steps = accum;
+        res->plan.geo.micro_batch = b;
+        res->plan.geo.accum_steps = accum;
         res->plan.predicted_step_s = res->step_s;
         res->plan.predicted_peak_bytes = (double)(res->runtime_peak >= 0 ? res->runtime_peak : res->peak_bytes);
     }
@@ -310,7 +310,7 @@ static osdp_status run_sched(const osdp_layout *layout, const osdp_device *dev, 
             return s;
         }
         if (!have || r.samples_per_s > res->samples_per_s
-            || (r.samples_per_s == res->samples_per_s && r.plan.micro_batch < res->plan.micro_batch)) {
+            || (r.samples_per_s == res->samples_per_s && r.plan.geo.micro_batch < res->plan.geo.micro_batch)) {
             if (have) osdp_planner_result_free(res);
             *res = r;
             have = 1;

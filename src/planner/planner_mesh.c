@@ -37,25 +37,25 @@ static osdp_status plan_candidate(const osdp_model_config *cfg, int seq_len, con
                                   const osdp_planner_options *o, osdp_tp_candidate *c, osdp_layout *layout,
                                   osdp_planner_result *res)
 {
-    osdp_status s = osdp_layout_build_tp(layout, cfg, seq_len, c->tp_size, o->vocab_quantum);
+    osdp_status s = osdp_layout_build_tp(layout, cfg, seq_len, c->geo.tp_size, o->vocab_quantum);
     if (s != OSDP_OK) {
         snprintf(c->excluded, sizeof c->excluded, "%s", osdp_error_message());
         return s;
     }
     osdp_planner_options per_mesh = *o;
-    per_mesh.geo.n_ranks = c->dp_size;   /* the planner's ranks: the data-parallel group of one rank's parts */
+    per_mesh.geo.n_ranks = c->geo.n_ranks;   /* the planner's ranks: the data-parallel group of one rank's parts */
     osdp_cost_hierarchy hier;   /* plan mode h at this mesh's levels, when offered and the group spans nodes */
-    if (!per_mesh.hierarchy) per_mesh.hierarchy = osdp_planner_hierarchy(o, dev, c->tp_size, c->dp_size, 1, &hier);
+    if (!per_mesh.hierarchy) per_mesh.hierarchy = osdp_planner_hierarchy(o, dev, c->geo.tp_size, c->geo.n_ranks, 1, &hier);
     osdp_device level;   /* two-level network: the data-parallel group's collectives at its level */
-    osdp_cost_device_for_mesh(dev, c->tp_size, c->dp_size, 1, &level);
+    osdp_cost_device_for_mesh(dev, c->geo.tp_size, c->geo.n_ranks, 1, &level);
     c->status = osdp_planner_run(layout, &level, &per_mesh, res);
     if (c->status == OSDP_OK) {
-        res->plan.tp_size = c->tp_size;
+        res->plan.geo.tp_size = c->geo.tp_size;
         c->step_s = res->step_s;
         c->samples_per_s = res->samples_per_s;
         c->peak_bytes = res->peak_bytes;
-        c->micro_batch = res->plan.micro_batch;
-        c->accum_steps = res->plan.accum_steps;
+        c->geo.micro_batch = res->plan.geo.micro_batch;
+        c->geo.accum_steps = res->plan.geo.accum_steps;
     } else {
         osdp_planner_result_free(res);
         osdp_layout_free(layout);
@@ -73,10 +73,10 @@ osdp_status osdp_planner_mesh(const osdp_model_config *cfg, int seq_len, const o
     if (tp != OSDP_TP_AUTO) {
         osdp_tp_candidate *c = &mesh->cand[0];
         mesh->n_candidates = 1;
-        c->tp_size = tp;
+        c->geo.tp_size = tp;
         exclusion(tp, N, dev, c->excluded, sizeof c->excluded);
         if (c->excluded[0]) return osdp_error_set(OSDP_ERR_INPUT, "%s", c->excluded);
-        c->dp_size = N / tp;
+        c->geo.n_ranks = N / tp;
         osdp_status s = plan_candidate(cfg, seq_len, dev, o, c, &mesh->layout, &mesh->result);
         if (s == OSDP_OK) mesh->best = 0;
         return s;
@@ -86,8 +86,8 @@ osdp_status osdp_planner_mesh(const osdp_model_config *cfg, int seq_len, const o
     for (int t = 1; t <= N && mesh->n_candidates < OSDP_MAX_TP_CANDIDATES; t++) {
         if (N % t != 0) continue;
         osdp_tp_candidate *c = &mesh->cand[mesh->n_candidates++];
-        c->tp_size = t;
-        c->dp_size = N / t;
+        c->geo.tp_size = t;
+        c->geo.n_ranks = N / t;
         exclusion(t, N, dev, c->excluded, sizeof c->excluded);
         if (c->excluded[0]) continue;
         osdp_layout layout;

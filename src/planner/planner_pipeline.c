@@ -65,7 +65,7 @@ void osdp_pipe_choice_cost_model(osdp_cost_model *cm, const osdp_pipe_choice *c,
                                  const osdp_planner_options *o, const osdp_layout *layout)
 {
     osdp_step_geometry geo = o->geo;
-    geo.n_ranks = c->dp_size;
+    geo.n_ranks = c->geo.n_ranks;
     osdp_cost_model_init(cm, layout, dev, &geo, o->cost, osdp_pipe_choice_hierarchy(c));
 }
 
@@ -86,24 +86,24 @@ static long long stage_replicated_bytes(const osdp_layout *layout, int lo, int h
 static void stage_options(const osdp_device *dev, const osdp_planner_options *o, int b, int M, const osdp_pipe_choice *c,
                           int s, osdp_stage_plan *st, osdp_planner_options *so, long long *replicated, long long *limit)
 {
-    const int P = c->pp_size;
+    const int P = c->geo.pp_size;
     memset(st, 0, sizeof *st);
-    st->lo = c->bounds[s];
-    st->hi = c->bounds[s + 1];
-    st->in_flight = osdp_pipe_in_flight(c->schedule, P, s, M);
+    st->lo = c->geo.stage_bounds[s];
+    st->hi = c->geo.stage_bounds[s + 1];
+    st->in_flight = osdp_pipe_in_flight(c->geo.pipe_schedule, P, s, M);
     st->schedule_peak = -1;
     *so = *o;
-    so->geo.n_ranks = c->dp_size;
+    so->geo.n_ranks = c->geo.n_ranks;
     so->hierarchy = osdp_pipe_choice_hierarchy(c);
     so->global_batch = 0;
     so->geo.micro_batch = b;
     so->verify = 0;   /* the stage's peak is checked against its schedule below, on the whole layout */
     so->recompute = o->recompute ? o->recompute + st->lo : NULL;
     so->stage_in_flight = st->in_flight;
-    so->stage_buffer_bytes = osdp_pipe_stage_buffer_bytes(&c->layout, c->bounds, s, b, st->in_flight);
+    so->stage_buffer_bytes = osdp_pipe_stage_buffer_bytes(&c->layout, c->geo.stage_bounds, s, b, st->in_flight);
     /* a baseline's replicated state (osdp_planner_options) is resident all
      * step: the stage's search sees the limit less it */
-    *replicated = stage_replicated_bytes(&c->layout, st->lo, st->hi, c->dp_size, o->replicated_bytes_per_param);
+    *replicated = stage_replicated_bytes(&c->layout, st->lo, st->hi, c->geo.n_ranks, o->replicated_bytes_per_param);
     *limit = (o->mem_limit > 0 ? o->mem_limit : dev->mem_limit) - *replicated;
     if (*replicated > 0) so->mem_limit = *limit;
 }
@@ -114,7 +114,7 @@ static void stage_options(const osdp_device *dev, const osdp_planner_options *o,
 static osdp_status stages_bound(const osdp_device *dev, const osdp_planner_options *o, int b, int M,
                                 const osdp_pipe_choice *c, const double *busy, double *bound)
 {
-    const int P = c->pp_size;
+    const int P = c->geo.pp_size;
     double before = 0, most = 0;
     for (int s = 0; s < P; s++) {
         double t = busy ? busy[s] : -1;
@@ -139,7 +139,7 @@ static osdp_status stages_bound(const osdp_device *dev, const osdp_planner_optio
         most = fmax(most, before + t);
         before += t / M;
     }
-    *bound = most + osdp_cost_step_sync_time(dev, c->tp_size, c->dp_size, P);
+    *bound = most + osdp_cost_step_sync_time(dev, c->geo.tp_size, c->geo.n_ranks, P);
     return OSDP_OK;
 }
 
@@ -151,7 +151,7 @@ static osdp_status stages_bound(const osdp_device *dev, const osdp_planner_optio
 static osdp_status plan_stages(const osdp_device *dev, const osdp_planner_options *o, int b, int M, osdp_pipe_choice *c,
                                osdp_stage_cache *cache, const int *classes, double cutoff, int *bounded)
 {
-    const int P = c->pp_size;
+    const int P = c->geo.pp_size;
     osdp_cost_model cm;
     osdp_pipe_choice_cost_model(&cm, c, dev, o, &c->layout);
     for (int s = 0; s < c->n_stages_planned; s++) osdp_planner_result_free(&c->stage[s].result);
@@ -183,9 +183,9 @@ static osdp_status plan_stages(const osdp_device *dev, const osdp_planner_option
         osdp_status status = OSDP_OK;
         int lowered = 0;
         /* a stage of the same contents, mesh, batch and pass order planned before: its result */
-        const osdp_stage_key key = {.tp = c->tp_size, .dp = c->dp_size, .pp = P, .receives = s > 0,
-                                    .in_flight = st->in_flight, .micro_batch = b, .micro_batches = M,
-                                    .schedule = (int)c->schedule, .n_ops = st->hi - st->lo,
+        const osdp_stage_key key = {.geo = {.tp_size = c->geo.tp_size, .n_ranks = c->geo.n_ranks, .pp_size = P,
+                                            .micro_batch = b, .accum_steps = M, .pipe_schedule = c->geo.pipe_schedule},
+                                    .receives = s > 0, .in_flight = st->in_flight, .n_ops = st->hi - st->lo,
                                     .classes = classes ? classes + st->lo : NULL, .recompute = so.recompute};
         const char *cached_why = NULL;
         int cached = cache && classes
@@ -205,7 +205,7 @@ static osdp_status plan_stages(const osdp_device *dev, const osdp_planner_option
             c->n_stages_planned = s + 1;
             if (status != OSDP_OK) break;
             copy_stage_plan(&st->result.plan, st->lo, &c->plan);
-            st->peak_bytes = osdp_pipe_stage_peak(&cm, &c->plan, c->bounds, P, s, c->schedule, b, M, NULL);
+            st->peak_bytes = osdp_pipe_stage_peak(&cm, &c->plan, c->geo.stage_bounds, P, s, c->geo.pipe_schedule, b, M, NULL);
             if (st->peak_bytes <= limit) {
                 if (lowered) st->result.gap = 1;   /* the plan of a lowered limit: not proven the fastest */
                 st->result.mem_limit = limit;
@@ -228,9 +228,9 @@ static osdp_status plan_stages(const osdp_device *dev, const osdp_planner_option
         }
         /* its operators' T_i: the stage plan's step less the scalar all-reduce that osdp_cost_step_time adds
          * (the pipeline's step adds it once, after the passes) */
-        st->busy_s = st->result.step_s - osdp_cost_step_sync_time(dev, c->tp_size, c->dp_size, 1);
+        st->busy_s = st->result.step_s - osdp_cost_step_sync_time(dev, c->geo.tp_size, c->geo.n_ranks, 1);
         st->replicated_bytes = replicated;
-        st->p2p_bytes = osdp_pipe_stage_p2p_bytes(&c->layout, c->bounds, P, s, b, M);
+        st->p2p_bytes = osdp_pipe_stage_p2p_bytes(&c->layout, c->geo.stage_bounds, P, s, b, M);
         if (cutoff >= 0 && isfinite(cutoff) && s + 1 < P) {   /* its own time for its bound: the rest may be left unplanned */
             busy[s] = st->busy_s;
             double bound;
@@ -249,11 +249,11 @@ static osdp_status plan_stages(const osdp_device *dev, const osdp_planner_option
  * and each stage's peak on its runtime schedule */
 static osdp_status assemble(const osdp_device *dev, const osdp_planner_options *o, int b, int M, osdp_pipe_choice *c)
 {
-    const int P = c->pp_size;
+    const int P = c->geo.pp_size;
     osdp_plan *whole = &c->plan;   /* the stages' plans, copied in by plan_stages */
-    whole->micro_batch = c->micro_batch = b;
-    whole->accum_steps = c->micro_batches = M;
-    whole->tp_size = c->tp_size;
+    c->geo.micro_batch = b;
+    c->geo.accum_steps = M;
+    whole->geo = c->geo;
     osdp_cost_model cm;
     osdp_pipe_choice_cost_model(&cm, c, dev, o, &c->layout);
     const osdp_cost_model *cms[OSDP_MAX_STAGES];
@@ -262,12 +262,12 @@ static osdp_status assemble(const osdp_device *dev, const osdp_planner_options *
         cms[s] = &cm;
         plans[s] = whole;
     }
-    osdp_status status = osdp_pipe_step_time(cms, plans, c->bounds, P, c->schedule, b, M, &c->timing);
+    osdp_status status = osdp_pipe_step_time(cms, plans, c->geo.stage_bounds, P, c->geo.pipe_schedule, b, M, &c->timing);
     if (status != OSDP_OK) return status;
     for (int s = 0; s < P; s++)
-        osdp_pipe_stage_passes(&cm, whole, c->bounds[s], c->bounds[s + 1], b, M, &c->stage[s].pass);
+        osdp_pipe_stage_passes(&cm, whole, c->geo.stage_bounds[s], c->geo.stage_bounds[s + 1], b, M, &c->stage[s].pass);
     c->step_s = c->timing.step_s;
-    c->samples_per_s = (double)b * c->dp_size * M / c->step_s;
+    c->samples_per_s = (double)b * c->geo.n_ranks * M / c->step_s;
     whole->predicted_step_s = c->step_s;
     c->memory_bottleneck = 0;
     long long most = -1;
@@ -290,17 +290,17 @@ osdp_status osdp_pipe_choice_verify(const osdp_device *dev, const osdp_planner_o
     const int check = o->verify && (dev->param_bytes == 4 || dev->param_bytes == 2) && dev->grad_bytes == 4
                       && dev->act_bytes == 4;
     if (!check) return OSDP_OK;
-    const int P = c->pp_size;
+    const int P = c->geo.pp_size;
     for (int s = 0; s < P; s++) {
         osdp_stage_plan *st = &c->stage[s];
-        osdp_schedule_options so = {.geo.n_ranks = c->dp_size, .geo.micro_batch = c->micro_batch,
-                                    .geo.accum_steps = c->micro_batches,
+        osdp_schedule_options so = {.geo.n_ranks = c->geo.n_ranks, .geo.micro_batch = c->geo.micro_batch,
+                                    .geo.accum_steps = c->geo.accum_steps,
                                     .geo.node_ranks = c->hierarchical ? c->hierarchy.node_ranks : 0,
                                     .geo.prefetch = o->geo.prefetch,
                                     .geo.weight_dtype = dev->param_bytes == 2 ? OSDP_BFLOAT16 : OSDP_FLOAT32,
                                     .geo.pad_quantum = o->geo.pad_quantum, .geo.pp_size = P, .pp_stage = s,
-                                    .geo.pipe_schedule = c->schedule};
-        memcpy(so.geo.stage_bounds, c->bounds, sizeof c->bounds);
+                                    .geo.pipe_schedule = c->geo.pipe_schedule};
+        memcpy(so.geo.stage_bounds, c->geo.stage_bounds, sizeof c->geo.stage_bounds);
         osdp_memory_prediction pr;
         osdp_status status = osdp_schedule_predict(&c->layout, &c->plan, &so, &pr);
         if (status != OSDP_OK) return status;
@@ -332,18 +332,20 @@ osdp_status osdp_planner_pipeline_cached(const osdp_model_config *cfg, int seq_l
     const double t0 = osdp_now_seconds();
     memset(out, 0, sizeof *out);
     const int N = o->geo.n_ranks;
+    out->geo = o->geo;   /* its prefetch, padding and weights; the mesh, the stages, b and M set below */
+    out->geo.micro_batch = out->geo.accum_steps = 0;
     if (tp < 1 || pp < 1 || pp > OSDP_MAX_STAGES || N % (tp * pp) != 0)
         return osdp_error_set(OSDP_ERR_INPUT, "--pp %d x --tp %d does not divide the %d ranks (--ranks): the mesh is "
                               "N = P x D x T, P at most %d", pp, tp, N, OSDP_MAX_STAGES);
-    out->pp_size = pp;
-    out->tp_size = tp;
-    out->dp_size = N / (tp * pp);
+    out->geo.pp_size = pp;
+    out->geo.tp_size = tp;
+    out->geo.n_ranks = N / (tp * pp);
     /* plan mode h at this mesh's levels (from the device as read), when offered and a data group spans nodes */
-    out->hierarchical = osdp_planner_hierarchy(o, dev, tp, out->dp_size, pp, &out->hierarchy) != NULL;
+    out->hierarchical = osdp_planner_hierarchy(o, dev, tp, out->geo.n_ranks, pp, &out->hierarchy) != NULL;
     osdp_device level;   /* two-level network: each group's collectives and messages at its level */
-    osdp_cost_device_for_mesh(dev, tp, out->dp_size, pp, &level);
+    osdp_cost_device_for_mesh(dev, tp, out->geo.n_ranks, pp, &level);
     dev = &level;
-    out->schedule = schedule;
+    out->geo.pipe_schedule = schedule;
     osdp_status s = OSDP_OK;
     if (layout) {   /* the caller's, built for T: a copy (the choice owns its layout) */
         out->layout = *layout;
@@ -354,7 +356,7 @@ osdp_status osdp_planner_pipeline_cached(const osdp_model_config *cfg, int seq_l
         return s;
     }
     out->layout_built = 1;
-    const int n_ops = out->layout.n_ops, D = out->dp_size, G = o->global_batch;
+    const int n_ops = out->layout.n_ops, D = out->geo.n_ranks, G = o->global_batch;
     if (pp > n_ops)
         return osdp_error_set(OSDP_ERR_INPUT, "--pp %d: the model has %d operators, a stage needs at least one", pp, n_ops);
     if (G > 0 && G % D != 0)
@@ -362,14 +364,14 @@ osdp_status osdp_planner_pipeline_cached(const osdp_model_config *cfg, int seq_l
                               "stage (%d ranks = PP %d x DP %d x TP %d)", G, D, N, pp, D, tp);
     if ((s = osdp_plan_alloc(&out->plan, n_ops)) != OSDP_OK) return s;
     if (bounds) {
-        memcpy(out->bounds, bounds, sizeof(int) * (size_t)(pp + 1));
+        memcpy(out->geo.stage_bounds, bounds, sizeof(int) * (size_t)(pp + 1));
         out->bounds_given = 1;
     } else {
         osdp_step_geometry geo = o->geo;
         geo.n_ranks = D;
         osdp_cost_model cm;
         osdp_cost_model_init(&cm, &out->layout, dev, &geo, o->cost, NULL);
-        if ((s = osdp_planner_stage_split(&cm, NULL, 1, 1, pp, out->bounds)) != OSDP_OK) return s;
+        if ((s = osdp_planner_stage_split(&cm, NULL, 1, 1, pp, out->geo.stage_bounds)) != OSDP_OK) return s;
     }
     /* the operators' content classes, for the cache's keys (none: every stage searched) */
     int *own_classes = cache && !classes_in ? malloc(sizeof *own_classes * (size_t)n_ops) : NULL;
@@ -403,8 +405,8 @@ osdp_status osdp_planner_pipeline_cached(const osdp_model_config *cfg, int seq_l
             break;   /* a larger micro-batch needs more memory on every stage */
         }
         if (s != OSDP_OK) break;
-        out->micro_batch = b;
-        out->micro_batches = M;
+        out->geo.micro_batch = b;
+        out->geo.accum_steps = M;
         if (!have_best || out->samples_per_s > best.samples_per_s) {
             /* keep this one: move its stages' plans into best */
             if (have_best) {
@@ -449,15 +451,15 @@ osdp_status osdp_pipe_split_bound(const osdp_layout *layout, const osdp_device *
 {
     osdp_pipe_choice *c = calloc(1, sizeof *c);   /* the mesh's view of the layout; nothing planned, nothing owned */
     if (!c) return osdp_error_set(OSDP_ERR_OOM, "3D search: out of host memory");
-    c->pp_size = pp;
-    c->tp_size = tp;
-    c->dp_size = o->geo.n_ranks / (tp * pp);
-    c->schedule = schedule;
+    c->geo.pp_size = pp;
+    c->geo.tp_size = tp;
+    c->geo.n_ranks = o->geo.n_ranks / (tp * pp);
+    c->geo.pipe_schedule = schedule;
     c->layout = *layout;
-    memcpy(c->bounds, bounds, sizeof(int) * (size_t)(pp + 1));
-    c->hierarchical = osdp_planner_hierarchy(o, dev_in, tp, c->dp_size, pp, &c->hierarchy) != NULL;
+    memcpy(c->geo.stage_bounds, bounds, sizeof(int) * (size_t)(pp + 1));
+    c->hierarchical = osdp_planner_hierarchy(o, dev_in, tp, c->geo.n_ranks, pp, &c->hierarchy) != NULL;
     osdp_device level;
-    osdp_cost_device_for_mesh(dev_in, tp, c->dp_size, pp, &level);
+    osdp_cost_device_for_mesh(dev_in, tp, c->geo.n_ranks, pp, &level);
     osdp_status s = stages_bound(&level, o, b, M, c, NULL, bound);
     free(c);
     return s;

@@ -74,8 +74,8 @@ static unsigned long long mix(unsigned long long h, long long v)
 
 static unsigned long long key_hash(const osdp_stage_key *k)
 {
-    const int head[] = {k->tp, k->dp, k->pp, k->receives, k->in_flight, k->micro_batch, k->micro_batches, k->schedule,
-                        k->n_ops};
+    const int head[] = {k->geo.tp_size, k->geo.n_ranks, k->geo.pp_size, k->receives, k->in_flight, k->geo.micro_batch,
+                        k->geo.accum_steps, (int)k->geo.pipe_schedule, k->n_ops};
     unsigned long long h = 1469598103934665603ULL;
     for (size_t i = 0; i < sizeof head / sizeof *head; i++) h = mix(h, head[i]);
     for (int i = 0; i < k->n_ops; i++) h = mix(h, k->classes[i] * 2 + (k->recompute && k->recompute[i] ? 1 : 0));
@@ -84,9 +84,9 @@ static unsigned long long key_hash(const osdp_stage_key *k)
 
 static int same_key(const osdp_stage_key *a, const osdp_stage_key *b)
 {
-    if (a->tp != b->tp || a->dp != b->dp || a->pp != b->pp || a->receives != b->receives
-        || a->in_flight != b->in_flight || a->micro_batch != b->micro_batch || a->micro_batches != b->micro_batches
-        || a->schedule != b->schedule || a->n_ops != b->n_ops)
+    if (a->geo.tp_size != b->geo.tp_size || a->geo.n_ranks != b->geo.n_ranks || a->geo.pp_size != b->geo.pp_size
+        || a->receives != b->receives || a->in_flight != b->in_flight || a->geo.micro_batch != b->geo.micro_batch
+        || a->geo.accum_steps != b->geo.accum_steps || a->geo.pipe_schedule != b->geo.pipe_schedule || a->n_ops != b->n_ops)
         return 0;
     for (int i = 0; i < a->n_ops; i++)
         if (a->classes[i] != b->classes[i]

@@ -19,7 +19,10 @@
 #include "osdp/planner.h"
 
 typedef struct osdp_stage_key {
-    int tp, dp, pp, receives, in_flight, micro_batch, micro_batches, schedule, n_ops;
+    /* the mesh (geo.tp_size, geo.n_ranks: D, geo.pp_size), b = geo.micro_batch, M = geo.accum_steps and
+     * geo.pipe_schedule; its other fields are not part of the key */
+    osdp_step_geometry geo;
+    int receives, in_flight, n_ops;
     const int *classes;       /* [n_ops] each operator's content class (osdp_stage_classes) */
     const int *recompute;     /* [n_ops] the stage's fixed recompute flags, or NULL */
 } osdp_stage_key;

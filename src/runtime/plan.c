@@ -20,7 +20,7 @@ osdp_status osdp_plan_alloc(osdp_plan *plan, int n_ops)
         osdp_plan_free(plan);
         return osdp_error_set(OSDP_ERR_OOM, "plan: out of host memory");
     }
-    plan->accum_steps = 1;
+    plan->geo.accum_steps = 1;
     osdp_plan_fill(plan, 0);
     return OSDP_OK;
 }
@@ -45,9 +45,7 @@ osdp_status osdp_plan_copy(osdp_plan *dst, const osdp_plan *src)
     memcpy(dst->recompute, src->recompute, bytes);
     memcpy(dst->hierarchical, src->hierarchical, bytes);
     if (src->reduce_once) memcpy(dst->reduce_once, src->reduce_once, bytes);
-    dst->micro_batch = src->micro_batch;
-    dst->accum_steps = src->accum_steps;
-    dst->tp_size = src->tp_size;
+    dst->geo = src->geo;
     dst->predicted_step_s = src->predicted_step_s;
     dst->predicted_peak_bytes = src->predicted_peak_bytes;
     return OSDP_OK;
@@ -153,11 +151,11 @@ static int plan_handler(void *user, const char *section, const char *key, const 
                                         value);
             return 0;
         }
-        if (st->plan->tp_size) {
+        if (st->plan->geo.tp_size) {
             st->status = osdp_error_set(OSDP_ERR_INPUT, "tp given twice");
             return 0;
         }
-        st->plan->tp_size = (int)tp;
+        st->plan->geo.tp_size = (int)tp;
         return 1;
     }
     int k, g, hier, rc, once;
@@ -272,8 +270,8 @@ void osdp_plan_write(const osdp_plan *plan, const osdp_layout *layout, FILE *out
     char mode[16];
     fprintf(out, "# osdp plan for %s: operator = dp | zdp | h | k/g (k of g slices ZDP) [recompute] [reduce-once]\n",
             layout->cfg.name);
-    if (plan->tp_size > 0)
-        fprintf(out, "tp = %d   ; the tensor-parallel degree: the modes apply to each rank's parts\n", plan->tp_size);
+    if (plan->geo.tp_size > 0)
+        fprintf(out, "tp = %d   ; the tensor-parallel degree: the modes apply to each rank's parts\n", plan->geo.tp_size);
     for (int i = 0; i < plan->n_ops; i++)
         fprintf(out, "%s = %s%s%s\n", layout->op[i].name, osdp_plan_mode_name(plan, i, mode, sizeof mode),
                 plan->recompute[i] ? " recompute" : "", plan->reduce_once && plan->reduce_once[i] ? " reduce-once" : "");
@@ -289,8 +287,8 @@ unsigned long long osdp_plan_hash(const osdp_plan *plan)
         if (plan->hierarchical[i]) h = (h ^ 0x68u) * 1099511628211ULL;   /* without one: as before */
         if (plan->reduce_once && plan->reduce_once[i]) h = (h ^ 0x72u) * 1099511628211ULL;   /* likewise */
     }
-    h = (h ^ (unsigned)plan->micro_batch) * 1099511628211ULL;
-    if (plan->tp_size > 1) h = (h ^ (unsigned)plan->tp_size) * 1099511628211ULL;   /* tp 1 or unstated: as before */
+    h = (h ^ (unsigned)plan->geo.micro_batch) * 1099511628211ULL;
+    if (plan->geo.tp_size > 1) h = (h ^ (unsigned)plan->geo.tp_size) * 1099511628211ULL;   /* tp 1 or unstated: as before */
     return h;
 }
 
@@ -310,8 +308,8 @@ int osdp_plan_count_reduce_once(const osdp_plan *plan)
 
 osdp_status osdp_plan_check_tp(const osdp_plan *plan, int tp_size, const char *origin)
 {
-    if (plan->tp_size == 0 || plan->tp_size == tp_size) return OSDP_OK;
+    if (plan->geo.tp_size == 0 || plan->geo.tp_size == tp_size) return OSDP_OK;
     return osdp_error_set(OSDP_ERR_INPUT, "%s is a plan for tensor-parallel degree tp = %d, but this run has --tp %d "
-                          "(plan again with --tp %d, or run with --tp %d)", origin, plan->tp_size, tp_size, tp_size,
-                          plan->tp_size);
+                          "(plan again with --tp %d, or run with --tp %d)", origin, plan->geo.tp_size, tp_size, tp_size,
+                          plan->geo.tp_size);
 }
