@@ -49,12 +49,13 @@ typedef struct osdp_ckpt_info {
     long step;                     /* optimizer steps done = data position */
     unsigned long long seed;       /* weights and data order (RNG state: seed, step) */
     int n_ranks;                   /* ranks at save time */
-    int mesh_tp, mesh_dp, mesh_pp; /* the mesh at save time: tensor x data x pipeline degrees (tp x dp x pp =
-                                      n_ranks; files from before the mesh: 1 x n_ranks x 1) */
+    /* the step at save time (osdp/geometry.h; the root attributes mesh_tp, mesh_dp, mesh_pp, micro_batch
+     * and accum_steps): the mesh geo.tp_size x geo.n_ranks (data) x geo.pp_size = n_ranks (files from
+     * before the mesh: 1 x n_ranks x 1), geo.micro_batch and geo.accum_steps; its other fields 0 */
+    osdp_step_geometry geo;
     unsigned long long model_hash; /* osdp_model_config_hash() */
     char model_name[64];
     unsigned long long plan_hash;  /* osdp_plan_hash() of the plan at save time */
-    int micro_batch, accum_steps;  /* batch geometry at save time */
     long global_batch;             /* sequences per optimizer step */
     int seq_len;
     osdp_optim_config optim;       /* optimizer settings at save time */

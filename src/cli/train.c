@@ -152,7 +152,7 @@ static osdp_status resolve_setup(const osdp_job *job, const osdp_ckpt_info *resu
         /* without --batch, the checkpoint's micro-batch when it still fits
          * the rank count, else one micro-step per optimizer step */
         if (t->micro_batch && !osdp_option_given(job, "batch")) {
-            int saved = resumed->micro_batch;
+            int saved = resumed->geo.micro_batch;
             t->micro_batch = saved > 0 && t->global_batch % (saved * dp_ranks) == 0 ? saved
                            : t->global_batch % dp_ranks == 0 ? t->global_batch / dp_ranks : t->micro_batch;
         }

@@ -61,9 +61,9 @@ static osdp_status read_mesh(hid_t file, const char *where, osdp_ckpt_info *info
             s = osdp_error_set(OSDP_ERR_INPUT, "%s: attributes mesh_tp x mesh_dp x mesh_pp = %lld x %lld x %lld do not "
                                "make n_ranks = %d", where, (long long)tp, (long long)dp, (long long)pp, info->n_ranks);
     }
-    info->mesh_tp = (int)tp;
-    info->mesh_dp = (int)dp;
-    info->mesh_pp = (int)pp;
+    info->geo.tp_size = (int)tp;
+    info->geo.n_ranks = (int)dp;
+    info->geo.pp_size = (int)pp;
     return s;
 }
 
@@ -122,9 +122,9 @@ static osdp_status read_root(hid_t file, const char *path, osdp_ckpt_info *info,
     TRYS(ckpt_attr_read_u64(file, where, "plan_hash", &u));
     info->plan_hash = u;
     TRYS(ckpt_attr_read_i64(file, where, "micro_batch", &v));
-    info->micro_batch = (int)v;
+    info->geo.micro_batch = (int)v;
     TRYS(ckpt_attr_read_i64(file, where, "accum_steps", &v));
-    info->accum_steps = (int)v;
+    info->geo.accum_steps = (int)v;
     TRYS(ckpt_attr_read_i64(file, where, "global_batch", &v));
     info->global_batch = (long)v;
     TRYS(ckpt_attr_read_i64(file, where, "seq_len", &v));
