@@ -63,7 +63,8 @@ START_TEST(test_peak_equals_schedule)
             const osdp_device dev = {.param_bytes = (int)osdp_dtype_size(weights), .grad_bytes = 4, .act_bytes = 4};
             const osdp_cost_hierarchy hier = {.node_ranks = R};
             osdp_cost_model cm;
-            osdp_cost_model_init(&cm, &L, &dev, &(osdp_step_geometry){.n_ranks = N, .pad_quantum = quantum, .prefetch = prefetch}, OSDP_COST_PAPER, &hier);
+            osdp_cost_model_init(&cm, &L, &dev, &(osdp_step_geometry){.n_ranks = N, .pad_quantum = quantum,
+                                                                      .prefetch = prefetch}, OSDP_COST_PAPER, &hier);
             ck_assert_msg(osdp_cost_peak(&cm, &plan, b, NULL) == (long long)pred.peak_total,
                           "%s N=%d R=%d b=%d prefetch %d: closed form %lld, schedule %zu", models[mi], N, R, b, prefetch,
                           osdp_cost_peak(&cm, &plan, b, NULL), pred.peak_total);

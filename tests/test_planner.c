@@ -240,7 +240,8 @@ START_TEST(test_peak_equals_runtime)
                         d.param_bytes = r & 2 ? 2 : 4;
                         osdp_dtype wt = r & 2 ? OSDP_BFLOAT16 : OSDP_FLOAT32;
                         osdp_cost_model cm;
-                        osdp_cost_model_init(&cm, &L, &d, &(osdp_step_geometry){.n_ranks = Ns[ni], .prefetch = pf}, OSDP_COST_PAPER, NULL);
+                        osdp_cost_model_init(&cm, &L, &d, &(osdp_step_geometry){.n_ranks = Ns[ni], .prefetch = pf},
+                                             OSDP_COST_PAPER, NULL);
                         osdp_memory_prediction pr;
                         ck_assert(osdp_memory_predict(&L, &p, Ns[ni], b, 1 + (r & 1), pf, wt, &pr) == OSDP_OK);
                         long long model = osdp_cost_peak(&cm, &p, b, NULL);

@@ -64,7 +64,7 @@ static osdp_planner_options options(void)
 
 typedef struct brute_best {
     double step_s;
-    int tp, pp, micro_batch;
+    osdp_step_geometry geo;   /* its mesh (tp_size, pp_size) and micro_batch */
     long long evaluated;
 } brute_best;
 
@@ -84,7 +84,8 @@ static void brute_split(const osdp_layout *L, const osdp_device *lvl, int tp, in
     osdp_plan plan;
     ck_assert(osdp_plan_alloc(&plan, n) == OSDP_OK);
     osdp_cost_model cm;
-    osdp_cost_model_init(&cm, L, lvl, &(osdp_step_geometry){.n_ranks = D, .pad_quantum = 1, .prefetch = 1}, OSDP_COST_PAPER, NULL);
+    osdp_cost_model_init(&cm, L, lvl, &(osdp_step_geometry){.n_ranks = D, .pad_quantum = 1, .prefetch = 1},
+                         OSDP_COST_PAPER, NULL);
     const osdp_cost_model *cms[OSDP_MAX_STAGES];
     const osdp_plan *plans[OSDP_MAX_STAGES];
     for (int s = 0; s < pp; s++) {
@@ -110,9 +111,9 @@ static void brute_split(const osdp_layout *L, const osdp_device *lvl, int tp, in
         ck_assert(osdp_pipe_step_time(cms, plans, bounds, pp, OSDP_PIPE_1F1B, b, M, &t) == OSDP_OK);
         if (best->step_s < 0 || t.step_s < best->step_s * (1 - 1e-12)) {
             best->step_s = t.step_s;
-            best->tp = tp;
-            best->pp = pp;
-            best->micro_batch = b;
+            best->geo.tp_size = tp;
+            best->geo.pp_size = pp;
+            best->geo.micro_batch = b;
         }
     }
     osdp_plan_free(&plan);
@@ -182,7 +183,8 @@ static long long flat_dp_peak(const osdp_model_config *cfg, const osdp_device *d
     ck_assert(osdp_plan_alloc(&plan, L.n_ops) == OSDP_OK);
     osdp_plan_fill(&plan, 0);
     osdp_cost_model cm;
-    osdp_cost_model_init(&cm, &L, dev, &(osdp_step_geometry){.n_ranks = RANKS, .pad_quantum = 1, .prefetch = 1}, OSDP_COST_PAPER, NULL);
+    osdp_cost_model_init(&cm, &L, dev, &(osdp_step_geometry){.n_ranks = RANKS, .pad_quantum = 1, .prefetch = 1},
+                         OSDP_COST_PAPER, NULL);
     const long long peak = osdp_cost_peak(&cm, &plan, GLOBAL_BATCH / RANKS, NULL);
     osdp_plan_free(&plan);
     osdp_layout_free(&L);
@@ -215,8 +217,8 @@ START_TEST(test_3d_matches_exhaustive)
         ck_assert_msg(res.status == OSDP_OK, "limit x%.2f: the search found nothing: %s", fractions[f], res.message);
         ck_assert_msg(close_rel(res.best.step_s, brute.step_s, 1e-9),
                       "limit x%.2f: search PP %d TP %d b %d step %.9g s, exhaustive PP %d TP %d b %d step %.9g s",
-                      fractions[f], res.best.geo.pp_size, res.best.geo.tp_size, res.best.geo.micro_batch, res.best.step_s, brute.pp,
-                      brute.tp, brute.micro_batch, brute.step_s);
+                      fractions[f], res.best.geo.pp_size, res.best.geo.tp_size, res.best.geo.micro_batch, res.best.step_s,
+                      brute.geo.pp_size, brute.geo.tp_size, brute.geo.micro_batch, brute.step_s);
         for (int s = 0; s < res.best.geo.pp_size; s++)
             ck_assert(res.best.stage[s].peak_bytes <= dev.mem_limit);
         osdp_3d_result_free(&res);
@@ -261,8 +263,8 @@ START_TEST(test_3d_recompute_matches_exhaustive)
                           (int)modes[m], fractions[f], res.message);
             ck_assert_msg(close_rel(res.best.step_s, brute.step_s, 1e-9), "recompute %d, limit x%.2f: search PP %d TP %d b "
                           "%d step %.9g s, exhaustive PP %d TP %d b %d step %.9g s", (int)modes[m], fractions[f],
-                          res.best.geo.pp_size, res.best.geo.tp_size, res.best.geo.micro_batch, res.best.step_s, brute.pp, brute.tp,
-                          brute.micro_batch, brute.step_s);
+                          res.best.geo.pp_size, res.best.geo.tp_size, res.best.geo.micro_batch, res.best.step_s,
+                          brute.geo.pp_size, brute.geo.tp_size, brute.geo.micro_batch, brute.step_s);
             int rc = 0, can = 0;
             for (int i = 0; i < res.best.plan.n_ops; i++) {
                 const int may = osdp_op_can_recompute(res.best.layout.op[i].type);

@@ -352,9 +352,11 @@ START_TEST(test_stage_peak_is_the_schedule)
                 d.param_bytes = bf16 ? 2 : 4;
                 d.grad_bytes = d.act_bytes = 4;
                 osdp_cost_model cm;
-                osdp_cost_model_init(&cm, &L, &d, &(osdp_step_geometry){.n_ranks = N, .prefetch = prefetch}, OSDP_COST_PAPER, NULL);
+                osdp_cost_model_init(&cm, &L, &d, &(osdp_step_geometry){.n_ranks = N, .prefetch = prefetch},
+                                     OSDP_COST_PAPER, NULL);
                 for (int s = 0; s < P; s++) {
-                    osdp_schedule_options so = {.geo.n_ranks = N, .geo.micro_batch = B, .geo.accum_steps = M, .geo.prefetch = prefetch,
+                    osdp_schedule_options so = {.geo.n_ranks = N, .geo.micro_batch = B, .geo.accum_steps = M,
+                                                .geo.prefetch = prefetch,
                                                 .geo.weight_dtype = bf16 ? OSDP_BFLOAT16 : OSDP_FLOAT32, .geo.pp_size = P,
                                                 .pp_stage = s, .geo.pipe_schedule = kind};
                     memcpy(so.geo.stage_bounds, bounds, sizeof(int) * (size_t)(P + 1));

@@ -139,7 +139,8 @@ static int check_case(const osdp_layout *L, const step_case *c, int trials)
             continue;
         }
         osdp_cost_model cm;
-        osdp_cost_model_init(&cm, L, &d, &(osdp_step_geometry){.n_ranks = c->N, .pad_quantum = c->quantum, .prefetch = c->prefetch}, OSDP_COST_PAPER, c->node_ranks ? &hier : NULL);
+        const osdp_step_geometry geo = {.n_ranks = c->N, .pad_quantum = c->quantum, .prefetch = c->prefetch};
+        osdp_cost_model_init(&cm, L, &d, &geo, OSDP_COST_PAPER, c->node_ranks ? &hier : NULL);
         const long long stage = osdp_pipe_stage_peak(&cm, &p, c->bounds, c->P, c->stage, c->schedule, c->B, c->accum,
                                                      NULL);
         ck_assert_msg(search <= schedule && stage == schedule,

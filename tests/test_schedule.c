@@ -197,7 +197,8 @@ static void check_plan(const osdp_layout *L, const osdp_plan *p, int N, int B, i
 
     osdp_device d = sizes_device(weights);
     osdp_cost_model cm;
-    osdp_cost_model_init(&cm, L, &d, &(osdp_step_geometry){.n_ranks = N, .pad_quantum = quantum, .prefetch = prefetch}, OSDP_COST_PAPER, NULL);
+    osdp_cost_model_init(&cm, L, &d, &(osdp_step_geometry){.n_ranks = N, .pad_quantum = quantum, .prefetch = prefetch},
+                         OSDP_COST_PAPER, NULL);
     long long closed = osdp_cost_peak(&cm, p, B, NULL);
     ck_assert_msg(closed == (long long)pr.peak_total,
                   "%s N=%d B=%d prefetch=%d %s quantum %d: closed form %lld, schedule %zu",

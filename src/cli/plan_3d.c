@@ -61,8 +61,8 @@ static void print_text(const osdp_model_config *cfg, const osdp_device *dev, con
     const osdp_pipe_choice *c = &res[OSDP_3D_OSDP].best;
     const osdp_3d_result *r = &res[OSDP_3D_OSDP];
     printf("\n3D+OSDP: PP %d x DP %d x TP %d, schedule %s, micro-batch %d x %d micro-batches: step %.3f ms; %d meshes "
-           "(%d pruned by their state), %d stage splits planned in %.1f ms (%.1f ms CPU)\n", c->geo.pp_size, c->geo.n_ranks, c->geo.tp_size,
-           osdp_pipe_schedule_name(c->geo.pipe_schedule), c->geo.micro_batch, c->geo.accum_steps, 1e3 * c->step_s,
+           "(%d pruned by their state), %d stage splits planned in %.1f ms (%.1f ms CPU)\n", c->geo.pp_size, c->geo.n_ranks,
+           c->geo.tp_size, osdp_pipe_schedule_name(c->geo.pipe_schedule), c->geo.micro_batch, c->geo.accum_steps, 1e3 * c->step_s,
            r->meshes, r->meshes_pruned, r->splits_planned, 1e3 * r->total_s, 1e3 * r->cpu_s);
     printf("  (bounds: %d of %d mesh x micro-batch candidates and %d splits left unplanned, their bound above the best "
            "step; %lld stage searches reused)\n", r->candidates_bounded, r->candidates, r->splits_bounded, r->stage_reuses);
@@ -104,7 +104,8 @@ static void print_json(const osdp_model_config *cfg, const osdp_device *dev, con
             char split[512];
             printf(",\"mesh\":{\"pp\":%d,\"dp\":%d,\"tp\":%d,\"stages\":\"%s\"},\"peak_bytes\":%lld", r->best.geo.pp_size,
                    r->best.geo.n_ranks, r->best.geo.tp_size,
-                   osdp_stage_split_format(r->best.geo.stage_bounds, r->best.geo.pp_size, split, sizeof split), largest_peak(&r->best));
+                   osdp_stage_split_format(r->best.geo.stage_bounds, r->best.geo.pp_size, split, sizeof split),
+                   largest_peak(&r->best));
             osdp_plan_json_pipe_choice("plan", &r->best, OSDP_OK);
         } else {
             printf(",\"error\":");
@@ -126,8 +127,10 @@ static int write_plan(const osdp_job *job, const osdp_device *dev, const osdp_pi
     fprintf(f, "# planned by osdp_gpt plan --pp auto for %lld ranks (PP %d x DP %d x TP %d) on device %s: micro-batch "
                "%d, %d micro-batches\n# (train with --pp %d --stages %s --schedule %s --tp %d --batch %d "
                "--global-batch %d); predicted step %.6g s, largest stage peak %.0f bytes\n",
-            job->ranks, c->geo.pp_size, c->geo.n_ranks, c->geo.tp_size, dev->name, c->geo.micro_batch, c->geo.accum_steps, c->geo.pp_size,
-            osdp_stage_split_format(c->geo.stage_bounds, c->geo.pp_size, split, sizeof split), osdp_pipe_schedule_name(c->geo.pipe_schedule),
+            job->ranks, c->geo.pp_size, c->geo.n_ranks, c->geo.tp_size, dev->name, c->geo.micro_batch, c->geo.accum_steps,
+            c->geo.pp_size,
+            osdp_stage_split_format(c->geo.stage_bounds, c->geo.pp_size, split, sizeof split),
+            osdp_pipe_schedule_name(c->geo.pipe_schedule),
             c->geo.tp_size, c->geo.micro_batch, c->geo.micro_batch * c->geo.accum_steps * c->geo.n_ranks, c->step_s,
             c->plan.predicted_peak_bytes);
     osdp_plan_write(&c->plan, &c->layout, f);

@@ -132,7 +132,8 @@ void osdp_plan_print(const osdp_layout *L, const osdp_device *dev, const osdp_pl
     char mesh[64] = "";
     if (L->tp_size > 1) snprintf(mesh, sizeof mesh, " (data-parallel; mesh TP %d x DP %d)", L->tp_size, o->geo.n_ranks);
     printf("osdp planner: device %s, %d ranks%s, limit %.3f GiB per rank; micro-batch %d, accumulation %d\n", dev->name,
-           o->geo.n_ranks, mesh, (double)r->mem_limit / (1024.0 * 1024.0 * 1024.0), r->plan.geo.micro_batch, r->plan.geo.accum_steps);
+           o->geo.n_ranks, mesh, (double)r->mem_limit / (1024.0 * 1024.0 * 1024.0), r->plan.geo.micro_batch,
+           r->plan.geo.accum_steps);
     osdp_plan_ops_table(L, &cm, r);
     print_summary("plan:", L, r, OSDP_OK, "");
     printf("search: %lld knapsacks over %d micro-batches in %.2f ms\n", r->searches, r->batches_tried, 1e3 * r->total_s);
@@ -211,7 +212,8 @@ static void print_mesh(const osdp_mesh_choice *mesh, int is_auto, int n_ranks, i
         if (k->excluded[0]) printf("  %5d %5d  excluded: %s\n", k->geo.tp_size, k->geo.n_ranks, k->excluded);
         else if (k->status != OSDP_OK) printf("  %5d %5d  no plan fits the memory limit\n", k->geo.tp_size, k->geo.n_ranks);
         else
-            printf("  %5d %5d %12d %6d %12.3f %12.3f %12s%s\n", k->geo.tp_size, k->geo.n_ranks, k->geo.micro_batch, k->geo.accum_steps,
+            printf("  %5d %5d %12d %6d %12.3f %12.3f %12s%s\n", k->geo.tp_size, k->geo.n_ranks, k->geo.micro_batch,
+                   k->geo.accum_steps,
                    1e3 * k->step_s, k->samples_per_s, osdp_mib((double)k->peak_bytes, pk, sizeof pk),
                    c == mesh->best ? "   <- chosen: highest samples/s" : "");
     }
@@ -441,7 +443,8 @@ int osdp_cmd_plan(const osdp_job *job)
                "alpha %.3g s beta %.3g s/B | %d ranks, search %s, cost model %s, prefetch %s, split %s, recompute %s\n",
                dev.name, osdp_format_bytes((double)(planner.mem_limit ? planner.mem_limit : dev.mem_limit), l, sizeof l),
                dev.param_bytes, dev.grad_bytes, as_given.all_gather.alpha, as_given.all_gather.beta,
-               as_given.reduce_scatter.alpha, as_given.reduce_scatter.beta, n_ranks, search, cost, planner.geo.prefetch ? "on" : "off", split_s,
+               as_given.reduce_scatter.alpha, as_given.reduce_scatter.beta, n_ranks, search, cost,
+               planner.geo.prefetch ? "on" : "off", split_s,
                osdp_option_word("recompute", job->recompute));
         if (tp_given) print_mesh(&mesh, job->tp == OSDP_TP_AUTO, n_ranks, tp, &dev);
         if (as_given.internode.given)
@@ -478,7 +481,8 @@ int osdp_cmd_plan(const osdp_job *job)
                        "accumulation %d\n# (train with --batch %d --global-batch %d%s); predicted step %.6g s, peak %lld "
                        "bytes\n",
                     n_ranks, tp, planner.geo.n_ranks, dev.name, r[0].plan.geo.micro_batch, r[0].plan.geo.accum_steps,
-                    r[0].plan.geo.micro_batch, r[0].plan.geo.micro_batch * r[0].plan.geo.accum_steps * planner.geo.n_ranks, tp_arg,
+                    r[0].plan.geo.micro_batch, r[0].plan.geo.micro_batch * r[0].plan.geo.accum_steps * planner.geo.n_ranks,
+                    tp_arg,
                     r[0].step_s, r[0].peak_bytes);
             r[0].plan.geo.tp_size = tp;   /* the plan states its mesh, tp = 1 too: train --tp 2 refuses it then */
             osdp_plan_write(&r[0].plan, &L, f);

@@ -39,7 +39,8 @@ static osdp_cost_model stage_cost_model(const osdp_pipe_choice *c, int s, const 
     osdp_cost_model cm;
     osdp_pipe_choice_cost_model(&cm, c, dev, o, sub);
     cm.in_flight = c->stage[s].in_flight;
-    cm.stage_buffer_bytes = osdp_pipe_stage_buffer_bytes(&c->layout, c->geo.stage_bounds, s, c->geo.micro_batch, c->stage[s].in_flight);
+    cm.stage_buffer_bytes = osdp_pipe_stage_buffer_bytes(&c->layout, c->geo.stage_bounds, s, c->geo.micro_batch,
+                                                         c->stage[s].in_flight);
     return cm;
 }
 
@@ -56,7 +57,8 @@ static void print_text(const osdp_model_config *cfg, const osdp_device *dev, con
            dev->p2p.beta, o->search == OSDP_SEARCH_DFS ? "dfs" : "exact", o->cost == OSDP_COST_OVERLAP ? "overlap" : "paper",
            o->geo.prefetch ? "on" : "off");
     printf("mesh: %lld ranks = PP %d x DP %d x TP %d; schedule %s; stages %s (%s)\n", job->ranks, P, c->geo.n_ranks,
-           c->geo.tp_size, osdp_pipe_schedule_name(c->geo.pipe_schedule), osdp_stage_split_format(c->geo.stage_bounds, P, split, sizeof split),
+           c->geo.tp_size, osdp_pipe_schedule_name(c->geo.pipe_schedule),
+           osdp_stage_split_format(c->geo.stage_bounds, P, split, sizeof split),
            c->bounds_given ? "--stages" : "balanced by the cost model's all-DP operator times");
     printf("pipeline: micro-batch %d x %d micro-batches per step: step %.3f ms, %.2f samples/s (%.0f tokens/s)\n",
            c->geo.micro_batch, c->geo.accum_steps, 1e3 * c->step_s, c->samples_per_s, c->samples_per_s * L->T);

@@ -49,7 +49,8 @@ static osdp_status load_weights(osdp_runtime *rt, osdp_plan *plan, osdp_comm *co
     plan->geo.micro_batch = plan->geo.accum_steps = 1;
     s = osdp_comm_create_mpi(comm, &(MPI_Comm){MPI_COMM_WORLD});
     if (s != OSDP_OK) return s;
-    osdp_runtime_options opt = {.geo.micro_batch = 1, .geo.accum_steps = 1, .geo.weight_dtype = OSDP_FLOAT32, .geo.pad_quantum = pad_quantum};
+    osdp_runtime_options opt = {.geo.micro_batch = 1, .geo.accum_steps = 1, .geo.weight_dtype = OSDP_FLOAT32,
+                                .geo.pad_quantum = pad_quantum};
     osdp_optim_defaults(&opt.optim);
     s = osdp_runtime_create(rt, layout, plan, comm, cpu, &opt);
     if (s != OSDP_OK) return s;

@@ -474,7 +474,8 @@ static osdp_status resume(osdp_train_ckpt *tc)
                in->global_batch != (long)tc->rt->B * tc->rt->N * tc->rt->opt.geo.accum_steps ? "; global batch changed" : "");
         char saved_mesh[64], our_mesh[64];
         describe_mesh(in->geo.tp_size, in->geo.n_ranks, in->geo.pp_size, saved_mesh, sizeof saved_mesh);
-        describe_mesh(tc->rt->layout->tp_size, tc->rt->N, tc->rt->opt.geo.pp_size > 1 ? tc->rt->opt.geo.pp_size : 1, our_mesh, sizeof our_mesh);
+        describe_mesh(tc->rt->layout->tp_size, tc->rt->N, tc->rt->opt.geo.pp_size > 1 ? tc->rt->opt.geo.pp_size : 1,
+                      our_mesh, sizeof our_mesh);
         printf("checkpoint: resuming a %s checkpoint on %s\n", saved_mesh, our_mesh);
         printf("checkpoint: loaded %.1f MB in %.3f s (%.1f MB/s)\n", in->bytes / 1e6, in->seconds,
                in->seconds > 0 ? in->bytes / 1e6 / in->seconds : 0.0);

@@ -87,7 +87,8 @@ static int op_slices(const osdp_cost_model *cm, int op, int *g, int *k, size_t *
         bounds[0] = 0;
         bounds[1] = cm->layout->op[op].numel;
     }
-    for (int s = 0; s < *g; s++) padded[s] = osdp_padded_numel_quantum(bounds[s + 1] - bounds[s], cm->geo.n_ranks, cm->geo.pad_quantum);
+    for (int s = 0; s < *g; s++) padded[s] = osdp_padded_numel_quantum(bounds[s + 1] - bounds[s], cm->geo.n_ranks,
+                                                                       cm->geo.pad_quantum);
     return *g;
 }
 

@@ -2,6 +2,7 @@
 #include "osdp/pipeline_interleave.h"
 #include "osdp/pipeline_cost.h"
 #include "osdp/schedule.h"
+#include "planner_pipeline.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -28,18 +29,15 @@ static osdp_status price(const osdp_pipe_choice *c, const osdp_cost_model *cm, o
 }
 
 /* every stage's peak on the runtime's schedule of its chunks, against the limit it was planned under */
-static osdp_status fit(const osdp_pipe_choice *c, const osdp_device *dev, const osdp_planner_options *o,
-                       osdp_interleave_option *x)
+static osdp_status fit(const osdp_pipe_choice *c, const osdp_device *dev, osdp_interleave_option *x)
 {
     const int P = c->geo.pp_size;
     x->fits = 1;
     for (int s = 0; s < P; s++) {
-        osdp_schedule_options so = {.geo.n_ranks = c->geo.n_ranks, .geo.micro_batch = c->geo.micro_batch,
-                                    .geo.accum_steps = c->geo.accum_steps,
-                                    .geo.node_ranks = c->hierarchical ? c->hierarchy.node_ranks : 0, .geo.prefetch = o->geo.prefetch,
-                                    .geo.weight_dtype = dev->param_bytes == 2 ? OSDP_BFLOAT16 : OSDP_FLOAT32,
-                                    .geo.pad_quantum = o->geo.pad_quantum, .geo.pp_size = P, .pp_stage = s,
-                                    .geo.pipe_schedule = OSDP_PIPE_INTERLEAVED, .geo.virtual_stages = x->V};
+        osdp_schedule_options so;
+        osdp_pipe_choice_stage_schedule(c, dev, s, &so);
+        so.geo.pipe_schedule = OSDP_PIPE_INTERLEAVED;
+        so.geo.virtual_stages = x->V;
         memcpy(so.geo.stage_bounds, x->bounds, sizeof x->bounds);
         osdp_memory_prediction pr;
         osdp_status st = osdp_schedule_predict(&c->layout, &c->plan, &so, &pr);
@@ -98,7 +96,7 @@ osdp_status osdp_pipe_interleave_search(const osdp_pipe_choice *c, const osdp_de
             snprintf(x->why, sizeof x->why, "%d micro-batches per step is not a multiple of --pp %d", M, P);
             continue;
         }
-        if ((st = price(c, &cm, x)) != OSDP_OK || (st = fit(c, dev, o, x)) != OSDP_OK) return st;
+        if ((st = price(c, &cm, x)) != OSDP_OK || (st = fit(c, dev, x)) != OSDP_OK) return st;
     }
     if (v_asked > 1 && out->n == 1) {
         osdp_interleave_option *x = &out->option[out->n++];

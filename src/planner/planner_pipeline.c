@@ -61,6 +61,13 @@ const osdp_cost_hierarchy *osdp_pipe_choice_hierarchy(const osdp_pipe_choice *c)
     return c->hierarchical ? &c->hierarchy : NULL;
 }
 
+void osdp_pipe_choice_stage_schedule(const osdp_pipe_choice *c, const osdp_device *dev, int s, osdp_schedule_options *so)
+{
+    *so = (osdp_schedule_options){.geo = c->geo, .pp_stage = s};   /* its prefetch and padding: the options' */
+    so->geo.node_ranks = c->hierarchical ? c->hierarchy.node_ranks : 0;
+    so->geo.weight_dtype = dev->param_bytes == 2 ? OSDP_BFLOAT16 : OSDP_FLOAT32;
+}
+
 void osdp_pipe_choice_cost_model(osdp_cost_model *cm, const osdp_pipe_choice *c, const osdp_device *dev,
                                  const osdp_planner_options *o, const osdp_layout *layout)
 {
@@ -293,14 +300,8 @@ osdp_status osdp_pipe_choice_verify(const osdp_device *dev, const osdp_planner_o
     const int P = c->geo.pp_size;
     for (int s = 0; s < P; s++) {
         osdp_stage_plan *st = &c->stage[s];
-        osdp_schedule_options so = {.geo.n_ranks = c->geo.n_ranks, .geo.micro_batch = c->geo.micro_batch,
-                                    .geo.accum_steps = c->geo.accum_steps,
-                                    .geo.node_ranks = c->hierarchical ? c->hierarchy.node_ranks : 0,
-                                    .geo.prefetch = o->geo.prefetch,
-                                    .geo.weight_dtype = dev->param_bytes == 2 ? OSDP_BFLOAT16 : OSDP_FLOAT32,
-                                    .geo.pad_quantum = o->geo.pad_quantum, .geo.pp_size = P, .pp_stage = s,
-                                    .geo.pipe_schedule = c->geo.pipe_schedule};
-        memcpy(so.geo.stage_bounds, c->geo.stage_bounds, sizeof c->geo.stage_bounds);
+        osdp_schedule_options so;
+        osdp_pipe_choice_stage_schedule(c, dev, s, &so);
         osdp_memory_prediction pr;
         osdp_status status = osdp_schedule_predict(&c->layout, &c->plan, &so, &pr);
         if (status != OSDP_OK) return status;

@@ -16,6 +16,7 @@
 #define OSDP_PLANNER_PIPELINE_H
 
 #include "osdp/planner.h"
+#include "osdp/schedule.h"
 #include "stage_cache.h"
 
 osdp_status osdp_planner_pipeline_cached(const osdp_model_config *cfg, int seq_len, const osdp_device *dev,
@@ -27,6 +28,10 @@ osdp_status osdp_planner_pipeline_cached(const osdp_model_config *cfg, int seq_l
  * planner verifies peaks (o->verify and the runtime's element sizes on dev); a difference from the cost
  * model's is OSDP_ERR_INTERNAL */
 osdp_status osdp_pipe_choice_verify(const osdp_device *dev, const osdp_planner_options *o, osdp_pipe_choice *c);
+
+/* the runtime's schedule options of stage s of c's pipeline: c's step, its node groups at c's levels, the
+ * weights of dev's element size */
+void osdp_pipe_choice_stage_schedule(const osdp_pipe_choice *c, const osdp_device *dev, int s, osdp_schedule_options *so);
 
 /* a lower bound on the step of the split `bounds` of the mesh P x T (D = o->geo.n_ranks / (T P)) at micro-batch
  * b of M: each stage's LP bound under its memory limit in the chain of planner_3d_bound.h, INFINITY when some
