@@ -227,7 +227,7 @@ void osdp_planner_result_free(osdp_planner_result *res);
  * exclusion is an OSDP_ERR_INPUT naming --tp, the ranks, the heads or the
  * node size.  No candidate fits: the status of the first candidate's
  * scheduler (OSDP_ERR_INFEASIBLE with its message); other errors are
- * returned as they are.  mesh->result.plan.tp_size is the chosen T. */
+ * returned as they are.  mesh->result.plan.geo.tp_size is the chosen T. */
 #define OSDP_TP_AUTO 0   /* the same value as --tp auto's (cli/options.h) */
 #define OSDP_MAX_TP_CANDIDATES 32
 
@@ -246,7 +246,7 @@ typedef struct osdp_mesh_choice {
     osdp_tp_candidate cand[OSDP_MAX_TP_CANDIDATES];
     int best;                 /* index in cand of the chosen T, -1 when none fits */
     osdp_layout layout;       /* the chosen T's layout (one rank's parts); free with the choice */
-    osdp_planner_result result;   /* the chosen T's plan (plan.tp_size = T) */
+    osdp_planner_result result;   /* the chosen T's plan (plan.geo.tp_size = T) */
 } osdp_mesh_choice;
 
 osdp_status osdp_planner_mesh(const osdp_model_config *cfg, int seq_len, const osdp_device *dev,
@@ -308,7 +308,7 @@ typedef struct osdp_pipe_choice {
     osdp_stage_plan stage[OSDP_MAX_STAGES];
     osdp_layout layout;       /* one rank's parts (tp_size); valid when layout_built */
     int layout_built;
-    osdp_plan plan;           /* the whole model's: the stages' plans in order (plan.tp_size = T) */
+    osdp_plan plan;           /* the whole model's: the stages' plans in order (plan.geo = geo) */
     osdp_pipe_timing timing;
     double step_s, samples_per_s;     /* timing.step_s; b D M / step_s */
     int memory_bottleneck;    /* the stage of the largest peak (schedule peak where evaluated) */
