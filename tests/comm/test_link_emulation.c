@@ -1,4 +1,4 @@
-/* The emulated link on real MPI ranks (tests/system/test_twolevel.sh runs it under
+/* The emulated link on real MPI ranks (tests/system/test_emulated_link.sh runs it under
  * mpiexec -n 4, as 2 emulated nodes of 2 ranks): a collective or message
  * whose group spans the two nodes takes at least the link's time
  * (osdp_link_floor_seconds, measured on every rank from the call to its

@@ -1,5 +1,5 @@
-# Sourced by the checkpoint tests on a mesh (test_tp_checkpoint.sh,
-# test_pp_checkpoint.sh), after test_lib.sh: the HDF5 tools they read files
+# Sourced by the checkpoint tests on a mesh (test_checkpoint_mesh.sh,
+# test_checkpoint_pipeline.sh), after test_lib.sh: the HDF5 tools they read files
 # with, their model, a training run, losses from a log, attributes and
 # tensors of a checkpoint.
 unset OSDP_CKPT_MPIO OSDP_CKPT_CRASH_AT OSDP_CKPT_CRASH_STEP OSDP_CKPT_CRASH_RANK OSDP_CKPT_MAX_ELEMS \

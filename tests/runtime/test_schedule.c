@@ -22,7 +22,7 @@
  *             measured too where one rank can run it (a padded vocabulary
  *             at tp 1)
  * Runs on one MPI rank (the runtime needs a communicator); the measured
- * peaks on 4 ranks are checked by tests/system/run_mpi_tests.sh, on meshes by
+ * peaks on 4 ranks are checked by tests/system/test_invariants.sh, on meshes by
  * tests/system/test_mesh.sh. */
 #include "config.h"
 

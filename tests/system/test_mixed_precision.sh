@@ -79,7 +79,7 @@ else bad "limit $lim: bf16 rc=$rc16 fp32 rc=$rc32 auto rc=$rca" "$WORK/plan_bf16
 #       The uninterrupted run is bf16_zdp (part 1: the same options); --lr-steps 10 gives the saved
 #       run its schedule.  Independent MPI-IO: the precision does not change what a rank writes or
 #       reads (fp32 shards), and collective rounds, slow on oversubscribed cores, are proven by
-#       tests/system/test_checkpoint.sh
+#       tests/system/test_checkpoint_resume.sh
 OSDP_CKPT_MPIO=independent run 4 ck_first --steps 5 --lr-steps 10 --batch 2 --plan zdp --precision bf16 \
     --ckpt-dir "$WORK/ck" || bad "bf16 run with a save" "$WORK/ck_first.err"
 OSDP_CKPT_MPIO=independent run 4 ck_rest --steps 10 --batch 2 --plan zdp --precision bf16 \

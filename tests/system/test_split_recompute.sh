@@ -86,7 +86,7 @@ else bad "recompute traffic: dp $agdp, zdp blocks $agb, with recompute $agrc, rs
 #       step 3 follows its schedule (--lr-steps 10).  The save uses collective MPI-IO (the default:
 #       every rank makes the same number of calls per slice, in ck_transfer, which loads too); the
 #       two loads use independent MPI-IO: with 4 slices per operator a collective save or load took
-#       40 s of CPU on 4 oversubscribed ranks, and tests/system/test_checkpoint.sh proves collective loads
+#       40 s of CPU on 4 oversubscribed ranks, and tests/system/test_checkpoint_resume.sh proves collective loads
 C="$WORK/ckpt"
 run 4 ck_first --steps 3 --lr-steps 10 --batch 2 --plan "$WORK/split.plan" --ckpt-dir "$C" || bad "split run with a save" "$WORK/ck_first.err"
 OSDP_CKPT_MPIO=independent run 4 ck_resume --steps 6 --batch 2 --plan "$WORK/split.plan" --resume "$C/step_00000003.h5" || bad "split resume ran" "$WORK/ck_resume.err"

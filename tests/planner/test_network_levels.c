@@ -4,7 +4,7 @@
  * meshes' data-parallel groups span nodes, the cost model's pricing of each
  * level against hand-computed times, and the --emulate-link /
  * --ranks-per-node parsing and the emulated link's floor.  The floor on real
- * ranks: tests/comm/test_link_emulation.c (tests/system/test_twolevel.sh). */
+ * ranks: tests/comm/test_link_emulation.c (tests/system/test_emulated_link.sh). */
 #include "config.h"
 
 #include "check_main.h"
@@ -58,7 +58,7 @@ START_TEST(test_device_internode_sections)
     ck_assert_msg(parse_with(&d, DEVICE_HEAD, with_p2p) == OSDP_OK, "%s", osdp_error_message());
     ck_assert(d.internode.p2p.alpha == 7e-6 && d.internode.p2p.beta == 3e-10);
     /* written and read back */
-    char tmp[] = "/tmp/osdp_test_twolevel_XXXXXX";
+    char tmp[] = "/tmp/osdp_test_network_levels_XXXXXX";
     int fd = mkstemp(tmp);
     ck_assert(fd >= 0);
     close(fd);
@@ -270,7 +270,7 @@ START_TEST(test_link_floor)
 }
 END_TEST
 
-static Suite *twolevel_suite(void)
+static Suite *network_levels_suite(void)
 {
     const TTest *device[] = {test_device_internode_sections, test_device_internode_errors, test_shipped_devices_one_level,
                              NULL};
@@ -281,7 +281,7 @@ static Suite *twolevel_suite(void)
         {.name = "pricing", .tests = pricing},
         {.name = "link", .tests = link},
     };
-    return osdp_check_suite("twolevel", cases, sizeof cases / sizeof cases[0]);
+    return osdp_check_suite("network_levels", cases, sizeof cases / sizeof cases[0]);
 }
 
-const osdp_check_program osdp_check_this_program = {.suite = twolevel_suite};
+const osdp_check_program osdp_check_this_program = {.suite = network_levels_suite};

@@ -142,7 +142,7 @@ static Suite *verdict_suite(void)
 {
     const TTest *tests[] = {test_verdict_against_every_plan, NULL};
     const osdp_check_case cases[] = {{.name = "verdict", .tests = tests}};
-    return osdp_check_suite("plan_verdict", cases, sizeof cases / sizeof cases[0]);
+    return osdp_check_suite("planner_fit", cases, sizeof cases / sizeof cases[0]);
 }
 
 const osdp_check_program osdp_check_this_program = {.suite = verdict_suite};

@@ -7,7 +7,7 @@
 # level; bad values name their option.  Run by `make check` (OSDP_BUILDDIR,
 # OSDP_SRCDIR, MPIEXEC set).
 set -u
-. "$(dirname "$0")/../lib/test_lib.sh" twolevel-work
+. "$(dirname "$0")/../lib/test_lib.sh" emulated-link-work
 DEV="$SRC/input/devices/a100_40gb.ini"
 
 # -- 1. the floor: every collective kind and a message across the nodes take at least the link's time

@@ -5,7 +5,7 @@
 # Prints PASS/FAIL lines and "N passed, N failed"; exits 77 (skipped) when
 # the binary has no checkpoint options.
 set -u
-. "$(dirname "$0")/../lib/test_lib.sh" ckpt-work
+. "$(dirname "$0")/../lib/test_lib.sh" checkpoint-resume-work
 OPS="embed attn.0 mlp.0 attn.1 mlp.1 head"     # t_small's operators in layout order
 unset OSDP_CKPT_MPIO OSDP_CKPT_CRASH_AT OSDP_CKPT_CRASH_STEP OSDP_CKPT_CRASH_RANK OSDP_CKPT_MAX_ELEMS \
       OSDP_CKPT_FLETCHER32 OSDP_CKPT_TEST_FORMAT_VERSION

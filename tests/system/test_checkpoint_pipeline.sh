@@ -16,7 +16,7 @@
 #      last good checkpoint and `latest` intact; the resume is bitwise
 # Run by `make check` (OSDP_BUILDDIR, OSDP_SRCDIR, MPIEXEC).
 set -u
-. "$(dirname "$0")/../lib/test_lib.sh" pp-ckpt-work
+. "$(dirname "$0")/../lib/test_lib.sh" checkpoint-pipeline-work
 . "$(dirname "$0")/../lib/ckpt_mesh_lib.sh"   # the model (6 operators, 4 heads), run, losses_from, within, attr, export_model, model_is_dump, same_file
 show() { paste <(losses_from "$1" 4 loss) <(losses_from "$2" 4 loss) | sed 's/^/    /'; }
 

@@ -12,7 +12,7 @@
 #   5. bad combinations: a clear message naming the option, non-zero exit
 # Run by `make check` (OSDP_BUILDDIR, OSDP_SRCDIR, MPIEXEC).
 set -u
-. "$(dirname "$0")/../lib/test_lib.sh" tp-ckpt-work
+. "$(dirname "$0")/../lib/test_lib.sh" checkpoint-mesh-work
 . "$(dirname "$0")/../lib/ckpt_mesh_lib.sh"   # the model (4 heads), run, losses_from, within, attr, export_model, model_is_dump, same_file
 
 # -- 1. TP 2 x DP 2, a save at step 3 with collective MPI-IO (one: a collective save takes ~10 s of

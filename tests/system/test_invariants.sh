@@ -2,7 +2,7 @@
 # Multi-rank tests of DESIGN.md §5 with the real binary on real MPI ranks.
 # Run by `make check` (which sets OSDP_BUILDDIR, OSDP_SRCDIR, MPIEXEC); runs serially.
 set -u
-. "$(dirname "$0")/../lib/test_lib.sh" mpi-work
+. "$(dirname "$0")/../lib/test_lib.sh" invariants-work
 
 run() {   # run NRANKS NAME [train options...]: writes $WORK/NAME.{out,err,log}
     local n=$1 name=$2; shift 2
