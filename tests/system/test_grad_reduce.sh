@@ -33,7 +33,6 @@ run() {   # run NRANKS NAME MODEL [train options...]: writes $WORK/NAME.{out,err
         --seq-len $SEQ --global-batch $GLOBAL --batch 1 --lr 1e-3 --steps $S --log "$WORK/$name.log" "$@" \
         >"$WORK/$name.out" 2>"$WORK/$name.err" || bad "$name ran" "$WORK/$name.err"
 }
-summary_field() { grep '^summary' "$1" | sed -n "s/.* $2=\([^ ]*\).*/\1/p"; }
 one() { field "$1" "$2" | sort -u; }   # one LOG KEY: the key's value, the same every step
 close() { losses_within "$1" "$2" $S 1e-6; }   # close LOG_A LOG_B: S losses each, within 1e-6 relative
 memory_exact() {   # every category's measured peak = its prediction, every step

@@ -33,8 +33,6 @@ run() {   # run NRANKS NAME [train options...]: writes $WORK/NAME.{out,err,log}
     timeout 120 "$MPIEXEC" -n "$n" "$BIN" train --data "$DATA" --threads 1 --peak-flops 1e9 --seq-len $SEQ \
         --global-batch $GLOBAL --steps $STEPS --lr 1e-3 --log "$WORK/$name.log" "$@" >"$WORK/$name.out" 2>"$WORK/$name.err"
 }
-summary_field() { grep '^summary' "$1" | sed -n "s/.* $2=\([^ ]*\).*/\1/p"; }
-config_field() { grep '^config' "$1" | sed -n "s/.* $2=\([^ ]*\).*/\1/p"; }
 
 # agree A B: the two logs have STEPS losses each, equal within 1e-5 relative
 agree() { losses_within "$1" "$2" $STEPS 1e-5; }

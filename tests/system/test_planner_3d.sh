@@ -19,7 +19,6 @@ U="$WORK/t_3d.ini"   # 4 heads (TP 2 divides them), 6 operators
 printf '[model]\nname = t_3d\nn_layer = 2\nn_head = 4\nn_embd = 32\nvocab = 256\nctx = 32\n' > "$U"
 command -v python3 >/dev/null || { echo "FAIL: python3 is needed to check the JSON output"; echo "0 passed, 1 failed"; exit 1; }
 js() { python3 -c 'import json, sys; j = json.load(open(sys.argv[1])); sys.exit(0 if eval("(" + sys.argv[2] + ")") else 1)' "$1" "$2"; }
-summary_field() { grep '^summary' "$1" | sed -n "s/.* $2=\([^ ]*\).*/\1/p"; }
 run() {   # run NRANKS NAME [train options...]: writes $WORK/NAME.{out,err,log}
     local n=$1 name=$2; shift 2
     timeout 120 "$MPIEXEC" -n "$n" "$BIN" train --data "$DATA" --model "$U" --device "$DEV" --threads 1 --peak-flops 1e9 \

@@ -20,7 +20,6 @@
 # Run by `make check` (OSDP_BUILDDIR, OSDP_SRCDIR, MPIEXEC).
 set -u
 . "$(dirname "$0")/../lib/test_lib.sh" pp-work
-. "$(dirname "$0")/../lib/pp_lib.sh"   # summary_field, config_field, stages_ok
 
 U="$WORK/t_pp.ini"   # 4 heads (TP 2 divides them), 6 operators
 printf '[model]\nname = t_pp\nn_layer = 2\nn_head = 4\nn_embd = 32\nvocab = 256\nctx = 32\n' > "$U"

@@ -24,7 +24,6 @@
 # Run by `make check` (OSDP_BUILDDIR, OSDP_SRCDIR, MPIEXEC).
 set -u
 . "$(dirname "$0")/../lib/test_lib.sh" pp-interleaved-work
-. "$(dirname "$0")/../lib/pp_lib.sh"   # summary_field, config_field, stages_ok
 
 U="$WORK/t_il.ini"   # 4 layers, 4 heads (TP 2 divides them): 10 operators
 printf '[model]\nname = t_il\nn_layer = 4\nn_head = 4\nn_embd = 32\nvocab = 256\nctx = 32\n' > "$U"
