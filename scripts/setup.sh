@@ -14,10 +14,10 @@ if [ -n "$missing" ]; then
     $SUDO apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $missing >/dev/null
 fi
-# the Python helpers' packages (scripts/osdp_weights.py): best effort, tests/test_interop.sh SKIPs without them
+# the Python helpers' packages (scripts/osdp_weights.py): best effort, tests/system/test_interop.sh SKIPs without them
 if ! python3 -c 'import numpy, h5py, safetensors' 2>/dev/null; then
     python3 -m pip install --quiet numpy h5py safetensors 2>/dev/null \
-        || echo "setup: pip could not install numpy h5py safetensors: tests/test_interop.sh will SKIP"
+        || echo "setup: pip could not install numpy h5py safetensors: tests/system/test_interop.sh will SKIP"
 fi
 [ -x configure ] && [ configure -nt configure.ac ] || autoreconf -fi
 [ -f Makefile ] && [ Makefile -nt Makefile.am ] && [ Makefile -nt configure ] || ./configure CC=mpicc ${OSDP_CONFIGURE_FLAGS:-}

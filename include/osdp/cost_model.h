@@ -66,7 +66,7 @@
  * osdp_memory_predict), kept for the search's speed: for a = e_g = 4 and
  * e = 4 or 2 the two are equal byte for byte (fp32 or bf16 weights, split,
  * recompute or not), and equal to the peak the runtime measures
- * (tests/test_schedule.c proves it on random plans).
+ * (tests/runtime/test_schedule.c proves it on random plans).
  *
  * Time per operator for one optimizer step of A micro-steps (accum_steps):
  *   compute  = A (gamma_fixed_type + b T F_i gamma_type)   (F_i: osdp_cost_op_flops)

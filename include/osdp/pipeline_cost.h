@@ -51,7 +51,7 @@
  * equal stages (f, b), GPipe adds (M + 1) c (the first forward's crossing,
  * then each backward's send on stage 1, which stage 0's backwards wait
  * for, one after the other); 1F1B at M = 3 adds 4 c (its forwards and
- * backwards alternate across the boundary); tests/test_planner_pp.c works
+ * backwards alternate across the boundary); tests/planner/test_planner_pp.c works
  * both by hand. */
 #ifndef OSDP_PIPELINE_COST_H
 #define OSDP_PIPELINE_COST_H
@@ -148,7 +148,7 @@ long long osdp_pipe_stage_p2p_bytes(const osdp_layout *layout, const int *bounds
  * the gradients it receives land in the workspace).  osdp_pipe_stage_peak
  * is that closed form for stage s of a whole-model plan; it equals the
  * runtime's stage schedule (osdp_schedule_peak with the pipeline options)
- * to the byte (tests/test_planner_pp.c). */
+ * to the byte (tests/planner/test_planner_pp.c). */
 osdp_layout osdp_pipe_stage_layout(const osdp_layout *whole, int lo, int hi);
 long long osdp_pipe_stage_buffer_bytes(const osdp_layout *whole, const int *bounds, int s, int micro_batch, int in_flight);
 long long osdp_pipe_stage_peak(const osdp_cost_model *cm, const osdp_plan *plan, const int *bounds, int P, int s,

@@ -365,7 +365,7 @@ void osdp_pipe_choice_free(osdp_pipe_choice *choice);
  * earlier split.  GUARANTEE: where every split was enumerated, the result
  * is the best over meshes x splits x micro-batches of the per-stage
  * optima (each stage's plan the fastest that fits, osdp_planner_plan_batch);
- * tests/test_planner_3d.c checks it against exhaustive enumeration.
+ * tests/planner/test_planner_3d.c checks it against exhaustive enumeration.
  * Speed (with a global batch, 1F1B or GPipe): each (mesh, b) gets a lower
  * bound on its step before any stage is searched
  * (src/planner/planner_3d_bound.h: every operator's fastest choice; a

@@ -6,8 +6,8 @@
  * osdp_schedule_peak evaluates the same list by adding up the bytes of its
  * allocations and frees.  The planner's closed form (osdp/cost_model.h) is a
  * fast rewrite of this evaluation for the search, over the same size table
- * (osdp_buffer_bytes, below); tests/test_schedule.c proves the three equal
- * to the byte on random plans, tests/test_planner_terms.c the search's
+ * (osdp_buffer_bytes, below); tests/runtime/test_schedule.c proves the three equal
+ * to the byte on random plans, tests/planner/test_planner_terms.c the search's
  * terms on every mesh.
  *
  * A step is
@@ -33,7 +33,7 @@
  *           are freed as soon as the next operator has read its output,
  *           and nothing is kept for a backward.  At every point it holds a
  *           subset of what micro's forward holds at the same point, so its
- *           peak never exceeds the step's (tests/test_schedule.c checks it
+ *           peak never exceeds the step's (tests/runtime/test_schedule.c checks it
  *           on random plans) and the planner's closed form needs no term
  *           for it; osdp_schedule_peak evaluates it all the same.
  *
@@ -83,7 +83,7 @@
  * non-blocking, waited (SEND_GRAD_WAIT) after the next backward's gradient
  * receive, which the executor lands in the workspace's other residual
  * buffer: with blocking sends two stages of the ring can each sit in a send
- * whose receive the other posts later (tests/test_pp_interleaved.c models
+ * whose receive the other posts later (tests/runtime/test_pp_interleaved.c models
  * the messages of every P, V and M it checks).  The eval list runs the
  * chunks one after the other.
  *

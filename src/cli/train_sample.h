@@ -7,7 +7,7 @@
  * Sampling reads the weights and changes nothing of the run: its
  * collectives come after the step's traffic is counted, its buffers are
  * host memory outside the accounting allocator, and the losses are the
- * same bits with or without it (tests/test_sample.sh). */
+ * same bits with or without it (tests/system/test_sample.sh). */
 #ifndef OSDP_CLI_TRAIN_SAMPLE_H
 #define OSDP_CLI_TRAIN_SAMPLE_H
 

@@ -163,7 +163,7 @@ static int verify_applies(const osdp_device *dev, const osdp_planner_options *o)
 }
 
 /* The closed form is a rewrite of the runtime schedule's evaluation
- * (osdp/schedule.h), proven equal by tests/test_schedule.c: a difference is
+ * (osdp/schedule.h), proven equal by tests/runtime/test_schedule.c: a difference is
  * a bug, not a reason to search again. */
 static osdp_status verify_peak(const osdp_layout *L, const osdp_device *dev, const osdp_planner_options *o, int b,
                                int accum, osdp_planner_result *res)

@@ -100,7 +100,7 @@ osdp_status osdp_search_dfs(const osdp_search_problem *p, osdp_search_result *r)
  * cardinality cut) against a rising threshold (src/planner/search_exact.c
  * has the method).  Ties are resolved during the merges by the tie rule, so
  * the result is exactly the plan described above.  Typically well under
- * 10 ms for ~200 items (see tests/bench_search.c; split operators in groups
+ * 10 ms for ~200 items (see tests/bench/bench_search.c; split operators in groups
  * of ~100 identical items: a few ms to ~20 ms); its hard cases are many
  * distinct items whose choices all lie on one line (time exactly linear in
  * bytes saved), where it can take seconds.  time_limit_s is not used. */

@@ -1,0 +1,96 @@
+/* The ranks' agreement on a status (osdp/agree.h) on real MPI ranks
+ * (tests/system/test_hang.sh runs it under mpiexec -n 4 with OSDP_COMM_TIMEOUT_S=1):
+ * every rank gets the lowest failing rank's status and message; and a rank
+ * whose peer never arrives (stopped between the step's last collective and
+ * the agreement) gives up within the timeout with OSDP_ERR_COMM naming the
+ * agreement, instead of waiting in it forever. */
+#include "config.h"
+
+#include "check_main.h"
+
+#include <check.h>
+#include <mpi.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "osdp/agree.h"
+#include "osdp/comm.h"
+#include "osdp/error.h"
+#include "util/clock.h"
+
+static int world_rank(void)
+{
+    int r;
+    MPI_Comm_rank(MPI_COMM_WORLD, &r);
+    return r;
+}
+
+/* ranks 1 and 3 fail: every rank gets rank 1's status and message */
+START_TEST(test_lowest_failing_rank_wins)
+{
+    const int r = world_rank();
+    osdp_status mine = OSDP_OK;
+    if (r == 1) mine = osdp_error_set(OSDP_ERR_INPUT, "bad input on this rank");
+    if (r == 3) mine = osdp_error_set(OSDP_ERR_OOM, "out of memory on this rank");
+    osdp_status got = osdp_status_agree(mine, MPI_COMM_WORLD);
+    ck_assert_int_eq(got, OSDP_ERR_INPUT);
+    ck_assert_str_eq(osdp_error_message(), "rank 1: bad input on this rank");
+    ck_assert_int_eq(osdp_status_agree(OSDP_OK, MPI_COMM_WORLD), OSDP_OK);
+}
+END_TEST
+
+/* the host-side maxima over the ranks (osdp/comm.h): every rank gets the largest, of an int and of a double */
+START_TEST(test_max_over_ranks)
+{
+    const int r = world_rank();
+    MPI_Comm world = MPI_COMM_WORLD;
+    int n, largest = 10 * r;
+    double seconds = r == 2 ? 1.5e-3 : 1e-6 * r;   /* a rank's time: the slowest is rank 2's */
+    MPI_Comm_size(world, &n);
+    ck_assert_int_eq(osdp_comm_max_int(&world, &largest, "test's int maximum"), OSDP_OK);
+    ck_assert_int_eq(largest, 10 * (n - 1));
+    ck_assert_int_eq(osdp_comm_max_double(&world, &seconds, "test's double maximum"), OSDP_OK);
+    ck_assert(seconds == (n > 2 ? 1.5e-3 : 1e-6 * (n - 1)));
+}
+END_TEST
+
+/* rank 3 arrives 3 s late: the others leave after the 1 s timeout with
+ * OSDP_ERR_COMM naming the agreement; rank 3 then completes it alone (the
+ * others' calls were posted) */
+START_TEST(test_a_missing_peer_times_out)
+{
+    const int r = world_rank(), size = 4;
+    int n;
+    MPI_Comm_size(MPI_COMM_WORLD, &n);
+    ck_assert_int_eq(n, size);
+    ck_assert_str_eq(getenv("OSDP_COMM_TIMEOUT_S") ? getenv("OSDP_COMM_TIMEOUT_S") : "", "1");
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (r == size - 1) {
+        nanosleep(&(struct timespec){3, 0}, NULL);
+        ck_assert_int_eq(osdp_status_agree(OSDP_OK, MPI_COMM_WORLD), OSDP_OK);
+    } else {
+        const double t0 = osdp_now_seconds();
+        osdp_status got = osdp_status_agree(OSDP_OK, MPI_COMM_WORLD);
+        const double took = osdp_now_seconds() - t0;
+        ck_assert_int_eq(got, OSDP_ERR_COMM);
+        ck_assert_msg(strstr(osdp_error_message(), "the ranks' status") &&
+                          strstr(osdp_error_message(), "did not complete within 1 s (OSDP_COMM_TIMEOUT_S)"),
+                      "message: %s", osdp_error_message());
+        /* no upper bound: the time-out status above already says it gave up before the peer came,
+         * and a loaded machine may wake the rank late */
+        ck_assert_msg(took >= 1.0, "gave up after %.2f s, before the 1 s timeout", took);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+}
+END_TEST
+
+static Suite *agree_suite(void)
+{
+    const TTest *agree[] = {test_lowest_failing_rank_wins, test_max_over_ranks, test_a_missing_peer_times_out, NULL};
+    const osdp_check_case cases[] = {{.name = "agree", .tests = agree}};
+    return osdp_check_suite("agree", cases, sizeof cases / sizeof cases[0]);
+}
+
+const osdp_check_program osdp_check_this_program = {.suite = agree_suite, .setup = osdp_check_mpi_cpu_setup,
+                                                    .teardown = osdp_check_mpi_teardown};

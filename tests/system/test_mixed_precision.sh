@@ -1,0 +1,99 @@
+#!/bin/bash
+# Mixed precision on real MPI ranks (CPU): --precision bf16 makes the working
+# weights bf16 (rounded copies of the fp32 master shards, all-gathered in
+# bf16) while gradients, their reduce-scatters, AdamW and activations stay
+# fp32 (osdp/runtime.h).  The CPU bf16 table widens the weights for OpenBLAS,
+# so this proves the runtime's path that the GPU runs, not the GPU kernels
+# (tests/cuda/test_cuda, tests/system/test_cuda_vs_cpu.sh).
+set -u
+. "$(dirname "$0")/../lib/test_lib.sh" mixed-precision-work
+
+run() {   # run NRANKS NAME [train options...]: writes $WORK/NAME.{out,err,log}
+    local n=$1 name=$2; shift 2
+    "$MPIEXEC" -n "$n" "$BIN" train --data "$DATA" --model "$M" --threads 1 --peak-flops 1e9 \
+        --log "$WORK/$name.log" "$@" >"$WORK/$name.out" 2>"$WORK/$name.err"
+}
+last() { field "$WORK/$1.log" "$2" | tail -1; }
+
+# -- 1. plan invariance in bf16: every plan gathers the same bf16 weights.
+#       Bitwise for whole operators; a split operator sums its products piece
+#       by piece (another order of fp32 sums), within 1e-5 relative
+{ echo "embed = zdp"; echo "attn.0 = dp"; echo "mlp.0 = zdp"; echo "attn.1 = zdp"; echo "mlp.1 = dp"; echo "head = zdp"; } \
+    > "$WORK/mixed.plan"
+for p in dp zdp mixed; do
+    spec=$p; [ $p = mixed ] && spec="$WORK/mixed.plan"
+    run 4 "bf16_$p" --steps 10 --batch 2 --plan "$spec" --precision bf16 || bad "bf16 plan $p ran" "$WORK/bf16_$p.err"
+done
+run 4 bf16_split --steps 10 --batch 2 --plan zdp --split 2 --precision bf16 || bad "bf16 split ran" "$WORK/bf16_split.err"
+run 4 fp32_dp --steps 10 --batch 2 --plan dp --precision fp32 || bad "fp32 dp ran" "$WORK/fp32_dp.err"
+if [ "$(losses "$WORK/bf16_dp.log" | wc -l)" = 10 ] &&
+   [ "$(losses "$WORK/bf16_dp.log")" = "$(losses "$WORK/bf16_zdp.log")" ] &&
+   [ "$(losses "$WORK/bf16_dp.log")" = "$(losses "$WORK/bf16_mixed.log")" ] &&
+   paste -d' ' <(field "$WORK/bf16_dp.log" loss) <(field "$WORK/bf16_split.log" loss) |
+       awk 'NF == 2 {n++; d=$1-$2; if (d<0) d=-d; if (d > 1e-5*$1) exit 1} END {exit n != 10}'; then
+    ok "bf16 plan invariance on 4 ranks: all-DP, all-ZDP, mixed: 10 bitwise-equal losses; every operator split 1/2 ZDP: within 1e-5"
+else bad "bf16 plan invariance (losses differ)"; paste <(losses "$WORK/bf16_dp.log") <(losses "$WORK/bf16_split.log") | head -3; fi
+
+# -- 2. bf16 against fp32: the same curve within 1e-2 relative, but not the same bits
+if paste -d' ' <(field "$WORK/fp32_dp.log" loss) <(field "$WORK/bf16_dp.log" loss) |
+       awk 'NF == 2 {n++; d=$1-$2; if (d<0) d=-d; if (d > m) m = d; if (d > 1e-2*$1) bad=1}
+            END {printf "max |difference| %.2e over %d steps\n", m, n; exit (bad || n != 10)}' > "$WORK/curve.txt" &&
+   [ "$(losses "$WORK/fp32_dp.log")" != "$(losses "$WORK/bf16_dp.log")" ]; then
+    ok "bf16 losses follow fp32 within 1e-2 relative and differ from them ($(cat "$WORK/curve.txt"))"
+else bad "bf16 against fp32 losses" "$WORK/curve.txt"; fi
+
+# -- 3. traffic: all-gathers move half the bytes, reduce-scatters the same
+ag32=$(last fp32_dp ag_bytes); rs32=$(last fp32_dp rs_bytes)
+ag16=$(last bf16_dp ag_bytes); rs16=$(last bf16_dp rs_bytes); agz16=$(last bf16_zdp ag_bytes)
+if [ -n "$ag32" ] && [ "$ag16" = $((ag32 / 2)) ] && [ "$rs16" = "$rs32" ] && [ "$agz16" = "$ag32" ]; then
+    ok "traffic: bf16 all-DP AG $ag16 B = half of fp32's $ag32, all-ZDP 2 AG = $agz16 B, RS fp32 both ($rs16 B)"
+else bad "traffic: fp32 ag=$ag32 rs=$rs32, bf16 ag=$ag16 rs=$rs16 zdp ag=$agz16"; fi
+
+# -- 4. memory: measured = predicted per category; bf16 weights half, state 18/16 of fp32
+mem_ok=1
+for log in fp32_dp bf16_dp bf16_zdp bf16_mixed bf16_split; do
+    for cat in state weights grads activations workspace total; do
+        m=$(last "$log" "peak_$cat"); p=$(last "$log" "pred_$cat")
+        [ -n "$m" ] && [ "$m" = "$p" ] || { mem_ok=0; echo "    $log $cat: measured $m predicted $p"; }
+    done
+done
+s32=$(last fp32_dp peak_state); s16=$(last bf16_dp peak_state)
+w32=$(last fp32_dp peak_weights); w16=$(last bf16_dp peak_weights)
+if [ $mem_ok = 1 ] && [ $((s32 * 18)) = $((s16 * 16)) ] && [ $((w16 * 2)) = "$w32" ]; then
+    ok "memory: measured = predicted in 5 runs (one split); bf16 weights $w16 B = half of $w32, state $s16 B = 18/16 of $s32"
+else bad "memory: state $s32/$s16 weights $w32/$w16"; fi
+
+# -- 5. the planner counts 2-byte gathers: --plan auto under a limit that only
+#       bf16 weights meet, measured peak = the planner's prediction
+lim=$(( ($(last bf16_dp pred_total) + $(last fp32_dp pred_total)) / 2 ))
+run 4 lim_bf16 --steps 2 --batch 2 --plan dp --precision bf16 --mem-limit $lim; rc16=$?
+run 4 lim_fp32 --steps 2 --batch 2 --plan dp --precision fp32 --mem-limit $lim; rc32=$?
+run 4 plan_bf16 --steps 2 --batch 2 --global-batch 8 --plan auto --precision bf16 --mem-limit $lim \
+    --device "$SRC/tests/inputs/t_device.ini"; rca=$?
+if [ $rc16 = 0 ] && [ $rc32 != 0 ] && grep -q "out of memory" "$WORK/lim_fp32.err" && [ $rca = 0 ] &&
+   [ "$(last plan_bf16 peak_total)" = "$(last plan_bf16 pred_total)" ] && [ "$(last plan_bf16 peak_total)" -le $lim ]; then
+    ok "limit $lim B: all-DP fits in bf16, not in fp32 (exit $rc32); --plan auto --precision bf16 peaks at its prediction $(last plan_bf16 peak_total) B"
+else bad "limit $lim: bf16 rc=$rc16 fp32 rc=$rc32 auto rc=$rca" "$WORK/plan_bf16.err"; fi
+
+# -- 6. checkpoints hold the fp32 master: a bf16 run resumed at step 5 continues bit for bit.
+#       The uninterrupted run is bf16_zdp (part 1: the same options); --lr-steps 10 gives the saved
+#       run its schedule.  Independent MPI-IO: the precision does not change what a rank writes or
+#       reads (fp32 shards), and collective rounds, slow on oversubscribed cores, are proven by
+#       tests/system/test_checkpoint_resume.sh
+OSDP_CKPT_MPIO=independent run 4 ck_first --steps 5 --lr-steps 10 --batch 2 --plan zdp --precision bf16 \
+    --ckpt-dir "$WORK/ck" || bad "bf16 run with a save" "$WORK/ck_first.err"
+OSDP_CKPT_MPIO=independent run 4 ck_rest --steps 10 --batch 2 --plan zdp --precision bf16 \
+    --resume "$WORK/ck/step_00000005.h5" || bad "bf16 resume" "$WORK/ck_rest.err"
+if [ "$(losses "$WORK/bf16_zdp.log" | tail -5)" = "$(losses "$WORK/ck_rest.log" | tail -5)" ] &&
+   [ "$(losses "$WORK/ck_first.log")" = "$(losses "$WORK/bf16_zdp.log" | head -5)" ] &&
+   [ "$(losses "$WORK/ck_rest.log" | wc -l)" = 5 ]; then
+    ok "bf16 checkpoint: steps 6-10 after a resume at step 5 equal the uninterrupted run's bit for bit"
+else bad "bf16 checkpoint resume (losses differ)"; paste <(losses "$WORK/bf16_zdp.log" | tail -5) <(losses "$WORK/ck_rest.log") | head -5; fi
+
+# -- 7. a precision that does not exist is refused, naming it
+run 1 bad_precision --steps 1 --precision fp16; rc=$?
+if [ $rc != 0 ] && grep -q -- "--precision 'fp16': expected bf16 or fp32" "$WORK/bad_precision.err"; then
+    ok "--precision fp16: exit $rc, '$(grep -o -- "--precision 'fp16'.*" "$WORK/bad_precision.err" | head -1)'"
+else bad "--precision fp16 (rc $rc)" "$WORK/bad_precision.err"; fi
+
+summary test_mixed_precision
