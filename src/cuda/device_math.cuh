@@ -4,7 +4,11 @@
 #ifndef OSDP_DEVICE_MATH_CUH
 #define OSDP_DEVICE_MATH_CUH
 
+/* OSDP_CUDA_EMULATION: compiled for the host by tests/test_cuda_emulated.cc,
+ * which brings its own __nv_bfloat16 and warp shuffle */
+#ifndef OSDP_CUDA_EMULATION
 #include <cuda_bf16.h>
+#endif
 #include <math.h>
 
 namespace osdp_cuda {
