@@ -589,6 +589,30 @@ void cuda_bf16_attention_backward(float *dqkv, float *scratch, const float *dout
     CUBLAS_CHECK(cublasSetMathMode(g.cublas, g.math));
 }
 
+/* The tiled attention (--attention tiled, attention_tiled.cu): fp32 tiles on
+ * the fp32 table, bf16 tiles (fp32 arithmetic) on the bf16 table */
+void cuda_attention_forward_tiled(float *out, float *lse, const float *qkv, int B, int T, int C, int NH)
+{
+    osdp_cuda::attention_tiled_forward<float>(out, lse, qkv, B, T, C, NH, S());
+}
+
+void cuda_attention_backward_tiled(float *dqkv, float *rowdot, const float *dout, const float *out,
+                                   const float *qkv, const float *lse, int B, int T, int C, int NH)
+{
+    osdp_cuda::attention_tiled_backward<float>(dqkv, rowdot, dout, out, qkv, lse, B, T, C, NH, S());
+}
+
+void cuda_bf16_attention_forward_tiled(float *out, float *lse, const float *qkv, int B, int T, int C, int NH)
+{
+    osdp_cuda::attention_tiled_forward<__nv_bfloat16>(out, lse, qkv, B, T, C, NH, S());
+}
+
+void cuda_bf16_attention_backward_tiled(float *dqkv, float *rowdot, const float *dout, const float *out,
+                                        const float *qkv, const float *lse, int B, int T, int C, int NH)
+{
+    osdp_cuda::attention_tiled_backward<__nv_bfloat16>(dqkv, rowdot, dout, out, qkv, lse, B, T, C, NH, S());
+}
+
 /* ------------------------------------------------------ embedding, losses */
 
 void cuda_embedding_forward(float *x, const int *tokens, const void *wte, const void *wpe, int B,
@@ -631,6 +655,19 @@ void cuda_crossentropy_backward_range(float *dlogits, const float *probs, const 
                                       float scale, int BT, int V, int vocab_lo)
 {
     osdp_cuda::crossentropy_backward_range(dlogits, probs, targets, scale, BT, V, vocab_lo, S());
+}
+
+/* the fused head (--head fused): gpt_ops.c chunks the logits and runs the
+ * head's products through the matmul entries (cuBLAS) */
+void cuda_crossentropy_lse(float *losses, float *lse, const float *group_stats, int BT, int group_size)
+{
+    osdp_cuda::crossentropy_lse(losses, lse, group_stats, BT, group_size, S());
+}
+
+void cuda_crossentropy_backward_lse(float *dlogits, const float *lse, const int *targets, float scale, int BT,
+                                    int V, int valid, int vocab_lo)
+{
+    osdp_cuda::crossentropy_backward_lse(dlogits, lse, targets, scale, BT, V, valid, vocab_lo, S());
 }
 
 void cuda_embedding_backward(float *dwte, float *dwpe, const float *dx, const int *tokens, int B,
@@ -858,6 +895,8 @@ extern "C" const osdp_compute_backend osdp_compute_cuda = {
     .gelu_backward = cuda_gelu_backward,
     .attention_forward = cuda_attention_forward,
     .attention_backward = cuda_attention_backward,
+    .attention_forward_tiled = cuda_attention_forward_tiled,
+    .attention_backward_tiled = cuda_attention_backward_tiled,
     .embedding_forward = cuda_embedding_forward,
     .embedding_backward = cuda_embedding_backward,
     .crossentropy_forward = cuda_crossentropy_forward,
@@ -867,6 +906,8 @@ extern "C" const osdp_compute_backend osdp_compute_cuda = {
     .crossentropy_stats = cuda_crossentropy_stats,
     .crossentropy_finish = cuda_crossentropy_finish,
     .crossentropy_backward_range = cuda_crossentropy_backward_range,
+    .crossentropy_lse = cuda_crossentropy_lse,
+    .crossentropy_backward_lse = cuda_crossentropy_backward_lse,
     .residual_forward = cuda_residual_forward,
     .vector_accumulate = cuda_vector_accumulate,
     .sum = cuda_sum,
@@ -878,7 +919,7 @@ extern "C" const osdp_compute_backend osdp_compute_cuda = {
     .timer_stop = cuda_timer_stop,
 };
 
-/* the fp32 table with the entries that read weights, and attention, replaced (a copy made
+/* the fp32 table with the entries that read weights, and attention (naive and tiled), replaced (a copy made
  * at load time: C++ has no designators out of declaration order) */
 static osdp_compute_backend make_bf16_table()
 {
@@ -897,6 +938,8 @@ static osdp_compute_backend make_bf16_table()
     t.embedding_forward_range = cuda_bf16_embedding_forward_range;
     t.attention_forward = cuda_bf16_attention_forward;
     t.attention_backward = cuda_bf16_attention_backward;
+    t.attention_forward_tiled = cuda_bf16_attention_forward_tiled;
+    t.attention_backward_tiled = cuda_bf16_attention_backward_tiled;
     return t;
 }
 

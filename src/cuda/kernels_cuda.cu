@@ -21,6 +21,7 @@
  * float; the arithmetic is the same fp32 code for both. */
 #include "kernels_cuda.cuh"
 #include "cuda_check.h"
+#include "device_math.cuh"
 
 #include <cub/cub.cuh>
 #include <limits.h>
@@ -39,46 +40,6 @@ unsigned grid_for(size_t n, int threads = kThreads)
     if (blocks > (1u << 20)) blocks = 1u << 20;   /* grid-stride loops do the rest */
     return blocks ? (unsigned)blocks : 1u;
 }
-
-/* ------------------------------------------------------------ reductions */
-
-struct SumOp {
-    template <class T> __device__ static T apply(T a, T b) { return a + b; }
-    template <class T> __device__ static T identity() { return T(0); }
-};
-struct MaxOp {
-    template <class T> __device__ static T apply(T a, T b) { return a > b ? a : b; }
-    template <class T> __device__ static T identity() { return -INFINITY; }
-};
-
-/* xor butterfly: every lane ends with the same value, summed in the same tree */
-template <class Op, class T> __device__ T warp_reduce(T v)
-{
-    for (int o = 16; o > 0; o >>= 1) v = Op::apply(v, __shfl_xor_sync(0xffffffffu, v, o));
-    return v;
-}
-
-/* whole-block reduction; every thread gets the result.  `shared` holds 32 T. */
-template <class Op, class T> __device__ T block_reduce(T v, T *shared)
-{
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int nwarps = (blockDim.x + 31) >> 5;
-    v = warp_reduce<Op>(v);
-    __syncthreads();                       /* `shared` may still be read from a previous call */
-    if (lane == 0) shared[warp] = v;
-    __syncthreads();
-    if (warp == 0) {
-        T w = lane < nwarps ? shared[lane] : Op::template identity<T>();
-        w = warp_reduce<Op>(w);
-        if (lane == 0) shared[0] = w;
-    }
-    __syncthreads();
-    return shared[0];
-}
-
-/* a weight element as float */
-__device__ __forceinline__ float wload(float v) { return v; }
-__device__ __forceinline__ float wload(__nv_bfloat16 v) { return __bfloat162float(v); }
 
 /* ---------------------------------------------------------- matmul helpers */
 
@@ -424,6 +385,45 @@ __global__ void crossentropy_backward_kernel(float *dlogits, const float *probs,
     }
 }
 
+/* the fused head: one thread per row combines the group's statistics in
+ * rank order (crossentropy_finish_kernel's order) into the loss and lse */
+__global__ void crossentropy_lse_kernel(float *losses, float *lse, const float *group, int BT,
+                                        int group_size)
+{
+    const size_t stride = 3 * (size_t)BT;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < BT; i += gridDim.x * blockDim.x) {
+        float maxv = -INFINITY, target_logit = 0.0f, sum = 0.0f;
+        for (int r = 0; r < group_size; r++) {
+            const float *st = group + r * stride + 3 * (size_t)i;
+            if (st[1] > 0.0f && st[0] > maxv) maxv = st[0];
+            target_logit += st[2];
+        }
+        for (int r = 0; r < group_size; r++) {
+            const float *st = group + r * stride + 3 * (size_t)i;
+            if (st[1] > 0.0f) sum += st[1] * expf(st[0] - maxv);
+        }
+        const float log_sum = logf(sum);
+        losses[i] = log_sum - (target_logit - maxv);
+        lse[i] = maxv + log_sum;
+    }
+}
+
+/* d(logits) = scale (exp(logit - lse) - onehot) over the first `valid`
+ * columns, 0 over the padding, in place over the chunk's logits */
+__global__ void crossentropy_backward_lse_kernel(float *dlogits, const float *lse, const int *targets,
+                                                 float scale, int BT, int V, int valid, int lo)
+{
+    const size_t n = (size_t)BT * V;
+    for (size_t k = blockIdx.x * (size_t)blockDim.x + threadIdx.x; k < n;
+         k += (size_t)gridDim.x * blockDim.x) {
+        const size_t i = k / V;
+        const int j = (int)(k % V), target = targets[i] - lo;
+        float d = j < valid ? scale * expf(dlogits[k] - lse[i]) : 0.0f;
+        if (j == target && target < valid) d -= scale;   /* target >= 0 as j is */
+        dlogits[k] = d;
+    }
+}
+
 /* ----------------------------------------------------------------- residual */
 
 __global__ void residual_kernel(float *out, const float *a, const float *b, size_t n)
@@ -717,6 +717,24 @@ void crossentropy_backward(float *dlogits, const float *probs, const int *target
                            int BT, int V, cudaStream_t s)
 {
     crossentropy_backward_range(dlogits, probs, targets, scale, BT, V, 0, s);
+}
+
+void crossentropy_lse(float *losses, float *lse, const float *group_stats, int BT, int group_size,
+                      cudaStream_t s)
+{
+    if (BT <= 0) return;
+    crossentropy_lse_kernel<<<grid_for((size_t)BT), kThreads, 0, s>>>(losses, lse, group_stats, BT, group_size);
+    CUDA_CHECK_LAUNCH();
+}
+
+void crossentropy_backward_lse(float *dlogits, const float *lse, const int *targets, float scale, int BT,
+                               int V, int valid, int vocab_lo, cudaStream_t s)
+{
+    const size_t n = (size_t)BT * V;
+    if (!n) return;
+    crossentropy_backward_lse_kernel<<<grid_for(n), kThreads, 0, s>>>(dlogits, lse, targets, scale, BT, V,
+                                                                       valid, vocab_lo);
+    CUDA_CHECK_LAUNCH();
 }
 
 void residual_forward(float *out, const float *a, const float *b, size_t n, cudaStream_t s)

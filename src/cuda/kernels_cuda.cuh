@@ -84,6 +84,26 @@ void crossentropy_finish(float *losses, float *probs, const float *group_stats, 
 void crossentropy_backward_range(float *dlogits, const float *probs, const int *targets,
                                  float scale, int BT, int V, int vocab_lo, cudaStream_t s);
 
+/* the fused head's halves (osdp/compute.h): losses and log-sum-exp (BT) from
+ * the group's statistics; d(logits) of a chunk of recomputed logits in place */
+void crossentropy_lse(float *losses, float *lse, const float *group_stats, int BT, int group_size,
+                      cudaStream_t s);
+void crossentropy_backward_lse(float *dlogits, const float *lse, const int *targets, float scale, int BT,
+                               int V, int valid, int vocab_lo, cudaStream_t s);
+
+/* The tiled causal attention (attention_tiled.cu; attention_forward_tiled /
+ * attention_backward_tiled of src/model/kernels_cpu.h): E, the element type
+ * of the Q, K, V, dO tiles, is float or __nv_bfloat16 (rounded as loaded;
+ * fp32 arithmetic either way).  The backward overwrites dqkv and uses rowdot
+ * (B,NH,T) as scratch. */
+template <class E>
+void attention_tiled_forward(float *out, float *lse, const float *qkv, int B, int T, int C, int NH,
+                             cudaStream_t s);
+template <class E>
+void attention_tiled_backward(float *dqkv, float *rowdot, const float *dout, const float *out,
+                              const float *qkv, const float *lse, int B, int T, int C, int NH,
+                              cudaStream_t s);
+
 void residual_forward(float *out, const float *a, const float *b, size_t n, cudaStream_t s);
 void vector_accumulate(float *y, const float *x, size_t n, cudaStream_t s);
 

@@ -37,6 +37,14 @@
  * for stream-ordered reuse (a block freed behind queued work and handed out
  * again), the NCCL backend for more requests in flight than it has slots.
  *
+ * The tiled attention (--attention tiled) runs against the CPU's tiled
+ * kernels: output, log-sum-exp, d(qkv) and rowdot within RTOL / ATOL on the
+ * fp32 table; on the bf16 table (Q, K, V, dO rounded to bf16 in the tiles,
+ * fp32 arithmetic) within BF16_SAME_TOL of the CPU run on the same rounded
+ * operands and BF16_TOL of the CPU on the fp32 ones.  The fused head's two
+ * kernels (log-sum-exp and loss; d(logits) from the log-sum-exp) run against
+ * the CPU's within RTOL / ATOL, padding columns exactly 0.
+ *
  * Without a usable GPU the test prints "SKIP: no CUDA device (reason)" and
  * exits 77, automake's code for a skipped test. */
 #include "config.h"
@@ -372,14 +380,14 @@ END_TEST
 /* expect_close / expect_same_device with the label "<tag> <name>" */
 static void expect_close_as(const char *tag, const char *name, const float *ref, const float *d, size_t n)
 {
-    char what[96];
+    char what[160];
     snprintf(what, sizeof what, "%s %s", tag, name);
     expect_close(what, ref, d, n);
 }
 
 static void expect_same_as(const char *tag, const char *name, const float *d1, const float *d2, size_t n)
 {
-    char what[96];
+    char what[160];
     snprintf(what, sizeof what, "%s %s", tag, name);
     expect_same_device(what, d1, d2, n);
 }
@@ -510,6 +518,154 @@ START_TEST(test_bf16_attention)
     run_attention(gpu16, 2, 13, 24, 3, 54);
     /* and the handle is back in its own mode after: fp32 products stay fp32 */
     run_attention(gpu, 2, 13, 24, 3, 55);
+}
+END_TEST
+
+/* ---------------------------------------------------- the tiled attention */
+
+/* Table d's tiled attention (--attention tiled) against the CPU's on the same
+ * inputs: the output and the log-sum-exp (B,NH,T) of the forward; d(qkv) and
+ * rowdot of the backward, run alone on the CPU's output and lse, into
+ * NaN-filled buffers (every entry overwritten); the backward twice, bitwise
+ * the same.  fp32 table: RTOL / ATOL (summation orders and expf differ).
+ * bf16 table (Q, K, V and dO rounded to bf16 as the tiles load, fp32
+ * arithmetic): against the CPU on the fp32 inputs within BF16_TOL of the
+ * largest entry, and against the CPU run on qkv and dout rounded to bf16 on
+ * the host (the same operands) within BF16_SAME_TOL. */
+static void run_attention_tiled(const osdp_compute_backend *d, int B, int T, int C, int NH, uint64_t seed)
+{
+    const int bf16 = d == gpu16;
+    const size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, nlse = (size_t)B * NH * T;
+    float *qkv = rand_floats(nqkv, -1, 1, seed), *dout = rand_floats(nout, -1, 1, seed + 1);
+    /* the reference: the CPU on the operands the GPU multiplies */
+    float *rqkv = bf16 ? bf16_rounded(qkv, nqkv) : fcopy(qkv, nqkv);
+    float *rdout = bf16 ? bf16_rounded(dout, nout) : fcopy(dout, nout);
+    float *out = nan_floats(nout), *lse = nan_floats(nlse), *dqkv = nan_floats(nqkv), *rowdot = nan_floats(nlse);
+    float *g_qkv = upf(qkv, nqkv), *g_dout = upf(dout, nout), *g_out = upf(out, nout), *g_lse = upf(lse, nlse);
+    float *g_dqkv = upf(dqkv, nqkv), *g_dqkv2 = upf(dqkv, nqkv), *g_rowdot = upf(rowdot, nlse);
+    const double rtol = bf16 ? BF16_SAME_TOL : RTOL, atol = bf16 ? BF16_SAME_TOL : ATOL;
+    const char *name = bf16 ? "cuda bf16" : "cuda fp32";
+    char what[160];
+
+    cpu->attention_forward_tiled(out, lse, rqkv, B, T, C, NH);
+    d->attention_forward_tiled(g_out, g_lse, g_qkv, B, T, C, NH);
+    snprintf(what, sizeof what, "%s tiled attention out (B %d T %d C %d NH %d)", name, B, T, C, NH);
+    expect_close_tol(what, out, g_out, nout, rtol, atol);
+    snprintf(what, sizeof what, "%s tiled attention lse (B %d T %d C %d NH %d)", name, B, T, C, NH);
+    expect_close_tol(what, lse, g_lse, nlse, rtol, atol);
+
+    gpu->to_device(g_out, out, nout * sizeof(float));   /* the backward alone, on the CPU's forward */
+    gpu->to_device(g_lse, lse, nlse * sizeof(float));
+    cpu->attention_backward_tiled(dqkv, rowdot, rdout, out, rqkv, lse, B, T, C, NH);
+    d->attention_backward_tiled(g_dqkv, g_rowdot, g_dout, g_out, g_qkv, g_lse, B, T, C, NH);
+    snprintf(what, sizeof what, "%s tiled attention dqkv (B %d T %d C %d NH %d)", name, B, T, C, NH);
+    expect_close_tol(what, dqkv, g_dqkv, nqkv, rtol, atol);
+    snprintf(what, sizeof what, "%s tiled attention rowdot (B %d T %d C %d NH %d)", name, B, T, C, NH);
+    expect_close_tol(what, rowdot, g_rowdot, nlse, rtol, atol);
+    d->attention_backward_tiled(g_dqkv2, g_rowdot, g_dout, g_out, g_qkv, g_lse, B, T, C, NH);
+    expect_same_device("tiled attention dqkv (rerun)", g_dqkv, g_dqkv2, nqkv);
+
+    if (bf16) {   /* and the loose check against the CPU on the unrounded inputs */
+        float *out32 = nan_floats(nout), *lse32 = nan_floats(nlse), *dqkv32 = nan_floats(nqkv);
+        cpu->attention_forward_tiled(out32, lse32, qkv, B, T, C, NH);
+        cpu->attention_backward_tiled(dqkv32, rowdot, dout, out32, qkv, lse32, B, T, C, NH);
+        d->attention_forward_tiled(g_out, g_lse, g_qkv, B, T, C, NH);
+        d->attention_backward_tiled(g_dqkv, g_rowdot, g_dout, g_out, g_qkv, g_lse, B, T, C, NH);
+        expect_close_tol("bf16 tiled attention out vs fp32", out32, g_out, nout, 0, BF16_TOL);
+        expect_close_tol("bf16 tiled attention lse vs fp32", lse32, g_lse, nlse, 0, BF16_TOL);
+        expect_close_tol("bf16 tiled attention dqkv vs fp32", dqkv32, g_dqkv, nqkv, 0, BF16_TOL);
+        free(out32), free(lse32), free(dqkv32);
+    }
+    gpu->free(g_qkv), gpu->free(g_dout), gpu->free(g_out), gpu->free(g_lse), gpu->free(g_dqkv);
+    gpu->free(g_dqkv2), gpu->free(g_rowdot);
+    free(qkv), free(dout), free(rqkv), free(rdout), free(out), free(lse), free(dqkv), free(rowdot);
+}
+
+/* Shapes: head sizes 8, 16, 64 (GPT-2's) and 128; T of one partial tile, of
+ * several with a partial last one (70, 100), and of exactly whole tiles
+ * (64); T = 1.  And the tiled GPU attention against the naive GPU one on
+ * GPT-2's head shape: the same output. */
+static void attention_tiled_shapes(const osdp_compute_backend *d, uint64_t seed)
+{
+    run_attention_tiled(d, 2, 13, 24, 3, seed);
+    run_attention_tiled(d, 3, 70, 64, 4, seed + 2);
+    run_attention_tiled(d, 2, 64, 128, 2, seed + 4);
+    run_attention_tiled(d, 1, 100, 256, 2, seed + 6);
+    run_attention_tiled(d, 1, 1, 8, 2, seed + 8);
+}
+
+START_TEST(test_attention_tiled)
+{
+    attention_tiled_shapes(gpu, 300);
+    /* the two GPU paths agree: tiled against naive (fp32 table) */
+    const int B = 2, T = 96, C = 128, NH = 2;
+    const size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, natt = (size_t)B * NH * T * T;
+    float *qkv = rand_floats(nqkv, -1, 1, 320), *naive = falloc(nout);
+    float *g_qkv = upf(qkv, nqkv), *g_out = gpu->alloc(nout * sizeof(float)), *g_att = gpu->alloc(natt * sizeof(float));
+    float *g_tiled = gpu->alloc(nout * sizeof(float)), *g_lse = gpu->alloc((size_t)B * NH * T * sizeof(float));
+    gpu->attention_forward(g_out, g_att, g_qkv, B, T, C, NH);
+    gpu->to_host(naive, g_out, nout * sizeof(float));
+    gpu->attention_forward_tiled(g_tiled, g_lse, g_qkv, B, T, C, NH);
+    expect_close_tol("tiled vs naive attention out (cuda)", naive, g_tiled, nout, gemm_rtol, gemm_atol);
+    gpu->free(g_qkv), gpu->free(g_out), gpu->free(g_att), gpu->free(g_tiled), gpu->free(g_lse);
+    free(qkv), free(naive);
+}
+END_TEST
+
+START_TEST(test_bf16_attention_tiled)
+{
+    attention_tiled_shapes(gpu16, 400);
+}
+END_TEST
+
+/* ------------------------------------------------------------ the fused head */
+
+/* crossentropy_lse and crossentropy_backward_lse (--head fused) against the
+ * CPU's: the group's statistics of 1 and 3 ranks (the CPU's
+ * crossentropy_stats of random logits, the last range partly padding and
+ * one rank holding only padding), targets in and out of each range; losses
+ * and lse within RTOL / ATOL, d(logits) too, the padding's exactly 0 */
+static void run_fused_head(int ranges, int BT, int VL, int V, float scale, uint64_t seed)
+{
+    int *tgt = rand_ints(BT, V, seed), *g_tgt;
+    tgt[0] = V - 1;
+    g_tgt = up(tgt, BT * sizeof(int));
+    const size_t nstats = (size_t)ranges * 3 * BT, nl = (size_t)BT * VL;
+    float *group = falloc(nstats), *logits[3];
+    for (int r = 0; r < ranges; r++) {
+        const int lo = r * VL, valid = V - lo < 0 ? 0 : V - lo < VL ? V - lo : VL;
+        logits[r] = rand_floats(nl, -6, 6, seed + 1 + r);
+        cpu->crossentropy_stats(group + (size_t)r * 3 * BT, logits[r], tgt, BT, VL, valid, lo);
+    }
+    float *g_group = upf(group, nstats);
+    float *losses = nan_floats(BT), *lse = nan_floats(BT), *g_losses = upf(losses, BT), *g_lse = upf(lse, BT);
+    cpu->crossentropy_lse(losses, lse, group, BT, ranges);
+    gpu->crossentropy_lse(g_losses, g_lse, g_group, BT, ranges);
+    expect_close("fused head losses", losses, g_losses, BT);
+    expect_close("fused head lse", lse, g_lse, BT);
+    for (int r = 0; r < ranges; r++) {
+        const int lo = r * VL, valid = V - lo < 0 ? 0 : V - lo < VL ? V - lo : VL;
+        float *g_logits = upf(logits[r], nl);
+        cpu->crossentropy_backward_lse(logits[r], lse, tgt, scale, BT, VL, valid, lo);
+        gpu->crossentropy_backward_lse(g_logits, g_lse, g_tgt, scale, BT, VL, valid, lo);
+        expect_close("fused head dlogits", logits[r], g_logits, nl);
+        float *got = down(g_logits, nl);
+        for (int i = 0; i < BT; i++)
+            for (int j = valid; j < VL; j++) ck_assert_msg(got[(size_t)i * VL + j] == 0.0f, "fused head padding dlogit");
+        gpu->free(g_logits);
+        free(got), free(logits[r]);
+    }
+    gpu->free(g_tgt), gpu->free(g_group), gpu->free(g_losses), gpu->free(g_lse);
+    free(tgt), free(group), free(losses), free(lse);
+}
+
+START_TEST(test_fused_head)
+{
+    run_fused_head(1, 37, 384, 300, 0.25f, 500);   /* one rank, a padded vocabulary */
+    run_fused_head(3, 66, 128, 300, 0.37f, 510);   /* three ranks, the last one partly padding */
+    run_fused_head(3, 20, 128, 200, 1.0f, 520);    /* the third rank only padding */
+    ck_assert(gpu16->crossentropy_lse == gpu->crossentropy_lse);
+    ck_assert(gpu16->crossentropy_backward_lse == gpu->crossentropy_backward_lse);
 }
 END_TEST
 
@@ -750,6 +906,10 @@ START_TEST(test_tables)
     /* attention: the same kernels, its products on TF32 tensor cores */
     ck_assert(gpu16->attention_forward != gpu->attention_forward);
     ck_assert(gpu16->attention_backward != gpu->attention_backward);
+    /* the tiled attention: every table has it, bf16 tiles on the bf16 table */
+    ck_assert(gpu->attention_forward_tiled && gpu->attention_backward_tiled);
+    ck_assert(gpu16->attention_forward_tiled != gpu->attention_forward_tiled);
+    ck_assert(gpu16->attention_backward_tiled != gpu->attention_backward_tiled);
     ck_assert(gpu16->embedding_backward == gpu->embedding_backward);
     ck_assert(gpu16->crossentropy_forward == gpu->crossentropy_forward);
     ck_assert(gpu16->crossentropy_backward == gpu->crossentropy_backward);
@@ -1053,7 +1213,8 @@ static Suite *cuda_suite(void)
                                   test_crossentropy_large_gap, test_vocab_parallel,
                                   test_residual_accumulate, test_sums, test_adamw, test_tables, test_bf16_convert,
                                   test_bf16_matmul_forward, test_bf16_matmul_backward, test_bf16_layernorm,
-                                  test_bf16_attention, test_bf16_embedding, test_nccl_one_rank,
+                                  test_bf16_attention, test_attention_tiled, test_bf16_attention_tiled,
+                                  test_fused_head, test_bf16_embedding, test_nccl_one_rank,
                                   test_nccl_many_in_flight, NULL};
     const osdp_check_case cases[] = {
         {.name = "cuda_vs_cpu", .tests = cuda_vs_cpu},

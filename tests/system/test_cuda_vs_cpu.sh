@@ -9,7 +9,10 @@
 #              --batch 4): the runtime's sharded, recomputing, accumulating
 #              path on the GPU (on the CPU it is bitwise equal to all-DP);
 #   gpt2       2 steps of GPT-2 124M at T 1024, batch 1: real shapes (vocab
-#              50257, C 768, 12 heads; B·T·V = 51 M logits).
+#              50257, C 768, 12 heads; B·T·V = 51 M logits);
+#   naive      the tiny setting with --attention naive --head naive: the
+#              reference kernels (the other settings run the defaults, the
+#              tiled attention and the fused head, on both backends).
 # The losses read from --log must agree with the CPU's within
 #   cuda --precision fp32:
 #     step 1:      1e-4 relative  (the same initial weights: only the kernels'
@@ -53,6 +56,7 @@ SETTINGS=(
     "tiny 10 --model $TINY --batch 4 --plan dp --tp 1"
     "zdp_split 10 --model $TINY --batch 4 --global-batch 8 --plan zdp --split 2 --recompute all"
     "gpt2 2 --model $GPT2 --batch 1 --seq-len 1024 --plan dp"
+    "naive 10 --model $TINY --batch 4 --plan dp --attention naive --head naive"
 )
 run() {   # run NAME BACKEND PRECISION STEPS OPTIONS...: writes $WORK/NAME.{out,err,log}
     local name=$1 backend=$2 precision=$3 steps=$4

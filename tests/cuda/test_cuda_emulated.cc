@@ -1,0 +1,264 @@
+/* EMULATED, not a GPU run: the CUDA tiled attention's kernels
+ * (src/cuda/attention_tiled.cuh, the source nvcc compiles) compiled for the
+ * host, a block's 256 threads emulated as contexts switched at each
+ * __syncthreads and warp shuffle, checked against the CPU backend's
+ * tiled attention (src/model/kernels_cpu_attention_tiled.c).  It catches in
+ * CI, where no GPU is, what the source gets wrong: the tiling, the causal
+ * mask and the skipped tiles, the online softmax, the recomputation in the
+ * backward, the indexing of qkv / dqkv / lse / rowdot, the shared-memory
+ * layout (poisoned with NaN: a read of a piece nobody wrote, or one past the
+ * size the launcher asks for, turns the results into NaN) and the barriers'
+ * places (the threads run in a shuffled order between barriers).  It
+ * cannot catch what only the GPU does: the launch configuration and the
+ * shared-memory opt-in, nvcc's code generation, its expf and FMA
+ * contraction, memory coalescing and speed — tests/test_cuda does, on a GPU.
+ *
+ * Each case runs the forward (output, lse) and the backward (rowdot, d(qkv),
+ * into NaN-filled buffers: every entry written) on random inputs, for fp32
+ * tiles against the CPU on the same inputs and for bf16 tiles against the
+ * CPU on qkv and dout rounded to bf16 (the operands the kernels multiply),
+ * within |cpu - emulated| <= 1e-4 |cpu| + 1e-5 max|cpu| (summation orders
+ * differ).  Tiles of 32 and 16 rows (the launcher's two choices); head sizes
+ * 8 to 128; T of one partial tile, several with a partial last one, whole
+ * tiles, and 1.  Exit status: 0 all passed, 1 a mismatch. */
+#define OSDP_CUDA_EMULATION 1
+
+#include <algorithm>
+#include <functional>
+#include <math.h>
+#include <random>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <ucontext.h>
+#include <vector>
+
+/* ---- the emulated CUDA pieces the kernels use ---------------------------- */
+
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+#define __launch_bounds__(threads)
+#define __shared__
+
+struct __nv_bfloat16 {
+    uint16_t bits;
+};
+/* round to nearest even, as cuda_bf16.h's (and osdp_bf16_from_float); no NaNs here */
+static inline __nv_bfloat16 __float2bfloat16(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    u += 0x7FFFu + ((u >> 16) & 1u);
+    return __nv_bfloat16{(uint16_t)(u >> 16)};
+}
+static inline float __bfloat162float(__nv_bfloat16 b)
+{
+    uint32_t u = (uint32_t)b.bits << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+struct dim3 {
+    unsigned x, y, z;
+    dim3(unsigned a = 1, unsigned b = 1, unsigned c = 1) : x(a), y(b), z(c) {}
+};
+static dim3 threadIdx, blockIdx, blockDim, gridDim;
+
+/* The threads of a block are contexts (ucontext) on this one host thread,
+ * switched in rounds: in each round every thread runs until it reaches a
+ * barrier or a shuffle, in an order shuffled afresh each round (a fixed
+ * seed: the same run every time).  So a thread that reads shared memory
+ * before the barrier that should order it likely runs before the thread that
+ * writes it and reads NaN: a missing __syncthreads shows. */
+static const int kMaxThreads = 256;
+static ucontext_t scheduler, contexts[kMaxThreads];
+static int current;                        /* the thread running */
+static unsigned long synced[kMaxThreads];  /* __syncthreads calls each thread has made */
+static bool finished[kMaxThreads];
+static float warp_exchange[kMaxThreads / 32][32];
+/* the barriers every running thread had reached when this round began: all
+ * the threads waiting at one leave it in the same round, so the lanes of a
+ * warp stay in step for the shuffles */
+static unsigned long released;
+
+static void yield_to_scheduler() { swapcontext(&contexts[current], &scheduler); }
+
+/* every thread of the block calls it the same number of times */
+static inline void __syncthreads()
+{
+    const unsigned long mine = ++synced[current];
+    do yield_to_scheduler();
+    while (released < mine);
+}
+
+/* every lane of the warp calls it, in step (the kernels' reductions do) */
+static inline float __shfl_xor_sync(unsigned, float v, int lane_mask)
+{
+    const unsigned lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    warp_exchange[warp][lane] = v;
+    yield_to_scheduler();   /* the other lanes write theirs */
+    const float r = warp_exchange[warp][lane ^ (unsigned)lane_mask];
+    yield_to_scheduler();   /* and read before anyone writes again */
+    return r;
+}
+
+#include "cuda/attention_tiled.cuh"
+
+/* the kernels' dynamic shared memory: one block runs at a time */
+namespace osdp_cuda {
+namespace attention_tiles {
+float smem[1 << 17];
+}
+}  // namespace osdp_cuda
+
+extern "C" {
+void attention_forward_tiled(float *out, float *lse, const float *qkv, int B, int T, int C, int NH);
+void attention_backward_tiled(float *dqkv, float *rowdot, const float *dout, const float *out, const float *qkv,
+                              const float *lse, int B, int T, int C, int NH);
+}
+
+using namespace osdp_cuda::attention_tiles;
+
+static const size_t kSmemFloats = sizeof smem / sizeof smem[0];
+static const size_t kStackBytes = 64 << 10;   /* each emulated thread's stack */
+
+/* every block of `grid` in turn, its kAttnThreads threads as contexts;
+ * shared memory NaN before each block; `bytes` is what the launcher would
+ * ask for */
+static const std::function<void()> *launched;
+static void thread_entry()
+{
+    (*launched)();
+    finished[current] = true;
+}
+
+static void launch(dim3 grid, size_t bytes, const std::function<void()> &body)
+{
+    if (bytes > sizeof smem) {
+        fprintf(stderr, "emulation: %zu bytes of shared memory asked, %zu emulated\n", bytes, sizeof smem);
+        exit(1);
+    }
+    static std::vector<char> stacks((size_t)kMaxThreads * kStackBytes);
+    static std::mt19937 shuffler(31);
+    std::vector<int> order(kAttnThreads);
+    for (int t = 0; t < kAttnThreads; t++) order[t] = t;
+    gridDim = grid;
+    blockDim = dim3(kAttnThreads);
+    launched = &body;
+    for (unsigned by = 0; by < grid.y; by++)
+        for (unsigned bx = 0; bx < grid.x; bx++) {
+            blockIdx = dim3(bx, by);
+            for (size_t i = 0; i < kSmemFloats; i++) smem[i] = NAN;
+            for (int t = 0; t < kAttnThreads; t++) {
+                synced[t] = 0;
+                finished[t] = false;
+                getcontext(&contexts[t]);
+                contexts[t].uc_stack.ss_sp = &stacks[(size_t)t * kStackBytes];
+                contexts[t].uc_stack.ss_size = kStackBytes;
+                contexts[t].uc_link = &scheduler;
+                makecontext(&contexts[t], thread_entry, 0);
+            }
+            for (bool running = true; running;) {
+                running = false;
+                released = ~0ul;
+                for (int t = 0; t < kAttnThreads; t++)
+                    if (!finished[t] && synced[t] < released) released = synced[t];
+                std::shuffle(order.begin(), order.end(), shuffler);
+                for (int t : order) {
+                    if (finished[t]) continue;
+                    current = t;
+                    threadIdx = dim3((unsigned)t);
+                    swapcontext(&scheduler, &contexts[t]);
+                    running = true;
+                }
+            }
+        }
+}
+
+static int failures = 0;
+
+static void compare(const char *what, const char *tag, const std::vector<float> &ref, const std::vector<float> &got)
+{
+    double maxref = 0, worst = 0;
+    size_t bad = 0, at = 0;
+    for (float r : ref) maxref = fmax(maxref, fabs(r));
+    for (size_t i = 0; i < ref.size(); i++) {
+        const double err = fabs((double)ref[i] - got[i]);
+        if (!(err <= 1e-4 * fabs(ref[i]) + 1e-5 * maxref)) {   /* NaN fails too */
+            if (!bad++) at = i;
+        } else if (err > worst) {
+            worst = err;
+        }
+    }
+    if (bad) {
+        failures++;
+        printf("FAIL: %s %s: %zu entries differ, first [%zu]: cpu %.9g, emulated %.9g\n", tag, what, bad, at, ref[at],
+               got[at]);
+    } else {
+        printf("PASS: %s %s (largest |diff| %.3g, max|cpu| %.3g)\n", tag, what, worst, maxref);
+    }
+}
+
+static float bf16_round(float x) { return __bfloat162float(__float2bfloat16(x)); }
+
+template <class E> static void run(int B, int T, int C, int NH, int tile, uint32_t seed)
+{
+    const bool bf16 = sizeof(E) == 2;
+    const int HS = C / NH;
+    const size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, nlse = (size_t)B * NH * T;
+    std::mt19937 rng(seed);
+    std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+    std::vector<float> qkv(nqkv), dout(nout);
+    for (float &x : qkv) x = 2.0f * uniform(rng);   /* scores up to ~HS/3: a peaked softmax too */
+    for (float &x : dout) x = uniform(rng);
+    std::vector<float> rqkv(qkv), rdout(dout);   /* the CPU's inputs: the operands the kernels multiply */
+    if (bf16) {
+        for (float &x : rqkv) x = bf16_round(x);
+        for (float &x : rdout) x = bf16_round(x);
+    }
+    std::vector<float> out(nout), lse(nlse), dqkv(nqkv), rowdot(nlse);
+    attention_forward_tiled(out.data(), lse.data(), rqkv.data(), B, T, C, NH);
+    attention_backward_tiled(dqkv.data(), rowdot.data(), rdout.data(), out.data(), rqkv.data(), lse.data(), B, T, C,
+                             NH);
+
+    std::vector<float> g_out(nout, NAN), g_lse(nlse, NAN), g_dqkv(nqkv, NAN), g_rowdot(nlse, NAN);
+    const float scale = 1.0f / sqrtf((float)HS);
+    const dim3 grid((unsigned)(B * NH), (unsigned)((T + tile - 1) / tile));
+    char tag[96];
+    snprintf(tag, sizeof tag, "%s tiles, B %d T %d C %d NH %d, tile %d:", bf16 ? "bf16" : "fp32", B, T, C, NH, tile);
+    launch(grid, forward_smem<E>(tile, HS), [&] {
+        attention_tiled_forward_kernel<E>(g_out.data(), g_lse.data(), qkv.data(), T, C, NH, tile, scale);
+    });
+    compare("out", tag, out, g_out);
+    compare("lse", tag, lse, g_lse);
+    /* the backward on the CPU's forward, as tests/test_cuda does; rowdot's
+     * kernel on one block (it strides over the rows) */
+    launch(dim3(1), 0, [&] {
+        attention_rowdot_kernel<E>(g_rowdot.data(), dout.data(), out.data(), B, T, C, NH);
+    });
+    launch(grid, dkv_smem<E>(tile, HS), [&] {
+        attention_tiled_dkv_kernel<E>(g_dqkv.data(), dout.data(), qkv.data(), lse.data(), g_rowdot.data(), T, C, NH,
+                                      tile, scale);
+    });
+    launch(grid, dq_smem<E>(tile, HS), [&] {
+        attention_tiled_dq_kernel<E>(g_dqkv.data(), dout.data(), qkv.data(), lse.data(), g_rowdot.data(), T, C, NH,
+                                     tile, scale);
+    });
+    compare("rowdot", tag, rowdot, g_rowdot);
+    compare("dqkv", tag, dqkv, g_dqkv);
+}
+
+int main()
+{
+    run<float>(2, 13, 24, 3, 32, 1);     /* one partial tile, head size 8 */
+    run<float>(1, 70, 64, 4, 16, 2);     /* five tiles, the last partial, head size 16 */
+    run<float>(1, 64, 128, 2, 32, 3);    /* whole tiles, GPT-2's head size 64 */
+    run<float>(1, 40, 256, 2, 16, 4);    /* head size 128 */
+    run<float>(1, 1, 8, 2, 32, 5);       /* T 1 */
+    run<__nv_bfloat16>(1, 70, 64, 4, 32, 6);
+    printf("test_cuda_emulated: %s\n", failures ? "FAILED" : "all passed");
+    return failures != 0;
+}
