@@ -1,7 +1,8 @@
 /* The one main() of the Check unit tests (tests/lib/check_main.c), and the
  * table a test program registers its tests with.
  *
- * A test program (tests/test_NAME.c) writes no main(); it lists its tests
+ * A test program (tests/MODULE/test_NAME.c, MODULE the src/ folder it tests)
+ * writes no main(); it lists its tests
  * by module, one test case per module, and defines the program:
  *
  *     static Suite *name_suite(void)
@@ -17,11 +18,11 @@
  *     const osdp_check_program osdp_check_this_program = {.suite = name_suite};
  *
  * (.setup / .teardown: optional, below) and links tests/lib/check_main.c
- * (Makefile.am: tests_test_NAME_SOURCES = tests/test_NAME.c
- * tests/lib/check_main.c).  A test that takes more than about 5 s here goes to
+ * (Makefile.am: tests_MODULE_test_NAME_SOURCES = tests/MODULE/test_NAME.c
+ * tests/lib/check_main.c, its _CFLAGS with $(TESTS_LIB_INCLUDES)).  A test that takes more than about 5 s here goes to
  * a case named "<module>_slow" with .slow = 1: it is tagged OSDP_CHECK_SLOW,
  * and `make check-fast` (CK_EXCLUDE_TAGS=slow) leaves it out.  One case
- * alone: CK_RUN_CASE=layout tests/test_NAME. */
+ * alone: CK_RUN_CASE=layout tests/MODULE/test_NAME. */
 #ifndef OSDP_CHECK_MAIN_H
 #define OSDP_CHECK_MAIN_H
 

@@ -18,9 +18,16 @@ set -u
 TIMEOUT=3 BOUND=40
 
 # rank_pids LAUNCHER_PID: the osdp_gpt processes below the launcher
+# (each /proc/PID/stat read on its own: on a busy machine a process ends between the listing and the
+# read, and mawk stops at the first file it cannot open, so one awk over them all found no child at all)
 rank_pids() {
-    local pid
-    for pid in $(awk -v parent="$1" '$4 == parent { print $1 }' /proc/[0-9]*/stat 2> /dev/null); do
+    local parent=$1 stat line pid
+    for stat in /proc/[0-9]*/stat; do
+        { read -r line < "$stat"; } 2> /dev/null || continue
+        line=${line##*) }   # after the command name (which may hold spaces): state, then the parent's pid
+        line=${line#* }
+        [ "${line%% *}" = "$parent" ] || continue
+        pid=${stat#/proc/}; pid=${pid%/stat}
         # the binary re-executes itself (as "exe"): match its first argument
         if [ "$(tr '\0' '\n' < "/proc/$pid/cmdline" 2> /dev/null | head -1)" = "$BIN" ]; then echo "$pid"
         else rank_pids "$pid"; fi
