@@ -121,7 +121,7 @@ osdp_status osdp_train_check_resumed(const osdp_train_ckpt *ckpt, const osdp_job
 {
     const osdp_ckpt_info *in = &ckpt->loaded;
     if (!ckpt->resume) return OSDP_OK;
-    const char *what = in->seq_len != r->seq_len ? "sequence length"
+    const char *what = in->seq_len != r->layout.T ? "sequence length"
                      : !job->global_batch && in->global_batch != r->plan.micro_batch * r->plan.accum_steps * r->mesh.dp ? "global batch"
                      : !job->lr_steps && in->optim.total_steps != r->total_steps ? "cosine horizon" : NULL;
     if (!what) return OSDP_OK;
