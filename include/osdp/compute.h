@@ -34,6 +34,11 @@ typedef struct osdp_compute_backend {
     void (*to_device)(void *dst, const void *host_src, size_t bytes);
     void (*to_host)(void *host_dst, const void *src, size_t bytes);
     void (*synchronize)(void);
+    /* a communication backend's order against the compute stream (src/comm/comm_nccl.c): record
+     * `event` (a cudaEvent_t) after the work queued so far, or make the work queued later wait for it;
+     * NULL on a backend without streams (the CPU's) */
+    void (*record_event)(void *event);
+    void (*wait_event)(void *event);
     /* dst (n of weight_dtype) = src (n fp32), rounded; NULL for fp32 tables */
     void (*convert_weights)(void *dst, const float *src, size_t n);
 

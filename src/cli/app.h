@@ -25,7 +25,7 @@ struct osdp_layout;
 struct osdp_device;
 struct osdp_planner_options;
 struct osdp_planner_result;
-/* the plan table, totals, predicted throughput and peak (src/cli/plan_cmd.c) */
+/* the plan table, totals, predicted throughput and peak (src/cli/plan_print.c) */
 void osdp_plan_print(const struct osdp_layout *layout, const struct osdp_device *dev,
                      const struct osdp_planner_options *o, const struct osdp_planner_result *r);
 

@@ -7,6 +7,8 @@
 #include "osdp/memory.h"
 #include "osdp/pipeline_cost.h"
 #include "plan_cmd.h"
+#include "plan_inputs.h"
+#include "plan_print.h"
 
 #include <stdio.h>
 #include <stdlib.h>

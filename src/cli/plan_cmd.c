@@ -10,146 +10,12 @@
 #include "osdp/planner.h"
 #include "options.h"
 #include "plan_cmd.h"
+#include "plan_inputs.h"
+#include "plan_print.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-void osdp_plan_options_from_job(const osdp_job *job, osdp_planner_options *o)
-{
-    osdp_planner_defaults(o);
-    o->geo.n_ranks = (int)job->ranks;
-    o->mem_limit = job->mem_limit;
-    o->global_batch = (int)job->global_batch;
-    o->geo.micro_batch = (int)job->batch;
-    o->max_micro_batch = (int)job->max_batch;
-    o->split = job->split > 0 ? (int)job->split : 1;
-    o->split_auto = job->split == OSDP_SPLIT_AUTO;
-    o->search = (osdp_search_kind)job->search;
-    o->cost = (osdp_cost_kind)job->cost_model;
-    o->dfs_time_limit_s = job->dfs_limit;
-    o->geo.prefetch = !job->no_prefetch;
-    o->recompute_auto = job->recompute == OSDP_RECOMPUTE_AUTO;
-    o->grad_reduce = (osdp_grad_reduce)job->grad_reduce;
-    o->offer_hierarchical = !job->no_hierarchical;
-}
-
-const char *osdp_plan_mode_label(const osdp_plan *p, int op, char *buf, size_t n)
-{
-    char base[16];
-    snprintf(buf, n, "%s%s%s", osdp_plan_mode_name(p, op, base, sizeof base), p->recompute[op] ? "+rc" : "",
-             p->reduce_once && p->reduce_once[op] ? "+once" : "");
-    return buf;
-}
-
-int osdp_plan_hierarchical_ops(const osdp_plan *p, int lo, int hi)
-{
-    int hier = 0;
-    for (int i = lo; i < hi; i++) hier += p->hierarchical[i] && p->zdp_slices[i] > 0;
-    return hier;
-}
-
-const char *osdp_mib(double bytes, char *buf, size_t n)
-{
-    snprintf(buf, n, "%.1f", bytes / (1024.0 * 1024.0));
-    return buf;
-}
-
-void osdp_plan_ops_table(const osdp_layout *L, const osdp_cost_model *cm_in, const osdp_planner_result *r)
-{
-    const osdp_plan *p = &r->plan;
-    osdp_cost_model with_plan = *cm_in, *cm = &with_plan;   /* the plan's recompute flags */
-    with_plan.recompute = p->recompute;
-    with_plan.reduce_once = p->reduce_once;
-    int b = p->geo.micro_batch, A = p->geo.accum_steps;
-    char m1[32], m2[32], m3[32], m4[32], mode[24];
-    const int tp = L->tp_size > 1;   /* the tensor-parallel collectives' column (tp 1: none) */
-    printf("  %-9s %-8s %12s %10s %10s %10s %10s %10s %10s%s %10s\n", "operator", "mode", "params", "state MiB",
-           "weights", "acts MiB", "gathered", "comm ms", "compute ms", tp ? "      TP ms" : "", "T ms");
-    osdp_op_mem tot = {0};
-    osdp_op_time tt = {0};
-    size_t params = 0;
-    for (int i = 0; i < L->n_ops; i++) {
-        osdp_op_mem m;
-        osdp_op_time t;
-        osdp_cost_plan_op_mem(cm, p, i, b, &m);
-        osdp_cost_plan_op_time(cm, p, i, b, A, &t);
-        char tp_ms[16] = "";
-        if (tp) snprintf(tp_ms, sizeof tp_ms, " %10.3f", 1e3 * t.tp_comm);
-        printf("  %-9s %-8s %12zu %10s %10s %10s %10s %10.3f %10.3f%s %10.3f\n", L->op[i].name,
-               osdp_plan_mode_label(p, i, mode, sizeof mode), L->op[i].numel, osdp_mib((double)m.state, m1, sizeof m1),
-               osdp_mib((double)m.resident, m2, sizeof m2), osdp_mib((double)m.acts, m3, sizeof m3),
-               osdp_mib((double)m.work, m4, sizeof m4), 1e3 * t.comm, 1e3 * t.compute, tp_ms, 1e3 * t.total);
-        tot.state += m.state;
-        tot.resident += m.resident;
-        tot.acts += m.acts;
-        tt.comm += t.comm;
-        tt.compute += t.compute;
-        tt.tp_comm += t.tp_comm;
-        tt.total += t.total;
-        params += L->op[i].numel;
-    }
-    char tp_ms[16] = "";
-    if (tp) snprintf(tp_ms, sizeof tp_ms, " %10.3f", 1e3 * tt.tp_comm);
-    printf("  %-9s %-8s %12zu %10s %10s %10s %10s %10.3f %10.3f%s %10.3f\n", "total", "", params,
-           osdp_mib((double)tot.state, m1, sizeof m1), osdp_mib((double)tot.resident, m2, sizeof m2),
-           osdp_mib((double)tot.acts, m3, sizeof m3), "", 1e3 * tt.comm, 1e3 * tt.compute, tp_ms, 1e3 * tt.total);
-    if (tp)
-        printf("  (params: one rank's tensor-parallel parts; TP ms: the tensor-parallel group's blocking all-reduces"
-               " and gather, in T ms)\n");
-    printf("  (gathered: ZDP weights held while the operator computes; peak = workspace %s MiB + state + weights"
-           " + the largest backward transient)\n", osdp_mib((double)osdp_cost_workspace(cm, b), m1, sizeof m1));
-}
-
-static void print_summary(const char *label, const osdp_layout *L, const osdp_planner_result *r, osdp_status s,
-                          const char *err)
-{
-    char a[32], l[32];
-    if (s != OSDP_OK) {
-        printf("%-28s does not fit: %s\n", label, err);
-        return;
-    }
-    int zdp = 0;
-    for (int i = 0; i < L->n_ops; i++) zdp += r->plan.zdp_slices[i] > 0;
-    const int hier = osdp_plan_hierarchical_ops(&r->plan, 0, L->n_ops);
-    char of_them[48] = "";   /* only where h was chosen: one-node outputs as before */
-    if (hier) snprintf(of_them, sizeof of_them, " (%d of them h)", hier);
-    printf("%-28s micro-batch %d x accum %d: step %.2f ms, %.2f samples/s (%.0f tokens/s), peak %s of %s "
-           "(backward of %s)%s, %d of %d operators ZDP%s\n",
-           label, r->plan.geo.micro_batch, r->plan.geo.accum_steps, 1e3 * r->step_s, r->samples_per_s,
-           r->samples_per_s * L->T, osdp_format_bytes((double)r->peak_bytes, a, sizeof a),
-           osdp_format_bytes((double)r->mem_limit, l, sizeof l), L->op[r->peak_op].name,
-           r->runtime_peak >= 0 ? (r->runtime_peak == r->peak_bytes ? ", runtime check equal" : ", RUNTIME CHECK DIFFERS")
-                                : "",
-           zdp, L->n_ops, of_them);
-}
-
-void osdp_plan_print(const osdp_layout *L, const osdp_device *dev, const osdp_planner_options *o,
-                     const osdp_planner_result *r)
-{
-    osdp_cost_model cm;
-    osdp_cost_model_init(&cm, L, dev, &o->geo, o->cost, NULL);
-    char mesh[64] = "";
-    if (L->tp_size > 1) snprintf(mesh, sizeof mesh, " (data-parallel; mesh TP %d x DP %d)", L->tp_size, o->geo.n_ranks);
-    printf("osdp planner: device %s, %d ranks%s, limit %.3f GiB per rank; micro-batch %d, accumulation %d\n", dev->name,
-           o->geo.n_ranks, mesh, (double)r->mem_limit / (1024.0 * 1024.0 * 1024.0), r->plan.geo.micro_batch,
-           r->plan.geo.accum_steps);
-    osdp_plan_ops_table(L, &cm, r);
-    print_summary("plan:", L, r, OSDP_OK, "");
-    printf("search: %lld knapsacks over %d micro-batches in %.2f ms\n", r->searches, r->batches_tried, 1e3 * r->total_s);
-    fflush(stdout);
-}
-
-void osdp_json_string(const char *s)
-{
-    putchar('"');
-    for (; *s; s++) {
-        if (*s == '"' || *s == '\\') printf("\\%c", *s);
-        else if ((unsigned char)*s < 0x20) printf("\\u%04x", *s);
-        else putchar(*s);
-    }
-    putchar('"');
-}
 
 static void json_result(const char *key, const osdp_layout *L, const osdp_cost_model *cm, const osdp_planner_result *r,
                         osdp_status s, const char *err, int ops)
@@ -212,51 +78,10 @@ static void print_mesh(const osdp_mesh_choice *mesh, int is_auto, int n_ranks, i
         if (k->excluded[0]) printf("  %5d %5d  excluded: %s\n", k->geo.tp_size, k->geo.n_ranks, k->excluded);
         else if (k->status != OSDP_OK) printf("  %5d %5d  no plan fits the memory limit\n", k->geo.tp_size, k->geo.n_ranks);
         else
-            printf("  %5d %5d %12d %6d %12.3f %12.3f %12s%s\n", k->geo.tp_size, k->geo.n_ranks, k->geo.micro_batch,
-                   k->geo.accum_steps,
+            printf("  %5d %5d %12d %6d %12.3f %12.3f %12s%s\n", k->geo.tp_size, k->geo.n_ranks, k->geo.micro_batch, k->geo.accum_steps,
                    1e3 * k->step_s, k->samples_per_s, osdp_mib((double)k->peak_bytes, pk, sizeof pk),
                    c == mesh->best ? "   <- chosen: highest samples/s" : "");
     }
-}
-
-/* {"alpha":..,"beta":..} */
-static void json_collective(const char *key, const osdp_collective_cost *c)
-{
-    printf("\"%s\":{\"alpha\":%.9g,\"beta\":%.9g}", key, c->alpha, c->beta);
-}
-
-/* 1 when a tensor-parallel group (tp consecutive ranks) straddles two nodes of ranks_per_node */
-static int tp_spans_nodes(int ranks_per_node, int tp)
-{
-    return ranks_per_node > 0 && tp > 1 && (tp > ranks_per_node || ranks_per_node % tp != 0);
-}
-
-void osdp_plan_json_network(const osdp_device *dev, int n_ranks, int tp, int dp, int pp, const osdp_cost_hierarchy *hier)
-{
-    const int R = dev->ranks_per_node;
-    printf(",\"network\":{\"two_level\":%s", dev->internode.given ? "true" : "false");
-    if (R > 0) printf(",\"ranks_per_node\":%d,\"nodes\":%d", R, (n_ranks + R - 1) / R);
-    else printf(",\"ranks_per_node\":null,\"nodes\":null");
-    if (tp > 0)
-        printf(",\"data_groups_span_nodes\":%s,\"tensor_groups_span_nodes\":%s,\"pipeline_spans_nodes\":%s",
-               osdp_cost_dp_spans_nodes(R, tp, dp, pp) ? "true" : "false", tp_spans_nodes(R, tp) ? "true" : "false",
-               osdp_cost_pp_spans_nodes(R, tp, dp, pp) ? "true" : "false");
-    printf(",\"hierarchical_offered\":%s", hier ? "true" : "false");
-    if (hier) printf(",\"hierarchical_node_ranks\":%d", hier->node_ranks);
-    else printf(",\"hierarchical_node_ranks\":null");
-    printf(",\"internode\":");
-    if (dev->internode.given) {
-        printf("{");
-        json_collective("all_gather", &dev->internode.all_gather);
-        printf(",");
-        json_collective("reduce_scatter", &dev->internode.reduce_scatter);
-        printf(",");
-        json_collective("p2p", &dev->internode.p2p);
-        printf("}");
-    } else {
-        printf("null");
-    }
-    printf("}");
 }
 
 /* "mesh":{...}, with the candidates of --tp auto */
@@ -284,41 +109,6 @@ static void json_mesh(const osdp_mesh_choice *mesh, int is_auto, int n_ranks, in
         printf("]");
     }
     printf("},");
-}
-
-/* --nodes K, --ranks-per-node R and --emulate-link: the two levels of the
- * network of n_ranks ranks, over the device file's */
-static osdp_status network_from_job(const osdp_job *job, int n_ranks, osdp_device *dev)
-{
-    long long per_node = job->ranks_per_node;
-    if (job->nodes) {
-        if (n_ranks % job->nodes != 0)
-            return osdp_error_set(OSDP_ERR_INPUT, "--nodes %lld does not divide the %d ranks (--ranks): the nodes hold "
-                                  "ranks / K ranks each", job->nodes, n_ranks);
-        if (per_node && per_node != n_ranks / job->nodes)
-            return osdp_error_set(OSDP_ERR_INPUT, "--nodes %lld and --ranks-per-node %lld disagree: %d ranks on %lld nodes "
-                                  "are %lld per node", job->nodes, per_node, n_ranks, job->nodes, n_ranks / job->nodes);
-        per_node = n_ranks / job->nodes;
-    }
-    if (job->emulate_link && !per_node)
-        return osdp_error_set(OSDP_ERR_INPUT, "--emulate-link %s needs --nodes K or --ranks-per-node R (which ranks "
-                              "share a node)", job->emulate_link);
-    if (!per_node) return OSDP_OK;
-    osdp_link_emulation e;
-    osdp_status s = osdp_link_emulation_parse(&e, per_node, job->emulate_link, n_ranks);
-    if (s == OSDP_OK) osdp_emulation_to_device(&e, dev);
-    return s;
-}
-
-void osdp_plan_load_inputs(const osdp_job *job, osdp_planner_options *o, osdp_model_config *cfg, osdp_device *dev)
-{
-    osdp_plan_options_from_job(job, o);
-    osdp_status s;
-    if ((s = osdp_model_config_load(cfg, job->model)) != OSDP_OK) osdp_fatal(s, osdp_error_message());
-    if ((s = osdp_job_apply_kernels(job, NULL, cfg)) != OSDP_OK) osdp_fatal(s, osdp_error_message());
-    if ((s = osdp_job_check_seq_len(job, cfg->ctx)) != OSDP_OK) osdp_fatal(s, osdp_error_message());
-    if ((s = osdp_device_load(dev, job->device)) != OSDP_OK) osdp_fatal(s, osdp_error_message());
-    if ((s = network_from_job(job, (int)job->ranks, dev)) != OSDP_OK) osdp_fatal(s, osdp_error_message());
 }
 
 /* "alpha A s beta B s/B", with "call C s, " before it when the figure has a per-call term */
@@ -443,8 +233,7 @@ int osdp_cmd_plan(const osdp_job *job)
                "alpha %.3g s beta %.3g s/B | %d ranks, search %s, cost model %s, prefetch %s, split %s, recompute %s\n",
                dev.name, osdp_format_bytes((double)(planner.mem_limit ? planner.mem_limit : dev.mem_limit), l, sizeof l),
                dev.param_bytes, dev.grad_bytes, as_given.all_gather.alpha, as_given.all_gather.beta,
-               as_given.reduce_scatter.alpha, as_given.reduce_scatter.beta, n_ranks, search, cost,
-               planner.geo.prefetch ? "on" : "off", split_s,
+               as_given.reduce_scatter.alpha, as_given.reduce_scatter.beta, n_ranks, search, cost, planner.geo.prefetch ? "on" : "off", split_s,
                osdp_option_word("recompute", job->recompute));
         if (tp_given) print_mesh(&mesh, job->tp == OSDP_TP_AUTO, n_ranks, tp, &dev);
         if (as_given.internode.given)
@@ -459,9 +248,9 @@ int osdp_cmd_plan(const osdp_job *job)
                    r[0].gap > 0 ? " — NOT PROVEN OPTIMAL (too many activation sums, see osdp/planner.h)" : "");
         }
         printf("\n");
-        print_summary("OSDP:", &L, &r[0], st[0], err[0]);
-        print_summary("all-DP (ZeRO-2/DDP traffic):", &L, &r[1], st[1], err[1]);
-        print_summary("all-ZDP (FSDP/ZeRO-3):", &L, &r[2], st[2], err[2]);
+        osdp_plan_print_summary("OSDP:", &L, &r[0], st[0], err[0]);
+        osdp_plan_print_summary("all-DP (ZeRO-2/DDP traffic):", &L, &r[1], st[1], err[1]);
+        osdp_plan_print_summary("all-ZDP (FSDP/ZeRO-3):", &L, &r[2], st[2], err[2]);
         if (sp_dp > 0) printf("OSDP predicted speedup over all-DP:  %.3fx\n", sp_dp);
         if (sp_zdp > 0) printf("OSDP predicted speedup over all-ZDP: %.3fx\n", sp_zdp);
     }
@@ -481,8 +270,7 @@ int osdp_cmd_plan(const osdp_job *job)
                        "accumulation %d\n# (train with --batch %d --global-batch %d%s); predicted step %.6g s, peak %lld "
                        "bytes\n",
                     n_ranks, tp, planner.geo.n_ranks, dev.name, r[0].plan.geo.micro_batch, r[0].plan.geo.accum_steps,
-                    r[0].plan.geo.micro_batch, r[0].plan.geo.micro_batch * r[0].plan.geo.accum_steps * planner.geo.n_ranks,
-                    tp_arg,
+                    r[0].plan.geo.micro_batch, r[0].plan.geo.micro_batch * r[0].plan.geo.accum_steps * planner.geo.n_ranks, tp_arg,
                     r[0].step_s, r[0].peak_bytes);
             r[0].plan.geo.tp_size = tp;   /* the plan states its mesh, tp = 1 too: train --tp 2 refuses it then */
             osdp_plan_write(&r[0].plan, &L, f);

@@ -9,6 +9,8 @@
 #include "osdp/pipeline_cost.h"
 #include "osdp/pipeline_interleave.h"
 #include "plan_cmd.h"
+#include "plan_inputs.h"
+#include "plan_print.h"
 
 #include <stdio.h>
 #include <stdlib.h>

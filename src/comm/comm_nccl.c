@@ -91,7 +91,8 @@
 #include "config.h"
 #include "osdp/comm.h"
 #include "comm_internal.h"
-#include "../cuda/cuda_check.h"
+#include "osdp/compute.h"
+#include "util/cuda_status.h"
 
 #include <mpi.h>
 #include <nccl.h>
@@ -231,7 +232,7 @@ static osdp_status route(nccl_comm_impl *impl, const void *a, const void *b, siz
 static void order_after_compute(nccl_comm_impl *impl)
 {
     if (impl->in_group) return;   /* done once by group_start */
-    CUDA_CHECK(cudaEventRecord(impl->ready, osdp_cuda_compute_stream()));
+    osdp_compute_cuda.record_event(impl->ready);
     CUDA_CHECK(cudaStreamWaitEvent(impl->stream, impl->ready, 0));
     if (impl->stream_rs) CUDA_CHECK(cudaStreamWaitEvent(impl->stream_rs, impl->ready, 0));
 }
@@ -517,7 +518,7 @@ static osdp_status nccl_barrier(osdp_comm *c)
      * work done": the compute stream, then the collectives, each drain
      * polled within the timeout (nothing to drain on the collective stream
      * once the communicator is aborted) */
-    CUDA_CHECK(cudaEventRecord(impl->drained, osdp_cuda_compute_stream()));
+    osdp_compute_cuda.record_event(impl->drained);
     osdp_status s = wait_event(impl, impl->drained, "barrier's drain of the compute stream", 0, OSDP_BYTE,
                                impl->issued);
     if (s == OSDP_OK) s = drain_collectives(impl, "barrier's drain of the collective streams");
@@ -546,7 +547,7 @@ static osdp_status nccl_wait(osdp_comm *c, osdp_request *req)
         }
         /* the GPU waits; the event's later re-recording (slot reuse) does
          * not change what this wait waits for */
-        CUDA_CHECK(cudaStreamWaitEvent(osdp_cuda_compute_stream(), slot->done, 0));
+        osdp_compute_cuda.wait_event(slot->done);
         slot->busy = 0;
         return OSDP_OK;
     }

@@ -846,6 +846,9 @@ extern "C" void osdp_cuda_launched(unsigned n)
 
 extern "C" cudaStream_t osdp_cuda_compute_stream(void) { return g.initialised ? g.stream : NULL; }
 
+static void cuda_record_event(void *event) { CUDA_CHECK(cudaEventRecord((cudaEvent_t)event, osdp_cuda_compute_stream())); }
+static void cuda_wait_event(void *event) { CUDA_CHECK(cudaStreamWaitEvent(osdp_cuda_compute_stream(), (cudaEvent_t)event, 0)); }
+
 extern "C" const char *osdp_cublas_status_string(cublasStatus_t s)
 {
     switch (s) {
@@ -882,6 +885,8 @@ extern "C" const osdp_compute_backend osdp_compute_cuda = {
     .to_device = cuda_to_device,
     .to_host = cuda_to_host,
     .synchronize = cuda_synchronize,
+    .record_event = cuda_record_event,
+    .wait_event = cuda_wait_event,
     .convert_weights = NULL,
     .matmul_forward = cuda_matmul_forward,
     .matmul_backward = cuda_matmul_backward,

@@ -283,7 +283,11 @@ static double reduce_scatter_time(const osdp_cost_model *cm, const osdp_cost_hie
          + osdp_collective_time(&h->cross_reduce_scatter, cm->geo.n_ranks / R, G / R);
 }
 
-void osdp_cost_op_time_rc(const osdp_cost_model *cm, int op, int g, int k, int rc, int b, int accum, osdp_op_time *out)
+/* One operator's time in any plan mode: g slices of which k ZDP, sharded over the N ranks, or (h, the
+ * hierarchical levels: plan mode h) one slice sharded inside the node, whose node-first reduction is
+ * followed by the cross all-gather that completes the node's block. */
+static void op_time(const osdp_cost_model *cm, int op, int g, int k, const osdp_cost_hierarchy *h, int rc, int b,
+                    int accum, osdp_op_time *out)
 {
     const osdp_op_layout *o = &cm->layout->op[op];
     const osdp_device *d = cm->dev;
@@ -303,13 +307,24 @@ void osdp_cost_op_time_rc(const osdp_cost_model *cm, int op, int g, int k, int r
     const double R = once ? 1 : A;
     out->compute += padded / N * d->step_shard_param + (once ? 2 : 1) * A * padded * d->step_full_param;
     out->comm = 0;
-    osdp_cost_hierarchy levels;
-    const osdp_cost_hierarchy *node_first = data_levels(cm, &levels) ? &levels : NULL;
-    for (int s = 0; s < g; s++) {
-        double S = (double)p[s] * (double)d->param_bytes, G = (double)p[s] * (double)d->grad_bytes;
-        double ag = osdp_collective_time(&d->all_gather, N, S);
-        double rs = reduce_scatter_time(cm, node_first, G);
-        out->comm += s < k ? (rc ? 3 : 2) * A * ag + R * rs : ag + R * rs;
+    if (h) {
+        const double ranks = h->node_ranks, nodes = (double)cm->geo.n_ranks / h->node_ranks;
+        const double slice = (double)osdp_cost_slice_numel(cm, op, 1);
+        const double S = slice * (double)d->param_bytes, G = slice * (double)d->grad_bytes;
+        /* the optimizer step on a shard of P / R instead of P / N */
+        out->compute += slice / ranks * d->step_shard_param - slice / cm->geo.n_ranks * d->step_shard_param;
+        const double ag = osdp_collective_time(&h->node_all_gather, ranks, S), rs = reduce_scatter_time(cm, h, G);
+        const double cross_ag = osdp_collective_time(&h->cross_all_gather, nodes, G / ranks);
+        out->comm = (rc ? 3 : 2) * A * ag + R * (rs + cross_ag);
+    } else {
+        osdp_cost_hierarchy levels;
+        const osdp_cost_hierarchy *node_first = data_levels(cm, &levels) ? &levels : NULL;
+        for (int s = 0; s < g; s++) {
+            double S = (double)p[s] * (double)d->param_bytes, G = (double)p[s] * (double)d->grad_bytes;
+            double ag = osdp_collective_time(&d->all_gather, N, S);
+            double rs = reduce_scatter_time(cm, node_first, G);
+            out->comm += s < k ? (rc ? 3 : 2) * A * ag + R * rs : ag + R * rs;
+        }
     }
     if (cm->kind == OSDP_COST_OVERLAP && cm->geo.prefetch)
         out->total = out->compute > out->comm ? out->compute : out->comm;
@@ -320,27 +335,14 @@ void osdp_cost_op_time_rc(const osdp_cost_model *cm, int op, int g, int k, int r
     if (partial) out->total = 1e30;   /* not a choice this operator has: prohibitive, finite for the searches */
 }
 
+void osdp_cost_op_time_rc(const osdp_cost_model *cm, int op, int g, int k, int rc, int b, int accum, osdp_op_time *out)
+{
+    op_time(cm, op, g, k, NULL, rc, b, accum, out);
+}
+
 void osdp_cost_op_time_hier(const osdp_cost_model *cm, int op, int rc, int b, int accum, osdp_op_time *out)
 {
-    osdp_cost_op_time_rc(cm, op, 1, 1, rc, b, accum, out);   /* compute and tp_comm as ZDP's */
-    const osdp_cost_hierarchy *h = cm->hier;
-    if (!h) return;
-    const osdp_device *d = cm->dev;
-    const double A = accum, R = h->node_ranks, nodes = (double)cm->geo.n_ranks / h->node_ranks;
-    const double reductions = cm->reduce_once && cm->reduce_once[op] ? 1 : A;   /* reduce-once: one per step */
-    const double p = (double)osdp_cost_slice_numel(cm, op, 1);
-    const double S = p * (double)d->param_bytes, G = p * (double)d->grad_bytes;
-    /* the optimizer step on a shard of P / R instead of P / N */
-    out->compute += p / R * d->step_shard_param - p / cm->geo.n_ranks * d->step_shard_param;
-    /* the flat slice's node-first reduction, then the cross all-gather that completes the node's block */
-    const double ag = osdp_collective_time(&h->node_all_gather, R, S), rs = reduce_scatter_time(cm, h, G);
-    const double cross_ag = osdp_collective_time(&h->cross_all_gather, nodes, G / R);
-    out->comm = (rc ? 3 : 2) * A * ag + reductions * (rs + cross_ag);
-    if (cm->kind == OSDP_COST_OVERLAP && cm->geo.prefetch)
-        out->total = out->compute > out->comm ? out->compute : out->comm;
-    else
-        out->total = out->compute + out->comm;
-    out->total += out->tp_comm;
+    op_time(cm, op, 1, 1, cm->hier, rc, b, accum, out);   /* without levels: ZDP's */
 }
 
 int osdp_cost_hierarchy_for_mesh(const osdp_device *dev, int tp, int dp, int pp, osdp_cost_hierarchy *out)

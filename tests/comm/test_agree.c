@@ -17,6 +17,7 @@
 #include "osdp/agree.h"
 #include "osdp/comm.h"
 #include "osdp/error.h"
+#include "osdp/job.h"
 #include "util/clock.h"
 
 static int world_rank(void)
@@ -85,9 +86,49 @@ START_TEST(test_a_missing_peer_times_out)
 }
 END_TEST
 
+/* a plan from rank 0 (osdp/job.h): its failure is every rank's, with its message and no plan held; its
+ * plan, batch geometry and tensor-parallel degree are every rank's */
+START_TEST(test_plan_broadcast)
+{
+    const int r = world_rank(), n_ops = 5;
+    osdp_plan plan = {0};
+    osdp_status root = r == 0 ? osdp_error_set(OSDP_ERR_INFEASIBLE, "no plan fits on rank 0") : OSDP_OK;
+    ck_assert_int_eq(osdp_plan_broadcast(&plan, root, 0, MPI_COMM_WORLD), OSDP_ERR_INFEASIBLE);
+    ck_assert_str_eq(osdp_error_message(), "no plan fits on rank 0");
+    ck_assert_ptr_null(plan.slices);
+    if (r == 0) {
+        ck_assert_int_eq(osdp_plan_alloc(&plan, n_ops), OSDP_OK);
+        for (int i = 0; i < n_ops; i++) {
+            plan.slices[i] = i + 1;
+            plan.zdp_slices[i] = i % 2 ? i + 1 : 0;
+            plan.recompute[i] = i == 2;
+            plan.hierarchical[i] = i == 3;
+            plan.reduce_once[i] = i == 4;
+        }
+        plan.micro_batch = 3;
+        plan.accum_steps = 7;
+        plan.tp_size = 2;
+    }
+    ck_assert_int_eq(osdp_plan_broadcast(&plan, OSDP_OK, 0, MPI_COMM_WORLD), OSDP_OK);
+    ck_assert_int_eq(plan.n_ops, n_ops);
+    ck_assert_int_eq(plan.micro_batch, 3);
+    ck_assert_int_eq(plan.accum_steps, 7);
+    ck_assert_int_eq(plan.tp_size, 2);
+    for (int i = 0; i < n_ops; i++) {
+        ck_assert_int_eq(plan.slices[i], i + 1);
+        ck_assert_int_eq(plan.zdp_slices[i], i % 2 ? i + 1 : 0);
+        ck_assert_int_eq(plan.recompute[i], i == 2);
+        ck_assert_int_eq(plan.hierarchical[i], i == 3);
+        ck_assert_int_eq(plan.reduce_once[i], i == 4);
+    }
+    osdp_plan_free(&plan);
+}
+END_TEST
+
 static Suite *agree_suite(void)
 {
-    const TTest *agree[] = {test_lowest_failing_rank_wins, test_max_over_ranks, test_a_missing_peer_times_out, NULL};
+    const TTest *agree[] = {test_lowest_failing_rank_wins, test_max_over_ranks, test_plan_broadcast,
+                            test_a_missing_peer_times_out, NULL};
     const osdp_check_case cases[] = {{.name = "agree", .tests = agree}};
     return osdp_check_suite("agree", cases, sizeof cases / sizeof cases[0]);
 }
