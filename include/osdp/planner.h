@@ -167,7 +167,7 @@ typedef struct osdp_planner_options {
 } osdp_planner_options;
 
 typedef struct osdp_planner_result {
-    osdp_plan plan;           /* modes + micro_batch, accum_steps, predicted_step_s / _peak_bytes */
+    osdp_plan plan;           /* modes + geo (micro_batch, accum_steps, tp_size), predicted_step_s / _peak_bytes */
     double step_s;            /* predicted seconds per optimizer step */
     double samples_per_s;     /* b N A / step_s */
     long long peak_bytes;     /* model peak */
@@ -268,7 +268,7 @@ void osdp_mesh_choice_free(osdp_mesh_choice *mesh);
  * all-DP times at micro-batch 1.  The step's micro-batches: with
  * o->global_batch G, every micro-batch b dividing G / D, M = G / (D b);
  * without, M = OSDP_PIPE_DEFAULT_MICRO_PER_STAGE x P and b = 1, 2, ...
- * (o->micro_batch: that b alone).  For each b, each stage s is planned
+ * (o->geo.micro_batch: that b alone).  For each b, each stage s is planned
  * alone (osdp_planner_plan_batch: the exact per-operator search over its
  * operators, its D ranks and the memory limit) with the micro-batches it
  * holds, osdp_pipe_in_flight (1F1B: min(P - s, M); GPipe: M), and its
