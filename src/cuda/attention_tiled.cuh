@@ -70,6 +70,24 @@ template <class E> __device__ __forceinline__ float dot_rows(const E *a, const E
     return acc;
 }
 
+/* A block's (sequence, head) of grid (B * NH, tiles): its head size, the
+ * row strides of qkv (ld) and of the tiles in shared memory (lds), its Q
+ * columns in qkv (K at + C, V at + 2C) and the offset of its columns in the
+ * heads (B,T,C) (out, dout) */
+template <class E> struct HeadView {
+    int HS, bh, b, h, ld, lds;
+    const float *q;
+    size_t heads_off;
+    __device__ HeadView(const float *qkv, int T, int C, int NH)
+        : HS(C / NH), bh((int)blockIdx.x), b(bh / NH), h(bh % NH), ld(3 * C), lds(tile_ld<E>(HS)),
+          q(qkv + (size_t)b * T * ld + (size_t)h * HS), heads_off((size_t)b * T * C + (size_t)h * HS)
+    {
+    }
+};
+
+/* the first row of this block's query tile: the last tiles (the longest rows) first */
+__device__ __forceinline__ int query_tile_start(int tile) { return (int)(gridDim.y - 1 - blockIdx.y) * tile; }
+
 /* the causal mask of a tile entry: key kj is visible to query qi (a real row) */
 __device__ __forceinline__ bool visible(int qi, int kj, int T) { return qi < T && kj <= qi; }
 
@@ -79,11 +97,11 @@ __global__ void __launch_bounds__(kAttnThreads)
                                    float scale)
 {
     extern __shared__ float smem[];
-    const int HS = C / NH, bh = blockIdx.x, b = bh / NH, h = bh % NH, ld = 3 * C, lds = tile_ld<E>(HS);
-    const int i0 = (int)(gridDim.y - 1 - blockIdx.y) * tile, sld = tile + 1;   /* the longest rows first */
+    const HeadView<E> hv(qkv, T, C, NH);
+    const int HS = hv.HS, ld = hv.ld, lds = hv.lds, i0 = query_tile_start(tile), sld = tile + 1;
     float *S = smem, *O = S + tile * sld, *m = O + tile * HS, *l = m + tile, *corr = l + tile;
     E *Qs = reinterpret_cast<E *>(corr + tile), *Ks = Qs + tile * lds, *Vs = Ks + tile * lds;
-    const float *q = qkv + (size_t)b * T * ld + (size_t)h * HS;
+    const float *q = hv.q;
 
     load_tile(Qs, q, i0, T, ld, HS, tile);
     for (int e = threadIdx.x; e < tile * HS; e += blockDim.x) O[e] = 0.0f;
@@ -140,10 +158,10 @@ __global__ void __launch_bounds__(kAttnThreads)
     __syncthreads();
     for (int e = threadIdx.x; e < tile * HS; e += blockDim.x) {
         const int r = e / HS, c = e % HS;
-        if (i0 + r < T) out[((size_t)b * T + i0 + r) * C + (size_t)h * HS + c] = O[e] / l[r];
+        if (i0 + r < T) out[hv.heads_off + (size_t)(i0 + r) * C + c] = O[e] / l[r];
     }
     for (int r = threadIdx.x; r < tile; r += blockDim.x)
-        if (i0 + r < T) lse[(size_t)bh * T + i0 + r] = m[r] + logf(l[r]);
+        if (i0 + r < T) lse[(size_t)hv.bh * T + i0 + r] = m[r] + logf(l[r]);
 }
 
 /* rowdot (B,NH,T) = sum over the head's columns of dout * out, dout rounded
@@ -204,14 +222,14 @@ __global__ void __launch_bounds__(kAttnThreads)
                                const float *rowdot, int T, int C, int NH, int tile, float scale)
 {
     extern __shared__ float smem[];
-    const int HS = C / NH, bh = blockIdx.x, b = bh / NH, h = bh % NH, ld = 3 * C, lds = tile_ld<E>(HS);
-    const int j0 = (int)blockIdx.y * tile, sld = tile + 1;   /* the first keys, seen by the most rows, first */
+    const HeadView<E> hv(qkv, T, C, NH);
+    const int HS = hv.HS, ld = hv.ld, lds = hv.lds, sld = tile + 1;
+    const int j0 = (int)blockIdx.y * tile;   /* the first keys, seen by the most rows, first */
     float *P = smem, *dS = P + tile * sld, *dK = dS + tile * sld, *dV = dK + tile * HS, *lse_s = dV + tile * HS;
     float *rowdot_s = lse_s + tile;
     E *Ks = reinterpret_cast<E *>(rowdot_s + tile), *Vs = Ks + tile * lds, *Qs = Vs + tile * lds;
     E *dOs = Qs + tile * lds;
-    const float *q = qkv + (size_t)b * T * ld + (size_t)h * HS;
-    const float *dO = dout + (size_t)b * T * C + (size_t)h * HS;
+    const float *q = hv.q, *dO = dout + hv.heads_off;
 
     load_tile(Ks, q + C, j0, T, ld, HS, tile);
     load_tile(Vs, q + 2 * C, j0, T, ld, HS, tile);
@@ -220,7 +238,7 @@ __global__ void __launch_bounds__(kAttnThreads)
         __syncthreads();   /* the previous query tile's readers are done (and K, V are loaded) */
         load_tile(Qs, q, i0, T, ld, HS, tile);
         load_tile(dOs, dO, i0, T, C, HS, tile);
-        load_row_stats(lse_s, rowdot_s, lse, rowdot, bh, i0, T, tile);
+        load_row_stats(lse_s, rowdot_s, lse, rowdot, hv.bh, i0, T, tile);
         __syncthreads();
         tile_gradients(P, dS, Qs, dOs, Ks, Vs, lse_s, rowdot_s, i0, j0, T, HS, tile, scale);
         __syncthreads();
@@ -236,7 +254,7 @@ __global__ void __launch_bounds__(kAttnThreads)
         }
     }
     /* each thread writes the entries it summed: no barrier needed */
-    float *dk = dqkv + (size_t)b * T * ld + C + (size_t)h * HS;
+    float *dk = dqkv + (hv.q - qkv) + C;
     for (int e = threadIdx.x; e < tile * HS; e += blockDim.x) {
         const int j = e / HS, c = e % HS;
         if (j0 + j < T) {
@@ -253,16 +271,16 @@ __global__ void __launch_bounds__(kAttnThreads)
                               const float *rowdot, int T, int C, int NH, int tile, float scale)
 {
     extern __shared__ float smem[];
-    const int HS = C / NH, bh = blockIdx.x, b = bh / NH, h = bh % NH, ld = 3 * C, lds = tile_ld<E>(HS);
-    const int i0 = (int)(gridDim.y - 1 - blockIdx.y) * tile, sld = tile + 1;   /* the longest rows first */
+    const HeadView<E> hv(qkv, T, C, NH);
+    const int HS = hv.HS, ld = hv.ld, lds = hv.lds, i0 = query_tile_start(tile), sld = tile + 1;
     float *dS = smem, *dQ = dS + tile * sld, *lse_s = dQ + tile * HS, *rowdot_s = lse_s + tile;
     E *Qs = reinterpret_cast<E *>(rowdot_s + tile), *dOs = Qs + tile * lds, *Ks = dOs + tile * lds;
     E *Vs = Ks + tile * lds;
-    const float *q = qkv + (size_t)b * T * ld + (size_t)h * HS;
+    const float *q = hv.q;
 
     load_tile(Qs, q, i0, T, ld, HS, tile);
-    load_tile(dOs, dout + (size_t)b * T * C + (size_t)h * HS, i0, T, C, HS, tile);
-    load_row_stats(lse_s, rowdot_s, lse, rowdot, bh, i0, T, tile);
+    load_tile(dOs, dout + hv.heads_off, i0, T, C, HS, tile);
+    load_row_stats(lse_s, rowdot_s, lse, rowdot, hv.bh, i0, T, tile);
     for (int e = threadIdx.x; e < tile * HS; e += blockDim.x) dQ[e] = 0.0f;
     const int last = (i0 + tile < T ? i0 + tile : T) - 1;
     for (int j0 = 0; j0 <= last; j0 += tile) {
@@ -280,7 +298,7 @@ __global__ void __launch_bounds__(kAttnThreads)
             dQ[e] = acc;
         }
     }
-    float *dq = dqkv + (size_t)b * T * ld + (size_t)h * HS;
+    float *dq = dqkv + (hv.q - qkv);
     for (int e = threadIdx.x; e < tile * HS; e += blockDim.x) {
         const int r = e / HS, c = e % HS;
         if (i0 + r < T) dq[(size_t)(i0 + r) * ld + c] = dQ[e];

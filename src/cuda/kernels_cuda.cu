@@ -349,22 +349,35 @@ __global__ void crossentropy_stats_kernel(float *stats, const float *logits, con
     }
 }
 
+/* row i's statistics of the group (group_size x BT x 3, in rank order)
+ * combined in rank order: the largest max, the sum of exponentials
+ * relative to it, the target's logit (the CPU's group_row_stats) */
+__device__ void group_row_stats(const float *group, int BT, int group_size, size_t i, float *max_out,
+                                float *sum_out, float *target_out)
+{
+    const size_t stride = 3 * (size_t)BT;
+    float maxv = -INFINITY, target_logit = 0.0f, sum = 0.0f;
+    for (int r = 0; r < group_size; r++) {
+        const float *st = group + r * stride + 3 * i;
+        if (st[1] > 0.0f && st[0] > maxv) maxv = st[0];
+        target_logit += st[2];
+    }
+    for (int r = 0; r < group_size; r++) {
+        const float *st = group + r * stride + 3 * i;
+        if (st[1] > 0.0f) sum += st[1] * expf(st[0] - maxv);
+    }
+    *max_out = maxv;
+    *sum_out = sum;
+    *target_out = target_logit;
+}
+
 /* one block per row: the group's statistics combined in rank order (every
  * thread alike), then the row's probabilities and its loss */
 __global__ void crossentropy_finish_kernel(float *losses, float *probs, const float *group,
                                            int BT, int V, int valid, int group_size)
 {
-    const size_t stride = 3 * (size_t)BT;
-    float maxv = -INFINITY, target_logit = 0.0f, sum = 0.0f;
-    for (int r = 0; r < group_size; r++) {
-        const float *st = group + r * stride + 3 * (size_t)blockIdx.x;
-        if (st[1] > 0.0f && st[0] > maxv) maxv = st[0];
-        target_logit += st[2];
-    }
-    for (int r = 0; r < group_size; r++) {
-        const float *st = group + r * stride + 3 * (size_t)blockIdx.x;
-        if (st[1] > 0.0f) sum += st[1] * expf(st[0] - maxv);
-    }
+    float maxv, sum, target_logit;
+    group_row_stats(group, BT, group_size, blockIdx.x, &maxv, &sum, &target_logit);
     float *p = probs + (size_t)blockIdx.x * V;
     const float inv = 1.0f / sum;
     for (int j = threadIdx.x; j < V; j += blockDim.x) p[j] = j < valid ? expf(p[j] - maxv) * inv : 0.0f;
@@ -385,23 +398,13 @@ __global__ void crossentropy_backward_kernel(float *dlogits, const float *probs,
     }
 }
 
-/* the fused head: one thread per row combines the group's statistics in
- * rank order (crossentropy_finish_kernel's order) into the loss and lse */
+/* the fused head: one thread per row, the group's statistics into the loss and lse */
 __global__ void crossentropy_lse_kernel(float *losses, float *lse, const float *group, int BT,
                                         int group_size)
 {
-    const size_t stride = 3 * (size_t)BT;
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < BT; i += gridDim.x * blockDim.x) {
-        float maxv = -INFINITY, target_logit = 0.0f, sum = 0.0f;
-        for (int r = 0; r < group_size; r++) {
-            const float *st = group + r * stride + 3 * (size_t)i;
-            if (st[1] > 0.0f && st[0] > maxv) maxv = st[0];
-            target_logit += st[2];
-        }
-        for (int r = 0; r < group_size; r++) {
-            const float *st = group + r * stride + 3 * (size_t)i;
-            if (st[1] > 0.0f) sum += st[1] * expf(st[0] - maxv);
-        }
+        float maxv, sum, target_logit;
+        group_row_stats(group, BT, group_size, (size_t)i, &maxv, &sum, &target_logit);
         const float log_sum = logf(sum);
         losses[i] = log_sum - (target_logit - maxv);
         lse[i] = maxv + log_sum;
