@@ -180,12 +180,12 @@ static const option_row g_options[] = {
         "plan file, every with --plan dp / zdp; once / every: every operator, whatever the plan)"},
     {.name = "attention", .type = OPT_ENUM, .commands = TRAIN | PLAN | PROFILE | EVAL, .field = FIELD(attention),
      .choices = "tiled|naive", .default_value = "tiled", .metavar = "tiled|naive",
-     .default_text = "tiled where the backend has it (cpu), else naive",
+     .default_text = "tiled where the backend has it (cpu, cuda), else naive",
      .help = "causal attention: tiled with an online softmax (a log-sum-exp per row kept), or\n"
         "naive (the (T, T) probabilities kept: the reference)"},
     {.name = "head", .type = OPT_ENUM, .commands = TRAIN | PLAN | PROFILE | EVAL, .field = FIELD(head),
      .choices = "fused|naive", .default_value = "fused", .metavar = "fused|naive",
-     .default_text = "fused where the backend has it (cpu), else naive",
+     .default_text = "fused where the backend has it (cpu, cuda), else naive",
      .help = "LM head: fused linear + cross-entropy (logits in chunks of tokens, never all kept;\n"
         "the head cannot be split), or naive (the (T, V) probabilities kept: the reference)"},
     {.name = "search", .type = OPT_ENUM, .commands = PLAN, .field = FIELD(search), .choices = "exact|dfs",

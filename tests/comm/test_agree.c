@@ -105,15 +105,15 @@ START_TEST(test_plan_broadcast)
             plan.hierarchical[i] = i == 3;
             plan.reduce_once[i] = i == 4;
         }
-        plan.micro_batch = 3;
-        plan.accum_steps = 7;
-        plan.tp_size = 2;
+        plan.geo.micro_batch = 3;
+        plan.geo.accum_steps = 7;
+        plan.geo.tp_size = 2;
     }
     ck_assert_int_eq(osdp_plan_broadcast(&plan, OSDP_OK, 0, MPI_COMM_WORLD), OSDP_OK);
     ck_assert_int_eq(plan.n_ops, n_ops);
-    ck_assert_int_eq(plan.micro_batch, 3);
-    ck_assert_int_eq(plan.accum_steps, 7);
-    ck_assert_int_eq(plan.tp_size, 2);
+    ck_assert_int_eq(plan.geo.micro_batch, 3);
+    ck_assert_int_eq(plan.geo.accum_steps, 7);
+    ck_assert_int_eq(plan.geo.tp_size, 2);
     for (int i = 0; i < n_ops; i++) {
         ck_assert_int_eq(plan.slices[i], i + 1);
         ck_assert_int_eq(plan.zdp_slices[i], i % 2 ? i + 1 : 0);
