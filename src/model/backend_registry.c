@@ -4,7 +4,6 @@
 #include "osdp/compute.h"
 #include "osdp/cuda_plugin.h"
 
-#include <stdio.h>
 #include <string.h>
 
 static const osdp_compute_backend *const built_in[] = {
@@ -27,12 +26,11 @@ const osdp_compute_backend *osdp_compute_find(const char *name, osdp_dtype weigh
 
 const char *osdp_compute_find_failure(const char *name)
 {
-    static char why[64];
-    if (strcmp(name, "cuda") == 0 && !osdp_cuda_plugin_load()) return osdp_cuda_plugin_error();
 #ifdef OSDP_HAVE_CUDA
-    snprintf(why, sizeof why, "not built (have: cpu, cuda)");
+    if (strcmp(name, "cuda") == 0 && !osdp_cuda_plugin_load()) return osdp_cuda_plugin_error();
+    return "not built (have: cpu, cuda)";
 #else
-    snprintf(why, sizeof why, "not built (have: cpu)");
+    (void)name;
+    return "not built (have: cpu)";
 #endif
-    return why;
 }

@@ -14,12 +14,13 @@
 #define OSDP_PLUGIN_DIR ""
 #endif
 
-/* defined where the program links the CUDA objects itself (libosdp_cuda.a); NULL otherwise */
-extern const osdp_cuda_plugin osdp_cuda_plugin_entry __attribute__((weak));
-
 static int tried;
 static const osdp_cuda_plugin *plugin;
 static char why[3 * PATH_MAX];
+
+#ifdef OSDP_HAVE_CUDA
+/* defined where the program links the CUDA objects itself (libosdp_cuda.a); NULL otherwise */
+extern const osdp_cuda_plugin osdp_cuda_plugin_entry __attribute__((weak));
 
 /* dlopen `path` into `plugin`, or why[] says why not */
 static void open_plugin(const char *path)
@@ -42,6 +43,8 @@ static void open_plugin(const char *path)
     }
     dlclose(handle);
 }
+
+#endif
 
 static void load(void)
 {
