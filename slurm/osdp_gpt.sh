@@ -108,8 +108,10 @@ PEAK_FLOPS=${PEAK_FLOPS:-${GPU_PEAK:-0}}
 if [ "$PLAN" = auto ]; then
     if [ "$PROFILE" = 1 ]; then
         # a CPU-only binary would time the CPU backend and plan the GPUs with a CPU's figures
-        if [ "$BACKEND" = cuda ] && ! ldd "$OSDP_BIN" 2> /dev/null | grep -q -E 'libnccl|libcublas'; then
-            echo "osdp_gpt.sh: PROFILE=1: $OSDP_BIN is a CPU-only build (no NCCL/cuBLAS in ldd): it cannot profile the" \
+        # (the CUDA backend is osdp_gpt's plugin, libosdp_cuda.so beside it or $OSDP_CUDA_PLUGIN: its libraries are the plugin's)
+        plugin=${OSDP_CUDA_PLUGIN:-$(dirname "$OSDP_BIN")/libosdp_cuda.so}
+        if [ "$BACKEND" = cuda ] && ! ldd "$OSDP_BIN" "$plugin" 2> /dev/null | grep -q -E 'libnccl|libcublas'; then
+            echo "osdp_gpt.sh: PROFILE=1: $OSDP_BIN is a CPU-only build (no NCCL/cuBLAS in ldd of it and of $plugin): it cannot profile the" \
                  "GPUs; rebuild with ./configure --with-cuda, or set DEVICE=FILE" >&2
             exit 1
         fi

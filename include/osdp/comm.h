@@ -111,9 +111,11 @@ struct osdp_comm {
  * to keep mpi.h out of this header). */
 osdp_status osdp_comm_create_mpi(osdp_comm *c, const void *mpi_comm);
 #ifdef OSDP_HAVE_CUDA
+/* in the CUDA plugin (osdp/cuda_plugin.h) or libosdp_cuda.a */
 osdp_status osdp_comm_create_nccl(osdp_comm *c, const void *mpi_comm, int local_device);
 #endif
-/* nccl 1: osdp_comm_create_nccl (OSDP_ERR_INPUT in a build without CUDA), else osdp_comm_create_mpi */
+/* nccl 1: the CUDA plugin's osdp_comm_create_nccl (OSDP_ERR_INPUT in a build without CUDA or when
+ * the plugin could not be loaded), else osdp_comm_create_mpi */
 osdp_status osdp_comm_create(osdp_comm *c, const void *mpi_comm, int nccl, int local_device);
 
 /* shared 1: this machine's ranks x threads outnumber its cores (emulated

@@ -153,11 +153,16 @@ extern const osdp_compute_backend osdp_compute_cpu;
  * ranks where no GPU is; not a speed mode */
 extern const osdp_compute_backend osdp_compute_cpu_bf16;
 #ifdef OSDP_HAVE_CUDA
-extern const osdp_compute_backend osdp_compute_cuda;        /* src/cuda/: fp32 */
+/* src/cuda/, in the CUDA plugin (osdp/cuda_plugin.h) or libosdp_cuda.a: programs reach them through
+ * osdp_compute_find */
+extern const osdp_compute_backend osdp_compute_cuda;        /* fp32 */
 extern const osdp_compute_backend osdp_compute_cuda_bf16;   /* bf16 products, fp32 accumulation */
 #endif
-/* name "cpu" or "cuda", weights OSDP_FLOAT32 or OSDP_BFLOAT16; NULL if not built */
+/* name "cpu" or "cuda" (which loads the CUDA plugin), weights OSDP_FLOAT32 or OSDP_BFLOAT16; NULL if
+ * not built or the plugin could not be loaded */
 const osdp_compute_backend *osdp_compute_find(const char *name, osdp_dtype weight_dtype);
+/* why osdp_compute_find(name, ...) returned NULL, to follow "--backend NAME: " */
+const char *osdp_compute_find_failure(const char *name);
 
 /* The pad quantum a run uses: the backend's, or OSDP_PAD_QUANTUM, a test knob
  * (a whole number from 1 to 4096) that lets the CPU pad like CUDA, to prove

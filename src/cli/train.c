@@ -89,13 +89,7 @@ int osdp_cmd_train(const osdp_job *job)
 
     const char *backend_name = osdp_option_word("backend", job->backend);
     const osdp_compute_backend *backend = osdp_compute_find(backend_name, osdp_job_weights(job));
-    osdp_check_all(backend ? OSDP_OK : osdp_error_set(OSDP_ERR_INPUT, "--backend %s: not built (have: cpu%s)", backend_name,
-#ifdef OSDP_HAVE_CUDA
-                                                      ", cuda"
-#else
-                                                      ""
-#endif
-                                                      ));
+    osdp_check_all(backend ? OSDP_OK : osdp_error_set(OSDP_ERR_INPUT, "--backend %s: %s", backend_name, osdp_compute_find_failure(backend_name)));
     osdp_check_all(backend->init(world.local_rank, world.threads));
     int pad_quantum = 1, vocab_quantum = 1;   /* the backend's shard padding and vocabulary padding */
     osdp_check_all(osdp_compute_pad_quantum(backend, &pad_quantum));

@@ -55,7 +55,7 @@ for lib in libmpich.so libhdf5_mpich.so libopenblas.so; do
 done
 [ $inside = 3 ] && ok "ldd (LD_LIBRARY_PATH unset): MPICH, HDF5 and OpenBLAS resolve in the kit's lib/" \
     || bad "ldd: MPICH, HDF5 or OpenBLAS outside the kit" "$WORK/ldd.txt"
-missing=$(for f in "$KIT/osdp_gpt" "$KIT/tests/comm/test_nccl" "$KIT/tests/tools/compare_weights"; do
+missing=$(for f in "$KIT/osdp_gpt" "$KIT/libosdp_cuda.so" "$KIT/tests/comm/test_nccl" "$KIT/tests/tools/compare_weights"; do
               env -u LD_LIBRARY_PATH ldd "$f"; done | grep -c "not found")
 [ "$missing" = 0 ] && ok "every library of the kit's programs is found" || bad "$missing libraries not found"
 
@@ -72,6 +72,17 @@ rc=$?
 [ $rc = 0 ] && [ -n "$(losses "$WORK/kit.log")" ] && [ "$(losses "$WORK/kit.log")" = "$(losses "$WORK/tree.log")" ] \
     && ok "the kit's mpiexec -n 2 osdp_gpt trains the tiny model: losses bitwise the tree's binary's" \
     || bad "the kit's run (status $rc) differs from the tree's" "$WORK/kit.out"
+
+# --backend cuda: osdp_gpt opens the kit's plugin beside it (libosdp_cuda.so, static cudart, RPATH $ORIGIN/lib), with
+# this machine's CUDA folder on the library path: the plugin loads and the run stops at the device (no GPU here), not
+# at the loader (without CUDA's libraries: below, in the namespace that hides CUDA's folder)
+cuda_args=("${train_args[@]/cpu/cuda}")
+CUDA_LIBDIR=$(dirname "$(readlink -f "$(ldd "$BUILD/libosdp_cuda.so" | awk '$1 == "libnccl.so.2" { print $3 }')")")
+bounded env LD_LIBRARY_PATH="$CUDA_LIBDIR" "$KIT/bin/mpiexec" -n 2 "$KIT/osdp_gpt" "${cuda_args[@]}" > "$WORK/kit_cuda.out" 2>&1
+rc=$?
+[ $rc != 0 ] && grep -q -- "--backend cuda: no usable GPU" "$WORK/kit_cuda.out" && ! grep -q "plugin" "$WORK/kit_cuda.out" \
+    && ok "the kit's --backend cuda loads its plugin and stops at the device: $(grep -o 'no usable GPU.*' "$WORK/kit_cuda.out" | head -1 | cut -c1-120)" \
+    || bad "the kit's --backend cuda (status $rc): not the device's error" "$WORK/kit_cuda.out"
 
 # the system's libraries hidden: its library folder replaced by one holding glibc alone (and /bin/sh's
 # needs), the system's hydra proxy by an empty file
@@ -106,7 +117,7 @@ fi
 
 # cuBLAS and NCCL where a bare GPU machine has them: this machine's CUDA folder hidden, they are missing and
 # named; then found in site-packages' nvidia/*/lib (a fake one on PYTHONPATH holding the real folder)
-CUDA_REAL=$(dirname "$(readlink -f "$(env -u LD_LIBRARY_PATH ldd "$KIT/osdp_gpt" | awk '$1 == "libnccl.so.2" { print $3 }')")")
+CUDA_REAL=$(dirname "$(readlink -f "$(env -u LD_LIBRARY_PATH ldd "$KIT/libosdp_cuda.so" | awk '$1 == "libnccl.so.2" { print $3 }')")")
 CUDA_TOP=$(cd "$CUDA_REAL/.." && pwd -P)
 case $CUDA_TOP in /usr/local/?*|/opt/?*) in_cuda_folder=1 ;; *) in_cuda_folder=0 ;; esac
 if [ $can_hide = 0 ] || [ $in_cuda_folder = 0 ]; then
@@ -123,6 +134,10 @@ for d in \$(python3 -c 'import site; print("\\n".join(site.getsitepackages() + [
 done
 "$KIT/scripts/gpu_selftest" --libraries > "$WORK/search_missing.out" 2>&1; echo \$? > "$WORK/search_missing.rc"
 PYTHONPATH="$WORK/site" "$KIT/scripts/gpu_selftest" --libraries > "$WORK/search_found.out" 2>&1
+# no CUDA library anywhere: --backend cpu trains, --backend cuda fails naming the plugin and the library it lacks
+timeout -k 5 120 "$KIT/bin/mpiexec" -n 2 "$KIT/osdp_gpt" $(printf '%q ' "${train_args[@]}") --log "$WORK/nocuda.log" > "$WORK/nocuda_cpu.out" 2>&1
+timeout -k 5 120 "$KIT/bin/mpiexec" -n 2 "$KIT/osdp_gpt" $(printf '%q ' "${cuda_args[@]}") > "$WORK/nocuda_cuda.out" 2>&1
+echo \$? > "$WORK/nocuda_cuda.rc"
 SEARCH
     env -u LD_LIBRARY_PATH unshare -m /bin/bash "$WORK/search.sh"
     rc=$?
@@ -135,6 +150,13 @@ SEARCH
     [ $rc = 0 ] && grep -q "libnccl.so.2 from $WORK/site/nvidia/cu13/lib" "$WORK/search_found.out" \
         && ok "found in site-packages' nvidia/*/lib: $(cut -c1-150 "$WORK/search_found.out")" \
         || bad "the library search did not find the site-packages' copies (status $rc)" "$WORK/search_found.out"
+    [ "$(losses "$WORK/nocuda.log")" = "$(losses "$WORK/tree.log")" ] \
+        && ok "no CUDA library on the machine: the kit's --backend cpu trains, losses bitwise the tree's" \
+        || bad "no CUDA library on the machine: the kit's --backend cpu did not train" "$WORK/nocuda_cpu.out"
+    [ "$(cat "$WORK/nocuda_cuda.rc" 2> /dev/null)" != 0 ] \
+        && grep -q "plugin $KIT/libosdp_cuda.so could not be loaded: lib[a-zA-Z]*\.so[.0-9]*: cannot open" "$WORK/nocuda_cuda.out" \
+        && ok "no CUDA library: the kit's --backend cuda names the plugin and what it lacks: $(grep -o 'could not.*' "$WORK/nocuda_cuda.out" | head -1 | cut -c1-120)" \
+        || bad "no CUDA library: the kit's --backend cuda did not name the plugin's missing library" "$WORK/nocuda_cuda.out"
 fi
 
 # the self-test without a GPU: every GPU section SKIPs with its reason, status 0

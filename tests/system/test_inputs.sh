@@ -192,4 +192,30 @@ kill -TERM $pid; ms=$(( ($(date +%s%N) - t0) / 1000000 )); wait $pid; rc=$?
     "$WORK/early_term.err" && ok "SIGTERM $ms ms after the start: exit $rc with a message" ||
     bad "SIGTERM $ms ms after the start: exit $rc, no message" "$WORK/early_term.err"
 
+# the CUDA backend is a plugin (libosdp_cuda.so, src/util/cuda_plugin.c) that osdp_gpt opens for --backend cuda only:
+# osdp_gpt and the test programs that do not call CUDA link no CUDA library; a plugin that is not there is named on
+# every rank's exit; the build's plugin loads and, no GPU here, the run stops at the device, not at the loader
+if grep -q '^#define OSDP_HAVE_CUDA 1' "$BUILD/config.h" 2> /dev/null; then
+    linked=$(for f in "$BIN" "$BUILD"/tests/*/test_*; do
+                 case $f in */test_cuda|*/test_nccl|*.sh|*.log|*.trs|*.o) continue ;; esac
+                 [ -x "$f" ] && ldd "$f" 2> /dev/null | grep -qE 'libcudart|libcublas|libnccl' && echo "${f#"$BUILD"/}"
+             done)
+    [ -z "$linked" ] && ldd "$BIN" | grep -q libmpich \
+        && ok "ldd: osdp_gpt and the CPU test programs load no libcudart, libcublas, libnccl" \
+        || bad "CUDA libraries linked into: $linked"
+    OSDP_CUDA_PLUGIN=$WORK/absent/libosdp_cuda.so bad_train cuda_plugin_absent \
+        "--backend cuda: the CUDA backend's plugin $WORK/absent/libosdp_cuda.so (OSDP_CUDA_PLUGIN) does not exist" --backend cuda
+    OSDP_CUDA_PLUGIN=$WORK/absent/libosdp_cuda.so train 2 cuda_plugin_absent_cpu --steps 2 --backend cpu; rc=$?
+    [ $rc = 0 ] && ok "OSDP_CUDA_PLUGIN names no file: --backend cpu trains (the plugin is opened for --backend cuda only)" \
+        || bad "OSDP_CUDA_PLUGIN names no file: --backend cpu failed (exit $rc)" "$WORK/cuda_plugin_absent_cpu.err"
+    if command -v nvidia-smi > /dev/null 2>&1 && nvidia-smi -L 2> /dev/null | grep -q GPU; then
+        echo "SKIP: (part) a GPU is here: the plugin's failure at device selection was not checked"
+    else
+        bad_train cuda_plugin_loads "--backend cuda: no usable GPU on this node (" --backend cuda
+        grep -q plugin "$WORK/cuda_plugin_loads.err" && bad "--backend cuda: a loader error" "$WORK/cuda_plugin_loads.err"
+    fi
+else
+    bad_train cuda_not_built "--backend cuda: not built (have: cpu)" --backend cuda
+fi
+
 summary "input tests"
