@@ -297,8 +297,8 @@ int osdp_cmd_profile(const osdp_job *job)
                                     world.size));
     const char *backend_name = osdp_option_word("backend", job->backend);
     const osdp_compute_backend *be = osdp_compute_find(backend_name, osdp_job_weights(job));
-    osdp_check_all(be ? OSDP_OK : osdp_error_set(OSDP_ERR_INPUT, "profile --backend %s: this osdp_gpt was built without "
-                                                 "CUDA (configure --with-cuda)", backend_name));
+    osdp_check_all(be ? OSDP_OK : osdp_error_set(OSDP_ERR_INPUT, "profile --backend %s: %s", backend_name,
+                                                 osdp_compute_find_failure(backend_name)));
     const int on_gpu = be->mem_info != NULL;
     osdp_status ready = be->init(world.local_rank, world.threads);
     if (ready != OSDP_OK) {   /* "--backend cuda: no usable GPU on this node (...)" becomes profile's */
