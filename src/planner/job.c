@@ -45,22 +45,26 @@ osdp_status osdp_plan_broadcast(osdp_plan *plan, osdp_status root_status, int ro
     return OSDP_OK;
 }
 
+/* What the request fixes of the step's geometry before the plan, over n_ranks data-parallel ranks */
+static osdp_step_geometry request_geometry(const osdp_job_request *req, int n_ranks)
+{
+    return (osdp_step_geometry){.n_ranks = n_ranks, .pad_quantum = req->pad_quantum, .prefetch = req->prefetch};
+}
+
 /* The planner's options of the request over n_ranks ranks (the batch and the paddings are the caller's);
  * --recompute all's flags per operator of `layout` into *all (the caller frees it) */
 static void planner_options_of(const osdp_job_request *req, const osdp_layout *layout, int n_ranks,
                                osdp_planner_options *o, int **all)
 {
     osdp_planner_defaults(o);
-    o->geo.n_ranks = n_ranks;
+    o->geo = request_geometry(req, n_ranks);
     o->mem_limit = req->mem_limit;
-    o->geo.prefetch = req->prefetch;
     o->cost = req->cost;
     o->split = req->split > 0 ? req->split : 1;
     o->split_auto = req->split_auto;
     o->recompute_auto = req->recompute_auto;
     o->grad_reduce = req->grad_reduce;
     o->offer_hierarchical = req->offer_hierarchical;
-    o->geo.pad_quantum = req->pad_quantum;
     *all = NULL;
     if (req->recompute_all && (*all = calloc((size_t)layout->n_ops, sizeof **all)) != NULL) {
         for (int i = 0; i < layout->n_ops; i++) (*all)[i] = osdp_op_can_recompute(layout->op[i].type);
@@ -309,10 +313,8 @@ static osdp_status stage_split(const osdp_job_request *req, osdp_job_resolved *o
                                                    out->stage_bounds);
     if (req->device) {
         osdp_cost_model cm;
-        osdp_cost_model_init(&cm, layout, req->device,
-                             &(osdp_step_geometry){.n_ranks = out->mesh.dp, .pad_quantum = req->pad_quantum,
-                                                   .prefetch = req->prefetch},
-                             req->cost, NULL);
+        const osdp_step_geometry geo = request_geometry(req, out->mesh.dp);
+        osdp_cost_model_init(&cm, layout, req->device, &geo, req->cost, NULL);
         return osdp_planner_stage_split(&cm, plan, plan->geo.micro_batch, plan->geo.accum_steps, P, out->stage_bounds);
     }
     double *op_flops = malloc(sizeof *op_flops * (size_t)layout->n_ops);
@@ -401,9 +403,8 @@ double osdp_job_predicted_step_s(const osdp_job_resolved *job)
     const int levels = osdp_cost_hierarchy_for_mesh(req->device, layout->tp_size, dp_ranks, 1, &hier);
     osdp_cost_device_for_mesh(req->device, layout->tp_size, dp_ranks, 1, &dev);
     osdp_cost_model cm;
-    osdp_cost_model_init(&cm, layout, &dev,
-                         &(osdp_step_geometry){.n_ranks = dp_ranks, .pad_quantum = req->pad_quantum, .prefetch = req->prefetch},
-                         req->cost, levels ? &hier : NULL);
+    const osdp_step_geometry geo = request_geometry(req, dp_ranks);
+    osdp_cost_model_init(&cm, layout, &dev, &geo, req->cost, levels ? &hier : NULL);
     if (pp <= 1) return osdp_cost_step_time(&cm, plan, plan->geo.micro_batch, plan->geo.accum_steps);
     const osdp_cost_model *cms[OSDP_MAX_STAGES];
     const osdp_plan *plans[OSDP_MAX_STAGES];
