@@ -94,7 +94,6 @@ extern "C" {
 
 #include <limits.h>
 #include <math.h>
-#include <sched.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -127,48 +126,12 @@ struct CudaState {
     GrowingBuffer ln_partials;  /* layernorm backward's partial sums */
     Staging staging[STAGING_SLOTS];
     int staging_next;
-    cudaEvent_t drained; /* recorded on the compute stream by wait_compute */
-    double timeout_s;    /* the communication timeout (osdp_comm_timeout_from_env) for the host's waits */
     int poison;          /* OSDP_CUDA_POISON=1: new blocks are all bits set (NaN), to catch reads of unset memory */
-    osdp_launch_gate gate;   /* the launch bound (OSDP_CUDA_LAUNCH_BOUND) */
-    cudaEvent_t gate_mark;   /* its mark on the compute stream */
     cudaEvent_t timer[2];    /* timer_start / timer_stop */
 };
 CudaState g;
 
 inline cudaStream_t S() { return g.stream; }
-
-/* The host waits for `ev` (recorded on the compute stream), polling, within
- * the communication timeout: the compute stream may wait on the GPU for a
- * collective (the NCCL backend's wait), which a dead or stuck peer never
- * completes.  On time-out the job ends here with a message (the entries
- * that wait return nothing to report it through). */
-void wait_event_timed(cudaEvent_t ev, const char *what)
-{
-    const double start = osdp_now_seconds();
-    for (unsigned long polls = 0;; polls++) {
-        cudaError_t e = cudaEventQuery(ev);
-        if (e == cudaSuccess) return;
-        if (e != cudaErrorNotReady) CUDA_CHECK(e);
-        if (g.timeout_s > 0 && (polls & 255) == 255 && osdp_now_seconds() - start > g.timeout_s) {
-            char why[192];
-            snprintf(why, sizeof why,
-                     "the compute stream did not finish within %g s (OSDP_COMM_TIMEOUT_S): it waits for a "
-                     "collective that a peer rank never completed (it died or hangs)", g.timeout_s);
-            OSDP_CUDA_ABORT_(__FILE__, __LINE__, what, why);
-        }
-        sched_yield();
-    }
-}
-
-/* the host waits, within the timeout, for everything queued on the compute stream */
-void wait_compute(const char *what)
-{
-    if (!g.initialised) return;
-    CUDA_CHECK(cudaEventRecord(g.drained, S()));
-    wait_event_timed(g.drained, what);
-    osdp_launch_gate_drained(&g.gate);
-}
 
 const float kOne = 1.0f, kZero = 0.0f;
 
@@ -220,13 +183,10 @@ osdp_status cuda_init(int local_rank, int threads)
     g.math = use_tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH;
     CUBLAS_CHECK(cublasSetMathMode(g.cublas, g.math));
     CUDA_CHECK(cudaMalloc((void **)&g.partials, (osdp_cuda::REDUCE_PARTIALS + 1) * sizeof(double)));
-    CUDA_CHECK(cudaEventCreateWithFlags(&g.drained, cudaEventDisableTiming));
-    g.timeout_s = osdp_comm_timeout_from_env(local_rank);   /* node-local rank 0 warns of a bad value */
+    const double timeout_s = osdp_comm_timeout_from_env(local_rank);   /* node-local rank 0 warns of a bad value */
     unsigned bound = OSDP_LAUNCH_BOUND_DEFAULT;
     osdp_status bad_bound = osdp_launch_bound_parse(getenv("OSDP_CUDA_LAUNCH_BOUND"), &bound);
     if (bad_bound != OSDP_OK) return bad_bound;
-    osdp_launch_gate_init(&g.gate, bound);
-    CUDA_CHECK(cudaEventCreateWithFlags(&g.gate_mark, cudaEventDisableTiming));
     CUDA_CHECK(cudaEventCreate(&g.timer[0]));
     CUDA_CHECK(cudaEventCreate(&g.timer[1]));
 
@@ -258,6 +218,7 @@ osdp_status cuda_init(int local_rank, int threads)
     }
     g.device = device;
     g.initialised = 1;
+    osdp_cuda_stream_ready(g.stream, timeout_s, bound);
     return OSDP_OK;
 }
 
@@ -273,7 +234,7 @@ void *raw_alloc(size_t n, int zero)
             /* blocks freed behind work still queued on the stream become
              * reusable without ordering once that work has run */
             (void)cudaGetLastError();
-            wait_compute("alloc: waiting for the compute stream before retrying");
+            osdp_cuda_wait_compute("alloc: waiting for the compute stream before retrying");
             err = cudaMallocFromPoolAsync(&p, n, g.pool, S());
         }
         if (err == cudaErrorMemoryAllocation) {
@@ -387,7 +348,7 @@ void cuda_to_device(void *dst, const void *host_src, size_t bytes)
             CUDA_CHECK(cudaMallocHost(&st->host, STAGING_BYTES));
             CUDA_CHECK(cudaEventCreateWithFlags(&st->done, cudaEventDisableTiming));
         } else {
-            wait_event_timed(st->done, "to_device: waiting for a staging buffer");
+            osdp_cuda_wait_event_timed(st->done, "to_device: waiting for a staging buffer");
         }
         const size_t n = bytes < STAGING_BYTES ? bytes : STAGING_BYTES;
         memcpy(st->host, from, n);
@@ -402,14 +363,14 @@ void cuda_to_device(void *dst, const void *host_src, size_t bytes)
 void cuda_to_host(void *host_dst, const void *src, size_t bytes)
 {
     if (!bytes) return;
-    wait_compute("to_host: waiting for the compute stream");   /* then the copy cannot hang */
+    osdp_cuda_wait_compute("to_host: waiting for the compute stream");   /* then the copy cannot hang */
     CUDA_CHECK(cudaMemcpy(host_dst, src, bytes, cudaMemcpyDeviceToHost));
 }
 
 /* The compute stream only (cudaDeviceSynchronize would also wait for the
  * NCCL stream's collectives, prefetches included), polled within the
  * communication timeout. */
-void cuda_synchronize(void) { wait_compute("synchronize"); }
+void cuda_synchronize(void) { osdp_cuda_wait_compute("synchronize"); }
 
 /* ----------------------------------------------------------------- matmul */
 
@@ -783,7 +744,7 @@ double reduce_to_host(const float *x, size_t n, int squares)
     if (!n) return 0.0;
     osdp_cuda::reduce_sum(x, n, squares, g.partials, NULL, S());
     double r = 0.0;
-    wait_compute("sum: reading the result back");   /* timed; then the copy cannot hang */
+    osdp_cuda_wait_compute("sum: reading the result back");   /* timed; then the copy cannot hang */
     CUDA_CHECK(cudaMemcpy(&r, g.partials + osdp_cuda::REDUCE_PARTIALS, sizeof r, cudaMemcpyDeviceToHost));
     return r;
 }
@@ -824,7 +785,7 @@ void cuda_timer_start(void) { CUDA_CHECK(cudaEventRecord(g.timer[0], S())); }
 double cuda_timer_stop(void)
 {
     CUDA_CHECK(cudaEventRecord(g.timer[1], S()));
-    wait_event_timed(g.timer[1], "timer_stop's wait for the compute stream");
+    osdp_cuda_wait_event_timed(g.timer[1], "timer_stop's wait for the compute stream");
     float ms = 0;
     CUDA_CHECK(cudaEventElapsedTime(&ms, g.timer[0], g.timer[1]));
     return ms / 1e3;
@@ -832,39 +793,8 @@ double cuda_timer_stop(void)
 
 /* ------------------------------------------------------ shared with NCCL */
 
-extern "C" void osdp_cuda_launched(unsigned n)
-{
-    if (!g.initialised) return;
-    switch (osdp_launch_gate_note(&g.gate, n)) {
-    case OSDP_GATE_GO: return;
-    case OSDP_GATE_WAIT_AND_MARK:
-        wait_event_timed(g.gate_mark, "the launch bound's wait for the compute stream (OSDP_CUDA_LAUNCH_BOUND)");
-        /* fall through */
-    case OSDP_GATE_MARK: CUDA_CHECK(cudaEventRecord(g.gate_mark, S())); return;
-    }
-}
-
-extern "C" cudaStream_t osdp_cuda_compute_stream(void) { return g.initialised ? g.stream : NULL; }
-
 static void cuda_record_event(void *event) { CUDA_CHECK(cudaEventRecord((cudaEvent_t)event, osdp_cuda_compute_stream())); }
 static void cuda_wait_event(void *event) { CUDA_CHECK(cudaStreamWaitEvent(osdp_cuda_compute_stream(), (cudaEvent_t)event, 0)); }
-
-extern "C" const char *osdp_cublas_status_string(cublasStatus_t s)
-{
-    switch (s) {
-    case CUBLAS_STATUS_SUCCESS: return "CUBLAS_STATUS_SUCCESS";
-    case CUBLAS_STATUS_NOT_INITIALIZED: return "CUBLAS_STATUS_NOT_INITIALIZED (no cublasCreate?)";
-    case CUBLAS_STATUS_ALLOC_FAILED: return "CUBLAS_STATUS_ALLOC_FAILED";
-    case CUBLAS_STATUS_INVALID_VALUE: return "CUBLAS_STATUS_INVALID_VALUE (bad size or leading dimension)";
-    case CUBLAS_STATUS_ARCH_MISMATCH: return "CUBLAS_STATUS_ARCH_MISMATCH";
-    case CUBLAS_STATUS_MAPPING_ERROR: return "CUBLAS_STATUS_MAPPING_ERROR";
-    case CUBLAS_STATUS_EXECUTION_FAILED: return "CUBLAS_STATUS_EXECUTION_FAILED";
-    case CUBLAS_STATUS_INTERNAL_ERROR: return "CUBLAS_STATUS_INTERNAL_ERROR";
-    case CUBLAS_STATUS_NOT_SUPPORTED: return "CUBLAS_STATUS_NOT_SUPPORTED";
-    case CUBLAS_STATUS_LICENSE_ERROR: return "CUBLAS_STATUS_LICENSE_ERROR";
-    }
-    return "unknown cuBLAS status";
-}
 
 /* ----------------------------------------------------------------- tables */
 

@@ -17,11 +17,27 @@
 extern "C" {
 #endif
 
+/* Defined in cuda_check.cu, below backend_cuda.cu and the kernels' files. */
+
+/* The compute backend's init hands over its compute stream when it succeeds:
+ * the launch bound (launch_bound launches between marks) and the host's waits
+ * below start from here. */
+void osdp_cuda_stream_ready(cudaStream_t stream, double timeout_s, unsigned launch_bound);
+
 /* The stream every compute kernel and cuBLAS call runs on (created by the
  * CUDA compute backend's init); NULL (the legacy default stream) before it.
  * The NCCL backend orders its collectives against it through the backend
  * table's record_event / wait_event (osdp/compute.h). */
 cudaStream_t osdp_cuda_compute_stream(void);
+
+/* The host waits for `ev` (recorded on the compute stream), polling, within
+ * the communication timeout; past it the job ends with a message naming
+ * `what` (a dead peer's collective can hold the stream for ever). */
+void osdp_cuda_wait_event_timed(cudaEvent_t ev, const char *what);
+
+/* The host waits, within the timeout, for everything queued on the compute
+ * stream (nothing before osdp_cuda_stream_ready). */
+void osdp_cuda_wait_compute(const char *what);
 
 /* n launches (kernels, cuBLAS products) were queued on the compute stream:
  * the launch bound (src/util/launch_gate.h) may make the host wait here,
