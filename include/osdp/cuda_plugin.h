@@ -28,7 +28,7 @@ typedef struct osdp_cuda_plugin {
     osdp_status (*comm_create_nccl)(osdp_comm *c, const void *mpi_comm, int local_device);
 } osdp_cuda_plugin;
 
-extern const osdp_cuda_plugin osdp_cuda_plugin_entry;   /* src/cuda/plugin_entry.c */
+extern const osdp_cuda_plugin osdp_cuda_plugin_entry;   /* src/cuda_plugin_entry.c */
 
 /* The CUDA backend (src/util/cuda_plugin.c): the entry linked into the program, else the plugin
  * opened once (RTLD_NOW | RTLD_LOCAL) from $OSDP_CUDA_PLUGIN, or else the first of the program's

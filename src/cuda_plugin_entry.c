@@ -1,5 +1,8 @@
 /* libosdp_cuda.so's one export (include/osdp/cuda_plugin.h): the CUDA compute tables and the NCCL
- * communicator's constructor, found by the program's loader (src/util/cuda_plugin.c). */
+ * communicator's constructor, found by the program's loader (src/util/cuda_plugin.c).  The plugin's
+ * top, as main.c is the program's: it gathers src/cuda/ and src/comm/comm_nccl.c, so it lives in
+ * neither (in src/cuda/ it made the folders call each other: it calls comm, whose NCCL backend calls
+ * the CUDA compute table). */
 #include "config.h"
 #include "osdp/cuda_plugin.h"
 
