@@ -331,6 +331,18 @@ static void head_fused_backward(pass *p, float *dln, const osdp_op_acts *a, int 
     }
 }
 
+/* attention's and the MLP's output: the row-parallel projection of `in` (the
+ * partial products summed over the group, the replicated bias added once, by
+ * rank 0), then the residual added.  p->status says whether it ran. */
+static void projection_then_residual(pass *p, osdp_op_acts *a, const float *in, const float *residual, int BT)
+{
+    const size_t btd = (size_t)BT * (size_t)p->op->width;
+    linear_forward(p, a->out, in, OSDP_P_PROJ_W, tp_rank(p->ctx) == 0 ? OSDP_P_PROJ_B : -1, BT);
+    tp_all_reduce(p, a->out, btd);
+    if (p->status != OSDP_OK) return;
+    p->ctx->backend->residual_forward(a->out, a->out, residual, btd);
+}
+
 osdp_status osdp_op_forward_sliced(const osdp_op_context *ctx, int op_index, const osdp_op_slices *sl,
                                    const float *input, osdp_op_acts *a)
 {
@@ -374,12 +386,8 @@ osdp_status osdp_op_forward_sliced(const osdp_op_context *ctx, int op_index, con
         if (op->attn_tiled) be->attention_forward_tiled(a->heads, a->lse, a->qkv, B, T, d / tp_size(ctx), NH);
         else be->attention_forward(a->heads, a->att, a->qkv, B, T, d / tp_size(ctx), NH);
         poke(ctx);
-        /* row-parallel: the partial products summed over the group, the
-         * (replicated) bias added once, by rank 0 */
-        linear_forward(p, a->out, a->heads, OSDP_P_PROJ_W, tp_rank(ctx) == 0 ? OSDP_P_PROJ_B : -1, BT);
-        tp_all_reduce(p, a->out, btd);
+        projection_then_residual(p, a, a->heads, x, BT);
         OK_OR_RETURN();
-        be->residual_forward(a->out, a->out, x, btd);
         break;
     }
     case OSDP_OP_MLP: {
@@ -387,10 +395,8 @@ osdp_status osdp_op_forward_sliced(const osdp_op_context *ctx, int op_index, con
         OK_OR_RETURN();
         poke(ctx);
         be->gelu_forward(a->gelu, a->fc, (size_t)BT * 4 * d / tp_size(ctx));
-        linear_forward(p, a->out, a->gelu, OSDP_P_PROJ_W, tp_rank(ctx) == 0 ? OSDP_P_PROJ_B : -1, BT);
-        tp_all_reduce(p, a->out, btd);
+        projection_then_residual(p, a, a->gelu, input, BT);
         OK_OR_RETURN();
-        be->residual_forward(a->out, a->out, input, btd);
         break;
     }
     case OSDP_OP_HEAD: {
@@ -426,6 +432,18 @@ static void layernorm_backward_into(pass *p, float *dx, const float *dln, const 
     const void *lw = tw(p, OSDP_P_LN_W);
     if (p->status != OSDP_OK) return;
     p->ctx->backend->layernorm_backward(dx, glw, glb, dln, x, lw, a->mean, a->rstd, BT, d);
+}
+
+/* d(ln), this rank's share from a column-parallel product (qkv, fc, the
+ * vocab-parallel head), summed over the group; then the LayerNorm backward
+ * adds its path into dx.  p->status says whether it ran. */
+static void group_dln_then_layernorm_backward(pass *p, float *dx, float *dln, const float *x, const osdp_op_acts *a,
+                                              int BT, int d)
+{
+    tp_all_reduce(p, dln, (size_t)BT * (size_t)d);
+    if (p->status != OSDP_OK) return;
+    poke(p->ctx);
+    layernorm_backward_into(p, dx, dln, x, a, BT, d);
 }
 
 osdp_status osdp_op_backward_sliced(const osdp_op_context *ctx, int op_index, const osdp_op_slices *sl,
@@ -466,13 +484,10 @@ osdp_status osdp_op_backward_sliced(const osdp_op_context *ctx, int op_index, co
         else
             be->attention_backward(dqkv, datt, dheads, a->qkv, a->att, B, T, d / tp_size(ctx), NH);
         poke(ctx);
-        /* column-parallel: this rank's heads' share of d(ln), summed over the group */
+        /* column-parallel: this rank's heads' share of d(ln); the residual:
+         * d(x) = d(out) + layernorm path, accumulated in place */
         linear_backward(p, dln, dqkv, a->ln, OSDP_P_QKV_W, OSDP_P_QKV_B, BT, 0);
-        tp_all_reduce(p, dln, btd);
-        OK_OR_RETURN();
-        poke(ctx);
-        /* residual: d(x) = d(out) + layernorm path, accumulated in place */
-        layernorm_backward_into(p, dout, dln, x, a, BT, d);
+        group_dln_then_layernorm_backward(p, dout, dln, x, a, BT, d);
         OK_OR_RETURN();
         if (in_proj) {
             float *dprev = ws->dres[1 - ws->cur];
@@ -489,10 +504,7 @@ osdp_status osdp_op_backward_sliced(const osdp_op_context *ctx, int op_index, co
         poke(ctx);
         be->gelu_backward(dgelu, a->fc, dgelu, 4 * btd / (size_t)tp_size(ctx));
         linear_backward(p, dln, dgelu, a->ln, OSDP_P_FC_W, OSDP_P_FC_B, BT, 0);
-        tp_all_reduce(p, dln, btd);
-        OK_OR_RETURN();
-        poke(ctx);
-        layernorm_backward_into(p, dout, dln, input, a, BT, d);
+        group_dln_then_layernorm_backward(p, dout, dln, input, a, BT, d);
         OK_OR_RETURN();
         break;
     }
@@ -515,11 +527,9 @@ osdp_status osdp_op_backward_sliced(const osdp_op_context *ctx, int op_index, co
                 be->matmul_backward_out_in(dln, ctx->embed_grads + wte_offset(ctx), dlogits, a->ln, wte, BT, d,
                                            ctx->layout->vocab_local, 0);
         }
-        tp_all_reduce(p, dln, btd);
-        OK_OR_RETURN();
-        poke(ctx);
+        /* the residual's gradient starts here: 0 plus the layernorm path */
         be->fill_zero(dout, btd * sizeof(float));
-        layernorm_backward_into(p, dout, dln, input, a, BT, d);
+        group_dln_then_layernorm_backward(p, dout, dln, input, a, BT, d);
         OK_OR_RETURN();
         break;
     }
