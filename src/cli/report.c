@@ -187,6 +187,9 @@ void osdp_report_header(osdp_report *r, const osdp_model_config *cfg, const osdp
         osdp_log_number(&rec, "peak_flops_per_rank", "%.6g", r->peak_flops_per_rank);
         osdp_log_text(&rec, "peak_source", r->peak_given ? "given" : "sgemm");
         osdp_log_count(&rec, "prefetch", (unsigned long long)r->rt->opt.geo.prefetch);
+        /* the kernels that ran (--attention, --head; naive where the backend lacks the lean ones) */
+        osdp_log_text(&rec, "attention", rt->layout->cfg.attention_naive ? "naive" : "tiled");
+        osdp_log_text(&rec, "head", rt->layout->cfg.head_naive ? "naive" : "fused");
         osdp_log_number(&rec, "pred_step_s", "%.6g", r->predicted_step_s);
         const osdp_link_emulation *emulated = osdp_comm_emulation();
         if (emulated) {   /* the step times depend on it */

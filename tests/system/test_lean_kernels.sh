@@ -42,6 +42,16 @@ for model in "tiny 20 --batch 4" "bench_l6_d256 20 --batch 1"; do
     done
 done
 
+# the log's config record names the kernels that ran: the defaults, the reference, and each option alone
+kernels() { echo "$(config_field "$1" attention) $(config_field "$1" head)"; }
+STEPS=1
+run mixed_attn 1 --model "$SRC/input/models/tiny.ini" --attention naive || bad "--attention naive alone" "$WORK/mixed_attn.out"
+run mixed_head 1 --model "$SRC/input/models/tiny.ini" --head naive || bad "--head naive alone" "$WORK/mixed_head.out"
+got="$(kernels "$WORK/tiny_1_lean.log") / $(kernels "$WORK/tiny_1_naive.log") / $(kernels "$WORK/mixed_attn.log") / $(kernels "$WORK/mixed_head.log")"
+[ "$got" = "tiled fused / naive naive / naive fused / tiled naive" ] \
+    && ok "the log's config names the kernels that ran: attention= head= ($got)" \
+    || bad "the config's attention and head: $got, expected tiled fused / naive naive / naive fused / tiled naive"
+
 # the options: a bad word is refused naming the option; the fused head cannot be split
 if "$BIN" train --steps 1 --attention flash > "$WORK/bad.out" 2>&1; then
     bad "--attention flash was accepted"
