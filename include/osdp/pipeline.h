@@ -81,7 +81,8 @@ double osdp_pipe_bubble_chunks(int P, int V, int M);
  * naming --stages and the fault otherwise. */
 osdp_status osdp_stage_split_parse(const char *text, int n_ops, int P, int *bounds);
 /* The same for V chunks per stage (interleaved): P V ranges, chunk c on
- * stage c mod P; the count's error names --pp and --virtual-stages. */
+ * stage c mod P; for V > 1 the errors speak of chunks (the count's names
+ * --pp and --virtual-stages). */
 osdp_status osdp_chunk_split_parse(const char *text, int n_ops, int P, int V, int *bounds);
 /* "0:13,13:26" into buf */
 const char *osdp_stage_split_format(const int *bounds, int P, char *buf, size_t n);

@@ -149,10 +149,14 @@ static int parse_int(const char **p, int *out)
     return 1;
 }
 
-osdp_status osdp_stage_split_parse(const char *text, int n_ops, int P, int *bounds)
+/* P V ranges into bounds: chunk c of stage c mod P (V = 1: stage s), the errors in those words */
+static osdp_status split_parse(const char *text, int n_ops, int P, int V, int *bounds)
 {
-    if (P < 1 || P > OSDP_MAX_STAGES)
-        return osdp_error_set(OSDP_ERR_INPUT, "--pp %d: the pipeline degree must be between 1 and %d", P, OSDP_MAX_STAGES);
+    const int n = P * V;
+    const char *unit = V > 1 ? "chunk" : "stage";
+    char of[96];   /* "the 4 stages of --pp 4", "the 8 chunks of --pp 4 x --virtual-stages 2" */
+    if (V > 1) snprintf(of, sizeof of, "the %d chunks of --pp %d x --virtual-stages %d", n, P, V);
+    else snprintf(of, sizeof of, "the %d stages of --pp %d", P, P);
     const char *p = text;
     int s = 0, prev_hi = 0;
     bounds[0] = 0;
@@ -160,20 +164,20 @@ osdp_status osdp_stage_split_parse(const char *text, int n_ops, int P, int *boun
         int lo, hi;
         if (!parse_int(&p, &lo) || *p++ != ':' || !parse_int(&p, &hi))
             return split_error(text, "expected ranges of operators LO:HI separated by commas (e.g. 0:13,13:26)");
-        if (s == P) {
-            char why[96];
-            snprintf(why, sizeof why, "more ranges than the %d stages of --pp %d", P, P);
+        if (s == n) {
+            char why[160];
+            snprintf(why, sizeof why, "more ranges than %s", of);
             return split_error(text, why);
         }
         if (lo != prev_hi) {
-            char why[128];
-            snprintf(why, sizeof why, "stage %d starts at operator %d, where stage %d ended at %d (ranges must be contiguous from 0)",
-                     s, lo, s - 1, prev_hi);
+            char why[160];
+            snprintf(why, sizeof why, "%s %d starts at operator %d, where %s %d ended at %d (ranges must be contiguous "
+                     "from 0)", unit, s, lo, unit, s - 1, prev_hi);
             return split_error(text, why);
         }
         if (hi <= lo) {
             char why[96];
-            snprintf(why, sizeof why, "stage %d's range %d:%d is empty", s, lo, hi);
+            snprintf(why, sizeof why, "%s %d's range %d:%d is empty", unit, s, lo, hi);
             return split_error(text, why);
         }
         bounds[++s] = prev_hi = hi;
@@ -181,9 +185,9 @@ osdp_status osdp_stage_split_parse(const char *text, int n_ops, int P, int *boun
         if (*p == ',') p++;
         else if (*p) return split_error(text, "expected ',' between ranges");
     }
-    if (s != P) {
-        char why[96];
-        snprintf(why, sizeof why, "%d range%s for the %d stages of --pp %d", s, s == 1 ? "" : "s", P, P);
+    if (s != n) {
+        char why[160];
+        snprintf(why, sizeof why, "%d range%s for %s", s, s == 1 ? "" : "s", of);
         return split_error(text, why);
     }
     if (prev_hi != n_ops) {
@@ -194,18 +198,20 @@ osdp_status osdp_stage_split_parse(const char *text, int n_ops, int P, int *boun
     return OSDP_OK;
 }
 
+osdp_status osdp_stage_split_parse(const char *text, int n_ops, int P, int *bounds)
+{
+    if (P < 1 || P > OSDP_MAX_STAGES)
+        return osdp_error_set(OSDP_ERR_INPUT, "--pp %d: the pipeline degree must be between 1 and %d", P, OSDP_MAX_STAGES);
+    return split_parse(text, n_ops, P, 1, bounds);
+}
+
 osdp_status osdp_chunk_split_parse(const char *text, int n_ops, int P, int V, int *bounds)
 {
     if (V <= 1) return osdp_stage_split_parse(text, n_ops, P, bounds);
-    int ranges = 1;
-    for (const char *p = text; *p; p++) ranges += *p == ',';
-    if (ranges != P * V) {
-        char why[128];
-        snprintf(why, sizeof why, "%d range%s for the %d chunks of --pp %d x --virtual-stages %d", ranges,
-                 ranges == 1 ? "" : "s", P * V, P, V);
-        return split_error(text, why);
-    }
-    return osdp_stage_split_parse(text, n_ops, P * V, bounds);
+    if (P < 1 || (long long)P * V > OSDP_MAX_STAGES)
+        return osdp_error_set(OSDP_ERR_INPUT, "--pp %d x --virtual-stages %d: %lld model chunks, at most %d", P, V,
+                              (long long)P * V, OSDP_MAX_STAGES);
+    return split_parse(text, n_ops, P, V, bounds);
 }
 
 const char *osdp_stage_split_format(const int *bounds, int P, char *buf, size_t n)

@@ -19,7 +19,8 @@
  *             one message per chunk boundary and micro-batch each way, every
  *             gradient send waited once; its peak is the events' walk
  *   errors    V without interleaving, M not a multiple of P, more chunks
- *             than operators: refused naming the options
+ *             than operators: refused naming the options; --stages's
+ *             errors say chunk where V > 1
  * Bitwise equality with 1F1B and measured = predicted memory on real ranks:
  * tests/system/test_pp_interleaved.sh. */
 #include "config.h"
@@ -326,9 +327,39 @@ START_TEST(test_errors)
 }
 END_TEST
 
+/* --stages with V > 1 lists chunks: its errors say chunk, with V = 1 stage */
+START_TEST(test_stages_say_chunk)
+{
+    static const struct {
+        const char *text;
+        int V;
+        const char *says;
+    } cases[] = {
+        {"0:2,3:4,4:5,5:6", 2, "chunk 1 starts at operator 3, where chunk 0 ended at 2"},
+        {"0:2,2:2,2:5,5:6", 2, "chunk 1's range 2:2 is empty"},
+        {"0:2,2:4,4:6", 2, "3 ranges for the 4 chunks of --pp 2 x --virtual-stages 2"},
+        {"0:1,1:2,2:3,3:4,4:6", 2, "more ranges than the 4 chunks of --pp 2 x --virtual-stages 2"},
+        {"0:2,3:6", 1, "stage 1 starts at operator 3, where stage 0 ended at 2"},
+        {"0:2,2:2", 1, "stage 1's range 2:2 is empty"},
+        {"0:6", 1, "1 range for the 2 stages of --pp 2"},
+    };
+    int bounds[OSDP_MAX_STAGES + 1];
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        ck_assert_int_eq(osdp_chunk_split_parse(cases[i].text, 6, 2, cases[i].V, bounds), OSDP_ERR_INPUT);
+        ck_assert_msg(strstr(osdp_error_message(), cases[i].says), "%s: %s", cases[i].text, osdp_error_message());
+        ck_assert_msg(cases[i].V == 1 || !strstr(osdp_error_message(), "stage "), "%s", osdp_error_message());
+    }
+    ck_assert_int_eq(osdp_chunk_split_parse("0:2,2:3,3:5,5:6", 6, 2, 2, bounds), OSDP_OK);
+    ck_assert_int_eq(bounds[4], 6);
+    ck_assert_int_eq(osdp_chunk_split_parse("0:1,1:2", 6, OSDP_MAX_STAGES, 2, bounds), OSDP_ERR_INPUT);
+    ck_assert_msg(strstr(osdp_error_message(), "model chunks, at most"), "%s", osdp_error_message());
+}
+END_TEST
+
 static Suite *pp_interleaved_suite(void)
 {
-    const TTest *tests[] = {test_order, test_messages, test_bubble, test_schedule, test_errors, NULL};
+    const TTest *tests[] = {test_order, test_messages, test_bubble, test_schedule, test_errors, test_stages_say_chunk,
+                            NULL};
     const osdp_check_case cases[] = {{.name = "pp_interleaved", .tests = tests}};
     return osdp_check_suite("pp_interleaved", cases, sizeof cases / sizeof cases[0]);
 }

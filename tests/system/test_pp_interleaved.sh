@@ -145,6 +145,8 @@ refused chunks 4 "--pp 4 x --virtual-stages 3: 12 model chunks for a model of 10
     --global-batch 8 --schedule interleaved --virtual-stages 3
 refused stages 2 "--stages 0:5,5:10: 2 ranges for the 4 chunks of --pp 2 x --virtual-stages 2" --plan dp --pp 2 --batch 2 --global-batch 8 \
     --schedule interleaved --virtual-stages 2 --stages 0:5,5:10
+refused chunk_gap 2 "--stages 0:3,4:6,6:8,8:10: chunk 1 starts at operator 4, where chunk 0 ended at 3" --plan dp --pp 2 \
+    --batch 2 --global-batch 8 --schedule interleaved --virtual-stages 2 --stages 0:3,4:6,6:8,8:10
 refused no_pp 2 "--virtual-stages needs --pp P" --plan dp --batch 2 --virtual-stages 2
 refused auto 2 "--schedule interleaved with --plan auto" --plan auto --pp 2 --global-batch 8 --schedule interleaved \
     --virtual-stages 2
