@@ -39,10 +39,7 @@ static osdp_status check_pipeline_options(const osdp_job *job, int plan_auto)
         if (job->stages)
             return osdp_error_set(OSDP_ERR_INPUT, "--stages with --plan auto: the 3D search chooses the split; give a "
                                   "plan file or --plan dp / zdp to train on these stages");
-        if (!job->global_batch)
-            return osdp_error_set(OSDP_ERR_INPUT, "--plan auto with a pipeline (--pp) needs --global-batch G: the "
-                                  "sequences per step that the search splits into micro-batches");
-        return OSDP_OK;
+        return OSDP_OK;   /* the global batch: --global-batch or the checkpoint's (osdp_job_resolve) */
     }
     if (job->tp == OSDP_TP_AUTO)
         return osdp_error_set(OSDP_ERR_INPUT, "--tp auto does not plan with --pp %lld: give --tp T", job->pp);

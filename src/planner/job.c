@@ -85,6 +85,16 @@ static osdp_status need_device(const osdp_job_request *req)
 static osdp_status search_mesh(const osdp_job_request *req, const osdp_model_config *cfg, int n_ranks,
                                osdp_job_resolved *out, int *tp, int *pp)
 {
+    /* the 3D search splits the global batch into b x M on a mesh it chooses, so the default of
+     * resolve_geometry (a micro-batch x the data-parallel ranks) is not known before it: --global-batch,
+     * else the checkpoint's (a resume, eval --ckpt), as resolve_geometry then takes it */
+    const int global_batch = req->global_batch ? req->global_batch
+                           : req->resumed ? (int)req->resumed->global_batch : 0;
+    if (req->pp != 1 && global_batch <= 0)
+        return osdp_error_set(OSDP_ERR_INPUT, "--plan auto with a pipeline (--pp) needs --global-batch G: the sequences "
+                              "per step that the search splits into micro-batches%s",
+                              req->evaluating ? " (eval --ckpt takes the training run's from a checkpoint; "
+                                                "--init-from takes none)" : "");
     osdp_status s = need_device(req);
     if (s != OSDP_OK) return s;
     const osdp_device *dev = req->device;
@@ -94,7 +104,7 @@ static osdp_status search_mesh(const osdp_job_request *req, const osdp_model_con
     osdp_planner_options o;
     int *all;
     planner_options_of(req, &whole, n_ranks, &o, &all);
-    o.global_batch = req->global_batch;
+    o.global_batch = global_batch;
     o.geo.micro_batch = req->batch;
     o.vocab_quantum = req->vocab_quantum;
     if (req->pp != 1) {   /* the 3D search: the stages, micro-batch and M for the global batch */

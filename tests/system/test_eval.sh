@@ -46,6 +46,13 @@ evalrun 2 e_pp --ckpt "$WORK/ckpp/step_00000003.h5" --data "$CORPUS" --batches 2
 [ -n "$pp_hex" ] && [ "$(evalkey "$WORK/e_pp.log" loss_hex)" = "$pp_hex" ] \
     && ok "eval --pp 2 of the pipeline's checkpoint: bitwise its val_loss ($pp_hex)" \
     || bad "eval --pp 2: '$(evalkey "$WORK/e_pp.log" loss_hex)' vs '$pp_hex'" "$WORK/e_pp.out"
+# --plan auto --pp 2 (the 3D search) without --global-batch: the checkpoint's global batch of 8
+evalrun 2 e_pp_auto --ckpt "$WORK/ckpp/step_00000003.h5" --data "$CORPUS" --batches 2 --plan auto --pp 2 \
+    || bad "eval --plan auto --pp 2 without --global-batch" "$WORK/e_pp_auto.out"
+if within "$(evalkey "$WORK/e_pp_auto.log" loss)" "$(field "$WORK/trainpp.log" val_loss | tail -1)" 1e-6 \
+   && grep -q "^eval: loss .* | 2 batches x 8 sequences x 32 tokens" "$WORK/e_pp_auto.out"; then
+    ok "eval --plan auto --pp 2 takes the checkpoint's global batch (8): its val_loss within 1e-6"
+else bad "eval --plan auto --pp 2: '$(evalkey "$WORK/e_pp_auto.log" loss)'" "$WORK/e_pp_auto.out"; fi
 # --init-from with train's options: the same batches, the same bits
 evalrun 2 e_init --init-from "$CK" --data "$CORPUS" --batches 2 --plan dp --batch 2 --global-batch 8 \
     || bad "eval --init-from" "$WORK/e_init.out"
@@ -132,6 +139,8 @@ refused "--batches -3" "--batches '-3'" --ckpt "$CK" --data "$CORPUS" --batches 
 refused "no data" "no data to evaluate" --ckpt "$CK"
 refused "missing data" "--data: cannot open data" --ckpt "$CK" --data "$WORK/nothere.txt"
 refused "data shorter than a global batch" "fewer than one global batch of 8" --ckpt "$CK" --data "$WORK/short.txt" --plan dp
+refused "--plan auto --pp 2 on --init-from weights without --global-batch" \
+    "needs --global-batch G: .*eval --ckpt takes the training run's" --init-from "$CK" --data "$CORPUS" --plan auto --pp 2
 refused "--steps (a train option)" "unknown option '--steps'" --ckpt "$CK" --data "$CORPUS" --steps 3
 refused "a --log it cannot write" "--log: cannot write" --ckpt "$CK" --data "$CORPUS" --plan dp --log "$WORK/nodir/x.jsonl"
 # a log on a full disk (/dev/full opens, and its writes fail with ENOSPC): the record is checked, not lost in silence
