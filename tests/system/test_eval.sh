@@ -53,6 +53,13 @@ if within "$(evalkey "$WORK/e_pp_auto.log" loss)" "$(field "$WORK/trainpp.log" v
    && grep -q "^eval: loss .* | 2 batches x 8 sequences x 32 tokens" "$WORK/e_pp_auto.out"; then
     ok "eval --plan auto --pp 2 takes the checkpoint's global batch (8): its val_loss within 1e-6"
 else bad "eval --plan auto --pp 2: '$(evalkey "$WORK/e_pp_auto.log" loss)'" "$WORK/e_pp_auto.out"; fi
+# ... and so does a resume under --plan auto --pp 2 (train keeps the checkpoint's global batch)
+"$MPIEXEC" -n 2 "$BIN" train --model "$M" --data "$CORPUS" --steps 4 --threads 1 --peak-flops 1e9 --plan auto --pp 2 \
+    --resume "$WORK/ckpp/step_00000003.h5" --ckpt-dir "$WORK/ckpp_auto" --log "$WORK/resume_auto.log" \
+    > "$WORK/resume_auto.out" 2>&1 && [ "$(config_field "$WORK/resume_auto.log" global_batch)" = 8 ] \
+    && [ "$(field "$WORK/resume_auto.log" loss | wc -l)" = 1 ] \
+    && ok "train --resume --plan auto --pp 2 without --global-batch: the checkpoint's 8, step 4 run" \
+    || bad "train --resume --plan auto --pp 2 without --global-batch" "$WORK/resume_auto.out"
 # --init-from with train's options: the same batches, the same bits
 evalrun 2 e_init --init-from "$CK" --data "$CORPUS" --batches 2 --plan dp --batch 2 --global-batch 8 \
     || bad "eval --init-from" "$WORK/e_init.out"
