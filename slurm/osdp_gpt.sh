@@ -107,12 +107,16 @@ read -r GPU_DEVICE GPU_PEAK < <("$OSDP_SRC/scripts/gpu_device_file" "${SLURM_NNO
 PEAK_FLOPS=${PEAK_FLOPS:-${GPU_PEAK:-0}}
 if [ "$PLAN" = auto ]; then
     if [ "$PROFILE" = 1 ]; then
-        # a CPU-only binary would time the CPU backend and plan the GPUs with a CPU's figures
-        # (the CUDA backend is osdp_gpt's plugin, libosdp_cuda.so beside it or $OSDP_CUDA_PLUGIN: its libraries are the plugin's)
-        plugin=${OSDP_CUDA_PLUGIN:-$(dirname "$OSDP_BIN")/libosdp_cuda.so}
-        if [ "$BACKEND" = cuda ] && ! ldd "$OSDP_BIN" "$plugin" 2> /dev/null | grep -q -E 'libnccl|libcublas'; then
-            echo "osdp_gpt.sh: PROFILE=1: $OSDP_BIN is a CPU-only build (no NCCL/cuBLAS in ldd of it and of $plugin): it cannot profile the" \
-                 "GPUs; rebuild with ./configure --with-cuda, or set DEVICE=FILE" >&2
+        # a CPU-only binary would time the CPU backend and plan the GPUs with a CPU's figures.  The CUDA
+        # backend is osdp_gpt's plugin (libosdp_cuda.so): `osdp_gpt --version` (no MPI, no CUDA loaded)
+        # names the file it opens ($OSDP_CUDA_PLUGIN, beside the binary, or where `make install` put it)
+        plugin=$("$OSDP_BIN" --version 2> /dev/null | sed -n 's/^CUDA plugin: //p' || true)
+        plugin_file=$plugin
+        case "$plugin" in none:*|"") plugin_file= ;; esac
+        if [ "$BACKEND" = cuda ] && ! ldd "$OSDP_BIN" ${plugin_file:+"$plugin_file"} 2> /dev/null | grep -q -E 'libnccl|libcublas'; then
+            echo "osdp_gpt.sh: PROFILE=1: $OSDP_BIN cannot profile the GPUs, no NCCL/cuBLAS in ldd of it and of its CUDA" \
+                 "plugin (${plugin:-not named by osdp_gpt --version}): a CPU-only build? Rebuild with ./configure --with-cuda," \
+                 "or set DEVICE=FILE" >&2
             exit 1
         fi
         # alpha/beta of the collectives over this allocation's ranks and nodes (NCCL), gamma per

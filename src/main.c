@@ -2,6 +2,7 @@
 #include "config.h"
 #include "cli/app.h"
 #include "cli/options.h"
+#include "osdp/cuda_plugin.h"
 
 #include <mpi.h>
 #include <signal.h>
@@ -21,7 +22,7 @@ static void usage(FILE *out)
         "  sample    generate text from a checkpoint (any number of ranks)\n"
         "  eval      the loss and perplexity of a checkpoint on data (any number of ranks and mesh)\n"
         "  --help    this text\n"
-        "  --version the version\n", PACKAGE_VERSION);
+        "  --version the version, and the CUDA plugin --backend cuda would open\n", PACKAGE_VERSION);
 }
 
 /* Ranks on this node, from the launcher's environment (before MPI_Init):
@@ -129,8 +130,10 @@ int main(int argc, char **argv)
         usage(stdout);
         return 0;
     }
-    if (strcmp(argv[1], "--version") == 0) {
-        printf("osdp_gpt %s\n", PACKAGE_VERSION);
+    if (strcmp(argv[1], "--version") == 0) {   /* no MPI: scripts run it outside the launcher */
+        char plugin[4200];
+        const int found = osdp_cuda_plugin_where(plugin, sizeof plugin);
+        printf("osdp_gpt %s\nCUDA plugin: %s%s\n", PACKAGE_VERSION, found ? "" : "none: ", plugin);
         return 0;
     }
     osdp_command command = strcmp(argv[1], "train") == 0 ? OSDP_CMD_TRAIN

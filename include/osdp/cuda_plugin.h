@@ -36,6 +36,10 @@ extern const osdp_cuda_plugin osdp_cuda_plugin_entry;   /* src/cuda_plugin_entry
  * could not be opened; osdp_cuda_plugin_error then says why (the files tried, dlerror's text). */
 const osdp_cuda_plugin *osdp_cuda_plugin_load(void);
 const char *osdp_cuda_plugin_error(void);
+/* The file osdp_cuda_plugin_load would open, without opening it, into buf (1); else why there is none
+ * (0: a build without CUDA, no such file, the entry linked into the program).  `osdp_gpt --version`
+ * prints it, for scripts (slurm/osdp_gpt.sh) that check the plugin's libraries. */
+int osdp_cuda_plugin_where(char *buf, size_t n);
 
 #ifdef __cplusplus
 }

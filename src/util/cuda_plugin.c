@@ -46,22 +46,26 @@ static void open_plugin(const char *path)
 
 #endif
 
-static void load(void)
+/* The file the loader opens into path[] (1), or why[] says why there is none (0): $OSDP_CUDA_PLUGIN, else
+ * the first of the program's directory (a build tree, the GPU kit) and where `make install` puts it
+ * that holds the plugin */
+static int find(char *path, size_t n_path, char *reason, size_t n_reason)
 {
 #ifndef OSDP_HAVE_CUDA
-    snprintf(why, sizeof why, "this osdp_gpt was built without CUDA (configure --with-cuda)");
+    (void)path;
+    (void)n_path;
+    snprintf(reason, n_reason, "this osdp_gpt was built without CUDA (configure --with-cuda)");
+    return 0;
 #else
-    if (&osdp_cuda_plugin_entry) {
-        plugin = &osdp_cuda_plugin_entry;
-        return;
-    }
     const char *env = getenv(OSDP_CUDA_PLUGIN_ENV);
     if (env && *env) {
-        if (access(env, F_OK) != 0) snprintf(why, sizeof why, "the CUDA backend's plugin %s (%s) does not exist", env, OSDP_CUDA_PLUGIN_ENV);
-        else open_plugin(env);
-        return;
+        if (access(env, F_OK) == 0) {
+            snprintf(path, n_path, "%s", env);
+            return 1;
+        }
+        snprintf(reason, n_reason, "the CUDA backend's plugin %s (%s) does not exist", env, OSDP_CUDA_PLUGIN_ENV);
+        return 0;
     }
-    /* beside the program (a build tree, the GPU kit), then where `make install` puts it */
     char candidates[2][PATH_MAX + 32];
     int n = 0;
     char exe[PATH_MAX];
@@ -77,14 +81,40 @@ static void load(void)
     if (OSDP_PLUGIN_DIR[0]) snprintf(candidates[n++], sizeof candidates[0], "%s/%s", OSDP_PLUGIN_DIR, OSDP_CUDA_PLUGIN_FILE);
     for (int i = 0; i < n; i++) {
         if (access(candidates[i], F_OK) == 0) {
-            open_plugin(candidates[i]);
-            return;
+            snprintf(path, n_path, "%s", candidates[i]);
+            return 1;
         }
     }
-    snprintf(why, sizeof why, "the CUDA backend's plugin %s was not found (looked for %s%s%s; %s names it)",
+    snprintf(reason, n_reason, "the CUDA backend's plugin %s was not found (looked for %s%s%s; %s names it)",
              OSDP_CUDA_PLUGIN_FILE, n > 0 ? candidates[0] : "", n > 1 ? " and " : "", n > 1 ? candidates[1] : "",
              OSDP_CUDA_PLUGIN_ENV);
+    return 0;
 #endif
+}
+
+static void load(void)
+{
+    char path[PATH_MAX + 32];
+#ifndef OSDP_HAVE_CUDA
+    find(path, sizeof path, why, sizeof why);
+#else
+    if (&osdp_cuda_plugin_entry) {
+        plugin = &osdp_cuda_plugin_entry;
+        return;
+    }
+    if (find(path, sizeof path, why, sizeof why)) open_plugin(path);
+#endif
+}
+
+int osdp_cuda_plugin_where(char *buf, size_t n)
+{
+#ifdef OSDP_HAVE_CUDA
+    if (&osdp_cuda_plugin_entry) {
+        snprintf(buf, n, "linked into this program (no file to open)");
+        return 0;
+    }
+#endif
+    return find(buf, n, buf, n);
 }
 
 const osdp_cuda_plugin *osdp_cuda_plugin_load(void)

@@ -142,8 +142,40 @@ cat > "$FAKE/ldd" <<'FAKE_LDD'
 #!/bin/bash
 echo "	libmpich.so.12 => /usr/lib/libmpich.so.12 (0x0000)"
 [ "${FAKE_CPU_ONLY:-0}" = 1 ] || echo "	libnccl.so.2 => /usr/local/cuda/lib64/libnccl.so.2 (0x0000)"
+# FAKE_NCCL_IN_PLUGIN=1: NCCL only in a CUDA plugin named on the command line (as the real build links it)
+for f in "$@"; do
+    [ "${FAKE_NCCL_IN_PLUGIN:-0}" = 1 ] && [ "${f##*/}" = libosdp_cuda.so ] && [ -e "$f" ] && echo "$f:" \
+        && echo "	libnccl.so.2 => /usr/local/cuda/lib64/libnccl.so.2 (0x0000)"
+done
+exit 0
 FAKE_LDD
 chmod +x "$FAKE/ldd"
+# the plugin found without OSDP_CUDA_PLUGIN: the one `osdp_gpt --version` names (beside the binary in a
+# build tree; an installed binary's in $(pkglibdir), where the loader looks next)
+if [ -e "$BUILD/libosdp_cuda.so" ]; then
+    if env -u OSDP_CUDA_PLUGIN "$BIN" --version | grep -q -x "CUDA plugin: $BUILD/libosdp_cuda.so"; then
+        ok "osdp_gpt --version names the plugin beside it: $BUILD/libosdp_cuda.so"
+    else bad "osdp_gpt --version does not name $BUILD/libosdp_cuda.so: $("$BIN" --version | tail -1)"; fi
+    (unset OSDP_CUDA_PLUGIN; run_job profile_plugin PROFILE=1 FAKE_CPU_ONLY=1 FAKE_NCCL_IN_PLUGIN=1)
+    [ "$(ncalls profile_plugin)" = 2 ] && has profile_plugin 1 profile \
+        && ok "PROFILE=1, NCCL in the plugin only, no OSDP_CUDA_PLUGIN: the script finds the plugin and profiles" \
+        || bad "PROFILE=1 did not find the CUDA plugin by itself" "$WORK/profile_plugin.out"
+    mkdir -p "$WORK/inst/bin"; cp "$BIN" "$WORK/inst/bin/osdp_gpt"
+    env -u OSDP_CUDA_PLUGIN "$WORK/inst/bin/osdp_gpt" --version > "$WORK/inst_version.out" 2>&1
+    installdir=$(sed -n 's/^CUDA plugin: .*(looked for [^ ]* and \(.*\)\/libosdp_cuda\.so;.*/\1/p' "$WORK/inst_version.out")
+    if [ -n "$installdir" ] && [ "$installdir" != "$WORK/inst/bin" ]; then
+        ok "a binary without the plugin beside it looks in the install directory next ($installdir)"
+    elif grep -q -x "CUDA plugin: .*/libosdp_cuda.so" "$WORK/inst_version.out"; then
+        ok "a binary without the plugin beside it finds the installed one: $(sed -n 's/^CUDA plugin: //p' "$WORK/inst_version.out")"
+    else bad "osdp_gpt --version away from the build tree" "$WORK/inst_version.out"; fi
+    (unset OSDP_CUDA_PLUGIN; run_job profile_noplugin PROFILE=1 FAKE_CPU_ONLY=1 FAKE_NCCL_IN_PLUGIN=1 OSDP_BIN="$WORK/inst/bin/osdp_gpt")
+    if [ -z "$installdir" ]; then :   # a plugin is installed: the script found it (the profile runs)
+    elif [ "$(ncalls profile_noplugin)" = 0 ] && grep -q "CUDA plugin (none: .*not found" "$WORK/profile_noplugin.out"; then
+        ok "PROFILE=1 where no plugin is found: refused before srun, saying what the binary looked for"
+    else bad "PROFILE=1 without a plugin" "$WORK/profile_noplugin.out"; fi
+else
+    echo "SKIP: the plugin checks of PROFILE=1 (a build without CUDA: no $BUILD/libosdp_cuda.so)"
+fi
 run_job profile PROFILE=1
 prof="$WORK/submit/runs/4242/device.ini"
 if [ "$(ncalls profile)" = 2 ] && has profile 1 profile && [ "$(value profile 1 --out)" = "$prof" ] \
