@@ -121,7 +121,29 @@
  *              recompute-aware bytes above)
  *   peak    += sum_i held_i, and W += stage_buffer_bytes (the stage's
  *              message buffers: they do not depend on the plan)
- * in_flight 0 or 1 and stage_buffer_bytes 0: the peak is what it was. */
+ * in_flight 0 or 1 and stage_buffer_bytes 0: the peak is what it was.
+ *
+ * The stage's wrap moment (prefetch on, next_passes: osdp_pipe_after_backward).
+ * The backward of the stage's first operator prefetches, from its first
+ * slice on, the first slice of the stage's next pass, the other in_flight - 1
+ * micro-batches held as above (whatever follows a backward at fewer also
+ * follows one at the most, osdp/pipeline.h):
+ *   wrap = acts_0 + X + [n > 1] [prefetch] (G_1 + H_1)   (K_0's, but for X)
+ *   X    = [then a forward]   rebuilt_0 + G_0 + max(w_0, H_0, a_0)
+ *          [then a backward]  n > 1: rebuilt_0 + G_0 + max(w_0, H_0) + f_{n-1}
+ *                                    (the last operator's first backward slice)
+ *                             n = 1: rebuilt_0 + G_0 + max(w_0, H_0, r_0)
+ *   a    = [w over slices s >= 2 > 0] (max_{s >= 2} w_s + [k > 0] p_0 e): the
+ *          forward's slice 0 gathered for the next pass, while slices s >= 2
+ *          are in use (from slice 1 on the backward holds it anyway)
+ *   r    = recompute: a (the next backward recomputes from slice 0); else
+ *          [g > 1] (max([k > 0] p_0 e, H) + f): its own slice g-1 again,
+ *          held from the start, with slice 0 or, just after, its receive
+ *          buffer
+ *   peak = max(peak above, W + sum_i held_i + wrap)
+ * (osdp_op_peak_terms: pass_peak_then_forward and pass_peak_again are X's
+ * first and third lines for each operator's choice; the search's terms,
+ * src/planner/plan_context.h). */
 #ifndef OSDP_COST_MODEL_H
 #define OSDP_COST_MODEL_H
 
@@ -182,6 +204,7 @@ typedef struct osdp_cost_model {
     long long stage_buffer_bytes;   /* a pipeline stage's message buffers (0: none) */
     const osdp_cost_hierarchy *hier;    /* the levels of hierarchical slices; NULL: priced as ZDP (one node) */
     const int *reduce_once; /* per operator, NULL: none reduce once (peak and step time use the plan's) */
+    int next_passes;        /* a pipeline stage: OSDP_PIPE_THEN_* (osdp/pipeline.h) of its wrap moment (0: none) */
 } osdp_cost_model;
 
 /* The one way to make a cost model: of layout on dev for the step geo (its n_ranks, pad_quantum and
@@ -197,9 +220,8 @@ int osdp_cost_can_split(const osdp_cost_model *cm, int op, int g);
 typedef struct osdp_op_mem {
     long long state, resident, acts, rebuilt, grads, recv, work, prefetch;
     long long held;         /* a pipeline stage: the other in-flight micro-batches' activations */
-    long long forward_first;    /* its forward's first slice when ZDP, [k > 0] p_0 e: what a stage
-                                   prefetches for its next forward pass (osdp/pipeline_cost.h) */
-    long long work_from_2;      /* the largest w_s of the work term over slices s >= 2 (0: g < 3) */
+    long long wrap_forward;     /* a of the stage's wrap moment (above): its slice 0 prefetched for the next pass */
+    long long wrap_again;       /* r of the stage's wrap moment: a one-operator stage's next backward prefetched */
     int reduce_once;            /* it reduces once per step (cm->reduce_once) */
     long long accum;            /* then its accumulated gradients, all run (0 otherwise) */
 } osdp_op_mem;
@@ -214,6 +236,9 @@ typedef struct osdp_op_peak_terms {
     long long pass_peak;    /* at its backward: rebuilt + G + max(work, recv), + G_0 of a tied head */
     long long prefetch;     /* during the backward of the operator after it: [prefetch] f */
     long long in_flight;    /* during the backward of the operator before it: [prefetch] (G + H) */
+    /* as the first operator of a pipeline stage, at its wrap moment (above): pass_peak when the stage's next
+     * pass is a forward (max with a), and when it is the backward of this operator alone (max with r) */
+    long long pass_peak_then_forward, pass_peak_again;
 } osdp_op_peak_terms;
 void osdp_cost_peak_terms(const osdp_cost_model *cm, int op, const osdp_op_mem *m, osdp_op_peak_terms *out);
 /* the moment of operator u's backward from the terms of ops: every earlier
@@ -222,6 +247,18 @@ static inline long long osdp_cost_backward_moment(const osdp_op_peak_terms *t, i
 {
     return acts_before + t[u].acts + t[u].pass_peak + (u + 1 < n ? t[u + 1].in_flight : 0)
          + (u > 0 ? t[u - 1].prefetch : 0);
+}
+
+/* A pipeline stage's wrap moment (above) from the terms of its n operators, next_passes OSDP_PIPE_THEN_*
+ * (nonzero); W + sum_i held_i on top */
+static inline long long osdp_cost_wrap_moment(const osdp_op_peak_terms *t, int n, int next_passes)
+{
+    long long x = t[0].pass_peak_then_forward;   /* OSDP_PIPE_THEN_FORWARD (1) */
+    if (next_passes & 2) {                       /* OSDP_PIPE_THEN_BACKWARD */
+        const long long b = n > 1 ? t[0].pass_peak + t[n - 1].prefetch : t[0].pass_peak_again;
+        if (!(next_passes & 1) || b > x) x = b;
+    }
+    return t[0].acts + x + (n > 1 ? t[1].in_flight : 0);
 }
 
 typedef struct osdp_op_time {

@@ -66,6 +66,17 @@ static inline int osdp_pipe_chunk_stage(int P, int c) { return c % P; }
 int osdp_pipe_chunk_of(const int *bounds, int n_chunks, int op);
 /* the most micro-batches stage s holds between their forward and backward */
 int osdp_pipe_in_flight(osdp_pipe_schedule kind, int P, int s, int M);
+/* The passes that follow a backward of stage s (one chunk) while it holds
+ * its most micro-batches (osdp_pipe_in_flight): OSDP_PIPE_THEN_FORWARD when
+ * some such backward is followed by a forward, OSDP_PIPE_THEN_BACKWARD by a
+ * backward; 0 when none is followed by anything (M = 1).  A backward's
+ * first operator prefetches the next pass's first slice (osdp/cost_model.h,
+ * the stage's wrap moment), a moment that grows with the micro-batches
+ * held; in osdp_pipe_order, whatever follows a backward at fewer also
+ * follows one at the most (tests/planner/test_planner_terms.c checks it),
+ * so these two flags give the stage's every such moment. */
+enum { OSDP_PIPE_THEN_FORWARD = 1, OSDP_PIPE_THEN_BACKWARD = 2 };
+int osdp_pipe_after_backward(osdp_pipe_schedule kind, int P, int s, int M);
 /* the same over its V chunks: the most (chunk, micro-batch) pairs held at
  * once (interleaved stage 0: min(2 (P - 1) + (V - 1) P + 1, V M)) */
 int osdp_pipe_in_flight_chunks(osdp_pipe_schedule kind, int P, int V, int s, int M);

@@ -145,8 +145,10 @@ long long osdp_pipe_stage_p2p_bytes(const osdp_layout *layout, const int *bounds
  * osdp_pipe_in_flight and stage_buffer_bytes = the stage's inputs received
  * from the previous stage, one per micro-batch it holds, kept for its first
  * operator's backward (osdp_pipe_stage_buffer_bytes: stages after the first;
- * the gradients it receives land in the workspace).  osdp_pipe_stage_peak
- * is that closed form for stage s of a whole-model plan; it equals the
+ * the gradients it receives land in the workspace) and next_passes =
+ * osdp_pipe_after_backward (its wrap moment, osdp/cost_model.h: what the
+ * planner's search sees too).  osdp_pipe_stage_peak is that closed form
+ * (osdp_cost_peak) for stage s of a whole-model plan; it equals the
  * runtime's stage schedule (osdp_schedule_peak with the pipeline options)
  * to the byte (tests/planner/test_planner_pp.c). */
 osdp_layout osdp_pipe_stage_layout(const osdp_layout *whole, int lo, int hi);

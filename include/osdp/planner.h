@@ -147,10 +147,11 @@ typedef struct osdp_planner_options {
                                  with one micro-batch it saves no traffic), or every operator */
     int vocab_quantum;        /* osdp_planner_mesh: the backend's vocabulary quantum for the layouts it
                                  builds (osdp_compute_vocab_quantum); 0 reads as 1 */
-    /* a pipeline stage (osdp_planner_pipeline sets them; 0 otherwise): the cost model's in_flight and
-       stage_buffer_bytes (osdp/cost_model.h) */
+    /* a pipeline stage (osdp_planner_pipeline sets them; 0 otherwise): the cost model's in_flight,
+       stage_buffer_bytes and next_passes (osdp/cost_model.h: osdp_pipe_after_backward, its wrap moment) */
     int stage_in_flight;
     long long stage_buffer_bytes;
+    int stage_next_passes;
     /* the 3D search's baselines (osdp_planner_3d): bytes per parameter a DP
        operator keeps replicated beyond osdp's DP with reduce-once (which
        shards the optimizer state and holds the full gradients): plain DP
@@ -273,11 +274,10 @@ void osdp_mesh_choice_free(osdp_mesh_choice *mesh);
  * operators, its D ranks and the memory limit) with the micro-batches it
  * holds, osdp_pipe_in_flight (1F1B: min(P - s, M); GPipe: M), and its
  * message buffers in its peak; the step is osdp_pipe_step_time of the
- * stages' plans.  The search's peak is the stage's but for one moment,
- * the first operator's backward prefetching the next pass's first slice
- * (osdp_pipe_stage_peak has it): when that moment exceeds the limit, the
- * stage is searched again under the limit lowered by the excess, and its
- * result.gap = 1 says the plan fits but is not proven the fastest.  The b of the highest samples per second b D M / step
+ * stages' plans.  The search's peak is the stage's, osdp_pipe_stage_peak,
+ * its wrap moment included (the first operator's backward prefetching the
+ * next pass's first slice, osdp/cost_model.h); a stage plan whose peak
+ * differs is OSDP_ERR_INTERNAL.  The b of the highest samples per second b D M / step
  * wins (the smaller b on ties); b stops growing at the first that some
  * stage cannot fit.  No b fits: OSDP_ERR_INFEASIBLE naming the stage.
  * Each stage's peak is also evaluated on the runtime's stage schedule

@@ -73,7 +73,7 @@ static void print_text(const osdp_model_config *cfg, const osdp_device *dev, con
         char pk[32], mode[24];
         printf("  stage %d: operators %d:%d, %d in flight, busy %.3f ms, peak %s MiB%s:", s, st->lo, st->hi,
                st->in_flight, 1e3 * st->busy_s, osdp_mib((double)st->peak_bytes, pk, sizeof pk),
-               st->result.gap > 0 ? " (not proven optimal: a lowered limit)" : "");
+               st->result.gap > 0 ? " (not proven optimal: too many activation sums, osdp/planner.h)" : "");
         for (int i = st->lo; i < st->hi; i++)
             printf(" %s=%s", c->layout.op[i].name, osdp_plan_mode_label(&c->plan, i, mode, sizeof mode));
         printf("\n");

@@ -81,7 +81,7 @@ static void print_text(const osdp_model_config *cfg, const osdp_device *dev, con
                st->schedule_peak >= 0 ? osdp_mib((double)st->schedule_peak, sp, sizeof sp) : "-",
                st->schedule_peak < 0 ? "" : st->schedule_peak == st->peak_bytes ? "yes" : "NO", stage_zdp_ops(c, s),
                st->hi - st->lo, osdp_mib((double)st->p2p_bytes, pp, sizeof pp),
-               st->result.gap > 0 ? "  (not proven optimal: a lowered limit)" : "");
+               st->result.gap > 0 ? "  (not proven optimal: too many activation sums, osdp/planner.h)" : "");
     }
     const osdp_stage_plan *bn = &c->stage[c->memory_bottleneck];
     printf("memory bottleneck: stage %d (%s .. %s), peak %s of %s per rank; slowest stage: %d\n", c->memory_bottleneck,

@@ -186,16 +186,22 @@ static void op_mem_sharded(const osdp_cost_model *cm, int op, int g, int k, int 
      * ahead (the next operator's first slice, f, is held throughout) */
     long long gathered[OSDP_MAX_SLICES] = {0};
     for (int s = 0; s < g; s++) gathered[s] = BYTES(OSDP_BUF_GATHERED, p[s]);
-    out->work = out->work_from_2 = 0;
+    long long work_from_2 = 0;   /* the largest w_s over slices s >= 2 */
+    out->work = 0;
     for (int s = 0; s < g; s++) {
         long long v = (s < k ? gathered[s] : 0) + (cm->geo.prefetch && s >= 1 && s - 1 < k ? gathered[s - 1] : 0);
         if (v > out->work) out->work = v;
-        if (s >= 2 && v > out->work_from_2) out->work_from_2 = v;
+        if (s >= 2 && v > work_from_2) work_from_2 = v;
     }
     /* the first slice the backward order touches: slice g-1 of the backward,
      * or with recompute slice 0 of the recomputed forward */
-    out->forward_first = k > 0 ? gathered[0] : 0;
-    out->prefetch = rc ? out->forward_first : (k == g ? gathered[g - 1] : 0);
+    const long long forward_first = k > 0 ? gathered[0] : 0;
+    out->prefetch = rc ? forward_first : (k == g ? gathered[g - 1] : 0);
+    /* a pipeline stage's wrap moment (osdp/cost_model.h): its forward's slice 0 gathered ahead for the next
+     * pass, extra while slices s >= 2 are in use; a one-operator stage's next backward prefetched */
+    out->wrap_forward = work_from_2 > 0 ? work_from_2 + forward_first : 0;
+    out->wrap_again = rc ? out->wrap_forward
+                    : g > 1 ? (forward_first > out->recv ? forward_first : out->recv) + out->prefetch : 0;
 #undef BYTES
 }
 
@@ -208,6 +214,9 @@ void osdp_cost_peak_terms(const osdp_cost_model *cm, int op, const osdp_op_mem *
     out->prefetch = cm->geo.prefetch ? m->prefetch : 0;
     /* reduce-once: G is freed once added into accum, its reduction needs no buffer */
     out->in_flight = cm->geo.prefetch && !m->reduce_once ? m->grads + m->recv : 0;
+    const long long base = out->pass_peak - (m->work > m->recv ? m->work : m->recv);   /* rebuilt + G (+ G_0) */
+    out->pass_peak_then_forward = out->pass_peak > base + m->wrap_forward ? out->pass_peak : base + m->wrap_forward;
+    out->pass_peak_again = out->pass_peak > base + m->wrap_again ? out->pass_peak : base + m->wrap_again;
 }
 
 long long osdp_cost_tied_grads(const osdp_cost_model *cm, int op)
@@ -380,6 +389,13 @@ long long osdp_cost_peak(const osdp_cost_model *cm_in, const osdp_plan *plan, in
         if (v > best) {
             best = v;
             where = u;
+        }
+    }
+    if (cm->geo.prefetch && cm->next_passes && n > 0) {   /* a pipeline stage's wrap moment */
+        const long long v = osdp_cost_wrap_moment(t, n, cm->next_passes);
+        if (v > best) {
+            best = v;
+            where = 0;
         }
     }
     free(t);

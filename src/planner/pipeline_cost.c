@@ -225,71 +225,9 @@ long long osdp_pipe_stage_peak(const osdp_cost_model *cm, const osdp_plan *plan,
     view.recompute = plan->recompute + lo;
     view.hierarchical = plan->hierarchical ? plan->hierarchical + lo : NULL;
     view.reduce_once = plan->reduce_once ? plan->reduce_once + lo : NULL;
-    long long peak = osdp_cost_peak(&stage_cm, &view, micro_batch, at_op);
+    /* with the wrap moment: the backward of its first operator prefetching the next pass's first slice */
+    stage_cm.next_passes = osdp_pipe_after_backward(schedule, P, s, accum);
+    const long long peak = osdp_cost_peak(&stage_cm, &view, micro_batch, at_op);
     if (at_op) *at_op += lo;
-    if (!cm->geo.prefetch || peak < 0) return peak;
-    /* The moment osdp_cost_peak does not see: the backward of the stage's
-     * first operator prefetches, from its first slice on, the first slice
-     * of the stage's next pass (the forward of its first operator, or the
-     * backward of its last), with `count` micro-batches in flight.  When
-     * that slice is the first operator's own slice 0 (its forward, or its
-     * recompute in a one-operator stage), the backward then finds it
-     * gathered: it is extra only while slices s >= 2 are in use.  When it
-     * is the slice in use (a one-operator stage's next backward), it is
-     * gathered again once the backward reaches slice 0, and stays. */
-    osdp_cost_model with_plan = stage_cm;
-    with_plan.recompute = view.recompute;
-    with_plan.reduce_once = view.reduce_once;
-    osdp_op_mem first, second, last;
-    const int n = view.n_ops;
-    osdp_cost_plan_op_mem(&with_plan, &view, 0, micro_batch, &first);
-    osdp_cost_plan_op_mem(&with_plan, &view, n - 1, micro_batch, &last);
-    long long fixed = osdp_cost_workspace(&with_plan, micro_batch) - stage_cm.stage_buffer_bytes, acts = 0;
-    for (int i = 0; i < n; i++) {
-        osdp_op_mem m;
-        osdp_cost_plan_op_mem(&with_plan, &view, i, micro_batch, &m);
-        fixed += m.state + m.resident + m.accum;
-        acts += m.acts;
-    }
-    const long long held_at_first = first.work > first.recv ? first.work : first.recv;
-    long long at_first = first.acts + first.rebuilt + first.grads;
-    if (n > 1) {
-        osdp_cost_plan_op_mem(&with_plan, &view, 1, micro_batch, &second);
-        osdp_op_peak_terms second_terms;
-        osdp_cost_peak_terms(&with_plan, 1, &second, &second_terms);
-        at_first += second_terms.in_flight;   /* its reduce-scatter still in flight (prefetch is on) */
-    }
-    const long long input = s > 0 ? (long long)osdp_pipe_boundary_bytes(cm->layout, lo, micro_batch) : 0;
-    osdp_pipe_pass *order = malloc(sizeof *order * 2 * (size_t)accum);
-    if (!order) return -1;
-    osdp_pipe_order(schedule, P, s, accum, order);
-    int count = 0;
-    for (int q = 0; q < 2 * accum; q++) {
-        if (!order[q].backward) {
-            count++;
-            continue;
-        }
-        if (q + 1 < 2 * accum) {
-            long long transient = held_at_first;
-            if (order[q + 1].backward && n > 1) {   /* the last operator's first backward slice, held throughout */
-                transient += last.prefetch;
-            } else if (!order[q + 1].backward || view.recompute[0]) {   /* the first operator's slice 0 */
-                const long long aliased = first.work_from_2 > 0 ? first.work_from_2 + first.forward_first : 0;
-                if (aliased > transient) transient = aliased;
-            } else if (view.slices[0] > 1 && osdp_cost_can_split(&with_plan, 0, view.slices[0])) {
-                /* one operator of g > 1 slices: its slice g-1 again, gathered when its slice 0 is reached */
-                const long long at_0 = first.forward_first + first.prefetch, after = first.recv + first.prefetch;
-                if (at_0 > transient) transient = at_0;
-                if (after > transient) transient = after;
-            }
-            const long long v = fixed + count * input + (count - 1) * acts + at_first + transient;
-            if (v > peak) {
-                peak = v;
-                if (at_op) *at_op = lo;
-            }
-        }
-        count--;
-    }
-    free(order);
     return peak;
 }

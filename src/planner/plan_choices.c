@@ -6,6 +6,7 @@
  * and in time are dropped; so are, for operators no transient constraint
  * can touch, those dominated in memory and time alone (prune_free).
  * Operators of one shape (blocks of one width) are costed once. */
+#include "osdp/pipeline.h"
 #include "plan_context.h"
 
 #include <limits.h>
@@ -32,7 +33,9 @@ typedef struct choice_terms {
     int slices, zdp_slices, recompute; /* k = zdp_slices of g = slices ZDP */
     int hierarchical;                  /* g = k = 1, sharded inside the node (osdp/plan.h) */
     int reduce_once;                   /* gradients reduced once per step (osdp/plan.h) */
-    osdp_op_peak_terms mem;    /* what it adds to the peak (osdp/cost_model.h) */
+    osdp_op_peak_terms mem;    /* what it adds to the peak (osdp/cost_model.h); a wrapped stage's first
+                                  operator: mem.pass_peak with the wrap moments of its own (plan_context.h) */
+    long long first_pass;      /* and its pass_peak without them, for the pairing with the last operator */
     double time;               /* its step time (0 when minimising memory) */
 } choice_terms;
 
@@ -41,7 +44,7 @@ static int no_worse(const choice_terms *a, const choice_terms *b)
 {
     const osdp_op_peak_terms *p = &a->mem, *q = &b->mem;
     return p->held <= q->held && p->acts <= q->acts && p->pass_peak <= q->pass_peak && p->prefetch <= q->prefetch
-        && p->in_flight <= q->in_flight && a->time <= b->time;
+        && p->in_flight <= q->in_flight && a->first_pass <= b->first_pass && a->time <= b->time;
 }
 
 /* Drops the dominated choices of one operator: b goes when some a is no
@@ -63,11 +66,25 @@ static int prune(choice_terms *c, int n)
     return m;
 }
 
+/* the stage's wrap moment applies (osdp/cost_model.h: prefetch on, some pass after a backward) */
+static int wraps(const osdp_ps_context *ctx)
+{
+    return ctx->cost.geo.prefetch && ctx->cost.next_passes;
+}
+
 /* the terms the search sees of one choice's memory and time */
 static void set_terms(const osdp_ps_context *ctx, int i, const osdp_op_mem *m, const osdp_op_time *ot, choice_terms *c)
 {
     memset(c, 0, sizeof *c);
     osdp_cost_peak_terms(&ctx->cost, i, m, &c->mem);
+    c->first_pass = c->mem.pass_peak;
+    if (i == 0 && wraps(ctx)) {   /* the wrap moments of the first operator alone (plan_context.h) */
+        osdp_op_peak_terms *t = &c->mem;
+        if ((ctx->cost.next_passes & OSDP_PIPE_THEN_FORWARD) && t->pass_peak_then_forward > t->pass_peak)
+            t->pass_peak = t->pass_peak_then_forward;
+        if ((ctx->cost.next_passes & OSDP_PIPE_THEN_BACKWARD) && ctx->n_ops == 1 && t->pass_peak_again > t->pass_peak)
+            t->pass_peak = t->pass_peak_again;
+    }
     c->time = ctx->minimise_memory ? 0 : ot->total; /* minimising memory: time tells nothing apart */
 }
 
@@ -195,6 +212,29 @@ static void span(const osdp_ps_context *ctx, const long long *v, int i, long lon
     }
 }
 
+/* operator i keeps its choices j of keep[j] (in order) */
+static void keep_choices(osdp_ps_context *ctx, int i, const unsigned char *keep)
+{
+    int m = 0;
+    for (int j = 0; j < ctx->n_choices[i]; j++) {
+        if (!keep[j]) continue;
+        size_t b = PS_CHOICE(ctx, i, j);
+        size_t d = PS_CHOICE(ctx, i, m++);
+        ctx->choice_slices[d] = ctx->choice_slices[b];
+        ctx->choice_zdp_slices[d] = ctx->choice_zdp_slices[b];
+        ctx->choice_recompute[d] = ctx->choice_recompute[b];
+        ctx->choice_hierarchical[d] = ctx->choice_hierarchical[b];
+        ctx->choice_reduce_once[d] = ctx->choice_reduce_once[b];
+        ctx->held_bytes[d] = ctx->held_bytes[b];
+        ctx->pass_peak_bytes[d] = ctx->pass_peak_bytes[b];
+        ctx->prefetch_bytes[d] = ctx->prefetch_bytes[b];
+        ctx->next_op_bytes[d] = ctx->next_op_bytes[b];
+        ctx->act_bytes[d] = ctx->act_bytes[b];
+        ctx->objective[d] = ctx->objective[b];
+    }
+    ctx->n_choices[i] = m;
+}
+
 /* Operators no constraint Z_u <= d of any plan can touch.  Every plan's
  * transient is at least dlo = max_u min Z_u; a constraint whose largest
  * value (later activations at their smallest) is below dlo is never the
@@ -246,24 +286,7 @@ static int prune_free(osdp_ps_context *ctx)
                 keep[j] = (unsigned char)!gone;
             }
         }
-        int m = 0;
-        for (int j = 0; j < ctx->n_choices[i]; j++) {
-            if (!keep[j]) continue;
-            size_t b = PS_CHOICE(ctx, i, j);
-            size_t d = PS_CHOICE(ctx, i, m++);
-            ctx->choice_slices[d] = ctx->choice_slices[b];
-            ctx->choice_zdp_slices[d] = ctx->choice_zdp_slices[b];
-            ctx->choice_recompute[d] = ctx->choice_recompute[b];
-            ctx->choice_hierarchical[d] = ctx->choice_hierarchical[b];
-            ctx->choice_reduce_once[d] = ctx->choice_reduce_once[b];
-            ctx->held_bytes[d] = ctx->held_bytes[b];
-            ctx->pass_peak_bytes[d] = ctx->pass_peak_bytes[b];
-            ctx->prefetch_bytes[d] = ctx->prefetch_bytes[b];
-            ctx->next_op_bytes[d] = ctx->next_op_bytes[b];
-            ctx->act_bytes[d] = ctx->act_bytes[b];
-            ctx->objective[d] = ctx->objective[b];
-        }
-        ctx->n_choices[i] = m;
+        keep_choices(ctx, i, keep);
     }
     free(zlo); free(slack); free(kept); free(keeps);
     return 0;
@@ -300,9 +323,67 @@ static int alloc_arrays(osdp_ps_context *ctx)
     return ok ? 0 : -1;
 }
 
+static int cmp_bytes(const void *a, const void *b)
+{
+    const long long x = *(const long long *)a, y = *(const long long *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* The pairing of the wrap moment (plan_context.h) on a stage of n > 1
+ * operators whose backward follows a backward: the distinct f of the last
+ * operator into wrap_values; for F = wrap_values[wrap], the last operator's
+ * choices of f = F alone and F folded into the first operator's wp
+ * (first_pass: its wp without the wrap moments, per choice); wrap -1 (or
+ * past the values), a bound-only context: first_pass kept for the true
+ * transient.  -1 when out of memory. */
+static int pair_wrap(osdp_ps_context *ctx, const choice_terms *first, int wrap)
+{
+    const int n = ctx->n_ops, last = n - 1;
+    if (!wraps(ctx) || !(ctx->cost.next_passes & OSDP_PIPE_THEN_BACKWARD) || n < 2) return 0;
+    long long *v = malloc(sizeof *v * (size_t)ctx->n_choices[last]);
+    unsigned char *keep = malloc((size_t)ctx->n_choices[last]);
+    if (!v || !keep) {
+        free(v), free(keep);
+        return -1;
+    }
+    int nv = 0;
+    for (int c = 0; c < ctx->n_choices[last]; c++) v[nv++] = ctx->prefetch_bytes[PS_CHOICE(ctx, last, c)];
+    qsort(v, (size_t)nv, sizeof *v, cmp_bytes);
+    int w = 0;
+    for (int j = 0; j < nv; j++)
+        if (w == 0 || v[j] != v[w - 1]) v[w++] = v[j];
+    ctx->wrap_values = v;
+    ctx->n_wrap_values = w;
+    if (wrap >= 0 && wrap < w) {
+        const long long F = v[wrap];
+        for (int c = 0; c < ctx->n_choices[last]; c++) keep[c] = ctx->prefetch_bytes[PS_CHOICE(ctx, last, c)] == F;
+        keep_choices(ctx, last, keep);
+        ctx->group[last] = 2 * last;   /* its own choices now: a group of its own */
+        for (int c = 0; c < ctx->n_choices[0]; c++) {
+            long long *wp = &ctx->pass_peak_bytes[PS_CHOICE(ctx, 0, c)];
+            if (first[c].first_pass + F > *wp) *wp = first[c].first_pass + F;
+        }
+    } else if (ctx->bound_only) {
+        if (!(ctx->wrap_first_pass = malloc(sizeof *ctx->wrap_first_pass * (size_t)ctx->stride))) {
+            free(keep);
+            return -1;
+        }
+        for (int c = 0; c < ctx->stride; c++) ctx->wrap_first_pass[c] = first[c < ctx->n_choices[0] ? c : 0].first_pass;
+    }
+    free(keep);
+    return 0;
+}
+
 osdp_status osdp_ps_context_build(osdp_ps_context *ctx, const osdp_layout *L, const osdp_device *dev,
                                   const osdp_planner_options *o, int b, int accum, int minimise_memory,
                                   osdp_cost_cuts *cuts, osdp_planner_result *counters)
+{
+    return osdp_ps_context_build_wrap(ctx, L, dev, o, b, accum, minimise_memory, cuts, counters, -1);
+}
+
+osdp_status osdp_ps_context_build_wrap(osdp_ps_context *ctx, const osdp_layout *L, const osdp_device *dev,
+                                       const osdp_planner_options *o, int b, int accum, int minimise_memory,
+                                       osdp_cost_cuts *cuts, osdp_planner_result *counters, int wrap)
 {
     memset(ctx, 0, sizeof *ctx);
     osdp_cost_model_init(&ctx->cost, L, dev, &o->geo, o->cost, o->hierarchy);
@@ -310,6 +391,7 @@ osdp_status osdp_ps_context_build(osdp_ps_context *ctx, const osdp_layout *L, co
     ctx->cost.cuts = cuts;
     ctx->cost.in_flight = o->stage_in_flight;
     ctx->cost.stage_buffer_bytes = o->stage_buffer_bytes;
+    ctx->cost.next_passes = o->stage_next_passes;
     ctx->opts = o;
     ctx->n_ops = L->n_ops;
     ctx->minimise_memory = minimise_memory == 1;
@@ -343,7 +425,9 @@ osdp_status osdp_ps_context_build(osdp_ps_context *ctx, const osdp_layout *L, co
             ctx->n_choices[i] = ctx->n_choices[r];
         } else {
             ctx->n_choices[i] = make_choices(ctx, i, b, accum, ci);
-            reps[nreps++] = r = i;
+            r = i;
+            /* a wrapped stage's first operator has terms of its own (set_terms): no other operator's */
+            if (i > 0 || !wraps(ctx)) reps[nreps++] = i;
         }
         ctx->group[i] = 2 * r;
         if (ctx->n_choices[i] > ctx->stride) ctx->stride = ctx->n_choices[i];
@@ -373,6 +457,7 @@ osdp_status osdp_ps_context_build(osdp_ps_context *ctx, const osdp_layout *L, co
             ctx->objective[a] = ctx->minimise_memory ? (double)ctx->held_bytes[a] : e->time;
         }
     }
+    if (pair_wrap(ctx, c, wrap)) goto oom;
     free(c);
     c = NULL;
     make_later_acts_bounds(ctx);

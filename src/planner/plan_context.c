@@ -14,6 +14,7 @@ void osdp_ps_context_free(osdp_ps_context *ctx)
     free(ctx->held_bytes); free(ctx->pass_peak_bytes); free(ctx->prefetch_bytes); free(ctx->next_op_bytes);
     free(ctx->act_bytes); free(ctx->objective);
     free(ctx->later_acts_optimistic); free(ctx->later_acts_pessimistic);
+    free(ctx->wrap_values); free(ctx->wrap_first_pass);
     free(ctx->knap_order); free(ctx->knap_n_choices); free(ctx->knap_choice); free(ctx->knap_solution);
     free(ctx->knap_mem); free(ctx->knap_time); free(ctx->knap_mem_buf); free(ctx->knap_time_buf);
     osdp_search_workspace_free(ctx->search_workspace);
@@ -30,6 +31,12 @@ int osdp_ps_transient_scan(const osdp_ps_context *ctx, const int *ch, long long 
         if (u + 1 < ctx->n_ops) {
             v += ctx->next_op_bytes[PS_CHOICE(ctx, u + 1, ch[u + 1])];
             suffix += ctx->act_bytes[PS_CHOICE(ctx, u + 1, ch[u + 1])];
+        }
+        if (u == 0 && ctx->wrap_first_pass) {   /* the wrap moment's pairing of the first and last operators */
+            const int last = ctx->n_ops - 1;
+            const long long w = v - ctx->pass_peak_bytes[PS_CHOICE(ctx, 0, ch[0])] + ctx->wrap_first_pass[ch[0]]
+                              + ctx->prefetch_bytes[PS_CHOICE(ctx, last, ch[last])];
+            if (w > v) v = w;
         }
         if (v > best) best = v;
         if (v > d && !max_z) return u;

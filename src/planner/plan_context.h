@@ -33,7 +33,20 @@
  * The search bounds, prunes and enumerates with K = Kopt, each later
  * acts_j at its largest (Z_u at its smallest), and checks plans against the
  * true Z_u; Kpes (each at its smallest) bounds Z_u from above.  Per-choice
- * arrays are [n_ops * stride], choice c of operator i at PS_CHOICE(ctx, i, c). */
+ * arrays are [n_ops * stride], choice c of operator i at PS_CHOICE(ctx, i, c).
+ *
+ * A pipeline stage's wrap moment (osdp/cost_model.h, next_passes) is a Z_0
+ * of its own: K[0] + X + nx[1], X from the first operator's terms
+ * (pass_peak_then_forward, pass_peak_again) and, when a backward follows a
+ * backward on a stage of n > 1 operators, wp[0] + f[n-1]: it pairs the first
+ * operator with the last.  The first operator's wp is the largest of its X
+ * that involve it alone (so Z_0 is max(Z_0, those moments)); the pairing is
+ * searched one context per value F the last operator's f can take
+ * (wrap_values): that context keeps the last operator's choices of f = F
+ * and the first operator's wp at least wp + F.  A context built without F
+ * (wrap index -1) leaves the pairing out: its peak bounds the stage's from
+ * below (the bounds, least_peak), and only a bound-only context then adds
+ * it to the true transient (wrap_first_pass). */
 typedef struct osdp_ps_context {
     osdp_cost_model cost;             /* its geo: the micro-batch and accumulation it was built for */
     const osdp_planner_options *opts;
@@ -57,6 +70,11 @@ typedef struct osdp_ps_context {
     long long *later_acts_optimistic; /* [n_ops] Kopt: each later acts_j at its largest */
     long long *later_acts_pessimistic; /* [n_ops] Kpes: each later acts_j at its smallest */
     long long fixed_bytes;            /* cst: workspace + every operator's smallest R */
+    long long *wrap_values;           /* [n_wrap_values] the distinct f of the last operator, ascending, when the
+                                         wrap moment pairs it with the first (NULL, 0: it does not) */
+    int n_wrap_values;
+    long long *wrap_first_pass;       /* [stride] a bound-only context's first operator's wp without the wrap
+                                         moment, for the pairing in the true transient (NULL: none) */
     int minimise_memory;              /* minimise the peak instead of the time */
     int incomplete;                   /* a search on it could not try every transient bound (plan_search.c) */
     int bound_only;                   /* built for osdp_ps_lp_bound / min_transient only: every choice kept */
@@ -86,6 +104,12 @@ typedef struct osdp_ps_context {
 osdp_status osdp_ps_context_build(osdp_ps_context *ctx, const osdp_layout *L, const osdp_device *dev,
                                   const osdp_planner_options *o, int b, int accum, int minimise_memory,
                                   osdp_cost_cuts *cuts, osdp_planner_result *counters);
+/* the same for the wrap moment's value F = wrap_values[wrap] of the last
+ * operator's f (above; -1: the pairing left out, as osdp_ps_context_build);
+ * a wrap past the values (there are none): as -1 */
+osdp_status osdp_ps_context_build_wrap(osdp_ps_context *ctx, const osdp_layout *L, const osdp_device *dev,
+                                       const osdp_planner_options *o, int b, int accum, int minimise_memory,
+                                       osdp_cost_cuts *cuts, osdp_planner_result *counters, int wrap);
 
 /* plan_context.c */
 void osdp_ps_context_free(osdp_ps_context *ctx);

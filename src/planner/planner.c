@@ -70,6 +70,47 @@ static void fill_plan(const osdp_ps_context *ctx, const int *ch, osdp_plan *plan
     }
 }
 
+/* The search's best plan into *plan (allocated for L), over every context
+ * it needs (plan_context.h): one, or on a pipeline stage whose wrap moment
+ * pairs its first operator with its last, one per value of the last's f,
+ * the best of them (the first on ties).  minimise_memory: the smallest peak
+ * (*value: its bytes); else the fastest plan of peak <= limit and time <=
+ * cutoff (*value: its time).  *found 0: no plan; *cost: the cost model of
+ * the search (its next_passes: the peak with the wrap moment). */
+static osdp_status search_plan(const osdp_layout *L, const osdp_device *dev, const osdp_planner_options *o, int b,
+                               int accum, int minimise_memory, double deadline, double cutoff, long long limit,
+                               osdp_cost_cuts *cuts, osdp_planner_result *counters, osdp_plan *plan, int *found,
+                               double *value, osdp_cost_model *cost)
+{
+    osdp_status s = OSDP_OK;
+    *found = 0;
+    for (int wrap = 0, n_wrap = 1; wrap < n_wrap && s == OSDP_OK; wrap++) {
+        osdp_ps_context ctx;
+        s = osdp_ps_context_build_wrap(&ctx, L, dev, o, b, accum, minimise_memory, cuts, counters, wrap);
+        if (s != OSDP_OK) break;
+        if (ctx.n_wrap_values > 1) n_wrap = ctx.n_wrap_values;
+        *cost = ctx.cost;
+        cost->reduce_once = NULL;   /* the context's own array (peak and time read the plan's) */
+        ctx.deadline = deadline;
+        /* after a plan: only a faster one (the memory search compares peaks across contexts below) */
+        ctx.cutoff = *found && !minimise_memory ? nextafter(*value, -INFINITY) : cutoff;
+        osdp_ps_best best = {.choice = malloc(sizeof(int) * (size_t)ctx.n_ops)};
+        if (!best.choice) s = osdp_error_set(OSDP_ERR_OOM, "planner: out of host memory");
+        if (s == OSDP_OK) s = osdp_ps_search(&ctx, minimise_memory ? LLONG_MAX / 8 : limit, &best);
+        if (s == OSDP_OK && best.found) {
+            const double v = minimise_memory ? (double)(ctx.fixed_bytes + (long long)best.objective) : best.objective;
+            if (!*found || v < *value) {
+                *found = 1;
+                *value = v;
+                fill_plan(&ctx, best.choice, plan);
+            }
+        }
+        free(best.choice);
+        osdp_ps_context_free(&ctx);
+    }
+    return s;
+}
+
 osdp_status osdp_planner_min_memory(const osdp_layout *layout, const osdp_device *dev,
                                     const osdp_planner_options *o, int b, long long *bytes, osdp_plan *plan)
 {
@@ -77,19 +118,16 @@ osdp_status osdp_planner_min_memory(const osdp_layout *layout, const osdp_device
     if (s != OSDP_OK) return s;
     osdp_planner_result acc;
     memset(&acc, 0, sizeof acc);
-    osdp_ps_context ctx;
-    s = osdp_ps_context_build(&ctx, layout, dev, o, b, 1, 1, NULL, &acc);
-    if (s != OSDP_OK) return s;
-    osdp_ps_best best = {.choice = malloc(sizeof(int) * (size_t)ctx.n_ops)};
-    if (!best.choice) s = osdp_error_set(OSDP_ERR_OOM, "planner: out of host memory");
-    if (s == OSDP_OK) s = osdp_ps_search(&ctx, LLONG_MAX / 8, &best);
-    if (s == OSDP_OK && !best.found) s = osdp_error_set(OSDP_ERR_INTERNAL, "planner: no plan at all (memory search)");
-    if (s == OSDP_OK) {
-        *bytes = ctx.fixed_bytes + (long long)best.objective;
-        if (plan && (s = osdp_plan_alloc(plan, ctx.n_ops)) == OSDP_OK) fill_plan(&ctx, best.choice, plan);
-    }
-    free(best.choice);
-    osdp_ps_context_free(&ctx);
+    osdp_plan p;
+    if ((s = osdp_plan_alloc(&p, layout->n_ops)) != OSDP_OK) return s;
+    int found;
+    double peak;
+    osdp_cost_model cost;
+    s = search_plan(layout, dev, o, b, 1, 1, 0, INFINITY, LLONG_MAX / 8, NULL, &acc, &p, &found, &peak, &cost);
+    if (s == OSDP_OK && !found) s = osdp_error_set(OSDP_ERR_INTERNAL, "planner: no plan at all (memory search)");
+    if (s == OSDP_OK) *bytes = (long long)peak;
+    if (s == OSDP_OK && plan) *plan = p;
+    else osdp_plan_free(&p);
     return s;
 }
 
@@ -110,6 +148,7 @@ static osdp_status infeasible(const osdp_layout *L, const osdp_device *dev, cons
     cm.reduce_once = p.reduce_once;
     cm.in_flight = o->stage_in_flight;
     cm.stage_buffer_bytes = o->stage_buffer_bytes;
+    cm.next_passes = o->stage_next_passes;
     int at = 0;
     (void)osdp_cost_peak(&cm, &p, b, &at);
     int top[3] = {-1, -1, -1};
@@ -199,31 +238,25 @@ static osdp_status plan_batch(const osdp_layout *L, const osdp_device *dev, cons
     const long long limit = o->mem_limit > 0 ? o->mem_limit : dev->mem_limit;
     res->mem_limit = limit;
     res->batches_tried = 1;
-    osdp_ps_context ctx;
-    s = osdp_ps_context_build(&ctx, L, dev, o, b, accum, 0, cuts, res);
-    if (s != OSDP_OK) return s;
-    ctx.deadline = deadline;
-    ctx.cutoff = cutoff;
-    osdp_ps_best best = {.choice = malloc(sizeof(int) * (size_t)ctx.n_ops)};
-    if (!best.choice) s = osdp_error_set(OSDP_ERR_OOM, "planner: out of host memory");
-    if (s == OSDP_OK) s = osdp_plan_alloc(&res->plan, ctx.n_ops);
-    if (s == OSDP_OK) s = osdp_ps_search(&ctx, limit, &best);
-    if (s == OSDP_OK && !best.found) s = quiet || !isinf(cutoff) ? OSDP_ERR_INFEASIBLE : infeasible(L, dev, o, b, limit);
+    int found = 0;
+    double objective;
+    osdp_cost_model cost;
+    s = osdp_plan_alloc(&res->plan, L->n_ops);
+    if (s == OSDP_OK)
+        s = search_plan(L, dev, o, b, accum, 0, deadline, cutoff, limit, cuts, res, &res->plan, &found, &objective, &cost);
+    if (s == OSDP_OK && !found) s = quiet || !isinf(cutoff) ? OSDP_ERR_INFEASIBLE : infeasible(L, dev, o, b, limit);
     if (s == OSDP_OK) {
-        fill_plan(&ctx, best.choice, &res->plan);
-        res->peak_bytes = osdp_cost_peak(&ctx.cost, &res->plan, b, &res->peak_op);
+        res->peak_bytes = osdp_cost_peak(&cost, &res->plan, b, &res->peak_op);
         if (verify_applies(dev, o)) s = verify_peak(L, dev, o, b, accum, res);
     }
     if (s == OSDP_OK) {
-        res->step_s = osdp_cost_step_time(&ctx.cost, &res->plan, b, accum);
+        res->step_s = osdp_cost_step_time(&cost, &res->plan, b, accum);
         res->samples_per_s = (double)b * o->geo.n_ranks * accum / res->step_s;
         res->plan.geo.micro_batch = b;
         res->plan.geo.accum_steps = accum;
         res->plan.predicted_step_s = res->step_s;
         res->plan.predicted_peak_bytes = (double)(res->runtime_peak >= 0 ? res->runtime_peak : res->peak_bytes);
     }
-    free(best.choice);
-    osdp_ps_context_free(&ctx);
     res->total_s = osdp_now_seconds() - t0;
     return s;
 }

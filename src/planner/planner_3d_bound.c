@@ -28,6 +28,7 @@ osdp_status osdp_3d_op_times(const osdp_layout *layout, const osdp_device *dev, 
     om.geo.micro_batch = b;
     om.stage_in_flight = 0;
     om.stage_buffer_bytes = 0;
+    om.stage_next_passes = 0;
     osdp_planner_result counters;
     memset(&counters, 0, sizeof counters);
     osdp_ps_context ctx;

@@ -107,6 +107,25 @@ int osdp_pipe_in_flight(osdp_pipe_schedule kind, int P, int s, int M)
     return w < M ? w + 1 : M;
 }
 
+int osdp_pipe_after_backward(osdp_pipe_schedule kind, int P, int s, int M)
+{
+    const int most = osdp_pipe_in_flight(kind, P, s, M);
+    osdp_pipe_pass *order = malloc(sizeof *order * 2 * (size_t)M);
+    if (!order) return OSDP_PIPE_THEN_FORWARD | OSDP_PIPE_THEN_BACKWARD;   /* the bound: both */
+    osdp_pipe_order(kind, P, s, M, order);
+    int held = 0, then = 0;
+    for (int q = 0; q < 2 * M; q++) {
+        if (!order[q].backward) {
+            held++;
+            continue;
+        }
+        if (held == most && q + 1 < 2 * M) then |= order[q + 1].backward ? OSDP_PIPE_THEN_BACKWARD : OSDP_PIPE_THEN_FORWARD;
+        held--;
+    }
+    free(order);
+    return then;
+}
+
 int osdp_pipe_in_flight_chunks(osdp_pipe_schedule kind, int P, int V, int s, int M)
 {
     if (V <= 1) return osdp_pipe_in_flight(kind, P, s, M);

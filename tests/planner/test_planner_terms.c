@@ -16,19 +16,25 @@
  *            every micro-batch (grad-reduce auto with accumulation; once:
  *            a tied head's embedding too), fp32 and bf16 weights, prefetch
  *            on and off, the CPU's and CUDA's shard padding
- *   pipeline stage s of P (1F1B and GPipe): the search's terms for the
- *            stage see every moment but the one at the stage's first
- *            operator's backward that prefetches the next pass's first
- *            slice (osdp_pipe_stage_peak); so the search's peak is never
- *            above the schedule's, and osdp_pipe_stage_peak (that peak and
- *            the moment) equals it. */
+ *   pipeline first, middle and last stages of 2 to 4 (1F1B, GPipe and
+ *            interleaved of one chunk): the stage's wrap moment, its first
+ *            operator's backward prefetching the next pass's first slice,
+ *            among the terms (plan_context.h), so that the search's peak,
+ *            osdp_pipe_stage_peak and the schedule's are equal; the plans
+ *            whose peak that moment sets are counted (some are).
+ * And the stage's search against every plan of a stage (the fastest that
+ * fits, at limits where the wrap moment decides), and the claim of
+ * osdp_pipe_after_backward on the pass orders. */
 #include "config.h"
 
 #include <check.h>
+#include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "osdp/cost_model.h"
+#include "osdp/pipeline.h"
 #include "osdp/pipeline_cost.h"
 #include "osdp/planner.h"
 #include "osdp/schedule.h"
@@ -53,6 +59,7 @@ typedef struct step_case {
     int bounds[OSDP_MAX_STAGES + 1];
     osdp_pipe_schedule schedule;
     osdp_grad_reduce grad_reduce;   /* 0 reads as auto */
+    int no_wrap;                /* a stage's context without its wrap moment (to tell which plans it decides) */
 } step_case;
 
 /* the search's context for operators [lo, hi) of L (the stage's, or every one), every choice kept */
@@ -73,6 +80,7 @@ static void build_context(osdp_ps_context *ctx, const osdp_layout *sub, const os
     if (c->P > 1) {
         o->stage_in_flight = osdp_pipe_in_flight(c->schedule, c->P, c->stage, c->accum);
         o->stage_buffer_bytes = osdp_pipe_stage_buffer_bytes(whole, c->bounds, c->stage, c->B, o->stage_in_flight);
+        o->stage_next_passes = c->no_wrap ? 0 : osdp_pipe_after_backward(c->schedule, c->P, c->stage, c->accum);
     }
     memset(counters, 0, sizeof *counters);
     ck_assert_msg(osdp_ps_context_build(ctx, sub, d, o, c->B, c->accum, 2, NULL, counters) == OSDP_OK, "%s",
@@ -82,9 +90,8 @@ static void build_context(osdp_ps_context *ctx, const osdp_layout *sub, const os
 /* Random choices of the context for operators [lo, hi) into plan p (the
  * other operators: random plans of their own); returns the peak the search
  * sees for them. */
-static long long random_choices(const osdp_ps_context *ctx, const osdp_layout *L, int lo, osdp_plan *p)
+static long long random_choices(const osdp_ps_context *ctx, const osdp_layout *L, int lo, osdp_plan *p, int *ch)
 {
-    int ch[256];
     ck_assert_int_le(ctx->n_ops, 256);
     for (int i = 0; i < L->n_ops; i++) {   /* outside the stage: DP or ZDP, unsplit */
         p->slices[i] = 1;
@@ -106,8 +113,8 @@ static long long random_choices(const osdp_ps_context *ctx, const osdp_layout *L
 }
 
 /* trials random plans of one case: the search's peak against the schedule's
- * (equal; at a pipeline stage never above it, and osdp_pipe_stage_peak equal
- * to it); returns how many plans the stage's prefetch moment set the peak of */
+ * and, at a pipeline stage, osdp_pipe_stage_peak (all equal); returns how
+ * many plans the stage's wrap moment set the peak of */
 static int check_case(const osdp_layout *L, const step_case *c, int trials)
 {
     const osdp_device d = sizes_device(c->weights);
@@ -119,6 +126,15 @@ static int check_case(const osdp_layout *L, const step_case *c, int trials)
     osdp_planner_options o;
     osdp_planner_result counters;
     build_context(&ctx, &sub, L, &d, c->node_ranks ? &hier : NULL, c, &o, &counters);
+    /* the same without the wrap moment (bound-only contexts: the same choices, in the same order) */
+    osdp_ps_context plain;
+    osdp_planner_options o_plain;
+    step_case c_plain = *c;
+    c_plain.no_wrap = 1;
+    if (pipelined) {
+        build_context(&plain, &sub, L, &d, c->node_ranks ? &hier : NULL, &c_plain, &o_plain, &counters);
+        ck_assert_int_eq(plain.stride, ctx.stride);
+    }
     osdp_plan p;
     ck_assert(osdp_plan_alloc(&p, L->n_ops) == OSDP_OK);
     osdp_schedule_options so = {.geo.n_ranks = c->N, .geo.node_ranks = c->node_ranks, .geo.micro_batch = c->B,
@@ -128,7 +144,8 @@ static int check_case(const osdp_layout *L, const step_case *c, int trials)
     memcpy(so.geo.stage_bounds, c->bounds, sizeof so.geo.stage_bounds);
     int moments = 0;
     for (int t = 0; t < trials; t++) {
-        const long long search = random_choices(&ctx, L, lo, &p);
+        int ch[256];
+        const long long search = random_choices(&ctx, L, lo, &p, ch);
         osdp_memory_prediction pr;
         ck_assert_msg(osdp_schedule_predict(L, &p, &so, &pr) == OSDP_OK, "%s", osdp_error_message());
         const long long schedule = (long long)pr.peak_total;
@@ -143,14 +160,17 @@ static int check_case(const osdp_layout *L, const step_case *c, int trials)
         osdp_cost_model_init(&cm, L, &d, &geo, OSDP_COST_PAPER, c->node_ranks ? &hier : NULL);
         const long long stage = osdp_pipe_stage_peak(&cm, &p, c->bounds, c->P, c->stage, c->schedule, c->B, c->accum,
                                                      NULL);
-        ck_assert_msg(search <= schedule && stage == schedule,
+        ck_assert_msg(search == schedule && stage == schedule,
                       "%s stage %d of %d (%s, M=%d) B=%d prefetch=%d: search %lld, stage closed form %lld, schedule %lld",
                       L->cfg.name, c->stage, c->P, osdp_pipe_schedule_name(c->schedule), c->accum, c->B, c->prefetch,
                       search, stage, schedule);
-        moments += search < schedule;
+        const long long without = plain.fixed_bytes + osdp_ps_held_sum(&plain, ch) + osdp_ps_true_transient(&plain, ch);
+        ck_assert(without <= schedule);
+        moments += without < schedule;
     }
     osdp_plan_free(&p);
     osdp_ps_context_free(&ctx);
+    if (pipelined) osdp_ps_context_free(&plain);
     return moments;
 }
 
@@ -197,19 +217,27 @@ START_TEST(test_search_terms_equal_schedule_tp)
 }
 END_TEST
 
-/* every stage of 2- and 3-stage pipelines of the untied models */
+/* every stage of 2- to 4-stage pipelines of the untied models, stages of
+ * one operator and more: recompute both ways and reduce-once both ways
+ * among the choices (auto), every operator reducing once (v 5), prefetch
+ * off once (v 4, one micro-batch: no wrap moment); interleaved (one chunk)
+ * with micro-batches a multiple of P */
 START_TEST(test_search_terms_pipeline_stage)
 {
     int moments = 0, plans = 0;
     for (size_t m = 0; m < 2; m++) {
         osdp_layout L;
         load_layout(&L, MODELS[m], 0);
-        for (int P = 2; P <= 3; P++)
-            for (int v = 0; v < 4; v++) {
-                step_case c = {.N = v % 2 ? 4 : 2, .node_ranks = v == 3 ? 2 : 0, .B = 1 + v % 2, .accum = 2 + v,
-                               .prefetch = v != 2, .quantum = 1, .weights = v % 2 ? OSDP_BFLOAT16 : OSDP_FLOAT32,
-                               .P = P, .schedule = v % 2 ? OSDP_PIPE_GPIPE : OSDP_PIPE_1F1B};
+        for (int P = 2; P <= 4; P++)
+            for (int v = 0; v < 6; v++) {
+                static const osdp_pipe_schedule kinds[] = {OSDP_PIPE_1F1B, OSDP_PIPE_GPIPE, OSDP_PIPE_INTERLEAVED};
+                step_case c = {.N = v % 2 ? 4 : 2, .node_ranks = v == 3 ? 2 : 0, .B = 1 + v % 2,
+                               .accum = v == 4 ? 1 : v % 3 == 2 ? 2 * P : 2 + v, .prefetch = v != 4,
+                               .quantum = v == 5 ? 64 : 1,
+                               .weights = v % 2 ? OSDP_BFLOAT16 : OSDP_FLOAT32, .P = P, .schedule = kinds[v % 3],
+                               .grad_reduce = v == 5 ? OSDP_GRAD_REDUCE_ONCE : OSDP_GRAD_REDUCE_AUTO};
                 for (int s = 0; s <= P; s++) c.bounds[s] = s * L.n_ops / P;
+                if (v % 2) c.bounds[1] = 1;   /* a first stage of the embedding alone */
                 for (c.stage = 0; c.stage < P; c.stage++) {
                     moments += check_case(&L, &c, 20);
                     plans += 20;
@@ -218,15 +246,198 @@ START_TEST(test_search_terms_pipeline_stage)
         osdp_layout_free(&L);
     }
     ck_assert_int_gt(plans, 0);
-    /* the moment the search does not see is real: some plans' peak is set by it */
+    /* the wrap moment is real: some plans' peak is set by it */
+    printf("pipeline stages: %d random plans, the wrap moment sets the peak of %d\n", plans, moments);
     ck_assert_int_gt(moments, 0);
+}
+END_TEST
+
+/* osdp_pipe_after_backward: whatever pass follows a backward of a stage
+ * holding fewer than its most micro-batches also follows one holding the
+ * most (so the wrap moment's flags give every such moment), on every order */
+START_TEST(test_after_backward_at_most)
+{
+    static const osdp_pipe_schedule kinds[] = {OSDP_PIPE_1F1B, OSDP_PIPE_GPIPE, OSDP_PIPE_INTERLEAVED};
+    int both = 0;
+    for (int k = 0; k < 3; k++)
+        for (int P = 1; P <= 8; P++)
+            for (int s = 0; s < P; s++)
+                for (int M = 1; M <= 16; M++) {
+                    osdp_pipe_pass order[32];
+                    osdp_pipe_order(kinds[k], P, s, M, order);
+                    const int most = osdp_pipe_in_flight(kinds[k], P, s, M), then = osdp_pipe_after_backward(kinds[k], P, s, M);
+                    int held = 0, any = 0;
+                    for (int q = 0; q < 2 * M; q++) {
+                        if (!order[q].backward) {
+                            held++;
+                            continue;
+                        }
+                        ck_assert_int_le(held, most);
+                        if (q + 1 < 2 * M) {
+                            const int next = order[q + 1].backward ? OSDP_PIPE_THEN_BACKWARD : OSDP_PIPE_THEN_FORWARD;
+                            ck_assert_msg(then & next, "%s P %d s %d M %d: pass %d after a backward at %d held of %d",
+                                          osdp_pipe_schedule_name(kinds[k]), P, s, M, q + 1, held, most);
+                            any |= next;
+                        }
+                        held--;
+                    }
+                    ck_assert_int_eq(then, any);
+                    both += then == (OSDP_PIPE_THEN_FORWARD | OSDP_PIPE_THEN_BACKWARD);
+                }
+    ck_assert_int_gt(both, 0);
+}
+END_TEST
+
+/* the wrap moment decides: the stage's search against every plan of its operators */
+typedef struct stage_plans {
+    int n;
+    long long *peak;    /* osdp_pipe_stage_peak */
+    double *time;       /* the stage's step time */
+} stage_plans;
+
+/* every plan of stage s's operators (k of g ZDP, g = split where the operator splits; recompute where it can;
+ * reduce-once both ways), the rest DP */
+static void every_stage_plan(stage_plans *E, const osdp_layout *L, const osdp_device *d, const step_case *c, int split)
+{
+    const int lo = c->bounds[c->stage], n = c->bounds[c->stage + 1] - lo;
+    osdp_cost_model cm;
+    osdp_cost_model_init(&cm, L, d, &(osdp_step_geometry){.n_ranks = c->N, .prefetch = 1}, OSDP_COST_PAPER, NULL);
+    osdp_layout sub = osdp_pipe_stage_layout(L, lo, lo + n);
+    osdp_cost_model scm = cm;
+    scm.layout = &sub;
+    int g[16], rc[16], per[16];
+    long long total = 1;
+    ck_assert(n <= 16);
+    for (int i = 0; i < n; i++) {
+        g[i] = osdp_cost_can_split(&scm, i, split) ? split : 1;
+        rc[i] = osdp_op_can_recompute(sub.op[i].type) ? 2 : 1;
+        per[i] = (g[i] + 1) * rc[i] * 2;
+        total *= per[i];
+    }
+    ck_assert(total <= 200000);
+    E->n = (int)total;
+    E->peak = malloc(sizeof *E->peak * (size_t)total);
+    E->time = malloc(sizeof *E->time * (size_t)total);
+    ck_assert(E->peak && E->time);
+    osdp_plan p;
+    ck_assert(osdp_plan_alloc(&p, L->n_ops) == OSDP_OK);
+    for (long long code = 0; code < total; code++) {
+        long long r = code;
+        for (int i = 0; i < n; i++) {
+            int digit = (int)(r % per[i]);
+            r /= per[i];
+            p.slices[lo + i] = g[i];
+            p.zdp_slices[lo + i] = digit % (g[i] + 1);
+            digit /= g[i] + 1;
+            p.recompute[lo + i] = digit % rc[i];
+            p.reduce_once[lo + i] = digit / rc[i];
+        }
+        E->peak[code] = osdp_pipe_stage_peak(&cm, &p, c->bounds, c->P, c->stage, c->schedule, c->B, c->accum, NULL);
+        osdp_plan view = p;
+        view.n_ops = n;
+        view.slices += lo, view.zdp_slices += lo, view.recompute += lo, view.hierarchical += lo, view.reduce_once += lo;
+        E->time[code] = osdp_cost_step_time(&scm, &view, c->B, c->accum);
+    }
+    osdp_plan_free(&p);
+}
+
+START_TEST(test_stage_search_against_every_plan)
+{
+    int decided = 0, cases = 0;
+    const osdp_device d = sizes_device(OSDP_FLOAT32);
+    for (size_t m = 0; m < 2; m++) {
+        osdp_layout L;
+        load_layout(&L, MODELS[m], 0);
+        for (int v = 0; v < 6; v++) {
+            static const osdp_pipe_schedule kinds[] = {OSDP_PIPE_1F1B, OSDP_PIPE_GPIPE};
+            step_case c = {.N = 2 + 2 * (v % 2), .B = 1 + v % 2, .accum = 2 + v % 3, .prefetch = 1,
+                           .P = 2 + v % 2, .schedule = kinds[v / 3]};
+            for (int s = 0; s <= c.P; s++) c.bounds[s] = s * L.n_ops / c.P;
+            for (c.stage = 0; c.stage < c.P; c.stage++) {
+                const int lo = c.bounds[c.stage], hi = c.bounds[c.stage + 1];
+                if (hi - lo > 4) continue;   /* every plan: up to (3 x 2 x 2)^4 */
+                const int split = hi - lo > 3 ? 1 : 2;
+                stage_plans E;
+                every_stage_plan(&E, &L, &d, &c, split);
+                long long least = -1, most = 0;
+                for (int q = 0; q < E.n; q++) {
+                    if (least < 0 || E.peak[q] < least) least = E.peak[q];
+                    if (E.peak[q] > most) most = E.peak[q];
+                }
+                osdp_layout sub = osdp_pipe_stage_layout(&L, lo, hi);
+                osdp_planner_options o;
+                osdp_planner_defaults(&o);
+                o.geo.n_ranks = c.N;
+                o.split = split;
+                o.recompute_auto = 1;
+                o.grad_reduce = OSDP_GRAD_REDUCE_AUTO;
+                o.verify = 0;
+                o.stage_in_flight = osdp_pipe_in_flight(c.schedule, c.P, c.stage, c.accum);
+                o.stage_buffer_bytes = osdp_pipe_stage_buffer_bytes(&L, c.bounds, c.stage, c.B, o.stage_in_flight);
+                o.stage_next_passes = osdp_pipe_after_backward(c.schedule, c.P, c.stage, c.accum);
+                for (int li = 0; li < 8; li++) {
+                    const long long limit = li == 0 ? least - 1 : least + (most - least) * (li - 1) / 7;
+                    double best = INFINITY;
+                    for (int q = 0; q < E.n; q++)
+                        if (E.peak[q] <= limit && E.time[q] < best) best = E.time[q];
+                    /* the fastest plan under the limit had the search not seen the moment: one the moment rules out */
+                    o.mem_limit = limit;
+                    o.stage_next_passes = 0;
+                    osdp_planner_result blind;
+                    if (osdp_planner_plan_batch(&sub, &d, &o, c.B, c.accum, &blind) == OSDP_OK) {
+                        decided += blind.step_s < best;
+                        osdp_planner_result_free(&blind);
+                    }
+                    o.stage_next_passes = osdp_pipe_after_backward(c.schedule, c.P, c.stage, c.accum);
+                    osdp_planner_result r;
+                    const osdp_status st = osdp_planner_plan_batch(&sub, &d, &o, c.B, c.accum, &r);
+                    if (isinf(best)) {
+                        ck_assert_msg(st == OSDP_ERR_INFEASIBLE, "%s stage %d of %d limit %lld (least %lld): status %d",
+                                      L.cfg.name, c.stage, c.P, limit, least, st);
+                    } else {
+                        ck_assert_msg(st == OSDP_OK, "%s stage %d of %d limit %lld: %s", L.cfg.name, c.stage, c.P, limit,
+                                      osdp_error_message());
+                        ck_assert_int_le(r.peak_bytes, limit);
+                        ck_assert_msg(fabs(r.step_s - best) <= 1e-12 * best, "%s stage %d of %d (%s M %d) limit %lld: "
+                                      "search %.17g, every plan %.17g", L.cfg.name, c.stage, c.P,
+                                      osdp_pipe_schedule_name(c.schedule), c.accum, limit, r.step_s, best);
+                        osdp_plan whole;
+                        ck_assert(osdp_plan_alloc(&whole, L.n_ops) == OSDP_OK);
+                        for (int i = 0; i < hi - lo; i++) {
+                            whole.slices[lo + i] = r.plan.slices[i];
+                            whole.zdp_slices[lo + i] = r.plan.zdp_slices[i];
+                            whole.recompute[lo + i] = r.plan.recompute[i];
+                            whole.hierarchical[lo + i] = r.plan.hierarchical[i];
+                            whole.reduce_once[lo + i] = r.plan.reduce_once[i];
+                        }
+                        osdp_cost_model cm;
+                        osdp_cost_model_init(&cm, &L, &d, &(osdp_step_geometry){.n_ranks = c.N, .prefetch = 1},
+                                             OSDP_COST_PAPER, NULL);
+                        ck_assert_int_eq(osdp_pipe_stage_peak(&cm, &whole, c.bounds, c.P, c.stage, c.schedule, c.B,
+                                                              c.accum, NULL), r.peak_bytes);
+                        osdp_plan_free(&whole);
+                    }
+                    osdp_planner_result_free(&r);
+                    cases++;
+                }
+                free(E.peak);
+                free(E.time);
+            }
+        }
+        osdp_layout_free(&L);
+    }
+    printf("stage searches against every plan: %d limits, %d where the search blind to the wrap moment picks a plan "
+           "over the limit\n", cases, decided);
+    ck_assert_int_gt(cases, 0);
+    ck_assert_int_gt(decided, 0);
 }
 END_TEST
 
 static Suite *planner_terms_suite(void)
 {
     const TTest *terms[] = {test_search_terms_equal_schedule_dp_and_hierarchical, test_search_terms_equal_schedule_tp,
-                            test_search_terms_pipeline_stage, NULL};
+                            test_search_terms_pipeline_stage, test_after_backward_at_most,
+                            test_stage_search_against_every_plan, NULL};
     const osdp_check_case cases[] = {{.name = "terms", .tests = terms}};
     return osdp_check_suite("planner_terms", cases, sizeof cases / sizeof cases[0]);
 }
