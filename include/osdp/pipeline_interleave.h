@@ -37,6 +37,7 @@ typedef struct osdp_interleave_option {
     osdp_pipe_timing timing;              /* the step, simulated idle fraction, closed-form bubble */
     double bubble_of_ideal;               /* (P - 1) / (V M): Megatron's bubble time fraction */
     long long stage_peak[OSDP_MAX_STAGES];    /* the runtime schedule's peak per rank of each stage */
+    long long replicated_bytes[OSDP_MAX_STAGES];  /* of which a baseline's replicated state of its chunks */
     long long p2p_bytes[OSDP_MAX_STAGES];     /* sent per step by one rank of each stage */
     int largest_stage;                    /* the stage of the largest peak */
 } osdp_interleave_option;

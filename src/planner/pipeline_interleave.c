@@ -51,6 +51,7 @@ static osdp_status fit(const osdp_pipe_choice *c, const osdp_device *dev, const 
         const long long per_param = o->replicated_bytes_per_param;
         if (per_param > 0 && D > 1) replicated = params * per_param - params * per_param / D;
         x->stage_peak[s] = (long long)pr.peak_total + replicated;
+        x->replicated_bytes[s] = replicated;
         if (x->stage_peak[s] > x->stage_peak[x->largest_stage]) x->largest_stage = s;
         const long long limit = (o->mem_limit > 0 ? o->mem_limit : dev->mem_limit) - replicated;
         if ((o->mem_limit > 0 || dev->mem_limit > 0) && x->stage_peak[s] - replicated > limit && x->fits) {
@@ -162,6 +163,7 @@ static void adopt(osdp_pipe_choice *c, const osdp_cost_model *cm, const osdp_int
     for (int s = 0; s < P; s++) {
         osdp_stage_plan *st = &c->stage[s];
         st->peak_bytes = st->schedule_peak = x->stage_peak[s];
+        st->replicated_bytes = x->replicated_bytes[s];
         st->in_flight = osdp_pipe_in_flight_chunks(OSDP_PIPE_INTERLEAVED, P, V, s, M);
         st->p2p_bytes = x->p2p_bytes[s];
         st->pass.forward_s = st->pass.backward_s = 0;

@@ -188,14 +188,17 @@ static osdp_status plan_split(const osdp_model_config *cfg, int seq_len, const o
 typedef struct candidate {
     int tp, pp, b, M;
     double bound;             /* osdp_3d_step_bound over every split (0: none) */
+    double first_key;         /* aware: its memory-aware bound under the planned schedule (interleaving aside) */
     double sync_s;            /* the step's closing all-reduce on this mesh */
     double *op_s;             /* [n_ops] each operator's fastest pass time per micro-batch (bound > 0) */
     int aware;                /* the bound is its one split's stages' memory-aware bound (infinite: cannot fit) */
     const osdp_layout *layout;    /* one rank's parts at T, and their content classes (osdp_stage_classes) */
     const int *classes;
     int balanced;             /* one split, the balanced one, in bounds (P past the enumeration limit) */
-    int chunks;               /* it may run interleaved: the bounds are the smaller of both schedules' */
+    int chunks;               /* it may run interleaved (on the balanced split): its bound the smaller of both
+                               * schedules' */
     double chunks_bound;      /* osdp_3d_chunks_bound + sync_s (chunks) */
+    int balanced_bounds[OSDP_MAX_STAGES + 1];   /* the balanced split (chunks; = bounds when balanced) */
     int bounds[OSDP_MAX_STAGES + 1];
 } candidate;
 
@@ -223,14 +226,18 @@ static osdp_status plan_candidate(const osdp_model_config *cfg, int seq_len, con
     bounds[pp] = n_ops;
     int index = 0;
     do {
-        double split_bound = 0;   /* the chunks' bound does not depend on the split */
+        /* interleaving is searched on the balanced split alone (its chunks are cut anew from the stages' plans) */
+        const int chunks = c->chunks && memcmp(bounds, c->balanced_bounds, sizeof(int) * (size_t)(pp + 1)) == 0;
+        double split_bound = 0;
         if (c->op_s) split_bound = osdp_3d_split_bound(c->op_s, bounds, pp, c->M) + c->sync_s;
-        if (c->op_s && c->chunks) split_bound = st->v_lo >= 2 ? c->chunks_bound : fmin(split_bound, c->chunks_bound);
-        if (c->op_s && bounded_out(split_bound, st)) {
+        if (c->op_s && chunks) split_bound = st->v_lo >= 2 ? c->chunks_bound : fmin(split_bound, c->chunks_bound);
+        if (st->v_lo >= 2 && !chunks) {   /* interleaved asked for: not this split */
+            st->res->splits_bounded++;
+        } else if (c->op_s && bounded_out(split_bound, st)) {
             st->res->splits_bounded++;
         } else {
             osdp_status s = plan_split(cfg, seq_len, dev, o, c->layout, c->classes, c->tp, pp, bounds, index, c->b,
-                                       c->chunks, st);
+                                       chunks, st);
             if (s != OSDP_OK) return s;
         }
         index++;
@@ -248,9 +255,9 @@ static osdp_status add_candidates(const osdp_layout *layout, const int *classes,
     const int G = o->global_batch, per_group = G > 0 ? G / D : 0;
     const int bounded = per_group > 0 && osdp_3d_schedule_bounded(st->planned);
     const long long enum_limit = o3->split_enum_limit > 0 ? o3->split_enum_limit : SPLIT_ENUM_LIMIT_DEFAULT;
-    int bounds[OSDP_MAX_STAGES + 1];   /* past the limit, the balanced split: the same at every b */
+    int bounds[OSDP_MAX_STAGES + 1];   /* past the limit, or to interleave, the balanced split: the same at every b */
     const int balanced = pp > 1 && count_splits(layout->n_ops, pp, enum_limit) > enum_limit;
-    if (balanced) {
+    if (pp > 1 && (balanced || st->v_hi >= 2)) {
         osdp_planner_options od = *o;
         osdp_status s = osdp_pipe_balanced_split(layout, dev, &od, tp, pp, bounds);
         if (s != OSDP_OK) return s;
@@ -272,6 +279,7 @@ static osdp_status add_candidates(const osdp_layout *layout, const int *classes,
         *c = (candidate){.tp = tp, .pp = pp, .b = b, .M = b > 0 ? per_group / b : 0, .layout = layout,
                          .classes = classes, .balanced = balanced, .chunks = chunks};
         if (balanced) memcpy(c->bounds, bounds, sizeof(int) * (size_t)(pp + 1));
+        if (chunks) memcpy(c->balanced_bounds, bounds, sizeof(int) * (size_t)(pp + 1));
         if (b > 0) {
             if (!(c->op_s = malloc(sizeof *c->op_s * (size_t)layout->n_ops)))
                 return osdp_error_set(OSDP_ERR_OOM, "3D search: out of host memory");
@@ -281,20 +289,28 @@ static osdp_status add_candidates(const osdp_layout *layout, const int *classes,
                 return s;
             }
             c->bound = osdp_3d_step_bound(c->op_s, layout->n_ops, pp, c->M) + c->sync_s;
-            if (chunks) {   /* the smaller of both schedules' (interleaved asked for: its own) */
-                c->chunks_bound = osdp_3d_chunks_bound(c->op_s, layout->n_ops, pp, c->M) + c->sync_s;
-                c->bound = st->v_lo >= 2 ? c->chunks_bound : fmin(c->bound, c->chunks_bound);
+            /* the balanced split's stages' memory-aware bound (with chunks: the smaller of both schedules'),
+             * INFINITY when one of its stages cannot fit */
+            double aware = 0, aware_1f1b = 0;
+            if (balanced)
+                s = osdp_pipe_split_bound(layout, dev, o, tp, pp, st->planned, bounds, b, c->M, chunks, &aware,
+                                          &aware_1f1b);
+            if (s != OSDP_OK) {
+                free(c->op_s);
+                return s;
             }
-            if (balanced) {
-                /* one split, the balanced one: its stages' memory-aware bound, tighter */
-                double split_bound;
-                s = osdp_pipe_split_bound(layout, dev, o, tp, pp, st->planned, bounds, b, c->M, chunks, &split_bound);
-                if (s != OSDP_OK) {
-                    free(c->op_s);
-                    return s;
-                }
-                c->bound = fmax(c->bound, split_bound);
+            if (chunks && isinf(aware)) c->chunks = 0;   /* the balanced split cannot hold the plan to interleave */
+            if (c->chunks) {   /* the smaller of both schedules' (interleaved asked for: its own) */
+                c->chunks_bound = fmax(osdp_3d_chunks_bound(c->op_s, layout->n_ops, pp, c->M) + c->sync_s, aware);
+                c->bound = st->v_lo >= 2 ? c->chunks_bound : fmin(c->bound, c->chunks_bound);
+            } else if (st->v_lo >= 2) {   /* interleaved asked for: it cannot run here */
+                free(c->op_s);
+                continue;
+            }
+            if (balanced) {   /* one split, the balanced one: its memory-aware bound, tighter */
+                c->bound = fmax(c->bound, aware);
                 c->aware = 1;
+                c->first_key = fmax(c->bound, aware_1f1b);
             }
         }
         (*n)++;
@@ -382,8 +398,10 @@ osdp_status osdp_planner_3d(const osdp_model_config *cfg, int seq_len, const osd
     /* first the candidate of the smallest memory-aware bound: likely to fit and near the optimum, its step
      * bounds the others out early (the order of the rest, and the answer, stay the same) */
     int first = -1;
-    for (int i = 0; i < n_cand && first < 0; i++)
-        if (list[i].aware && isfinite(list[i].bound)) first = i;
+    /* (by its bound under the planned schedule: interleaving's, lower, is the likelier to disappoint) */
+    for (int i = 0; i < n_cand; i++)
+        if (list[i].aware && isfinite(list[i].first_key) && (first < 0 || list[i].first_key < list[first].first_key))
+            first = i;
     for (int j = first >= 0 ? -1 : 0; j < n_cand && s == OSDP_OK; j++) {
         const int i = j < 0 ? first : j;
         if (j >= 0 && j == first) continue;

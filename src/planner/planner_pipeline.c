@@ -121,7 +121,8 @@ static void stage_options(const osdp_device *dev, const osdp_planner_options *o,
  * chunks: the plan may also run interleaved (osdp_pipe_interleave_choose), whose step is at least the
  * busiest rank's work, at least the operators' total over P: the smaller of the two bounds */
 static osdp_status stages_bound(const osdp_device *dev, const osdp_planner_options *o, int b, int M,
-                                const osdp_pipe_choice *c, const double *busy, int chunks, double *bound)
+                                const osdp_pipe_choice *c, const double *busy, int chunks, double *bound,
+                                double *chain_bound)
 {
     const int P = c->geo.pp_size;
     double before = 0, most = 0, total = 0;
@@ -143,14 +144,16 @@ static osdp_status stages_bound(const osdp_device *dev, const osdp_planner_optio
         }
         if (isinf(t)) {
             *bound = INFINITY;
+            if (chain_bound) *chain_bound = INFINITY;
             return OSDP_OK;
         }
         most = fmax(most, before + t);
         before += t / M;
         total += t;
     }
-    if (chunks) most = fmin(most, total / P);
-    *bound = most + osdp_cost_step_sync_time(dev, c->geo.tp_size, c->geo.n_ranks, P);
+    const double sync = osdp_cost_step_sync_time(dev, c->geo.tp_size, c->geo.n_ranks, P);
+    if (chain_bound) *chain_bound = most + sync;
+    *bound = (chunks ? fmin(most, total / P) : most) + sync;
     return OSDP_OK;
 }
 
@@ -172,7 +175,7 @@ static osdp_status plan_stages(const osdp_device *dev, const osdp_planner_option
     for (int s = 0; s < P; s++) busy[s] = -1;
     if (cutoff >= 0) {
         double bound;
-        osdp_status status = stages_bound(dev, o, b, M, c, NULL, chunks, &bound);
+        osdp_status status = stages_bound(dev, o, b, M, c, NULL, chunks, &bound, NULL);
         if (status != OSDP_OK) return status;
         if (isinf(bound) || bound > cutoff) {   /* INFINITY: some stage cannot fit whatever its plan */
             *bounded = 1;
@@ -251,7 +254,7 @@ static osdp_status plan_stages(const osdp_device *dev, const osdp_planner_option
         if (cutoff >= 0 && isfinite(cutoff) && s + 1 < P) {   /* its own time for its bound: the rest may be left unplanned */
             busy[s] = st->busy_s;
             double bound;
-            osdp_status status = stages_bound(dev, o, b, M, c, busy, chunks, &bound);
+            osdp_status status = stages_bound(dev, o, b, M, c, busy, chunks, &bound, NULL);
             if (status != OSDP_OK) return status;
             if (bound > cutoff) {
                 *bounded = 1;
@@ -458,7 +461,7 @@ osdp_status osdp_planner_pipeline_cached(const osdp_model_config *cfg, int seq_l
 
 osdp_status osdp_pipe_split_bound(const osdp_layout *layout, const osdp_device *dev_in, const osdp_planner_options *o,
                                   int tp, int pp, osdp_pipe_schedule schedule, const int *bounds, int b, int M,
-                                  int chunks, double *bound)
+                                  int chunks, double *bound, double *bound_1f1b)
 {
     osdp_pipe_choice *c = calloc(1, sizeof *c);   /* the mesh's view of the layout; nothing planned, nothing owned */
     if (!c) return osdp_error_set(OSDP_ERR_OOM, "3D search: out of host memory");
@@ -471,7 +474,7 @@ osdp_status osdp_pipe_split_bound(const osdp_layout *layout, const osdp_device *
     c->hierarchical = osdp_planner_hierarchy(o, dev_in, tp, c->geo.n_ranks, pp, &c->hierarchy) != NULL;
     osdp_device level;
     osdp_cost_device_for_mesh(dev_in, tp, c->geo.n_ranks, pp, &level);
-    osdp_status s = stages_bound(&level, o, b, M, c, NULL, chunks, bound);
+    osdp_status s = stages_bound(&level, o, b, M, c, NULL, chunks, bound, bound_1f1b);
     free(c);
     return s;
 }
