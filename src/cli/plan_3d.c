@@ -148,21 +148,32 @@ static void print_json(const osdp_model_config *cfg, const osdp_device *dev, con
 static int write_plan(const osdp_job *job, const osdp_device *dev, const osdp_pipe_choice *c)
 {
     FILE *f = fopen(job->out, "w");
-    char split[512], chunks[48] = "";
+    char split[512], opts[256], chunks[48] = "";
     if (!f) {
         fprintf(stderr, "osdp_gpt: error: cannot write the plan file %s\n", job->out);
         return OSDP_ERR_IO;
     }
     if (chunk_count(c) > c->geo.pp_size) snprintf(chunks, sizeof chunks, " --virtual-stages %d", chunk_count(c) / c->geo.pp_size);
+    snprintf(opts, sizeof opts, "--pp %d --schedule %s%s --tp %d --batch %d --global-batch %d", c->geo.pp_size,
+             osdp_pipe_schedule_name(c->geo.pipe_schedule), chunks, c->geo.tp_size, c->geo.micro_batch,
+             c->geo.micro_batch * c->geo.accum_steps * c->geo.n_ranks);
+    osdp_stage_split_format(c->geo.stage_bounds, chunk_count(c), split, sizeof split);
     fprintf(f, "# planned by osdp_gpt plan --pp auto for %lld ranks (PP %d x DP %d x TP %d) on device %s: micro-batch "
-               "%d, %d micro-batches\n# (train with --pp %d --stages %s --schedule %s%s --tp %d --batch %d "
-               "--global-batch %d); predicted step %.6g s, largest stage peak %.0f bytes\n",
-            job->ranks, c->geo.pp_size, c->geo.n_ranks, c->geo.tp_size, dev->name, c->geo.micro_batch, c->geo.accum_steps,
-            c->geo.pp_size,
-            osdp_stage_split_format(c->geo.stage_bounds, chunk_count(c), split, sizeof split),
-            osdp_pipe_schedule_name(c->geo.pipe_schedule), chunks,
-            c->geo.tp_size, c->geo.micro_batch, c->geo.micro_batch * c->geo.accum_steps * c->geo.n_ranks, c->step_s,
-            c->plan.predicted_peak_bytes);
+               "%d, %d micro-batches\n", job->ranks, c->geo.pp_size, c->geo.n_ranks, c->geo.tp_size, dev->name,
+            c->geo.micro_batch, c->geo.accum_steps);
+    /* a plan file's lines are read up to 200 characters (inih): a long split goes on lines of its own */
+    if (strlen(opts) + strlen(split) < 160) {
+        fprintf(f, "# (train with %s --stages %s)\n", opts, split);
+    } else {
+        fprintf(f, "# (train with %s --stages S, S the %d ranges below joined)\n", opts, chunk_count(c));
+        for (size_t at = 0, n = strlen(split); at < n;) {
+            size_t take = n - at > 150 ? 150 : n - at;
+            while (at + take < n && split[at + take - 1] != ',') take--;   /* whole ranges per line */
+            fprintf(f, "#   %.*s\n", (int)take, split + at);
+            at += take;
+        }
+    }
+    fprintf(f, "# predicted step %.6g s, largest stage peak %.0f bytes\n", c->step_s, c->plan.predicted_peak_bytes);
     osdp_plan_write(&c->plan, &c->layout, f);
     return fclose(f) != 0 ? OSDP_ERR_IO : 0;
 }
