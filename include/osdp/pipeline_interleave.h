@@ -65,7 +65,7 @@ int osdp_pipe_interleave_possible(int P, int M, int n_layer, int n_ops, int v_lo
  * when v_lo <= 1; the same options and chunks as osdp_pipe_interleave_search, v_lo = v_hi >= 2: that V
  * alone); V >= 2: geo.pipe_schedule interleaved, geo.virtual_stages V, geo.stage_bounds the P V chunks, the
  * step and timing, each stage's peak (peak_bytes = schedule_peak: the runtime schedule's), in_flight,
- * p2p_bytes and pass (its chunks' sum); stage[s].lo, hi stay the stage its operator plan was searched as.
+ * p2p_bytes, busy_s and pass (its chunks'); stage[s].lo, hi stay the stage its operator plan was searched as.
  * cutoff >= 0: options slower than it are not checked for memory.  No option (v_lo >= 2):
  * OSDP_ERR_INFEASIBLE with why, *bounded = 1 when only the cutoff ruled them out. */
 osdp_status osdp_pipe_interleave_choose(osdp_pipe_choice *c, const osdp_device *dev, const osdp_planner_options *o,

@@ -52,10 +52,12 @@ static void print_row(osdp_3d_kind kind, const osdp_3d_result *r, const osdp_3d_
     snprintf(batch, sizeof batch, "%d x %d", c->geo.micro_batch, c->geo.accum_steps);
     int zdp = 0;
     for (int i = 0; i < c->plan.n_ops; i++) zdp += c->plan.zdp_slices[i] > 0;
-    printf("  %-18s %-9s %-8s %10.3f %12.2f %10s %5d/%-4d %8.3fx %6d %6d  %s\n", osdp_3d_kind_name(kind), mesh, batch,
+    char sched[48] = "";   /* interleaved: the chunks' split, V named after it */
+    if (chunk_count(c) > c->geo.pp_size) snprintf(sched, sizeof sched, " (interleaved V=%d)", chunk_count(c) / c->geo.pp_size);
+    printf("  %-18s %-9s %-8s %10.3f %12.2f %10s %5d/%-4d %8.3fx %6d %6d  %s%s\n", osdp_3d_kind_name(kind), mesh, batch,
            1e3 * c->step_s, c->samples_per_s, osdp_mib((double)largest_peak(c), peak, sizeof peak), zdp, c->plan.n_ops,
            osdp->status == OSDP_OK ? osdp->best.samples_per_s / c->samples_per_s : 0.0, r->meshes, r->splits_planned,
-           osdp_stage_split_format(c->geo.stage_bounds, chunk_count(c), split, sizeof split));
+           osdp_stage_split_format(c->geo.stage_bounds, chunk_count(c), split, sizeof split), sched);
 }
 
 static void print_text(const osdp_model_config *cfg, const osdp_device *dev, const osdp_job *job,

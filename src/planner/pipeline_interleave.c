@@ -165,6 +165,7 @@ static void adopt(osdp_pipe_choice *c, const osdp_cost_model *cm, const osdp_int
         st->peak_bytes = st->schedule_peak = x->stage_peak[s];
         st->replicated_bytes = x->replicated_bytes[s];
         st->in_flight = osdp_pipe_in_flight_chunks(OSDP_PIPE_INTERLEAVED, P, V, s, M);
+        st->busy_s = x->timing.busy_s[s];   /* its chunks' passes */
         st->p2p_bytes = x->p2p_bytes[s];
         st->pass.forward_s = st->pass.backward_s = 0;
         for (int k = 0; k < V; k++) {   /* its chunks' passes, one micro-batch each */
