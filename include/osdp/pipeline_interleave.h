@@ -49,10 +49,12 @@ typedef struct osdp_interleave_result {
 } osdp_interleave_result;
 
 /* c: a pipeline planned under 1F1B; n_layer: the model's layers; v_asked:
- * the V of --virtual-stages (> 1: only it, beside V = 1), 0 to search. */
+ * the V of --virtual-stages (> 1: only it, beside V = 1), 0 to search;
+ * chunks: with v_asked > 1, its P V chunks as given (--stages), else NULL
+ * (the balanced ones). */
 osdp_status osdp_pipe_interleave_search(const osdp_pipe_choice *c, const osdp_device *dev,
                                         const osdp_planner_options *o, int n_layer, int v_asked,
-                                        osdp_interleave_result *out);
+                                        const int *chunks, osdp_interleave_result *out);
 
 /* whether V >= 2 chunks per stage are candidates on P stages of a model of n_layer layers and n_ops operators:
  * V divides the layers per stage (n_layer / P, Megatron's condition), P V chunks within the operators and

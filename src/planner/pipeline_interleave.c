@@ -98,7 +98,7 @@ int osdp_pipe_interleave_possible(int P, int M, int n_layer, int n_ops, int v_lo
 /* options V = 1 (as planned) and the V >= 2 of the rule (v_asked > 1: that one alone), priced but not yet
  * fitted (fits 0 on them; why set where M is not a multiple of P) */
 static osdp_status priced_options(const osdp_pipe_choice *c, const osdp_cost_model *cm, int n_layer, int v_asked,
-                                  osdp_interleave_result *out)
+                                  const int *chunks, osdp_interleave_result *out)
 {
     memset(out, 0, sizeof *out);
     const int P = c->geo.pp_size, M = c->geo.accum_steps, n_ops = c->layout.n_ops;
@@ -112,8 +112,9 @@ static osdp_status priced_options(const osdp_pipe_choice *c, const osdp_cost_mod
         osdp_interleave_option *x = &out->option[out->n++];
         memset(x, 0, sizeof *x);
         x->V = V;
-        st = osdp_planner_stage_split(cm, &c->plan, c->geo.micro_batch, M, P * V, x->bounds);
-        if (st != OSDP_OK) return st;
+        if (chunks && asked) memcpy(x->bounds, chunks, sizeof(int) * (size_t)(P * V + 1));
+        else if ((st = osdp_planner_stage_split(cm, &c->plan, c->geo.micro_batch, M, P * V, x->bounds)) != OSDP_OK)
+            return st;
         if (M % P != 0) {   /* the order has no pass for the last group's missing micro-batches */
             snprintf(x->why, sizeof x->why, "%d micro-batches per step is not a multiple of --pp %d", M, P);
             continue;
@@ -125,7 +126,7 @@ static osdp_status priced_options(const osdp_pipe_choice *c, const osdp_cost_mod
 
 osdp_status osdp_pipe_interleave_search(const osdp_pipe_choice *c, const osdp_device *dev,
                                         const osdp_planner_options *o, int n_layer, int v_asked,
-                                        osdp_interleave_result *out)
+                                        const int *chunks, osdp_interleave_result *out)
 {
     const int P = c->geo.pp_size, n_ops = c->layout.n_ops;
     osdp_device level;   /* each group's collectives and messages at its level, as the pipeline was planned */
@@ -133,7 +134,7 @@ osdp_status osdp_pipe_interleave_search(const osdp_pipe_choice *c, const osdp_de
     dev = &level;
     osdp_cost_model cm;
     osdp_pipe_choice_cost_model(&cm, c, dev, o, &c->layout);
-    osdp_status st = priced_options(c, &cm, n_layer, v_asked, out);
+    osdp_status st = priced_options(c, &cm, n_layer, v_asked, chunks, out);
     if (st != OSDP_OK) return st;
     for (int k = 1; k < out->n; k++)
         if (out->option[k].timing.step_s > 0 && (st = fit(c, dev, o, &out->option[k])) != OSDP_OK) return st;
@@ -191,7 +192,7 @@ osdp_status osdp_pipe_interleave_choose(osdp_pipe_choice *c, const osdp_device *
     osdp_pipe_choice_cost_model(&cm, c, &level, o, &c->layout);
     osdp_interleave_result *r = malloc(sizeof *r);
     if (!r) return osdp_error_set(OSDP_ERR_OOM, "interleaving: out of host memory");
-    osdp_status st = priced_options(c, &cm, n_layer, v_lo >= 2 && v_lo == v_hi ? v_lo : 0, r);
+    osdp_status st = priced_options(c, &cm, n_layer, v_lo >= 2 && v_lo == v_hi ? v_lo : 0, NULL, r);
     /* the fastest first: only it needs its memory checked, then the next should it not fit; V = 1 (as
      * planned) always fits, so nothing slower than it (nor than the cutoff) is looked at */
     int chosen = v_lo <= 1 ? 0 : -1, beyond = 0;

@@ -104,7 +104,7 @@ static brute_best brute_force(const osdp_model_config *cfg, const osdp_device *d
                     if (pp > 1 && v_hi >= 2) {
                         osdp_interleave_result il;
                         ck_assert(osdp_pipe_interleave_search(&c, dev, &o, cfg->n_layer, v_lo == v_hi ? v_lo : 0,
-                                                              &il) == OSDP_OK);
+                                                              NULL, &il) == OSDP_OK);
                         for (int k = 1; k < il.n; k++)
                             if (il.option[k].fits && il.option[k].V >= v_lo && il.option[k].V <= v_hi)
                                 consider(&best, il.option[k].timing.step_s, tp, pp, b, il.option[k].V);
