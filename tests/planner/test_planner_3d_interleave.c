@@ -47,13 +47,15 @@ static void device(osdp_device *d, double p2p_alpha)
     ck_assert_msg(osdp_device_parse(d, text, "t_il.ini") == OSDP_OK, "%s", osdp_error_message());
 }
 
-static osdp_planner_options options(void)
+/* the search's options: the ranks, the global batch, micro-batch b (0: searched), peaks not verified */
+static osdp_planner_options options_at(int b)
 {
     osdp_planner_options o;
     osdp_planner_defaults(&o);
-    o.geo.n_ranks = RANKS;
-    o.global_batch = GLOBAL_BATCH;
     o.verify = 0;
+    o.geo = (osdp_step_geometry){.n_ranks = RANKS, .micro_batch = b, .pad_quantum = o.geo.pad_quantum,
+                                 .prefetch = o.geo.prefetch};
+    o.global_batch = GLOBAL_BATCH;
     return o;
 }
 
@@ -85,14 +87,13 @@ static long long splits(int n, int P, long long cap)
 static brute_best brute_force(const osdp_model_config *cfg, const osdp_device *dev, int v_lo, int v_hi)
 {
     brute_best best = {.step_s = -1};
-    osdp_planner_options o = options();
     for (int tp = 1; tp <= 2; tp++) {
         for (int pp = 1; pp * tp <= RANKS; pp++) {
             if ((RANKS / tp) % pp != 0) continue;
             const int D = RANKS / (tp * pp), n = 2 * cfg->n_layer + 2;
             for (int b = 1; b <= GLOBAL_BATCH / D; b++) {
                 if ((GLOBAL_BATCH / D) % b != 0) continue;
-                o.geo.micro_batch = b;
+                osdp_planner_options o = options_at(b);
                 /* the balanced split (the pipeline planner's default) and its interleaving */
                 osdp_pipe_choice c;
                 osdp_status s = osdp_planner_pipeline(cfg, SEQ, dev, &o, tp, pp, NULL, OSDP_PIPE_1F1B, &c);
@@ -137,7 +138,7 @@ static brute_best brute_force(const osdp_model_config *cfg, const osdp_device *d
 static void search(const osdp_model_config *cfg, const osdp_device *dev, osdp_pipe_schedule schedule, int V,
                    osdp_3d_result *res)
 {
-    osdp_planner_options o = options();
+    osdp_planner_options o = options_at(0);
     const osdp_3d_options o3 = {.schedule = schedule, .virtual_stages = V};
     ck_assert_msg(osdp_planner_3d(cfg, SEQ, dev, &o, &o3, OSDP_3D_OSDP, res) == OSDP_OK, "%s", osdp_error_message());
     ck_assert_msg(res->status == OSDP_OK, "%s", res->message);
@@ -154,16 +155,24 @@ static int chosen_V(const osdp_3d_result *res)
     return V;
 }
 
+/* the model on the device of messages of p2p_alpha: the search with V searched into *res, and its exhaustive
+ * optimum */
+static brute_best searched_and_exhaustive(double p2p_alpha, osdp_model_config *cfg, osdp_device *dev,
+                                          osdp_3d_result *res)
+{
+    model(cfg);
+    device(dev, p2p_alpha);
+    search(cfg, dev, OSDP_PIPE_1F1B, OSDP_3D_V_AUTO, res);
+    return brute_force(cfg, dev, 1, OSDP_MAX_STAGES);
+}
+
 /* cheap messages: interleaving wins; the search's answer is the exhaustive optimum over (T, P, split, b, V) */
 START_TEST(test_interleave_wins_matches_exhaustive)
 {
     osdp_model_config cfg;
     osdp_device dev;
-    model(&cfg);
-    device(&dev, 1e-6);
     osdp_3d_result res;
-    search(&cfg, &dev, OSDP_PIPE_1F1B, OSDP_3D_V_AUTO, &res);
-    const brute_best want = brute_force(&cfg, &dev, 1, OSDP_MAX_STAGES);
+    const brute_best want = searched_and_exhaustive(1e-6, &cfg, &dev, &res);
     const int V = chosen_V(&res);
     ck_assert_msg(want.V > 1 && V == want.V && res.best.geo.pp_size == want.pp && res.best.geo.tp_size == want.tp
                   && res.best.geo.micro_batch == want.b && close_rel(res.best.step_s, want.step_s, 1e-12),
@@ -192,11 +201,8 @@ START_TEST(test_interleave_loses)
 {
     osdp_model_config cfg;
     osdp_device dev;
-    model(&cfg);
-    device(&dev, 2e-2);
     osdp_3d_result res;
-    search(&cfg, &dev, OSDP_PIPE_1F1B, OSDP_3D_V_AUTO, &res);
-    const brute_best want = brute_force(&cfg, &dev, 1, OSDP_MAX_STAGES);
+    const brute_best want = searched_and_exhaustive(2e-2, &cfg, &dev, &res);
     ck_assert_msg(want.V == 1 && chosen_V(&res) == 1 && res.best.geo.pipe_schedule == OSDP_PIPE_1F1B
                   && close_rel(res.best.step_s, want.step_s, 1e-12),
                   "3D search: P %d V %d step %.9g; exhaustive: P %d V %d step %.9g", res.best.geo.pp_size,
