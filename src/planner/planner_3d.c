@@ -151,8 +151,8 @@ static osdp_status plan_split(const osdp_model_config *cfg, int seq_len, const o
     osdp_status s = osdp_planner_pipeline_cached(cfg, seq_len, dev, &o, tp, pp, bounds, st->planned, layout, classes,
                                                  st->cache, cutoff, chunks, &bounded, &c);
     st->res->splits_planned++;
-    /* its V: interleaved where faster (or asked for) and within the memory */
-    if (s == OSDP_OK && !bounded && pp > 1 && st->v_hi >= 2)
+    /* its V (the balanced split): interleaved where faster (or asked for) and within the memory */
+    if (s == OSDP_OK && !bounded && chunks)
         s = osdp_pipe_interleave_choose(&c, dev, &o, st->n_layer, st->v_lo, st->v_hi, cutoff, &bounded);
     if (bounded) {
         if (!st->have_best && (!st->unfit || b < st->unfit_b) && st->res->message[0] == '\0') {
@@ -264,10 +264,12 @@ static osdp_status add_candidates(const osdp_layout *layout, const int *classes,
     }
     for (int b = bounded ? 1 : 0; b <= (bounded ? per_group : 0); b++) {
         if (b > 0 && (per_group % b != 0 || (o->geo.micro_batch > 0 && b != o->geo.micro_batch))) continue;
-        /* interleaving possible at this M (P > 1, some V of the range for the layers, M a multiple of P) */
-        const int chunks = b > 0 && st->v_hi >= 2
-                           && osdp_pipe_interleave_possible(pp, per_group / b, st->n_layer, layout->n_ops, st->v_lo, st->v_hi);
-        if (b > 0 && st->v_lo >= 2 && !chunks) continue;   /* interleaved asked for: it cannot run here */
+        /* interleaving possible at this M (P > 1, some V of the range for the layers, M a multiple of P; b 0:
+         * the pipeline planner's M without a global batch) */
+        const int M = b > 0 ? per_group / b : OSDP_PIPE_DEFAULT_MICRO_PER_STAGE * pp;
+        const int chunks = st->v_hi >= 2
+                           && osdp_pipe_interleave_possible(pp, M, st->n_layer, layout->n_ops, st->v_lo, st->v_hi);
+        if (st->v_lo >= 2 && !chunks) continue;   /* interleaved asked for: it cannot run here */
         if (*n == *cap) {
             const int grown = *cap ? 2 * *cap : 64;
             candidate *more = realloc(*list, sizeof *more * (size_t)grown);
