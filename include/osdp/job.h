@@ -37,6 +37,9 @@ typedef struct osdp_job_request {
     int nodes_emulated;            /* the nodes are emulated (--ranks-per-node) */
     osdp_pipe_schedule pipe_schedule;
     int virtual_stages;            /* V as the schedule reads it: 1 unless interleaved */
+    int schedule_auto;             /* neither --schedule nor --virtual-stages: the 3D search (--plan auto with a
+                                    * pipeline) chooses between pipe_schedule and interleaved with its V; the
+                                    * resolved job's req holds the schedule and V it chose */
     const char *stages;            /* --stages; NULL: balanced by the cost model */
     /* the plan */
     const char *plan;              /* --plan: "auto", "dp", "zdp" or a plan file */

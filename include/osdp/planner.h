@@ -376,14 +376,32 @@ void osdp_pipe_choice_free(osdp_pipe_choice *choice);
  * answer's stage peaks are checked against the runtime's schedule once;
  * a stage of the same contents, mesh, b, M and pass order as one searched
  * before reuses its result (src/planner/stage_cache.h).  Ties still go to
- * the earlier (P, T, split, b) of the enumeration order. */
+ * the earlier (P, T, split, b) of the enumeration order.
+ * Interleaving (o3->virtual_stages): each (mesh, b) planned under 1F1B on
+ * its balanced split (osdp_pipe_balanced_split, the split plan --pp P
+ * takes) is also run with V chunks per stage for every V of the range
+ * (osdp_pipe_interleave_choose, osdp/pipeline_interleave.h: V dividing the
+ * layers per stage, M a multiple of P, the P V chunks cut anew to balance
+ * the stages' plans, the runtime schedule's peak of every stage within its
+ * limit); the answer is the best over (mesh, split, b) with V = 1 and
+ * (mesh, balanced split, b) with each V >= 2, and its geo names the
+ * schedule, V and the P V chunks.  The bounds are then the smaller of
+ * 1F1B's and the interleaved schedule's (planner_3d_bound.h);
+ * tests/planner/test_planner_3d_interleave checks the answer against
+ * exhaustive enumeration.  With a global batch; without one, V is chosen on
+ * the b the pipeline's planner chose under 1F1B. */
 typedef enum osdp_3d_kind {
     OSDP_3D_OSDP, OSDP_3D_DEEPSPEED, OSDP_3D_MEGATRON, OSDP_3D_FSDP, OSDP_3D_DDP, OSDP_3D_KINDS
 } osdp_3d_kind;
 
+#define OSDP_3D_V_AUTO (-1)
 typedef struct osdp_3d_options {
     int pp, tp;               /* 0: searched; > 0: fixed */
     osdp_pipe_schedule schedule;
+    /* the interleaved schedule's chunks per stage, V: 0 (or 1) none, the schedule as given, unless it is
+     * interleaved, then every V >= 2 is searched; V >= 2 with schedule interleaved: that V alone;
+     * OSDP_3D_V_AUTO: the schedule as given (V = 1) or interleaved with any V >= 2, whichever is faster */
+    int virtual_stages;
     int split_enum_limit;     /* enumerate every split up to this many per mesh (0: 512) */
 } osdp_3d_options;
 

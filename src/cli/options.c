@@ -157,12 +157,13 @@ static const option_row g_options[] = {
      .choices = "1f1b|gpipe|interleaved", .default_value = "1f1b", .metavar = "1f1b|gpipe|interleaved",
      .help = "with --pp P: 1F1B (PipeDream-flush: at most P - s micro-batches in flight on stage s),\n"
         "GPipe (all forwards, then all backwards) or interleaved 1F1B (Megatron-LM's virtual stages,\n"
-        "--virtual-stages V: a bubble of (P - 1) / (V M)); the same losses bit for bit"},
+        "--virtual-stages V: a bubble of (P - 1) / (V M)); the same losses bit for bit; --pp auto with\n"
+        "neither this nor --virtual-stages: 1F1B or interleaved with V, as the 3D search finds faster"},
     {.name = "virtual-stages", .type = OPT_INT, .commands = TRAIN | PLAN | EVAL, .field = FIELD(virtual_stages), .lo = 1,
      .hi = OSDP_MAX_STAGES, .default_value = "1", .metavar = "V",
      .help = "with --schedule interleaved: V model chunks per stage, the operators cut into P V contiguous\n"
         "chunks (--stages then lists P V ranges), stage s holding chunks s, s + P, ..; the micro-batches\n"
-        "per step must be a multiple of P"},
+        "per step must be a multiple of P (--schedule interleaved with --pp auto and no V: V searched)"},
     {.name = "split", .type = OPT_INT, .commands = TRAIN | PLAN | EVAL, .field = FIELD(split), .lo = 1,
      .hi = OSDP_MAX_SLICES, .choices = "auto", .word_value = OSDP_SPLIT_AUTO, .default_value = "1",
      .metavar = "G|auto",

@@ -24,6 +24,22 @@ static long long largest_peak(const osdp_pipe_choice *c)
     return most;
 }
 
+/* the pipeline's chunks: P, or P V interleaved (geo.stage_bounds holds as many ranges) */
+static int chunk_count(const osdp_pipe_choice *c)
+{
+    return c->geo.pp_size * (c->geo.pipe_schedule == OSDP_PIPE_INTERLEAVED ? osdp_pipe_chunks_per_stage(c->geo.virtual_stages) : 1);
+}
+
+/* "1f1b", or "interleaved V=2" */
+static const char *schedule_label(const osdp_pipe_choice *c, char *buf, size_t n)
+{
+    if (c->geo.pipe_schedule == OSDP_PIPE_INTERLEAVED)
+        snprintf(buf, n, "interleaved V=%d", osdp_pipe_chunks_per_stage(c->geo.virtual_stages));
+    else
+        snprintf(buf, n, "%s", osdp_pipe_schedule_name(c->geo.pipe_schedule));
+    return buf;
+}
+
 static void print_row(osdp_3d_kind kind, const osdp_3d_result *r, const osdp_3d_result *osdp)
 {
     if (r->status != OSDP_OK) {
@@ -36,10 +52,12 @@ static void print_row(osdp_3d_kind kind, const osdp_3d_result *r, const osdp_3d_
     snprintf(batch, sizeof batch, "%d x %d", c->geo.micro_batch, c->geo.accum_steps);
     int zdp = 0;
     for (int i = 0; i < c->plan.n_ops; i++) zdp += c->plan.zdp_slices[i] > 0;
-    printf("  %-18s %-9s %-8s %10.3f %12.2f %10s %5d/%-4d %8.3fx %6d %6d  %s\n", osdp_3d_kind_name(kind), mesh, batch,
+    char sched[48] = "";   /* interleaved: the chunks' split, V named after it */
+    if (chunk_count(c) > c->geo.pp_size) snprintf(sched, sizeof sched, " (interleaved V=%d)", chunk_count(c) / c->geo.pp_size);
+    printf("  %-18s %-9s %-8s %10.3f %12.2f %10s %5d/%-4d %8.3fx %6d %6d  %s%s\n", osdp_3d_kind_name(kind), mesh, batch,
            1e3 * c->step_s, c->samples_per_s, osdp_mib((double)largest_peak(c), peak, sizeof peak), zdp, c->plan.n_ops,
            osdp->status == OSDP_OK ? osdp->best.samples_per_s / c->samples_per_s : 0.0, r->meshes, r->splits_planned,
-           osdp_stage_split_format(c->geo.stage_bounds, c->geo.pp_size, split, sizeof split));
+           osdp_stage_split_format(c->geo.stage_bounds, chunk_count(c), split, sizeof split), sched);
 }
 
 static void print_text(const osdp_model_config *cfg, const osdp_device *dev, const osdp_job *job,
@@ -62,17 +80,26 @@ static void print_text(const osdp_model_config *cfg, const osdp_device *dev, con
     if (res[OSDP_3D_OSDP].status != OSDP_OK) return;
     const osdp_pipe_choice *c = &res[OSDP_3D_OSDP].best;
     const osdp_3d_result *r = &res[OSDP_3D_OSDP];
+    char sched[48];
     printf("\n3D+OSDP: PP %d x DP %d x TP %d, schedule %s, micro-batch %d x %d micro-batches: step %.3f ms; %d meshes "
            "(%d pruned by their state), %d stage splits planned in %.1f ms (%.1f ms CPU)\n", c->geo.pp_size, c->geo.n_ranks,
-           c->geo.tp_size, osdp_pipe_schedule_name(c->geo.pipe_schedule), c->geo.micro_batch, c->geo.accum_steps, 1e3 * c->step_s,
+           c->geo.tp_size, schedule_label(c, sched, sizeof sched), c->geo.micro_batch, c->geo.accum_steps, 1e3 * c->step_s,
            r->meshes, r->meshes_pruned, r->splits_planned, 1e3 * r->total_s, 1e3 * r->cpu_s);
     printf("  (bounds: %d of %d mesh x micro-batch candidates and %d splits left unplanned, their bound above the best "
            "step; %lld stage searches reused)\n", r->candidates_bounded, r->candidates, r->splits_bounded, r->stage_reuses);
-    for (int s = 0; s < c->geo.pp_size; s++) {
+    const int P = c->geo.pp_size, V = chunk_count(c) / P;
+    if (V > 1)
+        printf("  (interleaved 1F1B: stage s runs chunks s, s + %d, ..; bubble (P-1)/(VM) = %.4f of the ideal, against "
+               "%.4f under 1F1B; each stage's operator plan searched on its 1F1B stage, operators lo:hi below)\n", P,
+               (double)(P - 1) / ((double)V * c->geo.accum_steps), (double)(P - 1) / c->geo.accum_steps);
+    for (int s = 0; s < P; s++) {
         const osdp_stage_plan *st = &c->stage[s];
         char pk[32], mode[24];
-        printf("  stage %d: operators %d:%d, %d in flight, busy %.3f ms, peak %s MiB%s:", s, st->lo, st->hi,
-               st->in_flight, 1e3 * st->busy_s, osdp_mib((double)st->peak_bytes, pk, sizeof pk),
+        printf("  stage %d: operators %d:%d", s, st->lo, st->hi);
+        for (int k = 0; V > 1 && k < V; k++)
+            printf("%s%d:%d", k ? "," : ", chunks ", c->geo.stage_bounds[k * P + s], c->geo.stage_bounds[k * P + s + 1]);
+        printf(", %d in flight, busy %.3f ms, peak %s MiB%s:", st->in_flight, 1e3 * st->busy_s,
+               osdp_mib((double)st->peak_bytes, pk, sizeof pk),
                st->result.gap > 0 ? " (not proven optimal: too many activation sums, osdp/planner.h)" : "");
         for (int i = st->lo; i < st->hi; i++)
             printf(" %s=%s", c->layout.op[i].name, osdp_plan_mode_label(&c->plan, i, mode, sizeof mode));
@@ -104,9 +131,11 @@ static void print_json(const osdp_model_config *cfg, const osdp_device *dev, con
                1e3 * r->cpu_s, r->candidates, r->candidates_bounded, r->splits_bounded, r->stage_reuses);
         if (r->status == OSDP_OK) {
             char split[512];
-            printf(",\"mesh\":{\"pp\":%d,\"dp\":%d,\"tp\":%d,\"stages\":\"%s\"},\"peak_bytes\":%lld", r->best.geo.pp_size,
-                   r->best.geo.n_ranks, r->best.geo.tp_size,
-                   osdp_stage_split_format(r->best.geo.stage_bounds, r->best.geo.pp_size, split, sizeof split),
+            printf(",\"mesh\":{\"pp\":%d,\"dp\":%d,\"tp\":%d,\"stages\":\"%s\",\"schedule\":\"%s\","
+                   "\"virtual_stages\":%d},\"peak_bytes\":%lld", r->best.geo.pp_size, r->best.geo.n_ranks,
+                   r->best.geo.tp_size,
+                   osdp_stage_split_format(r->best.geo.stage_bounds, chunk_count(&r->best), split, sizeof split),
+                   osdp_pipe_schedule_name(r->best.geo.pipe_schedule), chunk_count(&r->best) / r->best.geo.pp_size,
                    largest_peak(&r->best));
             osdp_plan_json_pipe_choice("plan", &r->best, OSDP_OK);
         } else {
@@ -121,20 +150,32 @@ static void print_json(const osdp_model_config *cfg, const osdp_device *dev, con
 static int write_plan(const osdp_job *job, const osdp_device *dev, const osdp_pipe_choice *c)
 {
     FILE *f = fopen(job->out, "w");
-    char split[512];
+    char split[512], opts[256], chunks[48] = "";
     if (!f) {
         fprintf(stderr, "osdp_gpt: error: cannot write the plan file %s\n", job->out);
         return OSDP_ERR_IO;
     }
+    if (chunk_count(c) > c->geo.pp_size) snprintf(chunks, sizeof chunks, " --virtual-stages %d", chunk_count(c) / c->geo.pp_size);
+    snprintf(opts, sizeof opts, "--pp %d --schedule %s%s --tp %d --batch %d --global-batch %d", c->geo.pp_size,
+             osdp_pipe_schedule_name(c->geo.pipe_schedule), chunks, c->geo.tp_size, c->geo.micro_batch,
+             c->geo.micro_batch * c->geo.accum_steps * c->geo.n_ranks);
+    osdp_stage_split_format(c->geo.stage_bounds, chunk_count(c), split, sizeof split);
     fprintf(f, "# planned by osdp_gpt plan --pp auto for %lld ranks (PP %d x DP %d x TP %d) on device %s: micro-batch "
-               "%d, %d micro-batches\n# (train with --pp %d --stages %s --schedule %s --tp %d --batch %d "
-               "--global-batch %d); predicted step %.6g s, largest stage peak %.0f bytes\n",
-            job->ranks, c->geo.pp_size, c->geo.n_ranks, c->geo.tp_size, dev->name, c->geo.micro_batch, c->geo.accum_steps,
-            c->geo.pp_size,
-            osdp_stage_split_format(c->geo.stage_bounds, c->geo.pp_size, split, sizeof split),
-            osdp_pipe_schedule_name(c->geo.pipe_schedule),
-            c->geo.tp_size, c->geo.micro_batch, c->geo.micro_batch * c->geo.accum_steps * c->geo.n_ranks, c->step_s,
-            c->plan.predicted_peak_bytes);
+               "%d, %d micro-batches\n", job->ranks, c->geo.pp_size, c->geo.n_ranks, c->geo.tp_size, dev->name,
+            c->geo.micro_batch, c->geo.accum_steps);
+    /* a plan file's lines are read up to 200 characters (inih): a long split goes on lines of its own */
+    if (strlen(opts) + strlen(split) < 160) {
+        fprintf(f, "# (train with %s --stages %s)\n", opts, split);
+    } else {
+        fprintf(f, "# (train with %s --stages S, S the %d ranges below joined)\n", opts, chunk_count(c));
+        for (size_t at = 0, n = strlen(split); at < n;) {
+            size_t take = n - at > 150 ? 150 : n - at;
+            while (at + take < n && split[at + take - 1] != ',') take--;   /* whole ranges per line */
+            fprintf(f, "#   %.*s\n", (int)take, split + at);
+            at += take;
+        }
+    }
+    fprintf(f, "# predicted step %.6g s, largest stage peak %.0f bytes\n", c->step_s, c->plan.predicted_peak_bytes);
     osdp_plan_write(&c->plan, &c->layout, f);
     return fclose(f) != 0 ? OSDP_ERR_IO : 0;
 }
@@ -143,9 +184,9 @@ int osdp_cmd_plan_3d(const osdp_job *job)
 {
     if (osdp_option_given(job, "stages"))
         osdp_fatal(OSDP_ERR_INPUT, "--stages with --pp auto: the 3D search chooses the split; give --pp P to fix it");
-    if (job->pipe_schedule == OSDP_PIPE_INTERLEAVED || osdp_option_given(job, "virtual-stages"))
-        osdp_fatal(OSDP_ERR_INPUT, "--schedule interleaved / --virtual-stages with --pp auto: the 3D search does not "
-                                   "interleave yet; give --pp P (plan then searches V on its pipeline)");
+    if (job->virtual_stages > 1 && job->pipe_schedule != OSDP_PIPE_INTERLEAVED)
+        osdp_fatal(OSDP_ERR_INPUT, "--virtual-stages needs --schedule interleaved (it sets the chunks per stage; "
+                                   "without --schedule and --virtual-stages the 3D search chooses V)");
     osdp_planner_options o;
     osdp_model_config cfg;
     osdp_device dev;
@@ -162,9 +203,12 @@ int osdp_cmd_plan_3d(const osdp_job *job)
         osdp_layout_free(&L);
         o.recompute = recompute_all;
     }
-    /* --tp T fixes the tensor-parallel degree; not given or auto: searched */
+    /* --tp T fixes the tensor-parallel degree; not given or auto: searched.  --schedule / --virtual-stages
+     * fix the schedule (interleaved without V: V >= 2 searched); neither: 1F1B or interleaved, V searched */
+    const int schedule_fixed = osdp_option_given(job, "schedule") || osdp_option_given(job, "virtual-stages");
     const osdp_3d_options o3 = {.pp = 0, .tp = osdp_option_given(job, "tp") ? (int)job->tp : 0,
-                                .schedule = (osdp_pipe_schedule)job->pipe_schedule};
+                                .schedule = (osdp_pipe_schedule)job->pipe_schedule,
+                                .virtual_stages = schedule_fixed ? (int)job->virtual_stages : OSDP_3D_V_AUTO};
     osdp_3d_result res[OSDP_3D_KINDS];
     for (int k = 0; k < OSDP_3D_KINDS; k++) {
         if ((s = osdp_planner_3d(&cfg, seq_len, &dev, &o, &o3, (osdp_3d_kind)k, &res[k])) != OSDP_OK)

@@ -147,6 +147,23 @@ static void print_interleave(const osdp_pipe_choice *c, const osdp_interleave_re
            b->V > 1 ? "" : " (no V > 1 fits or is faster: plain 1F1B)");
 }
 
+/* "key":{"best":V,"options":[...]}: each V's chunks, step, bubbles, largest peak, fits or why */
+static void json_interleave(const char *key, const osdp_interleave_result *il, int P)
+{
+    char split[512];
+    printf(",\"%s\":{\"best\":%d,\"options\":[", key, il->option[il->best].V);
+    for (int k = 0; k < il->n; k++) {
+        const osdp_interleave_option *x = &il->option[k];
+        printf("%s{\"V\":%d,\"fits\":%s,\"why\":", k ? "," : "", x->V, x->fits ? "true" : "false");
+        osdp_json_string(x->why);
+        printf(",\"chunks\":\"%s\",\"step_s\":%.9g,\"bubble_closed\":%.9g,\"bubble_of_ideal\":%.9g,"
+               "\"bubble_simulated\":%.9g,\"largest_stage_peak_bytes\":%lld}",
+               osdp_stage_split_format(x->bounds, P * x->V, split, sizeof split), x->timing.step_s,
+               x->timing.bubble_closed, x->bubble_of_ideal, x->timing.idle_fraction, x->stage_peak[x->largest_stage]);
+    }
+    printf("]}");
+}
+
 void osdp_plan_json_pipe_choice(const char *key, const osdp_pipe_choice *c, osdp_status st)
 {
     printf(",\"%s\":", key);
@@ -198,10 +215,16 @@ int osdp_cmd_plan_pipeline(const osdp_job *job)
     const int interleave = schedule == OSDP_PIPE_INTERLEAVED;
     if (!interleave && job->virtual_stages > 1)
         osdp_fatal(OSDP_ERR_INPUT, "--virtual-stages needs --schedule interleaved (it sets the chunks per stage)");
-    if (interleave && job->stages)
+    if (interleave && job->stages && job->virtual_stages < 2)
         osdp_fatal(OSDP_ERR_INPUT, "--stages with --schedule interleaved: plan chooses the P V chunks (train takes "
-                                   "them with --stages); give --pp P alone");
-    if (job->stages && (s = osdp_stage_split_parse(job->stages, L.n_ops, P, bounds)) != OSDP_OK)
+                                   "them with --stages); give --pp P alone, or the P V chunks with --virtual-stages V");
+    /* interleaved with --virtual-stages V and --stages: the P V chunks priced as given (the stages planned on the
+     * balanced split) */
+    int chunks[OSDP_MAX_STAGES + 1];
+    const int given_chunks = interleave && job->stages;
+    if (given_chunks && (s = osdp_chunk_split_parse(job->stages, L.n_ops, P, (int)job->virtual_stages, chunks)) != OSDP_OK)
+        osdp_fatal(s, osdp_error_message());
+    if (job->stages && !given_chunks && (s = osdp_stage_split_parse(job->stages, L.n_ops, P, bounds)) != OSDP_OK)
         osdp_fatal(s, osdp_error_message());
     int *recompute_all = NULL;
     if (job->recompute == OSDP_RECOMPUTE_ALL) {   /* every attn and mlp operator */
@@ -214,9 +237,10 @@ int osdp_cmd_plan_pipeline(const osdp_job *job)
     const osdp_pipe_schedule planned = interleave ? OSDP_PIPE_1F1B : schedule;
     osdp_pipe_choice c, base[2];
     osdp_interleave_result il = {0};
-    s = osdp_planner_pipeline(&cfg, seq_len, &dev, &o, T, P, job->stages ? bounds : NULL, planned, &c);
+    s = osdp_planner_pipeline(&cfg, seq_len, &dev, &o, T, P, job->stages && !given_chunks ? bounds : NULL, planned, &c);
     if (s == OSDP_OK && interleave)
-        s = osdp_pipe_interleave_search(&c, &dev, &o, cfg.n_layer, (int)job->virtual_stages, &il);
+        s = osdp_pipe_interleave_search(&c, &dev, &o, cfg.n_layer, (int)job->virtual_stages,
+                                        given_chunks ? chunks : NULL, &il);
     if (s != OSDP_OK) {
         char why[4096];
         snprintf(why, sizeof why, "%s", osdp_error_message());
@@ -233,6 +257,7 @@ int osdp_cmd_plan_pipeline(const osdp_job *job)
         return (int)s;
     }
     osdp_status bst[2];
+    osdp_interleave_result il_dp = {0};   /* given chunks: the all-DP row on them too (a Megatron configuration) */
     for (int v = 0; v < 2; v++) {   /* the same pipeline, every operator DP / ZDP */
         osdp_planner_options baseline = o;
         baseline.modes = v ? OSDP_MODES_ALL_ZDP : OSDP_MODES_ALL_DP;
@@ -240,6 +265,10 @@ int osdp_cmd_plan_pipeline(const osdp_job *job)
         if (baseline.grad_reduce == OSDP_GRAD_REDUCE_AUTO) baseline.grad_reduce = OSDP_GRAD_REDUCE_EVERY;
         bst[v] = osdp_planner_pipeline(&cfg, seq_len, &dev, &baseline, T, P, c.geo.stage_bounds, planned, &base[v]);
         if (bst[v] != OSDP_OK && bst[v] != OSDP_ERR_INFEASIBLE) osdp_fatal(bst[v], osdp_error_message());
+        if (v == 0 && given_chunks && bst[0] == OSDP_OK &&
+            (s = osdp_pipe_interleave_search(&base[0], &dev, &baseline, cfg.n_layer, (int)job->virtual_stages, chunks,
+                                             &il_dp)) != OSDP_OK)
+            osdp_fatal(s, osdp_error_message());
     }
     if (job->json) {
         char split[512];
@@ -256,20 +285,8 @@ int osdp_cmd_plan_pipeline(const osdp_job *job)
         osdp_plan_json_pipe_choice("osdp", &c, OSDP_OK);
         osdp_plan_json_pipe_choice("all_dp", &base[0], bst[0]);
         osdp_plan_json_pipe_choice("all_zdp", &base[1], bst[1]);
-        if (interleave) {
-            printf(",\"interleave\":{\"best\":%d,\"options\":[", il.option[il.best].V);
-            for (int k = 0; k < il.n; k++) {
-                const osdp_interleave_option *x = &il.option[k];
-                printf("%s{\"V\":%d,\"fits\":%s,\"why\":", k ? "," : "", x->V, x->fits ? "true" : "false");
-                osdp_json_string(x->why);
-                printf(",\"chunks\":\"%s\",\"step_s\":%.9g,\"bubble_closed\":%.9g,\"bubble_of_ideal\":%.9g,"
-                       "\"bubble_simulated\":%.9g,\"largest_stage_peak_bytes\":%lld}",
-                       osdp_stage_split_format(x->bounds, P * x->V, split, sizeof split), x->timing.step_s,
-                       x->timing.bubble_closed, x->bubble_of_ideal, x->timing.idle_fraction,
-                       x->stage_peak[x->largest_stage]);
-            }
-            printf("]}");
-        }
+        if (interleave) json_interleave("interleave", &il, P);
+        if (given_chunks && bst[0] == OSDP_OK) json_interleave("all_dp_interleave", &il_dp, P);
         printf("}\n");
     } else {
         print_text(&cfg, &dev, &o, job, &c, base, bst);

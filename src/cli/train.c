@@ -183,8 +183,8 @@ int osdp_cmd_train(const osdp_job *job)
                                      .geo.micro_batch = plan->geo.micro_batch,
                                      .geo.accum_steps = plan->geo.accum_steps, .geo.prefetch = !job->no_prefetch,
                                      .geo.weight_dtype = req.weights, .geo.pad_quantum = pad_quantum, .geo.pp_size = mesh->pp,
-                                     .pp_stage = mesh->pp_rank, .geo.pipe_schedule = (osdp_pipe_schedule)job->pipe_schedule,
-                                     .geo.virtual_stages = req.virtual_stages};
+                                     .pp_stage = mesh->pp_rank, .geo.pipe_schedule = r.req.pipe_schedule,
+                                     .geo.virtual_stages = r.req.virtual_stages};
     memcpy(predict.geo.stage_bounds, r.stage_bounds, sizeof r.stage_bounds);
     osdp_check_all(osdp_schedule_predict(&r.layout, plan, &predict, &predicted));
     size_t mem_limit = (size_t)job->mem_limit;   /* on a GPU: capped at the card's free memory (device_mem_limit) */

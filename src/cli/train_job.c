@@ -31,10 +31,6 @@ static osdp_status check_pipeline_options(const osdp_job *job, int plan_auto)
     if (job->virtual_stages > 1 && job->pipe_schedule != OSDP_PIPE_INTERLEAVED)
         return osdp_error_set(OSDP_ERR_INPUT, "--virtual-stages %lld needs --schedule interleaved (%s runs one chunk per "
                               "stage)", job->virtual_stages, osdp_pipe_schedule_name((osdp_pipe_schedule)job->pipe_schedule));
-    if (plan_auto && job->pipe_schedule == OSDP_PIPE_INTERLEAVED)
-        return osdp_error_set(OSDP_ERR_INPUT, "--schedule interleaved with --plan auto: the 3D search of train does not "
-                              "choose V yet; plan with `plan --pp P --schedule interleaved`, then train its plan file "
-                              "with --pp P --schedule interleaved --virtual-stages V");
     if (plan_auto) {   /* the 3D search: the stages, micro-batch and M for the global batch */
         if (job->stages)
             return osdp_error_set(OSDP_ERR_INPUT, "--stages with --plan auto: the 3D search chooses the split; give a "
@@ -79,6 +75,7 @@ void osdp_train_request(const osdp_job *job, int node_size, int rank_node_size, 
     req->nodes_emulated = nodes_emulated;
     req->pipe_schedule = (osdp_pipe_schedule)job->pipe_schedule;
     req->virtual_stages = osdp_train_virtual_stages(job);
+    req->schedule_auto = !osdp_option_given(job, "schedule") && !osdp_option_given(job, "virtual-stages");
     req->stages = job->stages;
     req->plan = job->plan;
     req->split = job->split > 0 ? (int)job->split : 1;

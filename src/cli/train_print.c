@@ -16,11 +16,15 @@ void osdp_train_print_search(const osdp_job_resolved *job, int n_ranks)
         printf("--tp auto: the planner chooses tensor-parallel degree %d of the %d ranks\n", job->tp_chosen, n_ranks);
     if (!job->searched_3d) return;
     char split[512];
+    const int V = osdp_pipe_chunks_per_stage(job->req.virtual_stages);   /* the chunks per stage it chose */
     printf("--plan auto (3D search, %d meshes, %d stage splits in %.1f ms): PP %d x DP %d x TP %d, stages %s, "
-           "micro-batch %d x %d micro-batches, predicted step %.6g s\n", job->search_meshes, job->search_splits,
-           1e3 * job->search_s, job->search_pp, job->search_dp, job->search_tp,
-           osdp_stage_split_format(job->stage_bounds, job->search_pp, split, sizeof split),
-           job->plan.geo.micro_batch, job->plan.geo.accum_steps, job->search_step_s);
+           "micro-batch %d x %d micro-batches, predicted step %.6g s, schedule %s", job->search_meshes,
+           job->search_splits, 1e3 * job->search_s, job->search_pp, job->search_dp, job->search_tp,
+           osdp_stage_split_format(job->stage_bounds, job->search_pp * V, split, sizeof split),
+           job->plan.geo.micro_batch, job->plan.geo.accum_steps, job->search_step_s,
+           osdp_pipe_schedule_name(job->req.pipe_schedule));
+    if (V > 1) printf(" with %d chunks per stage (--virtual-stages %d)", V, V);
+    printf("\n");
     fflush(stdout);
 }
 

@@ -108,7 +108,9 @@ static osdp_status search_mesh(const osdp_job_request *req, const osdp_model_con
     o.geo.micro_batch = req->batch;
     o.vocab_quantum = req->vocab_quantum;
     if (req->pp != 1) {   /* the 3D search: the stages, micro-batch and M for the global batch */
-        const osdp_3d_options o3 = {.pp = req->pp, .tp = req->tp, .schedule = req->pipe_schedule};
+        /* the schedule as asked (interleaved without --virtual-stages: V searched), or chosen with V */
+        const osdp_3d_options o3 = {.pp = req->pp, .tp = req->tp, .schedule = req->pipe_schedule,
+                                    .virtual_stages = req->schedule_auto ? OSDP_3D_V_AUTO : req->virtual_stages};
         osdp_3d_result res;
         s = osdp_planner_3d(cfg, seq_len, dev, &o, &o3, OSDP_3D_OSDP, &res);
         if (s == OSDP_OK && res.status != OSDP_OK) s = osdp_error_set(res.status, "--plan auto: %s", res.message);
@@ -120,7 +122,9 @@ static osdp_status search_mesh(const osdp_job_request *req, const osdp_model_con
             out->plan.geo.tp_size = c->geo.tp_size;
             *pp = c->geo.pp_size;
             *tp = c->geo.tp_size;
-            memcpy(out->stage_bounds, c->geo.stage_bounds, sizeof(int) * (size_t)(c->geo.pp_size + 1));
+            out->req.pipe_schedule = c->geo.pipe_schedule;
+            out->req.virtual_stages = c->geo.pipe_schedule == OSDP_PIPE_INTERLEAVED ? c->geo.virtual_stages : 1;
+            memcpy(out->stage_bounds, c->geo.stage_bounds, sizeof(int) * (size_t)(c->geo.pp_size * out->req.virtual_stages + 1));
             out->searched_3d = 1;
             out->search_meshes = res.meshes;
             out->search_splits = res.splits_planned;
@@ -154,8 +158,8 @@ static osdp_status resolve_mesh(const osdp_job_request *req, const osdp_model_co
     const int three_d = strcmp(req->plan, "auto") == 0 && req->pp != 1;
     if (!three_d && req->tp != OSDP_TP_AUTO) return OSDP_OK;
     osdp_status s = rank == 0 ? search_mesh(req, cfg, size, out, tp, pp) : OSDP_OK;
-    int head[2 + OSDP_MAX_STAGES + 1] = {*tp, *pp};
-    memcpy(head + 2, out->stage_bounds, sizeof out->stage_bounds);
+    int head[4 + OSDP_MAX_STAGES + 1] = {*tp, *pp, (int)out->req.pipe_schedule, out->req.virtual_stages};
+    memcpy(head + 4, out->stage_bounds, sizeof out->stage_bounds);
     if (!three_d) {
         s = osdp_status_agree(s, world);
         if (s != OSDP_OK) return s;
@@ -165,7 +169,9 @@ static osdp_status resolve_mesh(const osdp_job_request *req, const osdp_model_co
         if (s != OSDP_OK) return s;
         out->have_plan = out->searched_3d = 1;
         MPI_Bcast(head, (int)(sizeof head / sizeof *head), MPI_INT, 0, world);
-        memcpy(out->stage_bounds, head + 2, sizeof out->stage_bounds);
+        memcpy(out->stage_bounds, head + 4, sizeof out->stage_bounds);
+        out->req.pipe_schedule = (osdp_pipe_schedule)head[2];   /* the search's schedule and V */
+        out->req.virtual_stages = head[3];
     }
     *tp = head[0];
     *pp = head[1];
@@ -382,7 +388,9 @@ osdp_status osdp_job_resolve(const osdp_job_request *req, const osdp_model_confi
     out->have_layouts = s == OSDP_OK;
     if ((s = osdp_status_agree(s, world)) != OSDP_OK) return s;
     if ((s = osdp_status_agree(resolve_plan(req, world, out), world)) != OSDP_OK || out->mesh.pp == 1) return s;
-    s = osdp_pipe_check(req->pipe_schedule, out->mesh.pp, req->virtual_stages, out->plan.geo.accum_steps, out->layout.n_ops);
+    /* out->req: the schedule and V as asked, or as the 3D search chose them */
+    s = osdp_pipe_check(out->req.pipe_schedule, out->mesh.pp, out->req.virtual_stages, out->plan.geo.accum_steps,
+                        out->layout.n_ops);
     if (s == OSDP_OK) s = stage_split(req, out);
     if ((s = osdp_status_agree(s, world)) != OSDP_OK) return s;
     return osdp_status_agree(check_same_split(out, world), world);

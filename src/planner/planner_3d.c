@@ -6,6 +6,7 @@
 #include "osdp/planner.h"
 #include "planner_3d_bound.h"
 #include "planner_pipeline.h"
+#include "osdp/pipeline_interleave.h"
 #include "util/clock.h"
 
 #include <math.h>
@@ -101,6 +102,9 @@ typedef struct search_state {
     int by_step;              /* a global batch: the shortest step wins */
     int key[4];               /* the best's place in the enumeration order: T, P, split, b */
     osdp_stage_cache *cache;  /* stage results reused across meshes, splits and micro-batches */
+    osdp_pipe_schedule planned;   /* the schedule the stages are planned under (interleaved: 1F1B) */
+    int v_lo, v_hi;           /* the V searched (1: the planned schedule as it is; >= 2: interleaved) */
+    int n_layer;
     /* the candidate of the smallest micro-batch a bound found unable to fit, no plan found yet: searched for
      * its message should nothing fit */
     int unfit, unfit_tp, unfit_pp, unfit_b, unfit_split, unfit_bounds[OSDP_MAX_STAGES + 1];
@@ -134,9 +138,9 @@ static int bounded_out(double bound, const search_state *st)
 
 /* one mesh, split and micro-batch (b 0: the pipeline's planner chooses it); a better answer is kept */
 static osdp_status plan_split(const osdp_model_config *cfg, int seq_len, const osdp_device *dev,
-                              const osdp_planner_options *o_in, const osdp_3d_options *o3, const osdp_layout *layout,
+                              const osdp_planner_options *o_in, const osdp_layout *layout,
                               const int *classes, int tp, int pp, const int *bounds, int split_index, int b,
-                              search_state *st)
+                              int chunks, search_state *st)
 {
     osdp_planner_options o = *o_in;
     if (b > 0) o.geo.micro_batch = b;
@@ -144,9 +148,12 @@ static osdp_status plan_split(const osdp_model_config *cfg, int seq_len, const o
     int bounded = 0;
     /* with a bound, only a step that can beat the best (or tie it) is wanted */
     const double cutoff = b > 0 ? best_step(st) * (1 + 1e-9) : -1;
-    osdp_status s = osdp_planner_pipeline_cached(cfg, seq_len, dev, &o, tp, pp, bounds, o3->schedule, layout, classes,
-                                                 st->cache, cutoff, &bounded, &c);
+    osdp_status s = osdp_planner_pipeline_cached(cfg, seq_len, dev, &o, tp, pp, bounds, st->planned, layout, classes,
+                                                 st->cache, cutoff, chunks, &bounded, &c);
     st->res->splits_planned++;
+    /* its V (the balanced split): interleaved where faster (or asked for) and within the memory */
+    if (s == OSDP_OK && !bounded && chunks)
+        s = osdp_pipe_interleave_choose(&c, dev, &o, st->n_layer, st->v_lo, st->v_hi, cutoff, &bounded);
     if (bounded) {
         if (!st->have_best && (!st->unfit || b < st->unfit_b) && st->res->message[0] == '\0') {
             st->unfit = 1;
@@ -181,12 +188,17 @@ static osdp_status plan_split(const osdp_model_config *cfg, int seq_len, const o
 typedef struct candidate {
     int tp, pp, b, M;
     double bound;             /* osdp_3d_step_bound over every split (0: none) */
+    double first_key;         /* aware: its memory-aware bound under the planned schedule (interleaving aside) */
     double sync_s;            /* the step's closing all-reduce on this mesh */
     double *op_s;             /* [n_ops] each operator's fastest pass time per micro-batch (bound > 0) */
     int aware;                /* the bound is its one split's stages' memory-aware bound (infinite: cannot fit) */
     const osdp_layout *layout;    /* one rank's parts at T, and their content classes (osdp_stage_classes) */
     const int *classes;
     int balanced;             /* one split, the balanced one, in bounds (P past the enumeration limit) */
+    int chunks;               /* it may run interleaved (on the balanced split): its bound the smaller of both
+                               * schedules' */
+    double chunks_bound;      /* osdp_3d_chunks_bound + sync_s (chunks) */
+    int balanced_bounds[OSDP_MAX_STAGES + 1];   /* the balanced split (chunks; = bounds when balanced) */
     int bounds[OSDP_MAX_STAGES + 1];
 } candidate;
 
@@ -207,18 +219,25 @@ static osdp_status plan_candidate(const osdp_model_config *cfg, int seq_len, con
     const long long limit = o3->split_enum_limit > 0 ? o3->split_enum_limit : SPLIT_ENUM_LIMIT_DEFAULT;
     const int pp = c->pp;
     if (pp == 1 || count_splits(n_ops, pp, limit) > limit)
-        return plan_split(cfg, seq_len, dev, o, o3, c->layout, c->classes, c->tp, pp, c->balanced ? c->bounds : NULL, 0,
-                          c->b, st);
+        return plan_split(cfg, seq_len, dev, o, c->layout, c->classes, c->tp, pp, c->balanced ? c->bounds : NULL, 0,
+                          c->b, c->chunks, st);
     int bounds[OSDP_MAX_STAGES + 1];
     for (int q = 0; q < pp; q++) bounds[q] = q;
     bounds[pp] = n_ops;
     int index = 0;
     do {
-        if (c->op_s && bounded_out(osdp_3d_split_bound(c->op_s, bounds, pp, c->M) + c->sync_s, st)) {
+        /* interleaving is searched on the balanced split alone (its chunks are cut anew from the stages' plans) */
+        const int chunks = c->chunks && memcmp(bounds, c->balanced_bounds, sizeof(int) * (size_t)(pp + 1)) == 0;
+        double split_bound = 0;
+        if (c->op_s) split_bound = osdp_3d_split_bound(c->op_s, bounds, pp, c->M) + c->sync_s;
+        if (c->op_s && chunks) split_bound = st->v_lo >= 2 ? c->chunks_bound : fmin(split_bound, c->chunks_bound);
+        if (st->v_lo >= 2 && !chunks) {   /* interleaved asked for: not this split */
+            st->res->splits_bounded++;
+        } else if (c->op_s && bounded_out(split_bound, st)) {
             st->res->splits_bounded++;
         } else {
-            osdp_status s = plan_split(cfg, seq_len, dev, o, o3, c->layout, c->classes, c->tp, pp, bounds, index, c->b,
-                                       st);
+            osdp_status s = plan_split(cfg, seq_len, dev, o, c->layout, c->classes, c->tp, pp, bounds, index, c->b,
+                                       chunks, st);
             if (s != OSDP_OK) return s;
         }
         index++;
@@ -229,21 +248,28 @@ static osdp_status plan_candidate(const osdp_model_config *cfg, int seq_len, con
 /* the candidates of one mesh (P, T) over D: each micro-batch b of the global batch with its bound, or
  * (no global batch, or a schedule without the bound) one of b 0 and no bound */
 static osdp_status add_candidates(const osdp_layout *layout, const int *classes, const osdp_device *dev,
-                                  const osdp_planner_options *o, const osdp_3d_options *o3, int tp, int pp, int D,
+                                  const osdp_planner_options *o, const osdp_3d_options *o3, const search_state *st,
+                                  int tp, int pp, int D,
                                   candidate **list, int *n, int *cap)
 {
     const int G = o->global_batch, per_group = G > 0 ? G / D : 0;
-    const int bounded = per_group > 0 && osdp_3d_schedule_bounded(o3->schedule);
+    const int bounded = per_group > 0 && osdp_3d_schedule_bounded(st->planned);
     const long long enum_limit = o3->split_enum_limit > 0 ? o3->split_enum_limit : SPLIT_ENUM_LIMIT_DEFAULT;
-    int bounds[OSDP_MAX_STAGES + 1];   /* past the limit, the balanced split: the same at every b */
+    int bounds[OSDP_MAX_STAGES + 1];   /* past the limit, or to interleave, the balanced split: the same at every b */
     const int balanced = pp > 1 && count_splits(layout->n_ops, pp, enum_limit) > enum_limit;
-    if (balanced) {
+    if (pp > 1 && (balanced || st->v_hi >= 2)) {
         osdp_planner_options od = *o;
         osdp_status s = osdp_pipe_balanced_split(layout, dev, &od, tp, pp, bounds);
         if (s != OSDP_OK) return s;
     }
     for (int b = bounded ? 1 : 0; b <= (bounded ? per_group : 0); b++) {
         if (b > 0 && (per_group % b != 0 || (o->geo.micro_batch > 0 && b != o->geo.micro_batch))) continue;
+        /* interleaving possible at this M (P > 1, some V of the range for the layers, M a multiple of P; b 0:
+         * the pipeline planner's M without a global batch) */
+        const int M = b > 0 ? per_group / b : OSDP_PIPE_DEFAULT_MICRO_PER_STAGE * pp;
+        const int chunks = st->v_hi >= 2
+                           && osdp_pipe_interleave_possible(pp, M, st->n_layer, layout->n_ops, st->v_lo, st->v_hi);
+        if (st->v_lo >= 2 && !chunks) continue;   /* interleaved asked for: it cannot run here */
         if (*n == *cap) {
             const int grown = *cap ? 2 * *cap : 64;
             candidate *more = realloc(*list, sizeof *more * (size_t)grown);
@@ -253,8 +279,9 @@ static osdp_status add_candidates(const osdp_layout *layout, const int *classes,
         }
         candidate *c = &(*list)[*n];
         *c = (candidate){.tp = tp, .pp = pp, .b = b, .M = b > 0 ? per_group / b : 0, .layout = layout,
-                         .classes = classes, .balanced = balanced};
+                         .classes = classes, .balanced = balanced, .chunks = chunks};
         if (balanced) memcpy(c->bounds, bounds, sizeof(int) * (size_t)(pp + 1));
+        if (chunks) memcpy(c->balanced_bounds, bounds, sizeof(int) * (size_t)(pp + 1));
         if (b > 0) {
             if (!(c->op_s = malloc(sizeof *c->op_s * (size_t)layout->n_ops)))
                 return osdp_error_set(OSDP_ERR_OOM, "3D search: out of host memory");
@@ -264,16 +291,28 @@ static osdp_status add_candidates(const osdp_layout *layout, const int *classes,
                 return s;
             }
             c->bound = osdp_3d_step_bound(c->op_s, layout->n_ops, pp, c->M) + c->sync_s;
-            if (balanced) {
-                /* one split, the balanced one: its stages' memory-aware bound, tighter */
-                double split_bound;
-                s = osdp_pipe_split_bound(layout, dev, o, tp, pp, o3->schedule, bounds, b, c->M, &split_bound);
-                if (s != OSDP_OK) {
-                    free(c->op_s);
-                    return s;
-                }
-                c->bound = fmax(c->bound, split_bound);
+            /* the balanced split's stages' memory-aware bound (with chunks: the smaller of both schedules'),
+             * INFINITY when one of its stages cannot fit */
+            double aware = 0, aware_1f1b = 0;
+            if (balanced)
+                s = osdp_pipe_split_bound(layout, dev, o, tp, pp, st->planned, bounds, b, c->M, chunks, &aware,
+                                          &aware_1f1b);
+            if (s != OSDP_OK) {
+                free(c->op_s);
+                return s;
+            }
+            if (chunks && isinf(aware)) c->chunks = 0;   /* the balanced split cannot hold the plan to interleave */
+            if (c->chunks) {   /* the smaller of both schedules' (interleaved asked for: its own) */
+                c->chunks_bound = fmax(osdp_3d_chunks_bound(c->op_s, layout->n_ops, pp, c->M) + c->sync_s, aware);
+                c->bound = st->v_lo >= 2 ? c->chunks_bound : fmin(c->bound, c->chunks_bound);
+            } else if (st->v_lo >= 2) {   /* interleaved asked for: it cannot run here */
+                free(c->op_s);
+                continue;
+            }
+            if (balanced) {   /* one split, the balanced one: its memory-aware bound, tighter */
+                c->bound = fmax(c->bound, aware);
                 c->aware = 1;
+                c->first_key = fmax(c->bound, aware_1f1b);
             }
         }
         (*n)++;
@@ -308,7 +347,13 @@ osdp_status osdp_planner_3d(const osdp_model_config *cfg, int seq_len, const osd
     const int fixed_pp = kind == OSDP_3D_FSDP || kind == OSDP_3D_DDP ? 1 : o3->pp;
     const int fixed_tp = kind == OSDP_3D_FSDP || kind == OSDP_3D_DDP ? 1 : o3->tp;
     const long long mem_limit = o.mem_limit > 0 ? o.mem_limit : dev->mem_limit;
-    search_state st = {.res = res, .by_step = o.global_batch > 0, .cache = osdp_stage_cache_new()};
+    search_state st = {.res = res, .by_step = o.global_batch > 0, .cache = osdp_stage_cache_new(), .n_layer = cfg->n_layer};
+    /* the schedule and the V searched (osdp_3d_options): interleaving plans its stages under 1F1B */
+    const int interleaved = o3->schedule == OSDP_PIPE_INTERLEAVED;
+    st.planned = interleaved ? OSDP_PIPE_1F1B : o3->schedule;
+    st.v_lo = interleaved ? (o3->virtual_stages >= 2 ? o3->virtual_stages : 2) : 1;
+    st.v_hi = interleaved ? (o3->virtual_stages >= 2 ? o3->virtual_stages : OSDP_MAX_STAGES)
+            : o3->virtual_stages == OSDP_3D_V_AUTO ? OSDP_MAX_STAGES : 1;
     candidate *list = NULL;
     int n_cand = 0, cap = 0, n_ops = 0, n_layouts = 0;
     osdp_layout layouts[OSDP_MAX_TP_CANDIDATES];   /* one per T searched */
@@ -347,15 +392,18 @@ osdp_status osdp_planner_3d(const osdp_model_config *cfg, int seq_len, const osd
                 res->meshes_pruned++;
                 continue;
             }
-            s = add_candidates(lp, classes[n_layouts - 1], dev, &o, o3, tp, pp, D, &list, &n_cand, &cap);
+            if (pp == 1 && st.v_lo >= 2) continue;   /* interleaved asked for: a pipeline */
+            s = add_candidates(lp, classes[n_layouts - 1], dev, &o, o3, &st, tp, pp, D, &list, &n_cand, &cap);
         }
     }
     if (s == OSDP_OK) qsort(list, (size_t)n_cand, sizeof *list, cmp_candidate);
     /* first the candidate of the smallest memory-aware bound: likely to fit and near the optimum, its step
      * bounds the others out early (the order of the rest, and the answer, stay the same) */
     int first = -1;
-    for (int i = 0; i < n_cand && first < 0; i++)
-        if (list[i].aware && isfinite(list[i].bound)) first = i;
+    /* (by its bound under the planned schedule: interleaving's, lower, is the likelier to disappoint) */
+    for (int i = 0; i < n_cand; i++)
+        if (list[i].aware && isfinite(list[i].first_key) && (first < 0 || list[i].first_key < list[first].first_key))
+            first = i;
     for (int j = first >= 0 ? -1 : 0; j < n_cand && s == OSDP_OK; j++) {
         const int i = j < 0 ? first : j;
         if (j >= 0 && j == first) continue;
@@ -374,8 +422,8 @@ osdp_status osdp_planner_3d(const osdp_model_config *cfg, int seq_len, const osd
         ob.geo.micro_batch = st.unfit_b;
         int bounded;
         osdp_status why = osdp_planner_pipeline_cached(cfg, seq_len, dev, &ob, st.unfit_tp, st.unfit_pp,
-                                                       st.unfit_split ? st.unfit_bounds : NULL, o3->schedule, NULL,
-                                                       NULL, NULL, -1, &bounded, &c);
+                                                       st.unfit_split ? st.unfit_bounds : NULL, st.planned, NULL,
+                                                       NULL, NULL, -1, 0, &bounded, &c);
         if (why == OSDP_ERR_INFEASIBLE)
             snprintf(res->message, sizeof res->message, "PP %d x TP %d: %s", st.unfit_pp, st.unfit_tp,
                      osdp_error_message());

@@ -57,6 +57,16 @@ double osdp_3d_step_bound(const double *op_s, int n_ops, int P, int M)
     return fmax(any_split, (double)M * largest);
 }
 
+double osdp_3d_chunks_bound(const double *op_s, int n_ops, int P, int M)
+{
+    double W = 0, largest = 0;
+    for (int i = 0; i < n_ops; i++) {
+        W += op_s[i];
+        if (op_s[i] > largest) largest = op_s[i];
+    }
+    return (double)M * fmax(W / P, largest);
+}
+
 double osdp_3d_split_bound(const double *op_s, const int *bounds, int P, int M)
 {
     double before = 0, most = 0;

@@ -15,7 +15,12 @@
  * every g_s <= L then L - sum_{q<=s} c_q >= (L - sum_{q<s} c_q)(1 - 1/M),
  * so L - W >= L (1 - 1/M)^P, L >= W / (1 - (1 - 1/M)^P); and L >= M c_s
  * >= M max_i t_i (osdp_3d_step_bound).  The step's closing all-reduce is
- * added by the caller. */
+ * added by the caller.
+ * Interleaved (V chunks per stage, any split into P V chunks): rank s runs
+ * its chunks' 2 V M passes one after another, so the step is at least the
+ * busiest rank's work, at least M W / P, and at least M max_i t_i (the
+ * chunk holding operator i runs it M times): osdp_3d_chunks_bound, a bound
+ * of every V and every split at once. */
 #ifndef OSDP_PLANNER_3D_BOUND_H
 #define OSDP_PLANNER_3D_BOUND_H
 
@@ -29,6 +34,7 @@ int osdp_3d_schedule_bounded(osdp_pipe_schedule schedule);
 osdp_status osdp_3d_op_times(const osdp_layout *layout, const osdp_device *dev, const osdp_planner_options *o, int tp,
                              int dp, int pp, int b, int M, double *op_s, double *sync_s);
 double osdp_3d_step_bound(const double *op_s, int n_ops, int P, int M);
+double osdp_3d_chunks_bound(const double *op_s, int n_ops, int P, int M);
 double osdp_3d_split_bound(const double *op_s, const int *bounds, int P, int M);
 
 #endif

@@ -118,12 +118,15 @@ static void stage_options(const osdp_device *dev, const osdp_planner_options *o,
 
 /* a lower bound on the step of the stages' plans: each stage's operators' time at least the LP bound of
  * its search (osdp_ps_lp_bound: the fastest choices the memory limit allows, fractionally), the planned
- * stages' their own (busy[s] >= 0), in osdp_3d_split_bound's chain; INFINITY when a stage cannot fit */
+ * stages' their own (busy[s] >= 0), in osdp_3d_split_bound's chain; INFINITY when a stage cannot fit.
+ * chunks: the plan may also run interleaved (osdp_pipe_interleave_choose), whose step is at least the
+ * busiest rank's work, at least the operators' total over P: the smaller of the two bounds */
 static osdp_status stages_bound(const osdp_device *dev, const osdp_planner_options *o, int b, int M,
-                                const osdp_pipe_choice *c, const double *busy, double *bound)
+                                const osdp_pipe_choice *c, const double *busy, int chunks, double *bound,
+                                double *chain_bound)
 {
     const int P = c->geo.pp_size;
-    double before = 0, most = 0;
+    double before = 0, most = 0, total = 0;
     for (int s = 0; s < P; s++) {
         double t = busy ? busy[s] : -1;
         if (t < 0) {
@@ -142,12 +145,16 @@ static osdp_status stages_bound(const osdp_device *dev, const osdp_planner_optio
         }
         if (isinf(t)) {
             *bound = INFINITY;
+            if (chain_bound) *chain_bound = INFINITY;
             return OSDP_OK;
         }
         most = fmax(most, before + t);
         before += t / M;
+        total += t;
     }
-    *bound = most + osdp_cost_step_sync_time(dev, c->geo.tp_size, c->geo.n_ranks, P);
+    const double sync = osdp_cost_step_sync_time(dev, c->geo.tp_size, c->geo.n_ranks, P);
+    if (chain_bound) *chain_bound = most + sync;
+    *bound = (chunks ? fmin(most, total / P) : most) + sync;
     return OSDP_OK;
 }
 
@@ -157,7 +164,7 @@ static osdp_status stages_bound(const osdp_device *dev, const osdp_planner_optio
  * wanted; *bounded = 1 (with OSDP_ERR_INFEASIBLE, no message) when a bound
  * shows the stages cannot give one, or some stage cannot fit; < 0: no bounds */
 static osdp_status plan_stages(const osdp_device *dev, const osdp_planner_options *o, int b, int M, osdp_pipe_choice *c,
-                               osdp_stage_cache *cache, const int *classes, double cutoff, int *bounded)
+                               osdp_stage_cache *cache, const int *classes, double cutoff, int chunks, int *bounded)
 {
     const int P = c->geo.pp_size;
     osdp_cost_model cm;
@@ -169,7 +176,7 @@ static osdp_status plan_stages(const osdp_device *dev, const osdp_planner_option
     for (int s = 0; s < P; s++) busy[s] = -1;
     if (cutoff >= 0) {
         double bound;
-        osdp_status status = stages_bound(dev, o, b, M, c, NULL, &bound);
+        osdp_status status = stages_bound(dev, o, b, M, c, NULL, chunks, &bound, NULL);
         if (status != OSDP_OK) return status;
         if (isinf(bound) || bound > cutoff) {   /* INFINITY: some stage cannot fit whatever its plan */
             *bounded = 1;
@@ -237,7 +244,7 @@ static osdp_status plan_stages(const osdp_device *dev, const osdp_planner_option
         if (cutoff >= 0 && isfinite(cutoff) && s + 1 < P) {   /* its own time for its bound: the rest may be left unplanned */
             busy[s] = st->busy_s;
             double bound;
-            osdp_status status = stages_bound(dev, o, b, M, c, busy, &bound);
+            osdp_status status = stages_bound(dev, o, b, M, c, busy, chunks, &bound, NULL);
             if (status != OSDP_OK) return status;
             if (bound > cutoff) {
                 *bounded = 1;
@@ -315,15 +322,15 @@ osdp_status osdp_planner_pipeline(const osdp_model_config *cfg, int seq_len, con
                                   osdp_pipe_schedule schedule, osdp_pipe_choice *out)
 {
     int bounded;
-    return osdp_planner_pipeline_cached(cfg, seq_len, dev, o, tp, pp, bounds, schedule, NULL, NULL, NULL, -1, &bounded,
-                                        out);
+    return osdp_planner_pipeline_cached(cfg, seq_len, dev, o, tp, pp, bounds, schedule, NULL, NULL, NULL, -1, 0,
+                                        &bounded, out);
 }
 
 osdp_status osdp_planner_pipeline_cached(const osdp_model_config *cfg, int seq_len, const osdp_device *dev,
                                          const osdp_planner_options *o, int tp, int pp, const int *bounds,
                                          osdp_pipe_schedule schedule, const osdp_layout *layout,
                                          const int *classes_in, osdp_stage_cache *cache, double cutoff,
-                                         int *bounded, osdp_pipe_choice *out)
+                                         int chunks_bound, int *bounded, osdp_pipe_choice *out)
 {
     *bounded = 0;
     const double t0 = osdp_now_seconds();
@@ -387,7 +394,7 @@ osdp_status osdp_planner_pipeline_cached(const osdp_model_config *cfg, int seq_l
         const int M = per_group > 0 ? per_group / b : OSDP_PIPE_DEFAULT_MICRO_PER_STAGE * pp;
         out->batches_tried++;
         int out_of_bound = 0;
-        s = plan_stages(dev, o, b, M, out, cache, classes, cutoff, &out_of_bound);
+        s = plan_stages(dev, o, b, M, out, cache, classes, cutoff, chunks_bound && M % pp == 0, &out_of_bound);
         if (s == OSDP_OK) s = assemble(dev, o, b, M, out);
         if (out_of_bound) {   /* slower than the cutoff whatever its stages' plans: the next b */
             s = OSDP_OK;
@@ -444,7 +451,7 @@ osdp_status osdp_planner_pipeline_cached(const osdp_model_config *cfg, int seq_l
 
 osdp_status osdp_pipe_split_bound(const osdp_layout *layout, const osdp_device *dev_in, const osdp_planner_options *o,
                                   int tp, int pp, osdp_pipe_schedule schedule, const int *bounds, int b, int M,
-                                  double *bound)
+                                  int chunks, double *bound, double *bound_1f1b)
 {
     osdp_pipe_choice *c = calloc(1, sizeof *c);   /* the mesh's view of the layout; nothing planned, nothing owned */
     if (!c) return osdp_error_set(OSDP_ERR_OOM, "3D search: out of host memory");
@@ -457,7 +464,7 @@ osdp_status osdp_pipe_split_bound(const osdp_layout *layout, const osdp_device *
     c->hierarchical = osdp_planner_hierarchy(o, dev_in, tp, c->geo.n_ranks, pp, &c->hierarchy) != NULL;
     osdp_device level;
     osdp_cost_device_for_mesh(dev_in, tp, c->geo.n_ranks, pp, &level);
-    osdp_status s = stages_bound(&level, o, b, M, c, NULL, bound);
+    osdp_status s = stages_bound(&level, o, b, M, c, NULL, chunks, bound, bound_1f1b);
     free(c);
     return s;
 }

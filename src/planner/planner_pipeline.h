@@ -11,7 +11,9 @@
  * stages' own times, in osdp_3d_split_bound's chain) show that no
  * micro-batch can give one, or that some stage cannot fit whatever its
  * plan, OSDP_ERR_INFEASIBLE without a message and *bounded = 1; cutoff < 0:
- * no bounds, every micro-batch searched (osdp_planner_pipeline). */
+ * no bounds, every micro-batch searched (osdp_planner_pipeline).
+ * chunks_bound: the caller may interleave the answer (osdp_pipe_interleave_choose): at an M that is a multiple
+ * of P the bounds are those of either schedule, the smaller (planner_3d_bound.h). */
 #ifndef OSDP_PLANNER_PIPELINE_H
 #define OSDP_PLANNER_PIPELINE_H
 
@@ -23,7 +25,7 @@ osdp_status osdp_planner_pipeline_cached(const osdp_model_config *cfg, int seq_l
                                          const osdp_planner_options *o, int tp, int pp, const int *bounds,
                                          osdp_pipe_schedule schedule, const osdp_layout *layout,
                                          const int *classes, osdp_stage_cache *cache, double cutoff,
-                                         int *bounded, osdp_pipe_choice *out);
+                                         int chunks_bound, int *bounded, osdp_pipe_choice *out);
 /* every stage's peak on the runtime's stage schedule (osdp_schedule_predict) into schedule_peak, where the
  * planner verifies peaks (o->verify and the runtime's element sizes on dev); a difference from the cost
  * model's is OSDP_ERR_INTERNAL */
@@ -35,10 +37,11 @@ void osdp_pipe_choice_stage_schedule(const osdp_pipe_choice *c, const osdp_devic
 
 /* a lower bound on the step of the split `bounds` of the mesh P x T (D = o->geo.n_ranks / (T P)) at micro-batch
  * b of M: each stage's LP bound under its memory limit in the chain of planner_3d_bound.h, INFINITY when some
- * stage cannot fit; layout: one rank's parts at T; dev: the device as read */
+ * stage cannot fit; layout: one rank's parts at T; dev: the device as read; chunks: the smaller of that
+ * and the interleaved schedule's bound (chunks_bound above), *bound_1f1b (unless NULL) the first alone */
 osdp_status osdp_pipe_split_bound(const osdp_layout *layout, const osdp_device *dev, const osdp_planner_options *o,
                                   int tp, int pp, osdp_pipe_schedule schedule, const int *bounds, int b, int M,
-                                  double *bound);
+                                  int chunks, double *bound, double *bound_1f1b);
 /* the split osdp_planner_pipeline takes when none is given (osdp_planner_stage_split of all-DP times) */
 osdp_status osdp_pipe_balanced_split(const osdp_layout *layout, const osdp_device *dev, const osdp_planner_options *o,
                                      int tp, int pp, int *bounds);

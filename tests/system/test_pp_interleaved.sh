@@ -19,8 +19,14 @@
 #      V = 1 prices exactly as the pipeline, V 2's bubble is 3/19 (M 8), the chosen
 #      V and its chunks are the plan file's train options
 #   6. bad input (V without interleaving, M not a multiple of P, more chunks
-#      than operators, --stages with P ranges, --plan auto): a message naming
-#      the options, a non-zero exit on every rank, no log written
+#      than operators, --stages with P ranges): a message naming the
+#      options, a non-zero exit on every rank, no log written
+#   7. the 3D search chooses V (train --plan auto --pp auto, plan --pp auto)
+#      on an 8-layer model and a device of cheap messages: interleaved V 2
+#      on PP 4; measured = predicted peak per stage to the byte; losses
+#      bitwise equal to 1F1B on the same mesh and micro-batch; the plan
+#      file's train line reproduces the run; --schedule 1f1b keeps 1F1B,
+#      --schedule interleaved alone searches V >= 2
 # Run by `make check` (OSDP_BUILDDIR, OSDP_SRCDIR, MPIEXEC).
 set -u
 . "$(dirname "$0")/../lib/test_lib.sh" pp-interleaved-work
@@ -148,8 +154,6 @@ refused stages 2 "--stages 0:5,5:10: 2 ranges for the 4 chunks of --pp 2 x --vir
 refused chunk_gap 2 "--stages 0:3,4:6,6:8,8:10: chunk 1 starts at operator 4, where chunk 0 ended at 3" --plan dp --pp 2 \
     --batch 2 --global-batch 8 --schedule interleaved --virtual-stages 2 --stages 0:3,4:6,6:8,8:10
 refused no_pp 2 "--virtual-stages needs --pp P" --plan dp --batch 2 --virtual-stages 2
-refused auto 2 "--schedule interleaved with --plan auto" --plan auto --pp 2 --global-batch 8 --schedule interleaved \
-    --virtual-stages 2
 plan_refused() {   # plan_refused NAME PATTERN [options]
     local name=$1 pattern=$2; shift 2
     "$BIN" plan --model "$U" --device "$SRC/input/devices/cpu_2core.ini" --ranks 4 --global-batch 8 "$@" \
@@ -160,7 +164,45 @@ plan_refused() {   # plan_refused NAME PATTERN [options]
         bad "plan $name: rc $rc" "$WORK/badplan_$name.err"
 }
 plan_refused v_without "--virtual-stages needs --schedule interleaved" --pp 2 --virtual-stages 2
-plan_refused pp_auto "--schedule interleaved / --virtual-stages with --pp auto" --pp auto --schedule interleaved
+plan_refused pp_auto_v "--virtual-stages needs --schedule interleaved" --pp auto --virtual-stages 2
 plan_refused no_pp "--virtual-stages needs a pipeline" --virtual-stages 2
+
+# -- 7. the 3D search's V: interleaving where the cost model says it wins; memory exact; the numbers of 1F1B
+U8="$WORK/t_il8.ini"   # 8 layers: V 2 on 4 stages
+printf '[model]\nname = t_il8\nn_layer = 8\nn_head = 4\nn_embd = 32\nvocab = 256\nctx = 32\n' > "$U8"
+IL_DEV="$WORK/il_dev.ini"   # data- and tensor-parallel collectives dear, messages cheap: a pipeline, interleaved
+printf '[device]\nname = t_il\nmem_limit = 12638255104\nparam_bytes = 4\nact_bytes = 4\nranks_per_node = 2\n[all_gather]\nalpha = 1e-3\nbeta = 1e-7\n[reduce_scatter]\nalpha = 1e-3\nbeta = 1e-7\n[tp_all_reduce]\nalpha = 1e-3\nbeta = 1e-7\n[p2p]\nalpha = 1e-6\nbeta = 1e-11\n[gamma]\nembed = 1e-10\nattn = 1e-10\nmlp = 1e-10\nhead = 1e-10\n' > "$IL_DEV"
+AUTO="--model $U8 --device $IL_DEV --global-batch 8"
+run 4 auto_v --plan auto --pp auto $AUTO
+run 4 auto_v_1f1b --plan zdp --pp 4 --batch 1 --model "$U8" --global-batch 8
+line=$(grep -m1 '^--plan auto (3D search' "$WORK/auto_v.out")
+if grep -q "PP 4 x DP 1 x TP 1, stages [0-9:,]*, micro-batch 1 x 8 micro-batches, .*schedule interleaved with 2 chunks per stage" <<< "$line" &&
+   [ "$(config_field "$WORK/auto_v.log" schedule)" = interleaved ] && [ "$(config_field "$WORK/auto_v.log" virtual_stages)" = 2 ] &&
+   stages_ok "$WORK/auto_v.log" && [ "$(losses "$WORK/auto_v.log" | wc -l)" = $STEPS ] &&
+   [ "$(losses "$WORK/auto_v.log")" = "$(losses "$WORK/auto_v_1f1b.log")" ]; then
+    ok "train --plan auto --pp auto chooses interleaved V 2 on PP 4 ($(sed -n 's/.*\(stages [0-9:,]*\),.*/\1/p' <<< "$line")); measured = predicted peak on every stage ($(summary_field "$WORK/auto_v.log" stage_0_pred_total) B on stage 0); $STEPS losses bitwise equal to 1F1B on PP 4"
+else bad "train --pp auto: '$line'; losses $(losses "$WORK/auto_v.log" | tr '\n' ' ')vs 1F1B $(losses "$WORK/auto_v_1f1b.log" | tr '\n' ' ')" "$WORK/auto_v.err"; fi
+# plan --pp auto: the same choice; its plan file's train line reproduces the run (the same losses and peaks)
+"$BIN" plan --model "$U8" --device "$IL_DEV" --ranks 4 --seq-len $SEQ --global-batch 8 --pp auto --json --out "$WORK/auto_v.plan" \
+    >"$WORK/auto_v_plan.json" 2>"$WORK/auto_v_plan.err"
+train_line=$(sed -n 's/^# (train with \(.*\))$/\1/p' "$WORK/auto_v.plan")
+[ -n "$train_line" ] && run 4 auto_v_file --plan "$WORK/auto_v.plan" --model "$U8" --device "$IL_DEV" $train_line
+mesh=$(python3 -c 'import json,sys; m = json.load(open(sys.argv[1]))["osdp"]["mesh"]; print(m["schedule"], m["virtual_stages"], m["stages"])' "$WORK/auto_v_plan.json" 2>/dev/null)
+if [ "${mesh%% *}" = interleaved ] && grep -q -- "--schedule interleaved --virtual-stages 2 " <<< "$train_line" &&
+   grep -q "stages ${mesh##* }, " <<< "$line" &&
+   [ "$(losses "$WORK/auto_v_file.log")" = "$(losses "$WORK/auto_v.log")" ] &&
+   [ "$(summary_field "$WORK/auto_v_file.log" stage_0_pred_total)" = "$(summary_field "$WORK/auto_v.log" stage_0_pred_total)" ] &&
+   stages_ok "$WORK/auto_v_file.log"; then
+    ok "plan --pp auto: $mesh, as train chose; its plan file's train line ($train_line) gives the same losses and peaks"
+else bad "plan --pp auto: mesh '$mesh', train line '$train_line'" "$WORK/auto_v_file.err"; fi
+# a schedule given is kept: --schedule 1f1b stays 1F1B; --schedule interleaved alone searches V >= 2
+"$BIN" plan --model "$U8" --device "$IL_DEV" --ranks 4 --seq-len $SEQ --global-batch 8 --pp auto --schedule 1f1b --json \
+    >"$WORK/auto_1f1b.json" 2>"$WORK/auto_1f1b.err"
+run 4 auto_il --plan auto --pp auto $AUTO --schedule interleaved
+fixed=$(python3 -c 'import json,sys; j = json.load(open(sys.argv[1]))["osdp"]; print(j["mesh"]["schedule"], j["mesh"]["virtual_stages"], j["plan"]["step_s"] > json.load(open(sys.argv[2]))["osdp"]["plan"]["step_s"])' "$WORK/auto_1f1b.json" "$WORK/auto_v_plan.json" 2>/dev/null)
+if [ "$fixed" = "1f1b 1 True" ] && grep -q "^--plan auto (3D search.*schedule interleaved with [0-9]* chunks per stage" "$WORK/auto_il.out" &&
+   [ "$(losses "$WORK/auto_il.log")" = "$(losses "$WORK/auto_v.log")" ]; then
+    ok "plan --pp auto --schedule 1f1b keeps 1F1B (V 1, slower); train --pp auto --schedule interleaved searches V >= 2 (the same losses)"
+else bad "fixed schedules: plan --schedule 1f1b '$fixed'" "$WORK/auto_il.err"; fi
 
 summary test_pp_interleaved
