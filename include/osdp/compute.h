@@ -61,6 +61,11 @@ typedef struct osdp_compute_backend {
                                    int BT, int IC, int OC, int dx_accumulate);
     void (*layernorm_forward)(float *y, float *mean, float *rstd, const float *x,
                               const void *w, const void *b, int BT, int C);
+    /* res = a + b (res may alias a or b), then layernorm_forward's y, mean, rstd of res, in one pass
+     * over the rows (the residual that ends an operator fused with the LayerNorm that starts the
+     * next, gpt_ops.c); on the CPU the same bits as residual_forward then layernorm_forward */
+    void (*residual_layernorm_forward)(float *res, float *y, float *mean, float *rstd, const float *a,
+                                       const float *b, const void *w, const void *bias, int BT, int C);
     void (*layernorm_backward)(float *dx, float *dw, float *db, const float *dy,
                                const float *x, const void *w, const float *mean,
                                const float *rstd, int BT, int C);

@@ -491,6 +491,13 @@ void cuda_layernorm_forward(float *y, float *mean, float *rstd, const float *x, 
                                  S());
 }
 
+void cuda_residual_layernorm_forward(float *res, float *y, float *mean, float *rstd, const float *a,
+                                     const float *b, const void *w, const void *bias, int BT, int C)
+{
+    osdp_cuda::residual_layernorm_forward(res, y, mean, rstd, a, b, (const float *)w, (const float *)bias, BT, C,
+                                          S());
+}
+
 void cuda_layernorm_backward(float *dx, float *dw, float *db, const float *dy, const float *x,
                              const void *w, const float *mean, const float *rstd, int BT, int C)
 {
@@ -754,6 +761,13 @@ void cuda_bf16_layernorm_forward(float *y, float *mean, float *rstd, const float
     osdp_cuda::layernorm_forward(y, mean, rstd, x, (const bf16 *)w, (const bf16 *)b, BT, C, S());
 }
 
+void cuda_bf16_residual_layernorm_forward(float *res, float *y, float *mean, float *rstd, const float *a,
+                                          const float *b, const void *w, const void *bias, int BT, int C)
+{
+    osdp_cuda::residual_layernorm_forward(res, y, mean, rstd, a, b, (const bf16 *)w, (const bf16 *)bias, BT, C,
+                                          S());
+}
+
 void cuda_bf16_layernorm_backward(float *dx, float *dw, float *db, const float *dy,
                                   const float *x, const void *w, const float *mean,
                                   const float *rstd, int BT, int C)
@@ -871,7 +885,7 @@ extern "C" const char *osdp_cublas_status_string(cublasStatus_t s)
 /* Fields in declaration order (C++17 accepts in-order designators as a GNU
  * extension; a field added to compute.h without an entry here is left NULL
  * and must be filled).  The bf16 table differs from the fp32 one only in
- * weight_dtype, convert_weights and the eight entries that read weights. */
+ * weight_dtype, convert_weights and the entries that read weights. */
 extern "C" const osdp_compute_backend osdp_compute_cuda = {
     .name = "cuda",
     .weight_dtype = OSDP_FLOAT32,
@@ -895,6 +909,7 @@ extern "C" const osdp_compute_backend osdp_compute_cuda = {
     .matmul_forward_out_in = cuda_matmul_forward_out_in,
     .matmul_backward_out_in = cuda_matmul_backward_out_in,
     .layernorm_forward = cuda_layernorm_forward,
+    .residual_layernorm_forward = cuda_residual_layernorm_forward,
     .layernorm_backward = cuda_layernorm_backward,
     .gelu_forward = cuda_gelu_forward,
     .gelu_backward = cuda_gelu_backward,
@@ -938,6 +953,7 @@ static osdp_compute_backend make_bf16_table()
     t.matmul_forward_out_in = cuda_bf16_matmul_forward_out_in;
     t.matmul_backward_out_in = cuda_bf16_matmul_backward_out_in;
     t.layernorm_forward = cuda_bf16_layernorm_forward;
+    t.residual_layernorm_forward = cuda_bf16_residual_layernorm_forward;
     t.layernorm_backward = cuda_bf16_layernorm_backward;
     t.embedding_forward = cuda_bf16_embedding_forward;
     t.embedding_forward_range = cuda_bf16_embedding_forward_range;

@@ -22,6 +22,7 @@
 #include "kernels_cuda.cuh"
 #include "cuda_check.h"
 #include "device_math.cuh"
+#include "residual_layernorm.cuh"
 
 #include <cub/cub.cuh>
 #include <limits.h>
@@ -33,6 +34,11 @@ namespace {
 
 const int kThreads = 256;                 /* block size of the 1-D kernels */
 const float kGeluScaling = 0.7978845608028654f; /* sqrt(2/pi) */
+
+/* whether every index of an n-element tensor, and any index below it plus a
+ * block's stride, fits a 32-bit signed int: the host's proof that lets a
+ * launcher pick a kernel's 32-bit index variant */
+bool fits_32bit(size_t n) { return n < ((size_t)1 << 31); }
 
 unsigned grid_for(size_t n, int threads = kThreads)
 {
@@ -522,6 +528,22 @@ void layernorm_forward(float *y, float *mean, float *rstd, const float *x, const
     CUDA_CHECK_LAUNCH();
 }
 
+template <class W>
+void residual_layernorm_forward(float *res, float *y, float *mean, float *rstd, const float *a, const float *b,
+                                const W *w, const W *bias, int BT, int C, cudaStream_t s)
+{
+    if (BT <= 0) return;
+    const int rows_per_block = kResidualLayernormThreads / 32;
+    const unsigned blocks = (unsigned)((BT + rows_per_block - 1) / rows_per_block);
+    if (fits_32bit((size_t)BT * (size_t)C))
+        residual_layernorm_kernel<W, unsigned><<<blocks, kResidualLayernormThreads, 0, s>>>(res, y, mean, rstd, a, b,
+                                                                                            w, bias, BT, C);
+    else
+        residual_layernorm_kernel<W, size_t><<<blocks, kResidualLayernormThreads, 0, s>>>(res, y, mean, rstd, a, b, w,
+                                                                                          bias, BT, C);
+    CUDA_CHECK_LAUNCH();
+}
+
 int layernorm_dwdb_chunks(int BT, int C)
 {
     /* about 1024 blocks of 1024 threads in all, at least 128 rows per chunk */
@@ -608,6 +630,9 @@ void embedding_forward(float *x, const int *tokens, const W *wte, const W *wpe,
     template void bias_rows<W>(float *, const W *, int, int, int, cudaStream_t);             \
     template void layernorm_forward<W>(float *, float *, float *, const float *, const W *,  \
                                        const W *, int, int, cudaStream_t);                   \
+    template void residual_layernorm_forward<W>(float *, float *, float *, float *, const float *, \
+                                                const float *, const W *, const W *, int, int,     \
+                                                cudaStream_t);                                     \
     template void layernorm_backward<W>(float *, float *, float *, const float *,            \
                                         const float *, const W *, const float *,             \
                                         const float *, int, int, float *, cudaStream_t);     \

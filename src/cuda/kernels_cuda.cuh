@@ -31,6 +31,11 @@ void column_sums_add(float *db, const float *dy, int BT, int OC, cudaStream_t s)
 template <class W>
 void layernorm_forward(float *y, float *mean, float *rstd, const float *x, const W *w,
                        const W *b, int BT, int C, cudaStream_t s);
+/* res = a + b, then y = layernorm(res) (res may alias a or b): one kernel,
+ * a warp per row (residual_layernorm.cuh) */
+template <class W>
+void residual_layernorm_forward(float *res, float *y, float *mean, float *rstd, const float *a, const float *b,
+                                const W *w, const W *bias, int BT, int C, cudaStream_t s);
 /* partials: 2 * layernorm_dwdb_chunks(BT, C) * C floats of scratch for the
  * two-pass sums of dw and db (contents undefined; free after the call in
  * stream order) */

@@ -212,6 +212,35 @@ static void linear_backward(pass *p, float *dx, const float *dy, const float *x,
     }
 }
 
+const float *osdp_op_residual(const osdp_layout *layout, int op_index, const float *input, const osdp_op_acts *a)
+{
+    const osdp_op_layout *op = &layout->op[op_index];
+    if (op->type == OSDP_OP_MLP) return input;
+    if (op->type == OSDP_OP_ATTN) return op->width_in != op->width ? a->xin : input;
+    return NULL;
+}
+
+int osdp_op_starts_with_layernorm(const osdp_layout *layout, int op_index)
+{
+    const osdp_op_layout *op = &layout->op[op_index];
+    return op->type == OSDP_OP_MLP || op->type == OSDP_OP_HEAD ||
+           (op->type == OSDP_OP_ATTN && op->width_in == op->width);
+}
+
+/* The operator's LayerNorm of x into a->ln (mean, rstd).  When x is the
+ * input and the previous operator left its residual to this one
+ * (ctx->input_residual), the input becomes what it would have been, in
+ * place (it is the previous operator's `out`), in the same pass. */
+static void layernorm_of(pass *p, osdp_op_acts *a, const float *x, const void *lw, const void *lb, int BT, int d)
+{
+    const osdp_op_context *ctx = p->ctx;
+    if (ctx->input_residual)
+        ctx->backend->residual_layernorm_forward((float *)x, a->ln, a->mean, a->rstd, x, ctx->input_residual, lw,
+                                                 lb, BT, d);
+    else
+        ctx->backend->layernorm_forward(a->ln, a->mean, a->rstd, x, lw, lb, BT, d);
+}
+
 /* The start every operator after the embedding shares: its LayerNorm of x
  * into a->ln, then its first product into y (attn: qkv, mlp: fc, head: the
  * logits; b_slot -1: no bias).  p->status says whether it ran. */
@@ -220,7 +249,7 @@ static void layernorm_then_linear(pass *p, osdp_op_acts *a, const float *x, floa
 {
     const void *lw = tw(p, OSDP_P_LN_W), *lb = tw(p, OSDP_P_LN_B);
     if (p->status != OSDP_OK) return;
-    p->ctx->backend->layernorm_forward(a->ln, a->mean, a->rstd, x, lw, lb, BT, d);
+    layernorm_of(p, a, x, lw, lb, BT, d);
     linear_forward(p, y, a->ln, w_slot, b_slot, BT);
 }
 
@@ -249,7 +278,7 @@ static void head_tied_logits(pass *p, osdp_op_acts *a, const float *x, int BT, i
 {
     const void *lw = tw(p, OSDP_P_LN_W), *lb = tw(p, OSDP_P_LN_B), *wte = tied_wte(p, 0);
     if (!wte) return;
-    p->ctx->backend->layernorm_forward(a->ln, a->mean, a->rstd, x, lw, lb, BT, d);
+    layernorm_of(p, a, x, lw, lb, BT, d);
     p->ctx->backend->matmul_forward_out_in(a->probs, a->ln, wte, BT, d, p->ctx->layout->vocab_local, 0);
 }
 
@@ -292,7 +321,7 @@ static void head_fused_forward(pass *p, osdp_op_acts *a, const float *x, int BT,
                                    "(%zu floats per sequence)", p->op->tp_floats_per_seq);
         return;
     }
-    be->layernorm_forward(a->ln, a->mean, a->rstd, x, lw, lb, BT, d);
+    layernorm_of(p, a, x, lw, lb, BT, d);
     float *logits = fused_logits(ctx, BT);
     for (int r0 = 0; r0 < BT && p->status == OSDP_OK; r0 += chunk) {
         const int n = r0 + chunk < BT ? chunk : BT - r0;
@@ -343,6 +372,12 @@ osdp_status osdp_op_forward_sliced(const osdp_op_context *ctx, int op_index, con
     pass P = {.ctx = ctx, .op = op, .sl = sl, .cur = -1, .wsize = osdp_dtype_size(be->weight_dtype),
               .status = check_group(ctx)}, *p = &P;
 #define OK_OR_RETURN() do { if (p->status != OSDP_OK) return p->status; } while (0)
+    if (ctx->input_residual && !osdp_op_starts_with_layernorm(ctx->layout, op_index))
+        p->status = osdp_error_set(OSDP_ERR_INTERNAL, "operator %s: given its input's residual to add, but its "
+                                   "forward does not start with a LayerNorm of its input", op->name);
+    if (ctx->defer_residual && op->type != OSDP_OP_ATTN && op->type != OSDP_OP_MLP)
+        p->status = osdp_error_set(OSDP_ERR_INTERNAL, "operator %s: asked to leave its residual to the next "
+                                   "operator, but it adds none", op->name);
     OK_OR_RETURN();
     switch (op->type) {
     case OSDP_OP_EMBED: {
@@ -379,7 +414,7 @@ osdp_status osdp_op_forward_sliced(const osdp_op_context *ctx, int op_index, con
         linear_forward(p, a->out, a->heads, OSDP_P_PROJ_W, tp_rank(ctx) == 0 ? OSDP_P_PROJ_B : -1, BT);
         tp_all_reduce(p, a->out, btd);
         OK_OR_RETURN();
-        be->residual_forward(a->out, a->out, x, btd);
+        if (!ctx->defer_residual) be->residual_forward(a->out, a->out, x, btd);
         break;
     }
     case OSDP_OP_MLP: {
@@ -390,7 +425,7 @@ osdp_status osdp_op_forward_sliced(const osdp_op_context *ctx, int op_index, con
         linear_forward(p, a->out, a->gelu, OSDP_P_PROJ_W, tp_rank(ctx) == 0 ? OSDP_P_PROJ_B : -1, BT);
         tp_all_reduce(p, a->out, btd);
         OK_OR_RETURN();
-        be->residual_forward(a->out, a->out, input, btd);
+        if (!ctx->defer_residual) be->residual_forward(a->out, a->out, input, btd);
         break;
     }
     case OSDP_OP_HEAD: {

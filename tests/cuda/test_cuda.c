@@ -392,8 +392,38 @@ static void expect_same_as(const char *tag, const char *name, const float *d1, c
     expect_same_device(what, d1, d2, n);
 }
 
+/* The fused residual + LayerNorm (the device's one kernel, a warp per row)
+ * against the CPU's: res = x + r bitwise (one fp32 addition either way), ln,
+ * mean, rstd within expect_close's tolerance; in place (res aliasing a, as
+ * gpt_ops.c calls it) the same bits as out of place, and run twice the same
+ * bits.  w, b: the table's weights on the host, g_w, g_b on the device. */
+static void check_residual_layernorm(const osdp_compute_backend *c, const osdp_compute_backend *d, uint64_t seed,
+                                     const float *x, const void *w, const void *b, const void *g_w, const void *g_b,
+                                     int BT, int C)
+{
+    const char *tag = d->weight_dtype == OSDP_BFLOAT16 ? "bf16 residual+layernorm" : "residual+layernorm";
+    const size_t n = (size_t)BT * C;
+    float *r = rand_floats(n, -1, 1, seed), *res = nan_floats(n), *y = nan_floats(n);
+    float *mean = nan_floats(BT), *rstd = nan_floats(BT);
+    float *g_x = upf(x, n), *g_r = upf(r, n), *g_res = upf(res, n), *g_y = upf(y, n), *g_y2 = upf(y, n);
+    float *g_mean = upf(mean, BT), *g_rstd = upf(rstd, BT);
+    c->residual_layernorm_forward(res, y, mean, rstd, x, r, w, b, BT, C);
+    d->residual_layernorm_forward(g_res, g_y, g_mean, g_rstd, g_x, g_r, g_w, g_b, BT, C);
+    expect_bitwise(tag, res, g_res, n);
+    expect_close_as(tag, "y", y, g_y, n);
+    expect_close_as(tag, "mean", mean, g_mean, BT);
+    expect_close_as(tag, "rstd", rstd, g_rstd, BT);
+    d->residual_layernorm_forward(g_x, g_y2, g_mean, g_rstd, g_x, g_r, g_w, g_b, BT, C);   /* res aliases a */
+    expect_bitwise(tag, res, g_x, n);
+    expect_same_as(tag, "y (in place, rerun)", g_y, g_y2, n);
+    float *bufs[] = {g_x, g_r, g_res, g_y, g_y2, g_mean, g_rstd};
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) d->free(bufs[i]);
+    free(r), free(res), free(y), free(mean), free(rstd);
+}
+
 /* BT x C: small (one chunk of the GPU's two-pass dw/db sums), or GPT-2's
- * C = 768 over 4096 rows (32 chunks) */
+ * C = 768 over 4096 rows (32 chunks); the fused residual + LayerNorm on the
+ * same sizes */
 static void check_layernorm(const osdp_compute_backend *c, const osdp_compute_backend *d, uint64_t seed, int BT,
                             int C)
 {
@@ -419,6 +449,7 @@ static void check_layernorm(const osdp_compute_backend *c, const osdp_compute_ba
     expect_close_as(tag, "y", y, g_y, n);
     expect_close_as(tag, "mean", mean, g_mean, BT);
     expect_close_as(tag, "rstd", rstd, g_rstd, BT);
+    check_residual_layernorm(c, d, seed + 7, x, w, b, g_w, g_b, BT, C);
 
     float *dy = rand_floats(n, -1, 1, seed + 3), *dx = rand_floats(n, -1, 1, seed + 4);
     float *dw = rand_floats(C, -1, 1, seed + 5), *db = rand_floats(C, -1, 1, seed + 6);
@@ -919,6 +950,8 @@ START_TEST(test_tables)
     ck_assert(gpu16->crossentropy_finish == gpu->crossentropy_finish);
     ck_assert(gpu16->crossentropy_backward_range == gpu->crossentropy_backward_range);
     ck_assert(gpu16->residual_forward == gpu->residual_forward);
+    /* the fused residual + LayerNorm reads weights: one per table */
+    ck_assert(gpu->residual_layernorm_forward && gpu16->residual_layernorm_forward != gpu->residual_layernorm_forward);
     ck_assert(gpu16->vector_accumulate == gpu->vector_accumulate);
     ck_assert(gpu16->sum == gpu->sum && gpu16->sum_squares == gpu->sum_squares);
     ck_assert(gpu16->adamw == gpu->adamw);

@@ -20,7 +20,9 @@
  * within |cpu - emulated| <= 1e-4 |cpu| + 1e-5 max|cpu| (summation orders
  * differ).  Tiles of 32 and 16 rows (the launcher's two choices); head sizes
  * 8 to 128; T of one partial tile, several with a partial last one, whole
- * tiles, and 1.  Exit status: 0 all passed, 1 a mismatch. */
+ * tiles, and 1.  The fused residual + LayerNorm (src/cuda/residual_layernorm.cuh)
+ * likewise, against the CPU's residual_layernorm_forward: run_residual_layernorm
+ * says how.  Exit status: 0 all passed, 1 a mismatch. */
 #define OSDP_CUDA_EMULATION 1
 
 #include <algorithm>
@@ -106,6 +108,7 @@ static inline float __shfl_xor_sync(unsigned, float v, int lane_mask)
 }
 
 #include "cuda/attention_tiled.cuh"
+#include "cuda/residual_layernorm.cuh"
 
 /* the kernels' dynamic shared memory: one block runs at a time */
 namespace osdp_cuda {
@@ -118,14 +121,17 @@ extern "C" {
 void attention_forward_tiled(float *out, float *lse, const float *qkv, int B, int T, int C, int NH);
 void attention_backward_tiled(float *dqkv, float *rowdot, const float *dout, const float *out, const float *qkv,
                               const float *lse, int B, int T, int C, int NH);
+void residual_layernorm_forward(float *res, float *y, float *mean, float *rstd, const float *a, const float *b,
+                                const float *w, const float *bias, int BT, int C);
 }
 
 using namespace osdp_cuda::attention_tiles;
+using osdp_cuda::kResidualLayernormThreads;
 
 static const size_t kSmemFloats = sizeof smem / sizeof smem[0];
 static const size_t kStackBytes = 64 << 10;   /* each emulated thread's stack */
 
-/* every block of `grid` in turn, its kAttnThreads threads as contexts;
+/* every block of `grid` in turn, its `threads` threads (default kAttnThreads) as contexts;
  * shared memory NaN before each block; `bytes` is what the launcher would
  * ask for */
 static const std::function<void()> *launched;
@@ -135,7 +141,7 @@ static void thread_entry()
     finished[current] = true;
 }
 
-static void launch(dim3 grid, size_t bytes, const std::function<void()> &body)
+static void launch(dim3 grid, size_t bytes, const std::function<void()> &body, int threads = kAttnThreads)
 {
     if (bytes > sizeof smem) {
         fprintf(stderr, "emulation: %zu bytes of shared memory asked, %zu emulated\n", bytes, sizeof smem);
@@ -143,16 +149,16 @@ static void launch(dim3 grid, size_t bytes, const std::function<void()> &body)
     }
     static std::vector<char> stacks((size_t)kMaxThreads * kStackBytes);
     static std::mt19937 shuffler(31);
-    std::vector<int> order(kAttnThreads);
-    for (int t = 0; t < kAttnThreads; t++) order[t] = t;
+    std::vector<int> order(threads);
+    for (int t = 0; t < threads; t++) order[t] = t;
     gridDim = grid;
-    blockDim = dim3(kAttnThreads);
+    blockDim = dim3((unsigned)threads);
     launched = &body;
     for (unsigned by = 0; by < grid.y; by++)
         for (unsigned bx = 0; bx < grid.x; bx++) {
             blockIdx = dim3(bx, by);
             for (size_t i = 0; i < kSmemFloats; i++) smem[i] = NAN;
-            for (int t = 0; t < kAttnThreads; t++) {
+            for (int t = 0; t < threads; t++) {
                 synced[t] = 0;
                 finished[t] = false;
                 getcontext(&contexts[t]);
@@ -164,7 +170,7 @@ static void launch(dim3 grid, size_t bytes, const std::function<void()> &body)
             for (bool running = true; running;) {
                 running = false;
                 released = ~0ul;
-                for (int t = 0; t < kAttnThreads; t++)
+                for (int t = 0; t < threads; t++)
                     if (!finished[t] && synced[t] < released) released = synced[t];
                 std::shuffle(order.begin(), order.end(), shuffler);
                 for (int t : order) {
@@ -251,8 +257,64 @@ template <class E> static void run(int B, int T, int C, int NH, int tile, uint32
     compare("dqkv", tag, dqkv, g_dqkv);
 }
 
+/* The fused residual + LayerNorm (src/cuda/residual_layernorm.cuh), W the
+ * weights' type and I the index type, against the CPU's
+ * residual_layernorm_forward: res bitwise (one fp32 addition either way),
+ * ln, mean, rstd within compare()'s tolerance (the sums' orders differ: lanes
+ * of a simd reduction against a warp's butterfly).  in_place: res is a, as
+ * gpt_ops.c calls it.  BT not a multiple of the 8 rows of a block, C not of
+ * the 32 lanes. */
+template <class W, class I> static void run_residual_layernorm(int BT, int C, bool in_place, uint32_t seed)
+{
+    const bool bf16 = sizeof(W) == 2;
+    const size_t n = (size_t)BT * C;
+    std::mt19937 rng(seed);
+    std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+    std::vector<float> a(n), b(n), w(C), bias(C);
+    for (float &x : a) x = 3.0f * uniform(rng) + 0.5f;   /* a mean away from 0 */
+    for (float &x : b) x = uniform(rng);
+    std::vector<W> gw(C), gbias(C);
+    for (int c = 0; c < C; c++) {
+        w[c] = 1.0f + 0.5f * uniform(rng);
+        bias[c] = 0.1f * uniform(rng);
+        if (bf16) {   /* the CPU gets the weights the kernel widens */
+            w[c] = bf16_round(w[c]);
+            bias[c] = bf16_round(bias[c]);
+        }
+        gw[c] = to_elem<W>(w[c]);
+        gbias[c] = to_elem<W>(bias[c]);
+    }
+    std::vector<float> res(n), y(n), mean(BT), rstd(BT);
+    residual_layernorm_forward(res.data(), y.data(), mean.data(), rstd.data(), a.data(), b.data(), w.data(),
+                               bias.data(), BT, C);
+    std::vector<float> g_a(a), g_res(n, NAN), g_y(n, NAN), g_mean(BT, NAN), g_rstd(BT, NAN);
+    float *out = in_place ? g_a.data() : g_res.data();
+    const int rows_per_block = kResidualLayernormThreads / 32;
+    launch(dim3((unsigned)((BT + rows_per_block - 1) / rows_per_block)), 0, [&] {
+        osdp_cuda::residual_layernorm_kernel<W, I>(out, g_y.data(), g_mean.data(), g_rstd.data(), g_a.data(),
+                                                  b.data(), gw.data(), gbias.data(), BT, C);
+    }, kResidualLayernormThreads);
+    char tag[96];
+    snprintf(tag, sizeof tag, "residual+layernorm, %s weights, %s index, BT %d C %d%s:", bf16 ? "bf16" : "fp32",
+             sizeof(I) == 4 ? "32-bit" : "64-bit", BT, C, in_place ? ", in place" : "");
+    if (memcmp(res.data(), out, n * sizeof(float)) == 0) {
+        printf("PASS: %s res (bitwise)\n", tag);
+    } else {
+        failures++;
+        printf("FAIL: %s res differs from the CPU's a + b\n", tag);
+    }
+    compare("ln", tag, y, g_y);
+    compare("mean", tag, mean, g_mean);
+    compare("rstd", tag, rstd, g_rstd);
+}
+
 int main()
 {
+    run_residual_layernorm<float, unsigned>(13, 72, false, 7);     /* partial block, C not a multiple of 32 */
+    run_residual_layernorm<float, unsigned>(16, 768, true, 8);     /* GPT-2's width, in place */
+    run_residual_layernorm<float, size_t>(9, 40, true, 9);         /* the 64-bit index variant */
+    run_residual_layernorm<__nv_bfloat16, unsigned>(11, 100, true, 10);
+    run_residual_layernorm<float, unsigned>(3, 1, false, 11);      /* C 1: variance 0 */
     run<float>(2, 13, 24, 3, 32, 1);     /* one partial tile, head size 8 */
     run<float>(1, 70, 64, 4, 16, 2);     /* five tiles, the last partial, head size 16 */
     run<float>(1, 64, 128, 2, 32, 3);    /* whole tiles, GPT-2's head size 64 */
