@@ -20,7 +20,8 @@
  * within |cpu - emulated| <= 1e-4 |cpu| + 1e-5 max|cpu| (summation orders
  * differ).  Tiles of 32 and 16 rows (the launcher's two choices); head sizes
  * 8 to 128; T of one partial tile, several with a partial last one, whole
- * tiles, and 1.  The fused residual + LayerNorm (src/cuda/residual_layernorm.cuh)
+ * tiles, and 1; the 32-bit index variant, and once the 64-bit one (the
+ * launchers' choice, by size).  The fused residual + LayerNorm (src/cuda/residual_layernorm.cuh)
  * likewise, against the CPU's residual_layernorm_forward: run_residual_layernorm
  * says how.  Exit status: 0 all passed, 1 a mismatch. */
 #define OSDP_CUDA_EMULATION 1
@@ -210,7 +211,7 @@ static void compare(const char *what, const char *tag, const std::vector<float> 
 
 static float bf16_round(float x) { return __bfloat162float(__float2bfloat16(x)); }
 
-template <class E> static void run(int B, int T, int C, int NH, int tile, uint32_t seed)
+template <class E, class I = unsigned> static void run(int B, int T, int C, int NH, int tile, uint32_t seed)
 {
     const bool bf16 = sizeof(E) == 2;
     const int HS = C / NH;
@@ -234,23 +235,24 @@ template <class E> static void run(int B, int T, int C, int NH, int tile, uint32
     const float scale = 1.0f / sqrtf((float)HS);
     const dim3 grid((unsigned)(B * NH), (unsigned)((T + tile - 1) / tile));
     char tag[96];
-    snprintf(tag, sizeof tag, "%s tiles, B %d T %d C %d NH %d, tile %d:", bf16 ? "bf16" : "fp32", B, T, C, NH, tile);
+    snprintf(tag, sizeof tag, "%s tiles, %s index, B %d T %d C %d NH %d, tile %d:", bf16 ? "bf16" : "fp32",
+             sizeof(I) == 4 ? "32-bit" : "64-bit", B, T, C, NH, tile);
     launch(grid, forward_smem<E>(tile, HS), [&] {
-        attention_tiled_forward_kernel<E>(g_out.data(), g_lse.data(), qkv.data(), T, C, NH, tile, scale);
+        attention_tiled_forward_kernel<E, I>(g_out.data(), g_lse.data(), qkv.data(), T, C, NH, tile, scale);
     });
     compare("out", tag, out, g_out);
     compare("lse", tag, lse, g_lse);
     /* the backward on the CPU's forward, as tests/test_cuda does; rowdot's
      * kernel on one block (it strides over the rows) */
     launch(dim3(1), 0, [&] {
-        attention_rowdot_kernel<E>(g_rowdot.data(), dout.data(), out.data(), B, T, C, NH);
+        attention_rowdot_kernel<E, I>(g_rowdot.data(), dout.data(), out.data(), B, T, C, NH);
     });
     launch(grid, dkv_smem<E>(tile, HS), [&] {
-        attention_tiled_dkv_kernel<E>(g_dqkv.data(), dout.data(), qkv.data(), lse.data(), g_rowdot.data(), T, C, NH,
+        attention_tiled_dkv_kernel<E, I>(g_dqkv.data(), dout.data(), qkv.data(), lse.data(), g_rowdot.data(), T, C, NH,
                                       tile, scale);
     });
     launch(grid, dq_smem<E>(tile, HS), [&] {
-        attention_tiled_dq_kernel<E>(g_dqkv.data(), dout.data(), qkv.data(), lse.data(), g_rowdot.data(), T, C, NH,
+        attention_tiled_dq_kernel<E, I>(g_dqkv.data(), dout.data(), qkv.data(), lse.data(), g_rowdot.data(), T, C, NH,
                                      tile, scale);
     });
     compare("rowdot", tag, rowdot, g_rowdot);
@@ -317,6 +319,7 @@ int main()
     run_residual_layernorm<float, unsigned>(3, 1, false, 11);      /* C 1: variance 0 */
     run<float>(2, 13, 24, 3, 32, 1);     /* one partial tile, head size 8 */
     run<float>(1, 70, 64, 4, 16, 2);     /* five tiles, the last partial, head size 16 */
+    run<float, size_t>(2, 45, 64, 4, 16, 12);   /* the 64-bit index variant */
     run<float>(1, 64, 128, 2, 32, 3);    /* whole tiles, GPT-2's head size 64 */
     run<float>(1, 40, 256, 2, 16, 4);    /* head size 128 */
     run<float>(1, 1, 8, 2, 32, 5);       /* T 1 */
