@@ -124,6 +124,16 @@ typedef struct osdp_compute_backend {
     void (*crossentropy_lse)(float *losses, float *lse, const float *group_stats, int BT, int group_size);
     void (*crossentropy_backward_lse)(float *dlogits, const float *lse, const int *targets, float scale, int BT,
                                       int V, int valid, int vocab_lo);
+    /* The fused head's backward over one chunk of rows in one entry, where a table does better than
+     * crossentropy_backward_lse and the head's gradient products one by one (NULL: gpt_ops.c runs
+     * those, as the CPU and CUDA fp32 tables do): from the chunk's recomputed logits (rows, V), the
+     * d(logits) of crossentropy_backward_lse, then dln (rows, d) = dlogits w^T (overwrite) and dw +=
+     * ln^T dlogits, w the lm_head (d, V) or, out_in != 0, the tied head's wte (V, d).  The logits are
+     * scratch to it (contents after the call unspecified).  The CUDA bf16 table writes d(logits) in
+     * bf16 straight from the logits, the operands its products round them to anyway. */
+    void (*head_backward_lse)(float *dln, float *dw, float *logits, const float *lse, const int *targets,
+                              float scale, const float *ln, const void *w, int rows, int d, int V, int valid,
+                              int vocab_lo, int out_in);
     void (*residual_forward)(float *out, const float *a, const float *b, size_t n);
     void (*vector_accumulate)(float *y, const float *x, size_t n);
     /* sum of losses (BT) in double, result to the host */

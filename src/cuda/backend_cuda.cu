@@ -761,6 +761,14 @@ void cuda_bf16_layernorm_forward(float *y, float *mean, float *rstd, const float
     osdp_cuda::layernorm_forward(y, mean, rstd, x, (const bf16 *)w, (const bf16 *)b, BT, C, S());
 }
 
+void cuda_bf16_head_backward_lse(float *dln, float *dw, float *logits, const float *lse, const int *targets,
+                                 float scale, const float *ln, const void *w, int rows, int d, int V, int valid,
+                                 int vocab_lo, int out_in)
+{
+    osdp_cuda::head_bf16_backward_lse(gemm_context(), dln, dw, logits, lse, targets, scale, ln, (const bf16 *)w, rows,
+                                      d, V, valid, vocab_lo, out_in);
+}
+
 void cuda_bf16_residual_layernorm_forward(float *res, float *y, float *mean, float *rstd, const float *a,
                                           const float *b, const void *w, const void *bias, int BT, int C)
 {
@@ -928,6 +936,7 @@ extern "C" const osdp_compute_backend osdp_compute_cuda = {
     .crossentropy_backward_range = cuda_crossentropy_backward_range,
     .crossentropy_lse = cuda_crossentropy_lse,
     .crossentropy_backward_lse = cuda_crossentropy_backward_lse,
+    .head_backward_lse = NULL,   /* the fp32 table: the kernel and the two products, as the CPU's */
     .residual_forward = cuda_residual_forward,
     .vector_accumulate = cuda_vector_accumulate,
     .sum = cuda_sum,
@@ -939,7 +948,8 @@ extern "C" const osdp_compute_backend osdp_compute_cuda = {
     .timer_stop = cuda_timer_stop,
 };
 
-/* the fp32 table with the entries that read weights, and attention (naive and tiled), replaced (a copy made
+/* the fp32 table with the entries that read weights, attention (naive and tiled) and the fused head's backward
+ * replaced (a copy made
  * at load time: C++ has no designators out of declaration order) */
 static osdp_compute_backend make_bf16_table()
 {
@@ -954,6 +964,7 @@ static osdp_compute_backend make_bf16_table()
     t.matmul_backward_out_in = cuda_bf16_matmul_backward_out_in;
     t.layernorm_forward = cuda_bf16_layernorm_forward;
     t.residual_layernorm_forward = cuda_bf16_residual_layernorm_forward;
+    t.head_backward_lse = cuda_bf16_head_backward_lse;
     t.layernorm_backward = cuda_bf16_layernorm_backward;
     t.embedding_forward = cuda_bf16_embedding_forward;
     t.embedding_forward_range = cuda_bf16_embedding_forward_range;

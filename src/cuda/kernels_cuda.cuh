@@ -161,6 +161,14 @@ void matmul_bf16_backward_out_in(const GemmContext &ctx, float *dx, float *dw, c
                                  const float *x, const __nv_bfloat16 *w, int BT, int IC, int OC,
                                  int dx_accumulate);
 
+/* head_backward_lse of osdp/compute.h with w in bf16 (out_in: the tied
+ * head's wte (V,d), else lm_head (d,V)): d(logits) of the chunk's logits
+ * written in bf16 into the staging, then dln = dlogits w^T (overwrite), dw +=
+ * ln^T dlogits; the logits are left unchanged */
+void head_bf16_backward_lse(const GemmContext &ctx, float *dln, float *dw, const float *logits, const float *lse,
+                            const int *targets, float scale, const float *ln, const __nv_bfloat16 *w, int rows,
+                            int d, int V, int valid, int vocab_lo, int out_in);
+
 }  // namespace osdp_cuda
 
 #endif

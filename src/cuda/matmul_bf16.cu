@@ -25,6 +25,7 @@
  * cublasSgemm for the same product. */
 #include "kernels_cuda.cuh"
 #include "cuda_check.h"
+#include "head_backward.cuh"
 
 namespace osdp_cuda {
 
@@ -236,6 +237,44 @@ void matmul_bf16_backward(const GemmContext &ctx, float *dx, int lddx, float *dw
                           int BT, int IC, int OC, int dx_accumulate)
 {
     backward_any(ctx, WeightOrder{false}, dx, lddx, dw, db, dy, x, ldx, w, BT, IC, OC, dx_accumulate);
+}
+
+/* The fused head's backward over one chunk of rows: dlogits in bf16 straight
+ * from the logits (head_backward.cuh), then the two products on them.  The
+ * rows are taken in sub-chunks whose bf16 ln and dlogits fit the staging
+ * (chunk_rows: one sub-chunk for GPT-2's head up to 640 rows, i.e. B 10 at
+ * 64 rows per sequence); per sub-chunk dln's rows = dlogits w^T and dW +=
+ * ln^T dlogits with beta = 1, the products and operand orders of
+ * backward_any's row chunks.  dW is not made as one product over all B T
+ * rows: that needs every row's dlogits at once, a (B T, V) buffer the fused
+ * head exists not to have (doc/gpu.md). */
+void head_bf16_backward_lse(const GemmContext &ctx, float *dln, float *dw, const float *logits, const float *lse,
+                            const int *targets, float scale, const float *ln, const __nv_bfloat16 *w, int rows,
+                            int d, int V, int valid, int vocab_lo, int out_in)
+{
+    if (rows <= 0 || d <= 0 || V <= 0) return;
+    const WeightOrder order{out_in != 0};
+    const int sub = chunk_rows(rows, (size_t)d + V);
+    const size_t dy_elems = round64((size_t)sub * V);
+    __nv_bfloat16 *dyb = (__nv_bfloat16 *)ctx.scratch((dy_elems + (size_t)sub * d) * sizeof(__nv_bfloat16));
+    __nv_bfloat16 *xb = dyb + dy_elems;
+    for (int r0 = 0; r0 < rows; r0 += sub) {
+        const int n = rows - r0 < sub ? rows - r0 : sub;
+        const size_t entries = (size_t)n * V;
+        with_index_type(entries, [&](auto i) {
+            crossentropy_backward_lse_bf16_kernel<decltype(i)><<<grid_for(entries), kThreads, 0, ctx.stream>>>(
+                dyb, logits + (size_t)r0 * V, lse + r0, targets + r0, scale, n, V, valid, vocab_lo);
+        });
+        CUDA_CHECK_LAUNCH();
+        rows_to_bf16(xb, ln + (size_t)r0 * d, d, n, d, ctx.stream);   /* xb (n,d) packed */
+        /* dln rows [r0, r0+n) = dyb w^T */
+        gemm_bf16(ctx, order.op_in_by_out(), CUBLAS_OP_N, d, n, V, w, order.ld(d, V), dyb, V, 0.0f,
+                  dln + (size_t)r0 * d, d);
+        if (order.out_in)   /* dw (V,d) += dyb^T xb */
+            gemm_bf16(ctx, CUBLAS_OP_N, CUBLAS_OP_T, d, V, n, xb, d, dyb, V, 1.0f, dw, d);
+        else                /* dw (d,V) += xb^T dyb */
+            gemm_bf16(ctx, CUBLAS_OP_N, CUBLAS_OP_T, V, d, n, dyb, V, xb, d, 1.0f, dw, V);
+    }
 }
 
 void matmul_bf16_backward_out_in(const GemmContext &ctx, float *dx, float *dw, const float *dy,

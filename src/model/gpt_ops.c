@@ -350,6 +350,15 @@ static void head_fused_backward(pass *p, float *dln, const osdp_op_acts *a, int 
         const int n = r0 + chunk < BT ? chunk : BT - r0;
         const float *ln = a->ln + (size_t)r0 * d;
         head_chunk_logits(p, logits, ln, n, d, wte);
+        if (be->head_backward_lse) {   /* the table's own form of the next three calls (osdp/compute.h) */
+            const void *w = wte ? wte : tw(p, OSDP_P_LM_HEAD_W);
+            float *dw = wte ? ctx->embed_grads + wte_offset(ctx) : tg(p, OSDP_P_LM_HEAD_W);
+            if (p->status != OSDP_OK) return;
+            be->head_backward_lse(dln + (size_t)r0 * d, dw, logits, a->lse + r0, a->tokens + r0, loss_scale, ln, w,
+                                  n, d, V, valid, vocab_lo(ctx), wte != NULL);
+            poke(ctx);
+            continue;
+        }
         be->crossentropy_backward_lse(logits, a->lse + r0, a->tokens + r0, loss_scale, n, V, valid, vocab_lo(ctx));
         if (wte)   /* d(wte) += dlogits^T ln, into the embedding's gradients */
             be->matmul_backward_out_in(dln + (size_t)r0 * d, ctx->embed_grads + wte_offset(ctx), logits, ln, wte, n,

@@ -690,6 +690,50 @@ static void run_fused_head(int ranges, int BT, int VL, int V, float scale, uint6
     free(tgt), free(group), free(losses), free(lse);
 }
 
+/* The bf16 table's head_backward_lse (d(logits) written in bf16, then the two
+ * products) against the same table's unfused path (crossentropy_backward_lse,
+ * then matmul_backward / matmul_backward_out_in, which round d(logits) to bf16
+ * themselves): dln and dw (accumulated onto random values) within RTOL / ATOL,
+ * lm_head (d, V) and tied wte (V, d), a padded vocabulary range, rows of one
+ * sub-chunk and (V 8192: 4 MiB per 256 rows) several. */
+static void run_head_backward_bf16(int rows, int d, int VL, int valid, int lo, int out_in, uint64_t seed)
+{
+    ck_assert(gpu16->head_backward_lse != NULL);
+    const size_t nl = (size_t)rows * VL, nw = (size_t)d * VL, nx = (size_t)rows * d;
+    int *tgt = rand_ints(rows, lo + VL + 5, seed), *g_tgt = up(tgt, rows * sizeof(int));
+    float *logits = rand_floats(nl, -6, 6, seed + 1), *lse = rand_floats(rows, 6, 9, seed + 2);
+    float *ln = rand_floats(nx, -2, 2, seed + 3), *wf = rand_floats(nw, -0.1f, 0.1f, seed + 4);
+    float *dw0 = rand_floats(nw, -1, 1, seed + 5);
+    void *w = malloc(nw * sizeof(uint16_t));
+    ck_assert(w != NULL);
+    cpu16->convert_weights(w, wf, nw);
+    void *g_w = up(w, nw * sizeof(uint16_t));
+    float *g_logits = upf(logits, nl), *g_logits2 = upf(logits, nl), *g_lse = upf(lse, rows), *g_ln = upf(ln, nx);
+    float *g_dw = upf(dw0, nw), *g_dw2 = upf(dw0, nw), *g_dln = upf(ln, nx), *g_dln2 = upf(ln, nx);
+    const float scale = 0.3f;
+    gpu16->head_backward_lse(g_dln, g_dw, g_logits, g_lse, g_tgt, scale, g_ln, g_w, rows, d, VL, valid, lo, out_in);
+    gpu16->crossentropy_backward_lse(g_logits2, g_lse, g_tgt, scale, rows, VL, valid, lo);
+    if (out_in) gpu16->matmul_backward_out_in(g_dln2, g_dw2, g_logits2, g_ln, g_w, rows, d, VL, 0);
+    else gpu16->matmul_backward(g_dln2, g_dw2, NULL, g_logits2, g_ln, g_w, rows, d, VL, 0);
+    float *dln = down(g_dln2, nx), *dw = down(g_dw2, nw);
+    expect_close(out_in ? "bf16 head backward (tied) dln" : "bf16 head backward dln", dln, g_dln, nx);
+    expect_close(out_in ? "bf16 head backward (tied) dw" : "bf16 head backward dw", dw, g_dw, nw);
+    float *bufs[] = {g_logits, g_logits2, g_lse, g_ln, g_dw, g_dw2, g_dln, g_dln2};
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) gpu->free(bufs[i]);
+    gpu->free(g_w), gpu->free(g_tgt);
+    free(tgt), free(logits), free(lse), free(ln), free(wf), free(dw0), free(w), free(dln), free(dw);
+}
+
+START_TEST(test_bf16_head_backward)
+{
+    run_head_backward_bf16(37, 64, 384, 300, 0, 0, 530);      /* padded vocabulary, lm_head */
+    run_head_backward_bf16(37, 64, 384, 300, 0, 1, 540);      /* the tied head's wte */
+    run_head_backward_bf16(66, 48, 128, 100, 256, 0, 550);    /* a rank's range, partly padding */
+    run_head_backward_bf16(5000, 96, 8192, 8192, 0, 0, 560);  /* several sub-chunks of the staging */
+    ck_assert(gpu->head_backward_lse == NULL);                /* the fp32 table: the CPU's three calls */
+}
+END_TEST
+
 START_TEST(test_fused_head)
 {
     run_fused_head(1, 37, 384, 300, 0.25f, 500);   /* one rank, a padded vocabulary */
@@ -1247,7 +1291,7 @@ static Suite *cuda_suite(void)
                                   test_residual_accumulate, test_sums, test_adamw, test_tables, test_bf16_convert,
                                   test_bf16_matmul_forward, test_bf16_matmul_backward, test_bf16_layernorm,
                                   test_bf16_attention, test_attention_tiled, test_bf16_attention_tiled,
-                                  test_fused_head, test_bf16_embedding, test_nccl_one_rank,
+                                  test_fused_head, test_bf16_head_backward, test_bf16_embedding, test_nccl_one_rank,
                                   test_nccl_many_in_flight, NULL};
     const osdp_check_case cases[] = {
         {.name = "cuda_vs_cpu", .tests = cuda_vs_cpu},

@@ -110,6 +110,7 @@ static inline float __shfl_xor_sync(unsigned, float v, int lane_mask)
 
 #include "cuda/attention_tiled.cuh"
 #include "cuda/residual_layernorm.cuh"
+#include "cuda/head_backward.cuh"
 
 /* the kernels' dynamic shared memory: one block runs at a time */
 namespace osdp_cuda {
@@ -124,6 +125,8 @@ void attention_backward_tiled(float *dqkv, float *rowdot, const float *dout, con
                               const float *lse, int B, int T, int C, int NH);
 void residual_layernorm_forward(float *res, float *y, float *mean, float *rstd, const float *a, const float *b,
                                 const float *w, const float *bias, int BT, int C);
+void crossentropy_backward_lse(float *dlogits, const float *lse, const int *targets, float scale, int BT, int V,
+                               int valid, int vocab_lo);
 }
 
 using namespace osdp_cuda::attention_tiles;
@@ -310,8 +313,58 @@ template <class W, class I> static void run_residual_layernorm(int BT, int C, bo
     compare("rstd", tag, rstd, g_rstd);
 }
 
+/* The fused head's bf16 d(logits) (src/cuda/head_backward.cuh) against the
+ * CPU's crossentropy_backward_lse: every entry written (the output starts as
+ * NaN bits), the padding columns exactly 0, the others within one bf16
+ * rounding of the CPU's fp32 value (|got - cpu| <= 2^-8 |cpu| + 1e-12: the
+ * rounding, and expf's last bits host against vectorised) -- a wrong row,
+ * column, target or range shows as far more.  A grid smaller than the
+ * entries: the grid-stride loop covers the rest. */
+template <class I> static void run_head_dlogits(int rows, int V, int valid, int lo, uint32_t seed)
+{
+    const size_t n = (size_t)rows * V;
+    std::mt19937 rng(seed);
+    std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+    std::vector<float> logits(n), lse(rows), ref(n);
+    std::vector<int> targets(rows);
+    for (float &x : logits) x = 6.0f * uniform(rng);
+    for (int i = 0; i < rows; i++) {
+        lse[i] = 7.0f + uniform(rng);
+        targets[i] = (int)(rng() % (unsigned)(lo + V + 3));   /* in this range, below it, or past it */
+    }
+    targets[0] = lo;   /* one hit for sure */
+    const float scale = 0.37f;
+    ref = logits;
+    crossentropy_backward_lse(ref.data(), lse.data(), targets.data(), scale, rows, V, valid, lo);
+    std::vector<__nv_bfloat16> got(n, __nv_bfloat16{0x7FC0});   /* NaN */
+    launch(dim3(3), 0, [&] {
+        osdp_cuda::crossentropy_backward_lse_bf16_kernel<I>(got.data(), logits.data(), lse.data(), targets.data(),
+                                                           scale, rows, V, valid, lo);
+    });
+    size_t bad = 0, at = 0;
+    for (size_t k = 0; k < n; k++) {
+        const float g = __bfloat162float(got[k]), r = ref[k];
+        const bool padding = (int)(k % (size_t)V) >= valid;
+        const bool ok = padding ? g == 0.0f : fabsf(g - r) <= 0x1p-8f * fabsf(r) + 1e-12f;
+        if (!ok && !bad++) at = k;
+    }
+    char tag[96];
+    snprintf(tag, sizeof tag, "bf16 head dlogits, %s index, rows %d V %d valid %d lo %d:",
+             sizeof(I) == 4 ? "32-bit" : "64-bit", rows, V, valid, lo);
+    if (bad) {
+        failures++;
+        printf("FAIL: %s %zu entries differ, first [%zu]: cpu %.9g, emulated %.9g\n", tag, bad, at, ref[at],
+               __bfloat162float(got[at]));
+    } else {
+        printf("PASS: %s every entry within a bf16 rounding, the padding 0\n", tag);
+    }
+}
+
 int main()
 {
+    run_head_dlogits<unsigned>(9, 300, 300, 0, 13);     /* a whole vocabulary */
+    run_head_dlogits<unsigned>(7, 128, 100, 256, 14);   /* a rank's range, partly padding */
+    run_head_dlogits<size_t>(5, 64, 0, 512, 15);        /* only padding, the 64-bit index */
     run_residual_layernorm<float, unsigned>(13, 72, false, 7);     /* partial block, C not a multiple of 32 */
     run_residual_layernorm<float, unsigned>(16, 768, true, 8);     /* GPT-2's width, in place */
     run_residual_layernorm<float, size_t>(9, 40, true, 9);         /* the 64-bit index variant */
