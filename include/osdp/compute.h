@@ -124,6 +124,12 @@ typedef struct osdp_compute_backend {
     void (*crossentropy_lse)(float *losses, float *lse, const float *group_stats, int BT, int group_size);
     void (*crossentropy_backward_lse)(float *dlogits, const float *lse, const int *targets, float scale, int BT,
                                       int V, int valid, int vocab_lo);
+    /* pre (BT, OC) = x w + b (w (IC, OC), b (OC)), y (BT, OC) = gelu_forward's GELU of pre: the MLP's
+     * first product and its GELU as one entry, where a table can fuse them (the CUDA bf16 table, with
+     * OSDP_CUDA_LT_EPILOGUES=1: one cuBLASLt product with the bias and GELU in its epilogue); NULL:
+     * gpt_ops.c runs matmul_forward then gelu_forward. */
+    void (*matmul_forward_gelu)(float *y, float *pre, const float *x, const void *w, const void *b, int BT, int IC,
+                                int OC);
     /* The fused head's backward over one chunk of rows in one entry, where a table does better than
      * crossentropy_backward_lse and the head's gradient products one by one (NULL: gpt_ops.c runs
      * those, as the CPU and CUDA fp32 tables do): from the chunk's recomputed logits (rows, V), the

@@ -84,6 +84,7 @@
  * (matmul_bf16.cu) pass the same operands in the same order to cublasGemmEx. */
 #include "cuda_check.h"
 #include "kernels_cuda.cuh"
+#include "lt_epilogues.h"
 
 extern "C" {
 #include "config.h"
@@ -120,6 +121,8 @@ struct CudaState {
     int device;
     cudaStream_t stream;
     cublasHandle_t cublas;
+    cublasLtHandle_t lt;     /* cuBLASLt, made when its epilogues are first selected */
+    int lt_epilogues;        /* bias and bias + GELU in cuBLASLt's epilogues (lt_epilogues.h) */
     double *partials;  /* REDUCE_PARTIALS + 1 doubles for sum / sum_squares */
     cublasMath_t math; /* the handle's math mode set at init (OSDP_CUDA_TF32) */
     cudaMemPool_t pool;  /* NULL: plain cudaMalloc / cudaFree */
@@ -219,6 +222,8 @@ osdp_status cuda_init(int local_rank, int threads)
     int use_tf32 = tf32 && tf32[0] && strcmp(tf32, "0") != 0;
     g.math = use_tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH;
     CUBLAS_CHECK(cublasSetMathMode(g.cublas, g.math));
+    const char *lt = getenv("OSDP_CUDA_LT_EPILOGUES");
+    osdp_cuda_set_lt_epilogues(lt && lt[0] && strcmp(lt, "0") != 0);
     CUDA_CHECK(cudaMalloc((void **)&g.partials, (osdp_cuda::REDUCE_PARTIALS + 1) * sizeof(double)));
     CUDA_CHECK(cudaEventCreateWithFlags(&g.drained, cudaEventDisableTiming));
     g.timeout_s = osdp_comm_timeout_from_env(local_rank);   /* node-local rank 0 warns of a bad value */
@@ -713,7 +718,16 @@ void cuda_bf16_convert_weights(void *dst, const float *src, size_t n)
     osdp_cuda::convert_to_bf16((bf16 *)dst, src, n, S());
 }
 
-osdp_cuda::GemmContext gemm_context() { return {g.cublas, g.stream, backend_scratch}; }
+osdp_cuda::GemmContext gemm_context()
+{
+    return {g.cublas, g.stream, backend_scratch, g.lt_epilogues ? g.lt : nullptr};
+}
+
+void cuda_bf16_matmul_forward_gelu(float *y, float *pre, const float *x, const void *w, const void *b, int BT,
+                                   int IC, int OC)
+{
+    osdp_cuda::matmul_bf16_forward_gelu(gemm_context(), y, pre, x, (const bf16 *)w, (const bf16 *)b, BT, IC, OC);
+}
 
 void cuda_bf16_matmul_forward_strided(float *y, const float *x, int ldx, const void *w,
                                       const void *b, int BT, int IC, int OC, int accumulate)
@@ -868,6 +882,12 @@ extern "C" void osdp_cuda_launched(unsigned n)
 
 extern "C" cudaStream_t osdp_cuda_compute_stream(void) { return g.initialised ? g.stream : NULL; }
 
+extern "C" void osdp_cuda_set_lt_epilogues(int on)
+{
+    if (on && !g.lt) CUBLAS_CHECK(cublasLtCreate(&g.lt));
+    g.lt_epilogues = on;
+}
+
 static void cuda_record_event(void *event) { CUDA_CHECK(cudaEventRecord((cudaEvent_t)event, osdp_cuda_compute_stream())); }
 static void cuda_wait_event(void *event) { CUDA_CHECK(cudaStreamWaitEvent(osdp_cuda_compute_stream(), (cudaEvent_t)event, 0)); }
 
@@ -936,6 +956,7 @@ extern "C" const osdp_compute_backend osdp_compute_cuda = {
     .crossentropy_backward_range = cuda_crossentropy_backward_range,
     .crossentropy_lse = cuda_crossentropy_lse,
     .crossentropy_backward_lse = cuda_crossentropy_backward_lse,
+    .matmul_forward_gelu = NULL,   /* the fp32 table: cuBLAS's product, then the GELU kernel */
     .head_backward_lse = NULL,   /* the fp32 table: the kernel and the two products, as the CPU's */
     .residual_forward = cuda_residual_forward,
     .vector_accumulate = cuda_vector_accumulate,
@@ -965,6 +986,7 @@ static osdp_compute_backend make_bf16_table()
     t.layernorm_forward = cuda_bf16_layernorm_forward;
     t.residual_layernorm_forward = cuda_bf16_residual_layernorm_forward;
     t.head_backward_lse = cuda_bf16_head_backward_lse;
+    t.matmul_forward_gelu = cuda_bf16_matmul_forward_gelu;
     t.layernorm_backward = cuda_bf16_layernorm_backward;
     t.embedding_forward = cuda_bf16_embedding_forward;
     t.embedding_forward_range = cuda_bf16_embedding_forward_range;

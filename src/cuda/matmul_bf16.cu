@@ -122,6 +122,97 @@ struct WeightOrder {
 };
 
 void forward_any(const GemmContext &ctx, WeightOrder order, float *y, const float *x, int ldx,
+                 const __nv_bfloat16 *w, const __nv_bfloat16 *b, int BT, int IC, int OC, int accumulate);
+
+__global__ void widen_kernel(float *dst, const __nv_bfloat16 *src, int n)
+{
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
+        dst[i] = __bfloat162float(src[i]);
+}
+
+/* One cuBLASLt product y^T (OC,n) = w^T (OC,IC) xb^T (IC,n) (w (IC,OC)
+ * row-major, xb (n,IC) packed: the operands of forward_any's cublasGemmEx)
+ * with the bias (fp32, OC) and, when pre is not NULL, the GELU in the
+ * epilogue, pre (n rows of OC) its aux output (the GELU's input).  false
+ * (nothing queued) when cuBLASLt offers no algorithm for it. */
+bool lt_product(const GemmContext &ctx, float *y, float *pre, const __nv_bfloat16 *xb, const __nv_bfloat16 *w,
+                const float *bias, int n, int IC, int OC)
+{
+    cublasLtMatmulDesc_t op;
+    cublasLtMatrixLayout_t a, b, c;
+    cublasLtMatmulPreference_t pref;
+    CUBLAS_CHECK(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    const cublasOperation_t no = CUBLAS_OP_N;
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &no, sizeof no));
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &no, sizeof no));
+    const cublasLtEpilogue_t epilogue = pre ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_BIAS;
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof epilogue));
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
+    if (pre) {
+        const int64_t ld = OC;   /* a multiple of 8 (the caller checks) */
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &pre, sizeof pre));
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof ld));
+    }
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&a, CUDA_R_16BF, OC, IC, OC));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&b, CUDA_R_16BF, IC, n, IC));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&c, CUDA_R_32F, OC, n, OC));
+    CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+    const size_t no_workspace = 0;
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &no_workspace,
+                                                      sizeof no_workspace));
+    cublasLtMatmulHeuristicResult_t found;
+    int n_found = 0;
+    const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(ctx.lt, op, a, b, c, c, pref, 1, &found, &n_found);
+    const bool ok = st == CUBLAS_STATUS_SUCCESS && n_found > 0;
+    if (ok) {
+        const float one = 1.0f, zero = 0.0f;
+        CUBLAS_LAUNCH(cublasLtMatmul(ctx.lt, op, &one, w, a, xb, b, &zero, y, c, y, c, &found.algo, nullptr, 0,
+                                     ctx.stream));
+    }
+    cublasLtMatmulPreferenceDestroy(pref);
+    cublasLtMatrixLayoutDestroy(c);
+    cublasLtMatrixLayoutDestroy(b);
+    cublasLtMatrixLayoutDestroy(a);
+    cublasLtMatmulDescDestroy(op);
+    return ok;
+}
+
+/* y = x w + b, and with pre, pre = that and y = GELU(pre), by cuBLASLt
+ * products with the epilogue, x staged to bf16 in row chunks as forward_any
+ * does (the bias widened to fp32 behind it); false (nothing queued, or the
+ * first chunk's product not offered: then nothing either) when cuBLASLt has
+ * no algorithm, and the caller runs the unfused path */
+bool forward_lt(const GemmContext &ctx, float *y, float *pre, const float *x, int ldx, const __nv_bfloat16 *w,
+                const __nv_bfloat16 *b, int BT, int IC, int OC)
+{
+    if (!ctx.lt || !b || BT <= 0 || IC <= 0 || OC <= 0 || (pre && OC % 8 != 0)) return false;
+    /* rows of x in bf16 and the fp32 bias within the staging's bound (chunk_rows' rule) */
+    const size_t cap = BF16_STAGING_MAX_BYTES / sizeof(__nv_bfloat16), bias_elems = 2 * round64((size_t)OC);
+    if (bias_elems + 64 + (size_t)IC > cap) return false;
+    size_t r = (cap - bias_elems - 64) / (size_t)IC;   /* 64: x's round64 */
+    if (r > 64) r = r / 64 * 64;
+    const int rows = r >= (size_t)BT ? BT : (int)r;
+    const size_t x_elems = round64((size_t)rows * IC);
+    __nv_bfloat16 *xb = (__nv_bfloat16 *)ctx.scratch(x_elems * sizeof(__nv_bfloat16) + (size_t)OC * sizeof(float));
+    float *bias = (float *)(xb + x_elems);   /* 128-byte aligned: x_elems is a multiple of 64 */
+    widen_kernel<<<(OC + kThreads - 1) / kThreads, kThreads, 0, ctx.stream>>>(bias, b, OC);
+    CUDA_CHECK_LAUNCH();
+    for (int r0 = 0; r0 < BT; r0 += rows) {
+        const int n = BT - r0 < rows ? BT - r0 : rows;
+        rows_to_bf16(xb, x + (size_t)r0 * ldx, ldx, n, IC, ctx.stream);
+        if (!lt_product(ctx, y + (size_t)r0 * OC, pre ? pre + (size_t)r0 * OC : nullptr, xb, w, bias, n, IC, OC)) {
+            if (r0 == 0) return false;
+            /* a later chunk (fewer rows) without an algorithm: the unfused path for the rest */
+            forward_any(ctx, WeightOrder{false}, pre ? pre + (size_t)r0 * OC : y + (size_t)r0 * OC,
+                        x + (size_t)r0 * ldx, ldx, w, b, BT - r0, IC, OC, 0);
+            if (pre) gelu_forward(y + (size_t)r0 * OC, pre + (size_t)r0 * OC, (size_t)(BT - r0) * OC, ctx.stream);
+            return true;
+        }
+    }
+    return true;
+}
+
+void forward_any(const GemmContext &ctx, WeightOrder order, float *y, const float *x, int ldx,
                  const __nv_bfloat16 *w, const __nv_bfloat16 *b, int BT, int IC, int OC, int accumulate)
 {
     /* as the fp32 table: lay the bias into y first, then y += x @ w with beta = 1 */
@@ -223,7 +314,17 @@ void matmul_bf16_forward(const GemmContext &ctx, float *y, const float *x, int l
                          const __nv_bfloat16 *w, const __nv_bfloat16 *b, int BT, int IC, int OC,
                          int accumulate)
 {
+    /* the bias in cuBLASLt's epilogue where selected (a product that overwrites y) */
+    if (!accumulate && forward_lt(ctx, y, nullptr, x, ldx, w, b, BT, IC, OC)) return;
     forward_any(ctx, WeightOrder{false}, y, x, ldx, w, b, BT, IC, OC, accumulate);
+}
+
+void matmul_bf16_forward_gelu(const GemmContext &ctx, float *y, float *pre, const float *x,
+                              const __nv_bfloat16 *w, const __nv_bfloat16 *b, int BT, int IC, int OC)
+{
+    if (forward_lt(ctx, y, pre, x, IC, w, b, BT, IC, OC)) return;
+    forward_any(ctx, WeightOrder{false}, pre, x, IC, w, b, BT, IC, OC, 0);
+    gelu_forward(y, pre, (size_t)BT * OC, ctx.stream);
 }
 
 void matmul_bf16_forward_out_in(const GemmContext &ctx, float *y, const float *x,

@@ -427,10 +427,20 @@ osdp_status osdp_op_forward_sliced(const osdp_op_context *ctx, int op_index, con
         break;
     }
     case OSDP_OP_MLP: {
-        layernorm_then_linear(p, a, input, a->fc, OSDP_P_FC_W, OSDP_P_FC_B, BT, d);
-        OK_OR_RETURN();
-        poke(ctx);
-        be->gelu_forward(a->gelu, a->fc, (size_t)BT * 4 * d / tp_size(ctx));
+        if (be->matmul_forward_gelu && sl->n == 1) {   /* the table's fc product + GELU (osdp/compute.h) */
+            const osdp_tensor_desc *fc = &op->tensor[op->param[OSDP_P_FC_W]];
+            const void *lw = tw(p, OSDP_P_LN_W), *lb = tw(p, OSDP_P_LN_B);
+            const void *w = tw(p, OSDP_P_FC_W), *b = tw(p, OSDP_P_FC_B);
+            OK_OR_RETURN();
+            layernorm_of(p, a, input, lw, lb, BT, d);
+            poke(ctx);
+            be->matmul_forward_gelu(a->gelu, a->fc, a->ln, w, b, BT, fc->rows, fc->cols);
+        } else {
+            layernorm_then_linear(p, a, input, a->fc, OSDP_P_FC_W, OSDP_P_FC_B, BT, d);
+            OK_OR_RETURN();
+            poke(ctx);
+            be->gelu_forward(a->gelu, a->fc, (size_t)BT * 4 * d / tp_size(ctx));
+        }
         linear_forward(p, a->out, a->gelu, OSDP_P_PROJ_W, tp_rank(ctx) == 0 ? OSDP_P_PROJ_B : -1, BT);
         tp_all_reduce(p, a->out, btd);
         OK_OR_RETURN();

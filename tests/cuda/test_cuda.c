@@ -53,6 +53,7 @@
 #include "osdp/dtype.h"
 
 #include "check_main.h"
+#include "cuda/lt_epilogues.h"
 
 #include <check.h>
 #include <cuda_runtime.h>
@@ -1088,6 +1089,51 @@ static void run_bf16_matmul_forward(int BT, int IC, int OC, int ldx, int c0, int
     free(x), free(wf), free(bf), free(w), free(b), free(y0), free(y);
 }
 
+/* The bf16 table's products with the bias, and the bias and GELU, in
+ * cuBLASLt's epilogues (osdp_cuda_set_lt_epilogues) against the same table's
+ * unfused path (cublasGemmEx, the bias kernel, the GELU kernel) on the same
+ * bf16 operands: y and pre within 1e-4 relative (the epilogue adds the bias
+ * to the fp32 sum in another order), the GELU within 1e-3 (cuBLASLt's GELU
+ * is its own formula).  OC not a multiple of 8: the GELU falls back to the
+ * unfused path, the bias alone stays in the epilogue. */
+static void run_lt_epilogues(int BT, int IC, int OC, uint64_t seed)
+{
+    const size_t nx = (size_t)BT * IC, nw = (size_t)IC * OC, ny = (size_t)BT * OC;
+    float *x = rand_floats(nx, -1, 1, seed), *wf = rand_floats(nw, -0.2f, 0.2f, seed + 1);
+    float *bf = rand_floats(OC, -1, 1, seed + 2);
+    void *w = malloc(nw * sizeof(uint16_t)), *b = malloc(OC * sizeof(uint16_t));
+    ck_assert(w && b);
+    cpu16->convert_weights(w, wf, nw);
+    cpu16->convert_weights(b, bf, OC);
+    float *g_x = upf(x, nx);
+    void *g_w = up(w, nw * sizeof(uint16_t)), *g_b = up(b, OC * sizeof(uint16_t));
+    float *g[6];
+    for (int k = 0; k < 6; k++) g[k] = gpu->alloc(ny * sizeof(float));
+    osdp_cuda_set_lt_epilogues(0);
+    gpu16->matmul_forward(g[0], g_x, g_w, g_b, BT, IC, OC, 0);
+    gpu16->matmul_forward_gelu(g[1], g[2], g_x, g_w, g_b, BT, IC, OC);
+    osdp_cuda_set_lt_epilogues(1);
+    gpu16->matmul_forward(g[3], g_x, g_w, g_b, BT, IC, OC, 0);
+    gpu16->matmul_forward_gelu(g[4], g[5], g_x, g_w, g_b, BT, IC, OC);
+    osdp_cuda_set_lt_epilogues(0);
+    float *y = down(g[0], ny), *gelu = down(g[1], ny), *pre = down(g[2], ny);
+    expect_close_tol("cuBLASLt bias epilogue y", y, g[3], ny, 1e-4, 1e-5);
+    expect_close_tol("cuBLASLt bias + GELU epilogue pre", pre, g[5], ny, 1e-4, 1e-5);
+    expect_close_tol("cuBLASLt bias + GELU epilogue y", gelu, g[4], ny, 1e-3, 1e-4);
+    for (int k = 0; k < 6; k++) gpu->free(g[k]);
+    gpu->free(g_x), gpu->free(g_w), gpu->free(g_b);
+    free(x), free(wf), free(bf), free(w), free(b), free(y), free(gelu), free(pre);
+}
+
+START_TEST(test_bf16_lt_epilogues)
+{
+    ck_assert(gpu16->matmul_forward_gelu != NULL && gpu->matmul_forward_gelu == NULL);
+    run_lt_epilogues(64, 128, 256, 170);   /* GPT-2's shapes in small: OC = 4 IC */
+    run_lt_epilogues(37, 96, 200, 171);    /* rows not a multiple of anything */
+    run_lt_epilogues(33, 64, 36, 172);     /* OC not a multiple of 8: the GELU unfused */
+}
+END_TEST
+
 START_TEST(test_bf16_matmul_forward)
 {
     run_bf16_matmul_forward(37, 45, 29, 45, 0, 1, 0, 140);
@@ -1289,7 +1335,7 @@ static Suite *cuda_suite(void)
                                   test_layernorm, test_gelu, test_attention, test_embedding, test_crossentropy,
                                   test_crossentropy_large_gap, test_vocab_parallel,
                                   test_residual_accumulate, test_sums, test_adamw, test_tables, test_bf16_convert,
-                                  test_bf16_matmul_forward, test_bf16_matmul_backward, test_bf16_layernorm,
+                                  test_bf16_matmul_forward, test_bf16_lt_epilogues, test_bf16_matmul_backward, test_bf16_layernorm,
                                   test_bf16_attention, test_attention_tiled, test_bf16_attention_tiled,
                                   test_fused_head, test_bf16_head_backward, test_bf16_embedding, test_nccl_one_rank,
                                   test_nccl_many_in_flight, NULL};
