@@ -22,6 +22,7 @@
 #include "kernels_cuda.cuh"
 #include "cuda_check.h"
 #include "device_math.cuh"
+#include "head_backward.cuh"
 #include "residual_layernorm.cuh"
 
 #include <cub/cub.cuh>
@@ -414,21 +415,7 @@ __global__ void crossentropy_lse_kernel(float *losses, float *lse, const float *
     }
 }
 
-/* d(logits) = scale (exp(logit - lse) - onehot) over the first `valid`
- * columns, 0 over the padding, in place over the chunk's logits */
-template <class I>
-__global__ void crossentropy_backward_lse_kernel(float *dlogits, const float *lse, const int *targets,
-                                                 float scale, int BT, int V, int valid, int lo)
-{
-    const I n = (I)BT * (I)V;
-    for (I k = blockIdx.x * (I)blockDim.x + threadIdx.x; k < n; k += (I)gridDim.x * blockDim.x) {
-        const I i = k / (I)V;
-        const int j = (int)(k % (I)V), target = targets[i] - lo;
-        float d = j < valid ? scale * expf(dlogits[k] - lse[i]) : 0.0f;
-        if (j == target && target < valid) d -= scale;   /* target >= 0 as j is */
-        dlogits[k] = d;
-    }
-}
+/* crossentropy_backward_lse's kernel: head_backward.cuh's, in place in fp32 */
 
 /* ----------------------------------------------------------------- residual */
 
@@ -770,8 +757,8 @@ void crossentropy_backward_lse(float *dlogits, const float *lse, const int *targ
     const size_t n = (size_t)BT * V;
     if (!n) return;
     with_index_type(n, [&](auto i) {
-        crossentropy_backward_lse_kernel<decltype(i)><<<grid_for(n), kThreads, 0, s>>>(dlogits, lse, targets, scale,
-                                                                                        BT, V, valid, vocab_lo);
+        crossentropy_backward_lse_kernel<decltype(i), float><<<grid_for(n), kThreads, 0, s>>>(
+            dlogits, dlogits, lse, targets, scale, BT, V, valid, vocab_lo);
     });
     CUDA_CHECK_LAUNCH();
 }

@@ -363,7 +363,7 @@ void head_bf16_backward_lse(const GemmContext &ctx, float *dln, float *dw, const
         const int n = rows - r0 < sub ? rows - r0 : sub;
         const size_t entries = (size_t)n * V;
         with_index_type(entries, [&](auto i) {
-            crossentropy_backward_lse_bf16_kernel<decltype(i)><<<grid_for(entries), kThreads, 0, ctx.stream>>>(
+            crossentropy_backward_lse_kernel<decltype(i)><<<grid_for(entries), kThreads, 0, ctx.stream>>>(
                 dyb, logits + (size_t)r0 * V, lse + r0, targets + r0, scale, n, V, valid, vocab_lo);
         });
         CUDA_CHECK_LAUNCH();
