@@ -61,6 +61,11 @@ typedef struct osdp_compute_backend {
                                    int BT, int IC, int OC, int dx_accumulate);
     void (*layernorm_forward)(float *y, float *mean, float *rstd, const float *x,
                               const void *w, const void *b, int BT, int C);
+    /* res = a + b (res may alias a or b), then layernorm_forward's y, mean, rstd of res, in one pass
+     * over the rows (the residual that ends an operator fused with the LayerNorm that starts the
+     * next, gpt_ops.c); on the CPU the same bits as residual_forward then layernorm_forward */
+    void (*residual_layernorm_forward)(float *res, float *y, float *mean, float *rstd, const float *a,
+                                       const float *b, const void *w, const void *bias, int BT, int C);
     void (*layernorm_backward)(float *dx, float *dw, float *db, const float *dy,
                                const float *x, const void *w, const float *mean,
                                const float *rstd, int BT, int C);
@@ -119,6 +124,22 @@ typedef struct osdp_compute_backend {
     void (*crossentropy_lse)(float *losses, float *lse, const float *group_stats, int BT, int group_size);
     void (*crossentropy_backward_lse)(float *dlogits, const float *lse, const int *targets, float scale, int BT,
                                       int V, int valid, int vocab_lo);
+    /* pre (BT, OC) = x w + b (w (IC, OC), b (OC)), y (BT, OC) = gelu_forward's GELU of pre: the MLP's
+     * first product and its GELU as one entry, where a table can fuse them (the CUDA bf16 table, with
+     * OSDP_CUDA_LT_EPILOGUES=1: one cuBLASLt product with the bias and GELU in its epilogue); NULL:
+     * gpt_ops.c runs matmul_forward then gelu_forward. */
+    void (*matmul_forward_gelu)(float *y, float *pre, const float *x, const void *w, const void *b, int BT, int IC,
+                                int OC);
+    /* The fused head's backward over one chunk of rows in one entry, where a table does better than
+     * crossentropy_backward_lse and the head's gradient products one by one (NULL: gpt_ops.c runs
+     * those, as the CPU and CUDA fp32 tables do): from the chunk's recomputed logits (rows, V), the
+     * d(logits) of crossentropy_backward_lse, then dln (rows, d) = dlogits w^T (overwrite) and dw +=
+     * ln^T dlogits, w the lm_head (d, V) or, out_in != 0, the tied head's wte (V, d).  The logits are
+     * scratch to it (contents after the call unspecified).  The CUDA bf16 table writes d(logits) in
+     * bf16 straight from the logits, the operands its products round them to anyway. */
+    void (*head_backward_lse)(float *dln, float *dw, float *logits, const float *lse, const int *targets,
+                              float scale, const float *ln, const void *w, int rows, int d, int V, int valid,
+                              int vocab_lo, int out_in);
     void (*residual_forward)(float *out, const float *a, const float *b, size_t n);
     void (*vector_accumulate)(float *y, const float *x, size_t n);
     /* sum of losses (BT) in double, result to the host */

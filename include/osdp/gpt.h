@@ -74,6 +74,15 @@ typedef struct osdp_op_context {
      * embedding's full gradients (fp32 flat buffer, backward only): set by whoever holds them */
     const void *embed_weights;
     float *embed_grads;
+    /* The residual that ends an attn or mlp operator fused with the LayerNorm that starts the next
+     * (compute.h residual_layernorm_forward), for one forward pass each, set by whoever runs the
+     * next forward at once on the same micro-batch (the runtime, executor.c; 0 / NULL: no fusion).
+     * defer_residual: this attn or mlp forward leaves `out` without its residual (the branch
+     * alone).  input_residual: this forward's input (the previous operator's `out`, left so) lacks
+     * this residual (osdp_op_residual of the previous forward); the LayerNorm of the input adds it
+     * in place, so that `out` ends as it would have been. */
+    int defer_residual;
+    const float *input_residual;
     int B, T;
     void (*progress)(void *arg);   /* called between kernels: lets collectives advance */
     void *progress_arg;
@@ -103,6 +112,14 @@ osdp_status osdp_op_forward_sliced(const osdp_op_context *ctx, int op, const osd
 osdp_status osdp_op_backward_sliced(const osdp_op_context *ctx, int op, const osdp_op_slices *slices,
                                     const float *input, const osdp_op_acts *acts, osdp_workspace *ws,
                                     float loss_scale);
+
+/* What may be fused across two operators (osdp_op_context's defer_residual,
+ * input_residual): the residual an attn or mlp operator adds to its `out`
+ * (its input, or its projected input acts->xin), NULL for the others; and
+ * whether an operator's forward starts with the LayerNorm of its input (mlp,
+ * head, attn without in_proj). */
+const float *osdp_op_residual(const osdp_layout *layout, int op, const float *input, const osdp_op_acts *acts);
+int osdp_op_starts_with_layernorm(const osdp_layout *layout, int op);
 
 /* The same with the operator's whole flat buffers (one slice).
  * input: previous operator's `out` (NULL for embed).  For embed, acts->tokens

@@ -85,6 +85,11 @@ template <class K> void allow_smem(K kernel, size_t bytes)
         CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
 }
 
+/* the largest tensor the kernels index, qkv (B,T,3C) (out, dout, rowdot and
+ * lse are smaller): below 2^31 elements every index is 32-bit (the index
+ * type I, device_math.cuh) */
+size_t qkv_numel(int B, int T, int C) { return (size_t)B * (size_t)T * 3 * (size_t)C; }
+
 }  // namespace
 
 template <class E>
@@ -93,10 +98,13 @@ void attention_tiled_forward(float *out, float *lse, const float *qkv, int B, in
     if (B <= 0 || T <= 0 || C <= 0 || NH <= 0) return;
     const int HS = C / NH, tile = choose_tile<E>(HS);
     const size_t bytes = forward_smem<E>(tile, HS);
-    allow_smem(attention_tiled_forward_kernel<E>, bytes);
     const dim3 grid((unsigned)(B * NH), (unsigned)((T + tile - 1) / tile));
-    attention_tiled_forward_kernel<E><<<grid, kAttnThreads, bytes, s>>>(out, lse, qkv, T, C, NH, tile,
-                                                                        1.0f / sqrtf((float)HS));
+    with_index_type(qkv_numel(B, T, C), [&](auto i) {
+        using I = decltype(i);
+        allow_smem(attention_tiled_forward_kernel<E, I>, bytes);
+        attention_tiled_forward_kernel<E, I><<<grid, kAttnThreads, bytes, s>>>(out, lse, qkv, T, C, NH, tile,
+                                                                               1.0f / sqrtf((float)HS));
+    });
     CUDA_CHECK_LAUNCH();
 }
 
@@ -110,17 +118,20 @@ void attention_tiled_backward(float *dqkv, float *rowdot, const float *dout, con
     const long rows = (long)B * NH * T;
     long blocks = (rows + kWarps - 1) / kWarps;
     if (blocks > (1L << 20)) blocks = 1L << 20;   /* the kernel strides over the rest */
-    attention_rowdot_kernel<E><<<(unsigned)blocks, kAttnThreads, 0, s>>>(rowdot, dout, out, B, T, C, NH);
-    CUDA_CHECK_LAUNCH();
     const dim3 grid((unsigned)(B * NH), (unsigned)((T + tile - 1) / tile));
     const size_t kv_bytes = dkv_smem<E>(tile, HS), q_bytes = dq_smem<E>(tile, HS);
-    allow_smem(attention_tiled_dkv_kernel<E>, kv_bytes);
-    allow_smem(attention_tiled_dq_kernel<E>, q_bytes);
-    attention_tiled_dkv_kernel<E><<<grid, kAttnThreads, kv_bytes, s>>>(dqkv, dout, qkv, lse, rowdot, T, C, NH, tile,
-                                                                       scale);
-    CUDA_CHECK_LAUNCH();
-    attention_tiled_dq_kernel<E><<<grid, kAttnThreads, q_bytes, s>>>(dqkv, dout, qkv, lse, rowdot, T, C, NH, tile,
-                                                                     scale);
+    with_index_type(qkv_numel(B, T, C), [&](auto i) {
+        using I = decltype(i);
+        attention_rowdot_kernel<E, I><<<(unsigned)blocks, kAttnThreads, 0, s>>>(rowdot, dout, out, B, T, C, NH);
+        CUDA_CHECK_LAUNCH();
+        allow_smem(attention_tiled_dkv_kernel<E, I>, kv_bytes);
+        allow_smem(attention_tiled_dq_kernel<E, I>, q_bytes);
+        attention_tiled_dkv_kernel<E, I><<<grid, kAttnThreads, kv_bytes, s>>>(dqkv, dout, qkv, lse, rowdot, T, C, NH,
+                                                                              tile, scale);
+        CUDA_CHECK_LAUNCH();
+        attention_tiled_dq_kernel<E, I><<<grid, kAttnThreads, q_bytes, s>>>(dqkv, dout, qkv, lse, rowdot, T, C, NH,
+                                                                            tile, scale);
+    });
     CUDA_CHECK_LAUNCH();
 }
 

@@ -53,13 +53,13 @@ template <class E> size_t dq_smem(int tile, int HS)
 
 /* rows [r0, r0 + tile) of one head's column block of qkv (row stride ld; rows
  * >= T are zeros) into an (tile, tile_ld) tile of E */
-template <class E>
+template <class E, class I>
 __device__ void load_tile(E *dst, const float *src, int r0, int T, int ld, int HS, int tile)
 {
     const int lds = tile_ld<E>(HS);
     for (int e = threadIdx.x; e < tile * HS; e += blockDim.x) {
         const int r = e / HS, c = e % HS;
-        dst[r * lds + c] = to_elem<E>(r0 + r < T ? src[(size_t)(r0 + r) * ld + c] : 0.0f);
+        dst[r * lds + c] = to_elem<E>(r0 + r < T ? src[(I)(r0 + r) * (I)ld + c] : 0.0f);
     }
 }
 
@@ -91,7 +91,7 @@ __device__ __forceinline__ int query_tile_start(int tile) { return (int)(gridDim
 /* the causal mask of a tile entry: key kj is visible to query qi (a real row) */
 __device__ __forceinline__ bool visible(int qi, int kj, int T) { return qi < T && kj <= qi; }
 
-template <class E>
+template <class E, class I>
 __global__ void __launch_bounds__(kAttnThreads)
     attention_tiled_forward_kernel(float *out, float *lse, const float *qkv, int T, int C, int NH, int tile,
                                    float scale)
@@ -103,7 +103,7 @@ __global__ void __launch_bounds__(kAttnThreads)
     E *Qs = reinterpret_cast<E *>(corr + tile), *Ks = Qs + tile * lds, *Vs = Ks + tile * lds;
     const float *q = hv.q;
 
-    load_tile(Qs, q, i0, T, ld, HS, tile);
+    load_tile<E, I>(Qs, q, i0, T, ld, HS, tile);
     for (int e = threadIdx.x; e < tile * HS; e += blockDim.x) O[e] = 0.0f;
     for (int r = threadIdx.x; r < tile; r += blockDim.x) {
         m[r] = -INFINITY;
@@ -113,8 +113,8 @@ __global__ void __launch_bounds__(kAttnThreads)
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     for (int j0 = 0; j0 <= last; j0 += tile) {
         __syncthreads();   /* the previous key tile's readers are done (and Q, O, m, l are set) */
-        load_tile(Ks, q + C, j0, T, ld, HS, tile);
-        load_tile(Vs, q + 2 * C, j0, T, ld, HS, tile);
+        load_tile<E, I>(Ks, q + C, j0, T, ld, HS, tile);
+        load_tile<E, I>(Vs, q + 2 * C, j0, T, ld, HS, tile);
         __syncthreads();
         for (int e = threadIdx.x; e < tile * tile; e += blockDim.x) {
             const int r = e / tile, j = e % tile;
@@ -158,7 +158,7 @@ __global__ void __launch_bounds__(kAttnThreads)
     __syncthreads();
     for (int e = threadIdx.x; e < tile * HS; e += blockDim.x) {
         const int r = e / HS, c = e % HS;
-        if (i0 + r < T) out[hv.heads_off + (size_t)(i0 + r) * C + c] = O[e] / l[r];
+        if (i0 + r < T) out[hv.heads_off + (I)(i0 + r) * (I)C + c] = O[e] / l[r];
     }
     for (int r = threadIdx.x; r < tile; r += blockDim.x)
         if (i0 + r < T) lse[(size_t)hv.bh * T + i0 + r] = m[r] + logf(l[r]);
@@ -167,15 +167,15 @@ __global__ void __launch_bounds__(kAttnThreads)
 /* rowdot (B,NH,T) = sum over the head's columns of dout * out, dout rounded
  * to E as the products use it (so that rowdot = sum_j P dP of those
  * products): one warp per row */
-template <class E>
+template <class E, class I>
 __global__ void attention_rowdot_kernel(float *rowdot, const float *dout, const float *out, int B, int T, int C,
                                         int NH)
 {
     const int HS = C / NH, lane = threadIdx.x & 31;
-    const long rows = (long)B * NH * T;
-    for (long row = (long)blockIdx.x * kWarps + (threadIdx.x >> 5); row < rows; row += (long)gridDim.x * kWarps) {
-        const int t = (int)(row % T), bh = (int)(row / T), b = bh / NH, h = bh % NH;
-        const size_t off = ((size_t)b * T + t) * C + (size_t)h * HS;
+    const I rows = (I)B * (I)NH * (I)T;
+    for (I row = (I)blockIdx.x * kWarps + (threadIdx.x >> 5); row < rows; row += (I)gridDim.x * kWarps) {
+        const int t = (int)(row % (I)T), bh = (int)(row / (I)T), b = bh / NH, h = bh % NH;
+        const I off = ((I)b * (I)T + (I)t) * (I)C + (I)h * (I)HS;
         float acc = 0.0f;
         for (int c = lane; c < HS; c += 32) acc += wload(to_elem<E>(dout[off + c])) * out[off + c];
         acc = warp_reduce<SumOp>(acc);
@@ -216,7 +216,7 @@ __device__ inline void load_row_stats(float *lse_s, float *rowdot_s, const float
 }
 
 /* d(K) and d(V) of one key tile: dV = sum over query tiles of P^T dO, dK = dS^T Q */
-template <class E>
+template <class E, class I>
 __global__ void __launch_bounds__(kAttnThreads)
     attention_tiled_dkv_kernel(float *dqkv, const float *dout, const float *qkv, const float *lse,
                                const float *rowdot, int T, int C, int NH, int tile, float scale)
@@ -231,13 +231,13 @@ __global__ void __launch_bounds__(kAttnThreads)
     E *dOs = Qs + tile * lds;
     const float *q = hv.q, *dO = dout + hv.heads_off;
 
-    load_tile(Ks, q + C, j0, T, ld, HS, tile);
-    load_tile(Vs, q + 2 * C, j0, T, ld, HS, tile);
+    load_tile<E, I>(Ks, q + C, j0, T, ld, HS, tile);
+    load_tile<E, I>(Vs, q + 2 * C, j0, T, ld, HS, tile);
     for (int e = threadIdx.x; e < tile * HS; e += blockDim.x) dK[e] = dV[e] = 0.0f;
     for (int i0 = j0; i0 < T; i0 += tile) {   /* the query tiles that see these keys */
         __syncthreads();   /* the previous query tile's readers are done (and K, V are loaded) */
-        load_tile(Qs, q, i0, T, ld, HS, tile);
-        load_tile(dOs, dO, i0, T, C, HS, tile);
+        load_tile<E, I>(Qs, q, i0, T, ld, HS, tile);
+        load_tile<E, I>(dOs, dO, i0, T, C, HS, tile);
         load_row_stats(lse_s, rowdot_s, lse, rowdot, hv.bh, i0, T, tile);
         __syncthreads();
         tile_gradients(P, dS, Qs, dOs, Ks, Vs, lse_s, rowdot_s, i0, j0, T, HS, tile, scale);
@@ -258,14 +258,14 @@ __global__ void __launch_bounds__(kAttnThreads)
     for (int e = threadIdx.x; e < tile * HS; e += blockDim.x) {
         const int j = e / HS, c = e % HS;
         if (j0 + j < T) {
-            dk[(size_t)(j0 + j) * ld + c] = dK[e];
-            dk[(size_t)(j0 + j) * ld + C + c] = dV[e];
+            dk[(I)(j0 + j) * (I)ld + c] = dK[e];
+            dk[(I)(j0 + j) * (I)ld + C + c] = dV[e];
         }
     }
 }
 
 /* d(Q) of one query tile: sum over the key tiles at or left of the diagonal of dS K */
-template <class E>
+template <class E, class I>
 __global__ void __launch_bounds__(kAttnThreads)
     attention_tiled_dq_kernel(float *dqkv, const float *dout, const float *qkv, const float *lse,
                               const float *rowdot, int T, int C, int NH, int tile, float scale)
@@ -278,15 +278,15 @@ __global__ void __launch_bounds__(kAttnThreads)
     E *Vs = Ks + tile * lds;
     const float *q = hv.q;
 
-    load_tile(Qs, q, i0, T, ld, HS, tile);
-    load_tile(dOs, dout + hv.heads_off, i0, T, C, HS, tile);
+    load_tile<E, I>(Qs, q, i0, T, ld, HS, tile);
+    load_tile<E, I>(dOs, dout + hv.heads_off, i0, T, C, HS, tile);
     load_row_stats(lse_s, rowdot_s, lse, rowdot, hv.bh, i0, T, tile);
     for (int e = threadIdx.x; e < tile * HS; e += blockDim.x) dQ[e] = 0.0f;
     const int last = (i0 + tile < T ? i0 + tile : T) - 1;
     for (int j0 = 0; j0 <= last; j0 += tile) {
         __syncthreads();
-        load_tile(Ks, q + C, j0, T, ld, HS, tile);
-        load_tile(Vs, q + 2 * C, j0, T, ld, HS, tile);
+        load_tile<E, I>(Ks, q + C, j0, T, ld, HS, tile);
+        load_tile<E, I>(Vs, q + 2 * C, j0, T, ld, HS, tile);
         __syncthreads();
         tile_gradients<E>(NULL, dS, Qs, dOs, Ks, Vs, lse_s, rowdot_s, i0, j0, T, HS, tile, scale);
         __syncthreads();
@@ -301,7 +301,7 @@ __global__ void __launch_bounds__(kAttnThreads)
     float *dq = dqkv + (hv.q - qkv);
     for (int e = threadIdx.x; e < tile * HS; e += blockDim.x) {
         const int r = e / HS, c = e % HS;
-        if (i0 + r < T) dq[(size_t)(i0 + r) * ld + c] = dQ[e];
+        if (i0 + r < T) dq[(I)(i0 + r) * (I)ld + c] = dQ[e];
     }
 }
 

@@ -84,6 +84,7 @@
  * (matmul_bf16.cu) pass the same operands in the same order to cublasGemmEx. */
 #include "cuda_check.h"
 #include "kernels_cuda.cuh"
+#include "lt_epilogues.h"
 
 extern "C" {
 #include "config.h"
@@ -119,6 +120,8 @@ struct CudaState {
     int device;
     cudaStream_t stream;
     cublasHandle_t cublas;
+    cublasLtHandle_t lt;     /* cuBLASLt, made when its epilogues are first selected */
+    int lt_epilogues;        /* bias and bias + GELU in cuBLASLt's epilogues (lt_epilogues.h) */
     double *partials;  /* REDUCE_PARTIALS + 1 doubles for sum / sum_squares */
     cublasMath_t math; /* the handle's math mode set at init (OSDP_CUDA_TF32) */
     cudaMemPool_t pool;  /* NULL: plain cudaMalloc / cudaFree */
@@ -182,6 +185,8 @@ osdp_status cuda_init(int local_rank, int threads)
     int use_tf32 = tf32 && tf32[0] && strcmp(tf32, "0") != 0;
     g.math = use_tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH;
     CUBLAS_CHECK(cublasSetMathMode(g.cublas, g.math));
+    const char *lt = getenv("OSDP_CUDA_LT_EPILOGUES");
+    osdp_cuda_set_lt_epilogues(lt && lt[0] && strcmp(lt, "0") != 0);
     CUDA_CHECK(cudaMalloc((void **)&g.partials, (osdp_cuda::REDUCE_PARTIALS + 1) * sizeof(double)));
     const double timeout_s = osdp_comm_timeout_from_env(local_rank);   /* node-local rank 0 warns of a bad value */
     unsigned bound = OSDP_LAUNCH_BOUND_DEFAULT;
@@ -452,6 +457,13 @@ void cuda_layernorm_forward(float *y, float *mean, float *rstd, const float *x, 
                                  S());
 }
 
+void cuda_residual_layernorm_forward(float *res, float *y, float *mean, float *rstd, const float *a,
+                                     const float *b, const void *w, const void *bias, int BT, int C)
+{
+    osdp_cuda::residual_layernorm_forward(res, y, mean, rstd, a, b, (const float *)w, (const float *)bias, BT, C,
+                                          S());
+}
+
 void cuda_layernorm_backward(float *dx, float *dw, float *db, const float *dy, const float *x,
                              const void *w, const float *mean, const float *rstd, int BT, int C)
 {
@@ -667,7 +679,16 @@ void cuda_bf16_convert_weights(void *dst, const float *src, size_t n)
     osdp_cuda::convert_to_bf16((bf16 *)dst, src, n, S());
 }
 
-osdp_cuda::GemmContext gemm_context() { return {g.cublas, g.stream, backend_scratch}; }
+osdp_cuda::GemmContext gemm_context()
+{
+    return {g.cublas, g.stream, backend_scratch, g.lt_epilogues ? g.lt : nullptr};
+}
+
+void cuda_bf16_matmul_forward_gelu(float *y, float *pre, const float *x, const void *w, const void *b, int BT,
+                                   int IC, int OC)
+{
+    osdp_cuda::matmul_bf16_forward_gelu(gemm_context(), y, pre, x, (const bf16 *)w, (const bf16 *)b, BT, IC, OC);
+}
 
 void cuda_bf16_matmul_forward_strided(float *y, const float *x, int ldx, const void *w,
                                       const void *b, int BT, int IC, int OC, int accumulate)
@@ -713,6 +734,21 @@ void cuda_bf16_layernorm_forward(float *y, float *mean, float *rstd, const float
                                  const void *w, const void *b, int BT, int C)
 {
     osdp_cuda::layernorm_forward(y, mean, rstd, x, (const bf16 *)w, (const bf16 *)b, BT, C, S());
+}
+
+void cuda_bf16_head_backward_lse(float *dln, float *dw, float *logits, const float *lse, const int *targets,
+                                 float scale, const float *ln, const void *w, int rows, int d, int V, int valid,
+                                 int vocab_lo, int out_in)
+{
+    osdp_cuda::head_bf16_backward_lse(gemm_context(), dln, dw, logits, lse, targets, scale, ln, (const bf16 *)w, rows,
+                                      d, V, valid, vocab_lo, out_in);
+}
+
+void cuda_bf16_residual_layernorm_forward(float *res, float *y, float *mean, float *rstd, const float *a,
+                                          const float *b, const void *w, const void *bias, int BT, int C)
+{
+    osdp_cuda::residual_layernorm_forward(res, y, mean, rstd, a, b, (const bf16 *)w, (const bf16 *)bias, BT, C,
+                                          S());
 }
 
 void cuda_bf16_layernorm_backward(float *dx, float *dw, float *db, const float *dy,
@@ -793,6 +829,12 @@ double cuda_timer_stop(void)
 
 /* ------------------------------------------------------ shared with NCCL */
 
+extern "C" void osdp_cuda_set_lt_epilogues(int on)
+{
+    if (on && !g.lt) CUBLAS_CHECK(cublasLtCreate(&g.lt));
+    g.lt_epilogues = on;
+}
+
 static void cuda_record_event(void *event) { CUDA_CHECK(cudaEventRecord((cudaEvent_t)event, osdp_cuda_compute_stream())); }
 static void cuda_wait_event(void *event) { CUDA_CHECK(cudaStreamWaitEvent(osdp_cuda_compute_stream(), (cudaEvent_t)event, 0)); }
 
@@ -801,7 +843,7 @@ static void cuda_wait_event(void *event) { CUDA_CHECK(cudaStreamWaitEvent(osdp_c
 /* Fields in declaration order (C++17 accepts in-order designators as a GNU
  * extension; a field added to compute.h without an entry here is left NULL
  * and must be filled).  The bf16 table differs from the fp32 one only in
- * weight_dtype, convert_weights and the eight entries that read weights. */
+ * weight_dtype, convert_weights and the entries that read weights. */
 extern "C" const osdp_compute_backend osdp_compute_cuda = {
     .name = "cuda",
     .weight_dtype = OSDP_FLOAT32,
@@ -825,6 +867,7 @@ extern "C" const osdp_compute_backend osdp_compute_cuda = {
     .matmul_forward_out_in = cuda_matmul_forward_out_in,
     .matmul_backward_out_in = cuda_matmul_backward_out_in,
     .layernorm_forward = cuda_layernorm_forward,
+    .residual_layernorm_forward = cuda_residual_layernorm_forward,
     .layernorm_backward = cuda_layernorm_backward,
     .gelu_forward = cuda_gelu_forward,
     .gelu_backward = cuda_gelu_backward,
@@ -843,6 +886,8 @@ extern "C" const osdp_compute_backend osdp_compute_cuda = {
     .crossentropy_backward_range = cuda_crossentropy_backward_range,
     .crossentropy_lse = cuda_crossentropy_lse,
     .crossentropy_backward_lse = cuda_crossentropy_backward_lse,
+    .matmul_forward_gelu = NULL,   /* the fp32 table: cuBLAS's product, then the GELU kernel */
+    .head_backward_lse = NULL,   /* the fp32 table: the kernel and the two products, as the CPU's */
     .residual_forward = cuda_residual_forward,
     .vector_accumulate = cuda_vector_accumulate,
     .sum = cuda_sum,
@@ -854,7 +899,8 @@ extern "C" const osdp_compute_backend osdp_compute_cuda = {
     .timer_stop = cuda_timer_stop,
 };
 
-/* the fp32 table with the entries that read weights, and attention (naive and tiled), replaced (a copy made
+/* the fp32 table with the entries that read weights, attention (naive and tiled) and the fused head's backward
+ * replaced (a copy made
  * at load time: C++ has no designators out of declaration order) */
 static osdp_compute_backend make_bf16_table()
 {
@@ -868,6 +914,9 @@ static osdp_compute_backend make_bf16_table()
     t.matmul_forward_out_in = cuda_bf16_matmul_forward_out_in;
     t.matmul_backward_out_in = cuda_bf16_matmul_backward_out_in;
     t.layernorm_forward = cuda_bf16_layernorm_forward;
+    t.residual_layernorm_forward = cuda_bf16_residual_layernorm_forward;
+    t.head_backward_lse = cuda_bf16_head_backward_lse;
+    t.matmul_forward_gelu = cuda_bf16_matmul_forward_gelu;
     t.layernorm_backward = cuda_bf16_layernorm_backward;
     t.embedding_forward = cuda_bf16_embedding_forward;
     t.embedding_forward_range = cuda_bf16_embedding_forward_range;

@@ -1,6 +1,7 @@
 /* Device helpers shared by the kernel files of src/cuda/ (kernels_cuda.cu,
- * attention_tiled.cu): fixed-tree warp and block reductions, and the
- * widening of bf16 values to float. */
+ * attention_tiled.cu): fixed-tree warp and block reductions, the
+ * widening of bf16 values to float, and the host's choice of a kernel's
+ * index type. */
 #ifndef OSDP_DEVICE_MATH_CUH
 #define OSDP_DEVICE_MATH_CUH
 
@@ -10,6 +11,7 @@
 #include <cuda_bf16.h>
 #endif
 #include <math.h>
+#include <stddef.h>
 
 namespace osdp_cuda {
 
@@ -45,6 +47,25 @@ template <class Op, class T> __device__ T block_reduce(T v, T *shared)
     }
     __syncthreads();
     return shared[0];
+}
+
+/* Host side: 32-bit index arithmetic (issue 31).  The kernels whose index
+ * type is a template parameter I (kernels_cuda.cu, attention_tiled.cuh,
+ * residual_layernorm.cuh) run with I = unsigned when the host proves here that
+ * the tensor they index has fewer than 2^31 elements, size_t otherwise.
+ * Below 2^31 every index, and an index below n plus a grid-stride step (at
+ * most grid_for's 2^20 blocks of 1024 threads, 2^30), stays below 2^32: no
+ * unsigned wrap-around in a grid-stride loop.  The 32-bit forms save the
+ * 64-bit multiplies and, above all, the 64-bit divisions by V (the
+ * cross-entropy's row of an element) that the GPU emulates in software. */
+inline bool fits_32bit(size_t n) { return n < ((size_t)1 << 31); }
+
+/* f(I()) with I the index type fits_32bit(n) allows: the launch of the
+ * kernel's variant for it (a generic lambda, `using I = decltype(i)`) */
+template <class F> inline void with_index_type(size_t n, F &&f)
+{
+    if (fits_32bit(n)) f(0u);
+    else f((size_t)0);
 }
 
 /* a weight element as float */

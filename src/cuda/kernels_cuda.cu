@@ -22,6 +22,8 @@
 #include "kernels_cuda.cuh"
 #include "cuda_check.h"
 #include "device_math.cuh"
+#include "head_backward.cuh"
+#include "residual_layernorm.cuh"
 
 #include <cub/cub.cuh>
 #include <limits.h>
@@ -43,13 +45,12 @@ unsigned grid_for(size_t n, int threads = kThreads)
 
 /* ---------------------------------------------------------- matmul helpers */
 
-template <class W>
+template <class W, class I>
 __global__ void bias_rows_kernel(float *y, const W *b, int BT, int OC, int accumulate)
 {
-    const size_t n = (size_t)BT * OC;
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x) {
-        float bias = wload(b[i % OC]);
+    const I n = (I)BT * (I)OC;
+    for (I i = blockIdx.x * (I)blockDim.x + threadIdx.x; i < n; i += (I)gridDim.x * blockDim.x) {
+        float bias = wload(b[i % (I)OC]);
         y[i] = accumulate ? y[i] + bias : bias;
     }
 }
@@ -75,15 +76,15 @@ __global__ void column_sums_kernel(float *db, const float *dy, int BT, int OC)
 
 /* ---------------------------------------------------------------- layernorm */
 
-template <class W>
+template <class W, class I>
 __global__ void layernorm_forward_kernel(float *y, float *mean, float *rstd, const float *x,
                                          const W *w, const W *b, int BT, int C)
 {
     const int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     const int lane = threadIdx.x & 31;
     if (row >= BT) return;                 /* the whole warp leaves together */
-    const float *xr = x + (size_t)row * C;
-    float *yr = y + (size_t)row * C;
+    const float *xr = x + (I)row * (I)C;
+    float *yr = y + (I)row * (I)C;
     float s = 0.0f;
     for (int c = lane; c < C; c += 32) s += xr[c];
     const float m = warp_reduce<SumOp>(s) / (float)C;
@@ -101,7 +102,7 @@ __global__ void layernorm_forward_kernel(float *y, float *mean, float *rstd, con
     }
 }
 
-template <class W>
+template <class W, class I>
 __global__ void layernorm_backward_dx_kernel(float *dx, const float *dy, const float *x,
                                              const W *w, const float *mean,
                                              const float *rstd, int BT, int C)
@@ -109,9 +110,10 @@ __global__ void layernorm_backward_dx_kernel(float *dx, const float *dy, const f
     const int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     const int lane = threadIdx.x & 31;
     if (row >= BT) return;
-    const float *dyr = dy + (size_t)row * C;
-    const float *xr = x + (size_t)row * C;
-    float *dxr = dx + (size_t)row * C;
+    const I base = (I)row * (I)C;
+    const float *dyr = dy + base;
+    const float *xr = x + base;
+    float *dxr = dx + base;
     const float m = mean[row], s = rstd[row];
     float dmean = 0.0f, dnmean = 0.0f;
     for (int c = lane; c < C; c += 32) {
@@ -182,20 +184,22 @@ __global__ void layernorm_dwdb_finish_kernel(float *dw, float *db, const float *
 
 /* --------------------------------------------------------------------- gelu */
 
-__global__ void gelu_forward_kernel(float *y, const float *x, size_t n)
+template <class I>
+__global__ void gelu_forward_kernel(float *y, const float *x, I n)
 {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x) {
+    for (I i = blockIdx.x * (I)blockDim.x + threadIdx.x; i < n;
+         i += (I)gridDim.x * blockDim.x) {
         float xi = x[i];
         float cube = 0.044715f * xi * xi * xi;
         y[i] = 0.5f * xi * (1.0f + tanhf(kGeluScaling * (xi + cube)));
     }
 }
 
-__global__ void gelu_backward_kernel(float *dx, const float *x, const float *dy, size_t n)
+template <class I>
+__global__ void gelu_backward_kernel(float *dx, const float *x, const float *dy, I n)
 {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x) {
+    for (I i = blockIdx.x * (I)blockDim.x + threadIdx.x; i < n;
+         i += (I)gridDim.x * blockDim.x) {
         float xi = x[i];
         float cube = 0.044715f * xi * xi * xi;
         float th = tanhf(kGeluScaling * (xi + cube));
@@ -385,14 +389,14 @@ __global__ void crossentropy_finish_kernel(float *losses, float *probs, const fl
 }
 
 /* the one-hot at column target - lo, when it is one of this rank's V */
+template <class I>
 __global__ void crossentropy_backward_kernel(float *dlogits, const float *probs,
                                              const int *targets, float scale, int BT, int V, int lo)
 {
-    const size_t n = (size_t)BT * V;
-    for (size_t k = blockIdx.x * (size_t)blockDim.x + threadIdx.x; k < n;
-         k += (size_t)gridDim.x * blockDim.x) {
-        size_t i = k / V;
-        int j = (int)(k % V);
+    const I n = (I)BT * (I)V;
+    for (I k = blockIdx.x * (I)blockDim.x + threadIdx.x; k < n; k += (I)gridDim.x * blockDim.x) {
+        const I i = k / (I)V;
+        int j = (int)(k % (I)V);
         float p = probs[k];
         dlogits[k] = j == targets[i] - lo ? scale * (p - 1.0f) : scale * p;
     }
@@ -411,35 +415,23 @@ __global__ void crossentropy_lse_kernel(float *losses, float *lse, const float *
     }
 }
 
-/* d(logits) = scale (exp(logit - lse) - onehot) over the first `valid`
- * columns, 0 over the padding, in place over the chunk's logits */
-__global__ void crossentropy_backward_lse_kernel(float *dlogits, const float *lse, const int *targets,
-                                                 float scale, int BT, int V, int valid, int lo)
-{
-    const size_t n = (size_t)BT * V;
-    for (size_t k = blockIdx.x * (size_t)blockDim.x + threadIdx.x; k < n;
-         k += (size_t)gridDim.x * blockDim.x) {
-        const size_t i = k / V;
-        const int j = (int)(k % V), target = targets[i] - lo;
-        float d = j < valid ? scale * expf(dlogits[k] - lse[i]) : 0.0f;
-        if (j == target && target < valid) d -= scale;   /* target >= 0 as j is */
-        dlogits[k] = d;
-    }
-}
+/* crossentropy_backward_lse's kernel: head_backward.cuh's, in place in fp32 */
 
 /* ----------------------------------------------------------------- residual */
 
-__global__ void residual_kernel(float *out, const float *a, const float *b, size_t n)
+template <class I>
+__global__ void residual_kernel(float *out, const float *a, const float *b, I n)
 {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x)
+    for (I i = blockIdx.x * (I)blockDim.x + threadIdx.x; i < n;
+         i += (I)gridDim.x * blockDim.x)
         out[i] = a[i] + b[i];
 }
 
-__global__ void accumulate_kernel(float *y, const float *x, size_t n)
+template <class I>
+__global__ void accumulate_kernel(float *y, const float *x, I n)
 {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x)
+    for (I i = blockIdx.x * (I)blockDim.x + threadIdx.x; i < n;
+         i += (I)gridDim.x * blockDim.x)
         y[i] += x[i];
 }
 
@@ -473,12 +465,12 @@ __global__ void reduce_final_kernel(double *partials, double *acc)
 
 /* -------------------------------------------------------------------- adamw */
 
-__global__ void adamw_kernel(float *w, const float *g, float *m, float *v, size_t n, float lr,
+template <class I>
+__global__ void adamw_kernel(float *w, const float *g, float *m, float *v, I n, float lr,
                              float beta1, float beta2, float c1, float c2, float eps,
                              float weight_decay, float grad_scale)
 {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x) {
+    for (I i = blockIdx.x * (I)blockDim.x + threadIdx.x; i < n; i += (I)gridDim.x * blockDim.x) {
         float grad = g[i] * grad_scale;
         float mi = beta1 * m[i] + (1.0f - beta1) * grad;
         float vi = beta2 * v[i] + (1.0f - beta2) * grad * grad;
@@ -500,7 +492,9 @@ void bias_rows(float *y, const W *b, int BT, int OC, int accumulate, cudaStream_
 {
     size_t n = (size_t)BT * OC;
     if (!n) return;
-    bias_rows_kernel<<<grid_for(n), kThreads, 0, s>>>(y, b, BT, OC, accumulate);
+    with_index_type(n, [&](auto i) {
+        bias_rows_kernel<W, decltype(i)><<<grid_for(n), kThreads, 0, s>>>(y, b, BT, OC, accumulate);
+    });
     CUDA_CHECK_LAUNCH();
 }
 
@@ -517,8 +511,24 @@ void layernorm_forward(float *y, float *mean, float *rstd, const float *x, const
 {
     if (BT <= 0) return;
     const int rows_per_block = kThreads / 32;
-    layernorm_forward_kernel<<<(BT + rows_per_block - 1) / rows_per_block, kThreads, 0, s>>>(
-        y, mean, rstd, x, w, b, BT, C);
+    with_index_type((size_t)BT * (size_t)C, [&](auto i) {
+        layernorm_forward_kernel<W, decltype(i)><<<(BT + rows_per_block - 1) / rows_per_block, kThreads, 0, s>>>(
+            y, mean, rstd, x, w, b, BT, C);
+    });
+    CUDA_CHECK_LAUNCH();
+}
+
+template <class W>
+void residual_layernorm_forward(float *res, float *y, float *mean, float *rstd, const float *a, const float *b,
+                                const W *w, const W *bias, int BT, int C, cudaStream_t s)
+{
+    if (BT <= 0) return;
+    const int rows_per_block = kResidualLayernormThreads / 32;
+    const unsigned blocks = (unsigned)((BT + rows_per_block - 1) / rows_per_block);
+    with_index_type((size_t)BT * (size_t)C, [&](auto i) {
+        residual_layernorm_kernel<W, decltype(i)><<<blocks, kResidualLayernormThreads, 0, s>>>(res, y, mean, rstd,
+                                                                                               a, b, w, bias, BT, C);
+    });
     CUDA_CHECK_LAUNCH();
 }
 
@@ -539,8 +549,10 @@ void layernorm_backward(float *dx, float *dw, float *db, const float *dy, const 
 {
     if (BT <= 0 || C <= 0) return;
     const int rows_per_block = kThreads / 32;
-    layernorm_backward_dx_kernel<<<(BT + rows_per_block - 1) / rows_per_block, kThreads, 0, s>>>(
-        dx, dy, x, w, mean, rstd, BT, C);
+    with_index_type((size_t)BT * (size_t)C, [&](auto i) {
+        layernorm_backward_dx_kernel<W, decltype(i)><<<(BT + rows_per_block - 1) / rows_per_block, kThreads, 0,
+                                                       s>>>(dx, dy, x, w, mean, rstd, BT, C);
+    });
     CUDA_CHECK_LAUNCH();
     const int chunks = layernorm_dwdb_chunks(BT, C);
     const int rows_per_chunk = (BT + chunks - 1) / chunks;
@@ -555,14 +567,18 @@ void layernorm_backward(float *dx, float *dw, float *db, const float *dy, const 
 void gelu_forward(float *y, const float *x, size_t n, cudaStream_t s)
 {
     if (!n) return;
-    gelu_forward_kernel<<<grid_for(n), kThreads, 0, s>>>(y, x, n);
+    with_index_type(n, [&](auto i) {
+        gelu_forward_kernel<<<grid_for(n), kThreads, 0, s>>>(y, x, (decltype(i))n);
+    });
     CUDA_CHECK_LAUNCH();
 }
 
 void gelu_backward(float *dx, const float *x, const float *dy, size_t n, cudaStream_t s)
 {
     if (!n) return;
-    gelu_backward_kernel<<<grid_for(n), kThreads, 0, s>>>(dx, x, dy, n);
+    with_index_type(n, [&](auto i) {
+        gelu_backward_kernel<<<grid_for(n), kThreads, 0, s>>>(dx, x, dy, (decltype(i))n);
+    });
     CUDA_CHECK_LAUNCH();
 }
 
@@ -608,6 +624,9 @@ void embedding_forward(float *x, const int *tokens, const W *wte, const W *wpe,
     template void bias_rows<W>(float *, const W *, int, int, int, cudaStream_t);             \
     template void layernorm_forward<W>(float *, float *, float *, const float *, const W *,  \
                                        const W *, int, int, cudaStream_t);                   \
+    template void residual_layernorm_forward<W>(float *, float *, float *, float *, const float *, \
+                                                const float *, const W *, const W *, int, int,     \
+                                                cudaStream_t);                                     \
     template void layernorm_backward<W>(float *, float *, float *, const float *,            \
                                         const float *, const W *, const float *,             \
                                         const float *, int, int, float *, cudaStream_t);     \
@@ -711,8 +730,10 @@ void crossentropy_backward_range(float *dlogits, const float *probs, const int *
 {
     size_t n = (size_t)BT * V;
     if (!n) return;
-    crossentropy_backward_kernel<<<grid_for(n), kThreads, 0, s>>>(dlogits, probs, targets, scale,
-                                                                   BT, V, vocab_lo);
+    with_index_type(n, [&](auto i) {
+        crossentropy_backward_kernel<decltype(i)><<<grid_for(n), kThreads, 0, s>>>(dlogits, probs, targets, scale,
+                                                                                    BT, V, vocab_lo);
+    });
     CUDA_CHECK_LAUNCH();
 }
 
@@ -735,22 +756,24 @@ void crossentropy_backward_lse(float *dlogits, const float *lse, const int *targ
 {
     const size_t n = (size_t)BT * V;
     if (!n) return;
-    crossentropy_backward_lse_kernel<<<grid_for(n), kThreads, 0, s>>>(dlogits, lse, targets, scale, BT, V,
-                                                                       valid, vocab_lo);
+    with_index_type(n, [&](auto i) {
+        crossentropy_backward_lse_kernel<decltype(i), float><<<grid_for(n), kThreads, 0, s>>>(
+            dlogits, dlogits, lse, targets, scale, BT, V, valid, vocab_lo);
+    });
     CUDA_CHECK_LAUNCH();
 }
 
 void residual_forward(float *out, const float *a, const float *b, size_t n, cudaStream_t s)
 {
     if (!n) return;
-    residual_kernel<<<grid_for(n), kThreads, 0, s>>>(out, a, b, n);
+    with_index_type(n, [&](auto i) { residual_kernel<<<grid_for(n), kThreads, 0, s>>>(out, a, b, (decltype(i))n); });
     CUDA_CHECK_LAUNCH();
 }
 
 void vector_accumulate(float *y, const float *x, size_t n, cudaStream_t s)
 {
     if (!n) return;
-    accumulate_kernel<<<grid_for(n), kThreads, 0, s>>>(y, x, n);
+    with_index_type(n, [&](auto i) { accumulate_kernel<<<grid_for(n), kThreads, 0, s>>>(y, x, (decltype(i))n); });
     CUDA_CHECK_LAUNCH();
 }
 
@@ -767,8 +790,10 @@ void adamw(float *w, const float *g, float *m, float *v, size_t n, float lr, flo
            cudaStream_t s)
 {
     if (!n) return;
-    adamw_kernel<<<grid_for(n), kThreads, 0, s>>>(w, g, m, v, n, lr, beta1, beta2, c1, c2, eps,
-                                                  weight_decay, grad_scale);
+    with_index_type(n, [&](auto i) {
+        adamw_kernel<<<grid_for(n), kThreads, 0, s>>>(w, g, m, v, (decltype(i))n, lr, beta1, beta2, c1, c2, eps,
+                                                      weight_decay, grad_scale);
+    });
     CUDA_CHECK_LAUNCH();
 }
 

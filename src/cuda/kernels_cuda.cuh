@@ -16,6 +16,7 @@
 #define OSDP_KERNELS_CUDA_CUH
 
 #include <cstddef>
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -31,6 +32,11 @@ void column_sums_add(float *db, const float *dy, int BT, int OC, cudaStream_t s)
 template <class W>
 void layernorm_forward(float *y, float *mean, float *rstd, const float *x, const W *w,
                        const W *b, int BT, int C, cudaStream_t s);
+/* res = a + b, then y = layernorm(res) (res may alias a or b): one kernel,
+ * a warp per row (residual_layernorm.cuh) */
+template <class W>
+void residual_layernorm_forward(float *res, float *y, float *mean, float *rstd, const float *a, const float *b,
+                                const W *w, const W *bias, int BT, int C, cudaStream_t s);
 /* partials: 2 * layernorm_dwdb_chunks(BT, C) * C floats of scratch for the
  * two-pass sums of dw and db (contents undefined; free after the call in
  * stream order) */
@@ -131,6 +137,9 @@ struct GemmContext {
     cublasHandle_t cublas;
     cudaStream_t stream;
     void *(*scratch)(size_t bytes);
+    /* non-NULL: the products with a bias (and GELU) put them in cuBLASLt's epilogue
+     * (OSDP_CUDA_LT_EPILOGUES=1, backend_cuda.cu); NULL: cuBLAS and our kernels */
+    cublasLtHandle_t lt;
 };
 
 /* Most bytes of bf16 staging (x and dy rounded to bf16) that one product asks
@@ -148,6 +157,14 @@ void matmul_bf16_forward(const GemmContext &ctx, float *y, const float *x, int l
 void matmul_bf16_backward(const GemmContext &ctx, float *dx, int lddx, float *dw, float *db,
                           const float *dy, const float *x, int ldx, const __nv_bfloat16 *w,
                           int BT, int IC, int OC, int dx_accumulate);
+/* matmul_forward_gelu of osdp/compute.h with w (IC,OC) and b (OC) in bf16:
+ * pre = x w + b, y = GELU(pre).  With ctx.lt, one cuBLASLt product per row
+ * chunk with CUBLASLT_EPILOGUE_GELU_AUX_BIAS (pre its aux output; the bias
+ * widened to fp32, the output's type) where cuBLASLt has an algorithm for
+ * it (OC a multiple of 8); else matmul_bf16_forward and gelu_forward. */
+void matmul_bf16_forward_gelu(const GemmContext &ctx, float *y, float *pre, const float *x,
+                              const __nv_bfloat16 *w, const __nv_bfloat16 *b, int BT, int IC, int OC);
+
 /* matmul_out_in_forward / _backward of kernels_cpu.h (w stored (OC,IC), no
  * bias; contiguous y, dy) with w in bf16, staged and chunked as above */
 void matmul_bf16_forward_out_in(const GemmContext &ctx, float *y, const float *x,
@@ -155,6 +172,14 @@ void matmul_bf16_forward_out_in(const GemmContext &ctx, float *y, const float *x
 void matmul_bf16_backward_out_in(const GemmContext &ctx, float *dx, float *dw, const float *dy,
                                  const float *x, const __nv_bfloat16 *w, int BT, int IC, int OC,
                                  int dx_accumulate);
+
+/* head_backward_lse of osdp/compute.h with w in bf16 (out_in: the tied
+ * head's wte (V,d), else lm_head (d,V)): d(logits) of the chunk's logits
+ * written in bf16 into the staging, then dln = dlogits w^T (overwrite), dw +=
+ * ln^T dlogits; the logits are left unchanged */
+void head_bf16_backward_lse(const GemmContext &ctx, float *dln, float *dw, const float *logits, const float *lse,
+                            const int *targets, float scale, const float *ln, const __nv_bfloat16 *w, int rows,
+                            int d, int V, int valid, int vocab_lo, int out_in);
 
 }  // namespace osdp_cuda
 

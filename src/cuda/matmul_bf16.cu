@@ -25,6 +25,7 @@
  * cublasSgemm for the same product. */
 #include "kernels_cuda.cuh"
 #include "cuda_check.h"
+#include "head_backward.cuh"
 
 namespace osdp_cuda {
 
@@ -119,6 +120,97 @@ struct WeightOrder {
     cublasOperation_t op_in_by_out() const { return out_in ? CUBLAS_OP_N : CUBLAS_OP_T; }
     int ld(int IC, int OC) const { return out_in ? IC : OC; }
 };
+
+void forward_any(const GemmContext &ctx, WeightOrder order, float *y, const float *x, int ldx,
+                 const __nv_bfloat16 *w, const __nv_bfloat16 *b, int BT, int IC, int OC, int accumulate);
+
+__global__ void widen_kernel(float *dst, const __nv_bfloat16 *src, int n)
+{
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
+        dst[i] = __bfloat162float(src[i]);
+}
+
+/* One cuBLASLt product y^T (OC,n) = w^T (OC,IC) xb^T (IC,n) (w (IC,OC)
+ * row-major, xb (n,IC) packed: the operands of forward_any's cublasGemmEx)
+ * with the bias (fp32, OC) and, when pre is not NULL, the GELU in the
+ * epilogue, pre (n rows of OC) its aux output (the GELU's input).  false
+ * (nothing queued) when cuBLASLt offers no algorithm for it. */
+bool lt_product(const GemmContext &ctx, float *y, float *pre, const __nv_bfloat16 *xb, const __nv_bfloat16 *w,
+                const float *bias, int n, int IC, int OC)
+{
+    cublasLtMatmulDesc_t op;
+    cublasLtMatrixLayout_t a, b, c;
+    cublasLtMatmulPreference_t pref;
+    CUBLAS_CHECK(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    const cublasOperation_t no = CUBLAS_OP_N;
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &no, sizeof no));
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &no, sizeof no));
+    const cublasLtEpilogue_t epilogue = pre ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_BIAS;
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof epilogue));
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
+    if (pre) {
+        const int64_t ld = OC;   /* a multiple of 8 (the caller checks) */
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &pre, sizeof pre));
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof ld));
+    }
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&a, CUDA_R_16BF, OC, IC, OC));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&b, CUDA_R_16BF, IC, n, IC));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&c, CUDA_R_32F, OC, n, OC));
+    CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+    const size_t no_workspace = 0;
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &no_workspace,
+                                                      sizeof no_workspace));
+    cublasLtMatmulHeuristicResult_t found;
+    int n_found = 0;
+    const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(ctx.lt, op, a, b, c, c, pref, 1, &found, &n_found);
+    const bool ok = st == CUBLAS_STATUS_SUCCESS && n_found > 0;
+    if (ok) {
+        const float one = 1.0f, zero = 0.0f;
+        CUBLAS_LAUNCH(cublasLtMatmul(ctx.lt, op, &one, w, a, xb, b, &zero, y, c, y, c, &found.algo, nullptr, 0,
+                                     ctx.stream));
+    }
+    cublasLtMatmulPreferenceDestroy(pref);
+    cublasLtMatrixLayoutDestroy(c);
+    cublasLtMatrixLayoutDestroy(b);
+    cublasLtMatrixLayoutDestroy(a);
+    cublasLtMatmulDescDestroy(op);
+    return ok;
+}
+
+/* y = x w + b, and with pre, pre = that and y = GELU(pre), by cuBLASLt
+ * products with the epilogue, x staged to bf16 in row chunks as forward_any
+ * does (the bias widened to fp32 behind it); false (nothing queued, or the
+ * first chunk's product not offered: then nothing either) when cuBLASLt has
+ * no algorithm, and the caller runs the unfused path */
+bool forward_lt(const GemmContext &ctx, float *y, float *pre, const float *x, int ldx, const __nv_bfloat16 *w,
+                const __nv_bfloat16 *b, int BT, int IC, int OC)
+{
+    if (!ctx.lt || !b || BT <= 0 || IC <= 0 || OC <= 0 || (pre && OC % 8 != 0)) return false;
+    /* rows of x in bf16 and the fp32 bias within the staging's bound (chunk_rows' rule) */
+    const size_t cap = BF16_STAGING_MAX_BYTES / sizeof(__nv_bfloat16), bias_elems = 2 * round64((size_t)OC);
+    if (bias_elems + 64 + (size_t)IC > cap) return false;
+    size_t r = (cap - bias_elems - 64) / (size_t)IC;   /* 64: x's round64 */
+    if (r > 64) r = r / 64 * 64;
+    const int rows = r >= (size_t)BT ? BT : (int)r;
+    const size_t x_elems = round64((size_t)rows * IC);
+    __nv_bfloat16 *xb = (__nv_bfloat16 *)ctx.scratch(x_elems * sizeof(__nv_bfloat16) + (size_t)OC * sizeof(float));
+    float *bias = (float *)(xb + x_elems);   /* 128-byte aligned: x_elems is a multiple of 64 */
+    widen_kernel<<<(OC + kThreads - 1) / kThreads, kThreads, 0, ctx.stream>>>(bias, b, OC);
+    CUDA_CHECK_LAUNCH();
+    for (int r0 = 0; r0 < BT; r0 += rows) {
+        const int n = BT - r0 < rows ? BT - r0 : rows;
+        rows_to_bf16(xb, x + (size_t)r0 * ldx, ldx, n, IC, ctx.stream);
+        if (!lt_product(ctx, y + (size_t)r0 * OC, pre ? pre + (size_t)r0 * OC : nullptr, xb, w, bias, n, IC, OC)) {
+            if (r0 == 0) return false;
+            /* a later chunk (fewer rows) without an algorithm: the unfused path for the rest */
+            forward_any(ctx, WeightOrder{false}, pre ? pre + (size_t)r0 * OC : y + (size_t)r0 * OC,
+                        x + (size_t)r0 * ldx, ldx, w, b, BT - r0, IC, OC, 0);
+            if (pre) gelu_forward(y + (size_t)r0 * OC, pre + (size_t)r0 * OC, (size_t)(BT - r0) * OC, ctx.stream);
+            return true;
+        }
+    }
+    return true;
+}
 
 void forward_any(const GemmContext &ctx, WeightOrder order, float *y, const float *x, int ldx,
                  const __nv_bfloat16 *w, const __nv_bfloat16 *b, int BT, int IC, int OC, int accumulate)
@@ -222,7 +314,17 @@ void matmul_bf16_forward(const GemmContext &ctx, float *y, const float *x, int l
                          const __nv_bfloat16 *w, const __nv_bfloat16 *b, int BT, int IC, int OC,
                          int accumulate)
 {
+    /* the bias in cuBLASLt's epilogue where selected (a product that overwrites y) */
+    if (!accumulate && forward_lt(ctx, y, nullptr, x, ldx, w, b, BT, IC, OC)) return;
     forward_any(ctx, WeightOrder{false}, y, x, ldx, w, b, BT, IC, OC, accumulate);
+}
+
+void matmul_bf16_forward_gelu(const GemmContext &ctx, float *y, float *pre, const float *x,
+                              const __nv_bfloat16 *w, const __nv_bfloat16 *b, int BT, int IC, int OC)
+{
+    if (forward_lt(ctx, y, pre, x, IC, w, b, BT, IC, OC)) return;
+    forward_any(ctx, WeightOrder{false}, pre, x, IC, w, b, BT, IC, OC, 0);
+    gelu_forward(y, pre, (size_t)BT * OC, ctx.stream);
 }
 
 void matmul_bf16_forward_out_in(const GemmContext &ctx, float *y, const float *x,
@@ -236,6 +338,44 @@ void matmul_bf16_backward(const GemmContext &ctx, float *dx, int lddx, float *dw
                           int BT, int IC, int OC, int dx_accumulate)
 {
     backward_any(ctx, WeightOrder{false}, dx, lddx, dw, db, dy, x, ldx, w, BT, IC, OC, dx_accumulate);
+}
+
+/* The fused head's backward over one chunk of rows: dlogits in bf16 straight
+ * from the logits (head_backward.cuh), then the two products on them.  The
+ * rows are taken in sub-chunks whose bf16 ln and dlogits fit the staging
+ * (chunk_rows: one sub-chunk for GPT-2's head up to 640 rows, i.e. B 10 at
+ * 64 rows per sequence); per sub-chunk dln's rows = dlogits w^T and dW +=
+ * ln^T dlogits with beta = 1, the products and operand orders of
+ * backward_any's row chunks.  dW is not made as one product over all B T
+ * rows: that needs every row's dlogits at once, a (B T, V) buffer the fused
+ * head exists not to have (doc/gpu.md). */
+void head_bf16_backward_lse(const GemmContext &ctx, float *dln, float *dw, const float *logits, const float *lse,
+                            const int *targets, float scale, const float *ln, const __nv_bfloat16 *w, int rows,
+                            int d, int V, int valid, int vocab_lo, int out_in)
+{
+    if (rows <= 0 || d <= 0 || V <= 0) return;
+    const WeightOrder order{out_in != 0};
+    const int sub = chunk_rows(rows, (size_t)d + V);
+    const size_t dy_elems = round64((size_t)sub * V);
+    __nv_bfloat16 *dyb = (__nv_bfloat16 *)ctx.scratch((dy_elems + (size_t)sub * d) * sizeof(__nv_bfloat16));
+    __nv_bfloat16 *xb = dyb + dy_elems;
+    for (int r0 = 0; r0 < rows; r0 += sub) {
+        const int n = rows - r0 < sub ? rows - r0 : sub;
+        const size_t entries = (size_t)n * V;
+        with_index_type(entries, [&](auto i) {
+            crossentropy_backward_lse_kernel<decltype(i)><<<grid_for(entries), kThreads, 0, ctx.stream>>>(
+                dyb, logits + (size_t)r0 * V, lse + r0, targets + r0, scale, n, V, valid, vocab_lo);
+        });
+        CUDA_CHECK_LAUNCH();
+        rows_to_bf16(xb, ln + (size_t)r0 * d, d, n, d, ctx.stream);   /* xb (n,d) packed */
+        /* dln rows [r0, r0+n) = dyb w^T */
+        gemm_bf16(ctx, order.op_in_by_out(), CUBLAS_OP_N, d, n, V, w, order.ld(d, V), dyb, V, 0.0f,
+                  dln + (size_t)r0 * d, d);
+        if (order.out_in)   /* dw (V,d) += dyb^T xb */
+            gemm_bf16(ctx, CUBLAS_OP_N, CUBLAS_OP_T, d, V, n, xb, d, dyb, V, 1.0f, dw, d);
+        else                /* dw (d,V) += xb^T dyb */
+            gemm_bf16(ctx, CUBLAS_OP_N, CUBLAS_OP_T, V, d, n, dyb, V, xb, d, 1.0f, dw, V);
+    }
 }
 
 void matmul_bf16_backward_out_in(const GemmContext &ctx, float *dx, float *dw, const float *dy,

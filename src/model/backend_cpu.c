@@ -125,6 +125,11 @@ static void cpu_layernorm_forward(float *y, float *mean, float *rstd, const floa
 {
     layernorm_forward(y, mean, rstd, x, w, b, BT, C);
 }
+static void cpu_residual_layernorm_forward(float *res, float *y, float *mean, float *rstd, const float *a,
+                                           const float *b, const void *w, const void *bias, int BT, int C)
+{
+    residual_layernorm_forward(res, y, mean, rstd, a, b, w, bias, BT, C);
+}
 static void cpu_layernorm_backward(float *dx, float *dw, float *db, const float *dy, const float *x,
                                    const void *w, const float *mean, const float *rstd, int BT, int C)
 {
@@ -176,7 +181,7 @@ static void cpu_embedding_forward_range(float *x, const int *tokens, const void 
     .pad_quantum = 1, \
     .vocab_quantum = 1
 
-/* the ten entries that read weights, one function each per weight type:
+/* the eleven entries that read weights, one function each per weight type:
  * PREFIX##matmul_forward and so on (cpu_ for float32, cpu_bf16_ for bfloat16) */
 #define CPU_WEIGHT_ENTRIES(prefix) \
     .matmul_forward = prefix##matmul_forward, \
@@ -186,6 +191,7 @@ static void cpu_embedding_forward_range(float *x, const int *tokens, const void 
     .matmul_forward_out_in = prefix##matmul_forward_out_in, \
     .matmul_backward_out_in = prefix##matmul_backward_out_in, \
     .layernorm_forward = prefix##layernorm_forward, \
+    .residual_layernorm_forward = prefix##residual_layernorm_forward, \
     .layernorm_backward = prefix##layernorm_backward, \
     .embedding_forward = prefix##embedding_forward, \
     .embedding_forward_range = prefix##embedding_forward_range

@@ -212,6 +212,35 @@ static void linear_backward(pass *p, float *dx, const float *dy, const float *x,
     }
 }
 
+const float *osdp_op_residual(const osdp_layout *layout, int op_index, const float *input, const osdp_op_acts *a)
+{
+    const osdp_op_layout *op = &layout->op[op_index];
+    if (op->type == OSDP_OP_MLP) return input;
+    if (op->type == OSDP_OP_ATTN) return op->width_in != op->width ? a->xin : input;
+    return NULL;
+}
+
+int osdp_op_starts_with_layernorm(const osdp_layout *layout, int op_index)
+{
+    const osdp_op_layout *op = &layout->op[op_index];
+    return op->type == OSDP_OP_MLP || op->type == OSDP_OP_HEAD ||
+           (op->type == OSDP_OP_ATTN && op->width_in == op->width);
+}
+
+/* The operator's LayerNorm of x into a->ln (mean, rstd).  When x is the
+ * input and the previous operator left its residual to this one
+ * (ctx->input_residual), the input becomes what it would have been, in
+ * place (it is the previous operator's `out`), in the same pass. */
+static void layernorm_of(pass *p, osdp_op_acts *a, const float *x, const void *lw, const void *lb, int BT, int d)
+{
+    const osdp_op_context *ctx = p->ctx;
+    if (ctx->input_residual)
+        ctx->backend->residual_layernorm_forward((float *)x, a->ln, a->mean, a->rstd, x, ctx->input_residual, lw,
+                                                 lb, BT, d);
+    else
+        ctx->backend->layernorm_forward(a->ln, a->mean, a->rstd, x, lw, lb, BT, d);
+}
+
 /* The start every operator after the embedding shares: its LayerNorm of x
  * into a->ln, then its first product into y (attn: qkv, mlp: fc, head: the
  * logits; b_slot -1: no bias).  p->status says whether it ran. */
@@ -220,7 +249,7 @@ static void layernorm_then_linear(pass *p, osdp_op_acts *a, const float *x, floa
 {
     const void *lw = tw(p, OSDP_P_LN_W), *lb = tw(p, OSDP_P_LN_B);
     if (p->status != OSDP_OK) return;
-    p->ctx->backend->layernorm_forward(a->ln, a->mean, a->rstd, x, lw, lb, BT, d);
+    layernorm_of(p, a, x, lw, lb, BT, d);
     linear_forward(p, y, a->ln, w_slot, b_slot, BT);
 }
 
@@ -249,7 +278,7 @@ static void head_tied_logits(pass *p, osdp_op_acts *a, const float *x, int BT, i
 {
     const void *lw = tw(p, OSDP_P_LN_W), *lb = tw(p, OSDP_P_LN_B), *wte = tied_wte(p, 0);
     if (!wte) return;
-    p->ctx->backend->layernorm_forward(a->ln, a->mean, a->rstd, x, lw, lb, BT, d);
+    layernorm_of(p, a, x, lw, lb, BT, d);
     p->ctx->backend->matmul_forward_out_in(a->probs, a->ln, wte, BT, d, p->ctx->layout->vocab_local, 0);
 }
 
@@ -292,7 +321,7 @@ static void head_fused_forward(pass *p, osdp_op_acts *a, const float *x, int BT,
                                    "(%zu floats per sequence)", p->op->tp_floats_per_seq);
         return;
     }
-    be->layernorm_forward(a->ln, a->mean, a->rstd, x, lw, lb, BT, d);
+    layernorm_of(p, a, x, lw, lb, BT, d);
     float *logits = fused_logits(ctx, BT);
     for (int r0 = 0; r0 < BT && p->status == OSDP_OK; r0 += chunk) {
         const int n = r0 + chunk < BT ? chunk : BT - r0;
@@ -321,6 +350,15 @@ static void head_fused_backward(pass *p, float *dln, const osdp_op_acts *a, int 
         const int n = r0 + chunk < BT ? chunk : BT - r0;
         const float *ln = a->ln + (size_t)r0 * d;
         head_chunk_logits(p, logits, ln, n, d, wte);
+        if (be->head_backward_lse) {   /* the table's own form of the next three calls (osdp/compute.h) */
+            const void *w = wte ? wte : tw(p, OSDP_P_LM_HEAD_W);
+            float *dw = wte ? ctx->embed_grads + wte_offset(ctx) : tg(p, OSDP_P_LM_HEAD_W);
+            if (p->status != OSDP_OK) return;
+            be->head_backward_lse(dln + (size_t)r0 * d, dw, logits, a->lse + r0, a->tokens + r0, loss_scale, ln, w,
+                                  n, d, V, valid, vocab_lo(ctx), wte != NULL);
+            poke(ctx);
+            continue;
+        }
         be->crossentropy_backward_lse(logits, a->lse + r0, a->tokens + r0, loss_scale, n, V, valid, vocab_lo(ctx));
         if (wte)   /* d(wte) += dlogits^T ln, into the embedding's gradients */
             be->matmul_backward_out_in(dln + (size_t)r0 * d, ctx->embed_grads + wte_offset(ctx), logits, ln, wte, n,
@@ -340,7 +378,7 @@ static void projection_then_residual(pass *p, osdp_op_acts *a, const float *in, 
     linear_forward(p, a->out, in, OSDP_P_PROJ_W, tp_rank(p->ctx) == 0 ? OSDP_P_PROJ_B : -1, BT);
     tp_all_reduce(p, a->out, btd);
     if (p->status != OSDP_OK) return;
-    p->ctx->backend->residual_forward(a->out, a->out, residual, btd);
+    if (!p->ctx->defer_residual) p->ctx->backend->residual_forward(a->out, a->out, residual, btd);
 }
 
 osdp_status osdp_op_forward_sliced(const osdp_op_context *ctx, int op_index, const osdp_op_slices *sl,
@@ -355,6 +393,12 @@ osdp_status osdp_op_forward_sliced(const osdp_op_context *ctx, int op_index, con
     pass P = {.ctx = ctx, .op = op, .sl = sl, .cur = -1, .wsize = osdp_dtype_size(be->weight_dtype),
               .status = check_group(ctx)}, *p = &P;
 #define OK_OR_RETURN() do { if (p->status != OSDP_OK) return p->status; } while (0)
+    if (ctx->input_residual && !osdp_op_starts_with_layernorm(ctx->layout, op_index))
+        p->status = osdp_error_set(OSDP_ERR_INTERNAL, "operator %s: given its input's residual to add, but its "
+                                   "forward does not start with a LayerNorm of its input", op->name);
+    if (ctx->defer_residual && op->type != OSDP_OP_ATTN && op->type != OSDP_OP_MLP)
+        p->status = osdp_error_set(OSDP_ERR_INTERNAL, "operator %s: asked to leave its residual to the next "
+                                   "operator, but it adds none", op->name);
     OK_OR_RETURN();
     switch (op->type) {
     case OSDP_OP_EMBED: {
@@ -391,10 +435,20 @@ osdp_status osdp_op_forward_sliced(const osdp_op_context *ctx, int op_index, con
         break;
     }
     case OSDP_OP_MLP: {
-        layernorm_then_linear(p, a, input, a->fc, OSDP_P_FC_W, OSDP_P_FC_B, BT, d);
-        OK_OR_RETURN();
-        poke(ctx);
-        be->gelu_forward(a->gelu, a->fc, (size_t)BT * 4 * d / tp_size(ctx));
+        if (be->matmul_forward_gelu && sl->n == 1) {   /* the table's fc product + GELU (osdp/compute.h) */
+            const osdp_tensor_desc *fc = &op->tensor[op->param[OSDP_P_FC_W]];
+            const void *lw = tw(p, OSDP_P_LN_W), *lb = tw(p, OSDP_P_LN_B);
+            const void *w = tw(p, OSDP_P_FC_W), *b = tw(p, OSDP_P_FC_B);
+            OK_OR_RETURN();
+            layernorm_of(p, a, input, lw, lb, BT, d);
+            poke(ctx);
+            be->matmul_forward_gelu(a->gelu, a->fc, a->ln, w, b, BT, fc->rows, fc->cols);
+        } else {
+            layernorm_then_linear(p, a, input, a->fc, OSDP_P_FC_W, OSDP_P_FC_B, BT, d);
+            OK_OR_RETURN();
+            poke(ctx);
+            be->gelu_forward(a->gelu, a->fc, (size_t)BT * 4 * d / tp_size(ctx));
+        }
         projection_then_residual(p, a, a->gelu, input, BT);
         OK_OR_RETURN();
         break;

@@ -42,6 +42,10 @@ void matmul_out_in_backward(float *dx, float *dw, const float *dy, int lddy, con
 /* y = (x - mean) * rstd * w + b per row; mean, rstd (BT) saved for backward. eps 1e-5. */
 void layernorm_forward(float *y, float *mean, float *rstd, const float *x,
                        const float *w, const float *b, int BT, int C);
+/* res = a + b (residual_forward; res may alias a or b), then y = layernorm(res) with mean,
+ * rstd as layernorm_forward: one pass over the rows, the same bits as the two calls */
+void residual_layernorm_forward(float *res, float *y, float *mean, float *rstd, const float *a, const float *b,
+                                const float *w, const float *bias, int BT, int C);
 /* dx (BT,C) += ;  dw, db (C) += */
 void layernorm_backward(float *dx, float *dw, float *db, const float *dy,
                         const float *x, const float *w, const float *mean,

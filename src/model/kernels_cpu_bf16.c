@@ -164,6 +164,16 @@ void cpu_bf16_layernorm_forward(float *y, float *mean, float *rstd, const float 
     layernorm_forward(y, mean, rstd, x, buf, buf + C, BT, C);
 }
 
+void cpu_bf16_residual_layernorm_forward(float *res, float *y, float *mean, float *rstd, const float *a,
+                                         const float *b, const void *w, const void *bias, int BT, int C)
+{
+    float *buf = widen_scratch(2 * (size_t)C);
+    if (!buf) return;
+    widen(buf, w, (size_t)C);
+    widen(buf + C, bias, (size_t)C);
+    residual_layernorm_forward(res, y, mean, rstd, a, b, buf, buf + C, BT, C);
+}
+
 void cpu_bf16_layernorm_backward(float *dx, float *dw, float *db, const float *dy, const float *x, const void *w,
                                  const float *mean, const float *rstd, int BT, int C)
 {

@@ -60,6 +60,8 @@ void cpu_bf16_matmul_backward_strided(float *dx, int lddx, float *dw, float *db,
 void cpu_bf16_matmul_forward_out_in(float *y, const float *x, const void *w, int BT, int IC, int OC, int accumulate);
 void cpu_bf16_matmul_backward_out_in(float *dx, float *dw, const float *dy, const float *x, const void *w, int BT,
                                      int IC, int OC, int dx_accumulate);
+void cpu_bf16_residual_layernorm_forward(float *res, float *y, float *mean, float *rstd, const float *a,
+                                         const float *b, const void *w, const void *bias, int BT, int C);
 void cpu_bf16_layernorm_forward(float *y, float *mean, float *rstd, const float *x, const void *w, const void *b,
                                 int BT, int C);
 void cpu_bf16_layernorm_backward(float *dx, float *dw, float *db, const float *dy, const float *x, const void *w,

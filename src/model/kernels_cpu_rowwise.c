@@ -17,30 +17,51 @@
 
 /* --------------------------------------------------------------- layernorm */
 
+/* one row of layernorm_forward: the body both it and
+ * residual_layernorm_forward run, so that the two give the same bits */
+static inline __attribute__((always_inline)) void layernorm_row(float *yi, float *mean, float *rstd,
+                                                                const float *xi, const float *w, const float *b,
+                                                                int C)
+{
+    const float eps = 1e-5f;
+    float m = 0.0f;
+    OMP(simd reduction(+:m))
+    for (int c = 0; c < C; c++) m += xi[c];
+    m /= (float)C;
+    float v = 0.0f;
+    OMP(simd reduction(+:v))
+    for (int c = 0; c < C; c++) {
+        float d = xi[c] - m;
+        v += d * d;
+    }
+    v /= (float)C;
+    float s = 1.0f / sqrtf(v + eps);
+    OMP(simd)
+    for (int c = 0; c < C; c++) yi[c] = (xi[c] - m) * s * w[c] + b[c];
+    *mean = m;
+    *rstd = s;
+}
+
 OSDP_VECTOR_CLONES void layernorm_forward(float *y, float *mean, float *rstd, const float *x,
                                           const float *w, const float *b, int BT, int C)
 {
-    const float eps = 1e-5f;
+    OMP(parallel for if((long)BT * C >= PAR_MIN_WORK) schedule(static))
+    for (int i = 0; i < BT; i++)
+        layernorm_row(y + (size_t)i * C, &mean[i], &rstd[i], x + (size_t)i * C, w, b, C);
+}
+
+/* residual_forward's sum, then layernorm_forward's row, one row at a time
+ * while the row is in cache: the same arithmetic, so the same bits */
+OSDP_VECTOR_CLONES void residual_layernorm_forward(float *res, float *y, float *mean, float *rstd, const float *a,
+                                                   const float *b, const float *w, const float *bias, int BT, int C)
+{
     OMP(parallel for if((long)BT * C >= PAR_MIN_WORK) schedule(static))
     for (int i = 0; i < BT; i++) {
-        const float *xi = x + (size_t)i * C;
-        float *yi = y + (size_t)i * C;
-        float m = 0.0f;
-        OMP(simd reduction(+:m))
-        for (int c = 0; c < C; c++) m += xi[c];
-        m /= (float)C;
-        float v = 0.0f;
-        OMP(simd reduction(+:v))
-        for (int c = 0; c < C; c++) {
-            float d = xi[c] - m;
-            v += d * d;
-        }
-        v /= (float)C;
-        float s = 1.0f / sqrtf(v + eps);
+        float *ri = res + (size_t)i * C;
+        const float *ai = a + (size_t)i * C, *bi = b + (size_t)i * C;
         OMP(simd)
-        for (int c = 0; c < C; c++) yi[c] = (xi[c] - m) * s * w[c] + b[c];
-        mean[i] = m;
-        rstd[i] = s;
+        for (int c = 0; c < C; c++) ri[c] = ai[c] + bi[c];
+        layernorm_row(y + (size_t)i * C, &mean[i], &rstd[i], ri, w, bias, C);
     }
 }
 

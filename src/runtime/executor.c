@@ -319,6 +319,46 @@ static osdp_status acquire_slice(void *arg, int s)
     return OSDP_OK;
 }
 
+/* the length of the list `ev` is (the schedule's lists), 0 if none */
+static int list_length(const osdp_schedule *sc, const osdp_event *ev)
+{
+    return ev == sc->micro ? sc->n_micro : ev == sc->eval ? sc->n_eval : ev == sc->setup ? sc->n_setup
+         : ev == sc->optim ? sc->n_optim : 0;
+}
+
+/* Whether the forward of op, whose pass ends at `end`, may leave its
+ * residual to the next operator's LayerNorm (osdp_op_context's
+ * defer_residual): the next pass computed is that operator's forward on the
+ * same micro-batch, in the same chunk (its input is this `out`, no message
+ * between), starting with the LayerNorm of its input; and no activation
+ * buffer is freed until that pass has ended (the residual it adds, this
+ * operator's input or projected input, is still there). */
+static int residual_fuses_forward(osdp_runtime *rt, const osdp_event *ev, int end, int op, int micro)
+{
+    struct osdp_runtime_internal *in = rt->in;
+    const osdp_layout *L = rt->layout;
+    if (op + 1 >= L->n_ops || (L->op[op].type != OSDP_OP_ATTN && L->op[op].type != OSDP_OP_MLP) ||
+        !osdp_op_starts_with_layernorm(L, op + 1) || osdp_schedule_chunk_first(&in->sched, op + 1))
+        return 0;
+    const int n = list_length(&in->sched, ev);
+    int next = -1;
+    for (int u = end + 1; u < n; u++) {
+        const osdp_event *e = &ev[u];
+        if (e->kind == OSDP_EV_FREE &&
+            (e->buffer == OSDP_BUF_ACTS || e->buffer == OSDP_BUF_KEPT || e->buffer == OSDP_BUF_STAGE_INPUT))
+            return 0;
+        if (e->kind == OSDP_EV_COMPUTE) {
+            if (next >= 0) return 0;   /* a pass inside a pass: not a list the runtime makes */
+            if (e->op != op + 1 || e->pass != OSDP_PASS_FORWARD || e->micro != micro || e->first_micro_only ||
+                e->last_micro_only)
+                return 0;
+            next = u;
+        }
+        if (e->kind == OSDP_EV_COMPUTE_END && next >= 0) return 1;
+    }
+    return 0;
+}
+
 static osdp_status compute(osdp_runtime *rt, const osdp_event *ev, int at)
 {
     struct osdp_runtime_internal *in = rt->in;
@@ -342,8 +382,24 @@ static osdp_status compute(osdp_runtime *rt, const osdp_event *ev, int at)
     TRY(acquire_slice(&r, fwd ? 0 : g - 1));
     osdp_op_slices view = {.n = g, .bounds = so->bounds, .weights = r.weights, .grads = grad_slices,
                            .acquire = acquire_slice, .arg = &r};
-    if (fwd) TRY(osdp_op_forward_sliced(&in->ctx, r.op, &view, input, &o->acts[m]));
-    else TRY(osdp_op_backward_sliced(&in->ctx, r.op, &view, input, &o->acts[m], &in->ws, in->loss_scale));
+    if (fwd) {
+        /* the residual the previous forward left to this one, and whether this one leaves its own */
+        in->ctx.input_residual = in->residual_left_op == r.op - 1 && in->residual_left_micro == m && r.op > 0
+                               ? in->residual_left : NULL;
+        in->ctx.defer_residual = r.pass == OSDP_PASS_FORWARD && residual_fuses_forward(rt, ev, r.end, r.op, m);
+        in->residual_left_op = -1;
+        const osdp_status st = osdp_op_forward_sliced(&in->ctx, r.op, &view, input, &o->acts[m]);
+        if (st == OSDP_OK && in->ctx.defer_residual) {
+            in->residual_left = osdp_op_residual(rt->layout, r.op, input, &o->acts[m]);
+            in->residual_left_op = r.op;
+            in->residual_left_micro = m;
+        }
+        in->ctx.input_residual = NULL;
+        in->ctx.defer_residual = 0;
+        TRY(st);
+    } else {
+        TRY(osdp_op_backward_sliced(&in->ctx, r.op, &view, input, &o->acts[m], &in->ws, in->loss_scale));
+    }
     /* the slices the operator did not touch, and the release of the last */
     return osdp_runtime_execute(rt, ev, r.end + 1);
 }

@@ -225,6 +225,7 @@ osdp_status osdp_runtime_create(osdp_runtime *rt, const osdp_layout *layout, con
     in->ctx = (osdp_op_context){.backend = backend, .layout = layout, .B = rt->B, .T = rt->T,
                                 .tp = layout->tp_size > 1 ? &in->tp : NULL, .tp_staging = in->tp_staging,
                                 .progress = opt->geo.prefetch ? progress_hook : NULL, .progress_arg = rt->comm};
+    in->residual_left_op = -1;
     return OSDP_OK;
 }
 

@@ -58,6 +58,10 @@ struct osdp_runtime_internal {
     float *tp_staging;      /* OSDP_BUF_TP_STAGING, NULL when the schedule has none */
     osdp_tp_group tp;       /* the operators' collectives over rt->tp_comm (runtime.c) */
     osdp_op_context ctx;
+    /* the residual a forward left to the next operator's (executor.c: osdp_op_context's
+     * defer_residual), for operator residual_left_op (-1: none) of micro-batch residual_left_micro */
+    const float *residual_left;
+    int residual_left_op, residual_left_micro;
 };
 
 /* Executes events [rt->in->cursor, end) of list `ev` (the setup, a

@@ -53,6 +53,7 @@
 #include "osdp/dtype.h"
 
 #include "check_main.h"
+#include "cuda/lt_epilogues.h"
 
 #include <check.h>
 #include <cuda_runtime.h>
@@ -392,8 +393,38 @@ static void expect_same_as(const char *tag, const char *name, const float *d1, c
     expect_same_device(what, d1, d2, n);
 }
 
+/* The fused residual + LayerNorm (the device's one kernel, a warp per row)
+ * against the CPU's: res = x + r bitwise (one fp32 addition either way), ln,
+ * mean, rstd within expect_close's tolerance; in place (res aliasing a, as
+ * gpt_ops.c calls it) the same bits as out of place, and run twice the same
+ * bits.  w, b: the table's weights on the host, g_w, g_b on the device. */
+static void check_residual_layernorm(const osdp_compute_backend *c, const osdp_compute_backend *d, uint64_t seed,
+                                     const float *x, const void *w, const void *b, const void *g_w, const void *g_b,
+                                     int BT, int C)
+{
+    const char *tag = d->weight_dtype == OSDP_BFLOAT16 ? "bf16 residual+layernorm" : "residual+layernorm";
+    const size_t n = (size_t)BT * C;
+    float *r = rand_floats(n, -1, 1, seed), *res = nan_floats(n), *y = nan_floats(n);
+    float *mean = nan_floats(BT), *rstd = nan_floats(BT);
+    float *g_x = upf(x, n), *g_r = upf(r, n), *g_res = upf(res, n), *g_y = upf(y, n), *g_y2 = upf(y, n);
+    float *g_mean = upf(mean, BT), *g_rstd = upf(rstd, BT);
+    c->residual_layernorm_forward(res, y, mean, rstd, x, r, w, b, BT, C);
+    d->residual_layernorm_forward(g_res, g_y, g_mean, g_rstd, g_x, g_r, g_w, g_b, BT, C);
+    expect_bitwise(tag, res, g_res, n);
+    expect_close_as(tag, "y", y, g_y, n);
+    expect_close_as(tag, "mean", mean, g_mean, BT);
+    expect_close_as(tag, "rstd", rstd, g_rstd, BT);
+    d->residual_layernorm_forward(g_x, g_y2, g_mean, g_rstd, g_x, g_r, g_w, g_b, BT, C);   /* res aliases a */
+    expect_bitwise(tag, res, g_x, n);
+    expect_same_as(tag, "y (in place, rerun)", g_y, g_y2, n);
+    float *bufs[] = {g_x, g_r, g_res, g_y, g_y2, g_mean, g_rstd};
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) d->free(bufs[i]);
+    free(r), free(res), free(y), free(mean), free(rstd);
+}
+
 /* BT x C: small (one chunk of the GPU's two-pass dw/db sums), or GPT-2's
- * C = 768 over 4096 rows (32 chunks) */
+ * C = 768 over 4096 rows (32 chunks); the fused residual + LayerNorm on the
+ * same sizes */
 static void check_layernorm(const osdp_compute_backend *c, const osdp_compute_backend *d, uint64_t seed, int BT,
                             int C)
 {
@@ -419,6 +450,7 @@ static void check_layernorm(const osdp_compute_backend *c, const osdp_compute_ba
     expect_close_as(tag, "y", y, g_y, n);
     expect_close_as(tag, "mean", mean, g_mean, BT);
     expect_close_as(tag, "rstd", rstd, g_rstd, BT);
+    check_residual_layernorm(c, d, seed + 7, x, w, b, g_w, g_b, BT, C);
 
     float *dy = rand_floats(n, -1, 1, seed + 3), *dx = rand_floats(n, -1, 1, seed + 4);
     float *dw = rand_floats(C, -1, 1, seed + 5), *db = rand_floats(C, -1, 1, seed + 6);
@@ -658,6 +690,50 @@ static void run_fused_head(int ranges, int BT, int VL, int V, float scale, uint6
     gpu->free(g_tgt), gpu->free(g_group), gpu->free(g_losses), gpu->free(g_lse);
     free(tgt), free(group), free(losses), free(lse);
 }
+
+/* The bf16 table's head_backward_lse (d(logits) written in bf16, then the two
+ * products) against the same table's unfused path (crossentropy_backward_lse,
+ * then matmul_backward / matmul_backward_out_in, which round d(logits) to bf16
+ * themselves): dln and dw (accumulated onto random values) within RTOL / ATOL,
+ * lm_head (d, V) and tied wte (V, d), a padded vocabulary range, rows of one
+ * sub-chunk and (V 8192: 4 MiB per 256 rows) several. */
+static void run_head_backward_bf16(int rows, int d, int VL, int valid, int lo, int out_in, uint64_t seed)
+{
+    ck_assert(gpu16->head_backward_lse != NULL);
+    const size_t nl = (size_t)rows * VL, nw = (size_t)d * VL, nx = (size_t)rows * d;
+    int *tgt = rand_ints(rows, lo + VL + 5, seed), *g_tgt = up(tgt, rows * sizeof(int));
+    float *logits = rand_floats(nl, -6, 6, seed + 1), *lse = rand_floats(rows, 6, 9, seed + 2);
+    float *ln = rand_floats(nx, -2, 2, seed + 3), *wf = rand_floats(nw, -0.1f, 0.1f, seed + 4);
+    float *dw0 = rand_floats(nw, -1, 1, seed + 5);
+    void *w = malloc(nw * sizeof(uint16_t));
+    ck_assert(w != NULL);
+    cpu16->convert_weights(w, wf, nw);
+    void *g_w = up(w, nw * sizeof(uint16_t));
+    float *g_logits = upf(logits, nl), *g_logits2 = upf(logits, nl), *g_lse = upf(lse, rows), *g_ln = upf(ln, nx);
+    float *g_dw = upf(dw0, nw), *g_dw2 = upf(dw0, nw), *g_dln = upf(ln, nx), *g_dln2 = upf(ln, nx);
+    const float scale = 0.3f;
+    gpu16->head_backward_lse(g_dln, g_dw, g_logits, g_lse, g_tgt, scale, g_ln, g_w, rows, d, VL, valid, lo, out_in);
+    gpu16->crossentropy_backward_lse(g_logits2, g_lse, g_tgt, scale, rows, VL, valid, lo);
+    if (out_in) gpu16->matmul_backward_out_in(g_dln2, g_dw2, g_logits2, g_ln, g_w, rows, d, VL, 0);
+    else gpu16->matmul_backward(g_dln2, g_dw2, NULL, g_logits2, g_ln, g_w, rows, d, VL, 0);
+    float *dln = down(g_dln2, nx), *dw = down(g_dw2, nw);
+    expect_close(out_in ? "bf16 head backward (tied) dln" : "bf16 head backward dln", dln, g_dln, nx);
+    expect_close(out_in ? "bf16 head backward (tied) dw" : "bf16 head backward dw", dw, g_dw, nw);
+    float *bufs[] = {g_logits, g_logits2, g_lse, g_ln, g_dw, g_dw2, g_dln, g_dln2};
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) gpu->free(bufs[i]);
+    gpu->free(g_w), gpu->free(g_tgt);
+    free(tgt), free(logits), free(lse), free(ln), free(wf), free(dw0), free(w), free(dln), free(dw);
+}
+
+START_TEST(test_bf16_head_backward)
+{
+    run_head_backward_bf16(37, 64, 384, 300, 0, 0, 530);      /* padded vocabulary, lm_head */
+    run_head_backward_bf16(37, 64, 384, 300, 0, 1, 540);      /* the tied head's wte */
+    run_head_backward_bf16(66, 48, 128, 100, 256, 0, 550);    /* a rank's range, partly padding */
+    run_head_backward_bf16(5000, 96, 8192, 8192, 0, 0, 560);  /* several sub-chunks of the staging */
+    ck_assert(gpu->head_backward_lse == NULL);                /* the fp32 table: the CPU's three calls */
+}
+END_TEST
 
 START_TEST(test_fused_head)
 {
@@ -919,6 +995,8 @@ START_TEST(test_tables)
     ck_assert(gpu16->crossentropy_finish == gpu->crossentropy_finish);
     ck_assert(gpu16->crossentropy_backward_range == gpu->crossentropy_backward_range);
     ck_assert(gpu16->residual_forward == gpu->residual_forward);
+    /* the fused residual + LayerNorm reads weights: one per table */
+    ck_assert(gpu->residual_layernorm_forward && gpu16->residual_layernorm_forward != gpu->residual_layernorm_forward);
     ck_assert(gpu16->vector_accumulate == gpu->vector_accumulate);
     ck_assert(gpu16->sum == gpu->sum && gpu16->sum_squares == gpu->sum_squares);
     ck_assert(gpu16->adamw == gpu->adamw);
@@ -1010,6 +1088,51 @@ static void run_bf16_matmul_forward(int BT, int IC, int OC, int ldx, int c0, int
     gpu->free(g_x), gpu->free(g_y), gpu->free(g_y2), gpu->free(g_w), gpu->free(g_b);
     free(x), free(wf), free(bf), free(w), free(b), free(y0), free(y);
 }
+
+/* The bf16 table's products with the bias, and the bias and GELU, in
+ * cuBLASLt's epilogues (osdp_cuda_set_lt_epilogues) against the same table's
+ * unfused path (cublasGemmEx, the bias kernel, the GELU kernel) on the same
+ * bf16 operands: y and pre within 1e-4 relative (the epilogue adds the bias
+ * to the fp32 sum in another order), the GELU within 1e-3 (cuBLASLt's GELU
+ * is its own formula).  OC not a multiple of 8: the GELU falls back to the
+ * unfused path, the bias alone stays in the epilogue. */
+static void run_lt_epilogues(int BT, int IC, int OC, uint64_t seed)
+{
+    const size_t nx = (size_t)BT * IC, nw = (size_t)IC * OC, ny = (size_t)BT * OC;
+    float *x = rand_floats(nx, -1, 1, seed), *wf = rand_floats(nw, -0.2f, 0.2f, seed + 1);
+    float *bf = rand_floats(OC, -1, 1, seed + 2);
+    void *w = malloc(nw * sizeof(uint16_t)), *b = malloc(OC * sizeof(uint16_t));
+    ck_assert(w && b);
+    cpu16->convert_weights(w, wf, nw);
+    cpu16->convert_weights(b, bf, OC);
+    float *g_x = upf(x, nx);
+    void *g_w = up(w, nw * sizeof(uint16_t)), *g_b = up(b, OC * sizeof(uint16_t));
+    float *g[6];
+    for (int k = 0; k < 6; k++) g[k] = gpu->alloc(ny * sizeof(float));
+    osdp_cuda_set_lt_epilogues(0);
+    gpu16->matmul_forward(g[0], g_x, g_w, g_b, BT, IC, OC, 0);
+    gpu16->matmul_forward_gelu(g[1], g[2], g_x, g_w, g_b, BT, IC, OC);
+    osdp_cuda_set_lt_epilogues(1);
+    gpu16->matmul_forward(g[3], g_x, g_w, g_b, BT, IC, OC, 0);
+    gpu16->matmul_forward_gelu(g[4], g[5], g_x, g_w, g_b, BT, IC, OC);
+    osdp_cuda_set_lt_epilogues(0);
+    float *y = down(g[0], ny), *gelu = down(g[1], ny), *pre = down(g[2], ny);
+    expect_close_tol("cuBLASLt bias epilogue y", y, g[3], ny, 1e-4, 1e-5);
+    expect_close_tol("cuBLASLt bias + GELU epilogue pre", pre, g[5], ny, 1e-4, 1e-5);
+    expect_close_tol("cuBLASLt bias + GELU epilogue y", gelu, g[4], ny, 1e-3, 1e-4);
+    for (int k = 0; k < 6; k++) gpu->free(g[k]);
+    gpu->free(g_x), gpu->free(g_w), gpu->free(g_b);
+    free(x), free(wf), free(bf), free(w), free(b), free(y), free(gelu), free(pre);
+}
+
+START_TEST(test_bf16_lt_epilogues)
+{
+    ck_assert(gpu16->matmul_forward_gelu != NULL && gpu->matmul_forward_gelu == NULL);
+    run_lt_epilogues(64, 128, 256, 170);   /* GPT-2's shapes in small: OC = 4 IC */
+    run_lt_epilogues(37, 96, 200, 171);    /* rows not a multiple of anything */
+    run_lt_epilogues(33, 64, 36, 172);     /* OC not a multiple of 8: the GELU unfused */
+}
+END_TEST
 
 START_TEST(test_bf16_matmul_forward)
 {
@@ -1212,9 +1335,9 @@ static Suite *cuda_suite(void)
                                   test_layernorm, test_gelu, test_attention, test_embedding, test_crossentropy,
                                   test_crossentropy_large_gap, test_vocab_parallel,
                                   test_residual_accumulate, test_sums, test_adamw, test_tables, test_bf16_convert,
-                                  test_bf16_matmul_forward, test_bf16_matmul_backward, test_bf16_layernorm,
+                                  test_bf16_matmul_forward, test_bf16_lt_epilogues, test_bf16_matmul_backward, test_bf16_layernorm,
                                   test_bf16_attention, test_attention_tiled, test_bf16_attention_tiled,
-                                  test_fused_head, test_bf16_embedding, test_nccl_one_rank,
+                                  test_fused_head, test_bf16_head_backward, test_bf16_embedding, test_nccl_one_rank,
                                   test_nccl_many_in_flight, NULL};
     const osdp_check_case cases[] = {
         {.name = "cuda_vs_cpu", .tests = cuda_vs_cpu},

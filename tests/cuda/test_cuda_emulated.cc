@@ -20,7 +20,10 @@
  * within |cpu - emulated| <= 1e-4 |cpu| + 1e-5 max|cpu| (summation orders
  * differ).  Tiles of 32 and 16 rows (the launcher's two choices); head sizes
  * 8 to 128; T of one partial tile, several with a partial last one, whole
- * tiles, and 1.  Exit status: 0 all passed, 1 a mismatch. */
+ * tiles, and 1; the 32-bit index variant, and once the 64-bit one (the
+ * launchers' choice, by size).  The fused residual + LayerNorm (src/cuda/residual_layernorm.cuh)
+ * likewise, against the CPU's residual_layernorm_forward: run_residual_layernorm
+ * says how.  Exit status: 0 all passed, 1 a mismatch. */
 #define OSDP_CUDA_EMULATION 1
 
 #include <algorithm>
@@ -106,6 +109,8 @@ static inline float __shfl_xor_sync(unsigned, float v, int lane_mask)
 }
 
 #include "cuda/attention_tiled.cuh"
+#include "cuda/residual_layernorm.cuh"
+#include "cuda/head_backward.cuh"
 
 /* the kernels' dynamic shared memory: one block runs at a time */
 namespace osdp_cuda {
@@ -118,14 +123,19 @@ extern "C" {
 void attention_forward_tiled(float *out, float *lse, const float *qkv, int B, int T, int C, int NH);
 void attention_backward_tiled(float *dqkv, float *rowdot, const float *dout, const float *out, const float *qkv,
                               const float *lse, int B, int T, int C, int NH);
+void residual_layernorm_forward(float *res, float *y, float *mean, float *rstd, const float *a, const float *b,
+                                const float *w, const float *bias, int BT, int C);
+void crossentropy_backward_lse(float *dlogits, const float *lse, const int *targets, float scale, int BT, int V,
+                               int valid, int vocab_lo);
 }
 
 using namespace osdp_cuda::attention_tiles;
+using osdp_cuda::kResidualLayernormThreads;
 
 static const size_t kSmemFloats = sizeof smem / sizeof smem[0];
 static const size_t kStackBytes = 64 << 10;   /* each emulated thread's stack */
 
-/* every block of `grid` in turn, its kAttnThreads threads as contexts;
+/* every block of `grid` in turn, its `threads` threads (default kAttnThreads) as contexts;
  * shared memory NaN before each block; `bytes` is what the launcher would
  * ask for */
 static const std::function<void()> *launched;
@@ -135,7 +145,7 @@ static void thread_entry()
     finished[current] = true;
 }
 
-static void launch(dim3 grid, size_t bytes, const std::function<void()> &body)
+static void launch(dim3 grid, size_t bytes, const std::function<void()> &body, int threads = kAttnThreads)
 {
     if (bytes > sizeof smem) {
         fprintf(stderr, "emulation: %zu bytes of shared memory asked, %zu emulated\n", bytes, sizeof smem);
@@ -143,16 +153,16 @@ static void launch(dim3 grid, size_t bytes, const std::function<void()> &body)
     }
     static std::vector<char> stacks((size_t)kMaxThreads * kStackBytes);
     static std::mt19937 shuffler(31);
-    std::vector<int> order(kAttnThreads);
-    for (int t = 0; t < kAttnThreads; t++) order[t] = t;
+    std::vector<int> order(threads);
+    for (int t = 0; t < threads; t++) order[t] = t;
     gridDim = grid;
-    blockDim = dim3(kAttnThreads);
+    blockDim = dim3((unsigned)threads);
     launched = &body;
     for (unsigned by = 0; by < grid.y; by++)
         for (unsigned bx = 0; bx < grid.x; bx++) {
             blockIdx = dim3(bx, by);
             for (size_t i = 0; i < kSmemFloats; i++) smem[i] = NAN;
-            for (int t = 0; t < kAttnThreads; t++) {
+            for (int t = 0; t < threads; t++) {
                 synced[t] = 0;
                 finished[t] = false;
                 getcontext(&contexts[t]);
@@ -164,7 +174,7 @@ static void launch(dim3 grid, size_t bytes, const std::function<void()> &body)
             for (bool running = true; running;) {
                 running = false;
                 released = ~0ul;
-                for (int t = 0; t < kAttnThreads; t++)
+                for (int t = 0; t < threads; t++)
                     if (!finished[t] && synced[t] < released) released = synced[t];
                 std::shuffle(order.begin(), order.end(), shuffler);
                 for (int t : order) {
@@ -204,7 +214,7 @@ static void compare(const char *what, const char *tag, const std::vector<float> 
 
 static float bf16_round(float x) { return __bfloat162float(__float2bfloat16(x)); }
 
-template <class E> static void run(int B, int T, int C, int NH, int tile, uint32_t seed)
+template <class E, class I = unsigned> static void run(int B, int T, int C, int NH, int tile, uint32_t seed)
 {
     const bool bf16 = sizeof(E) == 2;
     const int HS = C / NH;
@@ -228,33 +238,151 @@ template <class E> static void run(int B, int T, int C, int NH, int tile, uint32
     const float scale = 1.0f / sqrtf((float)HS);
     const dim3 grid((unsigned)(B * NH), (unsigned)((T + tile - 1) / tile));
     char tag[96];
-    snprintf(tag, sizeof tag, "%s tiles, B %d T %d C %d NH %d, tile %d:", bf16 ? "bf16" : "fp32", B, T, C, NH, tile);
+    snprintf(tag, sizeof tag, "%s tiles, %s index, B %d T %d C %d NH %d, tile %d:", bf16 ? "bf16" : "fp32",
+             sizeof(I) == 4 ? "32-bit" : "64-bit", B, T, C, NH, tile);
     launch(grid, forward_smem<E>(tile, HS), [&] {
-        attention_tiled_forward_kernel<E>(g_out.data(), g_lse.data(), qkv.data(), T, C, NH, tile, scale);
+        attention_tiled_forward_kernel<E, I>(g_out.data(), g_lse.data(), qkv.data(), T, C, NH, tile, scale);
     });
     compare("out", tag, out, g_out);
     compare("lse", tag, lse, g_lse);
     /* the backward on the CPU's forward, as tests/test_cuda does; rowdot's
      * kernel on one block (it strides over the rows) */
     launch(dim3(1), 0, [&] {
-        attention_rowdot_kernel<E>(g_rowdot.data(), dout.data(), out.data(), B, T, C, NH);
+        attention_rowdot_kernel<E, I>(g_rowdot.data(), dout.data(), out.data(), B, T, C, NH);
     });
     launch(grid, dkv_smem<E>(tile, HS), [&] {
-        attention_tiled_dkv_kernel<E>(g_dqkv.data(), dout.data(), qkv.data(), lse.data(), g_rowdot.data(), T, C, NH,
+        attention_tiled_dkv_kernel<E, I>(g_dqkv.data(), dout.data(), qkv.data(), lse.data(), g_rowdot.data(), T, C, NH,
                                       tile, scale);
     });
     launch(grid, dq_smem<E>(tile, HS), [&] {
-        attention_tiled_dq_kernel<E>(g_dqkv.data(), dout.data(), qkv.data(), lse.data(), g_rowdot.data(), T, C, NH,
+        attention_tiled_dq_kernel<E, I>(g_dqkv.data(), dout.data(), qkv.data(), lse.data(), g_rowdot.data(), T, C, NH,
                                      tile, scale);
     });
     compare("rowdot", tag, rowdot, g_rowdot);
     compare("dqkv", tag, dqkv, g_dqkv);
 }
 
+/* The fused residual + LayerNorm (src/cuda/residual_layernorm.cuh), W the
+ * weights' type and I the index type, against the CPU's
+ * residual_layernorm_forward: res bitwise (one fp32 addition either way),
+ * ln, mean, rstd within compare()'s tolerance (the sums' orders differ: lanes
+ * of a simd reduction against a warp's butterfly).  in_place: res is a, as
+ * gpt_ops.c calls it.  BT not a multiple of the 8 rows of a block, C not of
+ * the 32 lanes. */
+template <class W, class I> static void run_residual_layernorm(int BT, int C, bool in_place, uint32_t seed)
+{
+    const bool bf16 = sizeof(W) == 2;
+    const size_t n = (size_t)BT * C;
+    std::mt19937 rng(seed);
+    std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+    std::vector<float> a(n), b(n), w(C), bias(C);
+    for (float &x : a) x = 3.0f * uniform(rng) + 0.5f;   /* a mean away from 0 */
+    for (float &x : b) x = uniform(rng);
+    std::vector<W> gw(C), gbias(C);
+    for (int c = 0; c < C; c++) {
+        w[c] = 1.0f + 0.5f * uniform(rng);
+        bias[c] = 0.1f * uniform(rng);
+        if (bf16) {   /* the CPU gets the weights the kernel widens */
+            w[c] = bf16_round(w[c]);
+            bias[c] = bf16_round(bias[c]);
+        }
+        gw[c] = to_elem<W>(w[c]);
+        gbias[c] = to_elem<W>(bias[c]);
+    }
+    std::vector<float> res(n), y(n), mean(BT), rstd(BT);
+    residual_layernorm_forward(res.data(), y.data(), mean.data(), rstd.data(), a.data(), b.data(), w.data(),
+                               bias.data(), BT, C);
+    std::vector<float> g_a(a), g_res(n, NAN), g_y(n, NAN), g_mean(BT, NAN), g_rstd(BT, NAN);
+    float *out = in_place ? g_a.data() : g_res.data();
+    const int rows_per_block = kResidualLayernormThreads / 32;
+    launch(dim3((unsigned)((BT + rows_per_block - 1) / rows_per_block)), 0, [&] {
+        osdp_cuda::residual_layernorm_kernel<W, I>(out, g_y.data(), g_mean.data(), g_rstd.data(), g_a.data(),
+                                                  b.data(), gw.data(), gbias.data(), BT, C);
+    }, kResidualLayernormThreads);
+    char tag[96];
+    snprintf(tag, sizeof tag, "residual+layernorm, %s weights, %s index, BT %d C %d%s:", bf16 ? "bf16" : "fp32",
+             sizeof(I) == 4 ? "32-bit" : "64-bit", BT, C, in_place ? ", in place" : "");
+    if (memcmp(res.data(), out, n * sizeof(float)) == 0) {
+        printf("PASS: %s res (bitwise)\n", tag);
+    } else {
+        failures++;
+        printf("FAIL: %s res differs from the CPU's a + b\n", tag);
+    }
+    compare("ln", tag, y, g_y);
+    compare("mean", tag, mean, g_mean);
+    compare("rstd", tag, rstd, g_rstd);
+}
+
+/* The fused head's d(logits) (src/cuda/head_backward.cuh) against the CPU's
+ * crossentropy_backward_lse: in bf16 (D = __nv_bfloat16, the output starting
+ * as NaN bits: every entry written), or in fp32 in place over the logits
+ * (D = float); the padding columns exactly 0, the others within one bf16
+ * rounding of the CPU's fp32 value (|got - cpu| <= 2^-8 |cpu| + 1e-12), or
+ * for fp32 within 1e-6 |cpu| (expf's last bits, host against vectorised) -- a
+ * wrong row, column, target or range shows as far more.  A grid smaller
+ * than the entries: the grid-stride loop covers the rest. */
+static float widened(float v) { return v; }
+static float widened(__nv_bfloat16 v) { return __bfloat162float(v); }
+template <class I, class D> static void run_head_dlogits(int rows, int V, int valid, int lo, uint32_t seed)
+{
+    const bool bf16 = sizeof(D) == 2;
+    const size_t n = (size_t)rows * V;
+    std::mt19937 rng(seed);
+    std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+    std::vector<float> logits(n), lse(rows), ref(n);
+    std::vector<int> targets(rows);
+    for (float &x : logits) x = 6.0f * uniform(rng);
+    for (int i = 0; i < rows; i++) {
+        lse[i] = 7.0f + uniform(rng);
+        targets[i] = (int)(rng() % (unsigned)(lo + V + 3));   /* in this range, below it, or past it */
+    }
+    targets[0] = lo;   /* one hit for sure */
+    const float scale = 0.37f;
+    ref = logits;
+    crossentropy_backward_lse(ref.data(), lse.data(), targets.data(), scale, rows, V, valid, lo);
+    std::vector<D> got(n);
+    for (size_t k = 0; k < n; k++) {
+        if (bf16) memcpy(&got[k], "\xC0\x7F", 2);   /* NaN */
+        else memcpy(&got[k], &logits[k], sizeof(D));
+    }
+    const float *in = bf16 ? logits.data() : (const float *)(const void *)got.data();   /* fp32: in place */
+    launch(dim3(3), 0, [&] {
+        osdp_cuda::crossentropy_backward_lse_kernel<I>(got.data(), in, lse.data(), targets.data(), scale, rows, V,
+                                                      valid, lo);
+    });
+    size_t bad = 0, at = 0;
+    for (size_t k = 0; k < n; k++) {
+        const float g = widened(got[k]), r = ref[k];
+        const bool padding = (int)(k % (size_t)V) >= valid;
+        const bool ok = padding ? g == 0.0f : fabsf(g - r) <= (bf16 ? 0x1p-8f : 1e-6f) * fabsf(r) + 1e-12f;
+        if (!ok && !bad++) at = k;
+    }
+    char tag[96];
+    snprintf(tag, sizeof tag, "%s head dlogits, %s index, rows %d V %d valid %d lo %d:", bf16 ? "bf16" : "fp32",
+             sizeof(I) == 4 ? "32-bit" : "64-bit", rows, V, valid, lo);
+    if (bad) {
+        failures++;
+        printf("FAIL: %s %zu entries differ, first [%zu]: cpu %.9g, emulated %.9g\n", tag, bad, at, ref[at],
+               widened(got[at]));
+    } else {
+        printf("PASS: %s every entry within %s, the padding 0\n", tag, bf16 ? "a bf16 rounding" : "1e-6");
+    }
+}
+
 int main()
 {
+    run_head_dlogits<unsigned, __nv_bfloat16>(9, 300, 300, 0, 13);     /* a whole vocabulary */
+    run_head_dlogits<unsigned, __nv_bfloat16>(7, 128, 100, 256, 14);   /* a rank's range, partly padding */
+    run_head_dlogits<size_t, __nv_bfloat16>(5, 64, 0, 512, 15);        /* only padding, the 64-bit index */
+    run_head_dlogits<unsigned, float>(7, 128, 100, 256, 16);           /* fp32, in place */
+    run_residual_layernorm<float, unsigned>(13, 72, false, 7);     /* partial block, C not a multiple of 32 */
+    run_residual_layernorm<float, unsigned>(16, 768, true, 8);     /* GPT-2's width, in place */
+    run_residual_layernorm<float, size_t>(9, 40, true, 9);         /* the 64-bit index variant */
+    run_residual_layernorm<__nv_bfloat16, unsigned>(11, 100, true, 10);
+    run_residual_layernorm<float, unsigned>(3, 1, false, 11);      /* C 1: variance 0 */
     run<float>(2, 13, 24, 3, 32, 1);     /* one partial tile, head size 8 */
     run<float>(1, 70, 64, 4, 16, 2);     /* five tiles, the last partial, head size 16 */
+    run<float, size_t>(2, 45, 64, 4, 16, 12);   /* the 64-bit index variant */
     run<float>(1, 64, 128, 2, 32, 3);    /* whole tiles, GPT-2's head size 64 */
     run<float>(1, 40, 256, 2, 16, 4);    /* head size 128 */
     run<float>(1, 1, 8, 2, 32, 5);       /* T 1 */

@@ -1,8 +1,9 @@
 #!/bin/bash
 # EMULATED, not a GPU run: compiles tests/cuda/test_cuda_emulated.cc (the CUDA tiled
-# attention's kernels, src/cuda/attention_tiled.cuh, built for the host, a
+# attention's kernels, src/cuda/attention_tiled.cuh, and the fused residual +
+# LayerNorm, src/cuda/residual_layernorm.cuh, built for the host, a
 # block's threads emulated as contexts switched at barriers) against this build's libosdp.a (the CPU
-# backend's tiled attention, the reference) and runs it: see the .cc for what
+# backend's kernels, the reference) and runs it: see the .cc for what
 # it checks and what only a GPU can.  It needs no CUDA, so it runs in CI.
 # Exit 77 (SKIP), with the reason, when no C++17 compiler is found (CXX,
 # default g++) or the build has no libosdp.a.
@@ -30,9 +31,9 @@ if [ -s "$WORK/build.log" ]; then
     bad "tests/cuda/test_cuda_emulated.cc builds with warnings" "$WORK/build.log"
 fi
 if "$WORK/test_cuda_emulated" > "$WORK/run.log" 2>&1; then
-    ok "the CUDA tiled attention's kernels, emulated on the host, match the CPU's ($(grep -c '^PASS' "$WORK/run.log") comparisons)"
+    ok "the CUDA tiled attention's and residual + LayerNorm kernels, emulated on the host, match the CPU's ($(grep -c '^PASS' "$WORK/run.log") comparisons)"
 else
     grep '^FAIL' "$WORK/run.log" | head -10
-    bad "the CUDA tiled attention's kernels, emulated on the host, differ from the CPU's" "$WORK/run.log"
+    bad "the CUDA tiled attention's or residual + LayerNorm kernels, emulated on the host, differ from the CPU's" "$WORK/run.log"
 fi
 summary test_cuda_emulated

@@ -997,6 +997,61 @@ START_TEST(test_residual)
 }
 END_TEST
 
+/* The fused residual + LayerNorm: the same bits as residual_forward then
+ * layernorm_forward (what lets gpt_ops.c fuse them and keep every loss),
+ * out of place and in place (res aliasing a, as gpt_ops.c calls it), with
+ * threads (sizes above the serial cut-off) and without, and on the bf16
+ * table against the fp32 one given the weights it widens. */
+START_TEST(test_residual_layernorm)
+{
+    const int shapes[][2] = {{7, 72}, {512, 256}, {3, 1}};
+    for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
+        const int BT = shapes[k][0], C = shapes[k][1];
+        const size_t n = (size_t)BT * C;
+        float *a = falloc(n), *r = falloc(n), *w = falloc(C), *b = falloc(C);
+        fill_uniform(a, n, -2, 3, 111 + k);
+        fill_uniform(r, n, -1, 1, 112 + k);
+        fill_uniform(w, C, 0.5f, 1.5f, 113 + k);
+        fill_uniform(b, C, -1, 1, 114 + k);
+        float *sum = falloc(n), *y = falloc(n), *mean = falloc(BT), *rstd = falloc(BT);
+        residual_forward(sum, a, r, n);
+        layernorm_forward(y, mean, rstd, sum, w, b, BT, C);
+        for (int threads = 1; threads <= 2; threads++) {
+            int old_threads = set_threads(threads);
+            float *res = copy_floats(a, n), *fy = falloc(n), *fmean = falloc(BT), *frstd = falloc(BT);
+            residual_layernorm_forward(res, fy, fmean, frstd, res, r, w, b, BT, C);   /* in place */
+            ck_assert_msg(memcmp(res, sum, n * 4) == 0, "BT %d C %d: res != residual_forward's", BT, C);
+            ck_assert_msg(memcmp(fy, y, n * 4) == 0 && memcmp(fmean, mean, BT * 4) == 0 &&
+                          memcmp(frstd, rstd, BT * 4) == 0,
+                          "BT %d C %d, %d threads: fused layernorm differs from layernorm_forward's", BT, C, threads);
+            fill_value(res, n, 0);
+            residual_layernorm_forward(res, fy, fmean, frstd, a, r, w, b, BT, C);   /* out of place */
+            ck_assert_msg(memcmp(res, sum, n * 4) == 0 && memcmp(fy, y, n * 4) == 0,
+                          "BT %d C %d: out of place differs", BT, C);
+            set_threads(old_threads);
+            free(res); free(fy); free(fmean); free(frstd);
+        }
+        /* the bf16 table: its weights widened, the fp32 table's bits */
+        uint16_t *w16 = malloc(C * sizeof *w16), *b16 = malloc(C * sizeof *b16);
+        float *ww = falloc(C), *bw = falloc(C);
+        ck_assert_msg(w16 && b16, "out of memory");
+        osdp_compute_cpu_bf16.convert_weights(w16, w, C);
+        osdp_compute_cpu_bf16.convert_weights(b16, b, C);
+        for (int c = 0; c < C; c++) {
+            ww[c] = osdp_bf16_to_float(w16[c]);
+            bw[c] = osdp_bf16_to_float(b16[c]);
+        }
+        float *res32 = falloc(n), *y32 = falloc(n), *res16 = falloc(n), *y16 = falloc(n);
+        osdp_compute_cpu.residual_layernorm_forward(res32, y32, mean, rstd, a, r, ww, bw, BT, C);
+        osdp_compute_cpu_bf16.residual_layernorm_forward(res16, y16, mean, rstd, a, r, w16, b16, BT, C);
+        ck_assert_msg(memcmp(res16, res32, n * 4) == 0 && memcmp(y16, y32, n * 4) == 0,
+                      "BT %d C %d: the bf16 table's fused residual + layernorm differs", BT, C);
+        free(a); free(r); free(w); free(b); free(sum); free(y); free(mean); free(rstd);
+        free(w16); free(b16); free(ww); free(bw); free(res32); free(y32); free(res16); free(y16);
+    }
+}
+END_TEST
+
 /* ------------------------------------------------- thread-count independence */
 
 START_TEST(test_threads_bitwise)
@@ -1193,7 +1248,7 @@ static Suite *kernels_suite(void)
                            test_gelu, test_attention_forward, test_attention_backward, test_attention_deterministic,
                            test_attention_tiled, test_crossentropy_lse,
                            test_embedding, test_crossentropy, test_crossentropy_large_logits,
-                           test_crossentropy_large_gap, test_residual, test_threads_bitwise, test_embedding_range,
+                           test_crossentropy_large_gap, test_residual, test_residual_layernorm, test_threads_bitwise, test_embedding_range,
                            test_crossentropy_ranges, test_vocab_quantum, NULL};
     const osdp_check_case cases[] = {
         {.name = "core", .tests = core},
