@@ -326,14 +326,15 @@ static int list_length(const osdp_schedule *sc, const osdp_event *ev)
          : ev == sc->optim ? sc->n_optim : 0;
 }
 
-/* Whether the forward of op, whose pass ends at `end`, may leave its
- * residual to the next operator's LayerNorm (osdp_op_context's
+/* Whether the forward of op, whose pass is the COMPUTE at `at`, may leave
+ * its residual to the next operator's LayerNorm (osdp_op_context's
  * defer_residual): the next pass computed is that operator's forward on the
  * same micro-batch, in the same chunk (its input is this `out`, no message
  * between), starting with the LayerNorm of its input; and no activation
- * buffer is freed until that pass has ended (the residual it adds, this
- * operator's input or projected input, is still there). */
-static int residual_fuses_forward(osdp_runtime *rt, const osdp_event *ev, int end, int op, int micro)
+ * buffer is freed from this pass's start until that pass has ended (the
+ * residual it adds, this operator's input or projected input, is still
+ * there). */
+static int residual_fuses_forward(osdp_runtime *rt, const osdp_event *ev, int at, int op, int micro)
 {
     struct osdp_runtime_internal *in = rt->in;
     const osdp_layout *L = rt->layout;
@@ -342,7 +343,7 @@ static int residual_fuses_forward(osdp_runtime *rt, const osdp_event *ev, int en
         return 0;
     const int n = list_length(&in->sched, ev);
     int next = -1;
-    for (int u = end + 1; u < n; u++) {
+    for (int u = at + 1; u < n; u++) {
         const osdp_event *e = &ev[u];
         if (e->kind == OSDP_EV_FREE &&
             (e->buffer == OSDP_BUF_ACTS || e->buffer == OSDP_BUF_KEPT || e->buffer == OSDP_BUF_STAGE_INPUT))
@@ -386,7 +387,7 @@ static osdp_status compute(osdp_runtime *rt, const osdp_event *ev, int at)
         /* the residual the previous forward left to this one, and whether this one leaves its own */
         in->ctx.input_residual = in->residual_left_op == r.op - 1 && in->residual_left_micro == m && r.op > 0
                                ? in->residual_left : NULL;
-        in->ctx.defer_residual = r.pass == OSDP_PASS_FORWARD && residual_fuses_forward(rt, ev, r.end, r.op, m);
+        in->ctx.defer_residual = r.pass == OSDP_PASS_FORWARD && residual_fuses_forward(rt, ev, at, r.op, m);
         in->residual_left_op = -1;
         const osdp_status st = osdp_op_forward_sliced(&in->ctx, r.op, &view, input, &o->acts[m]);
         if (st == OSDP_OK && in->ctx.defer_residual) {

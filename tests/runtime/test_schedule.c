@@ -285,6 +285,67 @@ static int check_random_plans(const osdp_layout *L, const int Ns[4], int per_n)
     return checked;
 }
 
+/* The residual + LayerNorm fusion across operators (executor.c): the CPU
+ * table with its fused entry counted.  t_small (2 layers, widths equal):
+ * all-DP without recompute fuses every attn -> mlp, mlp -> attn and
+ * mlp -> head boundary of the step's forward, 2 n_layer; none where an
+ * activation buffer is freed between the two passes: under all-recompute,
+ * and in an evaluation (it frees each operator's activations once the next
+ * has read them); and the losses bit for bit those of all-recompute, which
+ * fuses none. */
+static int fused_calls;
+static void counted_residual_layernorm(float *res, float *y, float *mean, float *rstd, const float *a, const float *b,
+                                       const void *w, const void *bias, int BT, int C)
+{
+    fused_calls++;
+    osdp_compute_cpu.residual_layernorm_forward(res, y, mean, rstd, a, b, w, bias, BT, C);
+}
+
+static double fusion_run(const osdp_layout *L, const osdp_compute_backend *be, int recompute, osdp_comm *comm)
+{
+    osdp_plan p;
+    ck_assert(osdp_plan_alloc(&p, L->n_ops) == OSDP_OK);
+    for (int i = 0; i < L->n_ops; i++) {
+        p.slices[i] = 1;
+        p.zdp_slices[i] = 0;
+        p.recompute[i] = recompute && osdp_op_can_recompute(L->op[i].type);
+    }
+    osdp_runtime_options opt = {.geo.micro_batch = 2, .geo.accum_steps = 1, .geo.prefetch = 1, .seed = 7,
+                                .geo.weight_dtype = OSDP_FLOAT32, .geo.pad_quantum = 1};
+    osdp_optim_defaults(&opt.optim);
+    osdp_runtime rt;
+    ck_assert_msg(osdp_runtime_create(&rt, L, &p, comm, be, &opt) == OSDP_OK, "%s", osdp_error_message());
+    fused_calls = 0;
+    int tokens[2 * 2 * 16];
+    for (size_t t = 0; t < sizeof tokens / sizeof *tokens; t++) tokens[t] = (int)(t * 7 % (unsigned)L->cfg.vocab);
+    osdp_step_stats stats;
+    double val_loss = 0;
+    ck_assert_msg(osdp_runtime_step(&rt, tokens, &stats) == OSDP_OK, "%s", osdp_error_message());
+    const int want = recompute ? 0 : 2 * L->cfg.n_layer;
+    ck_assert_int_eq(fused_calls, want);
+    ck_assert_msg(osdp_runtime_evaluate(&rt, tokens, 1, &val_loss) == OSDP_OK, "%s", osdp_error_message());
+    ck_assert_int_eq(fused_calls, want);   /* the evaluation: none */
+    osdp_runtime_destroy(&rt);
+    osdp_plan_free(&p);
+    return stats.loss + val_loss;
+}
+
+START_TEST(test_residual_layernorm_fusion)
+{
+    osdp_comm comm;
+    ck_assert(osdp_comm_create_mpi(&comm, &(MPI_Comm){MPI_COMM_WORLD}) == OSDP_OK);
+    osdp_layout L;
+    load_layout(&L, MODELS[0], 16);
+    osdp_compute_backend counted = osdp_compute_cpu;
+    counted.residual_layernorm_forward = counted_residual_layernorm;
+    const double fused = fusion_run(&L, &counted, 0, &comm), unfused = fusion_run(&L, &counted, 1, &comm);
+    ck_assert_msg(fused == unfused, "the fused run's losses %.17g differ from the unfused (all-recompute) %.17g",
+                  fused, unfused);
+    osdp_layout_free(&L);
+    osdp_comm_destroy(&comm);
+}
+END_TEST
+
 /* more ranks than this process has: schedule against closed form, 2 models x 4 N x 50 plans */
 START_TEST(test_schedule_equals_closed_form)
 {
@@ -473,7 +534,7 @@ static Suite *schedule_suite(void)
 {
     const TTest *schedule[] = {test_measured_equals_schedule_and_closed_form, test_schedule_equals_closed_form,
                                test_tp_schedule_equals_closed_form, test_tp_staging_measured, test_schedule_errors,
-                               test_tied_head, NULL};
+                               test_tied_head, test_residual_layernorm_fusion, NULL};
     const osdp_check_case cases[] = {{.name = "schedule", .tests = schedule}};
     return osdp_check_suite("schedule", cases, sizeof cases / sizeof cases[0]);
 }
