@@ -150,6 +150,7 @@
 #include "osdp/device.h"
 #include "osdp/geometry.h"
 #include "osdp/layout.h"
+#include "osdp/pipeline.h"
 #include "osdp/plan.h"
 
 typedef enum osdp_cost_kind { OSDP_COST_PAPER, OSDP_COST_OVERLAP } osdp_cost_kind;
@@ -204,7 +205,7 @@ typedef struct osdp_cost_model {
     long long stage_buffer_bytes;   /* a pipeline stage's message buffers (0: none) */
     const osdp_cost_hierarchy *hier;    /* the levels of hierarchical slices; NULL: priced as ZDP (one node) */
     const int *reduce_once; /* per operator, NULL: none reduce once (peak and step time use the plan's) */
-    int next_passes;        /* a pipeline stage: OSDP_PIPE_THEN_* (osdp/pipeline.h) of its wrap moment (0: none) */
+    int next_passes;        /* a pipeline stage: OSDP_PIPE_THEN_* of its wrap moment (osdp_pipe_after_backward; 0: none) */
 } osdp_cost_model;
 
 /* The one way to make a cost model: of layout on dev for the step geo (its n_ranks, pad_quantum and
@@ -253,10 +254,10 @@ static inline long long osdp_cost_backward_moment(const osdp_op_peak_terms *t, i
  * (nonzero); W + sum_i held_i on top */
 static inline long long osdp_cost_wrap_moment(const osdp_op_peak_terms *t, int n, int next_passes)
 {
-    long long x = t[0].pass_peak_then_forward;   /* OSDP_PIPE_THEN_FORWARD (1) */
-    if (next_passes & 2) {                       /* OSDP_PIPE_THEN_BACKWARD */
+    long long x = t[0].pass_peak_then_forward;
+    if (next_passes & OSDP_PIPE_THEN_BACKWARD) {
         const long long b = n > 1 ? t[0].pass_peak + t[n - 1].prefetch : t[0].pass_peak_again;
-        if (!(next_passes & 1) || b > x) x = b;
+        if (!(next_passes & OSDP_PIPE_THEN_FORWARD) || b > x) x = b;
     }
     return t[0].acts + x + (n > 1 ? t[1].in_flight : 0);
 }
