@@ -126,11 +126,10 @@ void attention_tiled_backward(float *dqkv, float *rowdot, const float *dout, con
         CUDA_CHECK_LAUNCH();
         allow_smem(attention_tiled_dkv_kernel<E, I>, kv_bytes);
         allow_smem(attention_tiled_dq_kernel<E, I>, q_bytes);
-        attention_tiled_dkv_kernel<E, I><<<grid, kAttnThreads, kv_bytes, s>>>(dqkv, dout, qkv, lse, rowdot, T, C, NH,
-                                                                              tile, scale);
+        const AttnBackward args = {dqkv, dout, qkv, lse, rowdot, T, C, NH, tile, scale};
+        attention_tiled_dkv_kernel<E, I><<<grid, kAttnThreads, kv_bytes, s>>>(args);
         CUDA_CHECK_LAUNCH();
-        attention_tiled_dq_kernel<E, I><<<grid, kAttnThreads, q_bytes, s>>>(dqkv, dout, qkv, lse, rowdot, T, C, NH,
-                                                                            tile, scale);
+        attention_tiled_dq_kernel<E, I><<<grid, kAttnThreads, q_bytes, s>>>(args);
     });
     CUDA_CHECK_LAUNCH();
 }

@@ -204,43 +204,53 @@ __device__ void tile_gradients(float *P, float *dS, const E *Qs, const E *dOs, c
     }
 }
 
-/* lse and rowdot of rows [i0, i0 + tile) of head bh (0 past T) */
-__device__ inline void load_row_stats(float *lse_s, float *rowdot_s, const float *lse, const float *rowdot, int bh, int i0,
-                               int T, int tile)
+/* The backward kernels' arguments: the forward's inputs and statistics, and d(out) */
+struct AttnBackward {
+    float *dqkv;
+    const float *dout, *qkv, *lse, *rowdot;
+    int T, C, NH, tile;
+    float scale;
+};
+
+/* The query side of query tile i0: Q and d(O) rows, and their lse and rowdot
+ * (0 past T) */
+template <class E, class I>
+__device__ inline void load_query_side(E *Qs, E *dOs, float *lse_s, float *rowdot_s, const AttnBackward &a,
+                                       const HeadView<E> &hv, int i0)
 {
-    for (int r = threadIdx.x; r < tile; r += blockDim.x) {
-        const bool real = i0 + r < T;
-        lse_s[r] = real ? lse[(size_t)bh * T + i0 + r] : 0.0f;
-        rowdot_s[r] = real ? rowdot[(size_t)bh * T + i0 + r] : 0.0f;
+    load_tile<E, I>(Qs, hv.q, i0, a.T, hv.ld, hv.HS, a.tile);
+    load_tile<E, I>(dOs, a.dout + hv.heads_off, i0, a.T, a.C, hv.HS, a.tile);
+    for (int r = threadIdx.x; r < a.tile; r += blockDim.x) {
+        const bool real = i0 + r < a.T;
+        lse_s[r] = real ? a.lse[(size_t)hv.bh * a.T + i0 + r] : 0.0f;
+        rowdot_s[r] = real ? a.rowdot[(size_t)hv.bh * a.T + i0 + r] : 0.0f;
     }
 }
 
 /* d(K) and d(V) of one key tile: dV = sum over query tiles of P^T dO, dK = dS^T Q */
 template <class E, class I>
 __global__ void __launch_bounds__(kAttnThreads)
-    attention_tiled_dkv_kernel(float *dqkv, const float *dout, const float *qkv, const float *lse,
-                               const float *rowdot, int T, int C, int NH, int tile, float scale)
+    attention_tiled_dkv_kernel(const AttnBackward a)
 {
     extern __shared__ float smem[];
-    const HeadView<E> hv(qkv, T, C, NH);
+    const int T = a.T, C = a.C, tile = a.tile;
+    const HeadView<E> hv(a.qkv, T, C, a.NH);
     const int HS = hv.HS, ld = hv.ld, lds = hv.lds, sld = tile + 1;
     const int j0 = (int)blockIdx.y * tile;   /* the first keys, seen by the most rows, first */
     float *P = smem, *dS = P + tile * sld, *dK = dS + tile * sld, *dV = dK + tile * HS, *lse_s = dV + tile * HS;
     float *rowdot_s = lse_s + tile;
     E *Ks = reinterpret_cast<E *>(rowdot_s + tile), *Vs = Ks + tile * lds, *Qs = Vs + tile * lds;
     E *dOs = Qs + tile * lds;
-    const float *q = hv.q, *dO = dout + hv.heads_off;
+    const float *q = hv.q;
 
     load_tile<E, I>(Ks, q + C, j0, T, ld, HS, tile);
     load_tile<E, I>(Vs, q + 2 * C, j0, T, ld, HS, tile);
     for (int e = threadIdx.x; e < tile * HS; e += blockDim.x) dK[e] = dV[e] = 0.0f;
     for (int i0 = j0; i0 < T; i0 += tile) {   /* the query tiles that see these keys */
         __syncthreads();   /* the previous query tile's readers are done (and K, V are loaded) */
-        load_tile<E, I>(Qs, q, i0, T, ld, HS, tile);
-        load_tile<E, I>(dOs, dO, i0, T, C, HS, tile);
-        load_row_stats(lse_s, rowdot_s, lse, rowdot, hv.bh, i0, T, tile);
+        load_query_side<E, I>(Qs, dOs, lse_s, rowdot_s, a, hv, i0);
         __syncthreads();
-        tile_gradients(P, dS, Qs, dOs, Ks, Vs, lse_s, rowdot_s, i0, j0, T, HS, tile, scale);
+        tile_gradients(P, dS, Qs, dOs, Ks, Vs, lse_s, rowdot_s, i0, j0, T, HS, tile, a.scale);
         __syncthreads();
         for (int e = threadIdx.x; e < tile * HS; e += blockDim.x) {
             const int j = e / HS, c = e % HS;
@@ -254,7 +264,7 @@ __global__ void __launch_bounds__(kAttnThreads)
         }
     }
     /* each thread writes the entries it summed: no barrier needed */
-    float *dk = dqkv + (hv.q - qkv) + C;
+    float *dk = a.dqkv + (hv.q - a.qkv) + C;
     for (int e = threadIdx.x; e < tile * HS; e += blockDim.x) {
         const int j = e / HS, c = e % HS;
         if (j0 + j < T) {
@@ -267,20 +277,18 @@ __global__ void __launch_bounds__(kAttnThreads)
 /* d(Q) of one query tile: sum over the key tiles at or left of the diagonal of dS K */
 template <class E, class I>
 __global__ void __launch_bounds__(kAttnThreads)
-    attention_tiled_dq_kernel(float *dqkv, const float *dout, const float *qkv, const float *lse,
-                              const float *rowdot, int T, int C, int NH, int tile, float scale)
+    attention_tiled_dq_kernel(const AttnBackward a)
 {
     extern __shared__ float smem[];
-    const HeadView<E> hv(qkv, T, C, NH);
+    const int T = a.T, C = a.C, tile = a.tile;
+    const HeadView<E> hv(a.qkv, T, C, a.NH);
     const int HS = hv.HS, ld = hv.ld, lds = hv.lds, i0 = query_tile_start(tile), sld = tile + 1;
     float *dS = smem, *dQ = dS + tile * sld, *lse_s = dQ + tile * HS, *rowdot_s = lse_s + tile;
     E *Qs = reinterpret_cast<E *>(rowdot_s + tile), *dOs = Qs + tile * lds, *Ks = dOs + tile * lds;
     E *Vs = Ks + tile * lds;
     const float *q = hv.q;
 
-    load_tile<E, I>(Qs, q, i0, T, ld, HS, tile);
-    load_tile<E, I>(dOs, dout + hv.heads_off, i0, T, C, HS, tile);
-    load_row_stats(lse_s, rowdot_s, lse, rowdot, hv.bh, i0, T, tile);
+    load_query_side<E, I>(Qs, dOs, lse_s, rowdot_s, a, hv, i0);
     for (int e = threadIdx.x; e < tile * HS; e += blockDim.x) dQ[e] = 0.0f;
     const int last = (i0 + tile < T ? i0 + tile : T) - 1;
     for (int j0 = 0; j0 <= last; j0 += tile) {
@@ -288,7 +296,7 @@ __global__ void __launch_bounds__(kAttnThreads)
         load_tile<E, I>(Ks, q + C, j0, T, ld, HS, tile);
         load_tile<E, I>(Vs, q + 2 * C, j0, T, ld, HS, tile);
         __syncthreads();
-        tile_gradients<E>(NULL, dS, Qs, dOs, Ks, Vs, lse_s, rowdot_s, i0, j0, T, HS, tile, scale);
+        tile_gradients<E>(NULL, dS, Qs, dOs, Ks, Vs, lse_s, rowdot_s, i0, j0, T, HS, tile, a.scale);
         __syncthreads();
         for (int e = threadIdx.x; e < tile * HS; e += blockDim.x) {
             const int r = e / HS, c = e % HS;
@@ -298,7 +306,7 @@ __global__ void __launch_bounds__(kAttnThreads)
             dQ[e] = acc;
         }
     }
-    float *dq = dqkv + (hv.q - qkv);
+    float *dq = a.dqkv + (hv.q - a.qkv);
     for (int e = threadIdx.x; e < tile * HS; e += blockDim.x) {
         const int r = e / HS, c = e % HS;
         if (i0 + r < T) dq[(I)(i0 + r) * (I)ld + c] = dQ[e];

@@ -401,19 +401,27 @@ void cuda_matmul_forward(float *y, const float *x, const void *w, const void *b,
     cuda_matmul_forward_strided(y, x, IC, w, b, BT, IC, OC, accumulate);
 }
 
+/* A linear's backward products, for either weight layout: w stored (IC,OC)
+ * (out_in 0: to cuBLAS the column-major (OC,IC) matrix) or (OC,IC) (out_in 1). */
+static void linear_backward_products(float *dx, int lddx, float *dw, const float *dy, const float *x, int ldx,
+                                     const float *w, int BT, int IC, int OC, int dx_accumulate, int out_in)
+{
+    /* dx (BT,IC) = dy @ w^T (or dy @ w)  ->  dx^T (IC,BT) = op(w) dy^T (OC,BT) */
+    if (dx)
+        CUBLAS_LAUNCH(cublasSgemm(g.cublas, out_in ? CUBLAS_OP_N : CUBLAS_OP_T, CUBLAS_OP_N, IC, BT, OC, &kOne, w,
+                                 out_in ? IC : OC, dy, OC, dx_accumulate ? &kOne : &kZero, dx, lddx));
+    if (out_in)   /* dw (OC,IC) += dy^T @ x  ->  dw^T (IC,OC) += x^T (IC,BT) dy (BT,OC) */
+        CUBLAS_LAUNCH(cublasSgemm(g.cublas, CUBLAS_OP_N, CUBLAS_OP_T, IC, OC, BT, &kOne, x, ldx, dy, OC, &kOne, dw, IC));
+    else          /* dw (IC,OC) += x^T @ dy  ->  dw^T (OC,IC) += dy^T (OC,BT) x (BT,IC) */
+        CUBLAS_LAUNCH(cublasSgemm(g.cublas, CUBLAS_OP_N, CUBLAS_OP_T, OC, IC, BT, &kOne, dy, OC, x, ldx, &kOne, dw, OC));
+}
+
 void cuda_matmul_backward_strided(float *dx, int lddx, float *dw, float *db, const float *dy,
-                                  const float *x, int ldx, const void *w_, int BT, int IC, int OC,
+                                  const float *x, int ldx, const void *w, int BT, int IC, int OC,
                                   int dx_accumulate)
 {
-    const float *w = (const float *)w_;
     if (BT <= 0 || IC <= 0 || OC <= 0) return;
-    /* dx (BT,IC) = dy @ w^T  ->  dx^T (IC,BT) = w (IC,OC) dy^T (OC,BT) */
-    if (dx)
-        CUBLAS_LAUNCH(cublasSgemm(g.cublas, CUBLAS_OP_T, CUBLAS_OP_N, IC, BT, OC, &kOne, w, OC, dy,
-                                 OC, dx_accumulate ? &kOne : &kZero, dx, lddx));
-    /* dw (IC,OC) += x^T @ dy  ->  dw^T (OC,IC) += dy^T (OC,BT) x (BT,IC) */
-    CUBLAS_LAUNCH(cublasSgemm(g.cublas, CUBLAS_OP_N, CUBLAS_OP_T, OC, IC, BT, &kOne, dy, OC, x, ldx,
-                             &kOne, dw, OC));
+    linear_backward_products(dx, lddx, dw, dy, x, ldx, (const float *)w, BT, IC, OC, dx_accumulate, 0);
     if (db) osdp_cuda::column_sums_add(db, dy, BT, OC, S());
 }
 
@@ -435,17 +443,10 @@ void cuda_matmul_forward_out_in(float *y, const float *x, const void *w_, int BT
 }
 
 void cuda_matmul_backward_out_in(float *dx, float *dw, const float *dy, const float *x,
-                                 const void *w_, int BT, int IC, int OC, int dx_accumulate)
+                                 const void *w, int BT, int IC, int OC, int dx_accumulate)
 {
-    const float *w = (const float *)w_;
     if (BT <= 0 || IC <= 0 || OC <= 0) return;
-    /* dx (BT,IC) = dy @ w  ->  dx^T (IC,BT) = w^T (IC,OC) dy^T (OC,BT) */
-    if (dx)
-        CUBLAS_LAUNCH(cublasSgemm(g.cublas, CUBLAS_OP_N, CUBLAS_OP_N, IC, BT, OC, &kOne, w, IC, dy,
-                                 OC, dx_accumulate ? &kOne : &kZero, dx, IC));
-    /* dw (OC,IC) += dy^T @ x  ->  dw^T (IC,OC) += x^T (IC,BT) dy (BT,OC) */
-    CUBLAS_LAUNCH(cublasSgemm(g.cublas, CUBLAS_OP_N, CUBLAS_OP_T, IC, OC, BT, &kOne, x, IC, dy, OC,
-                             &kOne, dw, IC));
+    linear_backward_products(dx, IC, dw, dy, x, IC, (const float *)w, BT, IC, OC, dx_accumulate, 1);
 }
 
 /* -------------------------------------------------------------- layernorm */

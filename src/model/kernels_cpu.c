@@ -182,16 +182,8 @@ static attention_dims attention_dims_of(int B, int T, int C, int NH)
 /* row i of a causal softmax in place: entries [0, i] normalised, (i, T) zero */
 OSDP_VECTOR_CLONES static void causal_softmax_row(float *row, int i, int T)
 {
-    float maxv = row[0];
-    OMP(simd reduction(max:maxv))
-    for (int j = 1; j <= i; j++) maxv = row[j] > maxv ? row[j] : maxv;
-    float sum = 0.0f;
-    OMP(simd reduction(+:sum))
-    for (int j = 0; j <= i; j++) {
-        float e = exp_nonpositive(row[j] - maxv);
-        row[j] = e;
-        sum += e;
-    }
+    const float maxv = row_max(row + 1, i, row[0]);
+    const float sum = exp_shifted_in_place(row, i + 1, maxv);
     const float inv = 1.0f / sum;
     OMP(simd)
     for (int j = 0; j <= i; j++) row[j] *= inv;

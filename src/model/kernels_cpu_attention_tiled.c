@@ -67,16 +67,8 @@ static inline int visible_keys(int i, int j0, int nk)
  * returned factor rescales the row's accumulated output. */
 OSDP_VECTOR_CLONES static float online_softmax_row(float *s, int n, int nk, float *m, float *l)
 {
-    float mx = *m;
-    OMP(simd reduction(max:mx))
-    for (int j = 0; j < n; j++) mx = s[j] > mx ? s[j] : mx;
-    float sum = 0.0f;
-    OMP(simd reduction(+:sum))
-    for (int j = 0; j < n; j++) {
-        float e = exp_nonpositive(s[j] - mx);
-        s[j] = e;
-        sum += e;
-    }
+    const float mx = row_max(s, n, *m);
+    const float sum = exp_shifted_in_place(s, n, mx);
     for (int j = n; j < nk; j++) s[j] = 0.0f;
     const float corr = n == 0 ? 1.0f : *m == -INFINITY ? 0.0f : exp_nonpositive(*m - mx);
     *l = *l * corr + sum;

@@ -47,6 +47,30 @@ static inline float exp_nonpositive(float t)
     return p * scale.f;
 }
 
+/* The largest of start and s[0, n): the max of a softmax row (exact in any
+ * order, so the simd reduction gives the same bits as a loop) */
+static inline float row_max(const float *s, int n, float start)
+{
+    float mx = start;
+    OMP(simd reduction(max:mx))
+    for (int j = 0; j < n; j++) mx = s[j] > mx ? s[j] : mx;
+    return mx;
+}
+
+/* s[j] = e^(s[j] - shift) over [0, n), their sum returned: a softmax row's
+ * numerators, shift its max (so every exponent is <= 0) */
+static inline float exp_shifted_in_place(float *s, int n, float shift)
+{
+    float sum = 0.0f;
+    OMP(simd reduction(+:sum))
+    for (int j = 0; j < n; j++) {
+        float e = exp_nonpositive(s[j] - shift);
+        s[j] = e;
+        sum += e;
+    }
+    return sum;
+}
+
 /* kernels_cpu_bf16.c: the bf16-weight entries of osdp_compute_cpu_bf16 */
 void cpu_bf16_convert_weights(void *dst, const float *src, size_t n);
 void cpu_bf16_matmul_forward(float *y, const float *x, const void *w, const void *b, int BT, int IC, int OC,

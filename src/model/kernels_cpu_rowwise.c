@@ -230,17 +230,9 @@ OSDP_VECTOR_CLONES void crossentropy_forward(float *losses, float *probs, const 
     OMP(parallel for if((long)BT * V >= PAR_MIN_WORK) schedule(static))
     for (int i = 0; i < BT; i++) {
         float *p = probs + (size_t)i * V;
-        float maxv = p[0];
-        OMP(simd reduction(max:maxv))
-        for (int j = 1; j < V; j++) maxv = p[j] > maxv ? p[j] : maxv;
+        const float maxv = row_max(p + 1, V - 1, p[0]);
         const float target_shifted = p[targets[i]] - maxv;   /* read before p becomes probabilities */
-        float sum = 0.0f;
-        OMP(simd reduction(+:sum))
-        for (int j = 0; j < V; j++) {
-            float e = exp_nonpositive(p[j] - maxv);
-            p[j] = e;
-            sum += e;
-        }
+        const float sum = exp_shifted_in_place(p, V, maxv);
         const float inv = 1.0f / sum;
         OMP(simd)
         for (int j = 0; j < V; j++) p[j] *= inv;
@@ -266,9 +258,7 @@ OSDP_VECTOR_CLONES void crossentropy_stats(float *stats, const float *logits, co
             st[2] = 0.0f;
             continue;
         }
-        float maxv = l[0];
-        OMP(simd reduction(max:maxv))
-        for (int j = 1; j < valid; j++) maxv = l[j] > maxv ? l[j] : maxv;
+        const float maxv = row_max(l + 1, valid - 1, l[0]);
         float sum = 0.0f;
         OMP(simd reduction(+:sum))
         for (int j = 0; j < valid; j++) sum += exp_nonpositive(l[j] - maxv);

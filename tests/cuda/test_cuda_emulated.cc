@@ -250,14 +250,10 @@ template <class E, class I = unsigned> static void run(int B, int T, int C, int 
     launch(dim3(1), 0, [&] {
         attention_rowdot_kernel<E, I>(g_rowdot.data(), dout.data(), out.data(), B, T, C, NH);
     });
-    launch(grid, dkv_smem<E>(tile, HS), [&] {
-        attention_tiled_dkv_kernel<E, I>(g_dqkv.data(), dout.data(), qkv.data(), lse.data(), g_rowdot.data(), T, C, NH,
-                                      tile, scale);
-    });
-    launch(grid, dq_smem<E>(tile, HS), [&] {
-        attention_tiled_dq_kernel<E, I>(g_dqkv.data(), dout.data(), qkv.data(), lse.data(), g_rowdot.data(), T, C, NH,
-                                     tile, scale);
-    });
+    const AttnBackward args = {g_dqkv.data(), dout.data(), qkv.data(), lse.data(), g_rowdot.data(), T, C, NH,
+                               tile, scale};
+    launch(grid, dkv_smem<E>(tile, HS), [&] { attention_tiled_dkv_kernel<E, I>(args); });
+    launch(grid, dq_smem<E>(tile, HS), [&] { attention_tiled_dq_kernel<E, I>(args); });
     compare("rowdot", tag, rowdot, g_rowdot);
     compare("dqkv", tag, dqkv, g_dqkv);
 }
