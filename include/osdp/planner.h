@@ -73,7 +73,11 @@
  *      whose budget is smaller) is no better than the best plan, or when its
  *      plan already respects d (then it is optimal for every larger d).
  *      Knapsack answers are cached by allowed set across d (an optimum that
- *      fits a smaller budget stays the optimum).
+ *      fits a smaller budget stays the optimum).  Minimising the peak (the
+ *      no-fit message's smallest peak), the plan of each operator's fewest
+ *      held bytes, priced at its true transient, is the first best plan
+ *      (the smallest peaks lie at large d, which the loop reaches last), and
+ *      knapsacks whose budget binds no plan are solved operator by operator.
  * GUARANTEE (any --split, --split auto, --recompute none/all/auto; search =
  * exact, or dfs when it did not time out): the plan returned has the
  * smallest step time of all plans (of all those choices) whose model peak

@@ -9,6 +9,44 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* 1 when every plan of the knapsack's items (knap_mem) fits the budget lim */
+static int unbound_budget(const osdp_ps_context *ctx, long long lim)
+{
+    long long most = 0;
+    for (int j = 0; j < ctx->n_ops; j++) {
+        long long m = 0;
+        for (int q = 0; q < ctx->knap_n_choices[j]; q++)
+            if (ctx->knap_mem[j][q] > m) m = ctx->knap_mem[j][q];
+        if (m > lim - most) return 0;
+        most += m;
+    }
+    return 1;
+}
+
+/* The knapsack whose budget binds no plan: each item on its own, its
+ * fastest choice, the fewer bytes then the lower index on ties; the plan
+ * osdp/search.h's tie rule picks, and osdp_search_exact would return.  The
+ * memory search's knapsacks are of this kind (its budget is the whole
+ * address space), and solving them item by item saves the exact search's
+ * fronts, most of that search's time. */
+static osdp_status knap_free(osdp_ps_context *ctx, int *out, double *obj)
+{
+    double total = 0;
+    for (int j = 0; j < ctx->n_ops; j++) {
+        const double *t = ctx->knap_time[j];
+        const long long *m = ctx->knap_mem[j];
+        int bq = 0;
+        for (int q = 1; q < ctx->knap_n_choices[j]; q++)
+            if (t[q] < t[bq] || (t[q] == t[bq] && m[q] < m[bq])) bq = q;
+        ctx->knap_solution[j] = bq;
+        total += t[bq];
+        out[ctx->knap_order[j]] = ctx->knap_choice[PS_CHOICE(ctx, j, bq)];
+    }
+    ctx->counters->searches++;
+    *obj = total;
+    return OSDP_OK;
+}
+
 /* The knapsack over the allowed choices (NULL: all) through the selected
  * search; *obj = its total time.  With swap_shift >= 0 the roles are
  * swapped: the constraint is on the times, as integers
@@ -38,6 +76,7 @@ static osdp_status knap_any(osdp_ps_context *ctx, const unsigned char *allow, lo
         ctx->knap_mem[j] = ctx->knap_mem_buf + PS_CHOICE(ctx, j, 0);
         ctx->knap_time[j] = ctx->knap_time_buf + PS_CHOICE(ctx, j, 0);
     }
+    if (swap_shift < 0 && ctx->minimise_memory && unbound_budget(ctx, lim)) return knap_free(ctx, out, obj);
     osdp_search_problem p = {.n_items = ctx->n_ops, .n_choices = ctx->knap_n_choices, .mem = ctx->knap_mem,
                              .time = ctx->knap_time, .mem_limit = lim,
                              .workspace = ctx->search_workspace, .time_cap = cap};

@@ -224,6 +224,13 @@ osdp_status osdp_ps_search(osdp_ps_context *ctx, long long limit, osdp_ps_best *
         s = osdp_error_set(OSDP_ERR_OOM, "planner: out of host memory");
         goto done;
     }
+    if (ctx->minimise_memory) {
+        /* the plan of each operator's fewest held bytes, at its true transient: a peak to beat from the
+         * first d on (the smallest peaks lie at large d, where the ascending loop would reach them last) */
+        if ((s = osdp_ps_knapsack(ctx, NULL, limit - ctx->fixed_bytes - dlo, INFINITY, fch, &free_obj)) != OSDP_OK)
+            goto done;
+        osdp_ps_offer(ctx, best, fch, free_obj + (double)osdp_ps_true_transient(ctx, fch));
+    }
     long long stop_lim = LLONG_MIN; /* budgets below it cannot beat the best plan */
     double stop_for = -1;
     for (size_t j = 0; j < ncand; j++) {

@@ -472,13 +472,62 @@ START_TEST(test_pipeline_plans)
 }
 END_TEST
 
+/* A stage where nothing fits under recompute auto (GPT-2 small, PP 2 x DP 1, 700 MiB): the no-fit
+ * message's smallest peak comes from the memory search, whose smallest peaks lie at transient bounds
+ * the search reaches last (it ran for minutes).  The peak it names is exact: a limit of exactly that
+ * fits the stage, a byte less does not. */
+static long long stage0_need(const osdp_model_config *cfg, const osdp_device *d, osdp_planner_options *o,
+                             long long limit, osdp_status *status, int *stage)
+{
+    o->mem_limit = limit;
+    osdp_pipe_choice pc;
+    *status = osdp_planner_pipeline(cfg, cfg->ctx, d, o, 1, 2, NULL, OSDP_PIPE_1F1B, &pc);
+    const char *msg = osdp_error_message();
+    *stage = *status == OSDP_OK ? -1
+           : strstr(msg, "pipeline stage 0 of 2") ? 0
+           : strstr(msg, "pipeline stage 1 of 2") ? 1 : -2;
+    long long need = -1;
+    const char *at = *status == OSDP_OK ? NULL : strstr(msg, "smallest peak any plan needs is ");
+    if (at) at = strchr(at, '(');
+    if (at) need = atoll(at + 1);
+    long long peak0 = *status == OSDP_OK ? pc.stage[0].peak_bytes : -1;
+    if (*status == OSDP_OK) osdp_pipe_choice_free(&pc);
+    return *status == OSDP_OK ? peak0 : need;
+}
+
+START_TEST(test_pipeline_no_fit_recompute_auto)
+{
+    osdp_model_config cfg;
+    osdp_device d;
+    osdp_planner_options o;
+    load_config(&cfg, "gpt2_small");
+    load_device(&d, "cpu_2core");
+    osdp_planner_defaults(&o);
+    o.geo.n_ranks = 2;
+    o.global_batch = 32;
+    o.recompute_auto = 1;
+    osdp_status s;
+    int stage;
+    const long long need = stage0_need(&cfg, &d, &o, 700ll << 20, &s, &stage);
+    ck_assert_msg(s == OSDP_ERR_INFEASIBLE && stage == 0 && need > (700ll << 20), "%d %d %lld: %s", s, stage, need,
+                  osdp_error_message());
+    /* a byte less: stage 0 still does not fit, and names the same peak */
+    ck_assert_int_eq(stage0_need(&cfg, &d, &o, need - 1, &s, &stage), need);
+    ck_assert_msg(s == OSDP_ERR_INFEASIBLE && stage == 0, "%d %d: %s", s, stage, osdp_error_message());
+    /* exactly that: stage 0 fits (at that peak when the whole pipeline does) */
+    const long long at = stage0_need(&cfg, &d, &o, need, &s, &stage);
+    ck_assert_msg(stage == 1 || (s == OSDP_OK && at == need), "%d %d %lld: %s", s, stage, at, osdp_error_message());
+}
+END_TEST
+
 static Suite *planner_pp_suite(void)
 {
     const TTest *sim[] = {test_hand_built_two_stages, test_unbalanced_by_hand, test_bubble_closed_form, NULL};
     const TTest *split[] = {test_balanced_split_is_optimal, test_planner_stage_split, NULL};
     const TTest *model[] = {test_device_p2p, test_stage_passes_and_one_stage, test_in_flight_peak,
                             test_stage_peak_is_the_schedule, NULL};
-    const TTest *planner[] = {test_pipeline_one_stage_is_flat, test_pipeline_plans, NULL};
+    const TTest *planner[] = {test_pipeline_one_stage_is_flat, test_pipeline_plans, test_pipeline_no_fit_recompute_auto,
+                              NULL};
     const osdp_check_case cases[] = {
         {.name = "simulate", .tests = sim},
         {.name = "split", .tests = split},
