@@ -227,6 +227,14 @@ __device__ inline void load_query_side(E *Qs, E *dOs, float *lse_s, float *rowdo
     }
 }
 
+/* The key side of key tile j0: K and V rows (0 past T) */
+template <class E, class I>
+__device__ inline void load_key_side(E *Ks, E *Vs, const HeadView<E> &hv, int j0, int T, int C, int tile)
+{
+    load_tile<E, I>(Ks, hv.q + C, j0, T, hv.ld, hv.HS, tile);
+    load_tile<E, I>(Vs, hv.q + 2 * C, j0, T, hv.ld, hv.HS, tile);
+}
+
 /* d(K) and d(V) of one key tile: dV = sum over query tiles of P^T dO, dK = dS^T Q */
 template <class E, class I>
 __global__ void __launch_bounds__(kAttnThreads)
@@ -241,10 +249,8 @@ __global__ void __launch_bounds__(kAttnThreads)
     float *rowdot_s = lse_s + tile;
     E *Ks = reinterpret_cast<E *>(rowdot_s + tile), *Vs = Ks + tile * lds, *Qs = Vs + tile * lds;
     E *dOs = Qs + tile * lds;
-    const float *q = hv.q;
 
-    load_tile<E, I>(Ks, q + C, j0, T, ld, HS, tile);
-    load_tile<E, I>(Vs, q + 2 * C, j0, T, ld, HS, tile);
+    load_key_side<E, I>(Ks, Vs, hv, j0, T, C, tile);
     for (int e = threadIdx.x; e < tile * HS; e += blockDim.x) dK[e] = dV[e] = 0.0f;
     for (int i0 = j0; i0 < T; i0 += tile) {   /* the query tiles that see these keys */
         __syncthreads();   /* the previous query tile's readers are done (and K, V are loaded) */
@@ -286,15 +292,13 @@ __global__ void __launch_bounds__(kAttnThreads)
     float *dS = smem, *dQ = dS + tile * sld, *lse_s = dQ + tile * HS, *rowdot_s = lse_s + tile;
     E *Qs = reinterpret_cast<E *>(rowdot_s + tile), *dOs = Qs + tile * lds, *Ks = dOs + tile * lds;
     E *Vs = Ks + tile * lds;
-    const float *q = hv.q;
 
     load_query_side<E, I>(Qs, dOs, lse_s, rowdot_s, a, hv, i0);
     for (int e = threadIdx.x; e < tile * HS; e += blockDim.x) dQ[e] = 0.0f;
     const int last = (i0 + tile < T ? i0 + tile : T) - 1;
     for (int j0 = 0; j0 <= last; j0 += tile) {
         __syncthreads();
-        load_tile<E, I>(Ks, q + C, j0, T, ld, HS, tile);
-        load_tile<E, I>(Vs, q + 2 * C, j0, T, ld, HS, tile);
+        load_key_side<E, I>(Ks, Vs, hv, j0, T, C, tile);
         __syncthreads();
         tile_gradients<E>(NULL, dS, Qs, dOs, Ks, Vs, lse_s, rowdot_s, i0, j0, T, HS, tile, a.scale);
         __syncthreads();
