@@ -22,10 +22,12 @@
  *   rebuilt  recompute: the rest, b act_floats_per_seq a - acts, alive again
  *              during its recomputed forward and its backward
  *   grads    G = P e_g        full gradients during its backward
- *   accum    [reduce-once] G  a reduce-once operator's (osdp/plan.h) gradients
+ *   accum    Q e_g            a reduce-once operator's (osdp/plan.h) gradients of its
+ *              reduce-once slices, the last J: Q = sum_{s >= g-J} p_s (all: Q = P),
  *              summed over the step's micro-batches, kept all run
- *   recv     H = P e_g / N    reduce-scatter destination during its backward
- *              (0 for a reduce-once operator: it reduces into its shard)
+ *   recv     H = (P - Q) e_g / N   reduce-scatter destination during its backward,
+ *              of the slices reduced every micro-batch (0 when all reduce once:
+ *              they reduce into its shard)
  *   work     w = max_s ([s < k] p_s e + [prefetch, s >= 1, s - 1 < k] p_{s-1} e):
  *              its backward goes down the slices, holding slice s when ZDP
  *              and, with prefetch, slice s-1 gathered ahead
@@ -54,7 +56,9 @@
  * (state_i + resident_i + accum_i) and has no H: its backward adds its G
  * into accum and frees it at once, and its one reduction per step goes
  * from accum straight into its gradient shard; so its in-flight term
- * [prefetch] (G + H) is 0 too (its pass keeps rebuilt + G + work).
+ * [prefetch] (G + H) is 0 too (its pass keeps rebuilt + G + work).  With
+ * some slices only (0 < J < g) its G stays until the other slices'
+ * reduce-scatters complete, as any operator's, with the H of those slices.
  * The maximum is reached during some operator's backward: its gradients,
  * its gathered slices (or, just after, its receive buffer), the next
  * backward operator's prefetched weights and, with prefetch, the previous
@@ -80,9 +84,10 @@
  *              micro-step; gradients reduce-scattered every micro-step.
  *              A = 1, g = 1 and equal AG/RS costs give the paper's eq. 2:
  *              c (N-1)(alpha + S/N beta) with c = 2 DP, 3 ZDP)
- *   reduce-once (osdp/plan.h): A RS_s becomes RS_s (one reduction per step
- *              of the accumulated gradients), and compute gains
- *              A P step_full_param (adding each micro-step's into them)
+ *   reduce-once (osdp/plan.h): A RS_s becomes RS_s for each of its
+ *              reduce-once slices s >= g - J (one reduction per step of the
+ *              accumulated gradients), and compute gains A Q step_full_param
+ *              (adding each micro-step's into them)
  *   recompute: compute x 4/3 (the forward again) and ZDP slices gathered a
  *              third time per micro-step (2 A AG_s becomes 3 A AG_s)
  *   paper    T_i = compute + comm
@@ -204,7 +209,8 @@ typedef struct osdp_cost_model {
     int in_flight;          /* a pipeline stage's micro-batches held at once (0 or 1: none extra) */
     long long stage_buffer_bytes;   /* a pipeline stage's message buffers (0: none) */
     const osdp_cost_hierarchy *hier;    /* the levels of hierarchical slices; NULL: priced as ZDP (one node) */
-    const int *reduce_once; /* per operator, NULL: none reduce once (peak and step time use the plan's) */
+    const int *reduce_once; /* per operator J: its last J slices reduce once (at least g: all of them; osdp/plan.h);
+                               NULL: none reduce once (peak and step time use the plan's) */
     int next_passes;        /* a pipeline stage: OSDP_PIPE_THEN_* of its wrap moment (osdp_pipe_after_backward; 0: none) */
 } osdp_cost_model;
 
@@ -223,8 +229,9 @@ typedef struct osdp_op_mem {
     long long held;         /* a pipeline stage: the other in-flight micro-batches' activations */
     long long wrap_forward;     /* a of the stage's wrap moment (above): its slice 0 prefetched for the next pass */
     long long wrap_again;       /* r of the stage's wrap moment: a one-operator stage's next backward prefetched */
-    int reduce_once;            /* it reduces once per step (cm->reduce_once) */
-    long long accum;            /* then its accumulated gradients, all run (0 otherwise) */
+    int reduce_once;            /* J: its last J slices reduce once per step (cm->reduce_once, at most g) */
+    int once_all;               /* every slice does (J = g): its full gradients freed after its backward */
+    long long accum;            /* then those slices' accumulated gradients, all run (0 otherwise) */
 } osdp_op_mem;
 
 /* What one operator's choice adds to a plan's peak, by when its buffers
@@ -276,6 +283,11 @@ void osdp_cost_op_time(const osdp_cost_model *cm, int op, int g, int k, int b, i
 /* the same with the recompute flag of `op` given (cm->recompute ignored) */
 void osdp_cost_op_mem_rc(const osdp_cost_model *cm, int op, int g, int k, int rc, int b, osdp_op_mem *out);
 void osdp_cost_op_time_rc(const osdp_cost_model *cm, int op, int g, int k, int rc, int b, int accum, osdp_op_time *out);
+/* the same with its reduce-once slices given too, the last `once` of the g (at least g: all; cm->reduce_once
+ * ignored): one choice of the planner's */
+void osdp_cost_op_mem_choice(const osdp_cost_model *cm, int op, int g, int k, int rc, int once, int b, osdp_op_mem *out);
+void osdp_cost_op_time_choice(const osdp_cost_model *cm, int op, int g, int k, int rc, int once, int b, int accum,
+                              osdp_op_time *out);
 /* A tied head (osdp/layout.h): G_0, the embedding's full gradients, held
  * from the head's backward to the embedding's, so during the backward of
  * every operator op > 0; 0 for op 0 (its own G) and for an untied head */

@@ -37,6 +37,19 @@
  * weighs them per operator (osdp/cost_model.h).  With accum_steps 1 the
  * traffic is the same either way and only the memory differs.
  *
+ * Per slice of a split operator (`reduce-once J`, 1 <= J <= g):
+ *     mlp.3   = 2/4 reduce-once 2      ; its 2 DP slices once, its 2 ZDP slices every micro-batch
+ *     attn.3  = 1/4 reduce-once 1      ; its last slice (DP) once
+ * the LAST J slices reduce once (its DP slices first, then its ZDP ones from
+ * the last): contiguous, so their accumulated gradients are one buffer of
+ * just those slices (the sum of their padded elements, e_g each), and the
+ * other g - J slices reduce-scatter every micro-batch into a receive buffer
+ * of their shards alone.  Which slices is no loss: a DP slice and a ZDP one
+ * reduce alike (the same reduce-scatter into the same sharded gradient), so
+ * only their count is a choice.  `reduce-once` alone (J = g) is what it
+ * always was, so is no token (J = 0); a default's J applies to every
+ * operator as its k does (the unsplit embedding: once when J > 0).
+ *
  * Hierarchical sharding (`h`, DESIGN.md §9): the operator's one slice is
  * sharded over the ranks of the rank's node within its data-parallel group
  * and replicated across nodes: its gathers stay inside the node, its
@@ -58,8 +71,9 @@ typedef struct osdp_plan {
     int *zdp_slices;      /* k per operator */
     int *recompute;       /* per operator: recompute activations in backward (blocks only) */
     int *hierarchical;    /* per operator: its ZDP slice is sharded inside the node (then k = g = 1) */
-    int *reduce_once;     /* per operator: 1 its gradients are accumulated in full and reduced once per
-                             optimizer step (plan token reduce-once), 0 reduced every micro-batch */
+    int *reduce_once;     /* per operator: J, 0..g, its last J slices' gradients are accumulated in full and
+                             reduced once per optimizer step (plan token reduce-once [J]; g: all of them, 1 for
+                             an unsplit operator), the others' reduced every micro-batch */
     /* the step the plan is for (osdp/geometry.h): what the planner decides, geo.micro_batch (0: not
      * chosen), geo.accum_steps and geo.tp_size, the mesh's tensor-parallel degree (0: not stated; the
      * operators' choices apply to each rank's tensor-parallel parts); the pipeline's planner also its
@@ -92,8 +106,17 @@ unsigned long long osdp_plan_hash(const osdp_plan *plan);
  * than tp_size (origin: the plan's file name, for the message) */
 /* does any operator shard hierarchically? (the runtime then needs the node groups) */
 int osdp_plan_has_hierarchical(const osdp_plan *plan);
-/* operators that reduce their gradients once per step */
+/* operators that reduce their gradients once per step (some slices or all) */
 int osdp_plan_count_reduce_once(const osdp_plan *plan);
+/* the bare `reduce-once` of a plan file while it is parsed: every slice */
+#define OSDP_PLAN_ONCE_ALL (-1)
+/* J: operator op's slices that reduce once per step, the last J of its g (0: none; g: all) */
+static inline int osdp_plan_once_slices(const osdp_plan *plan, int op)
+{
+    return plan->reduce_once ? plan->reduce_once[op] : 0;
+}
+/* the plan-file words of operator op's reduce-once: "", "reduce-once" (all slices) or "reduce-once J" */
+const char *osdp_plan_once_word(const osdp_plan *plan, int op, char *buf, size_t n);
 osdp_status osdp_plan_check_tp(const osdp_plan *plan, int tp_size, const char *origin);
 
 #endif

@@ -122,13 +122,15 @@ typedef enum osdp_buffer_kind {
     OSDP_BUF_KEPT,          /* (B, T, d) fp32: recompute: the output kept from forward to backward */
     OSDP_BUF_ACTS,          /* (B, act floats per sequence, less the kept output when recomputing) */
     OSDP_BUF_FULL_GRAD,     /* (padded) fp32: full gradients during the backward */
-    OSDP_BUF_GRAD_RECV,     /* (shard) fp32: the reduce-scatter's destination */
+    OSDP_BUF_GRAD_RECV,     /* (shard of the slices reduced every micro-batch) fp32: the reduce-scatter's
+                               destination */
     OSDP_BUF_TP_STAGING,    /* (B, head tp_floats_per_seq) fp32: the all-gather of the vocab-parallel
                                cross-entropy's statistics (osdp/gpt.h); allocated at setup when non-zero */
     OSDP_BUF_STAGE_INPUT,   /* (B, T, d of op - 1) fp32, per micro: the stage's input received from the
                                previous stage (op: the stage's first operator) */
-    OSDP_BUF_GRAD_ACCUM,    /* (padded) fp32: a reduce-once operator's (osdp/plan.h) full gradients
-                               summed over the step's micro-batches; allocated at setup */
+    OSDP_BUF_GRAD_ACCUM,    /* (padded of its reduce-once slices) fp32: a reduce-once operator's
+                               (osdp/plan.h) full gradients of those slices summed over the step's
+                               micro-batches; allocated at setup */
     OSDP_BUF_N_KINDS
 } osdp_buffer_kind;
 
@@ -142,11 +144,13 @@ typedef enum osdp_event_kind {
     OSDP_EV_COMPUTE_END,
     OSDP_EV_LOAD_TOKENS,    /* the micro-batch's token ids into op's activations (embed: inputs, head: targets) */
     OSDP_EV_LOSS_SUM,       /* add the head's per-token losses to the step's loss sum */
-    OSDP_EV_REDUCE_SCATTER, /* start the reduce-scatters of op's full gradients (all its slices; a
-                               reduce-once operator's GRAD_ACCUM, into its gradient shard) */
-    OSDP_EV_REDUCE_SCATTER_WAIT,   /* they completed: add into the gradient shard (reduce-once: they went
+    OSDP_EV_REDUCE_SCATTER, /* start the reduce-scatters of op's full gradients, of the slices reduced
+                               every micro-batch into GRAD_RECV; `once`: of its reduce-once slices'
+                               GRAD_ACCUM, into its gradient shard */
+    OSDP_EV_REDUCE_SCATTER_WAIT,   /* they completed: add into the gradient shard (`once`: they went
                                       into it; its GRAD_ACCUM is zeroed for the next step) */
-    OSDP_EV_GRAD_ACCUMULATE,    /* a reduce-once operator's FULL_GRAD added into its GRAD_ACCUM */
+    OSDP_EV_GRAD_ACCUMULATE,    /* a reduce-once operator's FULL_GRAD (its reduce-once slices') added into
+                                   its GRAD_ACCUM */
     OSDP_EV_NORM_SUM,       /* add op's gradient shard's squared norm to the step's sum */
     OSDP_EV_SUMS_ALL_REDUCE,    /* the loss and norm sums over the ranks (bytes: 16); the step's
                                    learning rate and clipping scale follow from them */
@@ -171,6 +175,8 @@ typedef struct osdp_event {
     int first_micro_only;       /* GATHER, GATHER_WAIT of DP slices: once per step */
     int last_micro_only;        /* a reduce-once operator's reduction (REDUCE_SCATTER and its WAIT, into
                                    its gradient shard: no GRAD_RECV): in the step's last micro-step only */
+    int once;                   /* REDUCE_SCATTER, its WAIT: of the reduce-once slices (GRAD_ACCUM into
+                                   the gradient shard), else of the others (FULL_GRAD into GRAD_RECV) */
     size_t bytes;               /* ALLOC, FREE: bytes; GATHER, REDUCE_SCATTER: full buffer bytes moved;
                                    the pipeline's sends and receives: the message's */
     int micro;                  /* the micro-batch (pp_size > 1; 0 otherwise) */
@@ -194,7 +200,10 @@ typedef struct osdp_sched_slice {
 typedef struct osdp_sched_op {
     int n_slices, zdp_slices;   /* g and k of the plan */
     int recompute;
-    int reduce_once;            /* gradients accumulated in full, reduced in the step's last micro-step */
+    int once_slices;            /* J: its last J slices' gradients accumulated in full, reduced in the
+                                   step's last micro-step (osdp/plan.h); the first g - J every micro-step */
+    size_t once_padded, once_shard;     /* those J slices' padded and shard elements (the last ones of
+                                           padded and shard: from slice[g - J].base and .local on) */
     size_t bounds[OSDP_MAX_SLICES + 1];
     osdp_sched_slice slice[OSDP_MAX_SLICES];
     size_t padded, shard;       /* sums over slices: full-buffer and shard elements */
@@ -259,6 +268,7 @@ typedef struct osdp_buffer_dims {
     size_t padded;          /* the full buffer: the sum of the slices' padded elements */
     size_t shard;           /* a rank's shard: padded / the ranks each slice is sharded over */
     size_t resident;        /* the DP slices' padded elements */
+    size_t once, once_shard;    /* the reduce-once slices' padded and shard elements (osdp/plan.h) */
     osdp_buffer_widths width;
 } osdp_buffer_dims;
 

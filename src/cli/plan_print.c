@@ -11,9 +11,11 @@
 
 const char *osdp_plan_mode_label(const osdp_plan *p, int op, char *buf, size_t n)
 {
-    char base[16];
-    snprintf(buf, n, "%s%s%s", osdp_plan_mode_name(p, op, base, sizeof base), p->recompute[op] ? "+rc" : "",
-             p->reduce_once && p->reduce_once[op] ? "+once" : "");
+    char base[16], once[24] = "";
+    const int j = osdp_plan_once_slices(p, op);   /* "+once": every slice, "+once2": its last 2 (osdp/plan.h) */
+    if (j && j < p->slices[op]) snprintf(once, sizeof once, "+once%d", j);
+    else if (j) snprintf(once, sizeof once, "+once");
+    snprintf(buf, n, "%s%s%s", osdp_plan_mode_name(p, op, base, sizeof base), p->recompute[op] ? "+rc" : "", once);
     return buf;
 }
 

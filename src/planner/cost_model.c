@@ -124,17 +124,28 @@ void osdp_cost_plan_op_time(const osdp_cost_model *cm, const osdp_plan *plan, in
     else osdp_cost_op_time(cm, i, plan->slices[i], plan->zdp_slices[i], b, accum, out);
 }
 
-static void op_mem_sharded(const osdp_cost_model *cm, int op, int g, int k, int rc, int b, long long shard_ranks,
-                           osdp_op_mem *out);
+static void op_mem_sharded(const osdp_cost_model *cm, int op, int g, int k, int rc, int once, int b,
+                           long long shard_ranks, osdp_op_mem *out);
+
+/* the cost model's reduce-once slices of op (cm->reduce_once; at least g reads as all of them) */
+static int cm_once(const osdp_cost_model *cm, int op)
+{
+    return cm->reduce_once ? cm->reduce_once[op] : 0;
+}
 
 void osdp_cost_op_mem_rc(const osdp_cost_model *cm, int op, int g, int k, int rc, int b, osdp_op_mem *out)
 {
-    op_mem_sharded(cm, op, g, k, rc, b, cm->geo.n_ranks, out);
+    op_mem_sharded(cm, op, g, k, rc, cm_once(cm, op), b, cm->geo.n_ranks, out);
+}
+
+void osdp_cost_op_mem_choice(const osdp_cost_model *cm, int op, int g, int k, int rc, int once, int b, osdp_op_mem *out)
+{
+    op_mem_sharded(cm, op, g, k, rc, once, b, cm->geo.n_ranks, out);
 }
 
 void osdp_cost_op_mem_hier(const osdp_cost_model *cm, int op, int rc, int b, osdp_op_mem *out)
 {
-    op_mem_sharded(cm, op, 1, 1, rc, b, cm->hier ? cm->hier->node_ranks : cm->geo.n_ranks, out);
+    op_mem_sharded(cm, op, 1, 1, rc, cm_once(cm, op), b, cm->hier ? cm->hier->node_ranks : cm->geo.n_ranks, out);
 }
 
 /* the model's step at micro-batch b (what the size table reads) */
@@ -155,18 +166,24 @@ static osdp_buffer_dims buffer_dims(const osdp_cost_model *cm, const osdp_step_g
                                         .act = (size_t)d->act_bytes}};
 }
 
-/* the terms with shards of padded / shard_ranks (N; R for a hierarchical slice) */
-static void op_mem_sharded(const osdp_cost_model *cm, int op, int g, int k, int rc, int b, long long shard_ranks,
-                           osdp_op_mem *out)
+/* the terms with shards of padded / shard_ranks (N; R for a hierarchical slice); the last `once` slices
+ * (at least g: all) reduce once per step */
+static void op_mem_sharded(const osdp_cost_model *cm, int op, int g, int k, int rc, int once, int b,
+                           long long shard_ranks, osdp_op_mem *out)
 {
     size_t p[OSDP_MAX_SLICES];
     int partial;
     op_slices(cm, op, &g, &k, p, &partial);
+    if (once > g) once = g;
     const osdp_step_geometry geo = geometry_at(cm, b);
     osdp_buffer_dims d = buffer_dims(cm, &geo, op, rc);
     for (int s = 0; s < g; s++) {
         d.padded += p[s];
         if (s >= k) d.resident += p[s];
+        if (s >= g - once) {
+            d.once += p[s];
+            d.once_shard += p[s] / (size_t)shard_ranks;
+        }
     }
     d.shard = d.padded / (size_t)shard_ranks;
 #define BYTES(kind, slice_padded) ((long long)osdp_buffer_bytes(kind, &d, slice_padded))
@@ -178,9 +195,10 @@ static void op_mem_sharded(const osdp_cost_model *cm, int op, int g, int k, int 
     out->rebuilt = rc ? acts : 0;
     out->held = cm->in_flight > 1 ? (long long)(cm->in_flight - 1) * out->acts : 0;
     out->grads = BYTES(OSDP_BUF_FULL_GRAD, 0);
-    out->reduce_once = cm->reduce_once && cm->reduce_once[op];
-    out->accum = out->reduce_once ? BYTES(OSDP_BUF_GRAD_ACCUM, 0) : 0;
-    out->recv = out->reduce_once ? 0 : BYTES(OSDP_BUF_GRAD_RECV, 0);   /* reduce-once: into its gradient shard */
+    out->reduce_once = once;
+    out->once_all = once == g;
+    out->accum = BYTES(OSDP_BUF_GRAD_ACCUM, 0);   /* 0 without reduce-once slices */
+    out->recv = BYTES(OSDP_BUF_GRAD_RECV, 0);     /* the other slices': reduce-once ones reduce into the shard */
     /* backward goes down the slices; ZDP slices are 0..k-1.  At slice s the
      * operator holds slice s if ZDP and, with prefetch, slice s-1 gathered
      * ahead (the next operator's first slice, f, is held throughout) */
@@ -212,8 +230,8 @@ void osdp_cost_peak_terms(const osdp_cost_model *cm, int op, const osdp_op_mem *
     out->acts = m->acts;
     out->pass_peak = m->rebuilt + m->grads + (m->work > m->recv ? m->work : m->recv) + osdp_cost_tied_grads(cm, op);
     out->prefetch = cm->geo.prefetch ? m->prefetch : 0;
-    /* reduce-once: G is freed once added into accum, its reduction needs no buffer */
-    out->in_flight = cm->geo.prefetch && !m->reduce_once ? m->grads + m->recv : 0;
+    /* reduce-once, every slice: G is freed once added into accum, its reduction needs no buffer */
+    out->in_flight = cm->geo.prefetch && !m->once_all ? m->grads + m->recv : 0;
     const long long base = out->pass_peak - (m->work > m->recv ? m->work : m->recv);   /* rebuilt + G (+ G_0) */
     out->pass_peak_then_forward = out->pass_peak > base + m->wrap_forward ? out->pass_peak : base + m->wrap_forward;
     out->pass_peak_again = out->pass_peak > base + m->wrap_again ? out->pass_peak : base + m->wrap_again;
@@ -295,8 +313,8 @@ static double reduce_scatter_time(const osdp_cost_model *cm, const osdp_cost_hie
 /* One operator's time in any plan mode: g slices of which k ZDP, sharded over the N ranks, or (h, the
  * hierarchical levels: plan mode h) one slice sharded inside the node, whose node-first reduction is
  * followed by the cross all-gather that completes the node's block. */
-static void op_time(const osdp_cost_model *cm, int op, int g, int k, const osdp_cost_hierarchy *h, int rc, int b,
-                    int accum, osdp_op_time *out)
+static void op_time(const osdp_cost_model *cm, int op, int g, int k, const osdp_cost_hierarchy *h, int rc, int once,
+                    int b, int accum, osdp_op_time *out)
 {
     const osdp_op_layout *o = &cm->layout->op[op];
     const osdp_device *d = cm->dev;
@@ -309,12 +327,13 @@ static void op_time(const osdp_cost_model *cm, int op, int g, int k, const osdp_
     op_slices(cm, op, &g, &k, p, &partial);
     /* outside the operator's kernels: its shard's optimizer step, and zeroing
      * its full gradients every micro-step */
-    double padded = 0;
+    if (once > g) once = g;
+    double padded = 0, once_padded = 0;
     for (int s = 0; s < g; s++) padded += (double)p[s];
-    /* reduce-once: the accumulated gradients reduced once per step, each micro-step's added into them */
-    const int once = cm->reduce_once && cm->reduce_once[op];
-    const double R = once ? 1 : A;
-    out->compute += padded / N * d->step_shard_param + (once ? 2 : 1) * A * padded * d->step_full_param;
+    for (int s = g - once; s < g; s++) once_padded += (double)p[s];
+    /* reduce-once slices (the last `once`): their accumulated gradients reduced once per step, each
+     * micro-step's added into them */
+    out->compute += padded / N * d->step_shard_param + A * (padded + once_padded) * d->step_full_param;
     out->comm = 0;
     if (h) {
         const double ranks = h->node_ranks, nodes = (double)cm->geo.n_ranks / h->node_ranks;
@@ -324,7 +343,7 @@ static void op_time(const osdp_cost_model *cm, int op, int g, int k, const osdp_
         out->compute += slice / ranks * d->step_shard_param - slice / cm->geo.n_ranks * d->step_shard_param;
         const double ag = osdp_collective_time(&h->node_all_gather, ranks, S), rs = reduce_scatter_time(cm, h, G);
         const double cross_ag = osdp_collective_time(&h->cross_all_gather, nodes, G / ranks);
-        out->comm = (rc ? 3 : 2) * A * ag + R * (rs + cross_ag);
+        out->comm = (rc ? 3 : 2) * A * ag + (once ? 1 : A) * (rs + cross_ag);
     } else {
         osdp_cost_hierarchy levels;
         const osdp_cost_hierarchy *node_first = data_levels(cm, &levels) ? &levels : NULL;
@@ -332,6 +351,7 @@ static void op_time(const osdp_cost_model *cm, int op, int g, int k, const osdp_
             double S = (double)p[s] * (double)d->param_bytes, G = (double)p[s] * (double)d->grad_bytes;
             double ag = osdp_collective_time(&d->all_gather, N, S);
             double rs = reduce_scatter_time(cm, node_first, G);
+            const double R = s >= g - once ? 1 : A;
             out->comm += s < k ? (rc ? 3 : 2) * A * ag + R * rs : ag + R * rs;
         }
     }
@@ -346,12 +366,18 @@ static void op_time(const osdp_cost_model *cm, int op, int g, int k, const osdp_
 
 void osdp_cost_op_time_rc(const osdp_cost_model *cm, int op, int g, int k, int rc, int b, int accum, osdp_op_time *out)
 {
-    op_time(cm, op, g, k, NULL, rc, b, accum, out);
+    op_time(cm, op, g, k, NULL, rc, cm_once(cm, op), b, accum, out);
+}
+
+void osdp_cost_op_time_choice(const osdp_cost_model *cm, int op, int g, int k, int rc, int once, int b, int accum,
+                              osdp_op_time *out)
+{
+    op_time(cm, op, g, k, NULL, rc, once, b, accum, out);
 }
 
 void osdp_cost_op_time_hier(const osdp_cost_model *cm, int op, int rc, int b, int accum, osdp_op_time *out)
 {
-    op_time(cm, op, 1, 1, cm->hier, rc, b, accum, out);   /* without levels: ZDP's */
+    op_time(cm, op, 1, 1, cm->hier, rc, cm_once(cm, op), b, accum, out);   /* without levels: ZDP's */
 }
 
 int osdp_cost_hierarchy_for_mesh(const osdp_device *dev, int tp, int dp, int pp, osdp_cost_hierarchy *out)

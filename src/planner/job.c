@@ -253,12 +253,14 @@ static osdp_status plan_on_root(const osdp_job_request *req, int dp_ranks, osdp_
 static void plan_apply_options(osdp_plan *plan, const osdp_layout *layout, const osdp_job_request *req, int uniform)
 {
     for (int i = 0; i < layout->n_ops; i++) {
-        if (req->grad_reduce != OSDP_GRAD_REDUCE_AUTO) plan->reduce_once[i] = req->grad_reduce == OSDP_GRAD_REDUCE_ONCE;
         const osdp_op_layout *op = &layout->op[i];
         if (uniform && req->split > 1 && osdp_op_can_split(op)) {   /* the embedding, a tied head cannot be split */
             plan->zdp_slices[i] = plan->zdp_slices[i] ? req->split : 0;
             plan->slices[i] = req->split;
         }
+        /* once: every slice (osdp/plan.h) */
+        if (req->grad_reduce != OSDP_GRAD_REDUCE_AUTO)
+            plan->reduce_once[i] = req->grad_reduce == OSDP_GRAD_REDUCE_ONCE ? plan->slices[i] : 0;
         if (req->recompute_all) plan->recompute[i] = osdp_op_can_recompute(op->type);
     }
 }

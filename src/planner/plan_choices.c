@@ -88,32 +88,23 @@ static void set_terms(const osdp_ps_context *ctx, int i, const osdp_op_mem *m, c
     c->time = ctx->minimise_memory ? 0 : ot->total; /* minimising memory: time tells nothing apart */
 }
 
-/* the reduce-once values an operator may take (lo..hi): the options', both
- * under auto when the step accumulates (A > 1: with one micro-batch the
- * traffic is the same) */
-static void reduce_once_range(const osdp_ps_context *ctx, int accum, int *lo, int *hi)
+/* The reduce-once slices J (osdp/plan.h: the last J of the g) a choice may
+ * take, in three rounds: none (round 0), all (1), some, 0 < J < g (2).
+ * The options allow none (every), all (once), or any count under auto when
+ * the step accumulates (A > 1: with one micro-batch the traffic is the
+ * same).  The rounds keep the choices of none and all in the order they had
+ * before counts were choices, so ties between them break as they did. */
+static int reduce_once_round(const osdp_ps_context *ctx, int accum, int round)
 {
     const osdp_grad_reduce r = ctx->opts->grad_reduce;
-    *lo = *hi = r == OSDP_GRAD_REDUCE_ONCE;
-    if (r == OSDP_GRAD_REDUCE_AUTO && accum > 1) *hi = 1;
+    const int any = r == OSDP_GRAD_REDUCE_AUTO && accum > 1;
+    return round == 0 ? r != OSDP_GRAD_REDUCE_ONCE : round == 1 ? r == OSDP_GRAD_REDUCE_ONCE || any : any;
 }
 
-static int make_choices_ro(const osdp_ps_context *ctx, int i, int b, int accum, int ro, choice_terms *out);
-
+/* operator i's choices: every (g, k, recompute) with each count of
+ * reduce-once slices, and hierarchical (unsplit) where the levels allow */
 static int make_choices(const osdp_ps_context *ctx, int i, int b, int accum, choice_terms *out)
 {
-    int lo, hi, n = 0;
-    reduce_once_range(ctx, accum, &lo, &hi);
-    for (int ro = lo; ro <= hi; ro++) n += make_choices_ro(ctx, i, b, accum, ro, out + n);
-    return ctx->bound_only ? n : prune(out, n);
-}
-
-/* operator i's choices that reduce once (ro) or every micro-batch */
-static int make_choices_ro(const osdp_ps_context *ctx_in, int i, int b, int accum, int ro, choice_terms *out)
-{
-    osdp_ps_context view = *ctx_in;
-    view.cost.reduce_once = ro ? ctx_in->all_once : NULL;
-    const osdp_ps_context *ctx = &view;
     const osdp_planner_options *o = ctx->opts;
     const osdp_op_layout *op = &ctx->cost.layout->op[i];
     int gs[8], ng = granularities(&ctx->cost, o, i, gs), n = 0;
@@ -126,35 +117,46 @@ static int make_choices_ro(const osdp_ps_context *ctx_in, int i, int b, int accu
     /* an operator that may not be ZDP (the layout's allowed modes: a tied head's embedding) is DP whatever
      * the modes */
     const int dp_only = !osdp_op_allows_zdp(ctx->cost.layout, i);
-    for (int rc = rc_lo; rc <= rc_hi; rc++)
-        for (int gi = 0; gi < ng; gi++)
-            for (int k = 0; k <= gs[gi]; k++) {
-                if (dp_only && k != 0) continue;
-                if (!dp_only && o->modes == OSDP_MODES_ALL_DP && k != 0) continue;
-                if (!dp_only && o->modes == OSDP_MODES_ALL_ZDP && k != gs[gi]) continue;
-                osdp_op_mem m;
-                osdp_op_time ot;
-                osdp_cost_op_mem_rc(&ctx->cost, i, gs[gi], k, rc, b, &m);
-                osdp_cost_op_time_rc(&ctx->cost, i, gs[gi], k, rc, b, accum, &ot);
-                choice_terms *c = &out[n++];
-                set_terms(ctx, i, &m, &ot, c);
-                c->slices = gs[gi];
-                c->zdp_slices = k;
-                c->recompute = rc;
-            }
-    /* hierarchical (a two-level network whose data group spans nodes): unsplit, for any operator ZDP may take */
-    for (int rc = rc_lo; rc <= rc_hi && ctx->cost.hier && !dp_only && o->modes == OSDP_MODES_ANY; rc++) {
-        osdp_op_mem m;
-        osdp_op_time ot;
-        osdp_cost_op_mem_hier(&ctx->cost, i, rc, b, &m);
-        osdp_cost_op_time_hier(&ctx->cost, i, rc, b, accum, &ot);
-        choice_terms *c = &out[n++];
-        set_terms(ctx, i, &m, &ot, c);
-        c->slices = c->zdp_slices = c->hierarchical = 1;
-        c->recompute = rc;
+    for (int round = 0; round < 3; round++) {
+        if (!reduce_once_round(ctx, accum, round)) continue;
+        for (int rc = rc_lo; rc <= rc_hi; rc++)
+            for (int gi = 0; gi < ng; gi++)
+                for (int k = 0; k <= gs[gi]; k++) {
+                    if (dp_only && k != 0) continue;
+                    if (!dp_only && o->modes == OSDP_MODES_ALL_DP && k != 0) continue;
+                    if (!dp_only && o->modes == OSDP_MODES_ALL_ZDP && k != gs[gi]) continue;
+                    const int ro_lo = round == 0 ? 0 : round == 1 ? gs[gi] : 1;
+                    const int ro_hi = round == 0 ? 0 : gs[gi] - (round == 2);
+                    for (int ro = ro_lo; ro <= ro_hi; ro++) {
+                        osdp_op_mem m;
+                        osdp_op_time ot;
+                        osdp_cost_op_mem_choice(&ctx->cost, i, gs[gi], k, rc, ro, b, &m);
+                        osdp_cost_op_time_choice(&ctx->cost, i, gs[gi], k, rc, ro, b, accum, &ot);
+                        choice_terms *c = &out[n++];
+                        set_terms(ctx, i, &m, &ot, c);
+                        c->slices = gs[gi];
+                        c->zdp_slices = k;
+                        c->recompute = rc;
+                        c->reduce_once = ro;
+                    }
+                }
+        /* hierarchical (a two-level network whose data group spans nodes): unsplit, for any operator ZDP may
+         * take */
+        osdp_ps_context view = *ctx;
+        view.cost.reduce_once = round == 1 ? ctx->all_once : NULL;
+        for (int rc = rc_lo; rc <= rc_hi && round < 2 && ctx->cost.hier && !dp_only && o->modes == OSDP_MODES_ANY; rc++) {
+            osdp_op_mem m;
+            osdp_op_time ot;
+            osdp_cost_op_mem_hier(&view.cost, i, rc, b, &m);
+            osdp_cost_op_time_hier(&view.cost, i, rc, b, accum, &ot);
+            choice_terms *c = &out[n++];
+            set_terms(&view, i, &m, &ot, c);
+            c->slices = c->zdp_slices = c->hierarchical = 1;
+            c->recompute = rc;
+            c->reduce_once = round == 1;
+        }
     }
-    for (int j = 0; j < n; j++) out[j].reduce_once = ro;
-    return n;
+    return ctx->bound_only ? n : prune(out, n);
 }
 
 /* operators a and b have the same sizes, cuts and costs (different blocks of
@@ -400,9 +402,10 @@ osdp_status osdp_ps_context_build_wrap(osdp_ps_context *ctx, const osdp_layout *
     ctx->counters = counters;
     ctx->cost.geo.micro_batch = b;   /* what it was built for */
     ctx->cost.geo.accum_steps = accum;
-    /* every k of every g in 1, 2, 4, 8, 16 and hierarchical, recompute both ways, reduce-once both ways */
-    const int n = ctx->n_ops, ro_ways = o->grad_reduce == OSDP_GRAD_REDUCE_AUTO && accum > 1 ? 2 : 1;
-    const int cap = ro_ways * 2 * (2 + 3 + 5 + 9 + 17 + 1);
+    /* every k of every g in 1, 2, 4, 8, 16 and hierarchical, recompute both ways, each with every count of
+     * reduce-once slices (g + 1 of them) under auto */
+    const int n = ctx->n_ops, ro_auto = o->grad_reduce == OSDP_GRAD_REDUCE_AUTO && accum > 1;
+    const int cap = ro_auto ? 2 * (2 * 2 + 3 * 3 + 5 * 5 + 9 * 9 + 17 * 17 + 2) : 2 * (2 + 3 + 5 + 9 + 17 + 1);
     choice_terms *c = malloc(sizeof *c * (size_t)cap * (size_t)n);
     ctx->n_choices = malloc(sizeof *ctx->n_choices * (size_t)n);
     ctx->group = malloc(sizeof *ctx->group * (size_t)n);
@@ -413,7 +416,7 @@ osdp_status osdp_ps_context_build_wrap(osdp_ps_context *ctx, const osdp_layout *
         free(reps);
         goto oom;
     }
-    for (int i = 0; i < n; i++) ctx->all_once[i] = 1;
+    for (int i = 0; i < n; i++) ctx->all_once[i] = OSDP_MAX_SLICES;   /* at least g: every slice */
     if (o->grad_reduce == OSDP_GRAD_REDUCE_ONCE) ctx->cost.reduce_once = ctx->all_once;
     for (int i = 0; i < n; i++) {
         choice_terms *ci = c + (size_t)i * (size_t)cap;

@@ -14,7 +14,7 @@
 /* One micro-batch: every operator's choices and the arrays the search works
  * on.  Choice c of operator i is k = choice_zdp_slices of g = choice_slices
  * slices ZDP, with recompute choice_recompute, reducing its gradients once
- * per step when choice_reduce_once.  The model peak of a plan is
+ * per step for the last choice_reduce_once slices.  The model peak of a plan is
  *     cst + sum_i R[i][c_i] + max_u Z_u,
  *     Z_u = K[u] + f[u-1][c_{u-1}] + wp[u][c_u] + nx[u+1][c_{u+1}]
  * (missing neighbours count 0), where, in osdp/cost_model.h's terms (each
@@ -58,8 +58,8 @@ typedef struct osdp_ps_context {
     signed char *choice_zdp_slices;   /* k of each choice: slices ZDP */
     signed char *choice_recompute;    /* 1: the choice recomputes its activations */
     signed char *choice_hierarchical; /* 1: the choice is hierarchical ZDP (g = k = 1; osdp/plan.h) */
-    signed char *choice_reduce_once;  /* 1: the choice reduces its gradients once per step (osdp/plan.h) */
-    int *all_once;                    /* [n_ops] of 1: the cost model's reduce_once for such a choice */
+    signed char *choice_reduce_once;  /* J: the choice's last J slices reduce once per step (osdp/plan.h) */
+    int *all_once;                    /* [n_ops] of OSDP_MAX_SLICES: the cost model's reduce_once, every slice */
     long long *held_bytes;            /* R (see above) */
     long long *pass_peak_bytes;       /* wp */
     long long *prefetch_bytes;        /* f */

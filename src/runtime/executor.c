@@ -127,39 +127,52 @@ static osdp_status gather_wait(osdp_runtime *rt, rt_slice *sl)
     return osdp_comm_wait(sl->comm, &sl->gather);
 }
 
-/* where an operator's gradients are reduce-scattered from and to: a
- * reduce-once operator's one reduction per step, of its accumulated
- * gradients, straight into its gradient shard */
-static float *scatter_source(rt_op *o, const osdp_sched_op *so)
+/* where an operator's gradients are reduce-scattered from and to: slice
+ * ss's place in the full gradients and the receive buffer (the slices
+ * reduced every micro-batch, the first g - J: their shards from 0), or for
+ * a reduce-once slice (the last J, osdp/plan.h) in the accumulated
+ * gradients of just those slices and, its one reduction per step, straight
+ * in the gradient shard */
+static float *scatter_source(rt_op *o, const osdp_sched_op *so, const osdp_sched_slice *ss, int once)
 {
-    return so->reduce_once ? o->grad_accum : o->full_grad;
+    return once ? o->grad_accum + (ss->base - so->slice[so->n_slices - so->once_slices].base) : o->full_grad + ss->base;
 }
 
-static float *scatter_destination(rt_op *o, const osdp_sched_op *so)
+static float *scatter_destination(rt_op *o, const osdp_sched_slice *ss, int once)
 {
-    return so->reduce_once ? o->grad : o->grad_recv;
+    return (once ? o->grad : o->grad_recv) + ss->local;
 }
 
-/* The first stage of operator op's gradient reduction, non-blocking, one
- * fused launch for its slices on NCCL (osdp/comm.h): the flat
+/* the slices [*lo, *hi) an event's reduction covers (osdp_event.once) */
+static void scatter_slices(const osdp_sched_op *so, int once, int *lo, int *hi)
+{
+    *lo = once ? so->n_slices - so->once_slices : 0;
+    *hi = once ? so->n_slices : so->n_slices - so->once_slices;
+}
+
+/* The first stage of operator op's gradient reduction (its slices reduced
+ * every micro-batch, or with `once` its reduce-once slices), non-blocking,
+ * one fused launch for those slices on NCCL (osdp/comm.h): the flat
  * reduce-scatter into the receive buffer, or, reduced node-first
  * (osdp/runtime.h), the in-node reduce-scatter in place in the full
  * gradients (rank i of the node keeps node block i, padded / R).  The
  * operator's slices share the communicator (a hierarchical one is unsplit). */
-static osdp_status scatter_start(osdp_runtime *rt, int op)
+static osdp_status scatter_start(osdp_runtime *rt, int op, int once)
 {
     rt_op *o = &rt->in->ops[op];
     const osdp_sched_op *so = &rt->in->sched.ops[op];
     const int node_first = osdp_runtime_node_first(rt);
     osdp_comm *first = node_first ? rt->node_comm : o->slice[0].comm;
+    int lo, hi;
+    scatter_slices(so, once, &lo, &hi);
     TRY(osdp_comm_group_start(first));
-    for (int k = 0; k < so->n_slices; k++) {
+    for (int k = lo; k < hi; k++) {
         const osdp_sched_slice *ss = &so->slice[k];
         if (node_first)
-            TRY(osdp_comm_reduce_scatter_in_place(first, scatter_source(o, so) + ss->base, ss->padded / (size_t)rt->node_ranks,
+            TRY(osdp_comm_reduce_scatter_in_place(first, scatter_source(o, so, ss, once), ss->padded / (size_t)rt->node_ranks,
                                                   OSDP_FLOAT32, &o->slice[k].scatter));
         else
-            TRY(osdp_comm_reduce_scatter(first, scatter_source(o, so) + ss->base, scatter_destination(o, so) + ss->local,
+            TRY(osdp_comm_reduce_scatter(first, scatter_source(o, so, ss, once), scatter_destination(o, ss, once),
                                          osdp_sched_slice_shard_numel(ss), OSDP_FLOAT32, &o->slice[k].scatter));
     }
     return osdp_comm_group_end(first);
@@ -171,34 +184,38 @@ static osdp_status scatter_start(osdp_runtime *rt, int op)
  * i K + n), or into its place in the node block, which an all-gather over
  * the nodes then completes (a hierarchical slice: node block i on every
  * node). */
-static osdp_status reduce_across_nodes(osdp_runtime *rt, rt_op *o, const osdp_sched_op *so, const osdp_sched_slice *ss)
+static osdp_status reduce_across_nodes(osdp_runtime *rt, rt_op *o, const osdp_sched_op *so, const osdp_sched_slice *ss,
+                                       int once)
 {
-    float *dest = scatter_destination(o, so);
     const size_t node_block = ss->padded / (size_t)rt->node_ranks, part = node_block / (size_t)rt->cross_comm->size;
-    const float *block = scatter_source(o, so) + ss->base + osdp_comm_in_place_offset(rt->node_comm, node_block);
+    const float *block = scatter_source(o, so, ss, once) + osdp_comm_in_place_offset(rt->node_comm, node_block);
+    float *node_copy = scatter_destination(o, ss, once);
     if (!ss->hierarchical)
-        return osdp_comm_reduce_scatter(rt->cross_comm, block, dest + ss->local, part, OSDP_FLOAT32, NULL);
-    float *node_copy = dest + ss->local, *mine = node_copy + (size_t)rt->cross_rank * part;
+        return osdp_comm_reduce_scatter(rt->cross_comm, block, node_copy, part, OSDP_FLOAT32, NULL);
+    float *mine = node_copy + (size_t)rt->cross_rank * part;
     TRY(osdp_comm_reduce_scatter(rt->cross_comm, block, mine, part, OSDP_FLOAT32, NULL));
     return osdp_comm_all_gather(rt->cross_comm, mine, node_copy, part, OSDP_FLOAT32, NULL);   /* in place */
 }
 
 /* the first micro-batch's gradients replace the shard's, the others add to
  * it, in micro-batch order (both pipeline schedules run backwards in it).
- * A reduce-once operator's one reduction, of the step's sum, went straight
- * into the shard; its accumulated gradients start the next step at zero. */
-static osdp_status scatter_finish(osdp_runtime *rt, int op, int micro)
+ * A reduce-once reduction (`once`), of the step's sum, went straight into
+ * the shard; the accumulated gradients start the next step at zero. */
+static osdp_status scatter_finish(osdp_runtime *rt, int op, int once, int micro)
 {
     rt_op *o = &rt->in->ops[op];
     const osdp_sched_op *so = &rt->in->sched.ops[op];
     const int node_first = osdp_runtime_node_first(rt);
-    for (int k = 0; k < so->n_slices; k++) {
+    int lo, hi;
+    scatter_slices(so, once, &lo, &hi);
+    for (int k = lo; k < hi; k++) {
         TRY(osdp_comm_wait(node_first ? rt->node_comm : o->slice[k].comm, &o->slice[k].scatter));
-        if (node_first) TRY(reduce_across_nodes(rt, o, so, &so->slice[k]));
+        if (node_first) TRY(reduce_across_nodes(rt, o, so, &so->slice[k], once));
     }
-    if (so->reduce_once) rt->backend->fill_zero(o->grad_accum, so->padded * sizeof(float));
-    else if (rt->in->micro + micro == 0) rt->backend->copy(o->grad, o->grad_recv, so->shard * sizeof(float));
-    else rt->backend->vector_accumulate(o->grad, o->grad_recv, so->shard);
+    const size_t every_shard = so->shard - so->once_shard;   /* the first slices' shards, from 0 */
+    if (once) rt->backend->fill_zero(o->grad_accum, so->once_padded * sizeof(float));
+    else if (rt->in->micro + micro == 0) rt->backend->copy(o->grad, o->grad_recv, every_shard * sizeof(float));
+    else rt->backend->vector_accumulate(o->grad, o->grad_recv, every_shard);
     return OSDP_OK;
 }
 
@@ -461,11 +478,14 @@ osdp_status osdp_runtime_execute(osdp_runtime *rt, const osdp_event *ev, int end
         case OSDP_EV_LOSS_SUM:   /* no wait; once per tensor group: its ranks' losses are the same */
             if (rt->tp_rank == 0) rt->backend->accumulate_sum(&in->sums[0], o->acts[e->micro].losses, bt, 0);
             break;
-        case OSDP_EV_REDUCE_SCATTER: TRY(scatter_start(rt, e->op)); break;
-        case OSDP_EV_REDUCE_SCATTER_WAIT: TRY(scatter_finish(rt, e->op, e->micro)); break;
-        case OSDP_EV_GRAD_ACCUMULATE:
-            rt->backend->vector_accumulate(o->grad_accum, o->full_grad, in->sched.ops[e->op].padded);
+        case OSDP_EV_REDUCE_SCATTER: TRY(scatter_start(rt, e->op, e->once)); break;
+        case OSDP_EV_REDUCE_SCATTER_WAIT: TRY(scatter_finish(rt, e->op, e->once, e->micro)); break;
+        case OSDP_EV_GRAD_ACCUMULATE: {   /* the reduce-once slices, the last J (osdp/plan.h) */
+            const osdp_sched_op *so = &in->sched.ops[e->op];
+            rt->backend->vector_accumulate(o->grad_accum, o->full_grad + so->slice[so->n_slices - so->once_slices].base,
+                                           so->once_padded);
             break;
+        }
         case OSDP_EV_RECV_ACTS: case OSDP_EV_SEND_ACTS: case OSDP_EV_SEND_ACTS_WAIT:
         case OSDP_EV_RECV_GRAD: case OSDP_EV_SEND_GRAD: case OSDP_EV_SEND_GRAD_WAIT: TRY(pipeline_message(rt, e)); break;
         case OSDP_EV_NORM_SUM: norm_sum(rt, e->op); break;

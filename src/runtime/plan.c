@@ -72,17 +72,35 @@ int osdp_plan_tie_embedding(osdp_plan *plan, const osdp_layout *layout)
     return changed;
 }
 
-/* the words after the mode: "recompute" and "reduce-once", each at most
- * once, in either order; -1 for anything else */
+/* the words after the mode: "recompute" and "reduce-once" (optionally
+ * followed by its count of slices J, 1..OSDP_MAX_SLICES), each at most once,
+ * in either order; -1 for anything else.  *reduce_once: J, or
+ * OSDP_PLAN_ONCE_ALL for the bare word (every slice, whatever g). */
 static int parse_flags(const char *rest, int *recompute, int *reduce_once)
 {
+    int seen_once = 0;
     while (*rest) {
         rest += strspn(rest, " \t");
         size_t len = strcspn(rest, " \t");
         if (!len) break;
-        if (len == strlen("recompute") && strncmp(rest, "recompute", len) == 0 && !*recompute) *recompute = 1;
-        else if (len == strlen("reduce-once") && strncmp(rest, "reduce-once", len) == 0 && !*reduce_once) *reduce_once = 1;
-        else return -1;
+        if (len == strlen("recompute") && strncmp(rest, "recompute", len) == 0 && !*recompute) {
+            *recompute = 1;
+        } else if (len == strlen("reduce-once") && strncmp(rest, "reduce-once", len) == 0 && !seen_once) {
+            seen_once = 1;
+            *reduce_once = OSDP_PLAN_ONCE_ALL;
+            const char *next = rest + len + strspn(rest + len, " \t");
+            if (*next >= '0' && *next <= '9') {   /* its count of slices */
+                char *end;
+                errno = 0;
+                long j = strtol(next, &end, 10);
+                if (errno || (*end && *end != ' ' && *end != '\t') || j < 1 || j > OSDP_MAX_SLICES) return -1;
+                *reduce_once = (int)j;
+                rest = end;
+                continue;
+            }
+        } else {
+            return -1;
+        }
         rest += len;
     }
     return 0;
@@ -109,18 +127,22 @@ static int parse_mode(const char *value, int *k, int *g, int *hier, int *recompu
     if (len >= sizeof mode) return -1;
     memcpy(mode, value, len);
     mode[len] = '\0';
-    if (strcmp(mode, "dp") == 0) { *k = 0; *g = 1; return 0; }
-    if (strcmp(mode, "zdp") == 0) { *k = 1; *g = 1; return 0; }
-    if (strcmp(mode, "h") == 0) { *k = 1; *g = 1; *hier = 1; return 0; }
-    char *end;
-    errno = 0;
-    long kk = strtol(mode, &end, 10);
-    if (errno || end == mode || *end != '/') return -1;
-    const char *gs = end + 1;
-    long gg = strtol(gs, &end, 10);
-    if (errno || end == gs || *end != '\0' || gg < 1 || gg > OSDP_MAX_SLICES || kk < 0 || kk > gg) return -1;
-    *k = (int)kk;
-    *g = (int)gg;
+    if (strcmp(mode, "dp") == 0) { *k = 0; *g = 1; }
+    else if (strcmp(mode, "zdp") == 0) { *k = 1; *g = 1; }
+    else if (strcmp(mode, "h") == 0) { *k = 1; *g = 1; *hier = 1; }
+    else {
+        char *end;
+        errno = 0;
+        long kk = strtol(mode, &end, 10);
+        if (errno || end == mode || *end != '/') return -1;
+        const char *gs = end + 1;
+        long gg = strtol(gs, &end, 10);
+        if (errno || end == gs || *end != '\0' || gg < 1 || gg > OSDP_MAX_SLICES || kk < 0 || kk > gg) return -1;
+        *k = (int)kk;
+        *g = (int)gg;
+    }
+    if (*reduce_once == OSDP_PLAN_ONCE_ALL) *reduce_once = *g;   /* the bare word: every slice */
+    else if (*reduce_once > *g) return -3;
     return 0;
 }
 
@@ -165,10 +187,15 @@ static int plan_handler(void *user, const char *section, const char *key, const 
                                     "the node and cannot be split into slices: give h or k/g, not both", key, value);
         return 0;
     }
+    if (parsed == -3) {
+        st->status = osdp_error_set(OSDP_ERR_INPUT, "%s = '%s': 'reduce-once J' names J of the operator's %d slice%s "
+                                    "(1 <= J <= %d; 'reduce-once' alone: all of them)", key, value, g, g > 1 ? "s" : "", g);
+        return 0;
+    }
     if (parsed != 0) {
         st->status = osdp_error_set(OSDP_ERR_INPUT,
             "%s = '%s': mode must be dp, zdp, h (hierarchical ZDP) or k/g (k of g slices ZDP, 0 <= k <= g <= %d), "
-            "optionally followed by 'recompute' and / or 'reduce-once'",
+            "optionally followed by 'recompute' and / or 'reduce-once' (or 'reduce-once J': the last J slices)",
             key, value, OSDP_MAX_SLICES);
         return 0;
     }
@@ -239,7 +266,8 @@ osdp_status osdp_plan_parse(osdp_plan *plan, const osdp_layout *layout, const ch
         plan->slices[i] = unsplittable ? 1 : st.default_g;
         plan->recompute[i] = st.default_recompute && osdp_op_can_recompute(layout->op[i].type);   /* blocks only */
         plan->hierarchical[i] = st.default_hier;
-        plan->reduce_once[i] = st.default_reduce_once;
+        /* likewise the reduce-once slices: the unsplit embedding reduces once when any slice of the default does */
+        plan->reduce_once[i] = unsplittable ? st.default_reduce_once > 0 : st.default_reduce_once;
     }
     free(seen);
     if (st.status == OSDP_OK) (void)osdp_plan_tie_embedding(plan, layout);   /* a default's ZDP: the embedding stays DP */
@@ -272,9 +300,21 @@ void osdp_plan_write(const osdp_plan *plan, const osdp_layout *layout, FILE *out
             layout->cfg.name);
     if (plan->geo.tp_size > 0)
         fprintf(out, "tp = %d   ; the tensor-parallel degree: the modes apply to each rank's parts\n", plan->geo.tp_size);
-    for (int i = 0; i < plan->n_ops; i++)
-        fprintf(out, "%s = %s%s%s\n", layout->op[i].name, osdp_plan_mode_name(plan, i, mode, sizeof mode),
-                plan->recompute[i] ? " recompute" : "", plan->reduce_once && plan->reduce_once[i] ? " reduce-once" : "");
+    for (int i = 0; i < plan->n_ops; i++) {
+        char once[32];
+        osdp_plan_once_word(plan, i, once, sizeof once);
+        fprintf(out, "%s = %s%s%s%s\n", layout->op[i].name, osdp_plan_mode_name(plan, i, mode, sizeof mode),
+                plan->recompute[i] ? " recompute" : "", *once ? " " : "", once);
+    }
+}
+
+const char *osdp_plan_once_word(const osdp_plan *plan, int op, char *buf, size_t n)
+{
+    const int j = osdp_plan_once_slices(plan, op);
+    if (j == 0) snprintf(buf, n, "%s", "");
+    else if (j >= plan->slices[op]) snprintf(buf, n, "reduce-once");
+    else snprintf(buf, n, "reduce-once %d", j);
+    return buf;
 }
 
 unsigned long long osdp_plan_hash(const osdp_plan *plan)
@@ -285,7 +325,9 @@ unsigned long long osdp_plan_hash(const osdp_plan *plan)
         h = (h ^ (unsigned)plan->zdp_slices[i]) * 1099511628211ULL;
         h = (h ^ (unsigned)plan->recompute[i]) * 1099511628211ULL;
         if (plan->hierarchical[i]) h = (h ^ 0x68u) * 1099511628211ULL;   /* without one: as before */
-        if (plan->reduce_once && plan->reduce_once[i]) h = (h ^ 0x72u) * 1099511628211ULL;   /* likewise */
+        const int once = osdp_plan_once_slices(plan, i);
+        if (once) h = (h ^ 0x72u) * 1099511628211ULL;   /* likewise */
+        if (once && once < plan->slices[i]) h = (h ^ (unsigned)once) * 1099511628211ULL;   /* some slices: their count */
     }
     h = (h ^ (unsigned)plan->geo.micro_batch) * 1099511628211ULL;
     if (plan->geo.tp_size > 1) h = (h ^ (unsigned)plan->geo.tp_size) * 1099511628211ULL;   /* tp 1 or unstated: as before */

@@ -23,8 +23,8 @@ typedef struct rt_op {
                                (made at the start of every step); NULL for fp32 */
     void *resident;         /* DP slices' full weights (slices k..g-1, contiguous) */
     float *full_grad;       /* (padded) during backward, slice s at slice[s].base */
-    float *grad_recv;       /* (shard) reduce-scatter destination */
-    float *grad_accum;      /* (padded) reduce-once: the full gradients summed over the step (all run) */
+    float *grad_recv;       /* (shard of the slices reduced every micro-batch) reduce-scatter destination */
+    float *grad_accum;      /* (padded of the reduce-once slices) their full gradients summed over the step (all run) */
     /* per micro-batch slot (osdp_schedule_micro_slots: 1 without a pipeline) */
     float **acts_base;      /* [slots] activation block from the forward to the backward */
     float **kept_out;       /* [slots] recompute: the output, kept from forward to backward */

@@ -36,8 +36,8 @@ size_t osdp_buffer_bytes(osdp_buffer_kind kind, const osdp_buffer_dims *d, size_
     case OSDP_BUF_KEPT: return B * ol->kept_floats_per_seq * w->act;
     case OSDP_BUF_ACTS: return B * (ol->act_floats_per_seq - (d->recompute ? ol->kept_floats_per_seq : 0)) * w->act;
     case OSDP_BUF_FULL_GRAD: return d->padded * w->grad;
-    case OSDP_BUF_GRAD_ACCUM: return d->padded * w->grad;
-    case OSDP_BUF_GRAD_RECV: return d->shard * w->grad;
+    case OSDP_BUF_GRAD_ACCUM: return d->once * w->grad;
+    case OSDP_BUF_GRAD_RECV: return (d->shard - d->once_shard) * w->grad;
     case OSDP_BUF_TP_STAGING: return B * osdp_tp_staging_floats_per_seq(d->layout) * w->act;
     case OSDP_BUF_STAGE_INPUT: return B * (size_t)d->layout->T * (size_t)d->layout->op[d->op - 1].width * F;
     case OSDP_BUF_N_KINDS: break;
@@ -52,7 +52,8 @@ static size_t buffer_bytes(const osdp_schedule *sc, osdp_buffer_kind kind, int o
     const osdp_sched_op *so = &sc->ops[op];
     const osdp_buffer_dims d = {.layout = sc->layout, .op = op, .geo = &sc->opt.geo,
                                 .recompute = so->recompute, .padded = so->padded, .shard = so->shard,
-                                .resident = so->resident_numel,
+                                .resident = so->resident_numel, .once = so->once_padded,
+                                .once_shard = so->once_shard,
                                 .width = {.weight = sc->weight_size, .grad = sizeof(float), .act = sizeof(float)}};
     return osdp_buffer_bytes(kind, &d, so->slice[slice].padded);
 }
@@ -221,34 +222,46 @@ static osdp_status pass_events(builder *b, int op, osdp_pass pass)
  * every micro-step); the wait zeroes them for the next step. */
 static osdp_status scatter_finish(builder *b, int op)
 {
-    const int once = b->sc->ops[op].reduce_once;
-    TRY(emit(b, (osdp_event){.kind = OSDP_EV_REDUCE_SCATTER_WAIT, .op = op, .last_micro_only = once && !b->sc->pipelined}));
-    if (once) return OSDP_OK;
+    const osdp_sched_op *so = &b->sc->ops[op];
+    const int J = so->once_slices, every = J < so->n_slices;
+    if (every) TRY(emit(b, (osdp_event){.kind = OSDP_EV_REDUCE_SCATTER_WAIT, .op = op}));
+    if (J && (!b->sc->pipelined || b->micro == b->sc->opt.geo.accum_steps - 1))
+        TRY(emit(b, (osdp_event){.kind = OSDP_EV_REDUCE_SCATTER_WAIT, .op = op, .once = 1,
+                                 .last_micro_only = !b->sc->pipelined}));
+    if (!every) return OSDP_OK;
     TRY(emit_buffer(b, OSDP_EV_FREE, OSDP_BUF_FULL_GRAD, op, 0));
     return emit_buffer(b, OSDP_EV_FREE, OSDP_BUF_GRAD_RECV, op, 0);
 }
 
 /* with prefetch an operator's reduce-scatters run during the next
  * operator's backward, and complete when that one's start.  A reduce-once
- * operator adds its full gradients into its accumulated ones and frees them
- * at once, every micro-batch; it reduces in its last micro-batch's backward
- * only: flagged last_micro_only without a pipeline, absent from its earlier
- * backwards with one (the stage runs its backwards in micro-batch order). */
+ * operator (osdp/plan.h: its last J slices) adds those slices' full
+ * gradients into its accumulated ones every micro-batch; when J = g it frees
+ * its full gradients at once, else its other slices reduce-scatter them
+ * every micro-batch as any operator's.  The J slices reduce in its last
+ * micro-batch's backward only: flagged last_micro_only without a pipeline,
+ * absent from its earlier backwards with one (the stage runs its backwards
+ * in micro-batch order). */
 static osdp_status scatter_events(builder *b, int op)
 {
-    const int once = b->sc->ops[op].reduce_once;
-    if (once) {
-        TRY(emit(b, (osdp_event){.kind = OSDP_EV_GRAD_ACCUMULATE, .op = op}));
-        TRY(emit_buffer(b, OSDP_EV_FREE, OSDP_BUF_FULL_GRAD, op, 0));
-        if (b->sc->pipelined && b->micro != b->sc->opt.geo.accum_steps - 1) {   /* the one before completes all the same */
-            if (b->pending_scatter >= 0) TRY(scatter_finish(b, b->pending_scatter));
-            b->pending_scatter = -1;
-            return OSDP_OK;
-        }
+    const osdp_sched_op *so = &b->sc->ops[op];
+    const int J = so->once_slices, every = J < so->n_slices;
+    const int reduces_once = J && (!b->sc->pipelined || b->micro == b->sc->opt.geo.accum_steps - 1);
+    if (J) TRY(emit(b, (osdp_event){.kind = OSDP_EV_GRAD_ACCUMULATE, .op = op}));
+    if (!every) TRY(emit_buffer(b, OSDP_EV_FREE, OSDP_BUF_FULL_GRAD, op, 0));
+    if (!every && !reduces_once) {   /* nothing to reduce: the one before completes all the same */
+        if (b->pending_scatter >= 0) TRY(scatter_finish(b, b->pending_scatter));
+        b->pending_scatter = -1;
+        return OSDP_OK;
     }
-    if (!once) TRY(emit_buffer(b, OSDP_EV_ALLOC, OSDP_BUF_GRAD_RECV, op, 0));
-    TRY(emit(b, (osdp_event){.kind = OSDP_EV_REDUCE_SCATTER, .op = op, .last_micro_only = once && !b->sc->pipelined,
-                             .bytes = b->sc->ops[op].padded * sizeof(float)}));
+    if (every) {
+        TRY(emit_buffer(b, OSDP_EV_ALLOC, OSDP_BUF_GRAD_RECV, op, 0));
+        TRY(emit(b, (osdp_event){.kind = OSDP_EV_REDUCE_SCATTER, .op = op,
+                                 .bytes = (so->padded - so->once_padded) * sizeof(float)}));
+    }
+    if (reduces_once)
+        TRY(emit(b, (osdp_event){.kind = OSDP_EV_REDUCE_SCATTER, .op = op, .once = 1,
+                                 .last_micro_only = !b->sc->pipelined, .bytes = so->once_padded * sizeof(float)}));
     if (!b->sc->opt.geo.prefetch) return scatter_finish(b, op);
     if (b->pending_scatter >= 0) TRY(scatter_finish(b, b->pending_scatter));
     b->pending_scatter = op;
@@ -421,7 +434,7 @@ static osdp_status setup_events(builder *b)
         TRY(emit_buffer(b, OSDP_EV_ALLOC, OSDP_BUF_STATE, op, 0));
         if (b->sc->opt.geo.weight_dtype != OSDP_FLOAT32) TRY(emit_buffer(b, OSDP_EV_ALLOC, OSDP_BUF_MASTER_COPY, op, 0));
         if (b->sc->ops[op].resident_numel) TRY(emit_buffer(b, OSDP_EV_ALLOC, OSDP_BUF_RESIDENT, op, 0));
-        if (b->sc->ops[op].reduce_once) TRY(emit_buffer(b, OSDP_EV_ALLOC, OSDP_BUF_GRAD_ACCUM, op, 0));
+        if (b->sc->ops[op].once_slices) TRY(emit_buffer(b, OSDP_EV_ALLOC, OSDP_BUF_GRAD_ACCUM, op, 0));
     }
     TRY(emit_buffer(b, OSDP_EV_ALLOC, OSDP_BUF_WORKSPACE, 0, 0));
     /* the head's, for every step and validation pass: the buffer belongs to no operator's pass */
@@ -484,7 +497,7 @@ static osdp_status slice_operator(osdp_schedule *sc, const osdp_plan *plan, int 
     so->n_slices = plan->slices[i];
     so->zdp_slices = plan->zdp_slices[i];
     so->recompute = plan->recompute[i] != 0;
-    so->reduce_once = plan->reduce_once && plan->reduce_once[i] != 0;
+    so->once_slices = osdp_plan_once_slices(plan, i);
     TRY(osdp_op_split(&sc->layout->op[i], so->n_slices, so->bounds));
     for (int s = 0; s < so->n_slices; s++) {
         osdp_sched_slice *sl = &so->slice[s];
@@ -499,6 +512,10 @@ static osdp_status slice_operator(osdp_schedule *sc, const osdp_plan *plan, int 
         so->padded += sl->padded;
         so->shard += osdp_sched_slice_shard_numel(sl);
         if (!sl->zdp) so->resident_numel += sl->padded;
+        if (s >= so->n_slices - so->once_slices) {   /* the last J: reduce once (osdp/plan.h) */
+            so->once_padded += sl->padded;
+            so->once_shard += osdp_sched_slice_shard_numel(sl);
+        }
     }
     return OSDP_OK;
 }
@@ -531,6 +548,10 @@ static osdp_status check_inputs(const osdp_layout *layout, const osdp_plan *plan
         if (plan->zdp_slices[i] > 0 && !osdp_op_allows_zdp(layout, i))
             return osdp_error_set(OSDP_ERR_INPUT, "operator %s is ZDP in the plan, but the head is tied to its wte "
                                   "(tied_head = true): the embedding must be DP", layout->op[i].name);
+    for (int i = 0; i < plan->n_ops; i++)
+        if (osdp_plan_once_slices(plan, i) < 0 || osdp_plan_once_slices(plan, i) > plan->slices[i])
+            return osdp_error_set(OSDP_ERR_INPUT, "operator %s: %d of its %d slices reduce once: not a count of them",
+                                  layout->op[i].name, osdp_plan_once_slices(plan, i), plan->slices[i]);
     for (int i = 0; i < plan->n_ops; i++)
         if (plan->recompute[i] && !osdp_op_can_recompute(layout->op[i].type))
             return osdp_error_set(OSDP_ERR_INPUT, "operator %s: only attn and mlp operators can recompute their activations",

@@ -271,12 +271,13 @@ typedef struct brute {
  * the runtime (g = 1) or the model (g > 1); under a tied head a plan with a
  * ZDP embedding is no plan (time infinite, peak above every limit) */
 /* micro-steps per optimizer step of the brute-force checks; above 1 every
- * operator also reduces once or every micro-batch (grad-reduce auto) */
+ * operator also reduces some of its g slices once, 0..g of them (the last
+ * J, osdp/plan.h), the others every micro-batch (grad-reduce auto) */
 static int brute_accum = 1;
 
 static void brute_all(brute *B, const osdp_layout *L, const osdp_device *d, int N, int pf, int b, int g)
 {
-    const int A = brute_accum, ways = A > 1 ? 2 : 1;
+    const int A = brute_accum, ways = A > 1 ? g + 1 : 1;
     int n = L->n_ops, k = (g + 1) * ways;
     long long total = 1;
     for (int i = 0; i < n; i++) total *= k;
@@ -331,7 +332,7 @@ static void check_against_brute(const char *model, int T, int N, int pf, int b, 
     memcpy(sorted, B.peak, sizeof *sorted * (size_t)B.n_plans);
     qsort(sorted, (size_t)B.n_plans, sizeof *sorted, cmp_ll);
     long long minpeak = sorted[0];
-    int mixed = 0, multi = 0, mixed_once = 0, valid = B.n_plans;
+    int mixed = 0, multi = 0, mixed_once = 0, some_once = 0, valid = B.n_plans;
     while (valid > 0 && sorted[valid - 1] == LLONG_MAX) valid--;   /* no plans (brute_all) */
     /* limits: below the smallest peak, exactly at plan peaks across the range, and between */
     for (int li = 0; li <= 16; li++) {
@@ -367,7 +368,10 @@ static void check_against_brute(const char *model, int T, int N, int pf, int b, 
                 }
                 ck_assert_int_eq(r.tightened, 0);
                 int z = 0, once = osdp_plan_count_reduce_once(&r.plan);
-                for (int i = 0; i < L.n_ops; i++) z += r.plan.zdp_slices[i] > 0;
+                for (int i = 0; i < L.n_ops; i++) {
+                    z += r.plan.zdp_slices[i] > 0;
+                    some_once += r.plan.reduce_once[i] > 0 && r.plan.reduce_once[i] < r.plan.slices[i];
+                }
                 mixed += z > 0 && z < L.n_ops;
                 mixed_once += once > 0 && once < L.n_ops;
                 multi += r.searches > 1;
@@ -380,6 +384,7 @@ static void check_against_brute(const char *model, int T, int N, int pf, int b, 
                 mixed, multi);
     ck_assert_int_ge(mixed, 8); /* the limits exercise real trade-offs */
     if (brute_accum > 1) ck_assert_int_ge(mixed_once, 1);   /* reduce-once traded for memory on some operators only */
+    if (brute_accum > 1 && g > 1) ck_assert_int_ge(some_once, 1);   /* and on some slices of an operator only */
     free(sorted);
     free(B.time);
     free(B.peak);
@@ -410,6 +415,8 @@ START_TEST(test_planner_brute_reduce_once)
     for (int N = 2; N <= 4; N += 2)
         for (int pf = 1; pf >= 0; pf--) check_against_brute("tiny", 0, N, pf, 1, 1, NULL);
     check_against_brute("tests/inputs/t_tied.ini", 0, 4, 1, 1, 1, NULL);
+    /* per slice: 2 slices, each operator 0..2 of them once (9^6 plans) */
+    check_against_brute("tiny", 16, 2, 1, 1, 2, NULL);
     brute_accum = 1;
 }
 END_TEST

@@ -87,6 +87,9 @@ static void build_context(osdp_ps_context *ctx, const osdp_layout *sub, const os
                   osdp_error_message());
 }
 
+/* plans drawn with some slices only of an operator reducing once (0 < J < g, osdp/plan.h) */
+static int g_some_once;
+
 /* Random choices of the context for operators [lo, hi) into plan p (the
  * other operators: random plans of their own); returns the peak the search
  * sees for them. */
@@ -108,6 +111,7 @@ static long long random_choices(const osdp_ps_context *ctx, const osdp_layout *L
         p->recompute[lo + i] = ctx->choice_recompute[a];
         p->hierarchical[lo + i] = ctx->choice_hierarchical[a];
         p->reduce_once[lo + i] = ctx->choice_reduce_once[a];
+        g_some_once += p->reduce_once[lo + i] > 0 && p->reduce_once[lo + i] < p->slices[lo + i];
     }
     return ctx->fixed_bytes + osdp_ps_held_sum(ctx, ch) + osdp_ps_true_transient(ctx, ch);
 }
@@ -192,6 +196,7 @@ START_TEST(test_search_terms_equal_schedule_dp_and_hierarchical)
             }
         osdp_layout_free(&L);
     }
+    ck_assert_int_gt(g_some_once, 0);   /* split operators reducing some slices once were among the plans */
 }
 END_TEST
 
@@ -296,7 +301,7 @@ typedef struct stage_plans {
 } stage_plans;
 
 /* every plan of stage s's operators (k of g ZDP, g = split where the operator splits; recompute where it can;
- * reduce-once both ways), the rest DP */
+ * reduce-once for each count of slices, 0..g: its last J), the rest DP */
 static void every_stage_plan(stage_plans *E, const osdp_layout *L, const osdp_device *d, const step_case *c, int split)
 {
     const int lo = c->bounds[c->stage], n = c->bounds[c->stage + 1] - lo;
@@ -311,7 +316,7 @@ static void every_stage_plan(stage_plans *E, const osdp_layout *L, const osdp_de
     for (int i = 0; i < n; i++) {
         g[i] = osdp_cost_can_split(&scm, i, split) ? split : 1;
         rc[i] = osdp_op_can_recompute(sub.op[i].type) ? 2 : 1;
-        per[i] = (g[i] + 1) * rc[i] * 2;
+        per[i] = (g[i] + 1) * rc[i] * (g[i] + 1);
         total *= per[i];
     }
     ck_assert(total <= 200000);
@@ -432,7 +437,7 @@ START_TEST(test_stage_search_against_every_plan)
                     int once = 0;
                     for (int i = 0; i < hi - lo; i++) {
                         const int g = osdp_cost_can_split(&scm, i, split) ? split : 1;
-                        const int rc = osdp_op_can_recompute(sub.op[i].type) ? 2 : 1, per = (g + 1) * rc * 2;
+                        const int rc = osdp_op_can_recompute(sub.op[i].type) ? 2 : 1, per = (g + 1) * rc * (g + 1);
                         once |= (int)(code % per) / ((g + 1) * rc);
                         code /= per;
                     }

@@ -436,7 +436,7 @@ START_TEST(test_plan_parse_good)
     s = osdp_plan_parse(&p, &L, "default = dp recompute reduce-once\nattn.1 = zdp reduce-once\nmlp.1 = 2/4\n"
                         "head = zdp reduce-once\nmlp.0 = 1/2 reduce-once recompute\n", "p.plan");
     ck_assert_msg(s == OSDP_OK, "%s", osdp_error_message());
-    const int once[6] = {1, 1, 1, 1, 0, 1}, rc[6] = {0, 1, 1, 0, 0, 0};
+    const int once[6] = {1, 1, 2, 1, 0, 1}, rc[6] = {0, 1, 1, 0, 0, 0};   /* J: the slices that reduce once */
     for (int i = 0; i < 6; i++) {
         ck_assert_int_eq(p.reduce_once[i], once[i]);
         ck_assert_int_eq(p.recompute[i], rc[i]);
@@ -445,6 +445,25 @@ START_TEST(test_plan_parse_good)
     ck_assert_int_eq(p.zdp_slices[2], 1);
     ck_assert_int_eq(p.slices[2], 2);
     ck_assert_int_eq(osdp_plan_count_reduce_once(&p), 5);
+    osdp_plan_free(&p);
+
+    /* some slices (`reduce-once J`: the last J), in either order with recompute; a default's J: every
+     * operator's, the unsplit embedding once when J > 0 (as its k) */
+    s = osdp_plan_parse(&p, &L, "default = 1/4 reduce-once 3\nmlp.0 = 2/4 recompute reduce-once 2\n"
+                        "attn.1 = 2/4 reduce-once 4 recompute\nhead = zdp reduce-once 1\n", "p.plan");
+    ck_assert_msg(s == OSDP_OK, "%s", osdp_error_message());
+    const int some[6] = {1, 3, 2, 4, 3, 1}, some_rc[6] = {0, 0, 1, 1, 0, 0};
+    for (int i = 0; i < 6; i++) {
+        ck_assert_int_eq(p.reduce_once[i], some[i]);
+        ck_assert_int_eq(p.recompute[i], some_rc[i]);
+    }
+    ck_assert_int_eq(p.slices[0], 1);
+    ck_assert_int_eq(p.slices[1], 4);
+    ck_assert_int_eq(osdp_plan_count_reduce_once(&p), 6);
+    char word[32];
+    ck_assert_str_eq(osdp_plan_once_word(&p, 2, word, sizeof word), "reduce-once 2");
+    ck_assert_str_eq(osdp_plan_once_word(&p, 3, word, sizeof word), "reduce-once");   /* all of them: the bare word */
+    ck_assert_str_eq(osdp_plan_once_word(&p, 5, word, sizeof word), "reduce-once");
     osdp_plan_free(&p);
 
     /* fill / alloc defaults */
@@ -477,6 +496,11 @@ static const plan_error_case plan_errors[] = {
     {"bad word after the mode", "default = dp\nembed = dp reduce-twice\n", "reduce-twice", "reduce-once"},
     {"reduce-once twice", "default = dp\nembed = dp reduce-once reduce-once\n", "embed", "reduce-once"},
     {"reduce-once before the mode", "default = reduce-once dp\n", "reduce-once dp", NULL},
+    {"reduce-once J > g", "default = dp\nmlp.0 = 1/2 reduce-once 3\n", "reduce-once J", "2 slices"},
+    {"reduce-once J > 1 unsplit", "default = dp\nattn.0 = zdp reduce-once 2\n", "attn.0", "1 <= J <= 1"},
+    {"reduce-once 0", "default = dp\nmlp.0 = 1/2 reduce-once 0\n", "mlp.0", "reduce-once J"},
+    {"reduce-once count junk", "default = dp\nmlp.0 = 1/2 reduce-once 1x\n", "1x", NULL},
+    {"reduce-once count twice", "default = dp\nmlp.0 = 1/2 reduce-once 1 1\n", "mlp.0", NULL},
 };
 
 START_TEST(test_plan_parse_errors)
@@ -512,8 +536,8 @@ START_TEST(test_plan_roundtrip)
     p.slices[2] = 4; p.zdp_slices[2] = 0;
     p.slices[3] = 4; p.zdp_slices[3] = 4;
     const unsigned long long without = osdp_plan_hash(&p);
-    for (int i = 0; i < n; i++) {
-        p.reduce_once[i] = i % 3 == 1;
+    for (int i = 0; i < n; i++) {   /* all slices, some (the last J) or none */
+        p.reduce_once[i] = i % 3 == 1 ? p.slices[i] : i % 3 == 2 ? (int)rnd_below((size_t)p.slices[i] + 1) : 0;
         p.recompute[i] = i % 2 && osdp_op_can_recompute(L.op[i].type);
     }
     char *text = NULL;
