@@ -15,6 +15,12 @@
 #   5. plan --grad-reduce: auto writes reduce-once where the planner chose
 #      it, every writes none; bad --grad-reduce and a bad token after a mode:
 #      a message naming the problem, a non-zero exit on every rank
+#   6. per slice (reduce-once J: the last J of an operator's g slices, of
+#      unequal sizes): DP 4 (twice), DP 4 reduced node-first on 2 emulated
+#      nodes, PP 2 x DP 2, TP 2 x DP 2, a tied head: losses within 1e-6 of every micro-batch's,
+#      bitwise run to run; reduce-scatter bytes per step = the closed form
+#      4 sum_s p_s (A, or 1 for a reduce-once slice) from the slices' padded
+#      sizes (tests/tools/slice_sizes); measured = predicted peak to the byte
 # Run by `make check` (OSDP_BUILDDIR, OSDP_SRCDIR, MPIEXEC).
 set -u
 . "$(dirname "$0")/../lib/test_lib.sh" grad-reduce-work
@@ -129,5 +135,47 @@ rc2=$?
    [ $rc2 != 0 ] && [ $rc2 != 124 ] && grep -q "reduce-twice" "$WORK/bad2.out" && grep -q "reduce-once" "$WORK/bad2.out" &&
     ok "bad --grad-reduce and a bad word after a plan mode: a message naming them, exit $rc / $rc2" ||
     bad "bad input (exit $rc, $rc2)" "$WORK/bad1.out"
+
+# -- 6. per slice: the last J of g slices reduce once, the others every micro-batch
+SL="$WORK/slices.plan"
+printf 'embed = dp\nattn.0 = 1/3 reduce-once 2 recompute\nmlp.0 = 2/4 reduce-once 3\nattn.1 = zdp\nmlp.1 = 3/4 recompute reduce-once 1\nhead = zdp\n' > "$SL"
+run 4 dp4_slices "$U" --plan "$SL"
+run 4 dp4_slices_again "$U" --plan "$SL"
+run 4 dp4_slices_nodes "$U" --plan "$SL" --ranks-per-node 2
+run 4 pp_slices "$U" --pp 2 --plan "$SL" --stages 0:3,3:6
+run 4 tp_slices "$U" --tp 2 --plan "$SL"
+run 4 tied_slices "$T" --plan "$SL"
+# rs_closed_form N MICRO OPS...: 4 sum_s p_s (MICRO every micro-batch, once for the last J), OPS as NAME:G:J
+rs_closed_form() {
+    local n=$1 micro=$2 total=0 spec name g j p s; shift 2
+    for spec in "$@"; do
+        IFS=: read -r name g j <<< "$spec"
+        s=0
+        for p in $("$BUILD/tests/tools/slice_sizes" "$U" $SEQ "$n" "$name" "$g"); do
+            total=$((total + 4 * p * (s >= g - j ? 1 : micro))); s=$((s + 1))
+        done
+    done
+    echo $total
+}
+OPS="embed:1:0 attn.0:3:2 mlp.0:4:3 attn.1:1:0 mlp.1:4:1 head:1:0"
+want_dp=$(rs_closed_form 4 $A $OPS); want_pp=$(rs_closed_form 2 $M embed:1:0 attn.0:3:2 mlp.0:4:3)
+sizes="attn.0 $("$BUILD/tests/tools/slice_sizes" "$U" $SEQ 4 attn.0 3 | tr ' ' ,), mlp.0 $("$BUILD/tests/tools/slice_sizes" "$U" $SEQ 4 mlp.0 4 | tr ' ' ,)"
+D="$WORK/dp4_slices.log"; DN="$WORK/dp4_slices_nodes.log"
+close "$D" "$E" && close "$DN" "$E" && close "$WORK/pp_slices.log" "$WORK/pp_every.log" &&
+   close "$WORK/tp_slices.log" "$WORK/tp_every.log" && close "$WORK/tied_slices.log" "$WORK/tied_every.log" &&
+   [ "$(losses "$D")" = "$(losses "$WORK/dp4_slices_again.log")" ] &&
+    ok "per slice (1/3 once 2, 2/4 once 3, 3/4 once 1): losses within 1e-6 of every micro-batch's on DP 4, DP 4 node-first, PP 2 x DP 2, TP 2 x DP 2 and a tied head, bitwise run to run" ||
+    bad "per slice: losses $(field "$D" loss | tr '\n' ' ')/ $(field "$WORK/dp4_slices_again.log" loss_hex | tr '\n' ' '), nodes $(field "$DN" loss | tr '\n' ' '), pp $(field "$WORK/pp_slices.log" loss | tr '\n' ' ') vs every $(field "$E" loss | tr '\n' ' ')" "$WORK/dp4_slices.err"
+[ -n "$want_dp" ] && [ "$(one "$D" rs_bytes)" = "$want_dp" ] && [ "$(one "$DN" node_rs_bytes)" = "$want_dp" ] &&
+   [ "$(one "$DN" cross_rs_bytes)" = $((want_dp / 2)) ] && [ "$(one "$DN" rs_bytes)" = 0 ] &&
+   [ "$(one "$WORK/pp_slices.log" rs_bytes)" = "$want_pp" ] &&
+    ok "per slice: reduce-scatter bytes per step = the closed form (slices of $sizes elements): DP 4 $want_dp B, node-first in-node $want_dp B and cross-node $((want_dp / 2)) B, PP stage 0 $want_pp B" ||
+    bad "per slice bytes: DP 4 $(one "$D" rs_bytes) (closed form $want_dp), nodes $(one "$DN" node_rs_bytes) / $(one "$DN" cross_rs_bytes), PP $(one "$WORK/pp_slices.log" rs_bytes) (closed form $want_pp)"
+mem=1
+for name in dp4_slices dp4_slices_nodes tp_slices tied_slices; do memory_exact "$WORK/$name.log" || mem=0; done
+stages_exact "$WORK/pp_slices.log" || mem=0
+[ $mem = 1 ] &&
+    ok "per slice: measured = predicted peak per category to the byte (DP 4, node-first, PP 2 x DP 2 per stage, TP 2 x DP 2, tied): grads $(one "$D" pred_grads) B" ||
+    bad "per slice memory"
 
 summary "grad-reduce"
