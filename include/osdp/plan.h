@@ -23,8 +23,8 @@
  * order with `recompute`):
  *     attn.3  = zdp reduce-once
  *     default = dp recompute reduce-once
- * The operator keeps its full fp32 gradients (all its slices: the backward
- * writes them as one buffer) resident across the step's accum_steps
+ * The operator keeps its full fp32 gradients (all its slices; per slice
+ * below) resident across the step's accum_steps
  * micro-batches, adds every micro-batch's into them, and reduce-scatters
  * them once, in the last micro-batch's backward (overlapped with the rest
  * of that backward like every reduce-scatter): gradient traffic once per

@@ -23,9 +23,10 @@
  *                        backward, slices down (ZDP slices gathered again);
  *                        the operator's full gradients are reduce-scattered
  *                        slice by slice into the gradient shards; a
- *                        reduce-once operator's (osdp/plan.h) are added into
- *                        its step's sum instead, which is reduce-scattered
- *                        in the last micro-step only
+ *                        reduce-once operator's (osdp/plan.h: of its last J
+ *                        slices) are added into its step's sum instead,
+ *                        which is reduce-scattered in the last micro-step
+ *                        only
  * With prefetch the gather of the next slice use starts before the current
  * one computes (and, when an operator's pass begins, that of the next
  * operator's first slice), and an operator's reduce-scatters overlap the

@@ -177,8 +177,9 @@ static const option_row g_options[] = {
      .choices = "every|auto|once", .default_value = "auto", .metavar = "auto|once|every",
      .help = "gradient accumulation: reduce an operator's gradients once per optimizer step (its\n"
         "full gradients summed over the micro-batches, all run) or every micro-batch (auto: the\n"
-        "planner chooses per operator with --plan auto, a plan file's 'reduce-once' decides with a\n"
-        "plan file, every with --plan dp / zdp; once / every: every operator, whatever the plan)"},
+        "planner chooses per operator and slice with --plan auto, a plan file's 'reduce-once [J]'\n"
+        "decides with a plan file, every with --plan dp / zdp; once / every: every operator, whatever\n"
+        "the plan)"},
     {.name = "attention", .type = OPT_ENUM, .commands = TRAIN | PLAN | PROFILE | EVAL, .field = FIELD(attention),
      .choices = "tiled|naive", .default_value = "tiled", .metavar = "tiled|naive",
      .default_text = "tiled where the backend has it (cpu, cuda), else naive",
