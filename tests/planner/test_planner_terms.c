@@ -461,11 +461,67 @@ START_TEST(test_stage_search_against_every_plan)
 }
 END_TEST
 
+/* The cost model per slice (osdp/cost_model.h, osdp/plan.h): an operator of
+ * g slices whose last J reduce once holds their accumulated gradients
+ * (Q e_g, Q their padded elements) and receives the others' shards
+ * ((P - Q) e_g / N); its comm is every-micro-batch's less (A - 1) RS_s of
+ * each of the J slices, its compute A Q step_full_param more; J = g is
+ * reduce-once as it was (a count past g reads as g), J = 0 as without. */
+START_TEST(test_cost_per_slice)
+{
+    osdp_layout L;
+    load_layout(&L, "tests/inputs/t_small.ini", 0);
+    osdp_device d = sizes_device(OSDP_BFLOAT16);
+    d.all_gather = (osdp_collective_cost){.alpha = 3e-6, .beta = 2e-10};
+    d.reduce_scatter = (osdp_collective_cost){.alpha = 5e-6, .beta = 7e-10};
+    for (int t = 0; t < OSDP_N_OP_TYPES; t++) d.gamma[t] = 1e-12;
+    d.step_full_param = 3e-10;
+    d.step_shard_param = 2e-9;
+    const int N = 4, A = 5, g = 4, op = osdp_layout_find_op(&L, "mlp.0");
+    osdp_cost_model cm;
+    osdp_cost_model_init(&cm, &L, &d, &(osdp_step_geometry){.n_ranks = N, .prefetch = 1}, OSDP_COST_PAPER, NULL);
+    size_t bounds[OSDP_MAX_SLICES + 1], p[OSDP_MAX_SLICES], P = 0;
+    ck_assert(osdp_op_split(&L.op[op], g, bounds) == OSDP_OK);
+    for (int s = 0; s < g; s++) P += p[s] = osdp_padded_numel(bounds[s + 1] - bounds[s], N);
+    ck_assert(p[0] != p[1] || p[1] != p[2] || p[2] != p[3]);   /* slices of unequal sizes: which ones counts */
+    for (int k = 0; k <= g; k += 2) {
+        osdp_op_time every, all, past;
+        osdp_cost_op_time_choice(&cm, op, g, k, 0, 0, 1, A, &every);
+        osdp_cost_op_time_choice(&cm, op, g, k, 0, g, 1, A, &all);
+        osdp_cost_op_time_choice(&cm, op, g, k, 0, OSDP_MAX_SLICES, 1, A, &past);
+        ck_assert(all.total == past.total && all.comm == past.comm);
+        size_t Q = 0;
+        double saved = 0;
+        for (int J = 0; J <= g; J++) {
+            if (J > 0) {
+                Q += p[g - J];
+                saved += (A - 1) * osdp_collective_time(&d.reduce_scatter, N, (double)p[g - J] * d.grad_bytes);
+            }
+            osdp_op_time t;
+            osdp_op_mem m;
+            osdp_op_peak_terms pt;
+            osdp_cost_op_time_choice(&cm, op, g, k, 0, J, 1, A, &t);
+            osdp_cost_op_mem_choice(&cm, op, g, k, 0, J, 1, &m);
+            osdp_cost_peak_terms(&cm, op, &m, &pt);
+            ck_assert_msg(fabs(t.comm - (every.comm - saved)) <= 1e-12 * every.comm, "k %d J %d: comm %.17g, every %.17g "
+                          "less %.17g", k, J, t.comm, every.comm, saved);
+            ck_assert(fabs(t.compute - (every.compute + A * (double)Q * d.step_full_param)) <= 1e-12 * t.compute);
+            ck_assert_int_eq(m.accum, (long long)Q * d.grad_bytes);
+            ck_assert_int_eq(m.recv, (long long)(P - Q) / N * d.grad_bytes);
+            ck_assert_int_eq(pt.held, m.state + m.resident + m.accum);
+            ck_assert_int_eq(pt.in_flight, J < g ? m.grads + m.recv : 0);   /* all once: freed after its backward */
+        }
+        ck_assert(fabs(all.comm - (every.comm - saved)) <= 1e-12 * every.comm);
+    }
+    osdp_layout_free(&L);
+}
+END_TEST
+
 static Suite *planner_terms_suite(void)
 {
     const TTest *terms[] = {test_search_terms_equal_schedule_dp_and_hierarchical, test_search_terms_equal_schedule_tp,
                             test_search_terms_pipeline_stage, test_after_backward_at_most,
-                            test_stage_search_against_every_plan, NULL};
+                            test_stage_search_against_every_plan, test_cost_per_slice, NULL};
     const osdp_check_case cases[] = {{.name = "terms", .tests = terms}};
     return osdp_check_suite("planner_terms", cases, sizeof cases / sizeof cases[0]);
 }
