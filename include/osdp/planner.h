@@ -78,6 +78,16 @@
  *      held bytes, priced at its true transient, is the first best plan
  *      (the smallest peaks lie at large d, which the loop reaches last), and
  *      knapsacks whose budget binds no plan are solved operator by operator.
+ *   4. Ranges of d at once: the plans whose true D lies in [d_j, d_k] are
+ *      among those with D <= d_k and sum_i R_i <= limit - cst - d_j (and,
+ *      minimising the peak, a peak of at least sum_i R_i + d_j).  One
+ *      branch and bound over that relaxation settles candidates j..k when
+ *      none of its plans beats the best, or every plan it finds is what the
+ *      relaxation says (it fits; minimising the peak, its D <= d_j);
+ *      otherwise j is searched alone.  The range doubles while proofs
+ *      succeed and shrinks when one fails.  A time search that needs the
+ *      smallest peak first (the fewest-held plan does not fit) starts from
+ *      that search's plan; one whose fewest-held plan fits, from that plan.
  * GUARANTEE (any --split, --split auto, --recompute none/all/auto; search =
  * exact, or dfs when it did not time out): the plan returned has the
  * smallest step time of all plans (of all those choices) whose model peak

@@ -110,8 +110,34 @@ static long long term_val(const osdp_ps_context *ctx, int kind, int i, int c)
  * (a term whose P value is already its smallest in the node has no branch
  * of its own); together they keep every plan of the node that respects
  * Z_u.  The knapsack optimum of a node bounds its branches from below. */
+static osdp_status bnb(osdp_ps_context *ctx, unsigned char *base, long long d, long long d_lo, int prove,
+                       long long lim, long long room_total, osdp_ps_best *best, int *ch, int *proved);
+
 osdp_status osdp_ps_bnb(osdp_ps_context *ctx, unsigned char *base, long long d, long long lim, osdp_ps_best *best,
                         int *ch)
+{
+    return bnb(ctx, base, d, d, 0, lim, 0, best, ch, NULL);
+}
+
+osdp_status osdp_ps_bnb_prove(osdp_ps_context *ctx, unsigned char *base, long long d_lo, long long d_hi, long long lim,
+                              long long room_total, osdp_ps_best *best, int *ch, int *proved)
+{
+    return bnb(ctx, base, d_hi, d_lo, 1, lim, room_total, best, ch, proved);
+}
+
+/* The two above.  Searching one bound (prove 0), d_lo = d.  Proving a
+ * range (prove 1): every plan of the nodes has Z <= d and held bytes <= lim
+ * (the range's loosest budget), a relaxation of the plans whose true Z lies
+ * in [d_lo, d]; the memory search adds d_lo to held bytes for a lower bound
+ * of their peaks.  A node's knapsack plan that could beat the best and
+ * respects every Z_u <= d settles its node when it is what the relaxation
+ * says it is: for the memory search, its true Z <= d_lo (its peak is then
+ * at most its held bytes + d_lo, and the node's other plans in the range
+ * at least that); for the time search, it fits (held bytes + true Z <=
+ * room_total, the limit less the fixed bytes).  Otherwise the proof gives
+ * up (*proved 0; a memory plan is still offered at its true peak). */
+static osdp_status bnb(osdp_ps_context *ctx, unsigned char *base, long long d, long long d_lo, int prove,
+                       long long lim, long long room_total, osdp_ps_best *best, int *ch, int *proved)
 {
     const int n = ctx->n_ops;
     int cap = 16, sp = 0;
@@ -124,7 +150,8 @@ osdp_status osdp_ps_bnb(osdp_ps_context *ctx, unsigned char *base, long long d, 
     }
     stack[sp++] = base;
     osdp_status s = OSDP_OK;
-    const double lam = ctx->minimise_memory ? (double)d : 0.0;
+    const double lam = ctx->minimise_memory ? (double)d_lo : 0.0;
+    if (proved) *proved = 1;
     while (sp > 0 && s == OSDP_OK) {
         unsigned char *A = stack[--sp];
         double obj;
@@ -134,7 +161,24 @@ osdp_status osdp_ps_bnb(osdp_ps_context *ctx, unsigned char *base, long long d, 
         int u = -1;
         if (ks == OSDP_OK && osdp_ps_beats(ctx, best, obj + lam)) {
             u = osdp_ps_transient_scan(ctx, ch, d, NULL);
-            if (u < 0) osdp_ps_offer(ctx, best, ch, obj + lam);
+            if (u < 0 && prove) {
+                const long long z = osdp_ps_true_transient(ctx, ch);
+                int settled;
+                if (ctx->minimise_memory) {
+                    osdp_ps_offer(ctx, best, ch, obj + (double)z);
+                    settled = z <= d_lo;
+                } else {
+                    settled = osdp_ps_held_sum(ctx, ch) + z <= room_total;
+                    if (settled) osdp_ps_offer(ctx, best, ch, obj);
+                }
+                if (!settled) {
+                    *proved = 0;
+                    if (A != base) free(A);
+                    break;
+                }
+            } else if (u < 0) {
+                osdp_ps_offer(ctx, best, ch, obj + lam);
+            }
         } else if (ks != OSDP_OK && ks != OSDP_ERR_INFEASIBLE) {
             s = ks;
         }

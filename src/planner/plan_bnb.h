@@ -10,6 +10,14 @@
  * choices `base` allows (base is left as it was) */
 osdp_status osdp_ps_bnb(osdp_ps_context *ctx, unsigned char *base, long long d, long long lim, osdp_ps_best *best,
                         int *ch);
+/* Proves a range of transient bounds [d_lo, d_hi] at once (plan_bnb.c
+ * says how): *proved 1 when no plan of base whose true Z lies in the range
+ * beats the best (plans found on the way that settle their node are
+ * offered); 0 when the range must be searched in smaller pieces.  lim: the
+ * held-bytes budget at d_lo; room_total: the limit less the fixed bytes
+ * (the time search's test that a plan fits). */
+osdp_status osdp_ps_bnb_prove(osdp_ps_context *ctx, unsigned char *base, long long d_lo, long long d_hi, long long lim,
+                              long long room_total, osdp_ps_best *best, int *ch, int *proved);
 /* drops from A the choices no plan of A respecting every Z_u <= d takes;
  * 0 when A is left empty.  mn: scratch of 7 n_ops */
 int osdp_ps_propagate(const osdp_ps_context *ctx, unsigned char *A, long long d, long long *mn);

@@ -134,20 +134,72 @@ oom:
 /* The smallest peak any plan of ctx's micro-batch has (the search of
  * osdp_planner_min_memory, on a context of its own); -1 when that search
  * could not try every transient bound (candidates' approx) and proves
- * nothing. */
-static osdp_status least_peak(const osdp_ps_context *ctx, long long *peak)
+ * nothing.  When it fits the limit, that plan is offered to best (the
+ * first plan for the search to beat) in ctx's choices, whose true peak
+ * ctx computes again. */
+static osdp_status least_peak(const osdp_ps_context *ctx, long long limit, osdp_ps_best *best, long long *peak)
 {
     osdp_ps_context mem;
     osdp_status s = osdp_ps_context_build(&mem, ctx->cost.layout, ctx->cost.dev, ctx->opts, ctx->cost.geo.micro_batch,
                                           ctx->cost.geo.accum_steps, 1, ctx->cost.cuts, ctx->counters);
     if (s != OSDP_OK) return s;
-    osdp_ps_best best = {.choice = malloc(sizeof(int) * (size_t)mem.n_ops)};
-    if (!best.choice) s = osdp_error_set(OSDP_ERR_OOM, "planner: out of host memory");
-    if (s == OSDP_OK) s = osdp_ps_search(&mem, LLONG_MAX / 8, &best);
-    if (s == OSDP_OK) *peak = best.found && !mem.incomplete ? mem.fixed_bytes + (long long)best.objective : -1;
-    free(best.choice);
+    osdp_ps_best least = {.choice = malloc(sizeof(int) * (size_t)mem.n_ops)};
+    int *ch = malloc(sizeof(int) * (size_t)ctx->n_ops);
+    if (!least.choice || !ch) s = osdp_error_set(OSDP_ERR_OOM, "planner: out of host memory");
+    if (s == OSDP_OK) s = osdp_ps_search(&mem, LLONG_MAX / 8, &least);
+    if (s == OSDP_OK) *peak = least.found && !mem.incomplete ? mem.fixed_bytes + (long long)least.objective : -1;
+    if (s == OSDP_OK && least.found && *peak >= 0 && *peak <= limit && mem.n_ops == ctx->n_ops) {
+        int all = 1;
+        for (int u = 0; u < ctx->n_ops && all; u++) {
+            const size_t m = PS_CHOICE(&mem, u, least.choice[u]);
+            ch[u] = -1;
+            for (int c = 0; c < ctx->n_choices[u] && ch[u] < 0; c++) {
+                const size_t a = PS_CHOICE(ctx, u, c);
+                if (ctx->choice_slices[a] == mem.choice_slices[m] && ctx->choice_zdp_slices[a] == mem.choice_zdp_slices[m]
+                    && ctx->choice_recompute[a] == mem.choice_recompute[m]
+                    && ctx->choice_hierarchical[a] == mem.choice_hierarchical[m]
+                    && ctx->choice_reduce_once[a] == mem.choice_reduce_once[m])
+                    ch[u] = c;
+            }
+            all = ch[u] >= 0;
+        }
+        if (all && ctx->fixed_bytes + osdp_ps_held_sum(ctx, ch) + osdp_ps_true_transient(ctx, ch) <= limit) {
+            double t = 0;
+            for (int u = 0; u < ctx->n_ops; u++) t += ctx->objective[PS_CHOICE(ctx, u, ch[u])];
+            osdp_ps_offer(ctx, best, ch, t);
+        }
+    }
+    free(least.choice);
+    free(ch);
     osdp_ps_context_free(&mem);
     return s;
+}
+
+/* Fills allow with the choices whose Z exceeds d whatever their
+ * neighbours take (as the centre, the left or the right neighbour of a
+ * constraint) left out, then propagates; 0 when no plan respects d. */
+static int allowed_at(const osdp_ps_context *ctx, unsigned char *allow, long long d, long long *minw,
+                      const long long *minf, const long long *minx)
+{
+    const int n = ctx->n_ops;
+    for (int u = 0; u < n; u++) {
+        int any = 0;
+        for (int c = 0; c < ctx->n_choices[u]; c++) {
+            size_t a = PS_CHOICE(ctx, u, c);
+            long long mid = ctx->later_acts_bound[u] + ctx->pass_peak_bytes[a] + (u > 0 ? minf[u - 1] : 0)
+                          + (u + 1 < n ? minx[u + 1] : 0);
+            int ok = mid <= d;
+            if (ok && u + 1 < n)
+                ok = ctx->later_acts_bound[u + 1] + minw[u + 1] + ctx->prefetch_bytes[a]
+                     + (u + 2 < n ? minx[u + 2] : 0) <= d;
+            if (ok && u > 0)
+                ok = ctx->later_acts_bound[u - 1] + minw[u - 1] + (u > 1 ? minf[u - 2] : 0) + ctx->next_op_bytes[a] <= d;
+            allow[a] = (unsigned char)ok;
+            any |= ok;
+        }
+        if (!any) return 0;
+    }
+    return osdp_ps_propagate(ctx, allow, d, minw + 3 * n);
 }
 
 /* The best plan with peak <= limit (or, minimising memory, the smallest peak). */
@@ -208,8 +260,12 @@ osdp_status osdp_ps_search(osdp_ps_context *ctx, long long limit, osdp_ps_best *
         }
         if (ctx->fixed_bytes + osdp_ps_held_sum(ctx, ch) + osdp_ps_true_transient(ctx, ch) > limit) {
             long long least = -1;
-            if ((s = least_peak(ctx, &least)) != OSDP_OK) goto done;
+            if ((s = least_peak(ctx, limit, best, &least)) != OSDP_OK) goto done;
             if (least > limit) goto done; /* nothing fits */
+        } else {
+            double t = 0;   /* it fits: the first plan to beat, so that the search below bounds from the start */
+            for (int u = 0; u < n; u++) t += ctx->objective[PS_CHOICE(ctx, u, ch[u])];
+            osdp_ps_offer(ctx, best, ch, t);
         }
     }
     int approx = 0;
@@ -233,6 +289,15 @@ osdp_status osdp_ps_search(osdp_ps_context *ctx, long long limit, osdp_ps_best *
     }
     long long stop_lim = LLONG_MIN; /* budgets below it cannot beat the best plan */
     double stop_for = -1;
+    /* Ranges of bounds: the plans whose true Z lies in [d_j, d_k] (those
+     * of Z < d_j were searched before) are among the plans of Z <= d_k and
+     * held bytes <= the budget at d_j; the memory search adds d_j to their
+     * held bytes for a lower bound of their peaks.  When that relaxation has
+     * no plan that beats the best, or only plans that settle their nodes
+     * (osdp_ps_bnb_prove), one branch and bound settles candidates j..k.
+     * The range doubles while proofs succeed and shrinks when one fails
+     * (j is then searched alone). */
+    size_t span = 1;
     for (size_t j = 0; j < ncand; j++) {
         long long d = cand[j];
         long long lim = limit - ctx->fixed_bytes - d;
@@ -266,28 +331,23 @@ osdp_status osdp_ps_search(osdp_ps_context *ctx, long long limit, osdp_ps_best *
                 break;
             }
         }
-        /* choices whose Z exceeds d whatever their neighbours take, as the
-         * centre, the left or the right neighbour of a constraint */
-        int empty = 0;
-        for (int u = 0; u < n && !empty; u++) {
-            int any = 0;
-            for (int c = 0; c < ctx->n_choices[u]; c++) {
-                size_t a = PS_CHOICE(ctx, u, c);
-                long long mid = ctx->later_acts_bound[u] + ctx->pass_peak_bytes[a] + (u > 0 ? minf[u - 1] : 0)
-                              + (u + 1 < n ? minx[u + 1] : 0);
-                int ok = mid <= d;
-                if (ok && u + 1 < n)
-                    ok = ctx->later_acts_bound[u + 1] + minw[u + 1] + ctx->prefetch_bytes[a]
-                         + (u + 2 < n ? minx[u + 2] : 0) <= d;
-                if (ok && u > 0)
-                    ok = ctx->later_acts_bound[u - 1] + minw[u - 1] + (u > 1 ? minf[u - 2] : 0)
-                         + ctx->next_op_bytes[a] <= d;
-                allow[a] = (unsigned char)ok;
-                any |= ok;
+        if (j + 1 < ncand) {   /* a range of bounds at once where it can be proved (above) */
+            const size_t k = j + span < ncand ? j + span : ncand - 1;
+            int proved = 0;
+            if (!allowed_at(ctx, allow, cand[k], minw, minf, minx)
+                || !osdp_ps_beats(ctx, best, osdp_ps_lp_bound(ctx, allow, lim) + lam))
+                proved = 1;
+            else if ((s = osdp_ps_bnb_prove(ctx, allow, d, cand[k], lim, limit - ctx->fixed_bytes, best, ch, &proved))
+                     != OSDP_OK)
+                goto done;
+            if (proved) {
+                j = k;
+                span *= 2;
+                continue;
             }
-            empty = !any;
+            span = span >= 4 ? span / 4 : 1;
         }
-        if (empty || !osdp_ps_propagate(ctx, allow, d, minw + 3 * n)) continue;
+        if (!allowed_at(ctx, allow, d, minw, minf, minx)) continue;
         long long need = 0; /* the allowed choices' smallest bytes */
         for (int u = 0; u < n; u++) {
             long long lo = LLONG_MAX;

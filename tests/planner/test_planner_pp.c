@@ -517,6 +517,16 @@ START_TEST(test_pipeline_no_fit_recompute_auto)
     /* exactly that: stage 0 fits (at that peak when the whole pipeline does) */
     const long long at = stage0_need(&cfg, &d, &o, need, &s, &stage);
     ck_assert_msg(stage == 1 || (s == OSDP_OK && at == need), "%d %d %lld: %s", s, stage, at, osdp_error_message());
+    /* On 8 ranks (DP 4 a stage) the memory search has ten times the transient bounds to try: it
+     * proves ranges of them at once (plan_search.c; it took over 20 s of CPU a search before).  The
+     * named peak is the smallest of stage 0's operators 0:17; at that limit the pipeline plans. */
+    o.geo.n_ranks = 8;
+    const long long need8 = stage0_need(&cfg, &d, &o, 700ll << 20, &s, &stage);
+    ck_assert_msg(s == OSDP_ERR_INFEASIBLE && stage == 0 && need8 > (700ll << 20) && need8 < need, "%d %d %lld: %s", s,
+                  stage, need8, osdp_error_message());
+    ck_assert_msg(strstr(osdp_error_message(), "operators 0:17"), "%s", osdp_error_message());
+    (void)stage0_need(&cfg, &d, &o, need8, &s, &stage);
+    ck_assert_msg(s == OSDP_OK, "%d %d: %s", s, stage, osdp_error_message());
 }
 END_TEST
 
