@@ -146,9 +146,15 @@ def main():
         held += ok
         total += 1
         each = ",".join("%.2f" % (1e3 * j["all_dp"]["step_s"] / m) for j, m in zip(r["json"], r["ms"]))
-        lines.append("%-14s %-6s %3d %3d %9.1f %9.1f %7.3f %-15s %8.1f %10.3f %10.3f %7.3f %9.2f %5s" % (
+        lines.append("%-14s %-6s %3d %3d %9.1f %9.1f %7.3f %-15s %8.1f %10.3f %10.3f %7.3f %9.2f %5s%s" % (
             name, mode, r["batch"], M, ms, pred_ms, pred_ms / ms, each, r["wait"][k], r["bytes"] / 1e6, pb / 1e6,
-            pb / r["bytes"], peak / 1048576, "yes" if r["mem"] else "NO"))
+            pb / r["bytes"], peak / 1048576, "yes" if r["mem"] else "NO", "" if ok else "  *"))
+    if held < total:
+        # what the rows outside 15% measured (doc/benchmarks.md, "Gradient accumulation on emulated nodes")
+        lines.append("* outside 15%: 4 ranks share this machine's 2 cores (each emulated node of 2 ranks one core) with "
+                     "other users' load; the compute a step needs is the profiler's, every operator timed with all ranks "
+                     "in lockstep (the slowest rank), and an in-node reduce-scatter is waited while the rank that shares "
+                     "the core computes: neither is a real node's, where each rank has its own core or GPU")
     for name, _, _, _ in meshes:
         (me, pe), (mo, po) = best[(name, "every")], best[(name, "once")]
         lines.append("%s: reduce-once %s than reduce-every by %.1f%% measured, %.1f%% predicted" % (
