@@ -272,6 +272,15 @@ static inline long long osdp_cost_wrap_moment(const osdp_op_peak_terms *t, int n
 typedef struct osdp_op_time {
     double compute, comm, total;
     double tp_comm;         /* the tensor-parallel group's collectives (in total; 0 at tp_size 1) */
+    /* Of total, under the paper kind (the collectives added to the compute, as MPI moves a non-blocking
+     * collective's data only inside the rank's calls), what runs once per step rather than in every
+     * micro-step (a pipeline stage's passes place it, osdp/pipeline_cost.h; 0 under the overlap kind, whose
+     * max(compute, comm) has no such part):
+     *   step_start  before the operator's first forward of the step: its DP slices' all-gathers
+     *   step_end    in and after its last backward: a reduce-once operator's reduction (RS_s, with h its
+     *               cross all-gather), which the stage's gradient send to the stage before waits for
+     * (the optimizer step on its shard runs after the step's closing all-reduce: it stays spread) */
+    double step_start, step_end;
 } osdp_op_time;
 
 /* FLOPs per token, forward + backward */

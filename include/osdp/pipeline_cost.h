@@ -10,11 +10,26 @@
  * micro-batch's forward pass takes sum_i T_i / M x phi_i and its backward
  * sum_i T_i / M x (1 - phi_i), with phi_i = 1/3 (the forward's share of
  * forward + backward FLOPs, osdp_cost_op_flops) or 1/4 when operator i
- * recomputes (its backward runs the forward again).  The stage's busy time
- * M (forward + backward) is then sum_i T_i exactly: the collectives of its
- * data group, its optimizer step and its tensor group's all-reduces are
- * spread over its passes in proportion to their compute (they run in or
- * around them; the cost model does not place them more finely).
+ * recomputes (its backward runs the forward again), where T_i is here
+ * without its once-per-step parts (osdp_op_time's step_start and step_end,
+ * under the paper kind): its DP slices' all-gathers run before the stage's
+ * first forward of the step uses them, so they lengthen micro-batch 0's
+ * forward (step_start_s, their sum over the stage's operators); a
+ * reduce-once operator's reduction runs in the stage's last backward
+ * (micro-batch M-1's), before its gradient goes to the stage before,
+ * which lengthens that backward (step_end_s).  The runtime orders them so
+ * on either backend (the receive before the gathers; the reductions'
+ * waits before the gradient's send: MPI's in the rank's calls, NCCL's as
+ * stream order), so each stage's once-only collectives lie on the
+ * pipeline's fill and drain one after the other.  The stage's busy time
+ * M (forward + backward) + step_start_s + step_end_s is then sum_i T_i
+ * exactly: the rest of its data group's collectives (every micro-step's)
+ * and its tensor group's all-reduces are spread over its passes in
+ * proportion to their compute (they run in or around them).  Spread
+ * evenly instead, the step's once-only collectives hid in the other
+ * stages' passes: on emulated nodes of one rank each (every collective
+ * over the link) a reduce-once pipeline ran 20% slower than so predicted,
+ * its stages' gathers and reductions each on the critical path.
  *
  * A message.  Between stages s and s+1 the residual stream of one
  * micro-batch crosses, forward (the activations) and backward (their
@@ -61,9 +76,11 @@
 #include "osdp/pipeline.h"
 #include "osdp/plan.h"
 
-/* one micro-batch's passes on one stage */
+/* one micro-batch's passes on one stage (or chunk), and what the step adds once to its first forward and to
+ * its last backward (0, 0: nothing; the passes of micro-batch 0 and M - 1) */
 typedef struct osdp_pipe_stage_cost {
     double forward_s, backward_s;
+    double step_start_s, step_end_s;
 } osdp_pipe_stage_cost;
 
 typedef struct osdp_pipe_timing {
@@ -73,7 +90,7 @@ typedef struct osdp_pipe_timing {
     double step_s;                        /* the last pass's end (+ sync_s: osdp_pipe_step_time) */
     double sync_s;                        /* the step's scalar all-reduce after the passes (osdp_pipe_step_time;
                                              osdp_pipe_simulate: 0); not in idle_fraction */
-    double busy_s[OSDP_MAX_STAGES];       /* M (forward + backward) of each stage */
+    double busy_s[OSDP_MAX_STAGES];       /* M (forward + backward) + step_start_s + step_end_s of each stage */
     double end_s[OSDP_MAX_STAGES];        /* when each stage is free after its last pass (and its send) */
     double idle_fraction;                 /* 1 - sum busy / (P step): the simulated bubble */
     double bubble_closed;                 /* (P - 1) / (V M + P - 1) (osdp_pipe_bubble_chunks) */

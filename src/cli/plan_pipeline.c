@@ -88,11 +88,14 @@ static void print_text(const osdp_model_config *cfg, const osdp_device *dev, con
            L->op[bn->lo].name, L->op[bn->hi - 1].name,
            osdp_format_bytes((double)(bn->schedule_peak >= 0 ? bn->schedule_peak : bn->peak_bytes), a, sizeof a),
            osdp_format_bytes((double)bn->result.mem_limit, b, sizeof b), c->timing.slowest_stage);
-    printf("(busy: the stage's operators' T_i, M x (fwd + bwd); ends: when its last pass ends in the simulation; peak: "
-           "the cost model's, sched: the runtime's stage schedule, = : equal to the byte)\n");
+    printf("(busy: the stage's operators' T_i, M x (fwd + bwd) + the step's once-only work (its DP gathers before the "
+           "first forward, reduce-once reductions in the last backward); ends: when its last pass ends "
+           "in the simulation; peak: the cost model's, sched: the runtime's stage schedule, = : equal to the byte)\n");
+    osdp_device level;   /* the operators' collectives at the mesh's levels, as the pipeline was priced */
+    osdp_cost_device_for_mesh(dev, c->geo.tp_size, c->geo.n_ranks, P, &level);
     for (int s = 0; s < P; s++) {
         osdp_layout sub;
-        osdp_cost_model cm = stage_cost_model(c, s, dev, o, &sub);
+        osdp_cost_model cm = stage_cost_model(c, s, &level, o, &sub);
         printf("\nstage %d: operators %d:%d over %d data-parallel ranks, %d micro-batch%s in flight:\n", s, c->stage[s].lo,
                c->stage[s].hi, c->geo.n_ranks, c->stage[s].in_flight, c->stage[s].in_flight == 1 ? "" : "es");
         osdp_plan_ops_table(&sub, &cm, &c->stage[s].result);
@@ -180,10 +183,12 @@ void osdp_plan_json_pipe_choice(const char *key, const osdp_pipe_choice *c, osdp
     for (int s = 0; s < c->geo.pp_size; s++) {
         const osdp_stage_plan *sp = &c->stage[s];
         printf("%s{\"stage\":%d,\"lo\":%d,\"hi\":%d,\"first\":\"%s\",\"last\":\"%s\",\"in_flight\":%d,\"busy_s\":%.9g,"
-               "\"forward_s\":%.9g,\"backward_s\":%.9g,\"end_s\":%.9g,\"peak_bytes\":%lld,\"schedule_peak_bytes\":%lld,"
+               "\"forward_s\":%.9g,\"backward_s\":%.9g,\"step_start_s\":%.9g,\"step_end_s\":%.9g,\"end_s\":%.9g,"
+               "\"peak_bytes\":%lld,\"schedule_peak_bytes\":%lld,"
                "\"mem_limit\":%lld,\"p2p_bytes\":%lld,\"zdp_ops\":%d,\"hierarchical_ops\":%d,\"proven\":%s,\"modes\":[",
                s ? "," : "", s, sp->lo, sp->hi, c->layout.op[sp->lo].name, c->layout.op[sp->hi - 1].name,
-               sp->in_flight, sp->busy_s, sp->pass.forward_s, sp->pass.backward_s, c->timing.end_s[s],
+               sp->in_flight, sp->busy_s, sp->pass.forward_s, sp->pass.backward_s, sp->pass.step_start_s,
+               sp->pass.step_end_s, c->timing.end_s[s],
                sp->peak_bytes, sp->schedule_peak, sp->result.mem_limit, sp->p2p_bytes, stage_zdp_ops(c, s),
                osdp_plan_hierarchical_ops(&c->plan, sp->lo, sp->hi),
                sp->result.gap > 0 || sp->result.timed_out ? "false" : "true");

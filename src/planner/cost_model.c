@@ -335,15 +335,18 @@ static void op_time(const osdp_cost_model *cm, int op, int g, int k, const osdp_
      * micro-step's added into them */
     out->compute += padded / N * d->step_shard_param + A * (padded + once_padded) * d->step_full_param;
     out->comm = 0;
+    double gathered_once = 0, reduced_once = 0, optimizer_h = 0;   /* the per-step parts of comm and compute */
     if (h) {
         const double ranks = h->node_ranks, nodes = (double)cm->geo.n_ranks / h->node_ranks;
         const double slice = (double)osdp_cost_slice_numel(cm, op, 1);
         const double S = slice * (double)d->param_bytes, G = slice * (double)d->grad_bytes;
         /* the optimizer step on a shard of P / R instead of P / N */
-        out->compute += slice / ranks * d->step_shard_param - slice / cm->geo.n_ranks * d->step_shard_param;
+        optimizer_h = slice / ranks * d->step_shard_param - slice / cm->geo.n_ranks * d->step_shard_param;
+        out->compute += optimizer_h;
         const double ag = osdp_collective_time(&h->node_all_gather, ranks, S), rs = reduce_scatter_time(cm, h, G);
         const double cross_ag = osdp_collective_time(&h->cross_all_gather, nodes, G / ranks);
         out->comm = (rc ? 3 : 2) * A * ag + (once ? 1 : A) * (rs + cross_ag);
+        if (once) reduced_once = rs + cross_ag;
     } else {
         osdp_cost_hierarchy levels;
         const osdp_cost_hierarchy *node_first = data_levels(cm, &levels) ? &levels : NULL;
@@ -353,12 +356,18 @@ static void op_time(const osdp_cost_model *cm, int op, int g, int k, const osdp_
             double rs = reduce_scatter_time(cm, node_first, G);
             const double R = s >= g - once ? 1 : A;
             out->comm += s < k ? (rc ? 3 : 2) * A * ag + R * rs : ag + R * rs;
+            if (s >= k) gathered_once += ag;
+            if (s >= g - once) reduced_once += rs;
         }
     }
-    if (cm->kind == OSDP_COST_OVERLAP && cm->geo.prefetch)
+    out->step_start = out->step_end = 0;
+    if (cm->kind == OSDP_COST_OVERLAP && cm->geo.prefetch) {
         out->total = out->compute > out->comm ? out->compute : out->comm;
-    else
+    } else {
         out->total = out->compute + out->comm;
+        out->step_start = gathered_once;
+        out->step_end = reduced_once;
+    }
     out->tp_comm = A * osdp_cost_tp_comm(cm, op, rc, b);
     if (out->tp_comm > 0) out->total += out->tp_comm;   /* blocking: nothing hides them (tp 1: none) */
     if (partial) out->total = 1e30;   /* not a choice this operator has: prohibitive, finite for the searches */

@@ -362,12 +362,21 @@ osdp_status osdp_device_write(const osdp_device *dev, const char *comment, const
     FILE *f = fopen(path, "w");
     if (!f) return osdp_error_set(OSDP_ERR_IO, "cannot write device file %s: %s", path, strerror(errno));
     if (comment) {
+        /* a line of the file is at most INI_MAX_LINE (200) characters when read back: a longer comment line is
+         * cut at its last space before that, the rest on the next comment line */
+        enum { MOST = 180 };
         const char *p = comment;
         while (*p) {
             const char *nl = strchr(p, '\n');
-            int len = nl ? (int)(nl - p) : (int)strlen(p);
-            fprintf(f, "; %.*s\n", len, p);
-            p += len + (nl != NULL);
+            int len = nl ? (int)(nl - p) : (int)strlen(p), cut = len;
+            if (len > MOST) {
+                for (cut = MOST; cut > 0 && p[cut] != ' '; cut--) continue;
+                if (cut == 0) cut = MOST;   /* no space: cut anyway */
+            }
+            fprintf(f, "; %.*s\n", cut, p);
+            p += cut;
+            if (cut == len) p += nl != NULL;
+            else while (*p == ' ') p++;
         }
     }
     fprintf(f, "[device]\nname = %s\nmem_limit = %lld\nparam_bytes = %d\ngrad_bytes = %d\nact_bytes = %d\n",

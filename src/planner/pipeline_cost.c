@@ -17,21 +17,33 @@ double osdp_pipe_message_time(const osdp_device *dev, double bytes)
     return dev->p2p.alpha + bytes * dev->p2p.beta;
 }
 
-void osdp_pipe_stage_passes(const osdp_cost_model *cm_in, const osdp_plan *plan, int lo, int hi, int micro_batch,
-                            int accum, osdp_pipe_stage_cost *out)
+/* spread: the once-per-step parts spread over the passes with the rest (one stage: the same step wherever
+ * they sit, and the same sum, bit for bit, as the flat step it was before they were placed) */
+static void stage_passes(const osdp_cost_model *cm_in, const osdp_plan *plan, int lo, int hi, int micro_batch,
+                         int accum, int spread, osdp_pipe_stage_cost *out)
 {
     osdp_cost_model with_plan = *cm_in, *cm = &with_plan;
     with_plan.recompute = plan->recompute;
     with_plan.reduce_once = plan->reduce_once;
-    out->forward_s = out->backward_s = 0;
+    *out = (osdp_pipe_stage_cost){0};
     for (int i = lo; i < hi; i++) {
         osdp_op_time t;
         osdp_cost_plan_op_time(cm, plan, i, micro_batch, accum, &t);   /* h priced at its levels */
         /* the forward's share of forward + backward: 1 of 3, or 1 of 4 when the backward computes it again */
-        const double forward_share = plan->recompute[i] ? 0.25 : 1.0 / 3.0, per_micro = t.total / accum;
+        const double forward_share = plan->recompute[i] ? 0.25 : 1.0 / 3.0;
+        const double per_micro = spread ? t.total / accum : (t.total - t.step_start - t.step_end) / accum;
         out->forward_s += per_micro * forward_share;
         out->backward_s += per_micro * (1 - forward_share);
+        if (spread) continue;
+        out->step_start_s += t.step_start;
+        out->step_end_s += t.step_end;
     }
+}
+
+void osdp_pipe_stage_passes(const osdp_cost_model *cm, const osdp_plan *plan, int lo, int hi, int micro_batch,
+                            int accum, osdp_pipe_stage_cost *out)
+{
+    stage_passes(cm, plan, lo, hi, micro_batch, accum, 0, out);
 }
 
 long long osdp_pipe_stage_p2p_bytes(const osdp_layout *layout, const int *bounds, int P, int s, int micro_batch,
@@ -70,8 +82,8 @@ osdp_status osdp_pipe_simulate_chunks(osdp_pipe_schedule schedule, int P, int V,
         return osdp_pipe_check(schedule, P, V, M, 0);
     const int G = P * V;   /* global chunks; chunk g on stage g mod P */
     for (int g = 0; g < G; g++)
-        if (!valid_time(chunk[g].forward_s) || !valid_time(chunk[g].backward_s)
-            || (g + 1 < G && message_s && !valid_time(message_s[g])))
+        if (!valid_time(chunk[g].forward_s) || !valid_time(chunk[g].backward_s) || !valid_time(chunk[g].step_start_s)
+            || !valid_time(chunk[g].step_end_s) || (g + 1 < G && message_s && !valid_time(message_s[g])))
             return osdp_error_set(OSDP_ERR_INPUT, "pipeline cost: %s %d has a negative or non-finite time",
                                   V > 1 ? "chunk" : "stage", g);
     const size_t passes = 2 * (size_t)M * (size_t)V, per_chunk = 2 * (size_t)M;
@@ -110,7 +122,9 @@ osdp_status osdp_pipe_simulate_chunks(osdp_pipe_schedule schedule, int P, int V,
                 } else if (p.backward && done[(size_t)g * per_chunk + 2 * (size_t)p.micro] < 0) {
                     break;   /* the last chunk: its own forward first (the order guarantees it) */
                 }
-                const double took = p.backward ? chunk[g].backward_s : chunk[g].forward_s;
+                /* the step's once-only work: before the chunk's first forward, after its last backward */
+                const double took = p.backward ? chunk[g].backward_s + (p.micro == M - 1 ? chunk[g].step_end_s : 0)
+                                               : chunk[g].forward_s + (p.micro == 0 ? chunk[g].step_start_s : 0);
                 done[(size_t)g * per_chunk + 2 * (size_t)p.micro + (size_t)p.backward] = start + took;
                 /* a backward's gradient send (g > 0) holds the stage for the message's time; a forward's
                  * activation send does not (waited only once its gradient is back) */
@@ -160,7 +174,7 @@ osdp_status osdp_pipe_step_time_chunks(const osdp_cost_model *const *stage_cm, c
                                                         stage_cm[s]->geo.n_ranks, s);
     for (int g = 0; g < G; g++) {
         const int s = g % P;
-        osdp_pipe_stage_passes(stage_cm[s], plans[s], bounds[g], bounds[g + 1], micro_batch, accum, &chunk[g]);
+        stage_passes(stage_cm[s], plans[s], bounds[g], bounds[g + 1], micro_batch, accum, G == 1, &chunk[g]);
         if (g + 1 < G) {
             /* each boundary at its network level: [internode_p2p] when its messages cross nodes */
             const osdp_device *dev = stage_cm[s]->dev;

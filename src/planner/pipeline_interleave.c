@@ -168,12 +168,14 @@ static void adopt(osdp_pipe_choice *c, const osdp_cost_model *cm, const osdp_int
         st->in_flight = osdp_pipe_in_flight_chunks(OSDP_PIPE_INTERLEAVED, P, V, s, M);
         st->busy_s = x->timing.busy_s[s];   /* its chunks' passes */
         st->p2p_bytes = x->p2p_bytes[s];
-        st->pass.forward_s = st->pass.backward_s = 0;
-        for (int k = 0; k < V; k++) {   /* its chunks' passes, one micro-batch each */
+        st->pass = (osdp_pipe_stage_cost){0};
+        for (int k = 0; k < V; k++) {   /* its chunks' passes, one micro-batch each, and their once-per-step work */
             osdp_pipe_stage_cost chunk;
             osdp_pipe_stage_passes(cm, &c->plan, x->bounds[k * P + s], x->bounds[k * P + s + 1], b, M, &chunk);
             st->pass.forward_s += chunk.forward_s;
             st->pass.backward_s += chunk.backward_s;
+            st->pass.step_start_s += chunk.step_start_s;
+            st->pass.step_end_s += chunk.step_end_s;
         }
     }
     c->plan.geo = c->geo;

@@ -84,6 +84,26 @@ START_TEST(test_device_parse)
 
     ck_assert(fabs(e.reduce_scatter.beta / d.reduce_scatter.beta - 1) < 1e-6);
     ck_assert(fabs(e.gamma[2] / d.gamma[2] - 1) < 1e-6);
+    /* a comment line longer than a device file's line may be (the profiler's notes on emulated nodes of one
+     * rank): written over several comment lines, every word kept, and the file reads back */
+    char long_note[700] = "first line\n", *w = long_note + strlen(long_note);
+    for (int i = 0; i < 60; i++) w += sprintf(w, "word%02d ", i);
+    w += sprintf(w, "%s", "\nlast line");
+    ck_assert_msg(osdp_device_write(&d, long_note, tmp) == OSDP_OK, "%s", osdp_error_message());
+    ck_assert_msg(osdp_device_load(&e, tmp) == OSDP_OK, "%s", osdp_error_message());
+    FILE *f = fopen(tmp, "r");
+    ck_assert(f != NULL);
+    char line[512];
+    int words = 0, comments = 0;
+    while (fgets(line, sizeof line, f)) {
+        ck_assert_int_lt(strlen(line), 200);
+        if (line[0] != ';') continue;
+        comments++;
+        for (const char *q = line; (q = strstr(q, "word")) != NULL; q += 4) words++;
+    }
+    fclose(f);
+    ck_assert_int_eq(words, 60);
+    ck_assert_int_ge(comments, 4);   /* first, the words over two lines or more, last */
     remove(tmp);
 }
 END_TEST

@@ -69,7 +69,7 @@ static osdp_pipe_timing simulate(osdp_pipe_schedule kind, int P, int M, const os
 START_TEST(test_hand_built_two_stages)
 {
     const double f = 1.0, b = 2.0, c = 0.25;
-    osdp_pipe_stage_cost st[2] = {{f, b}, {f, b}};
+    osdp_pipe_stage_cost st[2] = {{.forward_s = f, .backward_s = b}, {.forward_s = f, .backward_s = b}};
     const double msg[1] = {c};
     osdp_pipe_timing g = simulate(OSDP_PIPE_GPIPE, 2, 3, st, msg);
     ck_assert_msg(g.step_s == 4 * (f + b) + 4 * c, "GPipe %.17g", g.step_s);
@@ -91,7 +91,7 @@ END_TEST
  * stage 0 B0 7-9, B1 13-15.  Both 15; the slowest stage is 1. */
 START_TEST(test_unbalanced_by_hand)
 {
-    osdp_pipe_stage_cost st[2] = {{1, 2}, {2, 4}};
+    osdp_pipe_stage_cost st[2] = {{.forward_s = 1, .backward_s = 2}, {.forward_s = 2, .backward_s = 4}};
     osdp_pipe_timing g = simulate(OSDP_PIPE_GPIPE, 2, 2, st, NULL), o = simulate(OSDP_PIPE_1F1B, 2, 2, st, NULL);
     ck_assert_msg(g.step_s == 15 && o.step_s == 15, "GPipe %g 1F1B %g", g.step_s, o.step_s);
     ck_assert_int_eq(g.slowest_stage, 1);
@@ -100,12 +100,52 @@ START_TEST(test_unbalanced_by_hand)
 }
 END_TEST
 
+/* The step's once-only work (osdp/pipeline_cost.h): X before each stage's
+ * first forward (its DP gathers), Y after its last backward (reduce-once's
+ * reductions).  P = 2, M = 2, f 1, b 2, no message time,
+ * 1F1B by hand (stage 0: F0 F1 B0 B1; stage 1: F0 B0 F1 B1): stage 0 F0
+ * 0 - 1+X, F1 - 2+X; stage 1 F0 1+X - 2+2X (its own gathers after the
+ * input), B0 - 4+2X, F1 - 5+2X, B1 - 7+2X+Y; stage 0 B0 4+2X - 6+2X, B1
+ * 7+2X+Y - 9+2X+2Y.  Both stages' X and Y lie on the critical path: step
+ * 9 + 2X + 2Y, where spreading them over the passes gave 9 + 1.5 (X + Y).
+ * GPipe (stage 0: F0 F1 B0 B1; stage 1: F0 F1 B0 B1): stage 1 F0 1+X -
+ * 2+2X, F1 - 3+2X, B0 - 5+2X, B1 - 7+2X+Y; stage 0 B0 5+2X - 7+2X, B1
+ * 7+2X+Y - 9+2X+2Y: the same.  The busy time still sums everything. */
+START_TEST(test_step_work_by_hand)
+{
+    const double X = 0.5, Y = 0.25;
+    osdp_pipe_stage_cost st[2];
+    for (int s = 0; s < 2; s++)
+        st[s] = (osdp_pipe_stage_cost){.forward_s = 1, .backward_s = 2, .step_start_s = X, .step_end_s = Y};
+    osdp_pipe_timing o = simulate(OSDP_PIPE_1F1B, 2, 2, st, NULL), g = simulate(OSDP_PIPE_GPIPE, 2, 2, st, NULL);
+    ck_assert_msg(o.step_s == 9 + 2 * X + 2 * Y, "1F1B %.17g", o.step_s);
+    ck_assert_msg(g.step_s == 9 + 2 * X + 2 * Y, "GPipe %.17g", g.step_s);
+    ck_assert(o.end_s[1] == 7 + 2 * X + Y && o.end_s[0] == o.step_s);
+    ck_assert(o.busy_s[0] == 2 * 3 + X + Y && o.busy_s[1] == o.busy_s[0]);
+    /* one stage: its passes one after the other, wherever the once-only work sits */
+    osdp_pipe_timing one = simulate(OSDP_PIPE_1F1B, 1, 3, st, NULL);
+    ck_assert(close_rel(one.step_s, 3 * 3 + X + Y, 1e-15));
+    /* interleaved, V = 2 (P 2, M 2; a chunk's X before its first forward, Y after its last backward):
+     * every rank's busy time is its chunks' work, and the step at least that */
+    osdp_pipe_stage_cost chunk[4];
+    for (int c = 0; c < 4; c++)
+        chunk[c] = (osdp_pipe_stage_cost){.forward_s = 0.5, .backward_s = 1, .step_start_s = X, .step_end_s = Y};
+    osdp_pipe_timing il;
+    ck_assert_msg(osdp_pipe_simulate_chunks(OSDP_PIPE_INTERLEAVED, 2, 2, 2, chunk, NULL, &il) == OSDP_OK, "%s",
+                  osdp_error_message());
+    ck_assert(close_rel(il.busy_s[0], 2 * (2 * 1.5 + X + Y), 1e-15) && il.step_s >= il.busy_s[0]);
+    /* a negative once-only time is refused */
+    st[1].step_end_s = -1;
+    ck_assert_int_eq(osdp_pipe_simulate(OSDP_PIPE_1F1B, 2, 2, st, NULL, &(osdp_pipe_timing){0}), OSDP_ERR_INPUT);
+}
+END_TEST
+
 /* Equal stages without message time: GPipe and 1F1B take (M + P - 1)(f + b)
  * and their idle fraction is (P - 1) / (M + P - 1), for every P and M */
 START_TEST(test_bubble_closed_form)
 {
     osdp_pipe_stage_cost st[8];
-    for (int s = 0; s < 8; s++) st[s] = (osdp_pipe_stage_cost){0.5, 1.25};
+    for (int s = 0; s < 8; s++) st[s] = (osdp_pipe_stage_cost){.forward_s = 0.5, .backward_s = 1.25};
     for (int P = 1; P <= 8; P++)
         for (int M = 1; M <= 12; M++) {
             osdp_pipe_timing g = simulate(OSDP_PIPE_GPIPE, P, M, st, NULL), o = simulate(OSDP_PIPE_1F1B, P, M, st, NULL);
@@ -249,7 +289,38 @@ START_TEST(test_stage_passes_and_one_stage)
     osdp_pipe_stage_passes(&cm, &p, 0, L.n_ops, 2, M, &st);
     const double flat = osdp_cost_step_time(&cm, &p, 2, M), sync = osdp_cost_step_sync_time(&d, 1, 2, 1);
     ck_assert(sync > 0);   /* the step's scalar all-reduce over the 2 ranks */
-    ck_assert(close_rel(M * (st.forward_s + st.backward_s), flat - sync, 1e-12));
+    ck_assert(close_rel(M * (st.forward_s + st.backward_s) + st.step_start_s + st.step_end_s, flat - sync, 1e-12));
+    /* the once-only work: every DP operator's gathers before the first forward (the ZDP one's are every
+     * micro-step's); nothing after the last backward without reduce-once (the optimizer step stays spread) */
+    osdp_cost_model with_plan = cm;
+    with_plan.recompute = p.recompute;
+    double gathers = 0, optimizer = 0;
+    for (int i = 0; i < L.n_ops; i++) {
+        osdp_op_time ot;
+        osdp_cost_op_time(&with_plan, i, p.slices[i], p.zdp_slices[i], 2, M, &ot);
+        const double S = (double)osdp_cost_slice_numel(&cm, i, 1), ag = osdp_collective_time(&d.all_gather, 2, S * 4);
+        optimizer += S / 2 * d.step_shard_param;
+        if (i == 2) ck_assert(ot.step_start == 0);
+        else ck_assert(close_rel(ot.step_start, ag, 1e-12));
+        ck_assert(ot.step_end == 0);
+        gathers += ot.step_start;
+    }
+    ck_assert(gathers > 0 && optimizer > 0);
+    ck_assert(close_rel(st.step_start_s, gathers, 1e-12) && st.step_end_s == 0);
+    /* a reduce-once operator adds its one reduction to its step_end: the reduce-scatter of its accumulated
+     * gradients, which the stage's last backward waits for */
+    int once[64] = {0};
+    once[1] = 1;
+    with_plan.reduce_once = once;
+    osdp_op_time o1;
+    osdp_cost_op_time(&with_plan, 1, 1, 0, 2, M, &o1);
+    const double S1 = (double)osdp_cost_slice_numel(&cm, 1, 1);
+    ck_assert(close_rel(o1.step_end, osdp_collective_time(&d.reduce_scatter, 2, S1 * 4), 1e-12));
+    /* under the overlap kind (max(compute, comm)) nothing is once-only: spread as ever */
+    osdp_cost_model overlap = with_plan;
+    overlap.kind = OSDP_COST_OVERLAP;
+    osdp_cost_op_time(&overlap, 1, 1, 0, 2, M, &o1);
+    ck_assert(o1.step_start == 0 && o1.step_end == 0);
     const osdp_cost_model *cms[1] = {&cm};
     const osdp_plan *plans[1] = {&p};
     osdp_pipe_timing t;
@@ -258,14 +329,14 @@ START_TEST(test_stage_passes_and_one_stage)
     /* the recomputing operator's forward is a quarter of its time, the others' a third */
     osdp_pipe_stage_cost one;
     osdp_op_time ot;
+    with_plan.reduce_once = NULL;
     osdp_pipe_stage_passes(&cm, &p, 3, 4, 2, M, &one);
-    osdp_cost_model with_plan = cm;
-    with_plan.recompute = p.recompute;
     osdp_cost_op_time(&with_plan, 3, 1, 0, 2, M, &ot);
-    ck_assert(close_rel(one.forward_s, ot.total / M / 4, 1e-14) && close_rel(one.backward_s, ot.total / M * 0.75, 1e-14));
+    const double per_micro = (ot.total - ot.step_start - ot.step_end) / M;
+    ck_assert(close_rel(one.forward_s, per_micro / 4, 1e-14) && close_rel(one.backward_s, per_micro * 0.75, 1e-14));
     osdp_pipe_stage_passes(&cm, &p, 1, 2, 2, M, &one);
     osdp_cost_op_time(&with_plan, 1, 1, 0, 2, M, &ot);
-    ck_assert(close_rel(one.forward_s, ot.total / M / 3, 1e-14));
+    ck_assert(close_rel(one.forward_s, (ot.total - ot.step_start - ot.step_end) / M / 3, 1e-14));
     /* messages: b T d fp32 of the boundary's operator before it, M each way */
     const int bounds3[4] = {0, 2, 4, L.n_ops};
     ck_assert_uint_eq(osdp_pipe_boundary_bytes(&L, 2, 3), (size_t)3 * 64 * 64 * 4);
@@ -532,7 +603,8 @@ END_TEST
 
 static Suite *planner_pp_suite(void)
 {
-    const TTest *sim[] = {test_hand_built_two_stages, test_unbalanced_by_hand, test_bubble_closed_form, NULL};
+    const TTest *sim[] = {test_hand_built_two_stages, test_unbalanced_by_hand, test_step_work_by_hand, test_bubble_closed_form,
+                         NULL};
     const TTest *split[] = {test_balanced_split_is_optimal, test_planner_stage_split, NULL};
     const TTest *model[] = {test_device_p2p, test_stage_passes_and_one_stage, test_in_flight_peak,
                             test_stage_peak_is_the_schedule, NULL};

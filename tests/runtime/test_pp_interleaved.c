@@ -169,7 +169,8 @@ START_TEST(test_bubble)
         ck_assert(fabs(t.bubble_closed - (double)(P - 1) / (V * M + P - 1)) < 1e-15);
     }
     /* V = 1 is 1F1B's simulation, message times included */
-    osdp_pipe_stage_cost stage[3] = {{1, 2}, {1.5, 2.5}, {0.5, 1}};
+    osdp_pipe_stage_cost stage[3] = {{.forward_s = 1, .backward_s = 2}, {.forward_s = 1.5, .backward_s = 2.5},
+                                     {.forward_s = 0.5, .backward_s = 1}};
     const double msg[2] = {0.25, 0.5};
     osdp_pipe_timing a, b;
     ck_assert(osdp_pipe_simulate(OSDP_PIPE_1F1B, 3, 6, stage, msg, &a) == OSDP_OK);
