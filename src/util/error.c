@@ -3,11 +3,19 @@
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <string.h>
 
 static _Thread_local char error_message[1024];
 
 osdp_status osdp_error_set(osdp_status code, const char *fmt, ...)
 {
+    if (!strchr(fmt, '%')) {   /* a message without arguments (the planner's searches set thousands): as it is */
+        size_t n = strlen(fmt);
+        if (n >= sizeof error_message) n = sizeof error_message - 1;
+        memcpy(error_message, fmt, n);
+        error_message[n] = '\0';
+        return code;
+    }
     va_list args;
     va_start(args, fmt);
     vsnprintf(error_message, sizeof error_message, fmt, args);
