@@ -64,6 +64,7 @@ int osdp_ps_propagate(const osdp_ps_context *ctx, unsigned char *A, long long d,
                 if (rng[u + 1] > rmax) rmax = rng[u + 1];
             }
         }
+        long long least = LLONG_MAX;   /* the smallest slack of the u <= j - 2 (the acts terms below) */
         for (int u = 0; u < n; u++) {
             long long slack = d - (-sa[u] + mw[u] + (u > 0 ? mf[u - 1] : 0) + (u + 1 < n ? mx[u + 1] : 0));
             if (slack < 0) return 0;
@@ -79,13 +80,16 @@ int osdp_ps_propagate(const osdp_ps_context *ctx, unsigned char *A, long long d,
                 size_t a = PS_CHOICE(ctx, u + 1, c);
                 if (A[a] && ctx->next_op_bytes[a] - mx[u + 1] > slack) A[a] = 0, changed = 1;
             }
-            if (rs[u] <= slack) continue;
-            for (int j = u + 2; j < n; j++) {
-                if (rng[j] <= slack) continue;
-                for (int c = 0; c < ctx->n_choices[j]; c++) {
-                    size_t a = PS_CHOICE(ctx, j, c);
-                    if (A[a] && ah[j] - ctx->act_bytes[a] > slack) A[a] = 0, changed = 1;
-                }
+            /* operator j's acts term is in Z_u of every u <= j - 2: a choice whose term exceeds its smallest by
+             * more than the least of their slacks goes (the slacks and terms are this pass's, as above) */
+            const int j = u + 2;
+            if (j < n) {
+                if (slack < least) least = slack;
+                if (rng[j] > least)
+                    for (int c = 0; c < ctx->n_choices[j]; c++) {
+                        size_t a = PS_CHOICE(ctx, j, c);
+                        if (A[a] && ah[j] - ctx->act_bytes[a] > least) A[a] = 0, changed = 1;
+                    }
             }
         }
     }
