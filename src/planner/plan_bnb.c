@@ -8,13 +8,24 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* the allowed-choice sets the branch and bound has let go, kept for its next nodes (one search's) */
+#define SPARE_SETS 64
+typedef struct spare_sets { unsigned char *set[SPARE_SETS]; int n; } spare_sets;
+
 /* a copy of A (n_ops x stride flags), NULL when out of memory */
-static unsigned char *dup_allow(const osdp_ps_context *ctx, const unsigned char *A)
+static unsigned char *dup_allow(const osdp_ps_context *ctx, const unsigned char *A, spare_sets *spare)
 {
     size_t nk = (size_t)ctx->n_ops * (size_t)ctx->stride;
-    unsigned char *B = malloc(nk);
+    unsigned char *B = spare->n > 0 ? spare->set[--spare->n] : malloc(nk);
     if (B) memcpy(B, A, nk);
     return B;
+}
+
+/* A let go: kept for a later node, or freed */
+static void let_go(unsigned char *A, spare_sets *spare)
+{
+    if (spare->n < SPARE_SETS) spare->set[spare->n++] = A;
+    else free(A);
 }
 
 /* 1 when operator i keeps some allowed choice in A */
@@ -153,6 +164,7 @@ static osdp_status bnb(osdp_ps_context *ctx, unsigned char *base, long long d, l
         return osdp_error_set(OSDP_ERR_OOM, "planner: out of host memory");
     }
     stack[sp++] = base;
+    spare_sets spare = {.n = 0};
     osdp_status s = OSDP_OK;
     const double lam = ctx->minimise_memory ? (double)d_lo : 0.0;
     if (proved) *proved = 1;
@@ -187,7 +199,7 @@ static osdp_status bnb(osdp_ps_context *ctx, unsigned char *base, long long d, l
             s = ks;
         }
         if (u < 0) {
-            if (A != base) free(A);
+            if (A != base) let_go(A, &spare);
             continue;
         }
         /* the terms of Z_u; those with a branch of their own first */
@@ -210,7 +222,7 @@ static osdp_status bnb(osdp_ps_context *ctx, unsigned char *base, long long d, l
         if (sp + nt + 1 > cap) {
             unsigned char **ns = realloc(stack, sizeof *stack * (size_t)(2 * cap + nt + 1));
             if (!ns) {
-                if (A != base) free(A);
+                if (A != base) let_go(A, &spare);
                 s = osdp_error_set(OSDP_ERR_OOM, "planner: out of host memory");
                 break;
             }
@@ -219,7 +231,7 @@ static osdp_status bnb(osdp_ps_context *ctx, unsigned char *base, long long d, l
         }
         /* pushed last branch first, so that branch 1 is searched first */
         for (int t = nt; t >= 0 && s == OSDP_OK; t--) {
-            unsigned char *B = dup_allow(ctx, A);
+            unsigned char *B = dup_allow(ctx, A, &spare);
             if (!B) {
                 s = osdp_error_set(OSDP_ERR_OOM, "planner: out of host memory");
                 break;
@@ -238,14 +250,15 @@ static osdp_status bnb(osdp_ps_context *ctx, unsigned char *base, long long d, l
             }
             if (ok) ok = osdp_ps_propagate(ctx, B, d, mn);
             if (ok) stack[sp++] = B;
-            else free(B);
+            else let_go(B, &spare);
         }
-        if (A != base) free(A);
+        if (A != base) let_go(A, &spare);
     }
     while (sp > 0) {
         unsigned char *A = stack[--sp];
         if (A != base) free(A);
     }
+    while (spare.n > 0) free(spare.set[--spare.n]);
     free(stack); free(ti); free(tv); free(mn);
     return s;
 }

@@ -167,15 +167,14 @@ static int cmp_seg(const void *a, const void *b)
 double osdp_ps_lp_bound(const osdp_ps_context *ctx, const unsigned char *allow, long long lim)
 {
     const int n = ctx->n_ops, stride = ctx->stride;
-    seg_t *seg = malloc(sizeof *seg * ((size_t)n * (size_t)stride + 1));
-    int *h = malloc(sizeof *h * (size_t)stride), *ord = malloc(sizeof *ord * (size_t)stride);
-    int *last = malloc(sizeof *last * 2 * (size_t)n), *s0 = malloc(sizeof *s0 * 2 * (size_t)n), *s1 = s0 + n;
-    long long *base_bytes = malloc(sizeof *base_bytes * (size_t)n);
-    double *base_time = malloc(sizeof *base_time * (size_t)n);
-    if (!seg || !h || !ord || !last || !s0 || !base_bytes || !base_time) {
-        free(seg); free(h); free(ord); free(last); free(s0); free(base_bytes); free(base_time);
-        return 0; /* no bound */
-    }
+    /* one block (called at every node of the search): the segments, then the per-operator and per-choice rows */
+    const size_t nseg = (size_t)n * (size_t)stride + 1;
+    seg_t *seg = malloc(sizeof *seg * nseg + (sizeof(long long) + sizeof(double)) * (size_t)n
+                        + sizeof(int) * (2 * (size_t)stride + 4 * (size_t)n));
+    if (!seg) return 0; /* no bound */
+    long long *base_bytes = (long long *)(seg + nseg);
+    double *base_time = (double *)(base_bytes + n);
+    int *h = (int *)(base_time + n), *ord = h + stride, *last = ord + stride, *s0 = last + 2 * n, *s1 = s0 + n;
     for (int g = 0; g < 2 * n; g++) last[g] = -1;
     double t = 0;
     int ns = 0;
@@ -252,6 +251,6 @@ double osdp_ps_lp_bound(const osdp_ps_context *ctx, const unsigned char *allow, 
             }
         }
     }
-    free(seg); free(h); free(ord); free(last); free(s0); free(base_bytes); free(base_time);
+    free(seg);
     return t * (1 - 1e-9);
 }
