@@ -277,8 +277,8 @@ typedef struct osdp_op_time {
      * micro-step (a pipeline stage's passes place it, osdp/pipeline_cost.h; 0 under the overlap kind, whose
      * max(compute, comm) has no such part):
      *   step_start  before the operator's first forward of the step: its DP slices' all-gathers
-     *   step_end    in and after its last backward: a reduce-once operator's reduction (RS_s, with h its
-     *               cross all-gather), which the stage's gradient send to the stage before waits for
+     *   step_end    from its last backward to the end of the step: a reduce-once operator's reduction (RS_s,
+     *               with h its cross all-gather), waited after the stage's last gradient send
      * (the optimizer step on its shard runs after the step's closing all-reduce: it stays spread) */
     double step_start, step_end;
 } osdp_op_time;

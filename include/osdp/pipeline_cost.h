@@ -15,21 +15,23 @@
  * under the paper kind): its DP slices' all-gathers run before the stage's
  * first forward of the step uses them, so they lengthen micro-batch 0's
  * forward (step_start_s, their sum over the stage's operators); a
- * reduce-once operator's reduction runs in the stage's last backward
- * (micro-batch M-1's), before its gradient goes to the stage before,
- * which lengthens that backward (step_end_s).  The runtime orders them so
- * on either backend (the receive before the gathers; the reductions'
- * waits before the gradient's send: MPI's in the rank's calls, NCCL's as
- * stream order), so each stage's once-only collectives lie on the
- * pipeline's fill and drain one after the other.  The stage's busy time
- * M (forward + backward) + step_start_s + step_end_s is then sum_i T_i
- * exactly: the rest of its data group's collectives (every micro-step's)
- * and its tensor group's all-reduces are spread over its passes in
- * proportion to their compute (they run in or around them).  Spread
- * evenly instead, the step's once-only collectives hid in the other
- * stages' passes: on emulated nodes of one rank each (every collective
- * over the link) a reduce-once pipeline ran 20% slower than so predicted,
- * its stages' gathers and reductions each on the critical path.
+ * reduce-once operator's reduction starts in the stage's last backward
+ * (micro-batch M-1's) and is waited at the end of the stage's step, after
+ * its last gradient has gone to the stage before (osdp/schedule.h), so it
+ * lengthens the stage's step (step_end_s, after its last pass) and holds
+ * no other stage.  The runtime orders them so on either backend (the
+ * receive before the gathers; the reductions' waits after the gradient's
+ * send: MPI's in the rank's calls, NCCL's as stream order): each stage's
+ * gathers lie on the pipeline's fill one after the other, its reductions
+ * at its own end.  The stage's busy time M (forward + backward) +
+ * step_start_s + step_end_s is then sum_i T_i exactly: the rest of its
+ * data group's collectives (every micro-step's) and its tensor group's
+ * all-reduces are spread over its passes in proportion to their compute
+ * (they run in or around them).  Spread evenly instead, the step's
+ * once-only collectives hid in the other stages' passes: on emulated
+ * nodes of one rank each (every collective over the link) a reduce-once
+ * pipeline ran 20% slower than so predicted.  (Until the reductions' waits
+ * moved after the send, they lay on the drain one stage after another.)
  *
  * A message.  Between stages s and s+1 the residual stream of one
  * micro-batch crosses, forward (the activations) and backward (their

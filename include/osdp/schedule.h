@@ -59,7 +59,9 @@
  * per (op, micro); LOAD_TOKENS and LOSS_SUM read micro's tokens).  Since one
  * list runs the step, the DP slices' gathers are in it once (at their first
  * use) and ZDP slices are gathered per use, prefetched along the stage's use
- * order.  A forward pass of a stage after the first starts by receiving its
+ * order; the reduce-once reductions start in the last micro-batch's
+ * backwards and are waited at the list's end, after the stage's last
+ * gradient send (the stages before it drain meanwhile).  A forward pass of a stage after the first starts by receiving its
  * input (RECV_ACTS into a STAGE_INPUT buffer, alive until the stage's first
  * operator's backward of that micro-batch); a stage before the last ends it
  * by starting the send of its last operator's output (SEND_ACTS, waited by

@@ -98,7 +98,7 @@ osdp_status osdp_pipe_simulate_chunks(osdp_pipe_schedule schedule, int P, int V,
     for (size_t i = 0; i < per_chunk * (size_t)G; i++) done[i] = -1;
     /* a gradient send holds its stage for the message's time, unless the schedule defers its wait */
     const int held = !(schedule == OSDP_PIPE_INTERLEAVED && P > 1);
-    double free_at[OSDP_MAX_STAGES] = {0};
+    double free_at[OSDP_MAX_STAGES] = {0}, end_work[OSDP_MAX_STAGES] = {0};
     size_t next[OSDP_MAX_STAGES] = {0}, left = passes * (size_t)P;
     *out = (osdp_pipe_timing){.P = P, .M = M, .V = V, .schedule = schedule,
                               .bubble_closed = osdp_pipe_bubble_chunks(P, V, M)};
@@ -122,9 +122,15 @@ osdp_status osdp_pipe_simulate_chunks(osdp_pipe_schedule schedule, int P, int V,
                 } else if (p.backward && done[(size_t)g * per_chunk + 2 * (size_t)p.micro] < 0) {
                     break;   /* the last chunk: its own forward first (the order guarantees it) */
                 }
-                /* the step's once-only work: before the chunk's first forward, after its last backward */
-                const double took = p.backward ? chunk[g].backward_s + (p.micro == M - 1 ? chunk[g].step_end_s : 0)
+                /* the step's once-only work: its gathers before the chunk's first forward; its reductions,
+                 * started in its last backward, waited at the end of the stage's step (after its gradient
+                 * sends: the runtime's order, osdp/schedule.h), so they hold no other stage */
+                const double took = p.backward ? chunk[g].backward_s
                                                : chunk[g].forward_s + (p.micro == 0 ? chunk[g].step_start_s : 0);
+                if (p.backward && p.micro == M - 1) {
+                    end_work[s] += chunk[g].step_end_s;
+                    out->busy_s[s] += chunk[g].step_end_s;
+                }
                 done[(size_t)g * per_chunk + 2 * (size_t)p.micro + (size_t)p.backward] = start + took;
                 /* a backward's gradient send (g > 0) holds the stage for the message's time; a forward's
                  * activation send does not (waited only once its gradient is back) */
@@ -142,6 +148,7 @@ osdp_status osdp_pipe_simulate_chunks(osdp_pipe_schedule schedule, int P, int V,
     }
     double busy = 0;
     for (int s = 0; s < P; s++) {
+        free_at[s] += end_work[s];
         out->end_s[s] = free_at[s];
         if (free_at[s] > out->step_s) out->step_s = free_at[s];
         if (out->busy_s[s] > out->busy_s[out->slowest_stage]) out->slowest_stage = s;

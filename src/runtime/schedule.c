@@ -219,15 +219,17 @@ static osdp_status pass_events(builder *b, int op, osdp_pass pass)
 /* A reduce-once operator reduces its accumulated gradients (GRAD_ACCUM,
  * setup's) straight into its gradient shard, no receive buffer, in the
  * step's last micro-step only (flagged without a pipeline, whose list runs
- * every micro-step); the wait zeroes them for the next step. */
+ * every micro-step); the wait zeroes them for the next step.  On a pipeline
+ * that wait is the step's last event (once_waits), after the stage's last
+ * gradient send: the stages before it run their drain while the reductions
+ * complete, instead of waiting for them one stage after another. */
 static osdp_status scatter_finish(builder *b, int op)
 {
     const osdp_sched_op *so = &b->sc->ops[op];
     const int J = so->once_slices, every = J < so->n_slices;
     if (every) TRY(emit(b, (osdp_event){.kind = OSDP_EV_REDUCE_SCATTER_WAIT, .op = op}));
-    if (J && (!b->sc->pipelined || b->micro == b->sc->opt.geo.accum_steps - 1))
-        TRY(emit(b, (osdp_event){.kind = OSDP_EV_REDUCE_SCATTER_WAIT, .op = op, .once = 1,
-                                 .last_micro_only = !b->sc->pipelined}));
+    if (J && !b->sc->pipelined)
+        TRY(emit(b, (osdp_event){.kind = OSDP_EV_REDUCE_SCATTER_WAIT, .op = op, .once = 1, .last_micro_only = 1}));
     if (!every) return OSDP_OK;
     TRY(emit_buffer(b, OSDP_EV_FREE, OSDP_BUF_FULL_GRAD, op, 0));
     return emit_buffer(b, OSDP_EV_FREE, OSDP_BUF_GRAD_RECV, op, 0);
@@ -375,6 +377,17 @@ static osdp_status stage_passes(const osdp_schedule *sc, osdp_pipe_pass **passes
     return OSDP_OK;
 }
 
+/* a pipeline stage's reduce-once reductions, started in its last
+ * micro-batch's backwards, waited at the end of the step (scatter_finish) */
+static osdp_status once_waits(builder *b)
+{
+    b->micro = b->sc->opt.geo.accum_steps - 1;
+    for (int op = b->sc->op_lo; op < b->sc->op_hi; op++)
+        if (osdp_schedule_has_op(b->sc, op) && b->sc->ops[op].once_slices)
+            TRY(emit(b, (osdp_event){.kind = OSDP_EV_REDUCE_SCATTER_WAIT, .op = op, .once = 1}));
+    return OSDP_OK;
+}
+
 static osdp_status micro_events(builder *b)
 {
     osdp_pipe_pass *passes;
@@ -389,6 +402,7 @@ static osdp_status micro_events(builder *b)
         s = passes[p].backward ? backward_pass(b) : forward_pass(b);
     }
     if (s == OSDP_OK) s = grad_send_wait(b);   /* the step's last gradient send */
+    if (s == OSDP_OK && b->sc->pipelined) s = once_waits(b);
     b->micro = b->chunk = 0;
     free(passes);
     return s;
