@@ -12,26 +12,25 @@
  * forward + backward FLOPs, osdp_cost_op_flops) or 1/4 when operator i
  * recomputes (its backward runs the forward again), where T_i is here
  * without its once-per-step parts (osdp_op_time's step_start and step_end,
- * under the paper kind): its DP slices' all-gathers run before the stage's
- * first forward of the step uses them, so they lengthen micro-batch 0's
- * forward (step_start_s, their sum over the stage's operators); a
- * reduce-once operator's reduction starts in the stage's last backward
- * (micro-batch M-1's) and is waited at the end of the stage's step, after
- * its last gradient has gone to the stage before (osdp/schedule.h), so it
- * lengthens the stage's step (step_end_s, after its last pass) and holds
- * no other stage.  The runtime orders them so on either backend (the
- * receive before the gathers; the reductions' waits after the gradient's
- * send: MPI's in the rank's calls, NCCL's as stream order): each stage's
- * gathers lie on the pipeline's fill one after the other, its reductions
- * at its own end.  The stage's busy time M (forward + backward) +
- * step_start_s + step_end_s is then sum_i T_i exactly: the rest of its
- * data group's collectives (every micro-step's) and its tensor group's
- * all-reduces are spread over its passes in proportion to their compute
- * (they run in or around them).  Spread evenly instead, the step's
- * once-only collectives hid in the other stages' passes: on emulated
- * nodes of one rank each (every collective over the link) a reduce-once
- * pipeline ran 20% slower than so predicted.  (Until the reductions' waits
- * moved after the send, they lay on the drain one stage after another.)
+ * under the paper kind): its DP slices' all-gathers start with the stage's
+ * step, while it waits for its first input, one chunk's after another's,
+ * and a chunk's first forward waits for its own (step_start_s, their sum
+ * over the chunk's operators); a reduce-once operator's reduction starts in
+ * the stage's last backward (micro-batch M-1's) and is waited at the end of
+ * the stage's step, after its last gradient has gone to the stage before
+ * (osdp/schedule.h), so it lengthens the stage's step (step_end_s, after
+ * its last pass) and holds no other stage.  The runtime orders them so on
+ * either backend (MPI's progress in the rank's calls, the receive's wait
+ * among them; NCCL's as stream order).  The stage's busy time M (forward +
+ * backward) + step_start_s + step_end_s is then sum_i T_i exactly: the rest
+ * of its data group's collectives (every micro-step's) and its tensor
+ * group's all-reduces are spread over its passes in proportion to their
+ * compute (they run in or around them).  Spread evenly instead, the step's
+ * once-only collectives hid in the other stages' passes: on emulated nodes
+ * of one rank each (every collective over the link) a reduce-once pipeline
+ * ran 20% slower than so predicted.  (Until the gathers moved before the
+ * first receive and the reductions' waits after the last send, each
+ * stage's lay on the fill and the drain one stage after another.)
  *
  * A message.  Between stages s and s+1 the residual stream of one
  * micro-batch crosses, forward (the activations) and backward (their

@@ -98,7 +98,7 @@ osdp_status osdp_pipe_simulate_chunks(osdp_pipe_schedule schedule, int P, int V,
     for (size_t i = 0; i < per_chunk * (size_t)G; i++) done[i] = -1;
     /* a gradient send holds its stage for the message's time, unless the schedule defers its wait */
     const int held = !(schedule == OSDP_PIPE_INTERLEAVED && P > 1);
-    double free_at[OSDP_MAX_STAGES] = {0}, end_work[OSDP_MAX_STAGES] = {0};
+    double free_at[OSDP_MAX_STAGES] = {0}, end_work[OSDP_MAX_STAGES] = {0}, gathered[OSDP_MAX_STAGES] = {0};
     size_t next[OSDP_MAX_STAGES] = {0}, left = passes * (size_t)P;
     *out = (osdp_pipe_timing){.P = P, .M = M, .V = V, .schedule = schedule,
                               .bubble_closed = osdp_pipe_bubble_chunks(P, V, M)};
@@ -122,11 +122,17 @@ osdp_status osdp_pipe_simulate_chunks(osdp_pipe_schedule schedule, int P, int V,
                 } else if (p.backward && done[(size_t)g * per_chunk + 2 * (size_t)p.micro] < 0) {
                     break;   /* the last chunk: its own forward first (the order guarantees it) */
                 }
-                /* the step's once-only work: its gathers before the chunk's first forward; its reductions,
-                 * started in its last backward, waited at the end of the stage's step (after its gradient
-                 * sends: the runtime's order, osdp/schedule.h), so they hold no other stage */
-                const double took = p.backward ? chunk[g].backward_s
-                                               : chunk[g].forward_s + (p.micro == 0 ? chunk[g].step_start_s : 0);
+                /* the step's once-only work (the runtime's order, osdp/schedule.h): its gathers start with
+                 * the stage's step, one chunk's after another's, while the stage waits for its first input,
+                 * and the chunk's first forward waits for its own; its reductions, started in its last
+                 * backward, are waited at the end of the stage's step, after its gradient sends, so they
+                 * hold no other stage */
+                if (!p.backward && p.micro == 0) {
+                    gathered[s] += chunk[g].step_start_s;
+                    out->busy_s[s] += chunk[g].step_start_s;
+                    if (gathered[s] > start) start = gathered[s];
+                }
+                const double took = p.backward ? chunk[g].backward_s : chunk[g].forward_s;
                 if (p.backward && p.micro == M - 1) {
                     end_work[s] += chunk[g].step_end_s;
                     out->busy_s[s] += chunk[g].step_end_s;

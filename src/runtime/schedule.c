@@ -396,6 +396,15 @@ static osdp_status micro_events(builder *b)
     osdp_status s = OSDP_OK;
     b->cur_use = -1;
     b->pending_scatter = -1;
+    b->micro = b->chunk = 0;
+    /* A pipeline stage starts its DP slices' gathers (once per step, into
+     * their resident buffers) before it waits for its first input: they
+     * run while the stages before it fill, instead of after (each waited at
+     * its first use, as ever).  Without prefetch every gather blocks at its
+     * use. */
+    if (b->sc->pipelined && b->sc->opt.geo.prefetch)
+        for (int u = 0; u < b->n_uses && s == OSDP_OK; u++)
+            if (!slice_of(b, u)->zdp && use_needs_gather(b, u)) s = gather_start(b, u, 0);
     for (int p = 0; p < n_passes && s == OSDP_OK; p++) {
         b->micro = passes[p].micro;
         b->chunk = passes[p].chunk;

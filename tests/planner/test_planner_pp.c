@@ -100,19 +100,20 @@ START_TEST(test_unbalanced_by_hand)
 }
 END_TEST
 
-/* The step's once-only work (osdp/pipeline_cost.h): X before each stage's
- * first forward (its DP gathers), Y at the end of its step (reduce-once's
- * reductions, waited after its last gradient send).  P = 2, M = 2, f 1,
- * b 2, no message time, 1F1B by hand (stage 0: F0 F1 B0 B1; stage 1: F0 B0
- * F1 B1): stage 0 F0 0 - 1+X, F1 - 2+X; stage 1 F0 1+X - 2+2X (its own
- * gathers after the input), B0 - 4+2X, F1 - 5+2X, B1 - 7+2X, then Y: ends
- * 7+2X+Y; stage 0 B0 4+2X - 6+2X, B1 7+2X - 9+2X, then Y: 9+2X+Y.  Both
- * stages' X lie on the critical path, only the first stage's Y: step 9 + 2X
- * + Y (9 + 2X + 2Y while the waits came before the send), where spreading
- * them over the passes gave 9 + 1.5 (X + Y).  GPipe (stage 0: F0 F1 B0 B1;
- * stage 1: F0 F1 B0 B1): stage 1 F0 1+X - 2+2X, F1 - 3+2X, B0 - 5+2X, B1 -
- * 7+2X, ends 7+2X+Y; stage 0 B0 5+2X - 7+2X, B1 - 9+2X, ends 9+2X+Y: the
- * same.  The busy time still sums everything. */
+/* The step's once-only work (osdp/pipeline_cost.h): X, each stage's DP
+ * gathers, started with its step (while it waits for its first input) and
+ * waited by its first forward; Y, its reduce-once reductions, waited at the
+ * end of its step, after its last gradient send.  P = 2, M = 2, f 1, b 2,
+ * no message time, 1F1B by hand (stage 0: F0 F1 B0 B1; stage 1: F0 B0 F1
+ * B1): stage 0 F0 X - 1+X, F1 - 2+X; stage 1 (its gathers done at X) F0
+ * 1+X - 2+X, B0 - 4+X, F1 - 5+X, B1 - 7+X, then Y: ends 7+X+Y; stage 0 B0
+ * 4+X - 6+X, B1 7+X - 9+X, then Y: 9+X+Y.  Only the first stage's X and Y
+ * lie on the critical path: step 9 + X + Y (9 + 2X + 2Y while the gathers
+ * came after the input and the waits before the send), where spreading them
+ * over the passes gave 9 + 1.5 (X + Y).  GPipe (stage 0: F0 F1 B0 B1;
+ * stage 1: F0 F1 B0 B1): stage 1 F0 1+X - 2+X, F1 - 3+X, B0 - 5+X, B1 -
+ * 7+X, ends 7+X+Y; stage 0 B0 5+X - 7+X, B1 - 9+X, ends 9+X+Y: the same.
+ * The busy time still sums everything. */
 START_TEST(test_step_work_by_hand)
 {
     const double X = 0.5, Y = 0.25;
@@ -120,9 +121,9 @@ START_TEST(test_step_work_by_hand)
     for (int s = 0; s < 2; s++)
         st[s] = (osdp_pipe_stage_cost){.forward_s = 1, .backward_s = 2, .step_start_s = X, .step_end_s = Y};
     osdp_pipe_timing o = simulate(OSDP_PIPE_1F1B, 2, 2, st, NULL), g = simulate(OSDP_PIPE_GPIPE, 2, 2, st, NULL);
-    ck_assert_msg(o.step_s == 9 + 2 * X + Y, "1F1B %.17g", o.step_s);
-    ck_assert_msg(g.step_s == 9 + 2 * X + Y, "GPipe %.17g", g.step_s);
-    ck_assert(o.end_s[1] == 7 + 2 * X + Y && o.end_s[0] == o.step_s && g.end_s[1] == 7 + 2 * X + Y);
+    ck_assert_msg(o.step_s == 9 + X + Y, "1F1B %.17g", o.step_s);
+    ck_assert_msg(g.step_s == 9 + X + Y, "GPipe %.17g", g.step_s);
+    ck_assert(o.end_s[1] == 7 + X + Y && o.end_s[0] == o.step_s && g.end_s[1] == 7 + X + Y);
     ck_assert(o.busy_s[0] == 2 * 3 + X + Y && o.busy_s[1] == o.busy_s[0]);
     /* one stage: its passes one after the other, wherever the once-only work sits */
     osdp_pipe_timing one = simulate(OSDP_PIPE_1F1B, 1, 3, st, NULL);
