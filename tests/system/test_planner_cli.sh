@@ -79,7 +79,7 @@ else
     "$MPIEXEC" -n 1 "$BIN" profile --backend cuda --model "$M" --device "$SRC/input/devices/h100_80gb.ini" \
         --out "$WORK/cuda.ini" > "$WORK/cuda.out" 2>&1; rc=$?
     [ $rc != 0 ] && [ ! -e "$WORK/cuda.ini" ] \
-        && grep -q -E "profile --backend cuda: (no usable GPU on this node|this osdp_gpt was built without CUDA)" "$WORK/cuda.out" \
+        && grep -q -E "profile --backend cuda: (no usable GPU on this node|not built \(have: cpu\))" "$WORK/cuda.out" \
         && ok "profile --backend cuda without a GPU: refused ($(grep -o 'profile --backend cuda: [^(]*' "$WORK/cuda.out"))" \
         || bad "profile --backend cuda without a GPU (rc $rc)" "$WORK/cuda.out"
 fi
