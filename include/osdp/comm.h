@@ -161,6 +161,10 @@ osdp_status osdp_comm_group_start(osdp_comm *c);
 osdp_status osdp_comm_group_end(osdp_comm *c);
 void osdp_comm_progress(osdp_comm *c);
 void osdp_comm_destroy(osdp_comm *c);
+/* An early exit's last step before MPI_Finalize (every rank together): frees the MPI communicators the
+ * comm layer made and has not freed (its MPI backend's duplicates, the mesh's groups), which MPI_Finalize
+ * would leave allocated; what used them is unusable after it */
+void osdp_comm_release_all(void);
 void osdp_traffic_reset(osdp_traffic *t);
 /* *sum += *t, every kind and the wait time (a step's traffic over the mesh's communicators) */
 void osdp_traffic_add(osdp_traffic *sum, const osdp_traffic *t);

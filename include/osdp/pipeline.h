@@ -95,7 +95,9 @@ osdp_status osdp_stage_split_parse(const char *text, int n_ops, int P, int *boun
  * stage c mod P; for V > 1 the errors speak of chunks (the count's names
  * --pp and --virtual-stages). */
 osdp_status osdp_chunk_split_parse(const char *text, int n_ops, int P, int V, int *bounds);
-/* "0:13,13:26" into buf */
+/* "0:13,13:26" into buf; a buffer of OSDP_STAGE_SPLIT_CHARS holds any split
+ * (OSDP_MAX_STAGES ranges "a:b," of two ints) */
+#define OSDP_STAGE_SPLIT_CHARS (OSDP_MAX_STAGES * 24)
 const char *osdp_stage_split_format(const int *bounds, int P, char *buf, size_t n);
 /* Contiguous stages minimising the largest stage's sum of op_cost
  * (operator times from the cost model; ties: the earliest boundaries);

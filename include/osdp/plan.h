@@ -95,6 +95,10 @@ void osdp_plan_fill(osdp_plan *plan, int zdp);
 int osdp_plan_tie_embedding(osdp_plan *plan, const osdp_layout *layout);
 osdp_status osdp_plan_load(osdp_plan *plan, const osdp_layout *layout, const char *path);
 osdp_status osdp_plan_parse(osdp_plan *plan, const osdp_layout *layout, const char *text, const char *origin);
+/* The longest line a plan file may have: osdp_plan_parse reads lines of up
+ * to this many characters (inih's INI_MAX_LINE, 200 bytes, less the newline
+ * and the terminator); every writer's comment lines stay under it. */
+#define OSDP_PLAN_LINE_MAX 198
 /* writes the plan-file form (round-trips through osdp_plan_parse) */
 void osdp_plan_write(const osdp_plan *plan, const osdp_layout *layout, FILE *out);
 /* "dp", "zdp", "h", "2/4" for operator i into buf */

@@ -47,7 +47,7 @@ static void print_row(osdp_3d_kind kind, const osdp_3d_result *r, const osdp_3d_
         return;
     }
     const osdp_pipe_choice *c = &r->best;
-    char split[512], mesh[48], batch[32], peak[32];
+    char split[OSDP_STAGE_SPLIT_CHARS], mesh[48], batch[32], peak[32];
     snprintf(mesh, sizeof mesh, "%dx%dx%d", c->geo.pp_size, c->geo.n_ranks, c->geo.tp_size);
     snprintf(batch, sizeof batch, "%d x %d", c->geo.micro_batch, c->geo.accum_steps);
     int zdp = 0;
@@ -130,7 +130,7 @@ static void print_json(const osdp_model_config *cfg, const osdp_device *dev, con
                r->status == OSDP_OK ? "true" : "false", r->meshes, r->meshes_pruned, r->splits_planned, 1e3 * r->total_s,
                1e3 * r->cpu_s, r->candidates, r->candidates_bounded, r->splits_bounded, r->stage_reuses);
         if (r->status == OSDP_OK) {
-            char split[512];
+            char split[OSDP_STAGE_SPLIT_CHARS];
             printf(",\"mesh\":{\"pp\":%d,\"dp\":%d,\"tp\":%d,\"stages\":\"%s\",\"schedule\":\"%s\","
                    "\"virtual_stages\":%d},\"peak_bytes\":%lld", r->best.geo.pp_size, r->best.geo.n_ranks,
                    r->best.geo.tp_size,
@@ -150,7 +150,7 @@ static void print_json(const osdp_model_config *cfg, const osdp_device *dev, con
 static int write_plan(const osdp_job *job, const osdp_device *dev, const osdp_pipe_choice *c)
 {
     FILE *f = fopen(job->out, "w");
-    char split[512], opts[256], chunks[48] = "";
+    char split[OSDP_STAGE_SPLIT_CHARS], opts[256], chunks[48] = "";
     if (!f) {
         fprintf(stderr, "osdp_gpt: error: cannot write the plan file %s\n", job->out);
         return OSDP_ERR_IO;
@@ -160,21 +160,10 @@ static int write_plan(const osdp_job *job, const osdp_device *dev, const osdp_pi
              osdp_pipe_schedule_name(c->geo.pipe_schedule), chunks, c->geo.tp_size, c->geo.micro_batch,
              c->geo.micro_batch * c->geo.accum_steps * c->geo.n_ranks);
     osdp_stage_split_format(c->geo.stage_bounds, chunk_count(c), split, sizeof split);
-    fprintf(f, "# planned by osdp_gpt plan --pp auto for %lld ranks (PP %d x DP %d x TP %d) on device %s: micro-batch "
-               "%d, %d micro-batches\n", job->ranks, c->geo.pp_size, c->geo.n_ranks, c->geo.tp_size, dev->name,
-            c->geo.micro_batch, c->geo.accum_steps);
-    /* a plan file's lines are read up to 200 characters (inih): a long split goes on lines of its own */
-    if (strlen(opts) + strlen(split) < 160) {
-        fprintf(f, "# (train with %s --stages %s)\n", opts, split);
-    } else {
-        fprintf(f, "# (train with %s --stages S, S the %d ranges below joined)\n", opts, chunk_count(c));
-        for (size_t at = 0, n = strlen(split); at < n;) {
-            size_t take = n - at > 150 ? 150 : n - at;
-            while (at + take < n && split[at + take - 1] != ',') take--;   /* whole ranges per line */
-            fprintf(f, "#   %.*s\n", (int)take, split + at);
-            at += take;
-        }
-    }
+    osdp_plan_file_comment(f, "# planned by osdp_gpt plan --pp auto for %lld ranks (PP %d x DP %d x TP %d) on device %s: "
+                           "micro-batch %d, %d micro-batches\n", job->ranks, c->geo.pp_size, c->geo.n_ranks,
+                           c->geo.tp_size, dev->name, c->geo.micro_batch, c->geo.accum_steps);
+    osdp_plan_file_train_line(f, opts, split, chunk_count(c));
     fprintf(f, "# predicted step %.6g s, largest stage peak %.0f bytes\n", c->step_s, c->plan.predicted_peak_bytes);
     osdp_plan_write(&c->plan, &c->layout, f);
     return fclose(f) != 0 ? OSDP_ERR_IO : 0;

@@ -266,12 +266,13 @@ int osdp_cmd_plan(const osdp_job *job)
         } else {
             char tp_arg[32] = "";
             if (tp_given) snprintf(tp_arg, sizeof tp_arg, " --tp %d", tp);
-            fprintf(f, "# planned by osdp_gpt plan for %d ranks (TP %d x DP %d) on device %s: micro-batch %d, "
-                       "accumulation %d\n# (train with --batch %d --global-batch %d%s); predicted step %.6g s, peak %lld "
-                       "bytes\n",
-                    n_ranks, tp, planner.geo.n_ranks, dev.name, r[0].plan.geo.micro_batch, r[0].plan.geo.accum_steps,
-                    r[0].plan.geo.micro_batch, r[0].plan.geo.micro_batch * r[0].plan.geo.accum_steps * planner.geo.n_ranks, tp_arg,
-                    r[0].step_s, r[0].peak_bytes);
+            osdp_plan_file_comment(f, "# planned by osdp_gpt plan for %d ranks (TP %d x DP %d) on device %s: micro-batch "
+                                   "%d, accumulation %d\n# (train with --batch %d --global-batch %d%s); predicted step "
+                                   "%.6g s, peak %lld bytes\n",
+                                   n_ranks, tp, planner.geo.n_ranks, dev.name, r[0].plan.geo.micro_batch,
+                                   r[0].plan.geo.accum_steps, r[0].plan.geo.micro_batch,
+                                   r[0].plan.geo.micro_batch * r[0].plan.geo.accum_steps * planner.geo.n_ranks, tp_arg,
+                                   r[0].step_s, r[0].peak_bytes);
             r[0].plan.geo.tp_size = tp;   /* the plan states its mesh, tp = 1 too: train --tp 2 refuses it then */
             osdp_plan_write(&r[0].plan, &L, f);
             if (fclose(f) != 0) rc = OSDP_ERR_IO;

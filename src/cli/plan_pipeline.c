@@ -49,7 +49,7 @@ static osdp_cost_model stage_cost_model(const osdp_pipe_choice *c, int s, const 
 static void print_text(const osdp_model_config *cfg, const osdp_device *dev, const osdp_planner_options *o,
                        const osdp_job *job, const osdp_pipe_choice *c, const osdp_pipe_choice *base, const osdp_status *bst)
 {
-    char a[32], b[32], split[512];
+    char a[32], b[32], split[OSDP_STAGE_SPLIT_CHARS];
     const int P = c->geo.pp_size;
     const osdp_layout *L = &c->layout;
     printf("osdp plan | model %s: %d layers, width %d, vocab %d, T %d | %.3fM parameters in %d operators\n", cfg->name,
@@ -117,7 +117,7 @@ static void print_text(const osdp_model_config *cfg, const osdp_device *dev, con
 /* --schedule interleaved: V per stage on the 1F1B pipeline above (osdp_pipe_interleave_search) */
 static void print_interleave(const osdp_pipe_choice *c, const osdp_interleave_result *il)
 {
-    char a[32], split[512];
+    char a[32], split[OSDP_STAGE_SPLIT_CHARS];
     const int P = c->geo.pp_size;
     printf("\ninterleaved 1F1B (Megatron-LM's virtual stages) on this pipeline's operator plan, %d micro-batches:\n",
            c->geo.accum_steps);
@@ -153,7 +153,7 @@ static void print_interleave(const osdp_pipe_choice *c, const osdp_interleave_re
 /* "key":{"best":V,"options":[...]}: each V's chunks, step, bubbles, largest peak, fits or why */
 static void json_interleave(const char *key, const osdp_interleave_result *il, int P)
 {
-    char split[512];
+    char split[OSDP_STAGE_SPLIT_CHARS];
     printf(",\"%s\":{\"best\":%d,\"options\":[", key, il->option[il->best].V);
     for (int k = 0; k < il->n; k++) {
         const osdp_interleave_option *x = &il->option[k];
@@ -276,7 +276,7 @@ int osdp_cmd_plan_pipeline(const osdp_job *job)
             osdp_fatal(s, osdp_error_message());
     }
     if (job->json) {
-        char split[512];
+        char split[OSDP_STAGE_SPLIT_CHARS];
         printf("{\"model\":");
         osdp_json_string(cfg.name);
         printf(",\"device\":");
@@ -300,23 +300,34 @@ int osdp_cmd_plan_pipeline(const osdp_job *job)
     int rc = 0;
     if (job->out) {
         FILE *f = fopen(job->out, "w");
-        char split[512];
+        char split[OSDP_STAGE_SPLIT_CHARS];
         const osdp_interleave_option *chosen = interleave ? &il.option[il.best] : NULL;
         const int V = chosen ? chosen->V : 1;
         if (!f) {
             fprintf(stderr, "osdp_gpt: error: cannot write the plan file %s\n", job->out);
             rc = OSDP_ERR_IO;
         } else {
-            char vs[48] = "";
+            char vs[48] = "", opts[256], line[OSDP_PLAN_LINE_MAX + 2];
             if (V > 1) snprintf(vs, sizeof vs, " --virtual-stages %d", V);
-            fprintf(f, "# planned by osdp_gpt plan for %lld ranks (PP %d x DP %d x TP %d) on device %s: micro-batch %d, "
-                       "%d micro-batches\n# (train with --pp %d --stages %s --schedule %s%s --tp %d --batch %d "
-                       "--global-batch %d); predicted step %.6g s, largest stage peak %.0f bytes\n",
-                    job->ranks, P, c.geo.n_ranks, c.geo.tp_size, dev.name, c.geo.micro_batch, c.geo.accum_steps, P,
-                    osdp_stage_split_format(chosen ? chosen->bounds : c.geo.stage_bounds, P * V, split, sizeof split),
-                    osdp_pipe_schedule_name(V > 1 ? schedule : planned), vs, c.geo.tp_size, c.geo.micro_batch,
-                    c.geo.micro_batch * c.geo.accum_steps * c.geo.n_ranks, chosen ? chosen->timing.step_s : c.step_s,
-                    chosen ? (double)chosen->stage_peak[chosen->largest_stage] : c.plan.predicted_peak_bytes);
+            osdp_stage_split_format(chosen ? chosen->bounds : c.geo.stage_bounds, P * V, split, sizeof split);
+            const double step_s = chosen ? chosen->timing.step_s : c.step_s;
+            const double peak = chosen ? (double)chosen->stage_peak[chosen->largest_stage] : c.plan.predicted_peak_bytes;
+            osdp_plan_file_comment(f, "# planned by osdp_gpt plan for %lld ranks (PP %d x DP %d x TP %d) on device %s: "
+                                   "micro-batch %d, %d micro-batches\n", job->ranks, P, c.geo.n_ranks, c.geo.tp_size,
+                                   dev.name, c.geo.micro_batch, c.geo.accum_steps);
+            const int n = snprintf(line, sizeof line, "# (train with --pp %d --stages %s --schedule %s%s --tp %d --batch %d "
+                                   "--global-batch %d); predicted step %.6g s, largest stage peak %.0f bytes", P, split,
+                                   osdp_pipe_schedule_name(V > 1 ? schedule : planned), vs, c.geo.tp_size,
+                                   c.geo.micro_batch, c.geo.micro_batch * c.geo.accum_steps * c.geo.n_ranks, step_s, peak);
+            if (n >= 0 && n <= OSDP_PLAN_LINE_MAX) {
+                fprintf(f, "%s\n", line);
+            } else {   /* a long split: the train options, the split and the prediction on lines of their own */
+                snprintf(opts, sizeof opts, "--pp %d --schedule %s%s --tp %d --batch %d --global-batch %d", P,
+                         osdp_pipe_schedule_name(V > 1 ? schedule : planned), vs, c.geo.tp_size, c.geo.micro_batch,
+                         c.geo.micro_batch * c.geo.accum_steps * c.geo.n_ranks);
+                osdp_plan_file_train_line(f, opts, split, P * V);
+                fprintf(f, "# predicted step %.6g s, largest stage peak %.0f bytes\n", step_s, peak);
+            }
             osdp_plan_write(&c.plan, &c.layout, f);
             if (fclose(f) != 0) rc = OSDP_ERR_IO;
         }

@@ -6,7 +6,9 @@
 #include "osdp/memory.h"
 #include "plan_print.h"
 
+#include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 const char *osdp_plan_mode_label(const osdp_plan *p, int op, char *buf, size_t n)
@@ -165,4 +167,56 @@ void osdp_plan_json_network(const osdp_device *dev, int n_ranks, int tp, int dp,
         printf("null");
     }
     printf("}");
+}
+
+void osdp_plan_file_comment(FILE *f, const char *fmt, ...)
+{
+    va_list ap, again;
+    va_start(ap, fmt);
+    va_copy(again, ap);
+    const int n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    char *text = n >= 0 ? malloc((size_t)n + 1) : NULL;
+    if (!text) {   /* no room to break it: as given (a plan file's comments only) */
+        vfprintf(f, fmt, again);
+        va_end(again);
+        return;
+    }
+    vsnprintf(text, (size_t)n + 1, fmt, again);
+    va_end(again);
+    static const char more[] = "#   ";
+    for (const char *line = text; *line;) {
+        size_t len = strcspn(line, "\n");
+        const char *prefix = "";
+        while (strlen(prefix) + len > OSDP_PLAN_LINE_MAX) {
+            const size_t room = OSDP_PLAN_LINE_MAX - strlen(prefix);
+            size_t cut = room;   /* after a comma, or before a space; else where the room ends */
+            while (cut > 0 && line[cut - 1] != ',' && line[cut] != ' ') cut--;
+            if (cut == 0) cut = room;
+            fprintf(f, "%s%.*s\n", prefix, (int)cut, line);
+            line += cut;
+            len -= cut;
+            while (*line == ' ') line++, len--;
+            prefix = more;
+        }
+        fprintf(f, "%s%.*s\n", prefix, (int)len, line);
+        line += len;
+        if (*line == '\n') line++;
+    }
+    free(text);
+}
+
+void osdp_plan_file_train_line(FILE *f, const char *opts, const char *split, int n_ranges)
+{
+    if (strlen(opts) + strlen(split) < 160) {
+        fprintf(f, "# (train with %s --stages %s)\n", opts, split);
+        return;
+    }
+    osdp_plan_file_comment(f, "# (train with %s --stages S, S the %d ranges below joined)\n", opts, n_ranges);
+    for (size_t at = 0, n = strlen(split); at < n;) {
+        size_t take = n - at > 150 ? 150 : n - at;
+        while (at + take < n && split[at + take - 1] != ',') take--;   /* whole ranges per line */
+        fprintf(f, "#   %.*s\n", (int)take, split + at);
+        at += take;
+    }
 }

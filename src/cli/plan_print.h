@@ -5,6 +5,7 @@
 #define OSDP_CLI_PLAN_PRINT_H
 
 #include <stddef.h>
+#include <stdio.h>
 #include "osdp/cost_model.h"
 #include "osdp/planner.h"
 
@@ -26,5 +27,12 @@ void osdp_json_string(const char *s);
  * null), which groups of the mesh tp x dp x pp span nodes (tp 0: not reported) and whether plan mode h
  * was offered (hier); dev as read, before osdp_cost_device_for_mesh */
 void osdp_plan_json_network(const osdp_device *dev, int n_ranks, int tp, int dp, int pp, const osdp_cost_hierarchy *hier);
+/* Plan files (--out): their comment lines stay within OSDP_PLAN_LINE_MAX, the most a plan file's line may have.
+ * osdp_plan_file_comment writes the printf-formatted text, lines that start with '#', breaking a longer line
+ * after its last space or comma that fits and going on on a line "#   ...". */
+void osdp_plan_file_comment(FILE *f, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* "# (train with OPTS --stages SPLIT)", or, when that is long, "# (train with OPTS --stages S, S the N ranges below
+ * joined)" and the ranges of SPLIT on lines "#   a:b,c:d,..." of whole ranges */
+void osdp_plan_file_train_line(FILE *f, const char *opts, const char *split, int n_ranges);
 
 #endif

@@ -153,7 +153,7 @@ void osdp_report_header(osdp_report *r, const osdp_model_config *cfg, const osdp
     const osdp_runtime *rt = r->rt;
     const int pipelined = r->mesh->pp > 1;
     osdp_stage_peaks stages;
-    char bounds[256] = "";
+    char bounds[OSDP_STAGE_SPLIT_CHARS] = "";
     if (pipelined) {   /* collective: the stages' predictions, for the bottleneck */
         osdp_stage_peaks_gather(rt, r->mesh, &r->predicted, &stages);
         osdp_stage_split_format(rt->opt.geo.stage_bounds, r->mesh->pp * osdp_pipe_chunks_per_stage(rt->opt.geo.virtual_stages),

@@ -15,7 +15,7 @@ void osdp_train_print_search(const osdp_job_resolved *job, int n_ranks)
     if (job->tp_chosen)
         printf("--tp auto: the planner chooses tensor-parallel degree %d of the %d ranks\n", job->tp_chosen, n_ranks);
     if (!job->searched_3d) return;
-    char split[512];
+    char split[OSDP_STAGE_SPLIT_CHARS];
     const int V = osdp_pipe_chunks_per_stage(job->req.virtual_stages);   /* the chunks per stage it chose */
     printf("--plan auto (3D search, %d meshes, %d stage splits in %.1f ms): PP %d x DP %d x TP %d, stages %s, "
            "micro-batch %d x %d micro-batches, predicted step %.6g s, schedule %s", job->search_meshes,

@@ -132,6 +132,7 @@ void osdp_check_all(osdp_status s)
         fprintf(stderr, "osdp_gpt: error: %s\n", osdp_error_message());
         fflush(stderr);
     }
+    osdp_comm_release_all();   /* the communicators made so far: MPI_Finalize would leave them allocated */
     MPI_Finalize();
     exit((int)s);
 }

@@ -29,6 +29,12 @@ osdp_status osdp_comm_mpi_error(int rc, const char *what);
 int osdp_comm_mpi_iallgather(const osdp_comm *c, MPI_Comm comm, const void *shard, void *full, size_t count,
                              osdp_dtype t, MPI_Request *r);
 
+/* The communicators the comm layer makes (its backends' duplicates, the mesh's groups): recorded when
+ * made, freed through osdp_comm_free_tracked (which forgets them; MPI_COMM_NULL: nothing), and on an early
+ * exit by osdp_comm_release_all (osdp/comm.h) */
+void osdp_comm_track(MPI_Comm comm);
+void osdp_comm_free_tracked(MPI_Comm *comm);
+
 /* The last step of a backend's destroy: free its duplicate of the MPI
  * communicator and its state (c->impl, then NULL) */
 void osdp_comm_release(osdp_comm *c, MPI_Comm *duplicate);

@@ -22,6 +22,7 @@
 #include <mpi.h>
 #include <sched.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 #ifdef __linux__
 #include <sys/prctl.h>
@@ -65,9 +66,47 @@ osdp_status osdp_comm_mpi_error(int rc, const char *what)
     return osdp_error_set(OSDP_ERR_COMM, "%s failed: %s", what, msg);
 }
 
+/* the communicators the comm layer made and has not freed, oldest first (osdp_comm_release_all): handles,
+ * which stay valid wherever their owner is copied to; one that could not be recorded (no memory) is only
+ * left to MPI_Finalize */
+static MPI_Comm *live;
+static int n_live, live_cap;
+
+void osdp_comm_track(MPI_Comm comm)
+{
+    if (comm == MPI_COMM_NULL) return;
+    if (n_live == live_cap) {
+        MPI_Comm *more = realloc(live, sizeof *live * (size_t)(live_cap ? 2 * live_cap : 8));
+        if (!more) return;
+        live = more;
+        live_cap = live_cap ? 2 * live_cap : 8;
+    }
+    live[n_live++] = comm;
+}
+
+void osdp_comm_free_tracked(MPI_Comm *comm)
+{
+    if (*comm == MPI_COMM_NULL) return;
+    for (int i = n_live - 1; i >= 0; i--)
+        if (live[i] == *comm) {
+            memmove(live + i, live + i + 1, sizeof *live * (size_t)(n_live - i - 1));
+            n_live--;
+            break;
+        }
+    MPI_Comm_free(comm);
+}
+
+void osdp_comm_release_all(void)
+{
+    for (int i = n_live - 1; i >= 0; i--) MPI_Comm_free(&live[i]);   /* the newest first; the same order on every rank */
+    free(live);
+    live = NULL;
+    n_live = live_cap = 0;
+}
+
 void osdp_comm_release(osdp_comm *c, MPI_Comm *duplicate)
 {
-    MPI_Comm_free(duplicate);
+    osdp_comm_free_tracked(duplicate);
     free(c->impl);
     c->impl = NULL;
 }
@@ -291,6 +330,7 @@ osdp_status osdp_comm_create_mpi(osdp_comm *c, const void *mpi_comm)
     if (!impl) return osdp_error_set(OSDP_ERR_OOM, "comm: out of host memory");
     for (int i = 0; i < MAX_PENDING; i++) impl->pending[i] = MPI_REQUEST_NULL;
     MPI_Comm_dup(*(const MPI_Comm *)mpi_comm, &impl->comm);
+    osdp_comm_track(impl->comm);
     MPI_Comm_set_errhandler(impl->comm, MPI_ERRORS_RETURN);
     c->ops = &mpi_backend;
     c->impl = impl;

@@ -822,6 +822,7 @@ osdp_status osdp_comm_create_nccl(osdp_comm *c, const void *mpi_comm, int local_
     c->level = OSDP_LEVEL_FLAT;
     c->block_of = NULL;   /* rank order */
     osdp_comm_link_attach(c, impl->mpi);
+    osdp_comm_track(impl->mpi);   /* freed by its destroy, or by osdp_comm_release_all on an early exit */
     /* every rank warms up; a failure (out of memory, a timeout) ends the job
      * through the caller's collective check, the communicator aborted */
     s = warm_up(c);

@@ -1,6 +1,7 @@
 /* The device mesh and its groups (see osdp/mesh.h). */
 #include "config.h"
 #include "osdp/mesh.h"
+#include "comm_internal.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -47,14 +48,17 @@ osdp_status osdp_mesh_create(osdp_mesh *mesh, MPI_Comm world_comm, int tp, int p
         osdp_mesh_free(mesh);
         return osdp_error_set(OSDP_ERR_COMM, "mesh: MPI_Comm_split failed");
     }
+    osdp_comm_track(mesh->tp_comm);
+    osdp_comm_track(mesh->dp_comm);
+    osdp_comm_track(mesh->pp_comm);
     return OSDP_OK;
 }
 
 void osdp_mesh_free(osdp_mesh *mesh)
 {
-    if (mesh->tp_comm != MPI_COMM_NULL) MPI_Comm_free(&mesh->tp_comm);
-    if (mesh->dp_comm != MPI_COMM_NULL) MPI_Comm_free(&mesh->dp_comm);
-    if (mesh->pp_comm != MPI_COMM_NULL) MPI_Comm_free(&mesh->pp_comm);
+    osdp_comm_free_tracked(&mesh->tp_comm);
+    osdp_comm_free_tracked(&mesh->dp_comm);
+    osdp_comm_free_tracked(&mesh->pp_comm);
 }
 
 const char *osdp_mesh_describe(const osdp_mesh *mesh, char *buf, size_t n)

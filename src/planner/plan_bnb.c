@@ -202,19 +202,29 @@ static osdp_status bnb(osdp_ps_context *ctx, unsigned char *base, long long d, l
             if (A != base) let_go(A, &spare);
             continue;
         }
+        /* Z_0 has no f term (no operator before the first); it exceeds d through the wrap moment's pairing
+         * (osdp_ps_transient_scan) when its own sum does not: then its terms are the last operator's f
+         * besides nx and the acts, and operator 0's first-pass peak in place of its wp */
+        int wrap = 0;
+        if (u == 0 && ctx->wrap_first_pass) {
+            long long z = ctx->pass_peak_bytes[PS_CHOICE(ctx, 0, ch[0])];
+            for (int j = 1; j < n; j++) z += term_val(ctx, j == 1 ? T_NX : T_ACTS, j, ch[j]);
+            wrap = z <= d;
+        }
         /* the terms of Z_u; those with a branch of their own first */
         long long room = d;
         int nt = 0;
-        for (int j = u - 1; j < n; j++) {
-            if (j == u) continue;
-            int kind = j == u - 1 ? T_F : j == u + 1 ? T_NX : T_ACTS;
-            long long v = term_val(ctx, kind, j, ch[j]);
+        for (int j = u > 0 ? u - 1 : 0; j <= n; j++) {
+            if (j == u || (j == n && !wrap)) continue;
+            const int op = j < n ? j : n - 1;   /* j == n: the wrap's f of the last operator */
+            int kind = j == n || j == u - 1 ? T_F : j == u + 1 ? T_NX : T_ACTS;
+            long long v = term_val(ctx, kind, op, ch[op]);
             room -= v;
             int lower = 0;
-            for (int c = 0; c < ctx->n_choices[j] && !lower; c++)
-                lower = A[PS_CHOICE(ctx, j, c)] && term_val(ctx, kind, j, c) < v;
+            for (int c = 0; c < ctx->n_choices[op] && !lower; c++)
+                lower = A[PS_CHOICE(ctx, op, c)] && term_val(ctx, kind, op, c) < v;
             if (lower) {
-                ti[nt] = j;
+                ti[nt] = op;
                 tk[nt] = kind;
                 tv[nt++] = v;
             }
@@ -245,7 +255,8 @@ static osdp_status bnb(osdp_ps_context *ctx, unsigned char *base, long long d, l
             }
             if (t == nt && ok) {
                 for (int c = 0; c < ctx->n_choices[u]; c++)
-                    if (ctx->pass_peak_bytes[PS_CHOICE(ctx, u, c)] > room) B[PS_CHOICE(ctx, u, c)] = 0;
+                    if ((wrap ? ctx->wrap_first_pass[c] : ctx->pass_peak_bytes[PS_CHOICE(ctx, u, c)]) > room)
+                        B[PS_CHOICE(ctx, u, c)] = 0;
                 ok = any_left(ctx, B, u);
             }
             if (ok) ok = osdp_ps_propagate(ctx, B, d, mn);

@@ -396,7 +396,7 @@ osdp_status osdp_planner_3d(const osdp_model_config *cfg, int seq_len, const osd
             s = add_candidates(lp, classes[n_layouts - 1], dev, &o, o3, &st, tp, pp, D, &list, &n_cand, &cap);
         }
     }
-    if (s == OSDP_OK) qsort(list, (size_t)n_cand, sizeof *list, cmp_candidate);
+    if (s == OSDP_OK && n_cand > 1) qsort(list, (size_t)n_cand, sizeof *list, cmp_candidate);   /* no candidate: list NULL */
     /* first the candidate of the smallest memory-aware bound: likely to fit and near the optimum, its step
      * bounds the others out early (the order of the rest, and the answer, stay the same) */
     int first = -1;

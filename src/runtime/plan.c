@@ -234,6 +234,22 @@ static int plan_handler(void *user, const char *section, const char *key, const 
     return 1;
 }
 
+_Static_assert(OSDP_PLAN_LINE_MAX <= INI_MAX_LINE - 2, "a plan file's longest line must fit inih's line buffer");
+
+/* the first line of text longer than a plan file's lines may be (1-based), 0 if none */
+static int long_line(const char *text)
+{
+    int n = 1;
+    for (const char *line = text; *line; n++) {
+        const size_t len = strcspn(line, "\r\n");
+        if (len > OSDP_PLAN_LINE_MAX) return n;
+        line += len;
+        if (*line == '\r') line++;
+        if (*line == '\n') line++;
+    }
+    return 0;
+}
+
 osdp_status osdp_plan_parse(osdp_plan *plan, const osdp_layout *layout, const char *text, const char *origin)
 {
     osdp_status s = osdp_plan_alloc(plan, layout->n_ops);
@@ -245,7 +261,12 @@ osdp_status osdp_plan_parse(osdp_plan *plan, const osdp_layout *layout, const ch
     }
     plan_parse_state st = {.plan = plan, .layout = layout, .seen = seen, .status = OSDP_OK, .origin = origin};
     int rc = ini_parse_string(text, plan_handler, &st);
-    if (st.status != OSDP_OK) {
+    const int too_long = rc != 0 || st.status != OSDP_OK ? long_line(text) : 0;   /* inih read it in pieces */
+    if (too_long) {
+        st.status = osdp_error_set(OSDP_ERR_INPUT, "%s:%d: line longer than %d characters, the most a plan file's line "
+                                   "may have (shorten it or make it two comment lines)", origin, too_long,
+                                   OSDP_PLAN_LINE_MAX);
+    } else if (st.status != OSDP_OK) {
         char msg[1024];
         snprintf(msg, sizeof msg, "%s", osdp_error_message());
         st.status = osdp_error_set(st.status, "%s:%d: %s", origin, rc, msg);

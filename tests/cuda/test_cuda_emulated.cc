@@ -145,6 +145,20 @@ static void thread_entry()
     finished[current] = true;
 }
 
+/* emulated thread t, to start at thread_entry on `stack`: a function of its own, so that no variable of
+ * the launch loop lives across getcontext (which returns twice: -Wclobbered) */
+static void make_thread(int t, char *stack)
+{
+    ucontext_t *const c = &contexts[t];
+    synced[t] = 0;
+    finished[t] = false;
+    getcontext(c);
+    c->uc_stack.ss_sp = stack;
+    c->uc_stack.ss_size = kStackBytes;
+    c->uc_link = &scheduler;
+    makecontext(c, thread_entry, 0);
+}
+
 static void launch(dim3 grid, size_t bytes, const std::function<void()> &body, int threads = kAttnThreads)
 {
     if (bytes > sizeof smem) {
@@ -162,15 +176,7 @@ static void launch(dim3 grid, size_t bytes, const std::function<void()> &body, i
         for (unsigned bx = 0; bx < grid.x; bx++) {
             blockIdx = dim3(bx, by);
             for (size_t i = 0; i < kSmemFloats; i++) smem[i] = NAN;
-            for (int t = 0; t < threads; t++) {
-                synced[t] = 0;
-                finished[t] = false;
-                getcontext(&contexts[t]);
-                contexts[t].uc_stack.ss_sp = &stacks[(size_t)t * kStackBytes];
-                contexts[t].uc_stack.ss_size = kStackBytes;
-                contexts[t].uc_link = &scheduler;
-                makecontext(&contexts[t], thread_entry, 0);
-            }
+            for (int t = 0; t < threads; t++) make_thread(t, &stacks[(size_t)t * kStackBytes]);
             for (bool running = true; running;) {
                 running = false;
                 released = ~0ul;

@@ -20,8 +20,10 @@ fi
 # the CPU kernels' libraries: this build's (configure's OpenBLAS and OpenMP flags)
 libs=$(sed -n 's/^OPENBLAS_LIBS = //p' "$BUILD/Makefile")
 openmp=$(sed -n 's/^OPENMP_CFLAGS = //p' "$BUILD/Makefile")
+# a build with sanitizers (scripts/sanitize_check): its libosdp.a needs their runtimes, and the emulation runs under them too
+sanitize=$(sed -n 's/^CFLAGS = //p' "$BUILD/Makefile" | tr ' ' '\n' | grep -E '^-f(no-)?sanitize' | tr '\n' ' ')
 # shellcheck disable=SC2086   # the flags are words
-if ! "$CXX" -std=c++17 -O2 -Wall -Wextra -I"$SRC/src" -I"$SRC/include" -o "$WORK/test_cuda_emulated" \
+if ! "$CXX" -std=c++17 -O2 -Wall -Wextra $sanitize -I"$SRC/src" -I"$SRC/include" -o "$WORK/test_cuda_emulated" \
         "$SRC/tests/cuda/test_cuda_emulated.cc" "$BUILD/libosdp.a" $libs $openmp -lm > "$WORK/build.log" 2>&1; then
     bad "tests/cuda/test_cuda_emulated.cc did not build" "$WORK/build.log"
     summary test_cuda_emulated

@@ -565,7 +565,7 @@ static long long stage0_need(const osdp_model_config *cfg, const osdp_device *d,
     if (at) at = strchr(at, '(');
     if (at) need = atoll(at + 1);
     long long peak0 = *status == OSDP_OK ? pc.stage[0].peak_bytes : -1;
-    if (*status == OSDP_OK) osdp_pipe_choice_free(&pc);
+    osdp_pipe_choice_free(&pc);   /* whatever the status, as the command does (cli/plan_pipeline.c) */
     return *status == OSDP_OK ? peak0 : need;
 }
 

@@ -389,10 +389,9 @@ START_TEST(test_stage_search_against_every_plan)
                     o.mem_limit = limit;
                     o.stage_next_passes = 0;
                     osdp_planner_result blind;
-                    if (osdp_planner_plan_batch(&sub, &d, &o, c.B, c.accum, &blind) == OSDP_OK) {
+                    if (osdp_planner_plan_batch(&sub, &d, &o, c.B, c.accum, &blind) == OSDP_OK)
                         decided += blind.step_s < best;
-                        osdp_planner_result_free(&blind);
-                    }
+                    osdp_planner_result_free(&blind);   /* whatever the status (osdp/planner.h) */
                     o.stage_next_passes = osdp_pipe_after_backward(c.schedule, c.P, c.stage, c.accum);
                     osdp_planner_result r;
                     const osdp_status st = osdp_planner_plan_batch(&sub, &d, &o, c.B, c.accum, &r);

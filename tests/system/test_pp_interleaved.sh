@@ -127,7 +127,8 @@ v2=$(awk '$1 == 2 && $2 == 8 { print $3 }' "$WORK/plan.out")
 chosen=$(sed -n 's/^interleaving: V = \([0-9]*\), chunks \([^ ]*\).*/\1 \2/p' "$WORK/plan.out")
 if [ -n "$osdp_step" ] && [ "$v1" = "$osdp_step" ] && [ "$v2" = 0.1579 ] && [ -n "$chosen" ] &&
    grep -q -- "--schedule interleaved --virtual-stages ${chosen%% *} " "$WORK/il.plan" &&
-   grep -q -- "--stages ${chosen#* } " "$WORK/il.plan"; then
+   grep -qE -- "--stages ${chosen#* }( |\))" "$WORK/il.plan" &&
+   awk 'length($0) > 198 { exit 1 }' "$WORK/il.plan"; then   # a plan file's lines: at most 198 characters (osdp/plan.h)
     ok "plan --pp 4 --schedule interleaved (gpt2_medium, 64 A100s): V 1 = the 1F1B step ($v1 ms), V 2's bubble 3/19 = $v2; chosen V ${chosen%% *}, written to the plan file's train line"
 else
     bad "plan --schedule interleaved: OSDP $osdp_step ms, V 1 $v1 ms, V 2 bubble $v2, chosen '$chosen'" "$WORK/plan.err"
