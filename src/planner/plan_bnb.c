@@ -189,7 +189,7 @@ static osdp_status bnb(osdp_ps_context *ctx, unsigned char *base, long long d, l
                 }
                 if (!settled) {
                     *proved = 0;
-                    if (A != base) free(A);
+                    if (A != base) let_go(A, &spare);
                     break;
                 }
             } else if (u < 0) {

@@ -59,6 +59,13 @@ long long osdp_ps_held_sum(const osdp_ps_context *ctx, const int *ch)
     return r;
 }
 
+double osdp_ps_objective_sum(const osdp_ps_context *ctx, const int *ch)
+{
+    double t = 0;
+    for (int u = 0; u < ctx->n_ops; u++) t += ctx->objective[PS_CHOICE(ctx, u, ch[u])];
+    return t;
+}
+
 /* per operator: the smallest wp, f, nx of its choices */
 void osdp_ps_term_minima(const osdp_ps_context *ctx, long long *minw, long long *minf, long long *minx)
 {

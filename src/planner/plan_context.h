@@ -120,6 +120,7 @@ void osdp_ps_context_free(osdp_ps_context *ctx);
 long long osdp_ps_true_transient(const osdp_ps_context *ctx, const int *ch);
 int osdp_ps_transient_scan(const osdp_ps_context *ctx, const int *ch, long long d, long long *max_z);
 long long osdp_ps_held_sum(const osdp_ps_context *ctx, const int *ch); /* sum of R of a plan */
+double osdp_ps_objective_sum(const osdp_ps_context *ctx, const int *ch); /* its objective: the choices' sum */
 /* per operator: the smallest wp, f, nx of its choices */
 void osdp_ps_term_minima(const osdp_ps_context *ctx, long long *minw, long long *minf, long long *minx);
 /* the smallest Z_u any plan has at u (under K), given those minima */

@@ -163,11 +163,8 @@ static osdp_status least_peak(const osdp_ps_context *ctx, long long limit, osdp_
             }
             all = ch[u] >= 0;
         }
-        if (all && ctx->fixed_bytes + osdp_ps_held_sum(ctx, ch) + osdp_ps_true_transient(ctx, ch) <= limit) {
-            double t = 0;
-            for (int u = 0; u < ctx->n_ops; u++) t += ctx->objective[PS_CHOICE(ctx, u, ch[u])];
-            osdp_ps_offer(ctx, best, ch, t);
-        }
+        if (all && ctx->fixed_bytes + osdp_ps_held_sum(ctx, ch) + osdp_ps_true_transient(ctx, ch) <= limit)
+            osdp_ps_offer(ctx, best, ch, osdp_ps_objective_sum(ctx, ch));
     }
     free(least.choice);
     free(ch);
@@ -238,10 +235,8 @@ osdp_status osdp_ps_search(osdp_ps_context *ctx, long long limit, osdp_ps_best *
         ch[u] = bc;
     }
     if (!ctx->minimise_memory) { /* the fastest plan fits (its true peak): nothing to search */
-        double t = 0;
-        for (int u = 0; u < n; u++) t += ctx->objective[PS_CHOICE(ctx, u, ch[u])];
         if (ctx->fixed_bytes + osdp_ps_held_sum(ctx, ch) + osdp_ps_true_transient(ctx, ch) <= limit) {
-            osdp_ps_offer(ctx, best, ch, t);
+            osdp_ps_offer(ctx, best, ch, osdp_ps_objective_sum(ctx, ch));
             goto done;
         }
     }
@@ -262,10 +257,8 @@ osdp_status osdp_ps_search(osdp_ps_context *ctx, long long limit, osdp_ps_best *
             long long least = -1;
             if ((s = least_peak(ctx, limit, best, &least)) != OSDP_OK) goto done;
             if (least > limit) goto done; /* nothing fits */
-        } else {
-            double t = 0;   /* it fits: the first plan to beat, so that the search below bounds from the start */
-            for (int u = 0; u < n; u++) t += ctx->objective[PS_CHOICE(ctx, u, ch[u])];
-            osdp_ps_offer(ctx, best, ch, t);
+        } else {   /* it fits: the first plan to beat, so that the search below bounds from the start */
+            osdp_ps_offer(ctx, best, ch, osdp_ps_objective_sum(ctx, ch));
         }
     }
     int approx = 0;
