@@ -140,6 +140,15 @@ typedef struct osdp_compute_backend {
     void (*head_backward_lse)(float *dln, float *dw, float *logits, const float *lse, const int *targets,
                               float scale, const float *ln, const void *w, int rows, int d, int V, int valid,
                               int vocab_lo, int out_in);
+    /* The MLP's second product's backward and the GELU's in one entry, where a table can fuse them (the CUDA
+     * bf16 table, with OSDP_CUDA_LT_EPILOGUES=1: the d(x) product through cuBLASLt with the GELU's gradient
+     * and the bias gradient in its epilogue, DGELU_BGRAD): matmul_backward's dw (IC, OC) += x^T dy and db
+     * (OC) += the column sums of dy, dpre (BT, IC) = gelu_backward of pre (the GELU's input, matmul_forward
+     * _gelu's pre) and dy w^T (overwrite), and db_pre (IC) += the column sums of dpre (the first product's
+     * bias gradient; NULL: none).  x is the GELU's output, w (IC, OC).  NULL: gpt_ops.c runs matmul_backward,
+     * gelu_backward and the first product's backward with its bias. */
+    void (*matmul_backward_dgelu)(float *dpre, float *dw, float *db, float *db_pre, const float *dy, const float *x,
+                                  const float *pre, const void *w, int BT, int IC, int OC);
     void (*residual_forward)(float *out, const float *a, const float *b, size_t n);
     void (*vector_accumulate)(float *y, const float *x, size_t n);
     /* sum of losses (BT) in double, result to the host */

@@ -691,6 +691,13 @@ void cuda_bf16_matmul_forward_gelu(float *y, float *pre, const float *x, const v
     osdp_cuda::matmul_bf16_forward_gelu(gemm_context(), y, pre, x, (const bf16 *)w, (const bf16 *)b, BT, IC, OC);
 }
 
+void cuda_bf16_matmul_backward_dgelu(float *dpre, float *dw, float *db, float *db_pre, const float *dy,
+                                     const float *x, const float *pre, const void *w, int BT, int IC, int OC)
+{
+    osdp_cuda::matmul_bf16_backward_dgelu(gemm_context(), dpre, dw, db, db_pre, dy, x, pre, (const bf16 *)w, BT, IC,
+                                          OC);
+}
+
 void cuda_bf16_matmul_forward_strided(float *y, const float *x, int ldx, const void *w,
                                       const void *b, int BT, int IC, int OC, int accumulate)
 {
@@ -889,6 +896,7 @@ extern "C" const osdp_compute_backend osdp_compute_cuda = {
     .crossentropy_backward_lse = cuda_crossentropy_backward_lse,
     .matmul_forward_gelu = NULL,   /* the fp32 table: cuBLAS's product, then the GELU kernel */
     .head_backward_lse = NULL,   /* the fp32 table: the kernel and the two products, as the CPU's */
+    .matmul_backward_dgelu = NULL,   /* the fp32 table: cuBLAS's products, then the GELU's gradient kernel */
     .residual_forward = cuda_residual_forward,
     .vector_accumulate = cuda_vector_accumulate,
     .sum = cuda_sum,
@@ -918,6 +926,7 @@ static osdp_compute_backend make_bf16_table()
     t.residual_layernorm_forward = cuda_bf16_residual_layernorm_forward;
     t.head_backward_lse = cuda_bf16_head_backward_lse;
     t.matmul_forward_gelu = cuda_bf16_matmul_forward_gelu;
+    t.matmul_backward_dgelu = cuda_bf16_matmul_backward_dgelu;
     t.layernorm_backward = cuda_bf16_layernorm_backward;
     t.embedding_forward = cuda_bf16_embedding_forward;
     t.embedding_forward_range = cuda_bf16_embedding_forward_range;

@@ -165,6 +165,15 @@ void matmul_bf16_backward(const GemmContext &ctx, float *dx, int lddx, float *dw
 void matmul_bf16_forward_gelu(const GemmContext &ctx, float *y, float *pre, const float *x,
                               const __nv_bfloat16 *w, const __nv_bfloat16 *b, int BT, int IC, int OC);
 
+/* matmul_backward_dgelu of osdp/compute.h with w (IC,OC) in bf16: dw += x^T dy, db += dy's column sums,
+ * dpre = GELU'(pre) * (dy w^T), db_pre += dpre's column sums (NULL: none).  Without ctx.lt the calls
+ * gpt_ops.c makes otherwise (the same bits); with ctx.lt the products' epilogues in cuBLASLt
+ * (DGELU_BGRAD on the dx product, BGRADA on the dw product) where it offers an algorithm.  With ctx.lt
+ * matmul_bf16_backward's row chunks make db by BGRADA too. */
+void matmul_bf16_backward_dgelu(const GemmContext &ctx, float *dpre, float *dw, float *db, float *db_pre,
+                                const float *dy, const float *x, const float *pre, const __nv_bfloat16 *w, int BT,
+                                int IC, int OC);
+
 /* matmul_out_in_forward / _backward of kernels_cpu.h (w stored (OC,IC), no
  * bias; contiguous y, dy) with w in bf16, staged and chunked as above */
 void matmul_bf16_forward_out_in(const GemmContext &ctx, float *y, const float *x,

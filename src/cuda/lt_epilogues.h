@@ -1,8 +1,11 @@
 /* Whether the CUDA bf16 table puts the bias, and the bias and GELU, of its
- * products in cuBLASLt's epilogues (matmul_bf16.cu): off by default, on with
- * OSDP_CUDA_LT_EPILOGUES=1 in the environment at init; tests/test_cuda turns
- * it on and off to compare the two paths.  Makes the cuBLASLt handle on
- * first use; call after the backend's init. */
+ * products in cuBLASLt's epilogues (matmul_bf16.cu), in the forward (BIAS,
+ * GELU_AUX_BIAS) and the backward (BGRADA, DGELU_BGRAD): off by default, on
+ * with OSDP_CUDA_LT_EPILOGUES=1 in the environment at init; tests/test_cuda
+ * turns it on and off to compare the two paths.  Makes the cuBLASLt handle on
+ * first use; call after the backend's init.  osdp_cuda_lt_products: how many
+ * products have been queued through cuBLASLt (the tests check that the fused
+ * path ran, not the fallback). */
 #ifndef OSDP_LT_EPILOGUES_H
 #define OSDP_LT_EPILOGUES_H
 
@@ -10,6 +13,7 @@
 extern "C" {
 #endif
 void osdp_cuda_set_lt_epilogues(int on);
+long osdp_cuda_lt_products(void);
 #ifdef __cplusplus
 }
 #endif

@@ -130,51 +130,83 @@ __global__ void widen_kernel(float *dst, const __nv_bfloat16 *src, int n)
         dst[i] = __bfloat162float(src[i]);
 }
 
-/* One cuBLASLt product y^T (OC,n) = w^T (OC,IC) xb^T (IC,n) (w (IC,OC)
- * row-major, xb (n,IC) packed: the operands of forward_any's cublasGemmEx)
- * with the bias (fp32, OC) and, when pre is not NULL, the GELU in the
- * epilogue, pre (n rows of OC) its aux output (the GELU's input).  false
- * (nothing queued) when cuBLASLt offers no algorithm for it. */
-bool lt_product(const GemmContext &ctx, float *y, float *pre, const __nv_bfloat16 *xb, const __nv_bfloat16 *w,
-                const float *bias, int n, int IC, int OC)
+/* What a cuBLASLt product does after the sum (cublasLt.h's cublasLtEpilogue_t), and its vectors:
+ *   BIAS, GELU_AUX_BIAS: bias (D's rows) added to each column of D before the GELU;
+ *   DGELU_BGRAD, BGRADA: the bias gradient (D's rows) written to `bias` (overwritten, not added):
+ *     DGELU_BGRAD the row sums of D after the GELU's gradient, BGRADA those of op(A) over k;
+ *   GELU_AUX_BIAS writes, DGELU_BGRAD reads, the GELU's input as `aux` (column-major, aux_ld: a
+ *     multiple of 8, at least D's rows).
+ * The bias, the bias gradient and aux are D's type here, fp32 (cublasLt.h: CUBLASLT_MATMUL_DESC_BIAS_
+ * DATA_TYPE and _EPILOGUE_AUX_DATA_TYPE default to the output's type; the bias gradient is the
+ * output's type). */
+struct LtEpilogue {
+    cublasLtEpilogue_t kind;
+    float *bias;
+    float *aux;
+    int64_t aux_ld;
+};
+
+/* products queued through cuBLASLt since the process started (osdp_cuda_lt_products) */
+long lt_products_queued = 0;
+
+/* column-major D (m,n) = epilogue(op(A) op(B) + beta D), gemm_bf16's product (bf16 A and B, fp32 D,
+ * fp32 accumulation) through cuBLASLt with the epilogue e, `workspace` bytes of cuBLASLt workspace
+ * at ws (may be 0).  false (nothing queued) when cuBLASLt offers no algorithm for it. */
+bool lt_gemm(const GemmContext &ctx, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+             const __nv_bfloat16 *A, int lda, const __nv_bfloat16 *B, int ldb, float beta, float *D, int ldd,
+             const LtEpilogue &e, void *ws, size_t workspace)
 {
     cublasLtMatmulDesc_t op;
-    cublasLtMatrixLayout_t a, b, c;
+    cublasLtMatrixLayout_t a, b, d;
     cublasLtMatmulPreference_t pref;
     CUBLAS_CHECK(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-    const cublasOperation_t no = CUBLAS_OP_N;
-    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &no, sizeof no));
-    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &no, sizeof no));
-    const cublasLtEpilogue_t epilogue = pre ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_BIAS;
-    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof epilogue));
-    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
-    if (pre) {
-        const int64_t ld = OC;   /* a multiple of 8 (the caller checks) */
-        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &pre, sizeof pre));
-        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof ld));
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &e.kind, sizeof e.kind));
+    if (e.bias)
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &e.bias, sizeof e.bias));
+    if (e.aux) {
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &e.aux,
+                                                    sizeof e.aux));
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &e.aux_ld,
+                                                    sizeof e.aux_ld));
     }
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&a, CUDA_R_16BF, OC, IC, OC));
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&b, CUDA_R_16BF, IC, n, IC));
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&c, CUDA_R_32F, OC, n, OC));
+    /* the stored matrices: op(A) (m,k) is A (m,k) or, transposed, A (k,m); op(B) (k,n) likewise */
+    const bool an = ta == CUBLAS_OP_N, bn = tb == CUBLAS_OP_N;
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&a, CUDA_R_16BF, an ? m : k, an ? k : m, lda));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&b, CUDA_R_16BF, bn ? k : n, bn ? n : k, ldb));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d, CUDA_R_32F, m, n, ldd));
     CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-    const size_t no_workspace = 0;
-    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &no_workspace,
-                                                      sizeof no_workspace));
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
+                                                      sizeof workspace));
     cublasLtMatmulHeuristicResult_t found;
     int n_found = 0;
-    const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(ctx.lt, op, a, b, c, c, pref, 1, &found, &n_found);
+    const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(ctx.lt, op, a, b, d, d, pref, 1, &found, &n_found);
     const bool ok = st == CUBLAS_STATUS_SUCCESS && n_found > 0;
     if (ok) {
-        const float one = 1.0f, zero = 0.0f;
-        CUBLAS_LAUNCH(cublasLtMatmul(ctx.lt, op, &one, w, a, xb, b, &zero, y, c, y, c, &found.algo, nullptr, 0,
+        const float one = 1.0f;
+        CUBLAS_LAUNCH(cublasLtMatmul(ctx.lt, op, &one, A, a, B, b, &beta, D, d, D, d, &found.algo, ws, workspace,
                                      ctx.stream));
+        lt_products_queued++;
     }
     cublasLtMatmulPreferenceDestroy(pref);
-    cublasLtMatrixLayoutDestroy(c);
+    cublasLtMatrixLayoutDestroy(d);
     cublasLtMatrixLayoutDestroy(b);
     cublasLtMatrixLayoutDestroy(a);
     cublasLtMatmulDescDestroy(op);
     return ok;
+}
+
+/* One cuBLASLt product y^T (OC,n) = w^T (OC,IC) xb^T (IC,n) (w (IC,OC) row-major, xb (n,IC) packed: the
+ * operands of forward_any's cublasGemmEx) with the bias (fp32, OC) and, when pre is not NULL, the GELU in
+ * the epilogue, pre (n rows of OC) its aux output (the GELU's input).  false (nothing queued) when
+ * cuBLASLt offers no algorithm for it. */
+bool lt_product(const GemmContext &ctx, float *y, float *pre, const __nv_bfloat16 *xb, const __nv_bfloat16 *w,
+                float *bias, int n, int IC, int OC)
+{
+    const LtEpilogue e{pre ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_BIAS, bias, pre,
+                       (int64_t)OC};   /* OC a multiple of 8 with pre (the caller checks) */
+    return lt_gemm(ctx, CUBLAS_OP_N, CUBLAS_OP_N, OC, n, IC, w, OC, xb, IC, 0.0f, y, OC, e, nullptr, 0);
 }
 
 /* y = x w + b, and with pre, pre = that and y = GELU(pre), by cuBLASLt
@@ -268,15 +300,92 @@ bool dw_by_columns(const GemmContext &ctx, WeightOrder order, float *dw, const f
     return true;
 }
 
+/* cuBLASLt's workspace for the backward's epilogues (the bias gradient's reductions may ask for one),
+ * carved from the staging within BF16_STAGING_MAX_BYTES */
+const size_t kLtWorkspace = (size_t)4 << 20;
+
+/* The row chunks of a backward: per chunk of dy's and x's rows staged in bf16, dx's rows = dy w^T (with
+ * pre, the GELU's input: times GELU'(pre), and dx_bias += dx's column sums), dw += x^T dy, db += dy's
+ * column sums.  Without ctx.lt: the chunks of chunk_rows(BT, IC + OC), db summed once from the fp32 dy
+ * first (pre must then be NULL: matmul_bf16_backward_dgelu runs the GELU's gradient after).  With
+ * ctx.lt (OSDP_CUDA_LT_EPILOGUES=1): fewer rows per chunk so that the two bias-gradient vectors and
+ * cuBLASLt's workspace fit the staging too; the dx product with pre through cuBLASLt with DGELU_BGRAD
+ * (DGELU without dx_bias), the dw product with db through cuBLASLt with BGRADA (op(A) is dy's chunk
+ * (OC, n): the reduction over k is the sum over the chunk's rows); each chunk's bias gradient, which
+ * cuBLASLt overwrites, is added to db / dx_bias (gradients accumulate).  Where cuBLASLt offers no
+ * algorithm for a chunk's product, that chunk takes cublasGemmEx and our kernels. */
+void backward_rows(const GemmContext &ctx, WeightOrder order, float *dx, int lddx, float *dw, float *db,
+                   float *dx_bias, const float *pre, const float *dy, const float *x, int ldx, const __nv_bfloat16 *w,
+                   int BT, int IC, int OC, int dx_accumulate)
+{
+    const bool lt = ctx.lt != nullptr;
+    const bool db_by_chunk = lt && db;
+    if (db && !db_by_chunk) column_sums_add(db, dy, BT, OC, ctx.stream);   /* from the fp32 dy, as the fp32 table */
+    int rows = chunk_rows(BT, (size_t)IC + OC);
+    size_t extra = 0;   /* bytes behind the bf16 rows: the two bias gradients and the workspace */
+    if (lt) {
+        extra = (round64((size_t)OC) + round64((size_t)IC)) * sizeof(float) + kLtWorkspace;
+        const size_t cap = BF16_STAGING_MAX_BYTES / sizeof(__nv_bfloat16);
+        const size_t extra_elems = extra / sizeof(__nv_bfloat16) + 128;   /* 128: the two round64 */
+        size_t r = cap > extra_elems + (size_t)IC + OC ? (cap - extra_elems) / ((size_t)IC + OC) : 1;
+        if (r > 64) r = r / 64 * 64;
+        rows = r >= (size_t)BT ? BT : (int)r;
+    }
+    const size_t dy_elems = round64((size_t)rows * OC), x_elems = round64((size_t)rows * IC);
+    __nv_bfloat16 *dyb = (__nv_bfloat16 *)ctx.scratch((dy_elems + x_elems) * sizeof(__nv_bfloat16) + extra);
+    __nv_bfloat16 *xb = dyb + dy_elems;
+    float *db_part = (float *)(xb + x_elems);   /* 128-byte aligned: x_elems is a multiple of 64 */
+    float *dx_bias_part = db_part + round64((size_t)OC);
+    void *workspace = dx_bias_part + round64((size_t)IC);
+    for (int r0 = 0; r0 < BT; r0 += rows) {
+        const int n = BT - r0 < rows ? BT - r0 : rows;
+        rows_to_bf16(dyb, dy + (size_t)r0 * OC, OC, n, OC, ctx.stream);   /* dyb (n,OC) packed */
+        rows_to_bf16(xb, x + (size_t)r0 * ldx, ldx, n, IC, ctx.stream);   /* xb (n,IC) packed */
+        /* dx rows [r0, r0+n) = dyb @ w^T  ->  dx^T (IC,n) = w (IC,OC) dyb^T (OC,n) */
+        if (dx) {
+            float *dxr = dx + (size_t)r0 * lddx;
+            const float *prer = pre ? pre + (size_t)r0 * IC : nullptr;
+            const LtEpilogue dgelu{dx_bias ? CUBLASLT_EPILOGUE_DGELU_BGRAD : CUBLASLT_EPILOGUE_DGELU,
+                                   dx_bias ? dx_bias_part : nullptr, const_cast<float *>(prer), (int64_t)IC};
+            if (pre && IC % 8 == 0 && !dx_accumulate &&
+                lt_gemm(ctx, order.op_in_by_out(), CUBLAS_OP_N, IC, n, OC, w, order.ld(IC, OC), dyb, OC, 0.0f,
+                        dxr, lddx, dgelu, workspace, kLtWorkspace)) {
+                if (dx_bias) vector_accumulate(dx_bias, dx_bias_part, (size_t)IC, ctx.stream);
+            } else {
+                gemm_bf16(ctx, order.op_in_by_out(), CUBLAS_OP_N, IC, n, OC, w, order.ld(IC, OC), dyb, OC,
+                          dx_accumulate ? 1.0f : 0.0f, dxr, lddx);
+                if (pre) {   /* lddx == IC here (matmul_bf16_backward_dgelu) */
+                    gelu_backward(dxr, prer, dxr, (size_t)n * IC, ctx.stream);
+                    if (dx_bias) column_sums_add(dx_bias, dxr, n, IC, ctx.stream);
+                }
+            }
+        }
+        if (order.out_in) {   /* dw (OC,IC) += dyb^T @ xb  ->  dw^T (IC,OC) += xb^T (IC,n) dyb (n,OC) */
+            gemm_bf16(ctx, CUBLAS_OP_N, CUBLAS_OP_T, IC, OC, n, xb, IC, dyb, OC, 1.0f, dw, IC);
+            if (db_by_chunk) column_sums_add(db, dy + (size_t)r0 * OC, n, OC, ctx.stream);
+            continue;
+        }
+        /* dw (IC,OC) += xb^T @ dyb  ->  dw^T (OC,IC) += dyb^T (OC,n) xb (n,IC) */
+        if (db_by_chunk && lt_gemm(ctx, CUBLAS_OP_N, CUBLAS_OP_T, OC, IC, n, dyb, OC, xb, IC, 1.0f, dw, OC,
+                                   LtEpilogue{CUBLASLT_EPILOGUE_BGRADA, db_part, nullptr, 0}, workspace,
+                                   kLtWorkspace)) {
+            vector_accumulate(db, db_part, (size_t)OC, ctx.stream);
+        } else {
+            gemm_bf16(ctx, CUBLAS_OP_N, CUBLAS_OP_T, OC, IC, n, dyb, OC, xb, IC, 1.0f, dw, OC);
+            if (db_by_chunk) column_sums_add(db, dy + (size_t)r0 * OC, n, OC, ctx.stream);
+        }
+    }
+}
+
 void backward_any(const GemmContext &ctx, WeightOrder order, float *dx, int lddx, float *dw, float *db,
                   const float *dy, const float *x, int ldx, const __nv_bfloat16 *w, int BT, int IC, int OC,
                   int dx_accumulate)
 {
     if (BT <= 0 || IC <= 0 || OC <= 0) return;
-    /* db from the fp32 dy, exactly as the fp32 table (first: nothing below changes dy) */
-    if (db) column_sums_add(db, dy, BT, OC, ctx.stream);
     if (chunk_rows(BT, (size_t)IC + OC) < BT && dw_by_columns(ctx, order, dw, dy, x, ldx, BT, IC, OC)) {
-        /* dW done in one pass; dx = dy w^T, whose rows are independent, in row chunks of dy alone */
+        /* db from the fp32 dy, exactly as the fp32 table; dW done in one pass; dx = dy w^T, whose rows are
+         * independent, in row chunks of dy alone */
+        if (db) column_sums_add(db, dy, BT, OC, ctx.stream);
         if (!dx) return;
         const int rows = chunk_rows(BT, (size_t)OC);
         __nv_bfloat16 *dyb = (__nv_bfloat16 *)ctx.scratch((size_t)rows * OC * sizeof(__nv_bfloat16));
@@ -288,24 +397,7 @@ void backward_any(const GemmContext &ctx, WeightOrder order, float *dx, int lddx
         }
         return;
     }
-    const int rows = chunk_rows(BT, (size_t)IC + OC);
-    const size_t dy_elems = round64((size_t)rows * OC);
-    __nv_bfloat16 *dyb = (__nv_bfloat16 *)ctx.scratch((dy_elems + (size_t)rows * IC) *
-                                                      sizeof(__nv_bfloat16));
-    __nv_bfloat16 *xb = dyb + dy_elems;
-    for (int r0 = 0; r0 < BT; r0 += rows) {
-        const int n = BT - r0 < rows ? BT - r0 : rows;
-        rows_to_bf16(dyb, dy + (size_t)r0 * OC, OC, n, OC, ctx.stream);   /* dyb (n,OC) packed */
-        rows_to_bf16(xb, x + (size_t)r0 * ldx, ldx, n, IC, ctx.stream);   /* xb (n,IC) packed */
-        /* dx rows [r0, r0+n) = dyb @ w^T  ->  dx^T (IC,n) = w (IC,OC) dyb^T (OC,n) */
-        if (dx)
-            gemm_bf16(ctx, order.op_in_by_out(), CUBLAS_OP_N, IC, n, OC, w, order.ld(IC, OC), dyb, OC,
-                      dx_accumulate ? 1.0f : 0.0f, dx + (size_t)r0 * lddx, lddx);
-        if (order.out_in)   /* dw (OC,IC) += dyb^T @ xb  ->  dw^T (IC,OC) += xb^T (IC,n) dyb (n,OC) */
-            gemm_bf16(ctx, CUBLAS_OP_N, CUBLAS_OP_T, IC, OC, n, xb, IC, dyb, OC, 1.0f, dw, IC);
-        else                /* dw (IC,OC) += xb^T @ dyb  ->  dw^T (OC,IC) += dyb^T (OC,n) xb (n,IC) */
-            gemm_bf16(ctx, CUBLAS_OP_N, CUBLAS_OP_T, OC, IC, n, dyb, OC, xb, IC, 1.0f, dw, OC);
-    }
+    backward_rows(ctx, order, dx, lddx, dw, db, nullptr, nullptr, dy, x, ldx, w, BT, IC, OC, dx_accumulate);
 }
 
 }  // namespace
@@ -338,6 +430,26 @@ void matmul_bf16_backward(const GemmContext &ctx, float *dx, int lddx, float *dw
                           int BT, int IC, int OC, int dx_accumulate)
 {
     backward_any(ctx, WeightOrder{false}, dx, lddx, dw, db, dy, x, ldx, w, BT, IC, OC, dx_accumulate);
+}
+
+/* The MLP's second product's backward and the GELU's (matmul_backward_dgelu of osdp/compute.h).  Without
+ * ctx.lt: matmul_bf16_backward, the GELU's gradient and dpre's column sums, the three calls gpt_ops.c
+ * makes otherwise, so the same bits.  With ctx.lt: backward_rows' chunks, d(pre) and db_pre from
+ * cuBLASLt's DGELU_BGRAD on the dx product (the GELU's input pre its aux input: the forward's
+ * GELU_AUX_BIAS output), db from BGRADA on the dw product; IC not a multiple of 8 (aux's leading
+ * dimension must be) or no algorithm: those products unfused. */
+void matmul_bf16_backward_dgelu(const GemmContext &ctx, float *dpre, float *dw, float *db, float *db_pre,
+                                const float *dy, const float *x, const float *pre, const __nv_bfloat16 *w, int BT,
+                                int IC, int OC)
+{
+    if (BT <= 0 || IC <= 0 || OC <= 0) return;
+    if (ctx.lt) {
+        backward_rows(ctx, WeightOrder{false}, dpre, IC, dw, db, db_pre, pre, dy, x, IC, w, BT, IC, OC, 0);
+        return;
+    }
+    backward_any(ctx, WeightOrder{false}, dpre, IC, dw, db, dy, x, IC, w, BT, IC, OC, 0);
+    gelu_backward(dpre, pre, dpre, (size_t)BT * IC, ctx.stream);
+    if (db_pre) column_sums_add(db_pre, dpre, BT, IC, ctx.stream);
 }
 
 /* The fused head's backward over one chunk of rows: dlogits in bf16 straight
@@ -386,3 +498,5 @@ void matmul_bf16_backward_out_in(const GemmContext &ctx, float *dx, float *dw, c
 }
 
 }  // namespace osdp_cuda
+
+extern "C" long osdp_cuda_lt_products(void) { return osdp_cuda::lt_products_queued; }

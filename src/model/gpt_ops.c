@@ -553,11 +553,21 @@ osdp_status osdp_op_backward_sliced(const osdp_op_context *ctx, int op_index, co
     }
     case OSDP_OP_MLP: {
         float *dgelu = scratch_at(ctx, op, ws, OSDP_S_DGELU), *dln = scratch_at(ctx, op, ws, OSDP_S_DLN);
-        linear_backward(p, dgelu, dout, a->gelu, OSDP_P_PROJ_W, OSDP_P_PROJ_B, BT, 0);
-        OK_OR_RETURN();
-        poke(ctx);
-        be->gelu_backward(dgelu, a->fc, dgelu, 4 * btd / (size_t)tp_size(ctx));
-        linear_backward(p, dln, dgelu, a->ln, OSDP_P_FC_W, OSDP_P_FC_B, BT, 0);
+        if (be->matmul_backward_dgelu && sl->n == 1) {   /* the table's proj and GELU backward (osdp/compute.h) */
+            const osdp_tensor_desc *proj = &op->tensor[op->param[OSDP_P_PROJ_W]];
+            const void *w = tw(p, OSDP_P_PROJ_W);
+            float *dw = tg(p, OSDP_P_PROJ_W), *db = tg(p, OSDP_P_PROJ_B), *db_fc = tg(p, OSDP_P_FC_B);
+            OK_OR_RETURN();
+            be->matmul_backward_dgelu(dgelu, dw, db, db_fc, dout, a->gelu, a->fc, w, BT, proj->rows, proj->cols);
+            poke(ctx);
+            linear_backward(p, dln, dgelu, a->ln, OSDP_P_FC_W, -1, BT, 0);   /* db_fc made above */
+        } else {
+            linear_backward(p, dgelu, dout, a->gelu, OSDP_P_PROJ_W, OSDP_P_PROJ_B, BT, 0);
+            OK_OR_RETURN();
+            poke(ctx);
+            be->gelu_backward(dgelu, a->fc, dgelu, 4 * btd / (size_t)tp_size(ctx));
+            linear_backward(p, dln, dgelu, a->ln, OSDP_P_FC_W, OSDP_P_FC_B, BT, 0);
+        }
         group_dln_then_layernorm_backward(p, dout, dln, input, a, BT, d);
         OK_OR_RETURN();
         break;

@@ -1134,6 +1134,104 @@ START_TEST(test_bf16_lt_epilogues)
 }
 END_TEST
 
+/* host: db (n) += the column sums of a (rows, n), in double */
+static void column_sums_add_host(float *db, const float *a, int rows, int n)
+{
+    for (int j = 0; j < n; j++) {
+        double s = 0;
+        for (int i = 0; i < rows; i++) s += a[(size_t)i * n + j];
+        db[j] = (float)(db[j] + s);
+    }
+}
+
+/* The backward's epilogues: matmul_backward_dgelu (the MLP's second product's backward and the GELU's:
+ * d(pre) and the first product's db by DGELU_BGRAD on the d(x) product, db by BGRADA on the d(w)
+ * product) and matmul_backward with a bias (db by BGRADA), with OSDP_CUDA_LT_EPILOGUES on against off
+ * on the same operands; gradients accumulate (dw, db, db_pre pre-filled), d(pre) and dx are written
+ * whole (NaN-filled).  Tolerances, of the largest entry where not said: d(pre) 1e-3 relative + 1e-4
+ * (cuBLASLt's GELU gradient is its own formula, as its GELU); db_pre 1e-3 (sums of those, in another
+ * order); dw and dx 1e-4 relative + 1e-4 (the same bf16 products, other chunks and kernels); db 4e-3
+ * (BGRADA sums the bf16-rounded dy, the unfused path the fp32 dy: 2^-9 relative per entry, random
+ * signs).  With lt off the entry must give the bits of matmul_backward and gelu_backward, and (cpu_too)
+ * the CPU bf16 table's matmul_backward, gelu_backward and column sums within the bf16 products'
+ * BF16_TOL.  With lt on the products must have gone through cuBLASLt (osdp_cuda_lt_products): a
+ * failure there means this cuBLASLt offers no algorithm for the epilogue with bf16 A, B and fp32 D. */
+static void run_lt_backward(int BT, int IC, int OC, int cpu_too, uint64_t seed)
+{
+    const size_t nx = (size_t)BT * IC, nw = (size_t)IC * OC, ny = (size_t)BT * OC;
+    float *x = rand_floats(nx, 0, 1, seed), *pre = rand_floats(nx, -3, 3, seed + 1);
+    float *dy = rand_floats(ny, -1, 1, seed + 2), *wf = rand_floats(nw, -0.2f, 0.2f, seed + 3);
+    float *dw0 = rand_floats(nw, -1, 1, seed + 4), *db0 = rand_floats(OC, -1, 1, seed + 5);
+    float *dbp0 = rand_floats(IC, -1, 1, seed + 6), *nans = nan_floats(nx);
+    uint16_t *w = bf16_weights(wf, nw);
+    float *g_x = upf(x, nx), *g_pre = upf(pre, nx), *g_dy = upf(dy, ny);
+    void *g_w = upb(w, nw);
+    /* [0]: lt off, [1]: lt on, [2]: the unfused calls one by one */
+    float *g_dpre[3], *g_dw[3], *g_db[3], *g_dbp[2], *g_dx[2], *g_dw2[2], *g_db2[2];
+    for (int k = 0; k < 3; k++) g_dpre[k] = upf(nans, nx), g_dw[k] = upf(dw0, nw), g_db[k] = upf(db0, OC);
+    for (int k = 0; k < 2; k++) {
+        g_dbp[k] = upf(dbp0, IC), g_dx[k] = upf(nans, nx), g_dw2[k] = upf(dw0, nw), g_db2[k] = upf(db0, OC);
+        osdp_cuda_set_lt_epilogues(k);
+        const long before = osdp_cuda_lt_products();
+        gpu16->matmul_backward_dgelu(g_dpre[k], g_dw[k], g_db[k], g_dbp[k], g_dy, g_x, g_pre, g_w, BT, IC, OC);
+        const long by_dgelu = osdp_cuda_lt_products() - before;
+        gpu16->matmul_backward(g_dx[k], g_dw2[k], g_db2[k], g_dy, g_x, g_w, BT, IC, OC, 0);
+        const long by_plain = osdp_cuda_lt_products() - before - by_dgelu;
+        if (!k) ck_assert_msg(by_dgelu == 0 && by_plain == 0, "lt off: %ld + %ld cuBLASLt products", by_dgelu,
+                              by_plain);
+        else {
+            ck_assert_msg(by_dgelu >= (IC % 8 == 0 ? 2 : 1),
+                          "lt on: matmul_backward_dgelu queued %ld cuBLASLt products (want DGELU%s and BGRADA): "
+                          "cuBLASLt offered no algorithm, the unfused path ran", by_dgelu,
+                          IC % 8 == 0 ? "_BGRAD" : " unfused (IC % 8 != 0)");
+            ck_assert_msg(by_plain >= 1, "lt on: matmul_backward with db queued no cuBLASLt product (BGRADA)");
+        }
+    }
+    osdp_cuda_set_lt_epilogues(0);
+    gpu16->matmul_backward(g_dpre[2], g_dw[2], g_db[2], g_dy, g_x, g_w, BT, IC, OC, 0);
+    gpu16->gelu_backward(g_dpre[2], g_pre, g_dpre[2], nx);
+    expect_same_device("matmul_backward_dgelu (lt off) dpre: matmul_backward + gelu_backward", g_dpre[2], g_dpre[0],
+                       nx);
+    expect_same_device("matmul_backward_dgelu (lt off) dw: matmul_backward's", g_dw[2], g_dw[0], nw);
+    expect_same_device("matmul_backward_dgelu (lt off) db: matmul_backward's", g_db[2], g_db[0], OC);
+    float *dpre = down(g_dpre[0], nx), *dw = down(g_dw[0], nw), *db = down(g_db[0], OC);
+    float *dbp = down(g_dbp[0], IC), *dx = down(g_dx[0], nx), *dw2 = down(g_dw2[0], nw), *db2 = down(g_db2[0], OC);
+    expect_close_tol("cuBLASLt DGELU epilogue dpre", dpre, g_dpre[1], nx, 1e-3, 1e-4);
+    expect_close_tol("cuBLASLt DGELU_BGRAD epilogue db_pre", dbp, g_dbp[1], IC, 1e-3, 1e-3);
+    expect_close_tol("cuBLASLt backward (dgelu entry) dw", dw, g_dw[1], nw, 1e-4, 1e-4);
+    expect_close_tol("cuBLASLt BGRADA epilogue db (dgelu entry)", db, g_db[1], OC, 0.0, 4e-3);
+    expect_close_tol("cuBLASLt backward dx", dx, g_dx[1], nx, 1e-4, 1e-4);
+    expect_close_tol("cuBLASLt backward dw", dw2, g_dw2[1], nw, 1e-4, 1e-4);
+    expect_close_tol("cuBLASLt BGRADA epilogue db", db2, g_db2[1], OC, 0.0, 4e-3);
+    if (cpu_too) {   /* the unfused entry against the CPU bf16 table's calls */
+        float *c_dpre = falloc(nx), *c_dw = fcopy(dw0, nw), *c_db = fcopy(db0, OC), *c_dbp = fcopy(dbp0, IC);
+        cpu16->matmul_backward(c_dpre, c_dw, c_db, dy, x, w, BT, IC, OC, 0);
+        cpu16->gelu_backward(c_dpre, pre, c_dpre, nx);
+        column_sums_add_host(c_dbp, c_dpre, BT, IC);
+        expect_close_tol("bf16 matmul_backward_dgelu dpre", c_dpre, g_dpre[0], nx, 0.0, BF16_TOL);
+        expect_close_tol("bf16 matmul_backward_dgelu dw", c_dw, g_dw[0], nw, 0.0, BF16_TOL);
+        expect_close("bf16 matmul_backward_dgelu db (fp32 dy)", c_db, g_db[0], OC);
+        expect_close_tol("bf16 matmul_backward_dgelu db_pre", c_dbp, g_dbp[0], IC, 0.0, BF16_TOL);
+        free(c_dpre), free(c_dw), free(c_db), free(c_dbp);
+    }
+    for (int k = 0; k < 3; k++) gpu->free(g_dpre[k]), gpu->free(g_dw[k]), gpu->free(g_db[k]);
+    for (int k = 0; k < 2; k++) gpu->free(g_dbp[k]), gpu->free(g_dx[k]), gpu->free(g_dw2[k]), gpu->free(g_db2[k]);
+    gpu->free(g_x), gpu->free(g_pre), gpu->free(g_dy), gpu->free(g_w);
+    free(x), free(pre), free(dy), free(wf), free(dw0), free(db0), free(dbp0), free(nans), free(w);
+    free(dpre), free(dw), free(db), free(dbp), free(dx), free(dw2), free(db2);
+}
+
+START_TEST(test_bf16_lt_backward)
+{
+    ck_assert(gpu16->matmul_backward_dgelu != NULL && gpu->matmul_backward_dgelu == NULL);
+    ck_assert(cpu->matmul_backward_dgelu == NULL && cpu16->matmul_backward_dgelu == NULL);
+    run_lt_backward(64, 256, 64, 1, 180);      /* GPT-2's MLP projection in small: IC = 4 OC */
+    run_lt_backward(37, 200, 48, 1, 181);      /* rows not a multiple of anything */
+    run_lt_backward(33, 36, 20, 1, 182);       /* IC not a multiple of 8: DGELU unfused, BGRADA fused */
+    run_lt_backward(8200, 3072, 768, 0, 183);  /* GPT-2's widths: two row chunks of the staging with lt on */
+}
+END_TEST
+
 START_TEST(test_bf16_matmul_forward)
 {
     run_bf16_matmul_forward(37, 45, 29, 45, 0, 1, 0, 140);
@@ -1335,7 +1433,7 @@ static Suite *cuda_suite(void)
                                   test_layernorm, test_gelu, test_attention, test_embedding, test_crossentropy,
                                   test_crossentropy_large_gap, test_vocab_parallel,
                                   test_residual_accumulate, test_sums, test_adamw, test_tables, test_bf16_convert,
-                                  test_bf16_matmul_forward, test_bf16_lt_epilogues, test_bf16_matmul_backward, test_bf16_layernorm,
+                                  test_bf16_matmul_forward, test_bf16_lt_epilogues, test_bf16_lt_backward, test_bf16_matmul_backward, test_bf16_layernorm,
                                   test_bf16_attention, test_attention_tiled, test_bf16_attention_tiled,
                                   test_fused_head, test_bf16_head_backward, test_bf16_embedding, test_nccl_one_rank,
                                   test_nccl_many_in_flight, NULL};

@@ -1,7 +1,9 @@
 #!/bin/bash
 # The CPU backend is the reference for the CUDA one (issue 6, issue 18): the
 # same seed, data and options on 1 rank with --backend cpu (fp32) and
-# --backend cuda in both precisions, in three settings:
+# --backend cuda in both precisions (in tiny and gpt2 bf16 twice: the default
+# kernels, and with OSDP_CUDA_LT_EPILOGUES=1 the products' bias, GELU and
+# their gradients in cuBLASLt's epilogues), in four settings:
 #   tiny       10 steps of the tiny model, all-DP, batch 4;
 #   zdp_split  10 steps of the tiny model, --plan zdp --split 2 (every
 #              operator in 2 sharded slices), --recompute all, and 2
@@ -21,7 +23,7 @@
 #                                  1e-5 relative for GPT-2's K = 3072)
 #     later steps: 1e-3 relative  (fp32 on both sides; the differences of a
 #                                  few ulps per operation grow with the updates)
-#   cuda --precision bf16 (the default on GPUs):
+#   cuda --precision bf16 (the default on GPUs), epilogues off or on:
 #     every step:  2e-2 relative  (products of bf16 weights and bf16-rounded
 #                                  activations, 8 bits of mantissa, accumulated
 #                                  in fp32; the CPU's bf16-weight run of
@@ -58,10 +60,11 @@ SETTINGS=(
     "gpt2 2 --model $GPT2 --batch 1 --seq-len 1024 --plan dp"
     "naive 10 --model $TINY --batch 4 --plan dp --attention naive --head naive"
 )
-run() {   # run NAME BACKEND PRECISION STEPS OPTIONS...: writes $WORK/NAME.{out,err,log}
-    local name=$1 backend=$2 precision=$3 steps=$4
+run() {   # run NAME BACKEND PRECISION STEPS OPTIONS...: writes $WORK/NAME.{out,err,log}; NAME *_lt: epilogues on
+    local name=$1 backend=$2 precision=$3 steps=$4 lt=0
     shift 4
-    env -u OSDP_CUDA_TF32 OSDP_CUDA_POISON=1 "$MPIEXEC" -n 1 "$BIN" train --backend "$backend" \
+    [ "${name%_lt}" != "$name" ] && lt=1
+    env -u OSDP_CUDA_TF32 OSDP_CUDA_POISON=1 OSDP_CUDA_LT_EPILOGUES=$lt "$MPIEXEC" -n 1 "$BIN" train --backend "$backend" \
         --precision "$precision" --data "$DATA" --steps "$steps" --seed 1337 --threads "$THREADS" \
         --peak-flops 1e9 --log "$WORK/$name.log" "$@" > "$WORK/$name.out" 2> "$WORK/$name.err"
 }
@@ -98,7 +101,8 @@ compare() {   # compare NAME STEPS TOL_STEP1 TOL: the losses of NAME against NAM
 
 for setting in "${SETTINGS[@]}"; do
     read -r name steps opts <<< "$setting"
-    for r in "${name}_cpu cpu fp32" "${name}_cuda cuda fp32" "${name}_cuda_bf16 cuda bf16"; do
+    lt_run=; case $name in tiny|gpt2) lt_run="${name}_cuda_bf16_lt cuda bf16" ;; esac
+    for r in "${name}_cpu cpu fp32" "${name}_cuda cuda fp32" "${name}_cuda_bf16 cuda bf16" ${lt_run:+"$lt_run"}; do
         read -r run_name backend precision <<< "$r"
         [ "$run_name" = "${first_name}_cuda" ] && continue   # the probe ran it
         # shellcheck disable=SC2086   # the options are words
@@ -116,6 +120,12 @@ for setting in "${SETTINGS[@]}"; do
         ok "$name: cuda bf16 vs cpu fp32, $steps steps: losses within $TOL_BF16 relative"
     else
         bad "$name: cuda bf16 and cpu fp32 losses differ by more than $TOL_BF16 relative (logs in $WORK)"
+    fi
+    if [ -z "$lt_run" ]; then :
+    elif compare "${name}_cuda_bf16_lt" "$steps" $TOL_BF16 $TOL_BF16; then
+        ok "$name: cuda bf16 with cuBLASLt's epilogues vs cpu fp32, $steps steps: losses within $TOL_BF16 relative"
+    else
+        bad "$name: cuda bf16 with cuBLASLt's epilogues and cpu fp32 losses differ by more than $TOL_BF16 relative (logs in $WORK)"
     fi
 done
 summary test_cuda_vs_cpu
