@@ -30,8 +30,10 @@
  * in shared memory: float (the fp32 table), or __nv_bfloat16 (the bf16
  * table: Q, K, V and dO rounded to bf16 as they are loaded, half the shared
  * memory).  Every product, the softmax, the log-sum-exp and every
- * accumulator are fp32.  The products are CUDA-core FMAs: the tensor-core
- * (mma) form of the bf16 variant is the next step for speed (doc/gpu.md).
+ * accumulator are fp32.  The products are CUDA-core FMAs; the bf16 variant
+ * has a second form with its tile products on tensor cores
+ * (attention_mma.cuh, selected by OSDP_CUDA_ATTENTION_MMA=1:
+ * attention_switch.h), which the launchers below run where it applies.
  *
  * Shared memory: tile 32 (tile 16 when a head is too wide for the device's
  * per-block limit).  GPT-2's HS = 64 in fp32 needs 38 KiB (forward), 58 KiB
@@ -39,12 +41,16 @@
  * (cudaFuncAttributeMaxDynamicSharedMemorySize).
  *
  * The kernels live in attention_tiled.cuh, which tests/test_cuda_emulated.cc
- * also compiles for the host; this file holds their launchers. */
+ * also compiles for the host, and attention_mma.cuh; this file holds their
+ * launchers. */
 #include "kernels_cuda.cuh"
 #include "cuda_check.h"
 #include "attention_tiled.cuh"
+#include "attention_mma.cuh"
+#include "attention_switch.h"
 
 #include <math.h>
+#include <type_traits>
 
 namespace osdp_cuda {
 
@@ -90,12 +96,63 @@ template <class K> void allow_smem(K kernel, size_t bytes)
  * type I, device_math.cuh) */
 size_t qkv_numel(int B, int T, int C) { return (size_t)B * (size_t)T * 3 * (size_t)C; }
 
+int attention_mma_on = 0;        /* attention_switch.h */
+long attention_mma_launches = 0;
+
+/* The tensor-core kernels' tile for the bf16 tiles of a head size: 64 rows, or 32 where the backward's layout
+ * (the largest) does not fit the device at 64; 0 where they do not run: switched off, or a head size that is
+ * not a multiple of 16 (the fragments' inner dimension) or too wide even at 32. */
+template <class E> int mma_tile(int HS)
+{
+    if (!std::is_same<E, __nv_bfloat16>::value || !attention_mma_on || HS <= 0 || HS % 16 != 0) return 0;
+    static size_t limit = 0;
+    if (!limit) limit = max_smem_optin();
+    for (int tile = 64; tile >= 32; tile /= 2)
+        if (attention_mma::BackwardSmem(nullptr, tile, HS, 2).bytes <= limit) return tile;
+    return 0;
+}
+
+void forward_mma(float *out, float *lse, const float *qkv, int B, int T, int C, int NH, int tile, cudaStream_t s)
+{
+    const int HS = C / NH;
+    const size_t bytes = attention_mma::ForwardSmem(nullptr, tile, HS).bytes;
+    const dim3 grid((unsigned)(B * NH), (unsigned)((T + tile - 1) / tile));
+    with_index_type(qkv_numel(B, T, C), [&](auto i) {
+        using I = decltype(i);
+        allow_smem(attention_mma::attention_mma_forward_kernel<I>, bytes);
+        attention_mma::attention_mma_forward_kernel<I><<<grid, kAttnThreads, bytes, s>>>(out, lse, qkv, T, C, NH,
+                                                                                        tile, 1.0f / sqrtf((float)HS));
+    });
+    CUDA_CHECK_LAUNCH();
+    attention_mma_launches++;
+}
+
+/* the backward's d(K), d(V) and d(Q) kernels on tensor cores, after rowdot (args.tile: mma_tile's) */
+template <class I> void backward_mma(const AttnBackward &args, int B, int HS, cudaStream_t s)
+{
+    const size_t kv_bytes = attention_mma::BackwardSmem(nullptr, args.tile, HS, 2).bytes;
+    const size_t q_bytes = attention_mma::BackwardSmem(nullptr, args.tile, HS, 1).bytes;
+    const dim3 grid((unsigned)(B * args.NH), (unsigned)((args.T + args.tile - 1) / args.tile));
+    allow_smem(attention_mma::attention_mma_dkv_kernel<I>, kv_bytes);
+    allow_smem(attention_mma::attention_mma_dq_kernel<I>, q_bytes);
+    attention_mma::attention_mma_dkv_kernel<I><<<grid, kAttnThreads, kv_bytes, s>>>(args);
+    CUDA_CHECK_LAUNCH();
+    attention_mma::attention_mma_dq_kernel<I><<<grid, kAttnThreads, q_bytes, s>>>(args);
+    CUDA_CHECK_LAUNCH();
+    attention_mma_launches += 2;
+}
+
 }  // namespace
 
 template <class E>
 void attention_tiled_forward(float *out, float *lse, const float *qkv, int B, int T, int C, int NH, cudaStream_t s)
 {
     if (B <= 0 || T <= 0 || C <= 0 || NH <= 0) return;
+    const int mma = mma_tile<E>(C / NH);
+    if (mma) {
+        forward_mma(out, lse, qkv, B, T, C, NH, mma, s);
+        return;
+    }
     const int HS = C / NH, tile = choose_tile<E>(HS);
     const size_t bytes = forward_smem<E>(tile, HS);
     const dim3 grid((unsigned)(B * NH), (unsigned)((T + tile - 1) / tile));
@@ -113,7 +170,7 @@ void attention_tiled_backward(float *dqkv, float *rowdot, const float *dout, con
                               const float *lse, int B, int T, int C, int NH, cudaStream_t s)
 {
     if (B <= 0 || T <= 0 || C <= 0 || NH <= 0) return;
-    const int HS = C / NH, tile = choose_tile<E>(HS);
+    const int HS = C / NH, mma = mma_tile<E>(HS), tile = mma ? mma : choose_tile<E>(HS);
     const float scale = 1.0f / sqrtf((float)HS);
     const long rows = (long)B * NH * T;
     long blocks = (rows + kWarps - 1) / kWarps;
@@ -124,9 +181,13 @@ void attention_tiled_backward(float *dqkv, float *rowdot, const float *dout, con
         using I = decltype(i);
         attention_rowdot_kernel<E, I><<<(unsigned)blocks, kAttnThreads, 0, s>>>(rowdot, dout, out, B, T, C, NH);
         CUDA_CHECK_LAUNCH();
+        const AttnBackward args = {dqkv, dout, qkv, lse, rowdot, T, C, NH, tile, scale};
+        if (mma) {
+            backward_mma<I>(args, B, HS, s);
+            return;
+        }
         allow_smem(attention_tiled_dkv_kernel<E, I>, kv_bytes);
         allow_smem(attention_tiled_dq_kernel<E, I>, q_bytes);
-        const AttnBackward args = {dqkv, dout, qkv, lse, rowdot, T, C, NH, tile, scale};
         attention_tiled_dkv_kernel<E, I><<<grid, kAttnThreads, kv_bytes, s>>>(args);
         CUDA_CHECK_LAUNCH();
         attention_tiled_dq_kernel<E, I><<<grid, kAttnThreads, q_bytes, s>>>(args);
@@ -144,3 +205,6 @@ template void attention_tiled_backward<__nv_bfloat16>(float *, float *, const fl
                                                       cudaStream_t);
 
 }  // namespace osdp_cuda
+
+extern "C" void osdp_cuda_set_attention_mma(int on) { osdp_cuda::attention_mma_on = on; }
+extern "C" long osdp_cuda_attention_mma_launches(void) { return osdp_cuda::attention_mma_launches; }

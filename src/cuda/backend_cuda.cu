@@ -84,6 +84,7 @@
  * (matmul_bf16.cu) pass the same operands in the same order to cublasGemmEx. */
 #include "cuda_check.h"
 #include "kernels_cuda.cuh"
+#include "attention_switch.h"
 #include "lt_epilogues.h"
 
 extern "C" {
@@ -187,6 +188,8 @@ osdp_status cuda_init(int local_rank, int threads)
     CUBLAS_CHECK(cublasSetMathMode(g.cublas, g.math));
     const char *lt = getenv("OSDP_CUDA_LT_EPILOGUES");
     osdp_cuda_set_lt_epilogues(lt && lt[0] && strcmp(lt, "0") != 0);
+    const char *mma = getenv("OSDP_CUDA_ATTENTION_MMA");
+    osdp_cuda_set_attention_mma(mma && mma[0] && strcmp(mma, "0") != 0);
     CUDA_CHECK(cudaMalloc((void **)&g.partials, (osdp_cuda::REDUCE_PARTIALS + 1) * sizeof(double)));
     const double timeout_s = osdp_comm_timeout_from_env(local_rank);   /* node-local rank 0 warns of a bad value */
     unsigned bound = OSDP_LAUNCH_BOUND_DEFAULT;

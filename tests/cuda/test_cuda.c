@@ -41,7 +41,10 @@
  * kernels: output, log-sum-exp, d(qkv) and rowdot within RTOL / ATOL on the
  * fp32 table; on the bf16 table (Q, K, V, dO rounded to bf16 in the tiles,
  * fp32 arithmetic) within BF16_SAME_TOL of the CPU run on the same rounded
- * operands and BF16_TOL of the CPU on the fp32 ones.  The fused head's two
+ * operands and BF16_TOL of the CPU on the fp32 ones; its tensor-core form
+ * (OSDP_CUDA_ATTENTION_MMA) within MMA_TOL (run_attention_mma says why).
+ * cuBLASLt's epilogues (OSDP_CUDA_LT_EPILOGUES) against the unfused path:
+ * run_lt_epilogues and run_lt_backward.  The fused head's two
  * kernels (log-sum-exp and loss; d(logits) from the log-sum-exp) run against
  * the CPU's within RTOL / ATOL, padding columns exactly 0.
  *
@@ -53,6 +56,7 @@
 #include "osdp/dtype.h"
 
 #include "check_main.h"
+#include "cuda/attention_switch.h"
 #include "cuda/lt_epilogues.h"
 
 #include <check.h>
@@ -647,6 +651,76 @@ END_TEST
 START_TEST(test_bf16_attention_tiled)
 {
     attention_tiled_shapes(gpu16, 400);
+}
+END_TEST
+
+/* The bf16 tiled attention with its tile products on tensor cores (OSDP_CUDA_ATTENTION_MMA,
+ * osdp_cuda_set_attention_mma) against the CPU's tiled attention on the operands rounded to bf16 and against
+ * the CUDA-core bf16 kernels on the same inputs: lse and rowdot within BF16_SAME_TOL (the scores are exact
+ * bf16 products summed in fp32; rowdot is the same kernel); out and dqkv within MMA_TOL relative + MMA_TOL of
+ * the largest entry (the tensor-core kernels round P and dS to bf16 before the products that read them:
+ * 2^-9 relative per entry).  The backward runs on the CPU's forward, twice (the same bits).  The switch must
+ * take effect where the head size is a multiple of 16 (osdp_cuda_attention_mma_launches: the forward and the
+ * backward's two kernels), and elsewhere (head size 8) leave the CUDA-core kernels' bits. */
+#define MMA_TOL 1e-2
+static void run_attention_mma(int B, int T, int C, int NH, uint64_t seed)
+{
+    const size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, nlse = (size_t)B * NH * T;
+    const int HS = C / NH, tensor_cores = HS % 16 == 0;
+    float *qkv = rand_floats(nqkv, -2, 2, seed), *dout = rand_floats(nout, -1, 1, seed + 1);
+    float *rqkv = bf16_rounded(qkv, nqkv), *rdout = bf16_rounded(dout, nout);
+    float *out = nan_floats(nout), *lse = nan_floats(nlse), *dqkv = nan_floats(nqkv), *rowdot = nan_floats(nlse);
+    cpu->attention_forward_tiled(out, lse, rqkv, B, T, C, NH);
+    cpu->attention_backward_tiled(dqkv, rowdot, rdout, out, rqkv, lse, B, T, C, NH);
+    float *g_qkv = upf(qkv, nqkv), *g_dout = upf(dout, nout), *g_cout = upf(out, nout), *g_clse = upf(lse, nlse);
+    float *nans = nan_floats(nqkv);   /* every output starts NaN: every entry must be written */
+    float *g_out[2], *g_lse[2], *g_dqkv[2], *g_rowdot[2], *g_dqkv2 = upf(nans, nqkv);
+    long launches[2];
+    for (int k = 0; k < 2; k++) {   /* 0: the CUDA-core kernels, 1: tensor cores */
+        g_out[k] = upf(nans, nout), g_lse[k] = upf(nans, nlse), g_dqkv[k] = upf(nans, nqkv);
+        g_rowdot[k] = upf(nans, nlse);
+        osdp_cuda_set_attention_mma(k);
+        const long before = osdp_cuda_attention_mma_launches();
+        gpu16->attention_forward_tiled(g_out[k], g_lse[k], g_qkv, B, T, C, NH);
+        gpu16->attention_backward_tiled(g_dqkv[k], g_rowdot[k], g_dout, g_cout, g_qkv, g_clse, B, T, C, NH);
+        if (k) gpu16->attention_backward_tiled(g_dqkv2, g_rowdot[k], g_dout, g_cout, g_qkv, g_clse, B, T, C, NH);
+        launches[k] = osdp_cuda_attention_mma_launches() - before;
+    }
+    osdp_cuda_set_attention_mma(0);
+    char what[160];
+    snprintf(what, sizeof what, "B %d T %d C %d NH %d", B, T, C, NH);
+    ck_assert_msg(launches[0] == 0, "%s: %ld tensor-core launches with the switch off", what, launches[0]);
+    ck_assert_msg(launches[1] == (tensor_cores ? 5 : 0), "%s: %ld tensor-core launches, want %d", what, launches[1],
+                  tensor_cores ? 5 : 0);
+    expect_close_tol("tensor-core attention out vs cpu", out, g_out[1], nout, MMA_TOL, MMA_TOL);
+    expect_close_tol("tensor-core attention lse vs cpu", lse, g_lse[1], nlse, BF16_SAME_TOL, BF16_SAME_TOL);
+    expect_close_tol("tensor-core attention dqkv vs cpu", dqkv, g_dqkv[1], nqkv, MMA_TOL, MMA_TOL);
+    expect_close_tol("tensor-core attention rowdot vs cpu", rowdot, g_rowdot[1], nlse, BF16_SAME_TOL, BF16_SAME_TOL);
+    expect_same_device("tensor-core attention dqkv (rerun)", g_dqkv[1], g_dqkv2, nqkv);
+    float *c_out = down(g_out[0], nout), *c_lse = down(g_lse[0], nlse), *c_dqkv = down(g_dqkv[0], nqkv);
+    if (tensor_cores) {
+        expect_close_tol("tensor-core vs CUDA-core attention out", c_out, g_out[1], nout, MMA_TOL, MMA_TOL);
+        expect_close_tol("tensor-core vs CUDA-core attention lse", c_lse, g_lse[1], nlse, BF16_SAME_TOL,
+                         BF16_SAME_TOL);
+        expect_close_tol("tensor-core vs CUDA-core attention dqkv", c_dqkv, g_dqkv[1], nqkv, MMA_TOL, MMA_TOL);
+    } else {   /* the switch does not apply: the CUDA-core kernels ran both times */
+        expect_bitwise("attention out, head size 8 (CUDA-core both times)", c_out, g_out[1], nout);
+        expect_bitwise("attention dqkv, head size 8 (CUDA-core both times)", c_dqkv, g_dqkv[1], nqkv);
+    }
+    for (int k = 0; k < 2; k++) gpu->free(g_out[k]), gpu->free(g_lse[k]), gpu->free(g_dqkv[k]), gpu->free(g_rowdot[k]);
+    gpu->free(g_qkv), gpu->free(g_dout), gpu->free(g_cout), gpu->free(g_clse), gpu->free(g_dqkv2);
+    free(qkv), free(dout), free(rqkv), free(rdout), free(out), free(lse), free(dqkv), free(rowdot);
+    free(c_out), free(c_lse), free(c_dqkv), free(nans);
+}
+
+START_TEST(test_bf16_attention_mma)
+{
+    run_attention_mma(2, 13, 24, 3, 420);      /* head size 8: not for tensor cores */
+    run_attention_mma(3, 70, 64, 4, 421);      /* head size 16, a partial last tile */
+    run_attention_mma(2, 64, 128, 2, 422);     /* GPT-2's head size 64, one whole tile */
+    run_attention_mma(1, 100, 256, 2, 423);    /* head size 128 */
+    run_attention_mma(1, 1, 32, 2, 424);       /* T 1 */
+    run_attention_mma(2, 1024, 768, 12, 425);  /* GPT-2's attention at T 1024: 16 tiles of 64 */
 }
 END_TEST
 
@@ -1435,6 +1509,7 @@ static Suite *cuda_suite(void)
                                   test_residual_accumulate, test_sums, test_adamw, test_tables, test_bf16_convert,
                                   test_bf16_matmul_forward, test_bf16_lt_epilogues, test_bf16_lt_backward, test_bf16_matmul_backward, test_bf16_layernorm,
                                   test_bf16_attention, test_attention_tiled, test_bf16_attention_tiled,
+                                  test_bf16_attention_mma,
                                   test_fused_head, test_bf16_head_backward, test_bf16_embedding, test_nccl_one_rank,
                                   test_nccl_many_in_flight, NULL};
     const osdp_check_case cases[] = {

@@ -33,6 +33,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <type_traits>
 #include <ucontext.h>
 #include <vector>
 
@@ -108,7 +109,77 @@ static inline float __shfl_xor_sync(unsigned, float v, int lane_mask)
     return r;
 }
 
+/* nvcuda::wmma for the tensor-core attention (src/cuda/attention_mma.cuh), 16x16x16 bf16 fragments with fp32
+ * accumulators: each lane holds the whole 16x16 matrix of a fragment (the real ones spread it over the warp's
+ * lanes, which the kernels never look inside), loads read it all, mma_sync multiplies in fp32 (a bf16 product is
+ * exact in fp32), a store is a point where the warp's lanes meet before and after writing (every lane writes the
+ * same values), as the hardware's warp-synchronous store.  Each load and store checks wmma's rules: the pointer
+ * 256-bit aligned, the leading dimension a multiple of 16 bytes. */
+#define __align__(n)
+static int wmma_misuse = 0;
+namespace nvcuda {
+namespace wmma {
+struct row_major {};
+struct col_major {};
+struct matrix_a {};
+struct matrix_b {};
+struct accumulator {};
+enum layout_t { mem_row_major, mem_col_major };
+template <class Use, int M, int N, int K, class T, class Layout = void> struct fragment {
+    float x[16][16];
+};
+typedef fragment<accumulator, 16, 16, 16, float> acc_fragment;
+static inline void check_rules(const void *p, unsigned ld, size_t elem)
+{
+    if ((uintptr_t)p % 32 != 0 || (ld * elem) % 16 != 0) {
+        if (!wmma_misuse++) printf("FAIL: wmma rule broken: pointer %p, leading dimension %u\n", p, ld);
+    }
+}
+template <class F> static inline void fill_fragment(F &f, float v)
+{
+    for (auto &row : f.x)
+        for (float &e : row) e = v;
+}
+template <class Use, class L>
+static inline void load_matrix_sync(fragment<Use, 16, 16, 16, __nv_bfloat16, L> &f, const __nv_bfloat16 *p, unsigned ld)
+{
+    check_rules(p, ld, sizeof *p);
+    const bool row = std::is_same<L, row_major>::value;
+    for (unsigned r = 0; r < 16; r++)
+        for (unsigned c = 0; c < 16; c++) f.x[r][c] = __bfloat162float(p[row ? r * ld + c : r + c * ld]);
+}
+static inline void load_matrix_sync(acc_fragment &f, const float *p, unsigned ld, layout_t)
+{
+    check_rules(p, ld, sizeof *p);
+    for (unsigned r = 0; r < 16; r++)
+        for (unsigned c = 0; c < 16; c++) f.x[r][c] = p[r * ld + c];
+}
+template <class LA, class LB>
+static inline void mma_sync(acc_fragment &d, const fragment<matrix_a, 16, 16, 16, __nv_bfloat16, LA> &a,
+                            const fragment<matrix_b, 16, 16, 16, __nv_bfloat16, LB> &b, const acc_fragment &c)
+{
+    acc_fragment t;
+    for (int i = 0; i < 16; i++)
+        for (int j = 0; j < 16; j++) {
+            float s = c.x[i][j];
+            for (int k = 0; k < 16; k++) s += a.x[i][k] * b.x[k][j];
+            t.x[i][j] = s;
+        }
+    d = t;
+}
+static inline void store_matrix_sync(float *p, const acc_fragment &f, unsigned ld, layout_t)
+{
+    check_rules(p, ld, sizeof *p);
+    yield_to_scheduler();   /* the warp's lanes have loaded what they read */
+    for (unsigned r = 0; r < 16; r++)
+        for (unsigned c = 0; c < 16; c++) p[r * ld + c] = f.x[r][c];
+    yield_to_scheduler();   /* and all have written before any reads again */
+}
+}  // namespace wmma
+}  // namespace nvcuda
+
 #include "cuda/attention_tiled.cuh"
+#include "cuda/attention_mma.cuh"
 #include "cuda/residual_layernorm.cuh"
 #include "cuda/head_backward.cuh"
 
@@ -116,6 +187,9 @@ static inline float __shfl_xor_sync(unsigned, float v, int lane_mask)
 namespace osdp_cuda {
 namespace attention_tiles {
 float smem[1 << 17];
+}
+namespace attention_mma {
+alignas(128) unsigned char attn_mma_smem[256 << 10];
 }
 }  // namespace osdp_cuda
 
@@ -161,8 +235,10 @@ static void make_thread(int t, char *stack)
 
 static void launch(dim3 grid, size_t bytes, const std::function<void()> &body, int threads = kAttnThreads)
 {
-    if (bytes > sizeof smem) {
-        fprintf(stderr, "emulation: %zu bytes of shared memory asked, %zu emulated\n", bytes, sizeof smem);
+    using osdp_cuda::attention_mma::attn_mma_smem;
+    if (bytes > sizeof smem || bytes > sizeof attn_mma_smem) {
+        fprintf(stderr, "emulation: %zu bytes of shared memory asked, %zu emulated\n", bytes,
+                std::min(sizeof smem, sizeof attn_mma_smem));
         exit(1);
     }
     static std::vector<char> stacks((size_t)kMaxThreads * kStackBytes);
@@ -176,6 +252,7 @@ static void launch(dim3 grid, size_t bytes, const std::function<void()> &body, i
         for (unsigned bx = 0; bx < grid.x; bx++) {
             blockIdx = dim3(bx, by);
             for (size_t i = 0; i < kSmemFloats; i++) smem[i] = NAN;
+            memset(attn_mma_smem, 0xFF, sizeof attn_mma_smem);   /* NaN as floats and as bf16 */
             for (int t = 0; t < threads; t++) make_thread(t, &stacks[(size_t)t * kStackBytes]);
             for (bool running = true; running;) {
                 running = false;
@@ -196,14 +273,15 @@ static void launch(dim3 grid, size_t bytes, const std::function<void()> &body, i
 
 static int failures = 0;
 
-static void compare(const char *what, const char *tag, const std::vector<float> &ref, const std::vector<float> &got)
+static void compare(const char *what, const char *tag, const std::vector<float> &ref, const std::vector<float> &got,
+                    double rtol = 1e-4, double atol = 1e-5)
 {
     double maxref = 0, worst = 0;
     size_t bad = 0, at = 0;
     for (float r : ref) maxref = fmax(maxref, fabs(r));
     for (size_t i = 0; i < ref.size(); i++) {
         const double err = fabs((double)ref[i] - got[i]);
-        if (!(err <= 1e-4 * fabs(ref[i]) + 1e-5 * maxref)) {   /* NaN fails too */
+        if (!(err <= rtol * fabs(ref[i]) + atol * maxref)) {   /* NaN fails too */
             if (!bad++) at = i;
         } else if (err > worst) {
             worst = err;
@@ -262,6 +340,56 @@ template <class E, class I = unsigned> static void run(int B, int T, int C, int 
     launch(grid, dq_smem<E>(tile, HS), [&] { attention_tiled_dq_kernel<E, I>(args); });
     compare("rowdot", tag, rowdot, g_rowdot);
     compare("dqkv", tag, dqkv, g_dqkv);
+}
+
+/* The tensor-core kernels (src/cuda/attention_mma.cuh) with wmma emulated, against the CPU on qkv and dout
+ * rounded to bf16: lse and rowdot within compare()'s tolerance (the scores are exact bf16 products summed in
+ * fp32, rowdot is the CUDA-core kernel's); out and dqkv within 1e-2 relative + 1e-2 of the largest entry, the
+ * kernels rounding P and dS to bf16 (2^-9 relative per entry) before the products that read them: a wrong
+ * fragment offset, layout or mask moves entries by their own size.  The shared memory is what the launcher
+ * asks for (the layouts' sizes), poisoned with NaN. */
+template <class I = unsigned> static void run_mma(int B, int T, int C, int NH, int tile, uint32_t seed)
+{
+    using namespace osdp_cuda::attention_mma;
+    const int HS = C / NH;
+    const size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, nlse = (size_t)B * NH * T;
+    std::mt19937 rng(seed);
+    std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+    std::vector<float> qkv(nqkv), dout(nout);
+    for (float &x : qkv) x = 2.0f * uniform(rng);
+    for (float &x : dout) x = uniform(rng);
+    std::vector<float> rqkv(qkv), rdout(dout);
+    for (float &x : rqkv) x = bf16_round(x);
+    for (float &x : rdout) x = bf16_round(x);
+    std::vector<float> out(nout), lse(nlse), dqkv(nqkv), rowdot(nlse);
+    attention_forward_tiled(out.data(), lse.data(), rqkv.data(), B, T, C, NH);
+    attention_backward_tiled(dqkv.data(), rowdot.data(), rdout.data(), out.data(), rqkv.data(), lse.data(), B, T, C,
+                             NH);
+    std::vector<float> g_out(nout, NAN), g_lse(nlse, NAN), g_dqkv(nqkv, NAN), g_rowdot(nlse, NAN);
+    const float scale = 1.0f / sqrtf((float)HS);
+    const dim3 grid((unsigned)(B * NH), (unsigned)((T + tile - 1) / tile));
+    char tag[112];
+    snprintf(tag, sizeof tag, "bf16 tensor-core tiles, %s index, B %d T %d C %d NH %d, tile %d:",
+             sizeof(I) == 4 ? "32-bit" : "64-bit", B, T, C, NH, tile);
+    const int misuse = wmma_misuse;
+    launch(grid, ForwardSmem(nullptr, tile, HS).bytes, [&] {
+        attention_mma_forward_kernel<I>(g_out.data(), g_lse.data(), qkv.data(), T, C, NH, tile, scale);
+    });
+    compare("out", tag, out, g_out, 1e-2, 1e-2);
+    compare("lse", tag, lse, g_lse);
+    launch(dim3(1), 0, [&] {
+        attention_rowdot_kernel<__nv_bfloat16, I>(g_rowdot.data(), dout.data(), out.data(), B, T, C, NH);
+    });
+    const AttnBackward args = {g_dqkv.data(), dout.data(), qkv.data(), lse.data(), g_rowdot.data(), T, C, NH,
+                               tile, scale};
+    launch(grid, BackwardSmem(nullptr, tile, HS, 2).bytes, [&] { attention_mma_dkv_kernel<I>(args); });
+    launch(grid, BackwardSmem(nullptr, tile, HS, 1).bytes, [&] { attention_mma_dq_kernel<I>(args); });
+    compare("rowdot", tag, rowdot, g_rowdot);
+    compare("dqkv", tag, dqkv, g_dqkv, 1e-2, 1e-2);
+    if (wmma_misuse != misuse) {
+        failures++;
+        printf("FAIL: %s %d wmma loads or stores broke the alignment rules\n", tag, wmma_misuse - misuse);
+    }
 }
 
 /* The fused residual + LayerNorm (src/cuda/residual_layernorm.cuh), W the
@@ -389,6 +517,10 @@ int main()
     run<float>(1, 40, 256, 2, 16, 4);    /* head size 128 */
     run<float>(1, 1, 8, 2, 32, 5);       /* T 1 */
     run<__nv_bfloat16>(1, 70, 64, 4, 32, 6);
+    run_mma(1, 150, 128, 2, 64, 20);         /* GPT-2's head size 64: three tiles of 64, the last partial */
+    run_mma(2, 40, 64, 4, 32, 21);           /* head size 16, tile 32, two tiles */
+    run_mma<size_t>(1, 64, 128, 1, 64, 22);  /* head size 128, one whole tile, the 64-bit index variant */
+    run_mma(1, 1, 32, 2, 32, 23);            /* T 1 */
     printf("test_cuda_emulated: %s\n", failures ? "FAILED" : "all passed");
     return failures != 0;
 }
