@@ -1,9 +1,11 @@
 #!/bin/bash
 # The CPU backend is the reference for the CUDA one (issue 6, issue 18): the
 # same seed, data and options on 1 rank with --backend cpu (fp32) and
-# --backend cuda in both precisions (in tiny and gpt2 bf16 twice: the default
-# kernels, and with OSDP_CUDA_LT_EPILOGUES=1 the products' bias, GELU and
-# their gradients in cuBLASLt's epilogues), in four settings:
+# --backend cuda in both precisions, in four settings; bf16 also, in tiny,
+# with OSDP_CUDA_LT_EPILOGUES=1 (the products' bias, GELU and their gradients
+# in cuBLASLt's epilogues: run *_lt) and with OSDP_CUDA_ATTENTION_MMA=1 (the
+# tiled attention's tile products on tensor cores: *_mma), one at a time, and
+# in gpt2 with both (*_lt_mma):
 #   tiny       10 steps of the tiny model, all-DP, batch 4;
 #   zdp_split  10 steps of the tiny model, --plan zdp --split 2 (every
 #              operator in 2 sharded slices), --recompute all, and 2
@@ -60,11 +62,12 @@ SETTINGS=(
     "gpt2 2 --model $GPT2 --batch 1 --seq-len 1024 --plan dp"
     "naive 10 --model $TINY --batch 4 --plan dp --attention naive --head naive"
 )
-run() {   # run NAME BACKEND PRECISION STEPS OPTIONS...: writes $WORK/NAME.{out,err,log}; NAME *_lt: epilogues on
-    local name=$1 backend=$2 precision=$3 steps=$4 lt=0
+run() {   # run NAME BACKEND PRECISION STEPS OPTIONS...: writes $WORK/NAME.{out,err,log}; NAME *_lt*, *_mma: switches on
+    local name=$1 backend=$2 precision=$3 steps=$4 lt=0 mma=0
     shift 4
-    [ "${name%_lt}" != "$name" ] && lt=1
-    env -u OSDP_CUDA_TF32 OSDP_CUDA_POISON=1 OSDP_CUDA_LT_EPILOGUES=$lt "$MPIEXEC" -n 1 "$BIN" train --backend "$backend" \
+    case $name in *_lt|*_lt_mma) lt=1 ;; esac
+    case $name in *_mma) mma=1 ;; esac
+    env -u OSDP_CUDA_TF32 OSDP_CUDA_POISON=1 OSDP_CUDA_LT_EPILOGUES=$lt OSDP_CUDA_ATTENTION_MMA=$mma "$MPIEXEC" -n 1 "$BIN" train --backend "$backend" \
         --precision "$precision" --data "$DATA" --steps "$steps" --seed 1337 --threads "$THREADS" \
         --peak-flops 1e9 --log "$WORK/$name.log" "$@" > "$WORK/$name.out" 2> "$WORK/$name.err"
 }
@@ -101,8 +104,11 @@ compare() {   # compare NAME STEPS TOL_STEP1 TOL: the losses of NAME against NAM
 
 for setting in "${SETTINGS[@]}"; do
     read -r name steps opts <<< "$setting"
-    lt_run=; case $name in tiny|gpt2) lt_run="${name}_cuda_bf16_lt cuda bf16" ;; esac
-    for r in "${name}_cpu cpu fp32" "${name}_cuda cuda fp32" "${name}_cuda_bf16 cuda bf16" ${lt_run:+"$lt_run"}; do
+    switched=()   # the bf16 runs with a switch on
+    case $name in tiny) switched=(lt mma) ;; gpt2) switched=(lt_mma) ;; esac
+    runs=("${name}_cpu cpu fp32" "${name}_cuda cuda fp32" "${name}_cuda_bf16 cuda bf16")
+    for sw in "${switched[@]}"; do runs+=("${name}_cuda_bf16_$sw cuda bf16"); done
+    for r in "${runs[@]}"; do
         read -r run_name backend precision <<< "$r"
         [ "$run_name" = "${first_name}_cuda" ] && continue   # the probe ran it
         # shellcheck disable=SC2086   # the options are words
@@ -121,11 +127,12 @@ for setting in "${SETTINGS[@]}"; do
     else
         bad "$name: cuda bf16 and cpu fp32 losses differ by more than $TOL_BF16 relative (logs in $WORK)"
     fi
-    if [ -z "$lt_run" ]; then :
-    elif compare "${name}_cuda_bf16_lt" "$steps" $TOL_BF16 $TOL_BF16; then
-        ok "$name: cuda bf16 with cuBLASLt's epilogues vs cpu fp32, $steps steps: losses within $TOL_BF16 relative"
-    else
-        bad "$name: cuda bf16 with cuBLASLt's epilogues and cpu fp32 losses differ by more than $TOL_BF16 relative (logs in $WORK)"
-    fi
+    for sw in "${switched[@]}"; do
+        if compare "${name}_cuda_bf16_$sw" "$steps" $TOL_BF16 $TOL_BF16; then
+            ok "$name: cuda bf16 ($sw on) vs cpu fp32, $steps steps: losses within $TOL_BF16 relative"
+        else
+            bad "$name: cuda bf16 ($sw on) and cpu fp32 losses differ by more than $TOL_BF16 relative (logs in $WORK)"
+        fi
+    done
 done
 summary test_cuda_vs_cpu
