@@ -268,7 +268,10 @@ __global__ void __launch_bounds__(kAttnThreads) attention_mma_dkv_kernel(const A
     float *dK = sm.acc0, *dV = sm.acc1;
 
     load_key_side<I>(sm, a, hv, j0);
-    for (int e = threadIdx.x; e < tile * HS; e += blockDim.x) dK[e / HS * lo + e % HS] = dV[e / HS * lo + e % HS] = 0.0f;
+    for (int e = threadIdx.x; e < tile * HS; e += blockDim.x) {
+        const int at_e = e / HS * lo + e % HS;
+        dK[at_e] = dV[at_e] = 0.0f;
+    }
     for (int i0 = j0; i0 < T; i0 += tile) {
         __syncthreads();   /* the previous query tile's readers are done (and K, V, dK, dV are set) */
         load_query_side<I>(sm, a, hv, i0);

@@ -298,98 +298,108 @@ static void compare(const char *what, const char *tag, const std::vector<float> 
 
 static float bf16_round(float x) { return __bfloat162float(__float2bfloat16(x)); }
 
-template <class E, class I = unsigned> static void run(int B, int T, int C, int NH, int tile, uint32_t seed)
-{
-    const bool bf16 = sizeof(E) == 2;
-    const int HS = C / NH;
-    const size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, nlse = (size_t)B * NH * T;
-    std::mt19937 rng(seed);
-    std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
-    std::vector<float> qkv(nqkv), dout(nout);
-    for (float &x : qkv) x = 2.0f * uniform(rng);   /* scores up to ~HS/3: a peaked softmax too */
-    for (float &x : dout) x = uniform(rng);
-    std::vector<float> rqkv(qkv), rdout(dout);   /* the CPU's inputs: the operands the kernels multiply */
-    if (bf16) {
-        for (float &x : rqkv) x = bf16_round(x);
-        for (float &x : rdout) x = bf16_round(x);
+/* A case's random inputs (qkv, dout) and the reference: the CPU's tiled attention on them, rounded to bf16
+ * first for bf16 tiles (the operands the kernels multiply) */
+struct AttentionCase {
+    size_t nqkv, nout, nlse;
+    std::vector<float> qkv, dout, out, lse, dqkv, rowdot;
+    AttentionCase(int B, int T, int C, int NH, bool bf16, uint32_t seed)
+        : nqkv((size_t)B * T * 3 * C), nout((size_t)B * T * C), nlse((size_t)B * NH * T), qkv(nqkv), dout(nout),
+          out(nout), lse(nlse), dqkv(nqkv), rowdot(nlse)
+    {
+        std::mt19937 rng(seed);
+        std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+        for (float &x : qkv) x = 2.0f * uniform(rng);   /* scores up to ~HS/3: a peaked softmax too */
+        for (float &x : dout) x = uniform(rng);
+        std::vector<float> rqkv(qkv), rdout(dout);
+        if (bf16) {
+            for (float &x : rqkv) x = bf16_round(x);
+            for (float &x : rdout) x = bf16_round(x);
+        }
+        attention_forward_tiled(out.data(), lse.data(), rqkv.data(), B, T, C, NH);
+        attention_backward_tiled(dqkv.data(), rowdot.data(), rdout.data(), out.data(), rqkv.data(), lse.data(), B, T,
+                                 C, NH);
     }
-    std::vector<float> out(nout), lse(nlse), dqkv(nqkv), rowdot(nlse);
-    attention_forward_tiled(out.data(), lse.data(), rqkv.data(), B, T, C, NH);
-    attention_backward_tiled(dqkv.data(), rowdot.data(), rdout.data(), out.data(), rqkv.data(), lse.data(), B, T, C,
-                             NH);
+};
 
-    std::vector<float> g_out(nout, NAN), g_lse(nlse, NAN), g_dqkv(nqkv, NAN), g_rowdot(nlse, NAN);
-    const float scale = 1.0f / sqrtf((float)HS);
-    const dim3 grid((unsigned)(B * NH), (unsigned)((T + tile - 1) / tile));
-    char tag[96];
-    snprintf(tag, sizeof tag, "%s tiles, %s index, B %d T %d C %d NH %d, tile %d:", bf16 ? "bf16" : "fp32",
-             sizeof(I) == 4 ? "32-bit" : "64-bit", B, T, C, NH, tile);
-    launch(grid, forward_smem<E>(tile, HS), [&] {
-        attention_tiled_forward_kernel<E, I>(g_out.data(), g_lse.data(), qkv.data(), T, C, NH, tile, scale);
-    });
-    compare("out", tag, out, g_out);
-    compare("lse", tag, lse, g_lse);
-    /* the backward on the CPU's forward, as tests/test_cuda does; rowdot's
-     * kernel on one block (it strides over the rows) */
-    launch(dim3(1), 0, [&] {
-        attention_rowdot_kernel<E, I>(g_rowdot.data(), dout.data(), out.data(), B, T, C, NH);
-    });
-    const AttnBackward args = {g_dqkv.data(), dout.data(), qkv.data(), lse.data(), g_rowdot.data(), T, C, NH,
-                               tile, scale};
-    launch(grid, dkv_smem<E>(tile, HS), [&] { attention_tiled_dkv_kernel<E, I>(args); });
-    launch(grid, dq_smem<E>(tile, HS), [&] { attention_tiled_dq_kernel<E, I>(args); });
-    compare("rowdot", tag, rowdot, g_rowdot);
-    compare("dqkv", tag, dqkv, g_dqkv);
-}
+/* The kernels a case runs, with the shared memory their launcher asks for and the tolerance of out and dqkv
+ * against the CPU (compare()'s rtol and atol of the largest entry): the CUDA-core tiles of element type E, the
+ * reference's tolerance (the sums' orders differ) */
+template <class E, class I> struct CudaCoreTiles {
+    typedef E Elem;
+    static constexpr double tol_rel = 1e-4, tol_max = 1e-5;
+    static const char *name() { return sizeof(E) == 2 ? "bf16 tiles" : "fp32 tiles"; }
+    static size_t forward_bytes(int tile, int HS) { return forward_smem<E>(tile, HS); }
+    static size_t dkv_bytes(int tile, int HS) { return dkv_smem<E>(tile, HS); }
+    static size_t dq_bytes(int tile, int HS) { return dq_smem<E>(tile, HS); }
+    static void forward(float *out, float *lse, const float *qkv, int T, int C, int NH, int tile, float scale)
+    {
+        attention_tiled_forward_kernel<E, I>(out, lse, qkv, T, C, NH, tile, scale);
+    }
+    static void dkv(const AttnBackward &a) { attention_tiled_dkv_kernel<E, I>(a); }
+    static void dq(const AttnBackward &a) { attention_tiled_dq_kernel<E, I>(a); }
+};
+/* The tensor-core kernels (src/cuda/attention_mma.cuh) with wmma emulated: lse and rowdot keep the reference's
+ * tolerance (the scores are exact bf16 products summed in fp32, rowdot is the CUDA-core kernel's); out and dqkv
+ * within 1e-2 relative + 1e-2 of the largest entry, the kernels rounding P and dS to bf16 (2^-9 relative per
+ * entry) before the products that read them: a wrong fragment offset, layout or mask moves entries by their own
+ * size */
+template <class I> struct TensorCoreTiles {
+    typedef __nv_bfloat16 Elem;
+    static constexpr double tol_rel = 1e-2, tol_max = 1e-2;
+    static const char *name() { return "bf16 tensor-core tiles"; }
+    typedef osdp_cuda::attention_mma::ForwardSmem ForwardSmem;
+    typedef osdp_cuda::attention_mma::BackwardSmem BackwardSmem;
+    static size_t forward_bytes(int tile, int HS) { return ForwardSmem(nullptr, tile, HS).bytes; }
+    static size_t dkv_bytes(int tile, int HS) { return BackwardSmem(nullptr, tile, HS, 2).bytes; }
+    static size_t dq_bytes(int tile, int HS) { return BackwardSmem(nullptr, tile, HS, 1).bytes; }
+    static void forward(float *out, float *lse, const float *qkv, int T, int C, int NH, int tile, float scale)
+    {
+        osdp_cuda::attention_mma::attention_mma_forward_kernel<I>(out, lse, qkv, T, C, NH, tile, scale);
+    }
+    static void dkv(const AttnBackward &a) { osdp_cuda::attention_mma::attention_mma_dkv_kernel<I>(a); }
+    static void dq(const AttnBackward &a) { osdp_cuda::attention_mma::attention_mma_dq_kernel<I>(a); }
+};
 
-/* The tensor-core kernels (src/cuda/attention_mma.cuh) with wmma emulated, against the CPU on qkv and dout
- * rounded to bf16: lse and rowdot within compare()'s tolerance (the scores are exact bf16 products summed in
- * fp32, rowdot is the CUDA-core kernel's); out and dqkv within 1e-2 relative + 1e-2 of the largest entry, the
- * kernels rounding P and dS to bf16 (2^-9 relative per entry) before the products that read them: a wrong
- * fragment offset, layout or mask moves entries by their own size.  The shared memory is what the launcher
- * asks for (the layouts' sizes), poisoned with NaN. */
-template <class I = unsigned> static void run_mma(int B, int T, int C, int NH, int tile, uint32_t seed)
+template <class K, class I> static void run_tiles(int B, int T, int C, int NH, int tile, uint32_t seed)
 {
-    using namespace osdp_cuda::attention_mma;
+    const bool bf16 = sizeof(typename K::Elem) == 2;
     const int HS = C / NH;
-    const size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, nlse = (size_t)B * NH * T;
-    std::mt19937 rng(seed);
-    std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
-    std::vector<float> qkv(nqkv), dout(nout);
-    for (float &x : qkv) x = 2.0f * uniform(rng);
-    for (float &x : dout) x = uniform(rng);
-    std::vector<float> rqkv(qkv), rdout(dout);
-    for (float &x : rqkv) x = bf16_round(x);
-    for (float &x : rdout) x = bf16_round(x);
-    std::vector<float> out(nout), lse(nlse), dqkv(nqkv), rowdot(nlse);
-    attention_forward_tiled(out.data(), lse.data(), rqkv.data(), B, T, C, NH);
-    attention_backward_tiled(dqkv.data(), rowdot.data(), rdout.data(), out.data(), rqkv.data(), lse.data(), B, T, C,
-                             NH);
-    std::vector<float> g_out(nout, NAN), g_lse(nlse, NAN), g_dqkv(nqkv, NAN), g_rowdot(nlse, NAN);
+    const AttentionCase ref(B, T, C, NH, bf16, seed);
+    std::vector<float> g_out(ref.nout, NAN), g_lse(ref.nlse, NAN), g_dqkv(ref.nqkv, NAN), g_rowdot(ref.nlse, NAN);
     const float scale = 1.0f / sqrtf((float)HS);
     const dim3 grid((unsigned)(B * NH), (unsigned)((T + tile - 1) / tile));
     char tag[112];
-    snprintf(tag, sizeof tag, "bf16 tensor-core tiles, %s index, B %d T %d C %d NH %d, tile %d:",
+    snprintf(tag, sizeof tag, "%s, %s index, B %d T %d C %d NH %d, tile %d:", K::name(),
              sizeof(I) == 4 ? "32-bit" : "64-bit", B, T, C, NH, tile);
     const int misuse = wmma_misuse;
-    launch(grid, ForwardSmem(nullptr, tile, HS).bytes, [&] {
-        attention_mma_forward_kernel<I>(g_out.data(), g_lse.data(), qkv.data(), T, C, NH, tile, scale);
-    });
-    compare("out", tag, out, g_out, 1e-2, 1e-2);
-    compare("lse", tag, lse, g_lse);
+    launch(grid, K::forward_bytes(tile, HS),
+           [&] { K::forward(g_out.data(), g_lse.data(), ref.qkv.data(), T, C, NH, tile, scale); });
+    compare("out", tag, ref.out, g_out, K::tol_rel, K::tol_max);
+    compare("lse", tag, ref.lse, g_lse);
+    /* the backward on the CPU's forward, as tests/test_cuda does; rowdot's
+     * kernel on one block (it strides over the rows) */
     launch(dim3(1), 0, [&] {
-        attention_rowdot_kernel<__nv_bfloat16, I>(g_rowdot.data(), dout.data(), out.data(), B, T, C, NH);
+        attention_rowdot_kernel<typename K::Elem, I>(g_rowdot.data(), ref.dout.data(), ref.out.data(), B, T, C, NH);
     });
-    const AttnBackward args = {g_dqkv.data(), dout.data(), qkv.data(), lse.data(), g_rowdot.data(), T, C, NH,
-                               tile, scale};
-    launch(grid, BackwardSmem(nullptr, tile, HS, 2).bytes, [&] { attention_mma_dkv_kernel<I>(args); });
-    launch(grid, BackwardSmem(nullptr, tile, HS, 1).bytes, [&] { attention_mma_dq_kernel<I>(args); });
-    compare("rowdot", tag, rowdot, g_rowdot);
-    compare("dqkv", tag, dqkv, g_dqkv, 1e-2, 1e-2);
+    const AttnBackward args = {g_dqkv.data(), ref.dout.data(), ref.qkv.data(), ref.lse.data(), g_rowdot.data(),
+                               T, C, NH, tile, scale};
+    launch(grid, K::dkv_bytes(tile, HS), [&] { K::dkv(args); });
+    launch(grid, K::dq_bytes(tile, HS), [&] { K::dq(args); });
+    compare("rowdot", tag, ref.rowdot, g_rowdot);
+    compare("dqkv", tag, ref.dqkv, g_dqkv, K::tol_rel, K::tol_max);
     if (wmma_misuse != misuse) {
         failures++;
         printf("FAIL: %s %d wmma loads or stores broke the alignment rules\n", tag, wmma_misuse - misuse);
     }
+}
+template <class E, class I = unsigned> static void run(int B, int T, int C, int NH, int tile, uint32_t seed)
+{
+    run_tiles<CudaCoreTiles<E, I>, I>(B, T, C, NH, tile, seed);
+}
+template <class I = unsigned> static void run_mma(int B, int T, int C, int NH, int tile, uint32_t seed)
+{
+    run_tiles<TensorCoreTiles<I>, I>(B, T, C, NH, tile, seed);
 }
 
 /* The fused residual + LayerNorm (src/cuda/residual_layernorm.cuh), W the
