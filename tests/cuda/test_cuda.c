@@ -1222,9 +1222,10 @@ static void column_sums_add_host(float *db, const float *a, int rows, int n)
  * d(pre) and the first product's db by DGELU_BGRAD on the d(x) product, db by BGRADA on the d(w)
  * product) and matmul_backward with a bias (db by BGRADA), with OSDP_CUDA_LT_EPILOGUES on against off
  * on the same operands; gradients accumulate (dw, db, db_pre pre-filled), d(pre) and dx are written
- * whole (NaN-filled).  Tolerances, of the largest entry where not said: d(pre) 1e-3 relative + 1e-4
- * (cuBLASLt's GELU gradient is its own formula, as its GELU); db_pre 1e-3 (sums of those, in another
- * order); dw and dx 1e-4 relative + 1e-4 (the same bf16 products, other chunks and kernels); db 4e-3
+ * whole (NaN-filled).  Tolerances, of the largest entry where not said: d(pre) 2e-3 relative + 1e-3
+ * (cuBLASLt's GELU gradient is its own evaluation, as its GELU: near the gradient's zero, x = -0.75, a
+ * small difference of GELU' times a large d(gelu) is large against the entry itself); db_pre 1e-3 (sums
+ * of those, in another order); dw and dx 1e-4 relative + 1e-4 (the same bf16 products, other chunks and kernels); db 4e-3
  * (BGRADA sums the bf16-rounded dy, the unfused path the fp32 dy: 2^-9 relative per entry, random
  * signs).  With lt off the entry must give the bits of matmul_backward and gelu_backward, and (cpu_too)
  * the CPU bf16 table's matmul_backward, gelu_backward and column sums within the bf16 products'
@@ -1270,7 +1271,7 @@ static void run_lt_backward(int BT, int IC, int OC, int cpu_too, uint64_t seed)
     expect_same_device("matmul_backward_dgelu (lt off) db: matmul_backward's", g_db[2], g_db[0], OC);
     float *dpre = down(g_dpre[0], nx), *dw = down(g_dw[0], nw), *db = down(g_db[0], OC);
     float *dbp = down(g_dbp[0], IC), *dx = down(g_dx[0], nx), *dw2 = down(g_dw2[0], nw), *db2 = down(g_db2[0], OC);
-    expect_close_tol("cuBLASLt DGELU epilogue dpre", dpre, g_dpre[1], nx, 1e-3, 1e-4);
+    expect_close_tol("cuBLASLt DGELU epilogue dpre", dpre, g_dpre[1], nx, 2e-3, 1e-3);
     expect_close_tol("cuBLASLt DGELU_BGRAD epilogue db_pre", dbp, g_dbp[1], IC, 1e-3, 1e-3);
     expect_close_tol("cuBLASLt backward (dgelu entry) dw", dw, g_dw[1], nw, 1e-4, 1e-4);
     expect_close_tol("cuBLASLt BGRADA epilogue db (dgelu entry)", db, g_db[1], OC, 0.0, 4e-3);
