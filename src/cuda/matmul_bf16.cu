@@ -27,6 +27,8 @@
 #include "cuda_check.h"
 #include "head_backward.cuh"
 
+#include <stdint.h>
+
 namespace osdp_cuda {
 
 namespace {
@@ -324,7 +326,7 @@ void backward_rows(const GemmContext &ctx, WeightOrder order, float *dx, int ldd
     int rows = chunk_rows(BT, (size_t)IC + OC);
     size_t extra = 0;   /* bytes behind the bf16 rows: the two bias gradients and the workspace */
     if (lt) {
-        extra = (round64((size_t)OC) + round64((size_t)IC)) * sizeof(float) + kLtWorkspace;
+        extra = (round64((size_t)OC) + round64((size_t)IC)) * sizeof(float) + 256 + kLtWorkspace;   /* 256: alignment */
         const size_t cap = BF16_STAGING_MAX_BYTES / sizeof(__nv_bfloat16);
         const size_t extra_elems = extra / sizeof(__nv_bfloat16) + 128;   /* 128: the two round64 */
         size_t r = cap > extra_elems + (size_t)IC + OC ? (cap - extra_elems) / ((size_t)IC + OC) : 1;
@@ -336,7 +338,8 @@ void backward_rows(const GemmContext &ctx, WeightOrder order, float *dx, int ldd
     __nv_bfloat16 *xb = dyb + dy_elems;
     float *db_part = (float *)(xb + x_elems);   /* 128-byte aligned: x_elems is a multiple of 64 */
     float *dx_bias_part = db_part + round64((size_t)OC);
-    void *workspace = dx_bias_part + round64((size_t)IC);
+    /* cuBLASLt's workspace 256-byte aligned (the scratch is: the rows before it are multiples of 128 bytes) */
+    void *workspace = (void *)(((uintptr_t)(dx_bias_part + round64((size_t)IC)) + 255) / 256 * 256);
     for (int r0 = 0; r0 < BT; r0 += rows) {
         const int n = BT - r0 < rows ? BT - r0 : rows;
         rows_to_bf16(dyb, dy + (size_t)r0 * OC, OC, n, OC, ctx.stream);   /* dyb (n,OC) packed */
