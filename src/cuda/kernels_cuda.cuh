@@ -137,8 +137,9 @@ struct GemmContext {
     cublasHandle_t cublas;
     cudaStream_t stream;
     void *(*scratch)(size_t bytes);
-    /* non-NULL: the products with a bias (and GELU) put them in cuBLASLt's epilogue
-     * (OSDP_CUDA_LT_EPILOGUES=1, backend_cuda.cu); NULL: cuBLAS and our kernels */
+    /* non-NULL: the products with a bias (and GELU) put them, and in the backward their
+     * gradients, in cuBLASLt's epilogues (OSDP_CUDA_LT_EPILOGUES=1, backend_cuda.cu);
+     * NULL: cuBLAS and our kernels */
     cublasLtHandle_t lt;
 };
 

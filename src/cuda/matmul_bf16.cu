@@ -151,6 +151,14 @@ struct LtEpilogue {
 /* products queued through cuBLASLt since the process started (osdp_cuda_lt_products) */
 long lt_products_queued = 0;
 
+/* the largest power of two up to 256 that divides a pointer's address: its alignment in bytes */
+uint32_t alignment_of(const void *p)
+{
+    uint32_t a = 256;
+    while (a > 1 && (uintptr_t)p % a != 0) a /= 2;
+    return a;
+}
+
 /* column-major D (m,n) = epilogue(op(A) op(B) + beta D), gemm_bf16's product (bf16 A and B, fp32 D,
  * fp32 accumulation) through cuBLASLt with the epilogue e, `workspace` bytes of cuBLASLt workspace
  * at ws (may be 0).  false (nothing queued) when cuBLASLt offers no algorithm for it. */
@@ -181,6 +189,18 @@ bool lt_gemm(const GemmContext &ctx, cublasOperation_t ta, cublasOperation_t tb,
     CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
     CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
                                                       sizeof workspace));
+    /* the heuristic assumes 256-byte-aligned matrices unless told (cublasLt.h: CUBLASLT_MATMUL_PREF_MIN_
+     * ALIGNMENT_*_BYTES, default 256); a weight inside a parameter slice, a chunk's rows or a gradient slice
+     * may be less aligned, so each gets its own, and the algorithms that need more are left out */
+    const uint32_t align_a = alignment_of(A), align_b = alignment_of(B), align_d = alignment_of(D);
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a,
+                                                      sizeof align_a));
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b,
+                                                      sizeof align_b));
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_d,
+                                                      sizeof align_d));
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_d,
+                                                      sizeof align_d));
     cublasLtMatmulHeuristicResult_t found;
     int n_found = 0;
     const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(ctx.lt, op, a, b, d, d, pref, 1, &found, &n_found);

@@ -1169,7 +1169,8 @@ static void run_bf16_matmul_forward(int BT, int IC, int OC, int ldx, int c0, int
  * bf16 operands: y and pre within 1e-4 relative (the epilogue adds the bias
  * to the fp32 sum in another order), the GELU within 1e-3 (cuBLASLt's GELU
  * is its own formula).  OC not a multiple of 8: the GELU falls back to the
- * unfused path, the bias alone stays in the epilogue. */
+ * unfused path, the bias alone stays in the epilogue.  With lt on the products
+ * must have gone through cuBLASLt (osdp_cuda_lt_products). */
 static void run_lt_epilogues(int BT, int IC, int OC, uint64_t seed)
 {
     const size_t nx = (size_t)BT * IC, nw = (size_t)IC * OC, ny = (size_t)BT * OC;
@@ -1187,9 +1188,16 @@ static void run_lt_epilogues(int BT, int IC, int OC, uint64_t seed)
     gpu16->matmul_forward(g[0], g_x, g_w, g_b, BT, IC, OC, 0);
     gpu16->matmul_forward_gelu(g[1], g[2], g_x, g_w, g_b, BT, IC, OC);
     osdp_cuda_set_lt_epilogues(1);
+    const long before = osdp_cuda_lt_products();
     gpu16->matmul_forward(g[3], g_x, g_w, g_b, BT, IC, OC, 0);
+    const long by_bias = osdp_cuda_lt_products() - before;
     gpu16->matmul_forward_gelu(g[4], g[5], g_x, g_w, g_b, BT, IC, OC);
+    const long by_gelu = osdp_cuda_lt_products() - before - by_bias;
     osdp_cuda_set_lt_epilogues(0);
+    ck_assert_msg(by_bias >= 1, "lt on: matmul_forward with a bias queued no cuBLASLt product (BIAS): cuBLASLt "
+                  "offered no algorithm, the unfused path ran");
+    ck_assert_msg(by_gelu >= (OC % 8 == 0 ? 1 : 0), "lt on: matmul_forward_gelu queued no cuBLASLt product "
+                  "(GELU_AUX_BIAS): cuBLASLt offered no algorithm, the unfused path ran");
     float *y = down(g[0], ny), *gelu = down(g[1], ny), *pre = down(g[2], ny);
     expect_close_tol("cuBLASLt bias epilogue y", y, g[3], ny, 1e-4, 1e-5);
     expect_close_tol("cuBLASLt bias + GELU epilogue pre", pre, g[5], ny, 1e-4, 1e-5);
