@@ -470,7 +470,9 @@ osdp_status osdp_runtime_execute(osdp_runtime *rt, const osdp_event *ev, int end
         case OSDP_EV_GATHER: TRY(gather(rt, e)); break;
         case OSDP_EV_GATHER_WAIT: TRY(gather_wait(rt, &o->slice[e->slice])); break;
         case OSDP_EV_COMPUTE: TRY(compute(rt, ev, at)); break;
-        case OSDP_EV_USE: case OSDP_EV_COMPUTE_END: break;
+        /* a slice about to be used, a pass ended: the collectives in flight move their data here too, not
+         * only in their waits (osdp_runtime_progress; between the kernels the operator pokes them) */
+        case OSDP_EV_USE: case OSDP_EV_COMPUTE_END: osdp_runtime_progress(rt); break;
         case OSDP_EV_LOAD_TOKENS:
             rt->backend->to_device(o->acts[e->micro].tokens, in->tokens + 2 * bt * (size_t)e->micro + (e->op == 0 ? 0 : bt),
                                    bt * sizeof(int));

@@ -12,7 +12,24 @@
 
 #define TRY(expr) do { osdp_status s_ = (expr); if (s_ != OSDP_OK) return s_; } while (0)
 
-static void progress_hook(void *arg) { osdp_comm_progress(arg); }
+/* Every communicator of the runtime on which it starts a call it waits
+ * later (osdp/comm.h's progress: MPI moves such a call's data only inside
+ * the rank's MPI calls): the data group's (prefetched all-gathers, the
+ * reduce-scatters that overlap the next operator's backward, a stage's
+ * gathers at its step's start and its reduce-once reductions), the node's
+ * (a node-first reduction's first stage) and the pipeline's (activation
+ * sends waited at the backward).  Called between the operators' kernels
+ * (osdp_op_context.progress) and by the executor at every slice use and
+ * pass end (osdp_runtime_progress), whatever the plan: it moves data
+ * earlier, never other data, so no number and no event changes. */
+void osdp_runtime_progress(osdp_runtime *rt)
+{
+    osdp_comm *comms[] = {rt->comm, rt->node_comm, rt->opt.pp_fwd_comm, rt->opt.pp_bwd_comm};
+    for (size_t i = 0; i < sizeof comms / sizeof comms[0]; i++)
+        if (comms[i]) (void)osdp_comm_progress(comms[i]);
+}
+
+static void progress_hook(void *arg) { osdp_runtime_progress(arg); }
 
 /* osdp_tp_group's collectives over the tensor-parallel communicator:
  * blocking, so they wait within the communication timeout as every
@@ -224,7 +241,7 @@ osdp_status osdp_runtime_create(osdp_runtime *rt, const osdp_layout *layout, con
     if (!in->sums) return osdp_error_set(OSDP_ERR_OOM, "runtime: out of device memory for 16 bytes");
     in->ctx = (osdp_op_context){.backend = backend, .layout = layout, .B = rt->B, .T = rt->T,
                                 .tp = layout->tp_size > 1 ? &in->tp : NULL, .tp_staging = in->tp_staging,
-                                .progress = opt->geo.prefetch ? progress_hook : NULL, .progress_arg = rt->comm};
+                                .progress = progress_hook, .progress_arg = rt};
     in->residual_left_op = -1;
     return OSDP_OK;
 }
