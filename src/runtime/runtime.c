@@ -12,23 +12,7 @@
 
 #define TRY(expr) do { osdp_status s_ = (expr); if (s_ != OSDP_OK) return s_; } while (0)
 
-/* Every communicator of the runtime on which it starts a call it waits
- * later (osdp/comm.h's progress: MPI moves such a call's data only inside
- * the rank's MPI calls): the data group's (prefetched all-gathers, the
- * reduce-scatters that overlap the next operator's backward, a stage's
- * gathers at its step's start and its reduce-once reductions), the node's
- * (a node-first reduction's first stage) and the pipeline's (activation
- * sends waited at the backward).  Called between the operators' kernels
- * (osdp_op_context.progress) and by the executor at every slice use and
- * pass end (osdp_runtime_progress), whatever the plan: it moves data
- * earlier, never other data, so no number and no event changes. */
-void osdp_runtime_progress(osdp_runtime *rt)
-{
-    osdp_comm *comms[] = {rt->comm, rt->node_comm, rt->opt.pp_fwd_comm, rt->opt.pp_bwd_comm};
-    for (size_t i = 0; i < sizeof comms / sizeof comms[0]; i++)
-        if (comms[i]) (void)osdp_comm_progress(comms[i]);
-}
-
+/* osdp_op_context.progress, between the operators' kernels (executor.c: osdp_runtime_progress) */
 static void progress_hook(void *arg) { osdp_runtime_progress(arg); }
 
 /* osdp_tp_group's collectives over the tensor-parallel communicator:
