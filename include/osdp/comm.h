@@ -79,8 +79,17 @@ typedef struct osdp_comm_backend {
      * waited only after group_end */
     osdp_status (*group_start)(osdp_comm *c);
     osdp_status (*group_end)(osdp_comm *c);
-    /* lets pending non-blocking collectives advance (MPI has no progress thread) */
-    void (*progress)(osdp_comm *c);
+    /* Lets c's non-blocking calls in flight advance while the rank computes:
+     * MPI moves a non-blocking collective's data only inside the rank's MPI
+     * calls (no progress thread), so the runtime pokes its communicators
+     * often (osdp/gpt.h's progress hook: between kernels, at every slice use
+     * and pass end) and a collective started early moves its rounds then,
+     * not all in its wait.  Cheap: one MPI_Request_get_status per request
+     * in flight, none when there is none; it completes and frees nothing
+     * (each request stays for its wait).  Returns how many of c's calls
+     * the host still has to advance: MPI's not yet complete; NCCL's none
+     * (the device advances them on its stream: a no-op). */
+    int (*progress)(osdp_comm *c);
     void (*destroy)(osdp_comm *c);
     /* where an in-place reduce-scatter leaves this rank's block: 1 at its own
      * block (NCCL's in-place form), 0 at the start of the buffer (MPI_IN_PLACE) */
@@ -159,7 +168,8 @@ osdp_status osdp_comm_recv(osdp_comm *c, void *buf, size_t count, osdp_dtype t, 
 osdp_status osdp_comm_wait(osdp_comm *c, osdp_request *req);
 osdp_status osdp_comm_group_start(osdp_comm *c);
 osdp_status osdp_comm_group_end(osdp_comm *c);
-void osdp_comm_progress(osdp_comm *c);
+/* the backend's progress (above); c NULL: 0 */
+int osdp_comm_progress(osdp_comm *c);
 void osdp_comm_destroy(osdp_comm *c);
 /* An early exit's last step before MPI_Finalize (every rank together): frees the MPI communicators the
  * comm layer made and has not freed (its MPI backend's duplicates, the mesh's groups), which MPI_Finalize

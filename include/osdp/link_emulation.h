@@ -38,14 +38,22 @@
  * has entered it); for a non-blocking collective, its issue where the
  * backend moves data while the rank computes (NCCL: advances_alone,
  * osdp/comm.h), and else (MPI without a progress thread: a nonblocking
- * collective's rounds advance only inside MPI calls) the rank's next wait or
- * blocking collective, where every collective issued before and not yet
- * started starts, in issue order.  On the CPU path the link's time then
- * adds to the compute between a collective's issue and its wait, as the
- * default cost model (paper: compute + comm) prices it; from the issue, it
- * hid behind that compute (DDP and FSDP on 8 emulated ranks ran 17-22%
- * under the prediction, doc/benchmarks.md).  A message's start is its
- * issue on either backend: the receiver's call moves it. */
+ * collective's rounds advance only inside MPI calls) the first moment the
+ * rank stays inside MPI after its issue: its next wait (of any request), a
+ * blocking collective, or a blocking send or receive (a pipeline stage's
+ * wait for its input: MPI's progress engine runs there for every request in
+ * flight), where every collective issued before and not yet started starts,
+ * in issue order; a collective's own wait or a blocking collective starts
+ * it once the real operation has completed, as above.  The runtime's
+ * progress pokes (osdp/comm.h: one MPI_Request_get_status per request
+ * between kernels) start none: a poke advances a collective by the rounds
+ * whose data has already arrived, the floor models the whole transfer as
+ * one interval.  On the CPU path the link's time then adds to the compute
+ * between a collective's issue and its wait, as the default cost model
+ * (paper: compute + comm) prices it; from the issue, it hid behind that
+ * compute (DDP and FSDP on 8 emulated ranks ran 17-22% under the
+ * prediction, doc/benchmarks.md).  A message's start is its issue on either
+ * backend: the receiver's call moves it. */
 #ifndef OSDP_LINK_EMULATION_H
 #define OSDP_LINK_EMULATION_H
 

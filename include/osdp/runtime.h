@@ -30,7 +30,12 @@
  * With prefetch the gather of the next slice use starts before the current
  * one computes (and, when an operator's pass begins, that of the next
  * operator's first slice), and an operator's reduce-scatters overlap the
- * next operator's backward.
+ * next operator's backward.  Whatever the plan, the runtime pokes its
+ * communicators' progress (osdp/comm.h) between the operators' kernels, at
+ * every slice use and at every pass end: MPI moves a non-blocking call's
+ * data only inside the rank's MPI calls, so the calls above move theirs
+ * while the rank computes, not all in their waits; the pokes change no
+ * number and no event.
  *
  * The order of a step's allocations, gathers, computes and reduce-scatters
  * is data: the runtime builds its schedule once (osdp/schedule.h) and

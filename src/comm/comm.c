@@ -122,15 +122,24 @@ osdp_status osdp_comm_broadcast(osdp_comm *c, void *buf, size_t bytes, int root,
 
 osdp_status osdp_comm_barrier(osdp_comm *c) { return c->ops->barrier(c); }
 
+/* a call that stays in the backend until it completes: on MPI the collectives in flight advance there
+ * (their emulated floors start: osdp_comm_link_inside_backend) */
+static void inside_backend(const osdp_comm *c, const void *request)
+{
+    if (!c->ops->advances_alone) osdp_comm_link_inside_backend(request);
+}
+
 osdp_status osdp_comm_send(osdp_comm *c, const void *buf, size_t count, osdp_dtype t, int peer, osdp_request *req)
 {
     account(c, OSDP_COLL_P2P, count * osdp_dtype_size(t), 1.0);
+    if (!req) inside_backend(c, NULL);
     double t0 = osdp_now_seconds();
     return over_link(c, OSDP_COLL_P2P, count * osdp_dtype_size(t), peer, req, t0, c->ops->send(c, buf, count, t, peer, req));
 }
 
 osdp_status osdp_comm_recv(osdp_comm *c, void *buf, size_t count, osdp_dtype t, int peer, osdp_request *req)
 {
+    if (!req) inside_backend(c, NULL);
     double t0 = osdp_now_seconds();
     return over_link(c, OSDP_COLL_P2P, count * osdp_dtype_size(t), peer, req, t0, c->ops->recv(c, buf, count, t, peer, req));
 }
@@ -140,6 +149,7 @@ osdp_status osdp_comm_wait(osdp_comm *c, osdp_request *req)
     if (!req || !req->impl) return OSDP_OK;
     double t0 = osdp_now_seconds();
     void *request = req->impl;   /* the backend's wait clears it */
+    inside_backend(c, request);
     osdp_status s = c->ops->wait(c, req);
     if (s == OSDP_OK) osdp_comm_link_waited(c, request);
     c->traffic.wait_seconds += osdp_now_seconds() - t0;
@@ -156,9 +166,9 @@ osdp_status osdp_comm_group_end(osdp_comm *c)
     return c->ops->group_end ? c->ops->group_end(c) : OSDP_OK;
 }
 
-void osdp_comm_progress(osdp_comm *c)
+int osdp_comm_progress(osdp_comm *c)
 {
-    if (c && c->ops->progress) c->ops->progress(c);
+    return c && c->ops->progress ? c->ops->progress(c) : 0;
 }
 
 void osdp_comm_destroy(osdp_comm *c)

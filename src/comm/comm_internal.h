@@ -59,6 +59,13 @@ void osdp_comm_link_attach(osdp_comm *c, MPI_Comm group);
 void osdp_comm_link_detach(osdp_comm *c);
 void osdp_comm_link_issued(osdp_comm *c, osdp_collective kind, size_t bytes, int peer, double t0, osdp_request *req);
 void osdp_comm_link_waited(osdp_comm *c, void *request);
+/* The rank stays inside a backend that moves data only inside its calls (MPI) until a message completes
+ * (a blocking send or receive, `request` NULL) or until `request` completes (a wait): the backend's
+ * progress engine runs there and advances every collective in flight, so the collectives whose floor has
+ * not started start it now, in issue order, on any communicator.  A wait for such a collective itself
+ * changes nothing here: its floor starts once it has completed (osdp_comm_link_waited), as a blocking
+ * call's. */
+void osdp_comm_link_inside_backend(const void *request);
 
 /* The entries every backend's table has, its functions named after them:
  * PREFIX##all_gather and so on (a backend adds .name and what only it has) */

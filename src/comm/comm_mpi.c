@@ -40,7 +40,8 @@ typedef struct mpi_pending {
 
 typedef struct mpi_comm_impl {
     MPI_Comm comm;
-    MPI_Request pending[MAX_PENDING];   /* requests handed out, for progress() */
+    MPI_Request pending[MAX_PENDING];   /* requests handed out and not yet waited (MPI_REQUEST_NULL: a free
+                                           slot), for mpi_progress */
     mpi_pending about[MAX_PENDING];
     unsigned long long issued;          /* collectives started on this rank */
     double timeout_s;                   /* 0: wait for ever */
@@ -273,17 +274,23 @@ static osdp_status mpi_wait(osdp_comm *c, osdp_request *req)
     return wait_slot(impl, (int)(r - impl->pending));
 }
 
-static void mpi_progress(osdp_comm *c)
+/* MPI_Request_get_status runs MPI's progress engine and, unlike MPI_Test or
+ * MPI_Testall, neither frees a completed request nor its slot: the slot
+ * stays taken until its own wait, which a later call's request could
+ * otherwise take over.  A slot is free exactly when it is MPI_REQUEST_NULL
+ * (a completed wait sets it so), so the scan costs 64 compares when
+ * nothing is in flight. */
+static int mpi_progress(osdp_comm *c)
 {
     mpi_comm_impl *impl = c->impl;
-    int flag;
-    /* MPI_Testall would free completed requests that callers still wait on;
-     * MPI_Test on a copy-less slot is fine since wait() accepts a completed
-     * (null) request.  One MPI_Testsome-like poke is enough to advance. */
+    int in_flight = 0;
     for (int i = 0; i < MAX_PENDING; i++)
         if (impl->pending[i] != MPI_REQUEST_NULL) {
-            MPI_Request_get_status(impl->pending[i], &flag, MPI_STATUS_IGNORE);
+            int done = 0;
+            if (MPI_Request_get_status(impl->pending[i], &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) done = 0;
+            in_flight += !done;
         }
+    return in_flight;
 }
 
 static void mpi_destroy(osdp_comm *c)

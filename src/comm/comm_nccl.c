@@ -601,7 +601,11 @@ static osdp_status nccl_group_end(osdp_comm *c)
     return r == ncclSuccess ? OSDP_OK : nccl_fail(impl, r, "ncclGroupEnd of a group of collectives");
 }
 
-static void nccl_progress(osdp_comm *c) { (void)c; }
+static int nccl_progress(osdp_comm *c)   /* the device advances the collectives on its streams */
+{
+    (void)c;
+    return 0;
+}
 
 /* Teardown: the collectives still in flight, then ncclCommFinalize (on a
  * non-blocking communicator it returns ncclInProgress while it flushes, with

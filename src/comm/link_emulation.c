@@ -233,6 +233,13 @@ static void start_unstarted(void)
     g_n_unstarted = 0;
 }
 
+void osdp_comm_link_inside_backend(const void *request)
+{
+    for (int i = 0; i < g_n_unstarted; i++)
+        if (request && g_unstarted[i].request == request) return;   /* its own wait: osdp_comm_link_waited's */
+    start_unstarted();
+}
+
 /* remembers a non-blocking call's floor until its wait; 0: no room (the caller waits it out now) */
 static int remember(struct osdp_comm_link *link, link_pending entry)
 {

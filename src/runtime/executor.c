@@ -454,6 +454,23 @@ static osdp_status pipeline_message(osdp_runtime *rt, const osdp_event *ev)
 
 /* ---- the loop ------------------------------------------------------------------ */
 
+/* Every communicator of the runtime on which it starts a call it waits
+ * later (osdp/comm.h's progress: MPI moves such a call's data only inside
+ * the rank's MPI calls): the data group's (prefetched all-gathers, the
+ * reduce-scatters that overlap the next operator's backward, a stage's
+ * gathers at its step's start and its reduce-once reductions), the node's
+ * (a node-first reduction's first stage) and the pipeline's (activation
+ * sends waited at the backward).  Called between the operators' kernels
+ * (osdp_op_context.progress) and by the loop below at every slice use and
+ * pass end, whatever the plan: it moves data earlier, never other data, so
+ * no number and no event changes. */
+void osdp_runtime_progress(osdp_runtime *rt)
+{
+    osdp_comm *comms[] = {rt->comm, rt->node_comm, rt->opt.pp_fwd_comm, rt->opt.pp_bwd_comm};
+    for (size_t i = 0; i < sizeof comms / sizeof comms[0]; i++)
+        if (comms[i]) (void)osdp_comm_progress(comms[i]);
+}
+
 osdp_status osdp_runtime_execute(osdp_runtime *rt, const osdp_event *ev, int end)
 {
     struct osdp_runtime_internal *in = rt->in;
@@ -470,7 +487,9 @@ osdp_status osdp_runtime_execute(osdp_runtime *rt, const osdp_event *ev, int end
         case OSDP_EV_GATHER: TRY(gather(rt, e)); break;
         case OSDP_EV_GATHER_WAIT: TRY(gather_wait(rt, &o->slice[e->slice])); break;
         case OSDP_EV_COMPUTE: TRY(compute(rt, ev, at)); break;
-        case OSDP_EV_USE: case OSDP_EV_COMPUTE_END: break;
+        /* a slice about to be used, a pass ended: the collectives in flight move their data here too, not
+         * only in their waits (osdp_runtime_progress; between the kernels the operator pokes them) */
+        case OSDP_EV_USE: case OSDP_EV_COMPUTE_END: osdp_runtime_progress(rt); break;
         case OSDP_EV_LOAD_TOKENS:
             rt->backend->to_device(o->acts[e->micro].tokens, in->tokens + 2 * bt * (size_t)e->micro + (e->op == 0 ? 0 : bt),
                                    bt * sizeof(int));

@@ -12,7 +12,8 @@
 
 #define TRY(expr) do { osdp_status s_ = (expr); if (s_ != OSDP_OK) return s_; } while (0)
 
-static void progress_hook(void *arg) { osdp_comm_progress(arg); }
+/* osdp_op_context.progress, between the operators' kernels (executor.c: osdp_runtime_progress) */
+static void progress_hook(void *arg) { osdp_runtime_progress(arg); }
 
 /* osdp_tp_group's collectives over the tensor-parallel communicator:
  * blocking, so they wait within the communication timeout as every
@@ -224,7 +225,7 @@ osdp_status osdp_runtime_create(osdp_runtime *rt, const osdp_layout *layout, con
     if (!in->sums) return osdp_error_set(OSDP_ERR_OOM, "runtime: out of device memory for 16 bytes");
     in->ctx = (osdp_op_context){.backend = backend, .layout = layout, .B = rt->B, .T = rt->T,
                                 .tp = layout->tp_size > 1 ? &in->tp : NULL, .tp_staging = in->tp_staging,
-                                .progress = opt->geo.prefetch ? progress_hook : NULL, .progress_arg = rt->comm};
+                                .progress = progress_hook, .progress_arg = rt};
     in->residual_left_op = -1;
     return OSDP_OK;
 }

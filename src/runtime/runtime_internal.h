@@ -71,6 +71,8 @@ osdp_status osdp_runtime_execute(osdp_runtime *rt, const osdp_event *ev, int end
 /* Frees every buffer the schedule allocated that is still held (after an
  * error mid-step too), waiting for gathers in flight. */
 void osdp_runtime_release_all(osdp_runtime *rt);
+/* lets the runtime's non-blocking calls in flight advance (executor.c: which communicators, and why) */
+void osdp_runtime_progress(osdp_runtime *rt);
 /* The step's (or a validation pass's) sums, n doubles on the host, added up
  * over the whole mesh: the data group, then the tensor group (osdp/runtime.h
  * says who adds what). */

@@ -4,7 +4,9 @@
  * (osdp_link_floor_seconds, measured on every rank from the call to its
  * completion), blocking and non-blocking, and moves the same numbers; a
  * group inside one node gets no link; a non-blocking collective's floor
- * starts at its wait on MPI, at its issue where the backend advances alone. */
+ * starts at its wait on MPI, or at a blocking message before it (MPI's
+ * progress runs there), at its issue where the backend advances alone.
+ * And the MPI backend's progress entry completes a collective alone. */
 #include "config.h"
 
 #include "check_main.h"
@@ -50,6 +52,22 @@ static void end_comm(osdp_comm *c)
 {
     osdp_comm_destroy(c);
     osdp_comm_emulate(NULL);
+}
+
+/* the rank computes for s seconds, outside MPI */
+static void compute_for(double s)
+{
+    const struct timespec t = {(time_t)s, (long)(1e9 * (s - (double)(time_t)s))};
+    nanosleep(&t, NULL);
+}
+
+/* once every rank is here: how long this rank's wait for req takes */
+static double wait_after_barrier(osdp_comm *c, osdp_request *req)
+{
+    MPI_Barrier(MPI_COMM_WORLD);
+    const double t0 = osdp_now_seconds();
+    ck_assert(osdp_comm_wait(c, req) == OSDP_OK);
+    return osdp_now_seconds() - t0;
 }
 
 START_TEST(test_groups_get_the_link)
@@ -221,8 +239,6 @@ START_TEST(test_floor_starts_at_the_wait_without_progress)
     const double floor_s = osdp_link_floor_seconds(e, OSDP_COLL_ALL_GATHER, 4, 4 * count * 4);
     /* 3 floors of compute, so that a backend advancing alone has spent its floor long before the
      * wait; the wait may then take up to a whole floor (63 ms) of a loaded machine's late wake-ups */
-    const double compute_s = 3 * floor_s;
-    const struct timespec compute = {(time_t)compute_s, (long)(1e9 * (compute_s - (double)(time_t)compute_s))};
     ck_assert(c.ops->advances_alone == 0);
     osdp_comm_backend alone = *c.ops;
     alone.advances_alone = 1;
@@ -231,11 +247,8 @@ START_TEST(test_floor_starts_at_the_wait_without_progress)
         osdp_request req = {NULL};
         MPI_Barrier(MPI_COMM_WORLD);
         ck_assert(osdp_comm_all_gather(&c, shard, full, count, OSDP_FLOAT32, &req) == OSDP_OK);
-        nanosleep(&compute, NULL);   /* the rank computes, 3 floors */
-        MPI_Barrier(MPI_COMM_WORLD);   /* every rank has issued it and computed */
-        const double t0 = osdp_now_seconds();
-        ck_assert(osdp_comm_wait(&c, &req) == OSDP_OK);
-        const double waited = osdp_now_seconds() - t0;
+        compute_for(3 * floor_s);
+        const double waited = wait_after_barrier(&c, &req);   /* every rank has issued it and computed */
         if (advances)
             ck_assert_msg(waited < floor_s, "advancing alone: the wait took %.6f s of a floor of %.6f s spent "
                           "while the rank computed", waited, floor_s);
@@ -247,6 +260,85 @@ START_TEST(test_floor_starts_at_the_wait_without_progress)
     free(shard);
     free(full);
     end_comm(&c);
+}
+END_TEST
+
+/* A rank that stays in MPI until a message arrives (a blocking receive:
+ * the pipeline's wait for its stage's input) advances the collectives it
+ * has in flight there, so their floors start at the receive: an all-gather
+ * issued before a receive that blocks 3 floors is done by its wait; the
+ * sender, which computed those 3 floors outside MPI, starts its floor at
+ * its own blocking send and waits most of a floor (the message itself stays
+ * inside a node: no floor of its own) */
+START_TEST(test_blocking_message_starts_the_floors)
+{
+    osdp_comm c, in_node;
+    const int r = world_rank(), receiver = r % 2;   /* 0 -> 1 and 2 -> 3: inside each node */
+    make_comm(&c, 0);
+    make_comm(&in_node, r / 2);
+    ck_assert(c.link != NULL && in_node.link == NULL);
+    const osdp_link_emulation *e = osdp_comm_emulation();
+    const size_t count = 16 * 65536;   /* 16 MiB all-gathered: 3 ring steps of 4 MiB, about 252 ms */
+    float *shard = malloc(count * sizeof(float)), *full = malloc(4 * count * sizeof(float)), token = (float)r;
+    ck_assert(shard && full);
+    for (size_t i = 0; i < count; i++) shard[i] = (float)(r + 1);
+    const double floor_s = osdp_link_floor_seconds(e, OSDP_COLL_ALL_GATHER, 4, 4 * count * 4);
+    osdp_request req = {NULL};
+    MPI_Barrier(MPI_COMM_WORLD);
+    ck_assert(osdp_comm_all_gather(&c, shard, full, count, OSDP_FLOAT32, &req) == OSDP_OK);
+    if (receiver) {
+        ck_assert(osdp_comm_recv(&in_node, &token, 1, OSDP_FLOAT32, 0, NULL) == OSDP_OK);
+        ck_assert(token == (float)(r - 1));
+    } else {
+        compute_for(3 * floor_s);   /* the sender computes */
+        ck_assert(osdp_comm_send(&in_node, &token, 1, OSDP_FLOAT32, 1, NULL) == OSDP_OK);
+    }
+    const double waited = wait_after_barrier(&c, &req);
+    if (receiver)
+        ck_assert_msg(waited < floor_s, "after a receive that blocked 3 floors the wait took %.6f s of a floor of "
+                      "%.6f s (its data should have moved in the receive)", waited, floor_s);
+    else
+        ck_assert_msg(waited >= 0.5 * floor_s, "a rank that computed outside MPI waited %.6f s of a floor of %.6f s "
+                      "(its floor starts at its blocking send)", waited, floor_s);
+    for (int k = 0; k < 4; k++) ck_assert(full[(size_t)k * count] == (float)(k + 1));
+    free(shard);
+    free(full);
+    osdp_comm_destroy(&in_node);
+    end_comm(&c);
+}
+END_TEST
+
+/* The MPI backend's progress entry (osdp/comm.h): nothing in flight, 0; a
+ * non-blocking all-reduce of 4 MiB (beyond MPICH's eager sizes: its rounds
+ * need the ranks' MPI calls) completes through progress calls alone, before
+ * its wait, which then finds the sums there; no emulation */
+START_TEST(test_progress_completes_a_collective)
+{
+    osdp_comm c;
+    ck_assert(osdp_comm_create_mpi(&c, &(MPI_Comm){MPI_COMM_WORLD}) == OSDP_OK);
+    const int r = world_rank();
+    const size_t count = 1 << 20;
+    float *buf = malloc(count * sizeof(float));
+    ck_assert(buf != NULL);
+    for (size_t i = 0; i < count; i++) buf[i] = (float)(r + 1) * (float)(i % 7);
+    ck_assert_int_eq(osdp_comm_progress(&c), 0);
+    osdp_request req = {NULL};
+    ck_assert(osdp_comm_all_reduce(&c, buf, count, OSDP_FLOAT32, &req) == OSDP_OK);
+    const double t0 = osdp_now_seconds();
+    long polls = 0;
+    int left = 1;
+    while (left > 0 && osdp_now_seconds() - t0 < 60) {
+        left = osdp_comm_progress(&c);
+        ck_assert(left == 0 || left == 1);   /* the one request, still in its slot */
+        polls++;
+    }
+    ck_assert_msg(left == 0, "the all-reduce did not complete in 60 s of progress calls (%ld polls)", polls);
+    ck_assert(req.impl != NULL);   /* not waited: the progress calls completed it */
+    for (size_t i = 0; i < count; i += 4099) ck_assert(buf[i] == 10.0f * (float)(i % 7));   /* 1 + 2 + 3 + 4 */
+    ck_assert(osdp_comm_wait(&c, &req) == OSDP_OK && req.impl == NULL);
+    ck_assert_int_eq(osdp_comm_progress(&c), 0);   /* its slot free again */
+    free(buf);
+    osdp_comm_destroy(&c);
 }
 END_TEST
 
@@ -279,8 +371,9 @@ static Suite *link_suite(void)
 {
     const TTest *link[] = {test_groups_get_the_link, test_collectives_take_the_link_time, test_calls_on_one_communicator_queue,
                             test_collectives_on_two_communicators_queue, test_floor_starts_at_the_wait_without_progress,
-                            test_messages_across_nodes, NULL};
-    const osdp_check_case cases[] = {{.name = "link", .tests = link}};
+                            test_messages_across_nodes, test_blocking_message_starts_the_floors, NULL};
+    const TTest *progress[] = {test_progress_completes_a_collective, NULL};
+    const osdp_check_case cases[] = {{.name = "link", .tests = link}, {.name = "progress", .tests = progress}};
     return osdp_check_suite("link_emulation", cases, sizeof cases / sizeof cases[0]);
 }
 
