@@ -141,6 +141,11 @@ typedef struct osdp_compute_backend {
                               float scale, const float *ln, const void *w, int rows, int d, int V, int valid,
                               int vocab_lo, int out_in);
     void (*residual_forward)(float *out, const float *a, const float *b, size_t n);
+    /* The bf16 residual stream (--residual-dtype bf16, osdp/schedule.h); NULL for the fp32 tables: x rounded
+     * to bf16 values in place (round to nearest even, as convert_weights), and dst (n fp32) = src (n bf16)
+     * widened, exact.  A recomputed operator's output goes to bf16 with convert_weights. */
+    void (*residual_round)(float *x, size_t n);
+    void (*residual_widen)(float *dst, const void *src, size_t n);
     void (*vector_accumulate)(float *y, const float *x, size_t n);
     /* sum of losses (BT) in double, result to the host */
     double (*sum)(const float *x, size_t n);

@@ -156,6 +156,7 @@ static osdp_status alloc_micro_slots(osdp_runtime *rt)
         rt_op *o = &in->ops[i];
         ok = (o->acts_base = calloc(slots, sizeof *o->acts_base)) != NULL
           && (o->kept_out = calloc(slots, sizeof *o->kept_out)) != NULL
+          && (o->kept_wide = calloc(slots, sizeof *o->kept_wide)) != NULL
           && (o->acts = calloc(slots, sizeof *o->acts)) != NULL;
     }
     return ok ? OSDP_OK : osdp_error_set(OSDP_ERR_OOM, "runtime: out of host memory");
@@ -166,6 +167,7 @@ static void free_micro_slots(struct osdp_runtime_internal *in, int n_ops)
     for (int i = 0; i < n_ops; i++) {
         free(in->ops[i].acts_base);
         free(in->ops[i].kept_out);
+        free(in->ops[i].kept_wide);
         free(in->ops[i].acts);
     }
     free(in->stage_input);
@@ -189,6 +191,14 @@ osdp_status osdp_runtime_create(osdp_runtime *rt, const osdp_layout *layout, con
     if (opt->geo.weight_dtype != backend->weight_dtype)
         return osdp_error_set(OSDP_ERR_INPUT, "runtime: %s weights asked for, but the %s backend's are %s",
                               osdp_dtype_name(opt->geo.weight_dtype), backend->name, osdp_dtype_name(backend->weight_dtype));
+    const int bf16_stream = opt->geo.residual_dtype == OSDP_BFLOAT16;
+    if (opt->geo.residual_dtype != OSDP_FLOAT32 && !bf16_stream)
+        return osdp_error_set(OSDP_ERR_INPUT, "runtime: a %s residual stream is not one (fp32 or bf16)",
+                              osdp_dtype_name(opt->geo.residual_dtype));
+    if (bf16_stream && (!backend->residual_round || !backend->residual_widen || !backend->convert_weights))
+        return osdp_error_set(OSDP_ERR_INPUT, "--residual-dtype bf16 needs bf16 weights (--precision bf16): the %s "
+                              "backend's %s table has no bf16 rounding", backend->name,
+                              osdp_dtype_name(backend->weight_dtype));
     struct osdp_runtime_internal *in = rt->in = calloc(1, sizeof *in);
     if (!in) return osdp_error_set(OSDP_ERR_OOM, "runtime: out of host memory");
     TRY(attach_tp_group(rt, opt));
@@ -224,7 +234,8 @@ osdp_status osdp_runtime_create(osdp_runtime *rt, const osdp_layout *layout, con
     if (!in->sums) return osdp_error_set(OSDP_ERR_OOM, "runtime: out of device memory for 16 bytes");
     in->ctx = (osdp_op_context){.backend = backend, .layout = layout, .B = rt->B, .T = rt->T,
                                 .tp = layout->tp_size > 1 ? &in->tp : NULL, .tp_staging = in->tp_staging,
-                                .progress = opt->geo.prefetch ? progress_hook : NULL, .progress_arg = rt->comm};
+                                .progress = opt->geo.prefetch ? progress_hook : NULL, .progress_arg = rt->comm,
+                                .round_residual = bf16_stream};
     in->residual_left_op = -1;
     return OSDP_OK;
 }
