@@ -4,7 +4,8 @@
 # bf16) while gradients, their reduce-scatters, AdamW and activations stay
 # fp32 (osdp/runtime.h).  The CPU bf16 table widens the weights for OpenBLAS,
 # so this proves the runtime's path that the GPU runs, not the GPU kernels
-# (tests/cuda/test_cuda, tests/system/test_cuda_vs_cpu.sh).
+# (tests/cuda/test_cuda, tests/system/test_cuda_vs_cpu.sh).  Parts 8-10: the
+# bf16 residual stream (--residual-dtype bf16) that rides on bf16 weights.
 set -u
 . "$(dirname "$0")/../lib/test_lib.sh" mixed-precision-work
 
@@ -95,5 +96,63 @@ run 1 bad_precision --steps 1 --precision fp16; rc=$?
 if [ $rc != 0 ] && grep -q -- "--precision 'fp16': expected bf16 or fp32" "$WORK/bad_precision.err"; then
     ok "--precision fp16: exit $rc, '$(grep -o -- "--precision 'fp16'.*" "$WORK/bad_precision.err" | head -1)'"
 else bad "--precision fp16 (rc $rc)" "$WORK/bad_precision.err"; fi
+
+# -- 8. a bf16 residual stream (--residual-dtype bf16, osdp/schedule.h): every operator's output rounded to
+#       bf16 values, a recomputed operator's kept output held in 2 bytes.  Recompute never changes the
+#       numbers (bit for bit), on PP 2 x DP 2 (1F1B: stage 0's last operator sends its fp32 output on, the
+#       others keep theirs narrow) and on DP 4 with ZDP; measured = predicted per category in every run;
+#       against the fp32 stream (part 1's bf16_dp) only rounding differs (within 1e-2, not the same bits)
+run 4 res_pp_none --steps 10 --batch 2 --pp 2 --stages 0:3,3:6 --plan dp --precision bf16 --residual-dtype bf16 ||
+    bad "bf16 stream PP 2 ran" "$WORK/res_pp_none.err"
+run 4 res_pp_all --steps 10 --batch 2 --pp 2 --stages 0:3,3:6 --plan dp --precision bf16 --residual-dtype bf16 \
+    --recompute all || bad "bf16 stream PP 2 with recompute ran" "$WORK/res_pp_all.err"
+run 4 res_dp_none --steps 10 --batch 2 --plan dp --precision bf16 --residual-dtype bf16 ||
+    bad "bf16 stream DP 4 ran" "$WORK/res_dp_none.err"
+run 4 res_dp_all --steps 10 --batch 2 --plan zdp --precision bf16 --residual-dtype bf16 --recompute all ||
+    bad "bf16 stream DP 4 ZDP with recompute ran" "$WORK/res_dp_all.err"
+if [ "$(losses "$WORK/res_pp_none.log" | wc -l)" = 10 ] &&
+   [ "$(losses "$WORK/res_pp_none.log")" = "$(losses "$WORK/res_pp_all.log")" ] &&
+   [ "$(losses "$WORK/res_dp_none.log" | wc -l)" = 10 ] &&
+   [ "$(losses "$WORK/res_dp_none.log")" = "$(losses "$WORK/res_dp_all.log")" ]; then
+    ok "bf16 residual stream: recompute all = none bit for bit over 10 steps, on PP 2 x DP 2 and on DP 4 (all-ZDP)"
+else bad "bf16 residual stream: recompute changed the losses"; paste <(losses "$WORK/res_pp_none.log") <(losses "$WORK/res_pp_all.log") | head -3; fi
+if paste -d' ' <(field "$WORK/bf16_dp.log" loss) <(field "$WORK/res_dp_none.log" loss) |
+       awk 'NF == 2 {n++; d=$1-$2; if (d<0) d=-d; if (d > m) m = d; if (d > 1e-2*$1) bad=1}
+            END {printf "max |difference| %.2e\n", m; exit (bad || n != 10)}' > "$WORK/res_curve.txt" &&
+   [ "$(losses "$WORK/bf16_dp.log")" != "$(losses "$WORK/res_dp_none.log")" ]; then
+    ok "bf16 residual stream against the fp32 one (bf16 weights both): within 1e-2 relative, not the same bits ($(cat "$WORK/res_curve.txt"))"
+else bad "bf16 against fp32 residual stream" "$WORK/res_curve.txt"; fi
+mem_ok=1
+for log in res_pp_none res_pp_all res_dp_none res_dp_all; do
+    for cat in state weights grads activations workspace total; do
+        m=$(last "$log" "peak_$cat"); p=$(last "$log" "pred_$cat")
+        [ -n "$m" ] && [ "$m" = "$p" ] || { mem_ok=0; echo "    $log $cat: measured $m predicted $p"; }
+    done
+done
+if [ $mem_ok = 1 ]; then
+    ok "bf16 residual stream: measured = predicted per category in 4 runs (PP 2 stage 0 $(last res_pp_all peak_total) B with recompute)"
+else bad "bf16 residual stream: measured and predicted memory differ"; fi
+
+# -- 9. a bf16-stream run with recompute resumed at step 5 continues bit for bit (res_dp_all uninterrupted)
+OSDP_CKPT_MPIO=independent run 4 res_ck_first --steps 5 --lr-steps 10 --batch 2 --plan zdp --precision bf16 \
+    --residual-dtype bf16 --recompute all --ckpt-dir "$WORK/res_ck" || bad "bf16 stream run with a save" "$WORK/res_ck_first.err"
+OSDP_CKPT_MPIO=independent run 4 res_ck_rest --steps 10 --batch 2 --plan zdp --precision bf16 --residual-dtype bf16 \
+    --recompute all --resume "$WORK/res_ck/step_00000005.h5" || bad "bf16 stream resume" "$WORK/res_ck_rest.err"
+if [ "$(losses "$WORK/res_dp_all.log" | tail -5)" = "$(losses "$WORK/res_ck_rest.log" | tail -5)" ] &&
+   [ "$(losses "$WORK/res_ck_first.log")" = "$(losses "$WORK/res_dp_all.log" | head -5)" ] &&
+   [ "$(losses "$WORK/res_ck_rest.log" | wc -l)" = 5 ]; then
+    ok "bf16 residual stream checkpoint: steps 6-10 after a resume at step 5 equal the uninterrupted run's bit for bit"
+else bad "bf16 stream checkpoint resume (losses differ)"; paste <(losses "$WORK/res_dp_all.log" | tail -5) <(losses "$WORK/res_ck_rest.log") | head -5; fi
+
+# -- 10. a bf16 stream beside fp32 weights is refused on every rank, naming the option (train, and plan
+#        for a device of fp32 weights)
+run 4 res_fp32 --steps 1 --precision fp32 --residual-dtype bf16; rc=$?
+"$BIN" plan --model "$M" --device "$SRC/tests/inputs/t_device.ini" --ranks 4 --residual-dtype bf16 \
+    >"$WORK/res_plan.out" 2>"$WORK/res_plan.err"; rcp=$?
+if [ $rc != 0 ] && [ $rcp != 0 ] && [ ! -s "$WORK/res_fp32.log" ] &&
+   grep -q -- "--residual-dtype bf16 needs bf16 weights, and --precision gives fp32" "$WORK/res_fp32.err" &&
+   grep -q -- "--residual-dtype bf16 needs bf16 weights" "$WORK/res_plan.err"; then
+    ok "--residual-dtype bf16 with fp32 weights: train exit $rc, plan exit $rcp, '$(grep -o -- "--residual-dtype bf16 needs.*" "$WORK/res_fp32.err" | head -1)'"
+else bad "--residual-dtype bf16 with fp32 weights (train rc $rc, plan rc $rcp)" "$WORK/res_fp32.err"; fi
 
 summary test_mixed_precision
