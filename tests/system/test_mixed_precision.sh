@@ -110,6 +110,16 @@ run 4 res_dp_none --steps 10 --batch 2 --plan dp --precision bf16 --residual-dty
     bad "bf16 stream DP 4 ran" "$WORK/res_dp_none.err"
 run 4 res_dp_all --steps 10 --batch 2 --plan zdp --precision bf16 --residual-dtype bf16 --recompute all ||
     bad "bf16 stream DP 4 ZDP with recompute ran" "$WORK/res_dp_all.err"
+# interleaved (PP 2 x V 2, 4 chunks: the chunks' last operators send theirs on in fp32)
+run 4 res_il_none --steps 6 --batch 1 --global-batch 8 --pp 2 --schedule interleaved --virtual-stages 2 \
+    --stages 0:2,2:3,3:5,5:6 --plan dp --precision bf16 --residual-dtype bf16 || bad "bf16 stream interleaved ran" "$WORK/res_il_none.err"
+run 4 res_il_all --steps 6 --batch 1 --global-batch 8 --pp 2 --schedule interleaved --virtual-stages 2 \
+    --stages 0:2,2:3,3:5,5:6 --plan dp --precision bf16 --residual-dtype bf16 --recompute all ||
+    bad "bf16 stream interleaved with recompute ran" "$WORK/res_il_all.err"
+if [ "$(losses "$WORK/res_il_none.log" | wc -l)" = 6 ] &&
+   [ "$(losses "$WORK/res_il_none.log")" = "$(losses "$WORK/res_il_all.log")" ]; then
+    ok "bf16 residual stream, interleaved PP 2 x V 2: recompute all = none bit for bit over 6 steps"
+else bad "bf16 residual stream interleaved: recompute changed the losses"; fi
 if [ "$(losses "$WORK/res_pp_none.log" | wc -l)" = 10 ] &&
    [ "$(losses "$WORK/res_pp_none.log")" = "$(losses "$WORK/res_pp_all.log")" ] &&
    [ "$(losses "$WORK/res_dp_none.log" | wc -l)" = 10 ] &&
@@ -123,14 +133,25 @@ if paste -d' ' <(field "$WORK/bf16_dp.log" loss) <(field "$WORK/res_dp_none.log"
     ok "bf16 residual stream against the fp32 one (bf16 weights both): within 1e-2 relative, not the same bits ($(cat "$WORK/res_curve.txt"))"
 else bad "bf16 against fp32 residual stream" "$WORK/res_curve.txt"; fi
 mem_ok=1
-for log in res_pp_none res_pp_all res_dp_none res_dp_all; do
+for log in res_pp_none res_pp_all res_dp_none res_dp_all res_il_none res_il_all; do
     for cat in state weights grads activations workspace total; do
         m=$(last "$log" "peak_$cat"); p=$(last "$log" "pred_$cat")
         [ -n "$m" ] && [ "$m" = "$p" ] || { mem_ok=0; echo "    $log $cat: measured $m predicted $p"; }
     done
 done
+# every stage of the pipelined runs: each category's measured peak on its ranks (min and max) = its prediction
+stage_fields=0
+for log in res_pp_none res_pp_all res_il_none res_il_all; do
+    n=$(tr ' ' '\n' < "$WORK/$log.log" | grep '^stage_[0-9]*_p' | awk -F= '
+        { split($1, k, "_"); key = k[2] "_" k[length(k)]; kind = $1; sub(/^stage_[0-9]*_/, "", kind); sub(/_[a-z]*$/, "", kind)
+          v[key, kind] = $2; keys[key] = 1 }
+        END { n = 0; for (key in keys) { if (v[key, "peak_min"] != v[key, "pred"] || v[key, "peak_max"] != v[key, "pred"]) { print "bad " key; exit 1 } n++ }
+              print n }') || { mem_ok=0; echo "    $log: $n"; }
+    [ "${n:-0}" -ge 12 ] 2>/dev/null || { mem_ok=0; echo "    $log: $n stage fields"; }
+    stage_fields=$((stage_fields + ${n:-0}))
+done
 if [ $mem_ok = 1 ]; then
-    ok "bf16 residual stream: measured = predicted per category in 4 runs (PP 2 stage 0 $(last res_pp_all peak_total) B with recompute)"
+    ok "bf16 residual stream: measured = predicted per category in 6 runs, and on every rank of every stage ($stage_fields stage categories; PP 2 stage 0 $(last res_pp_all peak_total) B with recompute)"
 else bad "bf16 residual stream: measured and predicted memory differ"; fi
 
 # -- 9. a bf16-stream run with recompute resumed at step 5 continues bit for bit (res_dp_all uninterrupted)
