@@ -111,7 +111,8 @@
  * them between kernels), so neither cost kind overlaps them:
  *   AR(S)    = 2 (t-1)(alpha_tp + S/t beta_tp)   a ring all-reduce of S bytes
  *              (each rank sends and receives 2 (t-1)/t S)
- *   S_i      = b T d_i 4   the residual stream (b, T, d_i) in fp32
+ *   S_i      = b T d_i r   the residual stream (b, T, d_i): r = 4, or 2 under a
+ *              bf16 residual stream, whose all-reduces move bf16 (osdp/schedule.h)
  *   tp_comm  = A x  embed  AR(S_0)                forward: the lookups summed
  *                   attn,  (2 + rc) AR(S_i)       forward after the row-parallel
  *                   mlp                           product (again when recomputed),

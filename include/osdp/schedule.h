@@ -120,6 +120,14 @@
  * (sends: the last of its chunk, not the model's last) is not narrow: its
  * fp32 KEPT is the buffer the non-blocking send reads until its wait in the
  * backward, as with an fp32 stream; the message stays fp32.
+ * The tensor-parallel group's all-reduces of the stream (osdp/gpt.h: the
+ * row-parallel products' partial outputs and the vocabulary-parallel
+ * lookups in the forward, the column-parallel products' d(ln) in the
+ * backward) move bf16, as Megatron-LM's do: each rank's partial is rounded
+ * to bf16 in its own buffer's first half, the group sums in fp32 and rounds
+ * the sum (MPI: a user-defined operation; NCCL: ncclBfloat16), widened back
+ * in place; half the bytes, no buffer of its own, deterministic.  The
+ * cross-entropy's statistics stay fp32.
  *
  * The evaluation (osdp_schedule_peak) only reads ALLOC and FREE: a stage's
  * peak, its in-flight micro-batches included, is exact by construction. */

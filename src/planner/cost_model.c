@@ -264,7 +264,8 @@ double osdp_cost_tp_comm(const osdp_cost_model *cm, int op, int rc, int b)
     const osdp_op_layout *o = &L->op[op];
     const osdp_device *d = cm->dev;
     const double tokens = (double)b * (double)L->T;
-    const double stream = tokens * (double)o->width * (double)sizeof(float);   /* (b, T, d) floats */
+    /* (b, T, d) in the residual stream's dtype: a bf16 stream's all-reduces move bf16 (osdp/schedule.h) */
+    const double stream = tokens * (double)o->width * (double)osdp_dtype_size(cm->geo.residual_dtype);
     switch (o->type) {
     case OSDP_OP_EMBED:   /* forward: the vocabulary-parallel lookups summed */
         return tp_all_reduce_time(d, tp, stream);

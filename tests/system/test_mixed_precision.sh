@@ -176,4 +176,35 @@ if [ $rc != 0 ] && [ $rcp != 0 ] && [ ! -s "$WORK/res_fp32.log" ] &&
     ok "--residual-dtype bf16 with fp32 weights: train exit $rc, plan exit $rcp, '$(grep -o -- "--residual-dtype bf16 needs.*" "$WORK/res_fp32.err" | head -1)'"
 else bad "--residual-dtype bf16 with fp32 weights (train rc $rc, plan rc $rcp)" "$WORK/res_fp32.err"; fi
 
+# -- 11. a bf16 stream's tensor-parallel all-reduces move bf16 (osdp/schedule.h: partials rounded, summed in
+#        fp32, the sum rounded), as Megatron-LM's do: TP 2 x DP 2 against DP 4 (part 8's res_dp_none, the same
+#        global batch of 8) differs by that rounding alone, within 1e-3 relative; bit for bit run to run and
+#        with recompute; the all-reduce bytes are half the fp32 stream's (whose closed form test_mesh checks),
+#        the step's 16-byte scalar sum aside; measured = predicted memory
+run 4 res_tp_a --steps 10 --batch 4 --tp 2 --plan dp --precision bf16 --residual-dtype bf16 || bad "bf16 stream TP 2 ran" "$WORK/res_tp_a.err"
+run 4 res_tp_b --steps 10 --batch 4 --tp 2 --plan dp --precision bf16 --residual-dtype bf16 || bad "bf16 stream TP 2 again" "$WORK/res_tp_b.err"
+run 4 res_tp_rc --steps 10 --batch 4 --tp 2 --plan zdp --precision bf16 --residual-dtype bf16 --recompute all ||
+    bad "bf16 stream TP 2 with recompute ran" "$WORK/res_tp_rc.err"
+run 4 res_tp_f --steps 2 --batch 4 --tp 2 --plan dp --precision bf16 || bad "fp32 stream TP 2 ran" "$WORK/res_tp_f.err"
+if [ "$(losses "$WORK/res_tp_a.log" | wc -l)" = 10 ] &&
+   [ "$(losses "$WORK/res_tp_a.log")" = "$(losses "$WORK/res_tp_b.log")" ] &&
+   [ "$(losses "$WORK/res_tp_a.log")" = "$(losses "$WORK/res_tp_rc.log")" ] &&
+   paste -d' ' <(field "$WORK/res_dp_none.log" loss) <(field "$WORK/res_tp_a.log" loss) |
+       awk 'NF == 2 {n++; d=$1-$2; if (d<0) d=-d; if (d > m) m = d; if (d > 1e-3*$1) bad=1}
+            END {printf "max |difference| %.2e\n", m; exit (bad || n != 10)}' > "$WORK/res_tp_curve.txt"; then
+    ok "bf16 stream, TP 2 x DP 2 (bf16 all-reduces) against DP 4: within 1e-3 relative over 10 steps ($(cat "$WORK/res_tp_curve.txt")); bit for bit run to run and with recompute all"
+else bad "bf16 stream TP 2"; cat "$WORK/res_tp_curve.txt" 2>/dev/null; paste <(losses "$WORK/res_dp_none.log") <(losses "$WORK/res_tp_a.log") <(losses "$WORK/res_tp_b.log") | head -3; fi
+ar_bf16=$(field "$WORK/res_tp_a.log" tp_ar_bytes | sort -u); ar_fp32=$(field "$WORK/res_tp_f.log" tp_ar_bytes | sort -u)
+tp_mem=1
+for log in res_tp_a res_tp_rc; do
+    for cat in state weights grads activations workspace tp_comm total; do
+        m=$(last "$log" "peak_$cat"); p=$(last "$log" "pred_$cat")
+        [ -n "$m" ] && [ "$m" = "$p" ] || { tp_mem=0; echo "    $log $cat: measured $m predicted $p"; }
+    done
+done
+if [ -n "$ar_bf16" ] && [ -n "$ar_fp32" ] && [ $((ar_bf16 - 16)) -gt 0 ] && [ $((2 * (ar_bf16 - 16))) = $((ar_fp32 - 16)) ] &&
+   [ $tp_mem = 1 ]; then
+    ok "bf16 stream TP 2: $ar_bf16 B all-reduced a step against the fp32 stream's $ar_fp32 (half, the 16-byte scalar sum aside); measured = predicted memory with and without recompute"
+else bad "bf16 stream TP 2 traffic ($ar_bf16 against $ar_fp32 B) or memory"; fi
+
 summary test_mixed_precision
