@@ -4,7 +4,7 @@
 # bf16) while gradients, their reduce-scatters, AdamW and activations stay
 # fp32 (osdp/runtime.h).  The CPU bf16 table widens the weights for OpenBLAS,
 # so this proves the runtime's path that the GPU runs, not the GPU kernels
-# (tests/cuda/test_cuda, tests/system/test_cuda_vs_cpu.sh).  Parts 8-10: the
+# (tests/cuda/test_cuda, tests/system/test_cuda_vs_cpu.sh).  Parts 8-11: the
 # bf16 residual stream (--residual-dtype bf16) that rides on bf16 weights.
 set -u
 . "$(dirname "$0")/../lib/test_lib.sh" mixed-precision-work
