@@ -150,6 +150,11 @@ typedef struct osdp_compute_backend {
     void (*matmul_backward_dgelu)(float *dpre, float *dw, float *db, float *db_pre, const float *dy, const float *x,
                                   const float *pre, const void *w, int BT, int IC, int OC);
     void (*residual_forward)(float *out, const float *a, const float *b, size_t n);
+    /* The bf16 residual stream (--residual-dtype bf16, osdp/schedule.h); NULL for the fp32 tables: x rounded
+     * to bf16 values in place (round to nearest even, as convert_weights), and dst (n fp32) = src (n bf16)
+     * widened, exact.  A recomputed operator's output goes to bf16 with convert_weights. */
+    void (*residual_round)(float *x, size_t n);
+    void (*residual_widen)(float *dst, const void *src, size_t n);
     void (*vector_accumulate)(float *y, const float *x, size_t n);
     /* sum of losses (BT) in double, result to the host */
     double (*sum)(const float *x, size_t n);

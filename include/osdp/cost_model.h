@@ -21,6 +21,14 @@
  *              with recompute only its output, b kept_floats_per_seq a
  *   rebuilt  recompute: the rest, b act_floats_per_seq a - acts, alive again
  *              during its recomputed forward and its backward
+ *   bf16 residual stream (geo.residual_dtype, osdp/schedule.h), a recomputed
+ *   operator that is not the last of a stage's layout (whose output is sent on):
+ *   narrow, acts = b kept_floats_per_seq r (r = 2, bf16) and rebuilt its whole
+ *   block b act_floats_per_seq a (its fp32 output slot included), and
+ *            v = b kept_floats_per_seq a: that output widened, alive during
+ *              the next operator's forward and its backward pass (v = 0 when
+ *              not narrow); a term of this operator's choice, added to the
+ *              next operator's backward moment like f
  *   grads    G = P e_g        full gradients during its backward
  *   accum    Q e_g            a reduce-once operator's (osdp/plan.h) gradients of its
  *              reduce-once slices, the last J: Q = sum_{s >= g-J} p_s (all: Q = P),
@@ -51,7 +59,7 @@
  *          + [tied head, u > 0] G_0   (the head's d(wte) goes into the embedding's
  *          gradients, allocated at the head's backward: the embedding is then DP,
  *          unsplit, so G_0 = P_0 e_g whatever the plan)
- *   Y_u  = max(w_u, H_u) + [prefetch, u > 0] f_{u-1}
+ *   Y_u  = max(w_u, H_u) + [prefetch, u > 0] f_{u-1} + [u > 0] v_{u-1}
  * A reduce-once operator (osdp/plan.h) adds accum_i to the all-step sum
  * (state_i + resident_i + accum_i) and has no H: its backward adds its G
  * into accum and frees it at once, and its one reduction per step goes
@@ -103,7 +111,8 @@
  * them between kernels), so neither cost kind overlaps them:
  *   AR(S)    = 2 (t-1)(alpha_tp + S/t beta_tp)   a ring all-reduce of S bytes
  *              (each rank sends and receives 2 (t-1)/t S)
- *   S_i      = b T d_i 4   the residual stream (b, T, d_i) in fp32
+ *   S_i      = b T d_i r   the residual stream (b, T, d_i): r = 4, or 2 under a
+ *              bf16 residual stream, whose all-reduces move bf16 (osdp/schedule.h)
  *   tp_comm  = A x  embed  AR(S_0)                forward: the lookups summed
  *                   attn,  (2 + rc) AR(S_i)       forward after the row-parallel
  *                   mlp                           product (again when recomputed),
@@ -226,6 +235,7 @@ int osdp_cost_can_split(const osdp_cost_model *cm, int op, int g);
 
 typedef struct osdp_op_mem {
     long long state, resident, acts, rebuilt, grads, recv, work, prefetch;
+    long long view;         /* a narrow operator's kept output widened, during the next operator's passes */
     long long held;         /* a pipeline stage: the other in-flight micro-batches' activations */
     long long wrap_forward;     /* a of the stage's wrap moment (above): its slice 0 prefetched for the next pass */
     long long wrap_again;       /* r of the stage's wrap moment: a one-operator stage's next backward prefetched */
@@ -242,7 +252,7 @@ typedef struct osdp_op_peak_terms {
     long long held;         /* all step: state + resident + held */
     long long acts;         /* from its forward to its backward */
     long long pass_peak;    /* at its backward: rebuilt + G + max(work, recv), + G_0 of a tied head */
-    long long prefetch;     /* during the backward of the operator after it: [prefetch] f */
+    long long prefetch;     /* during the backward of the operator after it: [prefetch] f + v */
     long long in_flight;    /* during the backward of the operator before it: [prefetch] (G + H) */
     /* as the first operator of a pipeline stage, at its wrap moment (above): pass_peak when the stage's next
      * pass is a forward (max with a), and when it is the backward of this operator alone (max with r) */

@@ -36,6 +36,9 @@ typedef struct osdp_step_geometry {
     int virtual_stages;     /* V (0 reads as 1) */
     int pad_quantum;        /* shard padding (osdp_compute_pad_quantum); 0 reads as 1, the CPU's */
     osdp_dtype weight_dtype;    /* working weights and their all-gathers: fp32 or bf16 */
+    osdp_dtype residual_dtype;  /* the residual stream, each operator's output (OSDP_FLOAT32, 0: as ever; bf16:
+                                   rounded to bf16 values, and a recomputed operator keeps it in 2 bytes,
+                                   osdp/schedule.h); bf16 only with bf16 weights */
     int prefetch;           /* overlap gathers / reduce-scatters with compute */
 } osdp_step_geometry;
 

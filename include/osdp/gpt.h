@@ -83,6 +83,10 @@ typedef struct osdp_op_context {
      * in place, so that `out` ends as it would have been. */
     int defer_residual;
     const float *input_residual;
+    /* A bf16 residual stream (osdp/schedule.h): every forward (and recomputed forward) of the embedding,
+     * attn and mlp ends by rounding its `out` to bf16 values (the backend's residual_round), so the
+     * plan and recompute never change the numbers; never with defer_residual */
+    int round_residual;
     int B, T;
     void (*progress)(void *arg);   /* called between kernels: lets collectives advance */
     void *progress_arg;

@@ -70,6 +70,7 @@ typedef struct osdp_job_request {
     const char *device_error;
     /* the backend's */
     osdp_dtype weights;            /* working weights (--precision) */
+    osdp_dtype residual;           /* the residual stream (--residual-dtype; bf16 only with bf16 weights) */
     int pad_quantum, vocab_quantum;
 } osdp_job_request;
 

@@ -97,6 +97,38 @@
  * or on a higher stage producing data that it already has the inputs for,
  * so the wait-for chain always ends at a stage that can run.
  *
+ * A bf16 residual stream (geo.residual_dtype bf16, Megatron-LM's default):
+ * every operator's output is rounded to bf16 values at the end of its
+ * forward and recomputed forward (osdp/gpt.h), and a recomputed operator
+ * whose output stays on its stage is narrow: its KEPT holds that output as
+ * bf16, 2 bytes an element, lossless.  Every reader wants fp32, and the
+ * simplest design that keeps the invariants is a transient widened copy,
+ * KEPT_WIDE, alive exactly around each pass of the one reader, the next
+ * operator: allocated (and widened from KEPT) before its forward and freed
+ * after it, allocated again at the start of its backward pass (before its
+ * recomputed forward) and freed at the end with its activations; the eval
+ * list does the same around its forward.  So the copy depends on the
+ * producer's choice alone and is present during the backward of the
+ * operator after it, like a prefetched slice: the planner's closed form
+ * needs one more term of that kind, not a coupling of two choices.  The
+ * narrow operator's ACTS is its whole activation block, its fp32 output
+ * slot included: the forward writes there, rounds, and narrows into KEPT
+ * (the recomputed forward writes the same values there again).  Keeping
+ * instead the producer's fp32 ACTS until the reader's forward would hold a
+ * whole activation block across the next forward, which can exceed every
+ * backward moment.  An operator whose output crosses to the next stage
+ * (sends: the last of its chunk, not the model's last) is not narrow: its
+ * fp32 KEPT is the buffer the non-blocking send reads until its wait in the
+ * backward, as with an fp32 stream; the message stays fp32.
+ * The tensor-parallel group's all-reduces of the stream (osdp/gpt.h: the
+ * row-parallel products' partial outputs and the vocabulary-parallel
+ * lookups in the forward, the column-parallel products' d(ln) in the
+ * backward) move bf16, as Megatron-LM's do: each rank's partial is rounded
+ * to bf16 in its own buffer's first half, the group sums in fp32 and rounds
+ * the sum (MPI: a user-defined operation; NCCL: ncclBfloat16), widened back
+ * in place; half the bytes, no buffer of its own, deterministic.  The
+ * cross-entropy's statistics stay fp32.
+ *
  * The evaluation (osdp_schedule_peak) only reads ALLOC and FREE: a stage's
  * peak, its in-flight micro-batches included, is exact by construction. */
 #ifndef OSDP_SCHEDULE_H
@@ -121,8 +153,10 @@ typedef enum osdp_buffer_kind {
     OSDP_BUF_RESIDENT,      /* (sum of DP slices' padded) weight dtype: DP slices' full weights */
     OSDP_BUF_WORKSPACE,     /* (osdp_workspace_floats) fp32: backward scratch shared by every operator */
     OSDP_BUF_GATHERED,      /* (slice padded) weight dtype: a ZDP slice's gathered weights */
-    OSDP_BUF_KEPT,          /* (B, T, d) fp32: recompute: the output kept from forward to backward */
-    OSDP_BUF_ACTS,          /* (B, act floats per sequence, less the kept output when recomputing) */
+    OSDP_BUF_KEPT,          /* (B, T, d) fp32, or bf16 when narrow (below): recompute: the output kept from
+                               forward to backward */
+    OSDP_BUF_ACTS,          /* (B, act floats per sequence, less the kept output when recomputing, unless
+                               narrow) fp32 */
     OSDP_BUF_FULL_GRAD,     /* (padded) fp32: full gradients during the backward */
     OSDP_BUF_GRAD_RECV,     /* (shard of the slices reduced every micro-batch) fp32: the reduce-scatter's
                                destination */
@@ -133,6 +167,8 @@ typedef enum osdp_buffer_kind {
     OSDP_BUF_GRAD_ACCUM,    /* (padded of its reduce-once slices) fp32: a reduce-once operator's
                                (osdp/plan.h) full gradients of those slices summed over the step's
                                micro-batches; allocated at setup */
+    OSDP_BUF_KEPT_WIDE,     /* (B, T, d) fp32, narrow only: op's bf16 KEPT output widened, what the next
+                               operator reads during each of its passes (below) */
     OSDP_BUF_N_KINDS
 } osdp_buffer_kind;
 
@@ -259,6 +295,8 @@ typedef struct osdp_buffer_widths {
     size_t weight;          /* working weights and their all-gathers (e) */
     size_t grad;            /* full gradients, their reduce-scatters and the gradient shard (e_g) */
     size_t act;             /* activations and the workspace (a) */
+    size_t residual;        /* a narrow recomputed operator's kept output: 2 under a bf16 residual stream;
+                               4 (or 0) reads as no narrowing */
 } osdp_buffer_widths;
 
 /* what the buffers of operator op are sized by */
@@ -271,14 +309,23 @@ typedef struct osdp_buffer_dims {
     size_t shard;           /* a rank's shard: padded / the ranks each slice is sharded over */
     size_t resident;        /* the DP slices' padded elements */
     size_t once, once_shard;    /* the reduce-once slices' padded and shard elements (osdp/plan.h) */
+    int sends;              /* op's output goes to the next pipeline stage (it is not narrow) */
     osdp_buffer_widths width;
 } osdp_buffer_dims;
+
+/* Is d's operator narrow: recomputed, its output kept in bf16 (above)? */
+static inline int osdp_buffer_kept_narrow(const osdp_buffer_dims *d)
+{
+    return d->recompute && !d->sends && d->width.residual > 0 && d->width.residual < sizeof(float);
+}
 
 /* Bytes of buffer `kind` of d's operator (osdp_buffer_kind has each one's
  * shape); slice_padded: the slice's padded elements, read by GATHERED
  * alone.  STAGE_INPUT (d->op: the stage's first operator) is the residual
  * stream of op - 1, fp32 on the wire whatever the widths. */
 size_t osdp_buffer_bytes(osdp_buffer_kind kind, const osdp_buffer_dims *d, size_t slice_padded);
+/* is operator op narrow, its recompute output kept in bf16 (osdp_buffer_kept_narrow)?  0 for op < 0 */
+int osdp_schedule_kept_narrow(const osdp_schedule *sched, int op);
 /* does this rank's stage hold operator op? */
 static inline int osdp_schedule_has_op(const osdp_schedule *sched, int op)
 {

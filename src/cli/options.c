@@ -249,6 +249,11 @@ static const option_row g_options[] = {
      .metavar = "bf16|fp32", .default_text = "bf16 with cuda, fp32 on cpu",
      .help = "working weights and their all-gathers (on cpu bf16 only tests the\n"
         "mixed-precision path); master weights, moments, gradients, activations: always fp32"},
+    {.name = "residual-dtype", .type = OPT_ENUM, .commands = TRAIN | PLAN | EVAL, .field = FIELD(residual_dtype),
+     .choices = "fp32|bf16", .default_value = "fp32", .metavar = "fp32|bf16",
+     .help = "the residual stream (every operator's output): bf16 rounds it to bf16 values and a\n"
+        "recomputed operator keeps it in 2 bytes, as Megatron-LM's default; only with bf16 weights\n"
+        "(train, eval: --precision bf16; plan: a device of precision = bf16)"},
     {.name = "peak-flops", .type = OPT_FLOAT, .commands = TRAIN, .field = FIELD(peak_flops), .lo = 1e3, .hi = 1e18,
      .metavar = "X", .default_text = "measured sgemm rate",
      .help = "device peak FLOP/s for MFU"},
@@ -401,6 +406,19 @@ osdp_dtype osdp_job_weights(const osdp_job *job)
 {
     if (osdp_option_given(job, "precision")) return job->precision == OSDP_PRECISION_BF16 ? OSDP_BFLOAT16 : OSDP_FLOAT32;
     return job->backend == OSDP_BACKEND_CUDA ? OSDP_BFLOAT16 : OSDP_FLOAT32;
+}
+
+osdp_status osdp_job_residual(const osdp_job *job, osdp_dtype weights, const char *weights_from, osdp_dtype *out)
+{
+    *out = OSDP_FLOAT32;
+    if (job->residual_dtype != OSDP_RESIDUAL_BF16) return OSDP_OK;
+    /* its bf16 copies are made by the mixed-precision tables' rounding (osdp/compute.h), and a bf16 stream
+     * beside fp32 weights is no configuration anyone trains */
+    if (weights != OSDP_BFLOAT16)
+        return osdp_error_set(OSDP_ERR_INPUT, "--residual-dtype bf16 needs bf16 weights, and %s gives %s ones (use "
+                              "--residual-dtype fp32, or bf16 weights)", weights_from, osdp_dtype_name(weights));
+    *out = OSDP_BFLOAT16;
+    return OSDP_OK;
 }
 
 const char *osdp_option_word(const char *name, int value)

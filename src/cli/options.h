@@ -28,6 +28,7 @@ typedef enum osdp_recompute_choice { OSDP_RECOMPUTE_NONE, OSDP_RECOMPUTE_ALL, OS
 typedef enum osdp_kernel_choice { OSDP_KERNEL_LEAN, OSDP_KERNEL_NAIVE } osdp_kernel_choice;
 typedef enum osdp_backend_choice { OSDP_BACKEND_CPU, OSDP_BACKEND_CUDA } osdp_backend_choice;
 typedef enum osdp_precision_choice { OSDP_PRECISION_BF16, OSDP_PRECISION_FP32 } osdp_precision_choice;
+typedef enum osdp_residual_choice { OSDP_RESIDUAL_FP32, OSDP_RESIDUAL_BF16 } osdp_residual_choice;
 typedef enum osdp_on_write_error { OSDP_ON_WRITE_ERROR_STOP, OSDP_ON_WRITE_ERROR_CONTINUE } osdp_on_write_error;
 /* --cost-model and --search take the values of osdp_cost_kind and
  * osdp_search_kind (paper|overlap, exact|dfs) */
@@ -81,6 +82,7 @@ typedef struct osdp_job {
     long long threads;                /* 0: node cores / ranks on the node */
     int backend;                      /* osdp_backend_choice */
     int precision;                    /* osdp_precision_choice (when given) */
+    int residual_dtype;               /* osdp_residual_choice */
     double peak_flops;                /* 0: measured */
     long long reps;                   /* profile: repetitions */
     long long ranks_per_node;         /* --ranks-per-node: emulated node size (0: not given) */
@@ -134,6 +136,9 @@ osdp_status osdp_job_check_seq_len(const osdp_job *job, int ctx);
 const char *osdp_command_name(osdp_command command);
 /* the working weights of --precision: by default bf16 with cuda, fp32 on the cpu */
 osdp_dtype osdp_job_weights(const osdp_job *job);
+/* the residual stream of --residual-dtype into *out; bf16 needs bf16 weights (OSDP_ERR_INPUT naming the
+ * option and weights_from, where the weights came from, e.g. "--precision fp32") */
+osdp_status osdp_job_residual(const osdp_job *job, osdp_dtype weights, const char *weights_from, osdp_dtype *out);
 /* the word of an enumerated option's value: osdp_option_word("recompute", 2) = "auto" */
 const char *osdp_option_word(const char *name, int value);
 

@@ -59,4 +59,9 @@ void osdp_plan_load_inputs(const osdp_job *job, osdp_planner_options *o, osdp_mo
     if ((s = osdp_job_check_seq_len(job, cfg->ctx)) != OSDP_OK) osdp_fatal(s, osdp_error_message());
     if ((s = osdp_device_load(dev, job->device)) != OSDP_OK) osdp_fatal(s, osdp_error_message());
     if ((s = network_from_job(job, (int)job->ranks, dev)) != OSDP_OK) osdp_fatal(s, osdp_error_message());
+    /* the device's precision gives the weights the plan is for */
+    char weights_from[300];
+    snprintf(weights_from, sizeof weights_from, "--device %s (param_bytes %d)", job->device, dev->param_bytes);
+    s = osdp_job_residual(job, dev->param_bytes == 2 ? OSDP_BFLOAT16 : OSDP_FLOAT32, weights_from, &o->geo.residual_dtype);
+    if (s != OSDP_OK) osdp_fatal(s, osdp_error_message());
 }

@@ -182,7 +182,8 @@ int osdp_cmd_train(const osdp_job *job)
     osdp_schedule_options predict = {.geo.n_ranks = mesh->dp, .geo.node_ranks = nodes_made ? node_comm.size : 0,
                                      .geo.micro_batch = plan->geo.micro_batch,
                                      .geo.accum_steps = plan->geo.accum_steps, .geo.prefetch = !job->no_prefetch,
-                                     .geo.weight_dtype = req.weights, .geo.pad_quantum = pad_quantum, .geo.pp_size = mesh->pp,
+                                     .geo.weight_dtype = req.weights, .geo.residual_dtype = req.residual,
+                                     .geo.pad_quantum = pad_quantum, .geo.pp_size = mesh->pp,
                                      .pp_stage = mesh->pp_rank, .geo.pipe_schedule = r.req.pipe_schedule,
                                      .geo.virtual_stages = r.req.virtual_stages};
     memcpy(predict.geo.stage_bounds, r.stage_bounds, sizeof r.stage_bounds);

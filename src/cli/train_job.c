@@ -58,6 +58,14 @@ osdp_status osdp_train_check_options(const osdp_job *job)
                               job->split);
     if (job->recompute == OSDP_RECOMPUTE_AUTO && !plan_auto)
         return osdp_error_set(OSDP_ERR_INPUT, "--recompute auto needs --plan auto (the planner chooses where)");
+    osdp_dtype residual;
+    const osdp_dtype weights = osdp_job_weights(job);
+    char weights_from[64];
+    if (osdp_option_given(job, "precision")) snprintf(weights_from, sizeof weights_from, "--precision");
+    else snprintf(weights_from, sizeof weights_from, "--backend %s's default --precision",
+                  osdp_option_word("backend", job->backend));
+    osdp_status rs = osdp_job_residual(job, weights, weights_from, &residual);
+    if (rs != OSDP_OK) return rs;
     if (job->tp == OSDP_TP_AUTO && !plan_auto)
         return osdp_error_set(OSDP_ERR_INPUT, "--tp auto needs --plan auto (the planner chooses the tensor-parallel "
                               "degree); give --tp T with --plan %s", job->plan);
@@ -96,6 +104,7 @@ void osdp_train_request(const osdp_job *job, int node_size, int rank_node_size, 
     req->seed = (unsigned long long)job->seed;
     req->evaluating = job->command == OSDP_CMD_EVAL;
     req->weights = osdp_job_weights(job);
+    req->residual = job->residual_dtype == OSDP_RESIDUAL_BF16 ? OSDP_BFLOAT16 : OSDP_FLOAT32;   /* checked */
     req->pad_quantum = pad_quantum;
     req->vocab_quantum = vocab_quantum;
 }

@@ -18,6 +18,9 @@ void osdp_comm_describe(char *buf, size_t n, const char *what, size_t count, osd
 /* The MPI type that carries osdp_dtype t (bfloat16 as uint16: moved, never
  * reduced) */
 MPI_Datatype osdp_comm_mpi_type(osdp_dtype t);
+/* the sum of elements of t: MPI_SUM, or for bf16 a user-defined operation
+ * (widen, add in fp32, round to nearest even: NCCL's bf16 sum); an MPI error code */
+int osdp_comm_mpi_sum_op(osdp_dtype t, MPI_Op *op);
 /* OSDP_ERR_COMM "WHAT failed: MPI's message for rc" */
 osdp_status osdp_comm_mpi_error(int rc, const char *what);
 

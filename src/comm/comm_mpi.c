@@ -17,10 +17,12 @@
  * then, or sleeps where ranks outnumber the cores (osdp_comm_share_cores). */
 #include "config.h"
 #include "osdp/comm.h"
+#include "osdp/dtype.h"
 #include "comm_internal.h"
 
 #include <mpi.h>
 #include <sched.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -202,11 +204,40 @@ static osdp_status mpi_all_gather(osdp_comm *c, const void *shard, void *full, s
 }
 
 /* MPI has no bf16 type: bf16 travels as 16-bit words, which MPI_SUM would add
- * as integers.  The runtime reduces gradients in fp32 (osdp/runtime.h). */
+ * as integers.  The runtime reduces gradients in fp32 (osdp/runtime.h); a
+ * bf16 residual stream's tensor-parallel all-reduces (osdp/schedule.h) sum
+ * bf16 with osdp_comm_mpi_sum_op's user-defined operation. */
 static osdp_status no_bf16_sum(osdp_dtype t, const char *what)
 {
     if (t != OSDP_BFLOAT16) return OSDP_OK;
     return osdp_error_set(OSDP_ERR_INPUT, "%s: the MPI backend cannot sum bf16 elements (reduce in fp32)", what);
+}
+
+/* inout[i] = bf16(in[i] + inout[i]): both widened (exact), added in fp32,
+ * the sum rounded to nearest even, as NCCL's ncclBfloat16 ncclSum does;
+ * commutative bit for bit (fp32 addition is), so every rank of a recursive
+ * doubling or a ring ends with the same bits */
+static void bf16_sum(void *in, void *inout, int *len, MPI_Datatype *type)
+{
+    (void)type;
+    const uint16_t *a = in;
+    uint16_t *b = inout;
+    for (int i = 0; i < *len; i++) b[i] = osdp_bf16_from_float(osdp_bf16_to_float(a[i]) + osdp_bf16_to_float(b[i]));
+}
+
+int osdp_comm_mpi_sum_op(osdp_dtype t, MPI_Op *op)
+{
+    static MPI_Op bf16_op = MPI_OP_NULL;   /* made once, at the first bf16 sum; MPI_Finalize frees it */
+    if (t != OSDP_BFLOAT16) {
+        *op = MPI_SUM;
+        return MPI_SUCCESS;
+    }
+    if (bf16_op == MPI_OP_NULL) {
+        int rc = MPI_Op_create(bf16_sum, 1, &bf16_op);
+        if (rc != MPI_SUCCESS) return rc;
+    }
+    *op = bf16_op;
+    return MPI_SUCCESS;
 }
 
 static osdp_status mpi_reduce_scatter(osdp_comm *c, const void *full, void *shard, size_t count, osdp_dtype t, osdp_request *req)
@@ -226,9 +257,10 @@ static osdp_status mpi_all_reduce(osdp_comm *c, void *buf, size_t count, osdp_dt
 {
     mpi_comm_impl *impl = c->impl;
     MPI_Request r;
-    osdp_status s = no_bf16_sum(t, "all-reduce");
-    if (s != OSDP_OK) return s;
-    int rc = MPI_Iallreduce(MPI_IN_PLACE, buf, (int)count, osdp_comm_mpi_type(t), MPI_SUM, impl->comm, &r);
+    MPI_Op sum;
+    int rc = osdp_comm_mpi_sum_op(t, &sum);
+    if (rc != MPI_SUCCESS) return osdp_comm_mpi_error(rc, "MPI_Op_create");
+    rc = MPI_Iallreduce(MPI_IN_PLACE, buf, (int)count, osdp_comm_mpi_type(t), sum, impl->comm, &r);
     return rc == MPI_SUCCESS ? finish(c, r, req, "all-reduce", count, t) : osdp_comm_mpi_error(rc, "MPI_Iallreduce");
 }
 

@@ -424,9 +424,13 @@ static osdp_status collective(osdp_comm *c, collective_kind kind, const void *sr
             rc = MPI_Ireduce_scatter_block(src == dst ? MPI_IN_PLACE : src, dst, (int)count, osdp_comm_mpi_type(t),
                                            MPI_SUM, impl->mpi, &r);
             break;
-        case ALL_REDUCE:
-            rc = MPI_Iallreduce(MPI_IN_PLACE, dst, (int)count, osdp_comm_mpi_type(t), MPI_SUM, impl->mpi, &r);
+        case ALL_REDUCE: {
+            MPI_Op sum;
+            rc = osdp_comm_mpi_sum_op(t, &sum);
+            if (rc == MPI_SUCCESS)
+                rc = MPI_Iallreduce(MPI_IN_PLACE, dst, (int)count, osdp_comm_mpi_type(t), sum, impl->mpi, &r);
             break;
+        }
         case BROADCAST: rc = MPI_Ibcast(dst, (int)count, MPI_BYTE, root, impl->mpi, &r); break;
         case SEND: rc = MPI_Isend(src, (int)count, osdp_comm_mpi_type(t), root, 0, impl->mpi, &r); break;
         case RECV: rc = MPI_Irecv(dst, (int)count, osdp_comm_mpi_type(t), root, 0, impl->mpi, &r); break;

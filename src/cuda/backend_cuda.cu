@@ -683,6 +683,16 @@ void cuda_bf16_convert_weights(void *dst, const float *src, size_t n)
     osdp_cuda::convert_to_bf16((bf16 *)dst, src, n, S());
 }
 
+void cuda_bf16_residual_round(float *x, size_t n)
+{
+    osdp_cuda::round_to_bf16_values(x, n, S());
+}
+
+void cuda_bf16_residual_widen(float *dst, const void *src, size_t n)
+{
+    osdp_cuda::widen_from_bf16(dst, (const bf16 *)src, n, S());
+}
+
 osdp_cuda::GemmContext gemm_context()
 {
     return {g.cublas, g.stream, backend_scratch, g.lt_epilogues ? g.lt : nullptr};
@@ -919,6 +929,8 @@ static osdp_compute_backend make_bf16_table()
     osdp_compute_backend t = osdp_compute_cuda;
     t.weight_dtype = OSDP_BFLOAT16;
     t.convert_weights = cuda_bf16_convert_weights;
+    t.residual_round = cuda_bf16_residual_round;
+    t.residual_widen = cuda_bf16_residual_widen;
     t.matmul_forward = cuda_bf16_matmul_forward;
     t.matmul_backward = cuda_bf16_matmul_backward;
     t.matmul_forward_strided = cuda_bf16_matmul_forward_strided;

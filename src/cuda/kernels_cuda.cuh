@@ -128,6 +128,9 @@ void adamw(float *w, const float *g, float *m, float *v, size_t n, float lr, flo
 
 /* dst (n bf16) = src (n fp32), round to nearest even (__float2bfloat16) */
 void convert_to_bf16(__nv_bfloat16 *dst, const float *src, size_t n, cudaStream_t s);
+/* x (n fp32) rounded to bf16 values in place, the same rounding; dst (n fp32) = src (n bf16), exact */
+void round_to_bf16_values(float *x, size_t n, cudaStream_t s);
+void widen_from_bf16(float *dst, const __nv_bfloat16 *src, size_t n, cudaStream_t s);
 
 /* What the bf16 products need from the backend: its cuBLAS handle (bound to
  * `stream`), the compute stream, and its scratch, `scratch(bytes)` returning

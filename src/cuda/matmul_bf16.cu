@@ -49,6 +49,20 @@ __global__ void to_bf16_kernel(__nv_bfloat16 *dst, const float *src, size_t n)
         dst[i] = __float2bfloat16(src[i]);
 }
 
+__global__ void round_to_bf16_values_kernel(float *x, size_t n)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        x[i] = __bfloat162float(__float2bfloat16(x[i]));
+}
+
+__global__ void widen_from_bf16_kernel(float *dst, const __nv_bfloat16 *src, size_t n)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        dst[i] = __bfloat162float(src[i]);
+}
+
 /* dst (rows, cols) packed = src (rows, cols) with row stride lds; the blocks
  * take the rows in turn, the threads of a block the columns */
 __global__ void rows_to_bf16_kernel(__nv_bfloat16 *dst, const float *src, size_t lds, int rows,
@@ -107,6 +121,20 @@ void convert_to_bf16(__nv_bfloat16 *dst, const float *src, size_t n, cudaStream_
 {
     if (!n) return;
     to_bf16_kernel<<<grid_for(n), kThreads, 0, s>>>(dst, src, n);
+    CUDA_CHECK_LAUNCH();
+}
+
+void round_to_bf16_values(float *x, size_t n, cudaStream_t s)
+{
+    if (!n) return;
+    round_to_bf16_values_kernel<<<grid_for(n), kThreads, 0, s>>>(x, n);
+    CUDA_CHECK_LAUNCH();
+}
+
+void widen_from_bf16(float *dst, const __nv_bfloat16 *src, size_t n, cudaStream_t s)
+{
+    if (!n) return;
+    widen_from_bf16_kernel<<<grid_for(n), kThreads, 0, s>>>(dst, src, n);
     CUDA_CHECK_LAUNCH();
 }
 

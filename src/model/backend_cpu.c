@@ -207,5 +207,7 @@ const osdp_compute_backend osdp_compute_cpu_bf16 = {
     CPU_COMMON_ENTRIES,
     .weight_dtype = OSDP_BFLOAT16,
     .convert_weights = cpu_bf16_convert_weights,
+    .residual_round = cpu_bf16_residual_round,
+    .residual_widen = cpu_bf16_residual_widen,
     CPU_WEIGHT_ENTRIES(cpu_bf16_),
 };

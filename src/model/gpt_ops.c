@@ -396,6 +396,9 @@ osdp_status osdp_op_forward_sliced(const osdp_op_context *ctx, int op_index, con
     if (ctx->input_residual && !osdp_op_starts_with_layernorm(ctx->layout, op_index))
         p->status = osdp_error_set(OSDP_ERR_INTERNAL, "operator %s: given its input's residual to add, but its "
                                    "forward does not start with a LayerNorm of its input", op->name);
+    if (ctx->round_residual && (ctx->defer_residual || ctx->input_residual || !be->residual_round))
+        p->status = osdp_error_set(OSDP_ERR_INTERNAL, "operator %s: a bf16 residual stream is rounded whole, "
+                                   "never fused across operators, and only by a table that rounds", op->name);
     if (ctx->defer_residual && op->type != OSDP_OP_ATTN && op->type != OSDP_OP_MLP)
         p->status = osdp_error_set(OSDP_ERR_INTERNAL, "operator %s: asked to leave its residual to the next "
                                    "operator, but it adds none", op->name);
@@ -472,6 +475,7 @@ osdp_status osdp_op_forward_sliced(const osdp_op_context *ctx, int op_index, con
         break;
     }
     }
+    if (ctx->round_residual && op->type != OSDP_OP_HEAD && p->status == OSDP_OK) be->residual_round(a->out, btd);
     poke(ctx);
     return p->status;
 }

@@ -50,6 +50,17 @@ OSDP_VECTOR_CLONES void cpu_bf16_convert_weights(void *dst, const float *src, si
     for (size_t i = 0; i < n; i++) d[i] = osdp_bf16_from_float(src[i]);
 }
 
+OSDP_VECTOR_CLONES void cpu_bf16_residual_round(float *x, size_t n)
+{
+    OMP(parallel for simd if(n > 4 * PAR_MIN_WORK) schedule(static))
+    for (size_t i = 0; i < n; i++) x[i] = osdp_bf16_to_float(osdp_bf16_from_float(x[i]));
+}
+
+void cpu_bf16_residual_widen(float *dst, const void *src, size_t n)
+{
+    widen(dst, src, n);
+}
+
 /* rows of a (IC, OC) weight widened per product: all of them when they fit */
 static int rows_per_piece(int IC, int OC)
 {

@@ -73,6 +73,8 @@ static inline float exp_shifted_in_place(float *s, int n, float shift)
 
 /* kernels_cpu_bf16.c: the bf16-weight entries of osdp_compute_cpu_bf16 */
 void cpu_bf16_convert_weights(void *dst, const float *src, size_t n);
+void cpu_bf16_residual_round(float *x, size_t n);
+void cpu_bf16_residual_widen(float *dst, const void *src, size_t n);
 void cpu_bf16_matmul_forward(float *y, const float *x, const void *w, const void *b, int BT, int IC, int OC,
                              int accumulate);
 void cpu_bf16_matmul_forward_strided(float *y, const float *x, int ldx, const void *w, const void *b,

@@ -161,9 +161,13 @@ static osdp_step_geometry geometry_at(const osdp_cost_model *cm, int b)
 static osdp_buffer_dims buffer_dims(const osdp_cost_model *cm, const osdp_step_geometry *geo, int op, int rc)
 {
     const osdp_device *d = cm->dev;
-    return (osdp_buffer_dims){.layout = cm->layout, .op = op, .geo = geo, .recompute = rc,
+    const osdp_layout *L = cm->layout;
+    /* a stage's layout ends with the operator that sends its output on, unless it is the head */
+    const int sends = op == L->n_ops - 1 && L->op[op].type != OSDP_OP_HEAD;
+    return (osdp_buffer_dims){.layout = L, .op = op, .geo = geo, .recompute = rc, .sends = sends,
                               .width = {.weight = (size_t)d->param_bytes, .grad = (size_t)d->grad_bytes,
-                                        .act = (size_t)d->act_bytes}};
+                                        .act = (size_t)d->act_bytes,
+                                        .residual = osdp_dtype_size(geo->residual_dtype)}};
 }
 
 /* the terms with shards of padded / shard_ranks (N; R for a hierarchical slice); the last `once` slices
@@ -193,6 +197,7 @@ static void op_mem_sharded(const osdp_cost_model *cm, int op, int g, int k, int 
     const long long acts = BYTES(OSDP_BUF_ACTS, 0);
     out->acts = rc ? BYTES(OSDP_BUF_KEPT, 0) : acts;
     out->rebuilt = rc ? acts : 0;
+    out->view = BYTES(OSDP_BUF_KEPT_WIDE, 0);   /* narrow only: its kept output widened for the next operator */
     out->held = cm->in_flight > 1 ? (long long)(cm->in_flight - 1) * out->acts : 0;
     out->grads = BYTES(OSDP_BUF_FULL_GRAD, 0);
     out->reduce_once = once;
@@ -229,7 +234,7 @@ void osdp_cost_peak_terms(const osdp_cost_model *cm, int op, const osdp_op_mem *
     out->held = m->state + m->resident + m->held + m->accum;
     out->acts = m->acts;
     out->pass_peak = m->rebuilt + m->grads + (m->work > m->recv ? m->work : m->recv) + osdp_cost_tied_grads(cm, op);
-    out->prefetch = cm->geo.prefetch ? m->prefetch : 0;
+    out->prefetch = (cm->geo.prefetch ? m->prefetch : 0) + m->view;
     /* reduce-once, every slice: G is freed once added into accum, its reduction needs no buffer */
     out->in_flight = cm->geo.prefetch && !m->once_all ? m->grads + m->recv : 0;
     const long long base = out->pass_peak - (m->work > m->recv ? m->work : m->recv);   /* rebuilt + G (+ G_0) */
@@ -259,7 +264,8 @@ double osdp_cost_tp_comm(const osdp_cost_model *cm, int op, int rc, int b)
     const osdp_op_layout *o = &L->op[op];
     const osdp_device *d = cm->dev;
     const double tokens = (double)b * (double)L->T;
-    const double stream = tokens * (double)o->width * (double)sizeof(float);   /* (b, T, d) floats */
+    /* (b, T, d) in the residual stream's dtype: a bf16 stream's all-reduces move bf16 (osdp/schedule.h) */
+    const double stream = tokens * (double)o->width * (double)osdp_dtype_size(cm->geo.residual_dtype);
     switch (o->type) {
     case OSDP_OP_EMBED:   /* forward: the vocabulary-parallel lookups summed */
         return tp_all_reduce_time(d, tp, stream);

@@ -48,7 +48,8 @@ osdp_status osdp_plan_broadcast(osdp_plan *plan, osdp_status root_status, int ro
 /* What the request fixes of the step's geometry before the plan, over n_ranks data-parallel ranks */
 static osdp_step_geometry request_geometry(const osdp_job_request *req, int n_ranks)
 {
-    return (osdp_step_geometry){.n_ranks = n_ranks, .pad_quantum = req->pad_quantum, .prefetch = req->prefetch};
+    return (osdp_step_geometry){.n_ranks = n_ranks, .pad_quantum = req->pad_quantum, .prefetch = req->prefetch,
+                                .residual_dtype = req->residual};
 }
 
 /* The planner's options of the request over n_ranks ranks (the batch and the paddings are the caller's);

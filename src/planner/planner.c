@@ -160,6 +160,7 @@ static osdp_status infeasible(const osdp_layout *L, const osdp_device *dev, cons
         if (i == at) tr = m.grads + (m.work > m.recv ? m.work : m.recv);
         if (o->geo.prefetch && i == at + 1) tr = m.grads + m.recv;
         if (o->geo.prefetch && i == at - 1) tr = m.prefetch;
+        if (i == at - 1) tr += m.view;   /* a narrow operator's output widened for the one at the peak */
         if (i == 0) tr += osdp_cost_tied_grads(&cm, at);   /* a tied head's d(wte), held from the head's backward */
         long long acts = (i <= at ? m.acts : 0) + m.held, v = m.state + m.resident + acts + tr;
         cat[0] += m.state;
@@ -211,7 +212,7 @@ static osdp_status verify_peak(const osdp_layout *L, const osdp_device *dev, con
     osdp_schedule_options so = {.geo.n_ranks = o->geo.n_ranks, .geo.node_ranks = o->hierarchy ? o->hierarchy->node_ranks : 0,
                                 .geo.micro_batch = b, .geo.accum_steps = accum, .geo.prefetch = o->geo.prefetch,
                                 .geo.weight_dtype = dev->param_bytes == 2 ? OSDP_BFLOAT16 : OSDP_FLOAT32,
-                                .geo.pad_quantum = o->geo.pad_quantum};
+                                .geo.pad_quantum = o->geo.pad_quantum, .geo.residual_dtype = o->geo.residual_dtype};
     osdp_status s = osdp_schedule_predict(L, &res->plan, &so, &pr);
     if (s != OSDP_OK) return s;
     res->runtime_peak = (long long)pr.peak_total;

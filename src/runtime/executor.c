@@ -17,7 +17,8 @@ static void **buffer_slot(osdp_runtime *rt, const osdp_event *ev)
     case OSDP_BUF_RESIDENT: return &o->resident;
     case OSDP_BUF_WORKSPACE: return (void **)&rt->in->workspace_base;
     case OSDP_BUF_GATHERED: return &o->slice[ev->slice].weights;
-    case OSDP_BUF_KEPT: return (void **)&o->kept_out[ev->micro];
+    case OSDP_BUF_KEPT: return &o->kept_out[ev->micro];
+    case OSDP_BUF_KEPT_WIDE: return (void **)&o->kept_wide[ev->micro];
     case OSDP_BUF_ACTS: return (void **)&o->acts_base[ev->micro];
     case OSDP_BUF_FULL_GRAD: return (void **)&o->full_grad;
     case OSDP_BUF_GRAD_RECV: return (void **)&o->grad_recv;
@@ -46,6 +47,7 @@ static void describe(const osdp_runtime *rt, const osdp_event *ev, char *what, s
         else snprintf(what, n, "operator %s (gathered ZDP weights)", op);
         break;
     case OSDP_BUF_KEPT: snprintf(what, n, "operator %s (output kept for recompute)", op); break;
+    case OSDP_BUF_KEPT_WIDE: snprintf(what, n, "operator %s (kept bf16 output widened for the next operator)", op); break;
     case OSDP_BUF_ACTS: snprintf(what, n, "operator %s (activations)", op); break;
     case OSDP_BUF_FULL_GRAD: snprintf(what, n, "operator %s (full gradients)", op); break;
     case OSDP_BUF_GRAD_RECV: snprintf(what, n, "operator %s (reduce-scatter destination)", op); break;
@@ -80,7 +82,12 @@ static void after_alloc(osdp_runtime *rt, const osdp_event *ev)
     case OSDP_BUF_WORKSPACE: osdp_workspace_carve(rt->layout, rt->B, in->workspace_base, &in->ws); break;
     case OSDP_BUF_ACTS:
         osdp_op_acts_carve(rt->layout, ev->op, rt->B, o->acts_base[ev->micro], &o->acts[ev->micro]);
-        if (so->recompute) o->acts[ev->micro].out = o->kept_out[ev->micro];
+        /* recompute: the output is the kept one, unless narrow (its fp32 slot here, narrowed into KEPT) */
+        if (so->recompute && !osdp_schedule_kept_narrow(&in->sched, ev->op)) o->acts[ev->micro].out = o->kept_out[ev->micro];
+        break;
+    case OSDP_BUF_KEPT_WIDE:   /* exact: the values are bf16 ones (osdp/schedule.h); the next operator reads it */
+        rt->backend->residual_widen(o->kept_wide[ev->micro], o->kept_out[ev->micro], ev->bytes / sizeof(float));
+        o->acts[ev->micro].out = o->kept_wide[ev->micro];
         break;
     case OSDP_BUF_FULL_GRAD: rt->backend->fill_zero(o->full_grad, ev->bytes); break;   /* backward accumulates */
     case OSDP_BUF_GRAD_ACCUM: rt->backend->fill_zero(o->grad_accum, ev->bytes); break;
@@ -355,7 +362,8 @@ static int residual_fuses_forward(osdp_runtime *rt, const osdp_event *ev, int at
 {
     struct osdp_runtime_internal *in = rt->in;
     const osdp_layout *L = rt->layout;
-    if (op + 1 >= L->n_ops || (L->op[op].type != OSDP_OP_ATTN && L->op[op].type != OSDP_OP_MLP) ||
+    /* a bf16 stream rounds each output whole at the end of its own forward (osdp/gpt.h) */
+    if (in->ctx.round_residual || op + 1 >= L->n_ops || (L->op[op].type != OSDP_OP_ATTN && L->op[op].type != OSDP_OP_MLP) ||
         !osdp_op_starts_with_layernorm(L, op + 1) || osdp_schedule_chunk_first(&in->sched, op + 1))
         return 0;
     const int n = list_length(&in->sched, ev);
@@ -415,6 +423,11 @@ static osdp_status compute(osdp_runtime *rt, const osdp_event *ev, int at)
         in->ctx.input_residual = NULL;
         in->ctx.defer_residual = 0;
         TRY(st);
+        /* narrow: the output, bf16 values already, into its bf16 KEPT (the recomputed forward's are the same) */
+        if (r.pass == OSDP_PASS_FORWARD && osdp_schedule_kept_narrow(&in->sched, r.op)) {
+            const size_t n = (size_t)rt->B * rt->layout->op[r.op].kept_floats_per_seq;
+            rt->backend->convert_weights(o->kept_out[m], o->acts[m].out, n);
+        }
     } else {
         TRY(osdp_op_backward_sliced(&in->ctx, r.op, &view, input, &o->acts[m], &in->ws, in->loss_scale));
     }

@@ -6,6 +6,7 @@
 #include "osdp/init.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,10 +19,42 @@ static void progress_hook(void *arg) { osdp_runtime_progress(arg); }
 /* osdp_tp_group's collectives over the tensor-parallel communicator:
  * blocking, so they wait within the communication timeout as every
  * blocking collective does (src/comm) */
+/* x (n fp32) to n bf16 in its own first 2 n bytes, rounded to nearest even:
+ * element 0 alone (its one read comes before its write), then blocks
+ * [s, 2s) upwards with the out-of-place convert_weights, each one's bf16
+ * (bytes [2s, 4s)) over floats already narrowed, apart from its own fp32
+ * (bytes [4s, 8s)).  No memory beyond the buffer: the schedule's bytes
+ * stay what they are. */
+static void narrow_in_place(const osdp_compute_backend *be, float *x, size_t n)
+{
+    uint16_t *h = (uint16_t *)x;
+    if (n) be->convert_weights(h, x, 1);
+    for (size_t s = 1; s < n; s *= 2) be->convert_weights(h + s, x + s, (2 * s < n ? 2 * s : n) - s);
+}
+
+/* narrow_in_place's inverse, exact: blocks [s, 2s) downwards (each one's fp32
+ * over bf16 already widened, apart from its own bf16), element 0 last */
+static void widen_in_place(const osdp_compute_backend *be, float *x, size_t n)
+{
+    const uint16_t *h = (const uint16_t *)x;
+    size_t s = 1;
+    while (2 * s < n) s *= 2;
+    for (; s >= 1 && n > 1; s /= 2) be->residual_widen(x + s, h + s, (2 * s < n ? 2 * s : n) - s);
+    if (n) be->residual_widen(x, h, 1);
+}
+
+/* A bf16 residual stream (osdp/schedule.h) moves the stream's all-reduces in
+ * bf16, as Megatron-LM does (its activations are bf16): each rank's partial
+ * rounded to bf16, the group's sum in fp32 rounded to bf16 (comm's bf16
+ * sum), widened back in place, so the bytes on the wire are half. */
 static osdp_status tp_all_reduce(void *arg, float *buf, size_t n)
 {
     osdp_runtime *rt = arg;
-    return osdp_comm_all_reduce(rt->tp_comm, buf, n, OSDP_FLOAT32, NULL);
+    if (!rt->in->ctx.round_residual) return osdp_comm_all_reduce(rt->tp_comm, buf, n, OSDP_FLOAT32, NULL);
+    narrow_in_place(rt->backend, buf, n);
+    osdp_status s = osdp_comm_all_reduce(rt->tp_comm, buf, n, OSDP_BFLOAT16, NULL);
+    if (s == OSDP_OK) widen_in_place(rt->backend, buf, n);
+    return s;
 }
 
 static osdp_status tp_all_gather(void *arg, const float *part, float *all, size_t n)
@@ -157,6 +190,7 @@ static osdp_status alloc_micro_slots(osdp_runtime *rt)
         rt_op *o = &in->ops[i];
         ok = (o->acts_base = calloc(slots, sizeof *o->acts_base)) != NULL
           && (o->kept_out = calloc(slots, sizeof *o->kept_out)) != NULL
+          && (o->kept_wide = calloc(slots, sizeof *o->kept_wide)) != NULL
           && (o->acts = calloc(slots, sizeof *o->acts)) != NULL;
     }
     return ok ? OSDP_OK : osdp_error_set(OSDP_ERR_OOM, "runtime: out of host memory");
@@ -167,6 +201,7 @@ static void free_micro_slots(struct osdp_runtime_internal *in, int n_ops)
     for (int i = 0; i < n_ops; i++) {
         free(in->ops[i].acts_base);
         free(in->ops[i].kept_out);
+        free(in->ops[i].kept_wide);
         free(in->ops[i].acts);
     }
     free(in->stage_input);
@@ -190,6 +225,14 @@ osdp_status osdp_runtime_create(osdp_runtime *rt, const osdp_layout *layout, con
     if (opt->geo.weight_dtype != backend->weight_dtype)
         return osdp_error_set(OSDP_ERR_INPUT, "runtime: %s weights asked for, but the %s backend's are %s",
                               osdp_dtype_name(opt->geo.weight_dtype), backend->name, osdp_dtype_name(backend->weight_dtype));
+    const int bf16_stream = opt->geo.residual_dtype == OSDP_BFLOAT16;
+    if (opt->geo.residual_dtype != OSDP_FLOAT32 && !bf16_stream)
+        return osdp_error_set(OSDP_ERR_INPUT, "runtime: a %s residual stream is not one (fp32 or bf16)",
+                              osdp_dtype_name(opt->geo.residual_dtype));
+    if (bf16_stream && (!backend->residual_round || !backend->residual_widen || !backend->convert_weights))
+        return osdp_error_set(OSDP_ERR_INPUT, "--residual-dtype bf16 needs bf16 weights (--precision bf16): the %s "
+                              "backend's %s table has no bf16 rounding", backend->name,
+                              osdp_dtype_name(backend->weight_dtype));
     struct osdp_runtime_internal *in = rt->in = calloc(1, sizeof *in);
     if (!in) return osdp_error_set(OSDP_ERR_OOM, "runtime: out of host memory");
     TRY(attach_tp_group(rt, opt));
@@ -225,7 +268,8 @@ osdp_status osdp_runtime_create(osdp_runtime *rt, const osdp_layout *layout, con
     if (!in->sums) return osdp_error_set(OSDP_ERR_OOM, "runtime: out of device memory for 16 bytes");
     in->ctx = (osdp_op_context){.backend = backend, .layout = layout, .B = rt->B, .T = rt->T,
                                 .tp = layout->tp_size > 1 ? &in->tp : NULL, .tp_staging = in->tp_staging,
-                                .progress = progress_hook, .progress_arg = rt};
+                                .progress = progress_hook, .progress_arg = rt,
+                                .round_residual = bf16_stream};
     in->residual_left_op = -1;
     return OSDP_OK;
 }

@@ -27,7 +27,9 @@ typedef struct rt_op {
     float *grad_accum;      /* (padded of the reduce-once slices) their full gradients summed over the step (all run) */
     /* per micro-batch slot (osdp_schedule_micro_slots: 1 without a pipeline) */
     float **acts_base;      /* [slots] activation block from the forward to the backward */
-    float **kept_out;       /* [slots] recompute: the output, kept from forward to backward */
+    void **kept_out;        /* [slots] recompute: the output, kept from forward to backward (fp32, or bf16
+                               when narrow: osdp/schedule.h) */
+    float **kept_wide;      /* [slots] narrow: kept_out widened, for a pass of the next operator */
     osdp_op_acts *acts;     /* [slots] */
     rt_slice slice[OSDP_MAX_SLICES];
 } rt_op;

@@ -18,6 +18,7 @@ osdp_memory_category osdp_buffer_category(osdp_buffer_kind kind)
         [OSDP_BUF_ACTS] = OSDP_MEMORY_ACTIVATIONS,    [OSDP_BUF_FULL_GRAD] = OSDP_MEMORY_GRADS,
         [OSDP_BUF_GRAD_RECV] = OSDP_MEMORY_GRADS,     [OSDP_BUF_TP_STAGING] = OSDP_MEMORY_TP_COMM,
         [OSDP_BUF_STAGE_INPUT] = OSDP_MEMORY_ACTIVATIONS, [OSDP_BUF_GRAD_ACCUM] = OSDP_MEMORY_GRADS,
+        [OSDP_BUF_KEPT_WIDE] = OSDP_MEMORY_ACTIVATIONS,
     };
     return category[kind];
 }
@@ -27,14 +28,17 @@ size_t osdp_buffer_bytes(osdp_buffer_kind kind, const osdp_buffer_dims *d, size_
     const osdp_op_layout *ol = &d->layout->op[d->op];
     const size_t B = (size_t)d->geo->micro_batch, F = sizeof(float);
     const osdp_buffer_widths *w = &d->width;
+    const int narrow = osdp_buffer_kept_narrow(d);
     switch (kind) {
     case OSDP_BUF_STATE: return (3 * F + w->grad) * d->shard;   /* fp32 master, AdamW m and v; the gradient */
     case OSDP_BUF_MASTER_COPY: return w->weight < F ? d->shard * w->weight : 0;
     case OSDP_BUF_RESIDENT: return d->resident * w->weight;
     case OSDP_BUF_WORKSPACE: return osdp_workspace_floats(d->layout, (int)B) * w->act;
     case OSDP_BUF_GATHERED: return slice_padded * w->weight;
-    case OSDP_BUF_KEPT: return B * ol->kept_floats_per_seq * w->act;
-    case OSDP_BUF_ACTS: return B * (ol->act_floats_per_seq - (d->recompute ? ol->kept_floats_per_seq : 0)) * w->act;
+    case OSDP_BUF_KEPT: return B * ol->kept_floats_per_seq * (narrow ? w->residual : w->act);
+    case OSDP_BUF_KEPT_WIDE: return narrow ? B * ol->kept_floats_per_seq * w->act : 0;
+    case OSDP_BUF_ACTS:
+        return B * (ol->act_floats_per_seq - (d->recompute && !narrow ? ol->kept_floats_per_seq : 0)) * w->act;
     case OSDP_BUF_FULL_GRAD: return d->padded * w->grad;
     case OSDP_BUF_GRAD_ACCUM: return d->once * w->grad;
     case OSDP_BUF_GRAD_RECV: return (d->shard - d->once_shard) * w->grad;
@@ -45,17 +49,41 @@ size_t osdp_buffer_bytes(osdp_buffer_kind kind, const osdp_buffer_dims *d, size_
     return 0;
 }
 
+/* does operator op's output go to another stage (the last of a chunk, not the model's last)? */
+static int op_sends(const osdp_schedule *sc, int op)
+{
+    if (!sc->pipelined || op + 1 >= sc->layout->n_ops) return 0;
+    const int chunks = sc->opt.geo.pp_size * sc->n_chunks;
+    for (int c = 1; c < chunks; c++)
+        if (sc->opt.geo.stage_bounds[c] == op + 1) return 1;
+    return 0;
+}
+
+/* what operator op's buffers are sized by, as the plan slices it */
+static osdp_buffer_dims op_dims(const osdp_schedule *sc, int op)
+{
+    const osdp_sched_op *so = &sc->ops[op];
+    return (osdp_buffer_dims){.layout = sc->layout, .op = op, .geo = &sc->opt.geo,
+                              .recompute = so->recompute, .padded = so->padded, .shard = so->shard,
+                              .resident = so->resident_numel, .once = so->once_padded,
+                              .once_shard = so->once_shard, .sends = op_sends(sc, op),
+                              .width = {.weight = sc->weight_size, .grad = sizeof(float), .act = sizeof(float),
+                                        .residual = osdp_dtype_size(sc->opt.geo.residual_dtype)}};
+}
+
 /* Bytes of buffer `kind` of operator op (slice: GATHERED only) as the plan
  * slices it, from the size table. */
 static size_t buffer_bytes(const osdp_schedule *sc, osdp_buffer_kind kind, int op, int slice)
 {
-    const osdp_sched_op *so = &sc->ops[op];
-    const osdp_buffer_dims d = {.layout = sc->layout, .op = op, .geo = &sc->opt.geo,
-                                .recompute = so->recompute, .padded = so->padded, .shard = so->shard,
-                                .resident = so->resident_numel, .once = so->once_padded,
-                                .once_shard = so->once_shard,
-                                .width = {.weight = sc->weight_size, .grad = sizeof(float), .act = sizeof(float)}};
-    return osdp_buffer_bytes(kind, &d, so->slice[slice].padded);
+    const osdp_buffer_dims d = op_dims(sc, op);
+    return osdp_buffer_bytes(kind, &d, sc->ops[op].slice[slice].padded);
+}
+
+int osdp_schedule_kept_narrow(const osdp_schedule *sc, int op)
+{
+    if (op < 0) return 0;
+    const osdp_buffer_dims d = op_dims(sc, op);
+    return osdp_buffer_kept_narrow(&d);
 }
 
 /* the output of operator op, (B, T, d): what crosses a stage boundary after it */
@@ -276,12 +304,15 @@ static osdp_status scatter_events(builder *b, int op)
 static osdp_status forward_events(builder *b, int op)
 {
     const int n = b->sc->layout->n_ops, rc = b->sc->ops[op].recompute;
+    const int widen = osdp_schedule_kept_narrow(b->sc, op - 1);   /* its input, a bf16 KEPT (osdp/schedule.h) */
+    if (widen) TRY(emit_buffer(b, OSDP_EV_ALLOC, OSDP_BUF_KEPT_WIDE, op - 1, 0));
     if (rc) TRY(emit_buffer(b, OSDP_EV_ALLOC, OSDP_BUF_KEPT, op, 0));
     TRY(emit_buffer(b, OSDP_EV_ALLOC, OSDP_BUF_ACTS, op, 0));
     if (op == 0 || op == n - 1) TRY(emit(b, (osdp_event){.kind = OSDP_EV_LOAD_TOKENS, .op = op}));
     TRY(pass_events(b, op, OSDP_PASS_FORWARD));
     if (op == n - 1) TRY(emit(b, (osdp_event){.kind = OSDP_EV_LOSS_SUM, .op = op}));
     if (rc) TRY(emit_buffer(b, OSDP_EV_FREE, OSDP_BUF_ACTS, op, 0));   /* only the output stays */
+    if (widen) TRY(emit_buffer(b, OSDP_EV_FREE, OSDP_BUF_KEPT_WIDE, op - 1, 0));
     return OSDP_OK;
 }
 
@@ -337,6 +368,8 @@ static osdp_status backward_pass(builder *b)
         const int rc = b->sc->ops[op].recompute, sends_output = op == hi - 1 && hi < n;
         if (sends_output) TRY(message(b, OSDP_EV_RECV_GRAD, op, op));
         if (op == hi - 1) TRY(grad_send_wait(b));   /* the previous pass's, before the compute writes the workspace */
+        const int widen = osdp_schedule_kept_narrow(b->sc, op - 1);   /* its input again, for this pass */
+        if (widen) TRY(emit_buffer(b, OSDP_EV_ALLOC, OSDP_BUF_KEPT_WIDE, op - 1, 0));
         if (rc) {   /* the activations again, from the kept input */
             TRY(emit_buffer(b, OSDP_EV_ALLOC, OSDP_BUF_ACTS, op, 0));
             TRY(pass_events(b, op, OSDP_PASS_RECOMPUTE));
@@ -356,6 +389,7 @@ static osdp_status backward_pass(builder *b)
         if (sends_output) TRY(emit(b, (osdp_event){.kind = OSDP_EV_SEND_ACTS_WAIT, .op = op}));
         TRY(emit_buffer(b, OSDP_EV_FREE, OSDP_BUF_ACTS, op, 0));
         if (rc) TRY(emit_buffer(b, OSDP_EV_FREE, OSDP_BUF_KEPT, op, 0));
+        if (widen) TRY(emit_buffer(b, OSDP_EV_FREE, OSDP_BUF_KEPT_WIDE, op - 1, 0));
     }
     if (b->pending_scatter >= 0) TRY(scatter_finish(b, b->pending_scatter));
     b->pending_scatter = -1;

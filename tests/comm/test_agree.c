@@ -10,12 +10,14 @@
 
 #include <check.h>
 #include <mpi.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "osdp/agree.h"
 #include "osdp/comm.h"
+#include "osdp/dtype.h"
 #include "osdp/error.h"
 #include "osdp/job.h"
 #include "util/clock.h"
@@ -125,10 +127,65 @@ START_TEST(test_plan_broadcast)
 }
 END_TEST
 
+/* the bf16 sum of an all-reduce (a bf16 residual stream's tensor-parallel all-reduces, osdp/schedule.h):
+ * MPI has no bf16 type, so the MPI backend sums with a user-defined operation: on pairs of ranks each
+ * element is the two widened, added in fp32 and rounded to nearest even (never the 16-bit words added as
+ * integers); on all ranks integer values sum exactly, the same bits on every rank and call after call */
+START_TEST(test_bf16_sum_over_ranks)
+{
+    const int r = world_rank(), n = 1000;
+    int size;
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    ck_assert_int_eq(size % 2, 0);
+    uint16_t *x = malloc(n * sizeof *x), *y = malloc(n * sizeof *y);
+    ck_assert(x && y);
+    MPI_Comm pair_mpi;
+    MPI_Comm_split(MPI_COMM_WORLD, r / 2, r, &pair_mpi);
+    osdp_comm pair, world;
+    ck_assert(osdp_comm_create_mpi(&pair, &pair_mpi) == OSDP_OK);
+    ck_assert(osdp_comm_create_mpi(&world, &(MPI_Comm){MPI_COMM_WORLD}) == OSDP_OK);
+    /* pairs: 1 + k 2^-9 (rank 0 of the pair) and k 2^-10 + 3 2^-12 (rank 1): ties, halves and carries */
+    const float a0 = 1.0f, step0 = 0x1p-9f, step1 = 0x1p-10f;
+    for (int i = 0; i < n; i++) {
+        const float v = r % 2 == 0 ? a0 + (float)(i % 64) * step0 : (float)(i % 32) * step1 + 3 * 0x1p-12f;
+        x[i] = osdp_bf16_from_float(v);
+    }
+    ck_assert(osdp_comm_all_reduce(&pair, x, (size_t)n, OSDP_BFLOAT16, NULL) == OSDP_OK);
+    int rounded = 0;
+    for (int i = 0; i < n; i++) {
+        const float p0 = osdp_bf16_to_float(osdp_bf16_from_float(a0 + (float)(i % 64) * step0));
+        const float p1 = osdp_bf16_to_float(osdp_bf16_from_float((float)(i % 32) * step1 + 3 * 0x1p-12f));
+        const uint16_t want = osdp_bf16_from_float(p0 + p1);
+        ck_assert_msg(x[i] == want, "element %d: 0x%04x, want 0x%04x", i, x[i], want);
+        rounded += osdp_bf16_to_float(want) != p0 + p1;
+    }
+    ck_assert(rounded > 0);   /* the sums were rounded, not all exact */
+    /* all ranks: small integers sum exactly in bf16 whatever the order */
+    for (int i = 0; i < n; i++) x[i] = osdp_bf16_from_float((float)(i % 7 + r));
+    memcpy(y, x, n * sizeof *x);
+    ck_assert(osdp_comm_all_reduce(&world, x, (size_t)n, OSDP_BFLOAT16, NULL) == OSDP_OK);
+    for (int i = 0; i < n; i++)
+        ck_assert_msg(osdp_bf16_to_float(x[i]) == (float)(size * (i % 7) + size * (size - 1) / 2), "element %d", i);
+    /* inexact sums: every rank the same bits, run after run */
+    for (int i = 0; i < n; i++) x[i] = y[i] = osdp_bf16_from_float(1.0f / (float)(i + 3 + r));
+    ck_assert(osdp_comm_all_reduce(&world, x, (size_t)n, OSDP_BFLOAT16, NULL) == OSDP_OK);
+    ck_assert(osdp_comm_all_reduce(&world, y, (size_t)n, OSDP_BFLOAT16, NULL) == OSDP_OK);
+    ck_assert(memcmp(x, y, n * sizeof *x) == 0);
+    memcpy(y, x, n * sizeof *x);
+    MPI_Bcast(y, n, MPI_UINT16_T, 0, MPI_COMM_WORLD);
+    ck_assert(memcmp(x, y, n * sizeof *x) == 0);
+    osdp_comm_destroy(&pair);
+    osdp_comm_destroy(&world);
+    MPI_Comm_free(&pair_mpi);
+    free(x);
+    free(y);
+}
+END_TEST
+
 static Suite *agree_suite(void)
 {
     const TTest *agree[] = {test_lowest_failing_rank_wins, test_max_over_ranks, test_plan_broadcast,
-                            test_a_missing_peer_times_out, NULL};
+                            test_bf16_sum_over_ranks, test_a_missing_peer_times_out, NULL};
     const osdp_check_case cases[] = {{.name = "agree", .tests = agree}};
     return osdp_check_suite("agree", cases, sizeof cases / sizeof cases[0]);
 }

@@ -1128,6 +1128,44 @@ START_TEST(test_bf16_convert)
 }
 END_TEST
 
+/* the bf16 residual stream's entries (--residual-dtype bf16): residual_round gives the CPU bf16 table's
+ * values bit for bit (ties to even, the largest finite to infinity), residual_widen the exact widening, and
+ * the fp32 tables have neither */
+START_TEST(test_bf16_residual)
+{
+    ck_assert(gpu->residual_round == NULL && gpu->residual_widen == NULL);
+    ck_assert(gpu16->residual_round != NULL && gpu16->residual_widen != NULL);
+    const size_t n = 65537;
+    float *x = falloc(n), *want = falloc(n), *got = falloc(n);
+    uint64_t s = 131;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u = (uint32_t)(rng_next(&s) >> 32);
+        if ((u & 0x7f800000u) == 0x7f800000u) u &= 0xbfffffffu;
+        if (i % 5 == 0) u = (u & 0xffff0000u) | 0x8000u;   /* ties */
+        memcpy(&x[i], &u, sizeof u);
+    }
+    x[0] = 3.4028235e38f;
+    x[1] = -0.0f;
+    memcpy(want, x, n * sizeof *x);
+    osdp_compute_cpu_bf16.residual_round(want, n);
+    float *g = upf(x, n);
+    gpu16->residual_round(g, n);
+    gpu->to_host(got, g, n * sizeof *got);
+    ck_assert_msg(memcmp(got, want, n * sizeof *got) == 0, "residual_round differs from the CPU bf16 table's");
+    ck_assert(isinf(got[0]));
+    /* narrowed (convert_weights) and widened back: the rounded values exactly */
+    uint16_t *g16 = gpu->alloc(n * sizeof *g16);
+    ck_assert(g16 != NULL);
+    gpu16->convert_weights(g16, g, n);
+    gpu->fill_zero(g, n * sizeof(float));
+    gpu16->residual_widen(g, g16, n);
+    gpu->to_host(got, g, n * sizeof *got);
+    ck_assert_msg(memcmp(got, want, n * sizeof *got) == 0, "residual_widen(convert_weights(x)) is not x");
+    gpu->free(g), gpu->free(g16);
+    free(x), free(want), free(got);
+}
+END_TEST
+
 /* bf16 product forward; x is (BT, ldx) and the product reads its columns
  * [c0, c0 + IC) (ldx == IC: the plain entry) */
 static void run_bf16_matmul_forward(int BT, int IC, int OC, int ldx, int c0, int with_bias, int accumulate,
@@ -1516,6 +1554,7 @@ static Suite *cuda_suite(void)
                                   test_layernorm, test_gelu, test_attention, test_embedding, test_crossentropy,
                                   test_crossentropy_large_gap, test_vocab_parallel,
                                   test_residual_accumulate, test_sums, test_adamw, test_tables, test_bf16_convert,
+                                  test_bf16_residual,
                                   test_bf16_matmul_forward, test_bf16_lt_epilogues, test_bf16_lt_backward,
                                   test_bf16_matmul_backward, test_bf16_layernorm,
                                   test_bf16_attention, test_attention_tiled, test_bf16_attention_tiled,

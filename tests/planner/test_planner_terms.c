@@ -14,7 +14,8 @@
  *   choices  k of g slices ZDP for g in 1, 2, 4 (split auto), recompute
  *            both ways (recompute auto), gradients reduced once per step or
  *            every micro-batch (grad-reduce auto with accumulation; once:
- *            a tied head's embedding too), fp32 and bf16 weights, prefetch
+ *            a tied head's embedding too), fp32 and bf16 weights (a bf16
+ *            residual stream with some of the latter), prefetch
  *            on and off, the CPU's and CUDA's shard padding
  *   pipeline first, middle and last stages of 2 to 4 (1F1B, GPipe and
  *            interleaved of one chunk): the stage's wrap moment, its first
@@ -55,6 +56,7 @@ typedef struct step_case {
     int N, node_ranks;          /* node_ranks 0: one node, no plan mode h */
     int B, accum, prefetch, quantum;
     osdp_dtype weights;
+    osdp_dtype residual;        /* the residual stream (0: fp32; bf16 with bf16 weights) */
     int P, stage;               /* P 1: no pipeline */
     int bounds[OSDP_MAX_STAGES + 1];
     osdp_pipe_schedule schedule;
@@ -71,6 +73,7 @@ static void build_context(osdp_ps_context *ctx, const osdp_layout *sub, const os
     o->geo.n_ranks = c->N;
     o->geo.prefetch = c->prefetch;
     o->geo.pad_quantum = c->quantum;
+    o->geo.residual_dtype = c->residual;
     o->split_auto = 1;
     o->split_max = 4;
     o->recompute_auto = 1;
@@ -144,7 +147,7 @@ static int check_case(const osdp_layout *L, const step_case *c, int trials)
     osdp_schedule_options so = {.geo.n_ranks = c->N, .geo.node_ranks = c->node_ranks, .geo.micro_batch = c->B,
                                 .geo.accum_steps = c->accum, .geo.prefetch = c->prefetch, .geo.weight_dtype = c->weights,
                                 .geo.pad_quantum = c->quantum, .geo.pp_size = c->P, .pp_stage = c->stage,
-                                .geo.pipe_schedule = c->schedule};
+                                .geo.pipe_schedule = c->schedule, .geo.residual_dtype = c->residual};
     memcpy(so.geo.stage_bounds, c->bounds, sizeof so.geo.stage_bounds);
     int moments = 0;
     for (int t = 0; t < trials; t++) {
@@ -160,7 +163,8 @@ static int check_case(const osdp_layout *L, const step_case *c, int trials)
             continue;
         }
         osdp_cost_model cm;
-        const osdp_step_geometry geo = {.n_ranks = c->N, .pad_quantum = c->quantum, .prefetch = c->prefetch};
+        const osdp_step_geometry geo = {.n_ranks = c->N, .pad_quantum = c->quantum, .prefetch = c->prefetch,
+                                        .residual_dtype = c->residual};
         osdp_cost_model_init(&cm, L, &d, &geo, OSDP_COST_PAPER, c->node_ranks ? &hier : NULL);
         const long long stage = osdp_pipe_stage_peak(&cm, &p, c->bounds, c->P, c->stage, c->schedule, c->B, c->accum,
                                                      NULL);
@@ -191,6 +195,7 @@ START_TEST(test_search_terms_equal_schedule_dp_and_hierarchical)
                 const step_case c = {.N = meshes[k][0], .node_ranks = meshes[k][1], .B = 1 + v % 3, .accum = 1 + v % 2,
                                      .prefetch = v % 4 != 3, .quantum = v % 2 ? 64 : 1,
                                      .weights = v % 3 ? OSDP_BFLOAT16 : OSDP_FLOAT32, .P = 1,
+                                     .residual = v % 3 == 1 ? OSDP_BFLOAT16 : OSDP_FLOAT32,
                                      .grad_reduce = v == 7 ? OSDP_GRAD_REDUCE_ONCE : OSDP_GRAD_REDUCE_AUTO};
                 check_case(&L, &c, 25);
             }
@@ -213,7 +218,8 @@ START_TEST(test_search_terms_equal_schedule_tp)
             for (int v = 0; v < 6; v++) {
                 const step_case c = {.N = v % 2 ? 4 : 2, .node_ranks = v == 5 ? 2 : 0, .B = 1 + v % 2, .accum = 1 + v % 2,
                                      .prefetch = v != 4, .quantum = v % 3 ? 1 : 64,
-                                     .weights = v % 2 ? OSDP_BFLOAT16 : OSDP_FLOAT32, .P = 1};
+                                     .weights = v % 2 ? OSDP_BFLOAT16 : OSDP_FLOAT32, .P = 1,
+                                     .residual = v % 2 && v > 1 ? OSDP_BFLOAT16 : OSDP_FLOAT32};
                 check_case(&L, &c, 25);
             }
             osdp_layout_free(&L);
@@ -240,6 +246,7 @@ START_TEST(test_search_terms_pipeline_stage)
                                .accum = v == 4 ? 1 : v % 3 == 2 ? 2 * P : 2 + v, .prefetch = v != 4,
                                .quantum = v == 5 ? 64 : 1,
                                .weights = v % 2 ? OSDP_BFLOAT16 : OSDP_FLOAT32, .P = P, .schedule = kinds[v % 3],
+                               .residual = v % 2 && v != 3 ? OSDP_BFLOAT16 : OSDP_FLOAT32,
                                .grad_reduce = v == 5 ? OSDP_GRAD_REDUCE_ONCE : OSDP_GRAD_REDUCE_AUTO};
                 for (int s = 0; s <= P; s++) c.bounds[s] = s * L.n_ops / P;
                 if (v % 2) c.bounds[1] = 1;   /* a first stage of the embedding alone */
@@ -248,6 +255,22 @@ START_TEST(test_search_terms_pipeline_stage)
                     plans += 20;
                 }
             }
+        osdp_layout_free(&L);
+    }
+    /* a bf16 residual stream on a first stage of every operator but the head: its last operator (sent on, not
+     * narrow) is just like an earlier one of the stage (narrow), and must not share that one's terms */
+    for (size_t m = 0; m < 2; m++) {
+        osdp_layout L;
+        load_layout(&L, MODELS[m], 0);
+        step_case c = {.N = 2, .B = 1, .accum = 4, .prefetch = 1, .quantum = 1, .weights = OSDP_BFLOAT16,
+                       .residual = OSDP_BFLOAT16, .P = 2, .schedule = OSDP_PIPE_1F1B};
+        c.bounds[1] = L.n_ops - 1;
+        c.bounds[2] = L.n_ops;
+        ck_assert_int_eq(L.op[c.bounds[1] - 1].type, L.op[c.bounds[1] - 3].type);
+        for (c.stage = 0; c.stage < 2; c.stage++) {
+            moments += check_case(&L, &c, 40);
+            plans += 40;
+        }
         osdp_layout_free(&L);
     }
     ck_assert_int_gt(plans, 0);

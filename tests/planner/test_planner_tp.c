@@ -132,6 +132,18 @@ START_TEST(test_cost_tp_terms_by_hand)
     osdp_op_time t;
     osdp_cost_op_time(&cm2, 2, 1, 1, b, 1, &t);
     ck_assert(close_rel(t.total, fmax(t.compute, t.comm) + 2 * AR, 1e-12));
+    /* a bf16 residual stream's all-reduces move bf16 (osdp/schedule.h): S = 24576 bytes,
+     * 2 (2-1)(1e-5 + 24576/2 x 2e-10) = 2.49152e-5 s; the statistics' gather stays fp32 */
+    osdp_step_geometry g16 = cm1.geo;
+    g16.residual_dtype = OSDP_BFLOAT16;
+    osdp_cost_model cm3;
+    osdp_cost_model_init(&cm3, &L2, &d, &g16, OSDP_COST_PAPER, NULL);
+    const double AR16 = 2.49152e-5;
+    const double per_op16[6] = {AR16, 2 * AR16, 2 * AR16, 2 * AR16, 2 * AR16, AR16 + GATHER};
+    for (int i = 0; i < L2.n_ops; i++)
+        ck_assert_msg(close_rel(osdp_cost_tp_comm(&cm3, i, 0, b), per_op16[i], 1e-12), "bf16 %s: %.9g vs %.9g",
+                      L2.op[i].name, osdp_cost_tp_comm(&cm3, i, 0, b), per_op16[i]);
+    ck_assert(close_rel(osdp_cost_tp_comm(&cm3, 2, 1, b), 3 * AR16, 1e-12));
     osdp_layout_free(&L1);
     osdp_layout_free(&L2);
 }

@@ -180,13 +180,20 @@ static void check_eval(const osdp_schedule *sc, const osdp_memory_prediction *st
     ck_assert_uint_eq(step_peak->peak_total, train.peak_total);
 }
 
+/* the residual stream of random plan r: bf16 on every other plan with bf16 weights (without drawing: the
+ * plans drawn stay those of an fp32 stream) */
+static osdp_dtype residual_of(osdp_dtype weights, int r)
+{
+    return weights == OSDP_BFLOAT16 && r % 2 ? OSDP_BFLOAT16 : OSDP_FLOAT32;
+}
+
 /* one truth on one plan: schedule, closed form and (comm given) measurement */
 static void check_plan(const osdp_layout *L, const osdp_plan *p, int N, int B, int accum, int prefetch,
-                       osdp_dtype weights, int quantum, osdp_comm *comm)
+                       osdp_dtype weights, osdp_dtype residual, int quantum, osdp_comm *comm)
 {
     osdp_schedule sc;
     osdp_schedule_options so = {.geo.n_ranks = N, .geo.micro_batch = B, .geo.accum_steps = accum, .geo.prefetch = prefetch,
-                                .geo.weight_dtype = weights, .geo.pad_quantum = quantum};
+                                .geo.weight_dtype = weights, .geo.residual_dtype = residual, .geo.pad_quantum = quantum};
     ck_assert_msg(osdp_schedule_build(&sc, L, p, &so) == OSDP_OK, "%s", osdp_error_message());
     check_shape(&sc);
     check_padding(&sc, N, quantum);
@@ -197,18 +204,20 @@ static void check_plan(const osdp_layout *L, const osdp_plan *p, int N, int B, i
 
     osdp_device d = sizes_device(weights);
     osdp_cost_model cm;
-    osdp_cost_model_init(&cm, L, &d, &(osdp_step_geometry){.n_ranks = N, .pad_quantum = quantum, .prefetch = prefetch},
+    osdp_cost_model_init(&cm, L, &d, &(osdp_step_geometry){.n_ranks = N, .pad_quantum = quantum, .prefetch = prefetch,
+                                                           .residual_dtype = residual},
                          OSDP_COST_PAPER, NULL);
     long long closed = osdp_cost_peak(&cm, p, B, NULL);
     ck_assert_msg(closed == (long long)pr.peak_total,
-                  "%s N=%d B=%d prefetch=%d %s quantum %d: closed form %lld, schedule %zu",
-                  L->cfg.name, N, B, prefetch, osdp_dtype_name(weights), quantum, closed, pr.peak_total);
+                  "%s N=%d B=%d prefetch=%d %s residual %s quantum %d: closed form %lld, schedule %zu",
+                  L->cfg.name, N, B, prefetch, osdp_dtype_name(weights), osdp_dtype_name(residual), quantum, closed,
+                  pr.peak_total);
     if (!comm) return;
 
     const osdp_compute_backend *be = osdp_compute_find("cpu", weights);
     ck_assert(be != NULL);
     osdp_runtime_options opt = {.geo.micro_batch = B, .geo.accum_steps = accum, .geo.prefetch = prefetch, .seed = 7,
-                                .geo.weight_dtype = weights, .geo.pad_quantum = quantum};
+                                .geo.weight_dtype = weights, .geo.residual_dtype = residual, .geo.pad_quantum = quantum};
     osdp_optim_defaults(&opt.optim);
     osdp_runtime rt;
     ck_assert_msg(osdp_runtime_create(&rt, L, p, comm, be, &opt) == OSDP_OK, "%s", osdp_error_message());
@@ -255,8 +264,9 @@ START_TEST(test_measured_equals_schedule_and_closed_form)
         ck_assert(osdp_plan_alloc(&p, L.n_ops) == OSDP_OK);
         for (int r = 0; r < 30; r++) {
             random_plan(&L, &p);
+            const osdp_dtype weights = rnd() % 2 ? OSDP_BFLOAT16 : OSDP_FLOAT32;
             check_plan(&L, &p, comm.size, 1 + (int)(rnd() % 2), 1 + (int)(rnd() % 2), (int)(rnd() % 2),
-                       rnd() % 2 ? OSDP_BFLOAT16 : OSDP_FLOAT32, quantum_of(r), &comm);
+                       weights, residual_of(weights, r), quantum_of(r), &comm);
             checked++;
         }
         osdp_plan_free(&p);
@@ -277,8 +287,9 @@ static int check_random_plans(const osdp_layout *L, const int Ns[4], int per_n)
     for (int ni = 0; ni < 4; ni++)
         for (int r = 0; r < per_n; r++) {
             random_plan(L, &p);
+            const osdp_dtype weights = rnd() % 2 ? OSDP_BFLOAT16 : OSDP_FLOAT32;
             check_plan(L, &p, Ns[ni], 1 + (int)(rnd() % 4), 1 + (int)(rnd() % 3), (int)(rnd() % 2),
-                       rnd() % 2 ? OSDP_BFLOAT16 : OSDP_FLOAT32, quantum_of(r), NULL);
+                       weights, residual_of(weights, r), quantum_of(r), NULL);
             checked++;
         }
     osdp_plan_free(&p);
@@ -437,8 +448,9 @@ START_TEST(test_tp_staging_measured)
     ck_assert(osdp_plan_alloc(&p, L.n_ops) == OSDP_OK);
     for (int r = 0; r < 20; r++) {
         random_plan(&L, &p);
+        const osdp_dtype weights = rnd() % 2 ? OSDP_BFLOAT16 : OSDP_FLOAT32;
         check_plan(&L, &p, comm.size, 1 + (int)(rnd() % 2), 1 + (int)(rnd() % 2), (int)(rnd() % 2),
-                   rnd() % 2 ? OSDP_BFLOAT16 : OSDP_FLOAT32, quantum_of(r), &comm);
+                   weights, residual_of(weights, r), quantum_of(r), &comm);
     }
     osdp_plan_free(&p);
     osdp_layout_free(&L);
@@ -496,8 +508,9 @@ START_TEST(test_tied_head)
     ck_assert(osdp_plan_alloc(&p, L.n_ops) == OSDP_OK);
     for (int r = 0; r < 30; r++) {
         random_plan(&L, &p);
+        const osdp_dtype weights = rnd() % 2 ? OSDP_BFLOAT16 : OSDP_FLOAT32;
         check_plan(&L, &p, comm.size, 1 + (int)(rnd() % 2), 1 + (int)(rnd() % 2), (int)(rnd() % 2),
-                   rnd() % 2 ? OSDP_BFLOAT16 : OSDP_FLOAT32, quantum_of(r), &comm);
+                   weights, residual_of(weights, r), quantum_of(r), &comm);
     }
     /* the term itself: the embedding's gradients during the head's backward, none in an untied model */
     osdp_device d = sizes_device(OSDP_FLOAT32);

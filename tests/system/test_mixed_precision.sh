@@ -4,7 +4,8 @@
 # bf16) while gradients, their reduce-scatters, AdamW and activations stay
 # fp32 (osdp/runtime.h).  The CPU bf16 table widens the weights for OpenBLAS,
 # so this proves the runtime's path that the GPU runs, not the GPU kernels
-# (tests/cuda/test_cuda, tests/system/test_cuda_vs_cpu.sh).
+# (tests/cuda/test_cuda, tests/system/test_cuda_vs_cpu.sh).  Parts 8-11: the
+# bf16 residual stream (--residual-dtype bf16) that rides on bf16 weights.
 set -u
 . "$(dirname "$0")/../lib/test_lib.sh" mixed-precision-work
 
@@ -95,5 +96,115 @@ run 1 bad_precision --steps 1 --precision fp16; rc=$?
 if [ $rc != 0 ] && grep -q -- "--precision 'fp16': expected bf16 or fp32" "$WORK/bad_precision.err"; then
     ok "--precision fp16: exit $rc, '$(grep -o -- "--precision 'fp16'.*" "$WORK/bad_precision.err" | head -1)'"
 else bad "--precision fp16 (rc $rc)" "$WORK/bad_precision.err"; fi
+
+# -- 8. a bf16 residual stream (--residual-dtype bf16, osdp/schedule.h): every operator's output rounded to
+#       bf16 values, a recomputed operator's kept output held in 2 bytes.  Recompute never changes the
+#       numbers (bit for bit), on PP 2 x DP 2 (1F1B: stage 0's last operator sends its fp32 output on, the
+#       others keep theirs narrow) and on DP 4 with ZDP; measured = predicted per category in every run;
+#       against the fp32 stream (part 1's bf16_dp) only rounding differs (within 1e-2, not the same bits)
+run 4 res_pp_none --steps 10 --batch 2 --pp 2 --stages 0:3,3:6 --plan dp --precision bf16 --residual-dtype bf16 ||
+    bad "bf16 stream PP 2 ran" "$WORK/res_pp_none.err"
+run 4 res_pp_all --steps 10 --batch 2 --pp 2 --stages 0:3,3:6 --plan dp --precision bf16 --residual-dtype bf16 \
+    --recompute all || bad "bf16 stream PP 2 with recompute ran" "$WORK/res_pp_all.err"
+run 4 res_dp_none --steps 10 --batch 2 --plan dp --precision bf16 --residual-dtype bf16 ||
+    bad "bf16 stream DP 4 ran" "$WORK/res_dp_none.err"
+run 4 res_dp_all --steps 10 --batch 2 --plan zdp --precision bf16 --residual-dtype bf16 --recompute all ||
+    bad "bf16 stream DP 4 ZDP with recompute ran" "$WORK/res_dp_all.err"
+# interleaved (PP 2 x V 2, 4 chunks: the chunks' last operators send theirs on in fp32)
+run 4 res_il_none --steps 6 --batch 1 --global-batch 8 --pp 2 --schedule interleaved --virtual-stages 2 \
+    --stages 0:2,2:3,3:5,5:6 --plan dp --precision bf16 --residual-dtype bf16 || bad "bf16 stream interleaved ran" "$WORK/res_il_none.err"
+run 4 res_il_all --steps 6 --batch 1 --global-batch 8 --pp 2 --schedule interleaved --virtual-stages 2 \
+    --stages 0:2,2:3,3:5,5:6 --plan dp --precision bf16 --residual-dtype bf16 --recompute all ||
+    bad "bf16 stream interleaved with recompute ran" "$WORK/res_il_all.err"
+if [ "$(losses "$WORK/res_il_none.log" | wc -l)" = 6 ] &&
+   [ "$(losses "$WORK/res_il_none.log")" = "$(losses "$WORK/res_il_all.log")" ]; then
+    ok "bf16 residual stream, interleaved PP 2 x V 2: recompute all = none bit for bit over 6 steps"
+else bad "bf16 residual stream interleaved: recompute changed the losses"; fi
+if [ "$(losses "$WORK/res_pp_none.log" | wc -l)" = 10 ] &&
+   [ "$(losses "$WORK/res_pp_none.log")" = "$(losses "$WORK/res_pp_all.log")" ] &&
+   [ "$(losses "$WORK/res_dp_none.log" | wc -l)" = 10 ] &&
+   [ "$(losses "$WORK/res_dp_none.log")" = "$(losses "$WORK/res_dp_all.log")" ]; then
+    ok "bf16 residual stream: recompute all = none bit for bit over 10 steps, on PP 2 x DP 2 and on DP 4 (all-ZDP)"
+else bad "bf16 residual stream: recompute changed the losses"; paste <(losses "$WORK/res_pp_none.log") <(losses "$WORK/res_pp_all.log") | head -3; fi
+if paste -d' ' <(field "$WORK/bf16_dp.log" loss) <(field "$WORK/res_dp_none.log" loss) |
+       awk 'NF == 2 {n++; d=$1-$2; if (d<0) d=-d; if (d > m) m = d; if (d > 1e-2*$1) bad=1}
+            END {printf "max |difference| %.2e\n", m; exit (bad || n != 10)}' > "$WORK/res_curve.txt" &&
+   [ "$(losses "$WORK/bf16_dp.log")" != "$(losses "$WORK/res_dp_none.log")" ]; then
+    ok "bf16 residual stream against the fp32 one (bf16 weights both): within 1e-2 relative, not the same bits ($(cat "$WORK/res_curve.txt"))"
+else bad "bf16 against fp32 residual stream" "$WORK/res_curve.txt"; fi
+mem_ok=1
+for log in res_pp_none res_pp_all res_dp_none res_dp_all res_il_none res_il_all; do
+    for cat in state weights grads activations workspace total; do
+        m=$(last "$log" "peak_$cat"); p=$(last "$log" "pred_$cat")
+        [ -n "$m" ] && [ "$m" = "$p" ] || { mem_ok=0; echo "    $log $cat: measured $m predicted $p"; }
+    done
+done
+# every stage of the pipelined runs: each category's measured peak on its ranks (min and max) = its prediction
+stage_fields=0
+for log in res_pp_none res_pp_all res_il_none res_il_all; do
+    n=$(tr ' ' '\n' < "$WORK/$log.log" | grep '^stage_[0-9]*_p' | awk -F= '
+        { split($1, k, "_"); key = k[2] "_" k[length(k)]; kind = $1; sub(/^stage_[0-9]*_/, "", kind); sub(/_[a-z]*$/, "", kind)
+          v[key, kind] = $2; keys[key] = 1 }
+        END { n = 0; for (key in keys) { if (v[key, "peak_min"] != v[key, "pred"] || v[key, "peak_max"] != v[key, "pred"]) { print "bad " key; exit 1 } n++ }
+              print n }') || { mem_ok=0; echo "    $log: $n"; }
+    [ "${n:-0}" -ge 12 ] 2>/dev/null || { mem_ok=0; echo "    $log: $n stage fields"; }
+    stage_fields=$((stage_fields + ${n:-0}))
+done
+if [ $mem_ok = 1 ]; then
+    ok "bf16 residual stream: measured = predicted per category in 6 runs, and on every rank of every stage ($stage_fields stage categories; PP 2 stage 0 $(last res_pp_all peak_total) B with recompute)"
+else bad "bf16 residual stream: measured and predicted memory differ"; fi
+
+# -- 9. a bf16-stream run with recompute resumed at step 5 continues bit for bit (res_dp_all uninterrupted)
+OSDP_CKPT_MPIO=independent run 4 res_ck_first --steps 5 --lr-steps 10 --batch 2 --plan zdp --precision bf16 \
+    --residual-dtype bf16 --recompute all --ckpt-dir "$WORK/res_ck" || bad "bf16 stream run with a save" "$WORK/res_ck_first.err"
+OSDP_CKPT_MPIO=independent run 4 res_ck_rest --steps 10 --batch 2 --plan zdp --precision bf16 --residual-dtype bf16 \
+    --recompute all --resume "$WORK/res_ck/step_00000005.h5" || bad "bf16 stream resume" "$WORK/res_ck_rest.err"
+if [ "$(losses "$WORK/res_dp_all.log" | tail -5)" = "$(losses "$WORK/res_ck_rest.log" | tail -5)" ] &&
+   [ "$(losses "$WORK/res_ck_first.log")" = "$(losses "$WORK/res_dp_all.log" | head -5)" ] &&
+   [ "$(losses "$WORK/res_ck_rest.log" | wc -l)" = 5 ]; then
+    ok "bf16 residual stream checkpoint: steps 6-10 after a resume at step 5 equal the uninterrupted run's bit for bit"
+else bad "bf16 stream checkpoint resume (losses differ)"; paste <(losses "$WORK/res_dp_all.log" | tail -5) <(losses "$WORK/res_ck_rest.log") | head -5; fi
+
+# -- 10. a bf16 stream beside fp32 weights is refused on every rank, naming the option (train, and plan
+#        for a device of fp32 weights)
+run 4 res_fp32 --steps 1 --precision fp32 --residual-dtype bf16; rc=$?
+"$BIN" plan --model "$M" --device "$SRC/tests/inputs/t_device.ini" --ranks 4 --residual-dtype bf16 \
+    >"$WORK/res_plan.out" 2>"$WORK/res_plan.err"; rcp=$?
+if [ $rc != 0 ] && [ $rcp != 0 ] && [ ! -s "$WORK/res_fp32.log" ] &&
+   grep -q -- "--residual-dtype bf16 needs bf16 weights, and --precision gives fp32" "$WORK/res_fp32.err" &&
+   grep -q -- "--residual-dtype bf16 needs bf16 weights" "$WORK/res_plan.err"; then
+    ok "--residual-dtype bf16 with fp32 weights: train exit $rc, plan exit $rcp, '$(grep -o -- "--residual-dtype bf16 needs.*" "$WORK/res_fp32.err" | head -1)'"
+else bad "--residual-dtype bf16 with fp32 weights (train rc $rc, plan rc $rcp)" "$WORK/res_fp32.err"; fi
+
+# -- 11. a bf16 stream's tensor-parallel all-reduces move bf16 (osdp/schedule.h: partials rounded, summed in
+#        fp32, the sum rounded), as Megatron-LM's do: TP 2 x DP 2 against DP 4 (part 8's res_dp_none, the same
+#        global batch of 8) differs by that rounding alone, within 1e-3 relative; bit for bit run to run and
+#        with recompute; the all-reduce bytes are half the fp32 stream's (whose closed form test_mesh checks),
+#        the step's 16-byte scalar sum aside; measured = predicted memory
+run 4 res_tp_a --steps 10 --batch 4 --tp 2 --plan dp --precision bf16 --residual-dtype bf16 || bad "bf16 stream TP 2 ran" "$WORK/res_tp_a.err"
+run 4 res_tp_b --steps 10 --batch 4 --tp 2 --plan dp --precision bf16 --residual-dtype bf16 || bad "bf16 stream TP 2 again" "$WORK/res_tp_b.err"
+run 4 res_tp_rc --steps 10 --batch 4 --tp 2 --plan zdp --precision bf16 --residual-dtype bf16 --recompute all ||
+    bad "bf16 stream TP 2 with recompute ran" "$WORK/res_tp_rc.err"
+run 4 res_tp_f --steps 2 --batch 4 --tp 2 --plan dp --precision bf16 || bad "fp32 stream TP 2 ran" "$WORK/res_tp_f.err"
+if [ "$(losses "$WORK/res_tp_a.log" | wc -l)" = 10 ] &&
+   [ "$(losses "$WORK/res_tp_a.log")" = "$(losses "$WORK/res_tp_b.log")" ] &&
+   [ "$(losses "$WORK/res_tp_a.log")" = "$(losses "$WORK/res_tp_rc.log")" ] &&
+   paste -d' ' <(field "$WORK/res_dp_none.log" loss) <(field "$WORK/res_tp_a.log" loss) |
+       awk 'NF == 2 {n++; d=$1-$2; if (d<0) d=-d; if (d > m) m = d; if (d > 1e-3*$1) bad=1}
+            END {printf "max |difference| %.2e\n", m; exit (bad || n != 10)}' > "$WORK/res_tp_curve.txt"; then
+    ok "bf16 stream, TP 2 x DP 2 (bf16 all-reduces) against DP 4: within 1e-3 relative over 10 steps ($(cat "$WORK/res_tp_curve.txt")); bit for bit run to run and with recompute all"
+else bad "bf16 stream TP 2"; cat "$WORK/res_tp_curve.txt" 2>/dev/null; paste <(losses "$WORK/res_dp_none.log") <(losses "$WORK/res_tp_a.log") <(losses "$WORK/res_tp_b.log") | head -3; fi
+ar_bf16=$(field "$WORK/res_tp_a.log" tp_ar_bytes | sort -u); ar_fp32=$(field "$WORK/res_tp_f.log" tp_ar_bytes | sort -u)
+tp_mem=1
+for log in res_tp_a res_tp_rc; do
+    for cat in state weights grads activations workspace tp_comm total; do
+        m=$(last "$log" "peak_$cat"); p=$(last "$log" "pred_$cat")
+        [ -n "$m" ] && [ "$m" = "$p" ] || { tp_mem=0; echo "    $log $cat: measured $m predicted $p"; }
+    done
+done
+if [ -n "$ar_bf16" ] && [ -n "$ar_fp32" ] && [ $((ar_bf16 - 16)) -gt 0 ] && [ $((2 * (ar_bf16 - 16))) = $((ar_fp32 - 16)) ] &&
+   [ $tp_mem = 1 ]; then
+    ok "bf16 stream TP 2: $ar_bf16 B all-reduced a step against the fp32 stream's $ar_fp32 (half, the 16-byte scalar sum aside); measured = predicted memory with and without recompute"
+else bad "bf16 stream TP 2 traffic ($ar_bf16 against $ar_fp32 B) or memory"; fi
 
 summary test_mixed_precision
