@@ -193,6 +193,8 @@ typedef struct osdp_planner_result {
     long long searches;       /* knapsacks solved */
     long long cache_hits;     /* knapsacks answered from an earlier one */
     long long nodes;          /* their nodes / states */
+    long long bound_cuts;     /* branch-and-bound nodes a moment's knapsack closed, and choices the first node's
+                                 bound dropped (src/planner/plan_bnb.c) */
     double search_s;          /* wall seconds inside the knapsack solvers */
     double total_s;           /* wall seconds of the whole planner call */
     int timed_out;            /* dfs ran out of time: the plan may not be optimal */

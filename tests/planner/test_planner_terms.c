@@ -348,7 +348,7 @@ static void every_stage_plan(stage_plans *E, const osdp_layout *L, const osdp_de
 
 START_TEST(test_stage_search_against_every_plan)
 {
-    int decided = 0, cases = 0, memory_checked = 0;
+    int decided = 0, cases = 0, memory_checked = 0, messages = 0;
     const osdp_device d = sizes_device(OSDP_FLOAT32);
     for (size_t m = 0; m < 2; m++) {
         osdp_layout L;
@@ -398,6 +398,13 @@ START_TEST(test_stage_search_against_every_plan)
                     if (isinf(best)) {
                         ck_assert_msg(st == OSDP_ERR_INFEASIBLE, "%s stage %d of %d limit %lld (least %lld): status %d",
                                       L.cfg.name, c.stage, c.P, limit, least, st);
+                        /* the message names the smallest peak of every plan at this accumulation (reduce-once
+                         * choices included), so that a limit of that fits */
+                        const char *at = strstr(osdp_error_message(), "smallest peak any plan needs is ");
+                        at = at ? strchr(at, '(') : NULL;
+                        ck_assert_msg(at && atoll(at + 1) == least, "%s stage %d of %d M %d: %s (every plan: %lld)",
+                                      L.cfg.name, c.stage, c.P, c.accum, osdp_error_message(), least);
+                        messages++;
                     } else {
                         ck_assert_msg(st == OSDP_OK, "%s stage %d of %d limit %lld: %s", L.cfg.name, c.stage, c.P, limit,
                                       osdp_error_message());
@@ -453,8 +460,9 @@ START_TEST(test_stage_search_against_every_plan)
         osdp_layout_free(&L);
     }
     printf("stage searches against every plan: %d limits, %d where the search blind to the wrap moment picks a plan "
-           "over the limit\n", cases, decided);
+           "over the limit, %d no-fit messages\n", cases, decided, messages);
     ck_assert_int_gt(cases, 0);
+    ck_assert_int_gt(messages, 0);
     ck_assert_int_gt(decided, 0);
     ck_assert_int_gt(memory_checked, 0);
 }
