@@ -5,6 +5,7 @@
 #include "plan_bnb.h"
 
 #include <limits.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -115,6 +116,14 @@ static long long term_val(const osdp_ps_context *ctx, int kind, int i, int c)
     return kind == T_F ? ctx->prefetch_bytes[a] : kind == T_NX ? ctx->next_op_bytes[a] : -ctx->act_bytes[a];
 }
 
+/* 1 when a lower bound v proves that nothing beats the best plan (or,
+ * before one, the context's cutoff), by a margin far above the knapsack's
+ * and the LP's rounding: a bound that loses nothing */
+static int beyond(const osdp_ps_context *ctx, const osdp_ps_best *best, double v)
+{
+    return best->found ? v >= best->objective * (1 + 1e-12) : v > ctx->cutoff * (1 + 1e-12);
+}
+
 /* 1 when no plan of node A that fits the limit (room: the limit less the
  * fixed bytes) beats the best plan, by the knapsack of a moment alone
  * (osdp_ps_moment_knapsack) at every u whose Z_u exceeds d in the node's
@@ -128,18 +137,17 @@ static long long term_val(const osdp_ps_context *ctx, int kind, int i, int c)
 static int moment_bound(osdp_ps_context *ctx, const unsigned char *A, const int *ch, int u, long long d,
                         long long room, const osdp_ps_best *best, int *mch, osdp_status *s)
 {
-    if (ctx->minimise_memory || ctx->wrap_first_pass || !best->found) return 0;
-    const double bar = best->objective * (1 + 1e-12);
+    if (ctx->minimise_memory || ctx->wrap_first_pass || (!best->found && isinf(ctx->cutoff))) return 0;
     for (int v = u; v >= 0; v--)
-        if ((v == u || osdp_ps_transient_at(ctx, ch, v) > d) && osdp_ps_moment_lp_bound(ctx, A, v, room) >= bar) {
+        if ((v == u || osdp_ps_transient_at(ctx, ch, v) > d) && beyond(ctx, best, osdp_ps_moment_lp_bound(ctx, A, v, room))) {
             ctx->counters->bound_cuts++;
             return 1;
         }
     for (int v = u; v >= 0; v--) {
         if (v < u && osdp_ps_transient_at(ctx, ch, v) <= d) continue;
         double obj;
-        const osdp_status ms = osdp_ps_moment_knapsack(ctx, A, v, room, bar, mch, &obj);
-        if (ms == OSDP_ERR_INFEASIBLE || (ms == OSDP_OK && obj >= bar)) {
+        const osdp_status ms = osdp_ps_moment_knapsack(ctx, A, v, room, osdp_ps_cap(ctx, best) * (1 + 1e-12), mch, &obj);
+        if (ms == OSDP_ERR_INFEASIBLE || (ms == OSDP_OK && beyond(ctx, best, obj))) {
             ctx->counters->bound_cuts++;
             return 1;
         }
@@ -159,8 +167,7 @@ static int moment_bound(osdp_ps_context *ctx, const unsigned char *A, const int 
 static int fix_by_bounds(osdp_ps_context *ctx, unsigned char *A, long long lim, const osdp_ps_best *best,
                          unsigned char *row)
 {
-    if (ctx->minimise_memory || ctx->wrap_first_pass || !best->found) return 1;
-    const double bar = best->objective * (1 + 1e-12);
+    if (ctx->minimise_memory || ctx->wrap_first_pass || (!best->found && isinf(ctx->cutoff))) return 1;
     const int n = ctx->n_ops;
     for (int i = 0; i < n; i++) {
         unsigned char *Ai = A + PS_CHOICE(ctx, i, 0);
@@ -170,7 +177,7 @@ static int fix_by_bounds(osdp_ps_context *ctx, unsigned char *A, long long lim, 
             if (!row[c]) continue;
             memset(Ai, 0, (size_t)ctx->stride);
             Ai[c] = 1;
-            int gone = osdp_ps_lp_bound(ctx, A, lim) >= bar;
+            const int gone = beyond(ctx, best, osdp_ps_lp_bound(ctx, A, lim));
             if (gone) row[c] = 0, ctx->counters->bound_cuts++;
             else left = 1;
             memcpy(Ai, row, (size_t)ctx->stride);
@@ -231,7 +238,7 @@ static osdp_status bnb(osdp_ps_context *ctx, unsigned char *base, long long d, l
     }
     spare_sets spare = {.n = 0};
     osdp_status s = OSDP_OK;
-    if (!ctx->minimise_memory && best->found) {   /* the first node less the choices the bound excludes */
+    if (!ctx->minimise_memory && (best->found || !isinf(ctx->cutoff))) {   /* the first node less the choices the bound excludes */
         unsigned char *F = dup_allow(ctx, base, &spare), *row = malloc((size_t)ctx->stride);
         if (!F || !row) s = osdp_error_set(OSDP_ERR_OOM, "planner: out of host memory");
         else if (fix_by_bounds(ctx, F, lim, best, row) && osdp_ps_propagate(ctx, F, d, mn)) stack[sp++] = F, F = NULL;
