@@ -294,7 +294,10 @@ osdp_status osdp_ps_search(osdp_ps_context *ctx, long long limit, osdp_ps_best *
     s = candidates(ctx, dlo, limit - ctx->fixed_bytes - min_r, &cand, &ncand, &approx);
     if (s != OSDP_OK) goto done;
     if (approx && !ctx->minimise_memory) ctx->counters->gap = 1;
-    if (!ctx->minimise_memory && (s = first_plans(ctx, limit, cand, ncand, best, ch)) != OSDP_OK) goto done;
+    /* (not for dfs: its knapsacks at tight budgets are the exponential ones, and time out) */
+    if (!ctx->minimise_memory && ctx->opts->search == OSDP_SEARCH_EXACT
+        && (s = first_plans(ctx, limit, cand, ncand, best, ch)) != OSDP_OK)
+        goto done;
     if (approx) ctx->incomplete = 1;
     int have_free = 0; /* fch: the unrestricted knapsack's plan */
     long long free_r = 0, free_z = 0;
