@@ -138,11 +138,13 @@ static int moment_bound(osdp_ps_context *ctx, const unsigned char *A, const int 
                         long long room, const osdp_ps_best *best, int *mch, osdp_status *s)
 {
     if (ctx->minimise_memory || ctx->wrap_first_pass || (!best->found && isinf(ctx->cutoff))) return 0;
-    for (int v = u; v >= 0; v--)
-        if ((v == u || osdp_ps_transient_at(ctx, ch, v) > d) && beyond(ctx, best, osdp_ps_moment_lp_bound(ctx, A, v, room))) {
+    for (int v = u; v >= 0; v--) {   /* the LP bounds first: cheaper */
+        if (v < u && osdp_ps_transient_at(ctx, ch, v) <= d) continue;
+        if (beyond(ctx, best, osdp_ps_moment_lp_bound(ctx, A, v, room))) {
             ctx->counters->bound_cuts++;
             return 1;
         }
+    }
     for (int v = u; v >= 0; v--) {
         if (v < u && osdp_ps_transient_at(ctx, ch, v) <= d) continue;
         double obj;
@@ -238,7 +240,7 @@ static osdp_status bnb(osdp_ps_context *ctx, unsigned char *base, long long d, l
     }
     spare_sets spare = {.n = 0};
     osdp_status s = OSDP_OK;
-    if (!ctx->minimise_memory && (best->found || !isinf(ctx->cutoff))) {   /* the first node less the choices the bound excludes */
+    if (!ctx->minimise_memory && (best->found || !isinf(ctx->cutoff))) {   /* the first node, less what its bound excludes */
         unsigned char *F = dup_allow(ctx, base, &spare), *row = malloc((size_t)ctx->stride);
         if (!F || !row) s = osdp_error_set(OSDP_ERR_OOM, "planner: out of host memory");
         else if (fix_by_bounds(ctx, F, lim, best, row) && osdp_ps_propagate(ctx, F, d, mn)) stack[sp++] = F, F = NULL;
