@@ -72,6 +72,24 @@ long long osdp_ps_moment_bytes(const osdp_ps_context *ctx, int u, int i, int c)
     return v;
 }
 
+long long osdp_ps_peak_floor(const osdp_ps_context *ctx)
+{
+    long long most = LLONG_MIN;
+    for (int u = 0; u < ctx->n_ops; u++) {
+        long long at = ctx->fixed_bytes;
+        for (int i = 0; i < ctx->n_ops; i++) {
+            long long lo = LLONG_MAX;
+            for (int c = 0; c < ctx->n_choices[i]; c++) {
+                const long long v = osdp_ps_moment_bytes(ctx, u, i, c);
+                if (v < lo) lo = v;
+            }
+            at += lo;
+        }
+        if (at > most) most = at;
+    }
+    return most;
+}
+
 long long osdp_ps_held_sum(const osdp_ps_context *ctx, const int *ch)
 {
     long long r = 0;

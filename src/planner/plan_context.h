@@ -125,6 +125,12 @@ int osdp_ps_transient_scan(const osdp_ps_context *ctx, const int *ch, long long 
  * u: R, less its activations when i >= u + 2 (freed by then), plus f, wp
  * or nx when i is u - 1, u or u + 1 (sum_i of it = sum_i R_i + Z_u) */
 long long osdp_ps_moment_bytes(const osdp_ps_context *ctx, int u, int i, int c);
+/* A floor under every plan's peak: at each moment u, each operator's least
+ * osdp_ps_moment_bytes (the moment's bytes are a sum over operators, its
+ * least the sum of their least), the largest over u, plus cst.  Cheap
+ * (no search); a context with the wrap moment's pairing left out
+ * (wrap_first_pass) floors the peak without it. */
+long long osdp_ps_peak_floor(const osdp_ps_context *ctx);
 long long osdp_ps_held_sum(const osdp_ps_context *ctx, const int *ch); /* sum of R of a plan */
 double osdp_ps_objective_sum(const osdp_ps_context *ctx, const int *ch); /* its objective: the choices' sum */
 /* per operator: the smallest wp, f, nx of its choices */

@@ -348,7 +348,7 @@ static void every_stage_plan(stage_plans *E, const osdp_layout *L, const osdp_de
 
 START_TEST(test_stage_search_against_every_plan)
 {
-    int decided = 0, cases = 0, memory_checked = 0, messages = 0;
+    int decided = 0, cases = 0, memory_checked = 0, messages = 0, floors_tight = 0;
     const osdp_device d = sizes_device(OSDP_FLOAT32);
     for (size_t m = 0; m < 2; m++) {
         osdp_layout L;
@@ -431,6 +431,19 @@ START_TEST(test_stage_search_against_every_plan)
                     osdp_planner_result_free(&r);
                     cases++;
                 }
+                /* the peak's floor (plan_context.h, the search's no-fit proof without a search) is at most
+                 * the smallest peak of every plan */
+                {
+                    osdp_planner_result counters;
+                    memset(&counters, 0, sizeof counters);
+                    osdp_ps_context ctx;
+                    ck_assert(osdp_ps_context_build(&ctx, &sub, &d, &o, c.B, c.accum, 0, NULL, &counters) == OSDP_OK);
+                    const long long floor = osdp_ps_peak_floor(&ctx);
+                    ck_assert_msg(floor <= least, "%s stage %d of %d: floor %lld, every plan %lld", L.cfg.name, c.stage,
+                                  c.P, floor, least);
+                    floors_tight += floor == least;
+                    osdp_ps_context_free(&ctx);
+                }
                 /* the memory search (the no-fit message's smallest peak; accumulation 1: no reduce-once
                  * choice) against every plan that reduces on every micro-batch */
                 long long least_every = -1, need = -1;
@@ -460,9 +473,11 @@ START_TEST(test_stage_search_against_every_plan)
         osdp_layout_free(&L);
     }
     printf("stage searches against every plan: %d limits, %d where the search blind to the wrap moment picks a plan "
-           "over the limit, %d no-fit messages\n", cases, decided, messages);
+           "over the limit, %d no-fit messages, %d peak floors equal to the smallest peak\n", cases, decided, messages,
+           floors_tight);
     ck_assert_int_gt(cases, 0);
     ck_assert_int_gt(messages, 0);
+    ck_assert_int_gt(floors_tight, 0);   /* where the floor alone proves a byte less does not fit */
     ck_assert_int_gt(decided, 0);
     ck_assert_int_gt(memory_checked, 0);
 }
