@@ -248,7 +248,10 @@ int osdp_cmd_plan_pipeline(const osdp_job *job)
                                         given_chunks ? chunks : NULL, &il);
     if (s != OSDP_OK) {
         char why[4096];
-        snprintf(why, sizeof why, "%s", osdp_error_message());
+        /* the balanced split is the only one --pp P plans: say so, other splits may need less */
+        snprintf(why, sizeof why, "%s%s", osdp_error_message(),
+                 s == OSDP_ERR_INFEASIBLE && !job->stages && P > 1 ? " (other stage splits were not tried: --stages "
+                 "gives one, --pp auto searches them)" : "");
         osdp_pipe_choice_free(&c);
         free(recompute_all);
         if (job->json) {

@@ -5,6 +5,7 @@
 #include "plan_bnb.h"
 
 #include <limits.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -115,6 +116,79 @@ static long long term_val(const osdp_ps_context *ctx, int kind, int i, int c)
     return kind == T_F ? ctx->prefetch_bytes[a] : kind == T_NX ? ctx->next_op_bytes[a] : -ctx->act_bytes[a];
 }
 
+/* 1 when a lower bound v proves that nothing beats the best plan (or,
+ * before one, the context's cutoff), by a margin far above the knapsack's
+ * and the LP's rounding: a bound that loses nothing */
+static int beyond(const osdp_ps_context *ctx, const osdp_ps_best *best, double v)
+{
+    return best->found ? v >= best->objective * (1 + 1e-12) : v > ctx->cutoff * (1 + 1e-12);
+}
+
+/* 1 when no plan of node A that fits the limit (room: the limit less the
+ * fixed bytes) beats the best plan, by the knapsack of a moment alone
+ * (osdp_ps_moment_knapsack) at every u whose Z_u exceeds d in the node's
+ * plan ch (the largest, u, given): there, the node's knapsack over R took
+ * the later operators' activations as memory to save, while at that
+ * moment they are freed, and which of them to keep is what the branches
+ * below would otherwise enumerate.  The time search only (the memory
+ * search's objective is the peak itself), and a bound that loses nothing:
+ * only a node no plan of which is strictly faster than the best goes, by
+ * a margin far above the knapsack's rounding.  mch: scratch of n_ops. */
+static int moment_bound(osdp_ps_context *ctx, const unsigned char *A, const int *ch, int u, long long d,
+                        long long room, const osdp_ps_best *best, int *mch, osdp_status *s)
+{
+    if (ctx->minimise_memory || ctx->wrap_first_pass || (!best->found && isinf(ctx->cutoff))) return 0;
+    for (int v = u; v >= 0; v--) {   /* the LP bounds first: cheaper */
+        if (v < u && osdp_ps_transient_at(ctx, ch, v) <= d) continue;
+        if (beyond(ctx, best, osdp_ps_moment_lp_bound(ctx, A, v, room))) {
+            ctx->counters->bound_cuts++;
+            return 1;
+        }
+    }
+    for (int v = u; v >= 0; v--) {
+        if (v < u && osdp_ps_transient_at(ctx, ch, v) <= d) continue;
+        double obj;
+        const osdp_status ms = osdp_ps_moment_knapsack(ctx, A, v, room, osdp_ps_cap(ctx, best) * (1 + 1e-12), mch, &obj);
+        if (ms == OSDP_ERR_INFEASIBLE || (ms == OSDP_OK && beyond(ctx, best, obj))) {
+            ctx->counters->bound_cuts++;
+            return 1;
+        }
+        if (ms != OSDP_OK) {
+            *s = ms;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* Drops from A (a search's first node) the choices in no plan of A that
+ * beats the best: with the choice forced, the LP bound of the knapsack
+ * over R (budget lim) at or above the best (the margin of moment_bound).
+ * Fewer choices, fewer terms to branch on.  The time search only; 0 when
+ * an operator is left without a choice.  row: scratch of stride. */
+static int fix_by_bounds(osdp_ps_context *ctx, unsigned char *A, long long lim, const osdp_ps_best *best,
+                         unsigned char *row)
+{
+    if (ctx->minimise_memory || ctx->wrap_first_pass || (!best->found && isinf(ctx->cutoff))) return 1;
+    const int n = ctx->n_ops;
+    for (int i = 0; i < n; i++) {
+        unsigned char *Ai = A + PS_CHOICE(ctx, i, 0);
+        memcpy(row, Ai, (size_t)ctx->stride);
+        int left = 0;
+        for (int c = 0; c < ctx->n_choices[i]; c++) {
+            if (!row[c]) continue;
+            memset(Ai, 0, (size_t)ctx->stride);
+            Ai[c] = 1;
+            const int gone = beyond(ctx, best, osdp_ps_lp_bound(ctx, A, lim));
+            if (gone) row[c] = 0, ctx->counters->bound_cuts++;
+            else left = 1;
+            memcpy(Ai, row, (size_t)ctx->stride);
+        }
+        if (!left) return 0;
+    }
+    return 1;
+}
+
 /* Branch and bound over the constraints Z_u <= d (true Z) for one
  * transient bound d.  Z_u is a sum of terms, one per operator: f of u-1,
  * nx of u+1, -acts of every j >= u+2, and wp of u.  A knapsack plan P that
@@ -131,7 +205,7 @@ static osdp_status bnb(osdp_ps_context *ctx, unsigned char *base, long long d, l
 osdp_status osdp_ps_bnb(osdp_ps_context *ctx, unsigned char *base, long long d, long long lim, osdp_ps_best *best,
                         int *ch)
 {
-    return bnb(ctx, base, d, d, 0, lim, 0, best, ch, NULL);
+    return bnb(ctx, base, d, d, 0, lim, lim + d, best, ch, NULL);
 }
 
 osdp_status osdp_ps_bnb_prove(osdp_ps_context *ctx, unsigned char *base, long long d_lo, long long d_hi, long long lim,
@@ -159,13 +233,22 @@ static osdp_status bnb(osdp_ps_context *ctx, unsigned char *base, long long d, l
     unsigned char **stack = malloc(sizeof *stack * (size_t)cap);
     int *ti = malloc(sizeof *ti * 2 * (size_t)(n + 1)), *tk = ti + n + 1;
     long long *tv = malloc(sizeof *tv * (size_t)(n + 1)), *mn = malloc(sizeof *mn * 7 * (size_t)n);
-    if (!stack || !ti || !tv || !mn) {
-        free(stack); free(ti); free(tv); free(mn);
+    int *mch = malloc(sizeof *mch * (size_t)n);
+    if (!stack || !ti || !tv || !mn || !mch) {
+        free(stack); free(ti); free(tv); free(mn); free(mch);
         return osdp_error_set(OSDP_ERR_OOM, "planner: out of host memory");
     }
-    stack[sp++] = base;
     spare_sets spare = {.n = 0};
     osdp_status s = OSDP_OK;
+    if (!ctx->minimise_memory && (best->found || !isinf(ctx->cutoff))) {   /* the first node, less what its bound excludes */
+        unsigned char *F = dup_allow(ctx, base, &spare), *row = malloc((size_t)ctx->stride);
+        if (!F || !row) s = osdp_error_set(OSDP_ERR_OOM, "planner: out of host memory");
+        else if (fix_by_bounds(ctx, F, lim, best, row) && osdp_ps_propagate(ctx, F, d, mn)) stack[sp++] = F, F = NULL;
+        free(F);
+        free(row);
+    } else {
+        stack[sp++] = base;
+    }
     const double lam = ctx->minimise_memory ? (double)d_lo : 0.0;
     if (proved) *proved = 1;
     while (sp > 0 && s == OSDP_OK) {
@@ -198,6 +281,7 @@ static osdp_status bnb(osdp_ps_context *ctx, unsigned char *base, long long d, l
         } else if (ks != OSDP_OK && ks != OSDP_ERR_INFEASIBLE) {
             s = ks;
         }
+        if (u >= 0 && moment_bound(ctx, A, ch, u, d, room_total, best, mch, &s)) u = -1;
         if (u < 0) {
             if (A != base) let_go(A, &spare);
             continue;
@@ -270,6 +354,6 @@ static osdp_status bnb(osdp_ps_context *ctx, unsigned char *base, long long d, l
         if (A != base) free(A);
     }
     while (spare.n > 0) free(spare.set[--spare.n]);
-    free(stack); free(ti); free(tv); free(mn);
+    free(stack); free(ti); free(tv); free(mn); free(mch);
     return s;
 }

@@ -45,11 +45,49 @@ int osdp_ps_transient_scan(const osdp_ps_context *ctx, const int *ch, long long 
     return -1;
 }
 
+long long osdp_ps_transient_at(const osdp_ps_context *ctx, const int *ch, int u)
+{
+    long long v = ctx->pass_peak_bytes[PS_CHOICE(ctx, u, ch[u])];
+    if (u > 0) v += ctx->prefetch_bytes[PS_CHOICE(ctx, u - 1, ch[u - 1])];
+    if (u + 1 < ctx->n_ops) v += ctx->next_op_bytes[PS_CHOICE(ctx, u + 1, ch[u + 1])];
+    for (int j = u + 2; j < ctx->n_ops; j++) v -= ctx->act_bytes[PS_CHOICE(ctx, j, ch[j])];
+    return v;
+}
+
 long long osdp_ps_true_transient(const osdp_ps_context *ctx, const int *ch)
 {
     long long best;
     osdp_ps_transient_scan(ctx, ch, LLONG_MAX, &best);
     return best;
+}
+
+long long osdp_ps_moment_bytes(const osdp_ps_context *ctx, int u, int i, int c)
+{
+    const size_t a = PS_CHOICE(ctx, i, c);
+    long long v = ctx->held_bytes[a];
+    if (i >= u + 2) v -= ctx->act_bytes[a];
+    else if (i == u - 1) v += ctx->prefetch_bytes[a];
+    else if (i == u) v += ctx->pass_peak_bytes[a];
+    else if (i == u + 1) v += ctx->next_op_bytes[a];
+    return v;
+}
+
+long long osdp_ps_peak_floor(const osdp_ps_context *ctx)
+{
+    long long most = LLONG_MIN;
+    for (int u = 0; u < ctx->n_ops; u++) {
+        long long at = ctx->fixed_bytes;
+        for (int i = 0; i < ctx->n_ops; i++) {
+            long long lo = LLONG_MAX;
+            for (int c = 0; c < ctx->n_choices[i]; c++) {
+                const long long v = osdp_ps_moment_bytes(ctx, u, i, c);
+                if (v < lo) lo = v;
+            }
+            at += lo;
+        }
+        if (at > most) most = at;
+    }
+    return most;
 }
 
 long long osdp_ps_held_sum(const osdp_ps_context *ctx, const int *ch)

@@ -118,7 +118,19 @@ void osdp_ps_context_free(osdp_ps_context *ctx);
  * u whose Z_u exceeds d, -1 if none (max_z non-NULL: the largest Z_u goes
  * there and the scan does not stop) */
 long long osdp_ps_true_transient(const osdp_ps_context *ctx, const int *ch);
+/* Z_u of a plan alone (no wrap moment) */
+long long osdp_ps_transient_at(const osdp_ps_context *ctx, const int *ch, int u);
 int osdp_ps_transient_scan(const osdp_ps_context *ctx, const int *ch, long long d, long long *max_z);
+/* what choice c of operator i adds to the peak in the backward of operator
+ * u: R, less its activations when i >= u + 2 (freed by then), plus f, wp
+ * or nx when i is u - 1, u or u + 1 (sum_i of it = sum_i R_i + Z_u) */
+long long osdp_ps_moment_bytes(const osdp_ps_context *ctx, int u, int i, int c);
+/* A floor under every plan's peak: at each moment u, each operator's least
+ * osdp_ps_moment_bytes (the moment's bytes are a sum over operators, its
+ * least the sum of their least), the largest over u, plus cst.  Cheap
+ * (no search); a context with the wrap moment's pairing left out
+ * (wrap_first_pass) floors the peak without it. */
+long long osdp_ps_peak_floor(const osdp_ps_context *ctx);
 long long osdp_ps_held_sum(const osdp_ps_context *ctx, const int *ch); /* sum of R of a plan */
 double osdp_ps_objective_sum(const osdp_ps_context *ctx, const int *ch); /* its objective: the choices' sum */
 /* per operator: the smallest wp, f, nx of its choices */

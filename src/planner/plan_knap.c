@@ -53,11 +53,12 @@ static osdp_status knap_free(osdp_ps_context *ctx, int *out, double *obj)
  * llround(ldexp(t, swap_shift)) summing to at most lim, and the resident
  * bytes are minimised.  OSDP_ERR_INFEASIBLE when nothing fits (or an
  * operator has no allowed choice). */
-static osdp_status knap_any(osdp_ps_context *ctx, const unsigned char *allow, long long lim, int swap_shift, double cap,
-                            int *out, double *obj)
+static osdp_status knap_any(osdp_ps_context *ctx, const unsigned char *allow, long long lim, int swap_shift, int moment,
+                            double cap, int *out, double *obj)
 {
     for (int j = 0; j < ctx->n_ops; j++) {
         int i = ctx->knap_order[j], k = 0;
+        long long least = LLONG_MAX;
         for (int c = 0; c < ctx->n_choices[i]; c++) {
             if (allow && !allow[PS_CHOICE(ctx, i, c)]) continue;
             size_t a = PS_CHOICE(ctx, i, c), b = PS_CHOICE(ctx, j, k);
@@ -65,17 +66,23 @@ static osdp_status knap_any(osdp_ps_context *ctx, const unsigned char *allow, lo
                 ctx->knap_mem_buf[b] = llround(ldexp(ctx->objective[a], swap_shift));
                 ctx->knap_time_buf[b] = (double)ctx->held_bytes[a];
             } else {
-                ctx->knap_mem_buf[b] = ctx->held_bytes[a];
+                ctx->knap_mem_buf[b] = moment >= 0 ? osdp_ps_moment_bytes(ctx, moment, i, c) : ctx->held_bytes[a];
                 ctx->knap_time_buf[b] = ctx->objective[a];
             }
+            if (ctx->knap_mem_buf[b] < least) least = ctx->knap_mem_buf[b];
             ctx->knap_choice[b] = c;
             k++;
         }
         if (k == 0) return OSDP_ERR_INFEASIBLE;
+        if (moment >= 0) { /* a moment's bytes may be negative (freed activations): each item from its least */
+            for (int q = 0; q < k; q++) ctx->knap_mem_buf[PS_CHOICE(ctx, j, q)] -= least;
+            lim -= least;
+        }
         ctx->knap_n_choices[j] = k;
         ctx->knap_mem[j] = ctx->knap_mem_buf + PS_CHOICE(ctx, j, 0);
         ctx->knap_time[j] = ctx->knap_time_buf + PS_CHOICE(ctx, j, 0);
     }
+    if (moment >= 0 && lim < 0) return OSDP_ERR_INFEASIBLE;
     if (swap_shift < 0 && ctx->minimise_memory && unbound_budget(ctx, lim)) return knap_free(ctx, out, obj);
     osdp_search_problem p = {.n_items = ctx->n_ops, .n_choices = ctx->knap_n_choices, .mem = ctx->knap_mem,
                              .time = ctx->knap_time, .mem_limit = lim,
@@ -83,7 +90,7 @@ static osdp_status knap_any(osdp_ps_context *ctx, const unsigned char *allow, lo
     osdp_search_result r = {.choice = ctx->knap_solution};
     double t0 = osdp_now_seconds();
     osdp_status s;
-    if (ctx->opts->search == OSDP_SEARCH_DFS && !ctx->minimise_memory) {
+    if (ctx->opts->search == OSDP_SEARCH_DFS && !ctx->minimise_memory && moment < 0) {   /* a bound must be exact */
         if (ctx->deadline > 0) {
             p.time_limit_s = ctx->deadline - t0;
             if (p.time_limit_s < 1e-6) p.time_limit_s = 1e-6;
@@ -107,7 +114,7 @@ static osdp_status knap_any(osdp_ps_context *ctx, const unsigned char *allow, lo
 osdp_status osdp_ps_knapsack(osdp_ps_context *ctx, const unsigned char *allow, long long lim, double cap, int *out,
                              double *obj)
 {
-    if (!allow) return knap_any(ctx, allow, lim, -1, cap, out, obj);
+    if (!allow) return knap_any(ctx, allow, lim, -1, -1, cap, out, obj);
     const osdp_ps_knap_key key = osdp_ps_knap_cache_key(allow, (size_t)ctx->n_ops * (size_t)ctx->stride, ctx->n_ops);
     osdp_status s;
     if (osdp_ps_knap_cache_find(&ctx->knap_cache, &key, lim, cap, out, obj, &s)) {
@@ -115,12 +122,20 @@ osdp_status osdp_ps_knapsack(osdp_ps_context *ctx, const unsigned char *allow, l
         return s;
     }
     const int timed_out = ctx->counters->timed_out;
-    s = knap_any(ctx, allow, lim, -1, cap, out, obj);
+    s = knap_any(ctx, allow, lim, -1, -1, cap, out, obj);
     /* a dfs that ran out of time did not prove its answer: not kept */
     if ((s == OSDP_OK || s == OSDP_ERR_INFEASIBLE) && ctx->counters->timed_out == timed_out)
         osdp_ps_knap_cache_store(ctx->knap_cache, &key, lim, cap, s, out, s == OSDP_OK ? *obj : 0,
                                  s == OSDP_OK ? osdp_ps_held_sum(ctx, out) : 0);
     return s;
+}
+
+/* The knapsack of moment u alone (plan_knap.h): a relaxation of every
+ * plan that fits room, so a lower bound on their objective. */
+osdp_status osdp_ps_moment_knapsack(osdp_ps_context *ctx, const unsigned char *allow, int u, long long room, double cap,
+                                    int *out, double *obj)
+{
+    return knap_any(ctx, allow, room, -1, u, cap, out, obj);
 }
 
 /* The fewest resident bytes of any plan faster than `best` (transients
@@ -142,7 +157,7 @@ osdp_status osdp_ps_fewest_bytes_faster(osdp_ps_context *ctx, double best, int *
     int shift = 58 - e;
     long long budget = (long long)floor(ldexp(best, shift)) + ctx->n_ops;
     double obj;
-    osdp_status s = knap_any(ctx, NULL, budget, shift, INFINITY, ch, &obj);
+    osdp_status s = knap_any(ctx, NULL, budget, shift, -1, INFINITY, ch, &obj);
     if (s == OSDP_ERR_INFEASIBLE) {
         *out = LLONG_MAX;
         return OSDP_OK;
@@ -164,23 +179,44 @@ static int cmp_seg(const void *a, const void *b)
     return p->eff > q->eff ? -1 : p->eff < q->eff;
 }
 
+/* the bytes the LP counts for choice c of operator i: R, or moment u's (u >= 0) */
+static long long lp_bytes(const osdp_ps_context *ctx, int u, int i, int c)
+{
+    return u < 0 ? ctx->held_bytes[PS_CHOICE(ctx, i, c)] : osdp_ps_moment_bytes(ctx, u, i, c);
+}
+
+static double lp_bound(const osdp_ps_context *ctx, const unsigned char *allow, long long lim, int moment);
+
 double osdp_ps_lp_bound(const osdp_ps_context *ctx, const unsigned char *allow, long long lim)
+{
+    return lp_bound(ctx, allow, lim, -1);
+}
+
+double osdp_ps_moment_lp_bound(const osdp_ps_context *ctx, const unsigned char *allow, int u, long long room)
+{
+    return lp_bound(ctx, allow, room, u);
+}
+
+static double lp_bound(const osdp_ps_context *ctx, const unsigned char *allow, long long lim, int moment)
 {
     const int n = ctx->n_ops, stride = ctx->stride;
     /* one block (called at every node of the search): the segments, then the per-operator and per-choice rows */
     const size_t nseg = (size_t)n * (size_t)stride + 1;
     seg_t *seg = malloc(sizeof *seg * nseg + (sizeof(long long) + sizeof(double)) * (size_t)n
-                        + sizeof(int) * (2 * (size_t)stride + 4 * (size_t)n));
+                        + sizeof(int) * (2 * (size_t)stride + 6 * (size_t)n));
     if (!seg) return 0; /* no bound */
     long long *base_bytes = (long long *)(seg + nseg);
     double *base_time = (double *)(base_bytes + n);
-    int *h = (int *)(base_time + n), *ord = h + stride, *last = ord + stride, *s0 = last + 2 * n, *s1 = s0 + n;
-    for (int g = 0; g < 2 * n; g++) last[g] = -1;
+    int *h = (int *)(base_time + n), *ord = h + stride, *last = ord + stride, *s0 = last + 4 * n, *s1 = s0 + n;
+    for (int g = 0; g < 4 * n; g++) last[g] = -1;
     double t = 0;
     int ns = 0;
-    for (int u = 0; u < n && lim >= 0; u++) {
-        /* an operator of its group with the same allowed choices: the same hull */
-        const int p = last[ctx->group[u]];
+    int empty = 0;   /* some operator has no allowed choice */
+    for (int u = 0; u < n && (lim >= 0 || moment >= 0) && !empty; u++) {   /* a moment's bytes may be negative */
+        /* an operator of its group with the same allowed choices: the same hull (a moment's: on the same
+         * side of it, not one of its three operators) */
+        const int side = moment < 0 || u < moment - 1 ? 0 : u > moment + 1 ? 1 : -1;
+        const int key = ctx->group[u] + 2 * n * side, p = side >= 0 ? last[key] : -1;
         if (p >= 0
             && (!allow || memcmp(allow + PS_CHOICE(ctx, u, 0), allow + PS_CHOICE(ctx, p, 0),
                                  (size_t)ctx->n_choices[u]) == 0)) {
@@ -195,16 +231,15 @@ double osdp_ps_lp_bound(const osdp_ps_context *ctx, const unsigned char *allow, 
             int j = no++;
             while (j > 0) {
                 size_t a = PS_CHOICE(ctx, u, ord[j - 1]), b = PS_CHOICE(ctx, u, c);
-                if (ctx->held_bytes[a] < ctx->held_bytes[b]
-                    || (ctx->held_bytes[a] == ctx->held_bytes[b] && ctx->objective[a] <= ctx->objective[b]))
-                    break;
+                const long long ra = lp_bytes(ctx, moment, u, ord[j - 1]), rb = lp_bytes(ctx, moment, u, c);
+                if (ra < rb || (ra == rb && ctx->objective[a] <= ctx->objective[b])) break;
                 ord[j] = ord[j - 1];
                 j--;
             }
             ord[j] = c;
         }
         if (no == 0) {
-            lim = -1;
+            empty = 1;
             break;
         }
         int nh = 0;
@@ -214,31 +249,32 @@ double osdp_ps_lp_bound(const osdp_ps_context *ctx, const unsigned char *allow, 
             while (nh >= 2) {
                 size_t a = PS_CHOICE(ctx, u, h[nh - 2]), b = PS_CHOICE(ctx, u, h[nh - 1]);
                 const double *t = ctx->objective;
-                const long long *r = ctx->held_bytes;
-                double lhs = (t[a] - t[b]) * (double)(r[cc] - r[a]);
-                double rhs = (t[a] - t[cc]) * (double)(r[b] - r[a]);
+                const long long ra = lp_bytes(ctx, moment, u, h[nh - 2]), rb = lp_bytes(ctx, moment, u, h[nh - 1]);
+                const long long rc = lp_bytes(ctx, moment, u, ord[j]);
+                double lhs = (t[a] - t[b]) * (double)(rc - ra);
+                double rhs = (t[a] - t[cc]) * (double)(rb - ra);
                 if (lhs > rhs) break; /* b strictly below the chord a-c */
                 nh--;
             }
             h[nh++] = ord[j];
         }
-        base_bytes[u] = ctx->held_bytes[PS_CHOICE(ctx, u, h[0])];
+        base_bytes[u] = lp_bytes(ctx, moment, u, h[0]);
         base_time[u] = ctx->objective[PS_CHOICE(ctx, u, h[0])];
         lim -= base_bytes[u];
         t += base_time[u];
         s0[u] = ns;
         for (int j = 0; j + 1 < nh; j++) {
             size_t a = PS_CHOICE(ctx, u, h[j]), b = PS_CHOICE(ctx, u, h[j + 1]);
-            seg[ns].dm = ctx->held_bytes[b] - ctx->held_bytes[a];
+            seg[ns].dm = lp_bytes(ctx, moment, u, h[j + 1]) - lp_bytes(ctx, moment, u, h[j]);
             seg[ns].dt = ctx->objective[a] - ctx->objective[b];
             seg[ns].eff = seg[ns].dt / (double)seg[ns].dm;
             seg[ns].mult = 1;
             ns++;
         }
         s1[u] = ns;
-        last[ctx->group[u]] = u;
+        if (side >= 0) last[key] = u;
     }
-    if (lim < 0) t = INFINITY;
+    if (empty || lim < 0) t = INFINITY;
     else {
         qsort(seg, (size_t)ns, sizeof *seg, cmp_seg);
         for (int j = 0; j < ns; j++) {

@@ -13,9 +13,20 @@
  * while they still answer the question (lim and cap no larger). */
 osdp_status osdp_ps_knapsack(osdp_ps_context *ctx, const unsigned char *allow, long long lim, double cap, int *out,
                              double *obj);
+/* The knapsack of the peak at one moment alone: the backward of operator u,
+ * where a plan holds cst + sum_i osdp_ps_moment_bytes(u, i, c_i) (every
+ * held byte, the later operators' activations freed, u's neighbours'
+ * transients); budget room = the limit less cst.  Every plan that fits
+ * the limit fits it, so its optimum bounds theirs from below, whatever the
+ * transient bound.  OSDP_ERR_INFEASIBLE when none fits or none is faster
+ * than cap.  Not cached. */
+osdp_status osdp_ps_moment_knapsack(osdp_ps_context *ctx, const unsigned char *allow, int u, long long room, double cap,
+                                    int *out, double *obj);
 /* the fewest bytes of any plan faster than best (LLONG_MAX: none) */
 osdp_status osdp_ps_fewest_bytes_faster(osdp_ps_context *ctx, double best, int *ch, long long *out);
 /* LP lower bound of the knapsack over the allowed choices (NULL: all) with budget lim */
 double osdp_ps_lp_bound(const osdp_ps_context *ctx, const unsigned char *allow, long long lim);
+/* the same for osdp_ps_moment_knapsack's knapsack (moment u, budget room) */
+double osdp_ps_moment_lp_bound(const osdp_ps_context *ctx, const unsigned char *allow, int u, long long room);
 
 #endif

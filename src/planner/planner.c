@@ -111,8 +111,19 @@ static osdp_status search_plan(const osdp_layout *L, const osdp_device *dev, con
     return s;
 }
 
+static osdp_status min_memory(const osdp_layout *layout, const osdp_device *dev, const osdp_planner_options *o, int b,
+                              int accum, long long *bytes, osdp_plan *plan);
+
 osdp_status osdp_planner_min_memory(const osdp_layout *layout, const osdp_device *dev,
                                     const osdp_planner_options *o, int b, long long *bytes, osdp_plan *plan)
+{
+    return min_memory(layout, dev, o, b, 1, bytes, plan);
+}
+
+/* the smallest peak at micro-batch b of accum micro-batches a step (with accumulation, the reduce-once choices
+ * too: the same choices as the search's) */
+static osdp_status min_memory(const osdp_layout *layout, const osdp_device *dev, const osdp_planner_options *o, int b,
+                              int accum, long long *bytes, osdp_plan *plan)
 {
     osdp_status s = check_options(layout, dev, o);
     if (s != OSDP_OK) return s;
@@ -123,7 +134,7 @@ osdp_status osdp_planner_min_memory(const osdp_layout *layout, const osdp_device
     int found;
     double peak;
     osdp_cost_model cost;
-    s = search_plan(layout, dev, o, b, 1, 1, 0, INFINITY, LLONG_MAX / 8, NULL, &acc, &p, &found, &peak, &cost);
+    s = search_plan(layout, dev, o, b, accum, 1, 0, INFINITY, LLONG_MAX / 8, NULL, &acc, &p, &found, &peak, &cost);
     if (s == OSDP_OK && !found) s = osdp_error_set(OSDP_ERR_INTERNAL, "planner: no plan at all (memory search)");
     if (s == OSDP_OK) *bytes = (long long)peak;
     if (s == OSDP_OK && plan) *plan = p;
@@ -136,14 +147,15 @@ osdp_status osdp_planner_min_memory(const osdp_layout *layout, const osdp_device
  * it (at the moment of the peak: state, resident weights, activations still
  * held, and the transient of the operators then in flight). */
 static osdp_status infeasible(const osdp_layout *L, const osdp_device *dev, const osdp_planner_options *o, int b,
-                              long long limit)
+                              int accum, long long limit)
 {
     long long need = 0;
     osdp_plan p;
-    osdp_status s = osdp_planner_min_memory(L, dev, o, b, &need, &p);
+    osdp_status s = min_memory(L, dev, o, b, accum, &need, &p);
     if (s != OSDP_OK) return s;
     osdp_cost_model cm;
     osdp_cost_model_init(&cm, L, dev, &o->geo, o->cost, o->hierarchy);
+    cm.geo.accum_steps = accum;
     cm.recompute = p.recompute;
     cm.reduce_once = p.reduce_once;
     cm.in_flight = o->stage_in_flight;
@@ -183,12 +195,14 @@ static osdp_status infeasible(const osdp_layout *L, const osdp_device *dev, cons
         strncat(parts, buf, sizeof parts - strlen(parts) - 1);
     }
     osdp_plan_free(&p);
+    char steps[64] = "";
+    if (accum > 1) snprintf(steps, sizeof steps, " (%d micro-batches a step)", accum);
     return osdp_error_set(OSDP_ERR_INFEASIBLE,
-        "no plan fits the memory limit of %s per rank at micro-batch %d on %d ranks: the smallest peak any plan "
+        "no plan fits the memory limit of %s per rank at micro-batch %d%s on %d ranks: the smallest peak any plan "
         "needs is %s (%lld bytes, in the backward of %s: sharded state %s + resident DP weights %s + activations %s "
         "+ gradients and gathered weights in flight %s + workspace %s); the operators that dominate it: %s. "
         "Raise the memory limit, use more ranks, a shorter sequence or a smaller model",
-        osdp_format_bytes((double)limit, f[0], sizeof f[0]), b, o->geo.n_ranks,
+        osdp_format_bytes((double)limit, f[0], sizeof f[0]), b, steps, o->geo.n_ranks,
         osdp_format_bytes((double)need, f[1], sizeof f[1]), need, L->op[at].name,
         osdp_format_bytes((double)cat[0], f[2], sizeof f[2]), osdp_format_bytes((double)cat[1], f[3], sizeof f[3]),
         osdp_format_bytes((double)cat[2], f[4], sizeof f[4]), osdp_format_bytes((double)cat[3], f[5], sizeof f[5]),
@@ -245,7 +259,7 @@ static osdp_status plan_batch(const osdp_layout *L, const osdp_device *dev, cons
     s = osdp_plan_alloc(&res->plan, L->n_ops);
     if (s == OSDP_OK)
         s = search_plan(L, dev, o, b, accum, 0, deadline, cutoff, limit, cuts, res, &res->plan, &found, &objective, &cost);
-    if (s == OSDP_OK && !found) s = quiet || !isinf(cutoff) ? OSDP_ERR_INFEASIBLE : infeasible(L, dev, o, b, limit);
+    if (s == OSDP_OK && !found) s = quiet || !isinf(cutoff) ? OSDP_ERR_INFEASIBLE : infeasible(L, dev, o, b, accum, limit);
     if (s == OSDP_OK) {
         res->peak_bytes = osdp_cost_peak(&cost, &res->plan, b, &res->peak_op);
         if (verify_applies(dev, o)) s = verify_peak(L, dev, o, b, accum, res);

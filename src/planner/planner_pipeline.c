@@ -230,11 +230,17 @@ static osdp_status plan_stages(const osdp_device *dev, const osdp_planner_option
             osdp_stage_cache_put(cache, &key, status, &st->result, st->peak_bytes, osdp_error_message());
         if (status != OSDP_OK) {
             if (status != OSDP_ERR_INFEASIBLE) return status;
-            char why[2048];
+            char why[2048], split[OSDP_STAGE_SPLIT_CHARS + 32] = "";
             snprintf(why, sizeof why, "%s", osdp_error_message());
+            /* the split it measured (other splits may need less) */
+            if (P > 1) {
+                char b[OSDP_STAGE_SPLIT_CHARS];
+                snprintf(split, sizeof split, " of the %ssplit %s", c->bounds_given ? "" : "balanced ",
+                         osdp_stage_split_format(c->geo.stage_bounds, P, b, sizeof b));
+            }
             return osdp_error_set(status, "pipeline stage %d of %d (operators %d:%d, %s .. %s, %d micro-batches in "
-                                  "flight): %s", s, P, st->lo, st->hi, c->layout.op[st->lo].name,
-                                  c->layout.op[st->hi - 1].name, st->in_flight, why);
+                                  "flight)%s: %s", s, P, st->lo, st->hi, c->layout.op[st->lo].name,
+                                  c->layout.op[st->hi - 1].name, st->in_flight, split, why);
         }
         /* its operators' T_i: the stage plan's step less the scalar all-reduce that osdp_cost_step_time adds
          * (the pipeline's step adds it once, after the passes) */

@@ -371,7 +371,7 @@ static void every_stage_plan(stage_plans *E, const osdp_layout *L, const osdp_de
 
 START_TEST(test_stage_search_against_every_plan)
 {
-    int decided = 0, cases = 0, memory_checked = 0;
+    int decided = 0, cases = 0, memory_checked = 0, messages = 0, floors_tight = 0;
     const osdp_device d = sizes_device(OSDP_FLOAT32);
     for (size_t m = 0; m < 2; m++) {
         osdp_layout L;
@@ -421,6 +421,13 @@ START_TEST(test_stage_search_against_every_plan)
                     if (isinf(best)) {
                         ck_assert_msg(st == OSDP_ERR_INFEASIBLE, "%s stage %d of %d limit %lld (least %lld): status %d",
                                       L.cfg.name, c.stage, c.P, limit, least, st);
+                        /* the message names the smallest peak of every plan at this accumulation (reduce-once
+                         * choices included), so that a limit of that fits */
+                        const char *at = strstr(osdp_error_message(), "smallest peak any plan needs is ");
+                        at = at ? strchr(at, '(') : NULL;
+                        ck_assert_msg(at && atoll(at + 1) == least, "%s stage %d of %d M %d: %s (every plan: %lld)",
+                                      L.cfg.name, c.stage, c.P, c.accum, osdp_error_message(), least);
+                        messages++;
                     } else {
                         ck_assert_msg(st == OSDP_OK, "%s stage %d of %d limit %lld: %s", L.cfg.name, c.stage, c.P, limit,
                                       osdp_error_message());
@@ -446,6 +453,19 @@ START_TEST(test_stage_search_against_every_plan)
                     }
                     osdp_planner_result_free(&r);
                     cases++;
+                }
+                /* the peak's floor (plan_context.h, the search's no-fit proof without a search) is at most
+                 * the smallest peak of every plan */
+                {
+                    osdp_planner_result counters;
+                    memset(&counters, 0, sizeof counters);
+                    osdp_ps_context ctx;
+                    ck_assert(osdp_ps_context_build(&ctx, &sub, &d, &o, c.B, c.accum, 0, NULL, &counters) == OSDP_OK);
+                    const long long floor = osdp_ps_peak_floor(&ctx);
+                    ck_assert_msg(floor <= least, "%s stage %d of %d: floor %lld, every plan %lld", L.cfg.name, c.stage,
+                                  c.P, floor, least);
+                    floors_tight += floor == least;
+                    osdp_ps_context_free(&ctx);
                 }
                 /* the memory search (the no-fit message's smallest peak; accumulation 1: no reduce-once
                  * choice) against every plan that reduces on every micro-batch */
@@ -476,8 +496,11 @@ START_TEST(test_stage_search_against_every_plan)
         osdp_layout_free(&L);
     }
     printf("stage searches against every plan: %d limits, %d where the search blind to the wrap moment picks a plan "
-           "over the limit\n", cases, decided);
+           "over the limit, %d no-fit messages, %d peak floors equal to the smallest peak\n", cases, decided, messages,
+           floors_tight);
     ck_assert_int_gt(cases, 0);
+    ck_assert_int_gt(messages, 0);
+    ck_assert_int_gt(floors_tight, 0);   /* where the floor alone proves a byte less does not fit */
     ck_assert_int_gt(decided, 0);
     ck_assert_int_gt(memory_checked, 0);
 }
