@@ -16,9 +16,6 @@
 /* osdp_op_context.progress, between the operators' kernels (executor.c: osdp_runtime_progress) */
 static void progress_hook(void *arg) { osdp_runtime_progress(arg); }
 
-/* osdp_tp_group's collectives over the tensor-parallel communicator:
- * blocking, so they wait within the communication timeout as every
- * blocking collective does (src/comm) */
 /* x (n fp32) to n bf16 in its own first 2 n bytes, rounded to nearest even:
  * element 0 alone (its one read comes before its write), then blocks
  * [s, 2s) upwards with the out-of-place convert_weights, each one's bf16
@@ -46,7 +43,10 @@ static void widen_in_place(const osdp_compute_backend *be, float *x, size_t n)
 /* A bf16 residual stream (osdp/schedule.h) moves the stream's all-reduces in
  * bf16, as Megatron-LM does (its activations are bf16): each rank's partial
  * rounded to bf16, the group's sum in fp32 rounded to bf16 (comm's bf16
- * sum), widened back in place, so the bytes on the wire are half. */
+ * sum), widened back in place, so the bytes on the wire are half.
+ * osdp_tp_group's collectives over the tensor-parallel communicator are
+ * blocking, so they wait within the communication timeout as every
+ * blocking collective does (src/comm). */
 static osdp_status tp_all_reduce(void *arg, float *buf, size_t n)
 {
     osdp_runtime *rt = arg;
