@@ -4,7 +4,8 @@
  * Kernel semantics are those documented in osdp/kernels_cpu.h.
  *
  * Precision.  Activations, gradients and optimizer state are fp32 on every
- * table.  The working weights a kernel reads (w, b, wte, wpe, as `const
+ * table (a bf16 residual stream, osdp/schedule.h, rounds the operators'
+ * outputs to bf16 values in fp32 buffers: residual_round below).  The working weights a kernel reads (w, b, wte, wpe, as `const
  * void *`) are elements of the table's weight_dtype: fp32, or bf16 for the
  * mixed-precision tables, whose products run with bf16 inputs and fp32
  * accumulation (cuBLAS tensor cores on CUDA).  The runtime keeps the fp32

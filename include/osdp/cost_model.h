@@ -307,6 +307,13 @@ void osdp_cost_op_time_rc(const osdp_cost_model *cm, int op, int g, int k, int r
 void osdp_cost_op_mem_choice(const osdp_cost_model *cm, int op, int g, int k, int rc, int once, int b, osdp_op_mem *out);
 void osdp_cost_op_time_choice(const osdp_cost_model *cm, int op, int g, int k, int rc, int once, int b, int accum,
                               osdp_op_time *out);
+/* Is op the last operator of a stage's layout that is not the head: its
+ * output is sent on to the next stage, so a bf16 residual stream does not
+ * narrow it (osdp/schedule.h)?  A stage's layout ends where the stage does. */
+static inline int osdp_cost_op_sends(const osdp_layout *L, int op)
+{
+    return op == L->n_ops - 1 && L->op[op].type != OSDP_OP_HEAD;
+}
 /* A tied head (osdp/layout.h): G_0, the embedding's full gradients, held
  * from the head's backward to the embedding's, so during the backward of
  * every operator op > 0; 0 for op 0 (its own G) and for an untied head */

@@ -15,8 +15,8 @@
 void osdp_comm_describe(char *buf, size_t n, const char *what, size_t count, osdp_dtype dtype,
                         unsigned long long seq);
 
-/* The MPI type that carries osdp_dtype t (bfloat16 as uint16: moved, never
- * reduced) */
+/* The MPI type that carries osdp_dtype t (bfloat16 as uint16: moved, and
+ * summed only by osdp_comm_mpi_sum_op's operation) */
 MPI_Datatype osdp_comm_mpi_type(osdp_dtype t);
 /* the sum of elements of t: MPI_SUM, or for bf16 a user-defined operation
  * (widen, add in fp32, round to nearest even: NCCL's bf16 sum); an MPI error code */

@@ -162,9 +162,7 @@ static osdp_buffer_dims buffer_dims(const osdp_cost_model *cm, const osdp_step_g
 {
     const osdp_device *d = cm->dev;
     const osdp_layout *L = cm->layout;
-    /* a stage's layout ends with the operator that sends its output on, unless it is the head */
-    const int sends = op == L->n_ops - 1 && L->op[op].type != OSDP_OP_HEAD;
-    return (osdp_buffer_dims){.layout = L, .op = op, .geo = geo, .recompute = rc, .sends = sends,
+    return (osdp_buffer_dims){.layout = L, .op = op, .geo = geo, .recompute = rc, .sends = osdp_cost_op_sends(L, op),
                               .width = {.weight = (size_t)d->param_bytes, .grad = (size_t)d->grad_bytes,
                                         .act = (size_t)d->act_bytes,
                                         .residual = osdp_dtype_size(geo->residual_dtype)}};

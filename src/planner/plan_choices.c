@@ -176,13 +176,6 @@ static int same_op(const osdp_op_layout *a, const osdp_op_layout *b)
     return 1;
 }
 
-/* the last operator of a stage's layout, not the head: its output is sent on, so a bf16 residual stream does
- * not narrow it (osdp/schedule.h) and its terms are its own */
-static int sends_on(const osdp_layout *L, int i)
-{
-    return i == L->n_ops - 1 && L->op[i].type != OSDP_OP_HEAD;
-}
-
 static osdp_status order_items(osdp_ps_context *ctx);
 
 /* K[u] = - sum_{j >= u+2} acts_j: at its smallest (Kopt) and largest (Kpes) */
@@ -430,7 +423,7 @@ osdp_status osdp_ps_context_build_wrap(osdp_ps_context *ctx, const osdp_layout *
         int r = -1, rci = o->recompute ? o->recompute[i] != 0 : 0;
         for (int q = nreps - 1; q >= 0 && r < 0; q--) /* an earlier operator just like it: its choices */
             if (same_op(&L->op[reps[q]], &L->op[i]) && (o->recompute ? o->recompute[reps[q]] != 0 : 0) == rci
-                && sends_on(L, reps[q]) == sends_on(L, i))
+                && osdp_cost_op_sends(L, reps[q]) == osdp_cost_op_sends(L, i))   /* its terms are its own */
                 r = reps[q];
         if (r >= 0) {
             ctx->n_choices[i] = ctx->n_choices[r];

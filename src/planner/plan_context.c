@@ -47,10 +47,9 @@ int osdp_ps_transient_scan(const osdp_ps_context *ctx, const int *ch, long long 
 
 long long osdp_ps_transient_at(const osdp_ps_context *ctx, const int *ch, int u)
 {
-    long long v = ctx->pass_peak_bytes[PS_CHOICE(ctx, u, ch[u])];
-    if (u > 0) v += ctx->prefetch_bytes[PS_CHOICE(ctx, u - 1, ch[u - 1])];
-    if (u + 1 < ctx->n_ops) v += ctx->next_op_bytes[PS_CHOICE(ctx, u + 1, ch[u + 1])];
-    for (int j = u + 2; j < ctx->n_ops; j++) v -= ctx->act_bytes[PS_CHOICE(ctx, j, ch[j])];
+    long long v = 0;   /* each operator's bytes at moment u, less what it holds all step */
+    for (int i = 0; i < ctx->n_ops; i++)
+        v += osdp_ps_moment_bytes(ctx, u, i, ch[i]) - ctx->held_bytes[PS_CHOICE(ctx, i, ch[i])];
     return v;
 }
 

@@ -111,15 +111,6 @@ static osdp_status search_plan(const osdp_layout *L, const osdp_device *dev, con
     return s;
 }
 
-static osdp_status min_memory(const osdp_layout *layout, const osdp_device *dev, const osdp_planner_options *o, int b,
-                              int accum, long long *bytes, osdp_plan *plan);
-
-osdp_status osdp_planner_min_memory(const osdp_layout *layout, const osdp_device *dev,
-                                    const osdp_planner_options *o, int b, long long *bytes, osdp_plan *plan)
-{
-    return min_memory(layout, dev, o, b, 1, bytes, plan);
-}
-
 /* the smallest peak at micro-batch b of accum micro-batches a step (with accumulation, the reduce-once choices
  * too: the same choices as the search's) */
 static osdp_status min_memory(const osdp_layout *layout, const osdp_device *dev, const osdp_planner_options *o, int b,
@@ -140,6 +131,12 @@ static osdp_status min_memory(const osdp_layout *layout, const osdp_device *dev,
     if (s == OSDP_OK && plan) *plan = p;
     else osdp_plan_free(&p);
     return s;
+}
+
+osdp_status osdp_planner_min_memory(const osdp_layout *layout, const osdp_device *dev,
+                                    const osdp_planner_options *o, int b, long long *bytes, osdp_plan *plan)
+{
+    return min_memory(layout, dev, o, b, 1, bytes, plan);
 }
 
 /* OSDP_ERR_INFEASIBLE with the smallest peak any plan needs at micro-batch
