@@ -14,7 +14,7 @@ typedef struct osdp_op_acts {
     int *tokens;        /* embed (B,T) input ids;  head: targets (B,T) */
     float *out;         /* (B,T,d) the residual stream after the operator */
     float *xin;         /* attn with in_proj: (B,T,d) projected residual */
-    float *ln;          /* (B,T,d) layernorm output */
+    float *ln;          /* (B,T,d) layernorm output (bf16 elements with layout cfg.act_bf16, as heads, gelu) */
     float *mean, *rstd; /* (B,T) */
     float *qkv;         /* attn: (B,T,3d) */
     float *att;         /* attn, naive: (B,NH,T,T) probabilities */
@@ -87,6 +87,10 @@ typedef struct osdp_op_context {
      * attn and mlp ends by rounding its `out` to bf16 values (the backend's residual_round), so the
      * plan and recompute never change the numbers; never with defer_residual */
     int round_residual;
+    /* bf16 activations (layout cfg.act_bf16, osdp/layout.h): the workspace's scratch (osdp_workspace's
+     * scratch, B max_scratch_floats_per_seq floats), whose OSDP_S_ACT piece the forward computes each
+     * bf16 piece in; NULL otherwise */
+    float *act_scratch;
     int B, T;
     void (*progress)(void *arg);   /* called between kernels: lets collectives advance */
     void *progress_arg;

@@ -254,6 +254,11 @@ static const option_row g_options[] = {
      .help = "the residual stream (every operator's output): bf16 rounds it to bf16 values and a\n"
         "recomputed operator keeps it in 2 bytes, as Megatron-LM's default; only with bf16 weights\n"
         "(train, eval: --precision bf16; plan: a device of precision = bf16)"},
+    {.name = "activation-dtype", .type = OPT_ENUM, .commands = TRAIN | PLAN | EVAL, .field = FIELD(activation_dtype),
+     .choices = "fp32|bf16", .default_value = "fp32", .metavar = "fp32|bf16",
+     .help = "the activations saved for the backward that are products' inputs (layernorm\n"
+        "outputs, attention heads, GELU output): bf16 stores them in 2 bytes, rounded, as\n"
+        "Megatron-LM does; only with bf16 weights (as --residual-dtype)"},
     {.name = "peak-flops", .type = OPT_FLOAT, .commands = TRAIN, .field = FIELD(peak_flops), .lo = 1e3, .hi = 1e18,
      .metavar = "X", .default_text = "measured sgemm rate",
      .help = "device peak FLOP/s for MFU"},
@@ -418,6 +423,19 @@ osdp_status osdp_job_residual(const osdp_job *job, osdp_dtype weights, const cha
         return osdp_error_set(OSDP_ERR_INPUT, "--residual-dtype bf16 needs bf16 weights, and %s gives %s ones (use "
                               "--residual-dtype fp32, or bf16 weights)", weights_from, osdp_dtype_name(weights));
     *out = OSDP_BFLOAT16;
+    return OSDP_OK;
+}
+
+osdp_status osdp_job_activations(const osdp_job *job, osdp_dtype weights, const char *weights_from,
+                                 osdp_model_config *cfg)
+{
+    cfg->act_bf16 = 0;
+    if (job->activation_dtype != OSDP_RESIDUAL_BF16) return OSDP_OK;
+    /* rounded by the mixed-precision tables (osdp/compute.h), whose products round their inputs anyway */
+    if (weights != OSDP_BFLOAT16)
+        return osdp_error_set(OSDP_ERR_INPUT, "--activation-dtype bf16 needs bf16 weights, and %s gives %s ones (use "
+                              "--activation-dtype fp32, or bf16 weights)", weights_from, osdp_dtype_name(weights));
+    cfg->act_bf16 = 1;
     return OSDP_OK;
 }
 

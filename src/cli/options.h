@@ -83,6 +83,7 @@ typedef struct osdp_job {
     int backend;                      /* osdp_backend_choice */
     int precision;                    /* osdp_precision_choice (when given) */
     int residual_dtype;               /* osdp_residual_choice */
+    int activation_dtype;             /* osdp_residual_choice's words: fp32|bf16 */
     double peak_flops;                /* 0: measured */
     long long reps;                   /* profile: repetitions */
     long long ranks_per_node;         /* --ranks-per-node: emulated node size (0: not given) */
@@ -139,6 +140,10 @@ osdp_dtype osdp_job_weights(const osdp_job *job);
 /* the residual stream of --residual-dtype into *out; bf16 needs bf16 weights (OSDP_ERR_INPUT naming the
  * option and weights_from, where the weights came from, e.g. "--precision fp32") */
 osdp_status osdp_job_residual(const osdp_job *job, osdp_dtype weights, const char *weights_from, osdp_dtype *out);
+/* --activation-dtype into cfg->act_bf16 (osdp/layout.h): bf16 only beside bf16 weights, OSDP_ERR_INPUT as
+ * osdp_job_residual's otherwise */
+osdp_status osdp_job_activations(const osdp_job *job, osdp_dtype weights, const char *weights_from,
+                                 osdp_model_config *cfg);
 /* the word of an enumerated option's value: osdp_option_word("recompute", 2) = "auto" */
 const char *osdp_option_word(const char *name, int value);
 

@@ -62,6 +62,8 @@ void osdp_plan_load_inputs(const osdp_job *job, osdp_planner_options *o, osdp_mo
     /* the device's precision gives the weights the plan is for */
     char weights_from[300];
     snprintf(weights_from, sizeof weights_from, "--device %s (param_bytes %d)", job->device, dev->param_bytes);
-    s = osdp_job_residual(job, dev->param_bytes == 2 ? OSDP_BFLOAT16 : OSDP_FLOAT32, weights_from, &o->geo.residual_dtype);
+    const osdp_dtype weights = dev->param_bytes == 2 ? OSDP_BFLOAT16 : OSDP_FLOAT32;
+    s = osdp_job_residual(job, weights, weights_from, &o->geo.residual_dtype);
+    if (s == OSDP_OK) s = osdp_job_activations(job, weights, weights_from, cfg);
     if (s != OSDP_OK) osdp_fatal(s, osdp_error_message());
 }

@@ -66,6 +66,8 @@ osdp_status osdp_train_check_options(const osdp_job *job)
                   osdp_option_word("backend", job->backend));
     osdp_status rs = osdp_job_residual(job, weights, weights_from, &residual);
     if (rs != OSDP_OK) return rs;
+    osdp_model_config acts = {0};
+    if ((rs = osdp_job_activations(job, weights, weights_from, &acts)) != OSDP_OK) return rs;
     if (job->tp == OSDP_TP_AUTO && !plan_auto)
         return osdp_error_set(OSDP_ERR_INPUT, "--tp auto needs --plan auto (the planner chooses the tensor-parallel "
                               "degree); give --tp T with --plan %s", job->plan);
@@ -113,6 +115,8 @@ osdp_status osdp_train_model(const osdp_job *job, osdp_model_config *cfg)
 {
     osdp_status s = job->command == OSDP_CMD_EVAL ? osdp_eval_model(job, cfg) : osdp_model_config_load(cfg, job->model);
     if (s != OSDP_OK) return s;
+    /* bf16 activations: checked with the options (osdp_train_check_options) */
+    if ((s = osdp_job_activations(job, osdp_job_weights(job), "--precision", cfg)) != OSDP_OK) return s;
     /* the kernels run: any weight type's table of the backend has the same */
     return osdp_job_apply_kernels(job, osdp_compute_find(osdp_option_word("backend", job->backend), OSDP_FLOAT32), cfg);
 }

@@ -44,6 +44,39 @@ static float *scratch_at(const osdp_op_context *ctx, const osdp_op_layout *op, c
     return ws->scratch + (size_t)ctx->B * op->scratch[slot].offset;
 }
 
+/* ---- bf16 activations (osdp/layout.h) -----------------------------------
+ * A bf16 piece is computed in fp32 in the operator's OSDP_S_ACT scratch,
+ * rounded there and narrowed into the piece (store_act); the products read
+ * the rounded fp32 copy.  The backward widens the piece there again
+ * (load_act), exact.  Without bf16 activations both return the piece. */
+
+static int acts_bf16(const osdp_op_context *ctx) { return ctx->layout->cfg.act_bf16; }
+
+/* where the forward computes a bf16 piece (the piece itself when fp32) */
+static float *act_stage(const osdp_op_context *ctx, const osdp_op_layout *op, float *piece)
+{
+    return acts_bf16(ctx) ? ctx->act_scratch + (size_t)ctx->B * op->scratch[OSDP_S_ACT].offset : piece;
+}
+
+/* the staged values rounded to bf16 ones and stored into the piece; returns what the products read */
+static const float *store_act(const osdp_op_context *ctx, float *piece, float *stage, size_t n)
+{
+    if (stage == piece) return piece;
+    ctx->backend->residual_round(stage, n);
+    ctx->backend->convert_weights(piece, stage, n);   /* exact: bf16 values already */
+    return stage;
+}
+
+/* the piece as fp32 for the backward: widened into OSDP_S_ACT (bf16), or itself */
+static const float *load_act(const osdp_op_context *ctx, const osdp_op_layout *op, const osdp_workspace *ws,
+                             const float *piece, size_t n)
+{
+    if (!acts_bf16(ctx)) return piece;
+    float *wide = scratch_at(ctx, op, ws, OSDP_S_ACT);
+    ctx->backend->residual_widen(wide, piece, n);
+    return wide;
+}
+
 /* ---- weights and gradients through slices ------------------------------- */
 
 /* A pass over one operator: resolves flat element offsets to pointers in the
@@ -227,18 +260,22 @@ int osdp_op_starts_with_layernorm(const osdp_layout *layout, int op_index)
            (op->type == OSDP_OP_ATTN && op->width_in == op->width);
 }
 
-/* The operator's LayerNorm of x into a->ln (mean, rstd).  When x is the
+/* The operator's LayerNorm of x into a->ln (mean, rstd); returns what the
+ * products read (a->ln, or its rounded fp32 copy under bf16 activations).  When x is the
  * input and the previous operator left its residual to this one
  * (ctx->input_residual), the input becomes what it would have been, in
  * place (it is the previous operator's `out`), in the same pass. */
-static void layernorm_of(pass *p, osdp_op_acts *a, const float *x, const void *lw, const void *lb, int BT, int d)
+static const float *layernorm_of(pass *p, osdp_op_acts *a, const float *x, const void *lw, const void *lb, int BT,
+                                 int d)
 {
     const osdp_op_context *ctx = p->ctx;
+    float *y = act_stage(ctx, p->op, a->ln);
     if (ctx->input_residual)
-        ctx->backend->residual_layernorm_forward((float *)x, a->ln, a->mean, a->rstd, x, ctx->input_residual, lw,
-                                                 lb, BT, d);
+        ctx->backend->residual_layernorm_forward((float *)x, y, a->mean, a->rstd, x, ctx->input_residual, lw, lb,
+                                                 BT, d);
     else
-        ctx->backend->layernorm_forward(a->ln, a->mean, a->rstd, x, lw, lb, BT, d);
+        ctx->backend->layernorm_forward(y, a->mean, a->rstd, x, lw, lb, BT, d);
+    return store_act(ctx, a->ln, y, (size_t)BT * (size_t)d);
 }
 
 /* The start every operator after the embedding shares: its LayerNorm of x
@@ -249,8 +286,8 @@ static void layernorm_then_linear(pass *p, osdp_op_acts *a, const float *x, floa
 {
     const void *lw = tw(p, OSDP_P_LN_W), *lb = tw(p, OSDP_P_LN_B);
     if (p->status != OSDP_OK) return;
-    layernorm_of(p, a, x, lw, lb, BT, d);
-    linear_forward(p, y, a->ln, w_slot, b_slot, BT);
+    const float *ln = layernorm_of(p, a, x, lw, lb, BT, d);
+    linear_forward(p, y, ln, w_slot, b_slot, BT);
 }
 
 /* where the tied head's wte lies in the embedding's flat buffers (element offset) */
@@ -278,8 +315,8 @@ static void head_tied_logits(pass *p, osdp_op_acts *a, const float *x, int BT, i
 {
     const void *lw = tw(p, OSDP_P_LN_W), *lb = tw(p, OSDP_P_LN_B), *wte = tied_wte(p, 0);
     if (!wte) return;
-    layernorm_of(p, a, x, lw, lb, BT, d);
-    p->ctx->backend->matmul_forward_out_in(a->probs, a->ln, wte, BT, d, p->ctx->layout->vocab_local, 0);
+    const float *ln = layernorm_of(p, a, x, lw, lb, BT, d);
+    p->ctx->backend->matmul_forward_out_in(a->probs, ln, wte, BT, d, p->ctx->layout->vocab_local, 0);
 }
 
 /* ---- the fused linear + cross-entropy head --------------------------------
@@ -321,11 +358,11 @@ static void head_fused_forward(pass *p, osdp_op_acts *a, const float *x, int BT,
                                    "(%zu floats per sequence)", p->op->tp_floats_per_seq);
         return;
     }
-    layernorm_of(p, a, x, lw, lb, BT, d);
+    const float *ln = layernorm_of(p, a, x, lw, lb, BT, d);
     float *logits = fused_logits(ctx, BT);
     for (int r0 = 0; r0 < BT && p->status == OSDP_OK; r0 += chunk) {
         const int n = r0 + chunk < BT ? chunk : BT - r0;
-        head_chunk_logits(p, logits, a->ln + (size_t)r0 * d, n, d, wte);
+        head_chunk_logits(p, logits, ln + (size_t)r0 * d, n, d, wte);
         be->crossentropy_stats(fused_stats(ctx) + 3 * (size_t)r0, logits, a->tokens + r0, n, V, valid,
                                vocab_lo(ctx));
         poke(ctx);
@@ -338,7 +375,8 @@ static void head_fused_forward(pass *p, osdp_op_acts *a, const float *x, int BT,
 
 /* d(ln) (BT, d) of this rank's vocabulary (the caller sums it over the
  * group); d(lm_head), or the tied head's d(wte), accumulated */
-static void head_fused_backward(pass *p, float *dln, const osdp_op_acts *a, int BT, int d, float loss_scale)
+static void head_fused_backward(pass *p, float *dln, const osdp_op_acts *a, const float *ln_all, int BT, int d,
+                                float loss_scale)
 {
     const osdp_op_context *ctx = p->ctx;
     const osdp_compute_backend *be = ctx->backend;
@@ -348,7 +386,7 @@ static void head_fused_backward(pass *p, float *dln, const osdp_op_acts *a, int 
     float *logits = fused_logits(ctx, BT);
     for (int r0 = 0; r0 < BT && p->status == OSDP_OK; r0 += chunk) {
         const int n = r0 + chunk < BT ? chunk : BT - r0;
-        const float *ln = a->ln + (size_t)r0 * d;
+        const float *ln = ln_all + (size_t)r0 * d;
         head_chunk_logits(p, logits, ln, n, d, wte);
         if (be->head_backward_lse) {   /* the table's own form of the next three calls (osdp/compute.h) */
             const void *w = wte ? wte : tw(p, OSDP_P_LM_HEAD_W);
@@ -399,6 +437,10 @@ osdp_status osdp_op_forward_sliced(const osdp_op_context *ctx, int op_index, con
     if (ctx->round_residual && (ctx->defer_residual || ctx->input_residual || !be->residual_round))
         p->status = osdp_error_set(OSDP_ERR_INTERNAL, "operator %s: a bf16 residual stream is rounded whole, "
                                    "never fused across operators, and only by a table that rounds", op->name);
+    if (acts_bf16(ctx) && op->type != OSDP_OP_EMBED &&
+        (!ctx->act_scratch || !be->residual_round || !be->residual_widen || !be->convert_weights))
+        p->status = osdp_error_set(OSDP_ERR_INTERNAL, "operator %s: bf16 activations need the context's act_scratch "
+                                   "and a table that rounds (bf16 weights)", op->name);
     if (ctx->defer_residual && op->type != OSDP_OP_ATTN && op->type != OSDP_OP_MLP)
         p->status = osdp_error_set(OSDP_ERR_INTERNAL, "operator %s: asked to leave its residual to the next "
                                    "operator, but it adds none", op->name);
@@ -430,15 +472,19 @@ osdp_status osdp_op_forward_sliced(const osdp_op_context *ctx, int op_index, con
         layernorm_then_linear(p, a, x, a->qkv, OSDP_P_QKV_W, OSDP_P_QKV_B, BT, d);
         OK_OR_RETURN();
         poke(ctx);
-        if (op->attn_tiled) be->attention_forward_tiled(a->heads, a->lse, a->qkv, B, T, d / tp_size(ctx), NH);
-        else be->attention_forward(a->heads, a->att, a->qkv, B, T, d / tp_size(ctx), NH);
+        float *heads = act_stage(ctx, op, a->heads);
+        if (op->attn_tiled) be->attention_forward_tiled(heads, a->lse, a->qkv, B, T, d / tp_size(ctx), NH);
+        else be->attention_forward(heads, a->att, a->qkv, B, T, d / tp_size(ctx), NH);
         poke(ctx);
-        projection_then_residual(p, a, a->heads, x, BT);
+        projection_then_residual(p, a, store_act(ctx, a->heads, heads, btd / (size_t)tp_size(ctx)), x, BT);
         OK_OR_RETURN();
         break;
     }
     case OSDP_OP_MLP: {
-        if (be->matmul_forward_gelu && sl->n == 1) {   /* the table's fc product + GELU (osdp/compute.h) */
+        const size_t n4 = 4 * btd / (size_t)tp_size(ctx);
+        const float *gelu = a->gelu;
+        /* not under bf16 activations: its ln and gelu would both want OSDP_S_ACT */
+        if (be->matmul_forward_gelu && sl->n == 1 && !acts_bf16(ctx)) {   /* the table's fc product + GELU (osdp/compute.h) */
             const osdp_tensor_desc *fc = &op->tensor[op->param[OSDP_P_FC_W]];
             const void *lw = tw(p, OSDP_P_LN_W), *lb = tw(p, OSDP_P_LN_B);
             const void *w = tw(p, OSDP_P_FC_W), *b = tw(p, OSDP_P_FC_B);
@@ -450,9 +496,11 @@ osdp_status osdp_op_forward_sliced(const osdp_op_context *ctx, int op_index, con
             layernorm_then_linear(p, a, input, a->fc, OSDP_P_FC_W, OSDP_P_FC_B, BT, d);
             OK_OR_RETURN();
             poke(ctx);
-            be->gelu_forward(a->gelu, a->fc, (size_t)BT * 4 * d / tp_size(ctx));
+            float *stage = act_stage(ctx, op, a->gelu);   /* the ln copy there is read no more */
+            be->gelu_forward(stage, a->fc, n4);
+            gelu = store_act(ctx, a->gelu, stage, n4);
         }
-        projection_then_residual(p, a, a->gelu, input, BT);
+        projection_then_residual(p, a, gelu, input, BT);
         OK_OR_RETURN();
         break;
     }
@@ -533,18 +581,19 @@ osdp_status osdp_op_backward_sliced(const osdp_op_context *ctx, int op_index, co
         const float *x = in_proj ? a->xin : input;
         float *dheads = scratch_at(ctx, op, ws, OSDP_S_DHEADS), *dqkv = scratch_at(ctx, op, ws, OSDP_S_DQKV);
         float *dln = scratch_at(ctx, op, ws, OSDP_S_DLN), *datt = scratch_at(ctx, op, ws, OSDP_S_DATT);
-        linear_backward(p, dheads, dout, a->heads, OSDP_P_PROJ_W, OSDP_P_PROJ_B, BT, 0);
+        const float *heads = load_act(ctx, op, ws, a->heads, btd / (size_t)tp_size(ctx));
+        linear_backward(p, dheads, dout, heads, OSDP_P_PROJ_W, OSDP_P_PROJ_B, BT, 0);
         OK_OR_RETURN();
         poke(ctx);
         if (op->attn_tiled)
-            be->attention_backward_tiled(dqkv, scratch_at(ctx, op, ws, OSDP_S_ROWDOT), dheads, a->heads, a->qkv,
+            be->attention_backward_tiled(dqkv, scratch_at(ctx, op, ws, OSDP_S_ROWDOT), dheads, heads, a->qkv,
                                          a->lse, B, T, d / tp_size(ctx), NH);
         else
             be->attention_backward(dqkv, datt, dheads, a->qkv, a->att, B, T, d / tp_size(ctx), NH);
         poke(ctx);
         /* column-parallel: this rank's heads' share of d(ln); the residual:
          * d(x) = d(out) + layernorm path, accumulated in place */
-        linear_backward(p, dln, dqkv, a->ln, OSDP_P_QKV_W, OSDP_P_QKV_B, BT, 0);
+        linear_backward(p, dln, dqkv, load_act(ctx, op, ws, a->ln, btd), OSDP_P_QKV_W, OSDP_P_QKV_B, BT, 0);
         group_dln_then_layernorm_backward(p, dout, dln, x, a, BT, d);
         OK_OR_RETURN();
         if (in_proj) {
@@ -557,20 +606,22 @@ osdp_status osdp_op_backward_sliced(const osdp_op_context *ctx, int op_index, co
     }
     case OSDP_OP_MLP: {
         float *dgelu = scratch_at(ctx, op, ws, OSDP_S_DGELU), *dln = scratch_at(ctx, op, ws, OSDP_S_DLN);
+        const float *gelu = load_act(ctx, op, ws, a->gelu, 4 * btd / (size_t)tp_size(ctx));
         if (be->matmul_backward_dgelu && sl->n == 1) {   /* the table's proj and GELU backward (osdp/compute.h) */
             const osdp_tensor_desc *proj = &op->tensor[op->param[OSDP_P_PROJ_W]];
             const void *w = tw(p, OSDP_P_PROJ_W);
             float *dw = tg(p, OSDP_P_PROJ_W), *db = tg(p, OSDP_P_PROJ_B), *db_fc = tg(p, OSDP_P_FC_B);
             OK_OR_RETURN();
-            be->matmul_backward_dgelu(dgelu, dw, db, db_fc, dout, a->gelu, a->fc, w, BT, proj->rows, proj->cols);
+            be->matmul_backward_dgelu(dgelu, dw, db, db_fc, dout, gelu, a->fc, w, BT, proj->rows, proj->cols);
             poke(ctx);
-            linear_backward(p, dln, dgelu, a->ln, OSDP_P_FC_W, -1, BT, 0);   /* db_fc made above */
+            /* db_fc made above; the gelu copy in OSDP_S_ACT is read no more */
+            linear_backward(p, dln, dgelu, load_act(ctx, op, ws, a->ln, btd), OSDP_P_FC_W, -1, BT, 0);
         } else {
-            linear_backward(p, dgelu, dout, a->gelu, OSDP_P_PROJ_W, OSDP_P_PROJ_B, BT, 0);
+            linear_backward(p, dgelu, dout, gelu, OSDP_P_PROJ_W, OSDP_P_PROJ_B, BT, 0);
             OK_OR_RETURN();
             poke(ctx);
             be->gelu_backward(dgelu, a->fc, dgelu, 4 * btd / (size_t)tp_size(ctx));
-            linear_backward(p, dln, dgelu, a->ln, OSDP_P_FC_W, OSDP_P_FC_B, BT, 0);
+            linear_backward(p, dln, dgelu, load_act(ctx, op, ws, a->ln, btd), OSDP_P_FC_W, OSDP_P_FC_B, BT, 0);
         }
         group_dln_then_layernorm_backward(p, dout, dln, input, a, BT, d);
         OK_OR_RETURN();
@@ -581,8 +632,9 @@ osdp_status osdp_op_backward_sliced(const osdp_op_context *ctx, int op_index, co
         const void *wte;
         /* probabilities become d(logits) in place: they are not needed after */
         float *dlogits = a->probs;
+        const float *ln = load_act(ctx, op, ws, a->ln, btd);
         if (op->head_chunk_rows)
-            head_fused_backward(p, dln, a, BT, d, loss_scale);
+            head_fused_backward(p, dln, a, ln, BT, d, loss_scale);
         else {
             if (op->tp_floats_per_seq)   /* padding columns: probability 0, gradient 0 */
                 be->crossentropy_backward_range(dlogits, a->probs, a->tokens, loss_scale, BT,
@@ -590,9 +642,9 @@ osdp_status osdp_op_backward_sliced(const osdp_op_context *ctx, int op_index, co
             else
                 be->crossentropy_backward(dlogits, a->probs, a->tokens, loss_scale, BT, V);
             if (!ctx->layout->cfg.tied_head)
-                linear_backward(p, dln, dlogits, a->ln, OSDP_P_LM_HEAD_W, -1, BT, 0);
+                linear_backward(p, dln, dlogits, ln, OSDP_P_LM_HEAD_W, -1, BT, 0);
             else if ((wte = tied_wte(p, 1)) != NULL)   /* d(wte) += dlogits^T ln, into the embedding's gradients */
-                be->matmul_backward_out_in(dln, ctx->embed_grads + wte_offset(ctx), dlogits, a->ln, wte, BT, d,
+                be->matmul_backward_out_in(dln, ctx->embed_grads + wte_offset(ctx), dlogits, ln, wte, BT, d,
                                            ctx->layout->vocab_local, 0);
         }
         /* the residual's gradient starts here: 0 plus the layernorm path */

@@ -80,9 +80,11 @@ static void add_layernorm(osdp_op_layout *op, const char *prefix, int width)
     add_tensor(op, OSDP_P_LN_B, name, 1, width, 1, OSDP_INIT_ZEROS, 0);
 }
 
-/* the next piece of the operator's activation block (osdp/layout.h) */
-static void add_act(osdp_op_layout *op, osdp_act_slot slot, size_t floats_per_seq)
+/* the next piece of the operator's activation block (osdp/layout.h): n
+ * elements per sequence, fp32, or bf16 in ceil(n / 2) floats */
+static void add_act_of(osdp_op_layout *op, osdp_act_slot slot, size_t n, int act_bf16)
 {
+    const size_t floats_per_seq = act_bf16 && osdp_act_slot_bf16(slot) ? (n + 1) / 2 : n;
     op->act[slot] = (osdp_piece){.offset = op->act_floats_per_seq, .floats = floats_per_seq};
     op->act_floats_per_seq += floats_per_seq;
 }
@@ -136,6 +138,7 @@ osdp_status osdp_layout_build_tp(osdp_layout *layout, const osdp_model_config *c
     layout->n_ops = 2 * L + 2;
     layout->op = calloc((size_t)layout->n_ops, sizeof *layout->op);
     if (!layout->op) return osdp_error_set(OSDP_ERR_OOM, "layout: out of host memory");
+#define add_act(op, slot, n) add_act_of(op, slot, n, cfg->act_bf16)
     const float std = 0.02f;
     const float residual_std = 0.02f / sqrtf(2.0f * (float)L);  /* GPT-2 scaled residual projections */
     const size_t t = (size_t)T;
@@ -178,6 +181,7 @@ osdp_status osdp_layout_build_tp(osdp_layout *layout, const osdp_model_config *c
         add_scratch(attn, OSDP_S_DLN, t * d);
         if (attn->attn_tiled) add_scratch(attn, OSDP_S_ROWDOT, (size_t)NH * t);
         else add_scratch(attn, OSDP_S_DATT, att);
+        if (cfg->act_bf16) add_scratch(attn, OSDP_S_ACT, t * d);   /* ln, then heads (t dp) */
 
         osdp_op_layout *mlp = &layout->op[2 + 2 * i];
         snprintf(name, sizeof name, "mlp.%d", i);
@@ -194,6 +198,7 @@ osdp_status osdp_layout_build_tp(osdp_layout *layout, const osdp_model_config *c
         mlp->kept_floats_per_seq = mlp->act[OSDP_A_OUT].floats;
         add_scratch(mlp, OSDP_S_DGELU, 4 * t * dp);
         add_scratch(mlp, OSDP_S_DLN, t * d);
+        if (cfg->act_bf16) add_scratch(mlp, OSDP_S_ACT, t * (d > 4 * dp ? d : 4 * dp));   /* ln, then gelu */
     }
 
     /* the tied-head rule: the head reads the embedding's resident wte, so the embedding is DP */
@@ -221,6 +226,8 @@ osdp_status osdp_layout_build_tp(osdp_layout *layout, const osdp_model_config *c
     add_act(head, OSDP_A_LOSSES, t);
     add_act(head, OSDP_A_TOKENS, t);
     add_scratch(head, OSDP_S_DLN, t * d_last);
+    if (cfg->act_bf16) add_scratch(head, OSDP_S_ACT, t * d_last);
+#undef add_act
 
     for (int i = 0; i < layout->n_ops; i++) {
         layout->total_params += layout->op[i].numel;

@@ -414,6 +414,8 @@ static osdp_status compute(osdp_runtime *rt, const osdp_event *ev, int at)
                                ? in->residual_left : NULL;
         in->ctx.defer_residual = r.pass == OSDP_PASS_FORWARD && residual_fuses_forward(rt, ev, at, r.op, m);
         in->residual_left_op = -1;
+        /* bf16 activations: the forward stages them in the workspace's scratch (osdp/layout.h) */
+        in->ctx.act_scratch = rt->layout->cfg.act_bf16 ? in->ws.scratch : NULL;
         const osdp_status st = osdp_op_forward_sliced(&in->ctx, r.op, &view, input, &o->acts[m]);
         if (st == OSDP_OK && in->ctx.defer_residual) {
             in->residual_left = osdp_op_residual(rt->layout, r.op, input, &o->acts[m]);

@@ -233,6 +233,10 @@ osdp_status osdp_runtime_create(osdp_runtime *rt, const osdp_layout *layout, con
         return osdp_error_set(OSDP_ERR_INPUT, "--residual-dtype bf16 needs bf16 weights (--precision bf16): the %s "
                               "backend's %s table has no bf16 rounding", backend->name,
                               osdp_dtype_name(backend->weight_dtype));
+    if (layout->cfg.act_bf16 && (!backend->residual_round || !backend->residual_widen || !backend->convert_weights))
+        return osdp_error_set(OSDP_ERR_INPUT, "--activation-dtype bf16 needs bf16 weights (--precision bf16): the %s "
+                              "backend's %s table has no bf16 rounding", backend->name,
+                              osdp_dtype_name(backend->weight_dtype));
     struct osdp_runtime_internal *in = rt->in = calloc(1, sizeof *in);
     if (!in) return osdp_error_set(OSDP_ERR_OOM, "runtime: out of host memory");
     TRY(attach_tp_group(rt, opt));
