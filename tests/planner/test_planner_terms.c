@@ -205,6 +205,42 @@ START_TEST(test_search_terms_equal_schedule_dp_and_hierarchical)
 }
 END_TEST
 
+/* bf16 activations (cfg.act_bf16, osdp/layout.h: halved ln, heads and gelu pieces, the workspace's fp32
+ * copy): the search's terms against the schedule, bf16 weights with either residual stream, one node and
+ * two, whole operators and tensor-parallel parts, and the stages of a 2-stage pipeline */
+START_TEST(test_search_terms_bf16_activations)
+{
+    int cases = 0;
+    for (size_t m = 0; m < sizeof MODELS / sizeof *MODELS; m++) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s", src_dir(), MODELS[m]);
+        osdp_model_config cfg;
+        ck_assert_msg(osdp_model_config_load(&cfg, path) == OSDP_OK, "%s", osdp_error_message());
+        cfg.act_bf16 = 1;
+        for (int tp = 1; tp <= 2; tp++) {
+            osdp_layout L;
+            ck_assert(osdp_layout_build_tp(&L, &cfg, cfg.ctx, tp, 1) == OSDP_OK);
+            for (int v = 0; v < 6; v++) {
+                step_case c = {.N = v % 2 ? 4 : 8, .node_ranks = v == 3 ? 2 : 0, .B = 1 + v % 3, .accum = 1 + v % 2,
+                               .prefetch = v != 4, .quantum = v % 3 ? 1 : 64, .weights = OSDP_BFLOAT16, .P = 1,
+                               .residual = v % 2 ? OSDP_BFLOAT16 : OSDP_FLOAT32};
+                check_case(&L, &c, 15);
+                cases++;
+                if (cfg.tied_head || tp > 1) continue;   /* a tied head has no pipeline */
+                c.P = 2;
+                c.accum = 2 + v % 2;
+                c.schedule = v % 2 ? OSDP_PIPE_1F1B : OSDP_PIPE_GPIPE;
+                c.bounds[1] = L.n_ops / 2;
+                c.bounds[2] = L.n_ops;
+                for (c.stage = 0; c.stage < 2; c.stage++, cases++) check_case(&L, &c, 10);
+            }
+            osdp_layout_free(&L);
+        }
+    }
+    ck_assert_int_eq(cases, 3 * 2 * 6 + 2 * 6 * 2);
+}
+END_TEST
+
 START_TEST(test_search_terms_equal_schedule_tp)
 {
     for (size_t m = 0; m < sizeof MODELS / sizeof *MODELS; m++) {
@@ -565,6 +601,7 @@ END_TEST
 static Suite *planner_terms_suite(void)
 {
     const TTest *terms[] = {test_search_terms_equal_schedule_dp_and_hierarchical, test_search_terms_equal_schedule_tp,
+                            test_search_terms_bf16_activations,
                             test_search_terms_pipeline_stage, test_after_backward_at_most,
                             test_stage_search_against_every_plan, test_cost_per_slice, NULL};
     const osdp_check_case cases[] = {{.name = "terms", .tests = terms}};

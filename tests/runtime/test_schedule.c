@@ -543,11 +543,69 @@ START_TEST(test_tied_head)
 }
 END_TEST
 
+/* bf16 activations (cfg.act_bf16, osdp/layout.h): the ln, heads and gelu pieces take half the floats and
+ * the workspace gains the fp32 copy OSDP_S_ACT; measured = schedule = closed form on this rank (bf16 weights,
+ * either residual stream, the lean and the naive kernels, both models), schedule = closed form at N = 2, 3,
+ * 4, 8 and on tensor-parallel parts */
+START_TEST(test_bf16_activations)
+{
+    osdp_comm comm;
+    ck_assert(osdp_comm_create_mpi(&comm, &(MPI_Comm){MPI_COMM_WORLD}) == OSDP_OK);
+    int checked = 0;
+    for (int mi = 0; mi < 4; mi++) {
+        const int naive = mi % 2, T = 8 + (int)(rnd() % 8);
+        osdp_layout L, F;
+        load_layout_kernels(&F, MODELS[mi / 2], T, naive, naive);
+        osdp_model_config cfg = F.cfg;
+        cfg.act_bf16 = 1;
+        ck_assert(osdp_layout_build(&L, &cfg, T) == OSDP_OK);
+        for (int o = 1; o < L.n_ops; o++) {   /* half of each bf16 piece, the rest as fp32 */
+            size_t halved = 0;
+            for (int k = 0; k < OSDP_A_N_SLOTS; k++) {
+                ck_assert_uint_eq(L.op[o].act[k].floats,
+                                  osdp_act_slot_bf16((osdp_act_slot)k) ? (F.op[o].act[k].floats + 1) / 2
+                                                                       : F.op[o].act[k].floats);
+                if (osdp_act_slot_bf16((osdp_act_slot)k)) halved += F.op[o].act[k].floats - L.op[o].act[k].floats;
+            }
+            ck_assert_uint_gt(halved, 0);
+            ck_assert_uint_eq(L.op[o].act_floats_per_seq, F.op[o].act_floats_per_seq - halved);
+            ck_assert_uint_eq(L.op[o].scratch[OSDP_S_ACT].floats,
+                              (size_t)T * (size_t)(L.op[o].type == OSDP_OP_MLP ? 4 : 1) * (size_t)L.op[o].width);
+        }
+        osdp_plan p;
+        ck_assert(osdp_plan_alloc(&p, L.n_ops) == OSDP_OK);
+        for (int r = 0; r < 12; r++) {
+            random_plan(&L, &p);
+            check_plan(&L, &p, comm.size, 1 + (int)(rnd() % 2), 1 + (int)(rnd() % 2), (int)(rnd() % 2),
+                       OSDP_BFLOAT16, residual_of(OSDP_BFLOAT16, r), quantum_of(r), &comm);
+            checked++;
+        }
+        osdp_plan_free(&p);
+        const int Ns[] = {2, 3, 4, 8};
+        checked += check_random_plans(&L, Ns, 5);
+        osdp_layout_free(&L);
+        osdp_layout_free(&F);
+    }
+    osdp_model_config cfg;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", src_dir(), MODELS[1]);
+    ck_assert(osdp_model_config_load(&cfg, path) == OSDP_OK);
+    cfg.act_bf16 = 1;
+    osdp_layout L;
+    ck_assert(osdp_layout_build_tp(&L, &cfg, 8, 2, 3) == OSDP_OK);
+    const int Ns[] = {1, 2, 3, 4};
+    checked += check_random_plans(&L, Ns, 10);
+    osdp_layout_free(&L);
+    ck_assert_int_eq(checked, 4 * (12 + 20) + 40);
+    osdp_comm_destroy(&comm);
+}
+END_TEST
+
 static Suite *schedule_suite(void)
 {
     const TTest *schedule[] = {test_measured_equals_schedule_and_closed_form, test_schedule_equals_closed_form,
                                test_tp_schedule_equals_closed_form, test_tp_staging_measured, test_schedule_errors,
-                               test_tied_head, test_residual_layernorm_fusion, NULL};
+                               test_tied_head, test_residual_layernorm_fusion, test_bf16_activations, NULL};
     const osdp_check_case cases[] = {{.name = "schedule", .tests = schedule}};
     return osdp_check_suite("schedule", cases, sizeof cases / sizeof cases[0]);
 }
