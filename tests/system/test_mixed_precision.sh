@@ -5,7 +5,8 @@
 # fp32 (osdp/runtime.h).  The CPU bf16 table widens the weights for OpenBLAS,
 # so this proves the runtime's path that the GPU runs, not the GPU kernels
 # (tests/cuda/test_cuda, tests/system/test_cuda_vs_cpu.sh).  Parts 8-11: the
-# bf16 residual stream (--residual-dtype bf16) that rides on bf16 weights.
+# bf16 residual stream (--residual-dtype bf16) that rides on bf16 weights;
+# part 12: bf16 activations (--activation-dtype bf16), the same way.
 set -u
 . "$(dirname "$0")/../lib/test_lib.sh" mixed-precision-work
 
@@ -206,5 +207,81 @@ if [ -n "$ar_bf16" ] && [ -n "$ar_fp32" ] && [ $((ar_bf16 - 16)) -gt 0 ] && [ $(
    [ $tp_mem = 1 ]; then
     ok "bf16 stream TP 2: $ar_bf16 B all-reduced a step against the fp32 stream's $ar_fp32 (half, the 16-byte scalar sum aside); measured = predicted memory with and without recompute"
 else bad "bf16 stream TP 2 traffic ($ar_bf16 against $ar_fp32 B) or memory"; fi
+
+# -- 12. bf16 activations (--activation-dtype bf16, osdp/layout.h): the products' saved inputs (ln, heads,
+#        gelu) stored in bf16, the forward reading the rounded values it stores.  Recompute never changes the
+#        numbers (bit for bit) on DP 4 with ZDP, PP 2 x DP 2 and TP 2 x DP 2; TP 2 x DP 2 against DP 4 within
+#        1e-3 relative (a fp32 stream's TP sums in another order); against fp32 activations (part 1's bf16_dp)
+#        within 1e-2 absolute and not the same bits; measured = predicted per category on every rank of
+#        every stage, with fewer activation bytes; a resume continues bit for bit; fp32 weights refused
+run 4 act_dp_none --steps 10 --batch 2 --plan dp --precision bf16 --activation-dtype bf16 ||
+    bad "bf16 activations DP 4 ran" "$WORK/act_dp_none.err"
+run 4 act_dp_all --steps 10 --batch 2 --plan zdp --precision bf16 --activation-dtype bf16 --recompute all ||
+    bad "bf16 activations DP 4 ZDP with recompute ran" "$WORK/act_dp_all.err"
+run 4 act_pp_none --steps 10 --batch 2 --pp 2 --stages 0:3,3:6 --plan dp --precision bf16 --activation-dtype bf16 ||
+    bad "bf16 activations PP 2 ran" "$WORK/act_pp_none.err"
+run 4 act_pp_all --steps 10 --batch 2 --pp 2 --stages 0:3,3:6 --plan zdp --precision bf16 --activation-dtype bf16 \
+    --recompute all || bad "bf16 activations PP 2 ZDP with recompute ran" "$WORK/act_pp_all.err"
+run 4 act_tp_none --steps 10 --batch 4 --tp 2 --plan dp --precision bf16 --activation-dtype bf16 ||
+    bad "bf16 activations TP 2 ran" "$WORK/act_tp_none.err"
+run 4 act_tp_all --steps 10 --batch 4 --tp 2 --plan zdp --precision bf16 --activation-dtype bf16 --recompute all ||
+    bad "bf16 activations TP 2 ZDP with recompute ran" "$WORK/act_tp_all.err"
+run 4 act_res_pp --steps 10 --batch 2 --pp 2 --stages 0:3,3:6 --plan zdp --precision bf16 --activation-dtype bf16 \
+    --residual-dtype bf16 --recompute all || bad "bf16 activations and stream PP 2 ran" "$WORK/act_res_pp.err"
+same=1
+for pair in "act_dp_none act_dp_all" "act_pp_none act_pp_all" "act_tp_none act_tp_all"; do
+    set -- $pair
+    [ "$(losses "$WORK/$1.log" | wc -l)" = 10 ] && [ "$(losses "$WORK/$1.log")" = "$(losses "$WORK/$2.log")" ] ||
+        { same=0; echo "    $1 against $2:"; paste <(losses "$WORK/$1.log") <(losses "$WORK/$2.log") | head -3; }
+done
+if [ $same = 1 ]; then ok "bf16 activations: recompute all (ZDP) = none (DP) bit for bit over 10 steps on DP 4, PP 2 x DP 2, TP 2 x DP 2"
+else bad "bf16 activations: recompute or ZDP changed the losses"; fi
+if paste -d' ' <(field "$WORK/act_dp_none.log" loss) <(field "$WORK/act_tp_none.log" loss) |
+       awk 'NF == 2 {n++; d=$1-$2; if (d<0) d=-d; if (d > m) m = d; if (d > 1e-3*$1) bad=1}
+            END {printf "max |difference| %.2e\n", m; exit (bad || n != 10)}' > "$WORK/act_tp_curve.txt"; then
+    ok "bf16 activations, TP 2 x DP 2 against DP 4: within 1e-3 relative over 10 steps ($(cat "$WORK/act_tp_curve.txt"))"
+else bad "bf16 activations TP 2 against DP 4" "$WORK/act_tp_curve.txt"; fi
+if paste -d' ' <(field "$WORK/bf16_dp.log" loss) <(field "$WORK/act_dp_none.log" loss) |
+       awk 'NF == 2 {n++; d=$1-$2; if (d<0) d=-d; if (d > m) m = d; if (d > 1e-2) bad=1}
+            END {printf "max |difference| %.2e over %d steps\n", m, n; exit (bad || n != 10)}' > "$WORK/act_curve.txt" &&
+   [ "$(losses "$WORK/bf16_dp.log")" != "$(losses "$WORK/act_dp_none.log")" ]; then
+    ok "bf16 activations against fp32 ones (bf16 weights both): within 1e-2 absolute, not the same bits ($(cat "$WORK/act_curve.txt"))"
+else bad "bf16 against fp32 activations" "$WORK/act_curve.txt"; fi
+mem_ok=1
+for log in act_dp_none act_dp_all act_pp_none act_pp_all act_tp_none act_tp_all act_res_pp; do
+    for cat in state weights grads activations workspace tp_comm total; do
+        m=$(last "$log" "peak_$cat"); p=$(last "$log" "pred_$cat")
+        [ "$m" = "$p" ] && { [ -n "$m" ] || [ $cat = tp_comm ]; } || { mem_ok=0; echo "    $log $cat: measured $m predicted $p"; }
+    done
+done
+for log in act_pp_none act_pp_all act_res_pp; do
+    n=$(tr ' ' '\n' < "$WORK/$log.log" | grep '^stage_[0-9]*_p' | awk -F= '
+        { split($1, k, "_"); key = k[2] "_" k[length(k)]; kind = $1; sub(/^stage_[0-9]*_/, "", kind); sub(/_[a-z]*$/, "", kind)
+          v[key, kind] = $2; keys[key] = 1 }
+        END { n = 0; for (key in keys) { if (v[key, "peak_min"] != v[key, "pred"] || v[key, "peak_max"] != v[key, "pred"]) { print "bad " key; exit 1 } n++ }
+              print n }') || { mem_ok=0; echo "    $log: $n"; }
+    [ "${n:-0}" -ge 12 ] 2>/dev/null || { mem_ok=0; echo "    $log: $n stage fields"; }
+done
+a32=$(last bf16_dp peak_activations); a16=$(last act_dp_none peak_activations)
+if [ $mem_ok = 1 ] && [ -n "$a32" ] && [ -n "$a16" ] && [ "$a16" -lt "$a32" ]; then
+    ok "bf16 activations: measured = predicted per category in 7 runs and on every rank of every stage; DP 4 activations $a16 B against fp32's $a32 B"
+else bad "bf16 activations: measured and predicted memory differ (or no saving: $a16 against $a32 B)"; fi
+OSDP_CKPT_MPIO=independent run 4 act_ck_first --steps 5 --lr-steps 10 --batch 2 --plan zdp --precision bf16 \
+    --activation-dtype bf16 --recompute all --ckpt-dir "$WORK/act_ck" || bad "bf16 activations run with a save" "$WORK/act_ck_first.err"
+OSDP_CKPT_MPIO=independent run 4 act_ck_rest --steps 10 --batch 2 --plan zdp --precision bf16 --activation-dtype bf16 \
+    --recompute all --resume "$WORK/act_ck/step_00000005.h5" || bad "bf16 activations resume" "$WORK/act_ck_rest.err"
+if [ "$(losses "$WORK/act_dp_all.log" | tail -5)" = "$(losses "$WORK/act_ck_rest.log" | tail -5)" ] &&
+   [ "$(losses "$WORK/act_ck_first.log")" = "$(losses "$WORK/act_dp_all.log" | head -5)" ] &&
+   [ "$(losses "$WORK/act_ck_rest.log" | wc -l)" = 5 ]; then
+    ok "bf16 activations checkpoint: steps 6-10 after a resume at step 5 equal the uninterrupted run's bit for bit"
+else bad "bf16 activations checkpoint resume (losses differ)"; fi
+run 4 act_fp32 --steps 1 --precision fp32 --activation-dtype bf16; rc=$?
+"$BIN" plan --model "$M" --device "$SRC/tests/inputs/t_device.ini" --ranks 4 --activation-dtype bf16 \
+    >"$WORK/act_plan.out" 2>"$WORK/act_plan.err"; rcp=$?
+if [ $rc != 0 ] && [ $rcp != 0 ] && [ ! -s "$WORK/act_fp32.log" ] &&
+   grep -q -- "--activation-dtype bf16 needs bf16 weights, and --precision gives fp32" "$WORK/act_fp32.err" &&
+   grep -q -- "--activation-dtype bf16 needs bf16 weights" "$WORK/act_plan.err"; then
+    ok "--activation-dtype bf16 with fp32 weights: train exit $rc, plan exit $rcp, '$(grep -o -- "--activation-dtype bf16 needs.*" "$WORK/act_fp32.err" | head -1)'"
+else bad "--activation-dtype bf16 with fp32 weights (train rc $rc, plan rc $rcp)" "$WORK/act_fp32.err"; fi
 
 summary test_mixed_precision
