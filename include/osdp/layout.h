@@ -113,19 +113,24 @@ typedef enum osdp_param_slot {
  * that recompute keeps it alone.
  *
  * bf16 activations (cfg.act_bf16, --activation-dtype bf16, only beside bf16
- * weights): the pieces that are only ever read as a product's input, LN,
- * HEADS and GELU (osdp_act_slot_bf16), hold bf16 elements, a piece of n per
- * sequence taking ceil(n / 2) floats.  The forward computes each in fp32 in
- * the operator's backward scratch piece OSDP_S_ACT (free then: the scratch is
- * live only inside one operator's backward), rounds it there to bf16 values
- * and narrows it into its piece; the product reads the rounded fp32 copy, so
- * forward, recompute and backward see the same values.  The backward widens
- * each piece into OSDP_S_ACT again before the products that read it.  The
- * copy is a piece of the accounted workspace, so memory stays exact on every
- * table with no kernel of its own (a CUDA product reading bf16 directly would
- * save the widening; not done yet).  The rest stays fp32: the layernorm
- * statistics, qkv and the fc pre-activation (the attention's and GELU's
- * backward read them), lse, losses, the residual. */
+ * weights, Megatron-LM's way): the products' inputs and outputs that the
+ * backward reads, LN, QKV, HEADS, FC and GELU (osdp_act_slot_bf16), hold
+ * bf16 elements, a piece of n per sequence taking ceil(n / 2) floats.  The
+ * forward computes each in fp32 in the operator's backward scratch piece
+ * OSDP_S_ACT (free then: the scratch is live only inside one operator's
+ * backward), rounds it there to bf16 values and narrows it into its piece;
+ * whatever reads it next (a product, the attention, the GELU) reads the
+ * rounded fp32 copy, so forward, recompute and backward see the same values.
+ * The backward widens each piece into OSDP_S_ACT again before its readers.
+ * OSDP_S_ACT has two parts: the first (T, d) for ln, then heads (which
+ * replace it once qkv is made), the second for qkv (attn) or fc, then gelu in
+ * place (mlp).  The copy is a piece of the accounted workspace, so memory is
+ * exact on every table with no kernel of its own; the price is a rounding,
+ * a narrowing and (backward) a widening pass per piece, where a CUDA product
+ * reading bf16 directly would need none (not done yet).  The CPU bf16 table
+ * widens nothing more inside its kernels.  fp32 stay: the layernorm
+ * statistics, the attention's lse, the losses, the head's probabilities or
+ * logits, the residual (--residual-dtype's). */
 typedef enum osdp_act_slot {
     OSDP_A_TOKENS,          /* embed: input ids, head: target ids (T) */
     OSDP_A_XIN,             /* attn, width change: the projected residual (T, d) */
@@ -153,15 +158,16 @@ typedef enum osdp_scratch_slot {
     OSDP_S_DLN,             /* attn, mlp, head: d(layernorm output) (T, d) */
     OSDP_S_DATT,            /* attn, naive: d(probabilities) (NH, T, T) */
     OSDP_S_ROWDOT,          /* attn, tiled: rowsum(d(heads) * heads) per (head, row) (NH, T) */
-    OSDP_S_ACT,             /* bf16 activations only: the fp32 copy of one bf16 piece at a time (above):
-                               attn, head (T, d); mlp (T, max(d, 4d/tp)) */
+    OSDP_S_ACT,             /* bf16 activations only: the fp32 copies of the bf16 pieces (above): attn
+                               (T, d + 3d/tp), mlp (T, d + 4d/tp), head (T, d) */
     OSDP_S_N_SLOTS
 } osdp_scratch_slot;
 
 /* is slot stored in bf16 when cfg.act_bf16 (above)? */
 static inline int osdp_act_slot_bf16(osdp_act_slot slot)
 {
-    return slot == OSDP_A_LN || slot == OSDP_A_HEADS || slot == OSDP_A_GELU;
+    return slot == OSDP_A_LN || slot == OSDP_A_QKV || slot == OSDP_A_HEADS || slot == OSDP_A_FC ||
+           slot == OSDP_A_GELU;
 }
 
 /* one piece of a block: where it starts and how long it is, per sequence */

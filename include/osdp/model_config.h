@@ -38,8 +38,9 @@ typedef struct osdp_model_config {
      * set 1, the reference the tests compare against (osdp/layout.h says what each keeps). */
     int attention_naive;          /* 1: attention keeps its (NH, T, T) probabilities; 0: tiled, an lse per row */
     int head_naive;               /* 1: the head keeps its (T, V) probabilities; 0: fused, logits in chunks */
-    int act_bf16;                 /* 1 (--activation-dtype bf16, bf16 weights only): the saved inputs of the
-                                     products (ln, heads, gelu) are stored in bf16 (osdp/layout.h) */
+    int act_bf16;                 /* 1 (--activation-dtype bf16, bf16 weights only): the activations the
+                                     backward reads around the products (ln, qkv, heads, fc, gelu) are stored
+                                     in bf16 (osdp/layout.h) */
 } osdp_model_config;
 
 osdp_status osdp_model_config_load(osdp_model_config *cfg, const char *path);

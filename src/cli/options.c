@@ -256,8 +256,8 @@ static const option_row g_options[] = {
         "(train, eval: --precision bf16; plan: a device of precision = bf16)"},
     {.name = "activation-dtype", .type = OPT_ENUM, .commands = TRAIN | PLAN | EVAL, .field = FIELD(activation_dtype),
      .choices = "fp32|bf16", .default_value = "fp32", .metavar = "fp32|bf16",
-     .help = "the activations saved for the backward that are products' inputs (layernorm\n"
-        "outputs, attention heads, GELU output): bf16 stores them in 2 bytes, rounded, as\n"
+     .help = "the activations the backward reads around the products (layernorm outputs, qkv,\n"
+        "attention heads, fc and GELU outputs): bf16 stores them in 2 bytes, rounded, as\n"
         "Megatron-LM does; only with bf16 weights (as --residual-dtype)"},
     {.name = "peak-flops", .type = OPT_FLOAT, .commands = TRAIN, .field = FIELD(peak_flops), .lo = 1e3, .hi = 1e18,
      .metavar = "X", .default_text = "measured sgemm rate",

@@ -52,10 +52,17 @@ static float *scratch_at(const osdp_op_context *ctx, const osdp_op_layout *op, c
 
 static int acts_bf16(const osdp_op_context *ctx) { return ctx->layout->cfg.act_bf16; }
 
-/* where the forward computes a bf16 piece (the piece itself when fp32) */
-static float *act_stage(const osdp_op_context *ctx, const osdp_op_layout *op, float *piece)
+/* part `second` of the operator's OSDP_S_ACT in the scratch at `base` (osdp/layout.h) */
+static float *act_copy(const osdp_op_context *ctx, const osdp_op_layout *op, float *base, int second)
 {
-    return acts_bf16(ctx) ? ctx->act_scratch + (size_t)ctx->B * op->scratch[OSDP_S_ACT].offset : piece;
+    const size_t first = second ? (size_t)ctx->T * (size_t)op->width : 0;
+    return base + (size_t)ctx->B * (op->scratch[OSDP_S_ACT].offset + first);
+}
+
+/* where the forward computes a bf16 piece (the piece itself when fp32) */
+static float *act_stage(const osdp_op_context *ctx, const osdp_op_layout *op, float *piece, int second)
+{
+    return acts_bf16(ctx) ? act_copy(ctx, op, ctx->act_scratch, second) : piece;
 }
 
 /* the staged values rounded to bf16 ones and stored into the piece; returns what the products read */
@@ -69,10 +76,10 @@ static const float *store_act(const osdp_op_context *ctx, float *piece, float *s
 
 /* the piece as fp32 for the backward: widened into OSDP_S_ACT (bf16), or itself */
 static const float *load_act(const osdp_op_context *ctx, const osdp_op_layout *op, const osdp_workspace *ws,
-                             const float *piece, size_t n)
+                             const float *piece, size_t n, int second)
 {
     if (!acts_bf16(ctx)) return piece;
-    float *wide = scratch_at(ctx, op, ws, OSDP_S_ACT);
+    float *wide = act_copy(ctx, op, ws->scratch, second);
     ctx->backend->residual_widen(wide, piece, n);
     return wide;
 }
@@ -269,7 +276,7 @@ static const float *layernorm_of(pass *p, osdp_op_acts *a, const float *x, const
                                  int d)
 {
     const osdp_op_context *ctx = p->ctx;
-    float *y = act_stage(ctx, p->op, a->ln);
+    float *y = act_stage(ctx, p->op, a->ln, 0);
     if (ctx->input_residual)
         ctx->backend->residual_layernorm_forward((float *)x, y, a->mean, a->rstd, x, ctx->input_residual, lw, lb,
                                                  BT, d);
@@ -469,12 +476,14 @@ osdp_status osdp_op_forward_sliced(const osdp_op_context *ctx, int op_index, con
             x = a->xin;
             poke(ctx);
         }
-        layernorm_then_linear(p, a, x, a->qkv, OSDP_P_QKV_W, OSDP_P_QKV_B, BT, d);
+        float *qkv_stage = act_stage(ctx, op, a->qkv, 1);
+        layernorm_then_linear(p, a, x, qkv_stage, OSDP_P_QKV_W, OSDP_P_QKV_B, BT, d);
         OK_OR_RETURN();
+        const float *qkv = store_act(ctx, a->qkv, qkv_stage, 3 * btd / (size_t)tp_size(ctx));
         poke(ctx);
-        float *heads = act_stage(ctx, op, a->heads);
-        if (op->attn_tiled) be->attention_forward_tiled(heads, a->lse, a->qkv, B, T, d / tp_size(ctx), NH);
-        else be->attention_forward(heads, a->att, a->qkv, B, T, d / tp_size(ctx), NH);
+        float *heads = act_stage(ctx, op, a->heads, 0);   /* over the ln copy, read no more */
+        if (op->attn_tiled) be->attention_forward_tiled(heads, a->lse, qkv, B, T, d / tp_size(ctx), NH);
+        else be->attention_forward(heads, a->att, qkv, B, T, d / tp_size(ctx), NH);
         poke(ctx);
         projection_then_residual(p, a, store_act(ctx, a->heads, heads, btd / (size_t)tp_size(ctx)), x, BT);
         OK_OR_RETURN();
@@ -483,7 +492,7 @@ osdp_status osdp_op_forward_sliced(const osdp_op_context *ctx, int op_index, con
     case OSDP_OP_MLP: {
         const size_t n4 = 4 * btd / (size_t)tp_size(ctx);
         const float *gelu = a->gelu;
-        /* not under bf16 activations: its ln and gelu would both want OSDP_S_ACT */
+        /* not under bf16 activations, which round fc before the GELU */
         if (be->matmul_forward_gelu && sl->n == 1 && !acts_bf16(ctx)) {   /* the table's fc product + GELU (osdp/compute.h) */
             const osdp_tensor_desc *fc = &op->tensor[op->param[OSDP_P_FC_W]];
             const void *lw = tw(p, OSDP_P_LN_W), *lb = tw(p, OSDP_P_LN_B);
@@ -493,12 +502,14 @@ osdp_status osdp_op_forward_sliced(const osdp_op_context *ctx, int op_index, con
             poke(ctx);
             be->matmul_forward_gelu(a->gelu, a->fc, a->ln, w, b, BT, fc->rows, fc->cols);
         } else {
-            layernorm_then_linear(p, a, input, a->fc, OSDP_P_FC_W, OSDP_P_FC_B, BT, d);
+            float *fc_stage = act_stage(ctx, op, a->fc, 1);
+            layernorm_then_linear(p, a, input, fc_stage, OSDP_P_FC_W, OSDP_P_FC_B, BT, d);
             OK_OR_RETURN();
+            const float *fc = store_act(ctx, a->fc, fc_stage, n4);
             poke(ctx);
-            float *stage = act_stage(ctx, op, a->gelu);   /* the ln copy there is read no more */
-            be->gelu_forward(stage, a->fc, n4);
-            gelu = store_act(ctx, a->gelu, stage, n4);
+            float *gelu_stage = act_stage(ctx, op, a->gelu, 1);   /* bf16: over the fc copy, in place */
+            be->gelu_forward(gelu_stage, fc, n4);
+            gelu = store_act(ctx, a->gelu, gelu_stage, n4);
         }
         projection_then_residual(p, a, gelu, input, BT);
         OK_OR_RETURN();
@@ -581,19 +592,20 @@ osdp_status osdp_op_backward_sliced(const osdp_op_context *ctx, int op_index, co
         const float *x = in_proj ? a->xin : input;
         float *dheads = scratch_at(ctx, op, ws, OSDP_S_DHEADS), *dqkv = scratch_at(ctx, op, ws, OSDP_S_DQKV);
         float *dln = scratch_at(ctx, op, ws, OSDP_S_DLN), *datt = scratch_at(ctx, op, ws, OSDP_S_DATT);
-        const float *heads = load_act(ctx, op, ws, a->heads, btd / (size_t)tp_size(ctx));
+        const float *heads = load_act(ctx, op, ws, a->heads, btd / (size_t)tp_size(ctx), 0);
+        const float *qkv = load_act(ctx, op, ws, a->qkv, 3 * btd / (size_t)tp_size(ctx), 1);
         linear_backward(p, dheads, dout, heads, OSDP_P_PROJ_W, OSDP_P_PROJ_B, BT, 0);
         OK_OR_RETURN();
         poke(ctx);
         if (op->attn_tiled)
-            be->attention_backward_tiled(dqkv, scratch_at(ctx, op, ws, OSDP_S_ROWDOT), dheads, heads, a->qkv,
+            be->attention_backward_tiled(dqkv, scratch_at(ctx, op, ws, OSDP_S_ROWDOT), dheads, heads, qkv,
                                          a->lse, B, T, d / tp_size(ctx), NH);
         else
-            be->attention_backward(dqkv, datt, dheads, a->qkv, a->att, B, T, d / tp_size(ctx), NH);
+            be->attention_backward(dqkv, datt, dheads, qkv, a->att, B, T, d / tp_size(ctx), NH);
         poke(ctx);
         /* column-parallel: this rank's heads' share of d(ln); the residual:
          * d(x) = d(out) + layernorm path, accumulated in place */
-        linear_backward(p, dln, dqkv, load_act(ctx, op, ws, a->ln, btd), OSDP_P_QKV_W, OSDP_P_QKV_B, BT, 0);
+        linear_backward(p, dln, dqkv, load_act(ctx, op, ws, a->ln, btd, 0), OSDP_P_QKV_W, OSDP_P_QKV_B, BT, 0);
         group_dln_then_layernorm_backward(p, dout, dln, x, a, BT, d);
         OK_OR_RETURN();
         if (in_proj) {
@@ -606,22 +618,24 @@ osdp_status osdp_op_backward_sliced(const osdp_op_context *ctx, int op_index, co
     }
     case OSDP_OP_MLP: {
         float *dgelu = scratch_at(ctx, op, ws, OSDP_S_DGELU), *dln = scratch_at(ctx, op, ws, OSDP_S_DLN);
-        const float *gelu = load_act(ctx, op, ws, a->gelu, 4 * btd / (size_t)tp_size(ctx));
-        if (be->matmul_backward_dgelu && sl->n == 1) {   /* the table's proj and GELU backward (osdp/compute.h) */
+        const size_t n4 = 4 * btd / (size_t)tp_size(ctx);
+        const float *gelu = load_act(ctx, op, ws, a->gelu, n4, 1);
+        /* not under bf16 activations: its gelu and fc copies would share OSDP_S_ACT */
+        if (be->matmul_backward_dgelu && sl->n == 1 && !acts_bf16(ctx)) {   /* the table's proj and GELU backward (osdp/compute.h) */
             const osdp_tensor_desc *proj = &op->tensor[op->param[OSDP_P_PROJ_W]];
             const void *w = tw(p, OSDP_P_PROJ_W);
             float *dw = tg(p, OSDP_P_PROJ_W), *db = tg(p, OSDP_P_PROJ_B), *db_fc = tg(p, OSDP_P_FC_B);
             OK_OR_RETURN();
             be->matmul_backward_dgelu(dgelu, dw, db, db_fc, dout, gelu, a->fc, w, BT, proj->rows, proj->cols);
             poke(ctx);
-            /* db_fc made above; the gelu copy in OSDP_S_ACT is read no more */
-            linear_backward(p, dln, dgelu, load_act(ctx, op, ws, a->ln, btd), OSDP_P_FC_W, -1, BT, 0);
+            linear_backward(p, dln, dgelu, a->ln, OSDP_P_FC_W, -1, BT, 0);   /* db_fc made above */
         } else {
             linear_backward(p, dgelu, dout, gelu, OSDP_P_PROJ_W, OSDP_P_PROJ_B, BT, 0);
             OK_OR_RETURN();
             poke(ctx);
-            be->gelu_backward(dgelu, a->fc, dgelu, 4 * btd / (size_t)tp_size(ctx));
-            linear_backward(p, dln, dgelu, load_act(ctx, op, ws, a->ln, btd), OSDP_P_FC_W, OSDP_P_FC_B, BT, 0);
+            /* bf16: fc's copy over gelu's, read no more */
+            be->gelu_backward(dgelu, load_act(ctx, op, ws, a->fc, n4, 1), dgelu, n4);
+            linear_backward(p, dln, dgelu, load_act(ctx, op, ws, a->ln, btd, 0), OSDP_P_FC_W, OSDP_P_FC_B, BT, 0);
         }
         group_dln_then_layernorm_backward(p, dout, dln, input, a, BT, d);
         OK_OR_RETURN();
@@ -632,7 +646,7 @@ osdp_status osdp_op_backward_sliced(const osdp_op_context *ctx, int op_index, co
         const void *wte;
         /* probabilities become d(logits) in place: they are not needed after */
         float *dlogits = a->probs;
-        const float *ln = load_act(ctx, op, ws, a->ln, btd);
+        const float *ln = load_act(ctx, op, ws, a->ln, btd, 0);
         if (op->head_chunk_rows)
             head_fused_backward(p, dln, a, ln, BT, d, loss_scale);
         else {

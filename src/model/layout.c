@@ -181,7 +181,7 @@ osdp_status osdp_layout_build_tp(osdp_layout *layout, const osdp_model_config *c
         add_scratch(attn, OSDP_S_DLN, t * d);
         if (attn->attn_tiled) add_scratch(attn, OSDP_S_ROWDOT, (size_t)NH * t);
         else add_scratch(attn, OSDP_S_DATT, att);
-        if (cfg->act_bf16) add_scratch(attn, OSDP_S_ACT, t * d);   /* ln, then heads (t dp) */
+        if (cfg->act_bf16) add_scratch(attn, OSDP_S_ACT, t * d + 3 * t * dp);   /* ln then heads; qkv */
 
         osdp_op_layout *mlp = &layout->op[2 + 2 * i];
         snprintf(name, sizeof name, "mlp.%d", i);
@@ -198,7 +198,7 @@ osdp_status osdp_layout_build_tp(osdp_layout *layout, const osdp_model_config *c
         mlp->kept_floats_per_seq = mlp->act[OSDP_A_OUT].floats;
         add_scratch(mlp, OSDP_S_DGELU, 4 * t * dp);
         add_scratch(mlp, OSDP_S_DLN, t * d);
-        if (cfg->act_bf16) add_scratch(mlp, OSDP_S_ACT, t * (d > 4 * dp ? d : 4 * dp));   /* ln, then gelu */
+        if (cfg->act_bf16) add_scratch(mlp, OSDP_S_ACT, t * d + 4 * t * dp);   /* ln; fc then gelu */
     }
 
     /* the tied-head rule: the head reads the embedding's resident wte, so the embedding is DP */

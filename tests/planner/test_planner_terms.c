@@ -205,7 +205,7 @@ START_TEST(test_search_terms_equal_schedule_dp_and_hierarchical)
 }
 END_TEST
 
-/* bf16 activations (cfg.act_bf16, osdp/layout.h: halved ln, heads and gelu pieces, the workspace's fp32
+/* bf16 activations (cfg.act_bf16, osdp/layout.h: halved ln, qkv, heads, fc and gelu pieces, the workspace's fp32
  * copy): the search's terms against the schedule, bf16 weights with either residual stream, one node and
  * two, whole operators and tensor-parallel parts, and the stages of a 2-stage pipeline */
 START_TEST(test_search_terms_bf16_activations)

@@ -543,7 +543,7 @@ START_TEST(test_tied_head)
 }
 END_TEST
 
-/* bf16 activations (cfg.act_bf16, osdp/layout.h): the ln, heads and gelu pieces take half the floats and
+/* bf16 activations (cfg.act_bf16, osdp/layout.h): the ln, qkv, heads, fc and gelu pieces take half the floats and
  * the workspace gains the fp32 copy OSDP_S_ACT; measured = schedule = closed form on this rank (bf16 weights,
  * either residual stream, the lean and the naive kernels, both models), schedule = closed form at N = 2, 3,
  * 4, 8 and on tensor-parallel parts */
@@ -569,8 +569,8 @@ START_TEST(test_bf16_activations)
             }
             ck_assert_uint_gt(halved, 0);
             ck_assert_uint_eq(L.op[o].act_floats_per_seq, F.op[o].act_floats_per_seq - halved);
-            ck_assert_uint_eq(L.op[o].scratch[OSDP_S_ACT].floats,
-                              (size_t)T * (size_t)(L.op[o].type == OSDP_OP_MLP ? 4 : 1) * (size_t)L.op[o].width);
+            const size_t wide = L.op[o].type == OSDP_OP_MLP ? 5 : L.op[o].type == OSDP_OP_ATTN ? 4 : 1;
+            ck_assert_uint_eq(L.op[o].scratch[OSDP_S_ACT].floats, (size_t)T * wide * (size_t)L.op[o].width);
         }
         osdp_plan p;
         ck_assert(osdp_plan_alloc(&p, L.n_ops) == OSDP_OK);

@@ -208,8 +208,8 @@ if [ -n "$ar_bf16" ] && [ -n "$ar_fp32" ] && [ $((ar_bf16 - 16)) -gt 0 ] && [ $(
     ok "bf16 stream TP 2: $ar_bf16 B all-reduced a step against the fp32 stream's $ar_fp32 (half, the 16-byte scalar sum aside); measured = predicted memory with and without recompute"
 else bad "bf16 stream TP 2 traffic ($ar_bf16 against $ar_fp32 B) or memory"; fi
 
-# -- 12. bf16 activations (--activation-dtype bf16, osdp/layout.h): the products' saved inputs (ln, heads,
-#        gelu) stored in bf16, the forward reading the rounded values it stores.  Recompute never changes the
+# -- 12. bf16 activations (--activation-dtype bf16, osdp/layout.h): the products' saved inputs and outputs
+#        (ln, qkv, heads, fc, gelu) stored in bf16, the forward reading the rounded values it stores.  Recompute never changes the
 #        numbers (bit for bit) on DP 4 with ZDP, PP 2 x DP 2 and TP 2 x DP 2; TP 2 x DP 2 against DP 4 within
 #        1e-3 relative (a fp32 stream's TP sums in another order); against fp32 activations (part 1's bf16_dp)
 #        within 1e-2 absolute and not the same bits; measured = predicted per category on every rank of
