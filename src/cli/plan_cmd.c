@@ -215,9 +215,10 @@ int osdp_cmd_plan(const osdp_job *job)
         if (planner.split_auto) printf("\"split\":\"auto\",");
         else printf("\"split\":%d,\"choices_per_op\":%d,", planner.split, planner.split + 1);
         printf("\"recompute\":\"%s\",\"search\":\"%s\",\"cost_model\":\"%s\",\"prefetch\":%d,\"param_bytes\":%d,"
-               "\"grad_bytes\":%d,\"residual_dtype\":\"%s\"",
+               "\"grad_bytes\":%d,\"residual_dtype\":\"%s\",\"activation_dtype\":\"%s\"",
                osdp_option_word("recompute", job->recompute), search, cost, planner.geo.prefetch,
-               dev.param_bytes, dev.grad_bytes, osdp_dtype_name(planner.geo.residual_dtype));
+               dev.param_bytes, dev.grad_bytes, osdp_dtype_name(planner.geo.residual_dtype),
+               cfg.act_bf16 ? "bf16" : "fp32");
         osdp_plan_json_network(&as_given, n_ranks, tp, planner.geo.n_ranks, 1, planner.hierarchy);
         json_result("osdp", &L, &cm, &r[0], st[0], err[0], 1);
         json_result("all_dp", &L, &cm, &r[1], st[1], err[1], 0);
@@ -237,6 +238,8 @@ int osdp_cmd_plan(const osdp_job *job)
                osdp_option_word("recompute", job->recompute));
         if (planner.geo.residual_dtype == OSDP_BFLOAT16)
             printf("residual stream bf16: a recomputed operator keeps its output in 2 bytes an element\n");
+        if (cfg.act_bf16)
+            printf("activations bf16: ln, qkv, heads, fc and gelu saved in 2 bytes an element\n");
         if (tp_given) print_mesh(&mesh, job->tp == OSDP_TP_AUTO, n_ranks, tp, &dev);
         if (as_given.internode.given)
             print_network(&as_given, n_ranks, tp, planner.geo.n_ranks, planner.hierarchy, job->no_hierarchical);

@@ -188,6 +188,7 @@ void osdp_report_header(osdp_report *r, const osdp_model_config *cfg, const osdp
         osdp_log_text(&rec, "peak_source", r->peak_given ? "given" : "sgemm");
         osdp_log_count(&rec, "prefetch", (unsigned long long)r->rt->opt.geo.prefetch);
         if (r->rt->opt.geo.residual_dtype == OSDP_BFLOAT16) osdp_log_text(&rec, "residual", "bf16");   /* fp32: as ever */
+        if (rt->layout->cfg.act_bf16) osdp_log_text(&rec, "activations", "bf16");   /* fp32: as ever */
         /* the kernels that ran (--attention, --head; naive where the backend lacks the lean ones) */
         osdp_log_text(&rec, "attention", rt->layout->cfg.attention_naive ? "naive" : "tiled");
         osdp_log_text(&rec, "head", rt->layout->cfg.head_naive ? "naive" : "fused");
@@ -233,10 +234,10 @@ void osdp_report_header(osdp_report *r, const osdp_model_config *cfg, const osdp
                100.0 * osdp_pipe_bubble_chunks(r->mesh->pp, V, M),
                osdp_stage_peaks_format(&stages, 1, peaks, sizeof peaks), osdp_stage_peaks_bottleneck(&stages, 1));
     }
-    printf("data %s: %zu tokens | %d ranks x %d threads, backend %s (%s weights%s) | batch %d per rank x %d micro-steps = %d sequences/step\n",
+    printf("data %s: %zu tokens | %d ranks x %d threads, backend %s (%s weights%s%s) | batch %d per rank x %d micro-steps = %d sequences/step\n",
            data->path, data->n_tokens, r->world->size, r->world->threads, rt->backend->name,
            osdp_dtype_name(rt->weight_dtype), rt->opt.geo.residual_dtype == OSDP_BFLOAT16 ? ", bf16 residual stream" : "",
-           rt->B, rt->opt.geo.accum_steps, global_batch);
+           rt->layout->cfg.act_bf16 ? ", bf16 activations" : "", rt->B, rt->opt.geo.accum_steps, global_batch);
     printf("plan: %d DP + %d ZDP + %d partly ZDP (k of g slices) operators, %d recompute, prefetch %s | predicted peak per rank %s",
            plan->n_ops - zdp - split, zdp, split, recompute, rt->opt.geo.prefetch ? "on" : "off",
            osdp_format_bytes((double)r->predicted.peak_total, b1, sizeof b1));

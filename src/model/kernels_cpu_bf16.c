@@ -4,7 +4,16 @@
  * results are those of the fp32 table on weights rounded to bf16.  It exists
  * so that the mixed-precision path of the runtime (bf16 copies of the master
  * shards, bf16 all-gathers, fp32 gradients) runs and is tested on MPI ranks
- * without a GPU; the widening costs time, and it is not meant for speed. */
+ * without a GPU; the widening costs time, and it is not meant for speed.
+ *
+ * bf16 activations (--activation-dtype bf16, osdp/layout.h) need nothing
+ * here: the operators (gpt_ops.c) compute each bf16 activation in fp32 in a
+ * piece of the runtime's workspace, round it, store it narrow, and widen it
+ * there again for the backward, so every kernel keeps reading fp32.  That
+ * copy is counted (the size table's OSDP_S_ACT), where a widening inside
+ * these kernels would add an uncounted scratch the size of the largest
+ * activation and a second path through every product; the counted copy is
+ * the simpler design that keeps memory exact, and the same on every table. */
 #include "osdp/dtype.h"
 #include "osdp/error.h"
 #include "model/kernels_cpu.h"
