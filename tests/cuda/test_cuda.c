@@ -54,6 +54,9 @@
 #include "osdp/comm.h"
 #include "osdp/compute.h"
 #include "osdp/dtype.h"
+#include "osdp/gpt.h"
+#include "osdp/layout.h"
+#include "osdp/model_config.h"
 
 #include "check_main.h"
 #include "cuda/attention_switch.h"
@@ -1166,6 +1169,74 @@ START_TEST(test_bf16_residual)
 }
 END_TEST
 
+/* bf16 activations (--activation-dtype bf16, osdp/layout.h): a forward and a backward of attn.0 and mlp.0 of
+ * a one-layer model of tiny's width through gpt_ops.c on the CUDA bf16 table against the CPU bf16 table, both
+ * storing ln, qkv, heads, fc and gelu in bf16 and staging them in the workspace: the output, every stored bf16
+ * piece (widened), the gradients and d(input).  Within the bf16 products' tolerance (both multiply the same
+ * bf16 operands in the forward; the GPU's backward products also round d(out)) */
+START_TEST(test_bf16_activations_ops)
+{
+    static const char text[] = "[model]\nname = t_act\nn_layer = 1\nn_head = 4\nn_embd = 64\nvocab = 256\nctx = 64\n";
+    osdp_model_config cfg;
+    ck_assert_msg(osdp_model_config_parse(&cfg, text, "test_bf16_activations_ops") == OSDP_OK, "%s",
+                  osdp_error_message());
+    cfg.act_bf16 = 1;
+    const int B = 2, T = 64;
+    osdp_layout L;
+    ck_assert(osdp_layout_build(&L, &cfg, T) == OSDP_OK);
+    const size_t btd = (size_t)B * T * 64, nws = osdp_workspace_floats(&L, B);
+    for (int o = 1; o <= 2; o++) {
+        const osdp_op_layout *op = &L.op[o];
+        const size_t n = op->numel, nacts = (size_t)B * op->act_floats_per_seq;
+        float *w = rand_floats(n, -0.1f, 0.1f, 40 + (uint64_t)o), *x = rand_floats(btd, -1, 1, 50 + (uint64_t)o);
+        float *dout = rand_floats(btd, -1, 1, 60 + (uint64_t)o);
+        uint16_t *w16 = bf16_weights(w, n);
+        float *c_acts = falloc(nacts), *c_ws = falloc(nws), *c_g = falloc(n);
+        memset(c_g, 0, n * sizeof *c_g);
+        void *g_w16 = upb(w16, n);
+        float *g_x = upf(x, btd), *g_acts = gpu->alloc(nacts * sizeof(float)), *g_ws = gpu->alloc(nws * sizeof(float));
+        float *g_g = gpu->alloc(n * sizeof(float));
+        ck_assert(g_acts && g_ws && g_g);
+        gpu->fill_zero(g_g, n * sizeof(float));
+        osdp_op_acts ca, ga;
+        osdp_workspace cw, gw;
+        osdp_op_acts_carve(&L, o, B, c_acts, &ca);
+        osdp_op_acts_carve(&L, o, B, g_acts, &ga);
+        osdp_workspace_carve(&L, B, c_ws, &cw);
+        osdp_workspace_carve(&L, B, g_ws, &gw);
+        memcpy(cw.dres[0], dout, btd * sizeof(float));
+        gpu->to_device(gw.dres[0], dout, btd * sizeof(float));
+        osdp_op_context cc = {.backend = cpu16, .layout = &L, .B = B, .T = T, .act_scratch = cw.scratch};
+        osdp_op_context gc = {.backend = gpu16, .layout = &L, .B = B, .T = T, .act_scratch = gw.scratch};
+        osdp_op_forward(&cc, o, w16, x, &ca);
+        osdp_op_forward(&gc, o, g_w16, g_x, &ga);
+        gpu->synchronize();
+        expect_close_tol("bf16 activations: out", ca.out, ga.out, btd, 2e-2, 2e-2);
+        /* the stored pieces, widened on the host side by the CPU table (the bits are bf16 on both) */
+        for (int k = 0; k < OSDP_A_N_SLOTS; k++) {
+            if (!op->act[k].floats || !osdp_act_slot_bf16((osdp_act_slot)k)) continue;
+            const size_t elems = 2 * (size_t)B * op->act[k].floats;
+            float *want = falloc(elems), *got = falloc(elems), *host = falloc(elems / 2);
+            cpu16->residual_widen(want, c_acts + (size_t)B * op->act[k].offset, elems);
+            gpu->to_host(host, g_acts + (size_t)B * op->act[k].offset, elems / 2 * sizeof(float));
+            cpu16->residual_widen(got, host, elems);
+            float *g_got = upf(got, elems);
+            expect_close_tol("bf16 activations: a stored piece", want, g_got, elems, 2e-2, 2e-2);
+            gpu->free(g_got);
+            free(want), free(got), free(host);
+        }
+        osdp_op_backward(&cc, o, w16, c_g, x, &ca, &cw, 1.0f);
+        osdp_op_backward(&gc, o, g_w16, g_g, g_x, &ga, &gw, 1.0f);
+        gpu->synchronize();
+        expect_close_tol("bf16 activations: gradients", c_g, g_g, n, 3e-2, 3e-2);
+        expect_close_tol("bf16 activations: d(input)", cw.dres[cw.cur], gw.dres[gw.cur], btd, 3e-2, 3e-2);
+        gpu->free(g_w16), gpu->free(g_x), gpu->free(g_acts), gpu->free(g_ws), gpu->free(g_g);
+        free(w), free(x), free(dout), free(w16), free(c_acts), free(c_ws), free(c_g);
+    }
+    osdp_layout_free(&L);
+}
+END_TEST
+
 /* bf16 product forward; x is (BT, ldx) and the product reads its columns
  * [c0, c0 + IC) (ldx == IC: the plain entry) */
 static void run_bf16_matmul_forward(int BT, int IC, int OC, int ldx, int c0, int with_bias, int accumulate,
@@ -1554,7 +1625,7 @@ static Suite *cuda_suite(void)
                                   test_layernorm, test_gelu, test_attention, test_embedding, test_crossentropy,
                                   test_crossentropy_large_gap, test_vocab_parallel,
                                   test_residual_accumulate, test_sums, test_adamw, test_tables, test_bf16_convert,
-                                  test_bf16_residual,
+                                  test_bf16_residual, test_bf16_activations_ops,
                                   test_bf16_matmul_forward, test_bf16_lt_epilogues, test_bf16_lt_backward,
                                   test_bf16_matmul_backward, test_bf16_layernorm,
                                   test_bf16_attention, test_attention_tiled, test_bf16_attention_tiled,

@@ -135,4 +135,29 @@ for setting in "${SETTINGS[@]}"; do
         fi
     done
 done
+# bf16 activations (--activation-dtype bf16, osdp/layout.h), tiny: the CUDA bf16 table against the CPU bf16
+# table, both with them, all-DP and ZDP with recompute (--plan zdp --recompute all: bit for bit the all-DP
+# run on each backend, the plan never changes the numbers); measured = predicted memory on the GPU.  Within
+# TOL_BF16 relative: the same bf16 weights and stored activations, the GPU's products rounding their other
+# operands (d(out), the weights' products' fp32 inputs) where the CPU table widens
+act_ok=1
+for r in "act_cpu cpu --plan dp" "act_cuda cuda --plan dp" "act_cuda_rc cuda --plan zdp --recompute all"; do
+    read -r run_name backend plan_opts <<< "$r"
+    # shellcheck disable=SC2086   # the options are words
+    run "$run_name" "$backend" bf16 10 --model "$TINY" --batch 4 --activation-dtype bf16 $plan_opts ||
+        { act_ok=0; bad "bf16 activations: --backend $backend did not run" "$WORK/$run_name.err"; }
+done
+if [ $act_ok = 1 ]; then
+    if compare act_cuda 10 $TOL_BF16 $TOL_BF16; then
+        ok "bf16 activations: cuda bf16 vs cpu bf16, 10 steps: losses within $TOL_BF16 relative"
+    else bad "bf16 activations: cuda and cpu losses differ by more than $TOL_BF16 relative (logs in $WORK)"; fi
+    mem=1
+    for cat in activations workspace total; do
+        [ -n "$(field "$WORK/act_cuda.log" "peak_$cat" | tail -1)" ] &&
+        [ "$(field "$WORK/act_cuda.log" "peak_$cat" | tail -1)" = "$(field "$WORK/act_cuda.log" "pred_$cat" | tail -1)" ] || mem=0
+    done
+    if [ "$(losses "$WORK/act_cuda.log")" = "$(losses "$WORK/act_cuda_rc.log")" ] && [ $mem = 1 ]; then
+        ok "bf16 activations on the GPU: ZDP with recompute = all-DP bit for bit; measured = predicted memory"
+    else bad "bf16 activations on the GPU: recompute changed the losses or memory differs from the prediction"; fi
+fi
 summary test_cuda_vs_cpu
