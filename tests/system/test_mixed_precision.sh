@@ -16,6 +16,56 @@ run() {   # run NRANKS NAME [train options...]: writes $WORK/NAME.{out,err,log}
         --log "$WORK/$name.log" "$@" >"$WORK/$name.out" 2>"$WORK/$name.err"
 }
 last() { field "$WORK/$1.log" "$2" | tail -1; }
+# memory_equal LOG CATEGORY...: each category's last measured peak = its prediction (tp_comm may be absent)
+memory_equal() {
+    local log=$1 cat m p r=0
+    shift
+    for cat in "$@"; do
+        m=$(last "$log" "peak_$cat"); p=$(last "$log" "pred_$cat")
+        [ "$m" = "$p" ] && { [ -n "$m" ] || [ "$cat" = tp_comm ]; } || { r=1; echo "    $log $cat: measured $m predicted $p"; }
+    done
+    return $r
+}
+# stage_fields LOG: every stage category's measured peak on its ranks (min and max) = its prediction;
+# prints how many there are, fails (saying why) when one differs or there are fewer than 12
+stage_fields() {
+    local n
+    n=$(tr ' ' '\n' < "$WORK/$1.log" | grep '^stage_[0-9]*_p' | awk -F= '
+        { split($1, k, "_"); key = k[2] "_" k[length(k)]; kind = $1; sub(/^stage_[0-9]*_/, "", kind); sub(/_[a-z]*$/, "", kind)
+          v[key, kind] = $2; keys[key] = 1 }
+        END { n = 0; for (key in keys) { if (v[key, "peak_min"] != v[key, "pred"] || v[key, "peak_max"] != v[key, "pred"]) { print "bad " key; exit 1 } n++ }
+              print n }') || { echo "    $1: $n" >&2; return 1; }
+    [ "${n:-0}" -ge 12 ] 2>/dev/null || { echo "    $1: $n stage fields" >&2; return 1; }
+    echo "$n"
+}
+# save_and_resume NAME OPTIONS...: NAME_first runs 5 of 10 steps and saves, NAME_rest resumes it to step 10
+save_and_resume() {
+    local name=$1
+    shift
+    OSDP_CKPT_MPIO=independent run 4 "${name}_first" --steps 5 --lr-steps 10 "$@" --ckpt-dir "$WORK/$name" ||
+        bad "$name: the run with a save" "$WORK/${name}_first.err"
+    OSDP_CKPT_MPIO=independent run 4 "${name}_rest" --steps 10 "$@" --resume "$WORK/$name/step_00000005.h5" ||
+        bad "$name: the resume" "$WORK/${name}_rest.err"
+}
+# refused OPTION NAME: OPTION bf16 beside fp32 weights stops train (4 ranks, no log) and plan (a device of fp32
+# weights), each naming the option
+refused() {
+    local option=$1 name=$2 rc rcp
+    run 4 "${name}_fp32" --steps 1 --precision fp32 "$option" bf16; rc=$?
+    "$BIN" plan --model "$M" --device "$SRC/tests/inputs/t_device.ini" --ranks 4 "$option" bf16 \
+        >"$WORK/${name}_plan.out" 2>"$WORK/${name}_plan.err"; rcp=$?
+    if [ $rc != 0 ] && [ $rcp != 0 ] && [ ! -s "$WORK/${name}_fp32.log" ] &&
+       grep -q -- "$option bf16 needs bf16 weights, and --precision gives fp32" "$WORK/${name}_fp32.err" &&
+       grep -q -- "$option bf16 needs bf16 weights" "$WORK/${name}_plan.err"; then
+        ok "$option bf16 with fp32 weights: train exit $rc, plan exit $rcp, '$(grep -o -- "$option bf16 needs.*" "$WORK/${name}_fp32.err" | head -1)'"
+    else bad "$option bf16 with fp32 weights (train rc $rc, plan rc $rcp)" "$WORK/${name}_fp32.err"; fi
+}
+# resumed WHOLE FIRST REST: a run saved at step 5 (FIRST) and resumed (REST) gives WHOLE's 10 losses
+resumed() {
+    [ "$(losses "$WORK/$1.log" | tail -5)" = "$(losses "$WORK/$3.log" | tail -5)" ] &&
+    [ "$(losses "$WORK/$2.log")" = "$(losses "$WORK/$1.log" | head -5)" ] &&
+    [ "$(losses "$WORK/$3.log" | wc -l)" = 5 ]
+}
 
 # -- 1. plan invariance in bf16: every plan gathers the same bf16 weights.
 #       Bitwise for whole operators; a split operator sums its products piece
@@ -135,20 +185,12 @@ if paste -d' ' <(field "$WORK/bf16_dp.log" loss) <(field "$WORK/res_dp_none.log"
 else bad "bf16 against fp32 residual stream" "$WORK/res_curve.txt"; fi
 mem_ok=1
 for log in res_pp_none res_pp_all res_dp_none res_dp_all res_il_none res_il_all; do
-    for cat in state weights grads activations workspace total; do
-        m=$(last "$log" "peak_$cat"); p=$(last "$log" "pred_$cat")
-        [ -n "$m" ] && [ "$m" = "$p" ] || { mem_ok=0; echo "    $log $cat: measured $m predicted $p"; }
-    done
+    memory_equal "$log" state weights grads activations workspace total || mem_ok=0
 done
 # every stage of the pipelined runs: each category's measured peak on its ranks (min and max) = its prediction
 stage_fields=0
 for log in res_pp_none res_pp_all res_il_none res_il_all; do
-    n=$(tr ' ' '\n' < "$WORK/$log.log" | grep '^stage_[0-9]*_p' | awk -F= '
-        { split($1, k, "_"); key = k[2] "_" k[length(k)]; kind = $1; sub(/^stage_[0-9]*_/, "", kind); sub(/_[a-z]*$/, "", kind)
-          v[key, kind] = $2; keys[key] = 1 }
-        END { n = 0; for (key in keys) { if (v[key, "peak_min"] != v[key, "pred"] || v[key, "peak_max"] != v[key, "pred"]) { print "bad " key; exit 1 } n++ }
-              print n }') || { mem_ok=0; echo "    $log: $n"; }
-    [ "${n:-0}" -ge 12 ] 2>/dev/null || { mem_ok=0; echo "    $log: $n stage fields"; }
+    n=$(stage_fields "$log") || mem_ok=0
     stage_fields=$((stage_fields + ${n:-0}))
 done
 if [ $mem_ok = 1 ]; then
@@ -156,26 +198,14 @@ if [ $mem_ok = 1 ]; then
 else bad "bf16 residual stream: measured and predicted memory differ"; fi
 
 # -- 9. a bf16-stream run with recompute resumed at step 5 continues bit for bit (res_dp_all uninterrupted)
-OSDP_CKPT_MPIO=independent run 4 res_ck_first --steps 5 --lr-steps 10 --batch 2 --plan zdp --precision bf16 \
-    --residual-dtype bf16 --recompute all --ckpt-dir "$WORK/res_ck" || bad "bf16 stream run with a save" "$WORK/res_ck_first.err"
-OSDP_CKPT_MPIO=independent run 4 res_ck_rest --steps 10 --batch 2 --plan zdp --precision bf16 --residual-dtype bf16 \
-    --recompute all --resume "$WORK/res_ck/step_00000005.h5" || bad "bf16 stream resume" "$WORK/res_ck_rest.err"
-if [ "$(losses "$WORK/res_dp_all.log" | tail -5)" = "$(losses "$WORK/res_ck_rest.log" | tail -5)" ] &&
-   [ "$(losses "$WORK/res_ck_first.log")" = "$(losses "$WORK/res_dp_all.log" | head -5)" ] &&
-   [ "$(losses "$WORK/res_ck_rest.log" | wc -l)" = 5 ]; then
+save_and_resume res_ck --batch 2 --plan zdp --precision bf16 --residual-dtype bf16 --recompute all
+if resumed res_dp_all res_ck_first res_ck_rest; then
     ok "bf16 residual stream checkpoint: steps 6-10 after a resume at step 5 equal the uninterrupted run's bit for bit"
 else bad "bf16 stream checkpoint resume (losses differ)"; paste <(losses "$WORK/res_dp_all.log" | tail -5) <(losses "$WORK/res_ck_rest.log") | head -5; fi
 
 # -- 10. a bf16 stream beside fp32 weights is refused on every rank, naming the option (train, and plan
 #        for a device of fp32 weights)
-run 4 res_fp32 --steps 1 --precision fp32 --residual-dtype bf16; rc=$?
-"$BIN" plan --model "$M" --device "$SRC/tests/inputs/t_device.ini" --ranks 4 --residual-dtype bf16 \
-    >"$WORK/res_plan.out" 2>"$WORK/res_plan.err"; rcp=$?
-if [ $rc != 0 ] && [ $rcp != 0 ] && [ ! -s "$WORK/res_fp32.log" ] &&
-   grep -q -- "--residual-dtype bf16 needs bf16 weights, and --precision gives fp32" "$WORK/res_fp32.err" &&
-   grep -q -- "--residual-dtype bf16 needs bf16 weights" "$WORK/res_plan.err"; then
-    ok "--residual-dtype bf16 with fp32 weights: train exit $rc, plan exit $rcp, '$(grep -o -- "--residual-dtype bf16 needs.*" "$WORK/res_fp32.err" | head -1)'"
-else bad "--residual-dtype bf16 with fp32 weights (train rc $rc, plan rc $rcp)" "$WORK/res_fp32.err"; fi
+refused --residual-dtype res
 
 # -- 11. a bf16 stream's tensor-parallel all-reduces move bf16 (osdp/schedule.h: partials rounded, summed in
 #        fp32, the sum rounded), as Megatron-LM's do: TP 2 x DP 2 against DP 4 (part 8's res_dp_none, the same
@@ -249,39 +279,17 @@ if paste -d' ' <(field "$WORK/bf16_dp.log" loss) <(field "$WORK/act_dp_none.log"
 else bad "bf16 against fp32 activations" "$WORK/act_curve.txt"; fi
 mem_ok=1
 for log in act_dp_none act_dp_all act_pp_none act_pp_all act_tp_none act_tp_all act_res_pp; do
-    for cat in state weights grads activations workspace tp_comm total; do
-        m=$(last "$log" "peak_$cat"); p=$(last "$log" "pred_$cat")
-        [ "$m" = "$p" ] && { [ -n "$m" ] || [ $cat = tp_comm ]; } || { mem_ok=0; echo "    $log $cat: measured $m predicted $p"; }
-    done
+    memory_equal "$log" state weights grads activations workspace tp_comm total || mem_ok=0
 done
-for log in act_pp_none act_pp_all act_res_pp; do
-    n=$(tr ' ' '\n' < "$WORK/$log.log" | grep '^stage_[0-9]*_p' | awk -F= '
-        { split($1, k, "_"); key = k[2] "_" k[length(k)]; kind = $1; sub(/^stage_[0-9]*_/, "", kind); sub(/_[a-z]*$/, "", kind)
-          v[key, kind] = $2; keys[key] = 1 }
-        END { n = 0; for (key in keys) { if (v[key, "peak_min"] != v[key, "pred"] || v[key, "peak_max"] != v[key, "pred"]) { print "bad " key; exit 1 } n++ }
-              print n }') || { mem_ok=0; echo "    $log: $n"; }
-    [ "${n:-0}" -ge 12 ] 2>/dev/null || { mem_ok=0; echo "    $log: $n stage fields"; }
-done
+for log in act_pp_none act_pp_all act_res_pp; do stage_fields "$log" > /dev/null || mem_ok=0; done
 a32=$(last bf16_dp peak_activations); a16=$(last act_dp_none peak_activations)
 if [ $mem_ok = 1 ] && [ -n "$a32" ] && [ -n "$a16" ] && [ "$a16" -lt "$a32" ]; then
     ok "bf16 activations: measured = predicted per category in 7 runs and on every rank of every stage; DP 4 activations $a16 B against fp32's $a32 B"
 else bad "bf16 activations: measured and predicted memory differ (or no saving: $a16 against $a32 B)"; fi
-OSDP_CKPT_MPIO=independent run 4 act_ck_first --steps 5 --lr-steps 10 --batch 2 --plan zdp --precision bf16 \
-    --activation-dtype bf16 --recompute all --ckpt-dir "$WORK/act_ck" || bad "bf16 activations run with a save" "$WORK/act_ck_first.err"
-OSDP_CKPT_MPIO=independent run 4 act_ck_rest --steps 10 --batch 2 --plan zdp --precision bf16 --activation-dtype bf16 \
-    --recompute all --resume "$WORK/act_ck/step_00000005.h5" || bad "bf16 activations resume" "$WORK/act_ck_rest.err"
-if [ "$(losses "$WORK/act_dp_all.log" | tail -5)" = "$(losses "$WORK/act_ck_rest.log" | tail -5)" ] &&
-   [ "$(losses "$WORK/act_ck_first.log")" = "$(losses "$WORK/act_dp_all.log" | head -5)" ] &&
-   [ "$(losses "$WORK/act_ck_rest.log" | wc -l)" = 5 ]; then
+save_and_resume act_ck --batch 2 --plan zdp --precision bf16 --activation-dtype bf16 --recompute all
+if resumed act_dp_all act_ck_first act_ck_rest; then
     ok "bf16 activations checkpoint: steps 6-10 after a resume at step 5 equal the uninterrupted run's bit for bit"
 else bad "bf16 activations checkpoint resume (losses differ)"; fi
-run 4 act_fp32 --steps 1 --precision fp32 --activation-dtype bf16; rc=$?
-"$BIN" plan --model "$M" --device "$SRC/tests/inputs/t_device.ini" --ranks 4 --activation-dtype bf16 \
-    >"$WORK/act_plan.out" 2>"$WORK/act_plan.err"; rcp=$?
-if [ $rc != 0 ] && [ $rcp != 0 ] && [ ! -s "$WORK/act_fp32.log" ] &&
-   grep -q -- "--activation-dtype bf16 needs bf16 weights, and --precision gives fp32" "$WORK/act_fp32.err" &&
-   grep -q -- "--activation-dtype bf16 needs bf16 weights" "$WORK/act_plan.err"; then
-    ok "--activation-dtype bf16 with fp32 weights: train exit $rc, plan exit $rcp, '$(grep -o -- "--activation-dtype bf16 needs.*" "$WORK/act_fp32.err" | head -1)'"
-else bad "--activation-dtype bf16 with fp32 weights (train rc $rc, plan rc $rcp)" "$WORK/act_fp32.err"; fi
+refused --activation-dtype act
 
 summary test_mixed_precision
