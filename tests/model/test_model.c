@@ -556,6 +556,7 @@ typedef struct gc_model {
     osdp_layout L;
     int B, T, n;
     float **w, **g, **act;
+    uint16_t **w16;     /* the CPU bf16 table's working weights, rounded from w before each pass (NULL: fp32) */
     osdp_op_acts *acts;
     float *wsb, *staging;
     osdp_workspace ws;
@@ -567,6 +568,8 @@ typedef struct gc_model {
 typedef struct gc_kernels {
     int naive;          /* --attention naive --head naive; 0: tiled and fused */
     int vocab_quantum;
+    int bf16_weights;   /* the CPU bf16 table (bf16 working weights rounded from the fp32 ones) */
+    int bf16_acts;      /* and bf16 activations (cfg.act_bf16, osdp/layout.h) */
 } gc_kernels;
 
 /* Normal-initialised weights are scaled by this: at std 0.02 the attention is
@@ -581,6 +584,7 @@ static void gc_setup_kernels(gc_model *M, const char *desc, int T, int B, uint64
     osdp_model_config cfg;
     parse_ok(&cfg, desc);
     cfg.attention_naive = cfg.head_naive = k.naive;
+    cfg.act_bf16 = k.bf16_acts;
     ck_assert_int_eq(osdp_layout_build_tp(&M->L, &cfg, T, 1, k.vocab_quantum), OSDP_OK);
     M->B = B;
     M->T = T;
@@ -589,10 +593,12 @@ static void gc_setup_kernels(gc_model *M, const char *desc, int T, int B, uint64
     M->g = xmalloc((size_t)M->n * sizeof(float *));
     M->act = xmalloc((size_t)M->n * sizeof(float *));
     M->acts = xmalloc((size_t)M->n * sizeof(osdp_op_acts));
+    if (k.bf16_weights) M->w16 = xmalloc((size_t)M->n * sizeof(uint16_t *));
     for (int i = 0; i < M->n; i++) {
         const osdp_op_layout *op = &M->L.op[i];
         M->w[i] = xmalloc(op->numel * sizeof(float));
         M->g[i] = xmalloc(op->numel * sizeof(float));
+        if (M->w16) M->w16[i] = xmalloc(op->numel * sizeof(uint16_t));
         osdp_init_op_range(op, i, seed, 0, op->numel, M->w[i]);
         for (int k = 0; k < op->n_tensors; k++) {
             const osdp_tensor_desc *t = &op->tensor[k];
@@ -618,8 +624,12 @@ static void gc_setup_kernels(gc_model *M, const char *desc, int T, int B, uint64
     osdp_workspace_carve(&M->L, B, M->wsb, &M->ws);
     const size_t staging = (size_t)B * M->L.op[M->n - 1].tp_floats_per_seq;   /* a fused or padded head's */
     M->staging = staging ? xmalloc(staging * sizeof(float)) : NULL;
-    M->ctx = (osdp_op_context){.backend = &osdp_compute_cpu, .layout = &M->L, .B = B, .T = T, .tp_staging = M->staging,
-                               .embed_weights = M->w[0], .embed_grads = M->g[0]};   /* read by a tied head */
+    M->ctx = (osdp_op_context){.backend = M->w16 ? &osdp_compute_cpu_bf16 : &osdp_compute_cpu, .layout = &M->L,
+                               .B = B, .T = T, .tp_staging = M->staging,
+                               .act_scratch = k.bf16_acts ? M->ws.scratch : NULL,
+                               /* read by a tied head */
+                               .embed_weights = M->w16 ? (const void *)M->w16[0] : (const void *)M->w[0],
+                               .embed_grads = M->g[0]};
     size_t bt = (size_t)B * (size_t)T;
     M->in = xmalloc(bt * sizeof(int));
     M->tg = xmalloc(bt * sizeof(int));
@@ -640,9 +650,19 @@ static void gc_free(gc_model *M)
         free(M->w[i]);
         free(M->g[i]);
         free(M->act[i]);
+        if (M->w16) free(M->w16[i]);
     }
+    free(M->w16);
     free(M->w); free(M->g); free(M->act); free(M->acts); free(M->wsb); free(M->staging); free(M->in); free(M->tg);
     osdp_layout_free(&M->L);
+}
+
+/* operator i's working weights: w, or its bf16 copy made now */
+static const void *gc_weights(gc_model *M, int i)
+{
+    if (!M->w16) return M->w[i];
+    osdp_compute_cpu_bf16.convert_weights(M->w16[i], M->w[i], M->L.op[i].numel);
+    return M->w16[i];
 }
 
 /* forward of ops first..n-1 (earlier ops' activations are still valid);
@@ -653,7 +673,8 @@ static double gc_forward_from(gc_model *M, int first)
     for (int i = first; i < M->n; i++) {
         if (i == 0) memcpy(M->acts[0].tokens, M->in, bt * sizeof(int));
         if (i == M->n - 1) memcpy(M->acts[i].tokens, M->tg, bt * sizeof(int));
-        osdp_op_forward(&M->ctx, i, M->w[i], i ? M->acts[i - 1].out : NULL, &M->acts[i]);
+        if (M->w16 && first > 0) (void)gc_weights(M, 0);   /* a tied head reads the embedding's */
+        osdp_op_forward(&M->ctx, i, gc_weights(M, i), i ? M->acts[i - 1].out : NULL, &M->acts[i]);
     }
     double s = 0;
     for (size_t j = 0; j < bt; j++) s += (double)M->acts[M->n - 1].losses[j];
@@ -666,7 +687,8 @@ static void gc_backward(gc_model *M)
     const float scale = 1.0f / (float)(M->B * M->T);
     M->ws.cur = 0;
     for (int i = M->n - 1; i >= 0; i--)
-        osdp_op_backward(&M->ctx, i, M->w[i], M->g[i], i ? M->acts[i - 1].out : NULL, &M->acts[i], &M->ws, scale);
+        osdp_op_backward(&M->ctx, i, gc_weights(M, i), M->g[i], i ? M->acts[i - 1].out : NULL, &M->acts[i], &M->ws,
+                         scale);
 }
 
 static void gc_zero_grads(gc_model *M)
@@ -897,6 +919,52 @@ START_TEST(test_lean_equals_naive)
 }
 END_TEST
 
+/* bf16 activations (cfg.act_bf16, osdp/layout.h) on the CPU bf16 table: the loss and every gradient against
+ * fp32 activations on the same bf16 weights and tokens, within the activations' bf16 rounding (8 bits) and not
+ * the same bits; the forward run twice gives the same bits.  No finite-difference check: the rounded
+ * activations make the loss a step function of the weights. */
+START_TEST(test_bf16_activations_grads)
+{
+    static const char *const descs[] = {
+        "[model]\nname = a16\nn_layer = 2\nn_head = 4\nn_embd = 32\nvocab = 97\nctx = 64\n",
+        "[model]\nname = a16_tied\nn_layer = 2\nn_head = 2\nn_embd = 32\nvocab = 97\nctx = 64\ntied_head = true\n",
+    };
+    for (int m = 0; m < 2; m++) {
+        gc_model a32, a16;
+        const gc_kernels k = {.vocab_quantum = 1 + 4 * m, .bf16_weights = 1};
+        gc_setup_kernels(&a32, descs[m], 64, 2, 77, k);
+        gc_setup_kernels(&a16, descs[m], 64, 2, 77, (gc_kernels){.vocab_quantum = k.vocab_quantum, .bf16_weights = 1,
+                                                                   .bf16_acts = 1});
+        ck_assert_uint_lt(a16.L.op[1].act_floats_per_seq, a32.L.op[1].act_floats_per_seq);
+        for (int i = 0; i < a32.n; i++) memcpy(a16.w[i], a32.w[i], a32.L.op[i].numel * sizeof(float));
+        memcpy(a16.in, a32.in, 2 * 64 * sizeof(int));
+        memcpy(a16.tg, a32.tg, 2 * 64 * sizeof(int));
+        const double l32 = gc_forward_from(&a32, 0), l16 = gc_forward_from(&a16, 0);
+        ck_assert_msg(gc_forward_from(&a16, 0) == l16, "%s: the forward is not deterministic", descs[m]);
+        ck_assert_msg(fabs(l16 - l32) <= 1e-2 * fabs(l32) && l16 != l32, "%s: loss %.9g, with fp32 activations %.9g",
+                      descs[m], l16, l32);
+        gc_zero_grads(&a32);
+        gc_zero_grads(&a16);
+        gc_backward(&a32);
+        gc_backward(&a16);
+        double worst_rel = 0;
+        for (int i = 0; i < a32.n; i++) {
+            double scale = 0, worst = 0;
+            for (size_t e = 0; e < a32.L.op[i].numel; e++) scale = fmax(scale, fabs(a32.g[i][e]));
+            for (size_t e = 0; e < a32.L.op[i].numel; e++) worst = fmax(worst, fabs(a16.g[i][e] - a32.g[i][e]));
+            ck_assert_msg(scale > 0 && worst <= 5e-2 * scale, "%s: %s gradients differ by %g (largest %g)", descs[m],
+                          a32.L.op[i].name, worst, scale);
+            worst_rel = fmax(worst_rel, worst / scale);
+        }
+        ck_assert_msg(worst_rel > 0, "%s: the gradients are the fp32 activations' bit for bit", descs[m]);
+        printf("bf16 activations, %s head: loss %.9g against %.9g, gradients within %.3g of each operator's largest\n",
+               m ? "tied" : "untied", l16, l32, worst_rel);
+        gc_free(&a32);
+        gc_free(&a16);
+    }
+}
+END_TEST
+
 /* gradients accumulate: two backward passes without zeroing give twice one */
 START_TEST(test_grad_accumulates)
 {
@@ -933,7 +1001,8 @@ static Suite *model_suite(void)
                              test_layout_shard, NULL};
     const TTest *init[] = {test_init_ranges, test_init_values, NULL};
     const TTest *grad[] = {test_grad_uniform, test_grad_ic, test_grad_narrowing, test_grad_tied, test_grad_long_lean,
-                           test_grad_long_lean_tied, test_grad_naive, test_lean_equals_naive, test_grad_accumulates, NULL};
+                           test_grad_long_lean_tied, test_grad_naive, test_lean_equals_naive, test_bf16_activations_grads,
+                           test_grad_accumulates, NULL};
     const osdp_check_case cases[] = {
         {.name = "config", .tests = config, .loop_test = test_config_errors,
          .loop_end = (int)(sizeof config_errors / sizeof config_errors[0])},
