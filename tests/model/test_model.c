@@ -883,6 +883,37 @@ START_TEST(test_grad_naive)
 }
 END_TEST
 
+/* two models of desc at T = 150 or 64 (B 2, seed 77) with kernels ka and kb on the same weights and tokens
+ * (the setup draws gains, biases and tokens from one stream, so b takes a's) */
+static void gc_twins(gc_model *a, gc_model *b, const char *desc, int T, gc_kernels ka, gc_kernels kb)
+{
+    gc_setup_kernels(a, desc, T, 2, 77, ka);
+    gc_setup_kernels(b, desc, T, 2, 77, kb);
+    for (int i = 0; i < a->n; i++) memcpy(b->w[i], a->w[i], a->L.op[i].numel * sizeof(float));
+    memcpy(b->in, a->in, 2 * (size_t)T * sizeof(int));
+    memcpy(b->tg, a->tg, 2 * (size_t)T * sizeof(int));
+}
+
+/* both backward passes from zero, then every operator's gradients of a within rel of b's largest; returns
+ * the largest difference over each operator's largest */
+static double gc_grads_close(gc_model *a, gc_model *b, double rel, const char *label)
+{
+    gc_zero_grads(a);
+    gc_zero_grads(b);
+    gc_backward(a);
+    gc_backward(b);
+    double worst_rel = 0;
+    for (int i = 0; i < a->n; i++) {
+        double scale = 0, worst = 0;
+        for (size_t e = 0; e < a->L.op[i].numel; e++) scale = fmax(scale, fabs(b->g[i][e]));
+        for (size_t e = 0; e < a->L.op[i].numel; e++) worst = fmax(worst, fabs(a->g[i][e] - b->g[i][e]));
+        ck_assert_msg(scale > 0 && worst <= rel * scale, "%s: %s gradients differ by %g (largest %g)", label,
+                      a->L.op[i].name, worst, scale);
+        worst_rel = fmax(worst_rel, worst / scale);
+    }
+    return worst_rel;
+}
+
 /* the lean kernels against the naive on the same weights and tokens: losses and every gradient within
  * fp32 rounding (the two differ in summation order and exponential only) */
 START_TEST(test_lean_equals_naive)
@@ -893,26 +924,12 @@ START_TEST(test_lean_equals_naive)
     };
     for (int m = 0; m < 2; m++) {
         gc_model lean, naive;
-        gc_setup_kernels(&lean, descs[m], 150, 2, 77, (gc_kernels){.naive = 0, .vocab_quantum = 1 + 4 * m});
-        gc_setup_kernels(&naive, descs[m], 150, 2, 77, (gc_kernels){.naive = 1, .vocab_quantum = 1 + 4 * m});
-        /* the setup draws gains, biases and tokens from one stream: the same model and tokens in both */
-        for (int i = 0; i < lean.n; i++) memcpy(naive.w[i], lean.w[i], lean.L.op[i].numel * sizeof(float));
-        memcpy(naive.in, lean.in, 2 * 150 * sizeof(int));
-        memcpy(naive.tg, lean.tg, 2 * 150 * sizeof(int));
+        gc_twins(&lean, &naive, descs[m], 150, (gc_kernels){.naive = 0, .vocab_quantum = 1 + 4 * m},
+                 (gc_kernels){.naive = 1, .vocab_quantum = 1 + 4 * m});
         const double l_lean = gc_forward_from(&lean, 0), l_naive = gc_forward_from(&naive, 0);
         ck_assert_msg(fabs(l_lean - l_naive) <= 1e-5 * fabs(l_naive), "%s: loss %.9g, naive %.9g", descs[m], l_lean,
                       l_naive);
-        gc_zero_grads(&lean);
-        gc_zero_grads(&naive);
-        gc_backward(&lean);
-        gc_backward(&naive);
-        for (int i = 0; i < lean.n; i++) {
-            double scale = 0, worst = 0;
-            for (size_t e = 0; e < lean.L.op[i].numel; e++) scale = fmax(scale, fabs(naive.g[i][e]));
-            for (size_t e = 0; e < lean.L.op[i].numel; e++) worst = fmax(worst, fabs(lean.g[i][e] - naive.g[i][e]));
-            ck_assert_msg(scale > 0 && worst <= 1e-4 * scale, "%s: %s gradients differ by %g (largest %g)", descs[m],
-                          lean.L.op[i].name, worst, scale);
-        }
+        gc_grads_close(&lean, &naive, 1e-4, descs[m]);
         gc_free(&lean);
         gc_free(&naive);
     }
@@ -930,32 +947,15 @@ START_TEST(test_bf16_activations_grads)
         "[model]\nname = a16_tied\nn_layer = 2\nn_head = 2\nn_embd = 32\nvocab = 97\nctx = 64\ntied_head = true\n",
     };
     for (int m = 0; m < 2; m++) {
-        gc_model a32, a16;
-        const gc_kernels k = {.vocab_quantum = 1 + 4 * m, .bf16_weights = 1};
-        gc_setup_kernels(&a32, descs[m], 64, 2, 77, k);
-        gc_setup_kernels(&a16, descs[m], 64, 2, 77, (gc_kernels){.vocab_quantum = k.vocab_quantum, .bf16_weights = 1,
-                                                                   .bf16_acts = 1});
+        gc_model a16, a32;
+        gc_twins(&a16, &a32, descs[m], 64, (gc_kernels){.vocab_quantum = 1 + 4 * m, .bf16_weights = 1, .bf16_acts = 1},
+                 (gc_kernels){.vocab_quantum = 1 + 4 * m, .bf16_weights = 1});
         ck_assert_uint_lt(a16.L.op[1].act_floats_per_seq, a32.L.op[1].act_floats_per_seq);
-        for (int i = 0; i < a32.n; i++) memcpy(a16.w[i], a32.w[i], a32.L.op[i].numel * sizeof(float));
-        memcpy(a16.in, a32.in, 2 * 64 * sizeof(int));
-        memcpy(a16.tg, a32.tg, 2 * 64 * sizeof(int));
         const double l32 = gc_forward_from(&a32, 0), l16 = gc_forward_from(&a16, 0);
         ck_assert_msg(gc_forward_from(&a16, 0) == l16, "%s: the forward is not deterministic", descs[m]);
         ck_assert_msg(fabs(l16 - l32) <= 1e-2 * fabs(l32) && l16 != l32, "%s: loss %.9g, with fp32 activations %.9g",
                       descs[m], l16, l32);
-        gc_zero_grads(&a32);
-        gc_zero_grads(&a16);
-        gc_backward(&a32);
-        gc_backward(&a16);
-        double worst_rel = 0;
-        for (int i = 0; i < a32.n; i++) {
-            double scale = 0, worst = 0;
-            for (size_t e = 0; e < a32.L.op[i].numel; e++) scale = fmax(scale, fabs(a32.g[i][e]));
-            for (size_t e = 0; e < a32.L.op[i].numel; e++) worst = fmax(worst, fabs(a16.g[i][e] - a32.g[i][e]));
-            ck_assert_msg(scale > 0 && worst <= 5e-2 * scale, "%s: %s gradients differ by %g (largest %g)", descs[m],
-                          a32.L.op[i].name, worst, scale);
-            worst_rel = fmax(worst_rel, worst / scale);
-        }
+        const double worst_rel = gc_grads_close(&a16, &a32, 5e-2, descs[m]);
         ck_assert_msg(worst_rel > 0, "%s: the gradients are the fp32 activations' bit for bit", descs[m]);
         printf("bf16 activations, %s head: loss %.9g against %.9g, gradients within %.3g of each operator's largest\n",
                m ? "tied" : "untied", l16, l32, worst_rel);
