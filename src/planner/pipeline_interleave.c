@@ -80,14 +80,14 @@ static osdp_status as_planned(const osdp_pipe_choice *c, const osdp_cost_model *
 
 int osdp_pipe_interleave_candidate(int P, int V, int n_layer, int n_ops)
 {
-    return P >= 2 && V >= 2 && V * P <= OSDP_MAX_STAGES && V * P <= n_ops && n_layer % P == 0 && (n_layer / P) % V == 0;
+    return P >= 2 && V >= 2 && V * P <= OSDP_MAX_CHUNKS && V * P <= n_ops && n_layer % P == 0 && (n_layer / P) % V == 0;
 }
 
 int osdp_pipe_interleave_possible(int P, int M, int n_layer, int n_ops, int v_lo, int v_hi)
 {
     if (P < 2 || M % P != 0) return 0;
     int listed = 0;   /* osdp_pipe_interleave_search lists at most OSDP_INTERLEAVE_MAX_OPTIONS - 1 of them */
-    for (int V = 2; V * P <= OSDP_MAX_STAGES && listed < OSDP_INTERLEAVE_MAX_OPTIONS - 1; V++) {
+    for (int V = 2; V * P <= OSDP_MAX_CHUNKS && listed < OSDP_INTERLEAVE_MAX_OPTIONS - 1; V++) {
         if (!osdp_pipe_interleave_candidate(P, V, n_layer, n_ops)) continue;
         if (V >= v_lo && V <= v_hi) return 1;
         listed++;
@@ -106,7 +106,7 @@ static osdp_status priced_options(const osdp_pipe_choice *c, const osdp_cost_mod
     if (st != OSDP_OK) return st;
     out->n = 1;
     if (P < 2) return OSDP_OK;
-    for (int V = 2; V * P <= OSDP_MAX_STAGES && V * P <= n_ops && out->n < OSDP_INTERLEAVE_MAX_OPTIONS; V++) {
+    for (int V = 2; V * P <= OSDP_MAX_CHUNKS && V * P <= n_ops && out->n < OSDP_INTERLEAVE_MAX_OPTIONS; V++) {
         const int asked = v_asked > 1 && V == v_asked, divides = osdp_pipe_interleave_candidate(P, V, n_layer, n_ops);
         if (v_asked > 1 ? !asked : !divides) continue;
         osdp_interleave_option *x = &out->option[out->n++];
@@ -143,7 +143,7 @@ osdp_status osdp_pipe_interleave_search(const osdp_pipe_choice *c, const osdp_de
         memset(x, 0, sizeof *x);
         x->V = v_asked;
         snprintf(x->why, sizeof x->why, "--pp %d x --virtual-stages %d: %d chunks for %d operators (at most %d)", P,
-                 v_asked, P * v_asked, n_ops, n_ops < OSDP_MAX_STAGES ? n_ops : OSDP_MAX_STAGES);
+                 v_asked, P * v_asked, n_ops, n_ops < OSDP_MAX_CHUNKS ? n_ops : OSDP_MAX_CHUNKS);
     }
     for (int k = 1; k < out->n; k++)
         if (out->option[k].fits && out->option[k].timing.step_s < out->option[out->best].timing.step_s) out->best = k;
