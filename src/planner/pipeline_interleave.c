@@ -30,13 +30,15 @@ static osdp_status price(const osdp_pipe_choice *c, const osdp_cost_model *cm, o
 }
 
 /* every stage's peak on the runtime's schedule of its chunks, a baseline's replicated state of its chunks'
- * parameters on top, against the limit less that state (as the stages were planned, planner_pipeline.c) */
+ * parameters on top, against the limit less that state (as the stages were planned, planner_pipeline.c).
+ * until_unfit: stop at the first stage over its limit (its why the same; the later stages' peaks left 0), for a
+ * caller that keeps only an option that fits (at 128 chunks each stage's schedule is most of a 3D search's time) */
 static osdp_status fit(const osdp_pipe_choice *c, const osdp_device *dev, const osdp_planner_options *o,
-                       osdp_interleave_option *x)
+                       osdp_interleave_option *x, int until_unfit)
 {
     const int P = c->geo.pp_size, D = c->geo.n_ranks;
     x->fits = 1;
-    for (int s = 0; s < P; s++) {
+    for (int s = 0; s < P && (x->fits || !until_unfit); s++) {
         osdp_schedule_options so;
         osdp_pipe_choice_stage_schedule(c, dev, s, &so);
         so.geo.pipe_schedule = OSDP_PIPE_INTERLEAVED;
@@ -137,7 +139,7 @@ osdp_status osdp_pipe_interleave_search(const osdp_pipe_choice *c, const osdp_de
     osdp_status st = priced_options(c, &cm, n_layer, v_asked, chunks, out);
     if (st != OSDP_OK) return st;
     for (int k = 1; k < out->n; k++)
-        if (out->option[k].timing.step_s > 0 && (st = fit(c, dev, o, &out->option[k])) != OSDP_OK) return st;
+        if (out->option[k].timing.step_s > 0 && (st = fit(c, dev, o, &out->option[k], 0)) != OSDP_OK) return st;
     if (v_asked > 1 && out->n == 1) {
         osdp_interleave_option *x = &out->option[out->n++];
         memset(x, 0, sizeof *x);
@@ -213,7 +215,7 @@ osdp_status osdp_pipe_interleave_choose(osdp_pipe_choice *c, const osdp_device *
             beyond = 1;
             break;
         }
-        if ((st = fit(c, &level, o, x)) != OSDP_OK) break;
+        if ((st = fit(c, &level, o, x, 1)) != OSDP_OK) break;
         if (x->fits) {
             chosen = k;
             break;
