@@ -259,13 +259,18 @@ osdp_status osdp_stage_split_balanced(const double *op_cost, int n_ops, int P, i
     prefix[0] = 0;
     for (int i = 0; i < n_ops; i++) prefix[i + 1] = prefix[i] + op_cost[i];
     for (int i = 0; i <= n_ops; i++) best[i] = i == 0 ? 0 : -1;   /* k = 0 */
+    /* Only the entries the answer reads: k stages end at i >= k (each holds one operator at least) and leave
+     * n_ops - i >= P - k operators for the rest (k = P: i = n_ops alone).  Costs are not negative, so
+     * best[k - 1][j] does not fall as j grows: once it reaches the best so far, no later j beats it (ties keep
+     * the earliest). */
     for (int k = 1; k <= P; k++)
-        for (int i = 0; i <= n_ops; i++) {
+        for (int i = k; i <= (k == P ? n_ops : n_ops - (P - k)); i++) {
             double *b = &best[(size_t)k * w + (size_t)i];
             *b = -1;
             for (int j = k - 1; j < i; j++) {   /* stage k: operators [j, i) */
                 const double before = best[(size_t)(k - 1) * w + (size_t)j];
                 if (before < 0) continue;
+                if (*b >= 0 && before >= *b) break;
                 const double stage = prefix[i] - prefix[j], worst = before > stage ? before : stage;
                 if (*b < 0 || worst < *b) {
                     *b = worst;
