@@ -31,7 +31,7 @@ typedef struct osdp_step_geometry {
     /* the pipeline (osdp/pipeline.h): stage s holds operators [stage_bounds[s], stage_bounds[s+1]);
      * interleaved, V = virtual_stages chunks per stage, stage_bounds the P V chunks' bounds, chunk c
      * on stage c mod P */
-    int stage_bounds[OSDP_MAX_STAGES + 1];
+    int stage_bounds[OSDP_MAX_CHUNKS + 1];
     osdp_pipe_schedule pipe_schedule;
     int virtual_stages;     /* V (0 reads as 1) */
     int pad_quantum;        /* shard padding (osdp_compute_pad_quantum); 0 reads as 1, the CPU's */

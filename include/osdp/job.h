@@ -87,7 +87,7 @@ typedef struct osdp_job_resolved {
     osdp_layout layout;            /* this rank's tensor-parallel parts */
     osdp_layout whole_model;       /* what MFU and the parameter count are of */
     osdp_plan plan;                /* micro-batch and accumulation in it */
-    int stage_bounds[OSDP_MAX_STAGES + 1];   /* pp > 1: the chunks' operators (P V + 1 bounds) */
+    int stage_bounds[OSDP_MAX_CHUNKS + 1];   /* pp > 1: the chunks' operators (P V + 1 bounds) */
     int embedding_tied;            /* --plan zdp kept the embedding DP (its head is tied) */
     /* rank 0: what the searches chose, for the caller to report */
     int tp_chosen;                 /* --tp auto: the degree chosen (0: no such search) */

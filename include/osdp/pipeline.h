@@ -37,7 +37,13 @@
 #include <stddef.h>
 #include "osdp/error.h"
 
+/* the most pipeline stages P (ranks of a pipeline), and the most model
+ * chunks P V (interleaved; V = 1: the stages): Megatron-LM's 530B row of
+ * its weak-scaling table runs P 35 x V 3 = 105 chunks.  Arrays over chunks
+ * (the split's bounds, their costs) take OSDP_MAX_CHUNKS; over stages
+ * OSDP_MAX_STAGES; a stage holds at most OSDP_MAX_CHUNKS / 2 chunks. */
 #define OSDP_MAX_STAGES 64
+#define OSDP_MAX_CHUNKS 128
 
 typedef enum osdp_pipe_schedule { OSDP_PIPE_1F1B, OSDP_PIPE_GPIPE, OSDP_PIPE_INTERLEAVED } osdp_pipe_schedule;
 
@@ -58,7 +64,7 @@ void osdp_pipe_order_chunks(osdp_pipe_schedule kind, int P, int V, int s, int M,
 /* OSDP_ERR_INPUT naming the options when V chunks per stage cannot run:
  * V > 1 without --schedule interleaved, interleaved on one stage, M not
  * a multiple of P, P V chunks for fewer operators or more than
- * OSDP_MAX_STAGES.  n_ops 0: not checked. */
+ * OSDP_MAX_CHUNKS.  n_ops 0: not checked. */
 osdp_status osdp_pipe_check(osdp_pipe_schedule kind, int P, int V, int M, int n_ops);
 /* the stage (rank of the pipeline) that holds global chunk c of P V: c mod P */
 static inline int osdp_pipe_chunk_stage(int P, int c) { return c % P; }
@@ -96,12 +102,13 @@ osdp_status osdp_stage_split_parse(const char *text, int n_ops, int P, int *boun
  * --pp and --virtual-stages). */
 osdp_status osdp_chunk_split_parse(const char *text, int n_ops, int P, int V, int *bounds);
 /* "0:13,13:26" into buf; a buffer of OSDP_STAGE_SPLIT_CHARS holds any split
- * (OSDP_MAX_STAGES ranges "a:b," of two ints) */
-#define OSDP_STAGE_SPLIT_CHARS (OSDP_MAX_STAGES * 24)
+ * (OSDP_MAX_CHUNKS ranges "a:b," of two ints) */
+#define OSDP_STAGE_SPLIT_CHARS (OSDP_MAX_CHUNKS * 24)
 const char *osdp_stage_split_format(const int *bounds, int P, char *buf, size_t n);
 /* Contiguous stages minimising the largest stage's sum of op_cost
  * (operator times from the cost model; ties: the earliest boundaries);
- * OSDP_ERR_INPUT when P exceeds n_ops or OSDP_MAX_STAGES. */
+ * OSDP_ERR_INPUT when P exceeds n_ops or OSDP_MAX_CHUNKS (it splits chunks
+ * too). */
 osdp_status osdp_stage_split_balanced(const double *op_cost, int n_ops, int P, int *bounds);
 
 #endif

@@ -4,7 +4,7 @@
  * model chunks per stage and keep the fastest V that fits:
  *   candidates   V = 1 (the choice itself), and every V >= 2 dividing the
  *                layers per stage (n_layer / P, Megatron's condition),
- *                P V chunks within the operators and OSDP_MAX_STAGES; or
+ *                P V chunks within the operators and OSDP_MAX_CHUNKS; or
  *                the one V asked for (--virtual-stages)
  *   chunks       the P V contiguous chunks that balance the cost model's
  *                operator times under the plan (osdp_planner_stage_split)
@@ -33,7 +33,7 @@ typedef struct osdp_interleave_option {
     int V;
     int fits;                             /* runs (M a multiple of P) and every stage within its limit */
     char why[192];                        /* when it does not */
-    int bounds[OSDP_MAX_STAGES + 1];      /* the P V chunks */
+    int bounds[OSDP_MAX_CHUNKS + 1];      /* the P V chunks */
     osdp_pipe_timing timing;              /* the step, simulated idle fraction, closed-form bubble */
     double bubble_of_ideal;               /* (P - 1) / (V M): Megatron's bubble time fraction */
     long long stage_peak[OSDP_MAX_STAGES];    /* the runtime schedule's peak per rank of each stage */
@@ -58,7 +58,7 @@ osdp_status osdp_pipe_interleave_search(const osdp_pipe_choice *c, const osdp_de
 
 /* whether V >= 2 chunks per stage are candidates on P stages of a model of n_layer layers and n_ops operators:
  * V divides the layers per stage (n_layer / P, Megatron's condition), P V chunks within the operators and
- * OSDP_MAX_STAGES */
+ * OSDP_MAX_CHUNKS */
 int osdp_pipe_interleave_candidate(int P, int V, int n_layer, int n_ops);
 /* whether some candidate V in [v_lo, v_hi] (V >= 2, among the first OSDP_INTERLEAVE_MAX_OPTIONS - 1 candidates
  * the search lists) can run M micro-batches on P stages (M a multiple of P) */

@@ -192,6 +192,10 @@ typedef struct osdp_planner_options {
      * plan mode h on each mesh where osdp_planner_hierarchy finds its levels (default 0: the library
      * offers it only when asked; the command line asks unless --no-hierarchical) */
     int offer_hierarchical;
+    /* osdp_planner_plan_batch finding no plan: OSDP_ERR_INFEASIBLE without its message's smallest peak, a
+     * memory search of its own (default 0: with it).  The 3D search sets it for its stages, whose messages
+     * it drops but one, searched again for its words when nothing fits (src/planner/planner_3d.c). */
+    int quiet_infeasible;
 } osdp_planner_options;
 
 typedef struct osdp_planner_result {

@@ -265,7 +265,7 @@ typedef struct osdp_schedule {
                                Interleaved: the span of its chunks, which hold only some of them
                                (osdp_schedule_has_op) */
     int n_chunks;           /* the stage's chunks V (1 without interleaving) */
-    int chunk_lo[OSDP_MAX_STAGES], chunk_hi[OSDP_MAX_STAGES];   /* local chunk c: [chunk_lo[c], chunk_hi[c]) */
+    int chunk_lo[OSDP_MAX_CHUNKS / 2], chunk_hi[OSDP_MAX_CHUNKS / 2];   /* local chunk c: [chunk_lo[c], chunk_hi[c]) */
     osdp_sched_op *ops;     /* [layout->n_ops] */
     osdp_event *setup;
     int n_setup;

@@ -225,7 +225,7 @@ int osdp_cmd_plan_pipeline(const osdp_job *job)
                                    "them with --stages); give --pp P alone, or the P V chunks with --virtual-stages V");
     /* interleaved with --virtual-stages V and --stages: the P V chunks priced as given (the stages planned on the
      * balanced split) */
-    int chunks[OSDP_MAX_STAGES + 1];
+    int chunks[OSDP_MAX_CHUNKS + 1];
     const int given_chunks = interleave && job->stages;
     if (given_chunks && (s = osdp_chunk_split_parse(job->stages, L.n_ops, P, (int)job->virtual_stages, chunks)) != OSDP_OK)
         osdp_fatal(s, osdp_error_message());

@@ -83,7 +83,7 @@ static herr_t write_root_attrs(hid_t file, const osdp_runtime *rt, const osdp_pl
     e |= ckpt_attr_write_i64(file, "mesh_dp", rt->N);
     e |= ckpt_attr_write_i64(file, "mesh_pp", ckpt_pp_size(rt));
     if (ckpt_pp_size(rt) > 1) {   /* informational: a load needs neither the same split nor the same schedule */
-        char split[OSDP_MAX_STAGES * 24];
+        char split[OSDP_STAGE_SPLIT_CHARS];
         const int chunks = rt->opt.geo.pp_size * osdp_pipe_chunks_per_stage(rt->opt.geo.virtual_stages);
         e |= ckpt_attr_write_str(file, "pipeline_stages", osdp_stage_split_format(rt->opt.geo.stage_bounds, chunks,
                                                                                  split, sizeof split));

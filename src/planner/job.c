@@ -159,7 +159,7 @@ static osdp_status resolve_mesh(const osdp_job_request *req, const osdp_model_co
     const int three_d = strcmp(req->plan, "auto") == 0 && req->pp != 1;
     if (!three_d && req->tp != OSDP_TP_AUTO) return OSDP_OK;
     osdp_status s = rank == 0 ? search_mesh(req, cfg, size, out, tp, pp) : OSDP_OK;
-    int head[4 + OSDP_MAX_STAGES + 1] = {*tp, *pp, (int)out->req.pipe_schedule, out->req.virtual_stages};
+    int head[4 + OSDP_MAX_CHUNKS + 1] = {*tp, *pp, (int)out->req.pipe_schedule, out->req.virtual_stages};
     memcpy(head + 4, out->stage_bounds, sizeof out->stage_bounds);
     if (!three_d) {
         s = osdp_status_agree(s, world);

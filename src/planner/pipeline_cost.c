@@ -75,9 +75,9 @@ static int valid_time(double t)
 osdp_status osdp_pipe_simulate_chunks(osdp_pipe_schedule schedule, int P, int V, int M, const osdp_pipe_stage_cost *chunk,
                                       const double *message_s, osdp_pipe_timing *out)
 {
-    if (P < 1 || V < 1 || (long long)P * V > OSDP_MAX_STAGES || M < 1)
-        return osdp_error_set(OSDP_ERR_INPUT, "pipeline cost: %d stages x %d chunks (1..%d) and %d micro-batches (>= 1)",
-                              P, V, OSDP_MAX_STAGES, M);
+    if (P < 1 || P > OSDP_MAX_STAGES || V < 1 || (long long)P * V > OSDP_MAX_CHUNKS || M < 1)
+        return osdp_error_set(OSDP_ERR_INPUT, "pipeline cost: %d stages (1..%d) x %d chunks (1..%d in all) and %d "
+                              "micro-batches (>= 1)", P, OSDP_MAX_STAGES, V, OSDP_MAX_CHUNKS, M);
     if (V > 1 && (schedule != OSDP_PIPE_INTERLEAVED || M % P != 0))
         return osdp_pipe_check(schedule, P, V, M, 0);
     const int G = P * V;   /* global chunks; chunk g on stage g mod P */
@@ -175,11 +175,12 @@ osdp_status osdp_pipe_step_time_chunks(const osdp_cost_model *const *stage_cm, c
                                        const int *bounds, int P, int V, osdp_pipe_schedule schedule, int micro_batch,
                                        int accum, osdp_pipe_timing *out)
 {
-    if (P < 1 || V < 1 || (long long)P * V > OSDP_MAX_STAGES)
-        return osdp_error_set(OSDP_ERR_INPUT, "pipeline cost: %d stages x %d chunks (1..%d)", P, V, OSDP_MAX_STAGES);
+    if (P < 1 || P > OSDP_MAX_STAGES || V < 1 || (long long)P * V > OSDP_MAX_CHUNKS)
+        return osdp_error_set(OSDP_ERR_INPUT, "pipeline cost: %d stages (1..%d) x %d chunks (1..%d in all)", P,
+                              OSDP_MAX_STAGES, V, OSDP_MAX_CHUNKS);
     const int G = P * V;
-    osdp_pipe_stage_cost chunk[OSDP_MAX_STAGES];
-    double message[OSDP_MAX_STAGES];
+    osdp_pipe_stage_cost chunk[OSDP_MAX_CHUNKS];
+    double message[OSDP_MAX_CHUNKS];
     /* the wrap from the last stage to the first crosses nodes when any boundary of the pipeline does */
     int wrap_spans = 0;
     for (int s = 0; s + 1 < P; s++)

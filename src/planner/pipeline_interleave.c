@@ -30,13 +30,15 @@ static osdp_status price(const osdp_pipe_choice *c, const osdp_cost_model *cm, o
 }
 
 /* every stage's peak on the runtime's schedule of its chunks, a baseline's replicated state of its chunks'
- * parameters on top, against the limit less that state (as the stages were planned, planner_pipeline.c) */
+ * parameters on top, against the limit less that state (as the stages were planned, planner_pipeline.c).
+ * until_unfit: stop at the first stage over its limit (its why the same; the later stages' peaks left 0), for a
+ * caller that keeps only an option that fits (at 128 chunks each stage's schedule is most of a 3D search's time) */
 static osdp_status fit(const osdp_pipe_choice *c, const osdp_device *dev, const osdp_planner_options *o,
-                       osdp_interleave_option *x)
+                       osdp_interleave_option *x, int until_unfit)
 {
     const int P = c->geo.pp_size, D = c->geo.n_ranks;
     x->fits = 1;
-    for (int s = 0; s < P; s++) {
+    for (int s = 0; s < P && (x->fits || !until_unfit); s++) {
         osdp_schedule_options so;
         osdp_pipe_choice_stage_schedule(c, dev, s, &so);
         so.geo.pipe_schedule = OSDP_PIPE_INTERLEAVED;
@@ -80,14 +82,14 @@ static osdp_status as_planned(const osdp_pipe_choice *c, const osdp_cost_model *
 
 int osdp_pipe_interleave_candidate(int P, int V, int n_layer, int n_ops)
 {
-    return P >= 2 && V >= 2 && V * P <= OSDP_MAX_STAGES && V * P <= n_ops && n_layer % P == 0 && (n_layer / P) % V == 0;
+    return P >= 2 && V >= 2 && V * P <= OSDP_MAX_CHUNKS && V * P <= n_ops && n_layer % P == 0 && (n_layer / P) % V == 0;
 }
 
 int osdp_pipe_interleave_possible(int P, int M, int n_layer, int n_ops, int v_lo, int v_hi)
 {
     if (P < 2 || M % P != 0) return 0;
     int listed = 0;   /* osdp_pipe_interleave_search lists at most OSDP_INTERLEAVE_MAX_OPTIONS - 1 of them */
-    for (int V = 2; V * P <= OSDP_MAX_STAGES && listed < OSDP_INTERLEAVE_MAX_OPTIONS - 1; V++) {
+    for (int V = 2; V * P <= OSDP_MAX_CHUNKS && listed < OSDP_INTERLEAVE_MAX_OPTIONS - 1; V++) {
         if (!osdp_pipe_interleave_candidate(P, V, n_layer, n_ops)) continue;
         if (V >= v_lo && V <= v_hi) return 1;
         listed++;
@@ -106,7 +108,7 @@ static osdp_status priced_options(const osdp_pipe_choice *c, const osdp_cost_mod
     if (st != OSDP_OK) return st;
     out->n = 1;
     if (P < 2) return OSDP_OK;
-    for (int V = 2; V * P <= OSDP_MAX_STAGES && V * P <= n_ops && out->n < OSDP_INTERLEAVE_MAX_OPTIONS; V++) {
+    for (int V = 2; V * P <= OSDP_MAX_CHUNKS && V * P <= n_ops && out->n < OSDP_INTERLEAVE_MAX_OPTIONS; V++) {
         const int asked = v_asked > 1 && V == v_asked, divides = osdp_pipe_interleave_candidate(P, V, n_layer, n_ops);
         if (v_asked > 1 ? !asked : !divides) continue;
         osdp_interleave_option *x = &out->option[out->n++];
@@ -137,13 +139,13 @@ osdp_status osdp_pipe_interleave_search(const osdp_pipe_choice *c, const osdp_de
     osdp_status st = priced_options(c, &cm, n_layer, v_asked, chunks, out);
     if (st != OSDP_OK) return st;
     for (int k = 1; k < out->n; k++)
-        if (out->option[k].timing.step_s > 0 && (st = fit(c, dev, o, &out->option[k])) != OSDP_OK) return st;
+        if (out->option[k].timing.step_s > 0 && (st = fit(c, dev, o, &out->option[k], 0)) != OSDP_OK) return st;
     if (v_asked > 1 && out->n == 1) {
         osdp_interleave_option *x = &out->option[out->n++];
         memset(x, 0, sizeof *x);
         x->V = v_asked;
         snprintf(x->why, sizeof x->why, "--pp %d x --virtual-stages %d: %d chunks for %d operators (at most %d)", P,
-                 v_asked, P * v_asked, n_ops, n_ops < OSDP_MAX_STAGES ? n_ops : OSDP_MAX_STAGES);
+                 v_asked, P * v_asked, n_ops, n_ops < OSDP_MAX_CHUNKS ? n_ops : OSDP_MAX_CHUNKS);
     }
     for (int k = 1; k < out->n; k++)
         if (out->option[k].fits && out->option[k].timing.step_s < out->option[out->best].timing.step_s) out->best = k;
@@ -213,7 +215,7 @@ osdp_status osdp_pipe_interleave_choose(osdp_pipe_choice *c, const osdp_device *
             beyond = 1;
             break;
         }
-        if ((st = fit(c, &level, o, x)) != OSDP_OK) break;
+        if ((st = fit(c, &level, o, x, 1)) != OSDP_OK) break;
         if (x->fits) {
             chosen = k;
             break;

@@ -277,7 +277,11 @@ osdp_status osdp_planner_plan_batch(const osdp_layout *layout, const osdp_device
                                     int b, int accum, osdp_planner_result *res)
 {
     double dl = o->search == OSDP_SEARCH_DFS ? osdp_now_seconds() + (o->dfs_time_limit_s > 0 ? o->dfs_time_limit_s : 60) : 0;
-    return plan_batch(layout, dev, o, b, accum, dl, INFINITY, 0, NULL, res);
+    const osdp_status s = plan_batch(layout, dev, o, b, accum, dl, INFINITY, o->quiet_infeasible, NULL, res);
+    if (s == OSDP_ERR_INFEASIBLE && o->quiet_infeasible)
+        return osdp_error_set(s, "no plan fits the memory limit at micro-batch %d on %d ranks (its smallest peak "
+                              "not searched)", b, o->geo.n_ranks);
+    return s;
 }
 
 typedef struct cand_b { int b, accum; double ub; } cand_b;

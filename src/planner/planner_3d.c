@@ -108,6 +108,10 @@ typedef struct search_state {
     /* the candidate of the smallest micro-batch a bound found unable to fit, no plan found yet: searched for
      * its message should nothing fit */
     int unfit, unfit_tp, unfit_pp, unfit_b, unfit_split, unfit_bounds[OSDP_MAX_STAGES + 1];
+    /* the first candidate found not to fit by its search (the stages' searches quiet: osdp_planner_options'
+     * quiet_infeasible), the message's: searched again for its words should nothing fit */
+    int infeasible, infeasible_tp, infeasible_pp, infeasible_b, infeasible_split, infeasible_chunks;
+    int infeasible_bounds[OSDP_MAX_STAGES + 1];
 } search_state;
 
 /* c better than the best so far; ties keep the earlier in the order of
@@ -177,11 +181,38 @@ static osdp_status plan_split(const osdp_model_config *cfg, int seq_len, const o
     }
     osdp_pipe_choice_free(&c);
     if (s == OSDP_ERR_INFEASIBLE) {
-        if (st->res->message[0] == '\0')
+        if (st->res->message[0] == '\0') {
             snprintf(st->res->message, sizeof st->res->message, "PP %d x TP %d: %s", pp, tp, osdp_error_message());
+            st->infeasible = 1;
+            st->infeasible_tp = tp;
+            st->infeasible_pp = pp;
+            st->infeasible_b = b;
+            st->infeasible_chunks = chunks;
+            st->infeasible_split = bounds != NULL;
+            if (bounds) memcpy(st->infeasible_bounds, bounds, sizeof(int) * (size_t)(pp + 1));
+        }
         return OSDP_OK;
     }
     return s;
+}
+
+/* nothing fits: the message of the candidate (P, T, split, b) that st recorded, by the pipeline's planner
+ * searching it again with messages (cutoff as it was planned, with no best step yet: any step, b > 0) */
+static osdp_status unfit_message(const osdp_model_config *cfg, int seq_len, const osdp_device *dev,
+                                 const osdp_planner_options *o, const search_state *st, int tp, int pp, int b,
+                                 const int *bounds, int chunks, double cutoff)
+{
+    osdp_pipe_choice c;
+    osdp_planner_options ob = *o;
+    ob.quiet_infeasible = 0;
+    if (b > 0) ob.geo.micro_batch = b;
+    int bounded;
+    osdp_status why = osdp_planner_pipeline_cached(cfg, seq_len, dev, &ob, tp, pp, bounds, st->planned, NULL, NULL,
+                                                   NULL, cutoff, chunks, &bounded, &c);
+    if (why == OSDP_ERR_INFEASIBLE)
+        snprintf(st->res->message, sizeof st->res->message, "PP %d x TP %d: %s", pp, tp, osdp_error_message());
+    osdp_pipe_choice_free(&c);
+    return why == OSDP_ERR_INFEASIBLE ? OSDP_OK : why;
 }
 
 /* one candidate: a mesh (P, T) and a micro-batch b (0: every b, the pipeline's planner's loop) */
@@ -343,6 +374,7 @@ osdp_status osdp_planner_3d(const osdp_model_config *cfg, int seq_len, const osd
     osdp_planner_options o = *o_in;
     kind_options(kind, dev, &o);
     o.verify = 0;   /* the answer's stage peaks are checked once, at the end */
+    o.quiet_infeasible = 1;   /* a stage that cannot fit: no message (a memory search each), but one at the end */
     const int N = o.geo.n_ranks;
     const int fixed_pp = kind == OSDP_3D_FSDP || kind == OSDP_3D_DDP ? 1 : o3->pp;
     const int fixed_tp = kind == OSDP_3D_FSDP || kind == OSDP_3D_DDP ? 1 : o3->tp;
@@ -415,22 +447,14 @@ osdp_status osdp_planner_3d(const osdp_model_config *cfg, int seq_len, const osd
         s = plan_candidate(cfg, seq_len, dev, &o, o3, &list[i], n_ops, &st);
     }
     free_candidates(list, n_cand);
-    if (s == OSDP_OK && !st.have_best && st.unfit && res->message[0] == '\0') {
+    if (s == OSDP_OK && !st.have_best && st.infeasible)   /* nothing fits: the first no-fit's message */
+        s = unfit_message(cfg, seq_len, dev, &o, &st, st.infeasible_tp, st.infeasible_pp, st.infeasible_b,
+                          st.infeasible_split ? st.infeasible_bounds : NULL, st.infeasible_chunks,
+                          st.infeasible_b > 0 ? INFINITY : -1);
+    else if (s == OSDP_OK && !st.have_best && st.unfit && res->message[0] == '\0')
         /* nothing fits: the message of the first candidate a bound found unable to fit, by its search */
-        osdp_pipe_choice c;
-        osdp_planner_options ob = o;
-        ob.geo.micro_batch = st.unfit_b;
-        int bounded;
-        osdp_status why = osdp_planner_pipeline_cached(cfg, seq_len, dev, &ob, st.unfit_tp, st.unfit_pp,
-                                                       st.unfit_split ? st.unfit_bounds : NULL, st.planned, NULL,
-                                                       NULL, NULL, -1, 0, &bounded, &c);
-        if (why == OSDP_ERR_INFEASIBLE)
-            snprintf(res->message, sizeof res->message, "PP %d x TP %d: %s", st.unfit_pp, st.unfit_tp,
-                     osdp_error_message());
-        else if (why != OSDP_OK)
-            s = why;
-        osdp_pipe_choice_free(&c);
-    }
+        s = unfit_message(cfg, seq_len, dev, &o, &st, st.unfit_tp, st.unfit_pp, st.unfit_b,
+                          st.unfit_split ? st.unfit_bounds : NULL, 0, -1);
     for (int t = 0; t < n_layouts; t++) {
         osdp_layout_free(&layouts[t]);
         free(classes[t]);

@@ -81,9 +81,9 @@ osdp_status osdp_pipe_check(osdp_pipe_schedule kind, int P, int V, int M, int n_
     }
     if (P < 2)
         return osdp_error_set(OSDP_ERR_INPUT, "--schedule interleaved needs a pipeline: --pp P with P > 1");
-    if ((long long)P * V > OSDP_MAX_STAGES)
+    if ((long long)P * V > OSDP_MAX_CHUNKS)
         return osdp_error_set(OSDP_ERR_INPUT, "--pp %d x --virtual-stages %d: %d model chunks, at most %d", P, V, P * V,
-                              OSDP_MAX_STAGES);
+                              OSDP_MAX_CHUNKS);
     if (n_ops > 0 && P * V > n_ops)
         return osdp_error_set(OSDP_ERR_INPUT, "--pp %d x --virtual-stages %d: %d model chunks for a model of %d "
                               "operators (every chunk holds at least one)", P, V, P * V, n_ops);
@@ -227,9 +227,9 @@ osdp_status osdp_stage_split_parse(const char *text, int n_ops, int P, int *boun
 osdp_status osdp_chunk_split_parse(const char *text, int n_ops, int P, int V, int *bounds)
 {
     if (V <= 1) return osdp_stage_split_parse(text, n_ops, P, bounds);
-    if (P < 1 || (long long)P * V > OSDP_MAX_STAGES)
+    if (P < 1 || (long long)P * V > OSDP_MAX_CHUNKS)
         return osdp_error_set(OSDP_ERR_INPUT, "--pp %d x --virtual-stages %d: %lld model chunks, at most %d", P, V,
-                              (long long)P * V, OSDP_MAX_STAGES);
+                              (long long)P * V, OSDP_MAX_CHUNKS);
     return split_parse(text, n_ops, P, V, bounds);
 }
 
@@ -244,9 +244,9 @@ const char *osdp_stage_split_format(const int *bounds, int P, char *buf, size_t 
 
 osdp_status osdp_stage_split_balanced(const double *op_cost, int n_ops, int P, int *bounds)
 {
-    if (P < 1 || P > OSDP_MAX_STAGES || P > n_ops)
+    if (P < 1 || P > OSDP_MAX_CHUNKS || P > n_ops)
         return osdp_error_set(OSDP_ERR_INPUT, "--pp %d: a model of %d operators can have between 1 and %d stages", P,
-                              n_ops, n_ops < OSDP_MAX_STAGES ? n_ops : OSDP_MAX_STAGES);
+                              n_ops, n_ops < OSDP_MAX_CHUNKS ? n_ops : OSDP_MAX_CHUNKS);
     /* best[k][i]: the smallest largest-stage cost of operators [0, i) in k stages;
      * cut[k][i]: where the k-th stage starts in it */
     const size_t w = (size_t)n_ops + 1;
@@ -259,13 +259,18 @@ osdp_status osdp_stage_split_balanced(const double *op_cost, int n_ops, int P, i
     prefix[0] = 0;
     for (int i = 0; i < n_ops; i++) prefix[i + 1] = prefix[i] + op_cost[i];
     for (int i = 0; i <= n_ops; i++) best[i] = i == 0 ? 0 : -1;   /* k = 0 */
+    /* Only the entries the answer reads: k stages end at i >= k (each holds one operator at least) and leave
+     * n_ops - i >= P - k operators for the rest (k = P: i = n_ops alone).  Costs are not negative, so
+     * best[k - 1][j] does not fall as j grows: once it reaches the best so far, no later j beats it (ties keep
+     * the earliest). */
     for (int k = 1; k <= P; k++)
-        for (int i = 0; i <= n_ops; i++) {
+        for (int i = k; i <= (k == P ? n_ops : n_ops - (P - k)); i++) {
             double *b = &best[(size_t)k * w + (size_t)i];
             *b = -1;
             for (int j = k - 1; j < i; j++) {   /* stage k: operators [j, i) */
                 const double before = best[(size_t)(k - 1) * w + (size_t)j];
                 if (before < 0) continue;
+                if (*b >= 0 && before >= *b) break;
                 const double stage = prefix[i] - prefix[j], worst = before > stage ? before : stage;
                 if (*b < 0 || worst < *b) {
                     *b = worst;

@@ -354,10 +354,53 @@ START_TEST(test_3d_fixed_and_pruned)
 }
 END_TEST
 
+/* nothing fits, the stages searched: the search's stages skip their messages' memory searches
+ * (quiet_infeasible), the message it gives is the full one of its first no-fit, searched again; a stage's search
+ * quiet or not finds the same no-fit */
+START_TEST(test_3d_no_fit_message)
+{
+    osdp_model_config cfg;
+    osdp_device dev;
+    tiny_on_two_nodes(&cfg, &dev);
+    const long long full = flat_dp_peak(&cfg, &dev);
+    osdp_planner_options o = options();
+    osdp_3d_options o3 = {.pp = 2, .tp = 1, .schedule = OSDP_PIPE_1F1B};
+    osdp_3d_result res;
+    int searched = 0;
+    for (double f = 0.5; f > 0.01 && !searched; f *= 0.8) {
+        two_level_device(&dev, (long long)(f * (double)full));
+        ck_assert(osdp_planner_3d(&cfg, SEQ, &dev, &o, &o3, OSDP_3D_OSDP, &res) == OSDP_OK);
+        if (res.status == OSDP_ERR_INFEASIBLE && res.meshes_pruned < res.meshes && strstr(res.message, "pipeline stage")) {
+            searched = 1;
+            ck_assert_msg(strstr(res.message, "PP 2 x TP 1: ") == res.message
+                          && strstr(res.message, "the smallest peak any plan needs is")
+                          && !strstr(res.message, "not searched"), "%s", res.message);
+        }
+        osdp_3d_result_free(&res);
+    }
+    ck_assert_msg(searched, "no limit where the stages were searched and none fit");
+    /* one stage, the whole model on 4 ranks: quiet or not, no plan; only the message differs */
+    osdp_layout L;
+    ck_assert(osdp_layout_build(&L, &cfg, SEQ) == OSDP_OK);
+    osdp_planner_options q = options();
+    q.global_batch = 0;
+    osdp_planner_result r;
+    ck_assert_int_eq(osdp_planner_plan_batch(&L, &dev, &q, 1, 1, &r), OSDP_ERR_INFEASIBLE);
+    ck_assert_msg(strstr(osdp_error_message(), "the smallest peak any plan needs is"), "%s", osdp_error_message());
+    osdp_planner_result_free(&r);
+    q.quiet_infeasible = 1;
+    ck_assert_int_eq(osdp_planner_plan_batch(&L, &dev, &q, 1, 1, &r), OSDP_ERR_INFEASIBLE);
+    ck_assert_msg(strstr(osdp_error_message(), "not searched") && !strstr(osdp_error_message(), "smallest peak any"),
+                  "%s", osdp_error_message());
+    osdp_planner_result_free(&r);
+    osdp_layout_free(&L);
+}
+END_TEST
+
 static Suite *planner_3d_suite(void)
 {
     const TTest *search[] = {test_3d_matches_exhaustive, test_3d_recompute_matches_exhaustive, test_3d_baselines,
-                             test_3d_fixed_and_pruned, NULL};
+                             test_3d_fixed_and_pruned, test_3d_no_fit_message, NULL};
     const osdp_check_case cases[] = {{.name = "search", .tests = search}};
     return osdp_check_suite("planner_3d", cases, sizeof cases / sizeof cases[0]);
 }

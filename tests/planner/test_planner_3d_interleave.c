@@ -242,10 +242,56 @@ START_TEST(test_fixed_schedule)
 }
 END_TEST
 
+/* more chunks than stages: P = OSDP_MAX_STAGES stages of 2 layers, V 2 (Megatron-LM's 1T row's shape, 128 chunks
+ * of one layer, past OSDP_MAX_STAGES): the cost model prices it, its closed-form bubble (P-1)/(V M + P-1) and
+ * Megatron's (P-1)/(V M), every stage's peak the runtime schedule's; a V past OSDP_MAX_CHUNKS is not a candidate */
+START_TEST(test_chunks_past_stages)
+{
+    enum { P = OSDP_MAX_STAGES, V = OSDP_MAX_CHUNKS / OSDP_MAX_STAGES, M = P };
+    osdp_model_config cfg;
+    char text[256];
+    snprintf(text, sizeof text, "[model]\nname = t_il128\nn_layer = %d\nn_head = 4\nn_embd = 32\nvocab = 256\n"
+             "ctx = 32\n", P * V);
+    ck_assert_msg(osdp_model_config_parse(&cfg, text, "t_il128.ini") == OSDP_OK, "%s", osdp_error_message());
+    osdp_device dev;
+    device(&dev, 1e-6);
+    osdp_planner_options o;
+    osdp_planner_defaults(&o);
+    o.verify = 0;
+    o.geo = (osdp_step_geometry){.n_ranks = P, .micro_batch = 1, .pad_quantum = o.geo.pad_quantum,
+                                 .prefetch = o.geo.prefetch};
+    o.global_batch = M;
+    osdp_pipe_choice c;
+    ck_assert_msg(osdp_planner_pipeline(&cfg, SEQ, &dev, &o, 1, P, NULL, OSDP_PIPE_1F1B, &c) == OSDP_OK, "%s",
+                  osdp_error_message());
+    ck_assert_int_eq(c.geo.accum_steps, M);
+    ck_assert(osdp_pipe_interleave_candidate(P, V, cfg.n_layer, c.layout.n_ops));
+    ck_assert(!osdp_pipe_interleave_candidate(P, 2 * V, 2 * cfg.n_layer, 2 * c.layout.n_ops));
+    osdp_interleave_result il;
+    ck_assert_msg(osdp_pipe_interleave_search(&c, &dev, &o, cfg.n_layer, V, NULL, &il) == OSDP_OK, "%s",
+                  osdp_error_message());
+    ck_assert_int_eq(il.n, 2);
+    const osdp_interleave_option *x = &il.option[1];
+    ck_assert_msg(x->V == V && x->fits && x->timing.step_s > 0, "V %d fits %d step %g: %s", x->V, x->fits,
+                  x->timing.step_s, x->why);
+    ck_assert_int_eq(x->bounds[0], 0);
+    ck_assert_int_eq(x->bounds[P * V], c.layout.n_ops);
+    for (int g = 0; g < P * V; g++) ck_assert(x->bounds[g + 1] > x->bounds[g]);
+    ck_assert(fabs(x->timing.bubble_closed - (double)(P - 1) / (V * M + P - 1)) < 1e-15);
+    ck_assert(fabs(x->bubble_of_ideal - (double)(P - 1) / (V * M)) < 1e-15);
+    /* half 1F1B's closed-form bubble, and a shorter step (cheap messages) */
+    ck_assert(x->timing.bubble_closed < il.option[0].timing.bubble_closed);
+    ck_assert_msg(x->timing.step_s < il.option[0].timing.step_s, "V %d %g vs V 1 %g", V, x->timing.step_s,
+                  il.option[0].timing.step_s);
+    for (int s = 0; s < P; s++) ck_assert(x->stage_peak[s] > 0);
+    osdp_pipe_choice_free(&c);
+}
+END_TEST
+
 static Suite *planner_3d_interleave_suite(void)
 {
     const TTest *search_tests[] = {test_interleave_wins_matches_exhaustive, test_interleave_loses, test_fixed_schedule,
-                                   NULL};
+                                   test_chunks_past_stages, NULL};
     const osdp_check_case cases[] = {{.name = "interleave", .tests = search_tests}};
     return osdp_check_suite("planner_3d_interleave", cases, sizeof cases / sizeof cases[0]);
 }

@@ -210,6 +210,54 @@ START_TEST(test_balanced_split_is_optimal)
 }
 END_TEST
 
+/* the split's dynamic program over every (k, i), each j tried (as before its pruning): the reference for ties */
+static void split_every_entry(const double *cost, int n, int P, int *bounds)
+{
+    static double prefix[OSDP_MAX_CHUNKS + 1], best[OSDP_MAX_CHUNKS + 1][OSDP_MAX_CHUNKS + 1];
+    static int cut[OSDP_MAX_CHUNKS + 1][OSDP_MAX_CHUNKS + 1];   /* off the stack */
+    for (int i = 0; i < n; i++) prefix[i + 1] = prefix[i] + cost[i];
+    for (int i = 0; i <= n; i++) best[0][i] = i == 0 ? 0 : -1;
+    for (int k = 1; k <= P; k++)
+        for (int i = 0; i <= n; i++) {
+            best[k][i] = -1;
+            for (int j = k - 1; j < i; j++) {
+                if (best[k - 1][j] < 0) continue;
+                const double stage = prefix[i] - prefix[j], worst = best[k - 1][j] > stage ? best[k - 1][j] : stage;
+                if (best[k][i] < 0 || worst < best[k][i]) {
+                    best[k][i] = worst;
+                    cut[k][i] = j;
+                }
+            }
+        }
+    bounds[P] = n;
+    for (int k = P; k >= 1; k--) bounds[k - 1] = cut[k][bounds[k]];
+}
+
+/* the pruned program (only the entries the answer reads, j stopped once it cannot win) cuts where the whole
+ * one does, ties included (costs of few distinct values, zeros among them), up to OSDP_MAX_CHUNKS parts */
+START_TEST(test_balanced_split_ties)
+{
+    srand(28);
+    for (int trial = 0; trial < 300; trial++) {
+        const int n = 1 + rand() % 100, P = 1 + rand() % n;
+        double cost[OSDP_MAX_CHUNKS];
+        for (int i = 0; i < n; i++) cost[i] = trial % 3 == 0 ? 1.0 : (double)(rand() % 4) * 0.25;
+        int got[OSDP_MAX_CHUNKS + 1], want[OSDP_MAX_CHUNKS + 1];
+        ck_assert(osdp_stage_split_balanced(cost, n, P, got) == OSDP_OK);
+        split_every_entry(cost, n, P, want);
+        for (int k = 0; k <= P; k++)
+            ck_assert_msg(got[k] == want[k], "trial %d n %d P %d: bound %d %d, want %d", trial, n, P, k, got[k],
+                          want[k]);
+    }
+    double cost[OSDP_MAX_CHUNKS];
+    for (int i = 0; i < OSDP_MAX_CHUNKS; i++) cost[i] = 1 + i % 3;
+    int got[OSDP_MAX_CHUNKS + 1], want[OSDP_MAX_CHUNKS + 1];
+    ck_assert(osdp_stage_split_balanced(cost, OSDP_MAX_CHUNKS, OSDP_MAX_CHUNKS, got) == OSDP_OK);
+    split_every_entry(cost, OSDP_MAX_CHUNKS, OSDP_MAX_CHUNKS, want);
+    for (int k = 0; k <= OSDP_MAX_CHUNKS; k++) ck_assert_int_eq(got[k], want[k]);
+}
+END_TEST
+
 /* osdp_planner_stage_split: the balanced split of the cost model's
  * all-DP operator times (or a plan's) */
 START_TEST(test_planner_stage_split)
@@ -613,7 +661,7 @@ static Suite *planner_pp_suite(void)
 {
     const TTest *sim[] = {test_hand_built_two_stages, test_unbalanced_by_hand, test_step_work_by_hand, test_bubble_closed_form,
                          NULL};
-    const TTest *split[] = {test_balanced_split_is_optimal, test_planner_stage_split, NULL};
+    const TTest *split[] = {test_balanced_split_is_optimal, test_balanced_split_ties, test_planner_stage_split, NULL};
     const TTest *model[] = {test_device_p2p, test_stage_passes_and_one_stage, test_in_flight_peak,
                             test_stage_peak_is_the_schedule, NULL};
     const TTest *planner[] = {test_pipeline_one_stage_is_flat, test_pipeline_plans, test_pipeline_no_fit_recompute_auto,

@@ -156,8 +156,10 @@ END_TEST
 
 START_TEST(test_bubble)
 {
-    osdp_pipe_stage_cost chunk[OSDP_MAX_STAGES];
-    const int cases[][3] = {{2, 2, 2}, {2, 2, 4}, {4, 2, 8}, {4, 3, 8}, {4, 2, 4}, {3, 2, 6}, {8, 4, 16}, {4, 1, 8}};
+    osdp_pipe_stage_cost chunk[OSDP_MAX_CHUNKS];
+    /* the last: more chunks than stages allowed (Megatron-LM's 1T row's P 64 x V 2, 128 chunks of one layer) */
+    const int cases[][3] = {{2, 2, 2}, {2, 2, 4}, {4, 2, 8}, {4, 3, 8}, {4, 2, 4}, {3, 2, 6}, {8, 4, 16}, {4, 1, 8},
+                            {OSDP_MAX_STAGES, OSDP_MAX_CHUNKS / OSDP_MAX_STAGES, 2 * OSDP_MAX_STAGES}};
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         const int P = cases[k][0], V = cases[k][1], M = cases[k][2];
         for (int g = 0; g < P * V; g++) chunk[g] = (osdp_pipe_stage_cost){.forward_s = 1.0 / V, .backward_s = 2.0 / V};
@@ -344,7 +346,7 @@ START_TEST(test_stages_say_chunk)
         {"0:2,2:2", 1, "stage 1's range 2:2 is empty"},
         {"0:6", 1, "1 range for the 2 stages of --pp 2"},
     };
-    int bounds[OSDP_MAX_STAGES + 1];
+    int bounds[OSDP_MAX_CHUNKS + 1];
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         ck_assert_int_eq(osdp_chunk_split_parse(cases[i].text, 6, 2, cases[i].V, bounds), OSDP_ERR_INPUT);
         ck_assert_msg(strstr(osdp_error_message(), cases[i].says), "%s: %s", cases[i].text, osdp_error_message());
@@ -352,8 +354,21 @@ START_TEST(test_stages_say_chunk)
     }
     ck_assert_int_eq(osdp_chunk_split_parse("0:2,2:3,3:5,5:6", 6, 2, 2, bounds), OSDP_OK);
     ck_assert_int_eq(bounds[4], 6);
-    ck_assert_int_eq(osdp_chunk_split_parse("0:1,1:2", 6, OSDP_MAX_STAGES, 2, bounds), OSDP_ERR_INPUT);
+    ck_assert_int_eq(osdp_chunk_split_parse("0:1,1:2", 6, OSDP_MAX_STAGES, OSDP_MAX_CHUNKS / OSDP_MAX_STAGES + 1, bounds),
+                     OSDP_ERR_INPUT);
     ck_assert_msg(strstr(osdp_error_message(), "model chunks, at most"), "%s", osdp_error_message());
+    /* P V up to OSDP_MAX_CHUNKS, past OSDP_MAX_STAGES: one operator a chunk */
+    char text[OSDP_STAGE_SPLIT_CHARS];
+    int one_each[OSDP_MAX_CHUNKS + 1];
+    for (int c = 0; c <= OSDP_MAX_CHUNKS; c++) one_each[c] = c;
+    osdp_stage_split_format(one_each, OSDP_MAX_CHUNKS, text, sizeof text);
+    ck_assert_int_eq(osdp_chunk_split_parse(text, OSDP_MAX_CHUNKS, OSDP_MAX_STAGES, OSDP_MAX_CHUNKS / OSDP_MAX_STAGES,
+                                            bounds), OSDP_OK);
+    ck_assert_int_eq(bounds[OSDP_MAX_CHUNKS], OSDP_MAX_CHUNKS);
+    ck_assert_int_eq(osdp_pipe_check(OSDP_PIPE_INTERLEAVED, OSDP_MAX_STAGES, OSDP_MAX_CHUNKS / OSDP_MAX_STAGES,
+                                     OSDP_MAX_STAGES, 0), OSDP_OK);
+    ck_assert_int_eq(osdp_pipe_check(OSDP_PIPE_INTERLEAVED, OSDP_MAX_STAGES, OSDP_MAX_CHUNKS / OSDP_MAX_STAGES + 1,
+                                     OSDP_MAX_STAGES, 0), OSDP_ERR_INPUT);
 }
 END_TEST
 
