@@ -321,6 +321,9 @@ long long osdp_cost_tied_grads(const osdp_cost_model *cm, int op);
 /* W: the buffers that do not depend on the plan (the backward workspace,
  * the tensor-parallel staging and a pipeline stage's stage_buffer_bytes) */
 long long osdp_cost_workspace(const osdp_cost_model *cm, int b);
+/* one ring all-gather over the tensor-parallel group of tp ranks, each
+ * rank's part `part_bytes`: (tp - 1)(alpha_tp + part_bytes beta_tp) */
+double osdp_cost_tp_all_gather_time(const osdp_device *dev, int tp, double part_bytes);
 /* tp_comm of operator op for ONE micro-step (formula above): seconds of the
  * tensor-parallel group's collectives at micro-batch b, rc: recomputed */
 double osdp_cost_tp_comm(const osdp_cost_model *cm, int op, int rc, int b);

@@ -111,4 +111,21 @@ const char *osdp_stage_split_format(const int *bounds, int P, char *buf, size_t 
  * too). */
 osdp_status osdp_stage_split_balanced(const double *op_cost, int n_ops, int P, int *bounds);
 
+/* Megatron-LM's scatter/gather (SC'21 section 4.1): a message between
+ * stages is the same on every rank of a tensor group (the residual stream
+ * forward, its gradient backward), so tensor rank r of t sends only piece r
+ * to its counterpart on the other stage, whose group all-gathers the t
+ * pieces over its fast in-node link.  Of a message of n elements, piece r
+ * starts at r (n / t) and holds n / t of them; the last also holds the
+ * n mod t after them (the gather moves t equal ones, the group then
+ * broadcasts that remainder from its last rank).  t divides d on every
+ * layout (--tp divides the heads), so the remainder is 0 in practice. */
+typedef struct osdp_pipe_piece { size_t at, count; } osdp_pipe_piece;
+static inline osdp_pipe_piece osdp_pipe_piece_of(size_t n, int t, int r)
+{
+    if (t <= 1) return (osdp_pipe_piece){0, n};
+    const size_t even = n / (size_t)t;
+    return (osdp_pipe_piece){(size_t)r * even, even + (r == t - 1 ? n % (size_t)t : 0)};
+}
+
 #endif

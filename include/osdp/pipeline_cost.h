@@ -34,11 +34,19 @@
  *
  * A message.  Between stages s and s+1 the residual stream of one
  * micro-batch crosses, forward (the activations) and backward (their
- * gradient): b x T x d fp32, d the width of the last operator of stage s
- * (osdp_pipe_boundary_bytes).  Every rank of a tensor group sends its whole
- * copy to the rank of the same tensor and data index in the next stage.  A
- * message of S bytes takes c = alpha + S beta ([p2p] of the device file,
- * or [internode_p2p] when the boundary joins two nodes, osdp/device.h).
+ * gradient): b x T x d elements, d the width of the last operator of stage
+ * s (osdp_pipe_boundary_bytes: the fp32 buffer it lands in), as Megatron-LM
+ * sends it (src/runtime/stage_message.c): the forward one in the residual
+ * stream's dtype (2 bytes an element under a bf16 stream; the gradient in
+ * fp32), and on a tensor-parallel layout cut into t pieces, tensor rank r
+ * sending piece r to the rank of the same tensor and data index in the next
+ * stage (osdp_pipe_message_bytes, osdp_pipe_piece_of).  A message of S
+ * bytes per rank takes c = alpha + S beta ([p2p] of the device file, or
+ * [internode_p2p] when the boundary joins two nodes, osdp/device.h); with
+ * t > 1 the receiving group then all-gathers the pieces in
+ * g = (t - 1)(alpha_tp + S beta_tp) ([tp_all_reduce]'s figures, the tensor
+ * group's link, as osdp_cost_tp_all_gather_time prices every gather of the
+ * tensor group): osdp_pipe_boundary_message.
  * Both ends pay it, as the runtime does (osdp/schedule.h): a receive is
  * blocking, posted when the stage reaches the pass, and ends c after it
  * was posted and not before the message was sent; the gradient's send
@@ -54,8 +62,9 @@
  * The step (osdp_pipe_simulate).  Stage s runs its 2M passes in
  * osdp_pipe_order's order, each as soon as the stage is free (its previous
  * pass, and that pass's gradient send, done) and its input is there:
- *   forward  of m on s > 0:     at max(free + c, forward of m on s-1 ended)
- *   backward of m on s < P-1:   at max(free + c, backward of m on s+1 ended)
+ *   forward  of m on s > 0:     at max(free + c, forward of m on s-1 ended) + g
+ *   backward of m on s < P-1:   at max(free + c, backward of m on s+1 ended) + g
+ * (c and g of that direction's message)
  * then a backward on s > 0 holds the stage c more (its send).
  * step = the time the last stage to finish is free.  For P = 1 it is the
  * stage's busy time.  (osdp_pipe_step_time then adds the step's scalar
@@ -115,11 +124,36 @@ osdp_status osdp_pipe_simulate(osdp_pipe_schedule schedule, int P, int M, const 
 osdp_status osdp_pipe_simulate_chunks(osdp_pipe_schedule schedule, int P, int V, int M, const osdp_pipe_stage_cost *chunk,
                                       const double *message_s, osdp_pipe_timing *out);
 
-/* bytes of one message across the boundary before operator `first_op`
- * (the first of a stage, > 0): b T d of the operator before it, fp32 */
+/* One boundary's messages: each way, the transfer c (both ends pay it) and
+ * the receiving tensor group's gather of the pieces after it, g (formulas
+ * above). */
+typedef struct osdp_pipe_message {
+    double forward_s, backward_s;                /* c of the activations, of their gradient */
+    double forward_gather_s, backward_gather_s;  /* g of each (0 without tensor parallelism) */
+} osdp_pipe_message;
+
+/* osdp_pipe_simulate_chunks with each boundary's two directions and gathers
+ * apart: message[g] (g < P V - 1) between chunk g and g + 1 (NULL: none) */
+osdp_status osdp_pipe_simulate_messages(osdp_pipe_schedule schedule, int P, int V, int M, const osdp_pipe_stage_cost *chunk,
+                                        const osdp_pipe_message *message, osdp_pipe_timing *out);
+
+/* bytes of the buffer a message across the boundary before operator
+ * `first_op` (the first of a stage, > 0) lands in: b T d of the operator
+ * before it, fp32 (the receiver's STAGE_INPUT) */
 size_t osdp_pipe_boundary_bytes(const osdp_layout *layout, int first_op, int micro_batch);
+/* bytes tensor rank tp_rank sends in one such message (formula above): its
+ * piece of the b T d elements (osdp_pipe_piece_of over the layout's
+ * tp_size), 2 bytes each for the activations (backward 0) under a bf16
+ * residual stream, else 4 */
+size_t osdp_pipe_message_bytes(const osdp_layout *layout, int first_op, int micro_batch, osdp_dtype residual,
+                               int backward, int tp_rank);
 /* seconds of one message of `bytes` between two ranks: alpha + bytes beta of [p2p] */
 double osdp_pipe_message_time(const osdp_device *dev, double bytes);
+/* The messages of the boundary before first_op: c at level's [p2p] (the
+ * in-node or the inter-node figures, as the boundary lies), of the largest
+ * piece; g at dev's [tp_all_reduce]. */
+osdp_pipe_message osdp_pipe_boundary_message(const osdp_device *level, const osdp_device *dev, const osdp_layout *layout,
+                                             int first_op, int micro_batch, osdp_dtype residual);
 
 /* One micro-batch's passes of operators [lo, hi) under plan's choices for
  * them (the plan's recompute flags; cm->recompute ignored), at micro-batch b
@@ -145,16 +179,17 @@ osdp_status osdp_pipe_step_time(const osdp_cost_model *const *stage_cm, const os
 osdp_status osdp_pipe_step_time_chunks(const osdp_cost_model *const *stage_cm, const osdp_plan *const *plans,
                                        const int *bounds, int P, int V, osdp_pipe_schedule schedule, int micro_batch,
                                        int accum, osdp_pipe_timing *out);
-/* p2p bytes one rank of stage s sends per step over its V chunks: every
+/* p2p bytes tensor rank 0 of stage s sends per step over its V chunks: every
  * chunk boundary it owns, M messages each way (V times 1F1B's for V
  * chunks of P V equal boundaries) */
 long long osdp_pipe_stage_p2p_bytes_chunks(const osdp_layout *layout, const int *bounds, int P, int V, int s,
-                                           int micro_batch, int accum);
+                                           int micro_batch, int accum, osdp_dtype residual);
 
-/* p2p bytes one rank of stage s sends per step: M messages forward (s < P-1)
- * and M backward (s > 0), each osdp_pipe_boundary_bytes of its boundary */
+/* p2p bytes tensor rank 0 of stage s sends per step: M messages forward
+ * (s < P-1) and M backward (s > 0), each osdp_pipe_message_bytes of its
+ * boundary (residual: the stream's dtype) */
 long long osdp_pipe_stage_p2p_bytes(const osdp_layout *layout, const int *bounds, int P, int s, int micro_batch,
-                                    int accum);
+                                    int accum, osdp_dtype residual);
 
 /* A stage's peak per rank.  The stage's operators are searched and costed
  * as a layout of their own (osdp_pipe_stage_layout: the whole layout's

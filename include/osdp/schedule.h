@@ -65,8 +65,12 @@
  * input (RECV_ACTS into a STAGE_INPUT buffer, alive until the stage's first
  * operator's backward of that micro-batch); a stage before the last ends it
  * by starting the send of its last operator's output (SEND_ACTS, waited by
- * SEND_ACTS_WAIT before the buffer holding that output is freed, in the
- * backward).  A backward pass starts by receiving d(output) into the
+ * SEND_ACTS_WAIT right after that micro-batch's gradient has come back,
+ * before the backward reads or recomputes the output).  The messages cross
+ * as Megatron-LM sends them (src/runtime/stage_message.c): 1/t of each
+ * from each rank of a tensor group, gathered by the receiving group; the
+ * activations in bf16 under a bf16 stream, narrowed and widened inside these
+ * fp32 buffers.  A backward pass starts by receiving d(output) into the
  * workspace (RECV_GRAD, unless the stage holds the head) and ends by sending
  * d(input) to the previous stage (SEND_GRAD, blocking: the workspace is
  * written again by the next backward).  An operator's reduce-scatters
@@ -322,7 +326,8 @@ static inline int osdp_buffer_kept_narrow(const osdp_buffer_dims *d)
 /* Bytes of buffer `kind` of d's operator (osdp_buffer_kind has each one's
  * shape); slice_padded: the slice's padded elements, read by GATHERED
  * alone.  STAGE_INPUT (d->op: the stage's first operator) is the residual
- * stream of op - 1, fp32 on the wire whatever the widths. */
+ * stream of op - 1 in fp32 whatever the widths (a bf16 message is widened
+ * in it, src/runtime/stage_message.c). */
 size_t osdp_buffer_bytes(osdp_buffer_kind kind, const osdp_buffer_dims *d, size_t slice_padded);
 /* is operator op narrow, its recompute output kept in bf16 (osdp_buffer_kept_narrow)?  0 for op < 0 */
 int osdp_schedule_kept_narrow(const osdp_schedule *sched, int op);

@@ -25,7 +25,7 @@ static int stage_zdp_ops(const osdp_pipe_choice *c, int s)
 }
 
 
-/* p2p bytes per step over the whole mesh: every rank of a stage sends its own */
+/* p2p bytes per step over the whole mesh: every rank of a stage sends its piece (equal ones: t divides d) */
 static long long mesh_p2p_bytes(const osdp_pipe_choice *c)
 {
     long long bytes = 0;
@@ -66,8 +66,10 @@ static void print_text(const osdp_model_config *cfg, const osdp_device *dev, con
            c->geo.micro_batch, c->geo.accum_steps, 1e3 * c->step_s, c->samples_per_s, c->samples_per_s * L->T);
     printf("bubble: closed form (P-1)/(M+P-1) = %.4f; simulated idle fraction %.4f (the stages' pass orders with their "
            "times and messages)\n", c->timing.bubble_closed, c->timing.idle_fraction);
-    printf("p2p: %s per step over the mesh (each rank of a stage sends its micro-batches' activations forward and "
-           "gradients back; per rank in the table)\n", osdp_format_bytes((double)mesh_p2p_bytes(c), a, sizeof a));
+    printf("p2p: %s per step over the mesh (each rank of a stage sends its micro-batches' activations forward%s and "
+           "gradients back%s; per rank in the table)\n", osdp_format_bytes((double)mesh_p2p_bytes(c), a, sizeof a),
+           c->geo.residual_dtype == OSDP_BFLOAT16 ? " in bf16" : "",
+           c->geo.tp_size > 1 ? ", its 1/T piece of each, gathered by the receiving tensor group" : "");
     printf("\n  %-5s %-9s %-22s %9s %9s %9s %9s %9s %11s %11s %5s %7s %9s\n", "stage", "ops", "operators", "in-flight",
            "busy ms", "fwd ms", "bwd ms", "ends ms", "peak MiB", "sched MiB", "=", "ZDP", "p2p MiB");
     for (int s = 0; s < P; s++) {

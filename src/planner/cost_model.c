@@ -254,6 +254,11 @@ static double tp_all_reduce_time(const osdp_device *d, int tp, double bytes)
     return 2.0 * (tp - 1) * (d->tp_all_reduce.alpha + bytes / tp * d->tp_all_reduce.beta);
 }
 
+double osdp_cost_tp_all_gather_time(const osdp_device *dev, int tp, double part_bytes)
+{
+    return tp > 1 ? (tp - 1) * (dev->tp_all_reduce.alpha + part_bytes * dev->tp_all_reduce.beta) : 0;
+}
+
 double osdp_cost_tp_comm(const osdp_cost_model *cm, int op, int rc, int b)
 {
     const osdp_layout *L = cm->layout;
@@ -272,8 +277,7 @@ double osdp_cost_tp_comm(const osdp_cost_model *cm, int op, int rc, int b)
                              LayerNorm's */
         return (rc ? 3 : 2) * tp_all_reduce_time(d, tp, stream);
     case OSDP_OP_HEAD: {  /* forward: each rank's 3 statistics per token gathered; backward: d(ln) summed */
-        double gather = (tp - 1) * (d->tp_all_reduce.alpha + 3.0 * tokens * (double)sizeof(float) * d->tp_all_reduce.beta);
-        return gather + tp_all_reduce_time(d, tp, stream);
+        return osdp_cost_tp_all_gather_time(d, tp, 3.0 * tokens * (double)sizeof(float)) + tp_all_reduce_time(d, tp, stream);
     }
     }
     return 0;

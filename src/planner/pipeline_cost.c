@@ -17,6 +17,30 @@ double osdp_pipe_message_time(const osdp_device *dev, double bytes)
     return dev->p2p.alpha + bytes * dev->p2p.beta;
 }
 
+size_t osdp_pipe_message_bytes(const osdp_layout *layout, int first_op, int micro_batch, osdp_dtype residual,
+                               int backward, int tp_rank)
+{
+    const size_t n = osdp_pipe_boundary_bytes(layout, first_op, micro_batch) / sizeof(float);
+    const size_t width = !backward && residual == OSDP_BFLOAT16 ? osdp_dtype_size(OSDP_BFLOAT16) : sizeof(float);
+    return osdp_pipe_piece_of(n, layout->tp_size, tp_rank).count * width;
+}
+
+osdp_pipe_message osdp_pipe_boundary_message(const osdp_device *level, const osdp_device *dev, const osdp_layout *layout,
+                                             int first_op, int micro_batch, osdp_dtype residual)
+{
+    const int t = layout->tp_size > 1 ? layout->tp_size : 1;
+    double transfer[2], gather[2];
+    for (int backward = 0; backward < 2; backward++) {
+        /* the largest piece (the last rank's) crosses; the group gathers t equal ones */
+        transfer[backward] = osdp_pipe_message_time(level, (double)osdp_pipe_message_bytes(layout, first_op, micro_batch,
+                                                                                            residual, backward, t - 1));
+        gather[backward] = t > 1 ? osdp_cost_tp_all_gather_time(dev, t, (double)osdp_pipe_message_bytes(
+                                       layout, first_op, micro_batch, residual, backward, 0)) : 0;
+    }
+    return (osdp_pipe_message){.forward_s = transfer[0], .backward_s = transfer[1], .forward_gather_s = gather[0],
+                               .backward_gather_s = gather[1]};
+}
+
 /* spread: the once-per-step parts spread over the passes with the rest (one stage: the same step wherever
  * they sit, and the same sum, bit for bit, as the flat step it was before they were placed) */
 static void stage_passes(const osdp_cost_model *cm_in, const osdp_plan *plan, int lo, int hi, int micro_batch,
@@ -47,22 +71,21 @@ void osdp_pipe_stage_passes(const osdp_cost_model *cm, const osdp_plan *plan, in
 }
 
 long long osdp_pipe_stage_p2p_bytes(const osdp_layout *layout, const int *bounds, int P, int s, int micro_batch,
-                                    int accum)
+                                    int accum, osdp_dtype residual)
 {
-    long long bytes = 0;
-    if (s + 1 < P) bytes += (long long)osdp_pipe_boundary_bytes(layout, bounds[s + 1], micro_batch);   /* activations */
-    if (s > 0) bytes += (long long)osdp_pipe_boundary_bytes(layout, bounds[s], micro_batch);           /* gradients */
-    return bytes * accum;
+    return osdp_pipe_stage_p2p_bytes_chunks(layout, bounds, P, 1, s, micro_batch, accum, residual);
 }
 
 long long osdp_pipe_stage_p2p_bytes_chunks(const osdp_layout *layout, const int *bounds, int P, int V, int s,
-                                           int micro_batch, int accum)
+                                           int micro_batch, int accum, osdp_dtype residual)
 {
     long long bytes = 0;
     for (int c = 0; c < V; c++) {
         const int g = c * P + s;
-        if (g + 1 < P * V) bytes += (long long)osdp_pipe_boundary_bytes(layout, bounds[g + 1], micro_batch);   /* activations */
-        if (g > 0) bytes += (long long)osdp_pipe_boundary_bytes(layout, bounds[g], micro_batch);               /* gradients */
+        if (g + 1 < P * V)   /* activations */
+            bytes += (long long)osdp_pipe_message_bytes(layout, bounds[g + 1], micro_batch, residual, 0, 0);
+        if (g > 0)           /* gradients */
+            bytes += (long long)osdp_pipe_message_bytes(layout, bounds[g], micro_batch, residual, 1, 0);
     }
     return bytes * accum;
 }
@@ -72,8 +95,23 @@ static int valid_time(double t)
     return isfinite(t) && t >= 0;
 }
 
+static int valid_message(const osdp_pipe_message *m)
+{
+    return valid_time(m->forward_s) && valid_time(m->backward_s) && valid_time(m->forward_gather_s)
+        && valid_time(m->backward_gather_s);
+}
+
 osdp_status osdp_pipe_simulate_chunks(osdp_pipe_schedule schedule, int P, int V, int M, const osdp_pipe_stage_cost *chunk,
                                       const double *message_s, osdp_pipe_timing *out)
+{
+    osdp_pipe_message message[OSDP_MAX_CHUNKS];
+    for (int g = 0; message_s && g + 1 < P * V && g < OSDP_MAX_CHUNKS; g++)
+        message[g] = (osdp_pipe_message){.forward_s = message_s[g], .backward_s = message_s[g]};
+    return osdp_pipe_simulate_messages(schedule, P, V, M, chunk, message_s ? message : NULL, out);
+}
+
+osdp_status osdp_pipe_simulate_messages(osdp_pipe_schedule schedule, int P, int V, int M, const osdp_pipe_stage_cost *chunk,
+                                        const osdp_pipe_message *message, osdp_pipe_timing *out)
 {
     if (P < 1 || P > OSDP_MAX_STAGES || V < 1 || (long long)P * V > OSDP_MAX_CHUNKS || M < 1)
         return osdp_error_set(OSDP_ERR_INPUT, "pipeline cost: %d stages (1..%d) x %d chunks (1..%d in all) and %d "
@@ -83,7 +121,7 @@ osdp_status osdp_pipe_simulate_chunks(osdp_pipe_schedule schedule, int P, int V,
     const int G = P * V;   /* global chunks; chunk g on stage g mod P */
     for (int g = 0; g < G; g++)
         if (!valid_time(chunk[g].forward_s) || !valid_time(chunk[g].backward_s) || !valid_time(chunk[g].step_start_s)
-            || !valid_time(chunk[g].step_end_s) || (g + 1 < G && message_s && !valid_time(message_s[g])))
+            || !valid_time(chunk[g].step_end_s) || (g + 1 < G && message && !valid_message(&message[g])))
             return osdp_error_set(OSDP_ERR_INPUT, "pipeline cost: %s %d has a negative or non-finite time",
                                   V > 1 ? "chunk" : "stage", g);
     const size_t passes = 2 * (size_t)M * (size_t)V, per_chunk = 2 * (size_t)M;
@@ -117,8 +155,11 @@ osdp_status osdp_pipe_simulate_chunks(osdp_pipe_schedule schedule, int P, int V,
                      * the message was sent */
                     double sent = done[(size_t)from * per_chunk + 2 * (size_t)p.micro + (size_t)p.backward];
                     if (sent < 0) break;
-                    start += message_s ? message_s[p.backward ? g : g - 1] : 0;
+                    const osdp_pipe_message *m = message ? &message[p.backward ? g : g - 1] : NULL;
+                    start += m ? (p.backward ? m->backward_s : m->forward_s) : 0;
                     if (sent > start) start = sent;
+                    /* then the tensor group gathers the pieces (stage_message.c) */
+                    start += m ? (p.backward ? m->backward_gather_s : m->forward_gather_s) : 0;
                 } else if (p.backward && done[(size_t)g * per_chunk + 2 * (size_t)p.micro] < 0) {
                     break;   /* the last chunk: its own forward first (the order guarantees it) */
                 }
@@ -140,7 +181,7 @@ osdp_status osdp_pipe_simulate_chunks(osdp_pipe_schedule schedule, int P, int V,
                 done[(size_t)g * per_chunk + 2 * (size_t)p.micro + (size_t)p.backward] = start + took;
                 /* a backward's gradient send (g > 0) holds the stage for the message's time; a forward's
                  * activation send does not (waited only once its gradient is back) */
-                free_at[s] = start + took + (held && p.backward && g > 0 && message_s ? message_s[g - 1] : 0);
+                free_at[s] = start + took + (held && p.backward && g > 0 && message ? message[g - 1].backward_s : 0);
                 out->busy_s[s] += took;
                 next[s]++;
                 ran++;
@@ -180,7 +221,7 @@ osdp_status osdp_pipe_step_time_chunks(const osdp_cost_model *const *stage_cm, c
                               OSDP_MAX_STAGES, V, OSDP_MAX_CHUNKS);
     const int G = P * V;
     osdp_pipe_stage_cost chunk[OSDP_MAX_CHUNKS];
-    double message[OSDP_MAX_CHUNKS];
+    osdp_pipe_message message[OSDP_MAX_CHUNKS];
     /* the wrap from the last stage to the first crosses nodes when any boundary of the pipeline does */
     int wrap_spans = 0;
     for (int s = 0; s + 1 < P; s++)
@@ -198,11 +239,11 @@ osdp_status osdp_pipe_step_time_chunks(const osdp_cost_model *const *stage_cm, c
                                                                             stage_cm[s]->geo.n_ranks, s)
                                         : wrap_spans;
             if (dev->internode.given && spans) at_level.p2p = dev->internode.p2p;
-            message[g] = osdp_pipe_message_time(&at_level,
-                                                (double)osdp_pipe_boundary_bytes(stage_cm[s]->layout, bounds[g + 1], micro_batch));
+            message[g] = osdp_pipe_boundary_message(&at_level, dev, stage_cm[s]->layout, bounds[g + 1], micro_batch,
+                                                    stage_cm[s]->geo.residual_dtype);
         }
     }
-    osdp_status status = osdp_pipe_simulate_chunks(schedule, P, V, accum, chunk, message, out);
+    osdp_status status = osdp_pipe_simulate_messages(schedule, P, V, accum, chunk, message, out);
     if (status != OSDP_OK) return status;
     /* after the last pass, every rank's scalar all-reduce over its data group, tensor group and the pipeline */
     const int tp = stage_cm[0]->layout->tp_size > 0 ? stage_cm[0]->layout->tp_size : 1;

@@ -25,7 +25,7 @@ static osdp_status price(const osdp_pipe_choice *c, const osdp_cost_model *cm, o
     x->bubble_of_ideal = (double)(P - 1) / ((double)x->V * c->geo.accum_steps);
     for (int s = 0; s < P; s++)
         x->p2p_bytes[s] = osdp_pipe_stage_p2p_bytes_chunks(&c->layout, x->bounds, P, x->V, s, c->geo.micro_batch,
-                                                           c->geo.accum_steps);
+                                                           c->geo.accum_steps, c->geo.residual_dtype);
     return OSDP_OK;
 }
 

@@ -246,7 +246,7 @@ static osdp_status plan_stages(const osdp_device *dev, const osdp_planner_option
          * (the pipeline's step adds it once, after the passes) */
         st->busy_s = st->result.step_s - osdp_cost_step_sync_time(dev, c->geo.tp_size, c->geo.n_ranks, 1);
         st->replicated_bytes = replicated;
-        st->p2p_bytes = osdp_pipe_stage_p2p_bytes(&c->layout, c->geo.stage_bounds, P, s, b, M);
+        st->p2p_bytes = osdp_pipe_stage_p2p_bytes(&c->layout, c->geo.stage_bounds, P, s, b, M, c->geo.residual_dtype);
         if (cutoff >= 0 && isfinite(cutoff) && s + 1 < P) {   /* its own time for its bound: the rest may be left unplanned */
             busy[s] = st->busy_s;
             double bound;

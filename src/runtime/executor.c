@@ -441,27 +441,37 @@ static osdp_status compute(osdp_runtime *rt, const osdp_event *ev, int at)
 
 static size_t message_floats(const osdp_event *ev) { return ev->bytes / sizeof(float); }
 
+/* the output of the stage's last operator op: (B, T, d) fp32, what SEND_ACTS sends */
+static size_t output_floats(const osdp_runtime *rt, int op)
+{
+    return (size_t)rt->B * (size_t)rt->T * (size_t)rt->layout->op[op].width;
+}
+
+/* stage_message.c: pieces over the tensor group; a forward message under a bf16 stream crosses in bf16 */
 static osdp_status pipeline_message(osdp_runtime *rt, const osdp_event *ev)
 {
     struct osdp_runtime_internal *in = rt->in;
     const int m = ev->micro, slot = osdp_schedule_message_slot(&in->sched, ev->op, m);
+    const int bf16 = in->ctx.round_residual;
     switch (ev->kind) {
     case OSDP_EV_RECV_ACTS:
-        return osdp_comm_recv(rt->opt.pp_fwd_comm, in->stage_input[slot], message_floats(ev), OSDP_FLOAT32, in->pp_prev,
-                              NULL);
+        return osdp_stage_message_receive(rt, rt->opt.pp_fwd_comm, in->stage_input[slot], message_floats(ev), bf16,
+                                          in->pp_prev);
     case OSDP_EV_SEND_ACTS:
-        return osdp_comm_send(rt->opt.pp_fwd_comm, in->ops[ev->op].acts[m].out, message_floats(ev), OSDP_FLOAT32,
-                              in->pp_next, &in->act_send[slot]);
-    case OSDP_EV_SEND_ACTS_WAIT: return osdp_comm_wait(rt->opt.pp_fwd_comm, &in->act_send[slot]);
+        return osdp_stage_message_send(rt, rt->opt.pp_fwd_comm, in->ops[ev->op].acts[m].out, message_floats(ev), bf16,
+                                       in->pp_next, &in->act_send[slot]);
+    case OSDP_EV_SEND_ACTS_WAIT:
+        return osdp_stage_message_sent(rt, rt->opt.pp_fwd_comm, in->ops[ev->op].acts[m].out, output_floats(rt, ev->op),
+                                       bf16, &in->act_send[slot]);
     case OSDP_EV_RECV_GRAD:   /* d(output) where the operator's backward reads it */
         /* under interleaving the previous gradient send may still read the
          * current buffer: receive into the other one, which becomes current */
         if (osdp_schedule_defers_grad_send(&in->sched)) in->ws.cur = 1 - in->ws.cur;
-        return osdp_comm_recv(rt->opt.pp_bwd_comm, in->ws.dres[in->ws.cur], message_floats(ev), OSDP_FLOAT32,
-                              in->pp_next, NULL);
+        return osdp_stage_message_receive(rt, rt->opt.pp_bwd_comm, in->ws.dres[in->ws.cur], message_floats(ev), 0,
+                                          in->pp_next);
     case OSDP_EV_SEND_GRAD:   /* d(input), where the first operator's backward left it */
-        return osdp_comm_send(rt->opt.pp_bwd_comm, in->ws.dres[in->ws.cur], message_floats(ev), OSDP_FLOAT32,
-                              in->pp_prev, ev->blocking ? NULL : &in->grad_send);
+        return osdp_stage_message_send(rt, rt->opt.pp_bwd_comm, in->ws.dres[in->ws.cur], message_floats(ev), 0,
+                                       in->pp_prev, ev->blocking ? NULL : &in->grad_send);
     case OSDP_EV_SEND_GRAD_WAIT: return osdp_comm_wait(rt->opt.pp_bwd_comm, &in->grad_send);
     default: return osdp_error_set(OSDP_ERR_INTERNAL, "event %d is no pipeline message", (int)ev->kind);
     }

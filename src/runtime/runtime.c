@@ -16,30 +16,6 @@
 /* osdp_op_context.progress, between the operators' kernels (executor.c: osdp_runtime_progress) */
 static void progress_hook(void *arg) { osdp_runtime_progress(arg); }
 
-/* x (n fp32) to n bf16 in its own first 2 n bytes, rounded to nearest even:
- * element 0 alone (its one read comes before its write), then blocks
- * [s, 2s) upwards with the out-of-place convert_weights, each one's bf16
- * (bytes [2s, 4s)) over floats already narrowed, apart from its own fp32
- * (bytes [4s, 8s)).  No memory beyond the buffer: the schedule's bytes
- * stay what they are. */
-static void narrow_in_place(const osdp_compute_backend *be, float *x, size_t n)
-{
-    uint16_t *h = (uint16_t *)x;
-    if (n) be->convert_weights(h, x, 1);
-    for (size_t s = 1; s < n; s *= 2) be->convert_weights(h + s, x + s, (2 * s < n ? 2 * s : n) - s);
-}
-
-/* narrow_in_place's inverse, exact: blocks [s, 2s) downwards (each one's fp32
- * over bf16 already widened, apart from its own bf16), element 0 last */
-static void widen_in_place(const osdp_compute_backend *be, float *x, size_t n)
-{
-    const uint16_t *h = (const uint16_t *)x;
-    size_t s = 1;
-    while (2 * s < n) s *= 2;
-    for (; s >= 1 && n > 1; s /= 2) be->residual_widen(x + s, h + s, (2 * s < n ? 2 * s : n) - s);
-    if (n) be->residual_widen(x, h, 1);
-}
-
 /* A bf16 residual stream (osdp/schedule.h) moves the stream's all-reduces in
  * bf16, as Megatron-LM does (its activations are bf16): each rank's partial
  * rounded to bf16, the group's sum in fp32 rounded to bf16 (comm's bf16
@@ -51,9 +27,9 @@ static osdp_status tp_all_reduce(void *arg, float *buf, size_t n)
 {
     osdp_runtime *rt = arg;
     if (!rt->in->ctx.round_residual) return osdp_comm_all_reduce(rt->tp_comm, buf, n, OSDP_FLOAT32, NULL);
-    narrow_in_place(rt->backend, buf, n);
+    osdp_runtime_narrow_in_place(rt->backend, buf, n);
     osdp_status s = osdp_comm_all_reduce(rt->tp_comm, buf, n, OSDP_BFLOAT16, NULL);
-    if (s == OSDP_OK) widen_in_place(rt->backend, buf, n);
+    if (s == OSDP_OK) osdp_runtime_widen_in_place(rt->backend, buf, n);
     return s;
 }
 

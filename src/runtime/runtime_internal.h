@@ -87,4 +87,18 @@ static inline int osdp_runtime_node_first(const osdp_runtime *rt)
     return rt->cross_comm && rt->cross_comm->size > 1;
 }
 
+/* x (n fp32) to n bf16 in its own first 2 n bytes, and back, exactly for
+ * bf16 values (runtime.c): no memory beyond the buffer */
+void osdp_runtime_narrow_in_place(const osdp_compute_backend *be, float *x, size_t n);
+void osdp_runtime_widen_in_place(const osdp_compute_backend *be, float *x, size_t n);
+/* The pipeline's messages (stage_message.c): buf holds n fp32 elements, the
+ * same on every rank of the tensor group; narrow 1: they cross in bf16 (a
+ * forward message under a bf16 residual stream).  The send may be
+ * non-blocking (req); its wait (osdp_stage_message_sent) restores buf. */
+osdp_status osdp_stage_message_send(osdp_runtime *rt, osdp_comm *pp, float *buf, size_t n, int narrow, int peer,
+                                    osdp_request *req);
+osdp_status osdp_stage_message_sent(osdp_runtime *rt, osdp_comm *pp, float *buf, size_t n, int narrow,
+                                    osdp_request *req);
+osdp_status osdp_stage_message_receive(osdp_runtime *rt, osdp_comm *pp, float *buf, size_t n, int narrow, int peer);
+
 #endif

@@ -366,7 +366,13 @@ static osdp_status backward_pass(builder *b)
     const int lo = b->sc->chunk_lo[b->chunk], hi = b->sc->chunk_hi[b->chunk], n = b->sc->layout->n_ops;
     for (int op = hi - 1; op >= lo; op--) {
         const int rc = b->sc->ops[op].recompute, sends_output = op == hi - 1 && hi < n;
-        if (sends_output) TRY(message(b, OSDP_EV_RECV_GRAD, op, op));
+        if (sends_output) {
+            TRY(message(b, OSDP_EV_RECV_GRAD, op, op));
+            /* the output's send, whose message the next stage has used since (this is its gradient): waited
+             * before anything reads or writes the buffer again (a bf16 message narrowed it in place until
+             * this wait, stage_message.c; the recomputed forward writes KEPT again) */
+            TRY(emit(b, (osdp_event){.kind = OSDP_EV_SEND_ACTS_WAIT, .op = op}));
+        }
         if (op == hi - 1) TRY(grad_send_wait(b));   /* the previous pass's, before the compute writes the workspace */
         const int widen = osdp_schedule_kept_narrow(b->sc, op - 1);   /* its input again, for this pass */
         if (widen) TRY(emit_buffer(b, OSDP_EV_ALLOC, OSDP_BUF_KEPT_WIDE, op - 1, 0));
@@ -385,8 +391,6 @@ static osdp_status backward_pass(builder *b)
             TRY(grad_send(b, op));
             TRY(emit_buffer(b, OSDP_EV_FREE, OSDP_BUF_STAGE_INPUT, op, 0));
         }
-        /* the output's send completes before its buffer goes (ACTS, or KEPT under recompute) */
-        if (sends_output) TRY(emit(b, (osdp_event){.kind = OSDP_EV_SEND_ACTS_WAIT, .op = op}));
         TRY(emit_buffer(b, OSDP_EV_FREE, OSDP_BUF_ACTS, op, 0));
         if (rc) TRY(emit_buffer(b, OSDP_EV_FREE, OSDP_BUF_KEPT, op, 0));
         if (widen) TRY(emit_buffer(b, OSDP_EV_FREE, OSDP_BUF_KEPT_WIDE, op - 1, 0));

@@ -323,6 +323,58 @@ START_TEST(test_device_p2p)
 }
 END_TEST
 
+/* Megatron-LM's messages (src/runtime/stage_message.c): on TP 2 each rank
+ * sends half of the b T d elements, the forward in 2 bytes under a bf16
+ * stream, the backward in 4; the receiving group gathers the halves at
+ * [tp_all_reduce]'s figures; the pieces of an uneven message; and the
+ * simulated step with the two directions and the gathers apart, by hand. */
+START_TEST(test_messages_pieces_and_bf16)
+{
+    /* pieces: 10 elements over 4 ranks: 2, 2, 2 and the last 2 + 2; one rank: the whole */
+    const size_t at[4] = {0, 2, 4, 6}, count[4] = {2, 2, 2, 4};
+    for (int r = 0; r < 4; r++) {
+        const osdp_pipe_piece piece = osdp_pipe_piece_of(10, 4, r);
+        ck_assert(piece.at == at[r] && piece.count == count[r]);
+    }
+    ck_assert(osdp_pipe_piece_of(10, 1, 0).at == 0 && osdp_pipe_piece_of(10, 1, 0).count == 10);
+
+    osdp_model_config cfg;
+    load_config(&cfg, "tiny");
+    osdp_layout L;
+    ck_assert(osdp_layout_build_tp(&L, &cfg, 32, 2, 1) == OSDP_OK);
+    const int first = 2, b = 3;
+    const size_t n = (size_t)b * 32 * (size_t)L.op[first - 1].width;   /* the boundary's b T d elements */
+    ck_assert_uint_eq(osdp_pipe_boundary_bytes(&L, first, b), n * 4);   /* the buffer stays fp32 */
+    ck_assert_uint_eq(osdp_pipe_message_bytes(&L, first, b, OSDP_FLOAT32, 0, 0), n / 2 * 4);
+    ck_assert_uint_eq(osdp_pipe_message_bytes(&L, first, b, OSDP_BFLOAT16, 0, 1), n / 2 * 2);
+    ck_assert_uint_eq(osdp_pipe_message_bytes(&L, first, b, OSDP_BFLOAT16, 1, 0), n / 2 * 4);
+    const int bounds[3] = {0, first, L.n_ops}, M = 5;
+    ck_assert_int_eq(osdp_pipe_stage_p2p_bytes(&L, bounds, 2, 0, b, M, OSDP_BFLOAT16), (long long)M * (long long)n);
+    ck_assert_int_eq(osdp_pipe_stage_p2p_bytes(&L, bounds, 2, 1, b, M, OSDP_BFLOAT16), 2LL * M * (long long)n);
+
+    osdp_device d;
+    ck_assert_msg(parse_with(&d, "[tp_all_reduce]\nalpha = 7e-6\nbeta = 3e-11\n[p2p]\nalpha = 2e-5\nbeta = 5e-10\n")
+                  == OSDP_OK, "%s", osdp_error_message());
+    const osdp_pipe_message m = osdp_pipe_boundary_message(&d, &d, &L, first, b, OSDP_BFLOAT16);
+    ck_assert(close_rel(m.forward_s, 2e-5 + (double)n * 5e-10, 1e-12));
+    ck_assert(close_rel(m.backward_s, 2e-5 + 2.0 * (double)n * 5e-10, 1e-12));
+    ck_assert(close_rel(m.forward_gather_s, 7e-6 + (double)n * 3e-11, 1e-12));
+    ck_assert(close_rel(m.backward_gather_s, 7e-6 + 2.0 * (double)n * 3e-11, 1e-12));
+    osdp_layout_free(&L);
+
+    /* P 2, M 1, f 1, b 2; forward c 0.1 + gather 0.05, backward c 0.2 + gather 0.03.  Stage 1's forward
+     * starts at max(0 + 0.1, 1) + 0.05, its backward at 2.05 and ends 4.05, its gradient send holds it to
+     * 4.25; stage 0's backward starts at max(1 + 0.2, 4.05) + 0.03 = 4.08 and ends 6.08: the step */
+    const osdp_pipe_stage_cost st[2] = {{1, 2, 0, 0}, {1, 2, 0, 0}};
+    const osdp_pipe_message msg[1] = {{.forward_s = 0.1, .backward_s = 0.2, .forward_gather_s = 0.05,
+                                       .backward_gather_s = 0.03}};
+    osdp_pipe_timing t;
+    ck_assert_msg(osdp_pipe_simulate_messages(OSDP_PIPE_1F1B, 2, 1, 1, st, msg, &t) == OSDP_OK, "%s",
+                  osdp_error_message());
+    ck_assert(close_rel(t.step_s, 6.08, 1e-12) && close_rel(t.end_s[1], 4.25, 1e-12));
+}
+END_TEST
+
 /* a stage's passes share its operators' T_i: M (forward + backward) = sum
  * T_i; with one stage the pipeline's step is the flat step time */
 START_TEST(test_stage_passes_and_one_stage)
@@ -391,9 +443,9 @@ START_TEST(test_stage_passes_and_one_stage)
     /* messages: b T d fp32 of the boundary's operator before it, M each way */
     const int bounds3[4] = {0, 2, 4, L.n_ops};
     ck_assert_uint_eq(osdp_pipe_boundary_bytes(&L, 2, 3), (size_t)3 * 64 * 64 * 4);
-    ck_assert_int_eq(osdp_pipe_stage_p2p_bytes(&L, bounds3, 3, 0, 3, M), (long long)M * 3 * 64 * 64 * 4);
-    ck_assert_int_eq(osdp_pipe_stage_p2p_bytes(&L, bounds3, 3, 1, 3, M), 2LL * M * 3 * 64 * 64 * 4);
-    ck_assert_int_eq(osdp_pipe_stage_p2p_bytes(&L, bounds3, 3, 2, 3, M), (long long)M * 3 * 64 * 64 * 4);
+    ck_assert_int_eq(osdp_pipe_stage_p2p_bytes(&L, bounds3, 3, 0, 3, M, OSDP_FLOAT32), (long long)M * 3 * 64 * 64 * 4);
+    ck_assert_int_eq(osdp_pipe_stage_p2p_bytes(&L, bounds3, 3, 1, 3, M, OSDP_FLOAT32), 2LL * M * 3 * 64 * 64 * 4);
+    ck_assert_int_eq(osdp_pipe_stage_p2p_bytes(&L, bounds3, 3, 2, 3, M, OSDP_FLOAT32), (long long)M * 3 * 64 * 64 * 4);
     osdp_plan_free(&p);
     osdp_layout_free(&L);
 }
@@ -662,7 +714,7 @@ static Suite *planner_pp_suite(void)
     const TTest *sim[] = {test_hand_built_two_stages, test_unbalanced_by_hand, test_step_work_by_hand, test_bubble_closed_form,
                          NULL};
     const TTest *split[] = {test_balanced_split_is_optimal, test_balanced_split_ties, test_planner_stage_split, NULL};
-    const TTest *model[] = {test_device_p2p, test_stage_passes_and_one_stage, test_in_flight_peak,
+    const TTest *model[] = {test_device_p2p, test_messages_pieces_and_bf16, test_stage_passes_and_one_stage, test_in_flight_peak,
                             test_stage_peak_is_the_schedule, NULL};
     const TTest *planner[] = {test_pipeline_one_stage_is_flat, test_pipeline_plans, test_pipeline_no_fit_recompute_auto,
                               NULL};

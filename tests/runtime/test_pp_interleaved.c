@@ -182,8 +182,8 @@ START_TEST(test_bubble)
     osdp_layout L;
     load_layout(&L, "tests/inputs/t_ic.ini", 8);   /* 8 operators */
     const int eight[] = {0, 2, 4, 6, 8};
-    const long long plain = osdp_pipe_stage_p2p_bytes(&L, (const int[]){0, 4, 8}, 2, 0, 2, 4);
-    const long long chunks = osdp_pipe_stage_p2p_bytes_chunks(&L, eight, 2, 2, 0, 2, 4);
+    const long long plain = osdp_pipe_stage_p2p_bytes(&L, (const int[]){0, 4, 8}, 2, 0, 2, 4, OSDP_FLOAT32);
+    const long long chunks = osdp_pipe_stage_p2p_bytes_chunks(&L, eight, 2, 2, 0, 2, 4, OSDP_FLOAT32);
     ck_assert_int_eq(plain, 4LL * 2 * 8 * L.op[3].width * 4);   /* M B T d fp32, d of the operator before the boundary */
     /* stage 0 of P 2, V 2: chunk 0's output (d 32), chunk 2's output (after op 5: d 32) and chunk 2's input gradient
      * (after op 3: d 48) */

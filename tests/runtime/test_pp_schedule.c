@@ -139,9 +139,10 @@ static size_t check_step(const osdp_schedule *sc, int P, int s, int M, int B)
             ck_assert_int_eq(ev->op, hi - 1);
             sent_fwd += ev->bytes;
             break;
-        case OSDP_EV_SEND_ACTS_WAIT: {   /* before the output's buffer goes */
-            const osdp_event *next = &sc->micro[e + 1];
-            ck_assert(next->kind == OSDP_EV_FREE && next->op == hi - 1 && next->micro == ev->micro);
+        case OSDP_EV_SEND_ACTS_WAIT: {   /* once its gradient is back, before the output's buffer is used again */
+            const osdp_event *prev = &sc->micro[e - 1];
+            ck_assert(e > 0 && prev->kind == OSDP_EV_RECV_GRAD && prev->op == hi - 1 && prev->micro == ev->micro);
+            ck_assert(held[OSDP_BUF_ACTS][hi - 1][ev->micro] || held[OSDP_BUF_KEPT][hi - 1][ev->micro]);
             send_waits++;
             break;
         }

@@ -12,7 +12,15 @@
 #      1F1B's bound: over 8 micro-batches on PP 4, stage s holds 4 - s
 #      micro-batches' activations where GPipe holds 8 (the activation peaks'
 #      ratio, exact)
-#   5. p2p bytes per step on rank 0 (stage 0) = M B T d x 4, in M sends
+#   5. p2p bytes per step on rank 0 (stage 0) = M B T d x 4, in M sends;
+#      with TP t each rank sends its 1/t piece (Megatron-LM's scatter/gather,
+#      src/runtime/stage_message.c) and its tensor group all-gathers the
+#      gradients it receives (M B T d x 4 logical); under a bf16 residual
+#      stream the activations cross in 2 bytes (M B T d x 2 / t)
+#   8. the messages move data only: PP 2 x TP 2 (4 ranks) and PP 2 x TP 2 x
+#      DP 2 (8 ranks) give bitwise the losses of TP 2 (2 ranks) and TP 2 x
+#      DP 2 (4 ranks) on the same micro-batches, with the fp32 and with the
+#      bf16 residual stream (recompute all on 8 ranks)
 #   6. a rank stopped mid-pipeline: every rank stops within the time-out
 #      with a message naming the pending receive or collective
 #   7. bad --pp / --stages / --schedule / --plan auto: a message naming the
@@ -50,6 +58,9 @@ run 4 pp2dp2 --pp 2 --batch 2 --plan dp --steps $STEPS --stages 0:3,3:6 --val-da
 run 4 pp2tp2 --pp 2 --tp 2 --batch 2 --plan dp --steps $STEPS
 run 4 pp4 --pp 4 --batch 2 --plan zdp --steps $STEPS
 run 8 pp2tp2dp2 --pp 2 --tp 2 --batch 2 --plan zdp --steps $STEPS
+BF16="--precision bf16 --residual-dtype bf16"
+run 4 pp2tp2_bf16 --pp 2 --tp 2 --batch 2 --plan dp --steps $STEPS $BF16
+run 8 pp2tp2dp2_bf16 --pp 2 --tp 2 --batch 2 --plan zdp --steps $STEPS $BF16 --recompute all
 for mesh in pp2dp2 pp2tp2 pp4 pp2tp2dp2; do
     if [ "$(field "$WORK/$mesh.log" loss | wc -l)" = $STEPS ] && agree loss "$WORK/$mesh.log" "$WORK/ref.log"; then
         ok "$mesh (tp $(config_field "$WORK/$mesh.log" tp) x dp $(config_field "$WORK/$mesh.log" dp) x pp $(config_field "$WORK/$mesh.log" pp), stages $(config_field "$WORK/$mesh.log" stages)): $STEPS losses within 1e-5 of 1 rank (last $(field "$WORK/$mesh.log" loss | tail -1) vs $(field "$WORK/ref.log" loss | tail -1))"
@@ -95,7 +106,7 @@ for log in "$WORK"/pp*.log "$WORK"/bound_*.log; do
     stages_ok "$log" || mem_ok=0
     runs=$((runs + 1))
 done
-[ $mem_ok = 1 ] && [ $runs = 10 ] &&
+[ $mem_ok = 1 ] && [ $runs = 12 ] &&
     ok "memory: measured = predicted on every rank of every stage, per category and in total ($runs runs, both schedules)" ||
     bad "memory per stage ($runs runs)"
 bound_ok=1; held=""
@@ -110,15 +121,22 @@ done
     ok "1F1B bound over 8 micro-batches on PP 4: stage s holds 4 - s micro-batches' activations, GPipe 8 (1F1B vs GPipe:$held)" ||
     bad "1F1B's in-flight bound:$held"
 
-# -- 5. p2p bytes: rank 0 (stage 0) sends each micro-batch's output forward, M B T d floats in M messages
+# -- 5. p2p bytes: rank 0 (stage 0) sends each micro-batch's output forward, M B T d elements in M messages,
+#       its 1/t piece of them in the stream's bytes (4, or 2 under a bf16 stream); with TP its tensor group
+#       all-gathers each gradient it receives, M B T d x 4 bytes (logical) in M calls
 p2p_ok=1
-for spec in pp2dp2:2:2 pp4:4:2 pp2tp2:4:2 bound_1f1b:8:1; do
-    IFS=: read -r log m b <<< "$spec"
-    [ "$(field "$WORK/$log.log" p2p_bytes | sort -u)" = $((m * b * SEQ * D * 4)) ] &&
-        [ "$(field "$WORK/$log.log" p2p_calls | sort -u)" = "$m" ] || { p2p_ok=0; echo "    $log: p2p $(field "$WORK/$log.log" p2p_bytes | sort -u) B in $(field "$WORK/$log.log" p2p_calls | sort -u) calls, closed form $((m * b * SEQ * D * 4)) in $m"; }
+for spec in pp2dp2:2:2:1:4 pp4:4:2:1:4 pp2tp2:4:2:2:4 bound_1f1b:8:1:1:4 pp2tp2dp2:2:2:2:4 pp2tp2_bf16:4:2:2:2 \
+            pp2tp2dp2_bf16:2:2:2:2; do
+    IFS=: read -r log m b t w <<< "$spec"
+    gathered=$((t > 1 ? m * b * SEQ * D * 4 : 0))
+    [ "$(field "$WORK/$log.log" p2p_bytes | sort -u)" = $((m * b * SEQ * D * w / t)) ] &&
+        [ "$(field "$WORK/$log.log" p2p_calls | sort -u)" = "$m" ] &&
+        [ "$(field "$WORK/$log.log" tp_ag_bytes | sort -u)" = $gathered ] &&
+        [ "$(field "$WORK/$log.log" tp_ag_calls | sort -u)" = $((t > 1 ? m : 0)) ] ||
+        { p2p_ok=0; echo "    $log: p2p $(field "$WORK/$log.log" p2p_bytes | sort -u) B in $(field "$WORK/$log.log" p2p_calls | sort -u) calls, tp all-gather $(field "$WORK/$log.log" tp_ag_bytes | sort -u) B; closed form $((m * b * SEQ * D * w / t)) in $m, $gathered"; }
 done
 [ "$(field "$WORK/ref.log" p2p_bytes | sort -u)" = 0 ] || p2p_ok=0
-[ $p2p_ok = 1 ] && ok "p2p per step on stage 0 = M B T d x 4 bytes in M sends (4 runs; PP 2 x DP 2: $(field "$WORK/pp2dp2.log" p2p_bytes | tail -1) B); none at 1 rank" ||
+[ $p2p_ok = 1 ] && ok "p2p per step on stage 0 = M B T d x 4 / t bytes in M sends, x 2 / t under a bf16 stream, + M tensor all-gathers of B T d x 4 (7 runs; PP 2 x TP 2: $(field "$WORK/pp2tp2.log" p2p_bytes | tail -1) B, bf16 stream $(field "$WORK/pp2tp2_bf16.log" p2p_bytes | tail -1) B, gathered $(field "$WORK/pp2tp2.log" tp_ag_bytes | tail -1) B); none at 1 rank" ||
     bad "p2p closed form"
 
 # -- 6. a rank stopped mid-pipeline (the last stage's): the others give up within the time-out
@@ -167,5 +185,22 @@ refused schedule 2 "--schedule" --plan dp --pp 2 --schedule zigzag
 refused ranks 4 "--pp 3" --plan dp --pp 3
 refused auto 2 "--plan auto with a pipeline (--pp) needs --global-batch" --plan auto --pp 2
 refused pp_auto 2 "--pp auto needs --plan auto" --plan dp --pp auto
+
+# -- 8. the messages move data only (Megatron-LM's scatter/gather, bf16 activations under a bf16 stream):
+#       the pipeline on the same micro-batches as its tensor group alone (M = 4 of 2 on TP 2; M = 2 of 2 on
+#       TP 2 x DP 2) gives the same bits
+run 2 tp2 --tp 2 --batch 2 --plan dp --steps $STEPS
+run 4 tp2dp2 --tp 2 --batch 2 --plan zdp --steps $STEPS
+run 2 tp2_bf16 --tp 2 --batch 2 --plan dp --steps $STEPS $BF16
+run 4 tp2dp2_bf16 --tp 2 --batch 2 --plan zdp --steps $STEPS $BF16
+same_ok=1
+for pair in pp2tp2:tp2 pp2tp2dp2:tp2dp2 pp2tp2_bf16:tp2_bf16 pp2tp2dp2_bf16:tp2dp2_bf16; do
+    a=${pair%:*}; b=${pair#*:}
+    [ "$(losses "$WORK/$a.log" | wc -l)" = $STEPS ] && [ "$(losses "$WORK/$a.log")" = "$(losses "$WORK/$b.log")" ] ||
+        { same_ok=0; echo "    $a against $b:"; paste <(losses "$WORK/$a.log") <(losses "$WORK/$b.log") | head -3; }
+done
+[ $same_ok = 1 ] &&
+    ok "PP 2 x TP 2 (4 ranks) and PP 2 x TP 2 x DP 2 (8 ranks), fp32 and bf16 stream: $STEPS losses bitwise those of TP 2 and TP 2 x DP 2 without the pipeline (the pieces gathered are the messages, bit for bit)" ||
+    bad "the pipeline's messages changed the numbers"
 
 summary test_pp
