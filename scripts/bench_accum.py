@@ -152,9 +152,9 @@ def main():
     if held < total:
         # what the rows outside 15% measured (doc/benchmarks.md, "Gradient accumulation on emulated nodes")
         lines.append("* outside 15%: 4 ranks share this machine's 2 cores (each emulated node of 2 ranks one core) with "
-                     "other users' load; the compute a step needs is the profiler's, every operator timed with all ranks "
-                     "in lockstep (the slowest rank), and an in-node reduce-scatter is waited while the rank that shares "
-                     "the core computes: neither is a real node's, where each rank has its own core or GPU")
+                     "other users' load, which changes between a round's profile and its runs (the compute a step needs "
+                     "is the profile's, measured up to minutes before), and an in-node reduce-scatter is waited while the "
+                     "rank that shares the core computes: neither is a real node's, where each rank has its own core or GPU")
     for name, _, _, _ in meshes:
         (me, pe), (mo, po) = best[(name, "every")], best[(name, "once")]
         lines.append("%s: reduce-once %s than reduce-every by %.1f%% measured, %.1f%% predicted" % (

@@ -19,9 +19,8 @@
  *   gamma: per operator type, the summed forward + backward time of the
  *   model's operators of that type in whole-model passes (time_model: each
  *   operator with its own buffers, as a training step runs them; every rank
- *   at once, in lockstep, the slowest rank (where ranks share the machine's
- *   cores, from the common start to the last one's end: core_sharing);
- *   median of the passes) at
+ *   at once, each its operators back to back; each rank's median pass, the
+ *   median rank) at
  *   micro-batches b = 1, 2, 4, 8 (the range the scheduler picks from on
  *   CPU); a least-squares line through that time against b T F summed over
  *   the type's operators (F: osdp_cost_op_flops), weighted by relative
@@ -31,9 +30,12 @@
  *   fastest run of each rank, averaged over ranks: repeated alone, an
  *   operator finds its weights hot in cache; on a shared or oversubscribed
  *   node one rank often runs alone for a moment, so the best run measures
- *   an idle machine; and the average hides the rank the others wait for.
- *   Predicted steps came out tens of % (oversubscribed: several times) too
- *   fast.
+ *   an idle machine.  Predicted steps came out tens of % (oversubscribed:
+ *   several times) too fast.  Why not every operator in lockstep, the
+ *   slowest rank (until 2026-11): see time_model; a step's ranks compute
+ *   between their collectives as the passes here do.
+ *   step: the optimizer on the shards and zeroing the full gradients, per
+ *   element, timed the same way (time_step_work).
  *   mem_limit: --mem-limit, or the node's physical memory / ranks per node;
  *   with --backend cuda, the GPU's free memory (the smallest over the ranks)
  *   right after the NCCL communicator's warm-up, less OSDP_DEVICE_MEM_MARGIN
@@ -96,24 +98,15 @@ static fit line_fit(const double *x, const double *y, const double *w, int n, in
     return f;
 }
 
-/* The compute timings' synchronisation.  Every timing starts at a barrier
- * over the world.  Where this machine's ranks x threads outnumber its cores
- * (emulated ranks, make check), ranks that share a core take turns
- * within an operator: each measured only its own run, which hid the wait
- * (at micro-batch 1 four ranks on two cores timed an operator as one rank
- * alone, at 8 as 1.9x), and a training step, whose ranks compute back to
- * back, took 30% longer than predicted.  There a timing also ends at a
- * barrier over the machine's ranks, so that it spans from the common start
- * to the last of them.  Both barriers wait as the comm layer's calls do,
- * yielding the core (MPI's own barrier spins on it). */
-typedef struct core_sharing {
-    osdp_comm *world;     /* every rank */
-    osdp_comm *machine;   /* the ranks on this machine when they outnumber its cores, else NULL */
-} core_sharing;
+/* an operator type's time over the ranks: the fastest and the slowest rank's */
+typedef struct rank_spread { double lo, hi; } rank_spread;
 
-static osdp_status core_sharing_wait(const core_sharing *cores)
+/* The median of v[0..n-1] (sorts v): the middle value, or the mean of the
+ * two middle ones */
+static double median_of(double *v, int n)
 {
-    return cores->machine ? osdp_comm_barrier(cores->machine) : OSDP_OK;
+    qsort(v, (size_t)n, sizeof *v, osdp_profile_cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 /* The whole model's forward (ops 0..n-1) then backward (n-1..0) at
@@ -121,28 +114,46 @@ static osdp_status core_sharing_wait(const core_sharing *cores)
  * activations, as in a training step: an operator finds its weights and its
  * input wherever the previous operators left the caches, not hot from its
  * own previous run (timed alone and repeated, mlp of bench_l4_d512 ran 40%
- * faster than inside a step).  Every rank at once, a barrier before each
- * operator's forward and backward (the collectives between operators keep
- * the ranks in step; core_sharing: and one after it where ranks share
- * cores), and an operator's time is its slowest rank's.
- * by_type[t] gets, for each type, the median over reps of the summed
- * forward + backward time of the operators of that type (collective: every
- * rank must call it, and gets the same answer). */
+ * faster than inside a step).  Every rank at once, each pass starting at a
+ * barrier, then as a step's ranks compute: each rank its operators back to
+ * back, each timed on the rank's own clock (on a GPU by its events).  Where
+ * ranks share a core, a pass long against the scheduler's time slices has
+ * its operators' times include the rank's share of the other ranks' turns
+ * on the core, as a step's do (a pass shorter than a slice may run alone:
+ * measured as an idle core's).  Not a barrier around each operator and its
+ * time from the common start to the last rank's end, the slowest rank (until
+ * 2026-11): that paid a time slice of the scheduler per operator, which a
+ * step, whose ranks meet only at collectives, does not (4 ranks on 2 cores,
+ * bench_l6_d256 at T 32 and b = 1: embed's and head's forward + backward
+ * timed 9 to 16 ms in lockstep against about 0.5 ms back to back; the whole pass
+ * 197 to 268 ms against 99 to 148 ms, the two ways alternated in one run;
+ * doc/benchmarks.md, "Gradient accumulation on emulated nodes").
+ * by_type[t] gets, for each type, the median over the ranks of each rank's
+ * median over reps of its summed forward + backward time of the operators of
+ * that type (a typical rank: the slowest is the one that another job on the
+ * machine happened to hit), spread[t] the fastest and slowest rank's
+ * (collective: every rank must call it, and gets the same answer). */
 static osdp_status time_model(const osdp_compute_backend *be, const osdp_layout *L, int B, int reps,
-                              const core_sharing *cores, double by_type[OSDP_N_OP_TYPES])
+                              osdp_comm *world, double by_type[OSDP_N_OP_TYPES],
+                              rank_spread spread[OSDP_N_OP_TYPES])
 {
     const int n = L->n_ops;
     const size_t bt = (size_t)B * (size_t)L->T, nws = osdp_workspace_floats(L, B);
     float **w = calloc((size_t)n, sizeof *w), **g = calloc((size_t)n, sizeof *g), **act = calloc((size_t)n, sizeof *act);
     osdp_op_acts *a = calloc((size_t)n, sizeof *a);
     double *t = calloc((size_t)(reps + 1) * OSDP_N_OP_TYPES, sizeof *t);
+    int n_ranks = 1;
+    MPI_Comm_size(MPI_COMM_WORLD, &n_ranks);
+    double *ranks_t = malloc((size_t)n_ranks * OSDP_N_OP_TYPES * sizeof *ranks_t),
+           *one_type = malloc((size_t)n_ranks * sizeof *one_type);
     float *ws_base = be->alloc(nws * sizeof(float)), *host = malloc(L->max_op_numel * sizeof(float));
     int *tok = malloc(bt * sizeof(int));
     /* the head's staging (a fused or vocab-parallel cross-entropy), as the runtime's */
     const size_t staging_floats = (size_t)B * L->op[n - 1].tp_floats_per_seq;
     float *staging = staging_floats ? be->alloc(staging_floats * sizeof(float)) : NULL;
     osdp_status s = OSDP_OK;
-    if (!w || !g || !act || !a || !t || !ws_base || !host || !tok || (staging_floats && !staging)) s = OSDP_ERR_OOM;
+    if (!w || !g || !act || !a || !t || !ranks_t || !one_type || !ws_base || !host || !tok || (staging_floats && !staging))
+        s = OSDP_ERR_OOM;
     for (int i = 0; i < n && s == OSDP_OK; i++) {
         const osdp_op_layout *o = &L->op[i];
         w[i] = be->alloc(o->numel * sizeof(float));
@@ -181,35 +192,45 @@ static osdp_status time_model(const osdp_compute_backend *be, const osdp_layout 
         be->to_device(a[n - 1].tokens, tok, bt * sizeof(int));
         be->fill_zero(ws_base, nws * sizeof(float));
         ws.cur = 0;
+        be->synchronize();
+        if ((s = osdp_comm_barrier(world)) != OSDP_OK) goto done;
         for (int u = 0; u < 2 * n; u++) { /* u < n: forward of op u; else backward of op 2n-1-u */
             int i = u < n ? u : 2 * n - 1 - u;
             const float *in = i > 0 ? a[i - 1].out : NULL;
-            if (u >= n) be->fill_zero(g[i], L->op[i].numel * sizeof(float)); /* backward accumulates */
+            /* backward accumulates; zeroed outside the operator's time, as the step zeroes its gradients */
+            if (u >= n) be->fill_zero(g[i], L->op[i].numel * sizeof(float));
             be->synchronize();
-            if ((s = osdp_comm_barrier(cores->world)) != OSDP_OK) goto done;
             double t0 = osdp_now_seconds();
             if (be->timer_start) be->timer_start();   /* the device's clock around the operator's kernels */
             if (u < n) osdp_op_forward(&ctx, i, w[i], in, &a[i]);
             else osdp_op_backward(&ctx, i, w[i], g[i], in, &a[i], &ws, 1.0f / (float)bt);
-            double slowest;
+            double took;
             if (be->timer_stop) {
-                slowest = be->timer_stop();
+                took = be->timer_stop();
             } else {
                 be->synchronize();
-                if ((s = core_sharing_wait(cores)) != OSDP_OK) goto done;
-                slowest = osdp_now_seconds() - t0;
+                took = osdp_now_seconds() - t0;
             }
-            if ((s = osdp_comm_max_double(&(MPI_Comm){MPI_COMM_WORLD}, &slowest, "profile: all-reduce of an operator's "
-                                          "times")) != OSDP_OK)
-                goto done;
-            tr[L->op[i].type] += slowest;
+            tr[L->op[i].type] += took;
         }
     }
+    /* each rank's median pass, then the median rank */
+    double mine[OSDP_N_OP_TYPES];
     for (int k = 0; k < OSDP_N_OP_TYPES; k++) {
         double v[OSDP_PROFILE_MAX_REPS];
         for (int r = 1; r <= reps; r++) v[r - 1] = t[(size_t)r * OSDP_N_OP_TYPES + (size_t)k];
-        qsort(v, (size_t)reps, sizeof *v, osdp_profile_cmp_double);
-        by_type[k] = v[reps / 2];
+        mine[k] = median_of(v, reps);
+    }
+    if (MPI_Allgather(mine, OSDP_N_OP_TYPES, MPI_DOUBLE, ranks_t, OSDP_N_OP_TYPES, MPI_DOUBLE, MPI_COMM_WORLD)
+        != MPI_SUCCESS) {
+        s = osdp_error_set(OSDP_ERR_COMM, "profile: all-gather of the operators' times failed");
+        goto done;
+    }
+    for (int k = 0; k < OSDP_N_OP_TYPES; k++) {
+        for (int q = 0; q < n_ranks; q++) one_type[q] = ranks_t[(size_t)q * OSDP_N_OP_TYPES + (size_t)k];
+        by_type[k] = median_of(one_type, n_ranks);
+        spread[k].lo = one_type[0];   /* sorted by median_of */
+        spread[k].hi = one_type[n_ranks - 1];
     }
 done:
     for (int i = 0; i < n; i++) {
@@ -219,25 +240,30 @@ done:
     }
     if (ws_base) be->free(ws_base);
     if (staging) be->free(staging);
-    free(w); free(g); free(act); free(a); free(t); free(host); free(tok);
+    free(w); free(g); free(act); free(a); free(t); free(ranks_t); free(one_type); free(host); free(tok);
     return s;
 }
 
-/* The work of a step outside the operators, per element (median over reps of
- * the slowest rank): the optimizer step on this rank's shards of the whole
- * model (AdamW, the gradient norm's sum of squares, the reduce-scatter
- * result copied into the gradient shard), and zeroing the full gradients
- * before each backward (collective). */
+/* The work of a step outside the operators, per element: the optimizer step
+ * on this rank's shards of the whole model (AdamW, the gradient norm's sum
+ * of squares, the reduce-scatter result copied into the gradient shard),
+ * and zeroing the full gradients before each backward.  As time_model: every
+ * rank at once from a barrier, each its reps back to back on its own clock
+ * (a rank that shares its core pays its share of the other ranks' turns, as
+ * in a step); each rank's median, the median rank (collective). */
 static osdp_status time_step_work(const osdp_compute_backend *be, const osdp_layout *L, int n_ranks, int reps,
-                                  const core_sharing *cores, double *per_shard, double *per_full)
+                                  osdp_comm *world, double *per_shard, double *per_full)
 {
     size_t full = 0;
     for (int i = 0; i < L->n_ops; i++) full += osdp_padded_numel_quantum(L->op[i].numel, n_ranks, be->pad_quantum);
     size_t shard = full / (size_t)n_ranks;
     float *st = be->alloc(5 * shard * sizeof(float)), *grads = be->alloc(full * sizeof(float));
-    if (!st || !grads) {
+    double *ranks_t = malloc(2 * (size_t)n_ranks * sizeof *ranks_t), *one = malloc((size_t)n_ranks * sizeof *one);
+    if (!st || !grads || !ranks_t || !one) {
         if (st) be->free(st);
         if (grads) be->free(grads);
+        free(ranks_t);
+        free(one);
         return osdp_error_set(OSDP_ERR_OOM, "profile: out of memory for the optimizer state (%zu elements)", shard);
     }
     be->fill_zero(st, 5 * shard * sizeof(float));
@@ -245,39 +271,37 @@ static osdp_status time_step_work(const osdp_compute_backend *be, const osdp_lay
     double to[OSDP_PROFILE_MAX_REPS], tz[OSDP_PROFILE_MAX_REPS];
     osdp_optim_config oc;   /* train's defaults: the update a step makes */
     osdp_optim_defaults(&oc);
-    osdp_status s = OSDP_OK;
+    be->synchronize();
+    osdp_status s = osdp_comm_barrier(world);
     for (int r = 0; r <= reps && s == OSDP_OK; r++) {   /* r = 0: warm-up */
-        be->synchronize();
-        if ((s = osdp_comm_barrier(cores->world)) != OSDP_OK) break;
         double t0 = osdp_now_seconds();
         be->copy(st + shard, st + 4 * shard, shard * sizeof(float));
         (void)be->sum_squares(st + shard, shard);
         be->adamw(st, st + shard, st + 2 * shard, st + 3 * shard, shard, oc.lr, oc.beta1, oc.beta2, oc.eps,
                   oc.weight_decay, 1.0f, r + 1);
         be->synchronize();
-        if ((s = core_sharing_wait(cores)) != OSDP_OK) break;
         double t1 = osdp_now_seconds();
         be->fill_zero(grads, full * sizeof(float));
         be->synchronize();
-        if ((s = core_sharing_wait(cores)) != OSDP_OK) break;
-        double slowest[2] = {t1 - t0, osdp_now_seconds() - t1};
-        MPI_Comm world = MPI_COMM_WORLD;
-        for (int k = 0; k < 2 && s == OSDP_OK; k++)
-            s = osdp_comm_max_double(&world, &slowest[k], "profile: all-reduce of the step work's times");
-        if (r > 0) { to[r - 1] = slowest[0]; tz[r - 1] = slowest[1]; }
+        if (r > 0) { to[r - 1] = t1 - t0; tz[r - 1] = osdp_now_seconds() - t1; }
     }
-    if (s != OSDP_OK) {
-        be->free(st);
-        be->free(grads);
-        return s;
+    double mine[2] = {median_of(to, reps), median_of(tz, reps)};
+    if (s == OSDP_OK && MPI_Allgather(mine, 2, MPI_DOUBLE, ranks_t, 2, MPI_DOUBLE, MPI_COMM_WORLD) != MPI_SUCCESS)
+        s = osdp_error_set(OSDP_ERR_COMM, "profile: all-gather of the step work's times failed");
+    if (s == OSDP_OK) {
+        double typical[2];
+        for (int k = 0; k < 2; k++) {
+            for (int q = 0; q < n_ranks; q++) one[q] = ranks_t[2 * (size_t)q + (size_t)k];
+            typical[k] = median_of(one, n_ranks);
+        }
+        *per_shard = typical[0] / (double)shard;
+        *per_full = typical[1] / (double)full;
     }
-    qsort(to, (size_t)reps, sizeof *to, osdp_profile_cmp_double);
-    qsort(tz, (size_t)reps, sizeof *tz, osdp_profile_cmp_double);
-    *per_shard = to[reps / 2] / (double)shard;
-    *per_full = tz[reps / 2] / (double)full;
     be->free(st);
     be->free(grads);
-    return OSDP_OK;
+    free(ranks_t);
+    free(one);
+    return s;
 }
 
 int osdp_cmd_profile(const osdp_job *job)
@@ -381,30 +405,19 @@ int osdp_cmd_profile(const osdp_job *job)
     enum { N_BATCHES = 4 };
     const int batches[N_BATCHES] = {1, 2, 4, 8};
     double tt[N_BATCHES][OSDP_N_OP_TYPES], flops[OSDP_N_OP_TYPES] = {0};
+    rank_spread spread[N_BATCHES][OSDP_N_OP_TYPES];
     int count[OSDP_N_OP_TYPES] = {0};
     for (int i = 0; i < L.n_ops; i++) {
         flops[L.op[i].type] += osdp_cost_op_flops(&L.op[i]);
         count[L.op[i].type]++;
     }
-    /* the machine's ranks, where they share its cores: the timings then end at a barrier over them (core_sharing) */
-    const int shares_cores = world.shares_cores;
-    osdp_comm machine;
-    if (shares_cores) {
-        MPI_Comm same_machine;
-        MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, world.rank, MPI_INFO_NULL, &same_machine);
-        osdp_status made = osdp_comm_create_mpi(&machine, &same_machine);
-        MPI_Comm_free(&same_machine);
-        osdp_check_all(made);
-    }
-    const core_sharing cores = {&comm, shares_cores ? &machine : NULL};
-    for (int i = 0; i < N_BATCHES; i++) osdp_check_all(time_model(be, &L, batches[i], reps, &cores, tt[i]));
+    for (int i = 0; i < N_BATCHES; i++) osdp_check_all(time_model(be, &L, batches[i], reps, &comm, tt[i], spread[i]));
     len += snprintf(note + len, sizeof note - (size_t)len,
                     "gamma: whole-model forward + backward passes on the %s backend (%s), every operator with its own\n"
-                    "buffers, all ranks in lockstep per operator (slowest rank%s), median of %d passes; per type, a line\n"
-                    "t = n_ops gamma_fixed + b T F gamma through the type's summed times (relative errors) at b = 1, 2, 4, 8:\n",
-                    be->name, be->timer_stop ? "each operator timed by CUDA events around its kernels" : "host clock",
-                    shares_cores ? "; its ranks outnumber this machine's cores: from the common start to the\nlast of them" : "",
-                    reps);
+                    "buffers, all ranks at once, each its operators back to back as in a step; per type, each rank's\n"
+                    "median of %d passes, the median of the ranks; a line t = n_ops gamma_fixed + b T F gamma through\n"
+                    "the type's summed times (relative errors) at b = 1, 2, 4, 8 (and at b = 8 the fastest to slowest rank):\n",
+                    be->name, be->timer_stop ? "each operator timed by CUDA events around its kernels" : "host clock", reps);
     for (int k = 0; k < OSDP_N_OP_TYPES; k++) {
         double x[N_BATCHES], y[N_BATCHES], wt[N_BATCHES];
         for (int i = 0; i < N_BATCHES; i++) {
@@ -423,17 +436,18 @@ int osdp_cmd_profile(const osdp_job *job)
         if (root)
             printf("  gamma %-5s: b=1,2,4,8:%s ms -> %.3e s/FLOP (%.2f GFLOP/s) + %.3f ms per operator, R^2 %.5f\n",
                    osdp_op_type_name((osdp_op_type)k), ms, f.c1, 1e-9 / f.c1, 1e3 * dev.gamma_fixed[k], f.r2);
-        len += snprintf(note + len, sizeof note - (size_t)len, "  %-5s:%s ms -> %.2f GFLOP/s + %.3f ms per operator, R^2 %.5f\n",
-                        osdp_op_type_name((osdp_op_type)k), ms, 1e-9 / f.c1, 1e3 * dev.gamma_fixed[k], f.r2);
+        len += snprintf(note + len, sizeof note - (size_t)len,
+                        "  %-5s:%s ms -> %.2f GFLOP/s + %.3f ms per operator, R^2 %.5f; ranks at b=8: %.3f to %.3f ms\n",
+                        osdp_op_type_name((osdp_op_type)k), ms, 1e-9 / f.c1, 1e3 * dev.gamma_fixed[k], f.r2,
+                        1e3 * spread[N_BATCHES - 1][k].lo, 1e3 * spread[N_BATCHES - 1][k].hi);
     }
-    osdp_check_all(time_step_work(be, &L, world.size, reps, &cores, &dev.step_shard_param, &dev.step_full_param));
-    if (shares_cores) osdp_comm_destroy(&machine);
+    osdp_check_all(time_step_work(be, &L, world.size, reps, &comm, &dev.step_shard_param, &dev.step_full_param));
     if (root)
         printf("  step work: optimizer %.3e s per shard element, zeroing gradients %.3e s per element\n",
                dev.step_shard_param, dev.step_full_param);
     len += snprintf(note + len, sizeof note - (size_t)len,
                     "step: optimizer (AdamW, norm, gradient copy) on the shards %.3e s per element, zeroing the full\n"
-                    "gradients %.3e s per element (median of %d, slowest rank)\n",
+                    "gradients %.3e s per element (each rank's median of %d, back to back; the median rank)\n",
                     dev.step_shard_param, dev.step_full_param, reps);
     if (on_gpu) {
         int capped = 0;

@@ -48,6 +48,18 @@ if [ $rc = 0 ] && [ -s "$PROF" ] && grep -q "^wrote $PROF" "$WORK/profile.out" &
         END {exit !(n == 2 && ok == 2)}' "$PROF"; then
     ok "profile on 2 ranks: wrote a device file, alpha, beta (AG and RS) and gamma (4 types) all > 0, ranks_per_node 2, [tp_all_reduce] (T = 2), [p2p] (ping-pong): $(echo "$vals" | grep -E 'gather.alpha|gather.beta' | tr '\n' ' ')"
 else bad "profile (rc $rc)" "$WORK/profile.err"; echo "$vals" | sed 's/^/    /'; fi
+# gamma's times are the median rank's (each rank's operators back to back, not the slowest in lockstep): on 2
+# ranks the median is the mean of the two, so each type's time at b = 8 lies halfway between the fastest and the
+# slowest rank that the file's note names (within the note's rounding to 0.001 ms)
+if [ $rc = 0 ] && awk '/^; +(embed|attn|mlp|head) *:.* ms -> .*ranks at b=8: [0-9.]+ to [0-9.]+ ms$/ {
+        n++; t8 = $0; sub(/ ms -> .*/, "", t8); k = split(t8, f, " "); med = f[k]
+        lo = $0; sub(/.*ranks at b=8: /, "", lo); split(lo, r, " "); d = med - (r[1] + r[3]) / 2
+        if (d < 0) d = -d
+        if (d <= 0.0011 && r[1] <= med && med <= r[3] && r[1] > 0) ok++
+        else print "  " $0 ": " med " is not the mean of " r[1] " and " r[3] > "/dev/stderr" }
+        END { exit !(n == 4 && ok == 4) }' "$PROF"; then
+    ok "profile on 2 ranks: gamma's time of every type at b = 8 is the median (mean) of the 2 ranks' ($(grep -o 'mlp *:.*' "$PROF" | sed 's/ -> .*ranks at b=8:/; ranks/'))"
+else bad "profile: gamma's times are not the median of the ranks' (or the note lacks them)" "$PROF"; fi
 if plan prof_plan --model "$M" --device "$PROF" --ranks 2 &&
    grep -q '^device cli_test: 64.00 MiB per rank' "$WORK/prof_plan.out" && grep -q '^OSDP: .* micro-batch' "$WORK/prof_plan.out"; then
     ok "plan --device <profiled file>: accepted, $(grep -o 'micro-batch [0-9]* x accum [0-9]*: step [0-9.]* ms' "$WORK/prof_plan.out" | head -1)"
