@@ -1169,6 +1169,16 @@ START_TEST(test_bf16_residual)
 }
 END_TEST
 
+/* the layout of a one-layer model of tiny's width (d 64) with bf16 activations, at T tokens */
+static void act_bf16_layout(osdp_layout *L, int T)
+{
+    static const char text[] = "[model]\nname = t_act\nn_layer = 1\nn_head = 4\nn_embd = 64\nvocab = 256\nctx = 64\n";
+    osdp_model_config cfg;
+    ck_assert_msg(osdp_model_config_parse(&cfg, text, "act_bf16_layout") == OSDP_OK, "%s", osdp_error_message());
+    cfg.act_bf16 = 1;
+    ck_assert(osdp_layout_build(L, &cfg, T) == OSDP_OK);
+}
+
 /* bf16 activations (--activation-dtype bf16, osdp/layout.h): a forward and a backward of attn.0 and mlp.0 of
  * a one-layer model of tiny's width through gpt_ops.c on the CUDA bf16 table against the CPU bf16 table, both
  * storing ln, qkv, heads, fc and gelu in bf16 and staging them in the workspace: the output, every stored bf16
@@ -1176,14 +1186,9 @@ END_TEST
  * bf16 operands in the forward; the GPU's backward products also round d(out)) */
 START_TEST(test_bf16_activations_ops)
 {
-    static const char text[] = "[model]\nname = t_act\nn_layer = 1\nn_head = 4\nn_embd = 64\nvocab = 256\nctx = 64\n";
-    osdp_model_config cfg;
-    ck_assert_msg(osdp_model_config_parse(&cfg, text, "test_bf16_activations_ops") == OSDP_OK, "%s",
-                  osdp_error_message());
-    cfg.act_bf16 = 1;
     const int B = 2, T = 64;
     osdp_layout L;
-    ck_assert(osdp_layout_build(&L, &cfg, T) == OSDP_OK);
+    act_bf16_layout(&L, T);
     const size_t btd = (size_t)B * T * 64, nws = osdp_workspace_floats(&L, B);
     for (int o = 1; o <= 2; o++) {
         const osdp_op_layout *op = &L.op[o];
@@ -1273,14 +1278,9 @@ static void run_gpu_op(gpu_op_run *r, const osdp_compute_backend *t, const osdp_
  * the CPU bf16 table: test_bf16_activations_ops (which runs with the direct entries). */
 START_TEST(test_bf16_activations_direct)
 {
-    static const char text[] = "[model]\nname = t_act\nn_layer = 1\nn_head = 4\nn_embd = 64\nvocab = 256\nctx = 64\n";
-    osdp_model_config cfg;
-    ck_assert_msg(osdp_model_config_parse(&cfg, text, "test_bf16_activations_direct") == OSDP_OK, "%s",
-                  osdp_error_message());
-    cfg.act_bf16 = 1;
     const int B = 2, T = 64;
     osdp_layout L;
-    ck_assert(osdp_layout_build(&L, &cfg, T) == OSDP_OK);
+    act_bf16_layout(&L, T);
     const size_t btd = (size_t)B * T * 64;
     ck_assert(gpu16->matmul_forward_bf16_x && gpu16->matmul_backward_bf16_x);
     osdp_compute_backend widened = *gpu16;
