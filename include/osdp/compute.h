@@ -156,6 +156,14 @@ typedef struct osdp_compute_backend {
      * widened, exact.  A recomputed operator's output goes to bf16 with convert_weights. */
     void (*residual_round)(float *x, size_t n);
     void (*residual_widen)(float *dst, const void *src, size_t n);
+    /* matmul_forward and matmul_backward with x (BT, IC) a stored bf16 activation (--activation-dtype bf16,
+     * osdp/layout.h), read as it is: the product's own rounding of x to bf16 is skipped, so the results are
+     * those of matmul_forward / matmul_backward on x widened.  NULL: gpt_ops.c passes the widened copy to
+     * matmul_forward / matmul_backward (the CPU tables, the fp32 ones). */
+    void (*matmul_forward_bf16_x)(float *y, const void *x, const void *w, const void *b, int BT, int IC, int OC,
+                                  int accumulate);
+    void (*matmul_backward_bf16_x)(float *dx, float *dw, float *db, const float *dy, const void *x, const void *w,
+                                   int BT, int IC, int OC, int dx_accumulate);
     void (*vector_accumulate)(float *y, const float *x, size_t n);
     /* sum of losses (BT) in double, result to the host */
     double (*sum)(const float *x, size_t n);

@@ -126,8 +126,13 @@ typedef enum osdp_param_slot {
  * replace it once qkv is made), the second for qkv (attn) or fc, then gelu in
  * place (mlp).  The copy is a piece of the accounted workspace, so memory is
  * exact on every table with no kernel of its own; the price is a rounding,
- * a narrowing and (backward) a widening pass per piece, where a CUDA product
- * reading bf16 directly would need none (not done yet).  The CPU bf16 table
+ * a narrowing and (backward) a widening pass per piece.  A table with
+ * matmul_forward_bf16_x / matmul_backward_bf16_x (osdp/compute.h: CUDA bf16)
+ * has its products read the stored pieces in place instead: the forward's
+ * products no staging pass of their own, the backward's weight gradients no
+ * widened copy (ln and gelu, and heads under the naive attention, are then
+ * not widened at all); the fp32 copies stay for the other readers (the
+ * attention, the GELU's backward) and in the size table.  The CPU bf16 table
  * widens nothing more inside its kernels.  fp32 stay: the layernorm
  * statistics, the attention's lse, the losses, the head's probabilities or
  * logits, the residual (--residual-dtype's). */

@@ -738,6 +738,20 @@ void cuda_bf16_matmul_backward(float *dx, float *dw, float *db, const float *dy,
     cuda_bf16_matmul_backward_strided(dx, IC, dw, db, dy, x, IC, w, BT, IC, OC, dx_accumulate);
 }
 
+void cuda_bf16_matmul_forward_bf16_x(float *y, const void *x, const void *w, const void *b, int BT, int IC,
+                                     int OC, int accumulate)
+{
+    osdp_cuda::matmul_bf16_forward_direct(gemm_context(), y, (const bf16 *)x, (const bf16 *)w, (const bf16 *)b, BT,
+                                          IC, OC, accumulate);
+}
+
+void cuda_bf16_matmul_backward_bf16_x(float *dx, float *dw, float *db, const float *dy, const void *x,
+                                      const void *w, int BT, int IC, int OC, int dx_accumulate)
+{
+    osdp_cuda::matmul_bf16_backward_direct(gemm_context(), dx, dw, db, dy, (const bf16 *)x, (const bf16 *)w, BT,
+                                           IC, OC, dx_accumulate);
+}
+
 void cuda_bf16_matmul_forward_out_in(float *y, const float *x, const void *w, int BT, int IC, int OC,
                                      int accumulate)
 {
@@ -937,6 +951,8 @@ static osdp_compute_backend make_bf16_table()
     t.matmul_backward_strided = cuda_bf16_matmul_backward_strided;
     t.matmul_forward_out_in = cuda_bf16_matmul_forward_out_in;
     t.matmul_backward_out_in = cuda_bf16_matmul_backward_out_in;
+    t.matmul_forward_bf16_x = cuda_bf16_matmul_forward_bf16_x;
+    t.matmul_backward_bf16_x = cuda_bf16_matmul_backward_bf16_x;
     t.layernorm_forward = cuda_bf16_layernorm_forward;
     t.residual_layernorm_forward = cuda_bf16_residual_layernorm_forward;
     t.head_backward_lse = cuda_bf16_head_backward_lse;

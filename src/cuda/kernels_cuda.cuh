@@ -161,6 +161,15 @@ void matmul_bf16_forward(const GemmContext &ctx, float *y, const float *x, int l
 void matmul_bf16_backward(const GemmContext &ctx, float *dx, int lddx, float *dw, float *db,
                           const float *dy, const float *x, int ldx, const __nv_bfloat16 *w,
                           int BT, int IC, int OC, int dx_accumulate);
+/* matmul_forward_bf16_x / matmul_backward_bf16_x of osdp/compute.h: matmul_bf16_forward and
+ * matmul_bf16_backward (ldx = lddx = IC) with x already bf16 (a stored activation), read in place where
+ * they stage x; the same products, hence the same results as on x widened */
+void matmul_bf16_forward_direct(const GemmContext &ctx, float *y, const __nv_bfloat16 *x,
+                                const __nv_bfloat16 *w, const __nv_bfloat16 *b, int BT, int IC, int OC,
+                                int accumulate);
+void matmul_bf16_backward_direct(const GemmContext &ctx, float *dx, float *dw, float *db, const float *dy,
+                                 const __nv_bfloat16 *x, const __nv_bfloat16 *w, int BT, int IC, int OC,
+                                 int dx_accumulate);
 /* matmul_forward_gelu of osdp/compute.h with w (IC,OC) and b (OC) in bf16:
  * pre = x w + b, y = GELU(pre).  With ctx.lt, one cuBLASLt product per row
  * chunk with CUBLASLT_EPILOGUE_GELU_AUX_BIAS (pre its aux output; the bias

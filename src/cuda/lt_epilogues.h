@@ -14,6 +14,8 @@ extern "C" {
 #endif
 void osdp_cuda_set_lt_epilogues(int on);
 long osdp_cuda_lt_products(void);
+/* products that read a stored bf16 activation in place (matmul_forward_bf16_x, matmul_backward_bf16_x) */
+long osdp_cuda_bf16_direct_products(void);
 #ifdef __cplusplus
 }
 #endif

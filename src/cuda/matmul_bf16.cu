@@ -4,8 +4,10 @@
  * and matmul_backward_strided in src/model/kernels_cpu.h.
  *
  * The weights arrive in bf16 (the runtime's working copy); the activations x
- * and dy are fp32 in memory.  Each product rounds its activation operand to
- * bf16 (round to nearest even) into the backend's scratch, then calls
+ * and dy are fp32 in memory, or x is a stored bf16 activation (the _direct
+ * products, --activation-dtype bf16: read in place, XOperand).  Each product
+ * rounds an fp32 operand to bf16 (round to nearest even) into the backend's
+ * scratch, then calls
  * cublasGemmEx with CUDA_R_16BF A and B, CUDA_R_32F C and CUBLAS_COMPUTE_32F.
  * The staging is bounded: the BT rows are processed in chunks of at most
  * BF16_STAGING_MAX_BYTES of bf16 (x rows, plus dy rows in the backward), so
@@ -115,6 +117,26 @@ int chunk_rows(int BT, size_t per_row)
  * array behind the first aligned for the tensor-core kernels */
 size_t round64(size_t n) { return (n + 63) / 64 * 64; }
 
+/* A product's activation operand x (rows of ld elements): fp32 (f), staged to bf16 chunk by chunk, or
+ * already bf16 (h: a stored bf16 activation, packed, ld == IC), read in place with no staging pass.  The
+ * chunks, products and operand orders are the same either way, and so are the bf16 values (the stored
+ * piece holds what the staging would round to), hence the results. */
+struct XOperand {
+    const float *f;
+    const __nv_bfloat16 *h;
+    XOperand at(size_t off) const { return XOperand{f ? f + off : nullptr, h ? h + off : nullptr}; }
+    /* rows [r0, r0+n) of IC elements as packed bf16: staged into xb from f, or h's own (ld == IC) */
+    const __nv_bfloat16 *rows(__nv_bfloat16 *xb, int r0, int ld, int n, int IC, cudaStream_t s) const
+    {
+        if (h) return h + (size_t)r0 * ld;
+        rows_to_bf16(xb, f + (size_t)r0 * ld, ld, n, IC, s);
+        return xb;
+    }
+};
+
+/* products that read a stored bf16 activation in place (osdp_cuda_bf16_direct_products) */
+long direct_products_queued = 0;
+
 }  // namespace
 
 void convert_to_bf16(__nv_bfloat16 *dst, const float *src, size_t n, cudaStream_t s)
@@ -151,7 +173,7 @@ struct WeightOrder {
     int ld(int IC, int OC) const { return out_in ? IC : OC; }
 };
 
-void forward_any(const GemmContext &ctx, WeightOrder order, float *y, const float *x, int ldx,
+void forward_any(const GemmContext &ctx, WeightOrder order, float *y, XOperand x, int ldx,
                  const __nv_bfloat16 *w, const __nv_bfloat16 *b, int BT, int IC, int OC, int accumulate);
 
 __global__ void widen_kernel(float *dst, const __nv_bfloat16 *src, int n)
@@ -264,7 +286,7 @@ bool lt_product(const GemmContext &ctx, float *y, float *pre, const __nv_bfloat1
  * does (the bias widened to fp32 behind it); false (nothing queued, or the
  * first chunk's product not offered: then nothing either) when cuBLASLt has
  * no algorithm, and the caller runs the unfused path */
-bool forward_lt(const GemmContext &ctx, float *y, float *pre, const float *x, int ldx, const __nv_bfloat16 *w,
+bool forward_lt(const GemmContext &ctx, float *y, float *pre, XOperand x, int ldx, const __nv_bfloat16 *w,
                 const __nv_bfloat16 *b, int BT, int IC, int OC)
 {
     if (!ctx.lt || !b || BT <= 0 || IC <= 0 || OC <= 0 || (pre && OC % 8 != 0)) return false;
@@ -281,12 +303,12 @@ bool forward_lt(const GemmContext &ctx, float *y, float *pre, const float *x, in
     CUDA_CHECK_LAUNCH();
     for (int r0 = 0; r0 < BT; r0 += rows) {
         const int n = BT - r0 < rows ? BT - r0 : rows;
-        rows_to_bf16(xb, x + (size_t)r0 * ldx, ldx, n, IC, ctx.stream);
-        if (!lt_product(ctx, y + (size_t)r0 * OC, pre ? pre + (size_t)r0 * OC : nullptr, xb, w, bias, n, IC, OC)) {
+        const __nv_bfloat16 *xr = x.rows(xb, r0, ldx, n, IC, ctx.stream);
+        if (!lt_product(ctx, y + (size_t)r0 * OC, pre ? pre + (size_t)r0 * OC : nullptr, xr, w, bias, n, IC, OC)) {
             if (r0 == 0) return false;
             /* a later chunk (fewer rows) without an algorithm: the unfused path for the rest */
             forward_any(ctx, WeightOrder{false}, pre ? pre + (size_t)r0 * OC : y + (size_t)r0 * OC,
-                        x + (size_t)r0 * ldx, ldx, w, b, BT - r0, IC, OC, 0);
+                        x.at((size_t)r0 * ldx), ldx, w, b, BT - r0, IC, OC, 0);
             if (pre) gelu_forward(y + (size_t)r0 * OC, pre + (size_t)r0 * OC, (size_t)(BT - r0) * OC, ctx.stream);
             return true;
         }
@@ -294,7 +316,7 @@ bool forward_lt(const GemmContext &ctx, float *y, float *pre, const float *x, in
     return true;
 }
 
-void forward_any(const GemmContext &ctx, WeightOrder order, float *y, const float *x, int ldx,
+void forward_any(const GemmContext &ctx, WeightOrder order, float *y, XOperand x, int ldx,
                  const __nv_bfloat16 *w, const __nv_bfloat16 *b, int BT, int IC, int OC, int accumulate)
 {
     /* as the fp32 table: lay the bias into y first, then y += x @ w with beta = 1 */
@@ -313,9 +335,9 @@ void forward_any(const GemmContext &ctx, WeightOrder order, float *y, const floa
     __nv_bfloat16 *xb = (__nv_bfloat16 *)ctx.scratch((size_t)rows * IC * sizeof(__nv_bfloat16));
     for (int r0 = 0; r0 < BT; r0 += rows) {
         const int n = BT - r0 < rows ? BT - r0 : rows;
-        rows_to_bf16(xb, x + (size_t)r0 * ldx, ldx, n, IC, ctx.stream);  /* xb (n,IC) packed */
-        /* y rows [r0, r0+n): y^T (OC,n) = w^T (OC,IC) xb^T (IC,n) */
-        gemm_bf16(ctx, order.op_out_by_in(), CUBLAS_OP_N, OC, n, IC, w, order.ld(IC, OC), xb, IC, beta,
+        const __nv_bfloat16 *xr = x.rows(xb, r0, ldx, n, IC, ctx.stream);  /* xr (n,IC) packed */
+        /* y rows [r0, r0+n): y^T (OC,n) = w^T (OC,IC) xr^T (IC,n) */
+        gemm_bf16(ctx, order.op_out_by_in(), CUBLAS_OP_N, OC, n, IC, w, order.ld(IC, OC), xr, IC, beta,
                   y + (size_t)r0 * OC, OC);
     }
 }
@@ -328,7 +350,7 @@ void forward_any(const GemmContext &ctx, WeightOrder order, float *y, const floa
  * head) once per chunk (26 chunks at B 16, T 1024), and each sum runs over
  * all the rows in one fp32 accumulation.  false (nothing done) when x's rows
  * and 64 columns of dy do not fit the staging: the caller takes row chunks. */
-bool dw_by_columns(const GemmContext &ctx, WeightOrder order, float *dw, const float *dy, const float *x,
+bool dw_by_columns(const GemmContext &ctx, WeightOrder order, float *dw, const float *dy, XOperand x,
                    int ldx, int BT, int IC, int OC)
 {
     const size_t cap = BF16_STAGING_MAX_BYTES / sizeof(__nv_bfloat16);
@@ -336,9 +358,9 @@ bool dw_by_columns(const GemmContext &ctx, WeightOrder order, float *dw, const f
     if (x_elems + (size_t)BT * 64 > cap) return false;
     size_t cols = (cap - x_elems) / (size_t)BT / 64 * 64;
     if (cols > (size_t)OC) cols = (size_t)OC;
-    __nv_bfloat16 *xb = (__nv_bfloat16 *)ctx.scratch((x_elems + (size_t)BT * cols) * sizeof(__nv_bfloat16));
-    __nv_bfloat16 *dyb = xb + x_elems;
-    rows_to_bf16(xb, x, ldx, BT, IC, ctx.stream);   /* xb (BT,IC) packed */
+    __nv_bfloat16 *xs = (__nv_bfloat16 *)ctx.scratch((x_elems + (size_t)BT * cols) * sizeof(__nv_bfloat16));
+    __nv_bfloat16 *dyb = xs + x_elems;
+    const __nv_bfloat16 *xb = x.rows(xs, 0, ldx, BT, IC, ctx.stream);   /* xb (BT,IC) packed */
     for (int c0 = 0; c0 < OC; c0 += (int)cols) {
         const int n = OC - c0 < (int)cols ? OC - c0 : (int)cols;
         rows_to_bf16(dyb, dy + c0, OC, BT, n, ctx.stream);   /* dyb (BT,n) packed: dy's columns [c0, c0+n) */
@@ -365,7 +387,7 @@ const size_t kLtWorkspace = (size_t)4 << 20;
  * cuBLASLt overwrites, is added to db / dx_bias (gradients accumulate).  Where cuBLASLt offers no
  * algorithm for a chunk's product, that chunk takes cublasGemmEx and our kernels. */
 void backward_rows(const GemmContext &ctx, WeightOrder order, float *dx, int lddx, float *dw, float *db,
-                   float *dx_bias, const float *pre, const float *dy, const float *x, int ldx, const __nv_bfloat16 *w,
+                   float *dx_bias, const float *pre, const float *dy, XOperand x, int ldx, const __nv_bfloat16 *w,
                    int BT, int IC, int OC, int dx_accumulate)
 {
     const bool lt = ctx.lt != nullptr;
@@ -383,15 +405,15 @@ void backward_rows(const GemmContext &ctx, WeightOrder order, float *dx, int ldd
     }
     const size_t dy_elems = round64((size_t)rows * OC), x_elems = round64((size_t)rows * IC);
     __nv_bfloat16 *dyb = (__nv_bfloat16 *)ctx.scratch((dy_elems + x_elems) * sizeof(__nv_bfloat16) + extra);
-    __nv_bfloat16 *xb = dyb + dy_elems;
-    float *db_part = (float *)(xb + x_elems);   /* 128-byte aligned: x_elems is a multiple of 64 */
+    __nv_bfloat16 *xs = dyb + dy_elems;
+    float *db_part = (float *)(xs + x_elems);   /* 128-byte aligned: x_elems is a multiple of 64 */
     float *dx_bias_part = db_part + round64((size_t)OC);
     /* cuBLASLt's workspace 256-byte aligned (the scratch is: the rows before it are multiples of 128 bytes) */
     void *workspace = (void *)(((uintptr_t)(dx_bias_part + round64((size_t)IC)) + 255) / 256 * 256);
     for (int r0 = 0; r0 < BT; r0 += rows) {
         const int n = BT - r0 < rows ? BT - r0 : rows;
         rows_to_bf16(dyb, dy + (size_t)r0 * OC, OC, n, OC, ctx.stream);   /* dyb (n,OC) packed */
-        rows_to_bf16(xb, x + (size_t)r0 * ldx, ldx, n, IC, ctx.stream);   /* xb (n,IC) packed */
+        const __nv_bfloat16 *xb = x.rows(xs, r0, ldx, n, IC, ctx.stream);   /* xb (n,IC) packed */
         /* dx rows [r0, r0+n) = dyb @ w^T  ->  dx^T (IC,n) = w (IC,OC) dyb^T (OC,n) */
         if (dx) {
             float *dxr = dx + (size_t)r0 * lddx;
@@ -429,7 +451,7 @@ void backward_rows(const GemmContext &ctx, WeightOrder order, float *dx, int ldd
 }
 
 void backward_any(const GemmContext &ctx, WeightOrder order, float *dx, int lddx, float *dw, float *db,
-                  const float *dy, const float *x, int ldx, const __nv_bfloat16 *w, int BT, int IC, int OC,
+                  const float *dy, XOperand x, int ldx, const __nv_bfloat16 *w, int BT, int IC, int OC,
                   int dx_accumulate)
 {
     if (BT <= 0 || IC <= 0 || OC <= 0) return;
@@ -458,29 +480,49 @@ void matmul_bf16_forward(const GemmContext &ctx, float *y, const float *x, int l
                          int accumulate)
 {
     /* the bias in cuBLASLt's epilogue where selected (a product that overwrites y) */
-    if (!accumulate && forward_lt(ctx, y, nullptr, x, ldx, w, b, BT, IC, OC)) return;
-    forward_any(ctx, WeightOrder{false}, y, x, ldx, w, b, BT, IC, OC, accumulate);
+    if (!accumulate && forward_lt(ctx, y, nullptr, XOperand{x, nullptr}, ldx, w, b, BT, IC, OC)) return;
+    forward_any(ctx, WeightOrder{false}, y, XOperand{x, nullptr}, ldx, w, b, BT, IC, OC, accumulate);
 }
 
 void matmul_bf16_forward_gelu(const GemmContext &ctx, float *y, float *pre, const float *x,
                               const __nv_bfloat16 *w, const __nv_bfloat16 *b, int BT, int IC, int OC)
 {
-    if (forward_lt(ctx, y, pre, x, IC, w, b, BT, IC, OC)) return;
-    forward_any(ctx, WeightOrder{false}, pre, x, IC, w, b, BT, IC, OC, 0);
+    if (forward_lt(ctx, y, pre, XOperand{x, nullptr}, IC, w, b, BT, IC, OC)) return;
+    forward_any(ctx, WeightOrder{false}, pre, XOperand{x, nullptr}, IC, w, b, BT, IC, OC, 0);
     gelu_forward(y, pre, (size_t)BT * OC, ctx.stream);
 }
 
 void matmul_bf16_forward_out_in(const GemmContext &ctx, float *y, const float *x,
                                 const __nv_bfloat16 *w, int BT, int IC, int OC, int accumulate)
 {
-    forward_any(ctx, WeightOrder{true}, y, x, IC, w, nullptr, BT, IC, OC, accumulate);
+    forward_any(ctx, WeightOrder{true}, y, XOperand{x, nullptr}, IC, w, nullptr, BT, IC, OC, accumulate);
 }
 
 void matmul_bf16_backward(const GemmContext &ctx, float *dx, int lddx, float *dw, float *db,
                           const float *dy, const float *x, int ldx, const __nv_bfloat16 *w,
                           int BT, int IC, int OC, int dx_accumulate)
 {
-    backward_any(ctx, WeightOrder{false}, dx, lddx, dw, db, dy, x, ldx, w, BT, IC, OC, dx_accumulate);
+    backward_any(ctx, WeightOrder{false}, dx, lddx, dw, db, dy, XOperand{x, nullptr}, ldx, w, BT, IC, OC,
+                 dx_accumulate);
+}
+
+void matmul_bf16_forward_direct(const GemmContext &ctx, float *y, const __nv_bfloat16 *x,
+                                const __nv_bfloat16 *w, const __nv_bfloat16 *b, int BT, int IC, int OC,
+                                int accumulate)
+{
+    direct_products_queued++;
+    const XOperand xo{nullptr, x};
+    if (!accumulate && forward_lt(ctx, y, nullptr, xo, IC, w, b, BT, IC, OC)) return;
+    forward_any(ctx, WeightOrder{false}, y, xo, IC, w, b, BT, IC, OC, accumulate);
+}
+
+void matmul_bf16_backward_direct(const GemmContext &ctx, float *dx, float *dw, float *db, const float *dy,
+                                 const __nv_bfloat16 *x, const __nv_bfloat16 *w, int BT, int IC, int OC,
+                                 int dx_accumulate)
+{
+    direct_products_queued++;
+    backward_any(ctx, WeightOrder{false}, dx, IC, dw, db, dy, XOperand{nullptr, x}, IC, w, BT, IC, OC,
+                 dx_accumulate);
 }
 
 /* The MLP's second product's backward and the GELU's (matmul_backward_dgelu of osdp/compute.h).  Without
@@ -495,10 +537,11 @@ void matmul_bf16_backward_dgelu(const GemmContext &ctx, float *dpre, float *dw, 
 {
     if (BT <= 0 || IC <= 0 || OC <= 0) return;
     if (ctx.lt) {
-        backward_rows(ctx, WeightOrder{false}, dpre, IC, dw, db, db_pre, pre, dy, x, IC, w, BT, IC, OC, 0);
+        backward_rows(ctx, WeightOrder{false}, dpre, IC, dw, db, db_pre, pre, dy, XOperand{x, nullptr}, IC, w, BT,
+                      IC, OC, 0);
         return;
     }
-    backward_any(ctx, WeightOrder{false}, dpre, IC, dw, db, dy, x, IC, w, BT, IC, OC, 0);
+    backward_any(ctx, WeightOrder{false}, dpre, IC, dw, db, dy, XOperand{x, nullptr}, IC, w, BT, IC, OC, 0);
     gelu_backward(dpre, pre, dpre, (size_t)BT * IC, ctx.stream);
     if (db_pre) column_sums_add(db_pre, dpre, BT, IC, ctx.stream);
 }
@@ -545,9 +588,11 @@ void matmul_bf16_backward_out_in(const GemmContext &ctx, float *dx, float *dw, c
                                  const float *x, const __nv_bfloat16 *w, int BT, int IC, int OC,
                                  int dx_accumulate)
 {
-    backward_any(ctx, WeightOrder{true}, dx, IC, dw, nullptr, dy, x, IC, w, BT, IC, OC, dx_accumulate);
+    backward_any(ctx, WeightOrder{true}, dx, IC, dw, nullptr, dy, XOperand{x, nullptr}, IC, w, BT, IC, OC,
+                 dx_accumulate);
 }
 
 }  // namespace osdp_cuda
 
 extern "C" long osdp_cuda_lt_products(void) { return osdp_cuda::lt_products_queued; }
+extern "C" long osdp_cuda_bf16_direct_products(void) { return osdp_cuda::direct_products_queued; }

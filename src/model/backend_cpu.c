@@ -209,5 +209,7 @@ const osdp_compute_backend osdp_compute_cpu_bf16 = {
     .convert_weights = cpu_bf16_convert_weights,
     .residual_round = cpu_bf16_residual_round,
     .residual_widen = cpu_bf16_residual_widen,
+    .matmul_forward_bf16_x = NULL,    /* the products widen inside; gpt_ops.c passes the widened copy */
+    .matmul_backward_bf16_x = NULL,
     CPU_WEIGHT_ENTRIES(cpu_bf16_),
 };

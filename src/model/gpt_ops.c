@@ -47,8 +47,10 @@ static float *scratch_at(const osdp_op_context *ctx, const osdp_op_layout *op, c
 /* ---- bf16 activations (osdp/layout.h) -----------------------------------
  * A bf16 piece is computed in fp32 in the operator's OSDP_S_ACT scratch,
  * rounded there and narrowed into the piece (store_act); the products read
- * the rounded fp32 copy.  The backward widens the piece there again
- * (load_act), exact.  Without bf16 activations both return the piece. */
+ * the rounded fp32 copy, or, where the table has the entries, the piece
+ * itself (direct_act).  The backward widens the piece there again
+ * (load_act), exact, for the readers that need fp32.  Without bf16
+ * activations both return the piece. */
 
 static int acts_bf16(const osdp_op_context *ctx) { return ctx->layout->cfg.act_bf16; }
 
@@ -205,7 +207,8 @@ static int piece_slice(const pass *p, int k, int row)
  * bias).  A weight cut by slice boundaries runs one product per piece (its
  * rows in one slice), the pieces summed into y; the bias is in the slice of
  * the last rows. */
-static void linear_forward(pass *p, float *y, const float *x, osdp_param_slot w_slot, int b_slot, int BT)
+static void linear_forward(pass *p, float *y, const float *x, const void *x16, osdp_param_slot w_slot, int b_slot,
+                           int BT)
 {
     const osdp_compute_backend *be = p->ctx->backend;
     const int k = p->op->param[w_slot];
@@ -219,16 +222,17 @@ static void linear_forward(pass *p, float *y, const float *x, osdp_param_slot w_
         int r1 = hi >= t->offset + t->numel ? IC : (int)((hi - t->offset) / (size_t)t->cols);
         const void *w = weight_at(p, s, t->offset + (size_t)r0 * OC);
         const void *b = r1 == IC && b_slot >= 0 ? tw(p, (osdp_param_slot)b_slot) : NULL;
-        if (r0 == 0 && r1 == IC) be->matmul_forward(y, x, w, b, BT, IC, OC, 0);
+        if (r0 == 0 && r1 == IC && x16) be->matmul_forward_bf16_x(y, x16, w, b, BT, IC, OC, 0);
+        else if (r0 == 0 && r1 == IC) be->matmul_forward(y, x, w, b, BT, IC, OC, 0);
         else be->matmul_forward_strided(y, x + r0, IC, w, b, BT, r1 - r0, OC, r0 > 0);
         r0 = r1;
     }
 }
 
 /* dW += x^T dy, db += sum dy, dx = [dx +] dy W^T (dx may be NULL), pieces in
- * decreasing slice order */
-static void linear_backward(pass *p, float *dx, const float *dy, const float *x, osdp_param_slot w_slot, int b_slot,
-                            int BT, int dx_accumulate)
+ * decreasing slice order; x16 (direct_act) not NULL: x read from it, and x may be NULL */
+static void linear_backward(pass *p, float *dx, const float *dy, const float *x, const void *x16,
+                            osdp_param_slot w_slot, int b_slot, int BT, int dx_accumulate)
 {
     const osdp_compute_backend *be = p->ctx->backend;
     const int k = p->op->param[w_slot];
@@ -243,13 +247,28 @@ static void linear_backward(pass *p, float *dx, const float *dy, const float *x,
         size_t off = t->offset + (size_t)r0 * OC - lo;
         float *db = r1 == IC && b_slot >= 0 ? tg(p, (osdp_param_slot)b_slot) : NULL;
         const void *w = weight_at(p, s, t->offset + (size_t)r0 * OC);
-        if (r0 == 0 && r1 == IC)
+        if (r0 == 0 && r1 == IC && x16)
+            be->matmul_backward_bf16_x(dx, p->sl->grads[s] + off, db, dy, x16, w, BT, IC, OC, dx_accumulate);
+        else if (r0 == 0 && r1 == IC)
             be->matmul_backward(dx, p->sl->grads[s] + off, db, dy, x, w, BT, IC, OC, dx_accumulate);
         else
             be->matmul_backward_strided(dx ? dx + r0 : NULL, IC, p->sl->grads[s] + off, db, dy, x + r0, IC, w, BT,
                                         r1 - r0, OC, dx_accumulate);
         r1 = r0;
     }
+}
+
+/* The stored bf16 activation `piece` when the table's product with the weight in w_slot reads it as it
+ * is (matmul_forward_bf16_x, or with `backward` matmul_backward_bf16_x, osdp/compute.h): bf16
+ * activations, the entry, and the weight in one slice (one product, not strided pieces).  NULL: the
+ * product reads the fp32 copy (the forward's staged one, the backward's widened one). */
+static const void *direct_act(const pass *p, const float *piece, osdp_param_slot w_slot, int backward)
+{
+    const osdp_compute_backend *be = p->ctx->backend;
+    const int has = backward ? be->matmul_backward_bf16_x != NULL : be->matmul_forward_bf16_x != NULL;
+    if (!acts_bf16(p->ctx) || !has) return NULL;
+    const osdp_tensor_desc *t = &p->op->tensor[p->op->param[w_slot]];
+    return slice_of(p->sl, t->offset) == slice_of(p->sl, t->offset + t->numel - 1) ? piece : NULL;
 }
 
 const float *osdp_op_residual(const osdp_layout *layout, int op_index, const float *input, const osdp_op_acts *a)
@@ -294,7 +313,7 @@ static void layernorm_then_linear(pass *p, osdp_op_acts *a, const float *x, floa
     const void *lw = tw(p, OSDP_P_LN_W), *lb = tw(p, OSDP_P_LN_B);
     if (p->status != OSDP_OK) return;
     const float *ln = layernorm_of(p, a, x, lw, lb, BT, d);
-    linear_forward(p, y, ln, w_slot, b_slot, BT);
+    linear_forward(p, y, ln, direct_act(p, a->ln, w_slot, 0), w_slot, b_slot, BT);
 }
 
 /* where the tied head's wte lies in the embedding's flat buffers (element offset) */
@@ -349,7 +368,7 @@ static float *fused_logits(const osdp_op_context *ctx, int BT)
 static void head_chunk_logits(pass *p, float *logits, const float *ln, int rows, int d, const void *wte)
 {
     if (wte) p->ctx->backend->matmul_forward_out_in(logits, ln, wte, rows, d, p->ctx->layout->vocab_local, 0);
-    else linear_forward(p, logits, ln, OSDP_P_LM_HEAD_W, -1, rows);
+    else linear_forward(p, logits, ln, NULL, OSDP_P_LM_HEAD_W, -1, rows);
 }
 
 static void head_fused_forward(pass *p, osdp_op_acts *a, const float *x, int BT, int d)
@@ -409,7 +428,7 @@ static void head_fused_backward(pass *p, float *dln, const osdp_op_acts *a, cons
             be->matmul_backward_out_in(dln + (size_t)r0 * d, ctx->embed_grads + wte_offset(ctx), logits, ln, wte, n,
                                        d, V, 0);
         else
-            linear_backward(p, dln + (size_t)r0 * d, logits, ln, OSDP_P_LM_HEAD_W, -1, n, 0);
+            linear_backward(p, dln + (size_t)r0 * d, logits, ln, NULL, OSDP_P_LM_HEAD_W, -1, n, 0);
         poke(ctx);
     }
 }
@@ -417,10 +436,12 @@ static void head_fused_backward(pass *p, float *dln, const osdp_op_acts *a, cons
 /* attention's and the MLP's output: the row-parallel projection of `in` (the
  * partial products summed over the group, the replicated bias added once, by
  * rank 0), then the residual added.  p->status says whether it ran. */
-static void projection_then_residual(pass *p, osdp_op_acts *a, const float *in, const float *residual, int BT)
+static void projection_then_residual(pass *p, osdp_op_acts *a, const float *in, const float *in_piece,
+                                     const float *residual, int BT)
 {
     const size_t btd = (size_t)BT * (size_t)p->op->width;
-    linear_forward(p, a->out, in, OSDP_P_PROJ_W, tp_rank(p->ctx) == 0 ? OSDP_P_PROJ_B : -1, BT);
+    linear_forward(p, a->out, in, direct_act(p, in_piece, OSDP_P_PROJ_W, 0), OSDP_P_PROJ_W,
+                   tp_rank(p->ctx) == 0 ? OSDP_P_PROJ_B : -1, BT);
     tp_all_reduce(p, a->out, btd);
     if (p->status != OSDP_OK) return;
     if (!p->ctx->defer_residual) p->ctx->backend->residual_forward(a->out, a->out, residual, btd);
@@ -472,7 +493,7 @@ osdp_status osdp_op_forward_sliced(const osdp_op_context *ctx, int op_index, con
     case OSDP_OP_ATTN: {
         const float *x = input;
         if (op->width_in != d) {
-            linear_forward(p, a->xin, input, OSDP_P_IN_PROJ_W, OSDP_P_IN_PROJ_B, BT);
+            linear_forward(p, a->xin, input, NULL, OSDP_P_IN_PROJ_W, OSDP_P_IN_PROJ_B, BT);
             x = a->xin;
             poke(ctx);
         }
@@ -485,7 +506,8 @@ osdp_status osdp_op_forward_sliced(const osdp_op_context *ctx, int op_index, con
         if (op->attn_tiled) be->attention_forward_tiled(heads, a->lse, qkv, B, T, d / tp_size(ctx), NH);
         else be->attention_forward(heads, a->att, qkv, B, T, d / tp_size(ctx), NH);
         poke(ctx);
-        projection_then_residual(p, a, store_act(ctx, a->heads, heads, btd / (size_t)tp_size(ctx)), x, BT);
+        projection_then_residual(p, a, store_act(ctx, a->heads, heads, btd / (size_t)tp_size(ctx)), a->heads, x,
+                                 BT);
         OK_OR_RETURN();
         break;
     }
@@ -511,7 +533,7 @@ osdp_status osdp_op_forward_sliced(const osdp_op_context *ctx, int op_index, con
             be->gelu_forward(gelu_stage, fc, n4);
             gelu = store_act(ctx, a->gelu, gelu_stage, n4);
         }
-        projection_then_residual(p, a, gelu, input, BT);
+        projection_then_residual(p, a, gelu, a->gelu, input, BT);
         OK_OR_RETURN();
         break;
     }
@@ -592,9 +614,13 @@ osdp_status osdp_op_backward_sliced(const osdp_op_context *ctx, int op_index, co
         const float *x = in_proj ? a->xin : input;
         float *dheads = scratch_at(ctx, op, ws, OSDP_S_DHEADS), *dqkv = scratch_at(ctx, op, ws, OSDP_S_DQKV);
         float *dln = scratch_at(ctx, op, ws, OSDP_S_DLN), *datt = scratch_at(ctx, op, ws, OSDP_S_DATT);
-        const float *heads = load_act(ctx, op, ws, a->heads, btd / (size_t)tp_size(ctx), 0);
+        /* bf16 activations: the products read the stored heads and ln (direct_act), the attention the
+         * widened heads (tiled only) and qkv */
+        const void *heads16 = direct_act(p, a->heads, OSDP_P_PROJ_W, 1), *ln16 = direct_act(p, a->ln, OSDP_P_QKV_W, 1);
+        const float *heads = heads16 && !op->attn_tiled ? NULL
+                                                        : load_act(ctx, op, ws, a->heads, btd / (size_t)tp_size(ctx), 0);
         const float *qkv = load_act(ctx, op, ws, a->qkv, 3 * btd / (size_t)tp_size(ctx), 1);
-        linear_backward(p, dheads, dout, heads, OSDP_P_PROJ_W, OSDP_P_PROJ_B, BT, 0);
+        linear_backward(p, dheads, dout, heads, heads16, OSDP_P_PROJ_W, OSDP_P_PROJ_B, BT, 0);
         OK_OR_RETURN();
         poke(ctx);
         if (op->attn_tiled)
@@ -605,12 +631,13 @@ osdp_status osdp_op_backward_sliced(const osdp_op_context *ctx, int op_index, co
         poke(ctx);
         /* column-parallel: this rank's heads' share of d(ln); the residual:
          * d(x) = d(out) + layernorm path, accumulated in place */
-        linear_backward(p, dln, dqkv, load_act(ctx, op, ws, a->ln, btd, 0), OSDP_P_QKV_W, OSDP_P_QKV_B, BT, 0);
+        linear_backward(p, dln, dqkv, ln16 ? NULL : load_act(ctx, op, ws, a->ln, btd, 0), ln16, OSDP_P_QKV_W,
+                        OSDP_P_QKV_B, BT, 0);
         group_dln_then_layernorm_backward(p, dout, dln, x, a, BT, d);
         OK_OR_RETURN();
         if (in_proj) {
             float *dprev = ws->dres[1 - ws->cur];
-            linear_backward(p, dprev, dout, input, OSDP_P_IN_PROJ_W, OSDP_P_IN_PROJ_B, BT, 0);
+            linear_backward(p, dprev, dout, input, NULL, OSDP_P_IN_PROJ_W, OSDP_P_IN_PROJ_B, BT, 0);
             OK_OR_RETURN();
             ws->cur = 1 - ws->cur;
         }
@@ -619,7 +646,10 @@ osdp_status osdp_op_backward_sliced(const osdp_op_context *ctx, int op_index, co
     case OSDP_OP_MLP: {
         float *dgelu = scratch_at(ctx, op, ws, OSDP_S_DGELU), *dln = scratch_at(ctx, op, ws, OSDP_S_DLN);
         const size_t n4 = 4 * btd / (size_t)tp_size(ctx);
-        const float *gelu = load_act(ctx, op, ws, a->gelu, n4, 1);
+        /* bf16 activations: the products read the stored gelu and ln (direct_act), the GELU's backward the
+         * widened fc */
+        const void *gelu16 = direct_act(p, a->gelu, OSDP_P_PROJ_W, 1), *ln16 = direct_act(p, a->ln, OSDP_P_FC_W, 1);
+        const float *gelu = gelu16 ? NULL : load_act(ctx, op, ws, a->gelu, n4, 1);
         /* not under bf16 activations: its gelu and fc copies would share OSDP_S_ACT */
         if (be->matmul_backward_dgelu && sl->n == 1 && !acts_bf16(ctx)) {   /* the table's proj and GELU backward (osdp/compute.h) */
             const osdp_tensor_desc *proj = &op->tensor[op->param[OSDP_P_PROJ_W]];
@@ -628,14 +658,15 @@ osdp_status osdp_op_backward_sliced(const osdp_op_context *ctx, int op_index, co
             OK_OR_RETURN();
             be->matmul_backward_dgelu(dgelu, dw, db, db_fc, dout, gelu, a->fc, w, BT, proj->rows, proj->cols);
             poke(ctx);
-            linear_backward(p, dln, dgelu, a->ln, OSDP_P_FC_W, -1, BT, 0);   /* db_fc made above */
+            linear_backward(p, dln, dgelu, a->ln, NULL, OSDP_P_FC_W, -1, BT, 0);   /* db_fc made above */
         } else {
-            linear_backward(p, dgelu, dout, gelu, OSDP_P_PROJ_W, OSDP_P_PROJ_B, BT, 0);
+            linear_backward(p, dgelu, dout, gelu, gelu16, OSDP_P_PROJ_W, OSDP_P_PROJ_B, BT, 0);
             OK_OR_RETURN();
             poke(ctx);
             /* bf16: fc's copy over gelu's, read no more */
             be->gelu_backward(dgelu, load_act(ctx, op, ws, a->fc, n4, 1), dgelu, n4);
-            linear_backward(p, dln, dgelu, load_act(ctx, op, ws, a->ln, btd, 0), OSDP_P_FC_W, OSDP_P_FC_B, BT, 0);
+            linear_backward(p, dln, dgelu, ln16 ? NULL : load_act(ctx, op, ws, a->ln, btd, 0), ln16, OSDP_P_FC_W,
+                            OSDP_P_FC_B, BT, 0);
         }
         group_dln_then_layernorm_backward(p, dout, dln, input, a, BT, d);
         OK_OR_RETURN();
@@ -656,7 +687,7 @@ osdp_status osdp_op_backward_sliced(const osdp_op_context *ctx, int op_index, co
             else
                 be->crossentropy_backward(dlogits, a->probs, a->tokens, loss_scale, BT, V);
             if (!ctx->layout->cfg.tied_head)
-                linear_backward(p, dln, dlogits, ln, OSDP_P_LM_HEAD_W, -1, BT, 0);
+                linear_backward(p, dln, dlogits, ln, NULL, OSDP_P_LM_HEAD_W, -1, BT, 0);
             else if ((wte = tied_wte(p, 1)) != NULL)   /* d(wte) += dlogits^T ln, into the embedding's gradients */
                 be->matmul_backward_out_in(dln, ctx->embed_grads + wte_offset(ctx), dlogits, ln, wte, BT, d,
                                            ctx->layout->vocab_local, 0);

@@ -1169,6 +1169,16 @@ START_TEST(test_bf16_residual)
 }
 END_TEST
 
+/* the layout of a one-layer model of tiny's width (d 64) with bf16 activations, at T tokens */
+static void act_bf16_layout(osdp_layout *L, int T)
+{
+    static const char text[] = "[model]\nname = t_act\nn_layer = 1\nn_head = 4\nn_embd = 64\nvocab = 256\nctx = 64\n";
+    osdp_model_config cfg;
+    ck_assert_msg(osdp_model_config_parse(&cfg, text, "act_bf16_layout") == OSDP_OK, "%s", osdp_error_message());
+    cfg.act_bf16 = 1;
+    ck_assert(osdp_layout_build(L, &cfg, T) == OSDP_OK);
+}
+
 /* bf16 activations (--activation-dtype bf16, osdp/layout.h): a forward and a backward of attn.0 and mlp.0 of
  * a one-layer model of tiny's width through gpt_ops.c on the CUDA bf16 table against the CPU bf16 table, both
  * storing ln, qkv, heads, fc and gelu in bf16 and staging them in the workspace: the output, every stored bf16
@@ -1176,14 +1186,9 @@ END_TEST
  * bf16 operands in the forward; the GPU's backward products also round d(out)) */
 START_TEST(test_bf16_activations_ops)
 {
-    static const char text[] = "[model]\nname = t_act\nn_layer = 1\nn_head = 4\nn_embd = 64\nvocab = 256\nctx = 64\n";
-    osdp_model_config cfg;
-    ck_assert_msg(osdp_model_config_parse(&cfg, text, "test_bf16_activations_ops") == OSDP_OK, "%s",
-                  osdp_error_message());
-    cfg.act_bf16 = 1;
     const int B = 2, T = 64;
     osdp_layout L;
-    ck_assert(osdp_layout_build(&L, &cfg, T) == OSDP_OK);
+    act_bf16_layout(&L, T);
     const size_t btd = (size_t)B * T * 64, nws = osdp_workspace_floats(&L, B);
     for (int o = 1; o <= 2; o++) {
         const osdp_op_layout *op = &L.op[o];
@@ -1233,6 +1238,87 @@ START_TEST(test_bf16_activations_ops)
         gpu->free(g_w16), gpu->free(g_x), gpu->free(g_acts), gpu->free(g_ws), gpu->free(g_g);
         free(w), free(x), free(dout), free(w16), free(c_acts), free(c_ws), free(c_g);
     }
+    osdp_layout_free(&L);
+}
+END_TEST
+
+/* One forward and backward of operator o through gpt_ops.c on table t (the GPU's), from the same weights,
+ * input and d(out); returns the device buffers in r (acts, gradients, workspace), freed by the caller. */
+typedef struct gpu_op_run {
+    float *acts, *grads, *ws;
+    osdp_op_acts a;
+    osdp_workspace w;
+} gpu_op_run;
+
+static void run_gpu_op(gpu_op_run *r, const osdp_compute_backend *t, const osdp_layout *L, int o, int B, int T,
+                       const void *g_w16, const float *g_x, const float *dout, size_t btd)
+{
+    const size_t n = L->op[o].numel, nacts = (size_t)B * L->op[o].act_floats_per_seq;
+    const size_t nws = osdp_workspace_floats(L, B);
+    r->acts = gpu->alloc(nacts * sizeof(float)), r->ws = gpu->alloc(nws * sizeof(float));
+    r->grads = gpu->alloc(n * sizeof(float));
+    ck_assert(r->acts && r->ws && r->grads);
+    gpu->fill_zero(r->grads, n * sizeof(float));
+    gpu->fill_zero(r->acts, nacts * sizeof(float));   /* the stored bf16 pieces' padding compares too */
+    osdp_op_acts_carve(L, o, B, r->acts, &r->a);
+    osdp_workspace_carve(L, B, r->ws, &r->w);
+    gpu->to_device(r->w.dres[0], dout, btd * sizeof(float));
+    osdp_op_context c = {.backend = t, .layout = L, .B = B, .T = T, .act_scratch = r->w.scratch};
+    osdp_op_forward(&c, o, g_w16, g_x, &r->a);
+    osdp_op_backward(&c, o, g_w16, r->grads, g_x, &r->a, &r->w, 1.0f);
+    gpu->synchronize();
+}
+
+/* bf16 activations with the CUDA bf16 table's products reading the stored bf16 pieces in place
+ * (matmul_forward_bf16_x, matmul_backward_bf16_x) against the same table with those entries off (the
+ * products read the fp32 copies, staged in the forward and widened in the backward, and round them
+ * again): bit for bit, the output, every activation, the gradients and d(input), with cuBLASLt's
+ * epilogues off and on; each operator's four products (two forward, two weight gradients) must have
+ * read their piece in place (osdp_cuda_bf16_direct_products), so a silent fallback fails.  Against
+ * the CPU bf16 table: test_bf16_activations_ops (which runs with the direct entries). */
+START_TEST(test_bf16_activations_direct)
+{
+    const int B = 2, T = 64;
+    osdp_layout L;
+    act_bf16_layout(&L, T);
+    const size_t btd = (size_t)B * T * 64;
+    ck_assert(gpu16->matmul_forward_bf16_x && gpu16->matmul_backward_bf16_x);
+    osdp_compute_backend widened = *gpu16;
+    widened.matmul_forward_bf16_x = NULL, widened.matmul_backward_bf16_x = NULL;
+    for (int lt = 0; lt <= 1; lt++) {
+        osdp_cuda_set_lt_epilogues(lt);
+        for (int o = 1; o <= 2; o++) {
+            const size_t n = L.op[o].numel, nacts = (size_t)B * L.op[o].act_floats_per_seq;
+            float *w = rand_floats(n, -0.1f, 0.1f, 70 + (uint64_t)o), *x = rand_floats(btd, -1, 1, 80 + (uint64_t)o);
+            float *dout = rand_floats(btd, -1, 1, 90 + (uint64_t)o);
+            uint16_t *w16 = bf16_weights(w, n);
+            void *g_w16 = upb(w16, n);
+            float *g_x = upf(x, btd);
+            gpu_op_run ref, dir;
+            const long before = osdp_cuda_bf16_direct_products();
+            run_gpu_op(&ref, &widened, &L, o, B, T, g_w16, g_x, dout, btd);
+            ck_assert_msg(osdp_cuda_bf16_direct_products() == before, "the widened path read a piece in place");
+            run_gpu_op(&dir, gpu16, &L, o, B, T, g_w16, g_x, dout, btd);
+            ck_assert_msg(osdp_cuda_bf16_direct_products() - before == 4,
+                          "%s (lt %d): %ld products read the stored bf16 pieces in place, 4 expected", L.op[o].name,
+                          lt, osdp_cuda_bf16_direct_products() - before);
+            float *h = down(ref.acts, nacts);
+            expect_bitwise("bf16 direct: activations", h, dir.acts, nacts);
+            free(h);
+            h = down(ref.grads, n);
+            expect_bitwise("bf16 direct: gradients", h, dir.grads, n);
+            free(h);
+            ck_assert(ref.w.cur == dir.w.cur);
+            h = down(ref.w.dres[ref.w.cur], btd);
+            expect_bitwise("bf16 direct: d(input)", h, dir.w.dres[dir.w.cur], btd);
+            free(h);
+            gpu->free(ref.acts), gpu->free(ref.grads), gpu->free(ref.ws);
+            gpu->free(dir.acts), gpu->free(dir.grads), gpu->free(dir.ws);
+            gpu->free(g_w16), gpu->free(g_x);
+            free(w), free(x), free(dout), free(w16);
+        }
+    }
+    osdp_cuda_set_lt_epilogues(0);
     osdp_layout_free(&L);
 }
 END_TEST
@@ -1625,7 +1711,7 @@ static Suite *cuda_suite(void)
                                   test_layernorm, test_gelu, test_attention, test_embedding, test_crossentropy,
                                   test_crossentropy_large_gap, test_vocab_parallel,
                                   test_residual_accumulate, test_sums, test_adamw, test_tables, test_bf16_convert,
-                                  test_bf16_residual, test_bf16_activations_ops,
+                                  test_bf16_residual, test_bf16_activations_ops, test_bf16_activations_direct,
                                   test_bf16_matmul_forward, test_bf16_lt_epilogues, test_bf16_lt_backward,
                                   test_bf16_matmul_backward, test_bf16_layernorm,
                                   test_bf16_attention, test_attention_tiled, test_bf16_attention_tiled,
