@@ -242,6 +242,9 @@ typedef struct osdp_op_mem {
     int reduce_once;            /* J: its last J slices reduce once per step (cm->reduce_once, at most g) */
     int once_all;               /* every slice does (J = g): its full gradients freed after its backward */
     long long accum;            /* then those slices' accumulated gradients, all run (0 otherwise) */
+    long long forward_first;    /* ff: its forward's first slice when ZDP, gathered during the forward before */
+    long long forward_work;     /* u: its gathered slices at its forward's largest (the formula above) */
+    long long forward_work_last;    /* u as a layout's last operator (its next pass's first slice with them) */
 } osdp_op_mem;
 
 /* What one operator's choice adds to a plan's peak, by when its buffers
@@ -257,6 +260,10 @@ typedef struct osdp_op_peak_terms {
     /* as the first operator of a pipeline stage, at its wrap moment (above): pass_peak when the stage's next
      * pass is a forward (max with a), and when it is the backward of this operator alone (max with r) */
     long long pass_peak_then_forward, pass_peak_again;
+    /* at its forward (osdp_cost_forward_moment): rebuilt + u (u as the layout's last operator for the last) */
+    long long forward_peak;
+    long long forward_next; /* during the forward of the operator before it: [prefetch] ff */
+    long long view;         /* v, during the next operator's passes (prefetch holds it too) */
 } osdp_op_peak_terms;
 void osdp_cost_peak_terms(const osdp_cost_model *cm, int op, const osdp_op_mem *m, osdp_op_peak_terms *out);
 /* the moment of operator u's backward from the terms of ops: every earlier
@@ -265,6 +272,15 @@ static inline long long osdp_cost_backward_moment(const osdp_op_peak_terms *t, i
 {
     return acts_before + t[u].acts + t[u].pass_peak + (u + 1 < n ? t[u + 1].in_flight : 0)
          + (u > 0 ? t[u - 1].prefetch : 0);
+}
+
+/* the moment of operator u's forward: the same earlier activations, its
+ * whole block, its slices, the next operator's first slice and v of the one
+ * before */
+static inline long long osdp_cost_forward_moment(const osdp_op_peak_terms *t, int n, int u, long long acts_before)
+{
+    return acts_before + t[u].acts + t[u].forward_peak + (u + 1 < n ? t[u + 1].forward_next : 0)
+         + (u > 0 ? t[u - 1].view : 0);
 }
 
 /* A pipeline stage's wrap moment (above) from the terms of its n operators, next_passes OSDP_PIPE_THEN_*
