@@ -565,13 +565,8 @@ END_TEST
  * fits, or no plan with the search's forward-moment message. */
 START_TEST(test_forward_moment_limit)
 {
-    char path[4096];
-    osdp_model_config cfg;
-    snprintf(path, sizeof path, "%s/tests/inputs/t_small.ini", src_dir());
-    ck_assert_msg(osdp_model_config_load(&cfg, path) == OSDP_OK, "%s", osdp_error_message());
-    cfg.vocab = 1024;
     osdp_layout L;
-    ck_assert_msg(osdp_layout_build(&L, &cfg, 32) == OSDP_OK, "%s", osdp_error_message());
+    load_layout_vocab(&L, "tests/inputs/t_small.ini", 32, 1024, 0);
     osdp_device d = test_device(1LL << 40);
     d.param_bytes = 2;   /* bf16 weights: verified against the schedule */
     int rc[16] = {0};

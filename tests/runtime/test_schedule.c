@@ -384,13 +384,7 @@ END_TEST
  * for some */
 static void load_wide_vocab(osdp_layout *L, int T, int naive)
 {
-    char path[4096];
-    osdp_model_config cfg;
-    snprintf(path, sizeof path, "%s/tests/inputs/t_small.ini", src_dir());
-    ck_assert_msg(osdp_model_config_load(&cfg, path) == OSDP_OK, "%s", osdp_error_message());
-    cfg.vocab = 1024;
-    cfg.attention_naive = cfg.head_naive = naive;
-    ck_assert_msg(osdp_layout_build(L, &cfg, T) == OSDP_OK, "%s", osdp_error_message());
+    load_layout_vocab(L, "tests/inputs/t_small.ini", T, 1024, naive);
 }
 
 START_TEST(test_reduce_once_forward_moment)
