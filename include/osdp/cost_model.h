@@ -405,6 +405,8 @@ void osdp_cost_plan_op_time(const osdp_cost_model *cm, const osdp_plan *plan, in
  * hierarchical operator's terms from osdp_cost_op_mem_hier); *at_op
  * (may be NULL) gets the operator whose backward reaches it. */
 long long osdp_cost_peak(const osdp_cost_model *cm, const osdp_plan *plan, int b, int *at_op);
+/* the same, *forward (may be NULL) 1 when the peak is that operator's forward moment (F_u), 0 its backward */
+long long osdp_cost_peak_moment(const osdp_cost_model *cm, const osdp_plan *plan, int b, int *at_op, int *forward);
 /* The step's scalar all-reduce: every step sums the loss and the gradient
  * norm, 2 doubles, over each mesh axis in turn (osdp_runtime_reduce_over_mesh:
  * the data group, the tensor group, the pipeline), a blocking ring

@@ -423,7 +423,12 @@ int osdp_cost_hierarchy_for_mesh(const osdp_device *dev, int tp, int dp, int pp,
     return 1;
 }
 
-long long osdp_cost_peak(const osdp_cost_model *cm_in, const osdp_plan *plan, int b, int *at_op)
+long long osdp_cost_peak(const osdp_cost_model *cm, const osdp_plan *plan, int b, int *at_op)
+{
+    return osdp_cost_peak_moment(cm, plan, b, at_op, NULL);
+}
+
+long long osdp_cost_peak_moment(const osdp_cost_model *cm_in, const osdp_plan *plan, int b, int *at_op, int *forward)
 {
     osdp_cost_model with_plan = *cm_in, *cm = &with_plan;
     with_plan.recompute = plan->recompute;
@@ -439,13 +444,14 @@ long long osdp_cost_peak(const osdp_cost_model *cm_in, const osdp_plan *plan, in
         base += t[i].held;
     }
     long long acts = 0, best = -1;
-    int where = 0;
+    int where = 0, in_forward = 0;
     for (int u = 0; u < n; u++) {
         const long long v = osdp_cost_backward_moment(t, n, u, acts), fv = osdp_cost_forward_moment(t, n, u, acts);
         acts += t[u].acts;
         if (v > best || fv > best) {
             best = v > fv ? v : fv;
             where = u;
+            in_forward = fv > v;
         }
     }
     if (cm->geo.prefetch && cm->next_passes && n > 0) {   /* a pipeline stage's wrap moment */
@@ -453,10 +459,12 @@ long long osdp_cost_peak(const osdp_cost_model *cm_in, const osdp_plan *plan, in
         if (v > best) {
             best = v;
             where = 0;
+            in_forward = 0;
         }
     }
     free(t);
     if (at_op) *at_op = where;
+    if (forward) *forward = in_forward;
     return base + best;
 }
 
