@@ -72,8 +72,23 @@
  * backward operator's prefetched weights and, with prefetch, the previous
  * operator's reduce-scatter still in flight (its gradients and receive
  * buffer), on top of the activations of every operator not yet
- * back-propagated.  Forward moments never exceed it, nor do those of a
- * recomputed forward (it holds at most three slices, less than G_u).  This is
+ * back-propagated; or during some operator's forward:
+ *   F_u  = sum_{j <= u} acts_j + rebuilt_u + fw_u + [prefetch, u + 1 < n] ff_{u+1} + [u > 0] v_{u-1}
+ *   fw   = max_s ([s < k] p_s e + [prefetch, s + 1 < k] p_{s+1} e): its whole
+ *          block alive, slice s and, with prefetch, slice s+1 gathered ahead;
+ *          the layout's last operator adds, with prefetch, the first slice of its
+ *          next pass, its own backward: not recomputed, [k = g] p_{g-1} e while
+ *          s + 1 < g - 1; recomputed, at s = g - 1 > 0, [k > 0] p_0 e
+ *   ff   = [k > 0] p_0 e   its first slice, gathered from the start of the
+ *          forward before it
+ *   peak = W + sum_i (...) + max(max_u (K_u + Y_u), max_u F_u)
+ * F_u <= K_u + Y_u while operator u+1 has a reduce-scatter in flight (its
+ * G_{u+1} >= ff_{u+1}, and G_u >= fw_u): only a reduce-once operator (every
+ * slice) after u lets u's forward be the peak, as a big head after a
+ * recomputed block does (megatron_1p7b at B 4 and 8, 32 ranks).  The search's
+ * terms (src/planner/plan_context.h) bound the backward moments alone: the
+ * planner refuses a plan whose forward moment is over the limit.  Recomputed
+ * forwards never exceed the backward (at most three slices, less than G_u).  This is
  * a closed-form rewrite of the runtime schedule's evaluation (osdp/schedule.h,
  * osdp_memory_predict), kept for the search's speed: for a = e_g = 4 and
  * e = 4 or 2 the two are equal byte for byte (fp32 or bf16 weights, split,
@@ -242,6 +257,9 @@ typedef struct osdp_op_mem {
     int reduce_once;            /* J: its last J slices reduce once per step (cm->reduce_once, at most g) */
     int once_all;               /* every slice does (J = g): its full gradients freed after its backward */
     long long accum;            /* then those slices' accumulated gradients, all run (0 otherwise) */
+    long long forward_first;    /* ff: its forward's first slice when ZDP, gathered during the forward before */
+    long long forward_work;     /* fw: its gathered slices at its forward's largest (the formula above) */
+    long long forward_work_last;    /* fw as a layout's last operator (its next pass's first slice with them) */
 } osdp_op_mem;
 
 /* What one operator's choice adds to a plan's peak, by when its buffers
@@ -257,6 +275,10 @@ typedef struct osdp_op_peak_terms {
     /* as the first operator of a pipeline stage, at its wrap moment (above): pass_peak when the stage's next
      * pass is a forward (max with a), and when it is the backward of this operator alone (max with r) */
     long long pass_peak_then_forward, pass_peak_again;
+    /* at its forward (osdp_cost_forward_moment): rebuilt + fw (fw as the layout's last operator for the last) */
+    long long forward_peak;
+    long long forward_next; /* during the forward of the operator before it: [prefetch] ff */
+    long long view;         /* v, during the next operator's passes (prefetch holds it too) */
 } osdp_op_peak_terms;
 void osdp_cost_peak_terms(const osdp_cost_model *cm, int op, const osdp_op_mem *m, osdp_op_peak_terms *out);
 /* the moment of operator u's backward from the terms of ops: every earlier
@@ -265,6 +287,15 @@ static inline long long osdp_cost_backward_moment(const osdp_op_peak_terms *t, i
 {
     return acts_before + t[u].acts + t[u].pass_peak + (u + 1 < n ? t[u + 1].in_flight : 0)
          + (u > 0 ? t[u - 1].prefetch : 0);
+}
+
+/* the moment of operator u's forward: the same earlier activations, its
+ * whole block, its slices, the next operator's first slice and v of the one
+ * before */
+static inline long long osdp_cost_forward_moment(const osdp_op_peak_terms *t, int n, int u, long long acts_before)
+{
+    return acts_before + t[u].acts + t[u].forward_peak + (u + 1 < n ? t[u + 1].forward_next : 0)
+         + (u > 0 ? t[u - 1].view : 0);
 }
 
 /* A pipeline stage's wrap moment (above) from the terms of its n operators, next_passes OSDP_PIPE_THEN_*
@@ -377,6 +408,8 @@ void osdp_cost_plan_op_time(const osdp_cost_model *cm, const osdp_plan *plan, in
  * hierarchical operator's terms from osdp_cost_op_mem_hier); *at_op
  * (may be NULL) gets the operator whose backward reaches it. */
 long long osdp_cost_peak(const osdp_cost_model *cm, const osdp_plan *plan, int b, int *at_op);
+/* the same, *forward (may be NULL) 1 when the peak is that operator's forward moment (F_u), 0 its backward */
+long long osdp_cost_peak_moment(const osdp_cost_model *cm, const osdp_plan *plan, int b, int *at_op, int *forward);
 /* The step's scalar all-reduce: every step sums the loss and the gradient
  * norm, 2 doubles, over each mesh axis in turn (osdp_runtime_reduce_over_mesh:
  * the data group, the tensor group, the pipeline), a blocking ring

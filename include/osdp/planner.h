@@ -205,6 +205,7 @@ typedef struct osdp_planner_result {
     long long peak_bytes;     /* model peak */
     long long runtime_peak;   /* osdp_memory_predict's peak_total, -1 when not checked */
     int peak_op;              /* operator whose backward reaches the peak */
+    int peak_forward;         /* 1: its forward does instead (osdp_cost_forward_moment) */
     long long mem_limit;      /* the limit used */
     int batches_tried;        /* micro-batches searched */
     long long searches;       /* knapsacks solved */

@@ -94,10 +94,11 @@ void osdp_plan_print_summary(const char *label, const osdp_layout *L, const osdp
     char of_them[48] = "";   /* only where h was chosen: one-node outputs as before */
     if (hier) snprintf(of_them, sizeof of_them, " (%d of them h)", hier);
     printf("%-28s micro-batch %d x accum %d: step %.2f ms, %.2f samples/s (%.0f tokens/s), peak %s of %s "
-           "(backward of %s)%s, %d of %d operators ZDP%s\n",
+           "(%s of %s)%s, %d of %d operators ZDP%s\n",
            label, r->plan.geo.micro_batch, r->plan.geo.accum_steps, 1e3 * r->step_s, r->samples_per_s,
            r->samples_per_s * L->T, osdp_format_bytes((double)r->peak_bytes, a, sizeof a),
-           osdp_format_bytes((double)r->mem_limit, l, sizeof l), L->op[r->peak_op].name,
+           osdp_format_bytes((double)r->mem_limit, l, sizeof l), r->peak_forward ? "forward" : "backward",
+           L->op[r->peak_op].name,
            r->runtime_peak >= 0 ? (r->runtime_peak == r->peak_bytes ? ", runtime check equal" : ", RUNTIME CHECK DIFFERS")
                                 : "",
            zdp, L->n_ops, of_them);

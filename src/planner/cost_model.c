@@ -218,6 +218,21 @@ static void op_mem_sharded(const osdp_cost_model *cm, int op, int g, int k, int 
      * or with recompute slice 0 of the recomputed forward */
     const long long forward_first = k > 0 ? gathered[0] : 0;
     out->prefetch = rc ? forward_first : (k == g ? gathered[g - 1] : 0);
+    /* its forward goes up the slices, holding slice s when ZDP and, with
+     * prefetch, slice s+1 gathered ahead; as a layout's last operator also
+     * the first slice of its own next pass, its backward (osdp/cost_model.h) */
+    out->forward_first = forward_first;
+    out->forward_work = out->forward_work_last = 0;
+    for (int s = 0; s < g; s++) {
+        const long long held = (s < k ? gathered[s] : 0) + (cm->geo.prefetch && s + 1 < k ? gathered[s + 1] : 0);
+        /* last, not recomputed: its backward's slice g-1 (ZDP when k = g), gathered from slice 0 on unless it
+         * is the slice ahead; recomputed: the recomputed forward's slice 0, gathered again at slice g-1 */
+        long long again = 0;
+        if (cm->geo.prefetch && !rc && k == g && s + 1 < g - 1) again = gathered[g - 1];
+        if (cm->geo.prefetch && rc && g > 1 && s == g - 1) again = forward_first;
+        if (held > out->forward_work) out->forward_work = held;
+        if (held + again > out->forward_work_last) out->forward_work_last = held + again;
+    }
     /* a pipeline stage's wrap moment (osdp/cost_model.h): its forward's slice 0 gathered ahead for the next
      * pass, extra while slices s >= 2 are in use; a one-operator stage's next backward prefetched */
     out->wrap_forward = work_from_2 > 0 ? work_from_2 + forward_first : 0;
@@ -235,6 +250,9 @@ void osdp_cost_peak_terms(const osdp_cost_model *cm, int op, const osdp_op_mem *
     out->prefetch = (cm->geo.prefetch ? m->prefetch : 0) + m->view;
     /* reduce-once, every slice: G is freed once added into accum, its reduction needs no buffer */
     out->in_flight = cm->geo.prefetch && !m->once_all ? m->grads + m->recv : 0;
+    out->forward_peak = m->rebuilt + (op == cm->layout->n_ops - 1 ? m->forward_work_last : m->forward_work);
+    out->forward_next = cm->geo.prefetch ? m->forward_first : 0;
+    out->view = m->view;
     const long long base = out->pass_peak - (m->work > m->recv ? m->work : m->recv);   /* rebuilt + G (+ G_0) */
     out->pass_peak_then_forward = out->pass_peak > base + m->wrap_forward ? out->pass_peak : base + m->wrap_forward;
     out->pass_peak_again = out->pass_peak > base + m->wrap_again ? out->pass_peak : base + m->wrap_again;
@@ -409,7 +427,12 @@ int osdp_cost_hierarchy_for_mesh(const osdp_device *dev, int tp, int dp, int pp,
     return 1;
 }
 
-long long osdp_cost_peak(const osdp_cost_model *cm_in, const osdp_plan *plan, int b, int *at_op)
+long long osdp_cost_peak(const osdp_cost_model *cm, const osdp_plan *plan, int b, int *at_op)
+{
+    return osdp_cost_peak_moment(cm, plan, b, at_op, NULL);
+}
+
+long long osdp_cost_peak_moment(const osdp_cost_model *cm_in, const osdp_plan *plan, int b, int *at_op, int *forward)
 {
     osdp_cost_model with_plan = *cm_in, *cm = &with_plan;
     with_plan.recompute = plan->recompute;
@@ -425,13 +448,14 @@ long long osdp_cost_peak(const osdp_cost_model *cm_in, const osdp_plan *plan, in
         base += t[i].held;
     }
     long long acts = 0, best = -1;
-    int where = 0;
+    int where = 0, in_forward = 0;
     for (int u = 0; u < n; u++) {
-        const long long v = osdp_cost_backward_moment(t, n, u, acts);
+        const long long v = osdp_cost_backward_moment(t, n, u, acts), fv = osdp_cost_forward_moment(t, n, u, acts);
         acts += t[u].acts;
-        if (v > best) {
-            best = v;
+        if (v > best || fv > best) {
+            best = v > fv ? v : fv;
             where = u;
+            in_forward = fv > v;
         }
     }
     if (cm->geo.prefetch && cm->next_passes && n > 0) {   /* a pipeline stage's wrap moment */
@@ -439,10 +463,12 @@ long long osdp_cost_peak(const osdp_cost_model *cm_in, const osdp_plan *plan, in
         if (v > best) {
             best = v;
             where = 0;
+            in_forward = 0;
         }
     }
     free(t);
     if (at_op) *at_op = where;
+    if (forward) *forward = in_forward;
     return base + best;
 }
 

@@ -258,8 +258,16 @@ static osdp_status plan_batch(const osdp_layout *L, const osdp_device *dev, cons
         s = search_plan(L, dev, o, b, accum, 0, deadline, cutoff, limit, cuts, res, &res->plan, &found, &objective, &cost);
     if (s == OSDP_OK && !found) s = quiet || !isinf(cutoff) ? OSDP_ERR_INFEASIBLE : infeasible(L, dev, o, b, accum, limit);
     if (s == OSDP_OK) {
-        res->peak_bytes = osdp_cost_peak(&cost, &res->plan, b, &res->peak_op);
+        res->peak_bytes = osdp_cost_peak_moment(&cost, &res->plan, b, &res->peak_op, &res->peak_forward);
         if (verify_applies(dev, o)) s = verify_peak(L, dev, o, b, accum, res);
+        /* the search's terms (plan_context.h) bound the backward moments alone; an operator's forward
+         * (osdp_cost_forward_moment) can exceed them when the operator after it reduces once */
+        if (s == OSDP_OK && res->peak_bytes > limit)
+            s = osdp_error_set(OSDP_ERR_INFEASIBLE, "planner: at micro-batch %d the chosen plan's peak (%lld bytes, "
+                               "in %s's %s) is over the memory limit (%lld bytes): the search does not bound "
+                               "forward moments yet; raise the limit, or use --grad-reduce every",
+                               b, res->peak_bytes, L->op[res->peak_op].name,
+                               res->peak_forward ? "forward" : "backward", limit);
     }
     if (s == OSDP_OK) {
         res->step_s = osdp_cost_step_time(&cost, &res->plan, b, accum);

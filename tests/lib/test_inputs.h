@@ -46,6 +46,18 @@ static inline void load_layout_kernels(osdp_layout *L, const char *model, int T,
 
 static inline void load_layout(osdp_layout *L, const char *model, int T) { load_layout_kernels(L, model, T, 0, 0); }
 
+/* the model with its vocabulary replaced (a head of another size than the blocks') */
+static inline void load_layout_vocab(osdp_layout *L, const char *model, int T, int vocab, int naive)
+{
+    char path[4096];
+    osdp_model_config cfg;
+    snprintf(path, sizeof path, "%s/%s", src_dir(), model);
+    ck_assert_msg(osdp_model_config_load(&cfg, path) == OSDP_OK, "%s", osdp_error_message());
+    cfg.vocab = vocab;
+    cfg.attention_naive = cfg.head_naive = naive;
+    ck_assert_msg(osdp_layout_build(L, &cfg, T) == OSDP_OK, "%s", osdp_error_message());
+}
+
 /* a device file's text, head then extra, parsed (origin: its name in the errors) */
 static inline osdp_status parse_device_text(osdp_device *d, const char *head, const char *extra, const char *origin)
 {

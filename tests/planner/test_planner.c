@@ -558,6 +558,44 @@ START_TEST(test_infeasible_message)
 }
 END_TEST
 
+/* A reduce-once head 4x an mlp's weights after recomputed blocks (t_small,
+ * vocabulary 1024): the last mlp's forward, its slices and the head's
+ * gathered ahead, is the peak (osdp_cost_forward_moment).  The planner's
+ * peak is the schedule's, and no limit gets a plan over it: a plan that
+ * fits, or no plan with the search's forward-moment message. */
+START_TEST(test_forward_moment_limit)
+{
+    osdp_layout L;
+    load_layout_vocab(&L, "tests/inputs/t_small.ini", 32, 1024, 0);
+    osdp_device d = test_device(1LL << 40);
+    d.param_bytes = 2;   /* bf16 weights: verified against the schedule */
+    int rc[16] = {0};
+    ck_assert_int_le(L.n_ops, 16);
+    for (int i = 0; i < L.n_ops; i++) rc[i] = osdp_op_can_recompute(L.op[i].type);
+    osdp_planner_options o;
+    osdp_planner_defaults(&o);
+    o.geo.n_ranks = 2;
+    o.recompute = rc;
+    o.grad_reduce = OSDP_GRAD_REDUCE_ONCE;
+    o.modes = OSDP_MODES_ALL_ZDP;
+    osdp_planner_result r;
+    osdp_status s = osdp_planner_plan_batch(&L, &d, &o, 8, 2, &r);
+    ck_assert_msg(s == OSDP_OK, "%s", osdp_error_message());
+    ck_assert_int_eq(r.runtime_peak, r.peak_bytes);
+    ck_assert_str_eq(L.op[r.peak_op].name, "mlp.1");   /* the forward moment, not a backward */
+    const long long peak = r.peak_bytes;
+    osdp_planner_result_free(&r);
+    for (long long under = 1; under <= 1 << 16; under *= 16) {
+        o.mem_limit = peak - under;
+        s = osdp_planner_plan_batch(&L, &d, &o, 8, 2, &r);
+        if (s == OSDP_OK) ck_assert(r.peak_bytes <= o.mem_limit && r.runtime_peak == r.peak_bytes);
+        else ck_assert_msg(s == OSDP_ERR_INFEASIBLE, "%s", osdp_error_message());
+        osdp_planner_result_free(&r);
+    }
+    osdp_layout_free(&L);
+}
+END_TEST
+
 START_TEST(test_scheduler)
 {
     osdp_layout L;
@@ -607,7 +645,7 @@ static Suite *planner_suite(void)
     const TTest *cost_model[] = {test_cost_time_by_hand, test_peak_equals_runtime, NULL};
     const TTest *planner[] = {test_planner_brute_tiny, test_planner_brute_reduce_once, test_planner_brute_bench,
                               test_planner_brute_split,
-                              test_families_dfs_equals_exact, test_infeasible_message, test_scheduler, NULL};
+                              test_families_dfs_equals_exact, test_infeasible_message, test_scheduler, test_forward_moment_limit, NULL};
     const osdp_check_case cases[] = {
         {.name = "device", .tests = device}, {.name = "cost_model", .tests = cost_model},
         {.name = "planner", .tests = planner},

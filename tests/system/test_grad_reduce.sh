@@ -178,4 +178,24 @@ stages_exact "$WORK/pp_slices.log" || mem=0
     ok "per slice: measured = predicted peak per category to the byte (DP 4, node-first, PP 2 x DP 2 per stage, TP 2 x DP 2, tied): grads $(one "$D" pred_grads) B" ||
     bad "per slice memory"
 
+# -- 7. a reduce-once head 4x an mlp's weights (vocabulary 1024) after recomputed blocks, every operator ZDP:
+#       the last mlp's forward (its block, its weights and the head's gathered ahead) is the peak, which
+#       the closed form once missed (plan: "the cost model's peak and the runtime schedule's differ").
+#       DP 4, micro-batch 8: measured = predicted per category, and = plan's all-ZDP peak
+W="$WORK/t_wide.ini"
+printf '[model]\nname = t_wide\nn_layer = 2\nn_head = 4\nn_embd = 32\nvocab = 1024\nctx = 32\n' > "$W"
+printf 'embed = zdp reduce-once\n' > "$WORK/wide.plan"
+for op in attn.0 mlp.0 attn.1 mlp.1; do printf '%s = zdp recompute reduce-once\n' $op >> "$WORK/wide.plan"; done
+printf 'head = zdp reduce-once\n' >> "$WORK/wide.plan"
+timeout 120 "$MPIEXEC" -n 4 "$BIN" train --data "$DATA" --model "$W" --threads 1 --peak-flops 1e9 --seq-len 32 \
+    --global-batch 64 --batch 8 --lr 1e-3 --steps $S --plan "$WORK/wide.plan" --log "$WORK/wide.log" \
+    >"$WORK/wide.out" 2>"$WORK/wide.err" || bad "wide-vocabulary run" "$WORK/wide.err"
+"$BIN" plan --model "$W" --device "$SRC/input/devices/cpu_2core.ini" --ranks 4 --global-batch 64 --batch 8 --seq-len 32 \
+    --recompute all --grad-reduce once --json > "$WORK/wide_plan.json" 2>"$WORK/wide_plan.err" ||
+    bad "plan of the wide-vocabulary model" "$WORK/wide_plan.err"
+zdp_peak=$(sed -n 's/.*"all_zdp":{[^}]*"peak_bytes":\([0-9]*\).*/\1/p' "$WORK/wide_plan.json")
+memory_exact "$WORK/wide.log" && [ -n "$zdp_peak" ] && [ "$(one "$WORK/wide.log" peak_total)" = "$zdp_peak" ] &&
+    ok "forward moment: a reduce-once head after recomputed blocks, all ZDP, DP 4: measured = predicted = the plan's all-ZDP peak ($zdp_peak B)" ||
+    bad "forward moment: measured $(one "$WORK/wide.log" peak_total), plan's all-ZDP peak ${zdp_peak:-none}" "$WORK/wide_plan.err"
+
 summary "grad-reduce"
