@@ -123,6 +123,7 @@ static void end_job_on_unrecoverable(osdp_status code, const char *message) { os
 
 int main(int argc, char **argv)
 {
+    osdp_fatal_note_main_thread();
     osdp_error_set_unrecoverable_handler(end_job_on_unrecoverable);
     if (argc < 2)
         return refuse_once(&argc, &argv, "osdp_gpt: error: no command given%s (train, plan, profile, sample or eval)\n", "");

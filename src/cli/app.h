@@ -56,8 +56,15 @@ struct osdp_link_emulation;
  * a link each inter-node figure the larger of the file's and the link's
  * (osdp_device_set_link); e NULL: dev unchanged */
 void osdp_emulation_to_device(const struct osdp_link_emulation *e, struct osdp_device *dev);
-/* Print "osdp_gpt: rank R: error: MSG" and abort the whole job. */
+/* Print "osdp_gpt: rank R: error: MSG" and abort the whole job.  A job of
+ * one process, on its main thread, finalizes and exits with CODE instead:
+ * there is no peer to stop, and the launcher then reports CODE (under
+ * MPI_Abort MPICH's hydra reports CODE or 1, whichever of the abort message
+ * and the closed PMI socket it reads first). */
 _Noreturn void osdp_fatal(osdp_status code, const char *msg);
+/* Call first in main: osdp_fatal finalizes only on this thread (a watchdog
+ * thread's fatal error may find the main thread inside MPI). */
+void osdp_fatal_note_main_thread(void);
 /* Every rank passes its status; if any failed, rank 0 prints the lowest
  * failing rank's message (osdp_status_agree), all ranks finalize MPI and
  * exit with its status together.  Use on paths every rank follows (input

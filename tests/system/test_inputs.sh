@@ -139,6 +139,12 @@ train 2 oom_fixed --steps 1 --batch 2 --plan dp --mem-limit 200K; rc=$?
 [ $rc != 0 ] && [ $rc != 124 ] && grep -q "out of memory.*try --plan auto, --recompute all, or a larger --mem-limit" "$WORK/oom_fixed.err" \
     && ok "emulated OOM under --plan dp (exit $rc): '$(grep -o 'the plan was fixed.*' "$WORK/oom_fixed.err" | head -1)'" \
     || bad "OOM hint (rc $rc)" "$WORK/oom_fixed.err"
+# one process ends with the error's own status (2) every time: no MPI_Abort, whose status
+# MPICH's launcher reports as the code or 1 depending on timing (the docs' example showed 1 once)
+codes=$(for i in 1 2 3 4 5 6; do train 1 oom_one --steps 1 --batch 2 --plan dp --mem-limit 200K; echo -n "$? "; done)
+[ "$codes" = "2 2 2 2 2 2 " ] && grep -q "rank 0: error: out of memory" "$WORK/oom_one.err" && ! grep -q MPI_Abort "$WORK/oom_one.err" \
+    && ok "emulated OOM on one rank: exit status 2 six times of six, no MPI_Abort" \
+    || bad "one-rank OOM exit statuses: $codes" "$WORK/oom_one.err"
 
 # -- 7. model files with any number of per-block widths: continuation lines
 { printf '[model]\nname = wide48\nn_layer = 48\nn_head = 2\nvocab = 256\nctx = 16\nwidths = '
