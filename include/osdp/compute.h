@@ -164,6 +164,20 @@ typedef struct osdp_compute_backend {
                                   int accumulate);
     void (*matmul_backward_bf16_x)(float *dx, float *dw, float *db, const float *dy, const void *x, const void *w,
                                    int BT, int IC, int OC, int dx_accumulate);
+    /* The producers of the stored bf16 activations (--activation-dtype bf16) writing the stored piece itself (y,
+     * out: bf16), each value rounded to the nearest bf16 (ties to even) as it is stored: the bits of
+     * layernorm_forward, residual_layernorm_forward, gelu_forward and attention_forward_tiled followed by
+     * residual_round and convert_weights, with no fp32 copy and no pass over one.  The GELU's x is the stored fc
+     * (bf16), widened as read, in the forward and in gelu_backward_bf16_x (whose results are gelu_backward's on
+     * the widened copy).  NULL (the CPU tables, the fp32 ones): gpt_ops.c computes the fp32 copy in the
+     * workspace's OSDP_S_ACT, rounds it and narrows it into the piece, and widens fc there for the backward. */
+    void (*layernorm_forward_bf16_y)(void *y, float *mean, float *rstd, const float *x, const void *w, const void *b,
+                                     int BT, int C);
+    void (*residual_layernorm_forward_bf16_y)(float *res, void *y, float *mean, float *rstd, const float *a,
+                                              const float *b, const void *w, const void *bias, int BT, int C);
+    void (*gelu_forward_bf16)(void *y, const void *x, size_t n);
+    void (*gelu_backward_bf16_x)(float *dx, const void *x, const float *dy, size_t n);
+    void (*attention_forward_tiled_bf16_out)(void *out, float *lse, const float *qkv, int B, int T, int C, int NH);
     void (*vector_accumulate)(float *y, const float *x, size_t n);
     /* sum of losses (BT) in double, result to the host */
     double (*sum)(const float *x, size_t n);

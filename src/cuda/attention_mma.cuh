@@ -149,9 +149,9 @@ __device__ inline void row_products(float *S, const bf16 *X, const bf16 *Y, int 
                                                     HS, false);
 }
 
-template <class I>
+template <class I, class Out = float>
 __global__ void __launch_bounds__(kAttnThreads)
-    attention_mma_forward_kernel(float *out, float *lse, const float *qkv, int T, int C, int NH, int tile,
+    attention_mma_forward_kernel(Out *out, float *lse, const float *qkv, int T, int C, int NH, int tile,
                                  float scale)
 {
     extern __shared__ __align__(128) unsigned char attn_mma_smem[];
@@ -208,7 +208,7 @@ __global__ void __launch_bounds__(kAttnThreads)
     __syncthreads();
     for (int e = threadIdx.x; e < tile * HS; e += blockDim.x) {
         const int r = e / HS, c = e % HS;
-        if (i0 + r < T) out[hv.heads_off + (I)(i0 + r) * (I)C + c] = sm.O[r * lo + c] / sm.l[r];
+        if (i0 + r < T) store_as(out + hv.heads_off + (I)(i0 + r) * (I)C + c, sm.O[r * lo + c] / sm.l[r]);
     }
     for (int r = threadIdx.x; r < tile; r += blockDim.x)
         if (i0 + r < T) lse[(size_t)hv.bh * T + i0 + r] = sm.m[r] + logf(sm.l[r]);

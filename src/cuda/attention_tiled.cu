@@ -112,16 +112,17 @@ template <class E> int mma_tile(int HS)
     return 0;
 }
 
-void forward_mma(float *out, float *lse, const float *qkv, int B, int T, int C, int NH, int tile, cudaStream_t s)
+template <class Out>
+void forward_mma(Out *out, float *lse, const float *qkv, int B, int T, int C, int NH, int tile, cudaStream_t s)
 {
     const int HS = C / NH;
     const size_t bytes = attention_mma::ForwardSmem(nullptr, tile, HS).bytes;
     const dim3 grid((unsigned)(B * NH), (unsigned)((T + tile - 1) / tile));
     with_index_type(qkv_numel(B, T, C), [&](auto i) {
         using I = decltype(i);
-        allow_smem(attention_mma::attention_mma_forward_kernel<I>, bytes);
-        attention_mma::attention_mma_forward_kernel<I><<<grid, kAttnThreads, bytes, s>>>(out, lse, qkv, T, C, NH,
-                                                                                        tile, 1.0f / sqrtf((float)HS));
+        allow_smem(attention_mma::attention_mma_forward_kernel<I, Out>, bytes);
+        attention_mma::attention_mma_forward_kernel<I, Out><<<grid, kAttnThreads, bytes, s>>>(
+            out, lse, qkv, T, C, NH, tile, 1.0f / sqrtf((float)HS));
     });
     CUDA_CHECK_LAUNCH();
     attention_mma_launches++;
@@ -144,8 +145,8 @@ template <class I> void backward_mma(const AttnBackward &args, int B, int HS, cu
 
 }  // namespace
 
-template <class E>
-void attention_tiled_forward(float *out, float *lse, const float *qkv, int B, int T, int C, int NH, cudaStream_t s)
+template <class E, class Out>
+void attention_tiled_forward(Out *out, float *lse, const float *qkv, int B, int T, int C, int NH, cudaStream_t s)
 {
     if (B <= 0 || T <= 0 || C <= 0 || NH <= 0) return;
     const int mma = mma_tile<E>(C / NH);
@@ -158,9 +159,9 @@ void attention_tiled_forward(float *out, float *lse, const float *qkv, int B, in
     const dim3 grid((unsigned)(B * NH), (unsigned)((T + tile - 1) / tile));
     with_index_type(qkv_numel(B, T, C), [&](auto i) {
         using I = decltype(i);
-        allow_smem(attention_tiled_forward_kernel<E, I>, bytes);
-        attention_tiled_forward_kernel<E, I><<<grid, kAttnThreads, bytes, s>>>(out, lse, qkv, T, C, NH, tile,
-                                                                               1.0f / sqrtf((float)HS));
+        allow_smem(attention_tiled_forward_kernel<E, I, Out>, bytes);
+        attention_tiled_forward_kernel<E, I, Out><<<grid, kAttnThreads, bytes, s>>>(out, lse, qkv, T, C, NH, tile,
+                                                                                    1.0f / sqrtf((float)HS));
     });
     CUDA_CHECK_LAUNCH();
 }
@@ -195,9 +196,13 @@ void attention_tiled_backward(float *dqkv, float *rowdot, const float *dout, con
     CUDA_CHECK_LAUNCH();
 }
 
-template void attention_tiled_forward<float>(float *, float *, const float *, int, int, int, int, cudaStream_t);
-template void attention_tiled_forward<__nv_bfloat16>(float *, float *, const float *, int, int, int, int,
-                                                     cudaStream_t);
+template void attention_tiled_forward<float, float>(float *, float *, const float *, int, int, int, int,
+                                                   cudaStream_t);
+template void attention_tiled_forward<__nv_bfloat16, float>(float *, float *, const float *, int, int, int, int,
+                                                            cudaStream_t);
+/* the heads stored in bf16 (--activation-dtype bf16), rounded as written */
+template void attention_tiled_forward<__nv_bfloat16, __nv_bfloat16>(__nv_bfloat16 *, float *, const float *, int,
+                                                                    int, int, int, cudaStream_t);
 template void attention_tiled_backward<float>(float *, float *, const float *, const float *, const float *,
                                               const float *, int, int, int, int, cudaStream_t);
 template void attention_tiled_backward<__nv_bfloat16>(float *, float *, const float *, const float *,

@@ -91,9 +91,9 @@ __device__ __forceinline__ int query_tile_start(int tile) { return (int)(gridDim
 /* the causal mask of a tile entry: key kj is visible to query qi (a real row) */
 __device__ __forceinline__ bool visible(int qi, int kj, int T) { return qi < T && kj <= qi; }
 
-template <class E, class I>
+template <class E, class I, class Out = float>
 __global__ void __launch_bounds__(kAttnThreads)
-    attention_tiled_forward_kernel(float *out, float *lse, const float *qkv, int T, int C, int NH, int tile,
+    attention_tiled_forward_kernel(Out *out, float *lse, const float *qkv, int T, int C, int NH, int tile,
                                    float scale)
 {
     extern __shared__ float smem[];
@@ -158,7 +158,7 @@ __global__ void __launch_bounds__(kAttnThreads)
     __syncthreads();
     for (int e = threadIdx.x; e < tile * HS; e += blockDim.x) {
         const int r = e / HS, c = e % HS;
-        if (i0 + r < T) out[hv.heads_off + (I)(i0 + r) * (I)C + c] = O[e] / l[r];
+        if (i0 + r < T) store_as(out + hv.heads_off + (I)(i0 + r) * (I)C + c, O[e] / l[r]);
     }
     for (int r = threadIdx.x; r < tile; r += blockDim.x)
         if (i0 + r < T) lse[(size_t)hv.bh * T + i0 + r] = m[r] + logf(l[r]);

@@ -786,6 +786,36 @@ void cuda_bf16_residual_layernorm_forward(float *res, float *y, float *mean, flo
                                           S());
 }
 
+/* the stored bf16 activations' producers (--activation-dtype bf16, osdp/compute.h): the same kernels with a bf16
+ * output (and the GELU's a bf16 input), rounded as they store */
+void cuda_bf16_layernorm_forward_bf16_y(void *y, float *mean, float *rstd, const float *x, const void *w,
+                                        const void *b, int BT, int C)
+{
+    osdp_cuda::layernorm_forward((bf16 *)y, mean, rstd, x, (const bf16 *)w, (const bf16 *)b, BT, C, S());
+}
+
+void cuda_bf16_residual_layernorm_forward_bf16_y(float *res, void *y, float *mean, float *rstd, const float *a,
+                                                 const float *b, const void *w, const void *bias, int BT, int C)
+{
+    osdp_cuda::residual_layernorm_forward(res, (bf16 *)y, mean, rstd, a, b, (const bf16 *)w, (const bf16 *)bias, BT,
+                                          C, S());
+}
+
+void cuda_bf16_gelu_forward_bf16(void *y, const void *x, size_t n)
+{
+    osdp_cuda::gelu_forward((bf16 *)y, (const bf16 *)x, n, S());
+}
+
+void cuda_bf16_gelu_backward_bf16_x(float *dx, const void *x, const float *dy, size_t n)
+{
+    osdp_cuda::gelu_backward(dx, (const bf16 *)x, dy, n, S());
+}
+
+void cuda_bf16_attention_forward_tiled_bf16_out(void *out, float *lse, const float *qkv, int B, int T, int C, int NH)
+{
+    osdp_cuda::attention_tiled_forward<bf16>((bf16 *)out, lse, qkv, B, T, C, NH, S());
+}
+
 void cuda_bf16_layernorm_backward(float *dx, float *dw, float *db, const float *dy,
                                   const float *x, const void *w, const float *mean,
                                   const float *rstd, int BT, int C)
@@ -965,6 +995,11 @@ static osdp_compute_backend make_bf16_table()
     t.attention_backward = cuda_bf16_attention_backward;
     t.attention_forward_tiled = cuda_bf16_attention_forward_tiled;
     t.attention_backward_tiled = cuda_bf16_attention_backward_tiled;
+    t.layernorm_forward_bf16_y = cuda_bf16_layernorm_forward_bf16_y;
+    t.residual_layernorm_forward_bf16_y = cuda_bf16_residual_layernorm_forward_bf16_y;
+    t.gelu_forward_bf16 = cuda_bf16_gelu_forward_bf16;
+    t.gelu_backward_bf16_x = cuda_bf16_gelu_backward_bf16_x;
+    t.attention_forward_tiled_bf16_out = cuda_bf16_attention_forward_tiled_bf16_out;
     return t;
 }
 

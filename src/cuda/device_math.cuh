@@ -68,9 +68,15 @@ template <class F> inline void with_index_type(size_t n, F &&f)
     else f((size_t)0);
 }
 
-/* a weight element as float */
+/* a weight (or stored activation) element as float */
 __device__ __forceinline__ float wload(float v) { return v; }
 __device__ __forceinline__ float wload(__nv_bfloat16 v) { return __bfloat162float(v); }
+
+/* an fp32 result stored as the output's element type: as it is, or rounded to the nearest bf16 (ties to even,
+ * the rounding of convert_weights and residual_round, so a kernel that stores bf16 gives the bits its fp32 form
+ * followed by that rounding gives) */
+__device__ __forceinline__ void store_as(float *dst, float v) { *dst = v; }
+__device__ __forceinline__ void store_as(__nv_bfloat16 *dst, float v) { *dst = __float2bfloat16(v); }
 
 }  // namespace osdp_cuda
 

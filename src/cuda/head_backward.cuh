@@ -16,9 +16,6 @@
 
 namespace osdp_cuda {
 
-__device__ __forceinline__ void store_as(float *dst, float v) { *dst = v; }
-__device__ __forceinline__ void store_as(__nv_bfloat16 *dst, float v) { *dst = __float2bfloat16(v); }
-
 template <class I, class D>
 __global__ void crossentropy_backward_lse_kernel(D *dlogits, const float *logits, const float *lse,
                                                  const int *targets, float scale, int rows, int V, int valid, int lo)

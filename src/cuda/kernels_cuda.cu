@@ -23,6 +23,7 @@
 #include "cuda_check.h"
 #include "device_math.cuh"
 #include "head_backward.cuh"
+#include "layernorm_gelu.cuh"
 #include "residual_layernorm.cuh"
 
 #include <cub/cub.cuh>
@@ -34,7 +35,6 @@ namespace osdp_cuda {
 namespace {
 
 const int kThreads = 256;                 /* block size of the 1-D kernels */
-const float kGeluScaling = 0.7978845608028654f; /* sqrt(2/pi) */
 
 unsigned grid_for(size_t n, int threads = kThreads)
 {
@@ -75,32 +75,6 @@ __global__ void column_sums_kernel(float *db, const float *dy, int BT, int OC)
 }
 
 /* ---------------------------------------------------------------- layernorm */
-
-template <class W, class I>
-__global__ void layernorm_forward_kernel(float *y, float *mean, float *rstd, const float *x,
-                                         const W *w, const W *b, int BT, int C)
-{
-    const int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
-    const int lane = threadIdx.x & 31;
-    if (row >= BT) return;                 /* the whole warp leaves together */
-    const float *xr = x + (I)row * (I)C;
-    float *yr = y + (I)row * (I)C;
-    float s = 0.0f;
-    for (int c = lane; c < C; c += 32) s += xr[c];
-    const float m = warp_reduce<SumOp>(s) / (float)C;
-    float v = 0.0f;
-    for (int c = lane; c < C; c += 32) {
-        float d = xr[c] - m;
-        v += d * d;
-    }
-    v = warp_reduce<SumOp>(v) / (float)C;
-    const float rs = 1.0f / sqrtf(v + 1e-5f);
-    for (int c = lane; c < C; c += 32) yr[c] = (xr[c] - m) * rs * wload(w[c]) + wload(b[c]);
-    if (lane == 0) {
-        mean[row] = m;
-        rstd[row] = rs;
-    }
-}
 
 template <class W, class I>
 __global__ void layernorm_backward_dx_kernel(float *dx, const float *dy, const float *x,
@@ -180,34 +154,6 @@ __global__ void layernorm_dwdb_finish_kernel(float *dw, float *db, const float *
     }
     dw[c] += sw;
     db[c] += sb;
-}
-
-/* --------------------------------------------------------------------- gelu */
-
-template <class I>
-__global__ void gelu_forward_kernel(float *y, const float *x, I n)
-{
-    for (I i = blockIdx.x * (I)blockDim.x + threadIdx.x; i < n;
-         i += (I)gridDim.x * blockDim.x) {
-        float xi = x[i];
-        float cube = 0.044715f * xi * xi * xi;
-        y[i] = 0.5f * xi * (1.0f + tanhf(kGeluScaling * (xi + cube)));
-    }
-}
-
-template <class I>
-__global__ void gelu_backward_kernel(float *dx, const float *x, const float *dy, I n)
-{
-    for (I i = blockIdx.x * (I)blockDim.x + threadIdx.x; i < n;
-         i += (I)gridDim.x * blockDim.x) {
-        float xi = x[i];
-        float cube = 0.044715f * xi * xi * xi;
-        float th = tanhf(kGeluScaling * (xi + cube));
-        float sech2 = 1.0f - th * th;
-        float grad = 0.5f * (1.0f + th) +
-                     xi * 0.5f * sech2 * kGeluScaling * (1.0f + 3.0f * 0.044715f * xi * xi);
-        dx[i] = grad * dy[i];              /* dx may alias dy: read before write */
-    }
 }
 
 /* ---------------------------------------------------------------- attention */
@@ -505,29 +451,29 @@ void column_sums_add(float *db, const float *dy, int BT, int OC, cudaStream_t s)
     CUDA_CHECK_LAUNCH();
 }
 
-template <class W>
-void layernorm_forward(float *y, float *mean, float *rstd, const float *x, const W *w,
-                       const W *b, int BT, int C, cudaStream_t s)
+template <class W, class Y>
+void layernorm_forward(Y *y, float *mean, float *rstd, const float *x, const W *w, const W *b, int BT, int C,
+                       cudaStream_t s)
 {
     if (BT <= 0) return;
     const int rows_per_block = kThreads / 32;
     with_index_type((size_t)BT * (size_t)C, [&](auto i) {
-        layernorm_forward_kernel<W, decltype(i)><<<(BT + rows_per_block - 1) / rows_per_block, kThreads, 0, s>>>(
+        layernorm_forward_kernel<W, decltype(i), Y><<<(BT + rows_per_block - 1) / rows_per_block, kThreads, 0, s>>>(
             y, mean, rstd, x, w, b, BT, C);
     });
     CUDA_CHECK_LAUNCH();
 }
 
-template <class W>
-void residual_layernorm_forward(float *res, float *y, float *mean, float *rstd, const float *a, const float *b,
+template <class W, class Y>
+void residual_layernorm_forward(float *res, Y *y, float *mean, float *rstd, const float *a, const float *b,
                                 const W *w, const W *bias, int BT, int C, cudaStream_t s)
 {
     if (BT <= 0) return;
     const int rows_per_block = kResidualLayernormThreads / 32;
     const unsigned blocks = (unsigned)((BT + rows_per_block - 1) / rows_per_block);
     with_index_type((size_t)BT * (size_t)C, [&](auto i) {
-        residual_layernorm_kernel<W, decltype(i)><<<blocks, kResidualLayernormThreads, 0, s>>>(res, y, mean, rstd,
-                                                                                               a, b, w, bias, BT, C);
+        residual_layernorm_kernel<W, decltype(i), Y><<<blocks, kResidualLayernormThreads, 0, s>>>(
+            res, y, mean, rstd, a, b, w, bias, BT, C);
     });
     CUDA_CHECK_LAUNCH();
 }
@@ -564,20 +510,22 @@ void layernorm_backward(float *dx, float *dw, float *db, const float *dy, const 
     CUDA_CHECK_LAUNCH();
 }
 
-void gelu_forward(float *y, const float *x, size_t n, cudaStream_t s)
+template <class X, class Y>
+void gelu_forward(Y *y, const X *x, size_t n, cudaStream_t s)
 {
     if (!n) return;
     with_index_type(n, [&](auto i) {
-        gelu_forward_kernel<<<grid_for(n), kThreads, 0, s>>>(y, x, (decltype(i))n);
+        gelu_forward_kernel<decltype(i), X, Y><<<grid_for(n), kThreads, 0, s>>>(y, x, (decltype(i))n);
     });
     CUDA_CHECK_LAUNCH();
 }
 
-void gelu_backward(float *dx, const float *x, const float *dy, size_t n, cudaStream_t s)
+template <class X>
+void gelu_backward(float *dx, const X *x, const float *dy, size_t n, cudaStream_t s)
 {
     if (!n) return;
     with_index_type(n, [&](auto i) {
-        gelu_backward_kernel<<<grid_for(n), kThreads, 0, s>>>(dx, x, dy, (decltype(i))n);
+        gelu_backward_kernel<decltype(i), X><<<grid_for(n), kThreads, 0, s>>>(dx, x, dy, (decltype(i))n);
     });
     CUDA_CHECK_LAUNCH();
 }
@@ -637,6 +585,17 @@ void embedding_forward(float *x, const int *tokens, const W *wte, const W *wpe,
 OSDP_INSTANTIATE_WEIGHT_LAUNCHERS(float)
 OSDP_INSTANTIATE_WEIGHT_LAUNCHERS(__nv_bfloat16)
 #undef OSDP_INSTANTIATE_WEIGHT_LAUNCHERS
+/* the stored bf16 activations' forms (--activation-dtype bf16, the bf16 table) */
+template void layernorm_forward<__nv_bfloat16>(__nv_bfloat16 *, float *, float *, const float *,
+                                               const __nv_bfloat16 *, const __nv_bfloat16 *, int, int, cudaStream_t);
+template void residual_layernorm_forward<__nv_bfloat16>(float *, __nv_bfloat16 *, float *, float *, const float *,
+                                                        const float *, const __nv_bfloat16 *,
+                                                        const __nv_bfloat16 *, int, int, cudaStream_t);
+template void gelu_forward<float, float>(float *, const float *, size_t, cudaStream_t);
+template void gelu_forward<__nv_bfloat16, __nv_bfloat16>(__nv_bfloat16 *, const __nv_bfloat16 *, size_t,
+                                                         cudaStream_t);
+template void gelu_backward<float>(float *, const float *, const float *, size_t, cudaStream_t);
+template void gelu_backward<__nv_bfloat16>(float *, const __nv_bfloat16 *, const float *, size_t, cudaStream_t);
 
 /* bytes of the int arrays (positions in, keys and positions out), rounded so
  * that CUB's temporary storage after them stays 256-byte aligned */

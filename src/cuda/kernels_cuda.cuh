@@ -29,13 +29,15 @@ void bias_rows(float *y, const W *b, int BT, int OC, int accumulate, cudaStream_
 /* db (OC) += column sums of dy (BT,OC), each summed over rows in a fixed order */
 void column_sums_add(float *db, const float *dy, int BT, int OC, cudaStream_t s);
 
-template <class W>
-void layernorm_forward(float *y, float *mean, float *rstd, const float *x, const W *w,
-                       const W *b, int BT, int C, cudaStream_t s);
+/* Y, y's element type: float, or __nv_bfloat16 (the bf16 table's stored activations, rounded as stored; the bits
+ * of the float form rounded: layernorm_gelu.cuh) */
+template <class W, class Y>
+void layernorm_forward(Y *y, float *mean, float *rstd, const float *x, const W *w, const W *b, int BT, int C,
+                       cudaStream_t s);
 /* res = a + b, then y = layernorm(res) (res may alias a or b): one kernel,
  * a warp per row (residual_layernorm.cuh) */
-template <class W>
-void residual_layernorm_forward(float *res, float *y, float *mean, float *rstd, const float *a, const float *b,
+template <class W, class Y>
+void residual_layernorm_forward(float *res, Y *y, float *mean, float *rstd, const float *a, const float *b,
                                 const W *w, const W *bias, int BT, int C, cudaStream_t s);
 /* partials: 2 * layernorm_dwdb_chunks(BT, C) * C floats of scratch for the
  * two-pass sums of dw and db (contents undefined; free after the call in
@@ -46,8 +48,10 @@ void layernorm_backward(float *dx, float *dw, float *db, const float *dy, const 
                         const W *w, const float *mean, const float *rstd, int BT, int C,
                         float *partials, cudaStream_t s);
 
-void gelu_forward(float *y, const float *x, size_t n, cudaStream_t s);
-void gelu_backward(float *dx, const float *x, const float *dy, size_t n, cudaStream_t s);
+/* X, Y: float, or __nv_bfloat16 for both (a stored bf16 fc in, the stored bf16 GELU output out); the
+ * backward's x (the pre-activation) float or __nv_bfloat16, widened as read (layernorm_gelu.cuh) */
+template <class X, class Y> void gelu_forward(Y *y, const X *x, size_t n, cudaStream_t s);
+template <class X> void gelu_backward(float *dx, const X *x, const float *dy, size_t n, cudaStream_t s);
 
 /* att: `rows` = B*NH*T rows of length T, row r has query index r % T.
  * In: scaled scores (anything above the diagonal).  Out: causal softmax,
@@ -100,10 +104,12 @@ void crossentropy_backward_lse(float *dlogits, const float *lse, const int *targ
 /* The tiled causal attention (attention_tiled.cu; attention_forward_tiled /
  * attention_backward_tiled of src/model/kernels_cpu.h): E, the element type
  * of the Q, K, V, dO tiles, is float or __nv_bfloat16 (rounded as loaded;
- * fp32 arithmetic either way).  The backward overwrites dqkv and uses rowdot
- * (B,NH,T) as scratch. */
-template <class E>
-void attention_tiled_forward(float *out, float *lse, const float *qkv, int B, int T, int C, int NH,
+ * fp32 arithmetic either way).  Out, the heads' element type: float, or
+ * __nv_bfloat16 (with E bf16: the stored bf16 heads under --activation-dtype
+ * bf16, each value rounded as written).  The backward overwrites dqkv and
+ * uses rowdot (B,NH,T) as scratch. */
+template <class E, class Out = float>
+void attention_tiled_forward(Out *out, float *lse, const float *qkv, int B, int T, int C, int NH,
                              cudaStream_t s);
 template <class E>
 void attention_tiled_backward(float *dqkv, float *rowdot, const float *dout, const float *out,

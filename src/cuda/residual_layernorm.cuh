@@ -9,7 +9,10 @@
  * sums in a fixed tree (no atomics): bitwise reproducible.  A header of its
  * own so that tests/cuda/test_cuda_emulated.cc compiles the same source for
  * the host; included by kernels_cuda.cu alone in the build.  I, the index
- * type, is unsigned where the launcher proved BT C < 2^31, size_t else. */
+ * type, is unsigned where the launcher proved BT C < 2^31, size_t else.  Y,
+ * y's element type: float, or __nv_bfloat16 for a stored bf16 activation
+ * (--activation-dtype bf16), each value rounded as it is stored (store_as):
+ * the bits of the fp32 form followed by residual_round and the narrowing. */
 #ifndef OSDP_RESIDUAL_LAYERNORM_CUH
 #define OSDP_RESIDUAL_LAYERNORM_CUH
 
@@ -19,9 +22,9 @@ namespace osdp_cuda {
 
 const int kResidualLayernormThreads = 256;   /* 8 rows per block */
 
-template <class W, class I>
+template <class W, class I, class Y = float>
 __global__ void __launch_bounds__(kResidualLayernormThreads)
-residual_layernorm_kernel(float *res, float *y, float *mean, float *rstd, const float *a, const float *b,
+residual_layernorm_kernel(float *res, Y *y, float *mean, float *rstd, const float *a, const float *b,
                           const W *w, const W *bias, int BT, int C)
 {
     const int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
@@ -42,7 +45,7 @@ residual_layernorm_kernel(float *res, float *y, float *mean, float *rstd, const 
     }
     v = warp_reduce<SumOp>(v) / (float)C;
     const float rs = 1.0f / sqrtf(v + 1e-5f);
-    for (int c = lane; c < C; c += 32) y[base + c] = (res[base + c] - m) * rs * wload(w[c]) + wload(bias[c]);
+    for (int c = lane; c < C; c += 32) store_as(y + base + c, (res[base + c] - m) * rs * wload(w[c]) + wload(bias[c]));
     if (lane == 0) {
         mean[row] = m;
         rstd[row] = rs;

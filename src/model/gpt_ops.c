@@ -50,7 +50,12 @@ static float *scratch_at(const osdp_op_context *ctx, const osdp_op_layout *op, c
  * the rounded fp32 copy, or, where the table has the entries, the piece
  * itself (direct_act).  The backward widens the piece there again
  * (load_act), exact, for the readers that need fp32.  Without bf16
- * activations both return the piece. */
+ * activations both return the piece.  Where the table has the producers'
+ * bf16 entries (osdp/compute.h: the layernorm, the residual + layernorm,
+ * the tiled attention and the GELU) they write the piece itself, the same
+ * bits, and the fp32 copy is made (widened, exact) only for a reader that
+ * needs it; a piece no reader needs in fp32 is narrowed without the
+ * rounding pass over its copy (convert_weights rounds as residual_round does). */
 
 static int acts_bf16(const osdp_op_context *ctx) { return ctx->layout->cfg.act_bf16; }
 
@@ -67,13 +72,29 @@ static float *act_stage(const osdp_op_context *ctx, const osdp_op_layout *op, fl
     return acts_bf16(ctx) ? act_copy(ctx, op, ctx->act_scratch, second) : piece;
 }
 
-/* the staged values rounded to bf16 ones and stored into the piece; returns what the products read */
-static const float *store_act(const osdp_op_context *ctx, float *piece, float *stage, size_t n)
+/* The staged values rounded to bf16 ones and stored into the piece; returns what the products read: the rounded
+ * copy, or, `wide` 0 (every reader takes the piece itself), NULL, and the copy is not rounded, only narrowed */
+static const float *store_act(const osdp_op_context *ctx, float *piece, float *stage, size_t n, int wide)
 {
     if (stage == piece) return piece;
+    if (!wide) {
+        ctx->backend->convert_weights(piece, stage, n);   /* rounds: the bits of the two passes below */
+        return NULL;
+    }
     ctx->backend->residual_round(stage, n);
     ctx->backend->convert_weights(piece, stage, n);   /* exact: bf16 values already */
     return stage;
+}
+
+/* the forward's fp32 copy of a piece a producer wrote in bf16 (OSDP_S_ACT part `second`, widened, exact), for a
+ * reader that needs it (`wide`); NULL when none does */
+static const float *widen_act(const osdp_op_context *ctx, const osdp_op_layout *op, const float *piece, size_t n,
+                              int second, int wide)
+{
+    if (!wide) return NULL;
+    float *copy = act_copy(ctx, op, ctx->act_scratch, second);
+    ctx->backend->residual_widen(copy, piece, n);
+    return copy;
 }
 
 /* the piece as fp32 for the backward: widened into OSDP_S_ACT (bf16), or itself */
@@ -287,21 +308,32 @@ int osdp_op_starts_with_layernorm(const osdp_layout *layout, int op_index)
 }
 
 /* The operator's LayerNorm of x into a->ln (mean, rstd); returns what the
- * products read (a->ln, or its rounded fp32 copy under bf16 activations).  When x is the
- * input and the previous operator left its residual to this one
- * (ctx->input_residual), the input becomes what it would have been, in
- * place (it is the previous operator's `out`), in the same pass. */
+ * products read (a->ln, or its rounded fp32 copy under bf16 activations;
+ * NULL where `wide` is 0 and the table writes the bf16 piece itself: every
+ * reader takes the piece).  When x is the input and the previous operator
+ * left its residual to this one (ctx->input_residual), the input becomes
+ * what it would have been, in place (it is the previous operator's `out`),
+ * in the same pass. */
 static const float *layernorm_of(pass *p, osdp_op_acts *a, const float *x, const void *lw, const void *lb, int BT,
-                                 int d)
+                                 int d, int wide)
 {
     const osdp_op_context *ctx = p->ctx;
+    const osdp_compute_backend *be = ctx->backend;
+    const size_t n = (size_t)BT * (size_t)d;
+    if (acts_bf16(ctx) && be->layernorm_forward_bf16_y && be->residual_layernorm_forward_bf16_y) {
+        if (ctx->input_residual)
+            be->residual_layernorm_forward_bf16_y((float *)x, a->ln, a->mean, a->rstd, x, ctx->input_residual, lw,
+                                                  lb, BT, d);
+        else
+            be->layernorm_forward_bf16_y(a->ln, a->mean, a->rstd, x, lw, lb, BT, d);
+        return widen_act(ctx, p->op, a->ln, n, 0, wide);
+    }
     float *y = act_stage(ctx, p->op, a->ln, 0);
     if (ctx->input_residual)
-        ctx->backend->residual_layernorm_forward((float *)x, y, a->mean, a->rstd, x, ctx->input_residual, lw, lb,
-                                                 BT, d);
+        be->residual_layernorm_forward((float *)x, y, a->mean, a->rstd, x, ctx->input_residual, lw, lb, BT, d);
     else
-        ctx->backend->layernorm_forward(y, a->mean, a->rstd, x, lw, lb, BT, d);
-    return store_act(ctx, a->ln, y, (size_t)BT * (size_t)d);
+        be->layernorm_forward(y, a->mean, a->rstd, x, lw, lb, BT, d);
+    return store_act(ctx, a->ln, y, n, wide);
 }
 
 /* The start every operator after the embedding shares: its LayerNorm of x
@@ -312,8 +344,9 @@ static void layernorm_then_linear(pass *p, osdp_op_acts *a, const float *x, floa
 {
     const void *lw = tw(p, OSDP_P_LN_W), *lb = tw(p, OSDP_P_LN_B);
     if (p->status != OSDP_OK) return;
-    const float *ln = layernorm_of(p, a, x, lw, lb, BT, d);
-    linear_forward(p, y, ln, direct_act(p, a->ln, w_slot, 0), w_slot, b_slot, BT);
+    const void *ln16 = direct_act(p, a->ln, w_slot, 0);
+    const float *ln = layernorm_of(p, a, x, lw, lb, BT, d, ln16 == NULL);
+    linear_forward(p, y, ln, ln16, w_slot, b_slot, BT);
 }
 
 /* where the tied head's wte lies in the embedding's flat buffers (element offset) */
@@ -341,7 +374,7 @@ static void head_tied_logits(pass *p, osdp_op_acts *a, const float *x, int BT, i
 {
     const void *lw = tw(p, OSDP_P_LN_W), *lb = tw(p, OSDP_P_LN_B), *wte = tied_wte(p, 0);
     if (!wte) return;
-    const float *ln = layernorm_of(p, a, x, lw, lb, BT, d);
+    const float *ln = layernorm_of(p, a, x, lw, lb, BT, d, 1);
     p->ctx->backend->matmul_forward_out_in(a->probs, ln, wte, BT, d, p->ctx->layout->vocab_local, 0);
 }
 
@@ -384,7 +417,7 @@ static void head_fused_forward(pass *p, osdp_op_acts *a, const float *x, int BT,
                                    "(%zu floats per sequence)", p->op->tp_floats_per_seq);
         return;
     }
-    const float *ln = layernorm_of(p, a, x, lw, lb, BT, d);
+    const float *ln = layernorm_of(p, a, x, lw, lb, BT, d, 1);
     float *logits = fused_logits(ctx, BT);
     for (int r0 = 0; r0 < BT && p->status == OSDP_OK; r0 += chunk) {
         const int n = r0 + chunk < BT ? chunk : BT - r0;
@@ -500,14 +533,23 @@ osdp_status osdp_op_forward_sliced(const osdp_op_context *ctx, int op_index, con
         float *qkv_stage = act_stage(ctx, op, a->qkv, 1);
         layernorm_then_linear(p, a, x, qkv_stage, OSDP_P_QKV_W, OSDP_P_QKV_B, BT, d);
         OK_OR_RETURN();
-        const float *qkv = store_act(ctx, a->qkv, qkv_stage, 3 * btd / (size_t)tp_size(ctx));
+        const float *qkv = store_act(ctx, a->qkv, qkv_stage, 3 * btd / (size_t)tp_size(ctx), 1);
         poke(ctx);
-        float *heads = act_stage(ctx, op, a->heads, 0);   /* over the ln copy, read no more */
-        if (op->attn_tiled) be->attention_forward_tiled(heads, a->lse, qkv, B, T, d / tp_size(ctx), NH);
-        else be->attention_forward(heads, a->att, qkv, B, T, d / tp_size(ctx), NH);
+        /* bf16 activations: the heads' fp32 copy only where the projection does not read the piece */
+        const int heads_wide = direct_act(p, a->heads, OSDP_P_PROJ_W, 0) == NULL;
+        const size_t nheads = btd / (size_t)tp_size(ctx);
+        const float *heads;
+        if (acts_bf16(ctx) && op->attn_tiled && be->attention_forward_tiled_bf16_out) {
+            be->attention_forward_tiled_bf16_out(a->heads, a->lse, qkv, B, T, d / tp_size(ctx), NH);
+            heads = widen_act(ctx, op, a->heads, nheads, 0, heads_wide);   /* over the ln copy, read no more */
+        } else {
+            float *stage = act_stage(ctx, op, a->heads, 0);   /* over the ln copy, read no more */
+            if (op->attn_tiled) be->attention_forward_tiled(stage, a->lse, qkv, B, T, d / tp_size(ctx), NH);
+            else be->attention_forward(stage, a->att, qkv, B, T, d / tp_size(ctx), NH);
+            heads = store_act(ctx, a->heads, stage, nheads, heads_wide);
+        }
         poke(ctx);
-        projection_then_residual(p, a, store_act(ctx, a->heads, heads, btd / (size_t)tp_size(ctx)), a->heads, x,
-                                 BT);
+        projection_then_residual(p, a, heads, a->heads, x, BT);
         OK_OR_RETURN();
         break;
     }
@@ -520,18 +562,27 @@ osdp_status osdp_op_forward_sliced(const osdp_op_context *ctx, int op_index, con
             const void *lw = tw(p, OSDP_P_LN_W), *lb = tw(p, OSDP_P_LN_B);
             const void *w = tw(p, OSDP_P_FC_W), *b = tw(p, OSDP_P_FC_B);
             OK_OR_RETURN();
-            layernorm_of(p, a, input, lw, lb, BT, d);
+            layernorm_of(p, a, input, lw, lb, BT, d, 1);
             poke(ctx);
             be->matmul_forward_gelu(a->gelu, a->fc, a->ln, w, b, BT, fc->rows, fc->cols);
         } else {
+            /* bf16 activations: the GELU reads the stored fc where the table has its bf16 entry, and the
+             * projection the stored gelu (direct_act): then neither has an fp32 copy the products read */
+            const int gelu16 = acts_bf16(ctx) && be->gelu_forward_bf16;
+            const int gelu_wide = direct_act(p, a->gelu, OSDP_P_PROJ_W, 0) == NULL;
             float *fc_stage = act_stage(ctx, op, a->fc, 1);
             layernorm_then_linear(p, a, input, fc_stage, OSDP_P_FC_W, OSDP_P_FC_B, BT, d);
             OK_OR_RETURN();
-            const float *fc = store_act(ctx, a->fc, fc_stage, n4);
+            const float *fc = store_act(ctx, a->fc, fc_stage, n4, !gelu16);
             poke(ctx);
-            float *gelu_stage = act_stage(ctx, op, a->gelu, 1);   /* bf16: over the fc copy, in place */
-            be->gelu_forward(gelu_stage, fc, n4);
-            gelu = store_act(ctx, a->gelu, gelu_stage, n4);
+            if (gelu16) {
+                be->gelu_forward_bf16(a->gelu, a->fc, n4);
+                gelu = widen_act(ctx, op, a->gelu, n4, 1, gelu_wide);   /* over the fc copy, read no more */
+            } else {
+                float *gelu_stage = act_stage(ctx, op, a->gelu, 1);   /* bf16: over the fc copy, in place */
+                be->gelu_forward(gelu_stage, fc, n4);
+                gelu = store_act(ctx, a->gelu, gelu_stage, n4, gelu_wide);
+            }
         }
         projection_then_residual(p, a, gelu, a->gelu, input, BT);
         OK_OR_RETURN();
@@ -663,8 +714,10 @@ osdp_status osdp_op_backward_sliced(const osdp_op_context *ctx, int op_index, co
             linear_backward(p, dgelu, dout, gelu, gelu16, OSDP_P_PROJ_W, OSDP_P_PROJ_B, BT, 0);
             OK_OR_RETURN();
             poke(ctx);
-            /* bf16: fc's copy over gelu's, read no more */
-            be->gelu_backward(dgelu, load_act(ctx, op, ws, a->fc, n4, 1), dgelu, n4);
+            if (acts_bf16(ctx) && be->gelu_backward_bf16_x)   /* the stored fc, widened as read */
+                be->gelu_backward_bf16_x(dgelu, a->fc, dgelu, n4);
+            else   /* bf16: fc's copy over gelu's, read no more */
+                be->gelu_backward(dgelu, load_act(ctx, op, ws, a->fc, n4, 1), dgelu, n4);
             linear_backward(p, dln, dgelu, ln16 ? NULL : load_act(ctx, op, ws, a->ln, btd, 0), ln16, OSDP_P_FC_W,
                             OSDP_P_FC_B, BT, 0);
         }

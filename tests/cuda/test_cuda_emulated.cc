@@ -23,7 +23,13 @@
  * tiles, and 1; the 32-bit index variant, and once the 64-bit one (the
  * launchers' choice, by size).  The fused residual + LayerNorm (src/cuda/residual_layernorm.cuh)
  * likewise, against the CPU's residual_layernorm_forward: run_residual_layernorm
- * says how.  Exit status: 0 all passed, 1 a mismatch. */
+ * says how.  The producers of the stored bf16 activations (--activation-dtype
+ * bf16: the LayerNorm, the residual + LayerNorm, the GELU forward and
+ * backward, the tiled attention's output, src/cuda/layernorm_gelu.cuh and the
+ * kernels above with a bf16 output type) against their fp32 form followed by
+ * the rounding (today's staging path: bitwise) and against the CPU bf16
+ * table's rounded outputs: run_bf16_producers says how.  Exit status: 0 all
+ * passed, 1 a mismatch. */
 #define OSDP_CUDA_EMULATION 1
 
 #include <algorithm>
@@ -182,6 +188,11 @@ static inline void store_matrix_sync(float *p, const acc_fragment &f, unsigned l
 #include "cuda/attention_mma.cuh"
 #include "cuda/residual_layernorm.cuh"
 #include "cuda/head_backward.cuh"
+#include "cuda/layernorm_gelu.cuh"
+
+extern "C" {
+#include "osdp/compute.h"
+}
 
 /* the kernels' dynamic shared memory: one block runs at a time */
 namespace osdp_cuda {
@@ -509,6 +520,208 @@ template <class I, class D> static void run_head_dlogits(int rows, int V, int va
     }
 }
 
+/* ---- the stored bf16 activations' producers ------------------------------ */
+
+static std::vector<float> rounded(std::vector<float> v)
+{
+    for (float &x : v) x = bf16_round(x);
+    return v;
+}
+static std::vector<float> widened_all(const std::vector<__nv_bfloat16> &v)
+{
+    std::vector<float> w(v.size());
+    for (size_t i = 0; i < v.size(); i++) w[i] = __bfloat162float(v[i]);
+    return w;
+}
+static std::vector<__nv_bfloat16> nan_bf16(size_t n) { return std::vector<__nv_bfloat16>(n, __nv_bfloat16{0x7FC0}); }
+
+/* `got` (a kernel's bf16 output) against `staged`, its fp32 form's output rounded as gpt_ops.c's staging path
+ * rounds it (residual_round, then the narrowing): the same bits, every entry (NaN bits in `got` fail) */
+static void compare_bits(const char *what, const char *tag, const std::vector<__nv_bfloat16> &got,
+                         const std::vector<float> &staged)
+{
+    size_t bad = 0, at = 0;
+    for (size_t i = 0; i < got.size(); i++)
+        if (got[i].bits != __float2bfloat16(staged[i]).bits && !bad++) at = i;
+    if (bad) {
+        failures++;
+        printf("FAIL: %s %s: %zu of %zu entries differ from the fp32 kernel rounded, first [%zu]: %.9g against %.9g\n",
+               tag, what, bad, got.size(), at, __bfloat162float(got[at]), bf16_round(staged[at]));
+    } else {
+        printf("PASS: %s %s bitwise the fp32 kernel's, rounded (%zu entries)\n", tag, what, got.size());
+    }
+}
+
+/* `got` against the CPU bf16 table's rounded output `cpu`: the same bf16 value, or its neighbour where the two
+ * fp32 results straddle a rounding boundary (the sums' orders differ, and the CPU's GELU has its own tanh), and
+ * at least 95% of the entries bitwise; a wrong row, column, weight or rounding moves them far more */
+static void compare_cpu(const char *what, const char *tag, const std::vector<__nv_bfloat16> &got,
+                        const std::vector<float> &cpu)
+{
+    size_t same = 0, bad = 0, at = 0;
+    for (size_t i = 0; i < got.size(); i++) {
+        const __nv_bfloat16 c = __float2bfloat16(cpu[i]);
+        const int ulps = abs((int)(int16_t)got[i].bits - (int)(int16_t)c.bits);
+        if (got[i].bits == c.bits) same++;
+        else if (ulps > 1 && !bad++) at = i;
+    }
+    if (bad || same < got.size() * 95 / 100) {
+        failures++;
+        printf("FAIL: %s %s against the CPU bf16 table: %zu bitwise of %zu, %zu over one bf16 step, first [%zu]: "
+               "cpu %.9g, emulated %.9g\n", tag, what, same, got.size(), bad, at, cpu[at], __bfloat162float(got[at]));
+    } else {
+        printf("PASS: %s %s against the CPU bf16 table: %zu of %zu bitwise, the rest one bf16 step\n", tag, what,
+               same, got.size());
+    }
+}
+
+/* The LayerNorm (residual: the residual + LayerNorm) with its output Y = bf16 (the stored ln) against Y = float
+ * followed by the rounding (bitwise), mean and rstd bitwise the fp32 form's, res bitwise the fp32 form's; and
+ * against the CPU bf16 table's layernorm_forward (residual_layernorm_forward) and residual_round */
+template <class I> static void run_layernorm_bf16(int BT, int C, bool residual, uint32_t seed)
+{
+    const osdp_compute_backend *cpu = &osdp_compute_cpu_bf16;
+    const size_t n = (size_t)BT * C;
+    std::mt19937 rng(seed);
+    std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+    std::vector<float> a(n), b(n);
+    for (float &x : a) x = 3.0f * uniform(rng) + 0.5f;
+    for (float &x : b) x = uniform(rng);
+    std::vector<__nv_bfloat16> w(C), bias(C);
+    for (int c = 0; c < C; c++) {
+        w[c] = __float2bfloat16(1.0f + 0.5f * uniform(rng));
+        bias[c] = __float2bfloat16(0.1f * uniform(rng));
+    }
+    std::vector<float> res32(n, NAN), y32(n, NAN), mean32(BT, NAN), rstd32(BT, NAN), res16(n, NAN), mean16(BT, NAN),
+        rstd16(BT, NAN);
+    std::vector<__nv_bfloat16> y16 = nan_bf16(n);
+    const int rows_per_block = (residual ? kResidualLayernormThreads : 256) / 32;
+    const dim3 grid((unsigned)((BT + rows_per_block - 1) / rows_per_block));
+    if (residual) {
+        launch(grid, 0, [&] {
+            osdp_cuda::residual_layernorm_kernel<__nv_bfloat16, I, float>(res32.data(), y32.data(), mean32.data(),
+                                                                         rstd32.data(), a.data(), b.data(), w.data(),
+                                                                         bias.data(), BT, C);
+        }, kResidualLayernormThreads);
+        launch(grid, 0, [&] {
+            osdp_cuda::residual_layernorm_kernel<__nv_bfloat16, I, __nv_bfloat16>(
+                res16.data(), y16.data(), mean16.data(), rstd16.data(), a.data(), b.data(), w.data(), bias.data(), BT,
+                C);
+        }, kResidualLayernormThreads);
+    } else {
+        launch(grid, 0, [&] {
+            osdp_cuda::layernorm_forward_kernel<__nv_bfloat16, I, float>(y32.data(), mean32.data(), rstd32.data(),
+                                                                        a.data(), w.data(), bias.data(), BT, C);
+        }, 256);
+        launch(grid, 0, [&] {
+            osdp_cuda::layernorm_forward_kernel<__nv_bfloat16, I, __nv_bfloat16>(
+                y16.data(), mean16.data(), rstd16.data(), a.data(), w.data(), bias.data(), BT, C);
+        }, 256);
+    }
+    char tag[112];
+    snprintf(tag, sizeof tag, "bf16 %slayernorm output, %s index, BT %d C %d:", residual ? "residual + " : "",
+             sizeof(I) == 4 ? "32-bit" : "64-bit", BT, C);
+    compare_bits("ln", tag, y16, y32);
+    if (memcmp(mean16.data(), mean32.data(), BT * sizeof(float)) || memcmp(rstd16.data(), rstd32.data(), BT * sizeof(float)) ||
+        (residual && memcmp(res16.data(), res32.data(), n * sizeof(float)))) {
+        failures++;
+        printf("FAIL: %s mean, rstd or res differ from the fp32 form's\n", tag);
+    } else {
+        printf("PASS: %s mean, rstd%s bitwise the fp32 form's\n", tag, residual ? ", res" : "");
+    }
+    std::vector<float> cpu_y(n), cpu_mean(BT), cpu_rstd(BT), cpu_res(n);
+    if (residual)
+        cpu->residual_layernorm_forward(cpu_res.data(), cpu_y.data(), cpu_mean.data(), cpu_rstd.data(), a.data(),
+                                        b.data(), w.data(), bias.data(), BT, C);
+    else
+        cpu->layernorm_forward(cpu_y.data(), cpu_mean.data(), cpu_rstd.data(), a.data(), w.data(), bias.data(), BT,
+                               C);
+    cpu->residual_round(cpu_y.data(), n);
+    compare_cpu("ln", tag, y16, cpu_y);
+}
+
+/* The GELU with the stored fc in and the stored gelu out (bf16 both) against the fp32 kernel on fc widened,
+ * rounded (bitwise); its backward reading the stored fc against the fp32 kernel on the widened copy (bitwise,
+ * in place over dy as gpt_ops.c calls it); and the forward against the CPU bf16 table's gelu_forward on the
+ * widened fc, rounded.  A grid smaller than n: the grid-stride loop does the rest. */
+template <class I> static void run_gelu_bf16(size_t n, uint32_t seed)
+{
+    const osdp_compute_backend *cpu = &osdp_compute_cpu_bf16;
+    std::mt19937 rng(seed);
+    std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+    std::vector<__nv_bfloat16> fc(n);
+    std::vector<float> dy(n);
+    for (auto &x : fc) x = __float2bfloat16(4.0f * uniform(rng));
+    for (float &x : dy) x = uniform(rng);
+    const std::vector<float> fc32 = widened_all(fc);
+    std::vector<float> y32(n, NAN), dx32(dy), dx16(dy);
+    std::vector<__nv_bfloat16> y16 = nan_bf16(n);
+    launch(dim3(3), 0, [&] { osdp_cuda::gelu_forward_kernel<I, float, float>(y32.data(), fc32.data(), (I)n); });
+    launch(dim3(3), 0, [&] {
+        osdp_cuda::gelu_forward_kernel<I, __nv_bfloat16, __nv_bfloat16>(y16.data(), fc.data(), (I)n);
+    });
+    launch(dim3(2), 0, [&] { osdp_cuda::gelu_backward_kernel<I, float>(dx32.data(), fc32.data(), dx32.data(), (I)n); });
+    launch(dim3(2), 0, [&] {
+        osdp_cuda::gelu_backward_kernel<I, __nv_bfloat16>(dx16.data(), fc.data(), dx16.data(), (I)n);
+    });
+    char tag[80];
+    snprintf(tag, sizeof tag, "bf16 gelu, %s index, n %zu:", sizeof(I) == 4 ? "32-bit" : "64-bit", n);
+    compare_bits("forward", tag, y16, y32);
+    if (memcmp(dx16.data(), dx32.data(), n * sizeof(float))) {
+        failures++;
+        printf("FAIL: %s backward on the stored fc differs from the fp32 kernel on the widened copy\n", tag);
+    } else {
+        printf("PASS: %s backward on the stored fc bitwise the fp32 kernel's on the widened copy\n", tag);
+    }
+    std::vector<float> cpu_y(n);
+    cpu->gelu_forward(cpu_y.data(), fc32.data(), n);
+    cpu->residual_round(cpu_y.data(), n);
+    compare_cpu("forward", tag, y16, cpu_y);
+}
+
+/* The tiled attention's output stored in bf16 (Out = bf16, the stored heads) against its fp32 output rounded
+ * (bitwise), lse bitwise the fp32 form's; the CUDA-core bf16 tiles (K = CudaCoreTiles) and the tensor-core ones;
+ * and against the CPU bf16 table's tiled attention on the bf16-rounded qkv, rounded */
+template <bool mma, class I> static void run_attention_bf16(int B, int T, int C, int NH, int tile, uint32_t seed)
+{
+    const osdp_compute_backend *cpu = &osdp_compute_cpu_bf16;
+    const int HS = C / NH;
+    const AttentionCase ref(B, T, C, NH, true, seed);
+    std::vector<float> out32(ref.nout, NAN), lse32(ref.nlse, NAN), lse16(ref.nlse, NAN);
+    std::vector<__nv_bfloat16> out16 = nan_bf16(ref.nout);
+    const float scale = 1.0f / sqrtf((float)HS);
+    const dim3 grid((unsigned)(B * NH), (unsigned)((T + tile - 1) / tile));
+    const size_t bytes = mma ? TensorCoreTiles<I>::forward_bytes(tile, HS) : forward_smem<__nv_bfloat16>(tile, HS);
+    auto forward = [&](auto *out, float *lse) {
+        typedef typename std::remove_pointer<decltype(out)>::type Out;
+        launch(grid, bytes, [&] {
+            if (mma)
+                osdp_cuda::attention_mma::attention_mma_forward_kernel<I, Out>(out, lse, ref.qkv.data(), T, C, NH,
+                                                                              tile, scale);
+            else
+                attention_tiled_forward_kernel<__nv_bfloat16, I, Out>(out, lse, ref.qkv.data(), T, C, NH, tile, scale);
+        });
+    };
+    forward(out32.data(), lse32.data());
+    forward(out16.data(), lse16.data());
+    char tag[112];
+    snprintf(tag, sizeof tag, "bf16 heads output, %s, %s index, B %d T %d C %d NH %d, tile %d:",
+             mma ? "tensor-core tiles" : "bf16 tiles", sizeof(I) == 4 ? "32-bit" : "64-bit", B, T, C, NH, tile);
+    compare_bits("out", tag, out16, out32);
+    if (memcmp(lse16.data(), lse32.data(), ref.nlse * sizeof(float))) {
+        failures++;
+        printf("FAIL: %s lse differs from the fp32 output's run\n", tag);
+    } else {
+        printf("PASS: %s lse bitwise the fp32 output's run\n", tag);
+    }
+    if (!mma) {   /* the tensor-core tiles round P to bf16: not within a bf16 step of the CPU (run_mma's tolerance) */
+        std::vector<float> cpu_out(ref.nout), cpu_lse(ref.nlse), rqkv = rounded(ref.qkv);
+        cpu->attention_forward_tiled(cpu_out.data(), cpu_lse.data(), rqkv.data(), B, T, C, NH);
+        cpu->residual_round(cpu_out.data(), ref.nout);
+        compare_cpu("out", tag, out16, cpu_out);
+    }
+}
+
 int main()
 {
     run_head_dlogits<unsigned, __nv_bfloat16>(9, 300, 300, 0, 13);     /* a whole vocabulary */
@@ -531,6 +744,19 @@ int main()
     run_mma(2, 40, 64, 4, 32, 21);           /* head size 16, tile 32, two tiles */
     run_mma<size_t>(1, 64, 128, 1, 64, 22);  /* head size 128, one whole tile, the 64-bit index variant */
     run_mma(1, 1, 32, 2, 32, 23);            /* T 1 */
+    run_layernorm_bf16<unsigned>(13, 72, false, 31);      /* partial block, C not a multiple of 32 */
+    run_layernorm_bf16<unsigned>(16, 768, false, 32);     /* GPT-2's width */
+    run_layernorm_bf16<size_t>(9, 40, false, 33);         /* the 64-bit index variant */
+    run_layernorm_bf16<unsigned>(11, 100, true, 34);      /* the residual + LayerNorm */
+    run_layernorm_bf16<unsigned>(16, 768, true, 35);
+    run_layernorm_bf16<size_t>(5, 40, true, 36);
+    run_gelu_bf16<unsigned>(5000, 37);
+    run_gelu_bf16<size_t>(1001, 38);
+    run_attention_bf16<false, unsigned>(1, 70, 64, 4, 32, 39);    /* three tiles, the last partial */
+    run_attention_bf16<false, size_t>(2, 45, 64, 4, 16, 40);
+    run_attention_bf16<false, unsigned>(1, 64, 128, 2, 32, 41);   /* GPT-2's head size 64 */
+    run_attention_bf16<true, unsigned>(1, 150, 128, 2, 64, 42);
+    run_attention_bf16<true, size_t>(2, 40, 64, 4, 32, 43);
     printf("test_cuda_emulated: %s\n", failures ? "FAILED" : "all passed");
     return failures != 0;
 }
