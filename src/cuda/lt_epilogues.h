@@ -16,6 +16,9 @@ void osdp_cuda_set_lt_epilogues(int on);
 long osdp_cuda_lt_products(void);
 /* products that read a stored bf16 activation in place (matmul_forward_bf16_x, matmul_backward_bf16_x) */
 long osdp_cuda_bf16_direct_products(void);
+/* kernels that wrote a stored bf16 activation themselves, or read the stored fc in the GELU's backward
+ * (layernorm_forward_bf16_y and the other producers' entries of osdp/compute.h) */
+long osdp_cuda_bf16_stored_outputs(void);
 #ifdef __cplusplus
 }
 #endif

@@ -1169,15 +1169,18 @@ START_TEST(test_bf16_residual)
 }
 END_TEST
 
-/* the layout of a one-layer model of tiny's width (d 64) with bf16 activations, at T tokens */
-static void act_bf16_layout(osdp_layout *L, int T)
+/* the layout of a one-layer model of tiny's width (d 64) with bf16 activations, at T tokens; attention_naive:
+ * the naive attention instead of the tiled one */
+static void act_bf16_layout_as(osdp_layout *L, int T, int attention_naive)
 {
     static const char text[] = "[model]\nname = t_act\nn_layer = 1\nn_head = 4\nn_embd = 64\nvocab = 256\nctx = 64\n";
     osdp_model_config cfg;
     ck_assert_msg(osdp_model_config_parse(&cfg, text, "act_bf16_layout") == OSDP_OK, "%s", osdp_error_message());
     cfg.act_bf16 = 1;
+    cfg.attention_naive = attention_naive;
     ck_assert(osdp_layout_build(L, &cfg, T) == OSDP_OK);
 }
+static void act_bf16_layout(osdp_layout *L, int T) { act_bf16_layout_as(L, T, 0); }
 
 /* bf16 activations (--activation-dtype bf16, osdp/layout.h): a forward and a backward of attn.0 and mlp.0 of
  * a one-layer model of tiny's width through gpt_ops.c on the CUDA bf16 table against the CPU bf16 table, both
@@ -1243,7 +1246,9 @@ START_TEST(test_bf16_activations_ops)
 END_TEST
 
 /* One forward and backward of operator o through gpt_ops.c on table t (the GPU's), from the same weights,
- * input and d(out); returns the device buffers in r (acts, gradients, workspace), freed by the caller. */
+ * input and d(out); returns the device buffers in r (acts, gradients, workspace), freed by the caller.
+ * g_residual (NULL: none): the previous operator's residual, added to g_x in place by the forward's
+ * LayerNorm (the fused residual + LayerNorm). */
 typedef struct gpu_op_run {
     float *acts, *grads, *ws;
     osdp_op_acts a;
@@ -1251,7 +1256,7 @@ typedef struct gpu_op_run {
 } gpu_op_run;
 
 static void run_gpu_op(gpu_op_run *r, const osdp_compute_backend *t, const osdp_layout *L, int o, int B, int T,
-                       const void *g_w16, const float *g_x, const float *dout, size_t btd)
+                       const void *g_w16, const float *g_x, const float *dout, size_t btd, const float *g_residual)
 {
     const size_t n = L->op[o].numel, nacts = (size_t)B * L->op[o].act_floats_per_seq;
     const size_t nws = osdp_workspace_floats(L, B);
@@ -1263,7 +1268,8 @@ static void run_gpu_op(gpu_op_run *r, const osdp_compute_backend *t, const osdp_
     osdp_op_acts_carve(L, o, B, r->acts, &r->a);
     osdp_workspace_carve(L, B, r->ws, &r->w);
     gpu->to_device(r->w.dres[0], dout, btd * sizeof(float));
-    osdp_op_context c = {.backend = t, .layout = L, .B = B, .T = T, .act_scratch = r->w.scratch};
+    osdp_op_context c = {.backend = t, .layout = L, .B = B, .T = T, .act_scratch = r->w.scratch,
+                         .input_residual = g_residual};
     osdp_op_forward(&c, o, g_w16, g_x, &r->a);
     osdp_op_backward(&c, o, g_w16, r->grads, g_x, &r->a, &r->w, 1.0f);
     gpu->synchronize();
@@ -1296,9 +1302,9 @@ START_TEST(test_bf16_activations_direct)
             float *g_x = upf(x, btd);
             gpu_op_run ref, dir;
             const long before = osdp_cuda_bf16_direct_products();
-            run_gpu_op(&ref, &widened, &L, o, B, T, g_w16, g_x, dout, btd);
+            run_gpu_op(&ref, &widened, &L, o, B, T, g_w16, g_x, dout, btd, NULL);
             ck_assert_msg(osdp_cuda_bf16_direct_products() == before, "the widened path read a piece in place");
-            run_gpu_op(&dir, gpu16, &L, o, B, T, g_w16, g_x, dout, btd);
+            run_gpu_op(&dir, gpu16, &L, o, B, T, g_w16, g_x, dout, btd, NULL);
             ck_assert_msg(osdp_cuda_bf16_direct_products() - before == 4,
                           "%s (lt %d): %ld products read the stored bf16 pieces in place, 4 expected", L.op[o].name,
                           lt, osdp_cuda_bf16_direct_products() - before);
@@ -1320,6 +1326,79 @@ START_TEST(test_bf16_activations_direct)
     }
     osdp_cuda_set_lt_epilogues(0);
     osdp_layout_free(&L);
+}
+END_TEST
+
+/* bf16 activations with the CUDA bf16 table's producers writing the stored bf16 pieces themselves
+ * (layernorm_forward_bf16_y, residual_layernorm_forward_bf16_y, attention_forward_tiled_bf16_out,
+ * gelu_forward_bf16, and gelu_backward_bf16_x reading the stored fc, osdp/compute.h) against the same table
+ * with those entries off (the path before them: the fp32 copy in the workspace, rounded, narrowed; the
+ * backward's fc widened): bit for bit, the output, every activation, the gradients, d(input) and the input the
+ * fused residual made; attn on the tiled and the naive attention (whose heads keep cuBLAS's fp32 copy, narrowed
+ * without the rounding pass), mlp; each with and without the previous operator's residual fused into its
+ * LayerNorm; the products' in-place entries on (no fp32 copy of ln, heads, gelu at all) and off (the pieces
+ * widened for them).  The producers' kernels are counted (osdp_cuda_bf16_stored_outputs): attn 2 (tiled) or
+ * 1 (naive), mlp 3, so a silent fallback fails. */
+START_TEST(test_bf16_activations_producers)
+{
+    const int B = 2, T = 64;
+    const size_t btd = (size_t)B * T * 64;
+    ck_assert(gpu16->layernorm_forward_bf16_y && gpu16->residual_layernorm_forward_bf16_y &&
+              gpu16->gelu_forward_bf16 && gpu16->gelu_backward_bf16_x && gpu16->attention_forward_tiled_bf16_out);
+    for (int naive = 0; naive <= 1; naive++) {
+        osdp_layout L;
+        act_bf16_layout_as(&L, T, naive);
+        for (int direct = 0; direct <= 1; direct++) {
+            osdp_compute_backend producers = *gpu16, staged = *gpu16;
+            staged.layernorm_forward_bf16_y = NULL, staged.residual_layernorm_forward_bf16_y = NULL;
+            staged.gelu_forward_bf16 = NULL, staged.gelu_backward_bf16_x = NULL;
+            staged.attention_forward_tiled_bf16_out = NULL;
+            if (!direct) {
+                producers.matmul_forward_bf16_x = staged.matmul_forward_bf16_x = NULL;
+                producers.matmul_backward_bf16_x = staged.matmul_backward_bf16_x = NULL;
+            }
+            for (int o = 1; o <= (naive ? 1 : 2); o++)   /* mlp has no attention: once */
+                for (int fused = 0; fused <= 1; fused++) {
+                    const size_t n = L.op[o].numel, nacts = (size_t)B * L.op[o].act_floats_per_seq;
+                    float *w = rand_floats(n, -0.1f, 0.1f, 100 + (uint64_t)o), *x = rand_floats(btd, -1, 1, 110);
+                    float *dout = rand_floats(btd, -1, 1, 120 + (uint64_t)o), *res = rand_floats(btd, -1, 1, 130);
+                    uint16_t *w16 = bf16_weights(w, n);
+                    void *g_w16 = upb(w16, n);
+                    float *g_x_ref = upf(x, btd), *g_x_new = upf(x, btd), *g_res = upf(res, btd);
+                    gpu_op_run ref, got;
+                    char tag[96];
+                    snprintf(tag, sizeof tag, "bf16 producers, %s, %s attention, direct %d, fused residual %d",
+                             L.op[o].name, naive ? "naive" : "tiled", direct, fused);
+                    const long before = osdp_cuda_bf16_stored_outputs();
+                    run_gpu_op(&ref, &staged, &L, o, B, T, g_w16, g_x_ref, dout, btd, fused ? g_res : NULL);
+                    ck_assert_msg(osdp_cuda_bf16_stored_outputs() == before, "%s: the staged path ran a producer",
+                                  tag);
+                    run_gpu_op(&got, &producers, &L, o, B, T, g_w16, g_x_new, dout, btd, fused ? g_res : NULL);
+                    const long want = o == 2 ? 3 : naive ? 1 : 2;
+                    ck_assert_msg(osdp_cuda_bf16_stored_outputs() - before == want,
+                                  "%s: %ld producer kernels wrote or read the stored pieces, %ld expected", tag,
+                                  osdp_cuda_bf16_stored_outputs() - before, want);
+                    float *h = down(ref.acts, nacts);
+                    expect_bitwise(tag, h, got.acts, nacts);
+                    free(h);
+                    h = down(ref.grads, n);
+                    expect_bitwise(tag, h, got.grads, n);
+                    free(h);
+                    ck_assert(ref.w.cur == got.w.cur);
+                    h = down(ref.w.dres[ref.w.cur], btd);
+                    expect_bitwise(tag, h, got.w.dres[got.w.cur], btd);
+                    free(h);
+                    h = down(g_x_ref, btd);
+                    expect_bitwise(tag, h, g_x_new, btd);
+                    free(h);
+                    gpu->free(ref.acts), gpu->free(ref.grads), gpu->free(ref.ws);
+                    gpu->free(got.acts), gpu->free(got.grads), gpu->free(got.ws);
+                    gpu->free(g_w16), gpu->free(g_x_ref), gpu->free(g_x_new), gpu->free(g_res);
+                    free(w), free(x), free(dout), free(res), free(w16);
+                }
+        }
+        osdp_layout_free(&L);
+    }
 }
 END_TEST
 
@@ -1712,6 +1791,7 @@ static Suite *cuda_suite(void)
                                   test_crossentropy_large_gap, test_vocab_parallel,
                                   test_residual_accumulate, test_sums, test_adamw, test_tables, test_bf16_convert,
                                   test_bf16_residual, test_bf16_activations_ops, test_bf16_activations_direct,
+                                  test_bf16_activations_producers,
                                   test_bf16_matmul_forward, test_bf16_lt_epilogues, test_bf16_lt_backward,
                                   test_bf16_matmul_backward, test_bf16_layernorm,
                                   test_bf16_attention, test_attention_tiled, test_bf16_attention_tiled,
