@@ -178,6 +178,14 @@ typedef struct osdp_compute_backend {
     void (*gelu_forward_bf16)(void *y, const void *x, size_t n);
     void (*gelu_backward_bf16_x)(float *dx, const void *x, const float *dy, size_t n);
     void (*attention_forward_tiled_bf16_out)(void *out, float *lse, const float *qkv, int B, int T, int C, int NH);
+    /* matmul_forward_gelu with the stored bf16 pieces (--activation-dtype bf16): pre (BT, OC) = x w + b and y =
+     * GELU of pre, both written bf16 (the stored fc and gelu), x the stored bf16 ln read in place.  Returns 1, or
+     * 0 with nothing done where the table cannot (the CUDA bf16 table: one cuBLASLt product with GELU_AUX_BIAS
+     * and bf16 outputs where OSDP_CUDA_LT_EPILOGUES=1 and cuBLASLt offers an algorithm); gpt_ops.c then runs
+     * the unfused path.  Not the unfused path's bits: the GELU is cuBLASLt's, of the unrounded pre.  NULL:
+     * never (the CPU tables, the fp32 ones). */
+    int (*matmul_forward_gelu_bf16)(void *y, void *pre, const void *x, const void *w, const void *b, int BT, int IC,
+                                    int OC);
     void (*vector_accumulate)(float *y, const float *x, size_t n);
     /* sum of losses (BT) in double, result to the host */
     double (*sum)(const float *x, size_t n);

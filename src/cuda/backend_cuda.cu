@@ -818,6 +818,13 @@ void cuda_bf16_gelu_backward_bf16_x(float *dx, const void *x, const float *dy, s
     osdp_cuda::gelu_backward(dx, (const bf16 *)x, dy, n, S());
 }
 
+int cuda_bf16_matmul_forward_gelu_bf16(void *y, void *pre, const void *x, const void *w, const void *b, int BT,
+                                       int IC, int OC)
+{
+    return osdp_cuda::matmul_bf16_forward_gelu_bf16(gemm_context(), (bf16 *)y, (bf16 *)pre, (const bf16 *)x,
+                                                    (const bf16 *)w, (const bf16 *)b, BT, IC, OC);
+}
+
 void cuda_bf16_attention_forward_tiled_bf16_out(void *out, float *lse, const float *qkv, int B, int T, int C, int NH)
 {
     bf16_stored_outputs++;
@@ -1008,6 +1015,7 @@ static osdp_compute_backend make_bf16_table()
     t.gelu_forward_bf16 = cuda_bf16_gelu_forward_bf16;
     t.gelu_backward_bf16_x = cuda_bf16_gelu_backward_bf16_x;
     t.attention_forward_tiled_bf16_out = cuda_bf16_attention_forward_tiled_bf16_out;
+    t.matmul_forward_gelu_bf16 = cuda_bf16_matmul_forward_gelu_bf16;
     return t;
 }
 

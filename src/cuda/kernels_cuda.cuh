@@ -184,6 +184,14 @@ void matmul_bf16_backward_direct(const GemmContext &ctx, float *dx, float *dw, f
 void matmul_bf16_forward_gelu(const GemmContext &ctx, float *y, float *pre, const float *x,
                               const __nv_bfloat16 *w, const __nv_bfloat16 *b, int BT, int IC, int OC);
 
+/* matmul_forward_gelu_bf16 of osdp/compute.h (--activation-dtype bf16, ctx.lt): pre = x w + b and y = GELU(pre)
+ * both bf16 (the stored fc and gelu), x the stored bf16 ln, by one cuBLASLt product with GELU_AUX_BIAS and a
+ * bf16 output; false (nothing queued) without ctx.lt, or where cuBLASLt offers no algorithm or OC is not a
+ * multiple of 8 */
+bool matmul_bf16_forward_gelu_bf16(const GemmContext &ctx, __nv_bfloat16 *y, __nv_bfloat16 *pre,
+                                   const __nv_bfloat16 *x, const __nv_bfloat16 *w, const __nv_bfloat16 *b, int BT,
+                                   int IC, int OC);
+
 /* matmul_backward_dgelu of osdp/compute.h with w (IC,OC) in bf16: dw += x^T dy, db += dy's column sums,
  * dpre = GELU'(pre) * (dy w^T), db_pre += dpre's column sums (NULL: none).  Without ctx.lt the calls
  * gpt_ops.c makes otherwise (the same bits); with ctx.lt the products' epilogues in cuBLASLt

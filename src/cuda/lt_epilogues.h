@@ -19,6 +19,9 @@ long osdp_cuda_bf16_direct_products(void);
 /* kernels that wrote a stored bf16 activation themselves, or read the stored fc in the GELU's backward
  * (layernorm_forward_bf16_y and the other producers' entries of osdp/compute.h) */
 long osdp_cuda_bf16_stored_outputs(void);
+/* cuBLASLt products that wrote the MLP's stored bf16 fc and gelu with the GELU in the epilogue
+ * (matmul_forward_gelu_bf16 of osdp/compute.h) */
+long osdp_cuda_lt_gelu_bf16_products(void);
 #ifdef __cplusplus
 }
 #endif

@@ -136,6 +136,8 @@ struct XOperand {
 
 /* products that read a stored bf16 activation in place (osdp_cuda_bf16_direct_products) */
 long direct_products_queued = 0;
+/* cuBLASLt products with the GELU and bf16 outputs (osdp_cuda_lt_gelu_bf16_products) */
+long gelu_bf16_products_queued = 0;
 
 }  // namespace
 
@@ -188,13 +190,14 @@ __global__ void widen_kernel(float *dst, const __nv_bfloat16 *src, int n)
  *     DGELU_BGRAD the row sums of D after the GELU's gradient, BGRADA those of op(A) over k;
  *   GELU_AUX_BIAS writes, DGELU_BGRAD reads, the GELU's input as `aux` (column-major, aux_ld: a
  *     multiple of 8, at least D's rows).
- * The bias, the bias gradient and aux are D's type here, fp32 (cublasLt.h: CUBLASLT_MATMUL_DESC_BIAS_
- * DATA_TYPE and _EPILOGUE_AUX_DATA_TYPE default to the output's type; the bias gradient is the
- * output's type). */
+ * The bias, the bias gradient and aux are D's type (cublasLt.h: CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE and
+ * _EPILOGUE_AUX_DATA_TYPE default to the output's type, which a non-fp8 product cannot change; the bias
+ * gradient is the output's type): fp32 here, or bf16 for the bf16-output product of the stored bf16
+ * activations (matmul_bf16_forward_gelu_bf16). */
 struct LtEpilogue {
     cublasLtEpilogue_t kind;
-    float *bias;
-    float *aux;
+    void *bias;
+    void *aux;
     int64_t aux_ld;
 };
 
@@ -211,10 +214,11 @@ uint32_t alignment_of(const void *p)
 
 /* column-major D (m,n) = epilogue(op(A) op(B) + beta D), gemm_bf16's product (bf16 A and B, fp32 D,
  * fp32 accumulation) through cuBLASLt with the epilogue e, `workspace` bytes of cuBLASLt workspace
- * at ws (may be 0).  false (nothing queued) when cuBLASLt offers no algorithm for it. */
+ * at ws (may be 0); d_type CUDA_R_16BF: D (C too) bf16, rounded from the fp32 result by cuBLASLt.  false
+ * (nothing queued) when cuBLASLt offers no algorithm for it. */
 bool lt_gemm(const GemmContext &ctx, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
-             const __nv_bfloat16 *A, int lda, const __nv_bfloat16 *B, int ldb, float beta, float *D, int ldd,
-             const LtEpilogue &e, void *ws, size_t workspace)
+             const __nv_bfloat16 *A, int lda, const __nv_bfloat16 *B, int ldb, float beta, void *D, int ldd,
+             const LtEpilogue &e, void *ws, size_t workspace, cudaDataType_t d_type = CUDA_R_32F)
 {
     cublasLtMatmulDesc_t op;
     cublasLtMatrixLayout_t a, b, d;
@@ -235,7 +239,7 @@ bool lt_gemm(const GemmContext &ctx, cublasOperation_t ta, cublasOperation_t tb,
     const bool an = ta == CUBLAS_OP_N, bn = tb == CUBLAS_OP_N;
     CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&a, CUDA_R_16BF, an ? m : k, an ? k : m, lda));
     CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&b, CUDA_R_16BF, bn ? k : n, bn ? n : k, ldb));
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d, CUDA_R_32F, m, n, ldd));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d, d_type, m, n, ldd));
     CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
     CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
                                                       sizeof workspace));
@@ -314,6 +318,20 @@ bool forward_lt(const GemmContext &ctx, float *y, float *pre, XOperand x, int ld
         }
     }
     return true;
+}
+
+/* The MLP's first product and its GELU with both outputs stored bf16 activations (--activation-dtype bf16):
+ * y^T (OC,BT) = GELU(w^T x^T + b) and pre its input, both bf16 (D's type, and so aux's, cublasLt.h), x the
+ * stored bf16 ln read in place (no staging: one product over all the rows), the bias the bf16 weight itself
+ * (D's type, no widening).  false (nothing queued) without ctx.lt or an algorithm, or OC not a multiple of 8
+ * (aux's leading dimension). */
+bool forward_gelu_lt_bf16(const GemmContext &ctx, __nv_bfloat16 *y, __nv_bfloat16 *pre, const __nv_bfloat16 *x,
+                          const __nv_bfloat16 *w, const __nv_bfloat16 *b, int BT, int IC, int OC)
+{
+    if (!ctx.lt || !b || BT <= 0 || IC <= 0 || OC <= 0 || OC % 8 != 0) return false;
+    const LtEpilogue e{CUBLASLT_EPILOGUE_GELU_AUX_BIAS, (void *)b, pre, (int64_t)OC};
+    return lt_gemm(ctx, CUBLAS_OP_N, CUBLAS_OP_N, OC, BT, IC, w, OC, x, IC, 0.0f, y, OC, e, nullptr, 0,
+                   CUDA_R_16BF);
 }
 
 void forward_any(const GemmContext &ctx, WeightOrder order, float *y, XOperand x, int ldx,
@@ -492,6 +510,15 @@ void matmul_bf16_forward_gelu(const GemmContext &ctx, float *y, float *pre, cons
     gelu_forward(y, pre, (size_t)BT * OC, ctx.stream);
 }
 
+bool matmul_bf16_forward_gelu_bf16(const GemmContext &ctx, __nv_bfloat16 *y, __nv_bfloat16 *pre,
+                                   const __nv_bfloat16 *x, const __nv_bfloat16 *w, const __nv_bfloat16 *b, int BT,
+                                   int IC, int OC)
+{
+    if (!forward_gelu_lt_bf16(ctx, y, pre, x, w, b, BT, IC, OC)) return false;
+    gelu_bf16_products_queued++;
+    return true;
+}
+
 void matmul_bf16_forward_out_in(const GemmContext &ctx, float *y, const float *x,
                                 const __nv_bfloat16 *w, int BT, int IC, int OC, int accumulate)
 {
@@ -596,3 +623,4 @@ void matmul_bf16_backward_out_in(const GemmContext &ctx, float *dx, float *dw, c
 
 extern "C" long osdp_cuda_lt_products(void) { return osdp_cuda::lt_products_queued; }
 extern "C" long osdp_cuda_bf16_direct_products(void) { return osdp_cuda::direct_products_queued; }
+extern "C" long osdp_cuda_lt_gelu_bf16_products(void) { return osdp_cuda::gelu_bf16_products_queued; }

@@ -567,15 +567,29 @@ osdp_status osdp_op_forward_sliced(const osdp_op_context *ctx, int op_index, con
             be->matmul_forward_gelu(a->gelu, a->fc, a->ln, w, b, BT, fc->rows, fc->cols);
         } else {
             /* bf16 activations: the GELU reads the stored fc where the table has its bf16 entry, and the
-             * projection the stored gelu (direct_act): then neither has an fp32 copy the products read */
+             * projection the stored gelu (direct_act): then neither has an fp32 copy the products read; or
+             * the table's product writes both pieces with the GELU in its epilogue (osdp/compute.h) */
             const int gelu16 = acts_bf16(ctx) && be->gelu_forward_bf16;
             const int gelu_wide = direct_act(p, a->gelu, OSDP_P_PROJ_W, 0) == NULL;
-            float *fc_stage = act_stage(ctx, op, a->fc, 1);
-            layernorm_then_linear(p, a, input, fc_stage, OSDP_P_FC_W, OSDP_P_FC_B, BT, d);
+            const void *lw = tw(p, OSDP_P_LN_W), *lb = tw(p, OSDP_P_LN_B);
             OK_OR_RETURN();
-            const float *fc = store_act(ctx, a->fc, fc_stage, n4, !gelu16);
+            const void *ln16 = direct_act(p, a->ln, OSDP_P_FC_W, 0);
+            const float *ln = layernorm_of(p, a, input, lw, lb, BT, d, ln16 == NULL);
+            int fused = 0;
+            if (ln16 && gelu16 && be->matmul_forward_gelu_bf16) {
+                const osdp_tensor_desc *fct = &op->tensor[op->param[OSDP_P_FC_W]];
+                const void *w = tw(p, OSDP_P_FC_W), *b = tw(p, OSDP_P_FC_B);
+                OK_OR_RETURN();
+                fused = be->matmul_forward_gelu_bf16(a->gelu, a->fc, ln16, w, b, BT, fct->rows, fct->cols);
+            }
+            float *fc_stage = act_stage(ctx, op, a->fc, 1);
+            if (!fused) linear_forward(p, fc_stage, ln, ln16, OSDP_P_FC_W, OSDP_P_FC_B, BT);
+            OK_OR_RETURN();
+            const float *fc = fused ? NULL : store_act(ctx, a->fc, fc_stage, n4, !gelu16);
             poke(ctx);
-            if (gelu16) {
+            if (fused) {
+                gelu = widen_act(ctx, op, a->gelu, n4, 1, gelu_wide);
+            } else if (gelu16) {
                 be->gelu_forward_bf16(a->gelu, a->fc, n4);
                 gelu = widen_act(ctx, op, a->gelu, n4, 1, gelu_wide);   /* over the fc copy, read no more */
             } else {

@@ -1289,8 +1289,11 @@ START_TEST(test_bf16_activations_direct)
     act_bf16_layout(&L, T);
     const size_t btd = (size_t)B * T * 64;
     ck_assert(gpu16->matmul_forward_bf16_x && gpu16->matmul_backward_bf16_x);
-    osdp_compute_backend widened = *gpu16;
+    osdp_compute_backend widened = *gpu16, direct = *gpu16;
     widened.matmul_forward_bf16_x = NULL, widened.matmul_backward_bf16_x = NULL;
+    /* the MLP's fc and GELU in one cuBLASLt product (lt 1) are not the unfused bits:
+     * test_bf16_activations_gelu_epilogue */
+    widened.matmul_forward_gelu_bf16 = direct.matmul_forward_gelu_bf16 = NULL;
     for (int lt = 0; lt <= 1; lt++) {
         osdp_cuda_set_lt_epilogues(lt);
         for (int o = 1; o <= 2; o++) {
@@ -1304,7 +1307,7 @@ START_TEST(test_bf16_activations_direct)
             const long before = osdp_cuda_bf16_direct_products();
             run_gpu_op(&ref, &widened, &L, o, B, T, g_w16, g_x, dout, btd, NULL);
             ck_assert_msg(osdp_cuda_bf16_direct_products() == before, "the widened path read a piece in place");
-            run_gpu_op(&dir, gpu16, &L, o, B, T, g_w16, g_x, dout, btd, NULL);
+            run_gpu_op(&dir, &direct, &L, o, B, T, g_w16, g_x, dout, btd, NULL);
             ck_assert_msg(osdp_cuda_bf16_direct_products() - before == 4,
                           "%s (lt %d): %ld products read the stored bf16 pieces in place, 4 expected", L.op[o].name,
                           lt, osdp_cuda_bf16_direct_products() - before);
@@ -1345,6 +1348,7 @@ START_TEST(test_bf16_activations_producers)
     const size_t btd = (size_t)B * T * 64;
     ck_assert(gpu16->layernorm_forward_bf16_y && gpu16->residual_layernorm_forward_bf16_y &&
               gpu16->gelu_forward_bf16 && gpu16->gelu_backward_bf16_x && gpu16->attention_forward_tiled_bf16_out);
+    osdp_cuda_set_lt_epilogues(0);   /* the unfused products (matmul_forward_gelu_bf16 queues nothing) */
     for (int naive = 0; naive <= 1; naive++) {
         osdp_layout L;
         act_bf16_layout_as(&L, T, naive);
@@ -1399,6 +1403,72 @@ START_TEST(test_bf16_activations_producers)
         }
         osdp_layout_free(&L);
     }
+}
+END_TEST
+
+/* bf16 activations with cuBLASLt's epilogues on (OSDP_CUDA_LT_EPILOGUES=1): the MLP's fc product writes the
+ * stored fc and gelu in bf16 with the bias and GELU in its epilogue (matmul_forward_gelu_bf16: GELU_AUX_BIAS,
+ * bf16 output and aux), the GELU's backward reading that fc; against the unfused path with the same switch
+ * (the entry NULL: the bias epilogue, our GELU of the rounded fc): the stored pieces, the statistics and out within 2e-2 relative + 2e-2 of the largest (cuBLASLt's GELU of the unrounded pre-activation
+ * against ours of the rounded one: a bf16 step or two), gradients and d(input) within 3e-2 (the ops test's);
+ * the fused products counted (osdp_cuda_lt_gelu_bf16_products: one per forward), so a silent fallback fails.
+ * Shapes: tiny's width (4d = 256, a multiple of 8). */
+START_TEST(test_bf16_activations_gelu_epilogue)
+{
+    const int B = 2, T = 64, o = 2;
+    osdp_layout L;
+    act_bf16_layout(&L, T);
+    const size_t btd = (size_t)B * T * 64, n = L.op[o].numel, nacts = (size_t)B * L.op[o].act_floats_per_seq;
+    ck_assert(gpu16->matmul_forward_gelu_bf16 != NULL);
+    osdp_compute_backend unfused = *gpu16;
+    unfused.matmul_forward_gelu_bf16 = NULL;
+    osdp_cuda_set_lt_epilogues(1);
+    float *w = rand_floats(n, -0.1f, 0.1f, 140), *x = rand_floats(btd, -1, 1, 141);
+    float *dout = rand_floats(btd, -1, 1, 142);
+    uint16_t *w16 = bf16_weights(w, n);
+    void *g_w16 = upb(w16, n);
+    float *g_x = upf(x, btd);
+    gpu_op_run ref, got;
+    long before = osdp_cuda_lt_gelu_bf16_products();
+    run_gpu_op(&ref, &unfused, &L, o, B, T, g_w16, g_x, dout, btd, NULL);
+    ck_assert_msg(osdp_cuda_lt_gelu_bf16_products() == before, "the unfused path ran the fused product");
+    run_gpu_op(&got, gpu16, &L, o, B, T, g_w16, g_x, dout, btd, NULL);
+    ck_assert_msg(osdp_cuda_lt_gelu_bf16_products() - before == 1,
+                  "%ld fused fc + GELU products with bf16 outputs, 1 expected (cuBLASLt offered none?)",
+                  osdp_cuda_lt_gelu_bf16_products() - before);
+    osdp_cuda_set_lt_epilogues(0);
+    /* the stored pieces widened on the host (the CPU table's residual_widen), then compared */
+    float *h_ref = down(ref.acts, nacts), *h_got = down(got.acts, nacts);
+    for (int k = 0; k < OSDP_A_N_SLOTS; k++) {
+        if (!L.op[o].act[k].floats) continue;
+        const size_t off = (size_t)B * L.op[o].act[k].offset, floats = (size_t)B * L.op[o].act[k].floats;
+        const int is16 = osdp_act_slot_bf16((osdp_act_slot)k);
+        const size_t elems = is16 ? 2 * floats : floats;
+        float *want = falloc(elems), *have = falloc(elems);
+        if (is16) {
+            cpu16->residual_widen(want, h_ref + off, elems);
+            cpu16->residual_widen(have, h_got + off, elems);
+        } else {
+            memcpy(want, h_ref + off, elems * sizeof(float));
+            memcpy(have, h_got + off, elems * sizeof(float));
+        }
+        float *g_have = upf(have, elems);
+        expect_close_tol("bf16 GELU epilogue: an activation", want, g_have, elems, 2e-2, 2e-2);
+        gpu->free(g_have);
+        free(want), free(have);
+    }
+    float *h = down(ref.grads, n);
+    expect_close_tol("bf16 GELU epilogue: gradients", h, got.grads, n, 3e-2, 3e-2);
+    free(h);
+    h = down(ref.w.dres[ref.w.cur], btd);
+    expect_close_tol("bf16 GELU epilogue: d(input)", h, got.w.dres[got.w.cur], btd, 3e-2, 3e-2);
+    free(h);
+    free(h_ref), free(h_got);
+    gpu->free(ref.acts), gpu->free(ref.grads), gpu->free(ref.ws);
+    gpu->free(got.acts), gpu->free(got.grads), gpu->free(got.ws);
+    gpu->free(g_w16), gpu->free(g_x);
+    free(w), free(x), free(dout), free(w16);
+    osdp_layout_free(&L);
 }
 END_TEST
 
@@ -1791,7 +1861,7 @@ static Suite *cuda_suite(void)
                                   test_crossentropy_large_gap, test_vocab_parallel,
                                   test_residual_accumulate, test_sums, test_adamw, test_tables, test_bf16_convert,
                                   test_bf16_residual, test_bf16_activations_ops, test_bf16_activations_direct,
-                                  test_bf16_activations_producers,
+                                  test_bf16_activations_producers, test_bf16_activations_gelu_epilogue,
                                   test_bf16_matmul_forward, test_bf16_lt_epilogues, test_bf16_lt_backward,
                                   test_bf16_matmul_backward, test_bf16_layernorm,
                                   test_bf16_attention, test_attention_tiled, test_bf16_attention_tiled,
