@@ -1,7 +1,8 @@
 #!/bin/bash
 # EMULATED, not a GPU run: compiles tests/cuda/test_cuda_emulated.cc (the CUDA tiled
-# attention's kernels, src/cuda/attention_tiled.cuh, and the fused residual +
-# LayerNorm, src/cuda/residual_layernorm.cuh, built for the host, a
+# attention's kernels, src/cuda/attention_tiled.cuh, the fused residual +
+# LayerNorm, src/cuda/residual_layernorm.cuh, and the LayerNorm and GELU with
+# their bf16 forms for the stored bf16 activations, src/cuda/layernorm_gelu.cuh, built for the host, a
 # block's threads emulated as contexts switched at barriers) against this build's libosdp.a (the CPU
 # backend's kernels, the reference) and runs it: see the .cc for what
 # it checks and what only a GPU can.  It needs no CUDA, so it runs in CI.
@@ -33,9 +34,9 @@ if [ -s "$WORK/build.log" ]; then
     bad "tests/cuda/test_cuda_emulated.cc builds with warnings" "$WORK/build.log"
 fi
 if "$WORK/test_cuda_emulated" > "$WORK/run.log" 2>&1; then
-    ok "the CUDA tiled attention's and residual + LayerNorm kernels, emulated on the host, match the CPU's ($(grep -c '^PASS' "$WORK/run.log") comparisons)"
+    ok "the CUDA tiled attention's, LayerNorm, residual + LayerNorm and GELU kernels (fp32 and bf16 outputs), emulated on the host, match the CPU's and their fp32 forms' ($(grep -c '^PASS' "$WORK/run.log") comparisons)"
 else
     grep '^FAIL' "$WORK/run.log" | head -10
-    bad "the CUDA tiled attention's or residual + LayerNorm kernels, emulated on the host, differ from the CPU's" "$WORK/run.log"
+    bad "the CUDA tiled attention's, LayerNorm, residual + LayerNorm or GELU kernels, emulated on the host, differ from the CPU's or their fp32 forms'" "$WORK/run.log"
 fi
 summary test_cuda_emulated
