@@ -922,8 +922,9 @@ static void cuda_wait_event(void *event) { CUDA_CHECK(cudaStreamWaitEvent(osdp_c
 
 /* Fields in declaration order (C++17 accepts in-order designators as a GNU
  * extension; a field added to compute.h without an entry here is left NULL
- * and must be filled).  The bf16 table differs from the fp32 one only in
- * weight_dtype, convert_weights and the entries that read weights. */
+ * and must be filled).  The bf16 table differs from the fp32 one in
+ * weight_dtype, convert_weights, the entries that read weights and those of
+ * the bf16 residual stream and the stored bf16 activations. */
 extern "C" const osdp_compute_backend osdp_compute_cuda = {
     .name = "cuda",
     .weight_dtype = OSDP_FLOAT32,
@@ -981,8 +982,8 @@ extern "C" const osdp_compute_backend osdp_compute_cuda = {
 };
 
 /* the fp32 table with the entries that read weights, attention (naive and tiled) and the fused head's backward
- * replaced (a copy made
- * at load time: C++ has no designators out of declaration order) */
+ * replaced, and the bf16 residual stream's and stored bf16 activations' entries added (a copy made at load
+ * time: C++ has no designators out of declaration order) */
 static osdp_compute_backend make_bf16_table()
 {
     osdp_compute_backend t = osdp_compute_cuda;
