@@ -260,12 +260,11 @@ static osdp_status plan_batch(const osdp_layout *L, const osdp_device *dev, cons
     if (s == OSDP_OK) {
         res->peak_bytes = osdp_cost_peak_moment(&cost, &res->plan, b, &res->peak_op, &res->peak_forward);
         if (verify_applies(dev, o)) s = verify_peak(L, dev, o, b, accum, res);
-        /* the search's terms (plan_context.h) bound the backward moments alone; an operator's forward
-         * (osdp_cost_forward_moment) can exceed them when the operator after it reduces once */
+        /* the search's terms (plan_context.h) bound every moment, the forward ones included: a plan over the
+         * limit is a bug in them, not a reason to search again */
         if (s == OSDP_OK && res->peak_bytes > limit)
-            s = osdp_error_set(OSDP_ERR_INFEASIBLE, "planner: at micro-batch %d the chosen plan's peak (%lld bytes, "
-                               "in %s's %s) is over the memory limit (%lld bytes): the search does not bound "
-                               "forward moments yet; raise the limit, or use --grad-reduce every",
+            s = osdp_error_set(OSDP_ERR_INTERNAL, "planner: at micro-batch %d the chosen plan's peak (%lld bytes, "
+                               "in %s's %s) is over the memory limit (%lld bytes) that the search bounds it by",
                                b, res->peak_bytes, L->op[res->peak_op].name,
                                res->peak_forward ? "forward" : "backward", limit);
     }
