@@ -144,15 +144,17 @@ static int beyond(const osdp_ps_context *ctx, const osdp_ps_best *best, double v
  * below would otherwise enumerate.  The time search only (the memory
  * search's objective is the peak itself), and a bound that loses nothing:
  * only a node no plan of which is strictly faster than the best goes, by
- * a margin far above the knapsack's rounding.  mch: scratch of n_ops. */
+ * a margin far above the knapsack's rounding.  mch: scratch of n_ops, z of
+ * 2 n_ops. */
 static int moment_bound(osdp_ps_context *ctx, const unsigned char *A, const int *ch, int u, long long d,
-                        long long room, const osdp_ps_best *best, int *mch, osdp_status *s)
+                        long long room, const osdp_ps_best *best, int *mch, long long *z, osdp_status *s)
 {
     if (ctx->minimise_memory || ctx->wrap_first_pass || (!best->found && isinf(ctx->cutoff))) return 0;
     const int nm = osdp_ps_n_moments(ctx);
+    osdp_ps_moment_values(ctx, ch, z);
     for (int q = 0; q < nm; q++) {   /* the LP bounds first: cheaper */
         const int v = (u + nm - q) % nm;   /* u first, then the others down */
-        if (q > 0 && osdp_ps_transient_at(ctx, ch, v) <= d) continue;
+        if (q > 0 && z[v] <= d) continue;
         if (beyond(ctx, best, osdp_ps_moment_lp_bound(ctx, A, v, room))) {
             ctx->counters->bound_cuts++;
             return 1;
@@ -160,7 +162,7 @@ static int moment_bound(osdp_ps_context *ctx, const unsigned char *A, const int 
     }
     for (int q = 0; q < nm; q++) {
         const int v = (u + nm - q) % nm;
-        if (q > 0 && osdp_ps_transient_at(ctx, ch, v) <= d) continue;
+        if (q > 0 && z[v] <= d) continue;
         double obj;
         const osdp_status ms = osdp_ps_moment_knapsack(ctx, A, v, room, osdp_ps_cap(ctx, best) * (1 + 1e-12), mch, &obj);
         if (ms == OSDP_ERR_INFEASIBLE || (ms == OSDP_OK && beyond(ctx, best, obj))) {
@@ -248,8 +250,9 @@ static osdp_status bnb(osdp_ps_context *ctx, unsigned char *base, long long d, l
     int *ti = malloc(sizeof *ti * 2 * (size_t)(n + 1)), *tk = ti + n + 1;
     long long *tv = malloc(sizeof *tv * (size_t)(n + 1)), *mn = malloc(sizeof *mn * PS_PROPAGATE_SCRATCH * (size_t)n);
     int *mch = malloc(sizeof *mch * (size_t)n);
-    if (!stack || !ti || !tv || !mn || !mch) {
-        free(stack); free(ti); free(tv); free(mn); free(mch);
+    long long *zs = malloc(sizeof *zs * 2 * (size_t)n);
+    if (!stack || !ti || !tv || !mn || !mch || !zs) {
+        free(stack); free(ti); free(tv); free(mn); free(mch); free(zs);
         return osdp_error_set(OSDP_ERR_OOM, "planner: out of host memory");
     }
     spare_sets spare = {.n = 0};
@@ -295,7 +298,7 @@ static osdp_status bnb(osdp_ps_context *ctx, unsigned char *base, long long d, l
         } else if (ks != OSDP_OK && ks != OSDP_ERR_INFEASIBLE) {
             s = ks;
         }
-        if (u >= 0 && moment_bound(ctx, A, ch, u, d, room_total, best, mch, &s)) u = -1;
+        if (u >= 0 && moment_bound(ctx, A, ch, u, d, room_total, best, mch, zs, &s)) u = -1;
         if (u < 0) {
             if (A != base) let_go(A, &spare);
             continue;
@@ -370,6 +373,6 @@ static osdp_status bnb(osdp_ps_context *ctx, unsigned char *base, long long d, l
         if (A != base) free(A);
     }
     while (spare.n > 0) free(spare.set[--spare.n]);
-    free(stack); free(ti); free(tv); free(mn); free(mch);
+    free(stack); free(ti); free(tv); free(mn); free(mch); free(zs);
     return s;
 }

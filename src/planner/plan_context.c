@@ -52,6 +52,21 @@ int osdp_ps_transient_scan(const osdp_ps_context *ctx, const int *ch, long long 
     return -1;
 }
 
+void osdp_ps_moment_values(const osdp_ps_context *ctx, const int *ch, long long *z)
+{
+    const int n = ctx->n_ops;
+    long long suffix = 0; /* sum_{j >= u+2} acts_j */
+    for (int u = n - 1; u >= 0; u--) {
+        const size_t at = PS_CHOICE(ctx, u, ch[u]);
+        const size_t left = u > 0 ? PS_CHOICE(ctx, u - 1, ch[u - 1]) : 0, right = u + 1 < n ? PS_CHOICE(ctx, u + 1, ch[u + 1]) : 0;
+        z[u] = -suffix + ctx->pass_peak_bytes[at] + (u > 0 ? ctx->prefetch_bytes[left] : 0)
+             + (u + 1 < n ? ctx->next_op_bytes[right] : 0);
+        z[n + u] = -suffix + ctx->forward_peak_bytes[at] + (u > 0 ? ctx->view_bytes[left] : 0)
+                 + (u + 1 < n ? ctx->forward_next_bytes[right] : 0);
+        if (u + 1 < n) suffix += ctx->act_bytes[right];
+    }
+}
+
 long long osdp_ps_transient_at(const osdp_ps_context *ctx, const int *ch, int m)
 {
     long long v = 0;   /* each operator's bytes at moment m, less what it holds all step */

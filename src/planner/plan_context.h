@@ -149,6 +149,8 @@ void osdp_ps_context_free(osdp_ps_context *ctx);
 long long osdp_ps_true_transient(const osdp_ps_context *ctx, const int *ch);
 /* moment m of a plan alone (no wrap moment) */
 long long osdp_ps_transient_at(const osdp_ps_context *ctx, const int *ch, int m);
+/* every moment of a plan alone (no wrap moment) into z [2 n_ops], in one pass: z[m] = osdp_ps_transient_at(m) */
+void osdp_ps_moment_values(const osdp_ps_context *ctx, const int *ch, long long *z);
 int osdp_ps_transient_scan(const osdp_ps_context *ctx, const int *ch, long long d, long long *max_z);
 /* what choice c of operator i adds to the peak at moment m of operator u:
  * R, less its activations when i >= u + 2 (freed by then, or not yet
