@@ -558,6 +558,17 @@ START_TEST(test_infeasible_message)
 }
 END_TEST
 
+/* the planner's defaults on N ranks with every operator that can recompute recomputing (rc: its flags,
+ * n_ops of them) and gradients reduced as gr */
+static void recompute_all_options(osdp_planner_options *o, const osdp_layout *L, int *rc, int N, osdp_grad_reduce gr)
+{
+    for (int i = 0; i < L->n_ops; i++) rc[i] = osdp_op_can_recompute(L->op[i].type);
+    osdp_planner_defaults(o);
+    o->geo.n_ranks = N;
+    o->recompute = rc;
+    o->grad_reduce = gr;
+}
+
 /* A reduce-once head 4x an mlp's weights after recomputed blocks (t_small,
  * vocabulary 1024): the last mlp's forward, its slices and the head's
  * gathered ahead, is the peak (osdp_cost_forward_moment).  The planner's
@@ -572,12 +583,8 @@ START_TEST(test_forward_moment_limit)
     d.param_bytes = 2;   /* bf16 weights: verified against the schedule */
     int rc[16] = {0};
     ck_assert_int_le(L.n_ops, 16);
-    for (int i = 0; i < L.n_ops; i++) rc[i] = osdp_op_can_recompute(L.op[i].type);
     osdp_planner_options o;
-    osdp_planner_defaults(&o);
-    o.geo.n_ranks = 2;
-    o.recompute = rc;
-    o.grad_reduce = OSDP_GRAD_REDUCE_ONCE;
+    recompute_all_options(&o, &L, rc, 2, OSDP_GRAD_REDUCE_ONCE);
     o.modes = OSDP_MODES_ALL_ZDP;
     osdp_planner_result r;
     osdp_status s = osdp_planner_plan_batch(&L, &d, &o, 8, 2, &r);
@@ -615,12 +622,8 @@ START_TEST(test_forward_bound_megatron)
     load_device(&dev, "a100_80gb_ib");
     int *rc = calloc((size_t)L.n_ops, sizeof *rc);
     ck_assert(rc);
-    for (int i = 0; i < L.n_ops; i++) rc[i] = osdp_op_can_recompute(L.op[i].type);
     osdp_planner_options o;
-    osdp_planner_defaults(&o);
-    o.geo.n_ranks = 32;
-    o.recompute = rc;
-    o.grad_reduce = OSDP_GRAD_REDUCE_AUTO;
+    recompute_all_options(&o, &L, rc, 32, OSDP_GRAD_REDUCE_AUTO);
     o.offer_hierarchical = 1;
     osdp_cost_hierarchy hier;
     o.hierarchy = osdp_planner_hierarchy(&o, &dev, 1, 32, 1, &hier);
