@@ -594,15 +594,15 @@ START_TEST(test_forward_moment_limit)
     const long long peak = r.peak_bytes;
     osdp_planner_result_free(&r);
     /* every operator ZDP, recomputed and reducing once: the one plan, so under its peak none fits, and the
-     * message says so (no longer that the search does not bound forward moments) */
+     * message says so, at the moment where it is (no longer that the search does not bound forward moments) */
     long long least = -1;
     ck_assert(osdp_planner_min_memory(&L, &d, &o, 8, &least, NULL) == OSDP_OK);
     ck_assert_int_eq(least, peak);
     for (long long under = 1; under <= 1 << 16; under *= 16) {
         o.mem_limit = peak - under;
         s = osdp_planner_plan_batch(&L, &d, &o, 8, 2, &r);
-        ck_assert_msg(s == OSDP_ERR_INFEASIBLE && strstr(osdp_error_message(), "smallest peak any plan needs"), "%s",
-                      osdp_error_message());
+        ck_assert_msg(s == OSDP_ERR_INFEASIBLE && strstr(osdp_error_message(), "smallest peak any plan needs")
+                      && strstr(osdp_error_message(), "in the forward of mlp.1:"), "%s", osdp_error_message());
         osdp_planner_result_free(&r);
     }
     osdp_layout_free(&L);
