@@ -86,9 +86,11 @@
  * G_{u+1} >= ff_{u+1}, and G_u >= fw_u): only a reduce-once operator (every
  * slice) after u lets u's forward be the peak, as a big head after a
  * recomputed block does (megatron_1p7b at B 4 and 8, 32 ranks).  The search's
- * terms (src/planner/plan_context.h) bound the backward moments alone: the
- * planner refuses a plan whose forward moment is over the limit.  Recomputed
- * forwards never exceed the backward (at most three slices, less than G_u).  This is
+ * terms (src/planner/plan_context.h) bound both kinds of moment: F_u has
+ * K_u's shape (u's own term, its neighbours' ff_{u+1} and v_{u-1}, the
+ * activations before it), so every plan the planner returns fits the limit
+ * at every moment.  Recomputed forwards never exceed the backward (at most
+ * three slices, less than G_u).  This is
  * a closed-form rewrite of the runtime schedule's evaluation (osdp/schedule.h,
  * osdp_memory_predict), kept for the search's speed: for a = e_g = 4 and
  * e = 4 or 2 the two are equal byte for byte (fp32 or bf16 weights, split,

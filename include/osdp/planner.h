@@ -44,12 +44,17 @@
  * raises its peak, so the optimum is kept (src/planner/plan_choices.c).
  *
  * The peak (osdp/cost_model.h) written for the search (src/planner/plan_context.h):
- *     peak = cst + sum_i R_i + max_u Z_u,   R_i = state + resident + acts,
+ *     peak = cst + sum_i R_i + max(max_u Z_u, max_u F_u),   R_i = state + resident + acts,
  *     Z_u = f_{u-1} + wp_u + nx_{u+1} - sum_{j >= u+2} acts_j
+ *     F_u = v_{u-1} + fw_u + fx_{u+1} - sum_{j >= u+2} acts_j
  * (wp: a backward's gradients, gathered slices and recomputed activations;
  * f: the prefetched first slice of the next backward; nx: the operator
  * after it still in flight, less its own activations, counted in R but
- * freed).  The max couples neighbours, and, with recompute decisions, every
+ * freed; F_u, the moment of u's forward: fw its gathered slices and
+ * recomputed block, fx the next operator's first slice gathered ahead less
+ * its activations, not yet made, v the previous one's widened output).
+ * Both kinds of moment have one shape, and every step below treats them
+ * alike (a moment, Z or F, in place of Z_u).  The max couples neighbours, and, with recompute decisions, every
  * operator after u+1 through its activations, so the search is not one
  * knapsack.  The planner makes it a sequence of multiple-choice knapsacks
  * solved by osdp/search.h:
@@ -105,9 +110,11 @@
  * exact, or dfs when it did not time out): the plan returned has the
  * smallest step time of all plans (of all those choices) whose model peak
  * fits the limit, up to the search's time resolution (osdp/search.h: about
- * 2^-60 of the slowest plan); dfs and exact return the same plan, since
- * every knapsack they are given has one answer under osdp/search.h's tie
- * rule.  One exception, flagged: should the later activations of some
+ * 2^-60 of the slowest plan); dfs and exact return plans of the same step
+ * time, since every knapsack they are given has one answer under
+ * osdp/search.h's tie rule (plans whose times differ only in the rounding
+ * of their sums, blocks of one shape exchanging modes, are ties that
+ * either may meet first: exact also starts from first plans).  One exception, flagged: should the later activations of some
  * operator u take more than 2^16 distinct sums (recompute auto on a model
  * with many blocks of different widths, where u's transient can still
  * reach the peak), only their smallest and largest are candidates; the

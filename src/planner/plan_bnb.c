@@ -1,4 +1,5 @@
-/* The planner's branch and bound over the constraints Z_u <= d for one
+/* The planner's branch and bound over the constraints Z_u <= d and
+ * F_u <= d (the backward and forward moments, plan_context.h) for one
  * transient bound d (method and guarantee in osdp/planner.h): the knapsack
  * of each node, the check of its plan against the true Z, the branches,
  * and constraint propagation. */
@@ -38,32 +39,36 @@ static int any_left(const osdp_ps_context *ctx, const unsigned char *A, int i)
 }
 
 /* Constraint propagation for one node (allowed choices A) at transient
- * bound d: Z_u is at least LB_u, the sum of each of its terms' smallest
- * allowed value (f at u-1, wp at u, nx at u+1, -acts at j >= u+2); a choice
- * whose term exceeds its smallest by more than d - LB_u is in no plan of
- * the node that respects Z_u, and goes.  Repeated until nothing changes.
- * Returns 0 when the node is empty.  mn: scratch of 7 n. */
+ * bound d: each moment (Z_u and F_u, plan_context.h) is at least LB, the
+ * sum of each of its terms' smallest allowed value (left at u-1, mid at u,
+ * right at u+1, -acts at j >= u+2); a choice whose term exceeds its
+ * smallest by more than d - LB is in no plan of the node that respects the
+ * moment, and goes.  Repeated until nothing changes.  Returns 0 when the
+ * node is empty.  mn: scratch of PS_PROPAGATE_SCRATCH n. */
 int osdp_ps_propagate(const osdp_ps_context *ctx, unsigned char *A, long long d, long long *mn)
 {
     const int n = ctx->n_ops;
-    long long *mf = mn, *mw = mn + n, *mx = mn + 2 * n, *ah = mn + 3 * n, *rng = mn + 4 * n, *sa = mn + 5 * n,
-              *rs = mn + 6 * n;
+    long long *ah = mn + 6 * n, *rng = mn + 7 * n, *sa = mn + 8 * n, *rs = mn + 9 * n;
+    osdp_ps_moment mo[2] = {osdp_ps_moment_of(ctx, 0), osdp_ps_moment_of(ctx, n)};
     for (int pass = 0, changed = 1; changed && pass < 16; pass++) {
         changed = 0;
         for (int u = 0; u < n; u++) {
             long long al = LLONG_MAX;
-            mf[u] = mw[u] = mx[u] = LLONG_MAX;
+            for (int k = 0; k < 2; k++) PS_MIN_LEFT(ctx, mn, k)[u] = PS_MIN_MID(ctx, mn, k)[u] = PS_MIN_RIGHT(ctx, mn, k)[u] = LLONG_MAX;
             ah[u] = LLONG_MIN;
             for (int c = 0; c < ctx->n_choices[u]; c++) {
                 size_t a = PS_CHOICE(ctx, u, c);
                 if (!A[a]) continue;
-                if (ctx->prefetch_bytes[a] < mf[u]) mf[u] = ctx->prefetch_bytes[a];
-                if (ctx->pass_peak_bytes[a] < mw[u]) mw[u] = ctx->pass_peak_bytes[a];
-                if (ctx->next_op_bytes[a] < mx[u]) mx[u] = ctx->next_op_bytes[a];
+                for (int k = 0; k < 2; k++) {
+                    long long *mf = PS_MIN_LEFT(ctx, mn, k), *mw = PS_MIN_MID(ctx, mn, k), *mx = PS_MIN_RIGHT(ctx, mn, k);
+                    if (mo[k].left[a] < mf[u]) mf[u] = mo[k].left[a];
+                    if (mo[k].mid[a] < mw[u]) mw[u] = mo[k].mid[a];
+                    if (mo[k].right[a] < mx[u]) mx[u] = mo[k].right[a];
+                }
                 if (ctx->act_bytes[a] > ah[u]) ah[u] = ctx->act_bytes[a];
                 if (ctx->act_bytes[a] < al) al = ctx->act_bytes[a];
             }
-            if (mw[u] == LLONG_MAX) return 0;
+            if (ah[u] == LLONG_MIN) return 0;
             rng[u] = ah[u] - al;
         }
         /* over j >= u+2: the sum of the largest acts_j, the largest range */
@@ -76,27 +81,33 @@ int osdp_ps_propagate(const osdp_ps_context *ctx, unsigned char *A, long long d,
                 if (rng[u + 1] > rmax) rmax = rng[u + 1];
             }
         }
-        long long least = LLONG_MAX;   /* the smallest slack of the u <= j - 2 (the acts terms below) */
+        long long least = LLONG_MAX;   /* the smallest slack of the moments of u <= j - 2 (the acts terms below) */
         for (int u = 0; u < n; u++) {
-            long long slack = d - (-sa[u] + mw[u] + (u > 0 ? mf[u - 1] : 0) + (u + 1 < n ? mx[u + 1] : 0));
-            if (slack < 0) return 0;
-            for (int c = 0; c < ctx->n_choices[u]; c++) {
-                size_t a = PS_CHOICE(ctx, u, c);
-                if (A[a] && ctx->pass_peak_bytes[a] - mw[u] > slack) A[a] = 0, changed = 1;
+            long long both = LLONG_MAX;   /* the smaller slack of Z_u and F_u */
+            for (int k = 0; k < 2; k++) {
+                const long long *mf = PS_MIN_LEFT(ctx, mn, k), *mw = PS_MIN_MID(ctx, mn, k), *mx = PS_MIN_RIGHT(ctx, mn, k);
+                const long long slack = d - (-sa[u] + mw[u] + (u > 0 ? mf[u - 1] : 0) + (u + 1 < n ? mx[u + 1] : 0));
+                if (slack < 0) return 0;
+                if (slack < both) both = slack;
+                for (int c = 0; c < ctx->n_choices[u]; c++) {
+                    size_t a = PS_CHOICE(ctx, u, c);
+                    if (A[a] && mo[k].mid[a] - mw[u] > slack) A[a] = 0, changed = 1;
+                }
+                for (int c = 0; u > 0 && c < ctx->n_choices[u - 1]; c++) {
+                    size_t a = PS_CHOICE(ctx, u - 1, c);
+                    if (A[a] && mo[k].left[a] - mf[u - 1] > slack) A[a] = 0, changed = 1;
+                }
+                for (int c = 0; u + 1 < n && c < ctx->n_choices[u + 1]; c++) {
+                    size_t a = PS_CHOICE(ctx, u + 1, c);
+                    if (A[a] && mo[k].right[a] - mx[u + 1] > slack) A[a] = 0, changed = 1;
+                }
             }
-            for (int c = 0; u > 0 && c < ctx->n_choices[u - 1]; c++) {
-                size_t a = PS_CHOICE(ctx, u - 1, c);
-                if (A[a] && ctx->prefetch_bytes[a] - mf[u - 1] > slack) A[a] = 0, changed = 1;
-            }
-            for (int c = 0; u + 1 < n && c < ctx->n_choices[u + 1]; c++) {
-                size_t a = PS_CHOICE(ctx, u + 1, c);
-                if (A[a] && ctx->next_op_bytes[a] - mx[u + 1] > slack) A[a] = 0, changed = 1;
-            }
-            /* operator j's acts term is in Z_u of every u <= j - 2: a choice whose term exceeds its smallest by
-             * more than the least of their slacks goes (the slacks and terms are this pass's, as above) */
+            /* operator j's acts term is in both moments of every u <= j - 2: a choice whose term exceeds its
+             * smallest by more than the least of their slacks goes (the slacks and terms are this pass's, as
+             * above) */
             const int j = u + 2;
             if (j < n) {
-                if (slack < least) least = slack;
+                if (both < least) least = both;
                 if (rng[j] > least)
                     for (int c = 0; c < ctx->n_choices[j]; c++) {
                         size_t a = PS_CHOICE(ctx, j, c);
@@ -108,12 +119,12 @@ int osdp_ps_propagate(const osdp_ps_context *ctx, unsigned char *A, long long d,
     return 1;
 }
 
-/* the value choice c of operator i adds to a Z: its f, nx or -acts */
-enum { T_F, T_NX, T_ACTS };
-static long long term_val(const osdp_ps_context *ctx, int kind, int i, int c)
+/* the value choice c of operator i adds to a moment: its left term (f, v), right term (nx, fx) or -acts */
+enum { T_LEFT, T_RIGHT, T_ACTS };
+static long long term_val(const osdp_ps_context *ctx, const osdp_ps_moment *t, int kind, int i, int c)
 {
     size_t a = PS_CHOICE(ctx, i, c);
-    return kind == T_F ? ctx->prefetch_bytes[a] : kind == T_NX ? ctx->next_op_bytes[a] : -ctx->act_bytes[a];
+    return kind == T_LEFT ? t->left[a] : kind == T_RIGHT ? t->right[a] : -ctx->act_bytes[a];
 }
 
 /* 1 when a lower bound v proves that nothing beats the best plan (or,
@@ -126,27 +137,32 @@ static int beyond(const osdp_ps_context *ctx, const osdp_ps_best *best, double v
 
 /* 1 when no plan of node A that fits the limit (room: the limit less the
  * fixed bytes) beats the best plan, by the knapsack of a moment alone
- * (osdp_ps_moment_knapsack) at every u whose Z_u exceeds d in the node's
- * plan ch (the largest, u, given): there, the node's knapsack over R took
+ * (osdp_ps_moment_knapsack) at every moment that exceeds d in the node's
+ * plan ch (u, the one the scan found, first): there, the node's knapsack over R took
  * the later operators' activations as memory to save, while at that
  * moment they are freed, and which of them to keep is what the branches
  * below would otherwise enumerate.  The time search only (the memory
  * search's objective is the peak itself), and a bound that loses nothing:
  * only a node no plan of which is strictly faster than the best goes, by
- * a margin far above the knapsack's rounding.  mch: scratch of n_ops. */
+ * a margin far above the knapsack's rounding.  mch: scratch of n_ops, z of
+ * 2 n_ops. */
 static int moment_bound(osdp_ps_context *ctx, const unsigned char *A, const int *ch, int u, long long d,
-                        long long room, const osdp_ps_best *best, int *mch, osdp_status *s)
+                        long long room, const osdp_ps_best *best, int *mch, long long *z, osdp_status *s)
 {
     if (ctx->minimise_memory || ctx->wrap_first_pass || (!best->found && isinf(ctx->cutoff))) return 0;
-    for (int v = u; v >= 0; v--) {   /* the LP bounds first: cheaper */
-        if (v < u && osdp_ps_transient_at(ctx, ch, v) <= d) continue;
+    const int nm = osdp_ps_n_moments(ctx);
+    osdp_ps_moment_values(ctx, ch, z);
+    for (int q = 0; q < nm; q++) {   /* the LP bounds first: cheaper */
+        const int v = (u + nm - q) % nm;   /* u first, then the others down */
+        if (q > 0 && z[v] <= d) continue;
         if (beyond(ctx, best, osdp_ps_moment_lp_bound(ctx, A, v, room))) {
             ctx->counters->bound_cuts++;
             return 1;
         }
     }
-    for (int v = u; v >= 0; v--) {
-        if (v < u && osdp_ps_transient_at(ctx, ch, v) <= d) continue;
+    for (int q = 0; q < nm; q++) {
+        const int v = (u + nm - q) % nm;
+        if (q > 0 && z[v] <= d) continue;
         double obj;
         const osdp_status ms = osdp_ps_moment_knapsack(ctx, A, v, room, osdp_ps_cap(ctx, best) * (1 + 1e-12), mch, &obj);
         if (ms == OSDP_ERR_INFEASIBLE || (ms == OSDP_OK && beyond(ctx, best, obj))) {
@@ -189,10 +205,10 @@ static int fix_by_bounds(osdp_ps_context *ctx, unsigned char *A, long long lim, 
     return 1;
 }
 
-/* Branch and bound over the constraints Z_u <= d (true Z) for one
- * transient bound d.  Z_u is a sum of terms, one per operator: f of u-1,
- * nx of u+1, -acts of every j >= u+2, and wp of u.  A knapsack plan P that
- * violates Z_u, with term values v_1..v_m at the other operators, is
+/* Branch and bound over the constraints Z_u <= d and F_u <= d (true Z, F)
+ * for one transient bound d.  Each is a sum of terms, one per operator: f
+ * (F_u: v) of u-1, nx (fx) of u+1, -acts of every j >= u+2, and wp (fw) of
+ * u.  A knapsack plan P that violates one, with term values v_1..v_m at the other operators, is
  * excluded by the branches
  *     t = 1..m:  v_s >= v_s(P) for s < t, and v_t < v_t(P)
  *     last:      v_s >= v_s(P) for every s, and wp_u <= d - sum_s v_s(P)
@@ -232,10 +248,11 @@ static osdp_status bnb(osdp_ps_context *ctx, unsigned char *base, long long d, l
     int cap = 16, sp = 0;
     unsigned char **stack = malloc(sizeof *stack * (size_t)cap);
     int *ti = malloc(sizeof *ti * 2 * (size_t)(n + 1)), *tk = ti + n + 1;
-    long long *tv = malloc(sizeof *tv * (size_t)(n + 1)), *mn = malloc(sizeof *mn * 7 * (size_t)n);
+    long long *tv = malloc(sizeof *tv * (size_t)(n + 1)), *mn = malloc(sizeof *mn * PS_PROPAGATE_SCRATCH * (size_t)n);
     int *mch = malloc(sizeof *mch * (size_t)n);
-    if (!stack || !ti || !tv || !mn || !mch) {
-        free(stack); free(ti); free(tv); free(mn); free(mch);
+    long long *zs = malloc(sizeof *zs * 2 * (size_t)n);
+    if (!stack || !ti || !tv || !mn || !mch || !zs) {
+        free(stack); free(ti); free(tv); free(mn); free(mch); free(zs);
         return osdp_error_set(OSDP_ERR_OOM, "planner: out of host memory");
     }
     spare_sets spare = {.n = 0};
@@ -281,7 +298,7 @@ static osdp_status bnb(osdp_ps_context *ctx, unsigned char *base, long long d, l
         } else if (ks != OSDP_OK && ks != OSDP_ERR_INFEASIBLE) {
             s = ks;
         }
-        if (u >= 0 && moment_bound(ctx, A, ch, u, d, room_total, best, mch, &s)) u = -1;
+        if (u >= 0 && moment_bound(ctx, A, ch, u, d, room_total, best, mch, zs, &s)) u = -1;
         if (u < 0) {
             if (A != base) let_go(A, &spare);
             continue;
@@ -289,24 +306,26 @@ static osdp_status bnb(osdp_ps_context *ctx, unsigned char *base, long long d, l
         /* Z_0 has no f term (no operator before the first); it exceeds d through the wrap moment's pairing
          * (osdp_ps_transient_scan) when its own sum does not: then its terms are the last operator's f
          * besides nx and the acts, and operator 0's first-pass peak in place of its wp */
+        const osdp_ps_moment mt = osdp_ps_moment_of(ctx, u);   /* u: the moment; at: its operator */
+        const int at = mt.op;
         int wrap = 0;
         if (u == 0 && ctx->wrap_first_pass) {
             long long z = ctx->pass_peak_bytes[PS_CHOICE(ctx, 0, ch[0])];
-            for (int j = 1; j < n; j++) z += term_val(ctx, j == 1 ? T_NX : T_ACTS, j, ch[j]);
+            for (int j = 1; j < n; j++) z += term_val(ctx, &mt, j == 1 ? T_RIGHT : T_ACTS, j, ch[j]);
             wrap = z <= d;
         }
-        /* the terms of Z_u; those with a branch of their own first */
+        /* the terms of the moment; those with a branch of their own first */
         long long room = d;
         int nt = 0;
-        for (int j = u > 0 ? u - 1 : 0; j <= n; j++) {
-            if (j == u || (j == n && !wrap)) continue;
+        for (int j = at > 0 ? at - 1 : 0; j <= n; j++) {
+            if (j == at || (j == n && !wrap)) continue;
             const int op = j < n ? j : n - 1;   /* j == n: the wrap's f of the last operator */
-            int kind = j == n || j == u - 1 ? T_F : j == u + 1 ? T_NX : T_ACTS;
-            long long v = term_val(ctx, kind, op, ch[op]);
+            int kind = j == n || j == at - 1 ? T_LEFT : j == at + 1 ? T_RIGHT : T_ACTS;
+            long long v = term_val(ctx, &mt, kind, op, ch[op]);
             room -= v;
             int lower = 0;
             for (int c = 0; c < ctx->n_choices[op] && !lower; c++)
-                lower = A[PS_CHOICE(ctx, op, c)] && term_val(ctx, kind, op, c) < v;
+                lower = A[PS_CHOICE(ctx, op, c)] && term_val(ctx, &mt, kind, op, c) < v;
             if (lower) {
                 ti[nt] = op;
                 tk[nt] = kind;
@@ -334,14 +353,14 @@ static osdp_status bnb(osdp_ps_context *ctx, unsigned char *base, long long d, l
             for (int q = 0; q <= t && q < nt && ok; q++) {
                 const int j = ti[q];
                 for (int c = 0; c < ctx->n_choices[j]; c++)
-                    if ((term_val(ctx, tk[q], j, c) < tv[q]) != (q == t)) B[PS_CHOICE(ctx, j, c)] = 0;
+                    if ((term_val(ctx, &mt, tk[q], j, c) < tv[q]) != (q == t)) B[PS_CHOICE(ctx, j, c)] = 0;
                 ok = any_left(ctx, B, j);
             }
             if (t == nt && ok) {
-                for (int c = 0; c < ctx->n_choices[u]; c++)
-                    if ((wrap ? ctx->wrap_first_pass[c] : ctx->pass_peak_bytes[PS_CHOICE(ctx, u, c)]) > room)
-                        B[PS_CHOICE(ctx, u, c)] = 0;
-                ok = any_left(ctx, B, u);
+                for (int c = 0; c < ctx->n_choices[at]; c++)
+                    if ((wrap ? ctx->wrap_first_pass[c] : mt.mid[PS_CHOICE(ctx, at, c)]) > room)
+                        B[PS_CHOICE(ctx, at, c)] = 0;
+                ok = any_left(ctx, B, at);
             }
             if (ok) ok = osdp_ps_propagate(ctx, B, d, mn);
             if (ok) stack[sp++] = B;
@@ -354,6 +373,6 @@ static osdp_status bnb(osdp_ps_context *ctx, unsigned char *base, long long d, l
         if (A != base) free(A);
     }
     while (spare.n > 0) free(spare.set[--spare.n]);
-    free(stack); free(ti); free(tv); free(mn); free(mch);
+    free(stack); free(ti); free(tv); free(mn); free(mch); free(zs);
     return s;
 }

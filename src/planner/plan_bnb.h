@@ -18,8 +18,10 @@ osdp_status osdp_ps_bnb(osdp_ps_context *ctx, unsigned char *base, long long d, 
  * (the time search's test that a plan fits). */
 osdp_status osdp_ps_bnb_prove(osdp_ps_context *ctx, unsigned char *base, long long d_lo, long long d_hi, long long lim,
                               long long room_total, osdp_ps_best *best, int *ch, int *proved);
-/* drops from A the choices no plan of A respecting every Z_u <= d takes;
- * 0 when A is left empty.  mn: scratch of 7 n_ops */
+/* drops from A the choices no plan of A respecting every moment <= d (Z_u
+ * and F_u, plan_context.h) takes; 0 when A is left empty.  mn: scratch of
+ * PS_PROPAGATE_SCRATCH n_ops */
+#define PS_PROPAGATE_SCRATCH 10
 int osdp_ps_propagate(const osdp_ps_context *ctx, unsigned char *A, long long d, long long *mn);
 
 #endif

@@ -44,7 +44,8 @@ static int no_worse(const choice_terms *a, const choice_terms *b)
 {
     const osdp_op_peak_terms *p = &a->mem, *q = &b->mem;
     return p->held <= q->held && p->acts <= q->acts && p->pass_peak <= q->pass_peak && p->prefetch <= q->prefetch
-        && p->in_flight <= q->in_flight && a->first_pass <= b->first_pass && a->time <= b->time;
+        && p->in_flight <= q->in_flight && p->forward_peak <= q->forward_peak && p->forward_next <= q->forward_next
+        && p->view <= q->view && a->first_pass <= b->first_pass && a->time <= b->time;
 }
 
 /* Drops the dominated choices of one operator: b goes when some a is no
@@ -232,21 +233,25 @@ static void keep_choices(osdp_ps_context *ctx, int i, const unsigned char *keep)
         ctx->prefetch_bytes[d] = ctx->prefetch_bytes[b];
         ctx->next_op_bytes[d] = ctx->next_op_bytes[b];
         ctx->act_bytes[d] = ctx->act_bytes[b];
+        ctx->forward_peak_bytes[d] = ctx->forward_peak_bytes[b];
+        ctx->view_bytes[d] = ctx->view_bytes[b];
+        ctx->forward_next_bytes[d] = ctx->forward_next_bytes[b];
         ctx->objective[d] = ctx->objective[b];
     }
     ctx->n_choices[i] = m;
 }
 
-/* Operators no constraint Z_u <= d of any plan can touch.  Every plan's
- * transient is at least dlo = max_u min Z_u; a constraint whose largest
- * value (later activations at their smallest) is below dlo is never the
- * maximum.  An operator whose constraints (Z at u-1, u, u+1 and, when its
- * activations vary, every Z before) are all such only adds memory and time:
+/* Operators no constraint Z_u <= d or F_u <= d of any plan can touch.
+ * Every plan's transient is at least dlo = the largest min Z_u or min F_u;
+ * a constraint whose largest value (later activations at their smallest)
+ * is below dlo is never the maximum.  An operator whose constraints (Z and
+ * F at u-1, u, u+1 and, when its activations vary, every Z and F before)
+ * are all such only adds memory and time:
  * its choices dominated in (R, t) alone go too (ties: the earlier stays). */
 static int prune_free(osdp_ps_context *ctx)
 {
     const int n = ctx->n_ops;
-    long long *zlo = malloc(sizeof *zlo * 2 * (size_t)n), *zhi = zlo + n;
+    long long *zlo = malloc(sizeof *zlo * 2 * (size_t)n), *zhi = zlo + n;   /* per u, of Z_u and F_u together */
     unsigned char *slack = malloc((size_t)n), *kept = calloc((size_t)n, 1);
     unsigned char *keeps = malloc((size_t)n * (size_t)ctx->stride);
     if (!zlo || !slack || !kept || !keeps) {
@@ -255,12 +260,19 @@ static int prune_free(osdp_ps_context *ctx)
     }
     long long dlo = LLONG_MIN;
     for (int u = 0; u < n; u++) {
-        long long wl, wh, fl, fh, xl, xh;
-        span(ctx, ctx->pass_peak_bytes, u, &wl, &wh);
-        span(ctx, ctx->prefetch_bytes, u - 1, &fl, &fh);
-        span(ctx, ctx->next_op_bytes, u + 1, &xl, &xh);
-        zlo[u] = ctx->later_acts_optimistic[u] + wl + fl + xl;
-        zhi[u] = ctx->later_acts_pessimistic[u] + wh + fh + xh;
+        zlo[u] = LLONG_MIN;
+        zhi[u] = LLONG_MIN;
+        for (int forward = 0; forward < 2; forward++) {   /* Z_u, then F_u */
+            const osdp_ps_moment t = osdp_ps_moment_of(ctx, forward * n + u);
+            long long wl, wh, fl, fh, xl, xh;
+            span(ctx, t.mid, u, &wl, &wh);
+            span(ctx, t.left, u - 1, &fl, &fh);
+            span(ctx, t.right, u + 1, &xl, &xh);
+            const long long lo = ctx->later_acts_optimistic[u] + wl + fl + xl;
+            const long long hi = ctx->later_acts_pessimistic[u] + wh + fh + xh;
+            if (lo > zlo[u]) zlo[u] = lo;
+            if (hi > zhi[u]) zhi[u] = hi;
+        }
         if (zlo[u] > dlo) dlo = zlo[u];
     }
     int prefix = 1; /* every Z before u - 1 slack */
@@ -304,7 +316,8 @@ static int alloc_arrays(osdp_ps_context *ctx)
     signed char **flags[] = {&ctx->choice_slices, &ctx->choice_zdp_slices, &ctx->choice_recompute,
                              &ctx->choice_hierarchical, &ctx->choice_reduce_once};
     long long **choice_bytes[] = {&ctx->held_bytes, &ctx->pass_peak_bytes, &ctx->prefetch_bytes, &ctx->next_op_bytes,
-                                  &ctx->act_bytes, &ctx->knap_mem_buf};
+                                  &ctx->act_bytes, &ctx->forward_peak_bytes, &ctx->view_bytes,
+                                  &ctx->forward_next_bytes, &ctx->knap_mem_buf};
     long long **op_bytes[] = {&ctx->later_acts_optimistic, &ctx->later_acts_pessimistic};
     double **choice_reals[] = {&ctx->objective, &ctx->knap_time_buf};
     int **op_ints[] = {&ctx->knap_order, &ctx->knap_n_choices, &ctx->knap_solution};
@@ -458,6 +471,9 @@ osdp_status osdp_ps_context_build_wrap(osdp_ps_context *ctx, const osdp_layout *
             ctx->prefetch_bytes[a] = e->mem.prefetch;
             ctx->next_op_bytes[a] = e->mem.in_flight - e->mem.acts;
             ctx->act_bytes[a] = e->mem.acts;
+            ctx->forward_peak_bytes[a] = e->mem.forward_peak;
+            ctx->view_bytes[a] = e->mem.view;
+            ctx->forward_next_bytes[a] = e->mem.forward_next - e->mem.acts;
             ctx->objective[a] = ctx->minimise_memory ? (double)ctx->held_bytes[a] : e->time;
         }
     }

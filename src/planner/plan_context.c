@@ -13,6 +13,7 @@ void osdp_ps_context_free(osdp_ps_context *ctx)
     free(ctx->choice_reduce_once); free(ctx->all_once);
     free(ctx->held_bytes); free(ctx->pass_peak_bytes); free(ctx->prefetch_bytes); free(ctx->next_op_bytes);
     free(ctx->act_bytes); free(ctx->objective);
+    free(ctx->forward_peak_bytes); free(ctx->view_bytes); free(ctx->forward_next_bytes);
     free(ctx->later_acts_optimistic); free(ctx->later_acts_pessimistic);
     free(ctx->wrap_values); free(ctx->wrap_first_pass);
     free(ctx->knap_order); free(ctx->knap_n_choices); free(ctx->knap_choice); free(ctx->knap_solution);
@@ -24,32 +25,53 @@ void osdp_ps_context_free(osdp_ps_context *ctx)
 
 int osdp_ps_transient_scan(const osdp_ps_context *ctx, const int *ch, long long d, long long *max_z)
 {
+    const int n = ctx->n_ops;
     long long best = LLONG_MIN, suffix = 0; /* sum_{j >= u+2} acts_j */
-    for (int u = ctx->n_ops - 1; u >= 0; u--) {
-        long long v = -suffix + ctx->pass_peak_bytes[PS_CHOICE(ctx, u, ch[u])];
-        if (u > 0) v += ctx->prefetch_bytes[PS_CHOICE(ctx, u - 1, ch[u - 1])];
-        if (u + 1 < ctx->n_ops) {
-            v += ctx->next_op_bytes[PS_CHOICE(ctx, u + 1, ch[u + 1])];
-            suffix += ctx->act_bytes[PS_CHOICE(ctx, u + 1, ch[u + 1])];
+    for (int u = n - 1; u >= 0; u--) {
+        const size_t at = PS_CHOICE(ctx, u, ch[u]);
+        const size_t left = u > 0 ? PS_CHOICE(ctx, u - 1, ch[u - 1]) : 0, right = u + 1 < n ? PS_CHOICE(ctx, u + 1, ch[u + 1]) : 0;
+        long long v = -suffix + ctx->pass_peak_bytes[at], fv = -suffix + ctx->forward_peak_bytes[at];
+        if (u > 0) v += ctx->prefetch_bytes[left], fv += ctx->view_bytes[left];
+        if (u + 1 < n) {
+            v += ctx->next_op_bytes[right];
+            fv += ctx->forward_next_bytes[right];
+            suffix += ctx->act_bytes[right];
         }
         if (u == 0 && ctx->wrap_first_pass) {   /* the wrap moment's pairing of the first and last operators */
-            const int last = ctx->n_ops - 1;
-            const long long w = v - ctx->pass_peak_bytes[PS_CHOICE(ctx, 0, ch[0])] + ctx->wrap_first_pass[ch[0]]
+            const int last = n - 1;
+            const long long w = v - ctx->pass_peak_bytes[at] + ctx->wrap_first_pass[ch[0]]
                               + ctx->prefetch_bytes[PS_CHOICE(ctx, last, ch[last])];
             if (w > v) v = w;
         }
         if (v > best) best = v;
-        if (v > d && !max_z) return u;
+        if (fv > best) best = fv;
+        if (!max_z && v > d) return u;
+        if (!max_z && fv > d) return n + u;
     }
     if (max_z) *max_z = best;
     return -1;
 }
 
-long long osdp_ps_transient_at(const osdp_ps_context *ctx, const int *ch, int u)
+void osdp_ps_moment_values(const osdp_ps_context *ctx, const int *ch, long long *z)
 {
-    long long v = 0;   /* each operator's bytes at moment u, less what it holds all step */
+    const int n = ctx->n_ops;
+    long long suffix = 0; /* sum_{j >= u+2} acts_j */
+    for (int u = n - 1; u >= 0; u--) {
+        const size_t at = PS_CHOICE(ctx, u, ch[u]);
+        const size_t left = u > 0 ? PS_CHOICE(ctx, u - 1, ch[u - 1]) : 0, right = u + 1 < n ? PS_CHOICE(ctx, u + 1, ch[u + 1]) : 0;
+        z[u] = -suffix + ctx->pass_peak_bytes[at] + (u > 0 ? ctx->prefetch_bytes[left] : 0)
+             + (u + 1 < n ? ctx->next_op_bytes[right] : 0);
+        z[n + u] = -suffix + ctx->forward_peak_bytes[at] + (u > 0 ? ctx->view_bytes[left] : 0)
+                 + (u + 1 < n ? ctx->forward_next_bytes[right] : 0);
+        if (u + 1 < n) suffix += ctx->act_bytes[right];
+    }
+}
+
+long long osdp_ps_transient_at(const osdp_ps_context *ctx, const int *ch, int m)
+{
+    long long v = 0;   /* each operator's bytes at moment m, less what it holds all step */
     for (int i = 0; i < ctx->n_ops; i++)
-        v += osdp_ps_moment_bytes(ctx, u, i, ch[i]) - ctx->held_bytes[PS_CHOICE(ctx, i, ch[i])];
+        v += osdp_ps_moment_bytes(ctx, m, i, ch[i]) - ctx->held_bytes[PS_CHOICE(ctx, i, ch[i])];
     return v;
 }
 
@@ -60,26 +82,28 @@ long long osdp_ps_true_transient(const osdp_ps_context *ctx, const int *ch)
     return best;
 }
 
-long long osdp_ps_moment_bytes(const osdp_ps_context *ctx, int u, int i, int c)
+long long osdp_ps_moment_bytes(const osdp_ps_context *ctx, int m, int i, int c)
 {
+    const osdp_ps_moment t = osdp_ps_moment_of(ctx, m);
+    const int u = t.op;
     const size_t a = PS_CHOICE(ctx, i, c);
     long long v = ctx->held_bytes[a];
     if (i >= u + 2) v -= ctx->act_bytes[a];
-    else if (i == u - 1) v += ctx->prefetch_bytes[a];
-    else if (i == u) v += ctx->pass_peak_bytes[a];
-    else if (i == u + 1) v += ctx->next_op_bytes[a];
+    else if (i == u - 1) v += t.left[a];
+    else if (i == u) v += t.mid[a];
+    else if (i == u + 1) v += t.right[a];
     return v;
 }
 
 long long osdp_ps_peak_floor(const osdp_ps_context *ctx)
 {
     long long most = LLONG_MIN;
-    for (int u = 0; u < ctx->n_ops; u++) {
+    for (int m = 0; m < osdp_ps_n_moments(ctx); m++) {
         long long at = ctx->fixed_bytes;
         for (int i = 0; i < ctx->n_ops; i++) {
             long long lo = LLONG_MAX;
             for (int c = 0; c < ctx->n_choices[i]; c++) {
-                const long long v = osdp_ps_moment_bytes(ctx, u, i, c);
+                const long long v = osdp_ps_moment_bytes(ctx, m, i, c);
                 if (v < lo) lo = v;
             }
             at += lo;
@@ -103,35 +127,41 @@ double osdp_ps_objective_sum(const osdp_ps_context *ctx, const int *ch)
     return t;
 }
 
-/* per operator: the smallest wp, f, nx of its choices */
-void osdp_ps_term_minima(const osdp_ps_context *ctx, long long *minw, long long *minf, long long *minx)
+void osdp_ps_term_minima(const osdp_ps_context *ctx, long long *mins)
 {
-    for (int u = 0; u < ctx->n_ops; u++) {
-        minw[u] = minf[u] = minx[u] = LLONG_MAX;
-        for (int c = 0; c < ctx->n_choices[u]; c++) {
-            size_t a = PS_CHOICE(ctx, u, c);
-            if (ctx->pass_peak_bytes[a] < minw[u]) minw[u] = ctx->pass_peak_bytes[a];
-            if (ctx->prefetch_bytes[a] < minf[u]) minf[u] = ctx->prefetch_bytes[a];
-            if (ctx->next_op_bytes[a] < minx[u]) minx[u] = ctx->next_op_bytes[a];
+    for (int forward = 0; forward < 2; forward++) {
+        const osdp_ps_moment t = osdp_ps_moment_of(ctx, forward * ctx->n_ops);
+        long long *minw = PS_MIN_MID(ctx, mins, forward), *minf = PS_MIN_LEFT(ctx, mins, forward);
+        long long *minx = PS_MIN_RIGHT(ctx, mins, forward);
+        for (int u = 0; u < ctx->n_ops; u++) {
+            minw[u] = minf[u] = minx[u] = LLONG_MAX;
+            for (int c = 0; c < ctx->n_choices[u]; c++) {
+                size_t a = PS_CHOICE(ctx, u, c);
+                if (t.mid[a] < minw[u]) minw[u] = t.mid[a];
+                if (t.left[a] < minf[u]) minf[u] = t.left[a];
+                if (t.right[a] < minx[u]) minx[u] = t.right[a];
+            }
         }
     }
 }
 
-/* the smallest Z_u any plan has at u, given the neighbours' minima */
-long long osdp_ps_min_transient_at(const osdp_ps_context *ctx, int u, const long long *minw, const long long *minf,
-                                   const long long *minx)
+long long osdp_ps_min_transient_at(const osdp_ps_context *ctx, int m, const long long *mins)
 {
-    return ctx->later_acts_bound[u] + minw[u] + (u > 0 ? minf[u - 1] : 0) + (u + 1 < ctx->n_ops ? minx[u + 1] : 0);
+    const osdp_ps_moment t = osdp_ps_moment_of(ctx, m);
+    const int u = t.op;
+    return ctx->later_acts_bound[u] + PS_MIN_MID(ctx, mins, t.forward)[u]
+         + (u > 0 ? PS_MIN_LEFT(ctx, mins, t.forward)[u - 1] : 0)
+         + (u + 1 < ctx->n_ops ? PS_MIN_RIGHT(ctx, mins, t.forward)[u + 1] : 0);
 }
 
 /* the smallest transient any plan has */
 long long osdp_ps_min_transient(const osdp_ps_context *ctx)
 {
-    long long *m = malloc(sizeof *m * 3 * (size_t)ctx->n_ops), dlo = LLONG_MIN;
+    long long *m = malloc(sizeof *m * 6 * (size_t)ctx->n_ops), dlo = LLONG_MIN;
     if (!m) return LLONG_MIN; /* no bound */
-    osdp_ps_term_minima(ctx, m, m + ctx->n_ops, m + 2 * ctx->n_ops);
-    for (int u = 0; u < ctx->n_ops; u++) {
-        long long lo = osdp_ps_min_transient_at(ctx, u, m, m + ctx->n_ops, m + 2 * ctx->n_ops);
+    osdp_ps_term_minima(ctx, m);
+    for (int q = 0; q < osdp_ps_n_moments(ctx); q++) {
+        long long lo = osdp_ps_min_transient_at(ctx, q, m);
         if (lo > dlo) dlo = lo;
     }
     free(m);

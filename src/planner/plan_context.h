@@ -15,8 +15,9 @@
  * on.  Choice c of operator i is k = choice_zdp_slices of g = choice_slices
  * slices ZDP, with recompute choice_recompute, reducing its gradients once
  * per step for the last choice_reduce_once slices.  The model peak of a plan is
- *     cst + sum_i R[i][c_i] + max_u Z_u,
- *     Z_u = K[u] + f[u-1][c_{u-1}] + wp[u][c_u] + nx[u+1][c_{u+1}]
+ *     cst + sum_i R[i][c_i] + max(max_u Z_u, max_u F_u),
+ *     Z_u = K[u] + f[u-1][c_{u-1}] + wp[u][c_u] + nx[u+1][c_{u+1}]     (u's backward)
+ *     F_u = K[u] + v[u-1][c_{u-1}] + fw[u][c_u] + fx[u+1][c_{u+1}]     (u's forward)
  * (missing neighbours count 0), where, in osdp/cost_model.h's terms (each
  * choice's osdp_op_peak_terms, from osdp_cost_peak_terms: the terms
  * osdp_cost_peak adds up, themselves from the size table),
@@ -25,11 +26,19 @@
  *     nx = [prefetch] (G + H) - acts         (its own activations are not
  *          alive in the backward of the operator before it)
  *     K[u] = - sum_{j >= u+2} acts_j         (later operators' activations)
+ *     fw = forward_peak (rebuilt + its slices at its forward)
+ *     fx = [prefetch] ff - acts              (its first slice gathered during
+ *          the forward of the operator before it, its own activations not yet
+ *          made)                             v = view
  * and the fields below hold them as
  *     cst = fixed_bytes, R = held_bytes, wp = pass_peak_bytes,
  *     f = prefetch_bytes, nx = next_op_bytes, acts = act_bytes,
+ *     fw = forward_peak_bytes, v = view_bytes, fx = forward_next_bytes,
  *     K = later_acts_bound (Kopt = later_acts_optimistic,
  *     Kpes = later_acts_pessimistic).
+ * The 2 n moments are indexed m = u (Z_u) and m = n + u (F_u): both have
+ * the same shape, a term of u-1 (left), of u (mid), of u+1 (right) and K[u]
+ * (osdp_ps_moment_of), and the search treats them alike.
  * The search bounds, prunes and enumerates with K = Kopt, each later
  * acts_j at its largest (Z_u at its smallest), and checks plans against the
  * true Z_u; Kpes (each at its smallest) bounds Z_u from above.  Per-choice
@@ -65,6 +74,9 @@ typedef struct osdp_ps_context {
     long long *prefetch_bytes;        /* f */
     long long *next_op_bytes;         /* nx */
     long long *act_bytes;             /* acts */
+    long long *forward_peak_bytes;    /* fw */
+    long long *view_bytes;            /* v */
+    long long *forward_next_bytes;    /* fx */
     double *objective;                /* what is minimised per choice: its time, or R when minimising memory */
     long long *later_acts_bound;      /* [n_ops] K; points to later_acts_optimistic */
     long long *later_acts_optimistic; /* [n_ops] Kopt: each later acts_j at its largest */
@@ -96,6 +108,22 @@ typedef struct osdp_ps_context {
 
 #define PS_CHOICE(ctx, i, c) ((size_t)(i) * (size_t)(ctx)->stride + (size_t)(c))
 
+/* moment m (above): its operator u and its three terms' arrays, of u-1, u and u+1 */
+typedef struct osdp_ps_moment {
+    int op;                   /* u */
+    int forward;              /* 1: F_u, 0: Z_u */
+    const long long *left, *mid, *right;
+} osdp_ps_moment;
+static inline int osdp_ps_n_moments(const osdp_ps_context *ctx) { return 2 * ctx->n_ops; }
+static inline osdp_ps_moment osdp_ps_moment_of(const osdp_ps_context *ctx, int m)
+{
+    if (m < ctx->n_ops)
+        return (osdp_ps_moment){.op = m, .forward = 0, .left = ctx->prefetch_bytes, .mid = ctx->pass_peak_bytes,
+                                .right = ctx->next_op_bytes};
+    return (osdp_ps_moment){.op = m - ctx->n_ops, .forward = 1, .left = ctx->view_bytes,
+                            .mid = ctx->forward_peak_bytes, .right = ctx->forward_next_bytes};
+}
+
 /* plan_choices.c */
 /* minimise_memory: 0 the fastest plan, 1 the smallest peak, 2 only for the
  * bounds (osdp_ps_lp_bound, osdp_ps_min_transient: no dominated choice
@@ -113,31 +141,40 @@ osdp_status osdp_ps_context_build_wrap(osdp_ps_context *ctx, const osdp_layout *
 
 /* plan_context.c */
 void osdp_ps_context_free(osdp_ps_context *ctx);
-/* Z_u of a plan with the true activations of the later operators: the
- * largest over u (osdp_ps_true_transient); or, with max_z NULL, the largest
- * u whose Z_u exceeds d, -1 if none (max_z non-NULL: the largest Z_u goes
- * there and the scan does not stop) */
+/* The moments of a plan with the true activations of the later operators:
+ * the largest (osdp_ps_true_transient, every Z_u and F_u); or, with max_z
+ * NULL, a moment m (Z_u: u, F_u: n + u) that exceeds d, the one of the
+ * largest u, -1 if none (max_z non-NULL: the largest moment goes there and
+ * the scan does not stop) */
 long long osdp_ps_true_transient(const osdp_ps_context *ctx, const int *ch);
-/* Z_u of a plan alone (no wrap moment) */
-long long osdp_ps_transient_at(const osdp_ps_context *ctx, const int *ch, int u);
+/* moment m of a plan alone (no wrap moment) */
+long long osdp_ps_transient_at(const osdp_ps_context *ctx, const int *ch, int m);
+/* every moment of a plan alone (no wrap moment) into z [2 n_ops], in one pass: z[m] = osdp_ps_transient_at(m) */
+void osdp_ps_moment_values(const osdp_ps_context *ctx, const int *ch, long long *z);
 int osdp_ps_transient_scan(const osdp_ps_context *ctx, const int *ch, long long d, long long *max_z);
-/* what choice c of operator i adds to the peak in the backward of operator
- * u: R, less its activations when i >= u + 2 (freed by then), plus f, wp
- * or nx when i is u - 1, u or u + 1 (sum_i of it = sum_i R_i + Z_u) */
-long long osdp_ps_moment_bytes(const osdp_ps_context *ctx, int u, int i, int c);
-/* A floor under every plan's peak: at each moment u, each operator's least
+/* what choice c of operator i adds to the peak at moment m of operator u:
+ * R, less its activations when i >= u + 2 (freed by then, or not yet
+ * made), plus the moment's left, mid or right term when i is u - 1, u or
+ * u + 1 (sum_i of it = sum_i R_i + the moment) */
+long long osdp_ps_moment_bytes(const osdp_ps_context *ctx, int m, int i, int c);
+/* A floor under every plan's peak: at each moment m, each operator's least
  * osdp_ps_moment_bytes (the moment's bytes are a sum over operators, its
- * least the sum of their least), the largest over u, plus cst.  Cheap
+ * least the sum of their least), the largest over m, plus cst.  Cheap
  * (no search); a context with the wrap moment's pairing left out
  * (wrap_first_pass) floors the peak without it. */
 long long osdp_ps_peak_floor(const osdp_ps_context *ctx);
 long long osdp_ps_held_sum(const osdp_ps_context *ctx, const int *ch); /* sum of R of a plan */
 double osdp_ps_objective_sum(const osdp_ps_context *ctx, const int *ch); /* its objective: the choices' sum */
-/* per operator: the smallest wp, f, nx of its choices */
-void osdp_ps_term_minima(const osdp_ps_context *ctx, long long *minw, long long *minf, long long *minx);
-/* the smallest Z_u any plan has at u (under K), given those minima */
-long long osdp_ps_min_transient_at(const osdp_ps_context *ctx, int u, const long long *minw, const long long *minf,
-                                   const long long *minx);
+/* per operator, the smallest value of each term over its choices, into
+ * mins [6 n_ops]: for the backward (kind 0) and the forward (kind 1)
+ * moments, mins + 3 kind n + {0, n, 2 n} [u]: u's mid (wp, fw), left (f, v)
+ * and right (nx, fx) terms */
+void osdp_ps_term_minima(const osdp_ps_context *ctx, long long *mins);
+#define PS_MIN_MID(ctx, mins, forward) ((mins) + 3 * (size_t)(forward) * (size_t)(ctx)->n_ops)
+#define PS_MIN_LEFT(ctx, mins, forward) (PS_MIN_MID(ctx, mins, forward) + (ctx)->n_ops)
+#define PS_MIN_RIGHT(ctx, mins, forward) (PS_MIN_MID(ctx, mins, forward) + 2 * (ctx)->n_ops)
+/* the smallest value moment m has in any plan (under K), given those minima */
+long long osdp_ps_min_transient_at(const osdp_ps_context *ctx, int m, const long long *mins);
 /* the smallest transient any plan has (under K) */
 long long osdp_ps_min_transient(const osdp_ps_context *ctx);
 

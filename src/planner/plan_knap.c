@@ -179,7 +179,7 @@ static int cmp_seg(const void *a, const void *b)
     return p->eff > q->eff ? -1 : p->eff < q->eff;
 }
 
-/* the bytes the LP counts for choice c of operator i: R, or moment u's (u >= 0) */
+/* the bytes the LP counts for choice c of operator i: R, or moment u's (u >= 0: Z or F, plan_context.h) */
 static long long lp_bytes(const osdp_ps_context *ctx, int u, int i, int c)
 {
     return u < 0 ? ctx->held_bytes[PS_CHOICE(ctx, i, c)] : osdp_ps_moment_bytes(ctx, u, i, c);
@@ -209,13 +209,14 @@ static double lp_bound(const osdp_ps_context *ctx, const unsigned char *allow, l
     double *base_time = (double *)(base_bytes + n);
     int *h = (int *)(base_time + n), *ord = h + stride, *last = ord + stride, *s0 = last + 4 * n, *s1 = s0 + n;
     for (int g = 0; g < 4 * n; g++) last[g] = -1;
+    const int at = moment >= 0 ? osdp_ps_moment_of(ctx, moment).op : -1;   /* the moment's operator */
     double t = 0;
     int ns = 0;
     int empty = 0;   /* some operator has no allowed choice */
     for (int u = 0; u < n && (lim >= 0 || moment >= 0) && !empty; u++) {   /* a moment's bytes may be negative */
         /* an operator of its group with the same allowed choices: the same hull (a moment's: on the same
          * side of it, not one of its three operators) */
-        const int side = moment < 0 || u < moment - 1 ? 0 : u > moment + 1 ? 1 : -1;
+        const int side = moment < 0 || u < at - 1 ? 0 : u > at + 1 ? 1 : -1;
         const int key = ctx->group[u] + 2 * n * side, p = side >= 0 ? last[key] : -1;
         if (p >= 0
             && (!allow || memcmp(allow + PS_CHOICE(ctx, u, 0), allow + PS_CHOICE(ctx, p, 0),

@@ -13,10 +13,10 @@
  * while they still answer the question (lim and cap no larger). */
 osdp_status osdp_ps_knapsack(osdp_ps_context *ctx, const unsigned char *allow, long long lim, double cap, int *out,
                              double *obj);
-/* The knapsack of the peak at one moment alone: the backward of operator u,
- * where a plan holds cst + sum_i osdp_ps_moment_bytes(u, i, c_i) (every
- * held byte, the later operators' activations freed, u's neighbours'
- * transients); budget room = the limit less cst.  Every plan that fits
+/* The knapsack of the peak at one moment alone: moment u (plan_context.h:
+ * an operator's backward or forward), where a plan holds
+ * cst + sum_i osdp_ps_moment_bytes(u, i, c_i) (every held byte, the later
+ * operators' activations not alive, the neighbours' terms); budget room = the limit less cst.  Every plan that fits
  * the limit fits it, so its optimum bounds theirs from below, whatever the
  * transient bound.  OSDP_ERR_INFEASIBLE when none fits or none is faster
  * than cap.  Not cached. */

@@ -63,10 +63,10 @@ static int sumset(long long **S, size_t *nS, size_t *capS, const long long *vals
 
 #define SUMS_CAP (1 << 16)
 
-/* The values max_u Z_u (true) can take in [dlo, dmax], ascending and
- * distinct: over the operators u whose largest Z_u reaches dlo, every
- * f(u-1) + wp(u) + nx(u+1) less every sum the activations of the
- * operators after u+1 can take.  Should those sums number more than
+/* The values the largest moment (true Z_u or F_u) can take in [dlo, dmax],
+ * ascending and distinct: over the moments whose largest value reaches
+ * dlo, every left(u-1) + mid(u) + right(u+1) (f + wp + nx, v + fw + fx)
+ * less every sum the activations of the operators after u+1 can take.  Should those sums number more than
  * SUMS_CAP for some u, only their smallest and largest are used and
  * *approx is set: the search then is no longer complete. */
 static osdp_status candidates(const osdp_ps_context *ctx, long long dlo, long long dmax, long long **out, size_t *ncand,
@@ -82,21 +82,27 @@ static osdp_status candidates(const osdp_ps_context *ctx, long long dlo, long lo
     if (!cand || !lw || !S || !qual) goto oom;
     long long *lf = lw + stride, *lx = lw + 2 * stride, *la = lw + 3 * stride;
     int ulo = n;
-    for (int u = 0; u < n; u++) {
-        int nw = distinct(ctx, ctx->pass_peak_bytes, u, lw), nf = 1, nxn = 1;
+    for (int m = 0; m < 2 * n; m++) {   /* qual[u]: bit 0 Z_u, bit 1 F_u */
+        const osdp_ps_moment t = osdp_ps_moment_of(ctx, m);
+        const int u = t.op;
+        int nw = distinct(ctx, t.mid, u, lw), nf = 1, nxn = 1;
         lf[0] = lx[0] = 0;
-        if (u > 0) nf = distinct(ctx, ctx->prefetch_bytes, u - 1, lf);
-        if (u + 1 < n) nxn = distinct(ctx, ctx->next_op_bytes, u + 1, lx);
-        qual[u] = ctx->later_acts_pessimistic[u] + lw[nw - 1] + lf[nf - 1] + lx[nxn - 1] >= dlo;
-        if (qual[u] && u < ulo) ulo = u;
+        if (u > 0) nf = distinct(ctx, t.left, u - 1, lf);
+        if (u + 1 < n) nxn = distinct(ctx, t.right, u + 1, lx);
+        const int q = ctx->later_acts_pessimistic[u] + lw[nw - 1] + lf[nf - 1] + lx[nxn - 1] >= dlo;
+        if (!t.forward) qual[u] = 0;
+        qual[u] |= (unsigned char)(q << t.forward);
+        if (q && u < ulo) ulo = u;
     }
     S[0] = 0; /* sums of acts_j over j >= u+2 */
     for (int u = n - 1; u >= ulo; u--) {
-        if (qual[u]) {
-            int nw = distinct(ctx, ctx->pass_peak_bytes, u, lw), nf = 1, nxn = 1;
+        for (int forward = 0; forward < 2; forward++) {
+            if (!(qual[u] >> forward & 1)) continue;
+            const osdp_ps_moment t = osdp_ps_moment_of(ctx, forward * n + u);
+            int nw = distinct(ctx, t.mid, u, lw), nf = 1, nxn = 1;
             lf[0] = lx[0] = 0;
-            if (u > 0) nf = distinct(ctx, ctx->prefetch_bytes, u - 1, lf);
-            if (u + 1 < n) nxn = distinct(ctx, ctx->next_op_bytes, u + 1, lx);
+            if (u > 0) nf = distinct(ctx, t.left, u - 1, lf);
+            if (u + 1 < n) nxn = distinct(ctx, t.right, u + 1, lx);
             long long two[2] = {-ctx->later_acts_pessimistic[u], -ctx->later_acts_optimistic[u]};
             const long long *sums = overflow ? two : S;
             size_t ns = overflow ? 2 : nS;
@@ -201,31 +207,35 @@ static osdp_status first_plans(osdp_ps_context *ctx, long long limit, const long
     return OSDP_OK;
 }
 
-/* Fills allow with the choices whose Z exceeds d whatever their
- * neighbours take (as the centre, the left or the right neighbour of a
- * constraint) left out, then propagates; 0 when no plan respects d. */
-static int allowed_at(const osdp_ps_context *ctx, unsigned char *allow, long long d, long long *minw,
-                      const long long *minf, const long long *minx)
+/* Fills allow with the choices whose moment (Z or F) exceeds d whatever
+ * their neighbours take (as the centre, the left or the right neighbour of
+ * a constraint) left out, then propagates; 0 when no plan respects d.
+ * mins: osdp_ps_term_minima's, followed by PS_PROPAGATE_SCRATCH n of scratch. */
+static int allowed_at(const osdp_ps_context *ctx, unsigned char *allow, long long d, long long *mins)
 {
     const int n = ctx->n_ops;
+    const long long *K = ctx->later_acts_bound;
     for (int u = 0; u < n; u++) {
         int any = 0;
         for (int c = 0; c < ctx->n_choices[u]; c++) {
             size_t a = PS_CHOICE(ctx, u, c);
-            long long mid = ctx->later_acts_bound[u] + ctx->pass_peak_bytes[a] + (u > 0 ? minf[u - 1] : 0)
-                          + (u + 1 < n ? minx[u + 1] : 0);
-            int ok = mid <= d;
-            if (ok && u + 1 < n)
-                ok = ctx->later_acts_bound[u + 1] + minw[u + 1] + ctx->prefetch_bytes[a]
-                     + (u + 2 < n ? minx[u + 2] : 0) <= d;
-            if (ok && u > 0)
-                ok = ctx->later_acts_bound[u - 1] + minw[u - 1] + (u > 1 ? minf[u - 2] : 0) + ctx->next_op_bytes[a] <= d;
+            int ok = 1;
+            for (int k = 0; k < 2 && ok; k++) {
+                const osdp_ps_moment t = osdp_ps_moment_of(ctx, k * n);
+                const long long *minw = PS_MIN_MID(ctx, mins, k), *minf = PS_MIN_LEFT(ctx, mins, k);
+                const long long *minx = PS_MIN_RIGHT(ctx, mins, k);
+                ok = K[u] + t.mid[a] + (u > 0 ? minf[u - 1] : 0) + (u + 1 < n ? minx[u + 1] : 0) <= d;
+                if (ok && u + 1 < n)
+                    ok = K[u + 1] + minw[u + 1] + t.left[a] + (u + 2 < n ? minx[u + 2] : 0) <= d;
+                if (ok && u > 0)
+                    ok = K[u - 1] + minw[u - 1] + (u > 1 ? minf[u - 2] : 0) + t.right[a] <= d;
+            }
             allow[a] = (unsigned char)ok;
             any |= ok;
         }
         if (!any) return 0;
     }
-    return osdp_ps_propagate(ctx, allow, d, minw + 3 * n);
+    return osdp_ps_propagate(ctx, allow, d, mins + 6 * n);
 }
 
 /* The best plan with peak <= limit (or, minimising memory, the smallest peak). */
@@ -238,16 +248,16 @@ osdp_status osdp_ps_search(osdp_ps_context *ctx, long long limit, osdp_ps_best *
     int *fch = NULL;
     unsigned char *allow = calloc(nk, 1); /* past n_choices[u]: 0, so that allow sets compare and hash alike */
     int *ch = calloc((size_t)n + 1, sizeof *ch);
-    long long *minw = malloc(sizeof *minw * 10 * (size_t)n), *minf = minw + n, *minx = minw + 2 * n; /* + 7 n scratch */
+    long long *mins = malloc(sizeof *mins * (6 + PS_PROPAGATE_SCRATCH) * (size_t)n); /* minima, then scratch */
     osdp_status s = OSDP_OK;
-    if (!allow || !ch || !minw) {
+    if (!allow || !ch || !mins) {
         s = osdp_error_set(OSDP_ERR_OOM, "planner: out of host memory");
         goto done;
     }
-    osdp_ps_term_minima(ctx, minw, minf, minx);
+    osdp_ps_term_minima(ctx, mins);
     long long dlo = LLONG_MIN, min_r = 0;
-    for (int u = 0; u < n; u++) {
-        long long lo = osdp_ps_min_transient_at(ctx, u, minw, minf, minx);
+    for (int m = 0; m < osdp_ps_n_moments(ctx); m++) {
+        long long lo = osdp_ps_min_transient_at(ctx, m, mins);
         if (lo > dlo) dlo = lo;
     }
     for (int u = 0; u < n; u++) {
@@ -363,7 +373,7 @@ osdp_status osdp_ps_search(osdp_ps_context *ctx, long long limit, osdp_ps_best *
         if (j + 1 < ncand) {   /* a range of bounds at once where it can be proved (above) */
             const size_t k = j + span < ncand ? j + span : ncand - 1;
             int proved = 0;
-            if (!allowed_at(ctx, allow, cand[k], minw, minf, minx)
+            if (!allowed_at(ctx, allow, cand[k], mins)
                 || !osdp_ps_beats(ctx, best, osdp_ps_lp_bound(ctx, allow, lim) + lam))
                 proved = 1;
             else if ((s = osdp_ps_bnb_prove(ctx, allow, d, cand[k], lim, limit - ctx->fixed_bytes, best, ch, &proved))
@@ -376,7 +386,7 @@ osdp_status osdp_ps_search(osdp_ps_context *ctx, long long limit, osdp_ps_best *
             }
             span = span >= 4 ? span / 4 : 1;
         }
-        if (!allowed_at(ctx, allow, d, minw, minf, minx)) continue;
+        if (!allowed_at(ctx, allow, d, mins)) continue;
         long long need = 0; /* the allowed choices' smallest bytes */
         for (int u = 0; u < n; u++) {
             long long lo = LLONG_MAX;
@@ -391,6 +401,6 @@ osdp_status osdp_ps_search(osdp_ps_context *ctx, long long limit, osdp_ps_best *
         if (s != OSDP_OK) goto done;
     }
 done:
-    free(cand); free(allow); free(ch); free(minw); free(fch);
+    free(cand); free(allow); free(ch); free(mins); free(fch);
     return s;
 }

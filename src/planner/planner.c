@@ -158,20 +158,27 @@ static osdp_status infeasible(const osdp_layout *L, const osdp_device *dev, cons
     cm.in_flight = o->stage_in_flight;
     cm.stage_buffer_bytes = o->stage_buffer_bytes;
     cm.next_passes = o->stage_next_passes;
-    int at = 0;
-    (void)osdp_cost_peak(&cm, &p, b, &at);
+    int at = 0, forward = 0;
+    (void)osdp_cost_peak_moment(&cm, &p, b, &at, &forward);
     int top[3] = {-1, -1, -1};
     long long val[3] = {-1, -1, -1}, cat[4] = {0, 0, 0, 0}; /* state, resident, activations, transient */
     for (int i = 0; i < L->n_ops; i++) {
         osdp_op_mem m;
         osdp_cost_op_mem(&cm, i, p.slices[i], p.zdp_slices[i], b, &m);
-        long long tr = 0;
-        if (i == at) tr = m.grads + (m.work > m.recv ? m.work : m.recv);
-        if (o->geo.prefetch && i == at + 1) tr = m.grads + m.recv;
-        if (o->geo.prefetch && i == at - 1) tr = m.prefetch;
-        if (i == at - 1) tr += m.view;   /* a narrow operator's output widened for the one at the peak */
-        if (i == 0) tr += osdp_cost_tied_grads(&cm, at);   /* a tied head's d(wte), held from the head's backward */
-        long long acts = (i <= at ? m.acts : 0) + m.held, v = m.state + m.resident + acts + tr;
+        long long tr = 0, rebuilt = 0;
+        if (forward) {   /* its forward (osdp_cost_forward_moment): its block and slices, the next one's first slice */
+            osdp_op_peak_terms t;
+            osdp_cost_peak_terms(&cm, i, &m, &t);
+            if (i == at) rebuilt = m.rebuilt;   /* a recomputed block's, among the activations */
+            tr = i == at ? t.forward_peak - rebuilt : i == at + 1 ? t.forward_next : i == at - 1 ? t.view : 0;
+        } else {
+            if (i == at) tr = m.grads + (m.work > m.recv ? m.work : m.recv);
+            if (o->geo.prefetch && i == at + 1) tr = m.grads + m.recv;
+            if (o->geo.prefetch && i == at - 1) tr = m.prefetch;
+            if (i == at - 1) tr += m.view;   /* a narrow operator's output widened for the one at the peak */
+            if (i == 0) tr += osdp_cost_tied_grads(&cm, at);   /* a tied head's d(wte), held from the head's backward */
+        }
+        long long acts = (i <= at ? m.acts : 0) + m.held + rebuilt, v = m.state + m.resident + acts + tr;
         cat[0] += m.state;
         cat[1] += m.resident;
         cat[2] += acts;
@@ -196,11 +203,11 @@ static osdp_status infeasible(const osdp_layout *L, const osdp_device *dev, cons
     if (accum > 1) snprintf(steps, sizeof steps, " (%d micro-batches a step)", accum);
     return osdp_error_set(OSDP_ERR_INFEASIBLE,
         "no plan fits the memory limit of %s per rank at micro-batch %d%s on %d ranks: the smallest peak any plan "
-        "needs is %s (%lld bytes, in the backward of %s: sharded state %s + resident DP weights %s + activations %s "
+        "needs is %s (%lld bytes, in the %s of %s: sharded state %s + resident DP weights %s + activations %s "
         "+ gradients and gathered weights in flight %s + workspace %s); the operators that dominate it: %s. "
         "Raise the memory limit, use more ranks, a shorter sequence or a smaller model",
         osdp_format_bytes((double)limit, f[0], sizeof f[0]), b, steps, o->geo.n_ranks,
-        osdp_format_bytes((double)need, f[1], sizeof f[1]), need, L->op[at].name,
+        osdp_format_bytes((double)need, f[1], sizeof f[1]), need, forward ? "forward" : "backward", L->op[at].name,
         osdp_format_bytes((double)cat[0], f[2], sizeof f[2]), osdp_format_bytes((double)cat[1], f[3], sizeof f[3]),
         osdp_format_bytes((double)cat[2], f[4], sizeof f[4]), osdp_format_bytes((double)cat[3], f[5], sizeof f[5]),
         osdp_format_bytes((double)osdp_cost_workspace(&cm, b), f[6], sizeof f[6]), parts);
@@ -260,12 +267,11 @@ static osdp_status plan_batch(const osdp_layout *L, const osdp_device *dev, cons
     if (s == OSDP_OK) {
         res->peak_bytes = osdp_cost_peak_moment(&cost, &res->plan, b, &res->peak_op, &res->peak_forward);
         if (verify_applies(dev, o)) s = verify_peak(L, dev, o, b, accum, res);
-        /* the search's terms (plan_context.h) bound the backward moments alone; an operator's forward
-         * (osdp_cost_forward_moment) can exceed them when the operator after it reduces once */
+        /* the search's terms (plan_context.h) bound every moment, the forward ones included: a plan over the
+         * limit is a bug in them, not a reason to search again */
         if (s == OSDP_OK && res->peak_bytes > limit)
-            s = osdp_error_set(OSDP_ERR_INFEASIBLE, "planner: at micro-batch %d the chosen plan's peak (%lld bytes, "
-                               "in %s's %s) is over the memory limit (%lld bytes): the search does not bound "
-                               "forward moments yet; raise the limit, or use --grad-reduce every",
+            s = osdp_error_set(OSDP_ERR_INTERNAL, "planner: at micro-batch %d the chosen plan's peak (%lld bytes, "
+                               "in %s's %s) is over the memory limit (%lld bytes) that the search bounds it by",
                                b, res->peak_bytes, L->op[res->peak_op].name,
                                res->peak_forward ? "forward" : "backward", limit);
     }

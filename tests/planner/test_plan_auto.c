@@ -188,7 +188,11 @@ static int check(const char *model, int T, int N, int pf, int b, int gmax, int r
             }
             osdp_planner_result_free(&r);
         }
-        ck_assert(got[0] == got[1]); /* dfs and exact: the same plan */
+        /* dfs and exact: the same step time.  Up to the rounding of its sums: plans whose times are equal but
+         * for the order of their terms (blocks of one shape, ZDP in one or the other) are ties, and which of
+         * them a search meets first depends on its transient bounds (exact also tries first plans) */
+        ck_assert_msg(close_rel(got[0], got[1], 1e-15), "%s limit %lld: exact %.17g, dfs %.17g", model, limit, got[0],
+                      got[1]);
     }
     if (getenv("OSDP_TEST_VERBOSE"))
         fprintf(stderr, "%s N=%d pf=%d b=%d g<=%d rc=%d: %lld plans, %d with mixed g, %d with some recompute, %d unproven\n",

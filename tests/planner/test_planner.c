@@ -558,11 +558,23 @@ START_TEST(test_infeasible_message)
 }
 END_TEST
 
+/* the planner's defaults on N ranks with every operator that can recompute recomputing (rc: its flags,
+ * n_ops of them) and gradients reduced as gr */
+static void recompute_all_options(osdp_planner_options *o, const osdp_layout *L, int *rc, int N, osdp_grad_reduce gr)
+{
+    for (int i = 0; i < L->n_ops; i++) rc[i] = osdp_op_can_recompute(L->op[i].type);
+    osdp_planner_defaults(o);
+    o->geo.n_ranks = N;
+    o->recompute = rc;
+    o->grad_reduce = gr;
+}
+
 /* A reduce-once head 4x an mlp's weights after recomputed blocks (t_small,
  * vocabulary 1024): the last mlp's forward, its slices and the head's
  * gathered ahead, is the peak (osdp_cost_forward_moment).  The planner's
- * peak is the schedule's, and no limit gets a plan over it: a plan that
- * fits, or no plan with the search's forward-moment message. */
+ * peak is the schedule's, and no limit gets a plan over it (the search
+ * bounds the forward moments too: tests/planner/test_planner_terms.c
+ * against every plan). */
 START_TEST(test_forward_moment_limit)
 {
     osdp_layout L;
@@ -571,12 +583,8 @@ START_TEST(test_forward_moment_limit)
     d.param_bytes = 2;   /* bf16 weights: verified against the schedule */
     int rc[16] = {0};
     ck_assert_int_le(L.n_ops, 16);
-    for (int i = 0; i < L.n_ops; i++) rc[i] = osdp_op_can_recompute(L.op[i].type);
     osdp_planner_options o;
-    osdp_planner_defaults(&o);
-    o.geo.n_ranks = 2;
-    o.recompute = rc;
-    o.grad_reduce = OSDP_GRAD_REDUCE_ONCE;
+    recompute_all_options(&o, &L, rc, 2, OSDP_GRAD_REDUCE_ONCE);
     o.modes = OSDP_MODES_ALL_ZDP;
     osdp_planner_result r;
     osdp_status s = osdp_planner_plan_batch(&L, &d, &o, 8, 2, &r);
@@ -585,13 +593,60 @@ START_TEST(test_forward_moment_limit)
     ck_assert_str_eq(L.op[r.peak_op].name, "mlp.1");   /* the forward moment, not a backward */
     const long long peak = r.peak_bytes;
     osdp_planner_result_free(&r);
+    /* every operator ZDP, recomputed and reducing once: the one plan, so under its peak none fits, and the
+     * message says so, at the moment where it is (no longer that the search does not bound forward moments) */
+    long long least = -1;
+    ck_assert(osdp_planner_min_memory(&L, &d, &o, 8, &least, NULL) == OSDP_OK);
+    ck_assert_int_eq(least, peak);
     for (long long under = 1; under <= 1 << 16; under *= 16) {
         o.mem_limit = peak - under;
         s = osdp_planner_plan_batch(&L, &d, &o, 8, 2, &r);
-        if (s == OSDP_OK) ck_assert(r.peak_bytes <= o.mem_limit && r.runtime_peak == r.peak_bytes);
-        else ck_assert_msg(s == OSDP_ERR_INFEASIBLE, "%s", osdp_error_message());
+        ck_assert_msg(s == OSDP_ERR_INFEASIBLE && strstr(osdp_error_message(), "smallest peak any plan needs")
+                      && strstr(osdp_error_message(), "in the forward of mlp.1:"), "%s", osdp_error_message());
         osdp_planner_result_free(&r);
     }
+    osdp_layout_free(&L);
+}
+END_TEST
+
+/* The case of issue 28 that the planner once refused: megatron_1p7b, every block recomputed, 32 A100s
+ * (4 nodes of 8, hierarchical slices among the choices, as `plan` sees them), micro-batch 4 x 4,
+ * gradients reduced once or every micro-batch per operator: the fastest plan's peak is mlp.23's forward.
+ * A byte and a MiB under it, a plan that fits at every moment (the search bounds the forward moments),
+ * the runtime schedule's peak equal, at most a little slower. */
+START_TEST(test_forward_bound_megatron)
+{
+    osdp_layout L;
+    load_layout(&L, "megatron_1p7b", 2048);
+    osdp_device dev, d;
+    load_device(&dev, "a100_80gb_ib");
+    int *rc = calloc((size_t)L.n_ops, sizeof *rc);
+    ck_assert(rc);
+    osdp_planner_options o;
+    recompute_all_options(&o, &L, rc, 32, OSDP_GRAD_REDUCE_AUTO);
+    o.offer_hierarchical = 1;
+    osdp_cost_hierarchy hier;
+    o.hierarchy = osdp_planner_hierarchy(&o, &dev, 1, 32, 1, &hier);
+    ck_assert(o.hierarchy);
+    osdp_cost_device_for_mesh(&dev, 1, 32, 1, &d);
+    osdp_planner_result r;
+    osdp_status s = osdp_planner_plan_batch(&L, &d, &o, 4, 4, &r);
+    ck_assert_msg(s == OSDP_OK, "%s", osdp_error_message());
+    ck_assert_msg(r.peak_forward && strcmp(L.op[r.peak_op].name, "mlp.23") == 0, "peak in %s's %s", L.op[r.peak_op].name,
+                  r.peak_forward ? "forward" : "backward");
+    const long long peak = r.peak_bytes;
+    const double step = r.step_s;
+    osdp_planner_result_free(&r);
+    for (long long under = 1; under <= 1 << 20; under <<= 20) {
+        o.mem_limit = peak - under;
+        s = osdp_planner_plan_batch(&L, &d, &o, 4, 4, &r);
+        ck_assert_msg(s == OSDP_OK, "limit %lld: %s", o.mem_limit, osdp_error_message());
+        ck_assert_int_le(r.peak_bytes, o.mem_limit);
+        ck_assert_int_eq(r.runtime_peak, r.peak_bytes);
+        ck_assert(r.step_s >= step && r.step_s < step * 1.01);
+        osdp_planner_result_free(&r);
+    }
+    free(rc);
     osdp_layout_free(&L);
 }
 END_TEST
@@ -645,7 +700,8 @@ static Suite *planner_suite(void)
     const TTest *cost_model[] = {test_cost_time_by_hand, test_peak_equals_runtime, NULL};
     const TTest *planner[] = {test_planner_brute_tiny, test_planner_brute_reduce_once, test_planner_brute_bench,
                               test_planner_brute_split,
-                              test_families_dfs_equals_exact, test_infeasible_message, test_scheduler, test_forward_moment_limit, NULL};
+                              test_families_dfs_equals_exact, test_infeasible_message, test_scheduler, test_forward_moment_limit,
+                              test_forward_bound_megatron, NULL};
     const osdp_check_case cases[] = {
         {.name = "device", .tests = device}, {.name = "cost_model", .tests = cost_model},
         {.name = "planner", .tests = planner},

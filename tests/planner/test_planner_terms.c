@@ -29,6 +29,7 @@
 #include "config.h"
 
 #include <check.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -542,6 +543,152 @@ START_TEST(test_stage_search_against_every_plan)
 }
 END_TEST
 
+/* The largest backward moment of a plan alone (K_u + Y_u, osdp/cost_model.h): the peak a search blind to the
+ * forward moments would have seen */
+static long long backward_peak(const osdp_cost_model *cm_in, const osdp_plan *p, int b)
+{
+    osdp_cost_model cm = *cm_in;
+    cm.recompute = p->recompute;
+    cm.reduce_once = p->reduce_once;
+    const int n = cm.layout->n_ops;
+    osdp_op_peak_terms t[16];
+    ck_assert_int_le(n, 16);
+    long long base = osdp_cost_workspace(&cm, b), acts = 0, most = LLONG_MIN;
+    for (int i = 0; i < n; i++) {
+        osdp_op_mem m;
+        osdp_cost_plan_op_mem(&cm, p, i, b, &m);
+        osdp_cost_peak_terms(&cm, i, &m, &t[i]);
+        base += t[i].held;
+    }
+    for (int u = 0; u < n; u++) {
+        const long long v = osdp_cost_backward_moment(t, n, u, acts);
+        if (v > most) most = v;
+        acts += t[u].acts;
+    }
+    return base + most;
+}
+
+/* The search bounds the forward moments too (issue 28): a head 4 to 8x an mlp's weights after blocks that
+ * may recompute, gradients reduced once or every micro-batch per slice (grad-reduce auto, or once), where an
+ * operator's forward is the peak of many plans.  At limits spread over every plan's peaks, the planner's
+ * plan against every plan of the model (k of g ZDP, recompute both ways, each count of reduce-once slices):
+ * the fastest that fits (every moment, osdp_cost_peak) has the planner's step time, its peak fits, and it is
+ * the cost model's and the schedule's; and the limits where the fastest plan by its backward moments alone
+ * is over by a forward moment are counted (where the search once refused: some must be). */
+START_TEST(test_search_bounds_forward_moments)
+{
+    typedef struct { int layers, vocab, split, N, B, accum; osdp_dtype weights; osdp_grad_reduce reduce; } fcase;
+    static const fcase cases[] = {{2, 1024, 1, 4, 8, 2, OSDP_BFLOAT16, OSDP_GRAD_REDUCE_AUTO},
+                                  {2, 2048, 1, 2, 8, 3, OSDP_FLOAT32, OSDP_GRAD_REDUCE_AUTO},
+                                  {1, 1024, 2, 4, 4, 2, OSDP_BFLOAT16, OSDP_GRAD_REDUCE_AUTO},
+                                  {2, 1024, 1, 4, 8, 2, OSDP_BFLOAT16, OSDP_GRAD_REDUCE_ONCE},
+                                  {1, 2048, 2, 2, 8, 2, OSDP_FLOAT32, OSDP_GRAD_REDUCE_ONCE}};
+    int limits = 0, forward_binds = 0, forward_peaks = 0;
+    for (size_t ci = 0; ci < sizeof cases / sizeof *cases; ci++) {
+        const fcase *fc = &cases[ci];
+        char path[4096];
+        osdp_model_config cfg;
+        snprintf(path, sizeof path, "%s/tests/inputs/t_small.ini", src_dir());
+        ck_assert_msg(osdp_model_config_load(&cfg, path) == OSDP_OK, "%s", osdp_error_message());
+        cfg.vocab = fc->vocab;
+        cfg.n_layer = fc->layers;
+        osdp_layout L;
+        ck_assert_msg(osdp_layout_build(&L, &cfg, 32) == OSDP_OK, "%s", osdp_error_message());
+        osdp_device d;
+        load_device(&d, "cpu_2core");
+        d.param_bytes = (int)osdp_dtype_size(fc->weights);
+        osdp_cost_model cm;
+        osdp_cost_model_init(&cm, &L, &d, &(osdp_step_geometry){.n_ranks = fc->N, .prefetch = 1}, OSDP_COST_PAPER,
+                             NULL);
+        const int n = L.n_ops;
+        int g[16], rc[16], per[16];
+        long long total = 1;
+        ck_assert_int_le(n, 16);
+        for (int i = 0; i < n; i++) {
+            g[i] = osdp_cost_can_split(&cm, i, fc->split) ? fc->split : 1;
+            rc[i] = osdp_op_can_recompute(L.op[i].type) ? 2 : 1;
+            per[i] = (g[i] + 1) * rc[i] * (fc->reduce == OSDP_GRAD_REDUCE_ONCE ? 1 : g[i] + 1);
+            total *= per[i];
+        }
+        ck_assert(total <= 100000);
+        long long *peak = malloc(sizeof *peak * (size_t)total), *back = malloc(sizeof *back * (size_t)total);
+        double *time = malloc(sizeof *time * (size_t)total);
+        ck_assert(peak && back && time);
+        osdp_plan p;
+        ck_assert(osdp_plan_alloc(&p, n) == OSDP_OK);
+        long long least = LLONG_MAX, most = 0;
+        for (long long code = 0; code < total; code++) {
+            long long r = code;
+            for (int i = 0; i < n; i++) {
+                int digit = (int)(r % per[i]);
+                r /= per[i];
+                p.slices[i] = g[i];
+                p.zdp_slices[i] = digit % (g[i] + 1);
+                digit /= g[i] + 1;
+                p.recompute[i] = digit % rc[i];
+                p.reduce_once[i] = fc->reduce == OSDP_GRAD_REDUCE_ONCE ? g[i] : digit / rc[i];
+            }
+            peak[code] = osdp_cost_peak(&cm, &p, fc->B, NULL);
+            back[code] = backward_peak(&cm, &p, fc->B);
+            time[code] = osdp_cost_step_time(&cm, &p, fc->B, fc->accum);
+            if (peak[code] < least) least = peak[code];
+            if (peak[code] > most) most = peak[code];
+        }
+        osdp_planner_options o;
+        osdp_planner_defaults(&o);
+        o.geo.n_ranks = fc->N;
+        o.split = fc->split;
+        o.recompute_auto = 1;
+        o.grad_reduce = fc->reduce;
+        long long n_fwd = 0;   /* the plans whose forward moment is over their backward ones */
+        for (long long q = 0; q < total; q++) n_fwd += peak[q] > back[q];
+        for (int li = 0; li < 32; li++) {
+            /* a third spread evenly, a third random over [least - 1, most], a third where a random plan's
+             * backward moments fit and its forward does not */
+            long long limit = li < 11 ? least - 1 + (most - least + 1) * li / 10
+                                      : least + (long long)(rnd() % (unsigned)(most - least + 1));
+            if (li >= 22 && n_fwd > 0) {
+                long long q = 0, pick = (long long)(rnd() % (unsigned)n_fwd);
+                for (;; q++)
+                    if (peak[q] > back[q] && pick-- == 0) break;
+                limit = back[q] + (long long)(rnd() % (unsigned)(peak[q] - back[q]));
+            }
+            double best = INFINITY, blind = INFINITY;
+            long long blind_code = -1;
+            for (long long q = 0; q < total; q++) {
+                if (peak[q] <= limit && time[q] < best) best = time[q];
+                if (back[q] <= limit && time[q] < blind) blind = time[q], blind_code = q;
+            }
+            forward_binds += blind_code >= 0 && peak[blind_code] > limit;
+            o.mem_limit = limit;
+            osdp_planner_result res;
+            const osdp_status st = osdp_planner_plan_batch(&L, &d, &o, fc->B, fc->accum, &res);
+            if (isinf(best)) {
+                ck_assert_msg(st == OSDP_ERR_INFEASIBLE, "case %zu limit %lld (least %lld): status %d (%s)", ci, limit,
+                              least, st, osdp_error_message());
+            } else {
+                ck_assert_msg(st == OSDP_OK, "case %zu limit %lld: %s", ci, limit, osdp_error_message());
+                ck_assert_int_le(res.peak_bytes, limit);
+                ck_assert_int_eq(osdp_cost_peak(&cm, &res.plan, fc->B, NULL), res.peak_bytes);
+                ck_assert_int_eq(res.runtime_peak, res.peak_bytes);
+                ck_assert_msg(fabs(res.step_s - best) <= 1e-12 * best, "case %zu limit %lld: search %.17g, every plan "
+                              "%.17g", ci, limit, res.step_s, best);
+                forward_peaks += res.peak_forward;
+            }
+            osdp_planner_result_free(&res);
+            limits++;
+        }
+        osdp_plan_free(&p);
+        free(peak); free(back); free(time);
+        osdp_layout_free(&L);
+    }
+    printf("forward moments: %d limits against every plan, %d where the fastest plan by its backward moments is over "
+           "by a forward one, %d plans whose peak is a forward moment\n", limits, forward_binds, forward_peaks);
+    ck_assert_int_gt(forward_binds, 0);
+    ck_assert_int_gt(forward_peaks, 0);
+}
+END_TEST
+
 /* The cost model per slice (osdp/cost_model.h, osdp/plan.h): an operator of
  * g slices whose last J reduce once holds their accumulated gradients
  * (Q e_g, Q their padded elements) and receives the others' shards
@@ -603,7 +750,8 @@ static Suite *planner_terms_suite(void)
     const TTest *terms[] = {test_search_terms_equal_schedule_dp_and_hierarchical, test_search_terms_equal_schedule_tp,
                             test_search_terms_bf16_activations,
                             test_search_terms_pipeline_stage, test_after_backward_at_most,
-                            test_stage_search_against_every_plan, test_cost_per_slice, NULL};
+                            test_stage_search_against_every_plan, test_search_bounds_forward_moments,
+                            test_cost_per_slice, NULL};
     const osdp_check_case cases[] = {{.name = "terms", .tests = terms}};
     return osdp_check_suite("planner_terms", cases, sizeof cases / sizeof cases[0]);
 }

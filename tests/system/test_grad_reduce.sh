@@ -21,6 +21,9 @@
 #      bitwise run to run; reduce-scatter bytes per step = the closed form
 #      4 sum_s p_s (A, or 1 for a reduce-once slice) from the slices' padded
 #      sizes (tests/tools/slice_sizes); measured = predicted peak to the byte
+#   7. a reduce-once head after recomputed blocks: the last mlp's forward is the peak, measured = predicted
+#   8. the search bounds the forward moments: under a limit where the plan's peak is a forward moment (once
+#      refused), a plan printed within the limit, run on DP 4: measured = predicted to the byte
 # Run by `make check` (OSDP_BUILDDIR, OSDP_SRCDIR, MPIEXEC).
 set -u
 . "$(dirname "$0")/../lib/test_lib.sh" grad-reduce-work
@@ -197,5 +200,43 @@ zdp_peak=$(sed -n 's/.*"all_zdp":{[^}]*"peak_bytes":\([0-9]*\).*/\1/p' "$WORK/wi
 memory_exact "$WORK/wide.log" && [ -n "$zdp_peak" ] && [ "$(one "$WORK/wide.log" peak_total)" = "$zdp_peak" ] &&
     ok "forward moment: a reduce-once head after recomputed blocks, all ZDP, DP 4: measured = predicted = the plan's all-ZDP peak ($zdp_peak B)" ||
     bad "forward moment: measured $(one "$WORK/wide.log" peak_total), plan's all-ZDP peak ${zdp_peak:-none}" "$WORK/wide_plan.err"
+
+# -- 8. the search bounds the forward moments (issue 28): the same model planned with --recompute all
+#       --grad-reduce once under limits each a byte under the last plan's peak.  A limit under a plan whose
+#       peak is a forward moment (its backward moments fit) was refused before ("the search does not bound
+#       forward moments yet"): the first such limit where the new plan's peak is a forward moment too.  That
+#       plan printed, its peak <= the limit, and run on DP 4: measured = predicted per category and = the
+#       plan's peak, to the byte
+plan_wide() {   # plan_wide LIMIT NAME: plan of the wide model under LIMIT (0: none) into $WORK/NAME.{out,plan,json}
+    local lim=()
+    [ "$1" -gt 0 ] && lim=(--mem-limit "$1")
+    "$BIN" plan --model "$W" --device "$SRC/input/devices/cpu_2core.ini" --ranks 4 --global-batch 64 --batch 8 \
+        --seq-len 32 --recompute all --grad-reduce once "${lim[@]}" --out "$WORK/$2.plan" > "$WORK/$2.out" 2>&1 &&
+    "$BIN" plan --model "$W" --device "$SRC/input/devices/cpu_2core.ini" --ranks 4 --global-batch 64 --batch 8 \
+        --seq-len 32 --recompute all --grad-reduce once "${lim[@]}" --json > "$WORK/$2.json" 2>/dev/null
+}
+osdp_peak() { sed -n 's/.*"osdp":{[^}]*"peak_bytes":\([0-9]*\).*/\1/p' "$WORK/$1.json"; }
+forward_of() { sed -n 's/^OSDP: .*(forward of \([^)]*\)).*/\1/p' "$WORK/$1.out"; }
+fwd_limit=""; fwd_peak=""; prev_peak=""; prev_op=""
+if plan_wide 0 wide_free && prev_peak=$(osdp_peak wide_free) && [ -n "$prev_peak" ]; then
+    prev_op=$(forward_of wide_free); free_peak=$prev_peak
+    for k in $(seq 1 12); do
+        limit=$((prev_peak - 1))
+        plan_wide $limit wide_fwd && peak=$(osdp_peak wide_fwd) && [ -n "$peak" ] ||
+            { bad "plan of the wide model under $limit bytes (a byte under a plan's peak)" "$WORK/wide_fwd.out"; break; }
+        if [ -n "$prev_op" ] && [ -n "$(forward_of wide_fwd)" ]; then fwd_limit=$limit; fwd_peak=$peak; break; fi
+        prev_peak=$peak; prev_op=$(forward_of wide_fwd)
+    done
+fi
+if [ -n "$fwd_limit" ] && [ "$fwd_peak" -le "$fwd_limit" ]; then
+    timeout 120 "$MPIEXEC" -n 4 "$BIN" train --data "$DATA" --model "$W" --threads 1 --peak-flops 1e9 --seq-len 32 \
+        --global-batch 64 --batch 8 --lr 1e-3 --steps $S --plan "$WORK/wide_fwd.plan" --log "$WORK/wide_fwd.log" \
+        >"$WORK/wide_fwd_run.out" 2>"$WORK/wide_fwd_run.err" || bad "forward-bound plan's run" "$WORK/wide_fwd_run.err"
+    memory_exact "$WORK/wide_fwd.log" && [ "$(one "$WORK/wide_fwd.log" peak_total)" = "$fwd_peak" ] &&
+        ok "forward-bound search: --mem-limit $fwd_limit B, a byte under a plan whose peak is $prev_op's forward (once refused; fastest plan's peak $free_peak B): a plan of peak $fwd_peak B in $(forward_of wide_fwd)'s forward, $(grep -c ' = zdp' "$WORK/wide_fwd.plan") operators ZDP; run on DP 4: measured = predicted per category = the plan's peak ($fwd_peak B)" ||
+        bad "forward-bound plan on DP 4: measured $(one "$WORK/wide_fwd.log" peak_total), plan's peak $fwd_peak"
+else
+    bad "no limit a byte under a forward-peaked plan got a plan whose peak is a forward moment within it (last limit ${limit:-none}, peak ${peak:-none})" "$WORK/wide_fwd.out"
+fi
 
 summary "grad-reduce"
