@@ -116,16 +116,19 @@ osdp_status osdp_stage_split_balanced(const double *op_cost, int n_ops, int P, i
  * forward, its gradient backward), so tensor rank r of t sends only piece r
  * to its counterpart on the other stage, whose group all-gathers the t
  * pieces over its fast in-node link.  Of a message of n elements, piece r
- * starts at r (n / t) and holds n / t of them; the last also holds the
- * n mod t after them (the gather moves t equal ones, the group then
- * broadcasts that remainder from its last rank).  t divides d on every
- * layout (--tp divides the heads), so the remainder is 0 in practice. */
+ * starts at r (n / t) and holds n / t of them.  t divides n on every
+ * layout, so the pieces are equal and cover the message: a message is
+ * b T d elements, d the width of the operator before the boundary (embed's
+ * or a block's, osdp_buffer_bytes' STAGE_INPUT; the head is never before
+ * one); the model file's n_head divides every block's width (and embed's is
+ * block 0's), and --tp divides n_head (osdp_layout_build_tp refuses a width
+ * that t does not divide, whatever made the configuration). */
 typedef struct osdp_pipe_piece { size_t at, count; } osdp_pipe_piece;
 static inline osdp_pipe_piece osdp_pipe_piece_of(size_t n, int t, int r)
 {
     if (t <= 1) return (osdp_pipe_piece){0, n};
     const size_t even = n / (size_t)t;
-    return (osdp_pipe_piece){(size_t)r * even, even + (r == t - 1 ? n % (size_t)t : 0)};
+    return (osdp_pipe_piece){(size_t)r * even, even};
 }
 
 #endif

@@ -50,6 +50,7 @@
 #include "config.h"
 #include "cli/app.h"
 #include "util/clock.h"
+#include "osdp/agree.h"
 #include "osdp/comm.h"
 #include "osdp/compute.h"
 #include "osdp/cost_model.h"
@@ -176,11 +177,11 @@ static osdp_status time_model(const osdp_compute_backend *be, const osdp_layout 
         }
         osdp_op_acts_carve(L, i, B, act[i], &a[i]);
     }
-    if (s != OSDP_OK) {
+    if (s != OSDP_OK)
         s = osdp_error_set(OSDP_ERR_OOM, "profile: out of memory for the model's weights and activations at micro-batch %d "
                                          "(profile a smaller model or --seq-len with the same layer widths)", B);
-        goto done;
-    }
+    /* before the passes' barriers: a rank out of memory alone must not leave the others waiting in them */
+    if ((s = osdp_status_agree(s, MPI_COMM_WORLD)) != OSDP_OK) goto done;
     for (size_t i = 0; i < bt; i++) tok[i] = (int)(i * 7 % (size_t)L->cfg.vocab);
     osdp_op_context ctx = {.backend = be, .layout = L, .B = B, .T = L->T, .embed_weights = w[0], .embed_grads = g[0],
                            .tp_staging = staging};
@@ -259,12 +260,15 @@ static osdp_status time_step_work(const osdp_compute_backend *be, const osdp_lay
     size_t shard = full / (size_t)n_ranks;
     float *st = be->alloc(5 * shard * sizeof(float)), *grads = be->alloc(full * sizeof(float));
     double *ranks_t = malloc(2 * (size_t)n_ranks * sizeof *ranks_t), *one = malloc((size_t)n_ranks * sizeof *one);
-    if (!st || !grads || !ranks_t || !one) {
+    osdp_status s = !st || !grads || !ranks_t || !one
+        ? osdp_error_set(OSDP_ERR_OOM, "profile: out of memory for the optimizer state (%zu elements)", shard) : OSDP_OK;
+    /* before the barrier: a rank out of memory alone must not leave the others waiting in it */
+    if ((s = osdp_status_agree(s, MPI_COMM_WORLD)) != OSDP_OK) {
         if (st) be->free(st);
         if (grads) be->free(grads);
         free(ranks_t);
         free(one);
-        return osdp_error_set(OSDP_ERR_OOM, "profile: out of memory for the optimizer state (%zu elements)", shard);
+        return s;
     }
     be->fill_zero(st, 5 * shard * sizeof(float));
     be->fill_zero(grads, full * sizeof(float));
@@ -272,7 +276,7 @@ static osdp_status time_step_work(const osdp_compute_backend *be, const osdp_lay
     osdp_optim_config oc;   /* train's defaults: the update a step makes */
     osdp_optim_defaults(&oc);
     be->synchronize();
-    osdp_status s = osdp_comm_barrier(world);
+    s = osdp_comm_barrier(world);
     for (int r = 0; r <= reps && s == OSDP_OK; r++) {   /* r = 0: warm-up */
         double t0 = osdp_now_seconds();
         be->copy(st + shard, st + 4 * shard, shard * sizeof(float));

@@ -11,6 +11,7 @@
  * met 0.1-0.3 ms). */
 #include "profile_network.h"
 #include "util/clock.h"
+#include "osdp/agree.h"
 #include "osdp/collective_fit.h"
 
 #include <math.h>
@@ -72,14 +73,17 @@ static osdp_status time_collective_on(osdp_comm *comm, MPI_Comm slowest_over, co
     int N = comm->size;
     size_t count = total_bytes / sizeof(float) / (size_t)N;
     float *full = net_buffer(count * (size_t)N, 13), *shard = net_buffer(count, 7);
-    if (!full || !shard) {
+    osdp_status s = !full || !shard ? osdp_error_set(OSDP_ERR_OOM, "profile: out of %s memory for %zu bytes",
+                                                     net_be ? "device" : "host", count * (size_t)(N + 1) * sizeof(float))
+                                    : OSDP_OK;
+    /* every rank timed here (slowest_over) agrees before the first barrier: one out of memory alone would leave
+     * the others waiting in it */
+    if ((s = osdp_status_agree(s, slowest_over)) != OSDP_OK) {
         net_buffer_free(full);
         net_buffer_free(shard);
-        return osdp_error_set(OSDP_ERR_OOM, "profile: out of %s memory for %zu bytes", net_be ? "device" : "host",
-                              count * (size_t)(N + 1) * sizeof(float));
+        return s;
     }
     double t[OSDP_PROFILE_MAX_REPS + 1];
-    osdp_status s = OSDP_OK;
     for (int r = 0; r <= reps && s == OSDP_OK; r++) { /* r = 0: warm-up */
         osdp_comm_barrier(comm);
         double t0 = osdp_now_seconds();
@@ -111,19 +115,15 @@ static void wait_for_world_idle(void)
 }
 
 /* After every rank's turn: the slowest turn's figure into *out, and one
- * verdict for every rank (a failure on one node fails all: the next turns
- * stay paired).  `what` names the failed thing for the ranks that did not
- * see it fail. */
-static osdp_status slowest_turn(osdp_status s, double mine, double *out, const char *what)
+ * verdict for every rank, the failed rank's status and message (a failure
+ * on one node fails all: the next turns stay paired). */
+static osdp_status slowest_turn(osdp_status s, double mine, double *out)
 {
     MPI_Comm world = MPI_COMM_WORLD;
     *out = mine;
-    int any_failed = s != OSDP_OK;
     osdp_status agreed = osdp_comm_max_double(&world, out, "profile: all-reduce of the turns' times");
-    if (agreed == OSDP_OK) agreed = osdp_comm_max_int(&world, &any_failed, "profile: all-reduce of the turns' status");
     if (agreed != OSDP_OK) return agreed;
-    if (any_failed && s == OSDP_OK) s = osdp_error_set(OSDP_ERR_COMM, "profile: %s failed on other ranks", what);
-    return s;
+    return osdp_status_agree(s, world);
 }
 
 /* Median over reps of the slowest rank of a collective over `comm`.
@@ -145,7 +145,7 @@ static osdp_status time_collective(const osdp_world *world, MPI_Comm node_comm, 
         if (turn == world->node) s = time_collective_on(comm, node_comm, kind, total_bytes, reps, &mine);
         wait_for_world_idle();
     }
-    return slowest_turn(s, mine, out, "a collective");
+    return slowest_turn(s, mine, out);
 }
 
 /* The tensor-parallel group's all-reduce: for every T > 1 that divides the
@@ -278,11 +278,17 @@ static osdp_status profile_p2p(const osdp_world *world, osdp_comm *comm, int tur
                                char *note, size_t note_size)
 {
     float *buf = net_buffer(top / sizeof(float), 11);
-    if (!buf) return osdp_error_set(OSDP_ERR_OOM, "profile: out of memory for a %zu-byte message", top);
+    /* collective over the world: agreed before the first turn or barrier (a rank out of memory alone would
+     * leave the others waiting there) */
+    osdp_status s = osdp_status_agree(buf ? OSDP_OK : osdp_error_set(OSDP_ERR_OOM, "profile: out of memory for a "
+                                                                      "%zu-byte message", top), MPI_COMM_WORLD);
+    if (s != OSDP_OK) {
+        net_buffer_free(buf);
+        return s;
+    }
     MPI_Comm turn_comm = MPI_COMM_NULL;
     if (n_turns > 0) MPI_Comm_split(MPI_COMM_WORLD, turn, world->rank, &turn_comm);
     double one_step[N_SIZES], x[N_SIZES], y[N_SIZES];
-    osdp_status s = OSDP_OK;
     if (world->rank == 0) printf("  %-13s", section);
     for (int i = 0; i < N_SIZES && s == OSDP_OK; i++) {
         const double at = 4096.0 * pow((double)top / 4096.0, (double)i / (N_SIZES - 1));
@@ -294,7 +300,7 @@ static osdp_status profile_p2p(const osdp_world *world, osdp_comm *comm, int tur
                 if (t == turn) s = time_ping_pong(comm, turn_comm, buf, count, r_reps, &mine);
                 wait_for_world_idle();
             }
-            s = slowest_turn(s, mine, &y[i], "a message");
+            s = slowest_turn(s, mine, &y[i]);
         } else {
             s = time_ping_pong(comm, MPI_COMM_WORLD, buf, count, r_reps, &y[i]);
         }

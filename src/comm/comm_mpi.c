@@ -366,7 +366,15 @@ osdp_status osdp_comm_max_double(const void *mpi_comm, double *value, const char
 osdp_status osdp_comm_create_mpi(osdp_comm *c, const void *mpi_comm)
 {
     mpi_comm_impl *impl = calloc(1, sizeof *impl);
-    if (!impl) return osdp_error_set(OSDP_ERR_OOM, "comm: out of host memory");
+    /* MPI_Comm_dup is collective: the ranks agree first (one out of memory alone would leave the others in it) */
+    int failed = impl == NULL;
+    const osdp_status agreed = osdp_comm_max_int(mpi_comm, &failed, "agreement on host memory (communicator set-up)");
+    if (agreed != OSDP_OK || failed) {
+        const int here = impl == NULL;
+        free(impl);
+        return agreed != OSDP_OK ? agreed
+             : osdp_error_set(OSDP_ERR_OOM, "comm: out of host memory%s", here ? "" : " on another rank");
+    }
     for (int i = 0; i < MAX_PENDING; i++) impl->pending[i] = MPI_REQUEST_NULL;
     MPI_Comm_dup(*(const MPI_Comm *)mpi_comm, &impl->comm);
     osdp_comm_track(impl->comm);

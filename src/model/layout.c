@@ -127,6 +127,12 @@ osdp_status osdp_layout_build_tp(osdp_layout *layout, const osdp_model_config *c
                               "--tp %d does not divide the model's %d attention heads: each rank of a tensor-parallel "
                               "group holds whole heads (choose a divisor of %d)",
                               tp, cfg->n_head, cfg->n_head);
+    /* the pipeline's messages (b T d of a width) are cut into tp equal pieces (osdp_pipe_piece_of): the
+     * check above implies it for a configuration read from a model file (n_head divides every width) */
+    for (int i = 0; i < cfg->n_layer; i++)
+        if (cfg->width[i] % tp != 0)
+            return osdp_error_set(OSDP_ERR_INPUT, "--tp %d does not divide the width %d of block %d: the tensor-parallel "
+                                  "ranks split every width (and the pipeline's messages) evenly", tp, cfg->width[i], i);
     const int quantum = (vocab_quantum > 1 ? vocab_quantum : 1) * tp;
     layout->cfg = *cfg;
     layout->T = T;

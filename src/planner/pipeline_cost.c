@@ -31,11 +31,10 @@ osdp_pipe_message osdp_pipe_boundary_message(const osdp_device *level, const osd
     const int t = layout->tp_size > 1 ? layout->tp_size : 1;
     double transfer[2], gather[2];
     for (int backward = 0; backward < 2; backward++) {
-        /* the largest piece (the last rank's) crosses; the group gathers t equal ones */
-        transfer[backward] = osdp_pipe_message_time(level, (double)osdp_pipe_message_bytes(layout, first_op, micro_batch,
-                                                                                            residual, backward, t - 1));
-        gather[backward] = t > 1 ? osdp_cost_tp_all_gather_time(dev, t, (double)osdp_pipe_message_bytes(
-                                       layout, first_op, micro_batch, residual, backward, 0)) : 0;
+        /* a piece crosses (t equal ones: osdp_pipe_piece_of); the group gathers them */
+        const double piece = (double)osdp_pipe_message_bytes(layout, first_op, micro_batch, residual, backward, 0);
+        transfer[backward] = osdp_pipe_message_time(level, piece);
+        gather[backward] = t > 1 ? osdp_cost_tp_all_gather_time(dev, t, piece) : 0;
     }
     return (osdp_pipe_message){.forward_s = transfer[0], .backward_s = transfer[1], .forward_gather_s = gather[0],
                                .backward_gather_s = gather[1]};

@@ -242,11 +242,13 @@ static osdp_status verify_peak(const osdp_layout *L, const osdp_device *dev, con
 
 /* cutoff: only a plan of step time <= cutoff is wanted (INFINITY: any);
  * quiet: no plan is OSDP_ERR_INFEASIBLE without the message (which costs a
- * search of its own) */
+ * search of its own: infeasible()); *no_plan (may be NULL): 1 when the
+ * search found none, the case of that message */
 static osdp_status plan_batch(const osdp_layout *L, const osdp_device *dev, const osdp_planner_options *o, int b,
                               int accum, double deadline, double cutoff, int quiet, osdp_cost_cuts *cuts,
-                              osdp_planner_result *res)
+                              osdp_planner_result *res, int *no_plan)
 {
+    if (no_plan) *no_plan = 0;
     double t0 = osdp_now_seconds();
     memset(res, 0, sizeof *res);
     res->runtime_peak = -1;
@@ -263,7 +265,10 @@ static osdp_status plan_batch(const osdp_layout *L, const osdp_device *dev, cons
     s = osdp_plan_alloc(&res->plan, L->n_ops);
     if (s == OSDP_OK)
         s = search_plan(L, dev, o, b, accum, 0, deadline, cutoff, limit, cuts, res, &res->plan, &found, &objective, &cost);
-    if (s == OSDP_OK && !found) s = quiet || !isinf(cutoff) ? OSDP_ERR_INFEASIBLE : infeasible(L, dev, o, b, accum, limit);
+    if (s == OSDP_OK && !found) {
+        if (no_plan) *no_plan = 1;
+        s = quiet || !isinf(cutoff) ? OSDP_ERR_INFEASIBLE : infeasible(L, dev, o, b, accum, limit);
+    }
     if (s == OSDP_OK) {
         res->peak_bytes = osdp_cost_peak_moment(&cost, &res->plan, b, &res->peak_op, &res->peak_forward);
         if (verify_applies(dev, o)) s = verify_peak(L, dev, o, b, accum, res);
@@ -291,7 +296,7 @@ osdp_status osdp_planner_plan_batch(const osdp_layout *layout, const osdp_device
                                     int b, int accum, osdp_planner_result *res)
 {
     double dl = o->search == OSDP_SEARCH_DFS ? osdp_now_seconds() + (o->dfs_time_limit_s > 0 ? o->dfs_time_limit_s : 60) : 0;
-    const osdp_status s = plan_batch(layout, dev, o, b, accum, dl, INFINITY, o->quiet_infeasible, NULL, res);
+    const osdp_status s = plan_batch(layout, dev, o, b, accum, dl, INFINITY, o->quiet_infeasible, NULL, res, NULL);
     if (s == OSDP_ERR_INFEASIBLE && o->quiet_infeasible)
         return osdp_error_set(s, "no plan fits the memory limit at micro-batch %d on %d ranks (its smallest peak "
                               "not searched)", b, o->geo.n_ranks);
@@ -343,6 +348,12 @@ static osdp_status run_sched(const osdp_layout *layout, const osdp_device *dev, 
         if (isinf(lb)) break; /* memory grows with b: no larger b fits either */
         cb[nc++] = (cand_b){b, accum, lb > 0 ? (double)b * N * accum / lb : INFINITY};
     }
+    /* nothing fits: the message is the smallest micro-batch's (b_unfit); pass 2 searches it (any cutoff while
+     * no plan is found), and its outcome gives the message without that search again */
+    int b_unfit = b0;
+    while (G > 0 && (G / N) % b_unfit != 0) b_unfit++;
+    int unfit_searched = 0, unfit_no_plan = 0;
+    char unfit_why[1024] = "";
     /* pass 2: the best bound first; stop when no bound beats the best plan */
     qsort(cb, (size_t)nc, sizeof *cb, cmp_cand);
     int have = 0, tried = 0, timed_out = 0;
@@ -354,7 +365,13 @@ static osdp_status run_sched(const osdp_layout *layout, const osdp_device *dev, 
         /* only a plan faster than the best so far per sample (ties within
          * rounding kept, for the smaller micro-batch) */
         double cut = have ? (double)cb[j].b * N * cb[j].accum / res->samples_per_s * (1 + 1e-9) : INFINITY;
-        s = plan_batch(layout, dev, o, cb[j].b, cb[j].accum, dl, cut, 1, cuts, &r);
+        int no_plan = 0;
+        s = plan_batch(layout, dev, o, cb[j].b, cb[j].accum, dl, cut, 1, cuts, &r, &no_plan);
+        if (!have && cb[j].b == b_unfit && s == OSDP_ERR_INFEASIBLE) {
+            unfit_searched = 1;
+            unfit_no_plan = no_plan;
+            snprintf(unfit_why, sizeof unfit_why, "%s", osdp_error_message());   /* a plan over the limit: why */
+        }
         tried++;
         searches += r.searches;
         hits += r.cache_hits;
@@ -383,10 +400,12 @@ static osdp_status run_sched(const osdp_layout *layout, const osdp_device *dev, 
     }
     free(cb);
     if (!have) { /* nothing fits: the message for the smallest micro-batch */
-        osdp_planner_result r;
-        int b = b0;
-        while (G > 0 && (G / N) % b != 0) b++;
-        s = plan_batch(layout, dev, o, b, G > 0 ? G / (N * b) : 1, dl, INFINITY, 0, cuts, &r);
+        const int accum = G > 0 ? G / (N * b_unfit) : 1;
+        if (unfit_searched)   /* its search found no plan (the smallest peak's message), or one over the limit */
+            return unfit_no_plan ? infeasible(layout, dev, o, b_unfit, accum, limit)
+                                 : osdp_error_set(OSDP_ERR_INFEASIBLE, "%s", unfit_why);
+        osdp_planner_result r;   /* its bound said no plan: searched once, for the message */
+        s = plan_batch(layout, dev, o, b_unfit, accum, dl, INFINITY, 0, cuts, &r, NULL);
         osdp_planner_result_free(&r);
         return s == OSDP_OK ? osdp_error_set(OSDP_ERR_INTERNAL, "planner: inconsistent feasibility") : s;
     }

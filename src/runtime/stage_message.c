@@ -66,12 +66,8 @@ osdp_status osdp_stage_message_receive(osdp_runtime *rt, osdp_comm *pp, float *b
     char *bytes = (char *)buf;   /* the message as it crosses: n elements of `width` from the start */
     const osdp_pipe_piece p = own_piece(rt, n);
     TRY(osdp_comm_recv(pp, bytes + p.at * width, p.count, type, peer, NULL));
-    const int t = group_size(rt);
-    if (t > 1) {
-        const size_t even = n / (size_t)t, rest = n % (size_t)t;
-        TRY(osdp_comm_all_gather(rt->tp_comm, bytes + p.at * width, bytes, even, type, NULL));
-        if (rest) TRY(osdp_comm_broadcast(rt->tp_comm, bytes + (size_t)t * even * width, rest * width, t - 1, NULL));
-    }
+    /* the t equal pieces make the whole message (t divides it on every layout: osdp_pipe_piece_of) */
+    if (group_size(rt) > 1) TRY(osdp_comm_all_gather(rt->tp_comm, bytes + p.at * width, bytes, p.count, type, NULL));
     if (narrow) osdp_runtime_widen_in_place(rt->backend, buf, n);
     return OSDP_OK;
 }

@@ -326,21 +326,27 @@ END_TEST
 /* Megatron-LM's messages (src/runtime/stage_message.c): on TP 2 each rank
  * sends half of the b T d elements, the forward in 2 bytes under a bf16
  * stream, the backward in 4; the receiving group gathers the halves at
- * [tp_all_reduce]'s figures; the pieces of an uneven message; and the
+ * [tp_all_reduce]'s figures; the pieces (equal: a width --tp does not divide is refused); and the
  * simulated step with the two directions and the gathers apart, by hand. */
 START_TEST(test_messages_pieces_and_bf16)
 {
-    /* pieces: 10 elements over 4 ranks: 2, 2, 2 and the last 2 + 2; one rank: the whole */
-    const size_t at[4] = {0, 2, 4, 6}, count[4] = {2, 2, 2, 4};
+    /* pieces: 12 elements over 4 ranks: 3 each, in order; one rank: the whole */
     for (int r = 0; r < 4; r++) {
-        const osdp_pipe_piece piece = osdp_pipe_piece_of(10, 4, r);
-        ck_assert(piece.at == at[r] && piece.count == count[r]);
+        const osdp_pipe_piece piece = osdp_pipe_piece_of(12, 4, r);
+        ck_assert(piece.at == 3 * (size_t)r && piece.count == 3);
     }
     ck_assert(osdp_pipe_piece_of(10, 1, 0).at == 0 && osdp_pipe_piece_of(10, 1, 0).count == 10);
 
     osdp_model_config cfg;
     load_config(&cfg, "tiny");
     osdp_layout L;
+    /* a message t does not divide cannot be made: a width that --tp does not divide is refused, even where
+     * the configuration did not come from a model file (which refuses a width n_head does not divide) */
+    osdp_model_config odd = cfg;
+    odd.width[1] = 66;   /* 4 heads: tp 2 divides 66, tp 4 does not */
+    ck_assert_int_eq(osdp_layout_build_tp(&L, &odd, 32, 4, 1), OSDP_ERR_INPUT);
+    ck_assert_msg(strstr(osdp_error_message(), "--tp 4 does not divide the width 66 of block 1"), "%s",
+                  osdp_error_message());
     ck_assert(osdp_layout_build_tp(&L, &cfg, 32, 2, 1) == OSDP_OK);
     const int first = 2, b = 3;
     const size_t n = (size_t)b * 32 * (size_t)L.op[first - 1].width;   /* the boundary's b T d elements */

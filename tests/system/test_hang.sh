@@ -11,6 +11,13 @@
 #   3. (tests/comm/test_agree) arrives late at the ranks' agreement on a status,
 #      the host-side all-reduce after every step: a stop landing between the
 #      step's last collective and it must time out there too, not hang.
+#   4. `osdp_gpt profile` on 2 ranks, one of them out of memory alone (a real
+#      limit: `ulimit -d` on rank 1 only, an MPMD launch): in the network's
+#      figures (the p2p message's buffer) and in the operators' timing passes
+#      (the model's weights and activations): every rank exits with the
+#      out-of-memory status (2) within BOUND s, the default 600 s timeout
+#      untouched (before the ranks agreed there, the others waited in a
+#      barrier until it), the message once, naming rank 1; no device file.
 # Without the timeout the first case waits until the job's time limit.
 # Run by `make check` (OSDP_BUILDDIR, OSDP_SRCDIR, MPIEXEC set); runs serially.
 set -u
@@ -87,6 +94,45 @@ hang_case() {
 
 hang_case stop STOP
 hang_case kill KILL
+
+# oom_case NAME MODEL LIMIT_KB PATTERN [profile options]: profile on 2 ranks, rank 1 under `ulimit -d LIMIT_KB`
+oom_case() {
+    local name=$1 model=$2 kb=$3 pattern=$4 launcher t0 elapsed pid r rcs="" count; shift 4
+    local args=(profile --model "$model" --threads 1 --reps 1 --out "$WORK/$name.device.ini" "$@")
+    t0=$(date +%s.%N)
+    "$MPIEXEC" -n 1 bash "$WORK/rank.sh" "$WORK/$name.rc0" 0 "$BIN" "${args[@]}" \
+        : -n 1 bash "$WORK/rank.sh" "$WORK/$name.rc1" "$kb" "$BIN" "${args[@]}" > "$WORK/$name.out" 2> "$WORK/$name.err" &
+    launcher=$!
+    for _ in $(seq $((BOUND * 10))); do kill -0 "$launcher" 2> /dev/null || break; sleep 0.1; done
+    elapsed=$(awk -v t0="$t0" -v t1="$(date +%s.%N)" 'BEGIN { printf "%.1f", t1 - t0 }')
+    if kill -0 "$launcher" 2> /dev/null; then
+        bad "$name: profile still runs $BOUND s after starting, one rank out of memory" "$WORK/$name.err"
+        for pid in $(rank_pids "$launcher"); do kill -KILL "$pid" 2> /dev/null; done
+        kill -KILL "$launcher" 2> /dev/null
+        wait "$launcher" 2> /dev/null
+        return
+    fi
+    wait "$launcher"
+    for r in 0 1; do rcs="$rcs $(cat "$WORK/$name.rc$r" 2> /dev/null || echo none)"; done
+    count=$(grep -c 'error: ' "$WORK/$name.err")
+    [ "$rcs" = " 2 2" ] && ok "$name: every rank exits with status 2 (statuses$rcs) in $elapsed s (bound $BOUND s)" ||
+        bad "$name: rank statuses$rcs after $elapsed s" "$WORK/$name.err"
+    [ "$count" = 1 ] && grep -q "error: rank 1: $pattern" "$WORK/$name.err" &&
+        ok "$name: the message once: $(grep -o -m1 "rank 1: .*" "$WORK/$name.err" | cut -c1-110)" ||
+        bad "$name: $count error lines, none 'rank 1: $pattern'" "$WORK/$name.err"
+    [ ! -e "$WORK/$name.device.ini" ] && ok "$name: no device file written" || bad "$name: a device file was written"
+}
+# rank.sh RC_FILE LIMIT_KB COMMAND...: COMMAND under `ulimit -d LIMIT_KB` (0: none), its status into RC_FILE
+printf '%s\n' '#!/bin/bash' 'rc_file=$1 kb=$2; shift 2' '[ "$kb" = 0 ] || ulimit -d "$kb"' '"$@"; echo $? > "$rc_file"' \
+    > "$WORK/rank.sh"
+# the limit: above a rank's start (MPI, UCX, BLAS: 150-200 MB here; 150 MB stops MPI itself) and the stage's
+# other buffers, below the buffer that fails (each at least 240 MB above the limit, untouched where it fits)
+#   p2p: the message of micro-batch 8, 8 T d fp32 = 268 MB; the collectives before it about 25 MB
+printf '[model]\nname = oom_p2p\nn_layer = 1\nn_head = 2\nn_embd = 512\nvocab = 256\nctx = 16384\n' > "$WORK/oom_p2p.ini"
+oom_case oom_p2p "$WORK/oom_p2p.ini" 320000 "profile: out of memory for a 268435456-byte message"
+#   the timing passes at micro-batch 1: 16 blocks' activations of T 8192, about 540 MB; the messages 17 MB
+printf '[model]\nname = oom_passes\nn_layer = 16\nn_head = 2\nn_embd = 64\nvocab = 256\nctx = 8192\n' > "$WORK/oom_passes.ini"
+oom_case oom_passes "$WORK/oom_passes.ini" 400000 "profile: out of memory for the model's weights and activations at micro-batch 1"
 
 if OSDP_COMM_TIMEOUT_S=1 "$MPIEXEC" -n 4 "$BUILD/tests/comm/test_agree" > "$WORK/agree.out" 2>&1 &&
    [ "$(grep -c '^100%' "$WORK/agree.out")" = 4 ]; then
