@@ -67,7 +67,7 @@ int main(int argc, char **argv)
         if (rep + 1 < repeats || s != OSDP_OK) osdp_planner_result_free(&r);
     }
     if (s == OSDP_OK) {
-        printf("fits %.3f %.3f %d %lld\n", 1e3 * best_cpu, 1e3 * best_wall, r.plan.micro_batch, r.searches);
+        printf("fits %.3f %.3f %d %lld\n", 1e3 * best_cpu, 1e3 * best_wall, r.plan.geo.micro_batch, r.searches);
         osdp_planner_result_free(&r);
     } else {
         printf("nofit %.3f %.3f - -\n", 1e3 * best_cpu, 1e3 * best_wall);
