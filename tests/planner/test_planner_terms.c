@@ -59,7 +59,7 @@ typedef struct step_case {
     osdp_dtype weights;
     osdp_dtype residual;        /* the residual stream (0: fp32; bf16 with bf16 weights) */
     int P, stage;               /* P 1: no pipeline */
-    int bounds[OSDP_MAX_STAGES + 1];
+    int bounds[OSDP_MAX_CHUNKS + 1];   /* as osdp_geometry.stage_bounds (copied whole into it) */
     osdp_pipe_schedule schedule;
     osdp_grad_reduce grad_reduce;   /* 0 reads as auto */
     int no_wrap;                /* a stage's context without its wrap moment (to tell which plans it decides) */
