@@ -23,23 +23,40 @@ void osdp_ps_context_free(osdp_ps_context *ctx)
     memset(ctx, 0, sizeof *ctx);
 }
 
+/* Z_u and F_u of a plan (no wrap moment), given suffix = sum_{j >= u+2} acts_j; *right_acts: acts_{u+1}, the
+ * next u's suffix less this one's (0 for the last operator) */
+static void moments_of(const osdp_ps_context *ctx, const int *ch, int u, long long suffix, long long *z, long long *f,
+                       long long *right_acts)
+{
+    const int n = ctx->n_ops;
+    const size_t at = PS_CHOICE(ctx, u, ch[u]);
+    *z = -suffix + ctx->pass_peak_bytes[at];
+    *f = -suffix + ctx->forward_peak_bytes[at];
+    *right_acts = 0;
+    if (u > 0) {
+        const size_t left = PS_CHOICE(ctx, u - 1, ch[u - 1]);
+        *z += ctx->prefetch_bytes[left];
+        *f += ctx->view_bytes[left];
+    }
+    if (u + 1 < n) {
+        const size_t right = PS_CHOICE(ctx, u + 1, ch[u + 1]);
+        *z += ctx->next_op_bytes[right];
+        *f += ctx->forward_next_bytes[right];
+        *right_acts = ctx->act_bytes[right];
+    }
+}
+
 int osdp_ps_transient_scan(const osdp_ps_context *ctx, const int *ch, long long d, long long *max_z)
 {
     const int n = ctx->n_ops;
     long long best = LLONG_MIN, suffix = 0; /* sum_{j >= u+2} acts_j */
     for (int u = n - 1; u >= 0; u--) {
-        const size_t at = PS_CHOICE(ctx, u, ch[u]);
-        const size_t left = u > 0 ? PS_CHOICE(ctx, u - 1, ch[u - 1]) : 0, right = u + 1 < n ? PS_CHOICE(ctx, u + 1, ch[u + 1]) : 0;
-        long long v = -suffix + ctx->pass_peak_bytes[at], fv = -suffix + ctx->forward_peak_bytes[at];
-        if (u > 0) v += ctx->prefetch_bytes[left], fv += ctx->view_bytes[left];
-        if (u + 1 < n) {
-            v += ctx->next_op_bytes[right];
-            fv += ctx->forward_next_bytes[right];
-            suffix += ctx->act_bytes[right];
-        }
+        long long v, fv, right_acts;
+        moments_of(ctx, ch, u, suffix, &v, &fv, &right_acts);
+        suffix += right_acts;
         if (u == 0 && ctx->wrap_first_pass) {   /* the wrap moment's pairing of the first and last operators */
             const int last = n - 1;
-            const long long w = v - ctx->pass_peak_bytes[at] + ctx->wrap_first_pass[ch[0]]
+            const long long w = v - ctx->pass_peak_bytes[PS_CHOICE(ctx, 0, ch[0])] + ctx->wrap_first_pass[ch[0]]
                               + ctx->prefetch_bytes[PS_CHOICE(ctx, last, ch[last])];
             if (w > v) v = w;
         }
@@ -55,15 +72,10 @@ int osdp_ps_transient_scan(const osdp_ps_context *ctx, const int *ch, long long 
 void osdp_ps_moment_values(const osdp_ps_context *ctx, const int *ch, long long *z)
 {
     const int n = ctx->n_ops;
-    long long suffix = 0; /* sum_{j >= u+2} acts_j */
+    long long suffix = 0, right_acts; /* sum_{j >= u+2} acts_j */
     for (int u = n - 1; u >= 0; u--) {
-        const size_t at = PS_CHOICE(ctx, u, ch[u]);
-        const size_t left = u > 0 ? PS_CHOICE(ctx, u - 1, ch[u - 1]) : 0, right = u + 1 < n ? PS_CHOICE(ctx, u + 1, ch[u + 1]) : 0;
-        z[u] = -suffix + ctx->pass_peak_bytes[at] + (u > 0 ? ctx->prefetch_bytes[left] : 0)
-             + (u + 1 < n ? ctx->next_op_bytes[right] : 0);
-        z[n + u] = -suffix + ctx->forward_peak_bytes[at] + (u > 0 ? ctx->view_bytes[left] : 0)
-                 + (u + 1 < n ? ctx->forward_next_bytes[right] : 0);
-        if (u + 1 < n) suffix += ctx->act_bytes[right];
+        moments_of(ctx, ch, u, suffix, &z[u], &z[n + u], &right_acts);
+        suffix += right_acts;
     }
 }
 
