@@ -141,12 +141,12 @@ osdp_status osdp_pipe_simulate_messages(osdp_pipe_schedule schedule, int P, int 
  * `first_op` (the first of a stage, > 0) lands in: b T d of the operator
  * before it, fp32 (the receiver's STAGE_INPUT) */
 size_t osdp_pipe_boundary_bytes(const osdp_layout *layout, int first_op, int micro_batch);
-/* bytes tensor rank tp_rank sends in one such message (formula above): its
+/* bytes each tensor rank sends in one such message (formula above): its
  * piece of the b T d elements (osdp_pipe_piece_of over the layout's
- * tp_size), 2 bytes each for the activations (backward 0) under a bf16
- * residual stream, else 4 */
+ * tp_size: t equal pieces), 2 bytes each for the activations (backward 0)
+ * under a bf16 residual stream, else 4 */
 size_t osdp_pipe_message_bytes(const osdp_layout *layout, int first_op, int micro_batch, osdp_dtype residual,
-                               int backward, int tp_rank);
+                               int backward);
 /* seconds of one message of `bytes` between two ranks: alpha + bytes beta of [p2p] */
 double osdp_pipe_message_time(const osdp_device *dev, double bytes);
 /* The messages of the boundary before first_op: c at level's [p2p] (the

@@ -18,11 +18,11 @@ double osdp_pipe_message_time(const osdp_device *dev, double bytes)
 }
 
 size_t osdp_pipe_message_bytes(const osdp_layout *layout, int first_op, int micro_batch, osdp_dtype residual,
-                               int backward, int tp_rank)
+                               int backward)
 {
     const size_t n = osdp_pipe_boundary_bytes(layout, first_op, micro_batch) / sizeof(float);
     const size_t width = !backward && residual == OSDP_BFLOAT16 ? osdp_dtype_size(OSDP_BFLOAT16) : sizeof(float);
-    return osdp_pipe_piece_of(n, layout->tp_size, tp_rank).count * width;
+    return osdp_pipe_piece_of(n, layout->tp_size, 0).count * width;
 }
 
 osdp_pipe_message osdp_pipe_boundary_message(const osdp_device *level, const osdp_device *dev, const osdp_layout *layout,
@@ -32,7 +32,7 @@ osdp_pipe_message osdp_pipe_boundary_message(const osdp_device *level, const osd
     double transfer[2], gather[2];
     for (int backward = 0; backward < 2; backward++) {
         /* a piece crosses (t equal ones: osdp_pipe_piece_of); the group gathers them */
-        const double piece = (double)osdp_pipe_message_bytes(layout, first_op, micro_batch, residual, backward, 0);
+        const double piece = (double)osdp_pipe_message_bytes(layout, first_op, micro_batch, residual, backward);
         transfer[backward] = osdp_pipe_message_time(level, piece);
         gather[backward] = t > 1 ? osdp_cost_tp_all_gather_time(dev, t, piece) : 0;
     }
@@ -82,9 +82,9 @@ long long osdp_pipe_stage_p2p_bytes_chunks(const osdp_layout *layout, const int 
     for (int c = 0; c < V; c++) {
         const int g = c * P + s;
         if (g + 1 < P * V)   /* activations */
-            bytes += (long long)osdp_pipe_message_bytes(layout, bounds[g + 1], micro_batch, residual, 0, 0);
+            bytes += (long long)osdp_pipe_message_bytes(layout, bounds[g + 1], micro_batch, residual, 0);
         if (g > 0)           /* gradients */
-            bytes += (long long)osdp_pipe_message_bytes(layout, bounds[g], micro_batch, residual, 1, 0);
+            bytes += (long long)osdp_pipe_message_bytes(layout, bounds[g], micro_batch, residual, 1);
     }
     return bytes * accum;
 }

@@ -351,9 +351,9 @@ START_TEST(test_messages_pieces_and_bf16)
     const int first = 2, b = 3;
     const size_t n = (size_t)b * 32 * (size_t)L.op[first - 1].width;   /* the boundary's b T d elements */
     ck_assert_uint_eq(osdp_pipe_boundary_bytes(&L, first, b), n * 4);   /* the buffer stays fp32 */
-    ck_assert_uint_eq(osdp_pipe_message_bytes(&L, first, b, OSDP_FLOAT32, 0, 0), n / 2 * 4);
-    ck_assert_uint_eq(osdp_pipe_message_bytes(&L, first, b, OSDP_BFLOAT16, 0, 1), n / 2 * 2);
-    ck_assert_uint_eq(osdp_pipe_message_bytes(&L, first, b, OSDP_BFLOAT16, 1, 0), n / 2 * 4);
+    ck_assert_uint_eq(osdp_pipe_message_bytes(&L, first, b, OSDP_FLOAT32, 0), n / 2 * 4);
+    ck_assert_uint_eq(osdp_pipe_message_bytes(&L, first, b, OSDP_BFLOAT16, 0), n / 2 * 2);
+    ck_assert_uint_eq(osdp_pipe_message_bytes(&L, first, b, OSDP_BFLOAT16, 1), n / 2 * 4);
     const int bounds[3] = {0, first, L.n_ops}, M = 5;
     ck_assert_int_eq(osdp_pipe_stage_p2p_bytes(&L, bounds, 2, 0, b, M, OSDP_BFLOAT16), (long long)M * (long long)n);
     ck_assert_int_eq(osdp_pipe_stage_p2p_bytes(&L, bounds, 2, 1, b, M, OSDP_BFLOAT16), 2LL * M * (long long)n);
