@@ -203,11 +203,11 @@ static osdp_status infeasible(const osdp_layout *L, const osdp_device *dev, cons
     if (accum > 1) snprintf(steps, sizeof steps, " (%d micro-batches a step)", accum);
     return osdp_error_set(OSDP_ERR_INFEASIBLE,
         "no plan fits the memory limit of %s per rank at micro-batch %d%s on %d ranks: the smallest peak any plan "
-        "needs is %s (%lld bytes = %s, in the %s of %s%s: %s); the operators that dominate it: %s. "
+        "needs is %s (%lld bytes, in the %s of %s%s: %s; in bytes %s); the operators that dominate it: %s. "
         "Raise the memory limit, use more ranks, a shorter sequence or a smaller model",
         osdp_format_bytes((double)limit, lim, sizeof lim), b, steps, o->geo.n_ranks,
-        osdp_format_bytes((double)need, f[1], sizeof f[1]), need, sum, br.forward ? "forward" : "backward",
-        L->op[br.at_op].name, br.wrap ? ", the next pass's first weights prefetched" : "", named, parts);
+        osdp_format_bytes((double)need, f[1], sizeof f[1]), need, br.forward ? "forward" : "backward",
+        L->op[br.at_op].name, br.wrap ? ", the next pass's first weights prefetched" : "", named, sum, parts);
 }
 
 static int verify_applies(const osdp_device *dev, const osdp_planner_options *o)

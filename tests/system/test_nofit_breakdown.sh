@@ -1,7 +1,7 @@
 #!/bin/bash
 # When no plan fits, `osdp_gpt plan` says what the smallest peak is made of
-# (src/planner/planner.c infeasible(), osdp_cost_peak_breakdown): "N bytes =
-# a + b + ..., in the backward of OP: part A + part B + ...".  Here, with the real
+# (src/planner/planner.c infeasible(), osdp_cost_peak_breakdown): "(N bytes, in
+# the backward of OP: part A + part B + ...; in bytes a + b + ...)".  Here, with the real
 # binary, on meshes where the parts once did not add up (reduce-once gradients
 # held all step with recompute and accumulation, a pipeline stage, tensor
 # parallelism with split operators, the plain case): the bytes listed sum to N
@@ -22,18 +22,18 @@ check() {
 import re, sys
 text = open(sys.argv[1]).read()
 must = [m for m in sys.argv[2].split(",") if m]
-m = re.search(r"the smallest peak any plan needs is [^(]*\((\d+) bytes = ([\d +]+), in the (forward|backward) of "
-              r"([\w.]+)[^:]*: ([^)]*)\); the operators that dominate it: ", text)
+m = re.search(r"the smallest peak any plan needs is [^(]*\((\d+) bytes, in the (forward|backward) of ([\w.]+)[^:]*: "
+              r"([^;)]*); in bytes ([\d +]+)\); the operators that dominate it: ", text)
 units = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40}
 if not m:   # sizes only (an older binary's form): how far their sum is from the peak, then fail all the same
     m = re.search(r"needs is [^(]*\((\d+) bytes, in the \w+ of [\w.]+: ([^)]*)\)", text)
     if not m:
-        sys.exit("no breakdown 'N bytes = a + b + ..., in the backward of OP: part A + ...' in the message")
+        sys.exit("no breakdown '(N bytes, in the backward of OP: part A + ...; in bytes a + ...)' in the message")
     sizes = [re.search(r"([\d.]+) (B|KiB|MiB|GiB|TiB)$", part) for part in m.group(2).split(" + ")]
     total = sum(float(x.group(1)) * units[x.group(2)] for x in sizes if x)
     sys.exit(f"no bytes of the parts; their sizes sum to {total / (1 << 30):.2f} GiB, the peak is "
              f"{int(m.group(1)) / (1 << 30):.2f} GiB ({int(m.group(1))} bytes)")
-need, listed, named = int(m.group(1)), [int(x) for x in m.group(2).split(" + ")], m.group(5).split(" + ")
+need, named, listed = int(m.group(1)), m.group(4).split(" + "), [int(x) for x in m.group(5).split(" + ")]
 if sum(listed) != need:
     sys.exit(f"the parts' bytes sum to {sum(listed)}, the peak is {need} ({sum(listed) - need:+d})")
 if len(named) != len(listed):
@@ -50,7 +50,7 @@ for part, b in zip(named, listed):
 for n in must:
     if n not in names:
         sys.exit(f"no part '{n}' among {names}")
-print(f"{need} bytes = {len(listed)} parts ({', '.join(names)}) at the {m.group(3)} of {m.group(4)}")
+print(f"{need} bytes = {len(listed)} parts ({', '.join(names)}) at the {m.group(2)} of {m.group(3)}")
 EOF
 )
     local prc=$?
