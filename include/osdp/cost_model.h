@@ -455,6 +455,14 @@ osdp_memory_category osdp_peak_part_category(osdp_peak_part part);
 typedef struct osdp_peak_parts {
     long long bytes[OSDP_PEAK_N_PARTS];
 } osdp_peak_parts;
+static inline long long osdp_peak_parts_sum(const osdp_peak_parts *p)
+{
+    long long sum = 0;
+    for (int k = 0; k < OSDP_PEAK_N_PARTS; k++) sum += p->bytes[k];
+    return sum;
+}
+/* W (osdp_cost_workspace) by part: workspace, cross-entropy staging, stage inputs */
+void osdp_cost_workspace_parts(const osdp_cost_model *cm, int b, osdp_peak_parts *out);
 typedef struct osdp_peak_breakdown {
     long long total;        /* the peak: the sum of parts */
     osdp_peak_parts parts;
