@@ -63,13 +63,11 @@ static void term_parts(const osdp_cost_model *cm, int op, const osdp_op_mem *m, 
 
 static void terms_of_parts(const op_term_parts *p, osdp_op_peak_terms *out)
 {
-    *out = (osdp_op_peak_terms){.held = osdp_peak_parts_sum(&p->held), .acts = osdp_peak_parts_sum(&p->acts),
-                                .pass_peak = osdp_peak_parts_sum(&p->pass_peak), .prefetch = osdp_peak_parts_sum(&p->prefetch),
-                                .in_flight = osdp_peak_parts_sum(&p->in_flight),
-                                .pass_peak_then_forward = osdp_peak_parts_sum(&p->pass_peak_then_forward),
-                                .pass_peak_again = osdp_peak_parts_sum(&p->pass_peak_again),
-                                .forward_peak = osdp_peak_parts_sum(&p->forward_peak),
-                                .forward_next = osdp_peak_parts_sum(&p->forward_next), .view = osdp_peak_parts_sum(&p->view)};
+#define SUM(term) .term = osdp_peak_parts_sum(&p->term)
+    *out = (osdp_op_peak_terms){SUM(held), SUM(acts), SUM(pass_peak), SUM(prefetch), SUM(in_flight),
+                                SUM(pass_peak_then_forward), SUM(pass_peak_again), SUM(forward_peak), SUM(forward_next),
+                                SUM(view)};
+#undef SUM
 }
 
 void osdp_cost_peak_terms(const osdp_cost_model *cm, int op, const osdp_op_mem *m, osdp_op_peak_terms *out)

@@ -154,9 +154,9 @@ static int schedule_has_moment(const osdp_layout *L, const osdp_plan *p, const o
  * the parts by the runtime's category are the schedule's at its peak (at_peak: the first moment it is
  * reached), or else an equal total at another moment holds those bytes per category (the two forms
  * break ties between moments differently; counted). */
-static void check_breakdown(const osdp_layout *L, const osdp_plan *p, const osdp_schedule_options *so, const step_case *c,
-                            const osdp_layout *sub, const osdp_peak_breakdown *br, const osdp_peak_parts *per_op,
-                            const osdp_memory_prediction *pr)
+static void check_breakdown(const osdp_layout *L, const osdp_plan *p, const osdp_schedule_options *so,
+                            const step_case *c, const osdp_layout *sub, const osdp_peak_breakdown *br,
+                            const osdp_peak_parts *per_op, const osdp_memory_prediction *pr)
 {
     long long sum = 0, by_op[OSDP_PEAK_N_PARTS] = {0}, cat[OSDP_MEMORY_N_CATEGORIES] = {0};
     for (int k = 0; k < OSDP_PEAK_N_PARTS; k++) {
@@ -189,7 +189,8 @@ static void check_breakdown(const osdp_layout *L, const osdp_plan *p, const osdp
     same = schedule_has_moment(L, p, so, cat, br->total);
     char a[256] = "", b[256] = "";
     for (int q = 0; q < OSDP_MEMORY_N_CATEGORIES; q++) {
-        snprintf(a + strlen(a), sizeof a - strlen(a), " %s %lld", osdp_memory_category_name((osdp_memory_category)q), cat[q]);
+        snprintf(a + strlen(a), sizeof a - strlen(a), " %s %lld", osdp_memory_category_name((osdp_memory_category)q),
+                 cat[q]);
         snprintf(b + strlen(b), sizeof b - strlen(b), " %zu", pr->at_peak[q]);
     }
     ck_assert_msg(same, "%s N=%d B=%d prefetch %d P %d stage %d: the peak (%lld) at %s of op %d%s: cost model%s, "

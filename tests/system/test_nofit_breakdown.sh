@@ -69,4 +69,4 @@ check pipeline_stage "sharded state,activations,reduce-once gradients" \
 check tp_split "sharded state,activations" --tp 2 --split 2 --global-batch 16
 
 echo "$passed passed, $failed failed"
-[ $failed = 0 ]
+[ "$failed" = 0 ]
