@@ -171,8 +171,7 @@ static osdp_status infeasible(const osdp_layout *L, const osdp_device *dev, cons
     int top[3] = {-1, -1, -1};
     long long val[3] = {-1, -1, -1};
     for (int i = 0; i < L->n_ops; i++) {
-        long long v = 0;
-        for (int k = 0; k < OSDP_PEAK_N_PARTS; k++) v += per_op[i].bytes[k];
+        const long long v = osdp_peak_parts_sum(&per_op[i]);
         for (int r = 0; r < 3; r++)
             if (v > val[r]) {
                 for (int q = 2; q > r; q--) { val[q] = val[q - 1]; top[q] = top[q - 1]; }
@@ -350,7 +349,7 @@ static osdp_status run_sched(const osdp_layout *layout, const osdp_device *dev, 
     int b_unfit = b0;
     while (G > 0 && (G / N) % b_unfit != 0) b_unfit++;
     int unfit_searched = 0, unfit_no_plan = 0;
-    char unfit_why[1024] = "";
+    char unfit_why[2048] = "";
     /* pass 2: the best bound first; stop when no bound beats the best plan */
     qsort(cb, (size_t)nc, sizeof *cb, cmp_cand);
     int have = 0, tried = 0, timed_out = 0;
