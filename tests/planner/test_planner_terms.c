@@ -23,6 +23,9 @@
  *            among the terms (plan_context.h), so that the search's peak,
  *            osdp_pipe_stage_peak and the schedule's are equal; the plans
  *            whose peak that moment sets are counted (some are).
+ * Every plan drawn is also broken down (osdp_cost_peak_breakdown): its parts
+ * sum to the peak to the byte and, by the runtime's category, are what the
+ * schedule holds at its peak (random small models too).
  * And the stage's search against every plan of a stage (the fastest that
  * fits, at limits where the wrap moment decides), and the claim of
  * osdp_pipe_after_backward on the pass orders. */
@@ -421,6 +424,68 @@ START_TEST(test_search_terms_pipeline_stage)
     ck_assert_int_gt(moments, 0);
     ck_assert_int_gt(g_parts.wrap, 0);
     report_breakdowns("pipeline stages");
+}
+END_TEST
+
+/* The peak's breakdown on random small models (layers, heads, widths block by block, vocabulary, context,
+ * a tied head, naive or tiled attention, a naive or chunked head, bf16 activations) on random steps:
+ * DP groups of 1 to 8 ranks, nodes of 2 (plan mode h), tensor parallelism 1 or 2, micro-batches and
+ * accumulation, prefetch, padding, fp32 or bf16 weights and residual stream, gradients reduced auto or once,
+ * and the stages of random 2- to 3-stage pipelines (1F1B, GPipe, interleaved of one chunk): random plans
+ * of every choice (check_case: k of g slices, recompute, reduce-once slices), each plan's breakdown against
+ * the schedule's peak (check_breakdown) */
+START_TEST(test_breakdown_random_models)
+{
+    g_rng = 20261128;
+    int models = 0, stages = 0;
+    for (int r = 0; r < 40; r++) {
+        const int layers = 1 + (int)(rnd() % 3), heads = 1 << (rnd() % 3), head_dim = 8 << (rnd() % 2);
+        const int T = 8 << (rnd() % 3), vocab = 64 + (int)(rnd() % 500), tied = rnd() % 4 == 0;
+        char text[1024];
+        int n = snprintf(text, sizeof text, "[model]\nname = random_%d\nn_layer = %d\nn_head = %d\nn_embd = %d\n"
+                         "vocab = %d\nctx = %d\ntied_head = %s\n", r, layers, heads, heads * head_dim, vocab, T,
+                         tied ? "true" : "false");
+        if (rnd() % 3 == 0) {   /* blocks of their own widths */
+            n += snprintf(text + n, sizeof text - (size_t)n, "widths =");
+            for (int l = 0; l < layers; l++)
+                n += snprintf(text + n, sizeof text - (size_t)n, " %d", heads * head_dim * (1 + (int)(rnd() % 2)));
+            snprintf(text + n, sizeof text - (size_t)n, "\n");
+        }
+        osdp_model_config cfg;
+        ck_assert_msg(osdp_model_config_parse(&cfg, text, "random") == OSDP_OK, "%s: %s", text, osdp_error_message());
+        cfg.attention_naive = rnd() % 2;
+        cfg.head_naive = rnd() % 2;
+        const osdp_dtype weights = rnd() % 2 ? OSDP_BFLOAT16 : OSDP_FLOAT32;
+        cfg.act_bf16 = weights == OSDP_BFLOAT16 && rnd() % 3 == 0;
+        const int tp = heads % 2 == 0 && rnd() % 3 == 0 ? 2 : 1;
+        osdp_layout L;
+        ck_assert_msg(osdp_layout_build_tp(&L, &cfg, T, tp, 1 + (int)(rnd() % 3)) == OSDP_OK, "%s",
+                      osdp_error_message());
+        models++;
+        static const int ranks[] = {1, 2, 4, 8};
+        step_case c = {.N = ranks[rnd() % 4], .B = 1 + (int)(rnd() % 3), .accum = 1 + (int)(rnd() % 4),
+                       .prefetch = rnd() % 5 != 0, .quantum = rnd() % 2 ? 64 : 1, .weights = weights,
+                       .residual = weights == OSDP_BFLOAT16 && rnd() % 2 ? OSDP_BFLOAT16 : OSDP_FLOAT32, .P = 1,
+                       .grad_reduce = rnd() % 4 == 0 ? OSDP_GRAD_REDUCE_ONCE : OSDP_GRAD_REDUCE_AUTO};
+        c.node_ranks = c.N >= 4 && rnd() % 2 ? 2 : 0;
+        check_case(&L, &c, 15);
+        if (!tied && tp == 1 && L.n_ops >= 3) {   /* a pipeline (a tied head has none) */
+            static const osdp_pipe_schedule kinds[] = {OSDP_PIPE_1F1B, OSDP_PIPE_GPIPE, OSDP_PIPE_INTERLEAVED};
+            c.P = 2 + (int)(rnd() % (L.n_ops >= 4 ? 2 : 1));
+            c.schedule = kinds[rnd() % 3];
+            c.accum = c.schedule == OSDP_PIPE_INTERLEAVED ? c.P * (1 + (int)(rnd() % 2)) : 1 + (int)(rnd() % 6);
+            c.node_ranks = 0;
+            c.bounds[0] = 0;
+            for (int s = 1; s < c.P; s++)   /* at least one operator a stage */
+                c.bounds[s] = c.bounds[s - 1] + 1 + (int)(rnd() % (unsigned)(L.n_ops - c.bounds[s - 1] - (c.P - s)));
+            c.bounds[c.P] = L.n_ops;
+            for (c.stage = 0; c.stage < c.P; c.stage++, stages++) check_case(&L, &c, 10);
+        }
+        osdp_layout_free(&L);
+    }
+    ck_assert_int_eq(models, 40);
+    ck_assert_int_gt(stages, 0);
+    report_breakdowns("random models");
 }
 END_TEST
 
@@ -875,7 +940,7 @@ static Suite *planner_terms_suite(void)
                             test_search_terms_bf16_activations,
                             test_search_terms_pipeline_stage, test_after_backward_at_most,
                             test_stage_search_against_every_plan, test_search_bounds_forward_moments,
-                            test_cost_per_slice, NULL};
+                            test_cost_per_slice, test_breakdown_random_models, NULL};
     const osdp_check_case cases[] = {{.name = "terms", .tests = terms}};
     return osdp_check_suite("planner_terms", cases, sizeof cases / sizeof cases[0]);
 }
