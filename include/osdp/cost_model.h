@@ -428,9 +428,10 @@ long long osdp_cost_peak_moment(const osdp_cost_model *cm, const osdp_plan *plan
 
 /* What the peak is made of, at its moment: the buffers alive then, by part.  The parts sum to the peak to
  * the byte: osdp_cost_peak_moment returns that sum (both are osdp_cost_peak_breakdown).  Each part is of
- * one category of the runtime's accounting (osdp_peak_part_category), so that at the moment of its peak the
- * runtime schedule's evaluation (osdp_memory_prediction.at_peak, osdp/schedule.h) holds the same bytes per
- * category (tests/planner/test_planner_terms.c). */
+ * one category of the runtime's accounting (osdp_peak_part_category), so that the runtime schedule holds the
+ * same bytes per category at the same moment: at the first moment of its peak (osdp_memory_prediction.at_peak,
+ * osdp/schedule.h) or, where two moments reach the peak and the two forms name different ones (about 2% of
+ * random plans), at the other (tests/planner/test_planner_terms.c). */
 typedef enum osdp_peak_part {
     OSDP_PEAK_STATE,        /* sharded optimizer state: fp32 master, AdamW m and v, the gradient shard, the
                                bf16 copy of the master shard (all step) */
