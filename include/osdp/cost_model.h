@@ -181,6 +181,7 @@
 #include "osdp/device.h"
 #include "osdp/geometry.h"
 #include "osdp/layout.h"
+#include "osdp/memory.h"
 #include "osdp/pipeline.h"
 #include "osdp/plan.h"
 
@@ -262,6 +263,7 @@ typedef struct osdp_op_mem {
     long long forward_first;    /* ff: its forward's first slice when ZDP, gathered during the forward before */
     long long forward_work;     /* fw: its gathered slices at its forward's largest (the formula above) */
     long long forward_work_last;    /* fw as a layout's last operator (its next pass's first slice with them) */
+    long long wrap_again_recv;  /* of wrap_again (r), its receive buffer H when that, not p_0 e, is the larger */
 } osdp_op_mem;
 
 /* What one operator's choice adds to a plan's peak, by when its buffers
@@ -300,15 +302,26 @@ static inline long long osdp_cost_forward_moment(const osdp_op_peak_terms *t, in
          + (u > 0 ? t[u - 1].view : 0);
 }
 
-/* A pipeline stage's wrap moment (above) from the terms of its n operators, next_passes OSDP_PIPE_THEN_*
- * (nonzero); W + sum_i held_i on top */
+/* Which X of a pipeline stage's wrap moment (above) is its largest, from the terms of its n operators,
+ * next_passes OSDP_PIPE_THEN_* (nonzero): */
+enum {
+    OSDP_WRAP_THEN_FORWARD,     /* pass_peak_then_forward of the first operator */
+    OSDP_WRAP_THEN_BACKWARD,    /* n > 1: pass_peak of the first + prefetch of the last */
+    OSDP_WRAP_AGAIN             /* n = 1: pass_peak_again */
+};
+static inline int osdp_cost_wrap_case(const osdp_op_peak_terms *t, int n, int next_passes)
+{
+    if (!(next_passes & OSDP_PIPE_THEN_BACKWARD)) return OSDP_WRAP_THEN_FORWARD;
+    const long long b = n > 1 ? t[0].pass_peak + t[n - 1].prefetch : t[0].pass_peak_again;
+    if ((next_passes & OSDP_PIPE_THEN_FORWARD) && !(b > t[0].pass_peak_then_forward)) return OSDP_WRAP_THEN_FORWARD;
+    return n > 1 ? OSDP_WRAP_THEN_BACKWARD : OSDP_WRAP_AGAIN;
+}
+/* the wrap moment's bytes; W + sum_i held_i on top */
 static inline long long osdp_cost_wrap_moment(const osdp_op_peak_terms *t, int n, int next_passes)
 {
-    long long x = t[0].pass_peak_then_forward;
-    if (next_passes & OSDP_PIPE_THEN_BACKWARD) {
-        const long long b = n > 1 ? t[0].pass_peak + t[n - 1].prefetch : t[0].pass_peak_again;
-        if (!(next_passes & OSDP_PIPE_THEN_FORWARD) || b > x) x = b;
-    }
+    const int w = osdp_cost_wrap_case(t, n, next_passes);
+    const long long x = w == OSDP_WRAP_THEN_FORWARD ? t[0].pass_peak_then_forward
+                      : w == OSDP_WRAP_THEN_BACKWARD ? t[0].pass_peak + t[n - 1].prefetch : t[0].pass_peak_again;
     return t[0].acts + x + (n > 1 ? t[1].in_flight : 0);
 }
 
@@ -412,6 +425,58 @@ void osdp_cost_plan_op_time(const osdp_cost_model *cm, const osdp_plan *plan, in
 long long osdp_cost_peak(const osdp_cost_model *cm, const osdp_plan *plan, int b, int *at_op);
 /* the same, *forward (may be NULL) 1 when the peak is that operator's forward moment (F_u), 0 its backward */
 long long osdp_cost_peak_moment(const osdp_cost_model *cm, const osdp_plan *plan, int b, int *at_op, int *forward);
+
+/* What the peak is made of, at its moment: the buffers alive then, by part.  The parts sum to the peak to
+ * the byte: osdp_cost_peak_moment returns that sum (both are osdp_cost_peak_breakdown).  Each part is of
+ * one category of the runtime's accounting (osdp_peak_part_category), so that the runtime schedule holds the
+ * same bytes per category at the same moment: at the first moment of its peak (osdp_memory_prediction.at_peak,
+ * osdp/schedule.h) or, where two moments reach the peak and the two forms name different ones (about 2% of
+ * random plans), at the other (tests/planner/test_planner_terms.c). */
+typedef enum osdp_peak_part {
+    OSDP_PEAK_STATE,        /* sharded optimizer state: fp32 master, AdamW m and v, the gradient shard, the
+                               bf16 copy of the master shard (all step) */
+    OSDP_PEAK_RESIDENT,     /* DP slices' full weights (all step) */
+    OSDP_PEAK_GATHERED,     /* ZDP slices gathered then: in use and prefetched */
+    OSDP_PEAK_ACTIVATIONS,  /* activations held: every operator's not yet back-propagated, a recomputed block's
+                               rebuilt ones, a narrow output widened, a pipeline stage's other micro-batches' */
+    OSDP_PEAK_GRADS,        /* full gradients in flight and their reduce-scatters' receive buffers, a tied
+                               head's d(wte) */
+    OSDP_PEAK_ACCUM,        /* reduce-once operators' gradients summed over the step (all step) */
+    OSDP_PEAK_WORKSPACE,    /* the backward workspace (all step) */
+    OSDP_PEAK_TP_STAGING,   /* the chunked or vocab-parallel cross-entropy's staging (all step; the runtime's
+                               tp_comm category) */
+    OSDP_PEAK_STAGE_INPUTS, /* a pipeline stage's inputs received, one per micro-batch it holds (0 otherwise) */
+    OSDP_PEAK_N_PARTS
+} osdp_peak_part;
+/* the part's name in messages ("sharded state", ...) */
+const char *osdp_peak_part_name(osdp_peak_part part);
+/* the runtime's category of its buffers (osdp/memory.h) */
+osdp_memory_category osdp_peak_part_category(osdp_peak_part part);
+
+typedef struct osdp_peak_parts {
+    long long bytes[OSDP_PEAK_N_PARTS];
+} osdp_peak_parts;
+static inline long long osdp_peak_parts_sum(const osdp_peak_parts *p)
+{
+    long long sum = 0;
+    for (int k = 0; k < OSDP_PEAK_N_PARTS; k++) sum += p->bytes[k];
+    return sum;
+}
+/* W (osdp_cost_workspace) by part: workspace, cross-entropy staging, stage inputs */
+void osdp_cost_workspace_parts(const osdp_cost_model *cm, int b, osdp_peak_parts *out);
+typedef struct osdp_peak_breakdown {
+    long long total;        /* the peak: the sum of parts */
+    osdp_peak_parts parts;
+    int at_op;              /* the operator whose pass the moment is in */
+    int forward;            /* 1: its forward (F_u); 0: its backward (K_u + Y_u, or the stage's wrap moment) */
+    int wrap;               /* 1: a pipeline stage's wrap moment (at_op 0, forward 0) */
+} osdp_peak_breakdown;
+/* The peak of `plan` at micro-batch b (osdp_cost_peak_moment) and its breakdown into *out; per_op (may be
+ * NULL; n_ops entries): each operator's buffers at that moment by part (a tied head's d(wte) the embedding's),
+ * whose sum over the operators is out's parts less the plan-independent ones (workspace, TP staging, stage
+ * inputs).  Returns out->total, -1 when out of host memory. */
+long long osdp_cost_peak_breakdown(const osdp_cost_model *cm, const osdp_plan *plan, int b, osdp_peak_breakdown *out,
+                                   osdp_peak_parts *per_op);
 /* The step's scalar all-reduce: every step sums the loss and the gradient
  * norm, 2 doubles, over each mesh axis in turn (osdp_runtime_reduce_over_mesh:
  * the data group, the tensor group, the pipeline), a blocking ring

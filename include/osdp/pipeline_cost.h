@@ -208,5 +208,9 @@ osdp_layout osdp_pipe_stage_layout(const osdp_layout *whole, int lo, int hi);
 long long osdp_pipe_stage_buffer_bytes(const osdp_layout *whole, const int *bounds, int s, int micro_batch, int in_flight);
 long long osdp_pipe_stage_peak(const osdp_cost_model *cm, const osdp_plan *plan, const int *bounds, int P, int s,
                                osdp_pipe_schedule schedule, int micro_batch, int accum, int *at_op);
+/* the same with its breakdown (osdp_cost_peak_breakdown; at_op of the whole layout) */
+long long osdp_pipe_stage_peak_breakdown(const osdp_cost_model *cm, const osdp_plan *plan, const int *bounds, int P,
+                                         int s, osdp_pipe_schedule schedule, int micro_batch, int accum,
+                                         osdp_peak_breakdown *out);
 
 #endif

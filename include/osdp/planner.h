@@ -448,7 +448,7 @@ typedef struct osdp_3d_options {
 
 typedef struct osdp_3d_result {
     osdp_status status;       /* OSDP_OK, or why no mesh fits (message below) */
-    char message[1024];
+    char message[2048];
     osdp_pipe_choice best;    /* the chosen mesh, split, batch and plan (valid when OSDP_OK) */
     int meshes, meshes_pruned, splits_planned;
     int candidates;           /* meshes x micro-batches (x splits) the search ordered by their bounds */

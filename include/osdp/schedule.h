@@ -388,10 +388,13 @@ static inline size_t osdp_sched_slice_shard_numel(const osdp_sched_slice *sl)
 }
 
 /* Peak bytes per category and in total that executing the schedule reaches
- * (training steps and validation passes alike). */
+ * (training steps and validation passes alike); at_peak: the bytes per
+ * category at the first moment the total reaches peak_total (they sum to
+ * it: what the peak is made of, osdp_cost_peak_breakdown's categories). */
 typedef struct osdp_memory_prediction {
     size_t peak[OSDP_MEMORY_N_CATEGORIES];
     size_t peak_total;
+    size_t at_peak[OSDP_MEMORY_N_CATEGORIES];
 } osdp_memory_prediction;
 void osdp_schedule_peak(const osdp_schedule *sched, osdp_memory_prediction *out);
 /* The peak of the setup and the eval list alone (what a validation pass reaches). */

@@ -5,6 +5,7 @@
 
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 void osdp_cost_model_init(osdp_cost_model *cm, const osdp_layout *layout, const osdp_device *dev,
                           const osdp_step_geometry *geo, osdp_cost_kind kind, const osdp_cost_hierarchy *hier)
@@ -238,24 +239,8 @@ static void op_mem_sharded(const osdp_cost_model *cm, int op, int g, int k, int 
     out->wrap_forward = work_from_2 > 0 ? work_from_2 + forward_first : 0;
     out->wrap_again = rc ? out->wrap_forward
                     : g > 1 ? (forward_first > out->recv ? forward_first : out->recv) + out->prefetch : 0;
+    out->wrap_again_recv = !rc && g > 1 && !(forward_first > out->recv) ? out->recv : 0;
 #undef BYTES
-}
-
-void osdp_cost_peak_terms(const osdp_cost_model *cm, int op, const osdp_op_mem *m, osdp_op_peak_terms *out)
-{
-    /* held: a pipeline stage's other micro-batches; accum: a reduce-once operator's summed gradients */
-    out->held = m->state + m->resident + m->held + m->accum;
-    out->acts = m->acts;
-    out->pass_peak = m->rebuilt + m->grads + (m->work > m->recv ? m->work : m->recv) + osdp_cost_tied_grads(cm, op);
-    out->prefetch = (cm->geo.prefetch ? m->prefetch : 0) + m->view;
-    /* reduce-once, every slice: G is freed once added into accum, its reduction needs no buffer */
-    out->in_flight = cm->geo.prefetch && !m->once_all ? m->grads + m->recv : 0;
-    out->forward_peak = m->rebuilt + (op == cm->layout->n_ops - 1 ? m->forward_work_last : m->forward_work);
-    out->forward_next = cm->geo.prefetch ? m->forward_first : 0;
-    out->view = m->view;
-    const long long base = out->pass_peak - (m->work > m->recv ? m->work : m->recv);   /* rebuilt + G (+ G_0) */
-    out->pass_peak_then_forward = out->pass_peak > base + m->wrap_forward ? out->pass_peak : base + m->wrap_forward;
-    out->pass_peak_again = out->pass_peak > base + m->wrap_again ? out->pass_peak : base + m->wrap_again;
 }
 
 long long osdp_cost_tied_grads(const osdp_cost_model *cm, int op)
@@ -301,12 +286,21 @@ double osdp_cost_tp_comm(const osdp_cost_model *cm, int op, int rc, int b)
     return 0;
 }
 
-long long osdp_cost_workspace(const osdp_cost_model *cm, int b)
+void osdp_cost_workspace_parts(const osdp_cost_model *cm, int b, osdp_peak_parts *out)
 {
     const osdp_step_geometry geo = geometry_at(cm, b);
     const osdp_buffer_dims d = buffer_dims(cm, &geo, 0, 0);
-    return (long long)(osdp_buffer_bytes(OSDP_BUF_WORKSPACE, &d, 0) + osdp_buffer_bytes(OSDP_BUF_TP_STAGING, &d, 0))
-         + cm->stage_buffer_bytes;
+    memset(out, 0, sizeof *out);
+    out->bytes[OSDP_PEAK_WORKSPACE] = (long long)osdp_buffer_bytes(OSDP_BUF_WORKSPACE, &d, 0);
+    out->bytes[OSDP_PEAK_TP_STAGING] = (long long)osdp_buffer_bytes(OSDP_BUF_TP_STAGING, &d, 0);
+    out->bytes[OSDP_PEAK_STAGE_INPUTS] = cm->stage_buffer_bytes;
+}
+
+long long osdp_cost_workspace(const osdp_cost_model *cm, int b)
+{
+    osdp_peak_parts w;
+    osdp_cost_workspace_parts(cm, b, &w);
+    return osdp_peak_parts_sum(&w);
 }
 
 void osdp_cost_op_time(const osdp_cost_model *cm, int op, int g, int k, int b, int accum, osdp_op_time *out)
@@ -425,51 +419,6 @@ int osdp_cost_hierarchy_for_mesh(const osdp_device *dev, int tp, int dp, int pp,
                                  .cross_all_gather = dev->internode.all_gather,
                                  .cross_reduce_scatter = dev->internode.reduce_scatter};
     return 1;
-}
-
-long long osdp_cost_peak(const osdp_cost_model *cm, const osdp_plan *plan, int b, int *at_op)
-{
-    return osdp_cost_peak_moment(cm, plan, b, at_op, NULL);
-}
-
-long long osdp_cost_peak_moment(const osdp_cost_model *cm_in, const osdp_plan *plan, int b, int *at_op, int *forward)
-{
-    osdp_cost_model with_plan = *cm_in, *cm = &with_plan;
-    with_plan.recompute = plan->recompute;
-    with_plan.reduce_once = plan->reduce_once;
-    const int n = cm->layout->n_ops;
-    osdp_op_peak_terms *t = malloc(sizeof *t * (size_t)n);
-    if (!t) return -1;
-    long long base = osdp_cost_workspace(cm, b);
-    for (int i = 0; i < n; i++) {
-        osdp_op_mem m;
-        osdp_cost_plan_op_mem(cm, plan, i, b, &m);
-        osdp_cost_peak_terms(cm, i, &m, &t[i]);
-        base += t[i].held;
-    }
-    long long acts = 0, best = -1;
-    int where = 0, in_forward = 0;
-    for (int u = 0; u < n; u++) {
-        const long long v = osdp_cost_backward_moment(t, n, u, acts), fv = osdp_cost_forward_moment(t, n, u, acts);
-        acts += t[u].acts;
-        if (v > best || fv > best) {
-            best = v > fv ? v : fv;
-            where = u;
-            in_forward = fv > v;
-        }
-    }
-    if (cm->geo.prefetch && cm->next_passes && n > 0) {   /* a pipeline stage's wrap moment */
-        const long long v = osdp_cost_wrap_moment(t, n, cm->next_passes);
-        if (v > best) {
-            best = v;
-            where = 0;
-            in_forward = 0;
-        }
-    }
-    free(t);
-    if (at_op) *at_op = where;
-    if (forward) *forward = in_forward;
-    return base + best;
 }
 
 /* one ring all-reduce of `bytes` over n ranks: a reduce-scatter's ring steps

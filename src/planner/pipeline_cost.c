@@ -279,6 +279,16 @@ long long osdp_pipe_stage_buffer_bytes(const osdp_layout *whole, const int *boun
 long long osdp_pipe_stage_peak(const osdp_cost_model *cm, const osdp_plan *plan, const int *bounds, int P, int s,
                                osdp_pipe_schedule schedule, int micro_batch, int accum, int *at_op)
 {
+    osdp_peak_breakdown br;
+    const long long peak = osdp_pipe_stage_peak_breakdown(cm, plan, bounds, P, s, schedule, micro_batch, accum, &br);
+    if (at_op) *at_op = br.at_op;
+    return peak;
+}
+
+long long osdp_pipe_stage_peak_breakdown(const osdp_cost_model *cm, const osdp_plan *plan, const int *bounds, int P,
+                                         int s, osdp_pipe_schedule schedule, int micro_batch, int accum,
+                                         osdp_peak_breakdown *out)
+{
     const int lo = bounds[s], hi = bounds[s + 1];
     osdp_layout sub = osdp_pipe_stage_layout(cm->layout, lo, hi);
     osdp_cost_model stage_cm = *cm;
@@ -295,7 +305,7 @@ long long osdp_pipe_stage_peak(const osdp_cost_model *cm, const osdp_plan *plan,
     view.reduce_once = plan->reduce_once ? plan->reduce_once + lo : NULL;
     /* with the wrap moment: the backward of its first operator prefetching the next pass's first slice */
     stage_cm.next_passes = osdp_pipe_after_backward(schedule, P, s, accum);
-    const long long peak = osdp_cost_peak(&stage_cm, &view, micro_batch, at_op);
-    if (at_op) *at_op += lo;
+    const long long peak = osdp_cost_peak_breakdown(&stage_cm, &view, micro_batch, out, NULL);
+    out->at_op += lo;
     return peak;
 }

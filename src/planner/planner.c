@@ -140,9 +140,8 @@ osdp_status osdp_planner_min_memory(const osdp_layout *layout, const osdp_device
 }
 
 /* OSDP_ERR_INFEASIBLE with the smallest peak any plan needs at micro-batch
- * b, what it is made of, and the three operators that contribute most to
- * it (at the moment of the peak: state, resident weights, activations still
- * held, and the transient of the operators then in flight). */
+ * b, what it is made of at its moment (osdp_cost_peak_breakdown: the parts,
+ * in bytes too, sum to it), and the three operators that hold most then. */
 static osdp_status infeasible(const osdp_layout *L, const osdp_device *dev, const osdp_planner_options *o, int b,
                               int accum, long long limit)
 {
@@ -153,36 +152,26 @@ static osdp_status infeasible(const osdp_layout *L, const osdp_device *dev, cons
     osdp_cost_model cm;
     osdp_cost_model_init(&cm, L, dev, &o->geo, o->cost, o->hierarchy);
     cm.geo.accum_steps = accum;
-    cm.recompute = p.recompute;
-    cm.reduce_once = p.reduce_once;
     cm.in_flight = o->stage_in_flight;
     cm.stage_buffer_bytes = o->stage_buffer_bytes;
     cm.next_passes = o->stage_next_passes;
-    int at = 0, forward = 0;
-    (void)osdp_cost_peak_moment(&cm, &p, b, &at, &forward);
+    osdp_peak_parts *per_op = malloc(sizeof *per_op * (size_t)L->n_ops);
+    osdp_peak_breakdown br;
+    if (!per_op || osdp_cost_peak_breakdown(&cm, &p, b, &br, per_op) < 0) {
+        free(per_op);
+        osdp_plan_free(&p);
+        return osdp_error_set(OSDP_ERR_OOM, "planner: out of host memory");
+    }
+    osdp_plan_free(&p);
+    if (br.total != need) {
+        free(per_op);
+        return osdp_error_set(OSDP_ERR_INTERNAL, "planner: the memory search's smallest peak (%lld bytes) is not its "
+                              "plan's (%lld bytes)", need, br.total);
+    }
     int top[3] = {-1, -1, -1};
-    long long val[3] = {-1, -1, -1}, cat[4] = {0, 0, 0, 0}; /* state, resident, activations, transient */
+    long long val[3] = {-1, -1, -1};
     for (int i = 0; i < L->n_ops; i++) {
-        osdp_op_mem m;
-        osdp_cost_op_mem(&cm, i, p.slices[i], p.zdp_slices[i], b, &m);
-        long long tr = 0, rebuilt = 0;
-        if (forward) {   /* its forward (osdp_cost_forward_moment): its block and slices, the next one's first slice */
-            osdp_op_peak_terms t;
-            osdp_cost_peak_terms(&cm, i, &m, &t);
-            if (i == at) rebuilt = m.rebuilt;   /* a recomputed block's, among the activations */
-            tr = i == at ? t.forward_peak - rebuilt : i == at + 1 ? t.forward_next : i == at - 1 ? t.view : 0;
-        } else {
-            if (i == at) tr = m.grads + (m.work > m.recv ? m.work : m.recv);
-            if (o->geo.prefetch && i == at + 1) tr = m.grads + m.recv;
-            if (o->geo.prefetch && i == at - 1) tr = m.prefetch;
-            if (i == at - 1) tr += m.view;   /* a narrow operator's output widened for the one at the peak */
-            if (i == 0) tr += osdp_cost_tied_grads(&cm, at);   /* a tied head's d(wte), held from the head's backward */
-        }
-        long long acts = (i <= at ? m.acts : 0) + m.held + rebuilt, v = m.state + m.resident + acts + tr;
-        cat[0] += m.state;
-        cat[1] += m.resident;
-        cat[2] += acts;
-        cat[3] += tr;
+        const long long v = osdp_peak_parts_sum(&per_op[i]);
         for (int r = 0; r < 3; r++)
             if (v > val[r]) {
                 for (int q = 2; q > r; q--) { val[q] = val[q - 1]; top[q] = top[q - 1]; }
@@ -191,26 +180,33 @@ static osdp_status infeasible(const osdp_layout *L, const osdp_device *dev, cons
                 break;
             }
     }
-    char parts[512] = "", f[7][32];
+    free(per_op);
+    /* the parts that hold something, named with their sizes, and their bytes summed */
+    char named[512] = "", sum[256] = "", parts[512] = "", f[2][32];
+    for (int k = 0; k < OSDP_PEAK_N_PARTS; k++) {
+        if (!br.parts.bytes[k]) continue;
+        char buf[128];
+        snprintf(buf, sizeof buf, "%s%s %s", *named ? " + " : "", osdp_peak_part_name((osdp_peak_part)k),
+                 osdp_format_bytes((double)br.parts.bytes[k], f[0], sizeof f[0]));
+        strncat(named, buf, sizeof named - strlen(named) - 1);
+        snprintf(buf, sizeof buf, "%s%lld", *sum ? " + " : "", br.parts.bytes[k]);
+        strncat(sum, buf, sizeof sum - strlen(sum) - 1);
+    }
     for (int r = 0; r < 3 && top[r] >= 0; r++) {
         char buf[128];
         snprintf(buf, sizeof buf, "%s%s %s", r ? ", " : "", L->op[top[r]].name,
                  osdp_format_bytes((double)val[r], f[0], sizeof f[0]));
         strncat(parts, buf, sizeof parts - strlen(parts) - 1);
     }
-    osdp_plan_free(&p);
-    char steps[64] = "";
+    char steps[64] = "", lim[32];
     if (accum > 1) snprintf(steps, sizeof steps, " (%d micro-batches a step)", accum);
     return osdp_error_set(OSDP_ERR_INFEASIBLE,
         "no plan fits the memory limit of %s per rank at micro-batch %d%s on %d ranks: the smallest peak any plan "
-        "needs is %s (%lld bytes, in the %s of %s: sharded state %s + resident DP weights %s + activations %s "
-        "+ gradients and gathered weights in flight %s + workspace %s); the operators that dominate it: %s. "
+        "needs is %s (%lld bytes, in the %s of %s%s: %s; in bytes %s); the operators that dominate it: %s. "
         "Raise the memory limit, use more ranks, a shorter sequence or a smaller model",
-        osdp_format_bytes((double)limit, f[0], sizeof f[0]), b, steps, o->geo.n_ranks,
-        osdp_format_bytes((double)need, f[1], sizeof f[1]), need, forward ? "forward" : "backward", L->op[at].name,
-        osdp_format_bytes((double)cat[0], f[2], sizeof f[2]), osdp_format_bytes((double)cat[1], f[3], sizeof f[3]),
-        osdp_format_bytes((double)cat[2], f[4], sizeof f[4]), osdp_format_bytes((double)cat[3], f[5], sizeof f[5]),
-        osdp_format_bytes((double)osdp_cost_workspace(&cm, b), f[6], sizeof f[6]), parts);
+        osdp_format_bytes((double)limit, lim, sizeof lim), b, steps, o->geo.n_ranks,
+        osdp_format_bytes((double)need, f[1], sizeof f[1]), need, br.forward ? "forward" : "backward",
+        L->op[br.at_op].name, br.wrap ? ", the next pass's first weights prefetched" : "", named, sum, parts);
 }
 
 static int verify_applies(const osdp_device *dev, const osdp_planner_options *o)
@@ -353,7 +349,7 @@ static osdp_status run_sched(const osdp_layout *layout, const osdp_device *dev, 
     int b_unfit = b0;
     while (G > 0 && (G / N) % b_unfit != 0) b_unfit++;
     int unfit_searched = 0, unfit_no_plan = 0;
-    char unfit_why[1024] = "";
+    char unfit_why[2048] = "";
     /* pass 2: the best bound first; stop when no bound beats the best plan */
     qsort(cb, (size_t)nc, sizeof *cb, cmp_cand);
     int have = 0, tried = 0, timed_out = 0;

@@ -710,7 +710,10 @@ static void add_up(const osdp_event *ev, int n, size_t *current, size_t *total, 
         current[c] += ev[e].bytes;
         *total += ev[e].bytes;
         if (current[c] > out->peak[c]) out->peak[c] = current[c];
-        if (*total > out->peak_total) out->peak_total = *total;
+        if (*total > out->peak_total) {
+            out->peak_total = *total;
+            memcpy(out->at_peak, current, sizeof out->at_peak);
+        }
     }
 }
 

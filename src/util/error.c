@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
-static _Thread_local char error_message[1024];
+static _Thread_local char error_message[2048];   /* room for a no-fit message's breakdown behind a stage's prefix */
 
 osdp_status osdp_error_set(osdp_status code, const char *fmt, ...)
 {

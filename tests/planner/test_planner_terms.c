@@ -23,6 +23,9 @@
  *            among the terms (plan_context.h), so that the search's peak,
  *            osdp_pipe_stage_peak and the schedule's are equal; the plans
  *            whose peak that moment sets are counted (some are).
+ * Every plan drawn is also broken down (osdp_cost_peak_breakdown): its parts
+ * sum to the peak to the byte and, by the runtime's category, are what the
+ * schedule holds at its peak (random small models too).
  * And the stage's search against every plan of a stage (the fastest that
  * fits, at limits where the wrap moment decides), and the claim of
  * osdp_pipe_after_backward on the pass orders. */
@@ -120,6 +123,95 @@ static long long random_choices(const osdp_ps_context *ctx, const osdp_layout *L
     return ctx->fixed_bytes + osdp_ps_held_sum(ctx, ch) + osdp_ps_true_transient(ctx, ch);
 }
 
+/* the breakdown's counts (check_breakdown): plans checked, the moments they were at, and those the schedule's
+ * first peak moment holds other bytes per category at (an equal total reached at another moment) */
+static struct { long long plans, forward, wrap, reduce_once, recompute, other_moment; } g_parts;
+
+/* 1 when some moment of the schedule (setup, then the step's micro list; a test's own walk of its ALLOC and
+ * FREE events) holds `total` bytes made of cat per category */
+static int schedule_has_moment(const osdp_layout *L, const osdp_plan *p, const osdp_schedule_options *so,
+                               const long long *cat, long long total)
+{
+    osdp_schedule sc;
+    ck_assert(osdp_schedule_build(&sc, L, p, so) == OSDP_OK);
+    long long current[OSDP_MEMORY_N_CATEGORIES] = {0}, held = 0;
+    int found = 0;
+    for (int pass = 0; pass < 2 && !found; pass++) {
+        const osdp_event *list = pass ? sc.micro : sc.setup;
+        for (int e = 0; e < (pass ? sc.n_micro : sc.n_setup) && !found; e++) {
+            if (list[e].kind != OSDP_EV_ALLOC && list[e].kind != OSDP_EV_FREE) continue;
+            const long long sign = list[e].kind == OSDP_EV_ALLOC ? 1 : -1;
+            current[osdp_buffer_category(list[e].buffer)] += sign * (long long)list[e].bytes;
+            held += sign * (long long)list[e].bytes;
+            if (held != total) continue;
+            found = 1;
+            for (int q = 0; q < OSDP_MEMORY_N_CATEGORIES; q++) found &= current[q] == cat[q];
+        }
+    }
+    osdp_schedule_free(&sc);
+    return found;
+}
+
+/* The peak's breakdown (osdp_cost_peak_breakdown) of plan p against the schedule's evaluation pr of it: the
+ * parts sum to the peak to the byte, the operators' parts and the plan-independent ones to the parts, and
+ * the parts by the runtime's category are the schedule's at its peak (at_peak: the first moment it is
+ * reached), or else an equal total at another moment holds those bytes per category (the two forms
+ * break ties between moments differently; counted). */
+static void check_breakdown(const osdp_layout *L, const osdp_plan *p, const osdp_schedule_options *so,
+                            const step_case *c, const osdp_layout *sub, const osdp_peak_breakdown *br,
+                            const osdp_peak_parts *per_op, const osdp_memory_prediction *pr)
+{
+    long long sum = 0, by_op[OSDP_PEAK_N_PARTS] = {0}, cat[OSDP_MEMORY_N_CATEGORIES] = {0};
+    for (int k = 0; k < OSDP_PEAK_N_PARTS; k++) {
+        ck_assert_int_ge(br->parts.bytes[k], 0);
+        sum += br->parts.bytes[k];
+        cat[osdp_peak_part_category((osdp_peak_part)k)] += br->parts.bytes[k];
+    }
+    ck_assert_msg(sum == br->total && br->total == (long long)pr->peak_total, "%s N=%d B=%d: parts %lld, total %lld, "
+                  "schedule %zu", sub->cfg.name, c->N, c->B, sum, br->total, pr->peak_total);
+    for (int i = 0; per_op && i < sub->n_ops; i++)
+        for (int k = 0; k < OSDP_PEAK_N_PARTS; k++) {
+            ck_assert_int_ge(per_op[i].bytes[k], 0);
+            by_op[k] += per_op[i].bytes[k];
+        }
+    by_op[OSDP_PEAK_WORKSPACE] += br->parts.bytes[OSDP_PEAK_WORKSPACE];
+    by_op[OSDP_PEAK_TP_STAGING] += br->parts.bytes[OSDP_PEAK_TP_STAGING];
+    by_op[OSDP_PEAK_STAGE_INPUTS] += br->parts.bytes[OSDP_PEAK_STAGE_INPUTS];
+    for (int k = 0; per_op && k < OSDP_PEAK_N_PARTS; k++) ck_assert_int_eq(by_op[k], br->parts.bytes[k]);
+    int same = 1;
+    for (int q = 0; q < OSDP_MEMORY_N_CATEGORIES; q++) same &= cat[q] == (long long)pr->at_peak[q];
+    g_parts.plans++;
+    g_parts.forward += br->forward;
+    g_parts.wrap += br->wrap;
+    for (int i = 0; i < p->n_ops; i++) {
+        g_parts.reduce_once += p->reduce_once[i] > 0;
+        g_parts.recompute += p->recompute[i] > 0;
+    }
+    if (same) return;
+    g_parts.other_moment++;
+    same = schedule_has_moment(L, p, so, cat, br->total);
+    char a[256] = "", b[256] = "";
+    for (int q = 0; q < OSDP_MEMORY_N_CATEGORIES; q++) {
+        snprintf(a + strlen(a), sizeof a - strlen(a), " %s %lld", osdp_memory_category_name((osdp_memory_category)q),
+                 cat[q]);
+        snprintf(b + strlen(b), sizeof b - strlen(b), " %zu", pr->at_peak[q]);
+    }
+    ck_assert_msg(same, "%s N=%d B=%d prefetch %d P %d stage %d: the peak (%lld) at %s of op %d%s: cost model%s, "
+                  "schedule%s", sub->cfg.name, c->N, c->B, c->prefetch, c->P, c->stage, br->total,
+                  br->forward ? "forward" : "backward", br->at_op, br->wrap ? " (wrap)" : "", a, b);
+}
+
+/* what check_breakdown saw in one test (each test runs in a process of its own) */
+static void report_breakdowns(const char *what)
+{
+    printf("%s: %lld peak breakdowns equal to the schedule's peak, to the byte and by category (%lld at a forward "
+           "moment, %lld at a stage's wrap moment; %lld operators reducing once, %lld recomputed); %lld at an equal "
+           "total the schedule reaches at another moment than its first\n", what, g_parts.plans, g_parts.forward,
+           g_parts.wrap, g_parts.reduce_once, g_parts.recompute, g_parts.other_moment);
+    ck_assert_int_gt(g_parts.plans, 0);
+    memset(&g_parts, 0, sizeof g_parts);   /* the next test's own (the tests may share a process) */
+}
+
 /* trials random plans of one case: the search's peak against the schedule's
  * and, at a pipeline stage, osdp_pipe_stage_peak (all equal); returns how
  * many plans the stage's wrap moment set the peak of */
@@ -158,6 +250,15 @@ static int check_case(const osdp_layout *L, const step_case *c, int trials)
         ck_assert_msg(osdp_schedule_predict(L, &p, &so, &pr) == OSDP_OK, "%s", osdp_error_message());
         const long long schedule = (long long)pr.peak_total;
         if (!pipelined) {
+            osdp_cost_model cm;
+            const osdp_step_geometry geo = {.n_ranks = c->N, .pad_quantum = c->quantum, .prefetch = c->prefetch,
+                                            .residual_dtype = c->residual};
+            osdp_cost_model_init(&cm, L, &d, &geo, OSDP_COST_PAPER, c->node_ranks ? &hier : NULL);
+            osdp_peak_breakdown br;
+            osdp_peak_parts per_op[256];
+            ck_assert_int_le(L->n_ops, 256);
+            osdp_cost_peak_breakdown(&cm, &p, c->B, &br, per_op);
+            check_breakdown(L, &p, &so, c, L, &br, per_op, &pr);
             ck_assert_msg(search == schedule, "%s N=%d R=%d B=%d prefetch=%d %s quantum %d: search %lld, schedule %lld",
                           L->cfg.name, c->N, c->node_ranks, c->B, c->prefetch, osdp_dtype_name(c->weights), c->quantum,
                           search, schedule);
@@ -167,8 +268,10 @@ static int check_case(const osdp_layout *L, const step_case *c, int trials)
         const osdp_step_geometry geo = {.n_ranks = c->N, .pad_quantum = c->quantum, .prefetch = c->prefetch,
                                         .residual_dtype = c->residual};
         osdp_cost_model_init(&cm, L, &d, &geo, OSDP_COST_PAPER, c->node_ranks ? &hier : NULL);
-        const long long stage = osdp_pipe_stage_peak(&cm, &p, c->bounds, c->P, c->stage, c->schedule, c->B, c->accum,
-                                                     NULL);
+        osdp_peak_breakdown br;
+        const long long stage = osdp_pipe_stage_peak_breakdown(&cm, &p, c->bounds, c->P, c->stage, c->schedule, c->B,
+                                                               c->accum, &br);
+        check_breakdown(L, &p, &so, c, &sub, &br, NULL, &pr);
         ck_assert_msg(search == schedule && stage == schedule,
                       "%s stage %d of %d (%s, M=%d) B=%d prefetch=%d: search %lld, stage closed form %lld, schedule %lld",
                       L->cfg.name, c->stage, c->P, osdp_pipe_schedule_name(c->schedule), c->accum, c->B, c->prefetch,
@@ -203,6 +306,9 @@ START_TEST(test_search_terms_equal_schedule_dp_and_hierarchical)
         osdp_layout_free(&L);
     }
     ck_assert_int_gt(g_some_once, 0);   /* split operators reducing some slices once were among the plans */
+    ck_assert_int_gt(g_parts.reduce_once, 0);
+    ck_assert_int_gt(g_parts.recompute, 0);
+    report_breakdowns("dp and hierarchical");
 }
 END_TEST
 
@@ -239,6 +345,7 @@ START_TEST(test_search_terms_bf16_activations)
         }
     }
     ck_assert_int_eq(cases, 3 * 2 * 6 + 2 * 6 * 2);
+    report_breakdowns("bf16 activations");
 }
 END_TEST
 
@@ -262,6 +369,7 @@ START_TEST(test_search_terms_equal_schedule_tp)
             osdp_layout_free(&L);
         }
     }
+    report_breakdowns("tensor-parallel");
 }
 END_TEST
 
@@ -314,6 +422,70 @@ START_TEST(test_search_terms_pipeline_stage)
     /* the wrap moment is real: some plans' peak is set by it */
     printf("pipeline stages: %d random plans, the wrap moment sets the peak of %d\n", plans, moments);
     ck_assert_int_gt(moments, 0);
+    ck_assert_int_gt(g_parts.wrap, 0);
+    report_breakdowns("pipeline stages");
+}
+END_TEST
+
+/* The peak's breakdown on random small models (layers, heads, widths block by block, vocabulary, context,
+ * a tied head, naive or tiled attention, a naive or chunked head, bf16 activations) on random steps:
+ * DP groups of 1 to 8 ranks, nodes of 2 (plan mode h), tensor parallelism 1 or 2, micro-batches and
+ * accumulation, prefetch, padding, fp32 or bf16 weights and residual stream, gradients reduced auto or once,
+ * and the stages of random 2- to 3-stage pipelines (1F1B, GPipe, interleaved of one chunk): random plans
+ * of every choice (check_case: k of g slices, recompute, reduce-once slices), each plan's breakdown against
+ * the schedule's peak (check_breakdown) */
+START_TEST(test_breakdown_random_models)
+{
+    g_rng = 20261128;
+    int models = 0, stages = 0;
+    for (int r = 0; r < 40; r++) {
+        const int layers = 1 + (int)(rnd() % 3), heads = 1 << (rnd() % 3), head_dim = 8 << (rnd() % 2);
+        const int T = 8 << (rnd() % 3), vocab = 64 + (int)(rnd() % 500), tied = rnd() % 4 == 0;
+        char text[1024];
+        int n = snprintf(text, sizeof text, "[model]\nname = random_%d\nn_layer = %d\nn_head = %d\nn_embd = %d\n"
+                         "vocab = %d\nctx = %d\ntied_head = %s\n", r, layers, heads, heads * head_dim, vocab, T,
+                         tied ? "true" : "false");
+        if (rnd() % 3 == 0) {   /* blocks of their own widths */
+            n += snprintf(text + n, sizeof text - (size_t)n, "widths =");
+            for (int l = 0; l < layers; l++)
+                n += snprintf(text + n, sizeof text - (size_t)n, " %d", heads * head_dim * (1 + (int)(rnd() % 2)));
+            snprintf(text + n, sizeof text - (size_t)n, "\n");
+        }
+        osdp_model_config cfg;
+        ck_assert_msg(osdp_model_config_parse(&cfg, text, "random") == OSDP_OK, "%s: %s", text, osdp_error_message());
+        cfg.attention_naive = rnd() % 2;
+        cfg.head_naive = rnd() % 2;
+        const osdp_dtype weights = rnd() % 2 ? OSDP_BFLOAT16 : OSDP_FLOAT32;
+        cfg.act_bf16 = weights == OSDP_BFLOAT16 && rnd() % 3 == 0;
+        const int tp = heads % 2 == 0 && rnd() % 3 == 0 ? 2 : 1;
+        osdp_layout L;
+        ck_assert_msg(osdp_layout_build_tp(&L, &cfg, T, tp, 1 + (int)(rnd() % 3)) == OSDP_OK, "%s",
+                      osdp_error_message());
+        models++;
+        static const int ranks[] = {1, 2, 4, 8};
+        step_case c = {.N = ranks[rnd() % 4], .B = 1 + (int)(rnd() % 3), .accum = 1 + (int)(rnd() % 4),
+                       .prefetch = rnd() % 5 != 0, .quantum = rnd() % 2 ? 64 : 1, .weights = weights,
+                       .residual = weights == OSDP_BFLOAT16 && rnd() % 2 ? OSDP_BFLOAT16 : OSDP_FLOAT32, .P = 1,
+                       .grad_reduce = rnd() % 4 == 0 ? OSDP_GRAD_REDUCE_ONCE : OSDP_GRAD_REDUCE_AUTO};
+        c.node_ranks = c.N >= 4 && rnd() % 2 ? 2 : 0;
+        check_case(&L, &c, 15);
+        if (!tied && tp == 1 && L.n_ops >= 3) {   /* a pipeline (a tied head has none) */
+            static const osdp_pipe_schedule kinds[] = {OSDP_PIPE_1F1B, OSDP_PIPE_GPIPE, OSDP_PIPE_INTERLEAVED};
+            c.P = 2 + (int)(rnd() % (L.n_ops >= 4 ? 2 : 1));
+            c.schedule = kinds[rnd() % 3];
+            c.accum = c.schedule == OSDP_PIPE_INTERLEAVED ? c.P * (1 + (int)(rnd() % 2)) : 1 + (int)(rnd() % 6);
+            c.node_ranks = 0;
+            c.bounds[0] = 0;
+            for (int s = 1; s < c.P; s++)   /* at least one operator a stage */
+                c.bounds[s] = c.bounds[s - 1] + 1 + (int)(rnd() % (unsigned)(L.n_ops - c.bounds[s - 1] - (c.P - s)));
+            c.bounds[c.P] = L.n_ops;
+            for (c.stage = 0; c.stage < c.P; c.stage++, stages++) check_case(&L, &c, 10);
+        }
+        osdp_layout_free(&L);
+    }
+    ck_assert_int_eq(models, 40);
+    ck_assert_int_gt(stages, 0);
+    report_breakdowns("random models");
 }
 END_TEST
 
@@ -630,6 +802,21 @@ START_TEST(test_search_bounds_forward_moments)
             }
             peak[code] = osdp_cost_peak(&cm, &p, fc->B, NULL);
             back[code] = backward_peak(&cm, &p, fc->B);
+            if (peak[code] > back[code] && g_parts.forward < 200 * (long long)(ci + 1)) {
+                /* a forward moment's breakdown against the schedule's */
+                const step_case sc = {.N = fc->N, .B = fc->B, .accum = fc->accum, .prefetch = 1, .quantum = 1,
+                                      .weights = fc->weights, .P = 1};
+                const osdp_schedule_options so = {.geo.n_ranks = fc->N, .geo.micro_batch = fc->B,
+                                                  .geo.accum_steps = fc->accum, .geo.prefetch = 1,
+                                                  .geo.weight_dtype = fc->weights, .geo.pad_quantum = 1};
+                osdp_memory_prediction pr;
+                ck_assert(osdp_schedule_predict(&L, &p, &so, &pr) == OSDP_OK);
+                osdp_peak_breakdown br;
+                osdp_peak_parts per_op[16];
+                osdp_cost_peak_breakdown(&cm, &p, fc->B, &br, per_op);
+                ck_assert(br.forward);
+                check_breakdown(&L, &p, &so, &sc, &L, &br, per_op, &pr);
+            }
             time[code] = osdp_cost_step_time(&cm, &p, fc->B, fc->accum);
             if (peak[code] < least) least = peak[code];
             if (peak[code] > most) most = peak[code];
@@ -686,6 +873,8 @@ START_TEST(test_search_bounds_forward_moments)
            "by a forward one, %d plans whose peak is a forward moment\n", limits, forward_binds, forward_peaks);
     ck_assert_int_gt(forward_binds, 0);
     ck_assert_int_gt(forward_peaks, 0);
+    ck_assert_int_gt(g_parts.forward, 0);
+    report_breakdowns("forward moments");
 }
 END_TEST
 
@@ -751,7 +940,7 @@ static Suite *planner_terms_suite(void)
                             test_search_terms_bf16_activations,
                             test_search_terms_pipeline_stage, test_after_backward_at_most,
                             test_stage_search_against_every_plan, test_search_bounds_forward_moments,
-                            test_cost_per_slice, NULL};
+                            test_cost_per_slice, test_breakdown_random_models, NULL};
     const osdp_check_case cases[] = {{.name = "terms", .tests = terms}};
     return osdp_check_suite("planner_terms", cases, sizeof cases / sizeof cases[0]);
 }
