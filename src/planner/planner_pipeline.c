@@ -120,16 +120,18 @@ static void stage_options(const osdp_device *dev, const osdp_planner_options *o,
  * its search (osdp_ps_lp_bound: the fastest choices the memory limit allows, fractionally), the planned
  * stages' their own (busy[s] >= 0), in osdp_3d_split_bound's chain; INFINITY when a stage cannot fit.
  * chunks: the plan may also run interleaved (osdp_pipe_interleave_choose), whose step is at least the
- * busiest rank's work, at least the operators' total over P: the smaller of the two bounds */
+ * busiest rank's work, at least the operators' total over P: the smaller of the two bounds.  stage_lp
+ * (NULL: none): each stage's LP bound once computed (< 0: not yet), kept across calls on one (c, b, M) */
 static osdp_status stages_bound(const osdp_device *dev, const osdp_planner_options *o, int b, int M,
-                                const osdp_pipe_choice *c, const double *busy, int chunks, double *bound,
-                                double *chain_bound)
+                                const osdp_pipe_choice *c, const double *busy, int chunks, double *stage_lp,
+                                double *bound, double *chain_bound)
 {
     const int P = c->geo.pp_size;
     double before = 0, most = 0, total = 0;
     for (int s = 0; s < P; s++) {
         double t = busy ? busy[s] : -1;
-        if (t < 0) {
+        if (t < 0 && stage_lp && stage_lp[s] >= 0) t = stage_lp[s];
+        else if (t < 0) {
             osdp_stage_plan st;
             osdp_planner_options so;
             long long replicated, limit;
@@ -142,6 +144,7 @@ static osdp_status stages_bound(const osdp_device *dev, const osdp_planner_optio
             if (status != OSDP_OK) return status;
             t = limit <= 0 ? INFINITY : osdp_ps_lp_bound(&ctx, NULL, limit - ctx.fixed_bytes - osdp_ps_min_transient(&ctx));
             osdp_ps_context_free(&ctx);
+            if (stage_lp) stage_lp[s] = t;
         }
         if (isinf(t)) {
             *bound = INFINITY;
@@ -172,11 +175,13 @@ static osdp_status plan_stages(const osdp_device *dev, const osdp_planner_option
     for (int s = 0; s < c->n_stages_planned; s++) osdp_planner_result_free(&c->stage[s].result);
     c->n_stages_planned = 0;
     *bounded = 0;
-    double busy[OSDP_MAX_STAGES];
-    for (int s = 0; s < P; s++) busy[s] = -1;
+    /* busy: the planned stages' times; stage_lp: the others' bounds, each built once (their contexts were
+     * built again after every planned stage: P^2 / 2 of them, most of a 32-stage pipeline's search) */
+    double busy[OSDP_MAX_STAGES], stage_lp[OSDP_MAX_STAGES];
+    for (int s = 0; s < P; s++) busy[s] = stage_lp[s] = -1;
     if (cutoff >= 0) {
         double bound;
-        osdp_status status = stages_bound(dev, o, b, M, c, NULL, chunks, &bound, NULL);
+        osdp_status status = stages_bound(dev, o, b, M, c, NULL, chunks, stage_lp, &bound, NULL);
         if (status != OSDP_OK) return status;
         if (isinf(bound) || bound > cutoff) {   /* INFINITY: some stage cannot fit whatever its plan */
             *bounded = 1;
@@ -250,7 +255,7 @@ static osdp_status plan_stages(const osdp_device *dev, const osdp_planner_option
         if (cutoff >= 0 && isfinite(cutoff) && s + 1 < P) {   /* its own time for its bound: the rest may be left unplanned */
             busy[s] = st->busy_s;
             double bound;
-            osdp_status status = stages_bound(dev, o, b, M, c, busy, chunks, &bound, NULL);
+            osdp_status status = stages_bound(dev, o, b, M, c, busy, chunks, stage_lp, &bound, NULL);
             if (status != OSDP_OK) return status;
             if (bound > cutoff) {
                 *bounded = 1;
@@ -470,7 +475,7 @@ osdp_status osdp_pipe_split_bound(const osdp_layout *layout, const osdp_device *
     c->hierarchical = osdp_planner_hierarchy(o, dev_in, tp, c->geo.n_ranks, pp, &c->hierarchy) != NULL;
     osdp_device level;
     osdp_cost_device_for_mesh(dev_in, tp, c->geo.n_ranks, pp, &level);
-    osdp_status s = stages_bound(&level, o, b, M, c, NULL, chunks, bound, bound_1f1b);
+    osdp_status s = stages_bound(&level, o, b, M, c, NULL, chunks, NULL, bound, bound_1f1b);
     free(c);
     return s;
 }
