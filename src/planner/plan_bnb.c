@@ -177,32 +177,30 @@ static int moment_bound(osdp_ps_context *ctx, const unsigned char *A, const int 
     return 0;
 }
 
+/* fix_by_bounds's test of one bound: the choice goes when it proves nothing beats the best */
+typedef struct fix_arg { osdp_ps_context *ctx; const osdp_ps_best *best; } fix_arg;
+static int fix_drops(void *arg, double bound)
+{
+    fix_arg *f = arg;
+    const int gone = beyond(f->ctx, f->best, bound);
+    f->ctx->counters->bound_cuts += gone;
+    return gone;
+}
+
 /* Drops from A (a search's first node) the choices in no plan of A that
  * beats the best: with the choice forced, the LP bound of the knapsack
- * over R (budget lim) at or above the best (the margin of moment_bound).
- * Fewer choices, fewer terms to branch on.  The time search only; 0 when
- * an operator is left without a choice.  row: scratch of stride. */
-static int fix_by_bounds(osdp_ps_context *ctx, unsigned char *A, long long lim, const osdp_ps_best *best,
-                         unsigned char *row)
+ * over R (budget lim) at or above the best (the margin of moment_bound),
+ * operator by operator (osdp_ps_lp_prune_forced: each choice one binary
+ * search in the other operators' LP, not an LP of its own; with --split
+ * auto's hundreds of choices per operator the whole LPs were 98% of a
+ * 162-operator stage's search).  Fewer choices, fewer terms to branch on.
+ * The time search only; 0 when an operator is left without a choice, -1
+ * out of memory. */
+static int fix_by_bounds(osdp_ps_context *ctx, unsigned char *A, long long lim, const osdp_ps_best *best)
 {
     if (ctx->minimise_memory || ctx->wrap_first_pass || (!best->found && isinf(ctx->cutoff))) return 1;
-    const int n = ctx->n_ops;
-    for (int i = 0; i < n; i++) {
-        unsigned char *Ai = A + PS_CHOICE(ctx, i, 0);
-        memcpy(row, Ai, (size_t)ctx->stride);
-        int left = 0;
-        for (int c = 0; c < ctx->n_choices[i]; c++) {
-            if (!row[c]) continue;
-            memset(Ai, 0, (size_t)ctx->stride);
-            Ai[c] = 1;
-            const int gone = beyond(ctx, best, osdp_ps_lp_bound(ctx, A, lim));
-            if (gone) row[c] = 0, ctx->counters->bound_cuts++;
-            else left = 1;
-            memcpy(Ai, row, (size_t)ctx->stride);
-        }
-        if (!left) return 0;
-    }
-    return 1;
+    fix_arg f = {.ctx = ctx, .best = best};
+    return osdp_ps_lp_prune_forced(ctx, A, lim, fix_drops, &f);
 }
 
 /* Branch and bound over the constraints Z_u <= d and F_u <= d (true Z, F)
@@ -258,11 +256,11 @@ static osdp_status bnb(osdp_ps_context *ctx, unsigned char *base, long long d, l
     spare_sets spare = {.n = 0};
     osdp_status s = OSDP_OK;
     if (!ctx->minimise_memory && (best->found || !isinf(ctx->cutoff))) {   /* the first node, less what its bound excludes */
-        unsigned char *F = dup_allow(ctx, base, &spare), *row = malloc((size_t)ctx->stride);
-        if (!F || !row) s = osdp_error_set(OSDP_ERR_OOM, "planner: out of host memory");
-        else if (fix_by_bounds(ctx, F, lim, best, row) && osdp_ps_propagate(ctx, F, d, mn)) stack[sp++] = F, F = NULL;
+        unsigned char *F = dup_allow(ctx, base, &spare);
+        const int fixed = F ? fix_by_bounds(ctx, F, lim, best) : -1;
+        if (fixed < 0) s = osdp_error_set(OSDP_ERR_OOM, "planner: out of host memory");
+        else if (fixed && osdp_ps_propagate(ctx, F, d, mn)) stack[sp++] = F, F = NULL;
         free(F);
-        free(row);
     } else {
         stack[sp++] = base;
     }

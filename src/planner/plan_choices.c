@@ -403,6 +403,10 @@ osdp_status osdp_ps_context_build_wrap(osdp_ps_context *ctx, const osdp_layout *
     memset(ctx, 0, sizeof *ctx);
     osdp_cost_model_init(&ctx->cost, L, dev, &o->geo, o->cost, o->hierarchy);
     ctx->cost.recompute = o->recompute;
+    /* the cuts of each operator and g once, not once per (k, recompute, reduce-once) choice: with --split
+     * auto and --grad-reduce auto a hundred choices or more per g (the 3D search's bound contexts, built
+     * per stage and candidate, spent 40% of their time cutting) */
+    if (!cuts) cuts = ctx->own_cuts = osdp_cost_cuts_new(L->n_ops);   /* NULL: uncached, as before */
     ctx->cost.cuts = cuts;
     ctx->cost.in_flight = o->stage_in_flight;
     ctx->cost.stage_buffer_bytes = o->stage_buffer_bytes;

@@ -20,6 +20,7 @@ void osdp_ps_context_free(osdp_ps_context *ctx)
     free(ctx->knap_mem); free(ctx->knap_time); free(ctx->knap_mem_buf); free(ctx->knap_time_buf);
     osdp_search_workspace_free(ctx->search_workspace);
     osdp_ps_knap_cache_free(ctx->knap_cache);
+    osdp_cost_cuts_free(ctx->own_cuts);
     memset(ctx, 0, sizeof *ctx);
 }
 

@@ -197,6 +197,62 @@ double osdp_ps_moment_lp_bound(const osdp_ps_context *ctx, const unsigned char *
     return lp_bound(ctx, allow, room, u);
 }
 
+/* a choice's key for the hull: its bytes, then its time, then its index (the order of a stable sort) */
+typedef struct hull_key { long long bytes; double time; int c; } hull_key;
+static int cmp_hull_key(const void *x, const void *y)
+{
+    const hull_key *a = x, *b = y;
+    if (a->bytes != b->bytes) return a->bytes < b->bytes ? -1 : 1;
+    if (a->time != b->time) return a->time < b->time ? -1 : 1;
+    return (a->c > b->c) - (a->c < b->c);
+}
+
+/* Operator u's lower convex hull of (bytes, time) over its allowed choices (allow: its row, NULL: all):
+ * its choices in order of bytes into h, the number returned (0: none allowed).  key: scratch of stride. */
+static int hull_of(const osdp_ps_context *ctx, const unsigned char *allow, int moment, int u, hull_key *key, int *h)
+{
+    int no = 0;
+    for (int c = 0; c < ctx->n_choices[u]; c++) {   /* the allowed choices by (R, t) */
+        if (allow && !allow[c]) continue;
+        key[no++] = (hull_key){.bytes = lp_bytes(ctx, moment, u, c), .time = ctx->objective[PS_CHOICE(ctx, u, c)], .c = c};
+    }
+    qsort(key, (size_t)no, sizeof *key, cmp_hull_key);
+    int nh = 0;
+    long long hb[2] = {0, 0};   /* the bytes of h[nh - 2], h[nh - 1] */
+    for (int j = 0; j < no; j++) {
+        const double *t = ctx->objective;
+        size_t cc = PS_CHOICE(ctx, u, key[j].c);
+        if (nh > 0 && t[cc] >= t[PS_CHOICE(ctx, u, h[nh - 1])]) continue; /* dominated */
+        while (nh >= 2) {
+            size_t a = PS_CHOICE(ctx, u, h[nh - 2]), b = PS_CHOICE(ctx, u, h[nh - 1]);
+            const long long ra = hb[0], rb = hb[1], rc = key[j].bytes;
+            double lhs = (t[a] - t[b]) * (double)(rc - ra);
+            double rhs = (t[a] - t[cc]) * (double)(rb - ra);
+            if (lhs > rhs) break; /* b strictly below the chord a-c */
+            nh--;
+            hb[1] = hb[0];
+            if (nh >= 2) hb[0] = lp_bytes(ctx, moment, u, h[nh - 2]);
+        }
+        h[nh++] = key[j].c;
+        hb[0] = hb[1];
+        hb[1] = key[j].bytes;
+    }
+    return nh;
+}
+
+/* the edges of hull h (nh choices of operator u) into seg, their number */
+static int hull_edges(const osdp_ps_context *ctx, int moment, int u, const int *h, int nh, seg_t *seg)
+{
+    for (int j = 0; j + 1 < nh; j++) {
+        size_t a = PS_CHOICE(ctx, u, h[j]), b = PS_CHOICE(ctx, u, h[j + 1]);
+        seg[j].dm = lp_bytes(ctx, moment, u, h[j + 1]) - lp_bytes(ctx, moment, u, h[j]);
+        seg[j].dt = ctx->objective[a] - ctx->objective[b];
+        seg[j].eff = seg[j].dt / (double)seg[j].dm;
+        seg[j].mult = 1;
+    }
+    return nh > 0 ? nh - 1 : 0;
+}
+
 static double lp_bound(const osdp_ps_context *ctx, const unsigned char *allow, long long lim, int moment)
 {
     const int n = ctx->n_ops, stride = ctx->stride;
@@ -207,7 +263,12 @@ static double lp_bound(const osdp_ps_context *ctx, const unsigned char *allow, l
     if (!seg) return 0; /* no bound */
     long long *base_bytes = (long long *)(seg + nseg);
     double *base_time = (double *)(base_bytes + n);
-    int *h = (int *)(base_time + n), *ord = h + stride, *last = ord + stride, *s0 = last + 4 * n, *s1 = s0 + n;
+    int *h = (int *)(base_time + n), *last = h + 2 * stride, *s0 = last + 4 * n, *s1 = s0 + n;
+    hull_key *scratch = malloc(sizeof *scratch * (size_t)stride);
+    if (!scratch) {
+        free(seg);
+        return 0;
+    }
     for (int g = 0; g < 4 * n; g++) last[g] = -1;
     const int at = moment >= 0 ? osdp_ps_moment_of(ctx, moment).op : -1;   /* the moment's operator */
     double t = 0;
@@ -226,52 +287,17 @@ static double lp_bound(const osdp_ps_context *ctx, const unsigned char *allow, l
             for (int j = s0[p]; j < s1[p]; j++) seg[j].mult++;
             continue;
         }
-        int no = 0;
-        for (int c = 0; c < ctx->n_choices[u]; c++) { /* insertion sort of the allowed choices by (R, t) */
-            if (allow && !allow[PS_CHOICE(ctx, u, c)]) continue;
-            int j = no++;
-            while (j > 0) {
-                size_t a = PS_CHOICE(ctx, u, ord[j - 1]), b = PS_CHOICE(ctx, u, c);
-                const long long ra = lp_bytes(ctx, moment, u, ord[j - 1]), rb = lp_bytes(ctx, moment, u, c);
-                if (ra < rb || (ra == rb && ctx->objective[a] <= ctx->objective[b])) break;
-                ord[j] = ord[j - 1];
-                j--;
-            }
-            ord[j] = c;
-        }
-        if (no == 0) {
+        const int nh = hull_of(ctx, allow ? allow + PS_CHOICE(ctx, u, 0) : NULL, moment, u, scratch, h);
+        if (nh == 0) {
             empty = 1;
             break;
-        }
-        int nh = 0;
-        for (int j = 0; j < no; j++) {
-            size_t cc = PS_CHOICE(ctx, u, ord[j]);
-            if (nh > 0 && ctx->objective[cc] >= ctx->objective[PS_CHOICE(ctx, u, h[nh - 1])]) continue; /* dominated */
-            while (nh >= 2) {
-                size_t a = PS_CHOICE(ctx, u, h[nh - 2]), b = PS_CHOICE(ctx, u, h[nh - 1]);
-                const double *t = ctx->objective;
-                const long long ra = lp_bytes(ctx, moment, u, h[nh - 2]), rb = lp_bytes(ctx, moment, u, h[nh - 1]);
-                const long long rc = lp_bytes(ctx, moment, u, ord[j]);
-                double lhs = (t[a] - t[b]) * (double)(rc - ra);
-                double rhs = (t[a] - t[cc]) * (double)(rb - ra);
-                if (lhs > rhs) break; /* b strictly below the chord a-c */
-                nh--;
-            }
-            h[nh++] = ord[j];
         }
         base_bytes[u] = lp_bytes(ctx, moment, u, h[0]);
         base_time[u] = ctx->objective[PS_CHOICE(ctx, u, h[0])];
         lim -= base_bytes[u];
         t += base_time[u];
         s0[u] = ns;
-        for (int j = 0; j + 1 < nh; j++) {
-            size_t a = PS_CHOICE(ctx, u, h[j]), b = PS_CHOICE(ctx, u, h[j + 1]);
-            seg[ns].dm = lp_bytes(ctx, moment, u, h[j + 1]) - lp_bytes(ctx, moment, u, h[j]);
-            seg[ns].dt = ctx->objective[a] - ctx->objective[b];
-            seg[ns].eff = seg[ns].dt / (double)seg[ns].dm;
-            seg[ns].mult = 1;
-            ns++;
-        }
+        ns += hull_edges(ctx, moment, u, h, nh, seg + ns);
         s1[u] = ns;
         if (side >= 0) last[key] = u;
     }
@@ -289,5 +315,107 @@ static double lp_bound(const osdp_ps_context *ctx, const unsigned char *allow, l
         }
     }
     free(seg);
+    free(scratch);
     return t * (1 - 1e-9);
+}
+
+/* osdp_ps_lp_prune_forced (plan_knap.h).  Forcing choice c on operator i
+ * leaves the other operators' LP as it was: a concave piecewise-linear
+ * function of the budget, their hulls' edges taken by decreasing time saved
+ * per byte.  So, per operator i, those edges are sorted once with prefix
+ * sums of bytes and times, and each choice c is one binary search at the
+ * budget lim - (the others' base bytes) - R_c, plus t_c: the value
+ * osdp_ps_lp_bound(A with row i = {c}, lim) computes (up to the order of
+ * its additions: the bound's 1e-9 loosening covers it), in O(log) instead of
+ * a whole LP.  Operators of one group with the same allowed row share one
+ * hull; an operator's hull is rebuilt once its row has changed. */
+/* operator u's hull from its row of A: base point (bytes, time) and edges hseg[u stride ..] (an earlier
+ * operator of its group with the same row: its copy); 0 when the row allows nothing */
+static int forced_hull(const osdp_ps_context *ctx, const unsigned char *A, int u, hull_key *key, int *h, seg_t *hseg,
+                       long long *base_bytes, double *base_time, int *nseg)
+{
+    const unsigned char *row = A + PS_CHOICE(ctx, u, 0);
+    for (int q = u - 1; q >= 0; q--)
+        if (ctx->group[q] == ctx->group[u] && memcmp(A + PS_CHOICE(ctx, q, 0), row, (size_t)ctx->n_choices[u]) == 0) {
+            base_bytes[u] = base_bytes[q];
+            base_time[u] = base_time[q];
+            nseg[u] = nseg[q];
+            memcpy(hseg + PS_CHOICE(ctx, u, 0), hseg + PS_CHOICE(ctx, q, 0), sizeof *hseg * (size_t)nseg[q]);
+            return 1;
+        }
+    const int nh = hull_of(ctx, row, -1, u, key, h);
+    if (nh == 0) return 0;
+    base_bytes[u] = ctx->held_bytes[PS_CHOICE(ctx, u, h[0])];
+    base_time[u] = ctx->objective[PS_CHOICE(ctx, u, h[0])];
+    nseg[u] = hull_edges(ctx, -1, u, h, nh, hseg + PS_CHOICE(ctx, u, 0));
+    return 1;
+}
+
+int osdp_ps_lp_prune_forced(const osdp_ps_context *ctx, unsigned char *A, long long lim,
+                            int (*drop)(void *arg, double bound), void *arg)
+{
+    const int n = ctx->n_ops, stride = ctx->stride;
+    const size_t nk = (size_t)n * (size_t)stride;
+    seg_t *hseg = malloc(sizeof *hseg * (nk + 1)), *seg = malloc(sizeof *seg * (nk + 1));
+    long long *base_bytes = malloc(sizeof *base_bytes * (size_t)n), *cum_dm = malloc(sizeof *cum_dm * (nk + 1));
+    double *base_time = malloc(sizeof *base_time * (size_t)n), *cum_dt = malloc(sizeof *cum_dt * (nk + 1));
+    int *nseg = malloc(sizeof *nseg * (size_t)n), *h = malloc(sizeof *h * (size_t)stride);
+    hull_key *key = malloc(sizeof *key * (size_t)stride);
+    int ret = -1;
+    if (!hseg || !seg || !base_bytes || !cum_dm || !base_time || !cum_dt || !nseg || !h || !key) goto out;
+    for (int u = 0; u < n; u++)
+        if (!forced_hull(ctx, A, u, key, h, hseg, base_bytes, base_time, nseg)) {
+            ret = 0;
+            goto out;
+        }
+    for (int i = 0; i < n; i++) {
+        /* the other operators' edges by decreasing time per byte, their prefix sums */
+        long long others_bytes = 0;
+        double others_time = 0;
+        int ns = 0;
+        for (int u = 0; u < n; u++) {
+            if (u == i) continue;
+            others_bytes += base_bytes[u];
+            others_time += base_time[u];
+            memcpy(seg + ns, hseg + PS_CHOICE(ctx, u, 0), sizeof *seg * (size_t)nseg[u]);
+            ns += nseg[u];
+        }
+        qsort(seg, (size_t)ns, sizeof *seg, cmp_seg);
+        cum_dm[0] = 0;
+        cum_dt[0] = 0;
+        for (int j = 0; j < ns; j++) {
+            cum_dm[j + 1] = cum_dm[j] + seg[j].dm;
+            cum_dt[j + 1] = cum_dt[j] + seg[j].dt;
+        }
+        unsigned char *row = A + PS_CHOICE(ctx, i, 0);
+        int left = 0, changed = 0;
+        for (int c = 0; c < ctx->n_choices[i]; c++) {
+            if (!row[c]) continue;
+            const size_t a = PS_CHOICE(ctx, i, c);
+            const long long room = lim - others_bytes - ctx->held_bytes[a];
+            double t = INFINITY;
+            if (room >= 0) {   /* the edges that fit whole: the first k (cum_dm ascends) */
+                int lo = 0, hi = ns;
+                while (lo < hi) {
+                    const int mid = lo + (hi - lo + 1) / 2;
+                    if (cum_dm[mid] <= room) lo = mid;
+                    else hi = mid - 1;
+                }
+                t = others_time + ctx->objective[a] - cum_dt[lo];
+                if (lo < ns) t -= seg[lo].dt * ((double)(room - cum_dm[lo]) / (double)seg[lo].dm);
+                t *= 1 - 1e-9;
+            }
+            if (drop(arg, t)) row[c] = 0, changed = 1;
+            else left = 1;
+        }
+        if (!left) {
+            ret = 0;
+            goto out;
+        }
+        if (changed) forced_hull(ctx, A, i, key, h, hseg, base_bytes, base_time, nseg);
+    }
+    ret = 1;
+out:
+    free(hseg); free(seg); free(base_bytes); free(cum_dm); free(base_time); free(cum_dt); free(nseg); free(h); free(key);
+    return ret;
 }

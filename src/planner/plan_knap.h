@@ -28,5 +28,15 @@ osdp_status osdp_ps_fewest_bytes_faster(osdp_ps_context *ctx, double best, int *
 double osdp_ps_lp_bound(const osdp_ps_context *ctx, const unsigned char *allow, long long lim);
 /* the same for osdp_ps_moment_knapsack's knapsack (moment u, budget room) */
 double osdp_ps_moment_lp_bound(const osdp_ps_context *ctx, const unsigned char *allow, int u, long long room);
+/* Drops from A, operator by operator in order, each allowed choice c of
+ * operator i for which drop(arg, v) says so, v the LP bound of the knapsack
+ * over A with operator i's row {c} alone and budget lim (osdp_ps_lp_bound's
+ * value, up to the rounding its loosening covers); the rows of the
+ * operators before i are those left by their own turn.  The same as that
+ * loop of whole LP bounds, each choice one binary search (plan_knap.c).
+ * 1, or 0 when some operator is left without a choice (or allowed none),
+ * -1 out of memory. */
+int osdp_ps_lp_prune_forced(const osdp_ps_context *ctx, unsigned char *A, long long lim,
+                            int (*drop)(void *arg, double bound), void *arg);
 
 #endif

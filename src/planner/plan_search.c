@@ -14,6 +14,58 @@ static int cmp_ll(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
+/* v[0 .. n) ascending and distinct in place, their number (qsort's order): an LSD radix sort on 16-bit
+ * digits of the keys less the smallest, the digits all keys share skipped (a stage's candidates span
+ * under 2^48 bytes: three passes at most), then one pass dropping repeats.  The candidates of a
+ * 9-operator stage with --split auto and --recompute auto number up to 400 000, and qsort's comparisons
+ * were two thirds of a 32-stage pipeline's search.  -1 when out of memory. */
+#define RADIX_BITS 16
+static long long sort_unique(long long *v, size_t n)
+{
+    if (n > 1 && n < 1024) {
+        qsort(v, n, sizeof *v, cmp_ll);
+    } else if (n > 1) {
+        unsigned long long *a = (unsigned long long *)v, *tmp = malloc(sizeof *tmp * n);
+        size_t *count = malloc(sizeof *count << RADIX_BITS);
+        if (!tmp || !count) {
+            free(tmp);
+            free(count);
+            return -1;
+        }
+        long long lo = v[0];
+        for (size_t i = 1; i < n; i++)
+            if (v[i] < lo) lo = v[i];
+        unsigned long long varies = 0;
+        for (size_t i = 0; i < n; i++) {
+            a[i] = (unsigned long long)v[i] - (unsigned long long)lo;   /* v[i] - lo >= 0, as unsigned */
+            varies |= a[i];
+        }
+        const unsigned long long digit = (1ULL << RADIX_BITS) - 1;
+        unsigned long long *src = a, *dst = tmp;
+        for (int shift = 0; shift < 64 && varies >> shift; shift += RADIX_BITS) {
+            memset(count, 0, sizeof *count << RADIX_BITS);
+            for (size_t i = 0; i < n; i++) count[(src[i] >> shift) & digit]++;
+            size_t at = 0;
+            for (size_t d = 0; d <= digit; d++) {
+                const size_t c = count[d];
+                count[d] = at;
+                at += c;
+            }
+            for (size_t i = 0; i < n; i++) dst[count[(src[i] >> shift) & digit]++] = src[i];
+            unsigned long long *t = src;
+            src = dst;
+            dst = t;
+        }
+        for (size_t i = 0; i < n; i++) v[i] = (long long)(src[i] + (unsigned long long)lo);
+        free(tmp);
+        free(count);
+    }
+    size_t w = 0;
+    for (size_t j = 0; j < n; j++)
+        if (w == 0 || v[j] != v[w - 1]) v[w++] = v[j];
+    return (long long)w;
+}
+
 /* distinct values of v[i][0 .. n_choices[i]) ascending into out; their number */
 static int distinct(const osdp_ps_context *ctx, const long long *v, int i, long long *out)
 {
@@ -53,11 +105,9 @@ static int sumset(long long **S, size_t *nS, size_t *capS, const long long *vals
     for (int a = nv - 1; a >= 1; a--) /* block a from the original sums, block 0 last */
         for (size_t i = 0; i < *nS; i++) (*S)[(size_t)a * *nS + i] = (*S)[i] + vals[a];
     for (size_t i = 0; i < *nS; i++) (*S)[i] += vals[0];
-    qsort(*S, need, sizeof **S, cmp_ll);
-    size_t w = 0;
-    for (size_t j = 0; j < need; j++)
-        if (w == 0 || (*S)[j] != (*S)[w - 1]) (*S)[w++] = (*S)[j];
-    *nS = w;
+    const long long w = sort_unique(*S, need);
+    if (w < 0) return -1;
+    *nS = (size_t)w;
     return 0;
 }
 
@@ -125,12 +175,13 @@ static osdp_status candidates(const osdp_ps_context *ctx, long long dlo, long lo
         }
     }
     free(lw); free(S); free(qual);
-    qsort(cand, nc, sizeof *cand, cmp_ll);
-    size_t w = 0;
-    for (size_t j = 0; j < nc; j++)
-        if (w == 0 || cand[j] != cand[w - 1]) cand[w++] = cand[j];
+    const long long w = sort_unique(cand, nc);
+    if (w < 0) {
+        free(cand);
+        return osdp_error_set(OSDP_ERR_OOM, "planner: out of host memory");
+    }
     *out = cand;
-    *ncand = w;
+    *ncand = (size_t)w;
     return OSDP_OK;
 oom:
     free(cand); free(lw); free(S); free(qual);

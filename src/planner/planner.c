@@ -91,6 +91,7 @@ static osdp_status search_plan(const osdp_layout *L, const osdp_device *dev, con
         if (ctx.n_wrap_values > 1) n_wrap = ctx.n_wrap_values;
         *cost = ctx.cost;
         cost->reduce_once = NULL;   /* the context's own array (peak and time read the plan's) */
+        cost->cuts = cuts;          /* not the context's own cache, freed with it */
         ctx.deadline = deadline;
         /* after a plan: only a faster one (the memory search compares peaks across contexts below) */
         ctx.cutoff = *found && !minimise_memory ? nextafter(*value, -INFINITY) : cutoff;

@@ -326,7 +326,7 @@ static osdp_status add_candidates(const osdp_layout *layout, const int *classes,
              * INFINITY when one of its stages cannot fit */
             double aware = 0, aware_1f1b = 0;
             if (balanced)
-                s = osdp_pipe_split_bound(layout, dev, o, tp, pp, st->planned, bounds, b, c->M, chunks, &aware,
+                s = osdp_pipe_split_bound(layout, classes, dev, o, tp, pp, st->planned, bounds, b, c->M, chunks, &aware,
                                           &aware_1f1b);
             if (s != OSDP_OK) {
                 free(c->op_s);

@@ -120,16 +120,39 @@ static void stage_options(const osdp_device *dev, const osdp_planner_options *o,
  * its search (osdp_ps_lp_bound: the fastest choices the memory limit allows, fractionally), the planned
  * stages' their own (busy[s] >= 0), in osdp_3d_split_bound's chain; INFINITY when a stage cannot fit.
  * chunks: the plan may also run interleaved (osdp_pipe_interleave_choose), whose step is at least the
- * busiest rank's work, at least the operators' total over P: the smaller of the two bounds */
+ * busiest rank's work, at least the operators' total over P: the smaller of the two bounds.  stage_lp
+ * (NULL: none): each stage's LP bound once computed (< 0: not yet), kept across calls on one (c, b, M).
+ * classes (osdp_stage_classes of c's layout; NULL: none): a stage whose stage-cache key (stage_cache.h:
+ * contents, recompute flags, receiving, in flight; the mesh, b, M and schedule are the call's) equals an
+ * earlier stage's takes its bound, the same context built from the same options (under 1F1B the stages
+ * before the last M all hold M micro-batches: a 64-stage pipeline at M = 8 has 57 of one key but for
+ * their contents) */
+static int same_stage_key(const osdp_pipe_choice *c, const osdp_planner_options *o, const int *classes, int M,
+                          int s, int q)
+{
+    const int *sb = c->geo.stage_bounds, n = sb[s + 1] - sb[s];
+    if ((s > 0) != (q > 0) || n != sb[q + 1] - sb[q]) return 0;
+    const int P = c->geo.pp_size;
+    if (osdp_pipe_in_flight(c->geo.pipe_schedule, P, s, M) != osdp_pipe_in_flight(c->geo.pipe_schedule, P, q, M))
+        return 0;
+    if (memcmp(classes + sb[s], classes + sb[q], sizeof *classes * (size_t)n) != 0) return 0;
+    return !o->recompute || memcmp(o->recompute + sb[s], o->recompute + sb[q], sizeof *o->recompute * (size_t)n) == 0;
+}
+
 static osdp_status stages_bound(const osdp_device *dev, const osdp_planner_options *o, int b, int M,
-                                const osdp_pipe_choice *c, const double *busy, int chunks, double *bound,
-                                double *chain_bound)
+                                const osdp_pipe_choice *c, const double *busy, int chunks, const int *classes,
+                                double *stage_lp, double *bound, double *chain_bound)
 {
     const int P = c->geo.pp_size;
     double before = 0, most = 0, total = 0;
+    double lp[OSDP_MAX_STAGES];   /* this call's stage bounds, for the stages of one key */
     for (int s = 0; s < P; s++) {
         double t = busy ? busy[s] : -1;
-        if (t < 0) {
+        lp[s] = stage_lp ? stage_lp[s] : -1;
+        for (int q = 0; q < s && t < 0 && lp[s] < 0 && classes; q++)
+            if (lp[q] >= 0 && same_stage_key(c, o, classes, M, s, q)) lp[s] = lp[q];
+        if (t < 0 && lp[s] >= 0) t = lp[s];
+        else if (t < 0) {
             osdp_stage_plan st;
             osdp_planner_options so;
             long long replicated, limit;
@@ -142,7 +165,9 @@ static osdp_status stages_bound(const osdp_device *dev, const osdp_planner_optio
             if (status != OSDP_OK) return status;
             t = limit <= 0 ? INFINITY : osdp_ps_lp_bound(&ctx, NULL, limit - ctx.fixed_bytes - osdp_ps_min_transient(&ctx));
             osdp_ps_context_free(&ctx);
+            lp[s] = t;
         }
+        if (stage_lp) stage_lp[s] = lp[s];
         if (isinf(t)) {
             *bound = INFINITY;
             if (chain_bound) *chain_bound = INFINITY;
@@ -172,11 +197,13 @@ static osdp_status plan_stages(const osdp_device *dev, const osdp_planner_option
     for (int s = 0; s < c->n_stages_planned; s++) osdp_planner_result_free(&c->stage[s].result);
     c->n_stages_planned = 0;
     *bounded = 0;
-    double busy[OSDP_MAX_STAGES];
-    for (int s = 0; s < P; s++) busy[s] = -1;
+    /* busy: the planned stages' times; stage_lp: the others' bounds, each built once (their contexts were
+     * built again after every planned stage: P^2 / 2 of them, most of a 32-stage pipeline's search) */
+    double busy[OSDP_MAX_STAGES], stage_lp[OSDP_MAX_STAGES];
+    for (int s = 0; s < P; s++) busy[s] = stage_lp[s] = -1;
     if (cutoff >= 0) {
         double bound;
-        osdp_status status = stages_bound(dev, o, b, M, c, NULL, chunks, &bound, NULL);
+        osdp_status status = stages_bound(dev, o, b, M, c, NULL, chunks, classes, stage_lp, &bound, NULL);
         if (status != OSDP_OK) return status;
         if (isinf(bound) || bound > cutoff) {   /* INFINITY: some stage cannot fit whatever its plan */
             *bounded = 1;
@@ -250,7 +277,7 @@ static osdp_status plan_stages(const osdp_device *dev, const osdp_planner_option
         if (cutoff >= 0 && isfinite(cutoff) && s + 1 < P) {   /* its own time for its bound: the rest may be left unplanned */
             busy[s] = st->busy_s;
             double bound;
-            osdp_status status = stages_bound(dev, o, b, M, c, busy, chunks, &bound, NULL);
+            osdp_status status = stages_bound(dev, o, b, M, c, busy, chunks, classes, stage_lp, &bound, NULL);
             if (status != OSDP_OK) return status;
             if (bound > cutoff) {
                 *bounded = 1;
@@ -455,9 +482,9 @@ osdp_status osdp_planner_pipeline_cached(const osdp_model_config *cfg, int seq_l
     return OSDP_OK;
 }
 
-osdp_status osdp_pipe_split_bound(const osdp_layout *layout, const osdp_device *dev_in, const osdp_planner_options *o,
-                                  int tp, int pp, osdp_pipe_schedule schedule, const int *bounds, int b, int M,
-                                  int chunks, double *bound, double *bound_1f1b)
+osdp_status osdp_pipe_split_bound(const osdp_layout *layout, const int *classes, const osdp_device *dev_in,
+                                  const osdp_planner_options *o, int tp, int pp, osdp_pipe_schedule schedule,
+                                  const int *bounds, int b, int M, int chunks, double *bound, double *bound_1f1b)
 {
     osdp_pipe_choice *c = calloc(1, sizeof *c);   /* the mesh's view of the layout; nothing planned, nothing owned */
     if (!c) return osdp_error_set(OSDP_ERR_OOM, "3D search: out of host memory");
@@ -470,7 +497,7 @@ osdp_status osdp_pipe_split_bound(const osdp_layout *layout, const osdp_device *
     c->hierarchical = osdp_planner_hierarchy(o, dev_in, tp, c->geo.n_ranks, pp, &c->hierarchy) != NULL;
     osdp_device level;
     osdp_cost_device_for_mesh(dev_in, tp, c->geo.n_ranks, pp, &level);
-    osdp_status s = stages_bound(&level, o, b, M, c, NULL, chunks, bound, bound_1f1b);
+    osdp_status s = stages_bound(&level, o, b, M, c, NULL, chunks, classes, NULL, bound, bound_1f1b);
     free(c);
     return s;
 }

@@ -37,11 +37,12 @@ void osdp_pipe_choice_stage_schedule(const osdp_pipe_choice *c, const osdp_devic
 
 /* a lower bound on the step of the split `bounds` of the mesh P x T (D = o->geo.n_ranks / (T P)) at micro-batch
  * b of M: each stage's LP bound under its memory limit in the chain of planner_3d_bound.h, INFINITY when some
- * stage cannot fit; layout: one rank's parts at T; dev: the device as read; chunks: the smaller of that
+ * stage cannot fit; layout: one rank's parts at T; classes: their osdp_stage_classes (NULL: none; with them
+ * the stages of one stage-cache key share one bound); dev: the device as read; chunks: the smaller of that
  * and the interleaved schedule's bound (chunks_bound above), *bound_1f1b (unless NULL) the first alone */
-osdp_status osdp_pipe_split_bound(const osdp_layout *layout, const osdp_device *dev, const osdp_planner_options *o,
-                                  int tp, int pp, osdp_pipe_schedule schedule, const int *bounds, int b, int M,
-                                  int chunks, double *bound, double *bound_1f1b);
+osdp_status osdp_pipe_split_bound(const osdp_layout *layout, const int *classes, const osdp_device *dev,
+                                  const osdp_planner_options *o, int tp, int pp, osdp_pipe_schedule schedule,
+                                  const int *bounds, int b, int M, int chunks, double *bound, double *bound_1f1b);
 /* the split osdp_planner_pipeline takes when none is given (osdp_planner_stage_split of all-DP times) */
 osdp_status osdp_pipe_balanced_split(const osdp_layout *layout, const osdp_device *dev, const osdp_planner_options *o,
                                      int tp, int pp, int *bounds);

@@ -4,7 +4,8 @@
  * DP / ZDP choice, priced by the same cost model (each stage's peak by
  * osdp_pipe_stage_peak, the step by osdp_pipe_step_time); the baselines'
  * modes, their replicated state in the peak, and OSDP never slower than
- * any of them. */
+ * any of them; a pipeline's stage bounds shared by the stages of one
+ * stage-cache key equal those built stage by stage. */
 #include "config.h"
 
 #include "check_main.h"
@@ -21,6 +22,7 @@
 #include "osdp/pipeline_cost.h"
 #include "osdp/plan.h"
 #include "osdp/planner.h"
+#include "planner/planner_pipeline.h"
 
 #include "test_inputs.h"
 
@@ -397,10 +399,66 @@ START_TEST(test_3d_no_fit_message)
 }
 END_TEST
 
+/* osdp_pipe_split_bound with the layout's classes (stages of one key share one bound: under 1F1B those that
+ * hold M micro-batches when M < P) equals the bound built stage by stage (classes NULL), to the bit, on GPT-2
+ * small's 26 operators in 2, 4 and 8 stages, M below, at and above P, under memory limits from where no stage
+ * fits to where none binds, with --split auto and --recompute auto */
+START_TEST(test_3d_stage_bounds_shared)
+{
+    osdp_model_config cfg;
+    load_config(&cfg, "gpt2_small");
+    osdp_layout L;
+    ck_assert(osdp_layout_build(&L, &cfg, SEQ) == OSDP_OK);
+    int *classes = malloc(sizeof *classes * (size_t)L.n_ops);
+    ck_assert(classes);
+    osdp_stage_classes(&L, classes);
+    int finite = 0, differ_by_limit = 0;
+    for (int e = 20; e <= 30; e++) {   /* 1 MiB .. 1 GiB per rank */
+        osdp_device dev;
+        two_level_device(&dev, 1LL << e);
+        osdp_planner_options o = options();
+        o.geo.n_ranks = 16;
+        o.split_auto = 1;
+        o.recompute_auto = 1;
+        o.grad_reduce = OSDP_GRAD_REDUCE_AUTO;
+        for (int pp = 2; pp <= 8; pp *= 2) {
+            int bounds[OSDP_MAX_STAGES + 1];
+            ck_assert(osdp_pipe_balanced_split(&L, &dev, &o, 1, pp, bounds) == OSDP_OK);
+            const int Ms[] = {1, 2, 3, pp - 1, pp, pp + 1, 2 * pp};
+            for (int b = 1; b <= 2; b++)
+                for (size_t m = 0; m < sizeof Ms / sizeof *Ms; m++) {
+                    double shared, each, shared_1f1b, each_1f1b;
+                    ck_assert(osdp_pipe_split_bound(&L, classes, &dev, &o, 1, pp, OSDP_PIPE_1F1B, bounds, b, Ms[m], 0,
+                                                    &shared, &shared_1f1b) == OSDP_OK);
+                    ck_assert(osdp_pipe_split_bound(&L, NULL, &dev, &o, 1, pp, OSDP_PIPE_1F1B, bounds, b, Ms[m], 0,
+                                                    &each, &each_1f1b) == OSDP_OK);
+                    ck_assert_msg(shared == each || (isinf(shared) && isinf(each)),
+                                  "P %d b %d M %d limit 2^%d: shared %.17g, stage by stage %.17g", pp, b, Ms[m], e,
+                                  shared, each);
+                    ck_assert(shared_1f1b == each_1f1b || (isinf(shared_1f1b) && isinf(each_1f1b)));
+                    finite += isfinite(each);
+                    /* the memory limit moves the bound: it binds */
+                    double free_bound, free_1f1b;
+                    osdp_device roomy;
+                    two_level_device(&roomy, 1LL << 40);
+                    ck_assert(osdp_pipe_split_bound(&L, NULL, &roomy, &o, 1, pp, OSDP_PIPE_1F1B, bounds, b, Ms[m], 0,
+                                                    &free_bound, &free_1f1b) == OSDP_OK);
+                    differ_by_limit += isfinite(each) && each > free_bound;
+                }
+        }
+    }
+    printf("stage bounds shared: %d finite, %d above the unbounded memory's\n", finite, differ_by_limit);
+    ck_assert_int_gt(finite, 20);
+    ck_assert_int_gt(differ_by_limit, 10);   /* where the stages' in-flight counts change their bounds */
+    free(classes);
+    osdp_layout_free(&L);
+}
+END_TEST
+
 static Suite *planner_3d_suite(void)
 {
     const TTest *search[] = {test_3d_matches_exhaustive, test_3d_recompute_matches_exhaustive, test_3d_baselines,
-                             test_3d_fixed_and_pruned, test_3d_no_fit_message, NULL};
+                             test_3d_fixed_and_pruned, test_3d_no_fit_message, test_3d_stage_bounds_shared, NULL};
     const osdp_check_case cases[] = {{.name = "search", .tests = search}};
     return osdp_check_suite("planner_3d", cases, sizeof cases / sizeof cases[0]);
 }
