@@ -127,16 +127,23 @@ static void stage_options(const osdp_device *dev, const osdp_planner_options *o,
  * earlier stage's takes its bound, the same context built from the same options (under 1F1B the stages
  * before the last M all hold M micro-batches: a 64-stage pipeline at M = 8 has 57 of one key but for
  * their contents) */
-static int same_stage_key(const osdp_pipe_choice *c, const osdp_planner_options *o, const int *classes, int M,
+/* stage s's stage-cache key (stage_cache.h) at micro-batch b of M: what its search's result depends on */
+static osdp_stage_key stage_key(const osdp_pipe_choice *c, const osdp_planner_options *o, const int *classes, int b,
+                                int M, int s)
+{
+    const int *sb = c->geo.stage_bounds, P = c->geo.pp_size;
+    return (osdp_stage_key){.geo = {.tp_size = c->geo.tp_size, .n_ranks = c->geo.n_ranks, .pp_size = P,
+                                    .micro_batch = b, .accum_steps = M, .pipe_schedule = c->geo.pipe_schedule},
+                            .receives = s > 0, .in_flight = osdp_pipe_in_flight(c->geo.pipe_schedule, P, s, M),
+                            .n_ops = sb[s + 1] - sb[s], .classes = classes ? classes + sb[s] : NULL,
+                            .recompute = o->recompute ? o->recompute + sb[s] : NULL};
+}
+
+static int same_stage_key(const osdp_pipe_choice *c, const osdp_planner_options *o, const int *classes, int b, int M,
                           int s, int q)
 {
-    const int *sb = c->geo.stage_bounds, n = sb[s + 1] - sb[s];
-    if ((s > 0) != (q > 0) || n != sb[q + 1] - sb[q]) return 0;
-    const int P = c->geo.pp_size;
-    if (osdp_pipe_in_flight(c->geo.pipe_schedule, P, s, M) != osdp_pipe_in_flight(c->geo.pipe_schedule, P, q, M))
-        return 0;
-    if (memcmp(classes + sb[s], classes + sb[q], sizeof *classes * (size_t)n) != 0) return 0;
-    return !o->recompute || memcmp(o->recompute + sb[s], o->recompute + sb[q], sizeof *o->recompute * (size_t)n) == 0;
+    const osdp_stage_key ks = stage_key(c, o, classes, b, M, s), kq = stage_key(c, o, classes, b, M, q);
+    return osdp_stage_key_equal(&ks, &kq);
 }
 
 static osdp_status stages_bound(const osdp_device *dev, const osdp_planner_options *o, int b, int M,
@@ -150,7 +157,7 @@ static osdp_status stages_bound(const osdp_device *dev, const osdp_planner_optio
         double t = busy ? busy[s] : -1;
         lp[s] = stage_lp ? stage_lp[s] : -1;
         for (int q = 0; q < s && t < 0 && lp[s] < 0 && classes; q++)
-            if (lp[q] >= 0 && same_stage_key(c, o, classes, M, s, q)) lp[s] = lp[q];
+            if (lp[q] >= 0 && same_stage_key(c, o, classes, b, M, s, q)) lp[s] = lp[q];
         if (t < 0 && lp[s] >= 0) t = lp[s];
         else if (t < 0) {
             osdp_stage_plan st;
@@ -224,10 +231,7 @@ static osdp_status plan_stages(const osdp_device *dev, const osdp_planner_option
         }
         osdp_status status = OSDP_OK;
         /* a stage of the same contents, mesh, batch and pass order planned before: its result */
-        const osdp_stage_key key = {.geo = {.tp_size = c->geo.tp_size, .n_ranks = c->geo.n_ranks, .pp_size = P,
-                                            .micro_batch = b, .accum_steps = M, .pipe_schedule = c->geo.pipe_schedule},
-                                    .receives = s > 0, .in_flight = st->in_flight, .n_ops = st->hi - st->lo,
-                                    .classes = classes ? classes + st->lo : NULL, .recompute = so.recompute};
+        const osdp_stage_key key = stage_key(c, o, classes, b, M, s);
         const char *cached_why = NULL;
         int cached = cache && classes
                      && osdp_stage_cache_find(cache, &key, &status, &st->result, &st->peak_bytes, &cached_why);

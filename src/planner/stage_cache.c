@@ -82,7 +82,7 @@ static unsigned long long key_hash(const osdp_stage_key *k)
     return h;
 }
 
-static int same_key(const osdp_stage_key *a, const osdp_stage_key *b)
+int osdp_stage_key_equal(const osdp_stage_key *a, const osdp_stage_key *b)
 {
     if (a->geo.tp_size != b->geo.tp_size || a->geo.n_ranks != b->geo.n_ranks || a->geo.pp_size != b->geo.pp_size
         || a->receives != b->receives || a->in_flight != b->in_flight || a->geo.micro_batch != b->geo.micro_batch
@@ -102,7 +102,7 @@ int osdp_stage_cache_find(const osdp_stage_cache *cache_in, const osdp_stage_key
     if (!cache) return 0;
     const unsigned long long h = key_hash(key);
     for (const entry *e = cache->bucket[h % BUCKETS]; e; e = e->next) {
-        if (e->hash != h || !same_key(&e->key, key)) continue;
+        if (e->hash != h || !osdp_stage_key_equal(&e->key, key)) continue;
         *status = e->status;
         *peak_bytes = e->peak_bytes;
         *message = e->message ? e->message : "";

@@ -40,6 +40,8 @@ int osdp_stage_cache_find(const osdp_stage_cache *cache, const osdp_stage_key *k
  * stores nothing */
 void osdp_stage_cache_put(osdp_stage_cache *cache, const osdp_stage_key *key, osdp_status status,
                           const osdp_planner_result *result, long long peak_bytes, const char *message);
+/* whether two stages agree on everything the key holds (the cache's own test) */
+int osdp_stage_key_equal(const osdp_stage_key *a, const osdp_stage_key *b);
 /* lookups answered from the cache */
 long long osdp_stage_cache_hits(const osdp_stage_cache *cache);
 
