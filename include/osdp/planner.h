@@ -186,6 +186,9 @@ typedef struct osdp_planner_options {
     int stage_in_flight;
     long long stage_buffer_bytes;
     int stage_next_passes;
+    /* the operators' choices already costed in this pipeline planning call (src/planner/choice_memo.h;
+       the pipeline planner sets it for its stages' contexts; NULL: none kept) */
+    struct osdp_choice_memo *choice_memo;
     /* the 3D search's baselines (osdp_planner_3d): bytes per parameter a DP
        operator keeps replicated beyond osdp's DP with reduce-once (which
        shards the optimizer state and holds the full gradients): plain DP

@@ -7,6 +7,7 @@
  * can touch, those dominated in memory and time alone (prune_free).
  * Operators of one shape (blocks of one width) are costed once. */
 #include "osdp/pipeline.h"
+#include "choice_memo.h"
 #include "plan_context.h"
 
 #include <limits.h>
@@ -27,17 +28,6 @@ static int granularities(const osdp_cost_model *cm, const osdp_planner_options *
         if (osdp_cost_can_split(cm, i, g)) gs[n++] = g;
     return n;
 }
-
-/* the terms of one choice that the peak and the time see */
-typedef struct choice_terms {
-    int slices, zdp_slices, recompute; /* k = zdp_slices of g = slices ZDP */
-    int hierarchical;                  /* g = k = 1, sharded inside the node (osdp/plan.h) */
-    int reduce_once;                   /* gradients reduced once per step (osdp/plan.h) */
-    osdp_op_peak_terms mem;    /* what it adds to the peak (osdp/cost_model.h); a wrapped stage's first
-                                  operator: mem.pass_peak with the wrap moments of its own (plan_context.h) */
-    long long first_pass;      /* and its pass_peak without them, for the pairing with the last operator */
-    double time;               /* its step time (0 when minimising memory) */
-} choice_terms;
 
 /* a is no worse than b in every term */
 static int no_worse(const choice_terms *a, const choice_terms *b)
@@ -103,8 +93,9 @@ static int reduce_once_round(const osdp_ps_context *ctx, int accum, int round)
 }
 
 /* operator i's choices: every (g, k, recompute) with each count of
- * reduce-once slices, and hierarchical (unsplit) where the levels allow */
-static int make_choices(const osdp_ps_context *ctx, int i, int b, int accum, choice_terms *out)
+ * reduce-once slices, and hierarchical (unsplit) where the levels allow;
+ * none dropped */
+static int raw_choices(const osdp_ps_context *ctx, int i, int b, int accum, choice_terms *out)
 {
     const osdp_planner_options *o = ctx->opts;
     const osdp_op_layout *op = &ctx->cost.layout->op[i];
@@ -129,12 +120,17 @@ static int make_choices(const osdp_ps_context *ctx, int i, int b, int accum, cho
                     const int ro_lo = round == 0 ? 0 : round == 1 ? gs[gi] : 1;
                     const int ro_hi = round == 0 ? 0 : gs[gi] - (round == 2);
                     for (int ro = ro_lo; ro <= ro_hi; ro++) {
-                        osdp_op_mem m;
                         osdp_op_time ot;
-                        osdp_cost_op_mem_choice(&ctx->cost, i, gs[gi], k, rc, ro, b, &m);
                         osdp_cost_op_time_choice(&ctx->cost, i, gs[gi], k, rc, ro, b, accum, &ot);
                         choice_terms *c = &out[n++];
-                        set_terms(ctx, i, &m, &ot, c);
+                        if (ctx->times_only) {
+                            memset(c, 0, sizeof *c);
+                            c->time = ot.total;
+                        } else {
+                            osdp_op_mem m;
+                            osdp_cost_op_mem_choice(&ctx->cost, i, gs[gi], k, rc, ro, b, &m);
+                            set_terms(ctx, i, &m, &ot, c);
+                        }
                         c->slices = gs[gi];
                         c->zdp_slices = k;
                         c->recompute = rc;
@@ -146,16 +142,58 @@ static int make_choices(const osdp_ps_context *ctx, int i, int b, int accum, cho
         osdp_ps_context view = *ctx;
         view.cost.reduce_once = round == 1 ? ctx->all_once : NULL;
         for (int rc = rc_lo; rc <= rc_hi && round < 2 && ctx->cost.hier && !dp_only && o->modes == OSDP_MODES_ANY; rc++) {
-            osdp_op_mem m;
             osdp_op_time ot;
-            osdp_cost_op_mem_hier(&view.cost, i, rc, b, &m);
             osdp_cost_op_time_hier(&view.cost, i, rc, b, accum, &ot);
             choice_terms *c = &out[n++];
-            set_terms(&view, i, &m, &ot, c);
+            if (ctx->times_only) {
+                memset(c, 0, sizeof *c);
+                c->time = ot.total;
+            } else {
+                osdp_op_mem m;
+                osdp_cost_op_mem_hier(&view.cost, i, rc, b, &m);
+                set_terms(&view, i, &m, &ot, c);
+            }
             c->slices = c->zdp_slices = c->hierarchical = 1;
             c->recompute = rc;
             c->reduce_once = round == 1;
         }
+    }
+    return n;
+}
+
+/* what operator i's raw choices depend on beyond the pipeline planning call (choice_memo.h) */
+static choice_key key_of(const osdp_ps_context *ctx, int i)
+{
+    const osdp_cost_model *cm = &ctx->cost;
+    const osdp_planner_options *o = ctx->opts;
+    return (choice_key){.op = &cm->layout->op[i], .sends = osdp_cost_op_sends(cm->layout, i),
+                        .last = i == cm->layout->n_ops - 1, .allows_zdp = osdp_op_allows_zdp(cm->layout, i),
+                        .recompute = o->recompute ? o->recompute[i] != 0 : 0, .tied = osdp_cost_tied_grads(cm, i),
+                        .dev = cm->dev, .hier = cm->hier, .geo = cm->geo, .seq_len = cm->layout->T,
+                        .kind = cm->kind, .split_auto = o->split_auto, .split = o->split,
+                        .split_max = o->split_max, .recompute_auto = o->recompute_auto, .modes = (int)o->modes,
+                        .grad_reduce = (int)o->grad_reduce};
+}
+
+/* operator i's choices, those another dominates dropped (unless the context is for bounds): its raw
+ * choices at in_flight 0, made or from the options' memo (a wrapped stage's first operator, whose terms
+ * are its own, always made), then the stage's micro-batches in flight, (in_flight - 1) acts held more */
+static int make_choices(const osdp_ps_context *ctx, int i, int b, int accum, choice_terms *out)
+{
+    osdp_choice_memo *memo = ctx->times_only || (i == 0 && wraps(ctx)) ? NULL : ctx->opts->choice_memo;
+    const choice_key key = memo ? key_of(ctx, i) : (choice_key){0};
+    int n = memo ? osdp_choice_memo_find(memo, &key, out) : -1;
+    if (n < 0) {
+        osdp_ps_context raw = *ctx;   /* the same terms, none held for other micro-batches, every time */
+        raw.cost.in_flight = 0;
+        raw.minimise_memory = 0;
+        n = raw_choices(&raw, i, b, accum, out);
+        if (memo) osdp_choice_memo_add(memo, &key, out, n);
+    }
+    const long long more = ctx->cost.in_flight > 1 ? ctx->cost.in_flight - 1 : 0;
+    for (int j = 0; j < n; j++) {
+        out[j].mem.held += more * out[j].mem.acts;
+        if (ctx->minimise_memory) out[j].time = 0;   /* minimising memory: time tells nothing apart */
     }
     return ctx->bound_only ? n : prune(out, n);
 }
@@ -524,5 +562,59 @@ static osdp_status order_items(osdp_ps_context *ctx)
     qsort(k, (size_t)ctx->n_ops, sizeof *k, cmp_op_swing);
     for (int j = 0; j < ctx->n_ops; j++) ctx->knap_order[j] = k[j].op;
     free(k);
+    return OSDP_OK;
+}
+
+osdp_status osdp_ps_fastest_times(const osdp_layout *L, const osdp_device *dev, const osdp_planner_options *o, int b,
+                                  int accum, double *fastest)
+{
+    /* a context of the options' operators with nothing but what make_choices reads: no arrays (the 3D
+     * search asks this of every candidate; a whole context each, its per-choice arrays filled for every
+     * operator, was a tenth of it) */
+    osdp_ps_context ctx;
+    memset(&ctx, 0, sizeof ctx);
+    osdp_cost_model_init(&ctx.cost, L, dev, &o->geo, o->cost, o->hierarchy);
+    ctx.cost.recompute = o->recompute;
+    ctx.cost.cuts = ctx.own_cuts = osdp_cost_cuts_new(L->n_ops);
+    ctx.cost.in_flight = o->stage_in_flight;
+    ctx.cost.stage_buffer_bytes = o->stage_buffer_bytes;
+    ctx.cost.next_passes = o->stage_next_passes;
+    ctx.cost.geo.micro_batch = b;
+    ctx.cost.geo.accum_steps = accum;
+    ctx.opts = o;
+    ctx.n_ops = L->n_ops;
+    ctx.bound_only = ctx.times_only = 1;
+    ctx.cutoff = INFINITY;
+    const int n = L->n_ops;
+    const int cap = 2 * (2 * 2 + 3 * 3 + 5 * 5 + 9 * 9 + 17 * 17 + 2);   /* as osdp_ps_context_build's */
+    choice_terms *c = malloc(sizeof *c * (size_t)cap);
+    int *reps = malloc(sizeof *reps * (size_t)(n > 0 ? n : 1)), nreps = 0;
+    ctx.all_once = malloc(sizeof *ctx.all_once * (size_t)(n > 0 ? n : 1));
+    if (!c || !reps || !ctx.all_once) {
+        free(c), free(reps);
+        osdp_ps_context_free(&ctx);
+        return osdp_error_set(OSDP_ERR_OOM, "planner: out of host memory");
+    }
+    for (int i = 0; i < n; i++) ctx.all_once[i] = OSDP_MAX_SLICES;
+    if (o->grad_reduce == OSDP_GRAD_REDUCE_ONCE) ctx.cost.reduce_once = ctx.all_once;
+    for (int i = 0; i < n; i++) {
+        int r = -1;
+        const int rci = o->recompute ? o->recompute[i] != 0 : 0;
+        for (int q = nreps - 1; q >= 0 && r < 0; q--)   /* as osdp_ps_context_build groups them */
+            if (same_op(&L->op[reps[q]], &L->op[i]) && (o->recompute ? o->recompute[reps[q]] != 0 : 0) == rci
+                && osdp_cost_op_sends(L, reps[q]) == osdp_cost_op_sends(L, i))
+                r = reps[q];
+        if (r >= 0) {
+            fastest[i] = fastest[r];
+            continue;
+        }
+        const int m = make_choices(&ctx, i, b, accum, c);
+        fastest[i] = INFINITY;
+        for (int j = 0; j < m; j++)
+            if (c[j].time < fastest[i]) fastest[i] = c[j].time;
+        if (i > 0 || !wraps(&ctx)) reps[nreps++] = i;
+    }
+    free(c), free(reps);
+    osdp_ps_context_free(&ctx);
     return OSDP_OK;
 }

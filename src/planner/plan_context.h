@@ -90,6 +90,7 @@ typedef struct osdp_ps_context {
     int minimise_memory;              /* minimise the peak instead of the time */
     int incomplete;                   /* a search on it could not try every transient bound (plan_search.c) */
     int bound_only;                   /* built for osdp_ps_lp_bound / min_transient only: every choice kept */
+    int times_only;                   /* osdp_ps_fastest_times': the choices' times alone, no memory terms */
     double cutoff;                    /* only plans with objective <= cutoff are wanted (INFINITY: any) */
     /* the knapsack's arrays (plan_knap.c fills them; item j is operator knap_order[j]) */
     int *knap_order;                  /* [n_ops] operators by decreasing memory swing */
@@ -139,6 +140,12 @@ osdp_status osdp_ps_context_build(osdp_ps_context *ctx, const osdp_layout *L, co
 osdp_status osdp_ps_context_build_wrap(osdp_ps_context *ctx, const osdp_layout *L, const osdp_device *dev,
                                        const osdp_planner_options *o, int b, int accum, int minimise_memory,
                                        osdp_cost_cuts *cuts, osdp_planner_result *counters, int wrap);
+
+/* each operator's fastest choice's time (what a context built with
+ * minimise_memory 2 has as its least objective), into fastest[n_ops],
+ * without the context's arrays */
+osdp_status osdp_ps_fastest_times(const osdp_layout *L, const osdp_device *dev, const osdp_planner_options *o, int b,
+                                  int accum, double *fastest);
 
 /* plan_context.c */
 void osdp_ps_context_free(osdp_ps_context *ctx);

@@ -29,18 +29,9 @@ osdp_status osdp_3d_op_times(const osdp_layout *layout, const osdp_device *dev, 
     om.stage_in_flight = 0;
     om.stage_buffer_bytes = 0;
     om.stage_next_passes = 0;
-    osdp_planner_result counters;
-    memset(&counters, 0, sizeof counters);
-    osdp_ps_context ctx;
-    osdp_status s = osdp_ps_context_build(&ctx, layout, &level, &om, b, M, 2, NULL, &counters);
+    osdp_status s = osdp_ps_fastest_times(layout, &level, &om, b, M, op_s);
     if (s != OSDP_OK) return s;
-    for (int i = 0; i < ctx.n_ops; i++) {
-        double fastest = INFINITY;
-        for (int c = 0; c < ctx.n_choices[i]; c++)
-            if (ctx.objective[PS_CHOICE(&ctx, i, c)] < fastest) fastest = ctx.objective[PS_CHOICE(&ctx, i, c)];
-        op_s[i] = fastest / M;
-    }
-    osdp_ps_context_free(&ctx);
+    for (int i = 0; i < layout->n_ops; i++) op_s[i] /= M;
     *sync_s = osdp_cost_step_sync_time(&level, tp, dp, pp);
     return OSDP_OK;
 }

@@ -5,6 +5,7 @@
 #include "osdp/cost_model.h"
 #include "osdp/planner.h"
 #include "osdp/schedule.h"
+#include "choice_memo.h"
 #include "plan_context.h"
 #include "plan_knap.h"
 #include "planner_pipeline.h"
@@ -195,7 +196,7 @@ static osdp_status stages_bound(const osdp_device *dev, const osdp_planner_optio
  * not fit.  cutoff >= 0: only a step of at most this (INFINITY: any) is
  * wanted; *bounded = 1 (with OSDP_ERR_INFEASIBLE, no message) when a bound
  * shows the stages cannot give one, or some stage cannot fit; < 0: no bounds */
-static osdp_status plan_stages(const osdp_device *dev, const osdp_planner_options *o, int b, int M, osdp_pipe_choice *c,
+static osdp_status plan_stages_memo(const osdp_device *dev, const osdp_planner_options *o, int b, int M, osdp_pipe_choice *c,
                                osdp_stage_cache *cache, const int *classes, double cutoff, int chunks, int *bounded)
 {
     const int P = c->geo.pp_size;
@@ -290,6 +291,18 @@ static osdp_status plan_stages(const osdp_device *dev, const osdp_planner_option
         }
     }
     return OSDP_OK;
+}
+
+/* plan_stages_memo with the operators' choices costed once for the call's stages, their bounds and
+ * their searches (choice_memo.h; out of memory: none kept, each costed again) */
+static osdp_status plan_stages(const osdp_device *dev, const osdp_planner_options *o, int b, int M, osdp_pipe_choice *c,
+                               osdp_stage_cache *cache, const int *classes, double cutoff, int chunks, int *bounded)
+{
+    osdp_planner_options om = *o;
+    om.choice_memo = osdp_choice_memo_new();
+    const osdp_status s = plan_stages_memo(dev, &om, b, M, c, cache, classes, cutoff, chunks, bounded);
+    osdp_choice_memo_free(om.choice_memo);
+    return s;
 }
 
 /* the stages' plans into the whole model's plan, the step by simulation,
@@ -501,7 +514,10 @@ osdp_status osdp_pipe_split_bound(const osdp_layout *layout, const int *classes,
     c->hierarchical = osdp_planner_hierarchy(o, dev_in, tp, c->geo.n_ranks, pp, &c->hierarchy) != NULL;
     osdp_device level;
     osdp_cost_device_for_mesh(dev_in, tp, c->geo.n_ranks, pp, &level);
-    osdp_status s = stages_bound(&level, o, b, M, c, NULL, chunks, classes, NULL, bound, bound_1f1b);
+    osdp_planner_options om = *o;   /* the stages' choices costed once (choice_memo.h) */
+    om.choice_memo = osdp_choice_memo_new();
+    osdp_status s = stages_bound(&level, &om, b, M, c, NULL, chunks, classes, NULL, bound, bound_1f1b);
+    osdp_choice_memo_free(om.choice_memo);
     free(c);
     return s;
 }
