@@ -175,25 +175,29 @@ static choice_key key_of(const osdp_ps_context *ctx, int i)
                         .grad_reduce = (int)o->grad_reduce};
 }
 
-/* operator i's choices, those another dominates dropped (unless the context is for bounds): its raw
- * choices at in_flight 0, made or from the options' memo (a wrapped stage's first operator, whose terms
- * are its own, always made), then the stage's micro-batches in flight, (in_flight - 1) acts held more */
+/* operator i's choices, those another dominates dropped (unless the context is for bounds).  With the
+ * options' memo (not for a wrapped stage's first operator, whose terms are its own): its raw choices at
+ * in_flight 0, made once, then the stage's micro-batches in flight, (in_flight - 1) acts held more */
 static int make_choices(const osdp_ps_context *ctx, int i, int b, int accum, choice_terms *out)
 {
     osdp_choice_memo *memo = ctx->times_only || (i == 0 && wraps(ctx)) ? NULL : ctx->opts->choice_memo;
-    const choice_key key = memo ? key_of(ctx, i) : (choice_key){0};
-    int n = memo ? osdp_choice_memo_find(memo, &key, out) : -1;
-    if (n < 0) {
-        osdp_ps_context raw = *ctx;   /* the same terms, none held for other micro-batches, every time */
-        raw.cost.in_flight = 0;
-        raw.minimise_memory = 0;
-        n = raw_choices(&raw, i, b, accum, out);
-        if (memo) osdp_choice_memo_add(memo, &key, out, n);
-    }
-    const long long more = ctx->cost.in_flight > 1 ? ctx->cost.in_flight - 1 : 0;
-    for (int j = 0; j < n; j++) {
-        out[j].mem.held += more * out[j].mem.acts;
-        if (ctx->minimise_memory) out[j].time = 0;   /* minimising memory: time tells nothing apart */
+    int n;
+    if (!memo) {
+        n = raw_choices(ctx, i, b, accum, out);
+    } else {
+        const choice_key key = key_of(ctx, i);
+        if ((n = osdp_choice_memo_find(memo, &key, out)) < 0) {
+            osdp_ps_context raw = *ctx;   /* the same terms, none held for other micro-batches, every time */
+            raw.cost.in_flight = 0;
+            raw.minimise_memory = 0;
+            n = raw_choices(&raw, i, b, accum, out);
+            osdp_choice_memo_add(memo, &key, out, n);
+        }
+        const long long more = ctx->cost.in_flight > 1 ? ctx->cost.in_flight - 1 : 0;
+        for (int j = 0; j < n; j++) {
+            out[j].mem.held += more * out[j].mem.acts;
+            if (ctx->minimise_memory) out[j].time = 0;   /* minimising memory: time tells nothing apart */
+        }
     }
     return ctx->bound_only ? n : prune(out, n);
 }
