@@ -457,6 +457,8 @@ typedef struct osdp_3d_result {
     int candidates;           /* meshes x micro-batches (x splits) the search ordered by their bounds */
     int candidates_bounded;   /* of them, left unplanned: their bound above the best step found */
     int splits_bounded;       /* enumerated splits left unplanned by their own bound */
+    int aware_bounds;         /* candidates of one (balanced) split whose memory-aware bound was made: those the
+                                 search reached before their step bound alone exceeded the best step */
     long long stage_reuses;   /* stage searches answered by an earlier stage of the same contents */
     double total_s;           /* wall seconds of the call */
     double cpu_s;             /* the process's CPU seconds in the call (a shared machine's waits left out) */

@@ -86,7 +86,8 @@ static void print_text(const osdp_model_config *cfg, const osdp_device *dev, con
            c->geo.tp_size, schedule_label(c, sched, sizeof sched), c->geo.micro_batch, c->geo.accum_steps, 1e3 * c->step_s,
            r->meshes, r->meshes_pruned, r->splits_planned, 1e3 * r->total_s, 1e3 * r->cpu_s);
     printf("  (bounds: %d of %d mesh x micro-batch candidates and %d splits left unplanned, their bound above the best "
-           "step; %lld stage searches reused)\n", r->candidates_bounded, r->candidates, r->splits_bounded, r->stage_reuses);
+           "step, %d memory-aware bounds made; %lld stage searches reused)\n", r->candidates_bounded, r->candidates,
+           r->splits_bounded, r->aware_bounds, r->stage_reuses);
     const int P = c->geo.pp_size, V = chunk_count(c) / P;
     if (V > 1)
         printf("  (interleaved 1F1B: stage s runs chunks s, s + %d, ..; bubble (P-1)/(VM) = %.4f of the ideal, against "
@@ -126,9 +127,9 @@ static void print_json(const osdp_model_config *cfg, const osdp_device *dev, con
         const osdp_3d_result *r = &res[k];
         printf(",\"%s\":{\"name\":\"%s\",\"fits\":%s,\"meshes\":%d,\"meshes_pruned\":%d,\"splits_planned\":%d,"
                "\"search_ms\":%.6g,\"search_cpu_ms\":%.6g,\"candidates\":%d,\"candidates_bounded\":%d,\"splits_bounded\":%d,"
-               "\"stage_reuses\":%lld", keys[k], osdp_3d_kind_name((osdp_3d_kind)k),
+               "\"aware_bounds\":%d,\"stage_reuses\":%lld", keys[k], osdp_3d_kind_name((osdp_3d_kind)k),
                r->status == OSDP_OK ? "true" : "false", r->meshes, r->meshes_pruned, r->splits_planned, 1e3 * r->total_s,
-               1e3 * r->cpu_s, r->candidates, r->candidates_bounded, r->splits_bounded, r->stage_reuses);
+               1e3 * r->cpu_s, r->candidates, r->candidates_bounded, r->splits_bounded, r->aware_bounds, r->stage_reuses);
         if (r->status == OSDP_OK) {
             char split[OSDP_STAGE_SPLIT_CHARS];
             printf(",\"mesh\":{\"pp\":%d,\"dp\":%d,\"tp\":%d,\"stages\":\"%s\",\"schedule\":\"%s\","

@@ -344,9 +344,10 @@ static osdp_status add_candidates(const osdp_layout *layout, const int *classes,
  * bound contexts at 145.6B with --split auto, 60% of that search, were built for candidates never planned).
  * The bound becomes what add_candidates computed before: the smaller of both schedules' (interleaved asked
  * for: its own) and at least the memory-aware one, INFINITY when a stage cannot fit. */
-static osdp_status aware_bound(const osdp_device *dev, const osdp_planner_options *o, const search_state *st,
+static osdp_status aware_bound(const osdp_device *dev, const osdp_planner_options *o, search_state *st,
                                candidate *c)
 {
+    st->res->aware_bounds++;
     double aware = 0, aware_1f1b = 0;
     osdp_status s = osdp_pipe_split_bound(c->layout, c->classes, dev, o, c->tp, c->pp, st->planned, c->bounds, c->b,
                                           c->M, c->chunks, &aware, &aware_1f1b);

@@ -455,10 +455,92 @@ START_TEST(test_3d_stage_bounds_shared)
 }
 END_TEST
 
+/* The memory-aware bounds made only for the candidates the search reaches (issue 28 item 4): with every
+ * pipeline's split the balanced one (split_enum_limit 1, as at scale), GPT-2 small on 16 ranks over two
+ * nodes, --recompute auto: under limits from where little fits to where none binds, the 3D search's answer
+ * is the best of every mesh x micro-batch planned on its own by the pipeline planner (no bounds; ties to
+ * the smaller T, then P, then b; in that order, each wanted only if it can beat the best before it),
+ * and some candidates were never given a memory-aware bound */
+START_TEST(test_3d_lazy_bounds)
+{
+    osdp_model_config cfg;
+    load_config(&cfg, "gpt2_small");
+    const int N = 16, G = 32;
+    int fitted = 0, lazy = 0, nothing = 0;
+    const double limits_mib[] = {192, 320, 384, 640, 768, 1024, 2048};
+    for (size_t l = 0; l < sizeof limits_mib / sizeof *limits_mib; l++) {
+        const int e = (int)limits_mib[l];   /* (named in the messages) */
+        osdp_device dev;
+        two_level_device(&dev, (long long)(limits_mib[l] * 1048576));
+        osdp_planner_options o = options();
+        o.geo.n_ranks = N;
+        o.global_batch = G;
+        o.recompute_auto = 1;
+        /* the reference: every candidate planned whole */
+        double best = INFINITY;
+        int best_tp = 0, best_pp = 0, best_b = 0;
+        for (int tp = 1; tp <= 2; tp++)
+            for (int pp = 1; pp <= N / tp; pp *= 2) {
+                const int D = N / (tp * pp);
+                if (G % D) continue;
+                osdp_layout L;
+                ck_assert(osdp_layout_build_tp(&L, &cfg, SEQ, tp, 1) == OSDP_OK);
+                int bounds[OSDP_MAX_STAGES + 1];
+                if (pp > 1) ck_assert(osdp_pipe_balanced_split(&L, &dev, &o, tp, pp, bounds) == OSDP_OK);
+                for (int b = 1; b <= G / D; b++) {
+                    if ((G / D) % b) continue;
+                    osdp_planner_options ob = o;
+                    ob.geo.micro_batch = b;
+                    ob.quiet_infeasible = 1;
+                    int bounded = 0;
+                    osdp_pipe_choice c;
+                    /* (only a step that can beat the best so far, or tie it, wanted: the stages' bounds on) */
+                    const osdp_status s = osdp_planner_pipeline_cached(&cfg, SEQ, &dev, &ob, tp, pp, pp > 1 ? bounds : NULL,
+                                                                       OSDP_PIPE_1F1B, NULL, NULL, NULL,
+                                                                       best * (1 + 1e-9), 0, &bounded, &c);
+                    ck_assert_msg(s == OSDP_OK || s == OSDP_ERR_INFEASIBLE, "%s", osdp_error_message());
+                    if (s == OSDP_OK && !bounded && c.step_s < best) {
+                        best = c.step_s;
+                        best_tp = tp, best_pp = pp, best_b = b;
+                    }
+                    osdp_pipe_choice_free(&c);
+                }
+                osdp_layout_free(&L);
+            }
+        osdp_3d_options o3 = {.schedule = OSDP_PIPE_1F1B, .split_enum_limit = 1};
+        osdp_3d_result res;
+        ck_assert_msg(osdp_planner_3d(&cfg, SEQ, &dev, &o, &o3, OSDP_3D_OSDP, &res) == OSDP_OK, "%s", osdp_error_message());
+        if (!isfinite(best)) {
+            ck_assert_msg(res.status == OSDP_ERR_INFEASIBLE, "%d MiB: nothing fits, the search found PP %d TP %d", e,
+                          res.best.geo.pp_size, res.best.geo.tp_size);
+            ck_assert_msg(res.message[0] != '\0', "%d MiB: no message", e);
+            nothing++;
+            osdp_3d_result_free(&res);
+            continue;
+        }
+        ck_assert_msg(res.status == OSDP_OK, "%d MiB: the search found nothing: %s", e, res.message);
+        ck_assert_msg(res.best.step_s == best && res.best.geo.tp_size == best_tp && res.best.geo.pp_size == best_pp
+                          && res.best.geo.micro_batch == best_b,
+                      "%d MiB: search TP %d PP %d b %d step %.17g s, every candidate planned: TP %d PP %d b %d %.17g s", e,
+                      res.best.geo.tp_size, res.best.geo.pp_size, res.best.geo.micro_batch, res.best.step_s, best_tp,
+                      best_pp, best_b, best);
+        ck_assert_int_le(res.aware_bounds, res.candidates);
+        lazy += res.aware_bounds < res.candidates;
+        fitted++;
+        osdp_3d_result_free(&res);
+    }
+    printf("lazy bounds: %d limits with a plan, equal to every candidate planned; %d of them made fewer memory-aware "
+           "bounds than candidates; %d where nothing fits\n", fitted, lazy, nothing);
+    ck_assert_int_ge(fitted, 4);
+    ck_assert_int_gt(lazy, 0);
+}
+END_TEST
+
 static Suite *planner_3d_suite(void)
 {
     const TTest *search[] = {test_3d_matches_exhaustive, test_3d_recompute_matches_exhaustive, test_3d_baselines,
-                             test_3d_fixed_and_pruned, test_3d_no_fit_message, test_3d_stage_bounds_shared, NULL};
+                             test_3d_fixed_and_pruned, test_3d_no_fit_message, test_3d_stage_bounds_shared, test_3d_lazy_bounds,
+                             NULL};
     const osdp_check_case cases[] = {{.name = "search", .tests = search}};
     return osdp_check_suite("planner_3d", cases, sizeof cases / sizeof cases[0]);
 }
