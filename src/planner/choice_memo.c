@@ -29,8 +29,7 @@ void osdp_choice_memo_free(osdp_choice_memo *memo)
     free(memo);
 }
 
-/* operators a and b have the same sizes, cuts and costs (different blocks of one width) */
-static int same_shape(const osdp_op_layout *a, const osdp_op_layout *b)
+int osdp_op_same_shape(const osdp_op_layout *a, const osdp_op_layout *b)
 {
     if (a == b) return 1;
     if (a->type != b->type || a->allowed_modes != b->allowed_modes || a->width != b->width
@@ -54,7 +53,7 @@ static int same_key(const choice_key *a, const choice_key *b)
         && memcmp(&a->geo, &b->geo, sizeof a->geo) == 0   /* ints and enums alone: no padding */
         && a->seq_len == b->seq_len && a->kind == b->kind && a->split_auto == b->split_auto
         && a->split == b->split && a->split_max == b->split_max && a->recompute_auto == b->recompute_auto
-        && a->modes == b->modes && a->grad_reduce == b->grad_reduce && same_shape(a->op, b->op);
+        && a->modes == b->modes && a->grad_reduce == b->grad_reduce && osdp_op_same_shape(a->op, b->op);
 }
 
 int osdp_choice_memo_find(osdp_choice_memo *memo, const choice_key *key, choice_terms *out)

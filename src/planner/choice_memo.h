@@ -27,8 +27,8 @@ typedef struct choice_terms {
     double time;               /* its step time (0 when minimising memory) */
 } choice_terms;
 
-/* What an operator's raw choices depend on: its shape (op, compared as
- * plan_choices.c's same_op), whether it sends to the next stage and is its
+/* What an operator's raw choices depend on: its shape (op, compared by
+ * osdp_op_same_shape), whether it sends to the next stage and is its
  * layout's last (its forward's gathered slices), a tied head's gradients
  * in its pass, whether it may be ZDP and whether the plan recomputes it;
  * and what the call holds fixed, compared all the same: the device (at the
@@ -46,6 +46,10 @@ typedef struct choice_key {
     osdp_cost_kind kind;
     int split_auto, split, split_max, recompute_auto, modes, grad_reduce;
 } choice_key;
+
+/* operators a and b have the same sizes, cuts and costs (different blocks of one width): the same
+ * choices where the rest of choice_key agrees (osdp_ps_context_build groups them by it too) */
+int osdp_op_same_shape(const osdp_op_layout *a, const osdp_op_layout *b);
 
 typedef struct osdp_choice_memo osdp_choice_memo;
 

@@ -202,21 +202,16 @@ static int make_choices(const osdp_ps_context *ctx, int i, int b, int accum, cho
     return ctx->bound_only ? n : prune(out, n);
 }
 
-/* operators a and b have the same sizes, cuts and costs (different blocks of
- * one width): their choices are the same */
-static int same_op(const osdp_op_layout *a, const osdp_op_layout *b)
+/* the last of the representatives reps[0 .. nreps) whose choices operator i shares (its shape, its plan's
+ * recompute and whether it sends: its terms are its own otherwise), -1 if none */
+static int earlier_like(const osdp_layout *L, const osdp_planner_options *o, const int *reps, int nreps, int i)
 {
-    if (a->type != b->type || a->allowed_modes != b->allowed_modes || a->width != b->width || a->width_in != b->width_in || a->n_tensors != b->n_tensors
-        || a->numel != b->numel || a->act_floats_per_seq != b->act_floats_per_seq
-        || a->flops_per_token != b->flops_per_token || a->attn_flops_per_token != b->attn_flops_per_token)
-        return 0;
-    for (int t = 0; t < a->n_tensors; t++) {
-        const osdp_tensor_desc *p = &a->tensor[t], *q = &b->tensor[t];
-        if (p->rows != q->rows || p->cols != q->cols || p->ndim != q->ndim || p->offset != q->offset
-            || p->numel != q->numel || strcmp(p->name, q->name) != 0)
-            return 0;
-    }
-    return 1;
+    const int rci = o->recompute ? o->recompute[i] != 0 : 0;
+    for (int q = nreps - 1; q >= 0; q--)
+        if (osdp_op_same_shape(&L->op[reps[q]], &L->op[i]) && (o->recompute ? o->recompute[reps[q]] != 0 : 0) == rci
+            && osdp_cost_op_sends(L, reps[q]) == osdp_cost_op_sends(L, i))
+            return reps[q];
+    return -1;
 }
 
 static osdp_status order_items(osdp_ps_context *ctx);
@@ -479,11 +474,7 @@ osdp_status osdp_ps_context_build_wrap(osdp_ps_context *ctx, const osdp_layout *
     if (o->grad_reduce == OSDP_GRAD_REDUCE_ONCE) ctx->cost.reduce_once = ctx->all_once;
     for (int i = 0; i < n; i++) {
         choice_terms *ci = c + (size_t)i * (size_t)cap;
-        int r = -1, rci = o->recompute ? o->recompute[i] != 0 : 0;
-        for (int q = nreps - 1; q >= 0 && r < 0; q--) /* an earlier operator just like it: its choices */
-            if (same_op(&L->op[reps[q]], &L->op[i]) && (o->recompute ? o->recompute[reps[q]] != 0 : 0) == rci
-                && osdp_cost_op_sends(L, reps[q]) == osdp_cost_op_sends(L, i))   /* its terms are its own */
-                r = reps[q];
+        int r = earlier_like(L, o, reps, nreps, i);   /* an earlier operator just like it: its choices */
         if (r >= 0) {
             ctx->n_choices[i] = ctx->n_choices[r];
         } else {
@@ -602,12 +593,7 @@ osdp_status osdp_ps_fastest_times(const osdp_layout *L, const osdp_device *dev, 
     for (int i = 0; i < n; i++) ctx.all_once[i] = OSDP_MAX_SLICES;
     if (o->grad_reduce == OSDP_GRAD_REDUCE_ONCE) ctx.cost.reduce_once = ctx.all_once;
     for (int i = 0; i < n; i++) {
-        int r = -1;
-        const int rci = o->recompute ? o->recompute[i] != 0 : 0;
-        for (int q = nreps - 1; q >= 0 && r < 0; q--)   /* as osdp_ps_context_build groups them */
-            if (same_op(&L->op[reps[q]], &L->op[i]) && (o->recompute ? o->recompute[reps[q]] != 0 : 0) == rci
-                && osdp_cost_op_sends(L, reps[q]) == osdp_cost_op_sends(L, i))
-                r = reps[q];
+        const int r = earlier_like(L, o, reps, nreps, i);   /* as osdp_ps_context_build groups them */
         if (r >= 0) {
             fastest[i] = fastest[r];
             continue;
