@@ -6,6 +6,7 @@
 
 typedef struct memo_entry {
     choice_key key;
+    int variant;
     choice_terms *choices;
     int n;
 } memo_entry;
@@ -56,11 +57,11 @@ static int same_key(const choice_key *a, const choice_key *b)
         && a->modes == b->modes && a->grad_reduce == b->grad_reduce && osdp_op_same_shape(a->op, b->op);
 }
 
-int osdp_choice_memo_find(osdp_choice_memo *memo, const choice_key *key, choice_terms *out)
+int osdp_choice_memo_find(osdp_choice_memo *memo, const choice_key *key, int variant, choice_terms *out)
 {
     for (int e = 0; e < memo->n; e++) {
         const memo_entry *m = &memo->entry[e];
-        if (!same_key(&m->key, key)) continue;
+        if (m->variant != variant || !same_key(&m->key, key)) continue;
         memcpy(out, m->choices, sizeof *out * (size_t)m->n);
         memo->hits++;
         return m->n;
@@ -68,7 +69,7 @@ int osdp_choice_memo_find(osdp_choice_memo *memo, const choice_key *key, choice_
     return -1;
 }
 
-void osdp_choice_memo_add(osdp_choice_memo *memo, const choice_key *key, const choice_terms *c, int n)
+void osdp_choice_memo_add(osdp_choice_memo *memo, const choice_key *key, int variant, const choice_terms *c, int n)
 {
     if (memo->n == memo->cap) {
         const int grown = memo->cap ? 2 * memo->cap : 16;
@@ -80,7 +81,7 @@ void osdp_choice_memo_add(osdp_choice_memo *memo, const choice_key *key, const c
     choice_terms *copy = malloc(sizeof *copy * (size_t)(n > 0 ? n : 1));
     if (!copy) return;
     memcpy(copy, c, sizeof *copy * (size_t)n);
-    memo->entry[memo->n++] = (memo_entry){.key = *key, .choices = copy, .n = n};
+    memo->entry[memo->n++] = (memo_entry){.key = *key, .variant = variant, .choices = copy, .n = n};
 }
 
 long long osdp_choice_memo_hits(const osdp_choice_memo *memo)

@@ -9,8 +9,10 @@
  * micro-batch and accumulation, the options), and on the stage only
  * through the few facts of choice_key; the stage's micro-batches in
  * flight only add (in_flight - 1) acts to each choice's held bytes, so
- * they are kept at in_flight 0 and that added on the way out.  Below
- * planner.h's layer map, beside plan_context.h. */
+ * they are kept at in_flight 0 and that added on the way out.  What a
+ * context keeps of them, the dominated dropped, is kept too, per in-flight
+ * count and objective.  Below planner.h's layer map, beside
+ * plan_context.h. */
 #ifndef OSDP_CHOICE_MEMO_H
 #define OSDP_CHOICE_MEMO_H
 
@@ -55,10 +57,15 @@ typedef struct osdp_choice_memo osdp_choice_memo;
 
 osdp_choice_memo *osdp_choice_memo_new(void);
 void osdp_choice_memo_free(osdp_choice_memo *memo);
-/* the raw choices of key (at in_flight 0) into out, their number; -1: not kept */
-int osdp_choice_memo_find(osdp_choice_memo *memo, const choice_key *key, choice_terms *out);
-/* keeps n raw choices of key (at in_flight 0); nothing when out of memory (the memo only saves time) */
-void osdp_choice_memo_add(osdp_choice_memo *memo, const choice_key *key, const choice_terms *c, int n);
+/* Kept per key, in variants: OSDP_CHOICES_RAW, the raw choices at in_flight 0; or
+ * osdp_choices_kept(in_flight, minimise_memory), the choices a context of those keeps once the dominated
+ * are dropped (a stage's search builds one context per value of its wrap moment: the same choices each) */
+#define OSDP_CHOICES_RAW (-1)
+static inline int osdp_choices_kept(int in_flight, int minimise_memory) { return 2 * in_flight + !!minimise_memory; }
+/* the choices of key in that variant into out, their number; -1: not kept */
+int osdp_choice_memo_find(osdp_choice_memo *memo, const choice_key *key, int variant, choice_terms *out);
+/* keeps n choices of key in that variant; nothing when out of memory (the memo only saves time) */
+void osdp_choice_memo_add(osdp_choice_memo *memo, const choice_key *key, int variant, const choice_terms *c, int n);
 /* how many finds answered */
 long long osdp_choice_memo_hits(const osdp_choice_memo *memo);
 

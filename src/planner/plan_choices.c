@@ -176,30 +176,36 @@ static choice_key key_of(const osdp_ps_context *ctx, int i)
 }
 
 /* operator i's choices, those another dominates dropped (unless the context is for bounds).  With the
- * options' memo (not for a wrapped stage's first operator, whose terms are its own): its raw choices at
- * in_flight 0, made once, then the stage's micro-batches in flight, (in_flight - 1) acts held more */
+ * options' memo (not for a wrapped stage's first operator, whose terms are its own): the choices a context
+ * like this one kept before; else its raw choices at in_flight 0, made once, then the stage's micro-batches
+ * in flight, (in_flight - 1) acts held more, and the dominated dropped */
 static int make_choices(const osdp_ps_context *ctx, int i, int b, int accum, choice_terms *out)
 {
     osdp_choice_memo *memo = ctx->times_only || (i == 0 && wraps(ctx)) ? NULL : ctx->opts->choice_memo;
-    int n;
     if (!memo) {
-        n = raw_choices(ctx, i, b, accum, out);
-    } else {
-        const choice_key key = key_of(ctx, i);
-        if ((n = osdp_choice_memo_find(memo, &key, out)) < 0) {
-            osdp_ps_context raw = *ctx;   /* the same terms, none held for other micro-batches, every time */
-            raw.cost.in_flight = 0;
-            raw.minimise_memory = 0;
-            n = raw_choices(&raw, i, b, accum, out);
-            osdp_choice_memo_add(memo, &key, out, n);
-        }
-        const long long more = ctx->cost.in_flight > 1 ? ctx->cost.in_flight - 1 : 0;
-        for (int j = 0; j < n; j++) {
-            out[j].mem.held += more * out[j].mem.acts;
-            if (ctx->minimise_memory) out[j].time = 0;   /* minimising memory: time tells nothing apart */
-        }
+        const int n = raw_choices(ctx, i, b, accum, out);
+        return ctx->bound_only ? n : prune(out, n);
     }
-    return ctx->bound_only ? n : prune(out, n);
+    const choice_key key = key_of(ctx, i);
+    const int kept = osdp_choices_kept(ctx->cost.in_flight, ctx->minimise_memory);
+    int n = ctx->bound_only ? -1 : osdp_choice_memo_find(memo, &key, kept, out);
+    if (n >= 0) return n;
+    if ((n = osdp_choice_memo_find(memo, &key, OSDP_CHOICES_RAW, out)) < 0) {
+        osdp_ps_context raw = *ctx;   /* the same terms, none held for other micro-batches, every time */
+        raw.cost.in_flight = 0;
+        raw.minimise_memory = 0;
+        n = raw_choices(&raw, i, b, accum, out);
+        osdp_choice_memo_add(memo, &key, OSDP_CHOICES_RAW, out, n);
+    }
+    const long long more = ctx->cost.in_flight > 1 ? ctx->cost.in_flight - 1 : 0;
+    for (int j = 0; j < n; j++) {
+        out[j].mem.held += more * out[j].mem.acts;
+        if (ctx->minimise_memory) out[j].time = 0;   /* minimising memory: time tells nothing apart */
+    }
+    if (ctx->bound_only) return n;
+    n = prune(out, n);
+    osdp_choice_memo_add(memo, &key, kept, out, n);
+    return n;
 }
 
 /* the last of the representatives reps[0 .. nreps) whose choices operator i shares (its shape, its plan's
