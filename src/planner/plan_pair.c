@@ -1,0 +1,124 @@
+/* The branch-and-bound node's relaxation by its two knapsack constraints
+ * at once (plan_pair.h): dynamic programming over the operators. */
+#include "plan_pair.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+/* a partial plan of the operators so far: its moment terms, held bytes, objective, and where it came from
+ * (the state of the layer before, the choice taken) */
+/* the merge below scans one list per allowed choice for every state it makes: beyond this many choices
+ * of one operator (--split auto's hundreds) no bound is made */
+#define PAIR_MAX_CHOICES 16
+
+typedef struct pair_state { long long z, r; double t; uint32_t from; int choice; } pair_state;
+
+static int before(const pair_state *a, const pair_state *b)   /* by (z, R, t) */
+{
+    if (a->z != b->z) return a->z < b->z;
+    if (a->r != b->r) return a->r < b->r;
+    return a->t < b->t;
+}
+
+double osdp_ps_pair_bound(const osdp_ps_context *ctx, const unsigned char *allow, int m, long long lim, long long d,
+                          double cap, size_t max_states, int *plan)
+{
+    const int n = ctx->n_ops, stride = ctx->stride;
+    /* per operator, the least z, R and objective over its allowed choices, summed over the operators after */
+    long long *zrest = malloc(sizeof *zrest * (size_t)(n + 1)), *rrest = malloc(sizeof *rrest * (size_t)(n + 1));
+    double *trest = malloc(sizeof *trest * (size_t)(n + 1));
+    long long *dz = malloc(sizeof *dz * (size_t)stride), *dr = malloc(sizeof *dr * (size_t)stride);
+    double *dt = malloc(sizeof *dt * (size_t)stride);
+    size_t *at = malloc(sizeof *at * (size_t)stride), *layer = malloc(sizeof *layer * (size_t)(n + 1));
+    int *cs = malloc(sizeof *cs * (size_t)stride);
+    size_t cap_states = max_states < 1024 ? max_states : 1024;
+    pair_state *st = malloc(sizeof *st * cap_states);   /* every layer's states, layer i at st[layer[i] ..) */
+    double bound = -INFINITY;   /* no bound (out of memory, or too many states) */
+    if (!zrest || !rrest || !trest || !dz || !dr || !dt || !at || !layer || !cs || !st) goto out;
+    zrest[n] = rrest[n] = 0;
+    trest[n] = 0;
+    for (int i = n - 1; i >= 0; i--) {
+        long long zl = 0, rl = 0;
+        double tl = INFINITY;
+        int any = 0;
+        for (int c = 0; c < ctx->n_choices[i]; c++) {
+            const size_t a = PS_CHOICE(ctx, i, c);
+            if (!allow[a]) continue;
+            const long long r = ctx->held_bytes[a], z = osdp_ps_moment_bytes(ctx, m, i, c) - r;
+            if (!any || z < zl) zl = z;
+            if (!any || r < rl) rl = r;
+            if (ctx->objective[a] < tl) tl = ctx->objective[a];
+            any = 1;
+        }
+        if (!any) {
+            bound = INFINITY;
+            goto out;
+        }
+        zrest[i] = zrest[i + 1] + zl;
+        rrest[i] = rrest[i + 1] + rl;
+        trest[i] = trest[i + 1] + tl;
+    }
+    st[0] = (pair_state){0, 0, 0.0, 0, -1};
+    layer[0] = 0;
+    size_t total = 1;
+    for (int i = 0; i < n; i++) {
+        /* each allowed choice shifts the layer's states, sorted by (z, R, t), by constants: the shifted
+         * lists stay sorted and merge in order; the merged layer keeps, per z, its (R, t) Pareto front */
+        const size_t lo = layer[i], hi = total;
+        int k = 0;
+        for (int c = 0; c < ctx->n_choices[i]; c++) {
+            const size_t a = PS_CHOICE(ctx, i, c);
+            if (!allow[a]) continue;
+            if (k == PAIR_MAX_CHOICES) goto out;
+            dr[k] = ctx->held_bytes[a];
+            dz[k] = osdp_ps_moment_bytes(ctx, m, i, c) - dr[k];
+            dt[k] = ctx->objective[a];
+            cs[k] = c;
+            at[k++] = lo;
+        }
+        layer[i + 1] = total;
+        for (;;) {
+            int bk = -1;
+            pair_state bp = {0, 0, 0.0, 0, 0};
+            for (int q = 0; q < k; q++) {
+                while (at[q] < hi) {   /* the list's next state that can still complete below cap */
+                    const pair_state *s = &st[at[q]];
+                    const pair_state p = {s->z + dz[q], s->r + dr[q], s->t + dt[q], (uint32_t)at[q], cs[q]};
+                    if (p.z + zrest[i + 1] > d || p.r + rrest[i + 1] > lim || p.t + trest[i + 1] >= cap) {
+                        at[q]++;
+                        continue;
+                    }
+                    if (bk < 0 || before(&p, &bp)) bk = q, bp = p;
+                    break;
+                }
+            }
+            if (bk < 0) break;
+            at[bk]++;
+            if (total > layer[i + 1] && st[total - 1].z == bp.z && st[total - 1].t <= bp.t) continue;
+            if (total - layer[i + 1] == max_states || total >= UINT32_MAX) goto out;
+            if (total == cap_states) {
+                pair_state *ns = realloc(st, sizeof *st * cap_states * 2);
+                if (!ns) goto out;
+                st = ns;
+                cap_states *= 2;
+            }
+            st[total++] = bp;
+        }
+        if (total == layer[i + 1]) {   /* nothing below cap respects both */
+            bound = INFINITY;
+            goto out;
+        }
+    }
+    size_t best = layer[n];
+    for (size_t s = layer[n]; s < total; s++)
+        if (st[s].t < st[best].t) best = s;
+    bound = st[best].t;
+    for (int i = n - 1; i >= 0; i--) {
+        plan[i] = st[best].choice;
+        best = st[best].from;
+    }
+out:
+    free(zrest); free(rrest); free(trest); free(dz); free(dr); free(dt); free(at); free(layer); free(cs); free(st);
+    return bound;
+}
