@@ -13,7 +13,7 @@
 
 /* the allowed-choice sets the branch and bound has let go, kept for its next nodes (one search's) */
 #define SPARE_SETS 64
-#define PAIR_STATES ((size_t)1 << 17)
+#define PAIR_STATES ((size_t)1 << 20)   /* plan_pair.c's states, all operators together: 32 MiB at most */
 typedef struct spare_sets { unsigned char *set[SPARE_SETS]; int n; } spare_sets;
 
 /* a copy of A (n_ops x stride flags), NULL when out of memory */
@@ -146,8 +146,11 @@ static int beyond(const osdp_ps_context *ctx, const osdp_ps_best *best, double v
  * below would otherwise enumerate.  The time search only (the memory
  * search's objective is the peak itself), and a bound that loses nothing:
  * only a node no plan of which is strictly faster than the best goes, by
- * a margin far above the knapsack's rounding.  mch: scratch of n_ops, z of
- * 2 n_ops. */
+ * a margin far above the knapsack's rounding.  Then, by the node's two
+ * constraints at once, sum R <= lim and moment u <= d (osdp_ps_pair_bound:
+ * every plan of the node respects both); when that does not close the node
+ * either, *have_pair says its optimum, a plan of the node that respects u
+ * and could beat the best, is in mch.  mch: scratch of n_ops, z of 2 n_ops. */
 static int moment_bound(osdp_ps_context *ctx, const unsigned char *A, const int *ch, int u, long long d,
                         long long lim, long long room, const osdp_ps_best *best, int *mch, long long *z, osdp_status *s,
                         int *have_pair)

@@ -96,7 +96,7 @@ double osdp_ps_pair_bound(const osdp_ps_context *ctx, const unsigned char *allow
             if (bk < 0) break;
             at[bk]++;
             if (total > layer[i + 1] && st[total - 1].z == bp.z && st[total - 1].t <= bp.t) continue;
-            if (total - layer[i + 1] == max_states || total >= UINT32_MAX) goto out;
+            if (total == max_states || total >= UINT32_MAX) goto out;
             if (total == cap_states) {
                 pair_state *ns = realloc(st, sizeof *st * cap_states * 2);
                 if (!ns) goto out;

@@ -15,8 +15,8 @@
  * blocks, --recompute auto), a lower bound on every plan of a node that
  * respects both constraints.  States whose objective plus the least of the
  * operators after reaches cap are dropped (the answer is then INFINITY
- * when no plan is below cap).  -INFINITY (no bound) when one operator's
- * states outnumber max_states, an operator allows more than 16 choices, or
+ * when no plan is below cap).  -INFINITY (no bound) when the states of
+ * all operators together outnumber max_states, an operator allows more than 16 choices, or
  * memory runs out.  A finite answer's plan
  * (choices per operator) goes to plan[n_ops]. */
 double osdp_ps_pair_bound(const osdp_ps_context *ctx, const unsigned char *allow, int m, long long lim, long long d,
