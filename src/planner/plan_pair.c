@@ -21,6 +21,66 @@ static int before(const pair_state *a, const pair_state *b)   /* by (z, R, t) */
     return a->t < b->t;
 }
 
+static int cmp_ll(const void *x, const void *y)
+{
+    const long long a = *(const long long *)x, b = *(const long long *)y;
+    return (a > b) - (a < b);
+}
+
+/* scratch of drop_dominated: the layer's distinct R, ascending, and a Fenwick tree of the least objective */
+typedef struct dom_scratch { long long *r; double *fen; size_t cap; } dom_scratch;
+
+/* Drops from the layer (ns states, sorted by z, each z's (R, t) front) every state another of smaller z and
+ * no larger R and t dominates: all of its completions are no better than the other's same ones.  The kept
+ * states move up in order; *total shrinks by the dropped.  -1 when out of memory. */
+static int drop_dominated(pair_state *layer, size_t ns, size_t *total, dom_scratch *sc)
+{
+    if (ns > sc->cap) {
+        long long *r = realloc(sc->r, sizeof *r * ns);
+        if (r) sc->r = r;
+        double *fen = realloc(sc->fen, sizeof *fen * (ns + 1));
+        if (fen) sc->fen = fen;
+        if (!r || !fen) return -1;
+        sc->cap = ns;
+    }
+    for (size_t s = 0; s < ns; s++) sc->r[s] = layer[s].r;
+    qsort(sc->r, ns, sizeof *sc->r, cmp_ll);
+    size_t nr = 0;
+    for (size_t s = 0; s < ns; s++)
+        if (nr == 0 || sc->r[s] != sc->r[nr - 1]) sc->r[nr++] = sc->r[s];
+    for (size_t k = 0; k <= nr; k++) sc->fen[k] = INFINITY;
+    size_t w = 0;
+    for (size_t g = 0; g < ns;) {   /* one z at a time: tested against the smaller z, then entered */
+        size_t e = g;
+        while (e < ns && layer[e].z == layer[g].z) e++;
+        const size_t w0 = w;
+        for (size_t s = g; s < e; s++) {
+            size_t lo = 0, hi = nr;   /* 1-based rank of layer[s].r */
+            while (lo < hi) {
+                const size_t mid = (lo + hi) / 2;
+                if (sc->r[mid] <= layer[s].r) lo = mid + 1;
+                else hi = mid;
+            }
+            double least = INFINITY;
+            for (size_t k = lo; k > 0; k -= k & (~k + 1)) least = fmin(least, sc->fen[k]);
+            if (least <= layer[s].t) continue;
+            layer[w++] = layer[s];
+        }
+        for (size_t s = w0; s < w; s++) {
+            size_t lo = 0, hi = nr;
+            while (lo < hi) {
+                const size_t mid = (lo + hi) / 2;
+                if (sc->r[mid] <= layer[s].r) lo = mid + 1;
+                else hi = mid;
+            }
+            for (size_t k = lo; k <= nr; k += k & (~k + 1)) sc->fen[k] = fmin(sc->fen[k], layer[s].t);
+        }
+        g = e;
+    }
+    *total -= ns - w;
+    return 0;
+}
+
 double osdp_ps_pair_bound(const osdp_ps_context *ctx, const unsigned char *allow, int m, long long lim, long long d,
                           double cap, size_t max_states, int *plan)
 {
@@ -35,6 +95,7 @@ double osdp_ps_pair_bound(const osdp_ps_context *ctx, const unsigned char *allow
     size_t cap_states = max_states < 1024 ? max_states : 1024;
     pair_state *st = malloc(sizeof *st * cap_states);   /* every layer's states, layer i at st[layer[i] ..) */
     double bound = -INFINITY;   /* no bound (out of memory, or too many states) */
+    dom_scratch scratch = {NULL, NULL, 0};
     if (!zrest || !rrest || !trest || !dz || !dr || !dt || !at || !layer || !cs || !st) goto out;
     zrest[n] = rrest[n] = 0;
     trest[n] = 0;
@@ -109,6 +170,7 @@ double osdp_ps_pair_bound(const osdp_ps_context *ctx, const unsigned char *allow
             bound = INFINITY;
             goto out;
         }
+        if (drop_dominated(st + layer[i + 1], total - layer[i + 1], &total, &scratch)) goto out;
     }
     size_t best = layer[n];
     for (size_t s = layer[n]; s < total; s++)
@@ -120,5 +182,6 @@ double osdp_ps_pair_bound(const osdp_ps_context *ctx, const unsigned char *allow
     }
 out:
     free(zrest); free(rrest); free(trest); free(dz); free(dr); free(dt); free(at); free(layer); free(cs); free(st);
+    free(scratch.r); free(scratch.fen);
     return bound;
 }
