@@ -9,6 +9,8 @@
  *   plan_knap.c/.h     one knapsack over the allowed choices (through
  *                      osdp/search.h), its LP and byte-threshold bounds
  *   plan_knap_cache.c/.h  knapsack answers by allow set (a leaf)
+ *   plan_pair.c/.h     a node's held bytes and one moment bounded together
+ *                      (step 2: dynamic programming, a leaf over the context)
  *   plan_choices.c     builds the search context of one micro-batch: every
  *                      operator's choices and their peak terms, dominated
  *                      choices dropped
@@ -78,7 +80,16 @@
  *      the later activations, freed by then, count nothing), which closes
  *      the nodes whose branches would enumerate which later operators keep
  *      their activations; and the first node drops each choice whose LP
- *      bound, with the choice forced, cannot beat the best plan.  These
+ *      bound, with the choice forced, cannot beat the best plan.  A node
+ *      none of these closes is bounded by its two constraints at once,
+ *      sum_i R_i <= budget and the violated Z_u <= d (plan_pair.c: exact by
+ *      dynamic programming when Z_u's terms take few distinct sums, as with
+ *      a stage's identical blocks under --recompute auto); that optimum's
+ *      plan respects Z_u, and takes the knapsack's place: when it respects
+ *      every moment it is the node's optimum, else the node branches on the
+ *      moment it violates (GPT-2 small's TP 2 x DP 8 stage at 512 MiB,
+ *      whose peak lies in the embedding's backward where every later
+ *      activation is freed: 4.8M knapsacks, 4 min of CPU before; 39).  These
  *      bounds close only nodes with no strictly faster plan (a 1e-12
  *      margin): the optimum is kept.
  *   3. The answer is the best plan over all d.  The loop over d stops when

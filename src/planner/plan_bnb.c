@@ -4,6 +4,7 @@
  * of each node, the check of its plan against the true Z, the branches,
  * and constraint propagation. */
 #include "plan_bnb.h"
+#include "plan_pair.h"
 
 #include <limits.h>
 #include <math.h>
@@ -12,6 +13,7 @@
 
 /* the allowed-choice sets the branch and bound has let go, kept for its next nodes (one search's) */
 #define SPARE_SETS 64
+#define PAIR_STATES ((size_t)1 << 20)   /* plan_pair.c's states, all operators together: 32 MiB at most */
 typedef struct spare_sets { unsigned char *set[SPARE_SETS]; int n; } spare_sets;
 
 /* a copy of A (n_ops x stride flags), NULL when out of memory */
@@ -144,11 +146,16 @@ static int beyond(const osdp_ps_context *ctx, const osdp_ps_best *best, double v
  * below would otherwise enumerate.  The time search only (the memory
  * search's objective is the peak itself), and a bound that loses nothing:
  * only a node no plan of which is strictly faster than the best goes, by
- * a margin far above the knapsack's rounding.  mch: scratch of n_ops, z of
- * 2 n_ops. */
+ * a margin far above the knapsack's rounding.  Then, by the node's two
+ * constraints at once, sum R <= lim and moment u <= d (osdp_ps_pair_bound:
+ * every plan of the node respects both); when that does not close the node
+ * either, *have_pair says its optimum, a plan of the node that respects u
+ * and could beat the best, is in mch.  mch: scratch of n_ops, z of 2 n_ops. */
 static int moment_bound(osdp_ps_context *ctx, const unsigned char *A, const int *ch, int u, long long d,
-                        long long room, const osdp_ps_best *best, int *mch, long long *z, osdp_status *s)
+                        long long lim, long long room, const osdp_ps_best *best, int *mch, long long *z, osdp_status *s,
+                        int *have_pair)
 {
+    *have_pair = 0;
     if (ctx->minimise_memory || ctx->wrap_first_pass || (!best->found && isinf(ctx->cutoff))) return 0;
     const int nm = osdp_ps_n_moments(ctx);
     osdp_ps_moment_values(ctx, ch, z);
@@ -174,6 +181,15 @@ static int moment_bound(osdp_ps_context *ctx, const unsigned char *A, const int 
             return 1;
         }
     }
+    /* the node's knapsack over R and moment u's constraint at once: its optimum respects u, and, when it
+     * respects every other moment too, is the node's (the relaxation's optimum is then the node's) */
+    const double cap = best->found ? best->objective * (1 + 1e-12) : nextafter(ctx->cutoff * (1 + 1e-12), INFINITY);
+    const double pb = osdp_ps_pair_bound(ctx, A, u, lim, d, cap, PAIR_STATES, mch);
+    if (beyond(ctx, best, pb)) {
+        ctx->counters->bound_cuts++;
+        return 1;
+    }
+    *have_pair = isfinite(pb);
     return 0;
 }
 
@@ -296,7 +312,21 @@ static osdp_status bnb(osdp_ps_context *ctx, unsigned char *base, long long d, l
         } else if (ks != OSDP_OK && ks != OSDP_ERR_INFEASIBLE) {
             s = ks;
         }
-        if (u >= 0 && moment_bound(ctx, A, ch, u, d, room_total, best, mch, zs, &s)) u = -1;
+        int have_pair = 0;
+        if (u >= 0 && moment_bound(ctx, A, ch, u, d, lim, room_total, best, mch, zs, &s, &have_pair)) u = -1;
+        if (u >= 0 && have_pair) {   /* the pair's plan in place of the knapsack's: it respects moment u */
+            memcpy(ch, mch, sizeof *ch * (size_t)n);
+            const double pobj = osdp_ps_objective_sum(ctx, ch);
+            u = osdp_ps_transient_scan(ctx, ch, d, NULL);
+            if (u < 0) {   /* it respects every moment: the node's optimum */
+                if (prove && osdp_ps_held_sum(ctx, ch) + osdp_ps_true_transient(ctx, ch) > room_total) {
+                    *proved = 0;
+                    if (A != base) let_go(A, &spare);
+                    break;
+                }
+                osdp_ps_offer(ctx, best, ch, pobj);
+            }
+        }
         if (u < 0) {
             if (A != base) let_go(A, &spare);
             continue;

@@ -536,11 +536,42 @@ START_TEST(test_3d_lazy_bounds)
 }
 END_TEST
 
+/* One stage search that took minutes: GPT-2 small on TP 2 x DP 8 at 512 MiB, micro-batch 4 (one per step),
+ * --recompute auto.  The plan sits at the limit (to 4 KiB) with its peak in the embedding's backward, where
+ * every later activation is freed: the branch and bound at each transient bound enumerated which operators
+ * keep their activations (4 794 194 knapsacks, 4 minutes of CPU, before plan_pair.c); the two-constraint
+ * bound settles it in a few dozen.  The step is the exact search's of before (its printed 9 digits). */
+START_TEST(test_3d_tight_stage_search)
+{
+    osdp_model_config cfg;
+    load_config(&cfg, "gpt2_small");
+    osdp_device dev;
+    two_level_device(&dev, 512LL << 20);
+    osdp_planner_options o = options();
+    o.geo.n_ranks = 16;
+    o.global_batch = 32;
+    o.geo.micro_batch = 4;
+    o.recompute_auto = 1;
+    osdp_mesh_choice m;
+    ck_assert_msg(osdp_planner_mesh(&cfg, SEQ, &dev, &o, 2, &m) == OSDP_OK, "%s", osdp_error_message());
+    const osdp_planner_result *r = &m.result;
+    ck_assert_int_eq(r->plan.geo.tp_size, 2);
+    ck_assert_int_eq(r->plan.geo.micro_batch, 4);
+    ck_assert_msg(close_rel(r->step_s, 4.32034567, 2e-9), "step %.17g s", r->step_s);
+    ck_assert_int_le(r->peak_bytes, 512LL << 20);
+    ck_assert_int_gt(r->peak_bytes, (512LL << 20) - (64 << 10));   /* the limit binds */
+    printf("tight stage search: step %.9f s, peak %lld, %lld knapsacks, %lld nodes\n", r->step_s, r->peak_bytes,
+           r->searches, r->nodes);
+    ck_assert_msg(r->searches < 2000, "%lld knapsacks", r->searches);
+    osdp_mesh_choice_free(&m);
+}
+END_TEST
+
 static Suite *planner_3d_suite(void)
 {
     const TTest *search[] = {test_3d_matches_exhaustive, test_3d_recompute_matches_exhaustive, test_3d_baselines,
                              test_3d_fixed_and_pruned, test_3d_no_fit_message, test_3d_stage_bounds_shared, test_3d_lazy_bounds,
-                             NULL};
+                             test_3d_tight_stage_search, NULL};
     const osdp_check_case cases[] = {{.name = "search", .tests = search}};
     return osdp_check_suite("planner_3d", cases, sizeof cases / sizeof cases[0]);
 }
