@@ -104,6 +104,7 @@ typedef struct osdp_ps_context {
     double deadline;                  /* dfs: wall-clock end (0: none) */
     osdp_search_workspace *search_workspace; /* exact search's scratch, kept across this context's knapsacks */
     osdp_ps_knap_cache *knap_cache;   /* knapsack results by allow set (plan_knap_cache.c; NULL until used) */
+    int pair_gave_up;                 /* plan_bnb.c: the pair bounds (plan_pair.h) given up here, their states too many */
     osdp_planner_result *counters;    /* searches, nodes, cache hits, search time, timed_out, gap */
     osdp_cost_cuts *own_cuts;         /* the cuts cache of a context built without the caller's (NULL: none) */
 } osdp_ps_context;
