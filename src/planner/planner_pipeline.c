@@ -196,8 +196,9 @@ static osdp_status stages_bound(const osdp_device *dev, const osdp_planner_optio
  * not fit.  cutoff >= 0: only a step of at most this (INFINITY: any) is
  * wanted; *bounded = 1 (with OSDP_ERR_INFEASIBLE, no message) when a bound
  * shows the stages cannot give one, or some stage cannot fit; < 0: no bounds */
-static osdp_status plan_stages_memo(const osdp_device *dev, const osdp_planner_options *o, int b, int M, osdp_pipe_choice *c,
-                               osdp_stage_cache *cache, const int *classes, double cutoff, int chunks, int *bounded)
+static osdp_status plan_stages_memo(const osdp_device *dev, const osdp_planner_options *o, int b, int M,
+                                    osdp_pipe_choice *c, osdp_stage_cache *cache, const int *classes, double cutoff,
+                                    int chunks, int *bounded)
 {
     const int P = c->geo.pp_size;
     osdp_cost_model cm;
