@@ -260,6 +260,26 @@ osdp_status osdp_ps_bnb_prove(osdp_ps_context *ctx, unsigned char *base, long lo
  * at least that); for the time search, it fits (held bytes + true Z <=
  * room_total, the limit less the fixed bytes).  Otherwise the proof gives
  * up (*proved 0; a memory plan is still offered at its true peak). */
+/* a node's plan that respects every moment (its objective obj, lam the memory search's d): offered to
+ * best; proving a range (prove), 1 when it settles it (its held bytes and true transient within
+ * room_total; the memory search: its transient at most d_lo), 0 when the proof fails */
+static int settle(const osdp_ps_context *ctx, osdp_ps_best *best, const int *ch, double obj, double lam, int prove,
+                  long long d_lo, long long room_total)
+{
+    if (!prove) {
+        osdp_ps_offer(ctx, best, ch, obj + lam);
+        return 1;
+    }
+    const long long z = osdp_ps_true_transient(ctx, ch);
+    if (ctx->minimise_memory) {
+        osdp_ps_offer(ctx, best, ch, obj + (double)z);
+        return z <= d_lo;
+    }
+    const int settled = osdp_ps_held_sum(ctx, ch) + z <= room_total;
+    if (settled) osdp_ps_offer(ctx, best, ch, obj);
+    return settled;
+}
+
 static osdp_status bnb(osdp_ps_context *ctx, unsigned char *base, long long d, long long d_lo, int prove,
                        long long lim, long long room_total, osdp_ps_best *best, int *ch, int *proved)
 {
@@ -296,23 +316,10 @@ static osdp_status bnb(osdp_ps_context *ctx, unsigned char *base, long long d, l
         int u = -1;
         if (ks == OSDP_OK && osdp_ps_beats(ctx, best, obj + lam)) {
             u = osdp_ps_transient_scan(ctx, ch, d, NULL);
-            if (u < 0 && prove) {
-                const long long z = osdp_ps_true_transient(ctx, ch);
-                int settled;
-                if (ctx->minimise_memory) {
-                    osdp_ps_offer(ctx, best, ch, obj + (double)z);
-                    settled = z <= d_lo;
-                } else {
-                    settled = osdp_ps_held_sum(ctx, ch) + z <= room_total;
-                    if (settled) osdp_ps_offer(ctx, best, ch, obj);
-                }
-                if (!settled) {
-                    *proved = 0;
-                    if (A != base) let_go(A, &spare);
-                    break;
-                }
-            } else if (u < 0) {
-                osdp_ps_offer(ctx, best, ch, obj + lam);
+            if (u < 0 && !settle(ctx, best, ch, obj, lam, prove, d_lo, room_total)) {
+                *proved = 0;
+                if (A != base) let_go(A, &spare);
+                break;
             }
         } else if (ks != OSDP_OK && ks != OSDP_ERR_INFEASIBLE) {
             s = ks;
@@ -321,15 +328,12 @@ static osdp_status bnb(osdp_ps_context *ctx, unsigned char *base, long long d, l
         if (u >= 0 && moment_bound(ctx, A, ch, u, d, lim, room_total, best, mch, zs, &s, &have_pair)) u = -1;
         if (u >= 0 && have_pair) {   /* the pair's plan in place of the knapsack's: it respects moment u */
             memcpy(ch, mch, sizeof *ch * (size_t)n);
-            const double pobj = osdp_ps_objective_sum(ctx, ch);
             u = osdp_ps_transient_scan(ctx, ch, d, NULL);
-            if (u < 0) {   /* it respects every moment: the node's optimum */
-                if (prove && osdp_ps_held_sum(ctx, ch) + osdp_ps_true_transient(ctx, ch) > room_total) {
-                    *proved = 0;
-                    if (A != base) let_go(A, &spare);
-                    break;
-                }
-                osdp_ps_offer(ctx, best, ch, pobj);
+            /* it respects every moment: the node's optimum (the time search's: lam 0) */
+            if (u < 0 && !settle(ctx, best, ch, osdp_ps_objective_sum(ctx, ch), lam, prove, d_lo, room_total)) {
+                *proved = 0;
+                if (A != base) let_go(A, &spare);
+                break;
             }
         }
         if (u < 0) {

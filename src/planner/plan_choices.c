@@ -432,16 +432,13 @@ static int pair_wrap(osdp_ps_context *ctx, const choice_terms *first, int wrap)
     return 0;
 }
 
-osdp_status osdp_ps_context_build(osdp_ps_context *ctx, const osdp_layout *L, const osdp_device *dev,
-                                  const osdp_planner_options *o, int b, int accum, int minimise_memory,
-                                  osdp_cost_cuts *cuts, osdp_planner_result *counters)
-{
-    return osdp_ps_context_build_wrap(ctx, L, dev, o, b, accum, minimise_memory, cuts, counters, -1);
-}
-
-osdp_status osdp_ps_context_build_wrap(osdp_ps_context *ctx, const osdp_layout *L, const osdp_device *dev,
-                                       const osdp_planner_options *o, int b, int accum, int minimise_memory,
-                                       osdp_cost_cuts *cuts, osdp_planner_result *counters, int wrap)
+/* The start of a context for micro-batch b of accum: its cost model as the options say (in_flight,
+ * stage buffers, next passes: a pipeline stage's), the cuts cache (NULL: its own), no choices yet; the
+ * cost model's reduce_once for the choices that reduce once, and for every operator under once.  -1
+ * when out of memory (what was allocated left for osdp_ps_context_free). */
+static int context_start(osdp_ps_context *ctx, const osdp_layout *L, const osdp_device *dev,
+                         const osdp_planner_options *o, int b, int accum, osdp_cost_cuts *cuts,
+                         osdp_planner_result *counters)
 {
     memset(ctx, 0, sizeof *ctx);
     osdp_cost_model_init(&ctx->cost, L, dev, &o->geo, o->cost, o->hierarchy);
@@ -456,28 +453,48 @@ osdp_status osdp_ps_context_build_wrap(osdp_ps_context *ctx, const osdp_layout *
     ctx->cost.next_passes = o->stage_next_passes;
     ctx->opts = o;
     ctx->n_ops = L->n_ops;
-    ctx->minimise_memory = minimise_memory == 1;
-    ctx->bound_only = minimise_memory == 2;
     ctx->cutoff = INFINITY;
     ctx->counters = counters;
     ctx->cost.geo.micro_batch = b;   /* what it was built for */
     ctx->cost.geo.accum_steps = accum;
-    /* every k of every g in 1, 2, 4, 8, 16 and hierarchical, recompute both ways, each with every count of
-     * reduce-once slices (g + 1 of them) under auto */
-    const int n = ctx->n_ops, ro_auto = o->grad_reduce == OSDP_GRAD_REDUCE_AUTO && accum > 1;
-    const int cap = ro_auto ? 2 * (2 * 2 + 3 * 3 + 5 * 5 + 9 * 9 + 17 * 17 + 2) : 2 * (2 + 3 + 5 + 9 + 17 + 1);
+    const int n = L->n_ops;
+    if (!(ctx->all_once = malloc(sizeof *ctx->all_once * (size_t)(n > 0 ? n : 1)))) return -1;
+    for (int i = 0; i < n; i++) ctx->all_once[i] = OSDP_MAX_SLICES;   /* at least g: every slice */
+    if (o->grad_reduce == OSDP_GRAD_REDUCE_ONCE) ctx->cost.reduce_once = ctx->all_once;
+    return 0;
+}
+
+/* the most choices of one operator: every k of every g in 1, 2, 4, 8, 16 and hierarchical, recompute both
+ * ways, each with every count of reduce-once slices (g + 1 of them) under auto */
+static int choices_cap(const osdp_planner_options *o, int accum)
+{
+    const int ro_auto = o->grad_reduce == OSDP_GRAD_REDUCE_AUTO && accum > 1;
+    return ro_auto ? 2 * (2 * 2 + 3 * 3 + 5 * 5 + 9 * 9 + 17 * 17 + 2) : 2 * (2 + 3 + 5 + 9 + 17 + 1);
+}
+
+osdp_status osdp_ps_context_build(osdp_ps_context *ctx, const osdp_layout *L, const osdp_device *dev,
+                                  const osdp_planner_options *o, int b, int accum, int minimise_memory,
+                                  osdp_cost_cuts *cuts, osdp_planner_result *counters)
+{
+    return osdp_ps_context_build_wrap(ctx, L, dev, o, b, accum, minimise_memory, cuts, counters, -1);
+}
+
+osdp_status osdp_ps_context_build_wrap(osdp_ps_context *ctx, const osdp_layout *L, const osdp_device *dev,
+                                       const osdp_planner_options *o, int b, int accum, int minimise_memory,
+                                       osdp_cost_cuts *cuts, osdp_planner_result *counters, int wrap)
+{
+    const int started = context_start(ctx, L, dev, o, b, accum, cuts, counters);
+    ctx->minimise_memory = minimise_memory == 1;
+    ctx->bound_only = minimise_memory == 2;
+    const int n = ctx->n_ops, cap = choices_cap(o, accum);
     choice_terms *c = malloc(sizeof *c * (size_t)cap * (size_t)n);
     ctx->n_choices = malloc(sizeof *ctx->n_choices * (size_t)n);
     ctx->group = malloc(sizeof *ctx->group * (size_t)n);
-    /* the cost model's reduce_once for the choices that reduce once, and for every operator under once */
-    ctx->all_once = malloc(sizeof *ctx->all_once * (size_t)(n > 0 ? n : 1));
     int *reps = malloc(sizeof *reps * (size_t)n), nreps = 0;
-    if (!c || !ctx->n_choices || !ctx->group || !ctx->all_once || !reps) {
+    if (started || !c || !ctx->n_choices || !ctx->group || !reps) {
         free(reps);
         goto oom;
     }
-    for (int i = 0; i < n; i++) ctx->all_once[i] = OSDP_MAX_SLICES;   /* at least g: every slice */
-    if (o->grad_reduce == OSDP_GRAD_REDUCE_ONCE) ctx->cost.reduce_once = ctx->all_once;
     for (int i = 0; i < n; i++) {
         choice_terms *ci = c + (size_t)i * (size_t)cap;
         int r = earlier_like(L, o, reps, nreps, i);   /* an earlier operator just like it: its choices */
@@ -573,31 +590,16 @@ osdp_status osdp_ps_fastest_times(const osdp_layout *L, const osdp_device *dev, 
      * search asks this of every candidate; a whole context each, its per-choice arrays filled for every
      * operator, was a tenth of it) */
     osdp_ps_context ctx;
-    memset(&ctx, 0, sizeof ctx);
-    osdp_cost_model_init(&ctx.cost, L, dev, &o->geo, o->cost, o->hierarchy);
-    ctx.cost.recompute = o->recompute;
-    ctx.cost.cuts = ctx.own_cuts = osdp_cost_cuts_new(L->n_ops);
-    ctx.cost.in_flight = o->stage_in_flight;
-    ctx.cost.stage_buffer_bytes = o->stage_buffer_bytes;
-    ctx.cost.next_passes = o->stage_next_passes;
-    ctx.cost.geo.micro_batch = b;
-    ctx.cost.geo.accum_steps = accum;
-    ctx.opts = o;
-    ctx.n_ops = L->n_ops;
+    const int started = context_start(&ctx, L, dev, o, b, accum, NULL, NULL);
     ctx.bound_only = ctx.times_only = 1;
-    ctx.cutoff = INFINITY;
     const int n = L->n_ops;
-    const int cap = 2 * (2 * 2 + 3 * 3 + 5 * 5 + 9 * 9 + 17 * 17 + 2);   /* as osdp_ps_context_build's */
-    choice_terms *c = malloc(sizeof *c * (size_t)cap);
+    choice_terms *c = malloc(sizeof *c * (size_t)choices_cap(o, accum));
     int *reps = malloc(sizeof *reps * (size_t)(n > 0 ? n : 1)), nreps = 0;
-    ctx.all_once = malloc(sizeof *ctx.all_once * (size_t)(n > 0 ? n : 1));
-    if (!c || !reps || !ctx.all_once) {
+    if (started || !c || !reps) {
         free(c), free(reps);
         osdp_ps_context_free(&ctx);
         return osdp_error_set(OSDP_ERR_OOM, "planner: out of host memory");
     }
-    for (int i = 0; i < n; i++) ctx.all_once[i] = OSDP_MAX_SLICES;
-    if (o->grad_reduce == OSDP_GRAD_REDUCE_ONCE) ctx.cost.reduce_once = ctx.all_once;
     for (int i = 0; i < n; i++) {
         const int r = earlier_like(L, o, reps, nreps, i);   /* as osdp_ps_context_build groups them */
         if (r >= 0) {

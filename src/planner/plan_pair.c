@@ -6,12 +6,12 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-/* a partial plan of the operators so far: its moment terms, held bytes, objective, and where it came from
- * (the state of the layer before, the choice taken) */
 /* the merge below scans one list per allowed choice for every state it makes: beyond this many choices
  * of one operator (--split auto's hundreds) no bound is made */
 #define PAIR_MAX_CHOICES 16
 
+/* a partial plan of the operators so far: its moment terms, held bytes, objective, and where it came from
+ * (the state of the layer before, the choice taken) */
 typedef struct pair_state { long long z, r; double t; uint32_t from; int choice; } pair_state;
 
 static int before(const pair_state *a, const pair_state *b)   /* by (z, R, t) */
@@ -25,6 +25,18 @@ static int cmp_ll(const void *x, const void *y)
 {
     const long long a = *(const long long *)x, b = *(const long long *)y;
     return (a > b) - (a < b);
+}
+
+/* the 1-based rank of r among the distinct ascending r[0 .. nr): how many are <= r */
+static size_t rank_of(const long long *sorted, size_t nr, long long r)
+{
+    size_t lo = 0, hi = nr;
+    while (lo < hi) {
+        const size_t mid = (lo + hi) / 2;
+        if (sorted[mid] <= r) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo;
 }
 
 /* scratch of drop_dominated: the layer's distinct R, ascending, and a Fenwick tree of the least objective */
@@ -55,24 +67,14 @@ static int drop_dominated(pair_state *layer, size_t ns, size_t *total, dom_scrat
         while (e < ns && layer[e].z == layer[g].z) e++;
         const size_t w0 = w;
         for (size_t s = g; s < e; s++) {
-            size_t lo = 0, hi = nr;   /* 1-based rank of layer[s].r */
-            while (lo < hi) {
-                const size_t mid = (lo + hi) / 2;
-                if (sc->r[mid] <= layer[s].r) lo = mid + 1;
-                else hi = mid;
-            }
+            const size_t lo = rank_of(sc->r, nr, layer[s].r);
             double least = INFINITY;
             for (size_t k = lo; k > 0; k -= k & (~k + 1)) least = fmin(least, sc->fen[k]);
             if (least <= layer[s].t) continue;
             layer[w++] = layer[s];
         }
         for (size_t s = w0; s < w; s++) {
-            size_t lo = 0, hi = nr;
-            while (lo < hi) {
-                const size_t mid = (lo + hi) / 2;
-                if (sc->r[mid] <= layer[s].r) lo = mid + 1;
-                else hi = mid;
-            }
+            const size_t lo = rank_of(sc->r, nr, layer[s].r);
             for (size_t k = lo; k <= nr; k += k & (~k + 1)) sc->fen[k] = fmin(sc->fen[k], layer[s].t);
         }
         g = e;
