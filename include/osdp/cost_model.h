@@ -385,6 +385,11 @@ double osdp_cost_tp_comm(const osdp_cost_model *cm, int op, int rc, int b);
  * they run node-first (RSn + RSx above).  A group inside one node, a flat device (no [internode_*],
  * or ranks_per_node 0) and the tensor-parallel group (inside a node) keep
  * the in-node figures. */
+/* 1 when a tensor-parallel group (tp consecutive ranks) straddles nodes of ranks_per_node: tp does not
+ * divide the node (ranks_per_node <= 0: one node, 0).  plan and train refuse such a group: its
+ * all-reduces after every row-parallel product would cross the slow link, and the cost model prices
+ * them at [tp_all_reduce]'s in-node figures */
+int osdp_cost_tp_spans_nodes(int ranks_per_node, int tp);
 /* 1 when some data-parallel group of the mesh spans nodes (ranks_per_node <= 0: one node, 0) */
 int osdp_cost_dp_spans_nodes(int ranks_per_node, int tp, int dp, int pp);
 /* 1 when some message between adjacent pipeline stages (rank r to r + tp dp) crosses nodes */

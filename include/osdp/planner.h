@@ -273,8 +273,9 @@ void osdp_planner_result_free(osdp_planner_result *res);
  * whole mesh, D x b x A) with tensor-parallel degree tp, or, with tp =
  * OSDP_TP_AUTO, chooses it: every divisor T of N is a candidate; it is
  * excluded when T does not divide every block's heads (the layout refuses
- * it) or exceeds the device's ranks_per_node (a tensor-parallel group sits
- * inside a node; no bound when the file does not state it).  Each remaining
+ * it) or does not divide the device's ranks_per_node (a tensor-parallel
+ * group sits inside a node: osdp_planner_tp_node_why; no bound when the file
+ * does not state it).  Each remaining
  * candidate is planned by osdp_planner_run on the layout of one rank's parts
  * (osdp_layout_build_tp with o->vocab_quantum) over D = N / T data-parallel
  * ranks; the best is the one of highest predicted samples per second
@@ -307,6 +308,11 @@ typedef struct osdp_mesh_choice {
 
 osdp_status osdp_planner_mesh(const osdp_model_config *cfg, int seq_len, const osdp_device *dev,
                               const osdp_planner_options *o, int tp, osdp_mesh_choice *mesh);
+/* 1, and why (naming --tp and the device's ranks_per_node) in why[0 .. n), when a tensor-parallel group
+ * of tp consecutive ranks would straddle dev's nodes (osdp_cost_tp_spans_nodes); 0 and "" when it sits
+ * inside one.  Every search that takes a given --tp (one stage, --pp P, --pp auto) refuses such a tp
+ * with this message, as train does for its nodes. */
+int osdp_planner_tp_node_why(int tp, const osdp_device *dev, char *why, size_t n);
 void osdp_mesh_choice_free(osdp_mesh_choice *mesh);
 
 /* The pipeline axis N = P x D x T (DESIGN.md §9, osdp/pipeline.h).

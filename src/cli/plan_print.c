@@ -136,12 +136,6 @@ static void json_collective(const char *key, const osdp_collective_cost *c)
     printf("\"%s\":{\"alpha\":%.9g,\"beta\":%.9g}", key, c->alpha, c->beta);
 }
 
-/* 1 when a tensor-parallel group (tp consecutive ranks) straddles two nodes of ranks_per_node */
-static int tp_spans_nodes(int ranks_per_node, int tp)
-{
-    return ranks_per_node > 0 && tp > 1 && (tp > ranks_per_node || ranks_per_node % tp != 0);
-}
-
 void osdp_plan_json_network(const osdp_device *dev, int n_ranks, int tp, int dp, int pp, const osdp_cost_hierarchy *hier)
 {
     const int R = dev->ranks_per_node;
@@ -150,7 +144,7 @@ void osdp_plan_json_network(const osdp_device *dev, int n_ranks, int tp, int dp,
     else printf(",\"ranks_per_node\":null,\"nodes\":null");
     if (tp > 0)
         printf(",\"data_groups_span_nodes\":%s,\"tensor_groups_span_nodes\":%s,\"pipeline_spans_nodes\":%s",
-               osdp_cost_dp_spans_nodes(R, tp, dp, pp) ? "true" : "false", tp_spans_nodes(R, tp) ? "true" : "false",
+               osdp_cost_dp_spans_nodes(R, tp, dp, pp) ? "true" : "false", osdp_cost_tp_spans_nodes(R, tp) ? "true" : "false",
                osdp_cost_pp_spans_nodes(R, tp, dp, pp) ? "true" : "false");
     printf(",\"hierarchical_offered\":%s", hier ? "true" : "false");
     if (hier) printf(",\"hierarchical_node_ranks\":%d", hier->node_ranks);

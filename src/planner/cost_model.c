@@ -464,6 +464,11 @@ double osdp_cost_step_time(const osdp_cost_model *cm_in, const osdp_plan *plan, 
 
 /* ---- the two-level network: which level prices the data-parallel group ---- */
 
+int osdp_cost_tp_spans_nodes(int ranks_per_node, int tp)
+{
+    return ranks_per_node > 0 && tp > 1 && ranks_per_node % tp != 0;
+}
+
 int osdp_cost_dp_spans_nodes(int ranks_per_node, int tp, int dp, int pp)
 {
     if (ranks_per_node <= 0 || dp <= 1) return 0;

@@ -415,6 +415,13 @@ osdp_status osdp_planner_3d(const osdp_model_config *cfg, int seq_len, const osd
     const int N = o.geo.n_ranks;
     const int fixed_pp = kind == OSDP_3D_FSDP || kind == OSDP_3D_DDP ? 1 : o3->pp;
     const int fixed_tp = kind == OSDP_3D_FSDP || kind == OSDP_3D_DDP ? 1 : o3->tp;
+    if (fixed_tp > 0) {   /* a given --tp: refused as plan --tp T and --pp P refuse it, naming the reason */
+        char why[256];
+        if (N % fixed_tp != 0)
+            return osdp_error_set(OSDP_ERR_INPUT, "--tp %d does not divide the %d ranks (--ranks): the mesh is "
+                                  "N = P x D x T", fixed_tp, N);
+        if (osdp_planner_tp_node_why(fixed_tp, dev, why, sizeof why)) return osdp_error_set(OSDP_ERR_INPUT, "%s", why);
+    }
     const long long mem_limit = o.mem_limit > 0 ? o.mem_limit : dev->mem_limit;
     search_state st = {.res = res, .by_step = o.global_batch > 0, .cache = osdp_stage_cache_new(), .n_layer = cfg->n_layer};
     /* the schedule and the V searched (osdp_3d_options): interleaving plans its stages under 1F1B */
@@ -431,7 +438,7 @@ osdp_status osdp_planner_3d(const osdp_model_config *cfg, int seq_len, const osd
     for (int tp = 1; tp <= N && s == OSDP_OK; tp++) {
         if (N % tp != 0 || (fixed_tp > 0 && tp != fixed_tp)) continue;
         /* a tensor-parallel group sits inside a node */
-        if (fixed_tp == 0 && dev->ranks_per_node > 0 && dev->ranks_per_node % tp != 0) continue;
+        if (fixed_tp == 0 && osdp_cost_tp_spans_nodes(dev->ranks_per_node, tp)) continue;
         if (n_layouts == OSDP_MAX_TP_CANDIDATES) break;   /* T divides a node of at most 32: never */
         osdp_layout *lp = &layouts[n_layouts];
         s = osdp_layout_build_tp(lp, cfg, seq_len, tp, o.vocab_quantum);

@@ -26,9 +26,23 @@ static void exclusion(int tp, int n_ranks, const osdp_device *dev, char *why, si
         snprintf(why, n, "--tp %d: the tensor-parallel degree must be at least 1", tp);
     else if (n_ranks % tp != 0)
         snprintf(why, n, "--tp %d does not divide the %d ranks (--ranks): the mesh is N = T x D", tp, n_ranks);
-    else if (dev->ranks_per_node > 0 && tp > dev->ranks_per_node)
+    else
+        osdp_planner_tp_node_why(tp, dev, why, n);
+}
+
+int osdp_planner_tp_node_why(int tp, const osdp_device *dev, char *why, size_t n)
+{
+    const int node = dev->ranks_per_node;
+    why[0] = '\0';
+    if (!osdp_cost_tp_spans_nodes(node, tp)) return 0;
+    if (tp > node)
         snprintf(why, n, "--tp %d exceeds the node size of %d ranks (ranks_per_node of device %s): a tensor-parallel "
-                 "group must sit inside one node", tp, dev->ranks_per_node, dev->name);
+                 "group must sit inside one node", tp, node, dev->name);
+    else
+        snprintf(why, n, "--tp %d does not divide the node size of %d ranks (ranks_per_node of device %s): a "
+                 "tensor-parallel group of %d consecutive ranks would straddle two nodes, and must sit inside one",
+                 tp, node, dev->name, tp);
+    return 1;
 }
 
 /* plans candidate c; on OSDP_OK with a plan, *layout and *res hold it (the

@@ -392,6 +392,8 @@ osdp_status osdp_planner_pipeline_cached(const osdp_model_config *cfg, int seq_l
     if (tp < 1 || pp < 1 || pp > OSDP_MAX_STAGES || N % (tp * pp) != 0)
         return osdp_error_set(OSDP_ERR_INPUT, "--pp %d x --tp %d does not divide the %d ranks (--ranks): the mesh is "
                               "N = P x D x T, P at most %d", pp, tp, N, OSDP_MAX_STAGES);
+    char why[256];
+    if (osdp_planner_tp_node_why(tp, dev, why, sizeof why)) return osdp_error_set(OSDP_ERR_INPUT, "%s", why);
     out->geo.pp_size = pp;
     out->geo.tp_size = tp;
     out->geo.n_ranks = N / (tp * pp);

@@ -313,15 +313,18 @@ START_TEST(test_mesh_errors)
     osdp_planner_options o;
     osdp_planner_defaults(&o);
     osdp_mesh_choice m;
-    static const struct { int ranks, tp; const char *expect; } bad[] = {
-        {8, 3, "--tp 3 does not divide the 8 ranks"},
-        {12, 3, "--tp 3 does not divide the model's 8 attention heads"},
-        {16, 16, "--tp 16 exceeds the node size of 8 ranks (ranks_per_node of device mesh)"},
-        {4, -1, "--tp -1: the tensor-parallel degree must be at least 1"},
+    osdp_device flat = mesh_device(1e-12, 0);   /* no node stated: T bounded by the heads alone */
+    static const struct { int ranks, tp, node; const char *expect; } bad[] = {
+        {8, 3, 8, "--tp 3 does not divide the 8 ranks"},
+        {12, 3, 0, "--tp 3 does not divide the model's 8 attention heads"},
+        {16, 16, 8, "--tp 16 exceeds the node size of 8 ranks (ranks_per_node of device mesh)"},
+        /* 3 consecutive ranks of 24 on nodes of 8: ranks 6..8 straddle two nodes */
+        {24, 3, 8, "--tp 3 does not divide the node size of 8 ranks (ranks_per_node of device mesh)"},
+        {4, -1, 8, "--tp -1: the tensor-parallel degree must be at least 1"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         o.geo.n_ranks = bad[i].ranks;
-        ck_assert_int_eq(osdp_planner_mesh(&cfg, cfg.ctx, &d, &o, bad[i].tp, &m), OSDP_ERR_INPUT);
+        ck_assert_int_eq(osdp_planner_mesh(&cfg, cfg.ctx, bad[i].node ? &d : &flat, &o, bad[i].tp, &m), OSDP_ERR_INPUT);
         ck_assert_msg(strstr(osdp_error_message(), bad[i].expect), "got '%s'", osdp_error_message());
         osdp_mesh_choice_free(&m);
     }
@@ -339,12 +342,52 @@ START_TEST(test_mesh_errors)
 }
 END_TEST
 
+/* A given T whose groups would straddle nodes is refused by every search that takes it: one stage (above),
+ * --pp P and --pp auto, with the same message; the predicate is T dividing the node */
+START_TEST(test_tp_straddling_nodes_refused)
+{
+    ck_assert(!osdp_cost_tp_spans_nodes(8, 1) && !osdp_cost_tp_spans_nodes(8, 2) && !osdp_cost_tp_spans_nodes(8, 8));
+    ck_assert(osdp_cost_tp_spans_nodes(8, 3) && osdp_cost_tp_spans_nodes(8, 16) && osdp_cost_tp_spans_nodes(6, 4));
+    ck_assert(!osdp_cost_tp_spans_nodes(0, 16));   /* no node stated: no bound */
+    osdp_model_config cfg;
+    load_config(&cfg, "bench_l6_d256");   /* 8 heads */
+    osdp_device d = mesh_device(1e-12, 4);
+    osdp_planner_options o;
+    osdp_planner_defaults(&o);
+    o.geo.n_ranks = 16;
+    o.global_batch = 16;
+    char why[256];
+    ck_assert(osdp_planner_tp_node_why(8, &d, why, sizeof why));
+    ck_assert_str_eq(why, "--tp 8 exceeds the node size of 4 ranks (ranks_per_node of device mesh): a tensor-parallel "
+                          "group must sit inside one node");
+    ck_assert(!osdp_planner_tp_node_why(4, &d, why, sizeof why) && why[0] == '\0');
+    osdp_pipe_choice pc;
+    ck_assert_int_eq(osdp_planner_pipeline(&cfg, cfg.ctx, &d, &o, 8, 2, NULL, OSDP_PIPE_1F1B, &pc), OSDP_ERR_INPUT);
+    ck_assert_msg(strstr(osdp_error_message(), "--tp 8 exceeds the node size of 4 ranks"), "%s", osdp_error_message());
+    osdp_pipe_choice_free(&pc);
+    /* T = 4 fits the node: planned */
+    ck_assert_msg(osdp_planner_pipeline(&cfg, cfg.ctx, &d, &o, 4, 2, NULL, OSDP_PIPE_1F1B, &pc) == OSDP_OK, "%s",
+                  osdp_error_message());
+    ck_assert_int_eq(pc.geo.tp_size, 4);
+    osdp_pipe_choice_free(&pc);
+    osdp_3d_options o3 = {.pp = 0, .tp = 8, .schedule = OSDP_PIPE_1F1B};
+    osdp_3d_result res;
+    ck_assert_int_eq(osdp_planner_3d(&cfg, cfg.ctx, &d, &o, &o3, OSDP_3D_OSDP, &res), OSDP_ERR_INPUT);
+    ck_assert_msg(strstr(osdp_error_message(), "--tp 8 exceeds the node size of 4 ranks"), "%s", osdp_error_message());
+    osdp_3d_result_free(&res);
+    o3.tp = 3;   /* not a divisor of the 16 ranks */
+    ck_assert_int_eq(osdp_planner_3d(&cfg, cfg.ctx, &d, &o, &o3, OSDP_3D_OSDP, &res), OSDP_ERR_INPUT);
+    ck_assert_msg(strstr(osdp_error_message(), "--tp 3 does not divide the 16 ranks"), "%s", osdp_error_message());
+    osdp_3d_result_free(&res);
+}
+END_TEST
+
 static Suite *planner_tp_suite(void)
 {
     const TTest *device[] = {test_device_node_and_tp_keys, NULL};
     const TTest *cost[] = {test_cost_tp_terms_by_hand, test_cost_tp1_bitwise, NULL};
     const TTest *plan[] = {test_plan_file_tp, NULL};
-    const TTest *mesh[] = {test_mesh_auto_picks_best, test_mesh_errors, NULL};
+    const TTest *mesh[] = {test_mesh_auto_picks_best, test_mesh_errors, test_tp_straddling_nodes_refused, NULL};
     const osdp_check_case cases[] = {
         {.name = "device", .tests = device}, {.name = "cost_model", .tests = cost},
         {.name = "plan_file", .tests = plan}, {.name = "mesh", .tests = mesh},

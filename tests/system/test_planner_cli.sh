@@ -304,8 +304,16 @@ tp_bad() {  # tp_bad NAME EXPECTED-REGEX [plan options]
     [ $rc != 0 ] && grep -qE -- "$expect" "$WORK/$name.err" && ok "$* : exit $rc, '$(head -c 110 "$WORK/$name.err")'" \
         || bad "$* (rc $rc)" "$WORK/$name.err"
 }
-tp_bad tp_heads "--tp 3 does not divide the model's 8 attention heads" --ranks 12 --tp 3
+printf '[model]\nname = heads6\nn_layer = 2\nn_head = 6\nn_embd = 48\nvocab = 256\nctx = 16\n' > "$WORK/heads6.ini"
+tp_bad tp_heads "--tp 4 does not divide the model's 6 attention heads" --ranks 8 --tp 4 --model "$WORK/heads6.ini"
 tp_bad tp_node "--tp 16 exceeds the node size of 8 ranks \(ranks_per_node of device a100_40gb\)" --ranks 16 --tp 16
+# a group of 3 consecutive ranks on nodes of 8 straddles two (ranks 6..8): refused alike on one stage, with --pp P and
+# with --pp auto (the pipeline searches priced such a group at the in-node figures before)
+tp_bad tp_straddle "--tp 3 does not divide the node size of 8 ranks \(ranks_per_node of device a100_40gb\)" --ranks 24 --tp 3
+tp_bad pp_tp_straddle "--tp 3 does not divide the node size of 8 ranks" --ranks 48 --tp 3 --pp 2 --model "$WORK/heads6.ini"
+tp_bad pp_tp_node "--tp 16 exceeds the node size of 8 ranks" --ranks 32 --tp 16 --pp 2
+tp_bad pp_auto_tp_node "--tp 16 exceeds the node size of 8 ranks" --ranks 32 --tp 16 --pp auto --global-batch 32
+tp_bad pp_auto_tp_ranks "--tp 3 does not divide the 32 ranks \(--ranks\)" --ranks 32 --tp 3 --pp auto --global-batch 32
 tp_bad tp_ranks "--tp 4 does not divide the 6 ranks" --ranks 6 --tp 4
 tp_bad tp_word "--tp.*(integer|auto)" --ranks 8 --tp two
 
