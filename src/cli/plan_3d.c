@@ -148,18 +148,19 @@ static void print_json(const osdp_model_config *cfg, const osdp_device *dev, con
     printf("}\n");
 }
 
-static int write_plan(const osdp_job *job, const osdp_device *dev, const osdp_pipe_choice *c)
+static int write_plan(const osdp_job *job, const osdp_device *dev, int ctx, const osdp_pipe_choice *c)
 {
     FILE *f = fopen(job->out, "w");
-    char split[OSDP_STAGE_SPLIT_CHARS], opts[256], chunks[48] = "";
+    char split[OSDP_STAGE_SPLIT_CHARS], opts[416], chunks[48] = "", extra[160];
     if (!f) {
         fprintf(stderr, "osdp_gpt: error: cannot write the plan file %s\n", job->out);
         return OSDP_ERR_IO;
     }
     if (chunk_count(c) > c->geo.pp_size) snprintf(chunks, sizeof chunks, " --virtual-stages %d", chunk_count(c) / c->geo.pp_size);
-    snprintf(opts, sizeof opts, "--pp %d --schedule %s%s --tp %d --batch %d --global-batch %d", c->geo.pp_size,
+    snprintf(opts, sizeof opts, "--pp %d --schedule %s%s --tp %d --batch %d --global-batch %d%s", c->geo.pp_size,
              osdp_pipe_schedule_name(c->geo.pipe_schedule), chunks, c->geo.tp_size, c->geo.micro_batch,
-             c->geo.micro_batch * c->geo.accum_steps * c->geo.n_ranks);
+             c->geo.micro_batch * c->geo.accum_steps * c->geo.n_ranks,
+             osdp_plan_train_extra_options(job, ctx, extra, sizeof extra));
     osdp_stage_split_format(c->geo.stage_bounds, chunk_count(c), split, sizeof split);
     osdp_plan_file_comment(f, "# planned by osdp_gpt plan --pp auto for %lld ranks (PP %d x DP %d x TP %d) on device %s: "
                            "micro-batch %d, %d micro-batches\n", job->ranks, c->geo.pp_size, c->geo.n_ranks,
@@ -211,7 +212,7 @@ int osdp_cmd_plan_3d(const osdp_job *job)
         fprintf(stderr, "osdp_gpt: error: %s\n", res[OSDP_3D_OSDP].message);
         rc = (int)res[OSDP_3D_OSDP].status;
     } else if (job->out) {
-        rc = write_plan(job, &dev, &res[OSDP_3D_OSDP].best);
+        rc = write_plan(job, &dev, cfg.ctx, &res[OSDP_3D_OSDP].best);
     }
     for (int k = 0; k < OSDP_3D_KINDS; k++) osdp_3d_result_free(&res[k]);
     free(recompute_all);

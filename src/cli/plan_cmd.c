@@ -269,15 +269,16 @@ int osdp_cmd_plan(const osdp_job *job)
             fprintf(stderr, "osdp_gpt: error: cannot write the plan file %s\n", job->out);
             rc = OSDP_ERR_IO;
         } else {
-            char tp_arg[32] = "";
+            char tp_arg[32] = "", extra[160];
             if (tp_given) snprintf(tp_arg, sizeof tp_arg, " --tp %d", tp);
             osdp_plan_file_comment(f, "# planned by osdp_gpt plan for %d ranks (TP %d x DP %d) on device %s: micro-batch "
-                                   "%d, accumulation %d\n# (train with --batch %d --global-batch %d%s); predicted step "
+                                   "%d, accumulation %d\n# (train with --batch %d --global-batch %d%s%s); predicted step "
                                    "%.6g s, peak %lld bytes\n",
                                    n_ranks, tp, planner.geo.n_ranks, dev.name, r[0].plan.geo.micro_batch,
                                    r[0].plan.geo.accum_steps, r[0].plan.geo.micro_batch,
                                    r[0].plan.geo.micro_batch * r[0].plan.geo.accum_steps * planner.geo.n_ranks, tp_arg,
-                                   r[0].step_s, r[0].peak_bytes);
+                                   osdp_plan_train_extra_options(job, cfg.ctx, extra, sizeof extra), r[0].step_s,
+                                   r[0].peak_bytes);
             r[0].plan.geo.tp_size = tp;   /* the plan states its mesh, tp = 1 too: train --tp 2 refuses it then */
             osdp_plan_write(&r[0].plan, &L, f);
             if (fclose(f) != 0) rc = OSDP_ERR_IO;

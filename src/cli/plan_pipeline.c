@@ -312,8 +312,9 @@ int osdp_cmd_plan_pipeline(const osdp_job *job)
             fprintf(stderr, "osdp_gpt: error: cannot write the plan file %s\n", job->out);
             rc = OSDP_ERR_IO;
         } else {
-            char vs[48] = "", opts[256], line[OSDP_PLAN_LINE_MAX + 2];
+            char vs[48] = "", opts[416], line[OSDP_PLAN_LINE_MAX + 2], extra[160];
             if (V > 1) snprintf(vs, sizeof vs, " --virtual-stages %d", V);
+            osdp_plan_train_extra_options(job, cfg.ctx, extra, sizeof extra);
             osdp_stage_split_format(chosen ? chosen->bounds : c.geo.stage_bounds, P * V, split, sizeof split);
             const double step_s = chosen ? chosen->timing.step_s : c.step_s;
             const double peak = chosen ? (double)chosen->stage_peak[chosen->largest_stage] : c.plan.predicted_peak_bytes;
@@ -321,15 +322,16 @@ int osdp_cmd_plan_pipeline(const osdp_job *job)
                                    "micro-batch %d, %d micro-batches\n", job->ranks, P, c.geo.n_ranks, c.geo.tp_size,
                                    dev.name, c.geo.micro_batch, c.geo.accum_steps);
             const int n = snprintf(line, sizeof line, "# (train with --pp %d --stages %s --schedule %s%s --tp %d --batch %d "
-                                   "--global-batch %d); predicted step %.6g s, largest stage peak %.0f bytes", P, split,
+                                   "--global-batch %d%s); predicted step %.6g s, largest stage peak %.0f bytes", P, split,
                                    osdp_pipe_schedule_name(V > 1 ? schedule : planned), vs, c.geo.tp_size,
-                                   c.geo.micro_batch, c.geo.micro_batch * c.geo.accum_steps * c.geo.n_ranks, step_s, peak);
+                                   c.geo.micro_batch, c.geo.micro_batch * c.geo.accum_steps * c.geo.n_ranks, extra, step_s,
+                                   peak);
             if (n >= 0 && n <= OSDP_PLAN_LINE_MAX) {
                 fprintf(f, "%s\n", line);
             } else {   /* a long split: the train options, the split and the prediction on lines of their own */
-                snprintf(opts, sizeof opts, "--pp %d --schedule %s%s --tp %d --batch %d --global-batch %d", P,
+                snprintf(opts, sizeof opts, "--pp %d --schedule %s%s --tp %d --batch %d --global-batch %d%s", P,
                          osdp_pipe_schedule_name(V > 1 ? schedule : planned), vs, c.geo.tp_size, c.geo.micro_batch,
-                         c.geo.micro_batch * c.geo.accum_steps * c.geo.n_ranks);
+                         c.geo.micro_batch * c.geo.accum_steps * c.geo.n_ranks, extra);
                 osdp_plan_file_train_line(f, opts, split, P * V);
                 fprintf(f, "# predicted step %.6g s, largest stage peak %.0f bytes\n", step_s, peak);
             }

@@ -201,6 +201,17 @@ void osdp_plan_file_comment(FILE *f, const char *fmt, ...)
     free(text);
 }
 
+const char *osdp_plan_train_extra_options(const osdp_job *job, int ctx, char *buf, size_t n)
+{
+    char seq[40] = "";
+    if (job->seq_len > 0 && job->seq_len != ctx) snprintf(seq, sizeof seq, " --seq-len %lld", job->seq_len);
+    snprintf(buf, n, "%s%s%s%s%s%s", seq, job->attention == OSDP_KERNEL_NAIVE ? " --attention naive" : "",
+             job->head == OSDP_KERNEL_NAIVE ? " --head naive" : "", job->no_prefetch ? " --no-prefetch" : "",
+             job->residual_dtype == OSDP_RESIDUAL_BF16 ? " --residual-dtype bf16" : "",
+             job->activation_dtype == OSDP_RESIDUAL_BF16 ? " --activation-dtype bf16" : "");
+    return buf;
+}
+
 void osdp_plan_file_train_line(FILE *f, const char *opts, const char *split, int n_ranges)
 {
     if (strlen(opts) + strlen(split) < 160) {

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include "osdp/cost_model.h"
 #include "osdp/planner.h"
+#include "options.h"
 
 /* "dp", "zdp", "2/4", with "+rc" when the operator recomputes its activations */
 const char *osdp_plan_mode_label(const osdp_plan *p, int op, char *buf, size_t n);
@@ -34,5 +35,11 @@ void osdp_plan_file_comment(FILE *f, const char *fmt, ...) __attribute__((format
 /* "# (train with OPTS --stages SPLIT)", or, when that is long, "# (train with OPTS --stages S, S the N ranges below
  * joined)" and the ranges of SPLIT on lines "#   a:b,c:d,..." of whole ranges */
 void osdp_plan_file_train_line(FILE *f, const char *opts, const char *split, int n_ranges);
+/* The options beyond the mesh and the batch that the plan's prediction assumed and that train takes too, each
+ * with a leading space, into buf (where the plan used the defaults: ""): --seq-len when not the model's ctx,
+ * --attention / --head naive, --no-prefetch, --residual-dtype / --activation-dtype bf16.  A plan file's
+ * "train with" line carries them: a run without them has another peak than the one predicted (an fp32 stream
+ * where the plan assumed bf16: more memory than the plan fits in) */
+const char *osdp_plan_train_extra_options(const osdp_job *job, int ctx, char *buf, size_t n);
 
 #endif

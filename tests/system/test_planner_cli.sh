@@ -352,6 +352,22 @@ if plan gpipe --model "$M" --device "$DEV/cpu_2core.ini" --ranks 4 --pp 2 --sche
    awk -v a="$(logkey "$WORK/gpipe_run.log" pred_step_s)" -v b="$pstep" 'BEGIN {d = a - b; if (d < 0) d = -d; exit !(b > 0 && d <= 1e-5 * b)}'; then
     ok "train --plan FILE --pp 2 --schedule gpipe on 4 ranks: the log's pred_step_s = the plan's pipeline step $pstep s"
 else bad "a pipeline's logged prediction (plan $pstep s, log $(logkey "$WORK/gpipe_run.log" pred_step_s))" "$WORK/gpipe_run.err"; fi
+# the plan's other train options travel in its "train with" line: a plan made at --seq-len 16 without prefetch
+# with the naive attention predicts for those, and train given the line's options runs them and logs the plan's
+# step (the line named the mesh and the batch alone before: train ran T 32, prefetch on, tiled, another step)
+XPF="$WORK/extra_opts.plan"
+# shellcheck disable=SC2086   # the plan file's train options are words
+if plan extra_opts --model "$M" --device "$DEV/cpu_2core.ini" --ranks 4 --pp 2 --global-batch 16 --seq-len 16 \
+       --no-prefetch --attention naive --out "$XPF" &&
+   xopts=$(sed -n 's/^# (train with \(.*\)); predicted.*/\1/p' "$XPF") &&
+   case "$xopts" in *"--seq-len 16 --attention naive --no-prefetch"*) true ;; *) false ;; esac &&
+   xstep=$(sed -n 's/.*predicted step \([^ ]*\) s.*/\1/p' "$XPF") && [ -n "$xstep" ] &&
+   train 4 extra_opts_run --model "$M" --device "$DEV/cpu_2core.ini" --plan "$XPF" --steps 1 $xopts &&
+   [ "$(logkey "$WORK/extra_opts_run.log" T)" = 16 ] && [ "$(logkey "$WORK/extra_opts_run.log" prefetch)" = 0 ] &&
+   [ "$(logkey "$WORK/extra_opts_run.log" attention)" = naive ] &&
+   awk -v a="$(logkey "$WORK/extra_opts_run.log" pred_step_s)" -v b="$xstep" 'BEGIN {d = a - b; if (d < 0) d = -d; exit !(b > 0 && d <= 1e-5 * b)}'; then
+    ok "plan --seq-len 16 --no-prefetch --attention naive --out FILE: its train line carries them ($xopts); train with it ran T 16 without prefetch, naive attention, and logged the plan's step $xstep s"
+else bad "a plan file's train line with the plan's options ('${xopts:-}'; log T $(logkey "$WORK/extra_opts_run.log" T), pred_step_s $(logkey "$WORK/extra_opts_run.log" pred_step_s) vs ${xstep:-?})" "$WORK/extra_opts_run.err"; fi
 tp_bad pp_ranks "--pp 3 x --tp 1 does not divide the 4 ranks" --ranks 4 --pp 3
 tp_bad pp_stages "--stages 0:3,4:14: stage 1 starts at operator 4" --ranks 4 --pp 2 --stages 0:3,4:14
 tp_bad pp_stages_count "--stages 0:14: 1 range for the 2 stages" --ranks 4 --pp 2 --stages 0:14
