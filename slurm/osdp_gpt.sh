@@ -10,6 +10,8 @@
 #     PROFILE=1 sbatch slurm/osdp_gpt.sh         # measure a device file first, plan with it (a CUDA build)
 #     sbatch --nodes=2 --time=04:00:00 --export=ALL,PLAN=zdp slurm/osdp_gpt.sh
 #     sbatch --gpus-per-node=4 --ntasks-per-node=4 slurm/osdp_gpt.sh   # 4-GPU nodes
+#     PP=auto TP=auto GLOBAL_BATCH=1536 TRAIN_ARGS="--recompute auto" sbatch --nodes=64 slurm/osdp_gpt.sh   # 3D search
+#     PLAN=145b.plan TRAIN_ARGS="<the plan file's '# (train with ...)' options>" sbatch --nodes=192 slurm/osdp_gpt.sh
 # The node count is sbatch's --nodes (1 unless given); the script reads what
 # Slurm granted from SLURM_NNODES / SLURM_NTASKS.
 # Output: Slurm writes the job log (stdout and stderr of every rank: the srun
@@ -47,6 +49,11 @@ STEPS=${STEPS:-1000}
 BATCH=${BATCH:-}                       # empty: the planner picks the micro-batch (--plan auto), else 8
 GLOBAL_BATCH=${GLOBAL_BATCH:-}
 MEM_LIMIT=${MEM_LIMIT:-}
+PP=${PP:-}                             # pipeline stages: P, or auto (PLAN=auto: the 3D search over P, T, the stages);
+TP=${TP:-}                             #   tensor-parallel degree: T or auto (PLAN=auto); empty: train's default, 1
+# more train options, as words: a plan file's own "# (train with ...)" options (its mesh, stages, micro-batch and
+# what its prediction assumed, e.g. --residual-dtype bf16), or --recompute auto, --schedule interleaved, ...
+TRAIN_ARGS=${TRAIN_ARGS:-}
 OUT_DIR=${OUT_DIR:-$SLURM_SUBMIT_DIR/runs/$SLURM_JOB_ID}
 CKPT_DIR=${CKPT_DIR:-$SLURM_SUBMIT_DIR/checkpoints}
 SAVE_EVERY=${SAVE_EVERY:-500}
@@ -141,6 +148,12 @@ args=(train --model "$MODEL" --data "$DATA" --backend "$BACKEND" --precision "$P
 [ -n "$BATCH" ] && args+=(--batch "$BATCH")
 [ -n "$GLOBAL_BATCH" ] && args+=(--global-batch "$GLOBAL_BATCH")
 [ -n "$MEM_LIMIT" ] && args+=(--mem-limit "$MEM_LIMIT")
+[ -n "$PP" ] && args+=(--pp "$PP")
+[ -n "$TP" ] && args+=(--tp "$TP")
+if [ -n "$TRAIN_ARGS" ]; then
+    read -r -a train_extra <<< "$TRAIN_ARGS"
+    args+=("${train_extra[@]}")
+fi
 [ "$RESUME" = 1 ] && args+=(--resume)
 
 # Every task sees all GPUs of its node and picks one by its node-local rank

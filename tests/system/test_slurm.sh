@@ -137,6 +137,19 @@ run_job batch BATCH=4 RESUME=1 PLAN=zdp NUMA_BIND=0
     && ok "BATCH=4 RESUME=1 PLAN=zdp NUMA_BIND=0: --batch 4 --resume --plan zdp, no --device, --cpu-bind=cores" \
     || bad "BATCH/RESUME/PLAN/NUMA_BIND not honoured" "$WORK/batch.calls"
 
+# the 3D search (PP, TP) and more train options (TRAIN_ARGS, as words: a plan file's "train with" options)
+run_job mesh3d PP=auto TP=auto GLOBAL_BATCH=64 TRAIN_ARGS="--recompute auto  --residual-dtype bf16"
+[ "$(value mesh3d 1 --pp)" = auto ] && [ "$(value mesh3d 1 --tp)" = auto ] && [ "$(value mesh3d 1 --global-batch)" = 64 ] \
+    && [ "$(value mesh3d 1 --recompute)" = auto ] && [ "$(value mesh3d 1 --residual-dtype)" = bf16 ] \
+    && [ "$(value mesh3d 1 --plan)" = auto ] && [ -n "$(value mesh3d 1 --device)" ] \
+    && ok "PP=auto TP=auto TRAIN_ARGS='--recompute auto  --residual-dtype bf16': train --pp auto --tp auto --recompute auto --residual-dtype bf16 (one word each)" \
+    || bad "PP/TP/TRAIN_ARGS not passed" "$WORK/mesh3d.calls"
+run_job planfile PLAN="$WORK/p.plan" TRAIN_ARGS="--pp 2 --stages 0:7,7:14 --schedule 1f1b --tp 2 --batch 1 --global-batch 8"
+[ "$(value planfile 1 --plan)" = "$WORK/p.plan" ] && [ "$(value planfile 1 --stages)" = 0:7,7:14 ] \
+    && [ "$(value planfile 1 --tp)" = 2 ] && [ "$(value planfile 1 --batch)" = 1 ] && ! has planfile 1 --device \
+    && ok "PLAN=FILE TRAIN_ARGS='<its train line>': --plan FILE --pp 2 --stages 0:7,7:14 --tp 2 --batch 1, no --device" \
+    || bad "PLAN=FILE with its train options" "$WORK/planfile.calls"
+
 # PROFILE=1: a CUDA build (fake ldd: NCCL, cuBLAS) profiles the GPUs; a CPU-only one is refused
 cat > "$FAKE/ldd" <<'FAKE_LDD'
 #!/bin/bash
