@@ -20,6 +20,7 @@
 #include "osdp/dtype.h"
 #include "comm_internal.h"
 
+#include <limits.h>
 #include <mpi.h>
 #include <sched.h>
 #include <stdint.h>
@@ -194,10 +195,22 @@ int osdp_comm_mpi_iallgather(const osdp_comm *c, MPI_Comm comm, const void *shar
     return rc;
 }
 
+/* MPI's counts are ints: a call of more elements (a block's, a message's) than INT_MAX would be cut to
+ * another count, and is refused, naming it, before any rank starts it (every rank of a collective gives
+ * the same count); the NCCL backend's host path refuses such calls alike */
+static osdp_status count_fits(size_t count, const char *what)
+{
+    if (count <= (size_t)INT_MAX) return OSDP_OK;
+    return osdp_error_set(OSDP_ERR_INPUT, "%s: %zu elements in one call, more than MPI's int count takes (%d)", what,
+                          count, INT_MAX);
+}
+
 static osdp_status mpi_all_gather(osdp_comm *c, const void *shard, void *full, size_t count, osdp_dtype t, osdp_request *req)
 {
     mpi_comm_impl *impl = c->impl;
     MPI_Request r;
+    osdp_status s = count_fits(count, "all-gather");
+    if (s != OSDP_OK) return s;
     int rc = osdp_comm_mpi_iallgather(c, impl->comm, shard, full, count, t, &r);
     return rc == MPI_SUCCESS ? finish(c, r, req, "all-gather", count * (size_t)c->size, t)
                              : osdp_comm_mpi_error(rc, c->block_of ? "MPI_Iallgatherv" : "MPI_Iallgather");
@@ -245,6 +258,7 @@ static osdp_status mpi_reduce_scatter(osdp_comm *c, const void *full, void *shar
     mpi_comm_impl *impl = c->impl;
     MPI_Request r;
     osdp_status s = no_bf16_sum(t, "reduce-scatter");
+    if (s == OSDP_OK) s = count_fits(count, "reduce-scatter");
     if (s != OSDP_OK) return s;
     /* in place (full == shard): MPI_IN_PLACE leaves this rank's block at the start (in_place_at_rank 0) */
     int rc = MPI_Ireduce_scatter_block(full == shard ? MPI_IN_PLACE : full, shard, (int)count, osdp_comm_mpi_type(t),
@@ -258,6 +272,8 @@ static osdp_status mpi_all_reduce(osdp_comm *c, void *buf, size_t count, osdp_dt
     mpi_comm_impl *impl = c->impl;
     MPI_Request r;
     MPI_Op sum;
+    osdp_status s = count_fits(count, "all-reduce");
+    if (s != OSDP_OK) return s;
     int rc = osdp_comm_mpi_sum_op(t, &sum);
     if (rc != MPI_SUCCESS) return osdp_comm_mpi_error(rc, "MPI_Op_create");
     rc = MPI_Iallreduce(MPI_IN_PLACE, buf, (int)count, osdp_comm_mpi_type(t), sum, impl->comm, &r);
@@ -268,6 +284,8 @@ static osdp_status mpi_broadcast(osdp_comm *c, void *buf, size_t bytes, int root
 {
     mpi_comm_impl *impl = c->impl;
     MPI_Request r;
+    osdp_status s = count_fits(bytes, "broadcast");
+    if (s != OSDP_OK) return s;
     int rc = MPI_Ibcast(buf, (int)bytes, MPI_BYTE, root, impl->comm, &r);
     return rc == MPI_SUCCESS ? finish(c, r, req, "broadcast", bytes, OSDP_BYTE) : osdp_comm_mpi_error(rc, "MPI_Ibcast");
 }
@@ -285,6 +303,8 @@ static osdp_status mpi_send(osdp_comm *c, const void *buf, size_t count, osdp_dt
 {
     mpi_comm_impl *impl = c->impl;
     MPI_Request r;
+    osdp_status s = count_fits(count, "send");
+    if (s != OSDP_OK) return s;
     int rc = MPI_Isend(buf, (int)count, osdp_comm_mpi_type(t), peer, 0, impl->comm, &r);
     return rc == MPI_SUCCESS ? finish(c, r, req, "send", count, t) : osdp_comm_mpi_error(rc, "MPI_Isend");
 }
@@ -293,6 +313,8 @@ static osdp_status mpi_recv(osdp_comm *c, void *buf, size_t count, osdp_dtype t,
 {
     mpi_comm_impl *impl = c->impl;
     MPI_Request r;
+    osdp_status s = count_fits(count, "receive");
+    if (s != OSDP_OK) return s;
     int rc = MPI_Irecv(buf, (int)count, osdp_comm_mpi_type(t), peer, 0, impl->comm, &r);
     return rc == MPI_SUCCESS ? finish(c, r, req, "receive", count, t) : osdp_comm_mpi_error(rc, "MPI_Irecv");
 }

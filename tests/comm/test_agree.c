@@ -9,6 +9,7 @@
 #include "check_main.h"
 
 #include <check.h>
+#include <limits.h>
 #include <mpi.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -182,10 +183,38 @@ START_TEST(test_bf16_sum_over_ranks)
 }
 END_TEST
 
+/* MPI's counts are ints: a call of more than INT_MAX elements is refused on every rank with a message
+ * naming it, before MPI sees a count cut to another one (the buffers are never touched) */
+START_TEST(test_counts_past_int_refused)
+{
+    osdp_comm world;
+    ck_assert(osdp_comm_create_mpi(&world, &(MPI_Comm){MPI_COMM_WORLD}) == OSDP_OK);
+    float small[4] = {0};
+    const size_t huge = (size_t)INT_MAX + 1;
+    ck_assert_int_eq(osdp_comm_all_reduce(&world, small, huge, OSDP_FLOAT32, NULL), OSDP_ERR_INPUT);
+    ck_assert_msg(strstr(osdp_error_message(), "all-reduce: 2147483648 elements in one call, more than MPI's int count"),
+                  "%s", osdp_error_message());
+    ck_assert_int_eq(osdp_comm_all_gather(&world, small, small, huge, OSDP_FLOAT32, NULL), OSDP_ERR_INPUT);
+    ck_assert_int_eq(osdp_comm_reduce_scatter(&world, small, small, huge, OSDP_FLOAT32, NULL), OSDP_ERR_INPUT);
+    ck_assert_int_eq(osdp_comm_broadcast(&world, small, huge, 0, NULL), OSDP_ERR_INPUT);
+    ck_assert_int_eq(osdp_comm_send(&world, small, huge, OSDP_FLOAT32, 0, NULL), OSDP_ERR_INPUT);
+    ck_assert_msg(strstr(osdp_error_message(), "send: 2147483648 elements"), "%s", osdp_error_message());
+    ck_assert_int_eq(osdp_comm_recv(&world, small, huge, OSDP_FLOAT32, 0, NULL), OSDP_ERR_INPUT);
+    ck_assert(small[0] == 0 && small[3] == 0);
+    /* INT_MAX itself is a count MPI takes: the communicator still works after the refusals */
+    small[0] = 1;
+    ck_assert(osdp_comm_all_reduce(&world, small, 1, OSDP_FLOAT32, NULL) == OSDP_OK);
+    int size;
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    ck_assert(small[0] == (float)size);
+    osdp_comm_destroy(&world);
+}
+END_TEST
+
 static Suite *agree_suite(void)
 {
     const TTest *agree[] = {test_lowest_failing_rank_wins, test_max_over_ranks, test_plan_broadcast,
-                            test_bf16_sum_over_ranks, test_a_missing_peer_times_out, NULL};
+                            test_bf16_sum_over_ranks, test_counts_past_int_refused, test_a_missing_peer_times_out, NULL};
     const osdp_check_case cases[] = {{.name = "agree", .tests = agree}};
     return osdp_check_suite("agree", cases, sizeof cases / sizeof cases[0]);
 }

@@ -142,6 +142,6 @@ fi
 
 if OSDP_COMM_TIMEOUT_S=1 "$MPIEXEC" -n 4 "$BUILD/tests/comm/test_agree" > "$WORK/agree.out" 2>&1 &&
    [ "$(grep -c '^100%' "$WORK/agree.out")" = 4 ]; then
-    ok "agreement: every rank gets the lowest failing rank's status, and rank 0's plan or its failure (osdp_plan_broadcast); a peer 3 s late makes the others give up after the 1 s timeout with a message naming the agreement; the MPI backend's bf16 sum (widened, added in fp32, rounded) on pairs and on 4 ranks"
+    ok "agreement: every rank gets the lowest failing rank's status, and rank 0's plan or its failure (osdp_plan_broadcast); a peer 3 s late makes the others give up after the 1 s timeout with a message naming the agreement; the MPI backend's bf16 sum (widened, added in fp32, rounded) on pairs and on 4 ranks; a call of more than INT_MAX elements refused on every rank, naming it"
 else bad "the ranks' agreement with a late peer" "$WORK/agree.out"; fi
 summary test_hang
