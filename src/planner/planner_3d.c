@@ -367,11 +367,10 @@ static osdp_status aware_bound(const osdp_device *dev, const osdp_planner_option
     return OSDP_OK;
 }
 
-/* order[] by the candidates' bounds (cmp_candidate) */
-static const candidate *sort_list;
-static int cmp_index(const void *x, const void *y)
+/* candidates by their bounds (cmp_candidate), through pointers to them */
+static int cmp_candidate_ptr(const void *x, const void *y)
 {
-    return cmp_candidate(&sort_list[*(const int *)x], &sort_list[*(const int *)y]);
+    return cmp_candidate(*(const candidate *const *)x, *(const candidate *const *)y);
 }
 
 /* The candidate planned first (*first, -1: none): the one of the least memory-aware bound under the planned
@@ -380,20 +379,21 @@ static int cmp_index(const void *x, const void *y)
  * A100-40GB: PP 2's 161 splits at each b were planned first, 687 splits and 74 s, against 113 splits with
  * this first).  The memory-aware bounds it needs are made lazily: the balanced candidates in the order of
  * their bounds before it, a lower bound of first_key, until that bound exceeds the least first_key found;
- * ties go to the least by cmp_candidate.  order: scratch of n; *dropped counts the candidates dropped. */
+ * ties go to the least by cmp_candidate.  *dropped counts the candidates dropped. */
 static osdp_status first_candidate(const osdp_device *dev, const osdp_planner_options *o, search_state *st,
-                                   candidate *list, int n, int *order, int *first, int *dropped)
+                                   candidate *list, int n, int *first, int *dropped)
 {
+    candidate **order = n ? malloc(sizeof *order * (size_t)n) : NULL;
+    if (n && !order) return osdp_error_set(OSDP_ERR_OOM, "3D search: out of host memory");
     int m = 0;
     for (int i = 0; i < n; i++)
-        if (list[i].pending) order[m++] = i;
-    sort_list = list;
-    if (m > 1) qsort(order, (size_t)m, sizeof *order, cmp_index);
-    for (int k = 0; k < m; k++) {
-        candidate *c = &list[order[k]];
+        if (list[i].pending) order[m++] = &list[i];
+    if (m > 1) qsort(order, (size_t)m, sizeof *order, cmp_candidate_ptr);
+    osdp_status s = OSDP_OK;
+    for (int k = 0; k < m && s == OSDP_OK; k++) {
+        candidate *c = order[k];
         if (*first >= 0 && c->bound > list[*first].first_key) break;   /* its first_key is at least that */
-        osdp_status s = aware_bound(dev, o, st, c);
-        if (s != OSDP_OK) return s;
+        if ((s = aware_bound(dev, o, st, c)) != OSDP_OK) break;
         if (c->dropped) {
             (*dropped)++;
             continue;
@@ -401,9 +401,10 @@ static osdp_status first_candidate(const osdp_device *dev, const osdp_planner_op
         if (!isfinite(c->first_key)) continue;
         if (*first < 0 || c->first_key < list[*first].first_key
             || (c->first_key == list[*first].first_key && cmp_candidate(c, &list[*first]) < 0))
-            *first = order[k];
+            *first = (int)(c - list);
     }
-    return OSDP_OK;
+    free(order);
+    return s;
 }
 
 /* a binary heap of candidate indices, least by cmp_candidate on top */
@@ -518,7 +519,7 @@ osdp_status osdp_planner_3d(const osdp_model_config *cfg, int seq_len, const osd
     int *heap = n_cand ? malloc(sizeof *heap * (size_t)n_cand) : NULL;
     int n_heap = 0, dropped = 0, nothing_fits = 0, first = -1;
     if (n_cand && !heap) s = osdp_error_set(OSDP_ERR_OOM, "3D search: out of host memory");
-    if (s == OSDP_OK) s = first_candidate(dev, &o, &st, list, n_cand, heap, &first, &dropped);
+    if (s == OSDP_OK) s = first_candidate(dev, &o, &st, list, n_cand, &first, &dropped);
     for (int i = 0; i < n_cand && s == OSDP_OK; i++)
         if (i != first && !list[i].dropped) heap[n_heap++] = i;
     for (int i = n_heap / 2 - 1; i >= 0; i--) heap_down(list, heap, n_heap, i);
