@@ -570,7 +570,7 @@ END_TEST
 /* The candidate of the least memory-aware bound is planned first, before the heap's order: Megatron-LM's
  * 145.6B on 1536 A100-40GB (--recompute auto, global batch 2304), where PP 2's enumerated splits have the
  * least step bounds, which know nothing of the memory, and fit only slowly.  Planned in the heap's order alone
- * the search planned 1445 splits in 174 s of CPU for the same answer; with that candidate first its step
+ * the search planned 1445 splits in 174 s for the same answer; with that candidate first its step
  * bounds most of them out (700) */
 START_TEST(test_3d_memory_aware_first)
 {
