@@ -202,10 +202,10 @@ static osdp_status infeasible(const osdp_layout *L, const osdp_device *dev, cons
     char steps[64] = "", lim[32];
     if (accum > 1) snprintf(steps, sizeof steps, " (%d micro-batches a step)", accum);
     return osdp_error_set(OSDP_ERR_INFEASIBLE,
-        "no plan fits the memory limit of %s per rank at micro-batch %d%s on %d ranks: the smallest peak any plan "
+        "no plan fits the memory limit of %s per rank at micro-batch %d%s on %d rank%s: the smallest peak any plan "
         "needs is %s (%lld bytes, in the %s of %s%s: %s; in bytes %s); the operators that dominate it: %s. "
         "Raise the memory limit, use more ranks, a shorter sequence or a smaller model",
-        osdp_format_bytes((double)limit, lim, sizeof lim), b, steps, o->geo.n_ranks,
+        osdp_format_bytes((double)limit, lim, sizeof lim), b, steps, o->geo.n_ranks, o->geo.n_ranks == 1 ? "" : "s",
         osdp_format_bytes((double)need, f[1], sizeof f[1]), need, br.forward ? "forward" : "backward",
         L->op[br.at_op].name, br.wrap ? ", the next pass's first weights prefetched" : "", named, sum, parts);
 }
@@ -295,8 +295,8 @@ osdp_status osdp_planner_plan_batch(const osdp_layout *layout, const osdp_device
     double dl = o->search == OSDP_SEARCH_DFS ? osdp_now_seconds() + (o->dfs_time_limit_s > 0 ? o->dfs_time_limit_s : 60) : 0;
     const osdp_status s = plan_batch(layout, dev, o, b, accum, dl, INFINITY, o->quiet_infeasible, NULL, res, NULL);
     if (s == OSDP_ERR_INFEASIBLE && o->quiet_infeasible)
-        return osdp_error_set(s, "no plan fits the memory limit at micro-batch %d on %d ranks (its smallest peak "
-                              "not searched)", b, o->geo.n_ranks);
+        return osdp_error_set(s, "no plan fits the memory limit at micro-batch %d on %d rank%s (its smallest peak "
+                              "not searched)", b, o->geo.n_ranks, o->geo.n_ranks == 1 ? "" : "s");
     return s;
 }
 
