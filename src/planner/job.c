@@ -365,7 +365,7 @@ static osdp_status check_tp_inside_node(const osdp_job_request *req, int world_s
 {
     /* a tp that does not divide the ranks: the mesh says so, naming them */
     const int node = req->rank_node_size;
-    if (tp <= 1 || world_size % tp != 0 || (node >= tp && node % tp == 0)) return OSDP_OK;
+    if (world_size % tp != 0 || !osdp_cost_tp_spans_nodes(node, tp)) return OSDP_OK;
     return osdp_error_set(OSDP_ERR_INPUT, "--tp %d: a tensor-parallel group must sit inside one node, and this job's "
                           "nodes hold %d rank%s%s: give a --tp that divides the ranks per node", tp, node,
                           node == 1 ? "" : "s", req->nodes_emulated ? " (--ranks-per-node)" : "");

@@ -367,6 +367,14 @@ static osdp_status aware_bound(const osdp_device *dev, const osdp_planner_option
     return OSDP_OK;
 }
 
+/* 1 when c, aware and of a finite first_key, goes first rather than f (NULL: none yet): the less first_key,
+ * ties to the less by cmp_candidate */
+static int goes_first(const candidate *c, const candidate *f)
+{
+    if (!c->aware || !isfinite(c->first_key)) return 0;
+    return !f || c->first_key < f->first_key || (c->first_key == f->first_key && cmp_candidate(c, f) < 0);
+}
+
 /* candidates by their bounds (cmp_candidate), through pointers to them */
 static int cmp_candidate_ptr(const void *x, const void *y)
 {
@@ -398,10 +406,7 @@ static osdp_status first_candidate(const osdp_device *dev, const osdp_planner_op
             (*dropped)++;
             continue;
         }
-        if (!isfinite(c->first_key)) continue;
-        if (*first < 0 || c->first_key < list[*first].first_key
-            || (c->first_key == list[*first].first_key && cmp_candidate(c, &list[*first]) < 0))
-            *first = (int)(c - list);
+        if (goes_first(c, *first >= 0 ? &list[*first] : NULL)) *first = (int)(c - list);
     }
     free(order);
     return s;
@@ -563,11 +568,10 @@ osdp_status osdp_planner_3d(const osdp_model_config *cfg, int seq_len, const osd
         if (n_cand > 1) qsort(list, (size_t)n_cand, sizeof *list, cmp_candidate);
         res->message[0] = '\0';
         st.infeasible = st.unfit = 0;
-        int first = -1;
+        first = -1;   /* (list is sorted now: the same rule, on every candidate) */
         /* (by its bound under the planned schedule: interleaving's, lower, is the likelier to disappoint) */
         for (int i = 0; i < n_cand; i++)
-            if (list[i].aware && isfinite(list[i].first_key) && (first < 0 || list[i].first_key < list[first].first_key))
-                first = i;
+            if (goes_first(&list[i], first >= 0 ? &list[first] : NULL)) first = i;
         for (int j = first >= 0 ? -1 : 0; j < n_cand && s == OSDP_OK; j++) {
             const int i = j < 0 ? first : j;
             if (j >= 0 && j == first) continue;
